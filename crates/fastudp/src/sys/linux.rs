@@ -1,0 +1,266 @@
+//! Linux syscalls.
+
+use super::{InControl, InMeta, OutMsg, MAX_BATCH};
+use std::io;
+use std::mem::{size_of, MaybeUninit};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
+use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
+use std::ptr;
+use std::time::Duration;
+
+/// `MSG_TRUNC`.
+pub const MSG_TRUNC: i32 = libc::MSG_TRUNC;
+/// `MSG_CTRUNC`.
+pub const MSG_CTRUNC: i32 = libc::MSG_CTRUNC;
+
+fn cvt(r: libc::c_int) -> io::Result<usize> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as usize)
+    }
+}
+
+fn cvt_ssize(r: libc::ssize_t) -> io::Result<usize> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as usize)
+    }
+}
+
+fn fill_msghdr(hdr: &mut libc::msghdr, m: &OutMsg<'_>) {
+    if let Some(a) = m.addr {
+        hdr.msg_name = a.as_ptr() as *mut libc::c_void;
+        hdr.msg_namelen = a.len();
+    }
+    // IoSlice is ABI-compatible with struct iovec on Unix (std guarantees it).
+    hdr.msg_iov = m.iov.as_ptr() as *mut libc::iovec;
+    hdr.msg_iovlen = m.iov.len() as _;
+    if !m.control.is_empty() {
+        hdr.msg_control = m.control.as_ptr() as *mut libc::c_void;
+        hdr.msg_controllen = m.control.len() as _;
+    }
+}
+
+/// `sendmmsg(2)`: sends up to [`MAX_BATCH`] messages in one call and
+/// returns how many were sent.
+pub(crate) fn sendmmsg(sock: &UdpSocket, msgs: &[OutMsg<'_>], flags: i32) -> io::Result<usize> {
+    let n = msgs.len().min(MAX_BATCH);
+    // SAFETY: mmsghdr is a plain C struct for which all-zero bytes is a valid
+    // value (null pointers, zero lengths).
+    let mut hdrs: [libc::mmsghdr; MAX_BATCH] = unsafe { MaybeUninit::zeroed().assume_init() };
+    for (h, m) in hdrs.iter_mut().zip(&msgs[..n]) {
+        fill_msghdr(&mut h.msg_hdr, m);
+    }
+    // SAFETY: `hdrs[..n]` point at addresses, iovecs and control buffers
+    // borrowed from `msgs`, which outlive the call; the kernel only reads
+    // them and writes `msg_len`.
+    let r = unsafe { libc::sendmmsg(sock.as_raw_fd(), hdrs.as_mut_ptr(), n as _, flags as _) };
+    cvt(r)
+}
+
+/// `sendmsg(2)` of one message; returns the bytes sent.
+pub(crate) fn sendmsg(sock: &UdpSocket, m: &OutMsg<'_>, flags: i32) -> io::Result<usize> {
+    // SAFETY: all-zero is a valid msghdr.
+    let mut hdr: libc::msghdr = unsafe { MaybeUninit::zeroed().assume_init() };
+    fill_msghdr(&mut hdr, m);
+    // SAFETY: `hdr` points into `m`'s borrowed buffers, alive for the call.
+    let r = unsafe { libc::sendmsg(sock.as_raw_fd(), &hdr, flags) };
+    cvt_ssize(r)
+}
+
+/// A `struct sockaddr_storage` for the kernel to fill in.
+#[derive(Clone, Copy)]
+pub(crate) struct AddrBuf(libc::sockaddr_storage);
+
+impl Default for AddrBuf {
+    fn default() -> Self {
+        // SAFETY: all-zero is a valid sockaddr_storage (family AF_UNSPEC).
+        AddrBuf(unsafe { MaybeUninit::zeroed().assume_init() })
+    }
+}
+
+impl AddrBuf {
+    fn to_socket_addr(&self, len: libc::socklen_t) -> Option<SocketAddr> {
+        let len = len as usize;
+        match self.0.ss_family as i32 {
+            libc::AF_INET if len >= size_of::<libc::sockaddr_in>() => {
+                // SAFETY: the family says the storage holds a sockaddr_in, and
+                // sockaddr_storage is large and aligned enough for it.
+                let a = unsafe { &*(&self.0 as *const _ as *const libc::sockaddr_in) };
+                Some(SocketAddr::V4(SocketAddrV4::new(
+                    Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)),
+                    u16::from_be(a.sin_port),
+                )))
+            }
+            libc::AF_INET6 if len >= size_of::<libc::sockaddr_in6>() => {
+                // SAFETY: as above, for sockaddr_in6.
+                let a = unsafe { &*(&self.0 as *const _ as *const libc::sockaddr_in6) };
+                Some(SocketAddr::V6(SocketAddrV6::new(
+                    Ipv6Addr::from(a.sin6_addr.s6_addr),
+                    u16::from_be(a.sin6_port),
+                    a.sin6_flowinfo,
+                    a.sin6_scope_id,
+                )))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// `recvmmsg(2)` with `MSG_WAITFORONE` semantics left to `flags`.
+///
+/// Receives up to `metas.len()` messages, message `i` into
+/// `buf[i * stride..(i + 1) * stride]` with control data in `controls[i]`.
+pub(crate) fn recvmmsg(
+    sock: &UdpSocket,
+    buf: &mut [u8],
+    stride: usize,
+    controls: &mut [InControl],
+    metas: &mut [InMeta],
+    flags: i32,
+) -> io::Result<usize> {
+    let n = metas
+        .len()
+        .min(controls.len())
+        .min(buf.len() / stride.max(1))
+        .min(MAX_BATCH);
+    if n == 0 {
+        return Ok(0);
+    }
+    // SAFETY: all-zero is a valid mmsghdr / iovec.
+    let mut hdrs: [libc::mmsghdr; MAX_BATCH] = unsafe { MaybeUninit::zeroed().assume_init() };
+    // SAFETY: as above.
+    let mut iovs: [libc::iovec; MAX_BATCH] = unsafe { MaybeUninit::zeroed().assume_init() };
+    let mut names = [AddrBuf::default(); MAX_BATCH];
+    let base = buf.as_mut_ptr();
+    for i in 0..n {
+        // SAFETY: i * stride + stride <= buf.len() by the choice of n.
+        iovs[i].iov_base = unsafe { base.add(i * stride) } as *mut libc::c_void;
+        iovs[i].iov_len = stride;
+        let h = &mut hdrs[i].msg_hdr;
+        h.msg_name = &mut names[i].0 as *mut _ as *mut libc::c_void;
+        h.msg_namelen = size_of::<libc::sockaddr_storage>() as _;
+        h.msg_iov = &mut iovs[i];
+        h.msg_iovlen = 1;
+        h.msg_control = controls[i].0.as_mut_ptr() as *mut libc::c_void;
+        h.msg_controllen = controls[i].0.len() as _;
+    }
+    // SAFETY: every header points at distinct, live, writable buffers of the
+    // lengths given: chunks of `buf`, `names`, `controls`.
+    let r = unsafe {
+        libc::recvmmsg(
+            sock.as_raw_fd(),
+            hdrs.as_mut_ptr(),
+            n as _,
+            flags as _,
+            ptr::null_mut(),
+        )
+    };
+    let got = cvt(r)?;
+    for i in 0..got {
+        let h = &hdrs[i];
+        metas[i] = InMeta {
+            len: h.msg_len as usize,
+            flags: h.msg_hdr.msg_flags,
+            source: names[i].to_socket_addr(h.msg_hdr.msg_namelen),
+            control_len: h.msg_hdr.msg_controllen as usize,
+        };
+    }
+    Ok(got)
+}
+
+/// `recvmsg(2)` of one message into `buf`.
+pub(crate) fn recvmsg(
+    sock: &UdpSocket,
+    buf: &mut [u8],
+    control: &mut InControl,
+    flags: i32,
+) -> io::Result<InMeta> {
+    let mut name = AddrBuf::default();
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr() as *mut libc::c_void,
+        iov_len: buf.len(),
+    };
+    // SAFETY: all-zero is a valid msghdr.
+    let mut h: libc::msghdr = unsafe { MaybeUninit::zeroed().assume_init() };
+    h.msg_name = &mut name.0 as *mut _ as *mut libc::c_void;
+    h.msg_namelen = size_of::<libc::sockaddr_storage>() as _;
+    h.msg_iov = &mut iov;
+    h.msg_iovlen = 1;
+    h.msg_control = control.0.as_mut_ptr() as *mut libc::c_void;
+    h.msg_controllen = control.0.len() as _;
+    // SAFETY: `h` points at live, writable buffers of the stated lengths.
+    let r = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut h, flags) };
+    let len = cvt_ssize(r)?;
+    Ok(InMeta {
+        len,
+        flags: h.msg_flags,
+        source: name.to_socket_addr(h.msg_namelen),
+        control_len: h.msg_controllen as usize,
+    })
+}
+
+/// `setsockopt(2)` with an `int` value.
+pub(crate) fn setsockopt_int(fd: RawFd, level: i32, name: i32, value: i32) -> io::Result<()> {
+    setsockopt_bytes(fd, level, name, &value.to_ne_bytes())
+}
+
+/// `setsockopt(2)` with raw option bytes.
+pub(crate) fn setsockopt_bytes(fd: RawFd, level: i32, name: i32, value: &[u8]) -> io::Result<()> {
+    // SAFETY: `value` is a live buffer of the length passed.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            value.as_ptr() as *const libc::c_void,
+            value.len() as _,
+        )
+    };
+    cvt(r).map(drop)
+}
+
+/// `SO_TXTIME` with `struct sock_txtime { clockid_t clockid; u32 flags; }`.
+pub(crate) fn set_txtime(fd: RawFd, clockid: i32, flags: u32) -> io::Result<()> {
+    let mut b = [0u8; 8];
+    b[..4].copy_from_slice(&clockid.to_ne_bytes());
+    b[4..].copy_from_slice(&flags.to_ne_bytes());
+    setsockopt_bytes(fd, libc::SOL_SOCKET, libc::SO_TXTIME, &b)
+}
+
+/// `poll(2)` on one descriptor; true when an event in `events` is ready.
+pub(crate) fn poll(fd: RawFd, events: i16, timeout: Duration) -> io::Result<bool> {
+    let mut p = libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    };
+    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+    // SAFETY: one live pollfd.
+    let r = unsafe { libc::poll(&mut p, 1, ms) };
+    cvt(r).map(|n| n > 0)
+}
+
+/// `POLLOUT`.
+pub(crate) const POLLOUT: i16 = libc::POLLOUT;
+
+/// `setns(fd, CLONE_NEWNET)`: moves the calling thread into a network
+/// namespace.
+pub fn setns_net(fd: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: a plain syscall on a borrowed, open descriptor.
+    let r = unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) };
+    cvt(r).map(drop)
+}
+
+/// `sched_setaffinity(0, {cpu})`: pins the calling thread to one CPU.
+pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
+    // SAFETY: all-zero is an empty cpu_set_t; CPU_SET writes within it.
+    let r = unsafe {
+        let mut set: libc::cpu_set_t = MaybeUninit::zeroed().assume_init();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set)
+    };
+    cvt(r).map(drop)
+}

@@ -1,0 +1,70 @@
+//! The only module with `unsafe` code and raw syscalls.
+//!
+//! Each function is a thin wrapper over one syscall (or a tight loop of the
+//! same one), in the manner of `socket2`: it takes Rust types, fills the C
+//! structures, makes the call and turns `-1` into an [`io::Error`].
+
+#[cfg(any(target_os = "linux", target_os = "android"))]
+mod linux;
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub use linux::*;
+
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+mod other;
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+pub use other::*;
+
+use crate::wire::cmsg::CmsgBuf;
+use std::io::IoSlice;
+use std::net::SocketAddr;
+
+/// Most messages handed to one `sendmmsg` / `recvmmsg` call.
+pub const MAX_BATCH: usize = 128;
+
+/// One message to send.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct OutMsg<'a> {
+    /// Destination; `None` on a connected socket.
+    pub addr: Option<&'a socket2::SockAddr>,
+    /// Payload, gathered from one or more slices.
+    pub iov: &'a [IoSlice<'a>],
+    /// Encoded control messages (may be empty).
+    pub control: &'a [u8],
+}
+
+/// Where one received message's metadata lands.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct InMeta {
+    /// Bytes received (the full datagram length when `MSG_TRUNC` is set).
+    pub len: usize,
+    /// `msg_flags`.
+    pub flags: i32,
+    /// Source address.
+    pub source: Option<SocketAddr>,
+    /// Bytes of control data.
+    pub control_len: usize,
+}
+
+/// The control buffer of each received message.
+pub(crate) type InControl = CmsgBuf;
+
+/// CPU time the calling thread has used (`CLOCK_THREAD_CPUTIME_ID`).
+pub fn thread_cpu_time() -> std::time::Duration {
+    clock(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
+/// CPU time the whole process has used (`CLOCK_PROCESS_CPUTIME_ID`).
+pub fn process_cpu_time() -> std::time::Duration {
+    clock(libc::CLOCK_PROCESS_CPUTIME_ID)
+}
+
+fn clock(id: libc::clockid_t) -> std::time::Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: one live timespec; the clock ids used here exist on every
+    // supported system, and on failure `ts` stays zero.
+    unsafe { libc::clock_gettime(id, &mut ts) };
+    std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
