@@ -288,6 +288,12 @@ impl Socket {
         &self.inner
     }
 
+    /// Sets an `int` socket option (`setsockopt(2)`): an escape hatch for
+    /// options fastudp does not wrap.
+    pub fn set_option_int(&self, level: i32, name: i32, value: i32) -> io::Result<()> {
+        sys::setsockopt_int(self.inner.as_raw_fd(), level, name, value)
+    }
+
     /// Counters and fallback events so far.
     pub fn stats(&self) -> Stats {
         Stats {
@@ -469,6 +475,8 @@ impl Socket {
             } else {
                 sys::sendmsg(&self.inner, &msgs[0], 0).map(|_| 1)
             };
+            #[cfg(test)]
+            let r = faults::apply(r, batch[0].ecn.is_some() && self.ecn.load(Relaxed));
             self.send_calls.fetch_add(1, Relaxed);
             match r {
                 Ok(k) => {
@@ -786,5 +794,92 @@ impl RecvMeta {
     /// Splits a message's payload into its datagrams.
     pub fn datagrams<'a>(&self, payload: &'a [u8]) -> Datagrams<'a> {
         Datagrams::new(payload, self.stride)
+    }
+}
+
+/// Fault injection for unit tests: while switched on, a send that carries
+/// an ECN mark fails with EINVAL instead of reaching the kernel, as on a
+/// path that refuses ECN control messages.
+#[cfg(test)]
+mod faults {
+    use std::cell::Cell;
+    use std::io;
+
+    thread_local! {
+        static REFUSE_ECN: Cell<bool> = const { Cell::new(false) };
+    }
+
+    /// Refuse ECN-marked sends on this thread with EINVAL.
+    pub fn refuse_ecn(on: bool) {
+        REFUSE_ECN.with(|c| c.set(on));
+    }
+
+    pub fn apply(r: io::Result<usize>, has_ecn: bool) -> io::Result<usize> {
+        if has_ecn && REFUSE_ECN.with(|c| c.get()) {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        r
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refused_ecn_mark_is_dropped_and_the_send_retried() {
+        let rx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let tx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let dest = rx.local_addr().unwrap();
+        let mut t = Transmit::new(dest, b"marked");
+        t.ecn = Some(EcnCodepoint::Ect0);
+        faults::refuse_ecn(true);
+        let sent = tx.send(&[t, t]);
+        faults::refuse_ecn(false);
+        assert_eq!(sent.unwrap(), 2);
+        assert!(!tx.ecn_enabled());
+        let s = tx.stats();
+        assert_eq!(s.fallbacks.len(), 1);
+        assert_eq!(s.fallbacks[0].feature, Feature::Ecn);
+        assert_eq!(s.fallbacks[0].errno, Some(libc::EINVAL));
+        rx.as_std()
+            .set_read_timeout(Some(Duration::from_secs(2)))
+            .unwrap();
+        let mut b = RecvBatch::new(4);
+        let mut n = 0;
+        while n < 2 {
+            rx.recv(&mut b).unwrap();
+            for (m, d) in b.datagrams() {
+                assert_eq!(d, b"marked");
+                assert_eq!(m.ecn, None, "sent without the refused mark");
+                n += 1;
+            }
+        }
+    }
+
+    #[test]
+    fn unknown_disable_name_is_a_clear_error() {
+        let e = Disabled::parse("gso,gsoo").unwrap_err();
+        assert!(e.contains("'gsoo'") && e.contains("known: gso, gro"), "{e}");
+        let d = Disabled::parse(" GSO , ecn,").unwrap();
+        assert!(d.gso && d.ecn && !d.gro);
+    }
+
+    #[test]
+    fn disabled_features_are_off() {
+        let c = Config {
+            disabled: Disabled {
+                gso: true,
+                gro: true,
+                mmsg: true,
+                ecn: true,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let s = Socket::bind_with("127.0.0.1:0".parse().unwrap(), c).unwrap();
+        let caps = s.capabilities();
+        assert_eq!(caps.max_gso_segments, 1);
+        assert!(!caps.gro && !caps.mmsg && !caps.ecn);
     }
 }

@@ -1,0 +1,479 @@
+//! Shared helpers for the integration tests: self-checking datagrams, a
+//! flow-controlled sender/receiver pair, and network-namespace plumbing.
+#![allow(dead_code)]
+
+use fastudp::{Coalescer, Config, Disabled, RecvBatch, Socket, Transmit};
+use std::net::SocketAddr;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Bytes of header a self-checking datagram carries (seq, len, checksum).
+pub const HDR: usize = 16;
+
+/// FNV-1a over a byte slice.
+pub fn fnv(data: &[u8]) -> u32 {
+    let mut h: u32 = 0x811c_9dc5;
+    for &b in data {
+        h ^= b as u32;
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    h
+}
+
+/// Writes datagram `seq` of `len` bytes into `out`.
+pub fn fill(seq: u64, len: usize, out: &mut Vec<u8>) {
+    let at = out.len();
+    if len < HDR {
+        out.extend((0..len).map(|i| ((seq % 251) as u8).wrapping_add(i as u8)));
+        return;
+    }
+    out.extend_from_slice(&seq.to_le_bytes());
+    out.extend_from_slice(&(len as u32).to_le_bytes());
+    out.extend_from_slice(&[0; 4]);
+    out.extend((HDR..len).map(|i| {
+        (seq as u8)
+            .wrapping_mul(31)
+            .wrapping_add((i as u8).wrapping_mul(7))
+    }));
+    let c = fnv(&out[at + HDR..]);
+    out[at + 12..at + 16].copy_from_slice(&c.to_le_bytes());
+}
+
+/// The mixed size pattern: runs of `g`, then g-1, g+1, 1, and now and then
+/// the largest payload allowed.
+pub fn size_of_seq(seq: u64, g: usize, max: usize) -> usize {
+    let block = seq / 25;
+    match seq % 25 {
+        0..=19 => g,
+        20 => g - 1,
+        21 => g + 1,
+        22 => 1,
+        23 => g,
+        _ if block % 40 == 0 => max,
+        _ => g + 1,
+    }
+}
+
+/// Verifies every datagram, once, intact.
+pub struct Checker {
+    total: u64,
+    seen: Vec<bool>,
+    small_expected: [u64; 251],
+    small_seen: [u64; 251],
+    pub received: u64,
+    pub bytes: u64,
+    g: usize,
+    max: usize,
+}
+
+impl Checker {
+    pub fn new(total: u64, g: usize, max: usize) -> Self {
+        let mut small_expected = [0u64; 251];
+        for s in 0..total {
+            if size_of_seq(s, g, max) < HDR {
+                small_expected[(s % 251) as usize] += 1;
+            }
+        }
+        Checker {
+            total,
+            seen: vec![false; total as usize],
+            small_expected,
+            small_seen: [0; 251],
+            received: 0,
+            bytes: 0,
+            g,
+            max,
+        }
+    }
+
+    /// Checks one received datagram; panics on corruption or a duplicate.
+    pub fn check(&mut self, d: &[u8]) {
+        self.received += 1;
+        self.bytes += d.len() as u64;
+        if d.len() < HDR {
+            assert_eq!(d.len(), 1, "unexpected short datagram of {} bytes", d.len());
+            let r = d[0] as usize;
+            assert!(r < 251, "bad small datagram value {r}");
+            self.small_seen[r] += 1;
+            assert!(
+                self.small_seen[r] <= self.small_expected[r],
+                "duplicate 1-byte datagram with residue {r}"
+            );
+            return;
+        }
+        let seq = u64::from_le_bytes(d[..8].try_into().unwrap());
+        let len = u32::from_le_bytes(d[8..12].try_into().unwrap()) as usize;
+        let sum = u32::from_le_bytes(d[12..16].try_into().unwrap());
+        assert!(seq < self.total, "sequence {seq} out of range");
+        assert_eq!(
+            len,
+            d.len(),
+            "datagram {seq}: length field {len} but {} bytes arrived",
+            d.len()
+        );
+        assert_eq!(sum, fnv(&d[HDR..]), "datagram {seq}: checksum mismatch");
+        assert!(!self.seen[seq as usize], "datagram {seq} arrived twice");
+        self.seen[seq as usize] = true;
+    }
+
+    /// Panics unless every datagram arrived (or `drops` accounts for the
+    /// missing ones).
+    pub fn finish(&self, drops: u64) {
+        assert_eq!(
+            self.received + drops,
+            self.total,
+            "sent {} datagrams, received {}, kernel reported {} drops",
+            self.total,
+            self.received,
+            drops
+        );
+        if drops == 0 {
+            let missing = (0..self.total)
+                .filter(|&s| size_of_seq(s, self.g, self.max) >= HDR && !self.seen[s as usize])
+                .count();
+            assert_eq!(missing, 0, "{missing} datagrams never arrived");
+            assert_eq!(
+                self.small_seen, self.small_expected,
+                "1-byte datagram counts differ"
+            );
+        }
+    }
+}
+
+/// How the test sender sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxMode {
+    /// One datagram per sendmsg.
+    Plain,
+    /// Single datagrams, many per sendmmsg.
+    Mmsg,
+    /// GSO trains, one per sendmsg.
+    Gso,
+    /// GSO trains, many per sendmmsg.
+    MmsgGso,
+}
+
+/// How the test receiver receives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RxMode {
+    /// One datagram per recvmsg.
+    Recvmsg,
+    /// Many datagrams per recvmmsg.
+    Recvmmsg,
+    /// recvmmsg with UDP GRO.
+    Gro,
+}
+
+pub fn tx_config(m: TxMode) -> Config {
+    let mut c = Config::default();
+    c.gro = false;
+    c.disabled = Disabled {
+        gso: matches!(m, TxMode::Plain | TxMode::Mmsg),
+        mmsg: matches!(m, TxMode::Plain | TxMode::Gso),
+        ..Disabled::default()
+    };
+    c
+}
+
+pub fn rx_config(m: RxMode) -> Config {
+    let mut c = Config::default();
+    c.gro = m == RxMode::Gro;
+    c.disabled.mmsg = m == RxMode::Recvmsg;
+    c.recv_buffer = Some(8 << 20);
+    c
+}
+
+/// The outcome of one transfer.
+#[derive(Debug)]
+pub struct Transfer {
+    pub sent: u64,
+    pub received: u64,
+    pub rx_messages: u64,
+    pub tx_calls: u64,
+    pub tx_messages: u64,
+    pub drops: u64,
+    pub resent_unsegmented: u64,
+    pub tx_fallbacks: usize,
+}
+
+/// Sends `total` self-checking datagrams from `tx` to `rx` and checks them.
+///
+/// The sender keeps at most a receive buffer's worth in flight, so the
+/// kernel has no reason to drop; any drop it reports is still accounted.
+pub fn transfer(
+    tx: Socket,
+    rx: Socket,
+    dest: SocketAddr,
+    mode: TxMode,
+    total: u64,
+    g: usize,
+    max: usize,
+) -> Transfer {
+    let rcvbuf = socket2::SockRef::from(rx.as_std())
+        .recv_buffer_size()
+        .unwrap_or(212_992);
+    let window_bytes = (rcvbuf / 4).max(64 * 1024) as u64;
+    let window_dgrams = (rcvbuf / 4 / 2048).max(16) as u64;
+    rx.as_std()
+        .set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let got = Arc::new(AtomicU64::new(0));
+    let got_bytes = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    let rx = Arc::new(rx);
+    let rx2 = rx.clone();
+    let (got2, gb2, done2) = (got.clone(), got_bytes.clone(), done.clone());
+    let receiver = std::thread::spawn(move || {
+        let mut checker = Checker::new(total, g, max);
+        let mut batch = RecvBatch::new(32);
+        let mut idle_since: Option<Instant> = None;
+        loop {
+            match rx2.recv(&mut batch) {
+                Ok(_) => {
+                    idle_since = None;
+                    for (m, d) in batch.datagrams() {
+                        assert!(!m.truncated, "message truncated");
+                        checker.check(d);
+                    }
+                    got2.store(checker.received, Release);
+                    gb2.store(checker.bytes, Release);
+                }
+                Err(e) if e.is_would_block() => {
+                    let drops = rx2.stats().kernel_drops;
+                    if checker.received + drops >= total {
+                        break;
+                    }
+                    let t = *idle_since.get_or_insert_with(Instant::now);
+                    if done2.load(Acquire) && t.elapsed() > Duration::from_secs(2) {
+                        break;
+                    }
+                }
+                Err(e) => panic!("receive failed: {e}"),
+            }
+        }
+        let drops = rx2.stats().kernel_drops;
+        checker.finish(drops);
+        checker.received
+    });
+
+    let mut sent: u64 = 0;
+    let mut sent_bytes: u64 = 0;
+    let mut buf = Vec::with_capacity(1 << 20);
+    let mut lens = Vec::new();
+    let mut coalescer = Coalescer::new(&tx).with_mtu(1500);
+    while sent < total {
+        let n = 32.min(total - sent);
+        buf.clear();
+        lens.clear();
+        for s in sent..sent + n {
+            let l = size_of_seq(s, g, max);
+            fill(s, l, &mut buf);
+            lens.push(l);
+        }
+        let chunk_bytes = buf.len() as u64;
+        // Flow control: wait until the receiver has room.
+        let start = Instant::now();
+        loop {
+            let r = got.load(Acquire) + rx.stats().kernel_drops;
+            let rb = got_bytes.load(Acquire);
+            if sent - r.min(sent) + n <= window_dgrams
+                && sent_bytes - rb.min(sent_bytes) + chunk_bytes <= window_bytes + max as u64
+            {
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "receiver stalled at {r} of {sent} sent"
+            );
+            std::thread::yield_now();
+        }
+        let mut off = 0;
+        match mode {
+            TxMode::Plain | TxMode::Mmsg => {
+                let ts: Vec<Transmit<'_>> = lens
+                    .iter()
+                    .map(|&l| {
+                        let t = Transmit::new(dest, &buf[off..off + l]);
+                        off += l;
+                        t
+                    })
+                    .collect();
+                let mut k = 0;
+                while k < ts.len() {
+                    k += tx.send(&ts[k..]).expect("send");
+                }
+            }
+            TxMode::Gso | TxMode::MmsgGso => {
+                for &l in &lens {
+                    coalescer.push(dest, &buf[off..off + l]).expect("push");
+                    off += l;
+                }
+                while !coalescer.is_empty() {
+                    coalescer.flush().expect("flush");
+                }
+            }
+        }
+        sent += n;
+        sent_bytes += chunk_bytes;
+    }
+    done.store(true, Release);
+    let received = receiver.join().expect("receiver thread");
+    let ts = tx.stats();
+    let rs = rx.stats();
+    Transfer {
+        sent,
+        received,
+        rx_messages: rs.recv_messages,
+        tx_calls: ts.send_calls,
+        tx_messages: ts.send_messages,
+        drops: rs.kernel_drops,
+        resent_unsegmented: ts.resent_unsegmented,
+        tx_fallbacks: ts.fallbacks.len(),
+    }
+}
+
+/// True when the tests run as root (needed for namespaces and ethtool).
+pub fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false)
+}
+
+/// Runs a command; returns its success.
+pub fn run(cmd: &str) -> bool {
+    let parts: Vec<&str> = cmd.split_whitespace().collect();
+    Command::new(parts[0])
+        .args(&parts[1..])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
+}
+
+/// Runs a command and panics with its output if it fails.
+pub fn must(cmd: &str) {
+    let parts: Vec<&str> = cmd.split_whitespace().collect();
+    let o = Command::new(parts[0])
+        .args(&parts[1..])
+        .output()
+        .unwrap_or_else(|e| panic!("{cmd}: {e}"));
+    assert!(
+        o.status.success(),
+        "{cmd}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// Why namespace tests cannot run here, if they cannot.
+pub fn netns_unavailable() -> Option<String> {
+    if !is_root() {
+        return Some("needs root".into());
+    }
+    for tool in ["ip", "ethtool"] {
+        if !run(&format!("{tool} -V")) && !run(&format!("{tool} --version")) {
+            return Some(format!("needs the {tool} program"));
+        }
+    }
+    if !run("ip netns list") {
+        return Some("network namespaces unavailable".into());
+    }
+    None
+}
+
+/// Two namespaces joined by a veth pair; removed on drop.
+pub struct VethPair {
+    pub a: String,
+    pub b: String,
+    pub addr_a: std::net::Ipv4Addr,
+    pub addr_b: std::net::Ipv4Addr,
+}
+
+impl VethPair {
+    /// Creates `fu-<tag>-a` and `fu-<tag>-b` joined by veth `va`/`vb`, with
+    /// 10.201.<n>.1/.2 on a /30 that exists only inside the namespaces.
+    pub fn new(tag: &str, n: u8) -> Self {
+        let a = format!("fu-{tag}-a");
+        let b = format!("fu-{tag}-b");
+        let _ = run(&format!("ip netns del {a}"));
+        let _ = run(&format!("ip netns del {b}"));
+        must(&format!("ip netns add {a}"));
+        must(&format!("ip netns add {b}"));
+        must(&format!(
+            "ip -n {a} link add va type veth peer name vb netns {b}"
+        ));
+        must(&format!("ip -n {a} addr add 10.201.{n}.1/30 dev va"));
+        must(&format!("ip -n {b} addr add 10.201.{n}.2/30 dev vb"));
+        must(&format!("ip -n {a} link set va up"));
+        must(&format!("ip -n {b} link set vb up"));
+        must(&format!("ip -n {a} link set lo up"));
+        must(&format!("ip -n {b} link set lo up"));
+        VethPair {
+            a,
+            b,
+            addr_a: format!("10.201.{n}.1").parse().unwrap(),
+            addr_b: format!("10.201.{n}.2").parse().unwrap(),
+        }
+    }
+
+    /// Runs `ethtool ARGS` on the veth end in namespace `ns`.
+    pub fn ethtool(&self, ns: &str, args: &str) {
+        let dev = if ns == self.a { "va" } else { "vb" };
+        must(&format!(
+            "ip netns exec {ns} ethtool {} {dev} {}",
+            args.split_whitespace().next().unwrap(),
+            args.split_once(' ').map(|x| x.1).unwrap_or("")
+        ));
+    }
+
+    /// Binds a fastudp socket inside namespace `ns`.
+    pub fn bind(&self, ns: &str, addr: SocketAddr, config: Config) -> Socket {
+        bind_in(ns, addr, config)
+    }
+}
+
+/// Binds a fastudp socket inside network namespace `ns`: a helper thread
+/// enters the namespace, and the socket stays there when the thread ends.
+pub fn bind_in(ns: &str, addr: SocketAddr, config: Config) -> Socket {
+    let path = format!("/var/run/netns/{ns}");
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let f = std::fs::File::open(&path).expect("open netns");
+            fastudp::os::setns_net(std::os::fd::AsFd::as_fd(&f)).expect("setns");
+            Socket::bind_with(addr, config).expect("bind in namespace")
+        })
+        .join()
+        .expect("namespace thread")
+    })
+}
+
+/// A network namespace whose loopback has a given MTU; removed on drop.
+pub struct MtuNamespace(pub String);
+
+impl MtuNamespace {
+    pub fn new(tag: &str, mtu: u32) -> Self {
+        let ns = format!("fu-{tag}");
+        let _ = run(&format!("ip netns del {ns}"));
+        must(&format!("ip netns add {ns}"));
+        must(&format!("ip -n {ns} link set lo mtu {mtu} up"));
+        MtuNamespace(ns)
+    }
+}
+
+impl Drop for MtuNamespace {
+    fn drop(&mut self) {
+        let _ = run(&format!("ip netns del {}", self.0));
+    }
+}
+
+impl Drop for VethPair {
+    fn drop(&mut self) {
+        let _ = run(&format!("ip netns del {}", self.a));
+        let _ = run(&format!("ip netns del {}", self.b));
+    }
+}

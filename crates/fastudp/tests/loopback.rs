@@ -1,0 +1,250 @@
+//! Loopback integrity: every send strategy into every receive strategy,
+//! 100,000 mixed-size self-checking datagrams each.
+
+mod common;
+use common::*;
+use fastudp::{Config, RecvBatch, Socket, Transmit};
+use std::net::SocketAddr;
+
+const TOTAL: u64 = 100_000;
+const G: usize = 1200;
+
+fn pair(tx: TxMode, rx: RxMode, bind: &str) -> (Socket, Socket, SocketAddr) {
+    let r = Socket::bind_with(bind.parse().unwrap(), rx_config(rx)).unwrap();
+    let t = Socket::bind_with(bind.parse().unwrap(), tx_config(tx)).unwrap();
+    let dest = r.local_addr().unwrap();
+    (t, r, dest)
+}
+
+fn run_combo(tx: TxMode, rx: RxMode) {
+    let (t, r, dest) = pair(tx, rx, "127.0.0.1:0");
+    let gso_tx = matches!(tx, TxMode::Gso | TxMode::MmsgGso);
+    if gso_tx && t.capabilities().max_gso_segments <= 1 {
+        eprintln!("skipping {tx:?}: the kernel has no UDP GSO");
+        return;
+    }
+    let res = transfer(t, r, dest, tx, TOTAL, G, fastudp::wire::MAX_PAYLOAD_V4);
+    eprintln!("{tx:?} -> {rx:?}: {res:?}");
+    assert_eq!(res.received + res.drops, TOTAL);
+    // Each strategy really uses the syscalls it names.
+    match tx {
+        TxMode::Plain => assert_eq!(res.tx_calls, TOTAL, "one syscall per datagram"),
+        TxMode::Mmsg => {
+            assert_eq!(res.tx_messages, TOTAL, "one message per datagram");
+            assert!(
+                res.tx_calls * 8 < TOTAL,
+                "sendmmsg batches: {} calls",
+                res.tx_calls
+            );
+        }
+        TxMode::Gso => {
+            assert_eq!(res.tx_calls, res.tx_messages, "one train per syscall");
+            assert!(
+                res.tx_messages * 4 < TOTAL,
+                "GSO trains: {} messages",
+                res.tx_messages
+            );
+        }
+        TxMode::MmsgGso => {
+            assert!(
+                res.tx_messages * 4 < TOTAL,
+                "GSO trains: {} messages",
+                res.tx_messages
+            );
+            assert!(
+                res.tx_calls * 4 < res.tx_messages,
+                "sendmmsg batches trains: {} calls",
+                res.tx_calls
+            );
+        }
+    }
+    if rx == RxMode::Gro && gso_tx {
+        assert!(
+            res.rx_messages * 4 < TOTAL,
+            "GRO delivers whole trains: {} messages",
+            res.rx_messages
+        );
+    } else {
+        assert_eq!(
+            res.rx_messages, res.received,
+            "without GRO each message is one datagram"
+        );
+    }
+}
+
+macro_rules! combos {
+    ($($name:ident: $tx:ident, $rx:ident;)*) => {$(
+        #[test]
+        fn $name() { run_combo(TxMode::$tx, RxMode::$rx) }
+    )*};
+}
+
+combos! {
+    plain_to_recvmsg: Plain, Recvmsg;
+    plain_to_recvmmsg: Plain, Recvmmsg;
+    plain_to_gro: Plain, Gro;
+    mmsg_to_recvmsg: Mmsg, Recvmsg;
+    mmsg_to_recvmmsg: Mmsg, Recvmmsg;
+    mmsg_to_gro: Mmsg, Gro;
+    gso_to_recvmsg: Gso, Recvmsg;
+    gso_to_recvmmsg: Gso, Recvmmsg;
+    gso_to_gro: Gso, Gro;
+    mmsg_gso_to_recvmsg: MmsgGso, Recvmsg;
+    mmsg_gso_to_recvmmsg: MmsgGso, Recvmmsg;
+    mmsg_gso_to_gro: MmsgGso, Gro;
+}
+
+#[test]
+fn ipv6_gso_into_gro() {
+    let (t, r, dest) = pair(TxMode::MmsgGso, RxMode::Gro, "[::1]:0");
+    let res = transfer(
+        t,
+        r,
+        dest,
+        TxMode::MmsgGso,
+        20_000,
+        G,
+        fastudp::wire::MAX_PAYLOAD_V6,
+    );
+    assert_eq!(res.received + res.drops, 20_000);
+}
+
+#[test]
+fn dual_stack_socket_serves_v4_mapped_peers() {
+    let server = Socket::bind("[::]:0".parse().unwrap()).unwrap();
+    let port = server.local_addr().unwrap().port();
+    let client = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let to: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let payload = vec![5u8; 3000];
+    let mut t = Transmit::train(to, &payload, 1000);
+    t.ecn = Some(fastudp::EcnCodepoint::Ect0);
+    assert_eq!(client.send(&[t]).unwrap(), 1);
+    server
+        .as_std()
+        .set_read_timeout(Some(std::time::Duration::from_secs(2)))
+        .unwrap();
+    let mut b = RecvBatch::new(8);
+    let mut n = 0;
+    let mut from = None;
+    while n < 3 {
+        server.recv(&mut b).unwrap();
+        for (m, d) in b.datagrams() {
+            assert_eq!(d, &payload[..1000]);
+            if server.capabilities().pktinfo {
+                // IPv4 traffic on a dual-stack socket reports IP_PKTINFO.
+                assert_eq!(m.destination, Some("127.0.0.1".parse().unwrap()));
+            }
+            if server.capabilities().ecn {
+                assert_eq!(
+                    m.ecn,
+                    Some(fastudp::EcnCodepoint::Ect0),
+                    "ECN mark survives"
+                );
+            }
+            from = Some(m.source);
+            n += 1;
+        }
+    }
+    let from = from.unwrap();
+    assert!(
+        matches!(from, SocketAddr::V6(v6) if v6.ip().to_ipv4_mapped().is_some()),
+        "{from}"
+    );
+    // Reply both to the mapped address and to the plain IPv4 one.
+    let reply = [9u8; 10];
+    let plain: SocketAddr = format!("127.0.0.1:{}", from.port()).parse().unwrap();
+    let sent = server
+        .send(&[
+            Transmit::new(from, &reply),
+            Transmit {
+                ecn: Some(fastudp::EcnCodepoint::Ce),
+                ..Transmit::new(plain, &reply)
+            },
+        ])
+        .unwrap();
+    assert_eq!(sent, 2);
+    client
+        .as_std()
+        .set_read_timeout(Some(std::time::Duration::from_secs(2)))
+        .unwrap();
+    let mut got = 0;
+    while got < 2 {
+        client.recv(&mut b).unwrap();
+        for (m, d) in b.datagrams() {
+            assert_eq!(d, &reply);
+            assert_eq!(m.source.port(), port);
+            assert_eq!(m.destination, Some("127.0.0.1".parse().unwrap()));
+            got += 1;
+        }
+    }
+    assert!(
+        server.stats().fallbacks.is_empty(),
+        "{:?}",
+        server.stats().fallbacks
+    );
+}
+
+#[test]
+fn source_address_via_pktinfo() {
+    let r = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let t = Socket::bind("0.0.0.0:0".parse().unwrap()).unwrap();
+    let dest = r.local_addr().unwrap();
+    let mut tr = Transmit::new(dest, b"hello");
+    tr.src_ip = Some("127.0.0.5".parse().unwrap());
+    t.send(&[tr]).unwrap();
+    r.as_std()
+        .set_read_timeout(Some(std::time::Duration::from_secs(2)))
+        .unwrap();
+    let mut b = RecvBatch::new(4);
+    r.recv(&mut b).unwrap();
+    let (m, d) = b.get(0).unwrap();
+    assert_eq!(d, b"hello");
+    assert_eq!(
+        m.source.ip(),
+        "127.0.0.5".parse::<std::net::IpAddr>().unwrap()
+    );
+}
+
+#[test]
+fn truncation_is_reported_not_silent() {
+    let r = Socket::bind_with("127.0.0.1:0".parse().unwrap(), Config::default()).unwrap();
+    let t = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let dest = r.local_addr().unwrap();
+    t.send(&[Transmit::new(dest, &[1u8; 5000])]).unwrap();
+    r.as_std()
+        .set_read_timeout(Some(std::time::Duration::from_secs(2)))
+        .unwrap();
+    let mut b = RecvBatch::with_capacity(4, 1000);
+    r.recv(&mut b).unwrap();
+    let (m, d) = b.get(0).unwrap();
+    assert!(m.truncated);
+    assert_eq!(d.len(), 1000);
+    assert_eq!(r.stats().truncated, 1);
+}
+
+#[test]
+fn coalescer_packs_equal_datagrams_into_trains() {
+    let r = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let t = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    if t.capabilities().max_gso_segments <= 1 {
+        eprintln!("skipping: no GSO");
+        return;
+    }
+    let dest = r.local_addr().unwrap();
+    let mut c = fastudp::Coalescer::new(&t);
+    for i in 0..100u8 {
+        c.push(dest, &[i; 1000]).unwrap();
+    }
+    assert_eq!(c.queued_datagrams(), 100);
+    assert_eq!(
+        c.queued_trains(),
+        100usize.div_ceil(t.max_gso_segments().min(65))
+    );
+    assert_eq!(c.flush().unwrap(), 100);
+    assert_eq!(t.stats().send_calls, 1, "all trains in one sendmmsg");
+    assert!(
+        c.push(dest, &vec![0u8; 65_508]).is_err(),
+        "oversized payload is refused"
+    );
+    assert!(c.is_empty());
+}

@@ -1,0 +1,137 @@
+//! Real kernel paths through a veth pair between two network namespaces.
+//! These need root, `ip` and `ethtool`; without them they skip and say why.
+
+mod common;
+use common::*;
+use fastudp::{Config, Feature, Socket, Transmit};
+use std::net::SocketAddr;
+
+fn sockets(p: &VethPair, rx_gro: bool) -> (Socket, Socket, SocketAddr) {
+    let mut rc = rx_config(if rx_gro {
+        RxMode::Gro
+    } else {
+        RxMode::Recvmmsg
+    });
+    rc.recv_buffer = Some(8 << 20);
+    let rx = p.bind(&p.b, SocketAddr::new(p.addr_b.into(), 0), rc);
+    let tx = p.bind(&p.a, SocketAddr::new(p.addr_a.into(), 0), Config::default());
+    let dest = rx.local_addr().unwrap();
+    (tx, rx, dest)
+}
+
+/// Without tx checksum offload, kernels before 6.11 refuse a GSO send
+/// with EIO; newer ones ("udp: Allow GSO transmit from devices with no
+/// checksum offload") checksum in software instead. Either way every
+/// datagram must arrive intact, and a refusal must be a counted fallback.
+#[test]
+fn gso_on_a_path_without_checksum_offload() {
+    if let Some(why) = netns_unavailable() {
+        eprintln!("skipping gso_on_a_path_without_checksum_offload: {why}");
+        return;
+    }
+    let p = VethPair::new("nocsum", 1);
+    p.ethtool(&p.a, "-K tx off");
+    let (tx, rx, dest) = sockets(&p, true);
+    if tx.capabilities().max_gso_segments <= 1 {
+        eprintln!("skipping: no UDP GSO");
+        return;
+    }
+    let res = transfer(tx, rx, dest, TxMode::MmsgGso, 20_000, 1200, 1472);
+    assert_eq!(res.received, 20_000, "{res:?}");
+    assert_eq!(res.drops, 0);
+    if res.tx_fallbacks == 1 {
+        eprintln!("the kernel refused GSO without checksum offload (EIO); fell back: {res:?}");
+        assert!(res.resent_unsegmented > 0);
+    } else {
+        eprintln!("the kernel accepted GSO without checksum offload (software checksums): {res:?}");
+        assert_eq!(res.tx_fallbacks, 0);
+    }
+}
+
+/// A path whose kernel refuses every GSO send: with SO_NO_CHECK set, the
+/// kernel answers EINVAL to any UDP_SEGMENT send (udp_send_skb), as some
+/// drivers and old kernels do. The library must turn GSO off at the first
+/// refusal, resend those datagrams one by one at once, report it, and lose
+/// nothing over a whole stream.
+#[test]
+fn gso_refused_by_the_kernel_falls_back_without_loss() {
+    if let Some(why) = netns_unavailable() {
+        eprintln!("skipping gso_refused_by_the_kernel_falls_back_without_loss: {why}");
+        return;
+    }
+    let p = VethPair::new("refuse", 4);
+    let (tx, rx, dest) = sockets(&p, true);
+    if tx.capabilities().max_gso_segments <= 1 {
+        eprintln!("skipping: no UDP GSO");
+        return;
+    }
+    const SO_NO_CHECK: i32 = 11;
+    tx.set_option_int(1, SO_NO_CHECK, 1).expect("SO_NO_CHECK");
+    let probe = vec![0u8; 4000];
+    tx.send(&[Transmit::train(dest, &probe, 1000)])
+        .expect("fallback send");
+    let s = tx.stats();
+    assert_eq!(s.fallbacks.len(), 1, "{:?}", s.fallbacks);
+    let ev = &s.fallbacks[0];
+    assert_eq!(ev.feature, Feature::Gso);
+    assert_eq!(ev.errno, Some(EINVAL), "{}", ev.reason);
+    assert!(ev.reason.contains("GSO"), "{}", ev.reason);
+    assert_eq!(s.resent_unsegmented, 4);
+    assert_eq!(tx.max_gso_segments(), 1, "GSO is off for this socket now");
+    let mut b = fastudp::RecvBatch::new(8);
+    rx.as_std()
+        .set_read_timeout(Some(std::time::Duration::from_secs(2)))
+        .unwrap();
+    let mut n = 0;
+    while n < 4 {
+        rx.recv(&mut b).unwrap();
+        n += b
+            .datagrams()
+            .map(|(_, d)| assert_eq!(d, &probe[..1000]))
+            .count();
+    }
+    // A fresh socket meets the refusal in the middle of a real stream.
+    let tx2 = p.bind(&p.a, SocketAddr::new(p.addr_a.into(), 0), Config::default());
+    tx2.set_option_int(1, SO_NO_CHECK, 1).expect("SO_NO_CHECK");
+    let res = transfer(tx2, rx, dest, TxMode::MmsgGso, 20_000, 1200, 1472);
+    assert_eq!(res.received, 20_000, "{res:?}");
+    assert_eq!(res.drops, 0);
+    assert!(res.resent_unsegmented > 0);
+    assert_eq!(res.tx_fallbacks, 1);
+}
+
+const EINVAL: i32 = 22;
+
+/// With tx-udp-segmentation off on the veth, the GSO layer cuts trains into
+/// datagrams before the veth; a GRO receiver still gets every one intact.
+#[test]
+fn gro_receiver_through_a_cutting_veth() {
+    if let Some(why) = netns_unavailable() {
+        eprintln!("skipping gro_receiver_through_a_cutting_veth: {why}");
+        return;
+    }
+    let p = VethPair::new("wire", 2);
+    p.ethtool(&p.a, "-K tx-udp-segmentation off");
+    let (tx, rx, dest) = sockets(&p, true);
+    let res = transfer(tx, rx, dest, TxMode::MmsgGso, 50_000, 1200, 1472);
+    assert_eq!(res.received + res.drops, 50_000, "{res:?}");
+    assert_eq!(res.drops, 0, "{res:?}");
+    assert_eq!(
+        res.tx_fallbacks, 0,
+        "segmentation before the veth is not a failure"
+    );
+}
+
+/// Across an offloading veth the GSO train reaches the GRO socket whole.
+#[test]
+fn gso_train_crosses_an_offloading_veth_whole() {
+    if let Some(why) = netns_unavailable() {
+        eprintln!("skipping gso_train_crosses_an_offloading_veth_whole: {why}");
+        return;
+    }
+    let p = VethPair::new("offl", 3);
+    let (tx, rx, dest) = sockets(&p, true);
+    let res = transfer(tx, rx, dest, TxMode::MmsgGso, 50_000, 1200, 1472);
+    assert_eq!(res.received, 50_000, "{res:?}");
+    assert!(res.rx_messages * 4 < res.received, "{res:?}");
+}
