@@ -35,6 +35,7 @@
 pub mod caps;
 mod coalesce;
 mod error;
+pub mod raw;
 mod socket;
 mod sys;
 pub mod wire;

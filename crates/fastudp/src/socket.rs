@@ -470,13 +470,17 @@ impl Socket {
                     control: &ctl[i].0[..ctl_len[i]],
                 })
                 .collect();
-            let r = if self.caps.mmsg {
+            #[cfg(test)]
+            let injected = faults::refused(batch[0].ecn.is_some() && self.ecn.load(Relaxed));
+            #[cfg(not(test))]
+            let injected: Option<io::Error> = None;
+            let r = if let Some(e) = injected {
+                Err(e)
+            } else if self.caps.mmsg {
                 sys::sendmmsg(&self.inner, &msgs, 0)
             } else {
                 sys::sendmsg(&self.inner, &msgs[0], 0).map(|_| 1)
             };
-            #[cfg(test)]
-            let r = faults::apply(r, batch[0].ecn.is_some() && self.ecn.load(Relaxed));
             self.send_calls.fetch_add(1, Relaxed);
             match r {
                 Ok(k) => {
@@ -814,11 +818,10 @@ mod faults {
         REFUSE_ECN.with(|c| c.set(on));
     }
 
-    pub fn apply(r: io::Result<usize>, has_ecn: bool) -> io::Result<usize> {
-        if has_ecn && REFUSE_ECN.with(|c| c.get()) {
-            return Err(io::Error::from_raw_os_error(libc::EINVAL));
-        }
-        r
+    /// The error to answer instead of making the syscall, if any.
+    pub fn refused(has_ecn: bool) -> Option<io::Error> {
+        (has_ecn && REFUSE_ECN.with(|c| c.get()))
+            .then(|| io::Error::from_raw_os_error(libc::EINVAL))
     }
 }
 

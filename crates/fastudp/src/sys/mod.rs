@@ -21,9 +21,9 @@ use std::net::SocketAddr;
 /// Most messages handed to one `sendmmsg` / `recvmmsg` call.
 pub const MAX_BATCH: usize = 128;
 
-/// One message to send.
+/// One message to send: destination, payload slices and control data.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct OutMsg<'a> {
+pub struct OutMsg<'a> {
     /// Destination; `None` on a connected socket.
     pub addr: Option<&'a socket2::SockAddr>,
     /// Payload, gathered from one or more slices.

@@ -80,16 +80,6 @@ pub(crate) fn setsockopt_int(_fd: RawFd, _level: i32, _name: i32, _value: i32) -
 }
 
 /// Not available here.
-pub(crate) fn setsockopt_bytes(
-    _fd: RawFd,
-    _level: i32,
-    _name: i32,
-    _value: &[u8],
-) -> io::Result<()> {
-    Err(unsupported())
-}
-
-/// Not available here.
 pub(crate) fn set_txtime(_fd: RawFd, _clockid: i32, _flags: u32) -> io::Result<()> {
     Err(unsupported())
 }

@@ -1,0 +1,39 @@
+//! Thin, safe, one-to-one wrappers over the send and receive syscalls, in
+//! the manner of `socket2`, for tools that compare strategies (such as the
+//! `fastudp bench` command) and for callers that need a call the
+//! [`Socket`](crate::Socket) type does not make. Most users want `Socket`.
+
+use crate::sys;
+pub use crate::sys::OutMsg;
+use crate::wire::cmsg::CmsgBuf;
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
+
+/// `sendmsg(2)`: one message, gathered from `msg.iov`, with its control
+/// data. Returns the bytes sent.
+pub fn sendmsg(sock: &UdpSocket, msg: &OutMsg<'_>) -> io::Result<usize> {
+    sys::sendmsg(sock, msg, 0)
+}
+
+/// `sendmmsg(2)`: up to [`crate::os::MAX_BATCH`] messages in one call.
+/// Returns how many messages were sent.
+pub fn sendmmsg(sock: &UdpSocket, msgs: &[OutMsg<'_>]) -> io::Result<usize> {
+    sys::sendmmsg(sock, msgs, 0)
+}
+
+/// `setsockopt(2)` with an `int` value.
+pub fn set_option_int(sock: &impl AsRawFd, level: i32, name: i32, value: i32) -> io::Result<()> {
+    sys::setsockopt_int(sock.as_raw_fd(), level, name, value)
+}
+
+/// A `socket2::SockAddr` for a destination, for [`OutMsg::addr`].
+pub fn sockaddr(addr: SocketAddr) -> socket2::SockAddr {
+    addr.into()
+}
+
+/// An aligned control buffer, for [`OutMsg::control`] and
+/// [`crate::wire::cmsg::Encoder`].
+pub fn control_buffer() -> CmsgBuf {
+    CmsgBuf::default()
+}
