@@ -48,5 +48,7 @@ pub use wire::control::EcnCodepoint;
 
 /// Operating-system helpers the benchmark and test tools share.
 pub mod os {
-    pub use crate::sys::{pin_to_cpu, process_cpu_time, setns_net, thread_cpu_time, MAX_BATCH};
+    pub use crate::sys::{
+        clock_ticks_per_sec, pin_to_cpu, process_cpu_time, setns_net, thread_cpu_time, MAX_BATCH,
+    };
 }

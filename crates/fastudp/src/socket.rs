@@ -176,17 +176,35 @@ impl Socket {
             .is_ipv6();
         let fd = sock.as_raw_fd();
         let sref = socket2::SockRef::from(&sock);
+        // SO_RCVBUF/SO_SNDBUF are capped at net.core.rmem_max/wmem_max; with
+        // CAP_NET_ADMIN the FORCE variants go past the cap.
         if let Some(n) = config.recv_buffer {
             sref.set_recv_buffer_size(n).map_err(|e| Error::Setup {
                 what: "SO_RCVBUF",
                 source: e,
             })?;
+            if sref.recv_buffer_size().unwrap_or(n) < n {
+                let _ = sys::setsockopt_int(
+                    fd,
+                    SOL_SOCKET,
+                    libc::SO_RCVBUFFORCE,
+                    n.min(i32::MAX as usize) as i32,
+                );
+            }
         }
         if let Some(n) = config.send_buffer {
             sref.set_send_buffer_size(n).map_err(|e| Error::Setup {
                 what: "SO_SNDBUF",
                 source: e,
             })?;
+            if sref.send_buffer_size().unwrap_or(n) < n {
+                let _ = sys::setsockopt_int(
+                    fd,
+                    SOL_SOCKET,
+                    libc::SO_SNDBUFFORCE,
+                    n.min(i32::MAX as usize) as i32,
+                );
+            }
         }
         let linux = cfg!(any(target_os = "linux", target_os = "android"));
         let on = |level, name| sys::setsockopt_int(fd, level, name, 1).is_ok();

@@ -19,9 +19,12 @@ fn pair(v6: bool) -> Pair {
 }
 
 fn pair_at(a: SocketAddr, ns: Option<&str>) -> Pair {
-    let mut rc = fastudp::Config::default();
-    rc.gro = false; // count datagrams one by one
-    rc.recv_buffer = Some(4 << 20);
+    // GRO off: count datagrams one by one.
+    let rc = fastudp::Config {
+        gro: false,
+        recv_buffer: Some(4 << 20),
+        ..Default::default()
+    };
     let (rx, tx) = match ns {
         Some(ns) => (
             bind_in(ns, a, rc),

@@ -82,7 +82,7 @@ impl Default for AddrBuf {
 }
 
 impl AddrBuf {
-    fn to_socket_addr(&self, len: libc::socklen_t) -> Option<SocketAddr> {
+    fn socket_addr(&self, len: libc::socklen_t) -> Option<SocketAddr> {
         let len = len as usize;
         match self.0.ss_family as i32 {
             libc::AF_INET if len >= size_of::<libc::sockaddr_in>() => {
@@ -164,7 +164,9 @@ pub(crate) fn recvmmsg(
         metas[i] = InMeta {
             len: h.msg_len as usize,
             flags: h.msg_hdr.msg_flags,
-            source: names[i].to_socket_addr(h.msg_hdr.msg_namelen),
+            source: names[i].socket_addr(h.msg_hdr.msg_namelen),
+            // usize on glibc, u32 on musl.
+            #[allow(clippy::unnecessary_cast)]
             control_len: h.msg_hdr.msg_controllen as usize,
         };
     }
@@ -197,7 +199,9 @@ pub(crate) fn recvmsg(
     Ok(InMeta {
         len,
         flags: h.msg_flags,
-        source: name.to_socket_addr(h.msg_namelen),
+        source: name.socket_addr(h.msg_namelen),
+        // usize on glibc, u32 on musl.
+        #[allow(clippy::unnecessary_cast)]
         control_len: h.msg_controllen as usize,
     })
 }

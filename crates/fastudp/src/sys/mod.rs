@@ -68,3 +68,14 @@ fn clock(id: libc::clockid_t) -> std::time::Duration {
     unsafe { libc::clock_gettime(id, &mut ts) };
     std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
+
+/// Clock ticks per second for `/proc/stat` times (`sysconf(_SC_CLK_TCK)`).
+pub fn clock_ticks_per_sec() -> u64 {
+    // SAFETY: sysconf only reads a system constant.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 {
+        t as u64
+    } else {
+        100
+    }
+}

@@ -167,22 +167,27 @@ pub enum RxMode {
 }
 
 pub fn tx_config(m: TxMode) -> Config {
-    let mut c = Config::default();
-    c.gro = false;
-    c.disabled = Disabled {
-        gso: matches!(m, TxMode::Plain | TxMode::Mmsg),
-        mmsg: matches!(m, TxMode::Plain | TxMode::Gso),
-        ..Disabled::default()
-    };
-    c
+    Config {
+        gro: false,
+        disabled: Disabled {
+            gso: matches!(m, TxMode::Plain | TxMode::Mmsg),
+            mmsg: matches!(m, TxMode::Plain | TxMode::Gso),
+            ..Disabled::default()
+        },
+        ..Config::default()
+    }
 }
 
 pub fn rx_config(m: RxMode) -> Config {
-    let mut c = Config::default();
-    c.gro = m == RxMode::Gro;
-    c.disabled.mmsg = m == RxMode::Recvmsg;
-    c.recv_buffer = Some(8 << 20);
-    c
+    Config {
+        gro: m == RxMode::Gro,
+        disabled: Disabled {
+            mmsg: m == RxMode::Recvmsg,
+            ..Disabled::default()
+        },
+        recv_buffer: Some(8 << 20),
+        ..Config::default()
+    }
 }
 
 /// The outcome of one transfer.

@@ -1,0 +1,139 @@
+//! Rendering: per-second lines, the summary table, host facts.
+
+use super::{name, Result};
+use serde::Serialize;
+
+/// What each column means, for `--help` and the README.
+pub const COLUMNS_HELP: &str = "\
+Columns of the summary table:
+  MB/s       payload bytes received per second (10^6 bytes)
+  Gbit/s     the same in gigabits per second
+  dgram/s    datagrams received per second (TCP: bytes / payload)
+  calls/s    send syscalls per second
+  B/call     payload bytes per send syscall
+  tx ns/B    sender thread CPU time per received byte (thread CPU clock);
+             on loopback this includes the receive softirq work the kernel
+             runs on the sender's CPU
+  rx ns/B    receiver thread CPU time per received byte
+  sirq ns/B  softirq time of all CPUs during the run (/proc/stat) per byte;
+             it overlaps the two columns before it, it is not extra
+  lost       datagrams sent but not received (sequence count); drops are
+             cross-checked with the kernel's RcvbufErrors counter
+  speedup    MB/s relative to the sendto run of the same invocation";
+
+/// Facts about the host, for the JSON output.
+#[derive(Debug, Clone, Serialize)]
+pub struct Host {
+    pub kernel: String,
+    pub cpu: String,
+    pub cpus: usize,
+    pub capabilities: Caps,
+}
+
+/// The library's probe of the kernel, as JSON.
+#[derive(Debug, Clone, Serialize)]
+pub struct Caps {
+    pub gso_max_segments: usize,
+    pub gro: bool,
+    pub ecn: bool,
+    pub pktinfo: bool,
+    pub mmsg: bool,
+    pub zerocopy: bool,
+    pub txtime: bool,
+}
+
+/// Reads the kernel, the CPU model and the library's capability probe.
+pub fn host_info() -> Host {
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| format!("Linux {}", s.trim()))
+        .unwrap_or_else(|_| std::env::consts::OS.to_string());
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|x| x.1.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown".into());
+    let caps =
+        fastudp::Socket::bind("127.0.0.1:0".parse().expect("literal")).map(|s| s.capabilities());
+    let capabilities = match caps {
+        Ok(c) => Caps {
+            gso_max_segments: c.max_gso_segments,
+            gro: c.gro,
+            ecn: c.ecn,
+            pktinfo: c.pktinfo,
+            mmsg: c.mmsg,
+            zerocopy: c.zerocopy,
+            txtime: c.txtime,
+        },
+        Err(_) => Caps {
+            gso_max_segments: 1,
+            gro: false,
+            ecn: false,
+            pktinfo: false,
+            mmsg: false,
+            zerocopy: false,
+            txtime: false,
+        },
+    };
+    Host {
+        kernel,
+        cpu,
+        cpus: std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1),
+        capabilities,
+    }
+}
+
+/// One iperf3-style line for one second of one run.
+pub fn print_interval(label: &str, sec: u32, bytes: u64, dgrams: u64, calls: u64) {
+    println!(
+        "[{label:<28}] {:>3}-{:<3} s  {:>9.1} MBytes  {:>7.2} Gbits/sec  {:>10} dgram/s  {:>9} calls/s",
+        sec - 1,
+        sec,
+        bytes as f64 / 1e6,
+        bytes as f64 * 8.0 / 1e9,
+        dgrams,
+        calls
+    );
+}
+
+/// The summary table.
+pub fn print_table(rs: &[Result]) {
+    println!();
+    println!(
+        "{:<18} {:<13} {:>9} {:>7} {:>10} {:>9} {:>8} {:>7} {:>7} {:>9} {:>8} {:>8}",
+        "send",
+        "receive",
+        "MB/s",
+        "Gbit/s",
+        "dgram/s",
+        "calls/s",
+        "B/call",
+        "tx ns/B",
+        "rx ns/B",
+        "sirq ns/B",
+        "lost",
+        "speedup"
+    );
+    for r in rs {
+        println!(
+            "{:<18} {:<13} {:>9.1} {:>7.2} {:>10.0} {:>9.0} {:>8.0} {:>7.3} {:>7.3} {:>9.3} {:>8} {:>8}",
+            name(r.tx),
+            r.rx,
+            r.mbytes_per_sec,
+            r.gbps,
+            r.datagrams_per_sec,
+            r.tx_calls_per_sec,
+            r.bytes_per_call,
+            r.tx_cpu_ns_per_byte,
+            r.rx_cpu_ns_per_byte,
+            r.softirq_ns_per_byte,
+            r.lost,
+            r.speedup_vs_sendto.map(|s| format!("{s:.2}x")).unwrap_or_else(|| "-".into())
+        );
+    }
+}

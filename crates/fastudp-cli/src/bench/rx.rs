@@ -1,0 +1,159 @@
+//! The receive strategies.
+
+use super::{loopback, Live, RxOutcome, RxStrategy, Workload};
+use fastudp::{Config, Disabled, RecvBatch};
+use std::io::{self, Read};
+use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::sync::atomic::Ordering::*;
+use std::time::{Duration, Instant};
+
+/// Receive buffer requested for every UDP receiver.
+pub const RCVBUF: usize = 8 << 20;
+
+/// A bound receiving socket.
+pub enum RxSock {
+    /// Plain socket for `recvfrom`.
+    Std(UdpSocket),
+    /// fastudp socket for the batched strategies.
+    Fast(fastudp::Socket),
+}
+
+impl RxSock {
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        match self {
+            RxSock::Std(s) => s.local_addr(),
+            RxSock::Fast(s) => s.local_addr(),
+        }
+    }
+}
+
+/// Binds the receiver for strategy `r` on loopback.
+pub fn bind(r: RxStrategy, w: &Workload) -> Result<RxSock, String> {
+    let addr = loopback(w.ipv6);
+    let s = match r {
+        RxStrategy::Recvfrom => {
+            let s = UdpSocket::bind(addr).map_err(|e| format!("bind receiver {addr}: {e}"))?;
+            let _ = socket2::SockRef::from(&s).set_recv_buffer_size(RCVBUF);
+            RxSock::Std(s)
+        }
+        _ => {
+            let c = Config {
+                gro: matches!(r, RxStrategy::Gro | RxStrategy::GroRecvmmsg),
+                disabled: Disabled {
+                    mmsg: r == RxStrategy::Gro,
+                    ..Disabled::default()
+                },
+                recv_buffer: Some(RCVBUF),
+                send_buffer: None,
+            };
+            let s = fastudp::Socket::bind_with(addr, c).map_err(|e| e.to_string())?;
+            if matches!(r, RxStrategy::Gro | RxStrategy::GroRecvmmsg) && !s.capabilities().gro {
+                return Err("this kernel has no UDP GRO (needs Linux 5.0)".into());
+            }
+            RxSock::Fast(s)
+        }
+    };
+    let timeout = Some(Duration::from_millis(100));
+    match &s {
+        RxSock::Std(u) => u.set_read_timeout(timeout),
+        RxSock::Fast(f) => f.as_std().set_read_timeout(timeout),
+    }
+    .map_err(|e| e.to_string())?;
+    Ok(s)
+}
+
+fn timed_out(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+    )
+}
+
+/// Receives until the sender is done and the queue is drained.
+pub fn udp(r: RxStrategy, sock: RxSock, w: &Workload, live: &Live) -> Result<RxOutcome, String> {
+    let (mut dgrams, mut bytes, mut calls) = (0u64, 0u64, 0u64);
+    let cpu0 = fastudp::os::thread_cpu_time();
+    let hard_stop = Instant::now() + w.duration + Duration::from_secs(10);
+    let mut batch = match r {
+        RxStrategy::Recvmmsg => RecvBatch::with_capacity(w.batch, w.payload.max(1)),
+        _ => RecvBatch::new(w.batch),
+    };
+    let mut buf = vec![0u8; 65_536];
+    let mut drops = 0;
+    loop {
+        let got: io::Result<(u64, u64)> = match &sock {
+            RxSock::Std(s) => s.recv_from(&mut buf).map(|(n, _)| (1, n as u64)),
+            RxSock::Fast(s) => match s.recv(&mut batch) {
+                Ok(_) => Ok(batch.iter().fold((0, 0), |(d, b), (m, _)| {
+                    (d + m.datagram_count() as u64, b + m.len as u64)
+                })),
+                Err(e) => Err(io::Error::from(e)),
+            },
+        };
+        match got {
+            Ok((d, b)) => {
+                calls += 1;
+                dgrams += d;
+                bytes += b;
+                live.rx_datagrams.store(dgrams, Relaxed);
+                live.rx_bytes.store(bytes, Relaxed);
+                live.rx_calls.store(calls, Relaxed);
+            }
+            Err(e) if timed_out(&e) => {
+                if live.sender_done.load(Acquire) {
+                    break;
+                }
+            }
+            Err(e) => return Err(format!("{} receive failed: {e}", super::rname(r))),
+        }
+        if Instant::now() > hard_stop {
+            break;
+        }
+    }
+    let cpu = fastudp::os::thread_cpu_time().saturating_sub(cpu0);
+    if let RxSock::Fast(s) = &sock {
+        let st = s.stats();
+        drops = st.kernel_drops;
+        if st.truncated > 0 {
+            eprintln!("fastudp: warning: {} messages were truncated", st.truncated);
+        }
+    }
+    Ok(RxOutcome {
+        datagrams: dgrams,
+        bytes,
+        calls,
+        cpu,
+        kernel_drops: drops,
+    })
+}
+
+/// Accepts one TCP connection and reads it to the end.
+pub fn tcp(l: TcpListener, w: &Workload, live: &Live) -> Result<RxOutcome, String> {
+    let (mut s, _) = l.accept().map_err(|e| format!("TCP accept: {e}"))?;
+    s.set_read_timeout(Some(w.duration + Duration::from_secs(10)))
+        .map_err(|e| e.to_string())?;
+    let mut buf = vec![0u8; 256 * 1024];
+    let (mut bytes, mut calls) = (0u64, 0u64);
+    let cpu0 = fastudp::os::thread_cpu_time();
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                bytes += n as u64;
+                calls += 1;
+                live.rx_bytes.store(bytes, Relaxed);
+                live.rx_datagrams.store(bytes / w.payload as u64, Relaxed);
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(format!("TCP receive failed: {e}")),
+        }
+    }
+    let cpu = fastudp::os::thread_cpu_time().saturating_sub(cpu0);
+    Ok(RxOutcome {
+        datagrams: bytes / w.payload as u64,
+        bytes,
+        calls,
+        cpu,
+        kernel_drops: 0,
+    })
+}

@@ -1,0 +1,237 @@
+//! The send strategies.
+
+use super::{loopback, Live, TxOutcome, TxStrategy, Workload};
+use fastudp::raw::{self, OutMsg};
+use fastudp::wire::cmsg::Encoder;
+use fastudp::wire::consts::{SOL_UDP, UDP_SEGMENT};
+use fastudp::Transmit;
+use std::io::{self, IoSlice, Write};
+use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Instant;
+
+/// GSO super-buffers per sendmmsg call in `sendmmsg-gso` and `fastudp`.
+pub const BUFFERS_PER_MMSG: usize = 8;
+
+/// Writes a sequence number into the first 8 bytes of each datagram.
+fn stamp(buf: &mut [u8], payload: usize, seq: &mut u64) {
+    for d in buf.chunks_mut(payload) {
+        if d.len() >= 8 {
+            d[..8].copy_from_slice(&seq.to_le_bytes());
+        }
+        *seq += 1;
+    }
+}
+
+fn transient(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::WouldBlock || e.raw_os_error() == Some(libc::ENOBUFS)
+}
+
+fn send_err(t: TxStrategy, e: impl std::fmt::Display) -> String {
+    format!("{} send failed: {e}", super::name(t))
+}
+
+/// Runs a UDP send strategy to `dest` until the workload's time is up.
+pub fn udp(
+    t: TxStrategy,
+    dest: SocketAddr,
+    w: &Workload,
+    live: &Live,
+) -> Result<TxOutcome, String> {
+    let sock =
+        UdpSocket::bind(loopback(dest.is_ipv6())).map_err(|e| format!("bind sender: {e}"))?;
+    let fast = if t == TxStrategy::Fastudp {
+        Some(
+            fastudp::Socket::from_std(sock.try_clone().map_err(|e| e.to_string())?)
+                .map_err(|e| e.to_string())?,
+        )
+    } else {
+        None
+    };
+    let p = w.payload;
+    let segs = w.segs;
+    let per_call = match t {
+        TxStrategy::Sendto => 1,
+        TxStrategy::Sendmmsg | TxStrategy::SendmmsgGsoSeed => w.batch,
+        TxStrategy::SendmmsgGso | TxStrategy::Fastudp => segs * BUFFERS_PER_MMSG,
+        _ => segs,
+    };
+    let mut buf = vec![0u8; p * per_call];
+    let addr = raw::sockaddr(dest);
+    if matches!(t, TxStrategy::GsoSockopt | TxStrategy::GsoIov) {
+        raw::set_option_int(&sock, SOL_UDP, UDP_SEGMENT, p as i32)
+            .map_err(|e| format!("UDP_SEGMENT option: {e}"))?;
+    }
+    // UDP_SEGMENT cmsg for a GSO buffer, and the seed's oversized one.
+    let mut seg_cmsg = raw::control_buffer();
+    let seg_len = {
+        let mut enc = Encoder::new(&mut seg_cmsg.0);
+        let size = if t == TxStrategy::SendmmsgGsoSeed {
+            1472.max(p)
+        } else {
+            p
+        };
+        enc.push_u16(SOL_UDP, UDP_SEGMENT, size.min(u16::MAX as usize) as u16)
+            .map_err(|e| e.to_string())?;
+        enc.len()
+    };
+    let cmsg = &seg_cmsg.0[..seg_len];
+    let mut seq = 0u64;
+    let (mut calls, mut dgrams, mut bytes) = (0u64, 0u64, 0u64);
+    let start = Instant::now();
+    let deadline = start + w.duration;
+    let cpu0 = fastudp::os::thread_cpu_time();
+    while Instant::now() < deadline {
+        stamp(&mut buf, p, &mut seq);
+        let sent: io::Result<usize> = match t {
+            TxStrategy::Sendto => sock.send_to(&buf, dest).map(|_| 1),
+            TxStrategy::Sendmmsg | TxStrategy::SendmmsgGsoSeed => {
+                let iovs: Vec<[IoSlice<'_>; 1]> =
+                    buf.chunks(p).map(|c| [IoSlice::new(c)]).collect();
+                let control: &[u8] = if t == TxStrategy::SendmmsgGsoSeed {
+                    cmsg
+                } else {
+                    &[]
+                };
+                let msgs: Vec<OutMsg<'_>> = iovs
+                    .iter()
+                    .map(|iov| OutMsg {
+                        addr: Some(&addr),
+                        iov,
+                        control,
+                    })
+                    .collect();
+                raw::sendmmsg(&sock, &msgs)
+            }
+            TxStrategy::GsoSockopt => sock.send_to(&buf, dest).map(|_| segs),
+            TxStrategy::GsoIov | TxStrategy::GsoIovCmsg => {
+                let iov: Vec<IoSlice<'_>> = buf.chunks(p).map(IoSlice::new).collect();
+                let control: &[u8] = if t == TxStrategy::GsoIovCmsg {
+                    cmsg
+                } else {
+                    &[]
+                };
+                raw::sendmsg(
+                    &sock,
+                    &OutMsg {
+                        addr: Some(&addr),
+                        iov: &iov,
+                        control,
+                    },
+                )
+                .map(|_| segs)
+            }
+            TxStrategy::GsoCmsg => {
+                let iov = [IoSlice::new(&buf)];
+                raw::sendmsg(
+                    &sock,
+                    &OutMsg {
+                        addr: Some(&addr),
+                        iov: &iov,
+                        control: cmsg,
+                    },
+                )
+                .map(|_| segs)
+            }
+            TxStrategy::SendmmsgGso => {
+                let iovs: Vec<[IoSlice<'_>; 1]> =
+                    buf.chunks(p * segs).map(|c| [IoSlice::new(c)]).collect();
+                let msgs: Vec<OutMsg<'_>> = iovs
+                    .iter()
+                    .map(|iov| OutMsg {
+                        addr: Some(&addr),
+                        iov,
+                        control: cmsg,
+                    })
+                    .collect();
+                raw::sendmmsg(&sock, &msgs).map(|m| m * segs)
+            }
+            TxStrategy::Fastudp => {
+                let f = fast.as_ref().expect("fastudp socket");
+                let ts: Vec<Transmit<'_>> = buf
+                    .chunks(p * segs)
+                    .map(|c| Transmit::train(dest, c, p))
+                    .collect();
+                let mut k = 0;
+                let mut r = Ok(0);
+                while k < ts.len() {
+                    match f.send(&ts[k..]) {
+                        Ok(n) => k += n,
+                        Err(e) => {
+                            r = Err(io::Error::from(e));
+                            break;
+                        }
+                    }
+                }
+                if k > 0 {
+                    Ok(ts[..k].iter().map(|t| t.segments()).sum())
+                } else {
+                    r
+                }
+            }
+            TxStrategy::Tcp => unreachable!("TCP runs through tx::tcp"),
+        };
+        calls += 1;
+        match sent {
+            Ok(n) => {
+                dgrams += n as u64;
+                bytes += (n * p) as u64;
+                live.tx_calls.store(calls, Relaxed);
+                live.tx_datagrams.store(dgrams, Relaxed);
+            }
+            Err(e) if transient(&e) => std::thread::yield_now(),
+            Err(e) => return Err(send_err(t, e)),
+        }
+    }
+    let cpu = fastudp::os::thread_cpu_time().saturating_sub(cpu0);
+    if let Some(f) = &fast {
+        let s = f.stats();
+        calls = s.send_calls;
+        if !s.fallbacks.is_empty() {
+            eprintln!(
+                "fastudp: note: {}",
+                s.fallbacks
+                    .iter()
+                    .map(|f| f.reason.clone())
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            );
+        }
+    }
+    Ok(TxOutcome {
+        datagrams: dgrams,
+        bytes,
+        calls,
+        cpu,
+        seconds: start.elapsed().as_secs_f64(),
+    })
+}
+
+/// Writes the same bytes over TCP until the workload's time is up.
+pub fn tcp(mut s: TcpStream, w: &Workload, live: &Live) -> Result<TxOutcome, String> {
+    let p = w.payload;
+    let mut buf = vec![0u8; p * w.segs];
+    let mut seq = 0;
+    let (mut calls, mut bytes) = (0u64, 0u64);
+    let start = Instant::now();
+    let deadline = start + w.duration;
+    let cpu0 = fastudp::os::thread_cpu_time();
+    while Instant::now() < deadline {
+        stamp(&mut buf, p, &mut seq);
+        s.write_all(&buf)
+            .map_err(|e| send_err(TxStrategy::Tcp, e))?;
+        calls += 1;
+        bytes += buf.len() as u64;
+        live.tx_calls.store(calls, Relaxed);
+    }
+    let cpu = fastudp::os::thread_cpu_time().saturating_sub(cpu0);
+    let seconds = start.elapsed().as_secs_f64();
+    drop(s);
+    Ok(TxOutcome {
+        datagrams: bytes / p as u64,
+        bytes,
+        calls,
+        cpu,
+        seconds,
+    })
+}
