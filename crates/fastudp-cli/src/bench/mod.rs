@@ -61,7 +61,7 @@ pub enum RxStrategy {
 #[command(after_help = report::COLUMNS_HELP)]
 pub struct BenchArgs {
     /// Seconds per strategy.
-    #[arg(long, default_value_t = 2.0)]
+    #[arg(long, default_value_t = 2.0, allow_negative_numbers = true)]
     pub duration: f64,
     /// Datagram payload in bytes (1..=65507; 65527 with --ipv6).
     #[arg(long, default_value_t = 1216)]
