@@ -135,3 +135,76 @@ fn gso_train_crosses_an_offloading_veth_whole() {
     assert_eq!(res.received, 50_000, "{res:?}");
     assert!(res.rx_messages * 4 < res.received, "{res:?}");
 }
+
+/// Through a slow qdisc with a small send buffer, a non-blocking socket
+/// runs out of buffer: `send` must report exactly which transmits went out,
+/// so that retrying the rest delivers each datagram once.
+#[test]
+fn partial_sends_are_reported_exactly() {
+    if let Some(why) = netns_unavailable() {
+        eprintln!("skipping partial_sends_are_reported_exactly: {why}");
+        return;
+    }
+    let p = VethPair::new("partial", 5);
+    must(&format!(
+        "ip netns exec {} tc qdisc add dev va root tbf rate 50mbit burst 16kb limit 20mb",
+        p.a
+    ));
+    let (_, rx, dest) = sockets(&p, true);
+    let tx_cfg = Config {
+        send_buffer: Some(64 * 1024),
+        ..Config::default()
+    };
+    let tx = p.bind(&p.a, SocketAddr::new(p.addr_a.into(), 0), tx_cfg);
+    tx.as_std().set_nonblocking(true).unwrap();
+    const TRAINS: usize = 400;
+    const SEGS: usize = 5;
+    const SEG: usize = 1000;
+    let mut bufs = Vec::new();
+    for t in 0..TRAINS {
+        let mut b = Vec::new();
+        for s in 0..SEGS {
+            fill((t * SEGS + s) as u64, SEG, &mut b);
+        }
+        bufs.push(b);
+    }
+    let ts: Vec<Transmit<'_>> = bufs.iter().map(|b| Transmit::train(dest, b, SEG)).collect();
+    let mut next = 0;
+    let (mut short, mut blocked) = (0, 0);
+    let start = std::time::Instant::now();
+    while next < TRAINS {
+        assert!(start.elapsed().as_secs() < 30, "sending stalled at {next}");
+        match tx.send(&ts[next..]) {
+            Ok(n) => {
+                assert!(n >= 1 && n <= TRAINS - next);
+                if n < TRAINS - next {
+                    short += 1;
+                }
+                next += n;
+            }
+            Err(e) if e.is_would_block() => {
+                blocked += 1;
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            Err(e) => panic!("send failed: {e}"),
+        }
+    }
+    eprintln!("short sends: {short}, would-block: {blocked}");
+    assert!(
+        short + blocked > 0,
+        "the send buffer never filled: the test proved nothing"
+    );
+    let mut checker = Checker::uniform((TRAINS * SEGS) as u64, SEG);
+    let mut b = fastudp::RecvBatch::new(32);
+    rx.as_std()
+        .set_read_timeout(Some(std::time::Duration::from_secs(3)))
+        .unwrap();
+    while checker.received < (TRAINS * SEGS) as u64 {
+        rx.recv(&mut b)
+            .unwrap_or_else(|e| panic!("only {} arrived: {e}", checker.received));
+        for (_, d) in b.datagrams() {
+            checker.check(d);
+        }
+    }
+    checker.finish(0);
+}

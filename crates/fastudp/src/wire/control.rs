@@ -270,6 +270,36 @@ mod tests {
         assert_eq!(r.stride, None);
     }
 
+    proptest::proptest! {
+        /// Whatever bytes arrive as control data, decoding returns a value
+        /// or an error, never a panic or an out-of-bounds read.
+        #[test]
+        fn decoding_arbitrary_bytes_never_panics(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..256)) {
+            let _ = decode_recv(&bytes);
+            for m in Decoder::new(&bytes) {
+                if let Ok(m) = m {
+                    proptest::prop_assert!(m.data.len() <= bytes.len());
+                }
+            }
+        }
+
+        /// Whatever is encoded decodes back to the same values.
+        #[test]
+        fn encode_then_decode_round_trips(seg in 1u16.., ecn in 0u8..4, v4 in proptest::prelude::any::<[u8; 4]>()) {
+            let mut b = CmsgBuf::default();
+            let ctl = SendControl {
+                segment_size: Some(seg),
+                ecn: EcnCodepoint::from_bits(ecn),
+                src_ip: Some(IpAddr::V4(Ipv4Addr::from(v4))),
+                txtime: Some(7),
+            };
+            let n = encode_send(&mut b.0, &ctl, true, false).unwrap();
+            let msgs: Vec<_> = Decoder::new(&b.0[..n]).collect::<Result<_, _>>().unwrap();
+            proptest::prop_assert_eq!(msgs[0].data, &seg.to_ne_bytes()[..]);
+            proptest::prop_assert_eq!(msgs.len(), 3 + usize::from(ctl.ecn.is_some()));
+        }
+    }
+
     #[test]
     fn ecn_bits_round_trip() {
         for e in [EcnCodepoint::Ect0, EcnCodepoint::Ect1, EcnCodepoint::Ce] {
