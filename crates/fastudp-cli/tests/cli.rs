@@ -124,3 +124,123 @@ fn table_and_interval_lines() {
     let q = fastudp(&["bench", "--duration", "1.2", "--tx", "sendto", "--quiet"]);
     assert!(!String::from_utf8_lossy(&q.stdout).contains("Gbits/sec"));
 }
+
+fn root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .map(|s| {
+            s.lines()
+                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
+        })
+        .unwrap_or(false)
+}
+
+fn have(tool: &str) -> bool {
+    Command::new(tool).arg("-V").output().is_ok()
+}
+
+fn namespaces() -> String {
+    String::from_utf8_lossy(
+        &Command::new("ip")
+            .args(["netns", "list"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .into_owned()
+}
+
+/// The testbed builds its profile and removes everything after itself:
+/// after `down`, and after a `bench --testbed` run, also a failed one.
+/// One test, so that no two tests share the namespace names at once.
+#[test]
+fn testbed_builds_profiles_and_cleans_up() {
+    if !root() || !have("ip") || !have("ethtool") {
+        eprintln!("skipping testbed_builds_profiles_and_cleans_up: needs root, ip and ethtool");
+        return;
+    }
+    let o = fastudp(&["testbed", "up", "wire"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(namespaces().contains("fastudp-tx") && namespaces().contains("fastudp-rx"));
+    let k = Command::new("ip")
+        .args(["netns", "exec", "fastudp-tx", "ethtool", "-k", "fu-tx"])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&k.stdout).contains("tx-udp-segmentation: off"),
+        "wire profile cuts trains"
+    );
+    let o = fastudp(&["testbed", "down"]);
+    assert!(o.status.success());
+    assert!(
+        !namespaces().contains("fastudp-"),
+        "left behind: {}",
+        namespaces()
+    );
+
+    let o = fastudp(&[
+        "bench",
+        "--testbed",
+        "offload",
+        "--duration",
+        "0.3",
+        "--json",
+        "--tx",
+        "fastudp,tcp",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["workload"]["testbed"], "offload");
+    assert!(v["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|r| r["bytes"].as_u64().unwrap() > 0));
+    assert!(
+        !namespaces().contains("fastudp-"),
+        "left behind: {}",
+        namespaces()
+    );
+
+    let o = fastudp(&[
+        "bench",
+        "--testbed",
+        "sink",
+        "--duration",
+        "0.3",
+        "--json",
+        "--tx",
+        "gso-cmsg",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["results"][0]["rx"], "sink");
+    assert!(v["results"][0]["lost"].is_null());
+    assert!(!namespaces().contains("fastudp-"));
+
+    // A bad value with --testbed is refused before anything is built.
+    let o = fastudp(&["bench", "--testbed", "nocsum", "--payload", "1473"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("MTU"));
+    assert!(!namespaces().contains("fastudp-"));
+
+    // Without root: one clear line, status 2.
+    if Command::new("setpriv").arg("--version").output().is_ok() {
+        let o = Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                env!("CARGO_BIN_EXE_fastudp"),
+                "testbed",
+                "up",
+                "offload",
+            ])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        if !err.contains("Permission denied") {
+            assert_eq!(o.status.code(), Some(2), "{err}");
+            assert!(err.contains("needs root"), "{err}");
+        }
+    }
+}

@@ -5,6 +5,7 @@ mod rx;
 mod tx;
 
 use crate::procfs;
+use crate::testbed::{self, Profile};
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -89,6 +90,13 @@ pub struct BenchArgs {
     /// Print JSON (see the README for the schema) instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// Do not pin the sender and receiver threads to CPUs 0 and 1.
+    #[arg(long)]
+    pub no_pin: bool,
+    /// Run across a veth pair between two network namespaces built with
+    /// this profile (root), instead of loopback; removed at the end.
+    #[arg(long, value_name = "PROFILE")]
+    pub testbed: Option<Profile>,
 }
 
 /// The workload one pairing runs.
@@ -101,6 +109,10 @@ pub struct Workload {
     /// Datagrams per GSO buffer: the batch, cut to the kernel's segment and
     /// byte limits.
     pub segs: usize,
+    /// The testbed profile, or `None` for loopback.
+    pub net: Option<Profile>,
+    /// Pin sender and receiver threads to CPUs 0 and 1.
+    pub pin: bool,
 }
 
 /// Counters the threads share while running.
@@ -153,7 +165,8 @@ pub struct Result {
     pub rx_cpu_ns_per_byte: f64,
     pub softirq_ns_per_byte: f64,
     pub sent: u64,
-    pub lost: u64,
+    /// Datagrams sent and not received; `None` in the sink profile.
+    pub lost: Option<u64>,
     pub kernel_drops: u64,
     pub speedup_vs_sendto: Option<f64>,
 }
@@ -188,52 +201,50 @@ fn validate(a: &BenchArgs) -> std::result::Result<Workload, String> {
     }
     let kmax = fastudp::caps::kernel_max_segments().max(1);
     let segs = a.batch.min(max / a.payload).min(kmax).max(1);
+    let mtu_seg = fastudp::wire::max_segment_for_mtu(1500, a.ipv6);
+    if a.testbed.is_some() && a.payload > mtu_seg {
+        return Err(format!(
+            "--payload {} is over the testbed's MTU: a GSO segment on a 1500-byte MTU holds at most {mtu_seg} bytes",
+            a.payload
+        ));
+    }
     Ok(Workload {
         payload: a.payload,
         batch: a.batch,
         duration: Duration::from_secs_f64(a.duration),
         ipv6: a.ipv6,
         segs,
+        net: a.testbed,
+        pin: !a.no_pin,
     })
 }
 
 /// Runs `fastudp bench`.
 pub fn run(a: BenchArgs) -> std::result::Result<(), String> {
     let w = validate(&a)?;
-    let all_tx = TxStrategy::value_variants().to_vec();
-    let all_rx = RxStrategy::value_variants().to_vec();
-    let (txs, rxs) = match (a.tx.is_empty(), a.rx.is_empty()) {
-        (true, true) => (all_tx, all_rx),
-        (false, true) => (a.tx.clone(), vec![]),
-        (true, false) => (vec![], a.rx.clone()),
-        (false, false) => (a.tx.clone(), a.rx.clone()),
+    let pairs = plan_pairs(&a.tx, &a.rx, w.net == Some(Profile::Sink))?;
+    let _guard = match a.testbed {
+        Some(p) => Some(testbed::up_guarded(p)?),
+        None => None,
     };
-    let best_rx = RxStrategy::GroRecvmmsg;
-    let best_tx = TxStrategy::Fastudp;
-    let mut pairs: Vec<(TxStrategy, RxStrategy)> = Vec::new();
-    if !a.tx.is_empty() && !a.rx.is_empty() {
-        for &t in &txs {
-            for &r in &rxs {
-                pairs.push((t, r));
-            }
-        }
-    } else {
-        pairs.extend(txs.iter().map(|&t| (t, best_rx)));
-        pairs.extend(
-            rxs.iter()
-                .filter(|&&r| r != best_rx || txs.is_empty())
-                .map(|&r| (best_tx, r)),
-        );
-        // The receive comparison needs its baseline against the same sender.
-        if !rxs.is_empty() && !pairs.contains(&(best_tx, RxStrategy::Recvfrom)) {
-            pairs.push((best_tx, RxStrategy::Recvfrom));
-        }
-    }
     let host = report::host_info();
     if !a.json {
         println!(
             "fastudp bench: {} on {}, payload {} B, batch {}, {} datagrams per GSO buffer, {:.1} s per run",
-            host.kernel, if w.ipv6 { "::1" } else { "127.0.0.1" }, w.payload, w.batch, w.segs, a.duration
+            host.kernel,
+            match w.net {
+                None => (if w.ipv6 { "loopback ::1" } else { "loopback 127.0.0.1" }).to_string(),
+                Some(p) => format!(
+                    "testbed {} (veth between namespaces {} and {})",
+                    profile_name(p),
+                    testbed::TX_NS,
+                    testbed::RX_NS
+                ),
+            },
+            w.payload,
+            w.batch,
+            w.segs,
+            a.duration
         );
     }
     let mut results = Vec::new();
@@ -257,7 +268,8 @@ pub fn run(a: BenchArgs) -> std::result::Result<(), String> {
     if a.json {
         let doc = serde_json::json!({ "schema": 1, "host": host, "workload": {
             "payload": w.payload, "batch": w.batch, "gso_segments": w.segs,
-            "duration": a.duration, "ipv6": w.ipv6, "repeat": a.repeat }, "results": results });
+            "duration": a.duration, "ipv6": w.ipv6, "repeat": a.repeat,
+            "testbed": w.net.map(profile_name) }, "results": results });
         println!(
             "{}",
             serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?
@@ -268,22 +280,109 @@ pub fn run(a: BenchArgs) -> std::result::Result<(), String> {
     Ok(())
 }
 
-fn loopback(ipv6: bool) -> SocketAddr {
+/// The testbed profile's command-line name.
+pub fn profile_name(p: Profile) -> String {
+    p.to_possible_value()
+        .map(|v| v.get_name().to_string())
+        .unwrap_or_default()
+}
+
+/// The unspecified address of a family, port 0: where senders bind.
+pub fn unspecified(ipv6: bool) -> SocketAddr {
     if ipv6 {
-        "[::1]:0".parse().expect("literal")
+        "[::]:0".parse().expect("literal")
     } else {
-        "127.0.0.1:0".parse().expect("literal")
+        "0.0.0.0:0".parse().expect("literal")
     }
 }
 
-fn pin(cpu: usize) {
-    if std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
-        >= 2
+/// Where the receiver binds: loopback, or its testbed address.
+fn rx_addr(w: &Workload) -> SocketAddr {
+    match w.net {
+        None if w.ipv6 => "[::1]:0".parse().expect("literal"),
+        None => "127.0.0.1:0".parse().expect("literal"),
+        Some(_) => SocketAddr::new(testbed::addrs(w.ipv6).rx, 0),
+    }
+}
+
+/// Runs `f` in the receiving namespace when on the testbed.
+fn on_rx_side<T: Send>(
+    w: &Workload,
+    f: impl FnOnce() -> std::result::Result<T, String> + Send,
+) -> std::result::Result<T, String> {
+    match w.net {
+        Some(_) => testbed::within(testbed::RX_NS, f),
+        None => f(),
+    }
+}
+
+fn pin(w: &Workload, cpu: usize) {
+    if w.pin
+        && std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+            >= 2
     {
         let _ = fastudp::os::pin_to_cpu(cpu);
     }
+}
+
+/// Which (sender, receiver) pairings to run.
+///
+/// With neither list given: every send strategy into the best receiver and
+/// every receive strategy against the best sender. With one list: that
+/// comparison only. With both: every pair. The receive comparison always
+/// includes its `recvfrom` baseline. In the sink profile only senders run,
+/// and TCP, which needs a peer, cannot.
+pub fn plan_pairs(
+    tx: &[TxStrategy],
+    rx: &[RxStrategy],
+    sink: bool,
+) -> std::result::Result<Vec<(TxStrategy, RxStrategy)>, String> {
+    let best_rx = RxStrategy::GroRecvmmsg;
+    let best_tx = TxStrategy::Fastudp;
+    if sink {
+        if tx.contains(&TxStrategy::Tcp) {
+            return Err("tcp cannot run in the sink profile: TCP needs a peer that answers".into());
+        }
+        if !rx.is_empty() {
+            return Err("the sink profile measures the transmit side only: drop --rx".into());
+        }
+        let all: Vec<TxStrategy> = TxStrategy::value_variants()
+            .iter()
+            .copied()
+            .filter(|&t| t != TxStrategy::Tcp)
+            .collect();
+        let txs = if tx.is_empty() { all } else { tx.to_vec() };
+        return Ok(txs.into_iter().map(|t| (t, best_rx)).collect());
+    }
+    let (txs, rxs) = match (tx.is_empty(), rx.is_empty()) {
+        (true, true) => (
+            TxStrategy::value_variants().to_vec(),
+            RxStrategy::value_variants().to_vec(),
+        ),
+        _ => (tx.to_vec(), rx.to_vec()),
+    };
+    let mut pairs: Vec<(TxStrategy, RxStrategy)> = Vec::new();
+    if !tx.is_empty() && !rx.is_empty() {
+        for &t in &txs {
+            for &r in &rxs {
+                pairs.push((t, r));
+            }
+        }
+        return Ok(pairs);
+    }
+    pairs.extend(txs.iter().map(|&t| (t, best_rx)));
+    for &r in &rxs {
+        if !pairs.contains(&(best_tx, r)) {
+            pairs.push((best_tx, r));
+        }
+    }
+    // The receive comparison needs its baseline against the same sender.
+    if !rxs.is_empty() && !pairs.contains(&(best_tx, RxStrategy::Recvfrom)) {
+        pairs.push((best_tx, RxStrategy::Recvfrom));
+    }
+    Ok(pairs)
 }
 
 /// Runs one sender/receiver pairing and measures it.
@@ -296,23 +395,32 @@ fn run_pair(
     let live = Arc::new(Live::default());
     let drops_before = procfs::rcvbuf_errors();
     let soft_before = procfs::softirq_ns();
-    let (rx_handle, dest) = if t == TxStrategy::Tcp {
-        let l = TcpListener::bind(loopback(w.ipv6)).map_err(|e| format!("TCP listen: {e}"))?;
+    let sink = w.net == Some(Profile::Sink);
+    let (rx_handle, dest) = if sink {
+        let dest = SocketAddr::new(testbed::addrs(w.ipv6).sink, 9);
+        let h = std::thread::spawn(|| Ok(RxOutcome::default()));
+        (h, dest)
+    } else if t == TxStrategy::Tcp {
+        let addr = rx_addr(w);
+        let l = on_rx_side(w, || {
+            TcpListener::bind(addr).map_err(|e| format!("TCP listen on {addr}: {e}"))
+        })?;
         let dest = l.local_addr().map_err(|e| e.to_string())?;
         let live2 = live.clone();
         let w2 = *w;
         let h = std::thread::spawn(move || {
-            pin(1);
+            pin(&w2, 1);
             rx::tcp(l, &w2, &live2)
         });
         (h, dest)
     } else {
-        let sock = rx::bind(r, w)?;
+        let addr = rx_addr(w);
+        let sock = on_rx_side(w, || rx::bind(r, addr))?;
         let dest = sock.local_addr().map_err(|e| e.to_string())?;
         let live2 = live.clone();
         let w2 = *w;
         let h = std::thread::spawn(move || {
-            pin(1);
+            pin(&w2, 1);
             rx::udp(r, sock, &w2, &live2)
         });
         (h, dest)
@@ -320,10 +428,13 @@ fn run_pair(
     let live3 = live.clone();
     let w3 = *w;
     let tx_handle = std::thread::spawn(move || {
-        pin(0);
+        pin(&w3, 0);
+        if w3.net.is_some() {
+            testbed::enter(testbed::TX_NS)?;
+        }
         let out = if t == TxStrategy::Tcp {
-            TcpStream::connect(dest)
-                .map_err(|e| format!("TCP connect to {dest}: {e}"))
+            TcpStream::connect_timeout(&dest, Duration::from_secs(3))
+                .map_err(|e| format!("TCP connect to {dest}: {e}: the destination does not answer"))
                 .and_then(|s| tx::tcp(s, &w3, &live3))
         } else {
             tx::udp(t, dest, &w3, &live3)
@@ -374,26 +485,28 @@ fn run_pair(
         .saturating_sub(drops_before)
         .max(rxo.kernel_drops);
     let secs = txo.seconds.max(1e-9);
-    let per_byte = |d: f64| {
-        if rxo.bytes > 0 {
-            d / rxo.bytes as f64
-        } else {
-            0.0
-        }
+    // In the sink profile nothing is received: the transmit side is measured.
+    let (bytes, datagrams) = if sink {
+        (txo.bytes, txo.datagrams)
+    } else {
+        (rxo.bytes, rxo.datagrams)
     };
+    let per_byte = |d: f64| if bytes > 0 { d / bytes as f64 } else { 0.0 };
     Ok(Result {
         tx: t,
-        rx: if t == TxStrategy::Tcp {
+        rx: if sink {
+            "sink".into()
+        } else if t == TxStrategy::Tcp {
             "tcp".into()
         } else {
             rname(r)
         },
-        bytes: rxo.bytes,
-        datagrams: rxo.datagrams,
+        bytes,
+        datagrams,
         seconds: secs,
-        mbytes_per_sec: rxo.bytes as f64 / secs / 1e6,
-        gbps: rxo.bytes as f64 * 8.0 / secs / 1e9,
-        datagrams_per_sec: rxo.datagrams as f64 / secs,
+        mbytes_per_sec: bytes as f64 / secs / 1e6,
+        gbps: bytes as f64 * 8.0 / secs / 1e9,
+        datagrams_per_sec: datagrams as f64 / secs,
         tx_calls_per_sec: txo.calls as f64 / secs,
         bytes_per_call: if txo.calls > 0 {
             txo.bytes as f64 / txo.calls as f64
@@ -405,7 +518,7 @@ fn run_pair(
         rx_cpu_ns_per_byte: per_byte(rxo.cpu.as_nanos() as f64),
         softirq_ns_per_byte: per_byte(soft as f64),
         sent: txo.datagrams,
-        lost: txo.datagrams.saturating_sub(rxo.datagrams),
+        lost: (!sink).then(|| txo.datagrams.saturating_sub(rxo.datagrams)),
         kernel_drops: drops,
         speedup_vs_sendto: None,
     })
@@ -463,6 +576,40 @@ mod tests {
         assert_eq!(w.segs, 53); // 53 * 1216 = 64448 <= 65507
         let w = validate(&args(&["--payload", "1216"])).unwrap();
         assert_eq!(w.segs, 32);
+    }
+
+    #[test]
+    fn pairings() {
+        use RxStrategy as R;
+        use TxStrategy as T;
+        let all = plan_pairs(&[], &[], false).unwrap();
+        assert_eq!(
+            all.len(),
+            TxStrategy::value_variants().len() + RxStrategy::value_variants().len() - 1
+        );
+        assert!(
+            all.contains(&(T::Sendto, R::GroRecvmmsg)) && all.contains(&(T::Fastudp, R::Recvfrom))
+        );
+        assert_eq!(
+            plan_pairs(&[T::Sendto], &[], false).unwrap(),
+            vec![(T::Sendto, R::GroRecvmmsg)]
+        );
+        assert_eq!(
+            plan_pairs(&[], &[R::Gro], false).unwrap(),
+            vec![(T::Fastudp, R::Gro), (T::Fastudp, R::Recvfrom)]
+        );
+        assert_eq!(
+            plan_pairs(&[T::Sendto, T::Tcp], &[R::Gro, R::Recvfrom], false)
+                .unwrap()
+                .len(),
+            4
+        );
+        let sink = plan_pairs(&[], &[], true).unwrap();
+        assert!(sink.iter().all(|&(t, _)| t != T::Tcp));
+        assert!(plan_pairs(&[T::Tcp], &[], true)
+            .unwrap_err()
+            .contains("sink"));
+        assert!(plan_pairs(&[], &[R::Gro], true).is_err());
     }
 
     #[test]

@@ -132,7 +132,9 @@ pub fn print_table(rs: &[Result]) {
             r.tx_cpu_ns_per_byte,
             r.rx_cpu_ns_per_byte,
             r.softirq_ns_per_byte,
-            r.lost,
+            r.lost
+                .map(|l| l.to_string())
+                .unwrap_or_else(|| "-".into()),
             r.speedup_vs_sendto.map(|s| format!("{s:.2}x")).unwrap_or_else(|| "-".into())
         );
     }

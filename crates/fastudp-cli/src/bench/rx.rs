@@ -1,6 +1,6 @@
 //! The receive strategies.
 
-use super::{loopback, Live, RxOutcome, RxStrategy, Workload};
+use super::{Live, RxOutcome, RxStrategy, Workload};
 use fastudp::{Config, Disabled, RecvBatch};
 use std::io::{self, Read};
 use std::net::{SocketAddr, TcpListener, UdpSocket};
@@ -27,9 +27,8 @@ impl RxSock {
     }
 }
 
-/// Binds the receiver for strategy `r` on loopback.
-pub fn bind(r: RxStrategy, w: &Workload) -> Result<RxSock, String> {
-    let addr = loopback(w.ipv6);
+/// Binds the receiver for strategy `r` at `addr`.
+pub fn bind(r: RxStrategy, addr: SocketAddr) -> Result<RxSock, String> {
     let s = match r {
         RxStrategy::Recvfrom => {
             let s = UdpSocket::bind(addr).map_err(|e| format!("bind receiver {addr}: {e}"))?;

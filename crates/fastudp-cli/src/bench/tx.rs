@@ -1,6 +1,6 @@
 //! The send strategies.
 
-use super::{loopback, Live, TxOutcome, TxStrategy, Workload};
+use super::{unspecified, Live, TxOutcome, TxStrategy, Workload};
 use fastudp::raw::{self, OutMsg};
 use fastudp::wire::cmsg::Encoder;
 use fastudp::wire::consts::{SOL_UDP, UDP_SEGMENT};
@@ -39,7 +39,7 @@ pub fn udp(
     live: &Live,
 ) -> Result<TxOutcome, String> {
     let sock =
-        UdpSocket::bind(loopback(dest.is_ipv6())).map_err(|e| format!("bind sender: {e}"))?;
+        UdpSocket::bind(unspecified(dest.is_ipv6())).map_err(|e| format!("bind sender: {e}"))?;
     let fast = if t == TxStrategy::Fastudp {
         Some(
             fastudp::Socket::from_std(sock.try_clone().map_err(|e| e.to_string())?)
