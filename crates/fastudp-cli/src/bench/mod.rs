@@ -90,6 +90,10 @@ pub struct BenchArgs {
     /// Print JSON (see the README for the schema) instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// Rotate the sender through 128 MiB of buffers, so that payload reads
+    /// miss the CPU caches (as `udpgso_bench_tx -c`).
+    #[arg(long)]
+    pub cache_thrash: bool,
     /// Do not pin the sender and receiver threads to CPUs 0 and 1.
     #[arg(long)]
     pub no_pin: bool,
@@ -113,6 +117,8 @@ pub struct Workload {
     pub net: Option<Profile>,
     /// Pin sender and receiver threads to CPUs 0 and 1.
     pub pin: bool,
+    /// Cycle through [`tx::THRASH_BYTES`] of send buffers.
+    pub cache_thrash: bool,
 }
 
 /// Counters the threads share while running.
@@ -216,6 +222,7 @@ fn validate(a: &BenchArgs) -> std::result::Result<Workload, String> {
         segs,
         net: a.testbed,
         pin: !a.no_pin,
+        cache_thrash: a.cache_thrash,
     })
 }
 
@@ -268,7 +275,7 @@ pub fn run(a: BenchArgs) -> std::result::Result<(), String> {
     if a.json {
         let doc = serde_json::json!({ "schema": 1, "host": host, "workload": {
             "payload": w.payload, "batch": w.batch, "gso_segments": w.segs,
-            "duration": a.duration, "ipv6": w.ipv6, "repeat": a.repeat,
+            "duration": a.duration, "ipv6": w.ipv6, "repeat": a.repeat, "cache_thrash": w.cache_thrash,
             "testbed": w.net.map(profile_name) }, "results": results });
         println!(
             "{}",

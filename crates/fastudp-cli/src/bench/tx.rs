@@ -13,6 +13,26 @@ use std::time::Instant;
 /// GSO super-buffers per sendmmsg call in `sendmmsg-gso` and `fastudp`.
 pub const BUFFERS_PER_MMSG: usize = 8;
 
+/// Bytes the sender cycles through with `--cache-thrash`: far more than any
+/// CPU cache, as `udpgso_bench_tx -c` does.
+pub const THRASH_BYTES: usize = 128 << 20;
+
+/// The size of the send ring: one call's worth, or [`THRASH_BYTES`]
+/// rounded to whole calls with `--cache-thrash`.
+fn ring_len(w: &Workload, call_len: usize) -> usize {
+    if w.cache_thrash {
+        (THRASH_BYTES / call_len).max(2) * call_len
+    } else {
+        call_len
+    }
+}
+
+/// The send ring, every page written once so that no page fault lands in
+/// the measured loop.
+fn ring(w: &Workload, call_len: usize) -> Vec<u8> {
+    (0..ring_len(w, call_len)).map(|i| i as u8).collect()
+}
+
 /// Writes a sequence number into the first 8 bytes of each datagram.
 fn stamp(buf: &mut [u8], payload: usize, seq: &mut u64) {
     for d in buf.chunks_mut(payload) {
@@ -56,7 +76,9 @@ pub fn udp(
         TxStrategy::SendmmsgGso | TxStrategy::Fastudp => segs * BUFFERS_PER_MMSG,
         _ => segs,
     };
-    let mut buf = vec![0u8; p * per_call];
+    let call_len = p * per_call;
+    let mut ring = ring(w, call_len);
+    let mut off = 0;
     let addr = raw::sockaddr(dest);
     if matches!(t, TxStrategy::GsoSockopt | TxStrategy::GsoIov) {
         raw::set_option_int(&sock, SOL_UDP, UDP_SEGMENT, p as i32)
@@ -82,7 +104,10 @@ pub fn udp(
     let deadline = start + w.duration;
     let cpu0 = fastudp::os::thread_cpu_time();
     while Instant::now() < deadline {
-        stamp(&mut buf, p, &mut seq);
+        let at = off;
+        off = (off + call_len) % ring.len();
+        stamp(&mut ring[at..at + call_len], p, &mut seq);
+        let buf = &ring[at..at + call_len];
         let sent: io::Result<usize> = match t {
             TxStrategy::Sendto => sock.send_to(&buf, dest).map(|_| 1),
             TxStrategy::Sendmmsg | TxStrategy::SendmmsgGsoSeed => {
@@ -210,15 +235,20 @@ pub fn udp(
 /// Writes the same bytes over TCP until the workload's time is up.
 pub fn tcp(mut s: TcpStream, w: &Workload, live: &Live) -> Result<TxOutcome, String> {
     let p = w.payload;
-    let mut buf = vec![0u8; p * w.segs];
+    let call_len = p * w.segs;
+    let mut ring = ring(w, call_len);
+    let mut off = 0;
     let mut seq = 0;
     let (mut calls, mut bytes) = (0u64, 0u64);
     let start = Instant::now();
     let deadline = start + w.duration;
     let cpu0 = fastudp::os::thread_cpu_time();
     while Instant::now() < deadline {
-        stamp(&mut buf, p, &mut seq);
-        s.write_all(&buf)
+        let at = off;
+        off = (off + call_len) % ring.len();
+        stamp(&mut ring[at..at + call_len], p, &mut seq);
+        let buf = &ring[at..at + call_len];
+        s.write_all(buf)
             .map_err(|e| send_err(TxStrategy::Tcp, e))?;
         calls += 1;
         bytes += buf.len() as u64;
