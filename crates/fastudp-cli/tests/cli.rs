@@ -19,6 +19,10 @@ fn bad_values_exit_2_with_one_clear_line() {
         (vec!["bench", "--batch", "0"], "--batch 0"),
         (vec!["bench", "--tx", "sendfoo"], "sendfoo"),
         (vec!["bench", "--duration", "-1"], "--duration"),
+        (
+            vec!["bench", "--plot", "/nonexistent/dir/x.svg"],
+            "does not exist",
+        ),
     ] {
         let o = fastudp(&args);
         let err = String::from_utf8_lossy(&o.stderr);
@@ -243,4 +247,26 @@ fn testbed_builds_profiles_and_cleans_up() {
             assert!(err.contains("needs root"), "{err}");
         }
     }
+}
+
+#[test]
+fn plot_draws_an_svg_of_every_run() {
+    let path = std::env::temp_dir().join(format!("fastudp-plot-{}.svg", std::process::id()));
+    let p = path.to_str().unwrap();
+    let o = fastudp(&[
+        "bench",
+        "--duration",
+        "0.3",
+        "-q",
+        "--tx",
+        "sendto,gso-cmsg",
+        "--plot",
+        p,
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let svg = std::fs::read_to_string(&path).unwrap();
+    let _ = std::fs::remove_file(&path);
+    assert!(svg.starts_with("<svg"), "not an SVG");
+    assert!(svg.contains("sendto -&gt; gro-recvmmsg") || svg.contains("sendto -> gro-recvmmsg"));
+    assert!(svg.contains("gso-cmsg") && svg.contains("Gbit/s"));
 }

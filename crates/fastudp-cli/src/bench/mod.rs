@@ -1,5 +1,6 @@
 //! `fastudp bench`: every UDP send and receive strategy side by side.
 
+mod plot;
 mod report;
 mod rx;
 mod tx;
@@ -94,6 +95,9 @@ pub struct BenchArgs {
     /// miss the CPU caches (as `udpgso_bench_tx -c`).
     #[arg(long)]
     pub cache_thrash: bool,
+    /// Also draw the results as an SVG bar chart into this file.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<String>,
     /// Do not pin the sender and receiver threads to CPUs 0 and 1.
     #[arg(long)]
     pub no_pin: bool,
@@ -207,6 +211,14 @@ fn validate(a: &BenchArgs) -> std::result::Result<Workload, String> {
     }
     let kmax = fastudp::caps::kernel_max_segments().max(1);
     let segs = a.batch.min(max / a.payload).min(kmax).max(1);
+    if let Some(p) = &a.plot {
+        let dir = std::path::Path::new(p)
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty());
+        if dir.is_some_and(|d| !d.is_dir()) {
+            return Err(format!("--plot {p}: the directory does not exist"));
+        }
+    }
     let mtu_seg = fastudp::wire::max_segment_for_mtu(1500, a.ipv6);
     if a.testbed.is_some() && a.payload > mtu_seg {
         return Err(format!(
@@ -271,6 +283,17 @@ pub fn run(a: BenchArgs) -> std::result::Result<(), String> {
         for r in &mut results {
             r.speedup_vs_sendto = Some(r.mbytes_per_sec / base);
         }
+    }
+    if let Some(path) = &a.plot {
+        let title = format!(
+            "fastudp bench: {} B payload, {}, {}",
+            w.payload,
+            w.net
+                .map(|p| format!("testbed {}", profile_name(p)))
+                .unwrap_or_else(|| "loopback".into()),
+            host.kernel
+        );
+        plot::svg(path, &title, &results)?;
     }
     if a.json {
         let doc = serde_json::json!({ "schema": 1, "host": host, "workload": {

@@ -248,8 +248,7 @@ pub fn tcp(mut s: TcpStream, w: &Workload, live: &Live) -> Result<TxOutcome, Str
         off = (off + call_len) % ring.len();
         stamp(&mut ring[at..at + call_len], p, &mut seq);
         let buf = &ring[at..at + call_len];
-        s.write_all(buf)
-            .map_err(|e| send_err(TxStrategy::Tcp, e))?;
+        s.write_all(buf).map_err(|e| send_err(TxStrategy::Tcp, e))?;
         calls += 1;
         bytes += buf.len() as u64;
         live.tx_calls.store(calls, Relaxed);
