@@ -3,6 +3,7 @@
 mod bench;
 mod procfs;
 mod testbed;
+mod txrx;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -20,6 +21,12 @@ enum Cmd {
     /// Compare every send and receive strategy side by side on loopback,
     /// with a TCP baseline.
     Bench(bench::BenchArgs),
+    /// Send to a host running `fastudp rx` (or any UDP receiver), with the
+    /// flags of udpgso_bench_tx.
+    Tx(txrx::TxArgs),
+    /// Receive from `fastudp tx` (or any UDP sender), with the flags of
+    /// udpgso_bench_rx.
+    Rx(txrx::RxArgs),
     /// Build or remove two network namespaces joined by a veth pair (root).
     Testbed {
         #[command(subcommand)]
@@ -38,35 +45,64 @@ enum TestbedCmd {
     Down,
 }
 
+/// A command's failure: a message and an exit status (2 for bad input and
+/// unusable set-ups, 1 for a run that broke off).
+#[derive(Debug)]
+pub struct Failure {
+    /// Exit status.
+    pub code: u8,
+    /// One line for people.
+    pub msg: String,
+}
+
+impl Failure {
+    /// Bad input or an unusable set-up: exit status 2.
+    pub fn usage(msg: String) -> Self {
+        Failure { code: 2, msg }
+    }
+}
+
+impl From<String> for Failure {
+    fn from(msg: String) -> Self {
+        Failure::usage(msg)
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let r = match cli.cmd {
-        Cmd::Bench(a) => bench::run(a),
+    let r: Result<(), Failure> = match cli.cmd {
+        Cmd::Tx(a) => txrx::run_tx(a),
+        Cmd::Rx(a) => txrx::run_rx(a),
+        Cmd::Bench(a) => bench::run(a).map_err(Failure::from),
         Cmd::Testbed {
             action: TestbedCmd::Up { profile },
-        } => testbed::up(profile).map(|()| {
-            let (v4, v6) = (testbed::addrs(false), testbed::addrs(true));
-            println!(
-                "testbed up: {} ({}, {}) <-> {} ({}, {}), veth {} <-> {}",
-                testbed::TX_NS,
-                v4.tx,
-                v6.tx,
-                testbed::RX_NS,
-                v4.rx,
-                v6.rx,
-                testbed::TX_DEV,
-                testbed::RX_DEV
-            )
-        }),
+        } => testbed::up(profile)
+            .map(|()| {
+                let (v4, v6) = (testbed::addrs(false), testbed::addrs(true));
+                println!(
+                    "testbed up: {} ({}, {}) <-> {} ({}, {}), veth {} <-> {}",
+                    testbed::TX_NS,
+                    v4.tx,
+                    v6.tx,
+                    testbed::RX_NS,
+                    v4.rx,
+                    v6.rx,
+                    testbed::TX_DEV,
+                    testbed::RX_DEV
+                )
+            })
+            .map_err(Failure::from),
         Cmd::Testbed {
             action: TestbedCmd::Down,
-        } => testbed::down().map(|()| println!("testbed down")),
+        } => testbed::down()
+            .map(|()| println!("testbed down"))
+            .map_err(Failure::from),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("fastudp: error: {e}");
-            ExitCode::from(2)
+        Err(f) => {
+            eprintln!("fastudp: error: {}", f.msg);
+            ExitCode::from(f.code)
         }
     }
 }

@@ -27,6 +27,18 @@ pub fn set_option_int(sock: &impl AsRawFd, level: i32, name: i32, value: i32) ->
     sys::setsockopt_int(sock.as_raw_fd(), level, name, value)
 }
 
+/// `getsockopt(2)` of an `int` option.
+pub fn get_option_int(sock: &impl AsRawFd, level: i32, name: i32) -> io::Result<i32> {
+    sys::getsockopt_int(sock.as_raw_fd(), level, name)
+}
+
+/// The path MTU of a *connected* socket (`IP_MTU` / `IPV6_MTU`).
+pub fn path_mtu(sock: &UdpSocket) -> io::Result<usize> {
+    let v6 = sock.local_addr()?.is_ipv6() && !sock.peer_addr()?.ip().to_canonical().is_ipv4();
+    let (level, name) = if v6 { (41, 24) } else { (0, 14) };
+    sys::getsockopt_int(sock.as_raw_fd(), level, name).map(|m| m as usize)
+}
+
 /// A `socket2::SockAddr` for a destination, for [`OutMsg::addr`].
 pub fn sockaddr(addr: SocketAddr) -> socket2::SockAddr {
     addr.into()

@@ -1,9 +1,9 @@
 //! `fastudp bench`: every UDP send and receive strategy side by side.
 
 mod plot;
-mod report;
-mod rx;
-mod tx;
+pub mod report;
+pub mod rx;
+pub mod tx;
 
 use crate::procfs;
 use crate::testbed::{self, Profile};
@@ -123,6 +123,9 @@ pub struct Workload {
     pub pin: bool,
     /// Cycle through [`tx::THRASH_BYTES`] of send buffers.
     pub cache_thrash: bool,
+    /// Connect the UDP sender to its destination (`fastudp tx`), so that
+    /// ICMP errors from a peer that went away are reported.
+    pub connect: bool,
 }
 
 /// Counters the threads share while running.
@@ -235,6 +238,7 @@ fn validate(a: &BenchArgs) -> std::result::Result<Workload, String> {
         net: a.testbed,
         pin: !a.no_pin,
         cache_thrash: a.cache_thrash,
+        connect: false,
     })
 }
 
@@ -357,6 +361,30 @@ fn pin(w: &Workload, cpu: usize) {
     }
 }
 
+/// Prints one line per second, from `sample` (bytes, datagrams, calls so
+/// far), until `handle`'s thread ends.
+pub fn monitor<T>(
+    label: &str,
+    quiet: bool,
+    handle: &std::thread::JoinHandle<T>,
+    sample: impl Fn() -> (u64, u64, u64),
+) {
+    let start = Instant::now();
+    let mut last = (0u64, 0u64, 0u64);
+    let mut tick = 1u32;
+    while !handle.is_finished() {
+        std::thread::sleep(Duration::from_millis(20));
+        if start.elapsed() >= Duration::from_secs(tick as u64) {
+            let now = sample();
+            if !quiet {
+                report::print_interval(label, tick, now.0 - last.0, now.1 - last.1, now.2 - last.2);
+            }
+            last = now;
+            tick += 1;
+        }
+    }
+}
+
 /// Which (sender, receiver) pairings to run.
 ///
 /// With neither list given: every send strategy into the best receiver and
@@ -472,35 +500,18 @@ fn run_pair(
         live3.sender_done.store(true, Release);
         out
     });
-    let start = Instant::now();
-    let mut last = (0u64, 0u64, 0u64);
-    let mut tick = 1u32;
     let label = if t == TxStrategy::Tcp {
         "tcp".to_string()
     } else {
         format!("{}->{}", name(t), rname(r))
     };
-    while !tx_handle.is_finished() {
-        std::thread::sleep(Duration::from_millis(20));
-        if start.elapsed() >= Duration::from_secs(tick as u64) {
-            let now = (
-                live.rx_bytes.load(Relaxed),
-                live.rx_datagrams.load(Relaxed),
-                live.tx_calls.load(Relaxed),
-            );
-            if !quiet {
-                report::print_interval(
-                    &label,
-                    tick,
-                    now.0 - last.0,
-                    now.1 - last.1,
-                    now.2 - last.2,
-                );
-            }
-            last = now;
-            tick += 1;
-        }
-    }
+    monitor(&label, quiet, &tx_handle, || {
+        (
+            live.rx_bytes.load(Relaxed),
+            live.rx_datagrams.load(Relaxed),
+            live.tx_calls.load(Relaxed),
+        )
+    });
     let txo = tx_handle
         .join()
         .map_err(|_| "sender thread panicked".to_string())??;

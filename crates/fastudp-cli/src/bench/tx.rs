@@ -47,8 +47,16 @@ fn transient(e: &io::Error) -> bool {
     e.kind() == io::ErrorKind::WouldBlock || e.raw_os_error() == Some(libc::ENOBUFS)
 }
 
-fn send_err(t: TxStrategy, e: impl std::fmt::Display) -> String {
-    format!("{} send failed: {e}", super::name(t))
+fn send_err(t: TxStrategy, e: io::Error) -> String {
+    match e.kind() {
+        io::ErrorKind::ConnectionRefused => {
+            "the receiver stopped answering (connection refused: nothing listens on that port any more)".into()
+        }
+        io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe => {
+            format!("the receiver went away ({e})")
+        }
+        _ => format!("{} send failed: {e}", super::name(t)),
+    }
 }
 
 /// Runs a UDP send strategy to `dest` until the workload's time is up.
@@ -60,6 +68,10 @@ pub fn udp(
 ) -> Result<TxOutcome, String> {
     let sock =
         UdpSocket::bind(unspecified(dest.is_ipv6())).map_err(|e| format!("bind sender: {e}"))?;
+    if w.connect {
+        sock.connect(dest)
+            .map_err(|e| format!("connect to {dest}: {e}"))?;
+    }
     let fast = if t == TxStrategy::Fastudp {
         Some(
             fastudp::Socket::from_std(sock.try_clone().map_err(|e| e.to_string())?)

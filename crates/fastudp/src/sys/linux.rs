@@ -226,6 +226,23 @@ pub(crate) fn setsockopt_bytes(fd: RawFd, level: i32, name: i32, value: &[u8]) -
     cvt(r).map(drop)
 }
 
+/// `getsockopt(2)` of an `int` option.
+pub(crate) fn getsockopt_int(fd: RawFd, level: i32, name: i32) -> io::Result<i32> {
+    let mut v: libc::c_int = 0;
+    let mut len = size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `v` and `len` are live and sized for an int option.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            level,
+            name,
+            &mut v as *mut _ as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    cvt(r).map(|_| v)
+}
+
 /// `SO_TXTIME` with `struct sock_txtime { clockid_t clockid; u32 flags; }`.
 pub(crate) fn set_txtime(fd: RawFd, clockid: i32, flags: u32) -> io::Result<()> {
     let mut b = [0u8; 8];

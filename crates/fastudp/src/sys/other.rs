@@ -80,6 +80,11 @@ pub(crate) fn setsockopt_int(_fd: RawFd, _level: i32, _name: i32, _value: i32) -
 }
 
 /// Not available here.
+pub(crate) fn getsockopt_int(_fd: RawFd, _level: i32, _name: i32) -> io::Result<i32> {
+    Err(unsupported())
+}
+
+/// Not available here.
 pub(crate) fn set_txtime(_fd: RawFd, _clockid: i32, _flags: u32) -> io::Result<()> {
     Err(unsupported())
 }

@@ -1,0 +1,627 @@
+//! `fastudp tx` and `fastudp rx`: the bench strategies between two hosts,
+//! with flags after the kernel's udpgso_bench_tx/rx.
+
+use crate::bench::{self, report, rx, tx, Live, RxStrategy, TxStrategy, Workload};
+use crate::Failure;
+use clap::Args;
+use serde::Serialize;
+use std::io::Read;
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering::*};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Options of `fastudp tx`.
+#[derive(Args, Debug, Clone)]
+pub struct TxArgs {
+    /// IPv4 (default).
+    #[arg(short = '4', conflicts_with = "ipv6")]
+    pub ipv4: bool,
+    /// IPv6.
+    #[arg(short = '6')]
+    pub ipv6: bool,
+    /// Destination address (a host running `fastudp rx`, or any UDP sink).
+    #[arg(short = 'D', value_name = "ADDR")]
+    pub dest: IpAddr,
+    /// Destination port.
+    #[arg(short = 'p', default_value_t = 8000)]
+    pub port: u16,
+    /// Seconds to send.
+    #[arg(short = 'l', default_value_t = 4.0, allow_negative_numbers = true)]
+    pub secs: f64,
+    /// Payload bytes per send call: one datagram, or with -S one GSO buffer
+    /// (default: 1472 / 1452 without -S, as many whole segments as fit with).
+    #[arg(short = 's', value_name = "BYTES")]
+    pub size: Option<usize>,
+    /// GSO: cut each send into segments of this many bytes (UDP_SEGMENT cmsg).
+    #[arg(short = 'S', value_name = "GSO_SIZE")]
+    pub gso: Option<usize>,
+    /// sendmmsg: 32 datagrams, or 8 GSO buffers, per call.
+    #[arg(short = 'm')]
+    pub mmsg: bool,
+    /// Rotate through 128 MiB of buffers (cache thrash).
+    #[arg(short = 'c')]
+    pub cache: bool,
+    /// TCP instead of UDP.
+    #[arg(short = 't')]
+    pub tcp: bool,
+    /// No per-second lines.
+    #[arg(short = 'q', long)]
+    pub quiet: bool,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Options of `fastudp rx`.
+#[derive(Args, Debug, Clone)]
+pub struct RxArgs {
+    /// IPv4 only.
+    #[arg(short = '4', conflicts_with = "ipv6")]
+    pub ipv4: bool,
+    /// IPv6 (dual stack: IPv4 senders are received too).
+    #[arg(short = '6')]
+    pub ipv6: bool,
+    /// Port to listen on.
+    #[arg(short = 'p', default_value_t = 8000)]
+    pub port: u16,
+    /// Use UDP GRO (coalesced receive).
+    #[arg(short = 'G')]
+    pub gro: bool,
+    /// Verify: read the sequence number in each datagram's first 8 bytes
+    /// (as `fastudp tx` writes it) and count lost, duplicate and reordered ones.
+    #[arg(short = 'v')]
+    pub verify: bool,
+    /// TCP instead of UDP: accept one connection and read it to the end.
+    #[arg(short = 't')]
+    pub tcp: bool,
+    /// Stop this many seconds after the first datagram (default: when the
+    /// sender has been silent for --idle seconds).
+    #[arg(short = 'l', allow_negative_numbers = true)]
+    pub secs: Option<f64>,
+    /// Seconds of silence, after traffic started, that end the run.
+    #[arg(long, default_value_t = 2.0, allow_negative_numbers = true)]
+    pub idle: f64,
+    /// Seconds to wait for the first datagram before giving up.
+    #[arg(long, default_value_t = 60.0, allow_negative_numbers = true)]
+    pub wait: f64,
+    /// No per-second lines.
+    #[arg(short = 'q', long)]
+    pub quiet: bool,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The summary of a `tx` or `rx` run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    pub role: &'static str,
+    pub mode: String,
+    pub peer: Option<String>,
+    pub bytes: u64,
+    pub datagrams: u64,
+    pub seconds: f64,
+    pub gbps: f64,
+    pub datagrams_per_sec: f64,
+    pub calls_per_sec: f64,
+    pub cpu_ns_per_byte: f64,
+    /// Verified runs only: datagrams missing from the sequence.
+    pub lost: Option<u64>,
+    /// Verified runs only: datagrams seen twice.
+    pub duplicates: Option<u64>,
+    /// Verified runs only: datagrams that arrived after a later one.
+    pub reordered: Option<u64>,
+    /// Datagrams too short to carry a sequence number (verified runs).
+    pub unsequenced: Option<u64>,
+}
+
+fn in_range(name: &str, v: f64, max: f64) -> Result<(), Failure> {
+    if v > 0.0 && v <= max {
+        Ok(())
+    } else {
+        Err(Failure::usage(format!(
+            "{name} {v} is out of range: more than 0 and at most {max}"
+        )))
+    }
+}
+
+fn print_summary(s: &Summary, json: bool) -> Result<(), Failure> {
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(s).map_err(|e| Failure::usage(e.to_string()))?
+        );
+        return Ok(());
+    }
+    println!(
+        "{} {}: {:.1} MB in {:.2} s = {:.2} Gbit/s, {:.0} datagrams/s, {:.0} calls/s, {:.3} CPU ns/B",
+        s.role,
+        s.mode,
+        s.bytes as f64 / 1e6,
+        s.seconds,
+        s.gbps,
+        s.datagrams_per_sec,
+        s.calls_per_sec,
+        s.cpu_ns_per_byte
+    );
+    if let (Some(l), Some(d), Some(r), Some(u)) = (s.lost, s.duplicates, s.reordered, s.unsequenced)
+    {
+        println!("verified: {l} lost, {d} duplicate, {r} reordered, {u} without a sequence number");
+    }
+    Ok(())
+}
+
+/// Runs `fastudp tx`.
+pub fn run_tx(a: TxArgs) -> Result<(), Failure> {
+    let ipv6 = a.ipv6 || (a.dest.is_ipv6() && !a.ipv4);
+    if a.dest.is_ipv6() != ipv6 {
+        return Err(Failure::usage(format!(
+            "-D {} is not an {} address",
+            a.dest,
+            if ipv6 { "IPv6" } else { "IPv4" }
+        )));
+    }
+    in_range("-l", a.secs, 86_400.0)?;
+    let dest = SocketAddr::new(a.dest, a.port);
+    let max = fastudp::wire::max_payload(ipv6);
+    let kmax = fastudp::caps::kernel_max_segments().max(1);
+    let (t, payload, segs) = if a.tcp {
+        let s = a.size.unwrap_or(64 * 1024);
+        if s == 0 || s > 1 << 24 {
+            return Err(Failure::usage(format!(
+                "-s {s} is out of range for TCP: 1 to {}",
+                1 << 24
+            )));
+        }
+        (TxStrategy::Tcp, s, 1)
+    } else if let Some(g) = a.gso {
+        let mtu = probe_mtu(dest)?;
+        let fit = fastudp::wire::max_segment_for_mtu(mtu, ipv6);
+        if g == 0 || g > fit {
+            return Err(Failure::usage(format!(
+                "-S {g}: a GSO segment to {dest} must be 1 to {fit} bytes (path MTU {mtu} minus {} bytes of headers)",
+                mtu - fit
+            )));
+        }
+        let s = a.size.unwrap_or(g * kmax.min(max / g));
+        if s < g || s > max || s / g > kmax {
+            return Err(Failure::usage(format!(
+                "-s {s} with -S {g}: a GSO send holds {g} to {} bytes and at most {kmax} segments",
+                max.min(g * kmax)
+            )));
+        }
+        (
+            if a.mmsg {
+                TxStrategy::SendmmsgGso
+            } else {
+                TxStrategy::GsoCmsg
+            },
+            g,
+            s / g,
+        )
+    } else {
+        let s = a
+            .size
+            .unwrap_or(fastudp::wire::max_segment_for_mtu(1500, ipv6));
+        if s == 0 || s > max {
+            return Err(Failure::usage(format!(
+                "-s {s} is out of range: a UDP payload is 1 to {max} bytes"
+            )));
+        }
+        (
+            if a.mmsg {
+                TxStrategy::Sendmmsg
+            } else {
+                TxStrategy::Sendto
+            },
+            s,
+            1,
+        )
+    };
+    let w = Workload {
+        payload,
+        batch: if a.mmsg { 32 } else { segs },
+        duration: Duration::from_secs_f64(a.secs),
+        ipv6,
+        segs,
+        net: None,
+        pin: false,
+        cache_thrash: a.cache,
+        connect: true,
+    };
+    let live = Arc::new(Live::default());
+    let l2 = live.clone();
+    let start = Instant::now();
+    let h = std::thread::spawn(move || {
+        if t == TxStrategy::Tcp {
+            let s = TcpStream::connect_timeout(&dest, Duration::from_secs(3))
+                .map_err(|e| format!("{dest} does not answer: {e}"))?;
+            tx::tcp(s, &w, &l2)
+        } else {
+            tx::udp(t, dest, &w, &l2)
+        }
+    });
+    let label = format!("tx {} -> {dest}", bench::name(t));
+    bench::monitor(&label, a.quiet || a.json, &h, || {
+        let d = live.tx_datagrams.load(Relaxed);
+        let c = live.tx_calls.load(Relaxed);
+        if t == TxStrategy::Tcp {
+            (c * payload as u64, c, c)
+        } else {
+            (d * payload as u64, d, c)
+        }
+    });
+    let out = h
+        .join()
+        .map_err(|_| Failure::usage("sender thread panicked".into()))?;
+    let o = match out {
+        Ok(o) => o,
+        // Refused at once: nothing listens there. Refused later: it went away.
+        Err(e)
+            if start.elapsed() < Duration::from_millis(500) && e.contains("stopped answering") =>
+        {
+            return Err(Failure::usage(format!(
+                "{dest} does not answer: nothing listens on that port"
+            )));
+        }
+        Err(e) => {
+            return Err(Failure {
+                code: 1,
+                msg: format!("{e}; stopped after {:.1} s", start.elapsed().as_secs_f64()),
+            })
+        }
+    };
+    let secs = o.seconds.max(1e-9);
+    print_summary(
+        &Summary {
+            role: "tx",
+            mode: bench::name(t),
+            peer: Some(dest.to_string()),
+            bytes: o.bytes,
+            datagrams: o.datagrams,
+            seconds: secs,
+            gbps: o.bytes as f64 * 8.0 / secs / 1e9,
+            datagrams_per_sec: o.datagrams as f64 / secs,
+            calls_per_sec: o.calls as f64 / secs,
+            cpu_ns_per_byte: if o.bytes > 0 {
+                o.cpu.as_nanos() as f64 / o.bytes as f64
+            } else {
+                0.0
+            },
+            lost: None,
+            duplicates: None,
+            reordered: None,
+            unsequenced: None,
+        },
+        a.json,
+    )
+}
+
+/// The path MTU towards `dest`, from a connected probe socket.
+fn probe_mtu(dest: SocketAddr) -> Result<usize, Failure> {
+    let s = std::net::UdpSocket::bind(bench::unspecified(dest.is_ipv6()))
+        .and_then(|s| s.connect(dest).map(|()| s))
+        .map_err(|e| Failure::usage(format!("no route to {dest}: {e}")))?;
+    fastudp::raw::path_mtu(&s)
+        .map_err(|e| Failure::usage(format!("cannot read the path MTU to {dest}: {e}")))
+}
+
+/// Sequence-number bookkeeping for `rx -v`.
+#[derive(Debug, Default)]
+pub struct Verifier {
+    seen: Vec<u64>,
+    max: Option<u64>,
+    unique: u64,
+    /// Datagrams seen twice.
+    pub duplicates: u64,
+    /// Datagrams that arrived after a later one.
+    pub reordered: u64,
+    /// Datagrams shorter than 8 bytes, or with an implausible number.
+    pub unsequenced: u64,
+}
+
+/// Sequence numbers above this are taken for foreign traffic.
+const MAX_SEQ: u64 = 1 << 34;
+
+impl Verifier {
+    /// Records one datagram.
+    pub fn datagram(&mut self, d: &[u8]) {
+        let Some(seq) = d
+            .get(..8)
+            .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+        else {
+            self.unsequenced += 1;
+            return;
+        };
+        if seq >= MAX_SEQ {
+            self.unsequenced += 1;
+            return;
+        }
+        let (w, bit) = ((seq / 64) as usize, 1u64 << (seq % 64));
+        if w >= self.seen.len() {
+            self.seen.resize(w + 1, 0);
+        }
+        if self.seen[w] & bit != 0 {
+            self.duplicates += 1;
+            return;
+        }
+        self.seen[w] |= bit;
+        self.unique += 1;
+        match self.max {
+            Some(m) if seq < m => self.reordered += 1,
+            _ => self.max = Some(seq),
+        }
+    }
+
+    /// Sequence numbers below the highest seen that never arrived.
+    pub fn lost(&self) -> u64 {
+        self.max.map(|m| m + 1 - self.unique).unwrap_or(0)
+    }
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+/// Runs `fastudp rx`.
+pub fn run_rx(a: RxArgs) -> Result<(), Failure> {
+    if let Some(l) = a.secs {
+        in_range("-l", l, 86_400.0)?;
+    }
+    in_range("--idle", a.idle, 3600.0)?;
+    in_range("--wait", a.wait, 86_400.0)?;
+    let _ = ctrlc::set_handler(|| STOP.store(true, Relaxed));
+    let addr: SocketAddr = if a.ipv6 {
+        format!("[::]:{}", a.port)
+    } else {
+        format!("0.0.0.0:{}", a.port)
+    }
+    .parse()
+    .expect("literal address");
+    if a.tcp {
+        return rx_tcp(&a, addr);
+    }
+    let strategy = if a.gro {
+        RxStrategy::GroRecvmmsg
+    } else {
+        RxStrategy::Recvmmsg
+    };
+    let sock = match rx::bind(strategy, addr).map_err(Failure::usage)? {
+        rx::RxSock::Fast(s) => s,
+        rx::RxSock::Std(_) => unreachable!("batched strategies use fastudp sockets"),
+    };
+    let mut batch = fastudp::RecvBatch::new(32);
+    let mut v = Verifier::default();
+    let (mut bytes, mut dgrams, mut calls) = (0u64, 0u64, 0u64);
+    let waiting = Instant::now();
+    let mut first: Option<Instant> = None;
+    let mut last_data = Instant::now();
+    let mut peer = None;
+    let mut tick = 1u32;
+    let mut last = (0u64, 0u64, 0u64);
+    let mut cpu0 = fastudp::os::thread_cpu_time();
+    if !a.quiet && !a.json {
+        println!("rx: listening on {addr} ({})", bench::rname(strategy));
+    }
+    loop {
+        if STOP.load(Relaxed) {
+            break;
+        }
+        match sock.recv(&mut batch) {
+            Ok(_) => {
+                let now = Instant::now();
+                if first.is_none() {
+                    first = Some(now);
+                    cpu0 = fastudp::os::thread_cpu_time();
+                }
+                last_data = now;
+                calls += 1;
+                for (m, buf) in batch.iter() {
+                    peer.get_or_insert(m.source);
+                    bytes += m.len as u64;
+                    if a.verify {
+                        for d in m.datagrams(buf) {
+                            v.datagram(d);
+                            dgrams += 1;
+                        }
+                    } else {
+                        dgrams += m.datagram_count() as u64;
+                    }
+                }
+            }
+            Err(e) if e.is_would_block() => {}
+            Err(e) => {
+                return Err(Failure {
+                    code: 1,
+                    msg: format!("receive failed: {e}"),
+                })
+            }
+        }
+        let now = Instant::now();
+        match first {
+            None if now.duration_since(waiting).as_secs_f64() > a.wait => {
+                return Err(Failure {
+                    code: 1,
+                    msg: format!("no datagram arrived on {addr} in {} s", a.wait),
+                });
+            }
+            None => continue,
+            Some(f) => {
+                if now.duration_since(f) >= Duration::from_secs(tick as u64) {
+                    if !a.quiet && !a.json {
+                        report::print_interval(
+                            "rx",
+                            tick,
+                            bytes - last.0,
+                            dgrams - last.1,
+                            calls - last.2,
+                        );
+                    }
+                    last = (bytes, dgrams, calls);
+                    tick += 1;
+                }
+                if a.secs
+                    .is_some_and(|l| now.duration_since(f).as_secs_f64() >= l)
+                    || now.duration_since(last_data).as_secs_f64() >= a.idle
+                {
+                    break;
+                }
+            }
+        }
+    }
+    let cpu = fastudp::os::thread_cpu_time().saturating_sub(cpu0);
+    let secs = match first {
+        Some(f) => last_data.duration_since(f).as_secs_f64().max(1e-3),
+        None => 0.0,
+    };
+    let st = sock.stats();
+    if st.truncated > 0 {
+        eprintln!("fastudp: warning: {} messages were truncated", st.truncated);
+    }
+    let rate = |x: u64| if secs > 0.0 { x as f64 / secs } else { 0.0 };
+    print_summary(
+        &Summary {
+            role: "rx",
+            mode: bench::rname(strategy),
+            peer: peer.map(|p| p.to_string()),
+            bytes,
+            datagrams: dgrams,
+            seconds: secs,
+            gbps: rate(bytes) * 8.0 / 1e9,
+            datagrams_per_sec: rate(dgrams),
+            calls_per_sec: rate(calls),
+            cpu_ns_per_byte: if bytes > 0 {
+                cpu.as_nanos() as f64 / bytes as f64
+            } else {
+                0.0
+            },
+            lost: a.verify.then(|| v.lost()),
+            duplicates: a.verify.then_some(v.duplicates),
+            reordered: a.verify.then_some(v.reordered),
+            unsequenced: a.verify.then_some(v.unsequenced),
+        },
+        a.json,
+    )
+}
+
+fn rx_tcp(a: &RxArgs, addr: SocketAddr) -> Result<(), Failure> {
+    let l = TcpListener::bind(addr)
+        .map_err(|e| Failure::usage(format!("cannot listen on {addr}: {e}")))?;
+    if !a.quiet && !a.json {
+        println!("rx: listening on {addr} (tcp)");
+    }
+    l.set_nonblocking(true)
+        .map_err(|e| Failure::usage(e.to_string()))?;
+    let waiting = Instant::now();
+    let (s, peer) = loop {
+        match l.accept() {
+            Ok(c) => break c,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if STOP.load(Relaxed) || waiting.elapsed().as_secs_f64() > a.wait {
+                    return Err(Failure {
+                        code: 1,
+                        msg: format!("no connection arrived on {addr} in {} s", a.wait),
+                    });
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => {
+                return Err(Failure {
+                    code: 1,
+                    msg: format!("accept: {e}"),
+                })
+            }
+        }
+    };
+    let mut s = s;
+    s.set_nonblocking(false)
+        .map_err(|e| Failure::usage(e.to_string()))?;
+    s.set_read_timeout(Some(Duration::from_millis(200)))
+        .map_err(|e| Failure::usage(e.to_string()))?;
+    let mut buf = vec![0u8; 256 * 1024];
+    let (mut bytes, mut calls) = (0u64, 0u64);
+    let start = Instant::now();
+    let cpu0 = fastudp::os::thread_cpu_time();
+    let mut tick = 1u32;
+    let mut last = (0u64, 0u64);
+    loop {
+        if STOP.load(Relaxed) || a.secs.is_some_and(|l| start.elapsed().as_secs_f64() >= l) {
+            break;
+        }
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                bytes += n as u64;
+                calls += 1;
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(e) => {
+                return Err(Failure {
+                    code: 1,
+                    msg: format!("TCP receive failed: {e}"),
+                })
+            }
+        }
+        if start.elapsed() >= Duration::from_secs(tick as u64) {
+            if !a.quiet && !a.json {
+                report::print_interval("rx tcp", tick, bytes - last.0, 0, calls - last.1);
+            }
+            last = (bytes, calls);
+            tick += 1;
+        }
+    }
+    let cpu = fastudp::os::thread_cpu_time().saturating_sub(cpu0);
+    let secs = start.elapsed().as_secs_f64().max(1e-3);
+    print_summary(
+        &Summary {
+            role: "rx",
+            mode: "tcp".into(),
+            peer: Some(peer.to_string()),
+            bytes,
+            datagrams: 0,
+            seconds: secs,
+            gbps: bytes as f64 * 8.0 / secs / 1e9,
+            datagrams_per_sec: 0.0,
+            calls_per_sec: calls as f64 / secs,
+            cpu_ns_per_byte: if bytes > 0 {
+                cpu.as_nanos() as f64 / bytes as f64
+            } else {
+                0.0
+            },
+            lost: None,
+            duplicates: None,
+            reordered: None,
+            unsequenced: None,
+        },
+        a.json,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn d(seq: u64) -> Vec<u8> {
+        let mut v = seq.to_le_bytes().to_vec();
+        v.extend_from_slice(&[0; 100]);
+        v
+    }
+
+    #[test]
+    fn verifier_counts_loss_duplicates_and_reordering() {
+        let mut v = Verifier::default();
+        for s in [0, 1, 2, 4, 3, 3, 7] {
+            v.datagram(&d(s));
+        }
+        v.datagram(b"x");
+        v.datagram(&u64::MAX.to_le_bytes());
+        assert_eq!(v.lost(), 2); // 5 and 6
+        assert_eq!(v.duplicates, 1);
+        assert_eq!(v.reordered, 1);
+        assert_eq!(v.unsequenced, 2);
+        assert_eq!(Verifier::default().lost(), 0);
+    }
+}
