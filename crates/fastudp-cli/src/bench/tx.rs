@@ -121,7 +121,7 @@ pub fn udp(
         stamp(&mut ring[at..at + call_len], p, &mut seq);
         let buf = &ring[at..at + call_len];
         let sent: io::Result<usize> = match t {
-            TxStrategy::Sendto => sock.send_to(&buf, dest).map(|_| 1),
+            TxStrategy::Sendto => sock.send_to(buf, dest).map(|_| 1),
             TxStrategy::Sendmmsg | TxStrategy::SendmmsgGsoSeed => {
                 let iovs: Vec<[IoSlice<'_>; 1]> =
                     buf.chunks(p).map(|c| [IoSlice::new(c)]).collect();
@@ -140,7 +140,7 @@ pub fn udp(
                     .collect();
                 raw::sendmmsg(&sock, &msgs)
             }
-            TxStrategy::GsoSockopt => sock.send_to(&buf, dest).map(|_| segs),
+            TxStrategy::GsoSockopt => sock.send_to(buf, dest).map(|_| segs),
             TxStrategy::GsoIov | TxStrategy::GsoIovCmsg => {
                 let iov: Vec<IoSlice<'_>> = buf.chunks(p).map(IoSlice::new).collect();
                 let control: &[u8] = if t == TxStrategy::GsoIovCmsg {
@@ -159,7 +159,7 @@ pub fn udp(
                 .map(|_| segs)
             }
             TxStrategy::GsoCmsg => {
-                let iov = [IoSlice::new(&buf)];
+                let iov = [IoSlice::new(buf)];
                 raw::sendmsg(
                     &sock,
                     &OutMsg {
