@@ -39,12 +39,14 @@ pub mod raw;
 mod socket;
 mod sys;
 pub mod wire;
+mod zerocopy;
 
 pub use caps::{Capabilities, Disabled, DISABLE_ENV};
 pub use coalesce::{Coalescer, DEFAULT_MTU};
 pub use error::{Error, FallbackEvent, Feature};
 pub use socket::{Config, RecvBatch, RecvMeta, Socket, Stats, Transmit, DEFAULT_MESSAGE_CAPACITY};
 pub use wire::control::EcnCodepoint;
+pub use zerocopy::{ZeroCopyMode, ZeroCopySender, ZeroCopyStats};
 
 /// Operating-system helpers the benchmark and test tools share.
 pub mod os {

@@ -333,7 +333,7 @@ impl Socket {
         max_payload(!is_v4_dest(dest))
     }
 
-    fn validate(&self, index: usize, t: &Transmit<'_>) -> Result<(), Error> {
+    pub(crate) fn validate(&self, index: usize, t: &Transmit<'_>) -> Result<(), Error> {
         if !self.ipv6 && !is_v4_dest(&t.destination) {
             return Err(Error::AddressFamily {
                 index,
@@ -370,7 +370,7 @@ impl Socket {
         Ok(())
     }
 
-    fn dest_addr(&self, d: &SocketAddr) -> socket2::SockAddr {
+    pub(crate) fn dest_addr(&self, d: &SocketAddr) -> socket2::SockAddr {
         match (self.ipv6, d) {
             (true, SocketAddr::V4(v4)) => {
                 SocketAddr::V6(SocketAddrV6::new(v4.ip().to_ipv6_mapped(), v4.port(), 0, 0)).into()
@@ -379,7 +379,7 @@ impl Socket {
         }
     }
 
-    fn control_for(
+    pub(crate) fn control_for(
         &self,
         t: &Transmit<'_>,
         segment: Option<u16>,
@@ -452,6 +452,28 @@ impl Socket {
             }
         }
         Ok(done)
+    }
+
+    /// One `sendmsg` of one transmit with extra `flags` (such as
+    /// `MSG_ZEROCOPY`), with no fallback: the caller handles errors. The
+    /// transmit must have been validated.
+    pub(crate) fn send_one_flags(&self, t: &Transmit<'_>, flags: i32) -> Result<usize, io::Error> {
+        let seg = (t.segments() > 1).then(|| t.segment_size.unwrap_or(0) as u16);
+        let mut cb = CmsgBuf::default();
+        let n = self.control_for(t, seg, &mut cb).map_err(io::Error::from)?;
+        let addr = self.dest_addr(&t.destination);
+        let iov = [IoSlice::new(t.contents)];
+        let m = OutMsg {
+            addr: Some(&addr),
+            iov: &iov,
+            control: &cb.0[..n],
+        };
+        self.send_calls.fetch_add(1, Relaxed);
+        let r = sys::sendmsg(&self.inner, &m, flags);
+        if r.is_ok() {
+            self.send_messages.fetch_add(1, Relaxed);
+        }
+        r
     }
 
     /// One syscall's worth of transmits, with fallbacks. Returns >= 1 or an

@@ -206,6 +206,42 @@ pub(crate) fn recvmsg(
     })
 }
 
+/// `recvmsg(2)` with `MSG_ERRQUEUE | MSG_DONTWAIT` and no payload: reads
+/// one error-queue message's control data into `control`. Returns the
+/// control length, or `None` when the queue is empty.
+pub(crate) fn recv_errqueue(
+    sock: &UdpSocket,
+    control: &mut InControl,
+) -> io::Result<Option<usize>> {
+    let mut name = AddrBuf::default();
+    // SAFETY: all-zero is a valid msghdr.
+    let mut h: libc::msghdr = unsafe { MaybeUninit::zeroed().assume_init() };
+    h.msg_name = &mut name.0 as *mut _ as *mut libc::c_void;
+    h.msg_namelen = size_of::<libc::sockaddr_storage>() as _;
+    h.msg_control = control.0.as_mut_ptr() as *mut libc::c_void;
+    h.msg_controllen = control.0.len() as _;
+    // SAFETY: `h` points at live, writable buffers of the stated lengths.
+    let r = unsafe {
+        libc::recvmsg(
+            sock.as_raw_fd(),
+            &mut h,
+            libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT,
+        )
+    };
+    match cvt_ssize(r) {
+        // usize on glibc, u32 on musl.
+        #[allow(clippy::unnecessary_cast)]
+        Ok(_) => Ok(Some(h.msg_controllen as usize)),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// `MSG_ZEROCOPY`.
+pub const MSG_ZEROCOPY: i32 = libc::MSG_ZEROCOPY;
+/// `POLLERR`: the error queue has something.
+pub(crate) const POLLERR: i16 = libc::POLLERR;
+
 /// `setsockopt(2)` with an `int` value.
 pub(crate) fn setsockopt_int(fd: RawFd, level: i32, name: i32, value: i32) -> io::Result<()> {
     setsockopt_bytes(fd, level, name, &value.to_ne_bytes())

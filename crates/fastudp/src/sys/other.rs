@@ -84,6 +84,19 @@ pub(crate) fn getsockopt_int(_fd: RawFd, _level: i32, _name: i32) -> io::Result<
     Err(unsupported())
 }
 
+/// No error queue here.
+pub(crate) fn recv_errqueue(
+    _sock: &UdpSocket,
+    _control: &mut InControl,
+) -> io::Result<Option<usize>> {
+    Ok(None)
+}
+
+/// `MSG_ZEROCOPY` (not available here).
+pub const MSG_ZEROCOPY: i32 = 0;
+/// `POLLERR`.
+pub(crate) const POLLERR: i16 = 8;
+
 /// Not available here.
 pub(crate) fn set_txtime(_fd: RawFd, _clockid: i32, _flags: u32) -> io::Result<()> {
     Err(unsupported())

@@ -8,12 +8,14 @@
 //! - [`control`]: the control messages fastudp sends and receives
 //!   (UDP_SEGMENT, UDP_GRO, ECN, PKTINFO, SO_RXQ_OVFL);
 //! - [`plan`]: GSO train planning within every kernel limit;
-//! - [`gro`]: splitting a coalesced (GRO) receive buffer into datagrams.
+//! - [`gro`]: splitting a coalesced (GRO) receive buffer into datagrams;
+//! - [`zerocopy`]: MSG_ZEROCOPY completions and buffer bookkeeping.
 
 pub mod cmsg;
 pub mod control;
 pub mod gro;
 pub mod plan;
+pub mod zerocopy;
 
 /// Linux constants for the socket options and control messages fastudp uses.
 ///

@@ -1,0 +1,146 @@
+//! MSG_ZEROCOPY through the library: buffers come back only after their
+//! completion, nothing is lost, and the adaptive fallback to copying works
+//! on loopback, where the kernel always copies.
+
+mod common;
+use common::*;
+use fastudp::{RecvBatch, Socket, ZeroCopyMode, ZeroCopySender};
+use std::time::Duration;
+
+fn receiver() -> Socket {
+    let r = Socket::bind_with("127.0.0.1:0".parse().unwrap(), rx_config(RxMode::Gro)).unwrap();
+    r.as_std()
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .unwrap();
+    r
+}
+
+fn receive_all(r: &Socket, total: u64, seg: usize) {
+    let mut checker = Checker::uniform(total, seg);
+    let mut b = RecvBatch::new(32);
+    while checker.received < total {
+        r.recv(&mut b)
+            .unwrap_or_else(|e| panic!("only {} of {total} arrived: {e}", checker.received));
+        for (_, d) in b.datagrams() {
+            checker.check(d);
+        }
+    }
+    checker.finish(0);
+}
+
+#[test]
+fn buffers_come_back_only_after_completion() {
+    let tx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    if !tx.capabilities().zerocopy {
+        eprintln!("skipping: no MSG_ZEROCOPY here");
+        return;
+    }
+    let rx = receiver();
+    let dest = rx.local_addr().unwrap();
+    let mut zc = ZeroCopySender::new(&tx).unwrap().adaptive(false);
+    const N: usize = 100;
+    const SEGS: usize = 8;
+    const SEG: usize = 1200;
+    let recv = std::thread::spawn(move || receive_all(&rx, (N * SEGS) as u64, SEG));
+    let mut returned = 0;
+    for i in 0..N {
+        let mut buf = Vec::with_capacity(SEGS * SEG);
+        for s in 0..SEGS {
+            fill((i * SEGS + s) as u64, SEG, &mut buf);
+        }
+        zc.send(dest, buf, Some(SEG)).map_err(|(e, _)| e).unwrap();
+        // Nothing is handed back before its completion has been read.
+        assert!(zc.in_flight() >= 1);
+        while let Some(b) = zc.pop_done() {
+            assert_eq!(b.len(), SEGS * SEG);
+            returned += 1;
+        }
+        zc.reap().unwrap();
+    }
+    assert_eq!(
+        zc.drain(Duration::from_secs(5)).unwrap(),
+        0,
+        "every completion arrives"
+    );
+    while zc.pop_done().is_some() {
+        returned += 1;
+    }
+    assert_eq!(returned, N);
+    let s = zc.stats();
+    assert_eq!(
+        (s.sends, s.zerocopy_sends, s.completions),
+        (N as u64, N as u64, N as u64)
+    );
+    // Loopback delivery always copies; the kernel says so.
+    assert_eq!(s.copied, N as u64, "{s:?}");
+    assert_eq!(
+        zc.mode(),
+        ZeroCopyMode::Zerocopy,
+        "not adaptive: stays in zerocopy mode"
+    );
+    recv.join().unwrap();
+}
+
+#[test]
+fn adaptive_sender_falls_back_to_copying_on_loopback() {
+    let tx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    if !tx.capabilities().zerocopy {
+        eprintln!("skipping: no MSG_ZEROCOPY here");
+        return;
+    }
+    let rx = receiver();
+    let dest = rx.local_addr().unwrap();
+    let mut zc = ZeroCopySender::new(&tx).unwrap();
+    const N: usize = 300;
+    let recv = std::thread::spawn(move || receive_all(&rx, N as u64, 1000));
+    let mut pool: Vec<Vec<u8>> = Vec::new();
+    for i in 0..N {
+        let mut buf = pool.pop().unwrap_or_default();
+        buf.clear();
+        fill(i as u64, 1000, &mut buf);
+        zc.send(dest, buf, None).map_err(|(e, _)| e).unwrap();
+        zc.reap().unwrap();
+        while let Some(b) = zc.pop_done() {
+            pool.push(b);
+        }
+    }
+    zc.drain(Duration::from_secs(5)).unwrap();
+    let s = zc.stats();
+    assert_eq!(zc.mode(), ZeroCopyMode::Copy, "{s:?}");
+    let fb = s.fallback.clone().expect("the fallback is reported");
+    assert!(fb.reason.contains("copied"), "{}", fb.reason);
+    assert!(
+        s.zerocopy_sends >= 64 && s.zerocopy_sends < N as u64,
+        "{s:?}"
+    );
+    assert_eq!(s.sends, N as u64);
+    recv.join().unwrap();
+}
+
+#[test]
+fn disabled_zerocopy_is_a_clear_error() {
+    let c = fastudp::Config {
+        disabled: fastudp::Disabled {
+            zerocopy: true,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let tx = Socket::bind_with("127.0.0.1:0".parse().unwrap(), c).unwrap();
+    let e = ZeroCopySender::new(&tx).unwrap_err();
+    assert!(e.to_string().contains("zerocopy"), "{e}");
+}
+
+#[test]
+fn oversized_buffer_comes_back_with_the_error() {
+    let tx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    if !tx.capabilities().zerocopy {
+        return;
+    }
+    let mut zc = ZeroCopySender::new(&tx).unwrap();
+    let (e, buf) = zc
+        .send("127.0.0.1:9".parse().unwrap(), vec![0; 70_000], None)
+        .unwrap_err();
+    assert_eq!(buf.len(), 70_000, "the caller gets its buffer back");
+    assert!(matches!(e, fastudp::Error::PayloadTooLarge { .. }));
+}
