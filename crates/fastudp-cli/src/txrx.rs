@@ -39,6 +39,10 @@ pub struct TxArgs {
     /// sendmmsg: 32 datagrams, or 8 GSO buffers, per call.
     #[arg(short = 'm')]
     pub mmsg: bool,
+    /// MSG_ZEROCOPY (with -S: GSO buffers), completions reaped; reports
+    /// how many sends the kernel copied anyway.
+    #[arg(short = 'z', conflicts_with_all = ["mmsg", "tcp"])]
+    pub zerocopy: bool,
     /// Rotate through 128 MiB of buffers (cache thrash).
     #[arg(short = 'c')]
     pub cache: bool,
@@ -114,6 +118,10 @@ pub struct Summary {
     pub reordered: Option<u64>,
     /// Datagrams too short to carry a sequence number (verified runs).
     pub unsequenced: Option<u64>,
+    /// `tx -z` only: zerocopy completions read from the error queue.
+    pub zerocopy_completions: Option<u64>,
+    /// `tx -z` only: completions the kernel copied anyway.
+    pub zerocopy_copied: Option<u64>,
 }
 
 fn in_range(name: &str, v: f64, max: f64) -> Result<(), Failure> {
@@ -145,6 +153,9 @@ fn print_summary(s: &Summary, json: bool) -> Result<(), Failure> {
         s.calls_per_sec,
         s.cpu_ns_per_byte
     );
+    if let (Some(done), Some(copied)) = (s.zerocopy_completions, s.zerocopy_copied) {
+        println!("zerocopy: {done} completions, {copied} copied by the kernel anyway");
+    }
     if let (Some(l), Some(d), Some(r), Some(u)) = (s.lost, s.duplicates, s.reordered, s.unsequenced)
     {
         println!("verified: {l} lost, {d} duplicate, {r} reordered, {u} without a sequence number");
@@ -191,15 +202,14 @@ pub fn run_tx(a: TxArgs) -> Result<(), Failure> {
                 max.min(g * kmax)
             )));
         }
-        (
-            if a.mmsg {
-                TxStrategy::SendmmsgGso
-            } else {
-                TxStrategy::GsoCmsg
-            },
-            g,
-            s / g,
-        )
+        let t = if a.zerocopy {
+            TxStrategy::GsoZerocopy
+        } else if a.mmsg {
+            TxStrategy::SendmmsgGso
+        } else {
+            TxStrategy::GsoCmsg
+        };
+        (t, g, s / g)
     } else {
         let s = a
             .size
@@ -209,15 +219,14 @@ pub fn run_tx(a: TxArgs) -> Result<(), Failure> {
                 "-s {s} is out of range: a UDP payload is 1 to {max} bytes"
             )));
         }
-        (
-            if a.mmsg {
-                TxStrategy::Sendmmsg
-            } else {
-                TxStrategy::Sendto
-            },
-            s,
-            1,
-        )
+        let t = if a.zerocopy {
+            TxStrategy::GsoZerocopy
+        } else if a.mmsg {
+            TxStrategy::Sendmmsg
+        } else {
+            TxStrategy::Sendto
+        };
+        (t, s, 1)
     };
     let w = Workload {
         payload,
@@ -293,6 +302,8 @@ pub fn run_tx(a: TxArgs) -> Result<(), Failure> {
             duplicates: None,
             reordered: None,
             unsequenced: None,
+            zerocopy_completions: o.zerocopy.map(|z| z.0),
+            zerocopy_copied: o.zerocopy.map(|z| z.1),
         },
         a.json,
     )
@@ -498,6 +509,8 @@ pub fn run_rx(a: RxArgs) -> Result<(), Failure> {
             duplicates: a.verify.then_some(v.duplicates),
             reordered: a.verify.then_some(v.reordered),
             unsequenced: a.verify.then_some(v.unsequenced),
+            zerocopy_completions: None,
+            zerocopy_copied: None,
         },
         a.json,
     )
@@ -595,6 +608,8 @@ fn rx_tcp(a: &RxArgs, addr: SocketAddr) -> Result<(), Failure> {
             duplicates: None,
             reordered: None,
             unsequenced: None,
+            zerocopy_completions: None,
+            zerocopy_copied: None,
         },
         a.json,
     )

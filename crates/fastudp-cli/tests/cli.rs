@@ -47,7 +47,7 @@ fn json_is_complete_and_strategies_make_the_calls_they_name() {
         "--batch",
         "16",
         "--tx",
-        "sendto,sendmmsg,gso-cmsg,sendmmsg-gso,fastudp,tcp",
+        "sendto,sendmmsg,gso-cmsg,sendmmsg-gso,fastudp,tcp,gso-zerocopy",
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let v: Value = serde_json::from_slice(&o.stdout).expect("valid JSON");
@@ -70,7 +70,7 @@ fn json_is_complete_and_strategies_make_the_calls_they_name() {
         );
     }
     let results = v["results"].as_array().expect("results array");
-    assert_eq!(results.len(), 6);
+    assert_eq!(results.len(), 7);
     let keys = [
         "tx",
         "rx",
@@ -111,6 +111,12 @@ fn json_is_complete_and_strategies_make_the_calls_they_name() {
             "sendmmsg-gso" if gso => assert_eq!(bpc, 8.0 * 16_000.0, "8 GSO buffers per call"),
             "fastudp" if gso => assert!(bpc >= 16_000.0, "trains per call: {bpc}"),
             "tcp" => assert_eq!(r["rx"], "tcp"),
+            "gso-zerocopy" if v["host"]["capabilities"]["zerocopy"] == true => {
+                // Loopback delivery always copies, and the report says so.
+                let done = r["zerocopy_completions"].as_u64().unwrap();
+                assert!(done > 0);
+                assert_eq!(r["zerocopy_copied"].as_u64().unwrap(), done);
+            }
             _ => {}
         }
     }
@@ -213,12 +219,18 @@ fn testbed_builds_profiles_and_cleans_up() {
         "0.3",
         "--json",
         "--tx",
-        "gso-cmsg",
+        "gso-cmsg,gso-zerocopy",
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["results"][0]["rx"], "sink");
     assert!(v["results"][0]["lost"].is_null());
+    // Where the data leaves the host, zerocopy really is zerocopy.
+    let z = &v["results"][1];
+    if v["host"]["capabilities"]["zerocopy"] == true {
+        assert!(z["zerocopy_completions"].as_u64().unwrap() > 0, "{z}");
+        assert_eq!(z["zerocopy_copied"], 0, "{z}");
+    }
     assert!(!namespaces().contains("fastudp-"));
 
     // A bad value with --testbed is refused before anything is built.

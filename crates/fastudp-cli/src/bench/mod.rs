@@ -38,6 +38,9 @@ pub enum TxStrategy {
     /// The seed's "sendmmsg + GSO": one datagram per message, each with a
     /// UDP_SEGMENT cmsg larger than the datagram, so nothing is segmented.
     SendmmsgGsoSeed,
+    /// GSO with MSG_ZEROCOPY: the library's zerocopy sender, completions
+    /// reaped, buffers reused only after their completion.
+    GsoZerocopy,
     /// The fastudp library's own path: `Socket::send` of GSO trains.
     Fastudp,
     /// A TCP stream of the same bytes.
@@ -147,6 +150,8 @@ pub struct TxOutcome {
     pub calls: u64,
     pub cpu: Duration,
     pub seconds: f64,
+    /// Zerocopy runs: (completions, of which copied).
+    pub zerocopy: Option<(u64, u64)>,
 }
 
 /// What the receiver reports at the end.
@@ -182,6 +187,10 @@ pub struct Result {
     pub lost: Option<u64>,
     pub kernel_drops: u64,
     pub speedup_vs_sendto: Option<f64>,
+    /// `gso-zerocopy` only: zerocopy completions read from the error queue.
+    pub zerocopy_completions: Option<u64>,
+    /// `gso-zerocopy` only: of those, how many the kernel copied anyway.
+    pub zerocopy_copied: Option<u64>,
 }
 
 fn validate(a: &BenchArgs) -> std::result::Result<Workload, String> {
@@ -562,6 +571,8 @@ fn run_pair(
         lost: (!sink).then(|| txo.datagrams.saturating_sub(rxo.datagrams)),
         kernel_drops: drops,
         speedup_vs_sendto: None,
+        zerocopy_completions: txo.zerocopy.map(|z| z.0),
+        zerocopy_copied: txo.zerocopy.map(|z| z.1),
     })
 }
 

@@ -138,4 +138,18 @@ pub fn print_table(rs: &[Result]) {
             r.speedup_vs_sendto.map(|s| format!("{s:.2}x")).unwrap_or_else(|| "-".into())
         );
     }
+    for r in rs {
+        if let (Some(done), Some(copied)) = (r.zerocopy_completions, r.zerocopy_copied) {
+            println!(
+                "{}: {done} zerocopy completions, {copied} of them copied by the kernel anyway ({:.0}%){}",
+                name(r.tx),
+                if done > 0 { copied as f64 * 100.0 / done as f64 } else { 0.0 },
+                if done > 0 && copied * 10 >= done * 9 {
+                    ": the data did not leave the host (local delivery copies)"
+                } else {
+                    ""
+                }
+            );
+        }
+    }
 }

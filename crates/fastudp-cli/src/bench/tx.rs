@@ -8,7 +8,7 @@ use fastudp::Transmit;
 use std::io::{self, IoSlice, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::sync::atomic::Ordering::Relaxed;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// GSO super-buffers per sendmmsg call in `sendmmsg-gso` and `fastudp`.
 pub const BUFFERS_PER_MMSG: usize = 8;
@@ -66,6 +66,9 @@ pub fn udp(
     w: &Workload,
     live: &Live,
 ) -> Result<TxOutcome, String> {
+    if t == TxStrategy::GsoZerocopy {
+        return zerocopy(dest, w, live);
+    }
     let sock =
         UdpSocket::bind(unspecified(dest.is_ipv6())).map_err(|e| format!("bind sender: {e}"))?;
     if w.connect {
@@ -206,7 +209,9 @@ pub fn udp(
                     r
                 }
             }
-            TxStrategy::Tcp => unreachable!("TCP runs through tx::tcp"),
+            TxStrategy::Tcp | TxStrategy::GsoZerocopy => {
+                unreachable!("handled by tx::tcp and tx::zerocopy")
+            }
         };
         calls += 1;
         match sent {
@@ -241,6 +246,7 @@ pub fn udp(
         calls,
         cpu,
         seconds: start.elapsed().as_secs_f64(),
+        zerocopy: None,
     })
 }
 
@@ -274,5 +280,90 @@ pub fn tcp(mut s: TcpStream, w: &Workload, live: &Live) -> Result<TxOutcome, Str
         calls,
         cpu,
         seconds,
+        zerocopy: None,
+    })
+}
+
+/// `gso-zerocopy`: GSO buffers sent with MSG_ZEROCOPY through the library's
+/// [`fastudp::ZeroCopySender`] (not adaptive: this measures zerocopy itself).
+/// A buffer is stamped and sent again only after its completion arrived.
+pub fn zerocopy(dest: SocketAddr, w: &Workload, live: &Live) -> Result<TxOutcome, String> {
+    let t = TxStrategy::GsoZerocopy;
+    let std_sock =
+        UdpSocket::bind(unspecified(dest.is_ipv6())).map_err(|e| format!("bind sender: {e}"))?;
+    if w.connect {
+        std_sock
+            .connect(dest)
+            .map_err(|e| format!("connect to {dest}: {e}"))?;
+    }
+    let sock = fastudp::Socket::from_std(std_sock).map_err(|e| e.to_string())?;
+    let mut zc = fastudp::ZeroCopySender::new(&sock)
+        .map_err(|e| format!("gso-zerocopy is not available here: {e}"))?
+        .adaptive(false);
+    let p = w.payload;
+    let call_len = p * w.segs;
+    let pool_len = ring_len(w, call_len) / call_len;
+    let mut pool: Vec<Vec<u8>> = (0..pool_len.max(64))
+        .map(|_| {
+            ring(
+                &Workload {
+                    cache_thrash: false,
+                    ..*w
+                },
+                call_len,
+            )
+        })
+        .collect();
+    let segment = (w.segs > 1).then_some(p);
+    let mut seq = 0u64;
+    let (mut calls, mut dgrams, mut bytes) = (0u64, 0u64, 0u64);
+    let start = Instant::now();
+    let deadline = start + w.duration;
+    let cpu0 = fastudp::os::thread_cpu_time();
+    while Instant::now() < deadline {
+        let mut buf = match pool.pop().or_else(|| zc.pop_done()) {
+            Some(b) => b,
+            None => {
+                zc.wait(Duration::from_millis(10))
+                    .map_err(|e| send_err(t, e.into()))?;
+                continue;
+            }
+        };
+        stamp(&mut buf, p, &mut seq);
+        match zc.send(dest, buf, segment) {
+            Ok(()) => {
+                calls += 1;
+                dgrams += w.segs as u64;
+                bytes += call_len as u64;
+                live.tx_calls.store(calls, Relaxed);
+                live.tx_datagrams.store(dgrams, Relaxed);
+            }
+            Err((e, b)) => {
+                pool.push(b);
+                let e: io::Error = e.into();
+                if !transient(&e) {
+                    return Err(send_err(t, e));
+                }
+                std::thread::yield_now();
+            }
+        }
+        zc.reap().map_err(|e| send_err(t, e.into()))?;
+    }
+    let cpu = fastudp::os::thread_cpu_time().saturating_sub(cpu0);
+    let seconds = start.elapsed().as_secs_f64();
+    let left = zc
+        .drain(Duration::from_secs(2))
+        .map_err(|e| send_err(t, e.into()))?;
+    if left > 0 {
+        eprintln!("fastudp: warning: {left} zerocopy completions did not arrive within 2 s");
+    }
+    let s = zc.stats();
+    Ok(TxOutcome {
+        datagrams: dgrams,
+        bytes,
+        calls,
+        cpu,
+        seconds,
+        zerocopy: Some((s.completions, s.copied)),
     })
 }
