@@ -124,6 +124,52 @@ pub struct Summary {
     pub zerocopy_copied: Option<u64>,
 }
 
+impl Summary {
+    /// A summary with rates computed from totals; the verification and
+    /// zerocopy fields start empty.
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        role: &'static str,
+        mode: String,
+        peer: Option<String>,
+        bytes: u64,
+        datagrams: u64,
+        calls: u64,
+        seconds: f64,
+        cpu: Duration,
+    ) -> Self {
+        let rate = |x: u64| {
+            if seconds > 0.0 {
+                x as f64 / seconds
+            } else {
+                0.0
+            }
+        };
+        Summary {
+            role,
+            mode,
+            peer,
+            bytes,
+            datagrams,
+            seconds,
+            gbps: rate(bytes) * 8.0 / 1e9,
+            datagrams_per_sec: rate(datagrams),
+            calls_per_sec: rate(calls),
+            cpu_ns_per_byte: if bytes > 0 {
+                cpu.as_nanos() as f64 / bytes as f64
+            } else {
+                0.0
+            },
+            lost: None,
+            duplicates: None,
+            reordered: None,
+            unsequenced: None,
+            zerocopy_completions: None,
+            zerocopy_copied: None,
+        }
+    }
+}
+
 fn in_range(name: &str, v: f64, max: f64) -> Result<(), Failure> {
     if v > 0.0 && v <= max {
         Ok(())
@@ -284,26 +330,18 @@ pub fn run_tx(a: TxArgs) -> Result<(), Failure> {
     let secs = o.seconds.max(1e-9);
     print_summary(
         &Summary {
-            role: "tx",
-            mode: bench::name(t),
-            peer: Some(dest.to_string()),
-            bytes: o.bytes,
-            datagrams: o.datagrams,
-            seconds: secs,
-            gbps: o.bytes as f64 * 8.0 / secs / 1e9,
-            datagrams_per_sec: o.datagrams as f64 / secs,
-            calls_per_sec: o.calls as f64 / secs,
-            cpu_ns_per_byte: if o.bytes > 0 {
-                o.cpu.as_nanos() as f64 / o.bytes as f64
-            } else {
-                0.0
-            },
-            lost: None,
-            duplicates: None,
-            reordered: None,
-            unsequenced: None,
             zerocopy_completions: o.zerocopy.map(|z| z.0),
             zerocopy_copied: o.zerocopy.map(|z| z.1),
+            ..Summary::new(
+                "tx",
+                bench::name(t),
+                Some(dest.to_string()),
+                o.bytes,
+                o.datagrams,
+                o.calls,
+                secs,
+                o.cpu,
+            )
         },
         a.json,
     )
@@ -488,29 +526,22 @@ pub fn run_rx(a: RxArgs) -> Result<(), Failure> {
     if st.truncated > 0 {
         eprintln!("fastudp: warning: {} messages were truncated", st.truncated);
     }
-    let rate = |x: u64| if secs > 0.0 { x as f64 / secs } else { 0.0 };
     print_summary(
         &Summary {
-            role: "rx",
-            mode: bench::rname(strategy),
-            peer: peer.map(|p| p.to_string()),
-            bytes,
-            datagrams: dgrams,
-            seconds: secs,
-            gbps: rate(bytes) * 8.0 / 1e9,
-            datagrams_per_sec: rate(dgrams),
-            calls_per_sec: rate(calls),
-            cpu_ns_per_byte: if bytes > 0 {
-                cpu.as_nanos() as f64 / bytes as f64
-            } else {
-                0.0
-            },
             lost: a.verify.then(|| v.lost()),
             duplicates: a.verify.then_some(v.duplicates),
             reordered: a.verify.then_some(v.reordered),
             unsequenced: a.verify.then_some(v.unsequenced),
-            zerocopy_completions: None,
-            zerocopy_copied: None,
+            ..Summary::new(
+                "rx",
+                bench::rname(strategy),
+                peer.map(|p| p.to_string()),
+                bytes,
+                dgrams,
+                calls,
+                secs,
+                cpu,
+            )
         },
         a.json,
     )
@@ -589,28 +620,16 @@ fn rx_tcp(a: &RxArgs, addr: SocketAddr) -> Result<(), Failure> {
     let cpu = fastudp::os::thread_cpu_time().saturating_sub(cpu0);
     let secs = start.elapsed().as_secs_f64().max(1e-3);
     print_summary(
-        &Summary {
-            role: "rx",
-            mode: "tcp".into(),
-            peer: Some(peer.to_string()),
+        &Summary::new(
+            "rx",
+            "tcp".into(),
+            Some(peer.to_string()),
             bytes,
-            datagrams: 0,
-            seconds: secs,
-            gbps: bytes as f64 * 8.0 / secs / 1e9,
-            datagrams_per_sec: 0.0,
-            calls_per_sec: calls as f64 / secs,
-            cpu_ns_per_byte: if bytes > 0 {
-                cpu.as_nanos() as f64 / bytes as f64
-            } else {
-                0.0
-            },
-            lost: None,
-            duplicates: None,
-            reordered: None,
-            unsequenced: None,
-            zerocopy_completions: None,
-            zerocopy_copied: None,
-        },
+            0,
+            calls,
+            secs,
+            cpu,
+        ),
         a.json,
     )
 }

@@ -99,8 +99,8 @@ pub struct Stats {
     pub truncated: u64,
     /// Messages received with `MSG_CTRUNC`: some control data was lost.
     pub control_truncated: u64,
-    /// The kernel's drop counter for this socket (`SO_RXQ_OVFL`), as last
-    /// reported.
+    /// The kernel's drop counter for this socket, in messages (a GRO train
+    /// counts once): `SO_MEMINFO` now, or `SO_RXQ_OVFL` as last reported.
     pub kernel_drops: u64,
     /// Every feature the socket turned off at run time, and why.
     pub fallbacks: Vec<FallbackEvent>,
@@ -306,6 +306,16 @@ impl Socket {
         &self.inner
     }
 
+    /// The kernel's count of messages this socket dropped (`sk_drops`;
+    /// a dropped GRO train counts once, however many datagrams it held),
+    /// read now with `SO_MEMINFO`, or as last reported by `SO_RXQ_OVFL` on a
+    /// received message where `SO_MEMINFO` is not available. A drop after
+    /// the last received message shows up here, not in any message.
+    pub fn kernel_drops(&self) -> u64 {
+        let now = sys::socket_drops(self.inner.as_raw_fd()).map(u64::from).unwrap_or(0);
+        now.max(self.drops.load(Relaxed))
+    }
+
     /// Sets an `int` socket option (`setsockopt(2)`): an escape hatch for
     /// options fastudp does not wrap.
     pub fn set_option_int(&self, level: i32, name: i32, value: i32) -> io::Result<()> {
@@ -322,7 +332,7 @@ impl Socket {
             resent_unsegmented: self.resent.load(Relaxed),
             truncated: self.truncated.load(Relaxed),
             control_truncated: self.ctruncated.load(Relaxed),
-            kernel_drops: self.drops.load(Relaxed),
+            kernel_drops: self.kernel_drops(),
             fallbacks: self.fallbacks.lock().map(|v| v.clone()).unwrap_or_default(),
         }
     }

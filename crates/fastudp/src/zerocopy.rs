@@ -132,14 +132,7 @@ impl<'s> ZeroCopySender<'s> {
             return Err((e, buf));
         }
         if self.mode == ZeroCopyMode::Copy {
-            return match self.socket.send(&[t]) {
-                Ok(_) => {
-                    self.stats.sends += 1;
-                    self.ready.push_back(buf);
-                    Ok(())
-                }
-                Err(e) => Err((e, buf)),
-            };
+            return self.send_copy(dest, buf, segment_size);
         }
         let deadline = Instant::now() + Duration::from_secs(1);
         loop {
@@ -161,19 +154,32 @@ impl<'s> ZeroCopySender<'s> {
                         && t.segments() > 1 =>
                 {
                     // The path refused GSO: the socket's own send falls back
-                    // (and records why). That send copies, so the buffer is
-                    // free at once.
-                    return match self.socket.send(&[t]) {
-                        Ok(_) => {
-                            self.stats.sends += 1;
-                            self.ready.push_back(buf);
-                            Ok(())
-                        }
-                        Err(e) => Err((e, buf)),
-                    };
+                    // (and records why).
+                    return self.send_copy(dest, buf, segment_size);
                 }
                 Err(e) => return Err((Error::Io(e), buf)),
             }
+        }
+    }
+
+    /// A plain, copying send: the buffer is free as soon as it returns.
+    fn send_copy(
+        &mut self,
+        dest: SocketAddr,
+        buf: Vec<u8>,
+        segment_size: Option<usize>,
+    ) -> Result<(), (Error, Vec<u8>)> {
+        let r = self.socket.send(&[Transmit {
+            segment_size,
+            ..Transmit::new(dest, &buf)
+        }]);
+        match r {
+            Ok(_) => {
+                self.stats.sends += 1;
+                self.ready.push_back(buf);
+                Ok(())
+            }
+            Err(e) => Err((e, buf)),
         }
     }
 

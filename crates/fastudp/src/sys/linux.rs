@@ -279,6 +279,22 @@ pub(crate) fn getsockopt_int(fd: RawFd, level: i32, name: i32) -> io::Result<i32
     cvt(r).map(|_| v)
 }
 
+/// `getsockopt(SO_MEMINFO)`: the socket's `sk_drops` counter now.
+pub(crate) fn socket_drops(fd: RawFd) -> io::Result<u32> {
+    let mut v = [0u32; 16];
+    let mut len = std::mem::size_of_val(&v) as libc::socklen_t;
+    // SAFETY: `v` and `len` are live; the kernel writes at most `len` bytes.
+    let r = unsafe {
+        libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_MEMINFO, v.as_mut_ptr() as *mut libc::c_void, &mut len)
+    };
+    cvt(r)?;
+    let i = libc::SK_MEMINFO_DROPS as usize;
+    if (len as usize) < (i + 1) * 4 {
+        return Err(io::Error::new(io::ErrorKind::Unsupported, "SO_MEMINFO without a drop counter"));
+    }
+    Ok(v[i])
+}
+
 /// `SO_TXTIME` with `struct sock_txtime { clockid_t clockid; u32 flags; }`.
 pub(crate) fn set_txtime(fd: RawFd, clockid: i32, flags: u32) -> io::Result<()> {
     let mut b = [0u8; 8];

@@ -98,6 +98,11 @@ pub const MSG_ZEROCOPY: i32 = 0;
 pub(crate) const POLLERR: i16 = 8;
 
 /// Not available here.
+pub(crate) fn socket_drops(_fd: RawFd) -> io::Result<u32> {
+    Err(unsupported())
+}
+
+/// Not available here.
 pub(crate) fn set_txtime(_fd: RawFd, _clockid: i32, _flags: u32) -> io::Result<()> {
     Err(unsupported())
 }

@@ -274,7 +274,7 @@ pub fn transfer(
                         break;
                     }
                     let t = *idle_since.get_or_insert_with(Instant::now);
-                    if done2.load(Acquire) && t.elapsed() > Duration::from_secs(2) {
+                    if done2.load(Acquire) && t.elapsed() > Duration::from_secs(5) {
                         break;
                     }
                 }
