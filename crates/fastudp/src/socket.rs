@@ -312,7 +312,9 @@ impl Socket {
     /// received message where `SO_MEMINFO` is not available. A drop after
     /// the last received message shows up here, not in any message.
     pub fn kernel_drops(&self) -> u64 {
-        let now = sys::socket_drops(self.inner.as_raw_fd()).map(u64::from).unwrap_or(0);
+        let now = sys::socket_drops(self.inner.as_raw_fd())
+            .map(u64::from)
+            .unwrap_or(0);
         now.max(self.drops.load(Relaxed))
     }
 

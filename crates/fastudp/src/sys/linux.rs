@@ -285,12 +285,21 @@ pub(crate) fn socket_drops(fd: RawFd) -> io::Result<u32> {
     let mut len = std::mem::size_of_val(&v) as libc::socklen_t;
     // SAFETY: `v` and `len` are live; the kernel writes at most `len` bytes.
     let r = unsafe {
-        libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_MEMINFO, v.as_mut_ptr() as *mut libc::c_void, &mut len)
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_MEMINFO,
+            v.as_mut_ptr() as *mut libc::c_void,
+            &mut len,
+        )
     };
     cvt(r)?;
     let i = libc::SK_MEMINFO_DROPS as usize;
     if (len as usize) < (i + 1) * 4 {
-        return Err(io::Error::new(io::ErrorKind::Unsupported, "SO_MEMINFO without a drop counter"));
+        return Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "SO_MEMINFO without a drop counter",
+        ));
     }
     Ok(v[i])
 }
