@@ -3,6 +3,7 @@
 mod plot;
 pub mod report;
 pub mod rx;
+pub mod seq;
 pub mod tx;
 
 use crate::procfs;
@@ -158,6 +159,10 @@ pub struct TxOutcome {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct RxOutcome {
     pub datagrams: u64,
+    /// Distinct sequence numbers seen (UDP; 0 for TCP).
+    pub unique: u64,
+    /// Datagrams too short to carry a sequence number.
+    pub unsequenced: u64,
     pub bytes: u64,
     pub calls: u64,
     pub cpu: Duration,
@@ -574,7 +579,16 @@ fn run_pair(
         rx_cpu_ns_per_byte: per_byte(rxo.cpu.as_nanos() as f64),
         softirq_ns_per_byte: per_byte(soft as f64),
         sent: txo.datagrams,
-        lost: (!sink).then(|| txo.datagrams.saturating_sub(rxo.datagrams)),
+        // From sequence numbers where every datagram carries one (payload of
+        // 8 bytes or more), else from counts; TCP loses nothing.
+        lost: (!sink).then(|| {
+            let got = if t == TxStrategy::Tcp || rxo.unsequenced > 0 {
+                rxo.datagrams
+            } else {
+                rxo.unique
+            };
+            txo.datagrams.saturating_sub(got)
+        }),
         kernel_drops: drops,
         speedup_vs_sendto: None,
         zerocopy_completions: txo.zerocopy.map(|z| z.0),

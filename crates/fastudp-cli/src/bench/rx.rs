@@ -79,12 +79,18 @@ pub fn udp(r: RxStrategy, sock: RxSock, w: &Workload, live: &Live) -> Result<RxO
     };
     let mut buf = vec![0u8; 65_536];
     let mut drops = 0;
+    let mut seq = super::seq::Verifier::default();
     loop {
         let got: io::Result<(u64, u64)> = match &sock {
-            RxSock::Std(s) => s.recv_from(&mut buf).map(|(n, _)| (1, n as u64)),
+            RxSock::Std(s) => s.recv_from(&mut buf).map(|(n, _)| {
+                seq.datagram(&buf[..n]);
+                (1, n as u64)
+            }),
+            // Every datagram is looked at, as an application would.
             RxSock::Fast(s) => match s.recv(&mut batch) {
-                Ok(_) => Ok(batch.iter().fold((0, 0), |(d, b), (m, _)| {
-                    (d + m.datagram_count() as u64, b + m.len as u64)
+                Ok(_) => Ok(batch.datagrams().fold((0, 0), |(d, b), (_, dg)| {
+                    seq.datagram(dg);
+                    (d + 1, b + dg.len() as u64)
                 })),
                 Err(e) => Err(io::Error::from(e)),
             },
@@ -118,6 +124,8 @@ pub fn udp(r: RxStrategy, sock: RxSock, w: &Workload, live: &Live) -> Result<RxO
         }
     }
     Ok(RxOutcome {
+        unique: seq.unique(),
+        unsequenced: seq.unsequenced,
         datagrams: dgrams,
         bytes,
         calls,
@@ -150,6 +158,8 @@ pub fn tcp(l: TcpListener, w: &Workload, live: &Live) -> Result<RxOutcome, Strin
     let cpu = fastudp::os::thread_cpu_time().saturating_sub(cpu0);
     Ok(RxOutcome {
         datagrams: bytes / w.payload as u64,
+        unique: 0,
+        unsequenced: 0,
         bytes,
         calls,
         cpu,
