@@ -35,6 +35,7 @@
 pub mod caps;
 mod coalesce;
 mod error;
+pub mod host;
 pub mod raw;
 mod socket;
 mod sys;

@@ -304,6 +304,52 @@ pub(crate) fn socket_drops(fd: RawFd) -> io::Result<u32> {
     Ok(v[i])
 }
 
+/// `ioctl(SIOCETHTOOL)` on device `ifname` with the request in `data`,
+/// which the kernel reads and overwrites with its reply.
+///
+/// Only for requests whose reply is never longer than the request (every
+/// layout in [`crate::wire::ethtool`] is sized so, the string reply from
+/// the count the kernel gave just before).
+pub(crate) fn ethtool_ioctl(ifname: &str, data: &mut [u8]) -> io::Result<()> {
+    #[repr(C)]
+    struct Ifreq {
+        name: [u8; libc::IFNAMSIZ],
+        data: *mut libc::c_void,
+        _pad: [u8; 16],
+    }
+    let name = ifname.as_bytes();
+    if name.is_empty() || name.len() >= libc::IFNAMSIZ || name.contains(&0) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("bad interface name {ifname:?}"),
+        ));
+    }
+    if data.len() < 4 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "ethtool request too short",
+        ));
+    }
+    let mut req = Ifreq {
+        name: [0; libc::IFNAMSIZ],
+        data: data.as_mut_ptr() as *mut libc::c_void,
+        _pad: [0; 16],
+    };
+    req.name[..name.len()].copy_from_slice(name);
+    let sock = UdpSocket::bind("0.0.0.0:0").or_else(|_| UdpSocket::bind("[::]:0"))?;
+    // SAFETY: `req` is a valid ifreq whose data pointer points at `data`,
+    // live and writable for the call; the kernel writes at most the reply
+    // size of the command, which the callers keep within `data.len()`.
+    let r = unsafe {
+        libc::ioctl(
+            sock.as_raw_fd(),
+            crate::wire::ethtool::SIOCETHTOOL as _,
+            &mut req,
+        )
+    };
+    cvt(r).map(drop)
+}
+
 /// `SO_TXTIME` with `struct sock_txtime { clockid_t clockid; u32 flags; }`.
 pub(crate) fn set_txtime(fd: RawFd, clockid: i32, flags: u32) -> io::Result<()> {
     let mut b = [0u8; 8];

@@ -102,6 +102,11 @@ pub(crate) fn socket_drops(_fd: RawFd) -> io::Result<u32> {
     Err(unsupported())
 }
 
+/// ethtool exists only on Linux.
+pub(crate) fn ethtool_ioctl(_ifname: &str, _data: &mut [u8]) -> io::Result<()> {
+    Err(unsupported())
+}
+
 /// Not available here.
 pub(crate) fn set_txtime(_fd: RawFd, _clockid: i32, _flags: u32) -> io::Result<()> {
     Err(unsupported())

@@ -13,6 +13,7 @@
 
 pub mod cmsg;
 pub mod control;
+pub mod ethtool;
 pub mod gro;
 pub mod plan;
 pub mod zerocopy;
