@@ -187,7 +187,7 @@ impl Socket {
                 let _ = sys::setsockopt_int(
                     fd,
                     SOL_SOCKET,
-                    libc::SO_RCVBUFFORCE,
+                    sys::SO_RCVBUFFORCE,
                     n.min(i32::MAX as usize) as i32,
                 );
             }
@@ -201,7 +201,7 @@ impl Socket {
                 let _ = sys::setsockopt_int(
                     fd,
                     SOL_SOCKET,
-                    libc::SO_SNDBUFFORCE,
+                    sys::SO_SNDBUFFORCE,
                     n.min(i32::MAX as usize) as i32,
                 );
             }

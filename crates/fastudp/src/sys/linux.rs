@@ -371,6 +371,11 @@ pub(crate) fn poll(fd: RawFd, events: i16, timeout: Duration) -> io::Result<bool
     cvt(r).map(|n| n > 0)
 }
 
+/// `SO_RCVBUFFORCE`: `SO_RCVBUF` past `rmem_max` (CAP_NET_ADMIN).
+pub(crate) const SO_RCVBUFFORCE: i32 = libc::SO_RCVBUFFORCE;
+/// `SO_SNDBUFFORCE`: `SO_SNDBUF` past `wmem_max` (CAP_NET_ADMIN).
+pub(crate) const SO_SNDBUFFORCE: i32 = libc::SO_SNDBUFFORCE;
+
 /// `POLLOUT`.
 pub(crate) const POLLOUT: i16 = libc::POLLOUT;
 

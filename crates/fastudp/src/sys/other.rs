@@ -118,6 +118,11 @@ pub(crate) fn poll(_fd: RawFd, _events: i16, timeout: Duration) -> io::Result<bo
     Ok(true)
 }
 
+/// `SO_RCVBUFFORCE`: `SO_RCVBUF` past `rmem_max` (CAP_NET_ADMIN).
+pub(crate) const SO_RCVBUFFORCE: i32 = -1;
+/// `SO_SNDBUFFORCE`: `SO_SNDBUF` past `wmem_max` (CAP_NET_ADMIN).
+pub(crate) const SO_SNDBUFFORCE: i32 = -1;
+
 /// `POLLOUT`.
 pub(crate) const POLLOUT: i16 = 4;
 
