@@ -1,6 +1,7 @@
 //! The `fastudp` command: argument parsing and dispatch only.
 
 mod bench;
+mod host;
 mod procfs;
 mod testbed;
 mod txrx;
@@ -27,6 +28,11 @@ enum Cmd {
     /// Receive from `fastudp tx` (or any UDP sender), with the flags of
     /// udpgso_bench_rx.
     Rx(txrx::RxArgs),
+    /// Check this host's kernel, devices, qdiscs, sysctls and UDP error
+    /// counters, and say how to fix what keeps UDP slow.
+    Doctor(host::DoctorArgs),
+    /// Apply what doctor recommends (dry run by default), or revert it.
+    Tune(host::tune::TuneArgs),
     /// Build or remove two network namespaces joined by a veth pair (root).
     Testbed {
         #[command(subcommand)]
@@ -69,9 +75,12 @@ impl From<String> for Failure {
 }
 
 fn main() -> ExitCode {
+    fastudp::os::default_sigpipe();
     let cli = Cli::parse();
     let r: Result<(), Failure> = match cli.cmd {
         Cmd::Tx(a) => txrx::run_tx(a),
+        Cmd::Doctor(a) => host::run_doctor(a),
+        Cmd::Tune(a) => host::tune::run_tune(a),
         Cmd::Rx(a) => txrx::run_rx(a),
         Cmd::Bench(a) => bench::run(a).map_err(Failure::from),
         Cmd::Testbed {

@@ -132,17 +132,36 @@ pub fn exists() -> bool {
         || std::path::Path::new(&format!("/var/run/netns/{RX_NS}")).exists()
 }
 
+/// Where `up` records the profile of the testbed it built.
+pub const PROFILE_FILE: &str = "/run/fastudp-testbed.profile";
+
 /// Builds the pair with `profile`. On any failure, removes what it built.
 pub fn up(profile: Profile) -> Result<(), String> {
     preflight()?;
     if exists() {
         down()?;
     }
-    let r = build(profile);
+    let r = build(profile).and_then(|()| {
+        let name = profile
+            .to_possible_value()
+            .map(|v| v.get_name().to_string())
+            .unwrap_or_default();
+        std::fs::write(PROFILE_FILE, name).map_err(|e| format!("cannot write {PROFILE_FILE}: {e}"))
+    });
     if r.is_err() {
         let _ = down();
     }
     r
+}
+
+/// The profile of the testbed that is up now, if one is.
+pub fn current() -> Result<Profile, String> {
+    if !exists() {
+        return Err("no testbed is up: run `fastudp testbed up PROFILE` first".into());
+    }
+    let name = std::fs::read_to_string(PROFILE_FILE)
+        .map_err(|e| format!("cannot read {PROFILE_FILE}: {e}"))?;
+    Profile::from_str(name.trim(), true).map_err(|e| format!("{PROFILE_FILE}: {e}"))
 }
 
 fn build(profile: Profile) -> Result<(), String> {
@@ -290,6 +309,7 @@ pub fn down() -> Result<(), String> {
             }
         }
     }
+    let _ = std::fs::remove_file(PROFILE_FILE);
     if errs.is_empty() {
         Ok(())
     } else {

@@ -258,6 +258,24 @@ fn testbed_builds_profiles_and_cleans_up() {
             assert_eq!(o.status.code(), Some(2), "{err}");
             assert!(err.contains("needs root"), "{err}");
         }
+        let o = Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                env!("CARGO_BIN_EXE_fastudp"),
+                "tune",
+                "--dev",
+                "lo",
+                "--apply",
+            ])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        if !err.contains("Permission denied") {
+            assert_eq!(o.status.code(), Some(2), "{err}");
+            assert!(err.contains("needs root"), "{err}");
+        }
     }
 }
 
@@ -414,4 +432,161 @@ fn a_receiver_that_vanishes_ends_the_senders_run() {
     assert!(start.elapsed().as_secs() < 10, "the sender hung");
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("stopped answering"));
+}
+
+#[test]
+fn doctor_json_is_complete_and_bad_input_is_refused() {
+    let o = fastudp(&["doctor", "--json", "--dev", "lo"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let checks = v["checks"].as_array().unwrap();
+    for c in checks {
+        let s = c["status"].as_str().unwrap();
+        assert!(["PASS", "WARN", "FAIL", "N/A"].contains(&s), "{c}");
+        assert!(!c["detail"].as_str().unwrap().is_empty());
+        if s == "WARN" || s == "FAIL" {
+            // Every WARN and FAIL that can be fixed says how; the rest say why not.
+            assert!(
+                c["fix"].is_string()
+                    || c["detail"].as_str().unwrap().contains("fixed")
+                    || c["section"] == "udp",
+                "{c}"
+            );
+        }
+    }
+    for name in [
+        "UDP GSO",
+        "UDP GRO",
+        "MSG_ZEROCOPY",
+        "SO_TXTIME",
+        "io_uring",
+        "generic-receive-offload",
+        "egress qdisc",
+        "net.core.rmem_max",
+        "RcvbufErrors",
+    ] {
+        assert!(
+            checks.iter().any(|c| c["name"] == name),
+            "no check named {name}"
+        );
+    }
+    let o = fastudp(&["doctor", "--dev", "no-such-dev"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no such device"));
+    let o = fastudp(&["tune", "--revert", "/nonexistent/state.json"]);
+    assert_eq!(o.status.code(), Some(2));
+    let o = fastudp(&["tune", "--dev", "lo"]);
+    assert!(o.status.success());
+    assert!(String::from_utf8_lossy(&o.stdout).contains("dry run"));
+}
+
+fn sh(args: &[&str]) -> String {
+    let o = Command::new(args[0]).args(&args[1..]).output().unwrap();
+    assert!(
+        o.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// On a throwaway veth pair: doctor flags the missing veth GRO, tune
+/// --apply fixes it, and tune --revert puts every value back exactly.
+#[test]
+fn tune_applies_and_reverts_on_a_throwaway_veth() {
+    if !root() || !have("ip") || !have("ethtool") {
+        eprintln!(
+            "skipping tune_applies_and_reverts_on_a_throwaway_veth: needs root, ip and ethtool"
+        );
+        return;
+    }
+    let (a, b) = ("fu-tune-a", "fu-tune-b");
+    let _ = Command::new("ip").args(["netns", "del", a]).output();
+    let _ = Command::new("ip").args(["netns", "del", b]).output();
+    struct Cleanup;
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            let _ = Command::new("ip")
+                .args(["netns", "del", "fu-tune-a"])
+                .output();
+            let _ = Command::new("ip")
+                .args(["netns", "del", "fu-tune-b"])
+                .output();
+        }
+    }
+    let _c = Cleanup;
+    sh(&["ip", "netns", "add", a]);
+    sh(&["ip", "netns", "add", b]);
+    sh(&[
+        "ip", "-n", a, "link", "add", "va", "type", "veth", "peer", "name", "vb", "netns", b,
+    ]);
+    sh(&["ip", "-n", b, "link", "set", "vb", "up"]);
+    sh(&["ip", "-n", a, "link", "set", "va", "up"]);
+    let snapshot = || {
+        (
+            sh(&["ip", "netns", "exec", b, "ethtool", "-k", "vb"]),
+            sh(&["ip", "netns", "exec", b, "ethtool", "-l", "vb"]),
+            sh(&[
+                "ip",
+                "netns",
+                "exec",
+                b,
+                "cat",
+                "/sys/class/net/vb/gro_flush_timeout",
+            ]),
+        )
+    };
+    let before = snapshot();
+    let bin = env!("CARGO_BIN_EXE_fastudp");
+    let doc = sh(&[
+        "ip", "netns", "exec", b, bin, "doctor", "--dev", "vb", "--json",
+    ]);
+    let v: Value = serde_json::from_str(&doc).unwrap();
+    let find = |n: &str| {
+        v["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == n)
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(find("generic-receive-offload")["status"], "WARN");
+    assert_eq!(
+        find("generic-receive-offload")["fix"],
+        "ethtool -K vb gro on"
+    );
+    assert_eq!(find("rx-udp-gro-forwarding")["status"], "WARN");
+
+    let state = std::env::temp_dir().join(format!("fastudp-tune-{}.json", std::process::id()));
+    let st = state.to_str().unwrap();
+    let out = sh(&[
+        "ip", "netns", "exec", b, bin, "tune", "--dev", "vb", "--apply", "--state", st,
+    ]);
+    assert!(out.contains("applied"), "{out}");
+    let after = snapshot();
+    assert!(
+        after.0.contains("generic-receive-offload: on"),
+        "{}",
+        after.0
+    );
+    assert!(after.0.contains("rx-udp-gro-forwarding: on"));
+    assert_eq!(after.2.trim(), "50000");
+    let doc = sh(&[
+        "ip", "netns", "exec", b, bin, "doctor", "--dev", "vb", "--json",
+    ]);
+    let v: Value = serde_json::from_str(&doc).unwrap();
+    let gro = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "generic-receive-offload")
+        .cloned()
+        .unwrap();
+    assert_eq!(gro["status"], "PASS");
+
+    let out = sh(&["ip", "netns", "exec", b, bin, "tune", "--revert", st]);
+    assert!(out.contains("restored"), "{out}");
+    let _ = std::fs::remove_file(&state);
+    assert_eq!(snapshot(), before, "every changed value is back");
 }

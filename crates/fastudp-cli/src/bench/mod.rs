@@ -107,8 +107,12 @@ pub struct BenchArgs {
     pub no_pin: bool,
     /// Run across a veth pair between two network namespaces built with
     /// this profile (root), instead of loopback; removed at the end.
-    #[arg(long, value_name = "PROFILE")]
+    #[arg(long, value_name = "PROFILE", conflicts_with = "on_testbed")]
     pub testbed: Option<Profile>,
+    /// Run across the testbed that is up now (`fastudp testbed up`),
+    /// leaving it as it is: to measure before and after `fastudp tune`.
+    #[arg(long)]
+    pub on_testbed: bool,
 }
 
 /// The workload one pairing runs.
@@ -258,11 +262,16 @@ fn validate(a: &BenchArgs) -> std::result::Result<Workload, String> {
 
 /// Runs `fastudp bench`.
 pub fn run(a: BenchArgs) -> std::result::Result<(), String> {
+    let mut a = a;
+    if a.on_testbed {
+        testbed::preflight()?;
+        a.testbed = Some(testbed::current()?);
+    }
     let w = validate(&a)?;
     let pairs = plan_pairs(&a.tx, &a.rx, w.net == Some(Profile::Sink))?;
     let _guard = match a.testbed {
-        Some(p) => Some(testbed::up_guarded(p)?),
-        None => None,
+        Some(p) if !a.on_testbed => Some(testbed::up_guarded(p)?),
+        _ => None,
     };
     let host = report::host_info();
     if !a.json {

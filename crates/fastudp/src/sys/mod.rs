@@ -79,3 +79,15 @@ pub fn clock_ticks_per_sec() -> u64 {
         100
     }
 }
+
+/// Restores the default action of SIGPIPE (end the process quietly), as
+/// command-line tools expect when their output goes to `head` and the pipe
+/// closes. Rust programs start with SIGPIPE ignored, which turns every later
+/// print into a panic.
+pub fn default_sigpipe() {
+    // SAFETY: signal(2) with SIG_DFL for SIGPIPE installs no handler code;
+    // it is called once at start-up, before any thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
