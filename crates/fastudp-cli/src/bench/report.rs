@@ -11,6 +11,8 @@ Columns of the summary table:
   dgram/s    datagrams received per second (TCP: bytes / payload)
   calls/s    send syscalls per second
   B/call     payload bytes per send syscall
+  rx call/s  receive syscalls per second that returned data (with GRO,
+             fewer calls for the same datagrams show coalescing)
   tx ns/B    sender thread CPU time per received byte (thread CPU clock);
              on loopback this includes the receive softirq work the kernel
              runs on the sender's CPU
@@ -105,7 +107,7 @@ pub fn print_interval(label: &str, sec: u32, bytes: u64, dgrams: u64, calls: u64
 pub fn print_table(rs: &[Result]) {
     println!();
     println!(
-        "{:<18} {:<13} {:>9} {:>7} {:>10} {:>9} {:>8} {:>7} {:>7} {:>9} {:>8} {:>8}",
+        "{:<18} {:<13} {:>9} {:>7} {:>10} {:>9} {:>8} {:>9} {:>7} {:>7} {:>9} {:>8} {:>8}",
         "send",
         "receive",
         "MB/s",
@@ -113,6 +115,7 @@ pub fn print_table(rs: &[Result]) {
         "dgram/s",
         "calls/s",
         "B/call",
+        "rx call/s",
         "tx ns/B",
         "rx ns/B",
         "sirq ns/B",
@@ -121,7 +124,7 @@ pub fn print_table(rs: &[Result]) {
     );
     for r in rs {
         println!(
-            "{:<18} {:<13} {:>9.1} {:>7.2} {:>10.0} {:>9.0} {:>8.0} {:>7.3} {:>7.3} {:>9.3} {:>8} {:>8}",
+            "{:<18} {:<13} {:>9.1} {:>7.2} {:>10.0} {:>9.0} {:>8.0} {:>9.0} {:>7.3} {:>7.3} {:>9.3} {:>8} {:>8}",
             name(r.tx),
             r.rx,
             r.mbytes_per_sec,
@@ -129,6 +132,7 @@ pub fn print_table(rs: &[Result]) {
             r.datagrams_per_sec,
             r.tx_calls_per_sec,
             r.bytes_per_call,
+            r.rx_calls_per_sec,
             r.tx_cpu_ns_per_byte,
             r.rx_cpu_ns_per_byte,
             r.softirq_ns_per_byte,
