@@ -183,28 +183,14 @@ impl Socket {
                 what: "SO_RCVBUF",
                 source: e,
             })?;
-            if sref.recv_buffer_size().unwrap_or(n) < n {
-                let _ = sys::setsockopt_int(
-                    fd,
-                    SOL_SOCKET,
-                    sys::SO_RCVBUFFORCE,
-                    n.min(i32::MAX as usize) as i32,
-                );
-            }
+            force_buffer(fd, sref.recv_buffer_size(), n, sys::SO_RCVBUFFORCE);
         }
         if let Some(n) = config.send_buffer {
             sref.set_send_buffer_size(n).map_err(|e| Error::Setup {
                 what: "SO_SNDBUF",
                 source: e,
             })?;
-            if sref.send_buffer_size().unwrap_or(n) < n {
-                let _ = sys::setsockopt_int(
-                    fd,
-                    SOL_SOCKET,
-                    sys::SO_SNDBUFFORCE,
-                    n.min(i32::MAX as usize) as i32,
-                );
-            }
+            force_buffer(fd, sref.send_buffer_size(), n, sys::SO_SNDBUFFORCE);
         }
         let linux = cfg!(any(target_os = "linux", target_os = "android"));
         let on = |level, name| sys::setsockopt_int(fd, level, name, 1).is_ok();
@@ -721,6 +707,14 @@ impl AsRawFd for Socket {
 impl AsFd for Socket {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.inner.as_fd()
+    }
+}
+
+/// Asks for `want` bytes with a FORCE option when the plain one was capped
+/// (`got` below `want`); best effort, as it needs CAP_NET_ADMIN.
+fn force_buffer(fd: RawFd, got: io::Result<usize>, want: usize, force: i32) {
+    if got.unwrap_or(want) < want {
+        let _ = sys::setsockopt_int(fd, SOL_SOCKET, force, want.min(i32::MAX as usize) as i32);
     }
 }
 

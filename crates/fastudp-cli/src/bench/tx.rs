@@ -33,6 +33,36 @@ fn ring(w: &Workload, call_len: usize) -> Vec<u8> {
     (0..ring_len(w, call_len)).map(|i| i as u8).collect()
 }
 
+/// The buffers a sender cycles through, one call's worth at a time.
+struct Ring {
+    buf: Vec<u8>,
+    call_len: usize,
+    payload: usize,
+    off: usize,
+    seq: u64,
+}
+
+impl Ring {
+    fn new(w: &Workload, call_len: usize) -> Self {
+        Ring {
+            buf: ring(w, call_len),
+            call_len,
+            payload: w.payload,
+            off: 0,
+            seq: 0,
+        }
+    }
+
+    /// The next call's bytes, each datagram stamped with its sequence number.
+    fn next(&mut self) -> &[u8] {
+        let at = self.off;
+        self.off = (self.off + self.call_len) % self.buf.len();
+        let b = &mut self.buf[at..at + self.call_len];
+        stamp(b, self.payload, &mut self.seq);
+        b
+    }
+}
+
 /// Writes a sequence number into the first 8 bytes of each datagram.
 fn stamp(buf: &mut [u8], payload: usize, seq: &mut u64) {
     for d in buf.chunks_mut(payload) {
@@ -91,9 +121,7 @@ pub fn udp(
         TxStrategy::SendmmsgGso | TxStrategy::Fastudp => segs * BUFFERS_PER_MMSG,
         _ => segs,
     };
-    let call_len = p * per_call;
-    let mut ring = ring(w, call_len);
-    let mut off = 0;
+    let mut ring = Ring::new(w, p * per_call);
     let addr = raw::sockaddr(dest);
     if matches!(t, TxStrategy::GsoSockopt | TxStrategy::GsoIov) {
         raw::set_option_int(&sock, SOL_UDP, UDP_SEGMENT, p as i32)
@@ -113,16 +141,12 @@ pub fn udp(
         enc.len()
     };
     let cmsg = &seg_cmsg.0[..seg_len];
-    let mut seq = 0u64;
     let (mut calls, mut dgrams, mut bytes) = (0u64, 0u64, 0u64);
     let start = Instant::now();
     let deadline = start + w.duration;
     let cpu0 = fastudp::os::thread_cpu_time();
     while Instant::now() < deadline {
-        let at = off;
-        off = (off + call_len) % ring.len();
-        stamp(&mut ring[at..at + call_len], p, &mut seq);
-        let buf = &ring[at..at + call_len];
+        let buf = ring.next();
         let sent: io::Result<usize> = match t {
             TxStrategy::Sendto => sock.send_to(buf, dest).map(|_| 1),
             TxStrategy::Sendmmsg | TxStrategy::SendmmsgGsoSeed => {
@@ -253,19 +277,13 @@ pub fn udp(
 /// Writes the same bytes over TCP until the workload's time is up.
 pub fn tcp(mut s: TcpStream, w: &Workload, live: &Live) -> Result<TxOutcome, String> {
     let p = w.payload;
-    let call_len = p * w.segs;
-    let mut ring = ring(w, call_len);
-    let mut off = 0;
-    let mut seq = 0;
+    let mut ring = Ring::new(w, p * w.segs);
     let (mut calls, mut bytes) = (0u64, 0u64);
     let start = Instant::now();
     let deadline = start + w.duration;
     let cpu0 = fastudp::os::thread_cpu_time();
     while Instant::now() < deadline {
-        let at = off;
-        off = (off + call_len) % ring.len();
-        stamp(&mut ring[at..at + call_len], p, &mut seq);
-        let buf = &ring[at..at + call_len];
+        let buf = ring.next();
         s.write_all(buf).map_err(|e| send_err(TxStrategy::Tcp, e))?;
         calls += 1;
         bytes += buf.len() as u64;
