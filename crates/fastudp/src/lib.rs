@@ -36,6 +36,7 @@ pub mod caps;
 mod coalesce;
 mod error;
 pub mod host;
+pub mod pacing;
 pub mod raw;
 mod socket;
 mod sys;
