@@ -350,6 +350,36 @@ pub(crate) fn ethtool_ioctl(ifname: &str, data: &mut [u8]) -> io::Result<()> {
     cvt(r).map(drop)
 }
 
+/// `setsockopt(SO_ATTACH_REUSEPORT_CBPF)`: steers the socket's reuseport
+/// group with a classic BPF program.
+pub(crate) fn attach_reuseport_cbpf(fd: RawFd, prog: &[crate::wire::bpf::Insn]) -> io::Result<()> {
+    let mut filters: Vec<libc::sock_filter> = prog
+        .iter()
+        .map(|i| libc::sock_filter {
+            code: i.code,
+            jt: i.jt,
+            jf: i.jf,
+            k: i.k,
+        })
+        .collect();
+    let fprog = libc::sock_fprog {
+        len: filters.len() as u16,
+        filter: filters.as_mut_ptr(),
+    };
+    // SAFETY: `fprog` points at `filters`, alive for the call; the kernel
+    // copies the program and keeps no pointer to it.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_REUSEPORT_CBPF,
+            &fprog as *const _ as *const libc::c_void,
+            size_of::<libc::sock_fprog>() as _,
+        )
+    };
+    cvt(r).map(drop)
+}
+
 /// `SO_TXTIME` with `struct sock_txtime { clockid_t clockid; u32 flags; }`.
 pub(crate) fn set_txtime(fd: RawFd, clockid: i32, flags: u32) -> io::Result<()> {
     let mut b = [0u8; 8];

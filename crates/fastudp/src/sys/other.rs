@@ -107,6 +107,14 @@ pub(crate) fn ethtool_ioctl(_ifname: &str, _data: &mut [u8]) -> io::Result<()> {
     Err(unsupported())
 }
 
+/// Reuseport steering programs exist only on Linux.
+pub(crate) fn attach_reuseport_cbpf(
+    _fd: RawFd,
+    _prog: &[crate::wire::bpf::Insn],
+) -> io::Result<()> {
+    Err(unsupported())
+}
+
 /// Not available here.
 pub(crate) fn set_txtime(_fd: RawFd, _clockid: i32, _flags: u32) -> io::Result<()> {
     Err(unsupported())

@@ -11,6 +11,7 @@
 //! - [`gro`]: splitting a coalesced (GRO) receive buffer into datagrams;
 //! - [`zerocopy`]: MSG_ZEROCOPY completions and buffer bookkeeping.
 
+pub mod bpf;
 pub mod cmsg;
 pub mod control;
 pub mod ethtool;

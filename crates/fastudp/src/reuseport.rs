@@ -1,0 +1,112 @@
+//! A reuseport receive group: N sockets on one address, with a classic BPF
+//! program deciding which socket gets each datagram.
+
+use crate::error::Error;
+use crate::socket::{Config, Socket};
+use crate::sys;
+use crate::wire::bpf;
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+
+/// How datagrams are spread over the group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Steering {
+    /// The kernel's default: a hash of the 4-tuple.
+    Hash,
+    /// By the CPU that received the datagram: socket `cpu % N`.
+    Cpu,
+    /// By 4 payload bytes at `offset` (a QUIC connection ID, say), read
+    /// big-endian: socket `word % N`. A flow with fixed bytes there always
+    /// lands on the same socket, whatever its source address.
+    Payload {
+        /// Offset of the 4 bytes in the UDP payload.
+        offset: u32,
+    },
+}
+
+/// N sockets bound to one address with `SO_REUSEPORT`, steered by
+/// [`Steering`]. Socket `i` of [`ReuseportGroup::sockets`] is index `i` for
+/// the steering program.
+#[derive(Debug)]
+pub struct ReuseportGroup {
+    sockets: Vec<Socket>,
+    steering: Steering,
+}
+
+impl ReuseportGroup {
+    /// Binds `n` sockets to `addr` (port 0 picks one port for all).
+    pub fn bind(
+        addr: SocketAddr,
+        n: usize,
+        steering: Steering,
+        config: Config,
+    ) -> Result<Self, Error> {
+        if n == 0 {
+            return Err(Error::Config(
+                "a reuseport group needs at least one socket".into(),
+            ));
+        }
+        let mut sockets = Vec::with_capacity(n);
+        let mut at = addr;
+        for _ in 0..n {
+            let s = socket2::Socket::new(
+                socket2::Domain::for_address(at),
+                socket2::Type::DGRAM,
+                Some(socket2::Protocol::UDP),
+            )
+            .map_err(|e| Error::Setup {
+                what: "socket",
+                source: e,
+            })?;
+            s.set_reuse_port(true).map_err(|e| Error::Setup {
+                what: "SO_REUSEPORT",
+                source: e,
+            })?;
+            if at.is_ipv6() {
+                let _ = s.set_only_v6(false);
+            }
+            s.bind(&at.into()).map_err(|e| Error::Bind {
+                addr: at,
+                source: e,
+            })?;
+            let sock = Socket::from_std_with(s.into(), config)?;
+            at = sock.local_addr().map_err(|e| Error::Setup {
+                what: "getsockname",
+                source: e,
+            })?;
+            sockets.push(sock);
+        }
+        let prog = match steering {
+            Steering::Hash => None,
+            Steering::Cpu => Some(bpf::by_cpu(n as u32)),
+            Steering::Payload { offset } => Some(bpf::by_payload(offset, n as u32)),
+        };
+        if let Some(p) = prog {
+            sys::attach_reuseport_cbpf(sockets[0].as_raw_fd(), &p).map_err(|e| Error::Setup {
+                what: "SO_ATTACH_REUSEPORT_CBPF",
+                source: e,
+            })?;
+        }
+        Ok(ReuseportGroup { sockets, steering })
+    }
+
+    /// The sockets, in group order.
+    pub fn sockets(&self) -> &[Socket] {
+        &self.sockets
+    }
+
+    /// Takes the sockets out, for one thread each.
+    pub fn into_sockets(self) -> Vec<Socket> {
+        self.sockets
+    }
+
+    /// The address all of them are bound to.
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.sockets[0].local_addr()
+    }
+
+    /// The steering in force.
+    pub fn steering(&self) -> Steering {
+        self.steering
+    }
+}

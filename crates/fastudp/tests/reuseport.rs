@@ -1,0 +1,94 @@
+//! Reuseport steering on loopback: each connection ID stays on one socket.
+
+use fastudp::{Config, RecvBatch, ReuseportGroup, Socket, Steering};
+use std::collections::HashMap;
+use std::time::Duration;
+
+#[test]
+fn each_connection_id_lands_on_one_socket() {
+    const N: usize = 4;
+    let g = ReuseportGroup::bind(
+        "127.0.0.1:0".parse().unwrap(),
+        N,
+        Steering::Payload { offset: 1 },
+        Config::default(),
+    )
+    .expect("reuseport group");
+    let dest = g.local_addr().unwrap();
+    // Several senders (source ports) per connection ID: the source must not matter.
+    let senders: Vec<Socket> = (0..6)
+        .map(|_| Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap())
+        .collect();
+    let cids: Vec<u32> = (0..32u32).map(|i| i.wrapping_mul(0x9E37_79B9)).collect();
+    for (k, &cid) in cids.iter().enumerate() {
+        for s in &senders {
+            let mut d = vec![0x40u8];
+            d.extend_from_slice(&cid.to_be_bytes());
+            d.extend_from_slice(&(k as u32).to_be_bytes());
+            s.send(&[fastudp::Transmit::new(dest, &d)]).unwrap();
+        }
+    }
+    let mut seen: HashMap<u32, usize> = HashMap::new();
+    let mut total = 0;
+    for (i, s) in g.sockets().iter().enumerate() {
+        s.as_std()
+            .set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        let mut b = RecvBatch::new(32);
+        while s.recv(&mut b).is_ok() {
+            for (_, d) in b.datagrams() {
+                let cid = u32::from_be_bytes(d[1..5].try_into().unwrap());
+                total += 1;
+                let prev = *seen.entry(cid).or_insert(i);
+                assert_eq!(
+                    prev, i,
+                    "connection ID {cid:#x} arrived on sockets {prev} and {i}"
+                );
+                assert_eq!(i, (cid % N as u32) as usize, "steered by the program");
+            }
+        }
+    }
+    assert_eq!(total, cids.len() * senders.len(), "every datagram arrived");
+    let used: std::collections::HashSet<usize> = seen.values().copied().collect();
+    assert!(used.len() > 1, "the group spreads connection IDs");
+}
+
+#[test]
+fn empty_group_is_an_error() {
+    let e = ReuseportGroup::bind(
+        "127.0.0.1:0".parse().unwrap(),
+        0,
+        Steering::Cpu,
+        Config::default(),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("at least one"), "{e}");
+}
+
+#[test]
+fn cpu_steering_delivers_everything() {
+    let g = ReuseportGroup::bind(
+        "127.0.0.1:0".parse().unwrap(),
+        2,
+        Steering::Cpu,
+        Config::default(),
+    )
+    .unwrap();
+    let dest = g.local_addr().unwrap();
+    let s = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    for i in 0..100u32 {
+        s.send(&[fastudp::Transmit::new(dest, &i.to_be_bytes())])
+            .unwrap();
+    }
+    let mut total = 0;
+    for sock in g.sockets() {
+        sock.as_std()
+            .set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        let mut b = RecvBatch::new(32);
+        while sock.recv(&mut b).is_ok() {
+            total += b.datagrams().count();
+        }
+    }
+    assert_eq!(total, 100);
+}
