@@ -18,11 +18,11 @@ pub struct Insn {
 }
 
 /// `BPF_LD | BPF_W | BPF_ABS`: A = 32-bit big-endian word at offset k.
-pub const LD_W_ABS: u16 = 0x00 | 0x00 | 0x20;
+pub const LD_W_ABS: u16 = 0x20; // BPF_LD (0x00) | BPF_W (0x00) | BPF_ABS (0x20)
 /// `BPF_ALU | BPF_MOD | BPF_K`: A %= k.
-pub const ALU_MOD_K: u16 = 0x04 | 0x90;
+pub const ALU_MOD_K: u16 = 0x94; // BPF_ALU (0x04) | BPF_MOD (0x90) | BPF_K (0x00)
 /// `BPF_RET | BPF_A`: return A.
-pub const RET_A: u16 = 0x06 | 0x10;
+pub const RET_A: u16 = 0x16; // BPF_RET (0x06) | BPF_A (0x10)
 /// `SKF_AD_OFF + SKF_AD_CPU`: loading here gives the current CPU.
 pub const AD_CPU: u32 = 0xFFFF_F000_u32.wrapping_add(36);
 
