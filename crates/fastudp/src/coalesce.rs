@@ -179,6 +179,7 @@ impl<'s> Coalescer<'s> {
                     segment_size: (q.count > 1).then_some(q.segment_size),
                     ecn: q.ecn,
                     src_ip: q.src_ip,
+                    txtime: None,
                 })
                 .collect();
             while sent < ts.len() {

@@ -55,7 +55,7 @@ pub use zerocopy::{ZeroCopyMode, ZeroCopySender, ZeroCopyStats};
 /// Operating-system helpers the benchmark and test tools share.
 pub mod os {
     pub use crate::sys::{
-        clock_ticks_per_sec, default_sigpipe, pin_to_cpu, process_cpu_time, setns_net,
-        thread_cpu_time, MAX_BATCH,
+        clock_ticks_per_sec, default_sigpipe, monotonic_ns, pin_to_cpu, process_cpu_time,
+        setns_net, thread_cpu_time, MAX_BATCH,
     };
 }

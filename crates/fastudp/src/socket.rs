@@ -29,6 +29,9 @@ pub struct Transmit<'a> {
     pub ecn: Option<EcnCodepoint>,
     /// Source address to send from (`IP_PKTINFO` / `IPV6_PKTINFO`).
     pub src_ip: Option<IpAddr>,
+    /// Earliest departure time, in ns of `CLOCK_MONOTONIC` (`SCM_TXTIME`;
+    /// see [`Socket::enable_txtime`]). Every segment of a train shares it.
+    pub txtime: Option<u64>,
 }
 
 impl<'a> Transmit<'a> {
@@ -40,6 +43,7 @@ impl<'a> Transmit<'a> {
             segment_size: None,
             ecn: None,
             src_ip: None,
+            txtime: None,
         }
     }
 
@@ -118,6 +122,7 @@ pub struct Socket {
     caps: Capabilities,
     gso_segments: AtomicUsize,
     ecn: AtomicBool,
+    txtime: AtomicBool,
     send_calls: AtomicU64,
     send_messages: AtomicU64,
     recv_calls: AtomicU64,
@@ -249,6 +254,7 @@ impl Socket {
             caps,
             gso_segments: AtomicUsize::new(max_gso_segments),
             ecn: AtomicBool::new(ecn),
+            txtime: AtomicBool::new(false),
             send_calls: AtomicU64::new(0),
             send_messages: AtomicU64::new(0),
             recv_calls: AtomicU64::new(0),
@@ -304,6 +310,47 @@ impl Socket {
         now.max(self.drops.load(Relaxed))
     }
 
+    /// Turns on `SO_TXTIME` (clock `CLOCK_MONOTONIC`), so that a
+    /// [`Transmit::txtime`] reaches the kernel as `SCM_TXTIME`. With
+    /// `report_errors`, packets the qdisc drops for a missed or invalid time
+    /// are reported on the error queue ([`Socket::take_errors`]).
+    ///
+    /// The kernel accepts this on any path, but only an EDT-aware egress
+    /// qdisc (fq, etf) holds a packet until its time; elsewhere it leaves at
+    /// once. See [`crate::pacing::choose_mode`].
+    pub fn enable_txtime(&self, report_errors: bool) -> Result<(), Error> {
+        if self.caps.disabled.txtime {
+            return Err(Error::Config(
+                "SO_TXTIME is switched off (FASTUDP_DISABLE)".into(),
+            ));
+        }
+        let flags = if report_errors { 2 } else { 0 }; // SOF_TXTIME_REPORT_ERRORS
+        sys::set_txtime(self.inner.as_raw_fd(), libc::CLOCK_MONOTONIC, flags).map_err(|e| {
+            Error::Setup {
+                what: "SO_TXTIME",
+                source: e,
+            }
+        })?;
+        self.txtime.store(true, Relaxed);
+        Ok(())
+    }
+
+    /// Reads everything queued on the socket's error queue now (zerocopy
+    /// completions, txtime errors, ICMP errors with `IP_RECVERR`), without
+    /// waiting. A [`crate::ZeroCopySender`] reads its own completions; use
+    /// this for the rest.
+    pub fn take_errors(&self) -> Result<Vec<crate::wire::zerocopy::ErrQueueMsg>, Error> {
+        let mut out = Vec::new();
+        let mut cb = CmsgBuf::default();
+        while let Some(len) = sys::recv_errqueue(&self.inner, &mut cb).map_err(Error::Io)? {
+            out.extend(
+                crate::wire::zerocopy::parse_errqueue(&cb.0[..len.min(cb.0.len())])
+                    .map_err(Error::Control)?,
+            );
+        }
+        Ok(out)
+    }
+
     /// Sets an `int` socket option (`setsockopt(2)`): an escape hatch for
     /// options fastudp does not wrap.
     pub fn set_option_int(&self, level: i32, name: i32, value: i32) -> io::Result<()> {
@@ -357,6 +404,11 @@ impl Socket {
                 max: self.caps.kernel_max_segments,
             });
         }
+        if t.txtime.is_some() && !self.txtime.load(Relaxed) {
+            return Err(Error::Config(format!(
+                "transmit {index} has a departure time, but SO_TXTIME is off: call Socket::enable_txtime first"
+            )));
+        }
         if let (Some(IpAddr::V6(v6)), false) = (t.src_ip, self.ipv6) {
             if v6.to_ipv4_mapped().is_none() {
                 return Err(Error::AddressFamily {
@@ -387,7 +439,7 @@ impl Socket {
             segment_size: segment,
             ecn: t.ecn.filter(|_| self.ecn.load(Relaxed)),
             src_ip: t.src_ip.filter(|_| !self.caps.disabled.pktinfo),
-            txtime: None,
+            txtime: t.txtime,
         };
         encode_send(&mut buf.0, &ctl, is_v4_dest(&t.destination), self.ipv6).map_err(Error::Control)
     }

@@ -53,6 +53,11 @@ pub fn thread_cpu_time() -> std::time::Duration {
     clock(libc::CLOCK_THREAD_CPUTIME_ID)
 }
 
+/// `CLOCK_MONOTONIC` now, in ns: the clock of `SCM_TXTIME` departure times.
+pub fn monotonic_ns() -> u64 {
+    clock(libc::CLOCK_MONOTONIC).as_nanos() as u64
+}
+
 /// CPU time the whole process has used (`CLOCK_PROCESS_CPUTIME_ID`).
 pub fn process_cpu_time() -> std::time::Duration {
     clock(libc::CLOCK_PROCESS_CPUTIME_ID)

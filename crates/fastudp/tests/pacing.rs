@@ -1,0 +1,59 @@
+//! Departure times through the library: SCM_TXTIME reaches the kernel when
+//! SO_TXTIME is on, and is refused clearly when it is not.
+
+use fastudp::pacing::{choose_mode, Pacer, PacingMode};
+use fastudp::{Error, RecvBatch, Socket, Transmit};
+use std::time::Duration;
+
+#[test]
+fn departure_time_without_so_txtime_is_a_clear_error() {
+    let tx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let t = Transmit {
+        txtime: Some(fastudp::os::monotonic_ns()),
+        ..Transmit::new("127.0.0.1:9".parse().unwrap(), b"x")
+    };
+    match tx.send(&[t]) {
+        Err(Error::Config(m)) => assert!(m.contains("enable_txtime"), "{m}"),
+        other => panic!("expected a clear error, got {other:?}"),
+    }
+}
+
+#[test]
+fn paced_trains_with_scm_txtime_are_delivered() {
+    let rx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let tx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    if !tx.capabilities().txtime {
+        eprintln!("skipping: SO_TXTIME is not accepted here");
+        return;
+    }
+    tx.enable_txtime(true).unwrap();
+    // Loopback's qdisc (noqueue) ignores SO_TXTIME: the mode choice says so.
+    let (mode, why) = choose_mode(PacingMode::Kernel, true, Some("noqueue"));
+    assert_eq!(mode, PacingMode::User, "{why}");
+    let dest = rx.local_addr().unwrap();
+    let mut pacer = Pacer::new(10_000_000, Duration::from_millis(2), 16).unwrap();
+    let payload = vec![3u8; 1200 * 16];
+    let mut sent = 0;
+    let now = fastudp::os::monotonic_ns();
+    for _ in 0..10 {
+        let d = pacer.next(now, 1200, 16);
+        let t = Transmit {
+            txtime: Some(d.at_ns),
+            ..Transmit::train(dest, &payload[..d.segments * 1200], 1200)
+        };
+        assert_eq!(tx.send(&[t]).unwrap(), 1);
+        sent += d.segments;
+    }
+    rx.as_std()
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .unwrap();
+    let mut b = RecvBatch::new(32);
+    let mut got = 0;
+    while got < sent {
+        rx.recv(&mut b).unwrap();
+        got += b.datagrams().count();
+    }
+    assert_eq!(got, sent);
+    let errors = tx.take_errors().unwrap();
+    assert!(errors.is_empty(), "{errors:?}");
+}
