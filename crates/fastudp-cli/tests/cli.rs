@@ -168,6 +168,7 @@ fn testbed_builds_profiles_and_cleans_up() {
         eprintln!("skipping testbed_builds_profiles_and_cleans_up: needs root, ip and ethtool");
         return;
     }
+    let _lock = TESTBED.lock().unwrap_or_else(|e| e.into_inner());
     let o = fastudp(&["testbed", "up", "wire"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(namespaces().contains("fastudp-tx") && namespaces().contains("fastudp-rx"));
@@ -590,3 +591,47 @@ fn tune_applies_and_reverts_on_a_throwaway_veth() {
     let _ = std::fs::remove_file(&state);
     assert_eq!(snapshot(), before, "every changed value is back");
 }
+
+/// Ctrl-C in the middle of a testbed run removes the testbed.
+#[test]
+fn interrupted_testbed_run_cleans_up() {
+    if !root() || !have("ip") || !have("ethtool") || !have("kill") {
+        eprintln!("skipping interrupted_testbed_run_cleans_up: needs root, ip, ethtool and kill");
+        return;
+    }
+    // The testbed names are shared with testbed_builds_profiles_and_cleans_up:
+    // wait for it to finish with them.
+    let _lock = TESTBED.lock().unwrap_or_else(|e| e.into_inner());
+    let child = spawn(&[
+        "bench",
+        "--testbed",
+        "offload",
+        "--duration",
+        "30",
+        "-q",
+        "--tx",
+        "fastudp",
+    ]);
+    let start = std::time::Instant::now();
+    while !namespaces().contains("fastudp-rx") {
+        assert!(start.elapsed().as_secs() < 10, "the testbed never came up");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    sh(&["kill", "-INT", &child.id().to_string()]);
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(String::from_utf8_lossy(&o.stderr).contains("testbed removed"));
+    assert!(
+        !namespaces().contains("fastudp-"),
+        "left behind: {}",
+        namespaces()
+    );
+}
+
+static TESTBED: std::sync::Mutex<()> = std::sync::Mutex::new(());

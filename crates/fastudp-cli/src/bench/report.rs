@@ -142,6 +142,15 @@ pub fn print_table(rs: &[Result]) {
             r.speedup_vs_sendto.map(|s| format!("{s:.2}x")).unwrap_or_else(|| "-".into())
         );
     }
+    for r in rs.iter().filter(|r| r.lost.is_some_and(|l| l > 0)) {
+        println!(
+            "{} -> {}: {} datagrams lost by sequence number; the kernel counted {} receive-buffer drops (RcvbufErrors: messages, a GRO train counts once)",
+            name(r.tx),
+            r.rx,
+            r.lost.unwrap_or(0),
+            r.kernel_drops
+        );
+    }
     for r in rs {
         if let (Some(done), Some(copied)) = (r.zerocopy_completions, r.zerocopy_copied) {
             println!(

@@ -4,6 +4,29 @@ pub mod netlink;
 pub mod routes;
 pub mod tune;
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_recorded_sysctls() {
+        assert_eq!(parse_sysctl("212992\n"), Ok(212_992));
+        assert_eq!(parse_sysctl("  4194304 \n"), Ok(4_194_304));
+        assert!(
+            parse_sysctl("4096\t131072\t6291456\n").is_err(),
+            "a vector is not one number"
+        );
+        assert!(parse_sysctl("").is_err());
+    }
+
+    #[test]
+    fn status_names() {
+        assert_eq!(Status::NA.to_string(), "N/A");
+        assert_eq!(serde_json::to_string(&Status::Warn).unwrap(), "\"WARN\"");
+        assert_eq!(serde_json::to_string(&Status::NA).unwrap(), "\"N/A\"");
+    }
+}
+
 use crate::procfs;
 use crate::Failure;
 use clap::Args;
@@ -543,11 +566,14 @@ pub const SYSCTLS: [(&str, u64, &str); 6] = [
 /// Reads a sysctl by its dotted name.
 pub fn read_sysctl(name: &str) -> Result<u64, String> {
     let p = format!("/proc/sys/{}", name.replace('.', "/"));
-    std::fs::read_to_string(&p)
-        .map_err(|e| format!("cannot read {p}: {e}"))?
-        .trim()
-        .parse()
-        .map_err(|e| format!("{p}: {e}"))
+    let text = std::fs::read_to_string(&p).map_err(|e| format!("cannot read {p}: {e}"))?;
+    parse_sysctl(&text).map_err(|e| format!("{p}: {e}"))
+}
+
+/// Parses a numeric sysctl's text (a number and a newline).
+pub fn parse_sysctl(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    t.parse().map_err(|_| format!("not a single number: {t:?}"))
 }
 
 fn sysctl_checks(out: &mut Vec<Check>) {
