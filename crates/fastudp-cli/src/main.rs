@@ -3,6 +3,7 @@
 mod bench;
 mod host;
 mod procfs;
+mod stream;
 mod testbed;
 mod txrx;
 
@@ -33,6 +34,11 @@ enum Cmd {
     Doctor(host::DoctorArgs),
     /// Apply what doctor recommends (dry run by default), or revert it.
     Tune(host::tune::TuneArgs),
+    /// Stream many paced flows to `fastudp stream-rx` (the paper's server).
+    Stream(stream::StreamArgs),
+    /// Receive the flows of `fastudp stream` through reuseport groups and
+    /// report per-flow rate, loss and burstiness.
+    StreamRx(stream::StreamRxArgs),
     /// Build or remove two network namespaces joined by a veth pair (root).
     Testbed {
         #[command(subcommand)]
@@ -80,6 +86,8 @@ fn main() -> ExitCode {
     let r: Result<(), Failure> = match cli.cmd {
         Cmd::Tx(a) => txrx::run_tx(a),
         Cmd::Doctor(a) => host::run_doctor(a),
+        Cmd::Stream(a) => stream::run_stream(a),
+        Cmd::StreamRx(a) => stream::run_stream_rx(a),
         Cmd::Tune(a) => host::tune::run_tune(a),
         Cmd::Rx(a) => txrx::run_rx(a),
         Cmd::Bench(a) => bench::run(a).map_err(Failure::from),

@@ -32,6 +32,10 @@ pub enum Profile {
     /// The receiving side drops the datagrams at its routing step (a
     /// blackhole route), so only the transmit side is measured.
     Sink,
+    /// A shallow-buffer bottleneck on the sending veth: a tbf qdisc of
+    /// 500 Mbit/s with a 16 KiB burst and a 32 KiB queue, where bursts
+    /// overflow as they would in a router.
+    Bottleneck,
 }
 
 /// The addresses of the pair for one address family.
@@ -247,6 +251,15 @@ fn build(profile: Profile) -> Result<(), String> {
                     &format!("/sys/class/net/{RX_DEV}/gro_flush_timeout"),
                 ],
                 Some("50000\n"),
+            )?;
+        }
+        Profile::Bottleneck => {
+            run(
+                &[
+                    "ip", "netns", "exec", TX_NS, "tc", "qdisc", "add", "dev", TX_DEV, "root",
+                    "tbf", "rate", "500mbit", "burst", "16kb", "limit", "32kb",
+                ],
+                None,
             )?;
         }
         Profile::Nocsum => {

@@ -635,3 +635,77 @@ fn interrupted_testbed_run_cleans_up() {
 }
 
 static TESTBED: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+#[test]
+fn stream_bad_input_exits_2() {
+    for (args, needle) in [
+        (vec!["stream", "--flows", "0"], "--flows 0"),
+        (vec!["stream", "--rate", "0"], "rate"),
+        (vec!["stream", "--interval", "0"], "--interval"),
+        (vec!["stream", "--flows", "200000"], "--ports"),
+        (vec!["stream-rx", "--flows", "0"], "--flows 0"),
+        (vec!["stream", "--max-burst", "0"], "--max-burst"),
+    ] {
+        let o = fastudp(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn stream_reaches_every_flow_at_its_rate() {
+    let port = free_port().to_string();
+    let rx = spawn(&[
+        "stream-rx",
+        "--port",
+        &port,
+        "--flows",
+        "300",
+        "--rate",
+        "20k",
+        "--idle",
+        "0.5",
+        "--json",
+    ]);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let o = fastudp(&[
+        "stream",
+        "--port",
+        &port,
+        "--flows",
+        "300",
+        "--rate",
+        "20k",
+        "--duration",
+        "1.5",
+        "--pacing",
+        "kernel",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let tx: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let o = rx.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let rx: Value = serde_json::from_slice(&o.stdout).unwrap();
+    for v in [&tx, &rx] {
+        for k in [
+            "flows",
+            "flows_within_5pct",
+            "pacing",
+            "cpu_ns_per_byte",
+            "loss",
+        ] {
+            assert!(v.get(k).is_some(), "{k} missing in {v}");
+        }
+    }
+    // Loopback's qdisc ignores SO_TXTIME: kernel pacing falls back, and says why.
+    assert_eq!(tx["pacing"], "user");
+    assert!(
+        tx["pacing_reason"].as_str().unwrap().contains("SO_TXTIME"),
+        "{tx}"
+    );
+    assert_eq!(rx["pacing"], "user");
+    assert_eq!(rx["flows"], 300, "every flow arrived");
+    assert!(rx["loss"].as_f64().unwrap() < 0.01, "{rx}");
+}

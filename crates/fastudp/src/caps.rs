@@ -135,7 +135,7 @@ fn probe_segments_on(addr: SocketAddr, segs: usize) -> std::io::Result<()> {
 
 /// The kernel's `UDP_MAX_SEGMENTS` (128 since 2024, 64 before), probed once
 /// per process by sending a train of 1-byte segments to a throwaway
-/// loopback socket; 0 when GSO does not work at all.
+/// loopback socket; 0 when the kernel refuses GSO outright.
 pub fn kernel_max_segments() -> usize {
     static MAX: OnceLock<usize> = OnceLock::new();
     *MAX.get_or_init(|| {
@@ -153,7 +153,10 @@ pub fn kernel_max_segments() -> usize {
                 Err(_) => continue,
             }
         }
-        0
+        // The probe could not run (no usable loopback in this network
+        // namespace, say): the older, safe limit. Whether a socket can do
+        // GSO at all is its own UDP_SEGMENT check.
+        64
     })
 }
 
@@ -162,7 +165,8 @@ pub fn kernel_max_segments() -> usize {
 pub(crate) fn zerocopy_and_txtime() -> (bool, bool) {
     static R: OnceLock<(bool, bool)> = OnceLock::new();
     *R.get_or_init(|| {
-        let Ok(s) = UdpSocket::bind("127.0.0.1:0") else {
+        // Any address will do: the options need no route.
+        let Ok(s) = UdpSocket::bind("0.0.0.0:0").or_else(|_| UdpSocket::bind("[::]:0")) else {
             return (false, false);
         };
         let fd = s.as_raw_fd();

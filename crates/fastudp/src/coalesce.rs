@@ -100,14 +100,14 @@ impl<'s> Coalescer<'s> {
         ecn: Option<EcnCodepoint>,
         src_ip: Option<IpAddr>,
     ) -> Result<(), Error> {
-        let max = self.socket.max_payload_to(&dest);
-        if data.len() > max {
-            return Err(Error::PayloadTooLarge {
-                index: self.queued,
-                len: data.len(),
-                max,
-            });
-        }
+        // Whatever the socket would refuse is refused here, before it can
+        // sit in the queue and block everything behind it.
+        let t = Transmit {
+            ecn,
+            src_ip,
+            ..Transmit::new(dest, data)
+        };
+        self.socket.validate(self.queued, &t)?;
         let joins = match self.trains.last() {
             Some(t)
                 if !self.builder.is_empty()
@@ -169,6 +169,7 @@ impl<'s> Coalescer<'s> {
         }
         let mut sent = 0;
         let mut first_err = None;
+        let mut partial = 0;
         {
             let ts: Vec<Transmit<'_>> = self
                 .trains
@@ -191,6 +192,14 @@ impl<'s> Coalescer<'s> {
                             break;
                         }
                     }
+                    // Some datagrams of the front train went out one by one:
+                    // drop exactly those from the queue.
+                    Err(Error::PartialTrain {
+                        index: 0, sent: k, ..
+                    }) if k > 0 => {
+                        partial = k;
+                        break;
+                    }
                     Err(e) => {
                         first_err = Some(e);
                         break;
@@ -211,10 +220,15 @@ impl<'s> Coalescer<'s> {
                 t.end -= cut;
             }
         }
-        self.queued -= datagrams;
+        if partial > 0 {
+            let t = &mut self.trains[0];
+            t.start += partial * t.segment_size;
+            t.count -= partial;
+        }
+        self.queued -= datagrams + partial;
         match first_err {
             Some(e) if sent == 0 => Err(e),
-            _ => Ok(datagrams),
+            _ => Ok(datagrams + partial),
         }
     }
 }

@@ -48,7 +48,9 @@ pub use caps::{Capabilities, Disabled, DISABLE_ENV};
 pub use coalesce::{Coalescer, DEFAULT_MTU};
 pub use error::{Error, FallbackEvent, Feature};
 pub use reuseport::{ReuseportGroup, Steering};
-pub use socket::{Config, RecvBatch, RecvMeta, Socket, Stats, Transmit, DEFAULT_MESSAGE_CAPACITY};
+pub use socket::{
+    Config, RecvBatch, RecvMeta, Socket, Stats, Transmit, DEFAULT_MESSAGE_CAPACITY, SPLIT_DEADLINE,
+};
 pub use wire::control::EcnCodepoint;
 pub use zerocopy::{ZeroCopyMode, ZeroCopySender, ZeroCopyStats};
 

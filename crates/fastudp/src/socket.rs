@@ -72,6 +72,10 @@ pub struct Config {
     pub recv_buffer: Option<usize>,
     /// `SO_SNDBUF` to request, in bytes.
     pub send_buffer: Option<usize>,
+    /// How long a train sent one datagram at a time (GSO off) may wait for
+    /// send-buffer space once its first datagram is out, before the send
+    /// stops with [`Error::PartialTrain`] (default 5 s).
+    pub split_wait: Duration,
 }
 
 impl Default for Config {
@@ -81,6 +85,7 @@ impl Default for Config {
             disabled: Disabled::default(),
             recv_buffer: None,
             send_buffer: None,
+            split_wait: SPLIT_DEADLINE,
         }
     }
 }
@@ -120,6 +125,7 @@ pub struct Socket {
     inner: UdpSocket,
     ipv6: bool,
     caps: Capabilities,
+    split_wait: Duration,
     gso_segments: AtomicUsize,
     ecn: AtomicBool,
     txtime: AtomicBool,
@@ -135,8 +141,8 @@ pub struct Socket {
 }
 
 /// How long a train that GSO could not send may wait for buffer space while
-/// its datagrams go out one by one.
-const SPLIT_DEADLINE: Duration = Duration::from_secs(5);
+/// its datagrams go out one by one, unless [`Config::split_wait`] says.
+pub const SPLIT_DEADLINE: Duration = Duration::from_secs(5);
 
 impl Socket {
     /// Binds a new socket. An IPv6 wildcard address gives a dual-stack
@@ -252,6 +258,7 @@ impl Socket {
             inner: sock,
             ipv6,
             caps,
+            split_wait: config.split_wait,
             gso_segments: AtomicUsize::new(max_gso_segments),
             ecn: AtomicBool::new(ecn),
             txtime: AtomicBool::new(false),
@@ -337,8 +344,9 @@ impl Socket {
 
     /// Reads everything queued on the socket's error queue now (zerocopy
     /// completions, txtime errors, ICMP errors with `IP_RECVERR`), without
-    /// waiting. A [`crate::ZeroCopySender`] reads its own completions; use
-    /// this for the rest.
+    /// waiting. Do not call it on a socket that a [`crate::ZeroCopySender`]
+    /// uses: it would take the completions that sender waits for, and its
+    /// buffers would stay in flight.
     pub fn take_errors(&self) -> Result<Vec<crate::wire::zerocopy::ErrQueueMsg>, Error> {
         let mut out = Vec::new();
         let mut cb = CmsgBuf::default();
@@ -397,7 +405,11 @@ impl Socket {
             return Err(Error::ZeroSegmentSize { index });
         }
         let segs = t.segments();
-        if segs > 1 && segs > self.caps.kernel_max_segments.max(1) {
+        // Without GSO a train is split into datagrams, whatever its length.
+        if segs > 1
+            && self.gso_segments.load(Relaxed) > 1
+            && segs > self.caps.kernel_max_segments.max(1)
+        {
             return Err(Error::TooManySegments {
                 index,
                 segments: segs,
@@ -429,15 +441,16 @@ impl Socket {
         }
     }
 
-    pub(crate) fn control_for(
+    pub(crate) fn control_with(
         &self,
         t: &Transmit<'_>,
         segment: Option<u16>,
         buf: &mut CmsgBuf,
+        allow_ecn: bool,
     ) -> Result<usize, Error> {
         let ctl = SendControl {
             segment_size: segment,
-            ecn: t.ecn.filter(|_| self.ecn.load(Relaxed)),
+            ecn: t.ecn.filter(|_| allow_ecn && self.ecn.load(Relaxed)),
             src_ip: t.src_ip.filter(|_| !self.caps.disabled.pktinfo),
             txtime: t.txtime,
         };
@@ -494,7 +507,13 @@ impl Socket {
         }
         let mut done = 0;
         while done < transmits.len() {
-            match self.send_some(&transmits[done..]) {
+            // A train sent one datagram at a time can end half sent; it is
+            // only ever sent first in a call, so that such an outcome
+            // (`Error::PartialTrain`) reaches the caller with its count.
+            if done > 0 && self.gso_segments.load(Relaxed) <= 1 && transmits[done].segments() > 1 {
+                break;
+            }
+            match self.send_some(&transmits[done..], done == 0) {
                 Ok(n) => done += n,
                 // transmits[..done] went out; the next call reports the error.
                 Err(_) if done > 0 => break,
@@ -510,7 +529,9 @@ impl Socket {
     pub(crate) fn send_one_flags(&self, t: &Transmit<'_>, flags: i32) -> Result<usize, io::Error> {
         let seg = (t.segments() > 1).then(|| t.segment_size.unwrap_or(0) as u16);
         let mut cb = CmsgBuf::default();
-        let n = self.control_for(t, seg, &mut cb).map_err(io::Error::from)?;
+        let n = self
+            .control_with(t, seg, &mut cb, true)
+            .map_err(io::Error::from)?;
         let addr = self.dest_addr(&t.destination);
         let iov = [IoSlice::new(t.contents)];
         let m = OutMsg {
@@ -528,7 +549,10 @@ impl Socket {
 
     /// One syscall's worth of transmits, with fallbacks. Returns >= 1 or an
     /// error for `ts[0]`.
-    fn send_some(&self, ts: &[Transmit<'_>]) -> Result<usize, Error> {
+    fn send_some(&self, ts: &[Transmit<'_>], first_in_call: bool) -> Result<usize, Error> {
+        // Set after a refusal, to retry once without ECN marks; the error
+        // that caused it is recorded only if the retry then succeeds.
+        let mut ecn_refused: Option<io::Error> = None;
         loop {
             let gso = self.gso_segments.load(Relaxed) > 1;
             if !gso && ts[0].segments() > 1 {
@@ -551,7 +575,7 @@ impl Socket {
                 batch.iter().map(|t| [IoSlice::new(t.contents)]).collect();
             for (t, c) in batch.iter().zip(ctl.iter_mut()) {
                 let seg = (t.segments() > 1).then(|| t.segment_size.unwrap_or(0) as u16);
-                ctl_len.push(self.control_for(t, seg, c)?);
+                ctl_len.push(self.control_with(t, seg, c, ecn_refused.is_none())?);
             }
             let msgs: Vec<OutMsg<'_>> = (0..n)
                 .map(|i| OutMsg {
@@ -561,7 +585,9 @@ impl Socket {
                 })
                 .collect();
             #[cfg(test)]
-            let injected = faults::refused(batch[0].ecn.is_some() && self.ecn.load(Relaxed));
+            let injected = faults::refused(
+                batch[0].ecn.is_some() && self.ecn.load(Relaxed) && ecn_refused.is_none(),
+            );
             #[cfg(not(test))]
             let injected: Option<io::Error> = None;
             let r = if let Some(e) = injected {
@@ -572,39 +598,51 @@ impl Socket {
                 sys::sendmsg(&self.inner, &msgs[0], 0).map(|_| 1)
             };
             self.send_calls.fetch_add(1, Relaxed);
-            match r {
+            let e = match r {
                 Ok(k) => {
                     self.send_messages.fetch_add(k as u64, Relaxed);
+                    if let Some(cause) = ecn_refused {
+                        self.disable_ecn(&cause, &ts[0].destination);
+                    }
                     return Ok(k);
                 }
-                Err(e) => {
-                    let t = &ts[0];
-                    let errno = e.raw_os_error();
-                    let refused = matches!(errno, Some(libc::EIO) | Some(libc::EINVAL));
-                    if refused && t.segments() > 1 {
-                        self.disable_gso(&e, &t.destination);
-                        continue;
-                    }
-                    if refused && t.ecn.is_some() && self.ecn.load(Relaxed) {
-                        self.disable_ecn(&e, &t.destination);
-                        continue;
-                    }
-                    if errno == Some(libc::EMSGSIZE) && t.segments() > 1 {
-                        return Err(Error::SegmentExceedsMtu {
-                            index: 0,
-                            segment_size: t.segment_size.unwrap_or(0),
-                            destination: t.destination,
-                        });
-                    }
+                Err(e) => e,
+            };
+            let t = &ts[0];
+            let errno = e.raw_os_error();
+            let refused = matches!(errno, Some(libc::EIO) | Some(libc::EINVAL));
+            if refused && t.ecn.is_some() && self.ecn.load(Relaxed) && ecn_refused.is_none() {
+                ecn_refused = Some(e);
+                continue;
+            }
+            if refused && t.segments() > 1 {
+                if !first_in_call {
+                    // Retried first in the next call, where a partial
+                    // outcome can be reported exactly.
                     return Err(Error::Io(e));
                 }
+                // Is GSO to blame? The same datagrams, one by one: only if
+                // that works is GSO turned off for this socket.
+                self.send_split(t)?;
+                self.resent.fetch_add(t.segments() as u64, Relaxed);
+                self.disable_gso(&e, &t.destination);
+                return Ok(1);
             }
+            if errno == Some(libc::EMSGSIZE) && t.segments() > 1 {
+                return Err(Error::SegmentExceedsMtu {
+                    index: 0,
+                    segment_size: t.segment_size.unwrap_or(0),
+                    destination: t.destination,
+                });
+            }
+            return Err(Error::Io(e));
         }
     }
 
     /// Sends every datagram of a train as its own message. Once the first
     /// one is out, the rest go out too: the call waits for buffer space (up
-    /// to [`SPLIT_DEADLINE`]) rather than leave a train half sent.
+    /// to [`Config::split_wait`]) rather than leave a train half sent; if it
+    /// still cannot finish, [`Error::PartialTrain`] says how many went.
     fn send_split(&self, t: &Transmit<'_>) -> Result<(), Error> {
         let seg = t.segment_size.unwrap_or(t.contents.len()).max(1);
         let chunks: Vec<&[u8]> = t.contents.chunks(seg).collect();
@@ -612,11 +650,11 @@ impl Socket {
         let addr = self.dest_addr(&t.destination);
         let mut sent = 0;
         let mut deadline: Option<Instant> = None;
-        let gso_failed = self.caps.max_gso_segments > 1;
+        let mut ecn_refused: Option<io::Error> = None;
         while sent < total {
             let n = (total - sent).min(if self.caps.mmsg { MAX_BATCH } else { 1 });
             let mut cb = CmsgBuf::default();
-            let clen = self.control_for(t, None, &mut cb)?;
+            let clen = self.control_with(t, None, &mut cb, ecn_refused.is_none())?;
             let iovs: Vec<[IoSlice<'_>; 1]> = chunks[sent..sent + n]
                 .iter()
                 .map(|c| [IoSlice::new(c)])
@@ -639,8 +677,8 @@ impl Socket {
                 Ok(k) => {
                     sent += k;
                     self.send_messages.fetch_add(k as u64, Relaxed);
-                    if gso_failed {
-                        self.resent.fetch_add(k as u64, Relaxed);
+                    if let Some(cause) = ecn_refused.take() {
+                        self.disable_ecn(&cause, &t.destination);
                     }
                 }
                 Err(e) => {
@@ -648,8 +686,9 @@ impl Socket {
                     if matches!(errno, Some(libc::EIO) | Some(libc::EINVAL))
                         && t.ecn.is_some()
                         && self.ecn.load(Relaxed)
+                        && ecn_refused.is_none()
                     {
-                        self.disable_ecn(&e, &t.destination);
+                        ecn_refused = Some(e);
                         continue;
                     }
                     let transient =
@@ -657,7 +696,7 @@ impl Socket {
                     if sent == 0 {
                         return Err(Error::Io(e));
                     }
-                    let dl = *deadline.get_or_insert_with(|| Instant::now() + SPLIT_DEADLINE);
+                    let dl = *deadline.get_or_insert_with(|| Instant::now() + self.split_wait);
                     if !transient || Instant::now() >= dl {
                         return Err(Error::PartialTrain {
                             index: 0,
@@ -731,7 +770,13 @@ impl Socket {
             if let Some(d) = ctl.drops {
                 self.drops.fetch_max(d as u64, Relaxed);
             }
-            let len = raw.len.min(stride);
+            let mut len = raw.len.min(stride);
+            // A truncated train ends in part of a datagram: keep whole ones.
+            if truncated {
+                if let Some(s) = ctl.stride.filter(|&s| s > 0 && s < len) {
+                    len -= len % s;
+                }
+            }
             batch.metas[i] = RecvMeta {
                 source: raw
                     .source
@@ -834,9 +879,13 @@ impl RecvBatch {
 
     /// Buffers for `messages` messages of `bytes_per_message` bytes each.
     /// A message larger than that is truncated, and reported as such.
+    ///
+    /// `bytes_per_message` is held to 1 byte .. 16 MiB. With GRO on, less
+    /// than [`DEFAULT_MESSAGE_CAPACITY`] may truncate trains; a truncated
+    /// train yields only its whole datagrams, and is flagged.
     pub fn with_capacity(messages: usize, bytes_per_message: usize) -> Self {
         let messages = messages.clamp(1, MAX_BATCH);
-        let stride = bytes_per_message.max(1);
+        let stride = bytes_per_message.clamp(1, 16 << 20);
         let empty = RecvMeta {
             source: SocketAddr::from(([0, 0, 0, 0], 0)),
             destination: None,

@@ -54,7 +54,8 @@ const ADAPT_WINDOW: u64 = 64;
 #[derive(Debug)]
 pub struct ZeroCopySender<'s> {
     socket: &'s Socket,
-    tracker: CompletionTracker<Vec<u8>>,
+    /// `None` marks a completion id a failed send may have used.
+    tracker: CompletionTracker<Option<Vec<u8>>>,
     ready: std::collections::VecDeque<Vec<u8>>,
     mode: ZeroCopyMode,
     adaptive: bool,
@@ -131,7 +132,12 @@ impl<'s> ZeroCopySender<'s> {
         if let Err(e) = self.socket.validate(0, &t) {
             return Err((e, buf));
         }
-        if self.mode == ZeroCopyMode::Copy {
+        // A train the socket cannot send with GSO (switched off, or off
+        // after a fallback) goes through the socket's own split path, which
+        // copies.
+        if self.mode == ZeroCopyMode::Copy
+            || (t.segments() > 1 && self.socket.max_gso_segments() <= 1)
+        {
             return self.send_copy(dest, buf, segment_size);
         }
         let deadline = Instant::now() + Duration::from_secs(1);
@@ -140,24 +146,41 @@ impl<'s> ZeroCopySender<'s> {
                 Ok(_) => {
                     self.stats.sends += 1;
                     self.stats.zerocopy_sends += 1;
-                    self.tracker.push(buf);
+                    self.tracker.push(Some(buf));
                     return Ok(());
                 }
+                // ENOBUFS (optmem) and EAGAIN come before the kernel takes a
+                // completion id.
                 Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) && Instant::now() < deadline => {
                     self.stats.enobufs_retries += 1;
-                    if let Err(e) = self.wait(Duration::from_millis(10)) {
+                    if self.tracker.in_flight() == 0 {
+                        // Nothing of ours to wait for: the memory is held elsewhere.
+                        std::thread::sleep(Duration::from_millis(1));
+                    } else if let Err(e) = self.wait(Duration::from_millis(10)) {
                         return Err((e, buf));
                     }
                 }
                 Err(e)
-                    if matches!(e.raw_os_error(), Some(libc::EIO) | Some(libc::EINVAL))
-                        && t.segments() > 1 =>
+                    if e.kind() == io::ErrorKind::WouldBlock
+                        || e.raw_os_error() == Some(libc::ENOBUFS) =>
                 {
-                    // The path refused GSO: the socket's own send falls back
-                    // (and records why).
-                    return self.send_copy(dest, buf, segment_size);
+                    return Err((Error::Io(e), buf));
                 }
-                Err(e) => return Err((Error::Io(e), buf)),
+                Err(e) => {
+                    // The kernel may have built the packet, and so used up a
+                    // completion id, before it failed (errors from
+                    // udp_send_skb do). Count the id as used: if it was not,
+                    // later buffers come back one completion late, never
+                    // early.
+                    self.tracker.push(None);
+                    let refused = matches!(e.raw_os_error(), Some(libc::EIO) | Some(libc::EINVAL));
+                    if refused && t.segments() > 1 {
+                        // The path refused GSO: the socket's own send falls
+                        // back (and records why).
+                        return self.send_copy(dest, buf, segment_size);
+                    }
+                    return Err((Error::Io(e), buf));
+                }
             }
         }
     }
@@ -206,7 +229,7 @@ impl<'s> ZeroCopySender<'s> {
             }
         }
         while let Some(b) = self.tracker.pop_done() {
-            self.ready.push_back(b);
+            self.ready.extend(b);
         }
         self.adapt();
         Ok(n)

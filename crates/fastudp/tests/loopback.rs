@@ -248,3 +248,61 @@ fn coalescer_packs_equal_datagrams_into_trains() {
     );
     assert!(c.is_empty());
 }
+
+#[test]
+fn truncated_gro_train_yields_only_whole_datagrams() {
+    let rx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let tx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    if !rx.capabilities().gro || tx.capabilities().max_gso_segments <= 1 {
+        eprintln!("skipping: needs GSO and GRO");
+        return;
+    }
+    let dest = rx.local_addr().unwrap();
+    let payload = vec![7u8; 10 * 1200];
+    tx.send(&[Transmit::train(dest, &payload, 1200)]).unwrap();
+    rx.as_std()
+        .set_read_timeout(Some(std::time::Duration::from_secs(2)))
+        .unwrap();
+    let mut b = RecvBatch::with_capacity(8, 1500);
+    rx.recv(&mut b).unwrap();
+    let (m, _) = b.get(0).unwrap();
+    assert!(m.truncated, "the train did not fit");
+    let lens: Vec<usize> = b.datagrams().map(|(_, d)| d.len()).collect();
+    assert_eq!(
+        lens,
+        vec![1200],
+        "no fragment of a datagram is handed out as one"
+    );
+    assert_eq!(rx.stats().truncated, 1);
+}
+
+#[test]
+fn coalescer_refuses_what_the_socket_would_refuse() {
+    let t = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let r = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let mut c = fastudp::Coalescer::new(&t);
+    c.push(r.local_addr().unwrap(), b"fine").unwrap();
+    let e = c
+        .push("[::1]:9".parse().unwrap(), b"wrong family")
+        .unwrap_err();
+    assert!(matches!(e, fastudp::Error::AddressFamily { .. }), "{e:?}");
+    assert_eq!(c.queued_datagrams(), 1);
+    assert_eq!(c.flush().unwrap(), 1, "the queue is not blocked");
+}
+
+#[test]
+fn a_refusal_gso_is_not_to_blame_for_leaves_gso_on() {
+    let t = Socket::bind("[::1]:0".parse().unwrap()).unwrap();
+    let r = Socket::bind("[::1]:0".parse().unwrap()).unwrap();
+    if t.capabilities().max_gso_segments <= 1 {
+        return;
+    }
+    let payload = vec![1u8; 4000];
+    let mut tr = Transmit::train(r.local_addr().unwrap(), &payload, 1000);
+    // Not an address of this host: the kernel refuses the source, with or
+    // without GSO.
+    tr.src_ip = Some("2001:db8::1".parse().unwrap());
+    assert!(t.send(&[tr]).is_err());
+    assert!(t.stats().fallbacks.is_empty(), "{:?}", t.stats().fallbacks);
+    assert!(t.max_gso_segments() > 1, "GSO stays on");
+}

@@ -208,3 +208,98 @@ fn partial_sends_are_reported_exactly() {
     }
     checker.finish(0);
 }
+
+/// With GSO off, trains go out one datagram at a time; through a slow
+/// qdisc a train can end half sent. The caller learns exactly how much
+/// (Error::PartialTrain), resends only the rest, and every datagram arrives
+/// exactly once.
+#[test]
+fn half_sent_trains_are_reported_exactly_and_resent_once() {
+    if let Some(why) = netns_unavailable() {
+        eprintln!("skipping half_sent_trains_are_reported_exactly: {why}");
+        return;
+    }
+    let p = VethPair::new("halftrain", 6);
+    must(&format!(
+        "ip netns exec {} tc qdisc add dev va root tbf rate 50mbit burst 16kb limit 20mb",
+        p.a
+    ));
+    // The receiver reads only after the sender is done: room for all of it.
+    let rc = Config {
+        recv_buffer: Some(64 << 20),
+        ..rx_config(RxMode::Gro)
+    };
+    let rx = p.bind(&p.b, SocketAddr::new(p.addr_b.into(), 0), rc);
+    let dest = rx.local_addr().unwrap();
+    let tx_cfg = Config {
+        send_buffer: Some(32 * 1024),
+        // Give up at once when the buffer is full mid-train: half-sent
+        // trains are what this test is about.
+        split_wait: std::time::Duration::ZERO,
+        disabled: fastudp::Disabled {
+            gso: true,
+            ..Default::default()
+        },
+        ..Config::default()
+    };
+    let tx = p.bind(&p.a, SocketAddr::new(p.addr_a.into(), 0), tx_cfg);
+    tx.as_std().set_nonblocking(true).unwrap();
+    const TRAINS: usize = 200;
+    const SEGS: usize = 20;
+    const SEG: usize = 1000;
+    let mut bufs = Vec::new();
+    for t in 0..TRAINS {
+        let mut b = Vec::new();
+        for s in 0..SEGS {
+            fill((t * SEGS + s) as u64, SEG, &mut b);
+        }
+        bufs.push(b);
+    }
+    // (train, first datagram not yet sent)
+    let (mut next, mut from) = (0usize, 0usize);
+    let mut partials = 0;
+    let start = std::time::Instant::now();
+    while next < TRAINS {
+        assert!(
+            start.elapsed().as_secs() < 60,
+            "sending stalled at train {next}"
+        );
+        let first = Transmit::train(dest, &bufs[next][from * SEG..], SEG);
+        let rest: Vec<Transmit<'_>> = bufs[next + 1..]
+            .iter()
+            .map(|b| Transmit::train(dest, b, SEG))
+            .collect();
+        let mut ts = vec![first];
+        ts.extend(rest);
+        match tx.send(&ts) {
+            Ok(n) => {
+                next += n;
+                from = 0;
+            }
+            Err(fastudp::Error::PartialTrain { index: 0, sent, .. }) => {
+                partials += 1;
+                from += sent;
+            }
+            Err(e) if e.is_would_block() => std::thread::sleep(std::time::Duration::from_millis(1)),
+            Err(e) => panic!("send failed: {e}"),
+        }
+    }
+    eprintln!("partial trains: {partials}");
+    assert!(
+        partials > 0,
+        "no train ended half sent: the test proved nothing"
+    );
+    let mut checker = Checker::uniform((TRAINS * SEGS) as u64, SEG);
+    let mut b = fastudp::RecvBatch::new(32);
+    rx.as_std()
+        .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .unwrap();
+    while checker.received < (TRAINS * SEGS) as u64 {
+        rx.recv(&mut b)
+            .unwrap_or_else(|e| panic!("only {} arrived: {e}", checker.received));
+        for (_, d) in b.datagrams() {
+            checker.check(d);
+        }
+    }
+    checker.finish(0);
+}

@@ -43,7 +43,7 @@ pub fn bind(r: RxStrategy, addr: SocketAddr) -> Result<RxSock, String> {
                     ..Disabled::default()
                 },
                 recv_buffer: Some(RCVBUF),
-                send_buffer: None,
+                ..Config::default()
             };
             let s = fastudp::Socket::bind_with(addr, c).map_err(|e| e.to_string())?;
             if matches!(r, RxStrategy::Gro | RxStrategy::GroRecvmmsg) && !s.capabilities().gro {

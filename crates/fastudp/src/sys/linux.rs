@@ -324,10 +324,28 @@ pub(crate) fn ethtool_ioctl(ifname: &str, data: &mut [u8]) -> io::Result<()> {
             format!("bad interface name {ifname:?}"),
         ));
     }
-    if data.len() < 4 {
+    // The kernel writes as much as the command's reply needs: refuse any
+    // request whose buffer is shorter than that, and any other command.
+    use crate::wire::ethtool as et;
+    let u32_at = |o: usize| {
+        data.get(o..o + 4)
+            .map(|b| u32::from_ne_bytes(b.try_into().expect("4 bytes")))
+    };
+    let need = match u32_at(0) {
+        Some(et::GSSET_INFO) => Some(16 + 4),
+        Some(et::GSTRINGS) => u32_at(8)
+            .filter(|&n| n > 0)
+            .map(|n| 12 + n as usize * et::GSTRING_LEN),
+        Some(et::GFEATURES) => u32_at(4).map(|n| 8 + n as usize * 16),
+        Some(et::SFEATURES) => u32_at(4).map(|n| 8 + n as usize * 8),
+        Some(et::GCHANNELS) | Some(et::SCHANNELS) => Some(et::CHANNELS_LEN),
+        Some(et::GDRVINFO) => Some(et::DRVINFO_LEN),
+        _ => None,
+    };
+    if !need.is_some_and(|n| data.len() >= n) {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            "ethtool request too short",
+            "unsupported or short ethtool request",
         ));
     }
     let mut req = Ifreq {
@@ -338,8 +356,10 @@ pub(crate) fn ethtool_ioctl(ifname: &str, data: &mut [u8]) -> io::Result<()> {
     req.name[..name.len()].copy_from_slice(name);
     let sock = UdpSocket::bind("0.0.0.0:0").or_else(|_| UdpSocket::bind("[::]:0"))?;
     // SAFETY: `req` is a valid ifreq whose data pointer points at `data`,
-    // live and writable for the call; the kernel writes at most the reply
-    // size of the command, which the callers keep within `data.len()`.
+    // live and writable for the call. The kernel writes at most the reply
+    // of the command, checked above to fit `data`; for GSTRINGS, kernels
+    // since 6.19 write nothing unless the count matches, and older ones
+    // write the string set's size, which the caller read just before.
     let r = unsafe {
         libc::ioctl(
             sock.as_raw_fd(),
@@ -419,6 +439,12 @@ pub fn setns_net(fd: BorrowedFd<'_>) -> io::Result<()> {
 
 /// `sched_setaffinity(0, {cpu})`: pins the calling thread to one CPU.
 pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("CPU {cpu} is beyond CPU_SETSIZE"),
+        ));
+    }
     // SAFETY: all-zero is an empty cpu_set_t; CPU_SET writes within it.
     let r = unsafe {
         let mut set: libc::cpu_set_t = MaybeUninit::zeroed().assume_init();

@@ -41,14 +41,16 @@ pub const fn space(data_len: usize) -> usize {
 
 /// A control buffer with the alignment the kernel requires of `msg_control`.
 ///
-/// 128 bytes hold every combination fastudp sends (UDP_SEGMENT, ECN,
-/// PKTINFO and SCM_TXTIME) and every one it asks to receive.
+/// 256 bytes hold every combination fastudp sends (UDP_SEGMENT, ECN,
+/// PKTINFO and SCM_TXTIME) and every one it asks to receive: a dual-stack
+/// socket can get UDP_GRO, SO_RXQ_OVFL, IP_PKTINFO, IPV6_PKTINFO and IP_TOS
+/// on one IPv4 datagram, 144 bytes.
 #[derive(Clone, Copy)]
 #[repr(C, align(8))]
 pub struct CmsgBuf(pub [u8; CMSG_BUF_LEN]);
 
 /// Size of a [`CmsgBuf`].
-pub const CMSG_BUF_LEN: usize = 128;
+pub const CMSG_BUF_LEN: usize = 256;
 
 impl Default for CmsgBuf {
     fn default() -> Self {

@@ -1,0 +1,817 @@
+//! `fastudp stream` and `fastudp stream-rx`: the paper's many-flow paced
+//! streaming workload, and its receiving side.
+//!
+//! Each datagram carries a 16-byte header: the flow id (4 bytes,
+//! big-endian, at offset 0: the receivers' reuseport group steers on it),
+//! the flow's sequence number (8 bytes, little-endian), and the pacing mode.
+
+use crate::host::{netlink, routes};
+use crate::Failure;
+use clap::{Args, ValueEnum};
+use fastudp::pacing::{choose_mode, Pacer, PacingMode};
+use fastudp::{Config, RecvBatch, ReuseportGroup, Socket, Steering, Transmit};
+use serde::Serialize;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Bytes of the stream header.
+pub const HDR: usize = 16;
+
+/// `--pacing`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PacingArg {
+    /// SO_TXTIME departure times, honoured by an fq/etf qdisc (falls back
+    /// to user space, and says so, where the qdisc ignores them).
+    Kernel,
+    /// fastudp waits until each train's departure time.
+    User,
+    /// Every flow sends its interval's budget at the same instant.
+    None,
+}
+
+/// Parses a rate such as `125000`, `125k`, `1M` or `1.5M` (bytes per second).
+pub fn parse_rate(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (num, mult) = match t.chars().last() {
+        Some('k' | 'K') => (&t[..t.len() - 1], 1e3),
+        Some('m' | 'M') => (&t[..t.len() - 1], 1e6),
+        Some('g' | 'G') => (&t[..t.len() - 1], 1e9),
+        _ => (t, 1.0),
+    };
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a rate in bytes per second (like 125000, 125k, 1M)"))?;
+    let r = v * mult;
+    if !(r.is_finite() && (1.0..=1e12).contains(&r)) {
+        return Err(format!("{s:?}: a rate must be 1 byte/s to 1 TB/s"));
+    }
+    Ok(r as u64)
+}
+
+/// Options of `fastudp stream`.
+#[derive(Args, Debug, Clone)]
+pub struct StreamArgs {
+    /// Where the receivers (`fastudp stream-rx`) listen.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub dest: IpAddr,
+    /// Their first port.
+    #[arg(long, default_value_t = 9000)]
+    pub port: u16,
+    /// How many ports the flows are spread over (flow i goes to port + i % ports).
+    #[arg(long, default_value_t = 1)]
+    pub ports: u16,
+    /// Number of flows.
+    #[arg(long, default_value_t = 10_000)]
+    pub flows: usize,
+    /// Rate per flow, bytes per second (k, M, G multiply by 1000).
+    #[arg(long, default_value = "20k", value_parser = parse_rate)]
+    pub rate: u64,
+    /// Pacing interval in ms: each flow sends at most one train per interval.
+    #[arg(long, default_value_t = 8.0, allow_negative_numbers = true)]
+    pub interval: f64,
+    /// Most GSO segments per flow per interval.
+    #[arg(long, default_value_t = 16)]
+    pub max_burst: usize,
+    /// Who enforces departure times.
+    #[arg(long, value_enum, default_value_t = PacingArg::User)]
+    pub pacing: PacingArg,
+    /// Send trains with MSG_ZEROCOPY (adaptive: falls back to copying
+    /// where the kernel copies anyway).
+    #[arg(long)]
+    pub zerocopy: bool,
+    /// Unconnected send sockets to spread the flows over.
+    #[arg(long, default_value_t = 1)]
+    pub sockets: usize,
+    /// Datagram payload in bytes.
+    #[arg(long, default_value_t = 1200)]
+    pub payload: usize,
+    /// Seconds to stream.
+    #[arg(long, default_value_t = 5.0, allow_negative_numbers = true)]
+    pub duration: f64,
+    /// No per-second lines.
+    #[arg(short, long)]
+    pub quiet: bool,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Options of `fastudp stream-rx`.
+#[derive(Args, Debug, Clone)]
+pub struct StreamRxArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "0.0.0.0")]
+    pub bind: IpAddr,
+    /// First port.
+    #[arg(long, default_value_t = 9000)]
+    pub port: u16,
+    /// Number of ports.
+    #[arg(long, default_value_t = 1)]
+    pub ports: u16,
+    /// Sockets per port, in a reuseport group steered by flow id.
+    #[arg(long, default_value_t = 2)]
+    pub sockets: usize,
+    /// The flows expected (for the within-5% fraction).
+    #[arg(long, default_value_t = 10_000)]
+    pub flows: usize,
+    /// The target rate per flow, bytes per second.
+    #[arg(long, default_value = "20k", value_parser = parse_rate)]
+    pub rate: u64,
+    /// Seconds to measure after the first datagram (default: until the
+    /// stream has been silent for --idle seconds).
+    #[arg(long, allow_negative_numbers = true)]
+    pub duration: Option<f64>,
+    /// Seconds of silence that end the run.
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
+    pub idle: f64,
+    /// Seconds to wait for the first datagram.
+    #[arg(long, default_value_t = 60.0, allow_negative_numbers = true)]
+    pub wait: f64,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn open_files_limit() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let l = s.lines().find(|l| l.starts_with("Max open files"))?;
+    l.split_whitespace().nth(3)?.parse().ok()
+}
+
+fn check_common(flows: usize, ports: u16, sockets: usize) -> Result<(), Failure> {
+    if flows == 0 {
+        return Err(Failure::usage(
+            "--flows 0: there must be at least one flow".into(),
+        ));
+    }
+    if ports == 0 {
+        return Err(Failure::usage(
+            "--ports 0: there must be at least one port".into(),
+        ));
+    }
+    if sockets == 0 {
+        return Err(Failure::usage(
+            "--sockets 0: there must be at least one socket".into(),
+        ));
+    }
+    let per_port = flows.div_ceil(ports as usize);
+    if per_port > 65_535 {
+        return Err(Failure::usage(format!(
+            "{flows} flows over {ports} ports is {per_port} per port; at most 65535: add --ports"
+        )));
+    }
+    let fds = sockets * ports as usize;
+    if let Some(max) = open_files_limit() {
+        if fds as u64 + 64 > max {
+            return Err(Failure::usage(format!(
+                "{fds} sockets need more file descriptors than this process may open ({max}): raise `ulimit -n` or use fewer sockets"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The summary of a stream run, either side.
+#[derive(Debug, Clone, Serialize)]
+pub struct StreamSummary {
+    /// `stream` or `stream-rx`.
+    pub role: &'static str,
+    /// Flows seen (rx) or sent (tx).
+    pub flows: usize,
+    /// Fraction of the flows within 5% of their target rate.
+    pub flows_within_5pct: f64,
+    /// The pacing mode in force.
+    pub pacing: String,
+    /// Why that mode.
+    pub pacing_reason: String,
+    /// Aggregate rate, Gbit/s.
+    pub gbps: f64,
+    /// Sending or receiving thread CPU ns per byte.
+    pub cpu_ns_per_byte: f64,
+    /// CPU seconds per Gbit/s of stream.
+    pub cpu_sec_per_gbit: f64,
+    /// Send or receive calls per second.
+    pub calls_per_sec: f64,
+    /// Datagrams missing from the flows' sequences (rx; null on tx).
+    pub loss: Option<f64>,
+    /// Inter-arrival gaps within a flow, µs (upper bound of a power-of-two
+    /// bucket): p50 (rx).
+    pub gap_us_p50: Option<f64>,
+    /// p90 gap.
+    pub gap_us_p90: Option<f64>,
+    /// p99 gap.
+    pub gap_us_p99: Option<f64>,
+    /// Longest run of a flow's datagrams arriving back to back (rx).
+    pub max_back_to_back: Option<u64>,
+    /// Seconds measured.
+    pub seconds: f64,
+    /// Bytes.
+    pub bytes: u64,
+}
+
+fn print(s: &StreamSummary, json: bool) -> Result<(), Failure> {
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(s).map_err(|e| Failure::usage(e.to_string()))?
+        );
+        return Ok(());
+    }
+    println!(
+        "{}: {} flows, {:.3} Gbit/s in {:.1} s, {:.1}% of flows within 5% of their rate, pacing {} ({}), {:.3} CPU ns/B, {:.0} calls/s",
+        s.role,
+        s.flows,
+        s.gbps,
+        s.seconds,
+        s.flows_within_5pct * 100.0,
+        s.pacing,
+        s.pacing_reason,
+        s.cpu_ns_per_byte,
+        s.calls_per_sec
+    );
+    if let Some(l) = s.loss {
+        println!(
+            "loss {:.3}%, gaps within a flow p50 <= {:.0} us, p90 <= {:.0} us, p99 <= {:.0} us, longest back-to-back burst {}",
+            l * 100.0,
+            s.gap_us_p50.unwrap_or(0.0),
+            s.gap_us_p90.unwrap_or(0.0),
+            s.gap_us_p99.unwrap_or(0.0),
+            s.max_back_to_back.unwrap_or(0)
+        );
+    }
+    Ok(())
+}
+
+fn mode_byte(m: PacingMode) -> u8 {
+    match m {
+        PacingMode::Kernel => 1,
+        PacingMode::User => 2,
+        PacingMode::None => 3,
+    }
+}
+
+fn mode_name(b: u8) -> &'static str {
+    match b {
+        1 => "kernel",
+        2 => "user",
+        3 => "none",
+        _ => "unknown",
+    }
+}
+
+/// Runs `fastudp stream`.
+pub fn run_stream(a: StreamArgs) -> Result<(), Failure> {
+    check_common(a.flows, a.ports, a.sockets)?;
+    if !(a.interval > 0.0 && a.interval <= 1000.0) {
+        return Err(Failure::usage(format!(
+            "--interval {} ms is out of range: more than 0, at most 1000",
+            a.interval
+        )));
+    }
+    if !(a.duration > 0.0 && a.duration <= 86_400.0) {
+        return Err(Failure::usage(format!(
+            "--duration {} is out of range",
+            a.duration
+        )));
+    }
+    let max = fastudp::wire::max_payload(a.dest.is_ipv6());
+    if a.payload < HDR || a.payload > 1472 {
+        return Err(Failure::usage(format!(
+            "--payload {} is out of range: {HDR} to 1472 bytes (one MTU-sized segment)",
+            a.payload
+        )));
+    }
+    if a.max_burst == 0 || a.max_burst * a.payload > max {
+        return Err(Failure::usage(format!(
+            "--max-burst {} is out of range: 1 to {}",
+            a.max_burst,
+            max / a.payload
+        )));
+    }
+    let interval = Duration::from_secs_f64(a.interval / 1000.0);
+    let wanted = match a.pacing {
+        PacingArg::Kernel => PacingMode::Kernel,
+        PacingArg::User => PacingMode::User,
+        PacingArg::None => PacingMode::None,
+    };
+    let bind: SocketAddr = if a.dest.is_ipv6() {
+        "[::]:0"
+    } else {
+        "0.0.0.0:0"
+    }
+    .parse()
+    .expect("literal");
+    let mut socks = Vec::new();
+    for _ in 0..a.sockets {
+        socks.push(
+            Socket::bind_with(
+                bind,
+                Config {
+                    send_buffer: Some(8 << 20),
+                    ..Config::default()
+                },
+            )
+            .map_err(|e| Failure::usage(e.to_string()))?,
+        );
+    }
+    let qdisc = routes::device_for(a.dest).ok().and_then(|dev| {
+        let idx: i32 = std::fs::read_to_string(format!("/sys/class/net/{dev}/ifindex"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()?;
+        netlink::qdiscs()
+            .ok()?
+            .into_iter()
+            .find(|q| q.ifindex == idx && q.parent == netlink::TC_H_ROOT)
+            .map(|q| q.kind)
+    });
+    let (mode, reason) = choose_mode(wanted, socks[0].capabilities().txtime, qdisc.as_deref());
+    if mode == PacingMode::Kernel {
+        for s in &socks {
+            s.enable_txtime(true)
+                .map_err(|e| Failure::usage(e.to_string()))?;
+        }
+    }
+    let mut pacers: Vec<Pacer> = (0..a.flows)
+        .map(|_| Pacer::new(a.rate, interval, a.max_burst))
+        .collect::<Result<_, _>>()
+        .map_err(|e| Failure::usage(e.to_string()))?;
+    let mut seqs = vec![0u64; a.flows];
+    let mut sent_bytes = vec![0u64; a.flows];
+    let interval_ns = interval.as_nanos() as u64;
+    let t0 = fastudp::os::monotonic_ns() + 10_000_000;
+    // Paced flows start spread over one interval; unpaced ones all at once.
+    let mut heap: BinaryHeap<Reverse<(u64, u32)>> = (0..a.flows)
+        .map(|i| {
+            let phase = if mode == PacingMode::None {
+                0
+            } else {
+                interval_ns * i as u64 / a.flows as u64
+            };
+            Reverse((t0 + phase, i as u32))
+        })
+        .collect();
+    let horizon = if mode == PacingMode::Kernel {
+        interval_ns
+    } else {
+        0
+    };
+    let end = t0 + (a.duration * 1e9) as u64;
+    let mut zcs: Vec<fastudp::ZeroCopySender<'_>> = if a.zerocopy {
+        socks
+            .iter()
+            .map(fastudp::ZeroCopySender::new)
+            .collect::<Result<_, _>>()
+            .map_err(|e| Failure::usage(e.to_string()))?
+    } else {
+        Vec::new()
+    };
+    let mut buf = vec![0u8; 64 * a.max_burst * a.payload];
+    let mut pending: Vec<(usize, usize, SocketAddr, usize, Option<u64>)> = Vec::with_capacity(64);
+    let (mut calls, mut total) = (0u64, 0u64);
+    let cpu0 = fastudp::os::thread_cpu_time();
+    let started = Instant::now();
+    let (mut tick, mut last_total) = (1u64, 0u64);
+    let mut next_sock = 0;
+    loop {
+        let now = fastudp::os::monotonic_ns();
+        if now >= end {
+            break;
+        }
+        // Collect the due trains, one batch at a time.
+        pending.clear();
+        let mut off = 0;
+        while pending.len() < 64 {
+            let Some(&Reverse((at, flow))) = heap.peek() else {
+                break;
+            };
+            if at > now + horizon {
+                break;
+            }
+            heap.pop();
+            let f = flow as usize;
+            let d = pacers[f].next(at, a.payload, usize::MAX);
+            let len = d.segments * a.payload;
+            for s in 0..d.segments {
+                let b = &mut buf[off + s * a.payload..off + (s + 1) * a.payload];
+                b[..4].copy_from_slice(&flow.to_be_bytes());
+                b[4..12].copy_from_slice(&seqs[f].to_le_bytes());
+                b[12] = mode_byte(mode);
+                seqs[f] += 1;
+            }
+            let dest = SocketAddr::new(a.dest, a.port + (f % a.ports as usize) as u16);
+            let txtime = (mode == PacingMode::Kernel).then_some(d.at_ns);
+            pending.push((off, len, dest, d.segments, txtime));
+            sent_bytes[f] += len as u64;
+            off += len;
+            let next = pacers[f].next_departure().unwrap_or(at + interval_ns);
+            // Unpaced flows fire on the interval grid, all together.
+            let next = if mode == PacingMode::None {
+                at + interval_ns
+            } else {
+                next
+            };
+            heap.push(Reverse((next, flow)));
+        }
+        if pending.is_empty() {
+            // Nothing due: wait for the earliest departure (user-space pacing).
+            if let Some(&Reverse((at, _))) = heap.peek() {
+                let wait = at
+                    .saturating_sub(horizon)
+                    .saturating_sub(fastudp::os::monotonic_ns());
+                if wait > 200_000 {
+                    std::thread::sleep(Duration::from_nanos(wait - 100_000));
+                } else {
+                    std::thread::yield_now();
+                }
+            }
+            continue;
+        }
+        let sock = next_sock % socks.len();
+        next_sock += 1;
+        if a.zerocopy {
+            let zc = &mut zcs[sock];
+            for &(o, len, dest, segs, _) in &pending {
+                let mut b = zc.pop_done().unwrap_or_default();
+                b.clear();
+                b.extend_from_slice(&buf[o..o + len]);
+                if let Err((e, _)) = zc.send(dest, b, (segs > 1).then_some(a.payload)) {
+                    return Err(Failure {
+                        code: 1,
+                        msg: format!("zerocopy send to {dest} failed: {e}"),
+                    });
+                }
+                calls += 1;
+                total += len as u64;
+            }
+            zc.reap().map_err(|e| Failure {
+                code: 1,
+                msg: e.to_string(),
+            })?;
+        } else {
+            let ts: Vec<Transmit<'_>> = pending
+                .iter()
+                .map(|&(o, len, dest, segs, txtime)| Transmit {
+                    segment_size: (segs > 1).then_some(a.payload),
+                    txtime,
+                    ..Transmit::new(dest, &buf[o..o + len])
+                })
+                .collect();
+            let mut k = 0;
+            while k < ts.len() {
+                match socks[sock].send(&ts[k..]) {
+                    Ok(n) => k += n,
+                    Err(e)
+                        if e.is_would_block()
+                            || e.io_kind()
+                                .is_some_and(|k| k == std::io::ErrorKind::OutOfMemory) =>
+                    {
+                        std::thread::yield_now()
+                    }
+                    Err(e) => {
+                        let msg = format!("send failed: {e}");
+                        return Err(Failure { code: 1, msg });
+                    }
+                }
+            }
+            total += ts.iter().map(|t| t.contents.len() as u64).sum::<u64>();
+        }
+        if !a.quiet && !a.json && started.elapsed() >= Duration::from_secs(tick) {
+            println!(
+                "[stream] {:>3}-{:<3} s  {:>8.3} Gbit/s",
+                tick - 1,
+                tick,
+                (total - last_total) as f64 * 8.0 / 1e9
+            );
+            last_total = total;
+            tick += 1;
+        }
+    }
+    let cpu = fastudp::os::thread_cpu_time().saturating_sub(cpu0);
+    for zc in &mut zcs {
+        let _ = zc.drain(Duration::from_secs(2));
+        if let Some(f) = zc.stats().fallback {
+            eprintln!("fastudp: note: {}", f.reason);
+        }
+    }
+    let secs = a.duration;
+    let target = a.rate as f64 * secs;
+    let within = sent_bytes
+        .iter()
+        .filter(|&&b| (b as f64 - target).abs() <= 0.05 * target)
+        .count();
+    let calls: u64 = if a.zerocopy {
+        calls
+    } else {
+        socks.iter().map(|s| s.stats().send_calls).sum()
+    };
+    let gbit = total as f64 * 8.0 / 1e9;
+    print(
+        &StreamSummary {
+            role: "stream",
+            flows: a.flows,
+            flows_within_5pct: within as f64 / a.flows as f64,
+            pacing: mode.to_string(),
+            pacing_reason: reason,
+            gbps: gbit / secs,
+            cpu_ns_per_byte: if total > 0 {
+                cpu.as_nanos() as f64 / total as f64
+            } else {
+                0.0
+            },
+            cpu_sec_per_gbit: if gbit > 0.0 {
+                cpu.as_secs_f64() / gbit
+            } else {
+                0.0
+            },
+            calls_per_sec: calls as f64 / secs,
+            loss: None,
+            gap_us_p50: None,
+            gap_us_p90: None,
+            gap_us_p99: None,
+            max_back_to_back: None,
+            seconds: secs,
+            bytes: total,
+        },
+        a.json,
+    )
+}
+
+/// What one receiving thread saw of one flow.
+#[derive(Debug, Default, Clone)]
+struct FlowSeen {
+    bytes: u64,
+    datagrams: u64,
+    max_seq: u64,
+    last_ns: u64,
+    run: u64,
+    max_run: u64,
+}
+
+/// Gap histogram buckets: powers of two of µs, up to about 1 s.
+const BUCKETS: usize = 21;
+
+/// Datagrams closer than this count as back to back.
+const BACK_TO_BACK_NS: u64 = 20_000;
+
+#[derive(Debug, Default)]
+struct RxOut {
+    flows: HashMap<u32, FlowSeen>,
+    gaps: [u64; BUCKETS],
+    modes: [u64; 4],
+    calls: u64,
+    cpu: Duration,
+    first_ns: u64,
+    last_ns: u64,
+}
+
+fn rx_thread(sock: Socket, stop: Arc<AtomicBool>, started: Arc<AtomicBool>) -> RxOut {
+    let mut out = RxOut {
+        first_ns: u64::MAX,
+        ..Default::default()
+    };
+    let _ = sock
+        .as_std()
+        .set_read_timeout(Some(Duration::from_millis(50)));
+    let mut batch = RecvBatch::new(32);
+    let cpu0 = fastudp::os::thread_cpu_time();
+    while !stop.load(Relaxed) {
+        if sock.recv(&mut batch).is_err() {
+            continue;
+        }
+        let now = fastudp::os::monotonic_ns();
+        started.store(true, Relaxed);
+        out.calls += 1;
+        out.first_ns = out.first_ns.min(now);
+        out.last_ns = now;
+        for (_, d) in batch.datagrams() {
+            if d.len() < HDR {
+                continue;
+            }
+            let flow = u32::from_be_bytes(d[..4].try_into().expect("4 bytes"));
+            let seq = u64::from_le_bytes(d[4..12].try_into().expect("8 bytes"));
+            out.modes[(d[12] as usize).min(3)] += 1;
+            let f = out.flows.entry(flow).or_default();
+            if f.datagrams > 0 {
+                let gap = now.saturating_sub(f.last_ns);
+                let b = ((gap / 1000).max(1) as f64).log2() as usize;
+                out.gaps[b.min(BUCKETS - 1)] += 1;
+                if gap < BACK_TO_BACK_NS {
+                    f.run += 1;
+                } else {
+                    f.run = 1;
+                }
+            } else {
+                f.run = 1;
+            }
+            f.max_run = f.max_run.max(f.run);
+            f.last_ns = now;
+            f.bytes += d.len() as u64;
+            f.datagrams += 1;
+            f.max_seq = f.max_seq.max(seq);
+        }
+    }
+    out.cpu = fastudp::os::thread_cpu_time().saturating_sub(cpu0);
+    out
+}
+
+/// The `p` quantile of a gap histogram, as the upper bound (µs) of the
+/// power-of-two bucket it falls in.
+fn percentile(hist: &[u64; BUCKETS], p: f64) -> f64 {
+    let total: u64 = hist.iter().sum();
+    if total == 0 {
+        return 0.0;
+    }
+    let want = (total as f64 * p).ceil() as u64;
+    let mut acc = 0;
+    for (i, &c) in hist.iter().enumerate() {
+        acc += c;
+        if acc >= want {
+            return (1u64 << (i + 1)) as f64;
+        }
+    }
+    (1u64 << BUCKETS) as f64
+}
+
+/// Runs `fastudp stream-rx`.
+pub fn run_stream_rx(a: StreamRxArgs) -> Result<(), Failure> {
+    check_common(a.flows, a.ports, a.sockets)?;
+    let positive = |v: f64| v > 0.0 && v <= 86_400.0;
+    if a.duration.is_some_and(|d| !positive(d)) || !positive(a.idle) || !positive(a.wait) {
+        return Err(Failure::usage(
+            "--duration, --idle and --wait must be more than 0 seconds".into(),
+        ));
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = Arc::new(AtomicBool::new(false));
+    let mut handles = Vec::new();
+    for p in 0..a.ports {
+        let addr = SocketAddr::new(a.bind, a.port + p);
+        let cfg = Config {
+            recv_buffer: Some(16 << 20),
+            ..Config::default()
+        };
+        let g = ReuseportGroup::bind(addr, a.sockets, Steering::Payload { offset: 0 }, cfg)
+            .map_err(|e| Failure::usage(e.to_string()))?;
+        for s in g.into_sockets() {
+            let (st, sd) = (stop.clone(), started.clone());
+            handles.push(std::thread::spawn(move || rx_thread(s, st, sd)));
+        }
+    }
+    let s2 = stop.clone();
+    let _ = ctrlc::set_handler(move || s2.store(true, Relaxed));
+    let begin = Instant::now();
+    while !started.load(Relaxed) {
+        if begin.elapsed().as_secs_f64() > a.wait || stop.load(Relaxed) {
+            stop.store(true, Relaxed);
+            for h in handles {
+                let _ = h.join();
+            }
+            return Err(Failure {
+                code: 1,
+                msg: format!("no stream arrived in {} s", a.wait),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let first = Instant::now();
+    // Idle detection: the total of flows' bytes stops growing. The threads
+    // keep their counts, so watch the clock of the last receive instead.
+    let mut last_busy = Instant::now();
+    let probe_stop = stop.clone();
+    loop {
+        std::thread::sleep(Duration::from_millis(100));
+        if probe_stop.load(Relaxed)
+            || a.duration
+                .is_some_and(|d| first.elapsed().as_secs_f64() >= d)
+        {
+            break;
+        }
+        // A receive marks `started` again; clear it and see if it comes back.
+        if started.swap(false, Relaxed) {
+            last_busy = Instant::now();
+        } else if last_busy.elapsed().as_secs_f64() >= a.idle {
+            break;
+        }
+    }
+    stop.store(true, Relaxed);
+    let outs: Vec<RxOut> = handles.into_iter().filter_map(|h| h.join().ok()).collect();
+    let mut flows: HashMap<u32, FlowSeen> = HashMap::new();
+    let mut gaps = [0u64; BUCKETS];
+    let mut modes = [0u64; 4];
+    let (mut calls, mut cpu) = (0u64, Duration::ZERO);
+    let (mut t_first, mut t_last) = (u64::MAX, 0u64);
+    for o in outs {
+        for (k, v) in o.flows {
+            // Steering keeps a flow on one socket; merge anyway if it moved.
+            let f = flows.entry(k).or_default();
+            f.bytes += v.bytes;
+            f.datagrams += v.datagrams;
+            f.max_seq = f.max_seq.max(v.max_seq);
+            f.max_run = f.max_run.max(v.max_run);
+        }
+        for (g, x) in gaps.iter_mut().zip(o.gaps) {
+            *g += x;
+        }
+        for (m, x) in modes.iter_mut().zip(o.modes) {
+            *m += x;
+        }
+        calls += o.calls;
+        cpu += o.cpu;
+        t_first = t_first.min(o.first_ns);
+        t_last = t_last.max(o.last_ns);
+    }
+    let secs = (t_last.saturating_sub(t_first) as f64 / 1e9).max(1e-3);
+    let bytes: u64 = flows.values().map(|f| f.bytes).sum();
+    let expected: u64 = flows.values().map(|f| f.max_seq + 1).sum();
+    let got: u64 = flows.values().map(|f| f.datagrams).sum();
+    let target = a.rate as f64 * secs;
+    let within = flows
+        .values()
+        .filter(|f| (f.bytes as f64 - target).abs() <= 0.05 * target)
+        .count();
+    let mode = (1..4)
+        .max_by_key(|&i| modes[i])
+        .filter(|&i| modes[i] > 0)
+        .map_or("unknown", |i| mode_name(i as u8));
+    print(
+        &StreamSummary {
+            role: "stream-rx",
+            flows: flows.len(),
+            flows_within_5pct: within as f64 / a.flows.max(flows.len()) as f64,
+            pacing: mode.to_string(),
+            pacing_reason: "as the sender marked its datagrams".into(),
+            gbps: bytes as f64 * 8.0 / secs / 1e9,
+            cpu_ns_per_byte: if bytes > 0 {
+                cpu.as_nanos() as f64 / bytes as f64
+            } else {
+                0.0
+            },
+            cpu_sec_per_gbit: if bytes > 0 {
+                cpu.as_secs_f64() / (bytes as f64 * 8.0 / 1e9)
+            } else {
+                0.0
+            },
+            calls_per_sec: calls as f64 / secs,
+            loss: Some(if expected > 0 {
+                expected.saturating_sub(got) as f64 / expected as f64
+            } else {
+                0.0
+            }),
+            gap_us_p50: Some(percentile(&gaps, 0.5)),
+            gap_us_p90: Some(percentile(&gaps, 0.9)),
+            gap_us_p99: Some(percentile(&gaps, 0.99)),
+            max_back_to_back: Some(flows.values().map(|f| f.max_run).max().unwrap_or(0)),
+            seconds: secs,
+            bytes,
+        },
+        a.json,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates() {
+        assert_eq!(parse_rate("125000"), Ok(125_000));
+        assert_eq!(parse_rate("125k"), Ok(125_000));
+        assert_eq!(parse_rate("1.5M"), Ok(1_500_000));
+        assert_eq!(parse_rate("2G"), Ok(2_000_000_000));
+        assert!(parse_rate("0").is_err());
+        assert!(parse_rate("fast").is_err());
+        assert!(parse_rate("-1k").is_err());
+    }
+
+    #[test]
+    fn limits() {
+        assert!(check_common(0, 1, 1).unwrap_err().msg.contains("--flows 0"));
+        assert!(check_common(10, 0, 1).is_err());
+        assert!(check_common(200_000, 1, 1)
+            .unwrap_err()
+            .msg
+            .contains("--ports"));
+        assert!(check_common(200_000, 4, 1).is_ok());
+        assert!(check_common(10, 1, 10_000_000)
+            .unwrap_err()
+            .msg
+            .contains("file descriptors"));
+    }
+
+    #[test]
+    fn gap_percentiles() {
+        let mut h = [0u64; BUCKETS];
+        h[0] = 50; // 1 us
+        h[10] = 49; // 1024 us
+        h[20] = 1;
+        assert_eq!(percentile(&h, 0.5), 2.0);
+        assert_eq!(percentile(&h, 0.9), 2048.0);
+        assert_eq!(percentile(&h, 0.999), (1u64 << 21) as f64);
+    }
+}
