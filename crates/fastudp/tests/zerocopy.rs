@@ -144,3 +144,52 @@ fn oversized_buffer_comes_back_with_the_error() {
     assert_eq!(buf.len(), 70_000, "the caller gets its buffer back");
     assert!(matches!(e, fastudp::Error::PayloadTooLarge { .. }));
 }
+
+/// A zerocopy GSO send the kernel refuses after building the packet (a
+/// segment over the MTU: EMSGSIZE from udp_send_skb) still uses up a
+/// completion id. The sender must count it, or it would hand the next
+/// buffer back on the failed send's completion, before its own.
+#[test]
+fn a_refused_zerocopy_send_keeps_completions_in_step() {
+    if let Some(why) = netns_unavailable() {
+        eprintln!("skipping a_refused_zerocopy_send_keeps_completions_in_step: {why}");
+        return;
+    }
+    let ns = MtuNamespace::new("zcmtu", 1500);
+    let tx = bind_in(
+        &ns.0,
+        "127.0.0.1:0".parse().unwrap(),
+        fastudp::Config::default(),
+    );
+    let rx = bind_in(
+        &ns.0,
+        "127.0.0.1:0".parse().unwrap(),
+        rx_config(RxMode::Gro),
+    );
+    if !tx.capabilities().zerocopy || tx.capabilities().max_gso_segments <= 1 {
+        eprintln!("skipping: needs MSG_ZEROCOPY and GSO");
+        return;
+    }
+    let dest = rx.local_addr().unwrap();
+    let mut zc = ZeroCopySender::new(&tx).unwrap().adaptive(false);
+    let (e, back) = zc.send(dest, vec![1u8; 3 * 2000], Some(2000)).unwrap_err();
+    assert_eq!(back.len(), 6000, "the refused buffer comes back at once");
+    assert!(
+        e.to_string().contains("Message too long") || e.to_string().contains("EMSGSIZE"),
+        "{e}"
+    );
+    let mut ok = Vec::new();
+    fill(0, 1000, &mut ok);
+    zc.send(dest, ok, None).map_err(|(e, _)| e).unwrap();
+    assert_eq!(
+        zc.drain(Duration::from_secs(5)).unwrap(),
+        0,
+        "the good buffer's completion arrives and is matched"
+    );
+    let b = zc.pop_done().expect("the good buffer comes back");
+    assert_eq!(b.len(), 1000);
+    assert!(
+        zc.pop_done().is_none(),
+        "the failed send's id holds no buffer"
+    );
+}
