@@ -160,14 +160,7 @@ fn partial_sends_are_reported_exactly() {
     const TRAINS: usize = 400;
     const SEGS: usize = 5;
     const SEG: usize = 1000;
-    let mut bufs = Vec::new();
-    for t in 0..TRAINS {
-        let mut b = Vec::new();
-        for s in 0..SEGS {
-            fill((t * SEGS + s) as u64, SEG, &mut b);
-        }
-        bufs.push(b);
-    }
+    let bufs = self_checking_trains(TRAINS, SEGS, SEG);
     let ts: Vec<Transmit<'_>> = bufs.iter().map(|b| Transmit::train(dest, b, SEG)).collect();
     let mut next = 0;
     let (mut short, mut blocked) = (0, 0);
@@ -194,19 +187,12 @@ fn partial_sends_are_reported_exactly() {
         short + blocked > 0,
         "the send buffer never filled: the test proved nothing"
     );
-    let mut checker = Checker::uniform((TRAINS * SEGS) as u64, SEG);
-    let mut b = fastudp::RecvBatch::new(32);
-    rx.as_std()
-        .set_read_timeout(Some(std::time::Duration::from_secs(3)))
-        .unwrap();
-    while checker.received < (TRAINS * SEGS) as u64 {
-        rx.recv(&mut b)
-            .unwrap_or_else(|e| panic!("only {} arrived: {e}", checker.received));
-        for (_, d) in b.datagrams() {
-            checker.check(d);
-        }
-    }
-    checker.finish(0);
+    receive_exactly(
+        &rx,
+        (TRAINS * SEGS) as u64,
+        SEG,
+        std::time::Duration::from_secs(3),
+    );
 }
 
 /// With GSO off, trains go out one datagram at a time; through a slow
@@ -247,14 +233,7 @@ fn half_sent_trains_are_reported_exactly_and_resent_once() {
     const TRAINS: usize = 200;
     const SEGS: usize = 20;
     const SEG: usize = 1000;
-    let mut bufs = Vec::new();
-    for t in 0..TRAINS {
-        let mut b = Vec::new();
-        for s in 0..SEGS {
-            fill((t * SEGS + s) as u64, SEG, &mut b);
-        }
-        bufs.push(b);
-    }
+    let bufs = self_checking_trains(TRAINS, SEGS, SEG);
     // (train, first datagram not yet sent)
     let (mut next, mut from) = (0usize, 0usize);
     let mut partials = 0;
@@ -289,17 +268,10 @@ fn half_sent_trains_are_reported_exactly_and_resent_once() {
         partials > 0,
         "no train ended half sent: the test proved nothing"
     );
-    let mut checker = Checker::uniform((TRAINS * SEGS) as u64, SEG);
-    let mut b = fastudp::RecvBatch::new(32);
-    rx.as_std()
-        .set_read_timeout(Some(std::time::Duration::from_secs(5)))
-        .unwrap();
-    while checker.received < (TRAINS * SEGS) as u64 {
-        rx.recv(&mut b)
-            .unwrap_or_else(|e| panic!("only {} arrived: {e}", checker.received));
-        for (_, d) in b.datagrams() {
-            checker.check(d);
-        }
-    }
-    checker.finish(0);
+    receive_exactly(
+        &rx,
+        (TRAINS * SEGS) as u64,
+        SEG,
+        std::time::Duration::from_secs(5),
+    );
 }

@@ -4,7 +4,7 @@
 
 mod common;
 use common::*;
-use fastudp::{RecvBatch, Socket, ZeroCopyMode, ZeroCopySender};
+use fastudp::{Socket, ZeroCopyMode, ZeroCopySender};
 use std::time::Duration;
 
 fn receiver() -> Socket {
@@ -16,16 +16,7 @@ fn receiver() -> Socket {
 }
 
 fn receive_all(r: &Socket, total: u64, seg: usize) {
-    let mut checker = Checker::uniform(total, seg);
-    let mut b = RecvBatch::new(32);
-    while checker.received < total {
-        r.recv(&mut b)
-            .unwrap_or_else(|e| panic!("only {} of {total} arrived: {e}", checker.received));
-        for (_, d) in b.datagrams() {
-            checker.check(d);
-        }
-    }
-    checker.finish(0);
+    receive_exactly(r, total, seg, Duration::from_secs(2));
 }
 
 #[test]

@@ -505,3 +505,34 @@ impl Drop for VethPair {
         let _ = run(&format!("ip netns del {}", self.b));
     }
 }
+
+/// `trains` buffers of `segs` self-checking datagrams of `seg` bytes each,
+/// numbered in order across all of them.
+pub fn self_checking_trains(trains: usize, segs: usize, seg: usize) -> Vec<Vec<u8>> {
+    (0..trains)
+        .map(|t| {
+            let mut b = Vec::with_capacity(segs * seg);
+            for s in 0..segs {
+                fill((t * segs + s) as u64, seg, &mut b);
+            }
+            b
+        })
+        .collect()
+}
+
+/// Receives until `total` self-checking datagrams of `seg` bytes arrived,
+/// each exactly once and intact; panics with the count if the socket falls
+/// silent for `timeout` first.
+pub fn receive_exactly(rx: &Socket, total: u64, seg: usize, timeout: Duration) {
+    let mut checker = Checker::uniform(total, seg);
+    let mut b = RecvBatch::new(32);
+    rx.as_std().set_read_timeout(Some(timeout)).unwrap();
+    while checker.received < total {
+        rx.recv(&mut b)
+            .unwrap_or_else(|e| panic!("only {} of {total} arrived: {e}", checker.received));
+        for (_, d) in b.datagrams() {
+            checker.check(d);
+        }
+    }
+    checker.finish(0);
+}
