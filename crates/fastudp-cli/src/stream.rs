@@ -342,6 +342,8 @@ pub fn run_stream(a: StreamArgs) -> Result<(), Failure> {
         .collect::<Result<_, _>>()
         .map_err(|e| Failure::usage(e.to_string()))?;
     let mut seqs = vec![0u64; a.flows];
+    let mut credit = vec![0u64; a.flows];
+    let budget = pacers[0].budget();
     let mut sent_bytes = vec![0u64; a.flows];
     let interval_ns = interval.as_nanos() as u64;
     let t0 = fastudp::os::monotonic_ns() + 10_000_000;
@@ -395,7 +397,28 @@ pub fn run_stream(a: StreamArgs) -> Result<(), Failure> {
             }
             heap.pop();
             let f = flow as usize;
-            let d = pacers[f].next(at, a.payload, usize::MAX);
+            let d = if mode == PacingMode::None {
+                // Unpaced: each interval, on the same grid for every flow,
+                // the whole budget it has earned goes out at once.
+                credit[f] += budget;
+                let segs = ((credit[f] / a.payload as u64) as usize).min(a.max_burst);
+                credit[f] -= (segs * a.payload) as u64;
+                fastudp::pacing::Departure {
+                    at_ns: at,
+                    segments: segs,
+                }
+            } else {
+                pacers[f].next(at, a.payload, usize::MAX)
+            };
+            let next = if mode == PacingMode::None {
+                at + interval_ns
+            } else {
+                pacers[f].next_departure().unwrap_or(at + interval_ns)
+            };
+            heap.push(Reverse((next, flow)));
+            if d.segments == 0 {
+                continue;
+            }
             let len = d.segments * a.payload;
             for s in 0..d.segments {
                 let b = &mut buf[off + s * a.payload..off + (s + 1) * a.payload];
@@ -409,14 +432,6 @@ pub fn run_stream(a: StreamArgs) -> Result<(), Failure> {
             pending.push((off, len, dest, d.segments, txtime));
             sent_bytes[f] += len as u64;
             off += len;
-            let next = pacers[f].next_departure().unwrap_or(at + interval_ns);
-            // Unpaced flows fire on the interval grid, all together.
-            let next = if mode == PacingMode::None {
-                at + interval_ns
-            } else {
-                next
-            };
-            heap.push(Reverse((next, flow)));
         }
         if pending.is_empty() {
             // Nothing due: wait for the earliest departure (user-space pacing).
