@@ -21,6 +21,10 @@ use std::time::{Duration, Instant};
 /// Bytes of the stream header.
 pub const HDR: usize = 16;
 
+/// With user-space pacing, a batch (one sendmmsg) stops growing at this
+/// many bytes, so that even trains that fell due together leave spaced.
+pub const USER_BATCH_BYTES: usize = 16 * 1024;
+
 /// `--pacing`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum PacingArg {
@@ -343,6 +347,8 @@ pub fn run_stream(a: StreamArgs) -> Result<(), Failure> {
         .map_err(|e| Failure::usage(e.to_string()))?;
     let mut seqs = vec![0u64; a.flows];
     let mut credit = vec![0u64; a.flows];
+    let agg_rate = a.rate as f64 * a.flows as f64 * 1.2;
+    let mut agg_next = 0u64;
     let budget = pacers[0].budget();
     let mut sent_bytes = vec![0u64; a.flows];
     let interval_ns = interval.as_nanos() as u64;
@@ -385,10 +391,22 @@ pub fn run_stream(a: StreamArgs) -> Result<(), Failure> {
         if now >= end {
             break;
         }
+        // User-space pacing also paces the whole: a batch may not leave
+        // before the previous one has drained at the aggregate rate (with
+        // 20% to catch up), so a late wake-up does not become a burst.
+        if mode == PacingMode::User && now < agg_next {
+            let wait = agg_next - now;
+            if wait > 300_000 {
+                std::thread::sleep(Duration::from_nanos(wait - 150_000));
+            } else {
+                std::hint::spin_loop();
+            }
+            continue;
+        }
         // Collect the due trains, one batch at a time.
         pending.clear();
         let mut off = 0;
-        while pending.len() < 64 {
+        while pending.len() < 64 && (mode != PacingMode::User || off < USER_BATCH_BYTES) {
             let Some(&Reverse((at, flow))) = heap.peek() else {
                 break;
             };
@@ -446,6 +464,13 @@ pub fn run_stream(a: StreamArgs) -> Result<(), Failure> {
                 }
             }
             continue;
+        }
+        if mode == PacingMode::User {
+            let bytes: usize = pending.iter().map(|p| p.1).sum();
+            // A late thread may catch up by one batch, no more.
+            let slack = (USER_BATCH_BYTES as f64 * 1e9 / agg_rate) as u64;
+            agg_next =
+                agg_next.max(now.saturating_sub(slack)) + (bytes as f64 * 1e9 / agg_rate) as u64;
         }
         let sock = next_sock % socks.len();
         next_sock += 1;

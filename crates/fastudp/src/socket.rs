@@ -342,6 +342,44 @@ impl Socket {
         Ok(())
     }
 
+    /// Caps this *connected* socket's rate at `bytes_per_sec`
+    /// (`SO_MAX_PACING_RATE`), for the kernel to pace: honoured by the fq
+    /// qdisc (and by TCP's internal pacing), ignored by other qdiscs. The
+    /// socket must be connected: the rate belongs to one peer.
+    pub fn set_max_pacing_rate(&self, bytes_per_sec: u64) -> Result<(), Error> {
+        if self.inner.peer_addr().is_err() {
+            return Err(Error::Config(
+                "SO_MAX_PACING_RATE paces one peer: connect the socket first (Socket::as_std().connect)".into(),
+            ));
+        }
+        if bytes_per_sec == 0 {
+            return Err(Error::Config(
+                "a pacing rate of 0 bytes per second would stop the socket".into(),
+            ));
+        }
+        sys::setsockopt_bytes(
+            self.inner.as_raw_fd(),
+            SOL_SOCKET,
+            sys::SO_MAX_PACING_RATE,
+            &bytes_per_sec.to_ne_bytes(),
+        )
+        .map_err(|e| Error::Setup {
+            what: "SO_MAX_PACING_RATE",
+            source: e,
+        })
+    }
+
+    /// The socket's `SO_MAX_PACING_RATE` in bytes per second (`u64::MAX`
+    /// or `u32::MAX` when unlimited).
+    pub fn max_pacing_rate(&self) -> Result<u64, Error> {
+        sys::getsockopt_u64(self.inner.as_raw_fd(), SOL_SOCKET, sys::SO_MAX_PACING_RATE).map_err(
+            |e| Error::Setup {
+                what: "SO_MAX_PACING_RATE",
+                source: e,
+            },
+        )
+    }
+
     /// Reads everything queued on the socket's error queue now (zerocopy
     /// completions, txtime errors, ICMP errors with `IP_RECVERR`), without
     /// waiting. Do not call it on a socket that a [`crate::ZeroCopySender`]

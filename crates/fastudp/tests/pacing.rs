@@ -57,3 +57,15 @@ fn paced_trains_with_scm_txtime_are_delivered() {
     let errors = tx.take_errors().unwrap();
     assert!(errors.is_empty(), "{errors:?}");
 }
+
+#[test]
+fn max_pacing_rate_on_a_connected_socket() {
+    let rx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let tx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let e = tx.set_max_pacing_rate(1_000_000).unwrap_err();
+    assert!(e.to_string().contains("connect"), "{e}");
+    tx.as_std().connect(rx.local_addr().unwrap()).unwrap();
+    assert!(tx.set_max_pacing_rate(0).is_err());
+    tx.set_max_pacing_rate(1_000_000).unwrap();
+    assert_eq!(tx.max_pacing_rate().unwrap(), 1_000_000);
+}

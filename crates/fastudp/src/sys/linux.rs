@@ -400,6 +400,30 @@ pub(crate) fn attach_reuseport_cbpf(fd: RawFd, prog: &[crate::wire::bpf::Insn]) 
     cvt(r).map(drop)
 }
 
+/// `SO_MAX_PACING_RATE`.
+pub(crate) const SO_MAX_PACING_RATE: i32 = libc::SO_MAX_PACING_RATE;
+
+/// `getsockopt(2)` of an option the kernel reports as a `u32` or a `u64`.
+pub(crate) fn getsockopt_u64(fd: RawFd, level: i32, name: i32) -> io::Result<u64> {
+    let mut v = [0u8; 8];
+    let mut len = 8 as libc::socklen_t;
+    // SAFETY: `v` and `len` are live; the kernel writes at most `len` bytes.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            level,
+            name,
+            v.as_mut_ptr() as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    cvt(r)?;
+    Ok(match len {
+        4 => u32::from_ne_bytes(v[..4].try_into().expect("4 bytes")) as u64,
+        _ => u64::from_ne_bytes(v),
+    })
+}
+
 /// `SO_TXTIME` with `struct sock_txtime { clockid_t clockid; u32 flags; }`.
 pub(crate) fn set_txtime(fd: RawFd, clockid: i32, flags: u32) -> io::Result<()> {
     let mut b = [0u8; 8];

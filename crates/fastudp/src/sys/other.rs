@@ -115,6 +115,24 @@ pub(crate) fn attach_reuseport_cbpf(
     Err(unsupported())
 }
 
+/// `SO_MAX_PACING_RATE` (not available here).
+pub(crate) const SO_MAX_PACING_RATE: i32 = -1;
+
+/// Not available here.
+pub(crate) fn getsockopt_u64(_fd: RawFd, _level: i32, _name: i32) -> io::Result<u64> {
+    Err(unsupported())
+}
+
+/// Not available here.
+pub(crate) fn setsockopt_bytes(
+    _fd: RawFd,
+    _level: i32,
+    _name: i32,
+    _value: &[u8],
+) -> io::Result<()> {
+    Err(unsupported())
+}
+
 /// Not available here.
 pub(crate) fn set_txtime(_fd: RawFd, _clockid: i32, _flags: u32) -> io::Result<()> {
     Err(unsupported())
