@@ -138,6 +138,10 @@ pub struct StreamRxArgs {
     /// Print the summary as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Also write one line per flow to this CSV file: flow, bytes,
+    /// datagrams, rate (bytes/s), lost, longest back-to-back run.
+    #[arg(long, value_name = "FILE.csv")]
+    pub per_flow: Option<String>,
 }
 
 fn open_files_limit() -> Option<u64> {
@@ -382,6 +386,7 @@ pub fn run_stream(a: StreamArgs) -> Result<(), Failure> {
     let mut buf = vec![0u8; 64 * a.max_burst * a.payload];
     let mut pending: Vec<(usize, usize, SocketAddr, usize, Option<u64>)> = Vec::with_capacity(64);
     let (mut calls, mut total) = (0u64, 0u64);
+    let mut txtime_errors = 0u64;
     let cpu0 = fastudp::os::thread_cpu_time();
     let started = Instant::now();
     let (mut tick, mut last_total) = (1u64, 0u64);
@@ -521,6 +526,13 @@ pub fn run_stream(a: StreamArgs) -> Result<(), Failure> {
             }
             total += ts.iter().map(|t| t.contents.len() as u64).sum::<u64>();
         }
+        if mode == PacingMode::Kernel && !a.zerocopy && next_sock % 256 == 0 {
+            // SOF_TXTIME_REPORT_ERRORS: packets the qdisc dropped for a
+            // missed or invalid departure time.
+            for s in &socks {
+                txtime_errors += s.take_errors().map(|v| v.len()).unwrap_or(0) as u64;
+            }
+        }
         if !a.quiet && !a.json && started.elapsed() >= Duration::from_secs(tick) {
             println!(
                 "[stream] {:>3}-{:<3} s  {:>8.3} Gbit/s",
@@ -533,6 +545,9 @@ pub fn run_stream(a: StreamArgs) -> Result<(), Failure> {
         }
     }
     let cpu = fastudp::os::thread_cpu_time().saturating_sub(cpu0);
+    if txtime_errors > 0 {
+        eprintln!("fastudp: warning: the qdisc dropped {txtime_errors} packets for a missed or invalid departure time");
+    }
     for zc in &mut zcs {
         let _ = zc.drain(Duration::from_secs(2));
         if let Some(f) = zc.stats().fallback {
@@ -775,6 +790,27 @@ pub fn run_stream_rx(a: StreamRxArgs) -> Result<(), Failure> {
         .values()
         .filter(|f| (f.bytes as f64 - target).abs() <= 0.05 * target)
         .count();
+    if let Some(path) = &a.per_flow {
+        let mut ids: Vec<&u32> = flows.keys().collect();
+        ids.sort();
+        let mut out =
+            String::from("flow,bytes,datagrams,rate_bytes_per_sec,lost,max_back_to_back\n");
+        for id in ids {
+            let f = &flows[id];
+            out.push_str(&format!(
+                "{id},{},{},{:.0},{},{}\n",
+                f.bytes,
+                f.datagrams,
+                f.bytes as f64 / secs,
+                (f.max_seq + 1).saturating_sub(f.datagrams),
+                f.max_run
+            ));
+        }
+        std::fs::write(path, out).map_err(|e| Failure {
+            code: 1,
+            msg: format!("cannot write {path}: {e}"),
+        })?;
+    }
     let mode = (1..4)
         .max_by_key(|&i| modes[i])
         .filter(|&i| modes[i] > 0)

@@ -656,6 +656,7 @@ fn stream_bad_input_exits_2() {
 #[test]
 fn stream_reaches_every_flow_at_its_rate() {
     let port = free_port().to_string();
+    let csv = std::env::temp_dir().join(format!("fastudp-flows-{}.csv", std::process::id()));
     let rx = spawn(&[
         "stream-rx",
         "--port",
@@ -667,6 +668,8 @@ fn stream_reaches_every_flow_at_its_rate() {
         "--idle",
         "0.5",
         "--json",
+        "--per-flow",
+        csv.to_str().unwrap(),
     ]);
     std::thread::sleep(std::time::Duration::from_millis(300));
     let o = fastudp(&[
@@ -707,5 +710,14 @@ fn stream_reaches_every_flow_at_its_rate() {
     );
     assert_eq!(rx["pacing"], "user");
     assert_eq!(rx["flows"], 300, "every flow arrived");
+    let per_flow = std::fs::read_to_string(&csv).unwrap();
+    let _ = std::fs::remove_file(&csv);
+    let lines: Vec<&str> = per_flow.lines().collect();
+    assert_eq!(
+        lines[0],
+        "flow,bytes,datagrams,rate_bytes_per_sec,lost,max_back_to_back"
+    );
+    assert_eq!(lines.len(), 301, "one line per flow");
+    assert!(lines[1..].iter().all(|l| l.split(',').count() == 6));
     assert!(rx["loss"].as_f64().unwrap() < 0.01, "{rx}");
 }
