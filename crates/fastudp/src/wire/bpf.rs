@@ -26,14 +26,14 @@ pub const RET_A: u16 = 0x16; // BPF_RET (0x06) | BPF_A (0x10)
 /// `SKF_AD_OFF + SKF_AD_CPU`: loading here gives the current CPU.
 pub const AD_CPU: u32 = 0xFFFF_F000_u32.wrapping_add(36);
 
-/// Steers by the CPU that received the datagram: socket `cpu % n`.
-pub fn by_cpu(n: u32) -> Vec<Insn> {
+/// `A = load(k); A %= n; return A`: the shape of every program here.
+fn load_mod(k: u32, n: u32) -> Vec<Insn> {
     vec![
         Insn {
             code: LD_W_ABS,
             jt: 0,
             jf: 0,
-            k: AD_CPU,
+            k,
         },
         Insn {
             code: ALU_MOD_K,
@@ -50,31 +50,17 @@ pub fn by_cpu(n: u32) -> Vec<Insn> {
     ]
 }
 
+/// Steers by the CPU that received the datagram: socket `cpu % n`.
+pub fn by_cpu(n: u32) -> Vec<Insn> {
+    load_mod(AD_CPU, n)
+}
+
 /// Steers by 4 payload bytes at `offset` (such as part of a QUIC
 /// connection ID), read big-endian: socket `word % n`. The same bytes
 /// always land on the same socket. A datagram too short to hold them goes
 /// to socket 0.
 pub fn by_payload(offset: u32, n: u32) -> Vec<Insn> {
-    vec![
-        Insn {
-            code: LD_W_ABS,
-            jt: 0,
-            jf: 0,
-            k: offset,
-        },
-        Insn {
-            code: ALU_MOD_K,
-            jt: 0,
-            jf: 0,
-            k: n.max(1),
-        },
-        Insn {
-            code: RET_A,
-            jt: 0,
-            jf: 0,
-            k: 0,
-        },
-    ]
+    load_mod(offset, n)
 }
 
 /// Runs a program built of the instructions above on `payload` as the
