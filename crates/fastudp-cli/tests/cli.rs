@@ -4,6 +4,17 @@
 use serde_json::Value;
 use std::process::Command;
 
+/// Runs fastudp, which must succeed, and parses its JSON output.
+fn fastudp_json(args: &[&str]) -> Value {
+    let o = fastudp(args);
+    assert!(
+        o.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout).expect("valid JSON")
+}
+
 fn fastudp(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_fastudp"))
         .args(args)
@@ -148,6 +159,14 @@ fn have(tool: &str) -> bool {
     Command::new(tool).arg("-V").output().is_ok()
 }
 
+fn assert_no_testbed() {
+    assert!(
+        !namespaces().contains("fastudp-"),
+        "left behind: {}",
+        namespaces()
+    );
+}
+
 fn namespaces() -> String {
     String::from_utf8_lossy(
         &Command::new("ip")
@@ -182,13 +201,9 @@ fn testbed_builds_profiles_and_cleans_up() {
     );
     let o = fastudp(&["testbed", "down"]);
     assert!(o.status.success());
-    assert!(
-        !namespaces().contains("fastudp-"),
-        "left behind: {}",
-        namespaces()
-    );
+    assert_no_testbed();
 
-    let o = fastudp(&[
+    let v = fastudp_json(&[
         "bench",
         "--testbed",
         "offload",
@@ -198,21 +213,15 @@ fn testbed_builds_profiles_and_cleans_up() {
         "--tx",
         "fastudp,tcp",
     ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["workload"]["testbed"], "offload");
     assert!(v["results"]
         .as_array()
         .unwrap()
         .iter()
         .all(|r| r["bytes"].as_u64().unwrap() > 0));
-    assert!(
-        !namespaces().contains("fastudp-"),
-        "left behind: {}",
-        namespaces()
-    );
+    assert_no_testbed();
 
-    let o = fastudp(&[
+    let v = fastudp_json(&[
         "bench",
         "--testbed",
         "sink",
@@ -222,8 +231,6 @@ fn testbed_builds_profiles_and_cleans_up() {
         "--tx",
         "gso-cmsg,gso-zerocopy",
     ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["results"][0]["rx"], "sink");
     assert!(v["results"][0]["lost"].is_null());
     // Where the data leaves the host, zerocopy really is zerocopy.
@@ -232,13 +239,13 @@ fn testbed_builds_profiles_and_cleans_up() {
         assert!(z["zerocopy_completions"].as_u64().unwrap() > 0, "{z}");
         assert_eq!(z["zerocopy_copied"], 0, "{z}");
     }
-    assert!(!namespaces().contains("fastudp-"));
+    assert_no_testbed();
 
     // A bad value with --testbed is refused before anything is built.
     let o = fastudp(&["bench", "--testbed", "nocsum", "--payload", "1473"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("MTU"));
-    assert!(!namespaces().contains("fastudp-"));
+    assert_no_testbed();
 
     // Without root: one clear line, status 2.
     if Command::new("setpriv").arg("--version").output().is_ok() {
@@ -356,7 +363,7 @@ fn tx_interoperates_with_a_plain_receiver() {
     r.set_read_timeout(Some(std::time::Duration::from_secs(2)))
         .unwrap();
     let port = r.local_addr().unwrap().port().to_string();
-    let o = fastudp(&[
+    let v = fastudp_json(&[
         "tx",
         "-D",
         "127.0.0.1",
@@ -369,8 +376,6 @@ fn tx_interoperates_with_a_plain_receiver() {
         "-q",
         "--json",
     ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert!(v["datagrams"].as_u64().unwrap() > 0);
     let mut buf = [0u8; 2048];
     let mut last = None;
@@ -627,11 +632,7 @@ fn interrupted_testbed_run_cleans_up() {
         String::from_utf8_lossy(&o.stderr)
     );
     assert!(String::from_utf8_lossy(&o.stderr).contains("testbed removed"));
-    assert!(
-        !namespaces().contains("fastudp-"),
-        "left behind: {}",
-        namespaces()
-    );
+    assert_no_testbed();
 }
 
 static TESTBED: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -672,7 +673,7 @@ fn stream_reaches_every_flow_at_its_rate() {
         csv.to_str().unwrap(),
     ]);
     std::thread::sleep(std::time::Duration::from_millis(300));
-    let o = fastudp(&[
+    let tx = fastudp_json(&[
         "stream",
         "--port",
         &port,
@@ -686,8 +687,6 @@ fn stream_reaches_every_flow_at_its_rate() {
         "kernel",
         "--json",
     ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let tx: Value = serde_json::from_slice(&o.stdout).unwrap();
     let o = rx.wait_with_output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let rx: Value = serde_json::from_slice(&o.stdout).unwrap();

@@ -15,19 +15,28 @@ fn receiver() -> Socket {
     r
 }
 
+/// A sender and a GRO receiver on loopback, or `None` (and why) where the
+/// kernel has no MSG_ZEROCOPY.
+fn zerocopy_pair() -> Option<(Socket, Socket, std::net::SocketAddr)> {
+    let tx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    if !tx.capabilities().zerocopy {
+        eprintln!("skipping: no MSG_ZEROCOPY here");
+        return None;
+    }
+    let rx = receiver();
+    let dest = rx.local_addr().unwrap();
+    Some((tx, rx, dest))
+}
+
 fn receive_all(r: &Socket, total: u64, seg: usize) {
     receive_exactly(r, total, seg, Duration::from_secs(2));
 }
 
 #[test]
 fn buffers_come_back_only_after_completion() {
-    let tx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    if !tx.capabilities().zerocopy {
-        eprintln!("skipping: no MSG_ZEROCOPY here");
+    let Some((tx, rx, dest)) = zerocopy_pair() else {
         return;
-    }
-    let rx = receiver();
-    let dest = rx.local_addr().unwrap();
+    };
     let mut zc = ZeroCopySender::new(&tx).unwrap().adaptive(false);
     const N: usize = 100;
     const SEGS: usize = 8;
@@ -74,13 +83,9 @@ fn buffers_come_back_only_after_completion() {
 
 #[test]
 fn adaptive_sender_falls_back_to_copying_on_loopback() {
-    let tx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    if !tx.capabilities().zerocopy {
-        eprintln!("skipping: no MSG_ZEROCOPY here");
+    let Some((tx, rx, dest)) = zerocopy_pair() else {
         return;
-    }
-    let rx = receiver();
-    let dest = rx.local_addr().unwrap();
+    };
     let mut zc = ZeroCopySender::new(&tx).unwrap();
     const N: usize = 300;
     let recv = std::thread::spawn(move || receive_all(&rx, N as u64, 1000));
