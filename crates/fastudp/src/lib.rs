@@ -58,6 +58,6 @@ pub use zerocopy::{ZeroCopyMode, ZeroCopySender, ZeroCopyStats};
 pub mod os {
     pub use crate::sys::{
         clock_ticks_per_sec, default_sigpipe, monotonic_ns, pin_to_cpu, process_cpu_time,
-        setns_net, thread_cpu_time, MAX_BATCH,
+        set_timer_slack, setns_net, thread_cpu_time, MAX_BATCH,
     };
 }

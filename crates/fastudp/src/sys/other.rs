@@ -158,6 +158,11 @@ pub fn setns_net(_fd: BorrowedFd<'_>) -> io::Result<()> {
 }
 
 /// Not available here.
+pub fn set_timer_slack(_ns: u64) -> io::Result<()> {
+    Err(unsupported())
+}
+
+/// Not available here.
 pub fn pin_to_cpu(_cpu: usize) -> io::Result<()> {
     Err(unsupported())
 }
