@@ -15,6 +15,46 @@ pub fn parse_softirq_ticks(stat: &str) -> Option<u64> {
     line.split_whitespace().nth(7)?.parse().ok()
 }
 
+/// The aggregate `cpu` line of `/proc/stat`, in clock ticks: the time the
+/// hypervisor took from this VM's CPUs (steal), and all time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CpuTicks {
+    /// Ticks stolen by the hypervisor (the eighth field).
+    pub steal: u64,
+    /// All ticks: user, nice, system, idle, iowait, irq, softirq and steal.
+    pub total: u64,
+}
+
+impl CpuTicks {
+    /// Reads `/proc/stat` now.
+    pub fn now() -> Option<CpuTicks> {
+        parse_cpu_ticks(&std::fs::read_to_string("/proc/stat").ok()?)
+    }
+
+    /// The fraction of the time from `earlier` to `self` that was stolen,
+    /// if any time passed.
+    pub fn steal_since(&self, earlier: &CpuTicks) -> Option<f64> {
+        let total = self.total.checked_sub(earlier.total)?;
+        let steal = self.steal.checked_sub(earlier.steal)?;
+        (total > 0).then(|| steal as f64 / total as f64)
+    }
+}
+
+/// Parses the aggregate `cpu` line of `/proc/stat`.
+pub fn parse_cpu_ticks(stat: &str) -> Option<CpuTicks> {
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let f: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .take(8)
+        .map(|v| v.parse().ok())
+        .collect::<Option<_>>()?;
+    (f.len() == 8).then(|| CpuTicks {
+        steal: f[7],
+        total: f.iter().sum(),
+    })
+}
+
 /// The `Udp:` counters of `/proc/net/snmp` (or `Udp6:` of
 /// `/proc/net/snmp6`), by name.
 pub fn udp_counters() -> HashMap<String, u64> {
@@ -67,6 +107,20 @@ mod tests {
         let s = "cpu  2255 34 2290 22625563 6290 127 456 0 0 0\ncpu0 1132 34 1441 11311718 3675 127 438 0 0 0\n";
         assert_eq!(parse_softirq_ticks(s), Some(456));
         assert_eq!(parse_softirq_ticks("intr 1 2"), None);
+        let a = parse_cpu_ticks(s).unwrap();
+        let b = parse_cpu_ticks("cpu  392275 0 187005 942511 7463 0 53068 51127 0 0\nintr 5\n")
+            .unwrap();
+        assert_eq!(b.steal, 51127);
+        assert_eq!(b.total, 392275 + 187005 + 942511 + 7463 + 53068 + 51127);
+        let c = CpuTicks {
+            steal: b.steal + 25,
+            total: b.total + 100,
+        };
+        assert_eq!(c.steal_since(&b), Some(0.25));
+        assert_eq!(b.steal_since(&b), None, "no time passed");
+        assert_eq!(b.steal_since(&c), None, "backwards");
+        assert!(a.total > 0);
+        assert_eq!(parse_cpu_ticks("cpu  1 2 3"), None, "too few fields");
     }
 
     #[test]

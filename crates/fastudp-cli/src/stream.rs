@@ -6,9 +6,10 @@
 //! the flow's sequence number (8 bytes, little-endian), and the pacing mode.
 
 use crate::host::{netlink, routes};
+use crate::procfs::CpuTicks;
 use crate::Failure;
 use clap::{Args, ValueEnum};
-use fastudp::pacing::{choose_mode, Pacer, PacingMode};
+use fastudp::pacing::{choose_mode, AggregatePacer, Pacer, PacingMode, Waiter};
 use fastudp::{Config, RecvBatch, ReuseportGroup, Socket, Steering, Transmit};
 use serde::Serialize;
 use std::cmp::Reverse;
@@ -24,6 +25,14 @@ pub const HDR: usize = 16;
 /// With user-space pacing, a batch (one sendmmsg) stops growing at this
 /// many bytes, so that even trains that fell due together leave spaced.
 pub const USER_BATCH_BYTES: usize = 16 * 1024;
+
+/// How much sooner than the aggregate rate a user-paced batch may leave,
+/// so that a sleep that ended late does not cost the flows their rate
+/// (100 us at 500 Mbit/s is 6 KB; see [`AggregatePacer`]).
+const USER_SLACK: Duration = Duration::from_micros(100);
+
+/// Steal above this fraction gets a warning.
+const STEAL_WARN: f64 = 0.05;
 
 /// `--pacing`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -83,6 +92,11 @@ pub struct StreamArgs {
     /// Who enforces departure times.
     #[arg(long, value_enum, default_value_t = PacingArg::User)]
     pub pacing: PacingArg,
+    /// With user-space pacing, the most all flows together may send, bytes
+    /// per second: set it just under the bottleneck's rate (default: flows
+    /// x rate + 10%).
+    #[arg(long, value_parser = parse_rate)]
+    pub total_rate: Option<u64>,
     /// Send trains with MSG_ZEROCOPY (adaptive: falls back to copying
     /// where the kernel copies anyway).
     #[arg(long)]
@@ -215,6 +229,10 @@ pub struct StreamSummary {
     pub gap_us_p99: Option<f64>,
     /// Longest run of a flow's datagrams arriving back to back (rx).
     pub max_back_to_back: Option<u64>,
+    /// The fraction of all CPU time the hypervisor took from this VM
+    /// during the run (steal, from /proc/stat): above a few percent, the
+    /// threads stall for milliseconds and pacing and rates suffer.
+    pub host_steal: Option<f64>,
     /// Seconds measured.
     pub seconds: f64,
     /// Bytes.
@@ -241,6 +259,9 @@ fn print(s: &StreamSummary, json: bool) -> Result<(), Failure> {
         s.cpu_ns_per_byte,
         s.calls_per_sec
     );
+    if let Some(st) = s.host_steal.filter(|&st| st > 0.0) {
+        println!("host steal {:.1}% of CPU time", st * 100.0);
+    }
     if let Some(l) = s.loss {
         println!(
             "loss {:.3}%, gaps within a flow p50 <= {:.0} us, p90 <= {:.0} us, p99 <= {:.0} us, longest back-to-back burst {}",
@@ -252,6 +273,19 @@ fn print(s: &StreamSummary, json: bool) -> Result<(), Failure> {
         );
     }
     Ok(())
+}
+
+/// The steal fraction since `ticks0`, with a warning on stderr when it is
+/// high enough to spoil the run's timings.
+fn steal_since(ticks0: Option<CpuTicks>) -> Option<f64> {
+    let steal = CpuTicks::now()?.steal_since(&ticks0?)?;
+    if steal > STEAL_WARN {
+        eprintln!(
+            "fastudp: warning: the hypervisor took {:.0}% of this VM's CPU time during the run (steal); threads stalled and the timings are unreliable",
+            steal * 100.0
+        );
+    }
+    Some(steal)
 }
 
 fn mode_byte(m: PacingMode) -> u8 {
@@ -300,6 +334,16 @@ pub fn run_stream(a: StreamArgs) -> Result<(), Failure> {
             max / a.payload
         )));
     }
+    let sum = a.rate as u128 * a.flows as u128;
+    let total_rate = match a.total_rate {
+        Some(t) if (t as u128) < sum => {
+            return Err(Failure::usage(format!(
+                "--total-rate {t} is below --flows x --rate = {sum} bytes/s: the flows could not reach their rate"
+            )))
+        }
+        Some(t) => t,
+        None => (sum + sum / 10).min(u64::MAX as u128) as u64,
+    };
     let interval = Duration::from_secs_f64(a.interval / 1000.0);
     let wanted = match a.pacing {
         PacingArg::Kernel => PacingMode::Kernel,
@@ -351,8 +395,15 @@ pub fn run_stream(a: StreamArgs) -> Result<(), Failure> {
         .map_err(|e| Failure::usage(e.to_string()))?;
     let mut seqs = vec![0u64; a.flows];
     let mut credit = vec![0u64; a.flows];
-    let agg_rate = a.rate as f64 * a.flows as f64 * 1.2;
-    let mut agg_next = 0u64;
+    // User-space pacing also paces the whole, by default at the flows' sum
+    // plus 10%, so that a thread that slept too long can catch up.
+    let mut agg =
+        AggregatePacer::new(total_rate, USER_SLACK).map_err(|e| Failure::usage(e.to_string()))?;
+    if mode != PacingMode::Kernel {
+        // Sleeps that end on time are what user-space pacing is made of;
+        // without this they may end 50 us late. Best effort.
+        let _ = fastudp::os::set_timer_slack(1_000);
+    }
     let budget = pacers[0].budget();
     let mut sent_bytes = vec![0u64; a.flows];
     let interval_ns = interval.as_nanos() as u64;
@@ -388,34 +439,42 @@ pub fn run_stream(a: StreamArgs) -> Result<(), Failure> {
     let (mut calls, mut total) = (0u64, 0u64);
     let mut txtime_errors = 0u64;
     let cpu0 = fastudp::os::thread_cpu_time();
+    let ticks0 = CpuTicks::now();
     let started = Instant::now();
     let (mut tick, mut last_total) = (1u64, 0u64);
     let mut next_sock = 0;
+    let mut waiter = Waiter::tolerating(USER_SLACK);
     loop {
         let now = fastudp::os::monotonic_ns();
         if now >= end {
             break;
         }
-        // User-space pacing also paces the whole: a batch may not leave
-        // before the previous one has drained at the aggregate rate (with
-        // 20% to catch up), so a late wake-up does not become a burst.
-        if mode == PacingMode::User && now < agg_next {
-            let wait = agg_next - now;
-            if wait > 300_000 {
-                std::thread::sleep(Duration::from_nanos(wait - 150_000));
-            } else {
-                std::hint::spin_loop();
+        // A batch may not leave before the previous ones have drained at
+        // the aggregate rate, so a late wake-up does not become a burst.
+        if mode == PacingMode::User {
+            let wait = agg.wait_ns(now);
+            if wait > 0 {
+                waiter.wait_until(now + wait);
+                continue;
             }
-            continue;
         }
         // Collect the due trains, one batch at a time.
         pending.clear();
         let mut off = 0;
-        while pending.len() < 64 && (mode != PacingMode::User || off < USER_BATCH_BYTES) {
+        while pending.len() < 64 {
             let Some(&Reverse((at, flow))) = heap.peek() else {
                 break;
             };
             if at > now + horizon {
+                break;
+            }
+            // User-space pacing: a batch holds at most USER_BATCH_BYTES
+            // (and always at least one train).
+            if mode == PacingMode::User
+                && off > 0
+                && off + pacers[flow as usize].train_segments(a.payload, usize::MAX) * a.payload
+                    > USER_BATCH_BYTES
+            {
                 break;
             }
             heap.pop();
@@ -457,25 +516,14 @@ pub fn run_stream(a: StreamArgs) -> Result<(), Failure> {
             off += len;
         }
         if pending.is_empty() {
-            // Nothing due: wait for the earliest departure (user-space pacing).
+            // Nothing due: wait for the earliest departure.
             if let Some(&Reverse((at, _))) = heap.peek() {
-                let wait = at
-                    .saturating_sub(horizon)
-                    .saturating_sub(fastudp::os::monotonic_ns());
-                if wait > 200_000 {
-                    std::thread::sleep(Duration::from_nanos(wait - 100_000));
-                } else {
-                    std::thread::yield_now();
-                }
+                waiter.wait_until(at.saturating_sub(horizon));
             }
             continue;
         }
         if mode == PacingMode::User {
-            let bytes: usize = pending.iter().map(|p| p.1).sum();
-            // A late thread may catch up by one batch, no more.
-            let slack = (USER_BATCH_BYTES as f64 * 1e9 / agg_rate) as u64;
-            agg_next =
-                agg_next.max(now.saturating_sub(slack)) + (bytes as f64 * 1e9 / agg_rate) as u64;
+            agg.sent(now, pending.iter().map(|p| p.1).sum());
         }
         let sock = next_sock % socks.len();
         next_sock += 1;
@@ -545,6 +593,7 @@ pub fn run_stream(a: StreamArgs) -> Result<(), Failure> {
         }
     }
     let cpu = fastudp::os::thread_cpu_time().saturating_sub(cpu0);
+    let steal = steal_since(ticks0);
     if txtime_errors > 0 {
         eprintln!("fastudp: warning: the qdisc dropped {txtime_errors} packets for a missed or invalid departure time");
     }
@@ -572,7 +621,14 @@ pub fn run_stream(a: StreamArgs) -> Result<(), Failure> {
             flows: a.flows,
             flows_within_5pct: within as f64 / a.flows as f64,
             pacing: mode.to_string(),
-            pacing_reason: reason,
+            pacing_reason: if mode == PacingMode::User {
+                format!(
+                    "{reason}; all flows together at most {:.1} Mbit/s",
+                    total_rate as f64 * 8.0 / 1e6
+                )
+            } else {
+                reason
+            },
             gbps: gbit / secs,
             cpu_ns_per_byte: if total > 0 {
                 cpu.as_nanos() as f64 / total as f64
@@ -590,6 +646,7 @@ pub fn run_stream(a: StreamArgs) -> Result<(), Failure> {
             gap_us_p90: None,
             gap_us_p99: None,
             max_back_to_back: None,
+            host_steal: steal,
             seconds: secs,
             bytes: total,
         },
@@ -735,6 +792,7 @@ pub fn run_stream_rx(a: StreamRxArgs) -> Result<(), Failure> {
         std::thread::sleep(Duration::from_millis(10));
     }
     let first = Instant::now();
+    let ticks0 = CpuTicks::now();
     // Idle detection: the total of flows' bytes stops growing. The threads
     // keep their counts, so watch the clock of the last receive instead.
     let mut last_busy = Instant::now();
@@ -755,6 +813,7 @@ pub fn run_stream_rx(a: StreamRxArgs) -> Result<(), Failure> {
         }
     }
     stop.store(true, Relaxed);
+    let steal = steal_since(ticks0);
     let outs: Vec<RxOut> = handles.into_iter().filter_map(|h| h.join().ok()).collect();
     let mut flows: HashMap<u32, FlowSeen> = HashMap::new();
     let mut gaps = [0u64; BUCKETS];
@@ -843,6 +902,7 @@ pub fn run_stream_rx(a: StreamRxArgs) -> Result<(), Failure> {
             gap_us_p90: Some(percentile(&gaps, 0.9)),
             gap_us_p99: Some(percentile(&gaps, 0.99)),
             max_back_to_back: Some(flows.values().map(|f| f.max_run).max().unwrap_or(0)),
+            host_steal: steal,
             seconds: secs,
             bytes,
         },

@@ -646,6 +646,19 @@ fn stream_bad_input_exits_2() {
         (vec!["stream", "--flows", "200000"], "--ports"),
         (vec!["stream-rx", "--flows", "0"], "--flows 0"),
         (vec!["stream", "--max-burst", "0"], "--max-burst"),
+        (
+            vec![
+                "stream",
+                "--flows",
+                "10",
+                "--rate",
+                "1M",
+                "--total-rate",
+                "5M",
+            ],
+            "--total-rate",
+        ),
+        (vec!["stream", "--total-rate", "fast"], "not a rate"),
     ] {
         let o = fastudp(&args);
         let err = String::from_utf8_lossy(&o.stderr);
