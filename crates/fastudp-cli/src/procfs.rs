@@ -15,6 +15,10 @@ pub fn parse_softirq_ticks(stat: &str) -> Option<u64> {
     line.split_whitespace().nth(7)?.parse().ok()
 }
 
+/// Steal above this share of CPU time gets a warning: threads stall for
+/// milliseconds and timings stop meaning much.
+pub const STEAL_WARN: f64 = 0.05;
+
 /// The aggregate `cpu` line of `/proc/stat`, in clock ticks: the time the
 /// hypervisor took from this VM's CPUs (steal), and all time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -6,7 +6,7 @@
 //! the flow's sequence number (8 bytes, little-endian), and the pacing mode.
 
 use crate::host::{netlink, routes};
-use crate::procfs::CpuTicks;
+use crate::procfs::{CpuTicks, STEAL_WARN};
 use crate::Failure;
 use clap::{Args, ValueEnum};
 use fastudp::pacing::{choose_mode, AggregatePacer, Pacer, PacingMode, Waiter};
@@ -30,9 +30,6 @@ pub const USER_BATCH_BYTES: usize = 16 * 1024;
 /// so that a sleep that ended late does not cost the flows their rate
 /// (100 us at 500 Mbit/s is 6 KB; see [`AggregatePacer`]).
 const USER_SLACK: Duration = Duration::from_micros(100);
-
-/// Steal above this fraction gets a warning.
-const STEAL_WARN: f64 = 0.05;
 
 /// `--pacing`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -96,6 +96,7 @@ fn json_is_complete_and_strategies_make_the_calls_they_name() {
         "lost",
         "speedup_vs_sendto",
         "bytes_per_call",
+        "host_steal",
     ];
     let gso = v["host"]["capabilities"]["gso_max_segments"]
         .as_u64()
@@ -713,6 +714,8 @@ fn stream_reaches_every_flow_at_its_rate() {
         ] {
             assert!(v.get(k).is_some(), "{k} missing in {v}");
         }
+        let steal = v["host_steal"].as_f64().expect("host_steal on Linux");
+        assert!((0.0..=1.0).contains(&steal), "{v}");
     }
     // Loopback's qdisc ignores SO_TXTIME: kernel pacing falls back, and says why.
     assert_eq!(tx["pacing"], "user");

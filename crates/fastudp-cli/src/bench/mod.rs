@@ -200,6 +200,9 @@ pub struct Result {
     pub zerocopy_completions: Option<u64>,
     /// `gso-zerocopy` only: of those, how many the kernel copied anyway.
     pub zerocopy_copied: Option<u64>,
+    /// The share of all CPU time the hypervisor took during the run
+    /// (steal, /proc/stat); `None` where it cannot be read.
+    pub host_steal: Option<f64>,
 }
 
 fn validate(a: &BenchArgs) -> std::result::Result<Workload, String> {
@@ -482,6 +485,7 @@ fn run_pair(
     let live = Arc::new(Live::default());
     let drops_before = procfs::rcvbuf_errors();
     let soft_before = procfs::softirq_ns();
+    let ticks_before = procfs::CpuTicks::now();
     let sink = w.net == Some(Profile::Sink);
     let (rx_handle, dest) = if sink {
         let dest = SocketAddr::new(testbed::addrs(w.ipv6).sink, 9);
@@ -602,6 +606,9 @@ fn run_pair(
         speedup_vs_sendto: None,
         zerocopy_completions: txo.zerocopy.map(|z| z.0),
         zerocopy_copied: txo.zerocopy.map(|z| z.1),
+        host_steal: ticks_before
+            .zip(procfs::CpuTicks::now())
+            .and_then(|(a, b)| b.steal_since(&a)),
     })
 }
 

@@ -152,6 +152,16 @@ pub fn print_table(rs: &[Result]) {
         );
     }
     for r in rs {
+        if let Some(st) = r.host_steal.filter(|&st| st > crate::procfs::STEAL_WARN) {
+            println!(
+                "{} -> {}: the hypervisor took {:.0}% of this VM's CPU time during the run (steal); its figures are unreliable",
+                name(r.tx),
+                r.rx,
+                st * 100.0
+            );
+        }
+    }
+    for r in rs {
         if let (Some(done), Some(copied)) = (r.zerocopy_completions, r.zerocopy_copied) {
             println!(
                 "{}: {done} zerocopy completions, {copied} of them copied by the kernel anyway ({:.0}%){}",
