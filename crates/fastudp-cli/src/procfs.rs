@@ -38,8 +38,10 @@ impl CpuTicks {
     /// The fraction of the time from `earlier` to `self` that was stolen,
     /// if any time passed.
     pub fn steal_since(&self, earlier: &CpuTicks) -> Option<f64> {
-        let total = self.total.checked_sub(earlier.total)?;
-        let steal = self.steal.checked_sub(earlier.steal)?;
+        // Idle and iowait may step back a little on a tickless kernel: a
+        // total that did not grow gives no answer rather than a wrong one.
+        let total = self.total.saturating_sub(earlier.total);
+        let steal = self.steal.saturating_sub(earlier.steal).min(total);
         (total > 0).then(|| steal as f64 / total as f64)
     }
 }

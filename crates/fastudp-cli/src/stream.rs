@@ -380,6 +380,9 @@ pub fn run_stream(a: StreamArgs) -> Result<(), Failure> {
             .map(|q| q.kind)
     });
     let (mode, reason) = choose_mode(wanted, socks[0].capabilities().txtime, qdisc.as_deref());
+    if a.total_rate.is_some() && mode != PacingMode::User {
+        eprintln!("fastudp: note: --total-rate applies to user-space pacing only; pacing is {mode} here, so it is not used");
+    }
     if mode == PacingMode::Kernel {
         for s in &socks {
             s.enable_txtime(true)
@@ -396,7 +399,7 @@ pub fn run_stream(a: StreamArgs) -> Result<(), Failure> {
     // plus 10%, so that a thread that slept too long can catch up.
     let mut agg =
         AggregatePacer::new(total_rate, USER_SLACK).map_err(|e| Failure::usage(e.to_string()))?;
-    if mode != PacingMode::Kernel {
+    if mode == PacingMode::User {
         // Sleeps that end on time are what user-space pacing is made of;
         // without this they may end 50 us late. Best effort.
         let _ = fastudp::os::set_timer_slack(1_000);
@@ -451,7 +454,7 @@ pub fn run_stream(a: StreamArgs) -> Result<(), Failure> {
         if mode == PacingMode::User {
             let wait = agg.wait_ns(now);
             if wait > 0 {
-                waiter.wait_until(now + wait);
+                waiter.wait_until((now + wait).min(end));
                 continue;
             }
         }
@@ -515,7 +518,15 @@ pub fn run_stream(a: StreamArgs) -> Result<(), Failure> {
         if pending.is_empty() {
             // Nothing due: wait for the earliest departure.
             if let Some(&Reverse((at, _))) = heap.peek() {
-                waiter.wait_until(at.saturating_sub(horizon));
+                let due = at.saturating_sub(horizon).min(end);
+                if mode == PacingMode::User {
+                    waiter.wait_until(due);
+                } else {
+                    // Unpaced flows and kernel pacing need no precise
+                    // wake-up: sleep, and do not spin.
+                    let left = due.saturating_sub(fastudp::os::monotonic_ns());
+                    std::thread::sleep(Duration::from_nanos(left));
+                }
             }
             continue;
         }

@@ -669,6 +669,37 @@ fn stream_bad_input_exits_2() {
 }
 
 #[test]
+fn stream_ends_on_time_when_departures_lie_beyond_the_run() {
+    // One flow of 100 bytes/s: its second 1200-byte datagram is due 12 s
+    // in. The run must still end after its 0.5 s, not wait for it (the
+    // bound is generous: this checks for a hang, not for speed).
+    let port = free_port().to_string();
+    for pacing in ["user", "none"] {
+        let t = std::time::Instant::now();
+        let v = fastudp_json(&[
+            "stream",
+            "--port",
+            &port,
+            "--flows",
+            "1",
+            "--rate",
+            "100",
+            "--duration",
+            "0.5",
+            "--pacing",
+            pacing,
+            "--json",
+        ]);
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(5),
+            "{pacing}: {:?}",
+            t.elapsed()
+        );
+        assert_eq!(v["seconds"], 0.5);
+    }
+}
+
+#[test]
 fn stream_reaches_every_flow_at_its_rate() {
     let port = free_port().to_string();
     let csv = std::env::temp_dir().join(format!("fastudp-flows-{}.csv", std::process::id()));

@@ -401,6 +401,7 @@ mod tests {
         g.sent(10_000, 10_000);
         assert_eq!(g.wait_ns(10_000), 10_000);
         // A thread 1 ms late may send one batch now, then must wait again.
+        assert_eq!(g.wait_ns(1_000_000), 0);
         g.sent(1_000_000, 10_000);
         assert_eq!(g.wait_ns(1_000_000), 10_000);
         // With 3 us of slack, a thread 2 us late keeps its place...
@@ -520,14 +521,20 @@ mod tests {
         ) {
             let mut g = AggregatePacer::new(rate, Duration::from_nanos(slack)).unwrap();
             let mut now = 1_000_000u64;
-            let mut first = None;
+            // (departure, bytes sent before it) of every batch so far.
+            let mut past: Vec<(u64, u128)> = Vec::new();
             let mut sent: u128 = 0;
             for (gap, bytes) in steps {
                 now += gap;
                 now += g.wait_ns(now);
                 prop_assert_eq!(g.wait_ns(now), 0);
-                let t0 = *first.get_or_insert(now);
-                prop_assert!(sent * 1_000_000_000 <= (now - t0 + slack) as u128 * rate as u128);
+                // Every stretch from an earlier batch to this one.
+                for &(t, before) in &past {
+                    prop_assert!(
+                        (sent - before) * 1_000_000_000 <= (now - t + slack) as u128 * rate as u128
+                    );
+                }
+                past.push((now, sent));
                 g.sent(now, bytes);
                 sent += bytes as u128;
             }
