@@ -9,11 +9,13 @@ use crate::host::{netlink, routes};
 use crate::procfs::{CpuTicks, STEAL_WARN};
 use crate::Failure;
 use clap::{Args, ValueEnum};
-use fastudp::pacing::{choose_mode, AggregatePacer, Pacer, PacingMode, Waiter};
+use fastudp::pacing::{
+    choose_mode, PacingMode, Scheduler, SchedulerConfig, Waiter, DEFAULT_BATCH_BYTES,
+    DEFAULT_SLACK, MAX_TRAINS_PER_BATCH,
+};
 use fastudp::{Config, RecvBatch, ReuseportGroup, Socket, Steering, Transmit};
 use serde::Serialize;
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
@@ -21,15 +23,6 @@ use std::time::{Duration, Instant};
 
 /// Bytes of the stream header.
 pub const HDR: usize = 16;
-
-/// With user-space pacing, a batch (one sendmmsg) stops growing at this
-/// many bytes, so that even trains that fell due together leave spaced.
-pub const USER_BATCH_BYTES: usize = 16 * 1024;
-
-/// How much sooner than the aggregate rate a user-paced batch may leave,
-/// so that a sleep that ended late does not cost the flows their rate
-/// (100 us at 500 Mbit/s is 6 KB; see [`AggregatePacer`]).
-const USER_SLACK: Duration = Duration::from_micros(100);
 
 /// `--pacing`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -389,41 +382,28 @@ pub fn run_stream(a: StreamArgs) -> Result<(), Failure> {
                 .map_err(|e| Failure::usage(e.to_string()))?;
         }
     }
-    let mut pacers: Vec<Pacer> = (0..a.flows)
-        .map(|_| Pacer::new(a.rate, interval, a.max_burst))
-        .collect::<Result<_, _>>()
-        .map_err(|e| Failure::usage(e.to_string()))?;
     let mut seqs = vec![0u64; a.flows];
-    let mut credit = vec![0u64; a.flows];
-    // User-space pacing also paces the whole, by default at the flows' sum
-    // plus 10%, so that a thread that slept too long can catch up.
-    let mut agg =
-        AggregatePacer::new(total_rate, USER_SLACK).map_err(|e| Failure::usage(e.to_string()))?;
     if mode == PacingMode::User {
         // Sleeps that end on time are what user-space pacing is made of;
         // without this they may end 50 us late. Best effort.
         let _ = fastudp::os::set_timer_slack(1_000);
     }
-    let budget = pacers[0].budget();
     let mut sent_bytes = vec![0u64; a.flows];
-    let interval_ns = interval.as_nanos() as u64;
     let t0 = fastudp::os::monotonic_ns() + 10_000_000;
-    // Paced flows start spread over one interval; unpaced ones all at once.
-    let mut heap: BinaryHeap<Reverse<(u64, u32)>> = (0..a.flows)
-        .map(|i| {
-            let phase = if mode == PacingMode::None {
-                0
-            } else {
-                interval_ns * i as u64 / a.flows as u64
-            };
-            Reverse((t0 + phase, i as u32))
-        })
-        .collect();
-    let horizon = if mode == PacingMode::Kernel {
-        interval_ns
-    } else {
-        0
-    };
+    let mut sched = Scheduler::new(
+        &SchedulerConfig {
+            flows: a.flows,
+            rate: a.rate,
+            interval,
+            max_burst: a.max_burst,
+            segment_size: a.payload,
+            mode,
+            total_rate: Some(total_rate),
+            batch_bytes: DEFAULT_BATCH_BYTES,
+        },
+        t0,
+    )
+    .map_err(|e| Failure::usage(e.to_string()))?;
     let end = t0 + (a.duration * 1e9) as u64;
     let mut zcs: Vec<fastudp::ZeroCopySender<'_>> = if a.zerocopy {
         socks
@@ -434,8 +414,10 @@ pub fn run_stream(a: StreamArgs) -> Result<(), Failure> {
     } else {
         Vec::new()
     };
-    let mut buf = vec![0u8; 64 * a.max_burst * a.payload];
-    let mut pending: Vec<(usize, usize, SocketAddr, usize, Option<u64>)> = Vec::with_capacity(64);
+    let mut buf = vec![0u8; MAX_TRAINS_PER_BATCH * a.max_burst * a.payload];
+    let mut pending: Vec<(usize, usize, SocketAddr, usize, Option<u64>)> =
+        Vec::with_capacity(MAX_TRAINS_PER_BATCH);
+    let mut dues = Vec::with_capacity(MAX_TRAINS_PER_BATCH);
     let (mut calls, mut total) = (0u64, 0u64);
     let mut txtime_errors = 0u64;
     let cpu0 = fastudp::os::thread_cpu_time();
@@ -443,95 +425,46 @@ pub fn run_stream(a: StreamArgs) -> Result<(), Failure> {
     let started = Instant::now();
     let (mut tick, mut last_total) = (1u64, 0u64);
     let mut next_sock = 0;
-    let mut waiter = Waiter::tolerating(USER_SLACK);
+    let mut waiter = Waiter::tolerating(DEFAULT_SLACK);
     loop {
         let now = fastudp::os::monotonic_ns();
         if now >= end {
             break;
         }
-        // A batch may not leave before the previous ones have drained at
-        // the aggregate rate, so a late wake-up does not become a burst.
-        if mode == PacingMode::User {
-            let wait = agg.wait_ns(now);
-            if wait > 0 {
-                waiter.wait_until((now + wait).min(end));
-                continue;
+        // The trains due now, one batch (in user space: at most 16 KiB,
+        // and only once the previous batches have drained at the total
+        // rate, so a late wake-up does not become a burst).
+        dues.clear();
+        sched.due(now, &mut dues);
+        if dues.is_empty() {
+            let due = sched.next_at().min(end);
+            if mode == PacingMode::User {
+                waiter.wait_until(due);
+            } else {
+                // Unpaced flows and kernel pacing need no precise wake-up:
+                // sleep, and do not spin.
+                let left = due.saturating_sub(fastudp::os::monotonic_ns());
+                std::thread::sleep(Duration::from_nanos(left));
             }
+            continue;
         }
-        // Collect the due trains, one batch at a time.
         pending.clear();
         let mut off = 0;
-        while pending.len() < 64 {
-            let Some(&Reverse((at, flow))) = heap.peek() else {
-                break;
-            };
-            if at > now + horizon {
-                break;
-            }
-            // User-space pacing: a batch holds at most USER_BATCH_BYTES
-            // (and always at least one train).
-            if mode == PacingMode::User
-                && off > 0
-                && off + pacers[flow as usize].train_segments(a.payload, usize::MAX) * a.payload
-                    > USER_BATCH_BYTES
-            {
-                break;
-            }
-            heap.pop();
-            let f = flow as usize;
-            let d = if mode == PacingMode::None {
-                // Unpaced: each interval, on the same grid for every flow,
-                // the whole budget it has earned goes out at once.
-                credit[f] += budget;
-                let segs = ((credit[f] / a.payload as u64) as usize).min(a.max_burst);
-                credit[f] -= (segs * a.payload) as u64;
-                fastudp::pacing::Departure {
-                    at_ns: at,
-                    segments: segs,
-                }
-            } else {
-                pacers[f].next(at, a.payload, usize::MAX)
-            };
-            let next = if mode == PacingMode::None {
-                at + interval_ns
-            } else {
-                pacers[f].next_departure().unwrap_or(at + interval_ns)
-            };
-            heap.push(Reverse((next, flow)));
-            if d.segments == 0 {
-                continue;
-            }
-            let len = d.segments * a.payload;
-            for s in 0..d.segments {
+        for d in &dues {
+            let (f, segs) = (d.flow, d.departure.segments);
+            let len = segs * a.payload;
+            for s in 0..segs {
                 let b = &mut buf[off + s * a.payload..off + (s + 1) * a.payload];
-                b[..4].copy_from_slice(&flow.to_be_bytes());
+                b[..4].copy_from_slice(&(f as u32).to_be_bytes());
                 b[4..12].copy_from_slice(&seqs[f].to_le_bytes());
                 b[12] = mode_byte(mode);
                 seqs[f] += 1;
             }
             let dest = SocketAddr::new(a.dest, a.port + (f % a.ports as usize) as u16);
-            let txtime = (mode == PacingMode::Kernel).then_some(d.at_ns);
-            pending.push((off, len, dest, d.segments, txtime));
+            let txtime = (mode == PacingMode::Kernel).then_some(d.departure.at_ns);
+            pending.push((off, len, dest, segs, txtime));
             sent_bytes[f] += len as u64;
             off += len;
-        }
-        if pending.is_empty() {
-            // Nothing due: wait for the earliest departure.
-            if let Some(&Reverse((at, _))) = heap.peek() {
-                let due = at.saturating_sub(horizon).min(end);
-                if mode == PacingMode::User {
-                    waiter.wait_until(due);
-                } else {
-                    // Unpaced flows and kernel pacing need no precise
-                    // wake-up: sleep, and do not spin.
-                    let left = due.saturating_sub(fastudp::os::monotonic_ns());
-                    std::thread::sleep(Duration::from_nanos(left));
-                }
-            }
-            continue;
-        }
-        if mode == PacingMode::User {
-            agg.sent(now, pending.iter().map(|p| p.1).sum());
         }
         let sock = next_sock % socks.len();
         next_sock += 1;
