@@ -101,15 +101,25 @@ pub struct RxArgs {
 /// The summary of a `tx` or `rx` run.
 #[derive(Debug, Clone, Serialize)]
 pub struct Summary {
+    /// `tx` or `rx`.
     pub role: &'static str,
+    /// The strategy the run used.
     pub mode: String,
+    /// The other end, once known.
     pub peer: Option<String>,
+    /// Payload bytes sent or received.
     pub bytes: u64,
+    /// Datagrams sent or received.
     pub datagrams: u64,
+    /// Seconds measured.
     pub seconds: f64,
+    /// Payload Gbit/s.
     pub gbps: f64,
+    /// Datagrams per second.
     pub datagrams_per_sec: f64,
+    /// Send or receive calls per second.
     pub calls_per_sec: f64,
+    /// The sending or receiving thread's CPU ns per byte.
     pub cpu_ns_per_byte: f64,
     /// Verified runs only: datagrams missing from the sequence.
     pub lost: Option<u64>,

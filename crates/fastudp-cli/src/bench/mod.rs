@@ -118,9 +118,13 @@ pub struct BenchArgs {
 /// The workload one pairing runs.
 #[derive(Debug, Clone, Copy)]
 pub struct Workload {
+    /// Datagram payload in bytes.
     pub payload: usize,
+    /// Datagrams per batched send call.
     pub batch: usize,
+    /// How long each pairing runs.
     pub duration: Duration,
+    /// Run over IPv6 instead of IPv4.
     pub ipv6: bool,
     /// Datagrams per GSO buffer: the batch, cut to the kernel's segment and
     /// byte limits.
@@ -139,21 +143,32 @@ pub struct Workload {
 /// Counters the threads share while running.
 #[derive(Debug, Default)]
 pub struct Live {
+    /// Send calls so far.
     pub tx_calls: AtomicU64,
+    /// Datagrams sent so far.
     pub tx_datagrams: AtomicU64,
+    /// Payload bytes received so far.
     pub rx_bytes: AtomicU64,
+    /// Datagrams received so far.
     pub rx_datagrams: AtomicU64,
+    /// Receive calls that returned data so far.
     pub rx_calls: AtomicU64,
+    /// Set when the sender has stopped: the receiver drains and ends.
     pub sender_done: AtomicBool,
 }
 
 /// What the sender reports at the end.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct TxOutcome {
+    /// Datagrams sent.
     pub datagrams: u64,
+    /// Payload bytes sent.
     pub bytes: u64,
+    /// Send calls made.
     pub calls: u64,
+    /// The sending thread's CPU time.
     pub cpu: Duration,
+    /// Wall-clock seconds the sender ran.
     pub seconds: f64,
     /// Zerocopy runs: (completions, of which copied).
     pub zerocopy: Option<(u64, u64)>,
@@ -162,39 +177,60 @@ pub struct TxOutcome {
 /// What the receiver reports at the end.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct RxOutcome {
+    /// Datagrams received.
     pub datagrams: u64,
     /// Distinct sequence numbers seen (UDP; 0 for TCP).
     pub unique: u64,
     /// Datagrams too short to carry a sequence number.
     pub unsequenced: u64,
+    /// Payload bytes received.
     pub bytes: u64,
+    /// Receive calls that returned data.
     pub calls: u64,
+    /// The receiving thread's CPU time.
     pub cpu: Duration,
+    /// Drops the kernel counted on the receiving socket (messages).
     pub kernel_drops: u64,
 }
 
 /// One measured pairing.
 #[derive(Debug, Clone, Serialize)]
 pub struct Result {
+    /// The send strategy, or `Tcp` for the TCP baseline.
     pub tx: TxStrategy,
     /// The receive strategy, or "tcp" for the TCP baseline.
     pub rx: String,
+    /// Payload bytes received (sent, in the sink profile).
     pub bytes: u64,
+    /// Datagrams received (sent, in the sink profile).
     pub datagrams: u64,
+    /// Seconds the sender ran.
     pub seconds: f64,
+    /// Payload MB/s (10^6 bytes).
     pub mbytes_per_sec: f64,
+    /// The same in Gbit/s.
     pub gbps: f64,
+    /// Datagrams per second.
     pub datagrams_per_sec: f64,
+    /// Send calls per second.
     pub tx_calls_per_sec: f64,
+    /// Payload bytes per send call.
     pub bytes_per_call: f64,
+    /// Receive calls per second that returned data.
     pub rx_calls_per_sec: f64,
+    /// The sending thread's CPU ns per byte.
     pub tx_cpu_ns_per_byte: f64,
+    /// The receiving thread's CPU ns per byte.
     pub rx_cpu_ns_per_byte: f64,
+    /// Softirq time of all CPUs (/proc/stat) per byte.
     pub softirq_ns_per_byte: f64,
+    /// Datagrams sent.
     pub sent: u64,
     /// Datagrams sent and not received; `None` in the sink profile.
     pub lost: Option<u64>,
+    /// Receive-buffer drops the kernel counted (messages: a GRO train counts once).
     pub kernel_drops: u64,
+    /// MB/s relative to the `sendto` run of the same invocation, if there was one.
     pub speedup_vs_sendto: Option<f64>,
     /// `gso-zerocopy` only: zerocopy completions read from the error queue.
     pub zerocopy_completions: Option<u64>,

@@ -26,21 +26,32 @@ Columns of the summary table:
 /// Facts about the host, for the JSON output.
 #[derive(Debug, Clone, Serialize)]
 pub struct Host {
+    /// The kernel, such as `Linux 6.18.44`.
     pub kernel: String,
+    /// The CPU model.
     pub cpu: String,
+    /// CPUs online.
     pub cpus: usize,
+    /// The library's probe of the kernel.
     pub capabilities: Caps,
 }
 
 /// The library's probe of the kernel, as JSON.
 #[derive(Debug, Clone, Serialize)]
 pub struct Caps {
+    /// Most segments in one GSO send (1: no GSO).
     pub gso_max_segments: usize,
+    /// UDP_GRO is accepted.
     pub gro: bool,
+    /// ECN marks can be sent and read.
     pub ecn: bool,
+    /// IP_PKTINFO / IPV6_PKTINFO work.
     pub pktinfo: bool,
+    /// sendmmsg / recvmmsg exist.
     pub mmsg: bool,
+    /// SO_ZEROCOPY is accepted.
     pub zerocopy: bool,
+    /// SO_TXTIME is accepted.
     pub txtime: bool,
 }
 

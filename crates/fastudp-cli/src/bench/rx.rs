@@ -19,6 +19,7 @@ pub enum RxSock {
 }
 
 impl RxSock {
+    /// The address the socket is bound to.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         match self {
             RxSock::Std(s) => s.local_addr(),
