@@ -265,6 +265,17 @@ fn print(s: &StreamSummary, json: bool) -> Result<(), Failure> {
     Ok(())
 }
 
+/// A rate in bytes per second as bits per second, in a readable unit.
+fn bits_per_sec(bytes: u64) -> String {
+    let b = bytes as f64 * 8.0;
+    match b {
+        b if b >= 1e9 => format!("{:.2} Gbit/s", b / 1e9),
+        b if b >= 1e6 => format!("{:.1} Mbit/s", b / 1e6),
+        b if b >= 1e3 => format!("{:.1} kbit/s", b / 1e3),
+        b => format!("{b:.0} bit/s"),
+    }
+}
+
 /// The steal fraction since `ticks0`, with a warning on stderr when it is
 /// high enough to spoil the run's timings.
 fn steal_since(ticks0: Option<CpuTicks>) -> Option<f64> {
@@ -564,8 +575,8 @@ pub fn run_stream(a: StreamArgs) -> Result<(), Failure> {
             pacing: mode.to_string(),
             pacing_reason: if mode == PacingMode::User {
                 format!(
-                    "{reason}; all flows together at most {:.1} Mbit/s",
-                    total_rate as f64 * 8.0 / 1e6
+                    "{reason}; all flows together at most {}",
+                    bits_per_sec(total_rate)
                 )
             } else {
                 reason
@@ -854,6 +865,14 @@ pub fn run_stream_rx(a: StreamRxArgs) -> Result<(), Failure> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bit_rates_read_well() {
+        assert_eq!(bits_per_sec(55_000_000), "440.0 Mbit/s");
+        assert_eq!(bits_per_sec(250_000_000), "2.00 Gbit/s");
+        assert_eq!(bits_per_sec(110), "880 bit/s");
+        assert_eq!(bits_per_sec(5_500), "44.0 kbit/s");
+    }
 
     #[test]
     fn rates() {
