@@ -1,5 +1,18 @@
 //! The `fastudp` command: argument parsing and dispatch only.
 
+/// Prints a line to standard output like `println!`, but a failed write
+/// (a full disk, say) ends the program with a clear message and status 1
+/// instead of a panic. (A closed pipe ends it by SIGPIPE, as for any
+/// Unix tool.)
+macro_rules! outln {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = writeln!(std::io::stdout(), $($t)*) {
+            $crate::stdout_failed(e)
+        }
+    }};
+}
+
 mod bench;
 mod host;
 mod procfs;
@@ -8,6 +21,35 @@ mod testbed;
 mod txrx;
 
 use clap::{Parser, Subcommand};
+
+/// Checks before a run that `path` (the value of option `opt`) can be
+/// written, so that a bad path is an error up front rather than after the
+/// run, with its results lost. A file the check creates is removed again.
+pub(crate) fn check_output_path(opt: &str, path: &str) -> Result<(), String> {
+    let p = std::path::Path::new(path);
+    if path.is_empty() {
+        return Err(format!("{opt}: give a file name"));
+    }
+    if p.is_dir() {
+        return Err(format!("{opt} {path}: is a directory; give a file name"));
+    }
+    let existed = p.exists();
+    std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(p)
+        .map_err(|e| format!("{opt} {path}: cannot write there: {e}"))?;
+    if !existed {
+        let _ = std::fs::remove_file(p);
+    }
+    Ok(())
+}
+
+/// Ends the program after standard output failed.
+fn stdout_failed(e: std::io::Error) -> ! {
+    eprintln!("fastudp: cannot write to standard output: {e}");
+    std::process::exit(1)
+}
 use std::process::ExitCode;
 
 /// Measure and compare UDP send/receive strategies on this host.
@@ -96,7 +138,7 @@ fn main() -> ExitCode {
         } => testbed::up(profile)
             .map(|()| {
                 let (v4, v6) = (testbed::addrs(false), testbed::addrs(true));
-                println!(
+                outln!(
                     "testbed up: {} ({}, {}) <-> {} ({}, {}), veth {} <-> {}",
                     testbed::TX_NS,
                     v4.tx,
@@ -112,7 +154,7 @@ fn main() -> ExitCode {
         Cmd::Testbed {
             action: TestbedCmd::Down,
         } => testbed::down()
-            .map(|()| println!("testbed down"))
+            .map(|()| outln!("testbed down"))
             .map_err(Failure::from),
     };
     match r {
@@ -121,5 +163,24 @@ fn main() -> ExitCode {
             eprintln!("fastudp: error: {}", f.msg);
             ExitCode::from(f.code)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn output_paths_are_checked_before_a_run() {
+        let dir = std::env::temp_dir();
+        let d = dir.to_str().unwrap();
+        assert!(super::check_output_path("--x", d)
+            .unwrap_err()
+            .contains("is a directory"));
+        assert!(super::check_output_path("--x", "").is_err());
+        assert!(super::check_output_path("--x", "/nonexistent-dir/a.csv")
+            .unwrap_err()
+            .contains("cannot write there"));
+        let f = dir.join(format!("fastudp-check-{}.csv", std::process::id()));
+        super::check_output_path("--x", f.to_str().unwrap()).unwrap();
+        assert!(!f.exists(), "the check leaves no file behind");
     }
 }

@@ -154,7 +154,17 @@ fn open_files_limit() -> Option<u64> {
     l.split_whitespace().nth(3)?.parse().ok()
 }
 
-fn check_common(flows: usize, ports: u16, sockets: usize) -> Result<(), Failure> {
+fn check_common(flows: usize, port: u16, ports: u16, sockets: usize) -> Result<(), Failure> {
+    if port == 0 {
+        return Err(Failure::usage(
+            "--port 0: give the first port, 1 to 65535".into(),
+        ));
+    }
+    if ports > 0 && port as u32 + ports as u32 - 1 > 65_535 {
+        return Err(Failure::usage(format!(
+            "--port {port} --ports {ports} runs past port 65535: lower --port or --ports"
+        )));
+    }
     if flows == 0 {
         return Err(Failure::usage(
             "--flows 0: there must be at least one flow".into(),
@@ -231,13 +241,13 @@ pub struct StreamSummary {
 
 fn print(s: &StreamSummary, json: bool) -> Result<(), Failure> {
     if json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(s).map_err(|e| Failure::usage(e.to_string()))?
         );
         return Ok(());
     }
-    println!(
+    outln!(
         "{}: {} flows, {:.3} Gbit/s in {:.1} s, {:.1}% of flows within 5% of their rate, pacing {} ({}), {:.3} CPU ns/B, {:.0} calls/s",
         s.role,
         s.flows,
@@ -250,10 +260,10 @@ fn print(s: &StreamSummary, json: bool) -> Result<(), Failure> {
         s.calls_per_sec
     );
     if let Some(st) = s.host_steal.filter(|&st| st > 0.0) {
-        println!("host steal {:.1}% of CPU time", st * 100.0);
+        outln!("host steal {:.1}% of CPU time", st * 100.0);
     }
     if let Some(l) = s.loss {
-        println!(
+        outln!(
             "loss {:.3}%, gaps within a flow p50 <= {:.0} us, p90 <= {:.0} us, p99 <= {:.0} us, longest back-to-back burst {}",
             l * 100.0,
             s.gap_us_p50.unwrap_or(0.0),
@@ -308,16 +318,16 @@ fn mode_name(b: u8) -> &'static str {
 
 /// Runs `fastudp stream`.
 pub fn run_stream(a: StreamArgs) -> Result<(), Failure> {
-    check_common(a.flows, a.ports, a.sockets)?;
+    check_common(a.flows, a.port, a.ports, a.sockets)?;
     if !(a.interval > 0.0 && a.interval <= 1000.0) {
         return Err(Failure::usage(format!(
             "--interval {} ms is out of range: more than 0, at most 1000",
             a.interval
         )));
     }
-    if !(a.duration > 0.0 && a.duration <= 86_400.0) {
+    if !(a.duration >= 0.01 && a.duration <= 86_400.0) {
         return Err(Failure::usage(format!(
-            "--duration {} is out of range",
+            "--duration {} is out of range: 0.01 to 86400 seconds",
             a.duration
         )));
     }
@@ -534,7 +544,7 @@ pub fn run_stream(a: StreamArgs) -> Result<(), Failure> {
             }
         }
         if !a.quiet && !a.json && started.elapsed() >= Duration::from_secs(tick) {
-            println!(
+            outln!(
                 "[stream] {:>3}-{:<3} s  {:>8.3} Gbit/s",
                 tick - 1,
                 tick,
@@ -704,12 +714,20 @@ fn percentile(hist: &[u64; BUCKETS], p: f64) -> f64 {
 
 /// Runs `fastudp stream-rx`.
 pub fn run_stream_rx(a: StreamRxArgs) -> Result<(), Failure> {
-    check_common(a.flows, a.ports, a.sockets)?;
-    let positive = |v: f64| v > 0.0 && v <= 86_400.0;
-    if a.duration.is_some_and(|d| !positive(d)) || !positive(a.idle) || !positive(a.wait) {
-        return Err(Failure::usage(
-            "--duration, --idle and --wait must be more than 0 seconds".into(),
-        ));
+    check_common(a.flows, a.port, a.ports, a.sockets)?;
+    for (opt, v) in [
+        ("--duration", a.duration),
+        ("--idle", Some(a.idle)),
+        ("--wait", Some(a.wait)),
+    ] {
+        if let Some(v) = v.filter(|v| !(*v > 0.0 && *v <= 86_400.0)) {
+            return Err(Failure::usage(format!(
+                "{opt} {v} is out of range: more than 0, at most 86400 seconds"
+            )));
+        }
+    }
+    if let Some(p) = &a.per_flow {
+        crate::check_output_path("--per-flow", p).map_err(Failure::usage)?;
     }
     let stop = Arc::new(AtomicBool::new(false));
     let started = Arc::new(AtomicBool::new(false));
@@ -887,14 +905,26 @@ mod tests {
 
     #[test]
     fn limits() {
-        assert!(check_common(0, 1, 1).unwrap_err().msg.contains("--flows 0"));
-        assert!(check_common(10, 0, 1).is_err());
-        assert!(check_common(200_000, 1, 1)
+        assert!(check_common(0, 9000, 1, 1)
+            .unwrap_err()
+            .msg
+            .contains("--flows 0"));
+        assert!(check_common(10, 9000, 0, 1).is_err());
+        assert!(check_common(200_000, 9000, 1, 1)
             .unwrap_err()
             .msg
             .contains("--ports"));
-        assert!(check_common(200_000, 4, 1).is_ok());
-        assert!(check_common(10, 1, 10_000_000)
+        assert!(check_common(200_000, 9000, 4, 1).is_ok());
+        assert!(check_common(10, 0, 1, 1)
+            .unwrap_err()
+            .msg
+            .contains("--port 0"));
+        assert!(check_common(10, 65_535, 2, 1)
+            .unwrap_err()
+            .msg
+            .contains("past port 65535"));
+        assert!(check_common(10, 65_534, 2, 1).is_ok());
+        assert!(check_common(10, 9000, 1, 10_000_000)
             .unwrap_err()
             .msg
             .contains("file descriptors"));

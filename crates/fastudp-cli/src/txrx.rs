@@ -193,13 +193,13 @@ fn in_range(name: &str, v: f64, max: f64) -> Result<(), Failure> {
 
 fn print_summary(s: &Summary, json: bool) -> Result<(), Failure> {
     if json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(s).map_err(|e| Failure::usage(e.to_string()))?
         );
         return Ok(());
     }
-    println!(
+    outln!(
         "{} {}: {:.1} MB in {:.2} s = {:.2} Gbit/s, {:.0} datagrams/s, {:.0} calls/s, {:.3} CPU ns/B",
         s.role,
         s.mode,
@@ -211,11 +211,11 @@ fn print_summary(s: &Summary, json: bool) -> Result<(), Failure> {
         s.cpu_ns_per_byte
     );
     if let (Some(done), Some(copied)) = (s.zerocopy_completions, s.zerocopy_copied) {
-        println!("zerocopy: {done} completions, {copied} copied by the kernel anyway");
+        outln!("zerocopy: {done} completions, {copied} copied by the kernel anyway");
     }
     if let (Some(l), Some(d), Some(r), Some(u)) = (s.lost, s.duplicates, s.reordered, s.unsequenced)
     {
-        println!("verified: {l} lost, {d} duplicate, {r} reordered, {u} without a sequence number");
+        outln!("verified: {l} lost, {d} duplicate, {r} reordered, {u} without a sequence number");
     }
     Ok(())
 }
@@ -231,6 +231,17 @@ pub fn run_tx(a: TxArgs) -> Result<(), Failure> {
         )));
     }
     in_range("-l", a.secs, 86_400.0)?;
+    if a.secs < 0.01 {
+        return Err(Failure::usage(format!(
+            "-l {} is too short: at least 0.01 seconds",
+            a.secs
+        )));
+    }
+    if a.port == 0 {
+        return Err(Failure::usage(
+            "-p 0: give the destination port, 1 to 65535".into(),
+        ));
+    }
     let dest = SocketAddr::new(a.dest, a.port);
     let max = fastudp::wire::max_payload(ipv6);
     let kmax = fastudp::caps::kernel_max_segments().max(1);
@@ -332,10 +343,21 @@ pub fn run_tx(a: TxArgs) -> Result<(), Failure> {
             )));
         }
         Err(e) => {
+            // What went out before the failure is reported, not lost.
+            let d = live.tx_datagrams.load(Relaxed);
+            let c = live.tx_calls.load(Relaxed);
+            let sent = if t == TxStrategy::Tcp {
+                format!("{} bytes in {c} writes", c * payload as u64)
+            } else {
+                format!("{d} datagrams ({} bytes) in {c} calls", d * payload as u64)
+            };
             return Err(Failure {
                 code: 1,
-                msg: format!("{e}; stopped after {:.1} s", start.elapsed().as_secs_f64()),
-            })
+                msg: format!(
+                    "{e}; stopped after {:.1} s, having sent {sent}",
+                    start.elapsed().as_secs_f64()
+                ),
+            });
         }
     };
     let secs = o.seconds.max(1e-9);
@@ -376,6 +398,11 @@ pub fn run_rx(a: RxArgs) -> Result<(), Failure> {
     }
     in_range("--idle", a.idle, 3600.0)?;
     in_range("--wait", a.wait, 86_400.0)?;
+    if a.port == 0 {
+        return Err(Failure::usage(
+            "-p 0: give the port to listen on, 1 to 65535".into(),
+        ));
+    }
     let _ = ctrlc::set_handler(|| STOP.store(true, Relaxed));
     let addr: SocketAddr = if a.ipv6 {
         format!("[::]:{}", a.port)
@@ -407,7 +434,7 @@ pub fn run_rx(a: RxArgs) -> Result<(), Failure> {
     let mut last = (0u64, 0u64, 0u64);
     let mut cpu0 = fastudp::os::thread_cpu_time();
     if !a.quiet && !a.json {
-        println!("rx: listening on {addr} ({})", bench::rname(strategy));
+        outln!("rx: listening on {addr} ({})", bench::rname(strategy));
     }
     loop {
         if STOP.load(Relaxed) {
@@ -509,7 +536,7 @@ fn rx_tcp(a: &RxArgs, addr: SocketAddr) -> Result<(), Failure> {
     let l = TcpListener::bind(addr)
         .map_err(|e| Failure::usage(format!("cannot listen on {addr}: {e}")))?;
     if !a.quiet && !a.json {
-        println!("rx: listening on {addr} (tcp)");
+        outln!("rx: listening on {addr} (tcp)");
     }
     l.set_nonblocking(true)
         .map_err(|e| Failure::usage(e.to_string()))?;

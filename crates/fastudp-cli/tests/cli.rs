@@ -23,6 +23,24 @@ fn fastudp(args: &[&str]) -> std::process::Output {
 }
 
 #[test]
+fn a_full_standard_output_is_an_error_not_a_panic() {
+    let full = std::fs::OpenOptions::new().write(true).open("/dev/full");
+    let Ok(full) = full else {
+        eprintln!("skipped: no /dev/full here");
+        return;
+    };
+    let o = Command::new(env!("CARGO_BIN_EXE_fastudp"))
+        .args(["doctor", "--dev", "lo"])
+        .stdout(full)
+        .output()
+        .expect("run fastudp");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("cannot write to standard output"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
 fn bad_values_exit_2_with_one_clear_line() {
     for (args, needle) in [
         (vec!["bench", "--payload", "0"], "--payload 0"),
@@ -34,6 +52,13 @@ fn bad_values_exit_2_with_one_clear_line() {
             vec!["bench", "--plot", "/nonexistent/dir/x.svg"],
             "does not exist",
         ),
+        (vec!["bench", "--plot", "/"], "is a directory"),
+        (vec!["bench", "--duration", "0.000001"], "--duration"),
+        (vec!["tx", "-D", "127.0.0.1", "-p", "0"], "-p 0"),
+        (vec!["tx", "-D", "127.0.0.1", "-l", "1e-9"], "-l"),
+        (vec!["rx", "-p", "0"], "-p 0"),
+        (vec!["doctor", "--dev", "."], "no such device"),
+        (vec!["tune", "--dev", ".."], "no such device"),
     ] {
         let o = fastudp(&args);
         let err = String::from_utf8_lossy(&o.stderr);
@@ -660,6 +685,13 @@ fn stream_bad_input_exits_2() {
             "--total-rate",
         ),
         (vec!["stream", "--total-rate", "fast"], "not a rate"),
+        (vec!["stream", "--port", "0"], "--port 0"),
+        (
+            vec!["stream-rx", "--port", "65535", "--ports", "3"],
+            "past port 65535",
+        ),
+        (vec!["stream-rx", "--per-flow", "/"], "is a directory"),
+        (vec!["stream-rx", "--wait", "1e10"], "--wait"),
     ] {
         let o = fastudp(&args);
         let err = String::from_utf8_lossy(&o.stderr);

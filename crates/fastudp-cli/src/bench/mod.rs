@@ -260,9 +260,9 @@ fn validate(a: &BenchArgs) -> std::result::Result<Workload, String> {
             fastudp::os::MAX_BATCH
         ));
     }
-    if !(a.duration > 0.0 && a.duration <= 3600.0) {
+    if !(a.duration >= 0.01 && a.duration <= 3600.0) {
         return Err(format!(
-            "--duration {} is out of range: more than 0 and at most 3600 seconds",
+            "--duration {} is out of range: 0.01 to 3600 seconds",
             a.duration
         ));
     }
@@ -278,6 +278,7 @@ fn validate(a: &BenchArgs) -> std::result::Result<Workload, String> {
         if dir.is_some_and(|d| !d.is_dir()) {
             return Err(format!("--plot {p}: the directory does not exist"));
         }
+        crate::check_output_path("--plot", p)?;
     }
     let mtu_seg = fastudp::wire::max_segment_for_mtu(1500, a.ipv6);
     if a.testbed.is_some() && a.payload > mtu_seg {
@@ -314,7 +315,7 @@ pub fn run(a: BenchArgs) -> std::result::Result<(), String> {
     };
     let host = report::host_info();
     if !a.json {
-        println!(
+        outln!(
             "fastudp bench: {} on {}, payload {} B, batch {}, {} datagrams per GSO buffer, {:.1} s per run",
             host.kernel,
             match w.net {
@@ -345,6 +346,7 @@ pub fn run(a: BenchArgs) -> std::result::Result<(), String> {
         .iter()
         .find(|r| r.tx == TxStrategy::Sendto)
         .map(|r| r.mbytes_per_sec)
+        .filter(|&b| b > 0.0)
     {
         for r in &mut results {
             r.speedup_vs_sendto = Some(r.mbytes_per_sec / base);
@@ -366,7 +368,7 @@ pub fn run(a: BenchArgs) -> std::result::Result<(), String> {
             "payload": w.payload, "batch": w.batch, "gso_segments": w.segs,
             "duration": a.duration, "ipv6": w.ipv6, "repeat": a.repeat, "cache_thrash": w.cache_thrash,
             "testbed": w.net.map(profile_name) }, "results": results });
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?
         );

@@ -103,7 +103,7 @@ pub fn host_info() -> Host {
 
 /// One iperf3-style line for one second of one run.
 pub fn print_interval(label: &str, sec: u32, bytes: u64, dgrams: u64, calls: u64) {
-    println!(
+    outln!(
         "[{label:<28}] {:>3}-{:<3} s  {:>9.1} MBytes  {:>7.2} Gbits/sec  {:>10} dgram/s  {:>9} calls/s",
         sec - 1,
         sec,
@@ -116,8 +116,8 @@ pub fn print_interval(label: &str, sec: u32, bytes: u64, dgrams: u64, calls: u64
 
 /// The summary table.
 pub fn print_table(rs: &[Result]) {
-    println!();
-    println!(
+    outln!();
+    outln!(
         "{:<18} {:<13} {:>9} {:>7} {:>10} {:>9} {:>8} {:>9} {:>7} {:>7} {:>9} {:>8} {:>8}",
         "send",
         "receive",
@@ -134,7 +134,7 @@ pub fn print_table(rs: &[Result]) {
         "speedup"
     );
     for r in rs {
-        println!(
+        outln!(
             "{:<18} {:<13} {:>9.1} {:>7.2} {:>10.0} {:>9.0} {:>8.0} {:>9.0} {:>7.3} {:>7.3} {:>9.3} {:>8} {:>8}",
             name(r.tx),
             r.rx,
@@ -154,7 +154,7 @@ pub fn print_table(rs: &[Result]) {
         );
     }
     for r in rs.iter().filter(|r| r.lost.is_some_and(|l| l > 0)) {
-        println!(
+        outln!(
             "{} -> {}: {} datagrams lost by sequence number; the kernel counted {} receive-buffer drops (RcvbufErrors: messages, a GRO train counts once)",
             name(r.tx),
             r.rx,
@@ -164,7 +164,7 @@ pub fn print_table(rs: &[Result]) {
     }
     for r in rs {
         if let Some(st) = r.host_steal.filter(|&st| st > crate::procfs::STEAL_WARN) {
-            println!(
+            outln!(
                 "{} -> {}: the hypervisor took {:.0}% of this VM's CPU time during the run (steal); its figures are unreliable",
                 name(r.tx),
                 r.rx,
@@ -174,7 +174,7 @@ pub fn print_table(rs: &[Result]) {
     }
     for r in rs {
         if let (Some(done), Some(copied)) = (r.zerocopy_completions, r.zerocopy_copied) {
-            println!(
+            outln!(
                 "{}: {done} zerocopy completions, {copied} of them copied by the kernel anyway ({:.0}%){}",
                 name(r.tx),
                 if done > 0 { copied as f64 * 100.0 / done as f64 } else { 0.0 },

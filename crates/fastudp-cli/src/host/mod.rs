@@ -9,6 +9,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn device_names_are_checked() {
+        assert!(is_device("lo"));
+        for bad in [
+            "",
+            ".",
+            "..",
+            "lo/..",
+            "../lo",
+            "nonexistent0",
+            "a b",
+            "0123456789abcdefg",
+        ] {
+            assert!(!is_device(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
     fn parses_recorded_sysctls() {
         assert_eq!(parse_sysctl("212992\n"), Ok(212_992));
         assert_eq!(parse_sysctl("  4194304 \n"), Ok(4_194_304));
@@ -616,11 +633,24 @@ fn counter_checks(out: &mut Vec<Check>) {
     }
 }
 
+/// Whether `name` is a network device of this namespace: a valid
+/// interface name (1 to 15 bytes, no `/`, whitespace or `:`, not `.` or
+/// `..`) that sysfs lists.
+pub fn is_device(name: &str) -> bool {
+    let valid = !name.is_empty()
+        && name.len() < 16
+        && name != "."
+        && name != ".."
+        && !name.contains(['/', ':'])
+        && !name.chars().any(char::is_whitespace);
+    valid && std::path::Path::new(&format!("/sys/class/net/{name}")).exists()
+}
+
 /// Runs every check.
 pub fn diagnose(a: &DoctorArgs) -> Result<Vec<Check>, Failure> {
     let devs = match (&a.dev, a.dest) {
         (Some(d), _) => {
-            if !std::path::Path::new(&format!("/sys/class/net/{d}")).exists() {
+            if !is_device(d) {
                 return Err(Failure::usage(format!(
                     "--dev {d}: no such device in this network namespace"
                 )));
@@ -649,7 +679,7 @@ pub fn run_doctor(a: DoctorArgs) -> Result<(), Failure> {
     let checks = diagnose(&a)?;
     if a.json {
         let doc = serde_json::json!({ "checks": checks });
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&doc).map_err(|e| Failure::usage(e.to_string()))?
         );
@@ -658,16 +688,16 @@ pub fn run_doctor(a: DoctorArgs) -> Result<(), Failure> {
         for c in &checks {
             if c.section != section {
                 let (head, rest) = c.section.split_once(' ').unwrap_or((&c.section, ""));
-                println!("{} {rest}", head.to_uppercase());
+                outln!("{} {rest}", head.to_uppercase());
                 section = c.section.clone();
             }
-            println!("  {:<5} {:<30} {}", c.status.to_string(), c.name, c.detail);
+            outln!("  {:<5} {:<30} {}", c.status.to_string(), c.name, c.detail);
             if let Some(f) = &c.fix {
-                println!("        fix: {f}");
+                outln!("        fix: {f}");
             }
         }
         let count = |s: Status| checks.iter().filter(|c| c.status == s).count();
-        println!(
+        outln!(
             "{} PASS, {} WARN, {} FAIL, {} N/A",
             count(Status::Pass),
             count(Status::Warn),
@@ -705,14 +735,14 @@ fn watch(secs: u64, json: bool) {
                 .zip(&rates)
                 .map(|(k, v)| (format!("{k}_per_sec"), (*v).into()))
                 .collect();
-            println!("{}", serde_json::json!({ "second": t, "rates": m }));
+            outln!("{}", serde_json::json!({ "second": t, "rates": m }));
         } else {
             let line: Vec<String> = COUNTERS
                 .iter()
                 .zip(&rates)
                 .map(|(k, v)| format!("{k} {v}/s"))
                 .collect();
-            println!("[{t:>3} s] {}", line.join("  "));
+            outln!("[{t:>3} s] {}", line.join("  "));
         }
         last = now;
     }

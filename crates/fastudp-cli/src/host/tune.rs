@@ -308,7 +308,7 @@ pub fn run_tune(a: TuneArgs) -> Result<(), Failure> {
         let undo: Vec<Change> = changes.iter().rev().map(Change::inverse).collect();
         apply_all(&undo).map_err(|e| Failure { code: 1, msg: e })?;
         for c in &undo {
-            println!("restored: {c}");
+            outln!("restored: {c}");
         }
         return Ok(());
     }
@@ -317,7 +317,7 @@ pub fn run_tune(a: TuneArgs) -> Result<(), Failure> {
     }
     let devs = match &a.dev {
         Some(d) => {
-            if !std::path::Path::new(&sysfs_path(d, "")).exists() {
+            if !super::is_device(d) {
                 return Err(Failure::usage(format!(
                     "--dev {d}: no such device in this network namespace"
                 )));
@@ -328,16 +328,16 @@ pub fn run_tune(a: TuneArgs) -> Result<(), Failure> {
     };
     let p = plan(&devs);
     if !a.apply {
-        println!("fastudp tune: the plan (a dry run: --apply makes these changes, as root)");
+        outln!("fastudp tune: the plan (a dry run: --apply makes these changes, as root)");
     }
     for c in &p.changes {
-        println!("  {c}");
+        outln!("  {c}");
     }
     if p.changes.is_empty() {
-        println!("  nothing to change");
+        outln!("  nothing to change");
     }
     for s in &p.skipped {
-        println!("  not changed: {s}");
+        outln!("  not changed: {s}");
     }
     if !a.apply || p.changes.is_empty() {
         return Ok(());
@@ -358,7 +358,7 @@ pub fn run_tune(a: TuneArgs) -> Result<(), Failure> {
         let _ = std::fs::remove_file(&a.state);
         return Err(Failure { code: 1, msg: e });
     }
-    println!(
+    outln!(
         "applied {} changes; previous values in {} (undo: fastudp tune --revert {})",
         p.changes.len(),
         a.state,
