@@ -132,7 +132,7 @@ fn main() -> ExitCode {
         Cmd::StreamRx(a) => stream::run_stream_rx(a),
         Cmd::Tune(a) => host::tune::run_tune(a),
         Cmd::Rx(a) => txrx::run_rx(a),
-        Cmd::Bench(a) => bench::run(a).map_err(Failure::from),
+        Cmd::Bench(a) => bench::run(a),
         Cmd::Testbed {
             action: TestbedCmd::Up { profile },
         } => testbed::up(profile)

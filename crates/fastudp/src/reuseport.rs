@@ -46,6 +46,34 @@ impl ReuseportGroup {
                 "a reuseport group needs at least one socket".into(),
             ));
         }
+        if addr.port() != 0 {
+            // Any socket already there with SO_REUSEPORT (another process's
+            // group, say) would silently join this group and take a share
+            // of its flows: refuse the address instead.
+            let probe = socket2::Socket::new(
+                socket2::Domain::for_address(addr),
+                socket2::Type::DGRAM,
+                Some(socket2::Protocol::UDP),
+            )
+            .map_err(|e| Error::Setup {
+                what: "socket",
+                source: e,
+            })?;
+            if addr.is_ipv6() {
+                let _ = probe.set_only_v6(false);
+            }
+            if let Err(e) = probe.bind(&addr.into()) {
+                let source = if e.kind() == std::io::ErrorKind::AddrInUse {
+                    std::io::Error::new(
+                        e.kind(),
+                        "another socket is bound there already, and would share the group's datagrams",
+                    )
+                } else {
+                    e
+                };
+                return Err(Error::Bind { addr, source });
+            }
+        }
         let mut sockets = Vec::with_capacity(n);
         let mut at = addr;
         for _ in 0..n {

@@ -92,3 +92,22 @@ fn cpu_steering_delivers_everything() {
     }
     assert_eq!(total, 100);
 }
+
+#[test]
+fn a_second_group_on_a_taken_port_is_refused() {
+    let first = ReuseportGroup::bind(
+        "127.0.0.1:0".parse().unwrap(),
+        2,
+        Steering::Hash,
+        Config::default(),
+    )
+    .expect("first group");
+    let at = first.local_addr().unwrap();
+    let second = ReuseportGroup::bind(at, 2, Steering::Hash, Config::default());
+    let msg = second.expect_err("the port is taken").to_string();
+    assert!(msg.contains("bound there already"), "{msg}");
+    // A plain socket there is refused as well.
+    let taken = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let at = taken.local_addr().unwrap();
+    assert!(ReuseportGroup::bind(at, 2, Steering::Hash, Config::default()).is_err());
+}

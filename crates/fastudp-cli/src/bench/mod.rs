@@ -280,6 +280,22 @@ fn validate(a: &BenchArgs) -> std::result::Result<Workload, String> {
         }
         crate::check_output_path("--plot", p)?;
     }
+    if a.testbed.is_none() {
+        // Loopback: a datagram must fit its MTU (IPv6 is never fragmented
+        // here: the sockets set don't-fragment).
+        let lo_mtu: usize = std::fs::read_to_string("/sys/class/net/lo/mtu")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(65_536);
+        let fit = fastudp::wire::max_segment_for_mtu(lo_mtu, a.ipv6);
+        if a.payload > fit {
+            return Err(format!(
+                "--payload {} does not fit loopback's MTU of {lo_mtu}: at most {fit} bytes over {}",
+                a.payload,
+                if a.ipv6 { "IPv6" } else { "IPv4" }
+            ));
+        }
+    }
     let mtu_seg = fastudp::wire::max_segment_for_mtu(1500, a.ipv6);
     if a.testbed.is_some() && a.payload > mtu_seg {
         return Err(format!(
@@ -301,7 +317,7 @@ fn validate(a: &BenchArgs) -> std::result::Result<Workload, String> {
 }
 
 /// Runs `fastudp bench`.
-pub fn run(a: BenchArgs) -> std::result::Result<(), String> {
+pub fn run(a: BenchArgs) -> std::result::Result<(), crate::Failure> {
     let mut a = a;
     if a.on_testbed {
         testbed::preflight()?;
@@ -334,10 +350,19 @@ pub fn run(a: BenchArgs) -> std::result::Result<(), String> {
         );
     }
     let mut results = Vec::new();
-    for &(t, r) in &pairs {
+    // A run that fails stops the bench, but the runs before it are still
+    // reported (then the failure, with exit status 1).
+    let mut failure = None;
+    'pairs: for &(t, r) in &pairs {
         let mut runs = Vec::new();
         for _ in 0..a.repeat {
-            runs.push(run_pair(t, r, &w, a.quiet || a.json)?);
+            match run_pair(t, r, &w, a.quiet || a.json) {
+                Ok(x) => runs.push(x),
+                Err(e) => {
+                    failure = Some(e);
+                    break 'pairs;
+                }
+            }
         }
         runs.sort_by_key(|r| r.bytes);
         results.push(runs.swap_remove(runs.len() / 2));
@@ -372,10 +397,17 @@ pub fn run(a: BenchArgs) -> std::result::Result<(), String> {
             "{}",
             serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?
         );
-    } else {
+    } else if !results.is_empty() {
         report::print_table(&results);
     }
-    Ok(())
+    match failure {
+        None => Ok(()),
+        Some(e) if results.is_empty() => Err(crate::Failure { code: 1, msg: e }),
+        Some(e) => Err(crate::Failure {
+            code: 1,
+            msg: format!("{e} (the runs that finished before it are reported above)"),
+        }),
+    }
 }
 
 /// The testbed profile's command-line name.
@@ -693,7 +725,19 @@ mod tests {
             let e = validate(&args(&a)).unwrap_err();
             assert!(e.contains(needle), "{a:?}: {e}");
         }
-        assert!(validate(&args(&["--payload", "65527", "--ipv6"])).is_ok());
+        // IPv6 on loopback: the datagram must fit lo's MTU (65536: 65488
+        // bytes of payload), below the protocol's 65527.
+        let mtu: usize = std::fs::read_to_string("/sys/class/net/lo/mtu")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(65_536);
+        let fit = (mtu - 48).min(65_527).to_string();
+        let over = (mtu - 47).to_string();
+        assert!(validate(&args(&["--payload", &fit, "--ipv6"])).is_ok());
+        if mtu - 47 <= 65_527 {
+            let e = validate(&args(&["--payload", &over, "--ipv6"])).unwrap_err();
+            assert!(e.contains("MTU"), "{e}");
+        }
     }
 
     #[test]
