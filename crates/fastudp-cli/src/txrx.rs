@@ -48,7 +48,7 @@ pub struct TxArgs {
     #[arg(short = 'c')]
     pub cache: bool,
     /// TCP instead of UDP.
-    #[arg(short = 't')]
+    #[arg(short = 't', conflicts_with_all = ["gso", "mmsg"])]
     pub tcp: bool,
     /// No per-second lines.
     #[arg(short = 'q', long)]
@@ -78,7 +78,7 @@ pub struct RxArgs {
     #[arg(short = 'v')]
     pub verify: bool,
     /// TCP instead of UDP: accept one connection and read it to the end.
-    #[arg(short = 't')]
+    #[arg(short = 't', conflicts_with_all = ["gro", "verify"])]
     pub tcp: bool,
     /// Stop this many seconds after the first datagram (default: when the
     /// sender has been silent for --idle seconds).
@@ -264,6 +264,12 @@ pub fn run_tx(a: TxArgs) -> Result<(), Failure> {
             )));
         }
         let s = a.size.unwrap_or(g * kmax.min(max / g));
+        if s % g != 0 {
+            return Err(Failure::usage(format!(
+                "-s {s} is not a multiple of -S {g}: fastudp tx sends whole segments (try -s {})",
+                (s / g).max(1) * g
+            )));
+        }
         if s < g || s > max || s / g > kmax {
             return Err(Failure::usage(format!(
                 "-s {s} with -S {g}: a GSO send holds {g} to {} bytes and at most {kmax} segments",

@@ -57,6 +57,12 @@ fn bad_values_exit_2_with_one_clear_line() {
         (vec!["tx", "-D", "127.0.0.1", "-p", "0"], "-p 0"),
         (vec!["tx", "-D", "127.0.0.1", "-l", "1e-9"], "-l"),
         (vec!["rx", "-p", "0"], "-p 0"),
+        (
+            vec!["tx", "-D", "127.0.0.1", "-S", "1000", "-s", "1500"],
+            "not a multiple",
+        ),
+        (vec!["tx", "-D", "127.0.0.1", "-t", "-S", "1000"], "-S"),
+        (vec!["rx", "-t", "-G"], "-G"),
         (vec!["doctor", "--dev", "."], "no such device"),
         (vec!["tune", "--dev", ".."], "no such device"),
     ] {

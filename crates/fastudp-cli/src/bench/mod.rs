@@ -481,6 +481,17 @@ pub fn monitor<T>(
     }
 }
 
+/// The items of `v` without repeats, in their first order.
+fn unique<T: PartialEq + Copy>(v: &[T]) -> Vec<T> {
+    let mut out: Vec<T> = Vec::with_capacity(v.len());
+    for &x in v {
+        if !out.contains(&x) {
+            out.push(x);
+        }
+    }
+    out
+}
+
 /// Which (sender, receiver) pairings to run.
 ///
 /// With neither list given: every send strategy into the best receiver and
@@ -495,6 +506,8 @@ pub fn plan_pairs(
 ) -> std::result::Result<Vec<(TxStrategy, RxStrategy)>, String> {
     let best_rx = RxStrategy::GroRecvmmsg;
     let best_tx = TxStrategy::Fastudp;
+    // A strategy named twice runs once.
+    let (tx, rx) = (&unique(tx)[..], &unique(rx)[..]);
     if sink {
         if tx.contains(&TxStrategy::Tcp) {
             return Err("tcp cannot run in the sink profile: TCP needs a peer that answers".into());
@@ -774,6 +787,11 @@ mod tests {
                 .len(),
             3,
             "TCP runs once"
+        );
+        assert_eq!(
+            plan_pairs(&[T::Sendto, T::Sendto], &[R::Gro, R::Gro], false).unwrap(),
+            vec![(T::Sendto, R::Gro)],
+            "a strategy named twice runs once"
         );
         let sink = plan_pairs(&[], &[], true).unwrap();
         assert!(sink.iter().all(|&(t, _)| t != T::Tcp));
