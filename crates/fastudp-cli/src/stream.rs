@@ -756,7 +756,14 @@ pub fn run_stream_rx(a: StreamRxArgs) -> Result<(), Failure> {
             }
             return Err(Failure {
                 code: 1,
-                msg: format!("no stream arrived in {} s", a.wait),
+                msg: if begin.elapsed().as_secs_f64() > a.wait {
+                    format!("no stream arrived in {} s", a.wait)
+                } else {
+                    format!(
+                        "interrupted after {:.1} s, before any stream arrived",
+                        begin.elapsed().as_secs_f64()
+                    )
+                },
             });
         }
         std::thread::sleep(Duration::from_millis(10));

@@ -469,6 +469,9 @@ pub fn run_rx(a: RxArgs) -> Result<(), Failure> {
                 }
             }
             Err(e) if e.is_would_block() => {}
+            // A signal (Ctrl-C) interrupted the wait: the loop's STOP check
+            // ends the run with its summary.
+            Err(e) if e.io_kind() == Some(std::io::ErrorKind::Interrupted) => {}
             Err(e) => {
                 return Err(Failure {
                     code: 1,
