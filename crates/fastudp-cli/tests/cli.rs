@@ -805,3 +805,16 @@ fn stream_reaches_every_flow_at_its_rate() {
     assert!(lines[1..].iter().all(|l| l.split(',').count() == 6));
     assert!(rx["loss"].as_f64().unwrap() < 0.01, "{rx}");
 }
+
+#[test]
+fn doctor_json_with_watch_is_json_lines() {
+    let o = fastudp(&["doctor", "--dev", "lo", "--json", "--watch", "1"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let lines: Vec<Value> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("each line is one JSON document"))
+        .collect();
+    assert_eq!(lines.len(), 2);
+    assert!(lines[0]["checks"].is_array());
+    assert_eq!(lines[1]["second"], 1);
+}

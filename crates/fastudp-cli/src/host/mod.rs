@@ -679,10 +679,14 @@ pub fn run_doctor(a: DoctorArgs) -> Result<(), Failure> {
     let checks = diagnose(&a)?;
     if a.json {
         let doc = serde_json::json!({ "checks": checks });
-        outln!(
-            "{}",
-            serde_json::to_string_pretty(&doc).map_err(|e| Failure::usage(e.to_string()))?
-        );
+        // With --watch the samples follow, one per line: then everything is
+        // JSON Lines, the checks included.
+        let text = if a.watch.is_some() {
+            serde_json::to_string(&doc)
+        } else {
+            serde_json::to_string_pretty(&doc)
+        };
+        outln!("{}", text.map_err(|e| Failure::usage(e.to_string()))?);
     } else {
         let mut section = String::new();
         for c in &checks {
