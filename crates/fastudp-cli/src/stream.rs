@@ -21,8 +21,13 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Bytes of the stream header.
+/// Bytes of the stream header: flow id (4, big-endian), sequence number (8,
+/// little-endian), pacing mode (1), and [`MAGIC`] (3).
 pub const HDR: usize = 16;
+
+/// The last 3 header bytes, so that `stream-rx` can tell the stream's
+/// datagrams from anything else sent to its ports.
+pub const MAGIC: &[u8; 3] = b"FUs";
 
 /// `--pacing`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -229,6 +234,8 @@ pub struct StreamSummary {
     pub gap_us_p99: Option<f64>,
     /// Longest run of a flow's datagrams arriving back to back (rx).
     pub max_back_to_back: Option<u64>,
+    /// Datagrams without the stream's header, ignored (rx).
+    pub foreign: Option<u64>,
     /// The fraction of all CPU time the hypervisor took from this VM
     /// during the run (steal, from /proc/stat): above a few percent, the
     /// threads stall for milliseconds and pacing and rates suffer.
@@ -479,6 +486,7 @@ pub fn run_stream(a: StreamArgs) -> Result<(), Failure> {
                 b[..4].copy_from_slice(&(f as u32).to_be_bytes());
                 b[4..12].copy_from_slice(&seqs[f].to_le_bytes());
                 b[12] = mode_byte(mode);
+                b[13..HDR].copy_from_slice(MAGIC);
                 seqs[f] += 1;
             }
             let dest = SocketAddr::new(a.dest, a.port + (f % a.ports as usize) as u16);
@@ -608,6 +616,7 @@ pub fn run_stream(a: StreamArgs) -> Result<(), Failure> {
             gap_us_p90: None,
             gap_us_p99: None,
             max_back_to_back: None,
+            foreign: None,
             host_steal: steal,
             seconds: secs,
             bytes: total,
@@ -636,6 +645,8 @@ const BACK_TO_BACK_NS: u64 = 20_000;
 #[derive(Debug, Default)]
 struct RxOut {
     flows: HashMap<u32, FlowSeen>,
+    /// Datagrams without the stream header, ignored.
+    foreign: u64,
     gaps: [u64; BUCKETS],
     modes: [u64; 4],
     calls: u64,
@@ -664,7 +675,8 @@ fn rx_thread(sock: Socket, stop: Arc<AtomicBool>, started: Arc<AtomicBool>) -> R
         out.first_ns = out.first_ns.min(now);
         out.last_ns = now;
         for (_, d) in batch.datagrams() {
-            if d.len() < HDR {
+            if d.len() < HDR || &d[13..HDR] != MAGIC {
+                out.foreign += 1;
                 continue;
             }
             let flow = u32::from_be_bytes(d[..4].try_into().expect("4 bytes"));
@@ -795,6 +807,7 @@ pub fn run_stream_rx(a: StreamRxArgs) -> Result<(), Failure> {
     let mut flows: HashMap<u32, FlowSeen> = HashMap::new();
     let mut gaps = [0u64; BUCKETS];
     let mut modes = [0u64; 4];
+    let mut foreign = 0u64;
     let (mut calls, mut cpu) = (0u64, Duration::ZERO);
     let (mut t_first, mut t_last) = (u64::MAX, 0u64);
     for o in outs {
@@ -813,13 +826,22 @@ pub fn run_stream_rx(a: StreamRxArgs) -> Result<(), Failure> {
             *m += x;
         }
         calls += o.calls;
+        foreign += o.foreign;
         cpu += o.cpu;
         t_first = t_first.min(o.first_ns);
         t_last = t_last.max(o.last_ns);
     }
     let secs = (t_last.saturating_sub(t_first) as f64 / 1e9).max(1e-3);
     let bytes: u64 = flows.values().map(|f| f.bytes).sum();
-    let expected: u64 = flows.values().map(|f| f.max_seq + 1).sum();
+    if foreign > 0 {
+        eprintln!(
+            "fastudp: warning: {foreign} datagrams without the stream's header were ignored (another sender on these ports?)"
+        );
+    }
+    let expected: u64 = flows
+        .values()
+        .map(|f| f.max_seq.saturating_add(1))
+        .fold(0, u64::saturating_add);
     let got: u64 = flows.values().map(|f| f.datagrams).sum();
     let target = a.rate as f64 * secs;
     let within = flows
@@ -838,7 +860,7 @@ pub fn run_stream_rx(a: StreamRxArgs) -> Result<(), Failure> {
                 f.bytes,
                 f.datagrams,
                 f.bytes as f64 / secs,
-                (f.max_seq + 1).saturating_sub(f.datagrams),
+                f.max_seq.saturating_add(1).saturating_sub(f.datagrams),
                 f.max_run
             ));
         }
@@ -879,6 +901,7 @@ pub fn run_stream_rx(a: StreamRxArgs) -> Result<(), Failure> {
             gap_us_p90: Some(percentile(&gaps, 0.9)),
             gap_us_p99: Some(percentile(&gaps, 0.99)),
             max_back_to_back: Some(flows.values().map(|f| f.max_run).max().unwrap_or(0)),
+            foreign: Some(foreign),
             host_steal: steal,
             seconds: secs,
             bytes,

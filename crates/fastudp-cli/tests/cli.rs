@@ -756,6 +756,15 @@ fn stream_reaches_every_flow_at_its_rate() {
         csv.to_str().unwrap(),
     ]);
     std::thread::sleep(std::time::Duration::from_millis(300));
+    // Another sender's datagrams on the port, mid-stream: ignored, counted.
+    let junk_to: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let junk = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        for i in 0..5u8 {
+            s.send_to(&[i; 40], junk_to).unwrap();
+        }
+    });
     let tx = fastudp_json(&[
         "stream",
         "--port",
@@ -793,7 +802,9 @@ fn stream_reaches_every_flow_at_its_rate() {
         "{tx}"
     );
     assert_eq!(rx["pacing"], "user");
-    assert_eq!(rx["flows"], 300, "every flow arrived");
+    junk.join().unwrap();
+    assert_eq!(rx["flows"], 300, "every flow arrived, and no junk flow");
+    assert_eq!(rx["foreign"], 5, "{rx}");
     let per_flow = std::fs::read_to_string(&csv).unwrap();
     let _ = std::fs::remove_file(&csv);
     let lines: Vec<&str> = per_flow.lines().collect();
