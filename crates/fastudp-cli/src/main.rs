@@ -2,7 +2,8 @@
 
 /// Prints a line to standard output like `println!`, but a failed write
 /// (a full disk, say) ends the program with a clear message and status 1
-/// instead of a panic. (A closed pipe ends it by SIGPIPE, as for any
+/// instead of a panic message. The stack still unwinds, so guards such as
+/// the testbed's clean up. (A closed pipe ends it by SIGPIPE, as for any
 /// Unix tool.)
 macro_rules! outln {
     ($($t:tt)*) => {{
@@ -24,7 +25,9 @@ use clap::{Parser, Subcommand};
 
 /// Checks before a run that `path` (the value of option `opt`) can be
 /// written, so that a bad path is an error up front rather than after the
-/// run, with its results lost. A file the check creates is removed again.
+/// run, with its results lost. Only a regular file (or a path where none
+/// exists yet) is probed by opening it; a file the probe creates is removed
+/// again. FIFOs, devices and symbolic links are left as they are.
 pub(crate) fn check_output_path(opt: &str, path: &str) -> Result<(), String> {
     let p = std::path::Path::new(path);
     if path.is_empty() {
@@ -33,22 +36,32 @@ pub(crate) fn check_output_path(opt: &str, path: &str) -> Result<(), String> {
     if p.is_dir() {
         return Err(format!("{opt} {path}: is a directory; give a file name"));
     }
-    let existed = p.exists();
-    std::fs::OpenOptions::new()
-        .append(true)
-        .create(true)
-        .open(p)
-        .map_err(|e| format!("{opt} {path}: cannot write there: {e}"))?;
-    if !existed {
-        let _ = std::fs::remove_file(p);
+    match p.symlink_metadata() {
+        Ok(m) if m.is_file() => std::fs::OpenOptions::new()
+            .append(true)
+            .open(p)
+            .map(drop)
+            .map_err(|e| format!("{opt} {path}: cannot write there: {e}")),
+        Ok(_) => Ok(()),
+        Err(_) => {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(p)
+                .map_err(|e| format!("{opt} {path}: cannot write there: {e}"))?;
+            let _ = std::fs::remove_file(p);
+            Ok(())
+        }
     }
-    Ok(())
 }
 
-/// Ends the program after standard output failed.
+/// The unwinding payload of a failed write to standard output.
+struct StdoutFailed(std::io::Error);
+
+/// Ends the program after standard output failed: unwinds to `main`,
+/// which says so and exits with status 1.
 fn stdout_failed(e: std::io::Error) -> ! {
-    eprintln!("fastudp: cannot write to standard output: {e}");
-    std::process::exit(1)
+    std::panic::resume_unwind(Box::new(StdoutFailed(e)))
 }
 use std::process::ExitCode;
 
@@ -125,7 +138,28 @@ impl From<String> for Failure {
 fn main() -> ExitCode {
     fastudp::os::default_sigpipe();
     let cli = Cli::parse();
-    let r: Result<(), Failure> = match cli.cmd {
+    let r = match std::panic::catch_unwind(move || run(cli)) {
+        Ok(r) => r,
+        Err(payload) => match payload.downcast::<StdoutFailed>() {
+            Ok(e) => Err(Failure {
+                code: 1,
+                msg: format!("cannot write to standard output: {}", e.0),
+            }),
+            Err(other) => std::panic::resume_unwind(other),
+        },
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(f) => {
+            eprintln!("fastudp: error: {}", f.msg);
+            ExitCode::from(f.code)
+        }
+    }
+}
+
+/// Runs the subcommand.
+fn run(cli: Cli) -> Result<(), Failure> {
+    match cli.cmd {
         Cmd::Tx(a) => txrx::run_tx(a),
         Cmd::Doctor(a) => host::run_doctor(a),
         Cmd::Stream(a) => stream::run_stream(a),
@@ -156,13 +190,6 @@ fn main() -> ExitCode {
         } => testbed::down()
             .map(|()| outln!("testbed down"))
             .map_err(Failure::from),
-    };
-    match r {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(f) => {
-            eprintln!("fastudp: error: {}", f.msg);
-            ExitCode::from(f.code)
-        }
     }
 }
 
@@ -182,5 +209,17 @@ mod tests {
         let f = dir.join(format!("fastudp-check-{}.csv", std::process::id()));
         super::check_output_path("--x", f.to_str().unwrap()).unwrap();
         assert!(!f.exists(), "the check leaves no file behind");
+        // A dangling symbolic link is left alone, not replaced or removed.
+        let link = dir.join(format!("fastudp-link-{}.csv", std::process::id()));
+        let target = dir.join(format!("fastudp-target-{}.csv", std::process::id()));
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        super::check_output_path("--x", link.to_str().unwrap()).unwrap();
+        assert!(link.symlink_metadata().is_ok() && !target.exists());
+        let _ = std::fs::remove_file(&link);
+        // An existing file keeps its contents.
+        std::fs::write(&f, "keep").unwrap();
+        super::check_output_path("--x", f.to_str().unwrap()).unwrap();
+        assert_eq!(std::fs::read_to_string(&f).unwrap(), "keep");
+        let _ = std::fs::remove_file(&f);
     }
 }

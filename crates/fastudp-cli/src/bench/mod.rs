@@ -281,8 +281,9 @@ fn validate(a: &BenchArgs) -> std::result::Result<Workload, String> {
         crate::check_output_path("--plot", p)?;
     }
     if a.testbed.is_none() {
-        // Loopback: a datagram must fit its MTU (IPv6 is never fragmented
-        // here: the sockets set don't-fragment).
+        // Loopback: a datagram must fit its MTU, since the GSO strategies
+        // send it as one segment, and a segment over the MTU is refused
+        // (EMSGSIZE) rather than fragmented.
         let lo_mtu: usize = std::fs::read_to_string("/sys/class/net/lo/mtu")
             .ok()
             .and_then(|s| s.trim().parse().ok())
@@ -377,17 +378,6 @@ pub fn run(a: BenchArgs) -> std::result::Result<(), crate::Failure> {
             r.speedup_vs_sendto = Some(r.mbytes_per_sec / base);
         }
     }
-    if let Some(path) = &a.plot {
-        let title = format!(
-            "fastudp bench: {} B payload, {}, {}",
-            w.payload,
-            w.net
-                .map(|p| format!("testbed {}", profile_name(p)))
-                .unwrap_or_else(|| "loopback".into()),
-            host.kernel
-        );
-        plot::svg(path, &title, &results)?;
-    }
     if a.json {
         let doc = serde_json::json!({ "schema": 1, "host": host, "workload": {
             "payload": w.payload, "batch": w.batch, "gso_segments": w.segs,
@@ -399,6 +389,21 @@ pub fn run(a: BenchArgs) -> std::result::Result<(), crate::Failure> {
         );
     } else if !results.is_empty() {
         report::print_table(&results);
+    }
+    // The chart comes after the table, so a failure to draw it loses
+    // nothing; there is none without results.
+    if let Some(path) = a.plot.as_ref().filter(|_| !results.is_empty()) {
+        let title = format!(
+            "fastudp bench: {} B payload, {}, {}",
+            w.payload,
+            w.net
+                .map(|p| format!("testbed {}", profile_name(p)))
+                .unwrap_or_else(|| "loopback".into()),
+            host.kernel
+        );
+        if let Err(e) = plot::svg(path, &title, &results) {
+            return Err(crate::Failure { code: 1, msg: e });
+        }
     }
     match failure {
         None => Ok(()),
