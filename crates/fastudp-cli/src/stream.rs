@@ -353,15 +353,11 @@ pub fn run_stream(a: StreamArgs) -> Result<(), Failure> {
         )));
     }
     let sum = a.rate as u128 * a.flows as u128;
-    let total_rate = match a.total_rate {
-        Some(t) if (t as u128) < sum => {
-            return Err(Failure::usage(format!(
-                "--total-rate {t} is below --flows x --rate = {sum} bytes/s: the flows could not reach their rate"
-            )))
-        }
-        Some(t) => t,
-        None => (sum + sum / 10).min(u64::MAX as u128) as u64,
-    };
+    if let Some(t) = a.total_rate.filter(|&t| (t as u128) < sum) {
+        return Err(Failure::usage(format!(
+            "--total-rate {t} is below --flows x --rate = {sum} bytes/s: the flows could not reach their rate"
+        )));
+    }
     let interval = Duration::from_secs_f64(a.interval / 1000.0);
     let wanted = match a.pacing {
         PacingArg::Kernel => PacingMode::Kernel,
@@ -426,7 +422,7 @@ pub fn run_stream(a: StreamArgs) -> Result<(), Failure> {
             max_burst: a.max_burst,
             segment_size: a.payload,
             mode,
-            total_rate: Some(total_rate),
+            total_rate: a.total_rate,
             batch_bytes: DEFAULT_BATCH_BYTES,
         },
         t0,
@@ -594,7 +590,7 @@ pub fn run_stream(a: StreamArgs) -> Result<(), Failure> {
             pacing_reason: if mode == PacingMode::User {
                 format!(
                     "{reason}; all flows together at most {}",
-                    bits_per_sec(total_rate)
+                    bits_per_sec(sched.total_rate())
                 )
             } else {
                 reason

@@ -368,6 +368,12 @@ impl Scheduler {
         })
     }
 
+    /// The most all flows together may send in user space, bytes per
+    /// second: the configured total, or the flows' sum plus 10%.
+    pub fn total_rate(&self) -> u64 {
+        self.aggregate.rate
+    }
+
     /// The earliest time at which [`Scheduler::due`] may hand out a train.
     pub fn next_at(&self) -> u64 {
         let flow = self.heap.peek().map_or(u64::MAX, |Reverse((at, _))| {
@@ -786,6 +792,7 @@ mod tests {
     fn scheduler_unpaced_sends_every_budget_at_once() {
         let cfg = fig4(PacingMode::None);
         let mut s = Scheduler::new(&cfg, 1_000).unwrap();
+        assert_eq!(s.total_rate(), 55_000_000, "25 x 2 MB/s + 10%");
         let mut out = Vec::new();
         assert_eq!(s.next_at(), 1_000);
         assert_eq!(s.due(999, &mut out), 0);

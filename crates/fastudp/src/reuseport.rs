@@ -2,7 +2,7 @@
 //! program deciding which socket gets each datagram.
 
 use crate::error::Error;
-use crate::socket::{Config, Socket};
+use crate::socket::{new_udp, Config, Socket};
 use crate::sys;
 use crate::wire::bpf;
 use std::net::SocketAddr;
@@ -50,19 +50,7 @@ impl ReuseportGroup {
             // Any socket already there with SO_REUSEPORT (another process's
             // group, say) would silently join this group and take a share
             // of its flows: refuse the address instead.
-            let probe = socket2::Socket::new(
-                socket2::Domain::for_address(addr),
-                socket2::Type::DGRAM,
-                Some(socket2::Protocol::UDP),
-            )
-            .map_err(|e| Error::Setup {
-                what: "socket",
-                source: e,
-            })?;
-            if addr.is_ipv6() {
-                let _ = probe.set_only_v6(false);
-            }
-            if let Err(e) = probe.bind(&addr.into()) {
+            if let Err(e) = new_udp(addr)?.bind(&addr.into()) {
                 let source = if e.kind() == std::io::ErrorKind::AddrInUse {
                     std::io::Error::new(
                         e.kind(),
@@ -77,22 +65,11 @@ impl ReuseportGroup {
         let mut sockets = Vec::with_capacity(n);
         let mut at = addr;
         for _ in 0..n {
-            let s = socket2::Socket::new(
-                socket2::Domain::for_address(at),
-                socket2::Type::DGRAM,
-                Some(socket2::Protocol::UDP),
-            )
-            .map_err(|e| Error::Setup {
-                what: "socket",
-                source: e,
-            })?;
+            let s = new_udp(at)?;
             s.set_reuse_port(true).map_err(|e| Error::Setup {
                 what: "SO_REUSEPORT",
                 source: e,
             })?;
-            if at.is_ipv6() {
-                let _ = s.set_only_v6(false);
-            }
             s.bind(&at.into()).map_err(|e| Error::Bind {
                 addr: at,
                 source: e,

@@ -144,6 +144,22 @@ pub struct Socket {
 /// its datagrams go out one by one, unless [`Config::split_wait`] says.
 pub const SPLIT_DEADLINE: Duration = Duration::from_secs(5);
 
+/// A new, unbound UDP socket of `addr`'s family; IPv6 ones are dual-stack
+/// where the system allows it.
+pub(crate) fn new_udp(addr: SocketAddr) -> Result<socket2::Socket, Error> {
+    let domain = socket2::Domain::for_address(addr);
+    let s = socket2::Socket::new(domain, socket2::Type::DGRAM, Some(socket2::Protocol::UDP))
+        .map_err(|e| Error::Setup {
+            what: "socket",
+            source: e,
+        })?;
+    if addr.is_ipv6() {
+        // Best effort: some systems forbid dual-stack sockets.
+        let _ = s.set_only_v6(false);
+    }
+    Ok(s)
+}
+
 impl Socket {
     /// Binds a new socket. An IPv6 wildcard address gives a dual-stack
     /// socket that also serves IPv4 peers (as v4-mapped addresses).
@@ -153,16 +169,7 @@ impl Socket {
 
     /// Binds a new socket with options.
     pub fn bind_with(addr: SocketAddr, config: Config) -> Result<Self, Error> {
-        let domain = socket2::Domain::for_address(addr);
-        let s = socket2::Socket::new(domain, socket2::Type::DGRAM, Some(socket2::Protocol::UDP))
-            .map_err(|e| Error::Setup {
-                what: "socket",
-                source: e,
-            })?;
-        if addr.is_ipv6() {
-            // Best effort: some systems forbid dual-stack sockets.
-            let _ = s.set_only_v6(false);
-        }
+        let s = new_udp(addr)?;
         s.bind(&addr.into())
             .map_err(|e| Error::Bind { addr, source: e })?;
         Self::from_std_with(s.into(), config)
