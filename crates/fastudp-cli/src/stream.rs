@@ -374,14 +374,8 @@ pub fn run_stream(a: StreamArgs) -> Result<(), Failure> {
     let mut socks = Vec::new();
     for _ in 0..a.sockets {
         socks.push(
-            Socket::bind_with(
-                bind,
-                Config {
-                    send_buffer: Some(8 << 20),
-                    ..Config::default()
-                },
-            )
-            .map_err(|e| Failure::usage(e.to_string()))?,
+            Socket::bind_with(bind, Config::default().send_buffer(8 << 20))
+                .map_err(|e| Failure::usage(e.to_string()))?,
         );
     }
     let qdisc = routes::device_for(a.dest).ok().and_then(|dev| {
@@ -429,7 +423,7 @@ pub fn run_stream(a: StreamArgs) -> Result<(), Failure> {
     )
     .map_err(|e| Failure::usage(e.to_string()))?;
     let end = t0 + (a.duration * 1e9) as u64;
-    let mut zcs: Vec<fastudp::ZeroCopySender<'_>> = if a.zerocopy {
+    let mut zcs: Vec<fastudp::ZeroCopySender> = if a.zerocopy {
         socks
             .iter()
             .map(fastudp::ZeroCopySender::new)
@@ -499,7 +493,8 @@ pub fn run_stream(a: StreamArgs) -> Result<(), Failure> {
                 let mut b = zc.pop_done().unwrap_or_default();
                 b.clear();
                 b.extend_from_slice(&buf[o..o + len]);
-                if let Err((e, _)) = zc.send(dest, b, (segs > 1).then_some(a.payload)) {
+                if let Err((e, _)) = zc.send(&socks[sock], dest, b, (segs > 1).then_some(a.payload))
+                {
                     return Err(Failure {
                         code: 1,
                         msg: format!("zerocopy send to {dest} failed: {e}"),
@@ -508,23 +503,32 @@ pub fn run_stream(a: StreamArgs) -> Result<(), Failure> {
                 calls += 1;
                 total += len as u64;
             }
-            zc.reap().map_err(|e| Failure {
+            zc.reap(&socks[sock]).map_err(|e| Failure {
                 code: 1,
                 msg: e.to_string(),
             })?;
         } else {
-            let ts: Vec<Transmit<'_>> = pending
+            let mut ts: Vec<Transmit<'_>> = pending
                 .iter()
-                .map(|&(o, len, dest, segs, txtime)| Transmit {
-                    segment_size: (segs > 1).then_some(a.payload),
-                    txtime,
-                    ..Transmit::new(dest, &buf[o..o + len])
+                .map(|&(o, len, dest, segs, txtime)| {
+                    let t = Transmit::new(dest, &buf[o..o + len]).with_txtime(txtime);
+                    if segs > 1 {
+                        Transmit::train(dest, &buf[o..o + len], a.payload).with_txtime(txtime)
+                    } else {
+                        t
+                    }
                 })
                 .collect();
+            total += ts.iter().map(|t| t.contents.len() as u64).sum::<u64>();
             let mut k = 0;
             while k < ts.len() {
                 match socks[sock].send(&ts[k..]) {
-                    Ok(n) => k += n,
+                    Ok(n) => {
+                        k += n.transmits;
+                        if n.datagrams > 0 {
+                            ts[k] = ts[k].skip_datagrams(n.datagrams);
+                        }
+                    }
                     Err(e)
                         if e.is_would_block()
                             || e.io_kind()
@@ -538,13 +542,14 @@ pub fn run_stream(a: StreamArgs) -> Result<(), Failure> {
                     }
                 }
             }
-            total += ts.iter().map(|t| t.contents.len() as u64).sum::<u64>();
         }
         if mode == PacingMode::Kernel && !a.zerocopy && next_sock % 256 == 0 {
             // SOF_TXTIME_REPORT_ERRORS: packets the qdisc dropped for a
             // missed or invalid departure time.
             for s in &socks {
-                txtime_errors += s.take_errors().map(|v| v.len()).unwrap_or(0) as u64;
+                while let Ok(Some(e)) = s.recv_error() {
+                    txtime_errors += u64::from(matches!(e, fastudp::SocketError::Txtime { .. }));
+                }
             }
         }
         if !a.quiet && !a.json && started.elapsed() >= Duration::from_secs(tick) {
@@ -563,8 +568,8 @@ pub fn run_stream(a: StreamArgs) -> Result<(), Failure> {
     if txtime_errors > 0 {
         eprintln!("fastudp: warning: the qdisc dropped {txtime_errors} packets for a missed or invalid departure time");
     }
-    for zc in &mut zcs {
-        let _ = zc.drain(Duration::from_secs(2));
+    for (zc, s) in zcs.iter_mut().zip(&socks) {
+        let _ = zc.drain(s, Duration::from_secs(2));
         if let Some(f) = zc.stats().fallback {
             eprintln!("fastudp: note: {}", f.reason);
         }
@@ -742,10 +747,7 @@ pub fn run_stream_rx(a: StreamRxArgs) -> Result<(), Failure> {
     let mut handles = Vec::new();
     for p in 0..a.ports {
         let addr = SocketAddr::new(a.bind, a.port + p);
-        let cfg = Config {
-            recv_buffer: Some(16 << 20),
-            ..Config::default()
-        };
+        let cfg = Config::default().recv_buffer(16 << 20);
         let g = ReuseportGroup::bind(addr, a.sockets, Steering::Payload { offset: 0 }, cfg)
             .map_err(|e| Failure::usage(e.to_string()))?;
         for s in g.into_sockets() {

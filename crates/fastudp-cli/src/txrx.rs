@@ -244,7 +244,7 @@ pub fn run_tx(a: TxArgs) -> Result<(), Failure> {
     }
     let dest = SocketAddr::new(a.dest, a.port);
     let max = fastudp::wire::max_payload(ipv6);
-    let kmax = fastudp::caps::kernel_max_segments().max(1);
+    let kmax = fastudp::os::kernel_max_segments().max(1);
     let (t, payload, segs) = if a.tcp {
         let s = a.size.unwrap_or(64 * 1024);
         if s == 0 || s > 1 << 24 {

@@ -538,7 +538,9 @@ fn fastudp_send_loop(
         let mut done = 0;
         while done < transmits.len() {
             match tx.send(&transmits[done..]) {
-                Ok(n) => {
+                Ok(sent) => {
+                    // GSO stays on here: trains go whole or not at all.
+                    let n = sent.transmits;
                     for t in &transmits[done..done + n] {
                         s.datagrams += t.segments() as u64;
                         s.bytes += t.contents.len() as u64;
@@ -576,28 +578,17 @@ fn train_payload() -> Vec<u8> {
 }
 
 fn fastudp_pair(config: Config, wait: Wait) -> Result<(Socket, Socket), String> {
-    let rx = Socket::bind_with(
-        local(),
-        Config {
-            recv_buffer: Some(RECV_BUFFER),
-            ..config
-        },
-    )
-    .map_err(|e| e.to_string())?;
+    let rx =
+        Socket::bind_with(local(), config.recv_buffer(RECV_BUFFER)).map_err(|e| e.to_string())?;
     let tx = Socket::bind_with(local(), config).map_err(|e| e.to_string())?;
     set_wait(rx.as_std(), wait).map_err(|e| e.to_string())?;
     Ok((tx, rx))
 }
 
 fn fastudp_mmsg(run: &Run) -> Result<Measured, String> {
-    let config = Config {
-        disabled: Disabled {
-            gso: true,
-            ..Disabled::default()
-        },
-        gro: false,
-        ..Config::default()
-    };
+    let config = Config::default()
+        .disabled(Disabled::parse("gso").expect("known name"))
+        .gro(false);
     let wait = run.fastudp_wait;
     let (tx, rx) = fastudp_pair(config, wait)?;
     let dest = rx.local_addr().map_err(|e| e.to_string())?;

@@ -87,10 +87,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 off += len;
                 Transmit::train(to, &buf[off - len..off], SEGMENT)
             })
-            .collect();
+            .collect::<Vec<_>>();
+        let mut trains = trains;
         let mut k = 0;
         while k < trains.len() {
-            k += tx.send(&trains[k..])?;
+            // Resume exactly where the last call stopped.
+            let sent = tx.send(&trains[k..])?;
+            k += sent.transmits;
+            if sent.datagrams > 0 {
+                trains[k] = trains[k].skip_datagrams(sent.datagrams);
+            }
             calls += 1;
         }
     }

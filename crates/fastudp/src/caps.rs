@@ -1,5 +1,6 @@
 //! Run-time capability probing and the `FASTUDP_DISABLE` override.
 
+use crate::error::ConfigError;
 use crate::sys;
 use crate::wire::cmsg::CmsgBuf;
 use crate::wire::consts::*;
@@ -15,6 +16,7 @@ pub const DISABLE_ENV: &str = "FASTUDP_DISABLE";
 
 /// Features switched off by the user (through [`DISABLE_ENV`] or code).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Disabled {
     /// No UDP GSO: every datagram is its own message.
     pub gso: bool,
@@ -38,7 +40,7 @@ pub const FEATURE_NAMES: [&str; 7] = ["gso", "gro", "mmsg", "ecn", "pktinfo", "z
 impl Disabled {
     /// Parses a comma-separated list such as `"gso,ecn"`. Spaces are
     /// ignored; an unknown name is an error that lists the known ones.
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub fn parse(s: &str) -> Result<Self, ConfigError> {
         let mut d = Disabled::default();
         for name in s.split(',').map(str::trim).filter(|n| !n.is_empty()) {
             match name.to_ascii_lowercase().as_str() {
@@ -50,10 +52,9 @@ impl Disabled {
                 "zerocopy" => d.zerocopy = true,
                 "txtime" => d.txtime = true,
                 other => {
-                    return Err(format!(
-                        "{DISABLE_ENV}: unknown feature '{other}' (known: {})",
-                        FEATURE_NAMES.join(", ")
-                    ))
+                    return Err(ConfigError::UnknownFeature {
+                        name: other.to_string(),
+                    })
                 }
             }
         }
@@ -61,11 +62,11 @@ impl Disabled {
     }
 
     /// Reads [`DISABLE_ENV`]; unset means nothing is disabled.
-    pub fn from_env() -> Result<Self, String> {
+    pub fn from_env() -> Result<Self, ConfigError> {
         match std::env::var(DISABLE_ENV) {
             Ok(v) => Disabled::parse(&v),
             Err(std::env::VarError::NotPresent) => Ok(Disabled::default()),
-            Err(e) => Err(format!("{DISABLE_ENV}: {e}")),
+            Err(std::env::VarError::NotUnicode(_)) => Err(ConfigError::EnvNotUnicode),
         }
     }
 
@@ -86,6 +87,7 @@ impl Disabled {
 /// What the kernel and this socket support, as probed when the socket was
 /// set up (after [`Disabled`] features are removed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Capabilities {
     /// Most GSO segments per send: 128 on new kernels, 64 on older ones, 1
     /// without GSO.
@@ -103,6 +105,10 @@ pub struct Capabilities {
     pub mmsg: bool,
     /// SO_RXQ_OVFL drop counter.
     pub rxq_ovfl: bool,
+    /// `IP_RECVERR`/`IPV6_RECVERR`: ICMP errors reach the error queue.
+    pub recverr: bool,
+    /// Don't-fragment is set (`IP_PMTUDISC_PROBE`, `IPV6_DONTFRAG`).
+    pub dont_fragment: bool,
     /// MSG_ZEROCOPY is accepted (SO_ZEROCOPY can be set).
     pub zerocopy: bool,
     /// SO_TXTIME is accepted. Whether the egress qdisc honours it is a
@@ -130,7 +136,7 @@ fn probe_segments_on(addr: SocketAddr, segs: usize) -> std::io::Result<()> {
         iov: &iov,
         control: &cb.0[..n],
     };
-    sys::sendmsg(&s, &m, 0).map(drop)
+    sys::sendmsg(std::os::fd::AsFd::as_fd(&s), &m, 0).map(drop)
 }
 
 /// The kernel's `UDP_MAX_SEGMENTS` (128 since 2024, 64 before), probed once

@@ -4,8 +4,9 @@ use crate::wire::cmsg::CmsgError;
 use std::io;
 use std::net::SocketAddr;
 
-/// A feature the socket can turn off at run time.
+/// A feature fastudp can turn off at run time, or the user can switch off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Feature {
     /// UDP generic segmentation offload.
     Gso,
@@ -13,6 +14,8 @@ pub enum Feature {
     Ecn,
     /// MSG_ZEROCOPY.
     Zerocopy,
+    /// SO_TXTIME departure times.
+    Txtime,
 }
 
 impl std::fmt::Display for Feature {
@@ -21,12 +24,14 @@ impl std::fmt::Display for Feature {
             Feature::Gso => "gso",
             Feature::Ecn => "ecn",
             Feature::Zerocopy => "zerocopy",
+            Feature::Txtime => "txtime",
         })
     }
 }
 
 /// A feature the socket turned off, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct FallbackEvent {
     /// What was turned off.
     pub feature: Feature,
@@ -36,8 +41,54 @@ pub struct FallbackEvent {
     pub reason: String,
 }
 
+/// A setting or a call that cannot work as asked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// An unknown name in `FASTUDP_DISABLE`.
+    #[error("{env}: unknown feature '{name}' (known: {known})", env = crate::DISABLE_ENV, known = crate::caps::FEATURE_NAMES.join(", "))]
+    UnknownFeature {
+        /// The name given.
+        name: String,
+    },
+    /// `FASTUDP_DISABLE` is not valid Unicode.
+    #[error("{}: not valid Unicode", crate::DISABLE_ENV)]
+    EnvNotUnicode,
+    /// A feature the call needs is switched off (`FASTUDP_DISABLE` or
+    /// [`crate::Config::disabled`]).
+    #[error("{0} is switched off ({env} or Config::disabled)", env = crate::DISABLE_ENV)]
+    SwitchedOff(Feature),
+    /// A transmit has a departure time, but `SO_TXTIME` is off.
+    #[error(
+        "transmit {index} has a departure time, but SO_TXTIME is off: call enable_txtime first"
+    )]
+    TxtimeOff {
+        /// Index of the transmit in the batch.
+        index: usize,
+    },
+    /// `SO_MAX_PACING_RATE` paces one peer: the socket must be connected.
+    #[error("SO_MAX_PACING_RATE paces one peer: connect the socket first")]
+    NotConnected,
+    /// A pacing rate of 0 would stop the socket.
+    #[error("a pacing rate of 0 bytes per second would stop the socket")]
+    ZeroRate,
+    /// A reuseport group of no sockets.
+    #[error("a reuseport group needs at least one socket")]
+    EmptyGroup,
+    /// A payload steering offset the kernel's BPF would not read from the
+    /// payload.
+    #[error("steering offset {offset} is too large: the 4 bytes must lie within a UDP payload (offset at most {max})")]
+    SteeringOffset {
+        /// The offset given.
+        offset: u32,
+        /// The largest offset accepted.
+        max: u32,
+    },
+}
+
 /// Errors from fastudp.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// A payload larger than one UDP send can carry.
     #[error("transmit {index}: payload of {len} bytes is larger than the UDP maximum of {max} bytes for this destination")]
@@ -76,6 +127,18 @@ pub enum Error {
         /// The destination.
         destination: SocketAddr,
     },
+    /// The kernel said EMSGSIZE to a single datagram: it is larger than
+    /// the path MTU, and don't-fragment is set (or it is over the local
+    /// device's MTU).
+    #[error("transmit {index}: datagram of {len} bytes to {destination} does not fit the path MTU (EMSGSIZE); it was not sent")]
+    DatagramExceedsMtu {
+        /// Index of the transmit in the batch.
+        index: usize,
+        /// Its length.
+        len: usize,
+        /// The destination.
+        destination: SocketAddr,
+    },
     /// An address of the wrong family for this socket.
     #[error("transmit {index}: {destination} is an IPv6 address but the socket is IPv4 (bind to [::] for dual stack)")]
     AddressFamily {
@@ -84,8 +147,8 @@ pub enum Error {
         /// The destination.
         destination: SocketAddr,
     },
-    /// After GSO was turned off, a train's datagrams could only be sent in
-    /// part: `transmit[index]`'s first `sent` datagrams went out.
+    /// A [`crate::ZeroCopySender`] train sent one datagram at a time (GSO
+    /// off) went out in part: its first `sent` datagrams went out.
     #[error("transmit {index}: only {sent} of {segments} datagrams of the train went out one by one after GSO was turned off: {source}")]
     PartialTrain {
         /// Index of the transmit in the batch.
@@ -100,9 +163,9 @@ pub enum Error {
     /// Control data could not be encoded.
     #[error("control message: {0}")]
     Control(#[from] CmsgError),
-    /// A bad setting, such as an unknown name in `FASTUDP_DISABLE`.
-    #[error("{0}")]
-    Config(String),
+    /// A bad setting, or a call that needs one.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
     /// Binding failed.
     #[error("cannot bind {addr}: {source}")]
     Bind {
@@ -139,6 +202,21 @@ impl Error {
         }
     }
 
+    /// The index of the transmit this error is about, if it is about one.
+    pub fn transmit_index(&self) -> Option<usize> {
+        match self {
+            Error::PayloadTooLarge { index, .. }
+            | Error::TooManySegments { index, .. }
+            | Error::ZeroSegmentSize { index }
+            | Error::SegmentExceedsMtu { index, .. }
+            | Error::DatagramExceedsMtu { index, .. }
+            | Error::AddressFamily { index, .. }
+            | Error::PartialTrain { index, .. } => Some(*index),
+            Error::Config(ConfigError::TxtimeOff { index }) => Some(*index),
+            _ => None,
+        }
+    }
+
     /// Shifts the transmit index by `offset` (for errors found in a suffix
     /// of a batch).
     pub(crate) fn at(mut self, offset: usize) -> Self {
@@ -147,19 +225,12 @@ impl Error {
             | Error::TooManySegments { index, .. }
             | Error::ZeroSegmentSize { index }
             | Error::SegmentExceedsMtu { index, .. }
+            | Error::DatagramExceedsMtu { index, .. }
             | Error::AddressFamily { index, .. }
-            | Error::PartialTrain { index, .. } => *index += offset,
+            | Error::PartialTrain { index, .. }
+            | Error::Config(ConfigError::TxtimeOff { index }) => *index += offset,
             _ => {}
         }
         self
-    }
-}
-
-impl From<Error> for io::Error {
-    fn from(e: Error) -> io::Error {
-        match e {
-            Error::Io(e) => e,
-            other => io::Error::new(io::ErrorKind::InvalidInput, other.to_string()),
-        }
     }
 }

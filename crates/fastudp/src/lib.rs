@@ -14,7 +14,8 @@
 //!
 //! // Ten 1200-byte datagrams in one GSO train, one syscall.
 //! let payload = vec![7u8; 12_000];
-//! tx.send(&[Transmit::train(to, &payload, 1200)])?;
+//! let sent = tx.send(&[Transmit::train(to, &payload, 1200)])?;
+//! assert!(sent.all(1));
 //!
 //! // With GRO they may arrive as one message of ten datagrams.
 //! let mut batch = RecvBatch::new(32);
@@ -26,36 +27,64 @@
 //! # Ok::<(), fastudp::Error>(())
 //! ```
 //!
+//! The core is [`UdpState`]: it works on any UDP socket the caller owns
+//! (a `std::net::UdpSocket`, a `tokio::net::UdpSocket`, a raw fd), blocking
+//! or not. [`Socket`] is a standard socket with its state, the easy way in.
+//!
 //! The crate keeps pure logic (control messages, train planning, GRO
-//! splitting) in [`wire`], apart from the syscalls, which live in one
-//! private module, the only one with `unsafe` code.
+//! splitting, error-queue decoding) apart from the syscalls, which live in
+//! one private module, the only one allowed `unsafe` code
+//! (`#![deny(unsafe_code)]` everywhere else).
+//!
+//! The `unstable-tools` feature adds modules the `fastudp` command uses
+//! (`host`, `raw`, `os`, `wire`). They are not part of the stable API.
 
 #![deny(missing_docs)]
+#![deny(unsafe_code)]
+// Without `unstable-tools`, helpers only the tool modules call are unused.
+#![cfg_attr(not(feature = "unstable-tools"), allow(dead_code))]
 
-pub mod caps;
+mod caps;
 mod coalesce;
 mod error;
+#[cfg(feature = "unstable-tools")]
 pub mod host;
 pub mod pacing;
+#[cfg(feature = "unstable-tools")]
 pub mod raw;
 mod reuseport;
 mod socket;
+#[allow(unsafe_code)]
 mod sys;
+#[cfg(feature = "unstable-tools")]
 pub mod wire;
+#[cfg(not(feature = "unstable-tools"))]
+mod wire;
 mod zerocopy;
 
-pub use caps::{Capabilities, Disabled, DISABLE_ENV};
+pub use caps::{Capabilities, Disabled, DISABLE_ENV, FEATURE_NAMES};
 pub use coalesce::{Coalescer, DEFAULT_MTU};
-pub use error::{Error, FallbackEvent, Feature};
-pub use reuseport::{ReuseportGroup, Steering};
+pub use error::{ConfigError, Error, FallbackEvent, Feature};
+pub use reuseport::{ReuseportGroup, Steering, MAX_STEERING_OFFSET};
 pub use socket::{
-    Config, RecvBatch, RecvMeta, Socket, Stats, Transmit, DEFAULT_MESSAGE_CAPACITY, SPLIT_DEADLINE,
+    Config, RecvBatch, RecvMeta, Sent, Socket, Stats, Transmit, UdpIo, UdpState, DEFAULT_GSO_RETRY,
+    DEFAULT_MESSAGE_CAPACITY, DEFAULT_RECV_BUDGET, DEFAULT_SPLIT_WAIT, MAX_GSO_RETRY,
 };
+pub use wire::cmsg::CmsgError;
 pub use wire::control::EcnCodepoint;
+pub use wire::errqueue::{SocketError, Unreachable};
+pub use wire::gro::Datagrams;
+pub use wire::{
+    max_payload, max_segment_for_mtu, GRO_MAX_SEGMENTS, HEADER_V4, HEADER_V6, MAX_PAYLOAD_V4,
+    MAX_PAYLOAD_V6,
+};
 pub use zerocopy::{ZeroCopyMode, ZeroCopySender, ZeroCopyStats};
 
-/// Operating-system helpers the benchmark and test tools share.
+/// Operating-system helpers the benchmark and test tools share. Not part of
+/// the stable API: only with the `unstable-tools` feature.
+#[cfg(feature = "unstable-tools")]
 pub mod os {
+    pub use crate::caps::kernel_max_segments;
     pub use crate::sys::{
         clock_ticks_per_sec, default_sigpipe, monotonic_ns, pin_to_cpu, process_cpu_time,
         set_timer_slack, setns_net, thread_cpu_time, MAX_BATCH,

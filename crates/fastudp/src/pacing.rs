@@ -16,6 +16,26 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::time::Duration;
 
+/// Nanoseconds per second, and nano-bytes per byte.
+const NANO: u128 = 1_000_000_000;
+
+/// Advances an exact departure clock by the time `bytes` take to drain at
+/// `rate` bytes per second. The clock is `(ns, early)`: the instant
+/// `ns - early / rate` ns, with `early < rate`, so `ns` is that instant
+/// rounded up and no rounding is lost from one train to the next. Returns
+/// the new clock, or `None` if it lies past `u64::MAX` ns.
+fn drain_clock(ns: u64, early: u64, bytes: u128, rate: u64) -> Option<(u64, u64)> {
+    let rate = rate as u128;
+    // ns - 1 + num / rate is the new instant; num > 0 since early < rate.
+    let num = bytes
+        .saturating_mul(NANO)
+        .saturating_add(rate - early as u128);
+    let q = num.div_ceil(rate);
+    let next = u64::try_from(ns as u128 + q - 1).ok()?;
+    let early = u64::try_from(q.checked_mul(rate)? - num).ok()?;
+    Some((next, early))
+}
+
 /// Why a pacer cannot be built.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum PacingError {
@@ -55,6 +75,9 @@ pub struct Pacer {
     interval_ns: u64,
     max_burst: usize,
     next_ns: Option<u64>,
+    /// How far before `next_ns` the previous trains have exactly drained,
+    /// in 1/rate ns (see [`drain_clock`]).
+    early: u64,
 }
 
 impl Pacer {
@@ -76,6 +99,7 @@ impl Pacer {
             interval_ns,
             max_burst,
             next_ns: None,
+            early: 0,
         })
     }
 
@@ -84,9 +108,15 @@ impl Pacer {
         self.rate
     }
 
-    /// Bytes the flow may send in one interval.
+    /// Whole bytes the flow may send in one interval (rounded down, at most
+    /// `u64::MAX`).
     pub fn budget(&self) -> u64 {
-        ((self.rate as u128 * self.interval_ns as u128) / 1_000_000_000) as u64
+        (self.budget_nano() / NANO).min(u64::MAX as u128) as u64
+    }
+
+    /// The exact budget of one interval, in nano-bytes.
+    fn budget_nano(&self) -> u128 {
+        self.rate as u128 * self.interval_ns as u128
     }
 
     /// How many `seg`-byte segments the next train may hold: what one
@@ -101,16 +131,33 @@ impl Pacer {
     /// `now_ns`. It departs at `now_ns` or when the previous train has
     /// drained at the rate, whichever is later; a flow that was idle (or
     /// late) does not save up credit for a bigger burst.
+    ///
+    /// Drain times are kept exactly (a train may drain in a fraction of a
+    /// ns), so over time the flow gets exactly its rate. A departure past
+    /// the end of the clock saturates at `u64::MAX`.
     pub fn next(&mut self, now_ns: u64, seg: usize, pending: usize) -> Departure {
-        let segments = self.train_segments(seg, pending);
-        let at_ns = self.next_ns.map_or(now_ns, |n| n.max(now_ns));
-        let bytes = (segments * seg.max(1)) as u128;
-        let drain = (bytes * 1_000_000_000).div_ceil(self.rate as u128) as u64;
-        self.next_ns = Some(at_ns.saturating_add(drain));
-        Departure { at_ns, segments }
+        self.advance(now_ns, seg, pending).0
     }
 
-    /// When the flow may send again, if it has sent before.
+    /// [`Pacer::next`], also returning when the flow may send again, or
+    /// `None` if that lies past `u64::MAX` ns.
+    fn advance(&mut self, now_ns: u64, seg: usize, pending: usize) -> (Departure, Option<u64>) {
+        let segments = self.train_segments(seg, pending);
+        let (at_ns, early) = match self.next_ns {
+            Some(n) if n >= now_ns => (n, self.early),
+            _ => (now_ns, 0),
+        };
+        let bytes = segments as u128 * seg.max(1) as u128;
+        let next = drain_clock(at_ns, early, bytes, self.rate);
+        (self.next_ns, self.early) = match next {
+            Some((n, e)) => (Some(n), e),
+            None => (Some(u64::MAX), 0),
+        };
+        (Departure { at_ns, segments }, next.map(|(n, _)| n))
+    }
+
+    /// When the flow may send again, if it has sent before (`u64::MAX` if
+    /// that lies past the end of the clock).
     pub fn next_departure(&self) -> Option<u64> {
         self.next_ns
     }
@@ -133,6 +180,9 @@ pub struct AggregatePacer {
     rate: u64,
     slack_ns: u64,
     next_ns: u64,
+    /// How far before `next_ns` the batches have exactly drained, in
+    /// 1/rate ns (see [`drain_clock`]).
+    early: u64,
 }
 
 impl AggregatePacer {
@@ -146,6 +196,7 @@ impl AggregatePacer {
             rate,
             slack_ns: slack.as_nanos().min(u64::MAX as u128) as u64,
             next_ns: 0,
+            early: 0,
         })
     }
 
@@ -155,13 +206,18 @@ impl AggregatePacer {
         self.next_ns.saturating_sub(now_ns)
     }
 
-    /// Records a batch of `bytes` that left at `now_ns`.
+    /// Records a batch of `bytes` that left at `now_ns`. Drain times are
+    /// kept exactly, as in [`Pacer::next`]; past the end of the clock the
+    /// next batch's time saturates at `u64::MAX`.
     pub fn sent(&mut self, now_ns: u64, bytes: usize) {
-        let drain = (bytes as u128 * 1_000_000_000).div_ceil(self.rate as u128);
-        self.next_ns = self
-            .next_ns
-            .max(now_ns.saturating_sub(self.slack_ns))
-            .saturating_add(drain.min(u64::MAX as u128) as u64);
+        let base = now_ns.saturating_sub(self.slack_ns);
+        let (at, early) = if self.next_ns >= base {
+            (self.next_ns, self.early)
+        } else {
+            (base, 0)
+        };
+        (self.next_ns, self.early) =
+            drain_clock(at, early, bytes as u128, self.rate).unwrap_or((u64::MAX, 0));
     }
 }
 
@@ -308,12 +364,27 @@ pub struct Due {
 /// - [`PacingMode::Kernel`]: trains are handed out up to one interval
 ///   before their departure time, for the caller to pass as `SCM_TXTIME`.
 /// - [`PacingMode::None`]: every interval, on one grid for all flows, each
-///   flow's whole earned budget is due at once (the unpaced baseline).
+///   flow's whole earned budget is due at once (the unpaced baseline). The
+///   budget is kept exactly, in nano-bytes, so a flow that earns less than
+///   a segment per interval sends once it has earned one, and over time
+///   every flow sends exactly its rate, less at most one segment.
+///
+/// Catch-up is bounded in every mode, as in [`Pacer`] and
+/// [`AggregatePacer`]: a caller that was late or idle for a long time gets
+/// at most one interval's worth more than an on-time one (in
+/// [`PacingMode::None`], one interval's budget plus what was left over from
+/// the last one, less than a segment; in the paced modes, a flow more than
+/// one interval behind goes on from one interval behind), never the
+/// backlog of the whole idle time. One [`Scheduler::due`] call costs
+/// O(flows) at most, however long the caller was away. A flow whose next
+/// departure would lie past `u64::MAX` ns is done for good.
 #[derive(Debug, Clone)]
 pub struct Scheduler {
     mode: PacingMode,
     pacers: Vec<Pacer>,
-    credit: Vec<u64>,
+    /// [`PacingMode::None`]: each flow's earned, unsent budget in
+    /// nano-bytes (bytes x 10^9).
+    credit: Vec<u128>,
     heap: BinaryHeap<Reverse<(u64, usize)>>,
     aggregate: AggregatePacer,
     interval_ns: u64,
@@ -374,7 +445,9 @@ impl Scheduler {
         self.aggregate.rate
     }
 
-    /// The earliest time at which [`Scheduler::due`] may hand out a train.
+    /// The earliest time at which [`Scheduler::due`] may hand out a train;
+    /// `u64::MAX` once every flow's next departure lies past the end of the
+    /// clock.
     pub fn next_at(&self) -> u64 {
         let flow = self.heap.peek().map_or(u64::MAX, |Reverse((at, _))| {
             at.saturating_sub(self.horizon_ns)
@@ -405,39 +478,62 @@ impl Scheduler {
             }
             if self.mode == PacingMode::User
                 && bytes > 0
-                && bytes + self.pacers[f].train_segments(seg, usize::MAX) * seg > self.batch_bytes
+                && bytes.saturating_add(
+                    self.pacers[f]
+                        .train_segments(seg, usize::MAX)
+                        .saturating_mul(seg),
+                ) > self.batch_bytes
             {
                 break;
             }
             self.heap.pop();
+            // Every pop either hands out a train (paced modes: at least one
+            // segment) or moves the flow past `now_ns` (unpaced), so the
+            // loop ends after at most `flows + MAX_TRAINS_PER_BATCH` pops.
             let (departure, next) = if self.mode == PacingMode::None {
-                self.credit[f] += self.pacers[f].budget();
-                let segs = ((self.credit[f] / seg as u64) as usize).min(self.max_burst);
-                self.credit[f] -= (segs * seg) as u64;
-                let d = Departure {
-                    at_ns: at,
-                    segments: segs,
-                };
-                (d, at.saturating_add(self.interval_ns))
+                self.unpaced_train(f, at, now_ns)
             } else {
-                let d = self.pacers[f].next(at, seg, usize::MAX);
-                let next = self.pacers[f]
-                    .next_departure()
-                    .unwrap_or(at.saturating_add(self.interval_ns));
-                (d, next)
+                // A flow more than one interval behind goes on from one
+                // interval behind: no bigger backlog is made up.
+                let from = at.max(now_ns.saturating_sub(self.interval_ns));
+                self.pacers[f].advance(from, seg, usize::MAX)
             };
-            self.heap.push(Reverse((next, f)));
+            if let Some(next) = next {
+                self.heap.push(Reverse((next, f)));
+            }
             if departure.segments == 0 {
                 continue;
             }
             trains += 1;
-            bytes += departure.segments * seg;
+            bytes = bytes.saturating_add(departure.segments.saturating_mul(seg));
             out.push(Due { flow: f, departure });
         }
         if self.mode == PacingMode::User && bytes > 0 {
             self.aggregate.sent(now_ns, bytes);
         }
         bytes
+    }
+
+    /// [`PacingMode::None`]: flow `f`, due on the grid point `at`, at
+    /// `now_ns` (`at <= now_ns`). Earns every grid point up to `now_ns` in
+    /// one step, but keeps at most one interval's budget plus less than a
+    /// segment; returns the train on the latest grid point and the next
+    /// grid point (`None` past the end of the clock).
+    fn unpaced_train(&mut self, f: usize, at: u64, now_ns: u64) -> (Departure, Option<u64>) {
+        let seg_nano = self.segment_size as u128 * NANO;
+        let budget = self.pacers[f].budget_nano();
+        let missed = now_ns.saturating_sub(at) / self.interval_ns;
+        let last = at + missed * self.interval_ns;
+        let earned = budget.saturating_mul(missed as u128 + 1);
+        let cap = budget.saturating_add(seg_nano - 1);
+        let credit = self.credit[f].saturating_add(earned).min(cap);
+        let segments = (credit / seg_nano).min(self.max_burst as u128) as usize;
+        self.credit[f] = credit - segments as u128 * seg_nano;
+        let departure = Departure {
+            at_ns: last,
+            segments,
+        };
+        (departure, last.checked_add(self.interval_ns))
     }
 }
 
@@ -699,11 +795,22 @@ mod tests {
         late: impl Fn(usize) -> u64,
     ) -> (Vec<u64>, Vec<(u64, usize, usize)>) {
         let mut s = Scheduler::new(cfg, 0).unwrap();
+        run(&mut s, cfg, 0, secs * 1_000_000_000, late)
+    }
+
+    /// Runs `s` (built from `cfg`) from `start` to `end` ns, as
+    /// [`simulate`] does.
+    fn run(
+        s: &mut Scheduler,
+        cfg: &SchedulerConfig,
+        start: u64,
+        end: u64,
+        late: impl Fn(usize) -> u64,
+    ) -> (Vec<u64>, Vec<(u64, usize, usize)>) {
         let mut per_flow = vec![0u64; cfg.flows];
         let mut batches = Vec::new();
-        let mut now = 0;
+        let mut now = start;
         let mut out = Vec::new();
-        let end = secs * 1_000_000_000;
         for i in 0.. {
             now = s.next_at().max(now) + late(i);
             if now >= end {
@@ -822,6 +929,189 @@ mod tests {
         assert!(per_flow
             .iter()
             .all(|&b| (2_000_000..=2_000_000 + 2 * 15_600).contains(&b)));
+    }
+
+    /// Runs `f` on another thread; fails if it panics or has not returned
+    /// within 10 s (a loop that never ends).
+    fn within_seconds<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        match rx.recv_timeout(Duration::from_secs(10)) {
+            Ok(v) => v,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => panic!("did not return within 10 s"),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => panic!("panicked"),
+        }
+    }
+
+    #[test]
+    fn scheduler_unpaced_carries_fractional_credit() {
+        // (rate, interval ns, segment, flows): budgets of 0.1 byte, 0.003
+        // byte, 14 bytes and 411.1 bytes per interval.
+        for (rate, interval_ns, seg, flows) in [
+            (1_000u64, 100_000u64, 10usize, 3usize),
+            (3, 1_000_000, 1, 1),
+            (2_000_000, 7_000, 1200, 2),
+            (1_234_567, 333_000, 1000, 4),
+        ] {
+            let cfg = SchedulerConfig {
+                flows,
+                rate,
+                interval: Duration::from_nanos(interval_ns),
+                max_burst: 64,
+                segment_size: seg,
+                ..fig4(PacingMode::None)
+            };
+            let (per_flow, _) = simulate(&cfg, 2, |_| 0);
+            // Each grid point in [0, 2 s) earns one interval's budget: a
+            // flow sends all of it but less than a segment.
+            let points = 2_000_000_000u64.div_ceil(interval_ns) as u128;
+            let earned = (rate as u128 * interval_ns as u128 * points / 1_000_000_000) as u64;
+            for &b in &per_flow {
+                assert!(
+                    b <= earned && b + seg as u64 > earned,
+                    "{rate} B/s every {interval_ns} ns: sent {b} of {earned}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn scheduler_unpaced_catch_up_is_bounded_and_cheap() {
+        let cfg = fig4(PacingMode::None);
+        let mut s = Scheduler::new(&cfg, 0).unwrap();
+        let mut out = Vec::new();
+        assert_eq!(s.due(0, &mut out), 25 * 15_600);
+        // 10 s later: one interval's budget plus the 400-byte carry (14
+        // segments) on the latest grid point, not 10 s of backlog.
+        out.clear();
+        let late = 10_003_000_000;
+        assert_eq!(s.due(late, &mut out), 25 * 14 * 1200);
+        assert!(
+            out.iter()
+                .all(|d| d.departure.at_ns == 10_000_000_000 && d.departure.segments == 14),
+            "{out:?}"
+        );
+        out.clear();
+        assert_eq!(s.due(late, &mut out), 0, "no backlog left");
+        assert_eq!(s.next_at(), 10_008_000_000);
+        // 1 byte per second in 1 ns intervals: a call after 10^6 s idle
+        // (10^15 intervals) returns at once, with one datagram per flow.
+        let slow = SchedulerConfig {
+            flows: 1000,
+            rate: 1,
+            interval: Duration::from_nanos(1),
+            segment_size: 1,
+            ..fig4(PacingMode::None)
+        };
+        let idle = 1_000_000 * 1_000_000_000;
+        let (total, next) = within_seconds(move || {
+            let mut s = Scheduler::new(&slow, 0).unwrap();
+            let mut out = Vec::new();
+            let mut total = 0;
+            for _ in 0..100 {
+                match s.due(idle, &mut out) {
+                    0 => break,
+                    b => total += b,
+                }
+            }
+            (total, s.next_at())
+        });
+        assert_eq!((total, next), (1000, idle + 1));
+    }
+
+    #[test]
+    fn scheduler_paced_catch_up_is_bounded_to_one_interval() {
+        // Kernel: after a 10 s stall, a flow is handed at most one train
+        // from one interval back, one now and one up to an interval ahead.
+        let cfg = fig4(PacingMode::Kernel);
+        let mut s = Scheduler::new(&cfg, 0).unwrap();
+        let mut out = Vec::new();
+        s.due(0, &mut out);
+        out.clear();
+        let now = 10_000_000_000;
+        for _ in 0..1000 {
+            if s.due(now, &mut out) == 0 {
+                break;
+            }
+        }
+        let mut trains = [0; 25];
+        for d in &out {
+            trains[d.flow] += 1;
+            assert!(d.departure.at_ns >= now - 8 * MS, "{d:?}");
+        }
+        assert!(trains.iter().all(|&n| (1..=3).contains(&n)), "{trains:?}");
+        // User space: after the stall each flow goes on at its rate (plus
+        // at most one interval's catch-up), not at the total rate until
+        // it has made up 10 s.
+        let cfg = fig4(PacingMode::User);
+        let mut s = Scheduler::new(&cfg, 0).unwrap();
+        run(&mut s, &cfg, 0, 1_000_000_000, |_| 0);
+        let (per_flow, _) = run(&mut s, &cfg, 11_000_000_000, 12_000_000_000, |_| 0);
+        for (f, &b) in per_flow.iter().enumerate() {
+            assert!(
+                (1_980_000..=2_000_000 + 2 * 15_600).contains(&b),
+                "flow {f} sent {b}"
+            );
+        }
+    }
+
+    #[test]
+    fn scheduler_returns_promptly_at_a_saturated_clock() {
+        for mode in [PacingMode::None, PacingMode::User, PacingMode::Kernel] {
+            for (rate, interval_ns) in [(1u64, 1u64), (1_000, 100_000), (2_000_000, 8 * MS)] {
+                for start in [0, u64::MAX - 20 * MS, u64::MAX - 1, u64::MAX] {
+                    let cfg = SchedulerConfig {
+                        flows: 3,
+                        rate,
+                        interval: Duration::from_nanos(interval_ns),
+                        ..fig4(mode)
+                    };
+                    within_seconds(move || {
+                        let mut s = Scheduler::new(&cfg, start).unwrap();
+                        let mut out = Vec::new();
+                        for now in [start, start.saturating_add(10 * MS), u64::MAX - 1] {
+                            s.due(now, &mut out);
+                            s.next_at();
+                        }
+                        // At the end of the clock the flows send what
+                        // they are due, then nothing more, for good.
+                        let mut calls = 0;
+                        while s.due(u64::MAX, &mut out) > 0 {
+                            calls += 1;
+                            assert!(calls < 100, "{mode} {rate} {interval_ns} {start}");
+                        }
+                        assert_eq!(s.due(u64::MAX, &mut out), 0);
+                        assert_eq!(s.next_at(), u64::MAX);
+                    });
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn pacers_carry_sub_nanosecond_drain() {
+        // 3 GB/s in 1-byte trains: 1/3 ns each, so 3000 take 1 us, not 3.
+        let mut p = Pacer::new(3_000_000_000, Duration::from_millis(1), 1).unwrap();
+        for k in 0..3000u64 {
+            assert_eq!(p.next(0, 1, 1).at_ns, k.div_ceil(3));
+        }
+        assert_eq!(p.next_departure(), Some(1000));
+        // 7 GB/s, 1200 bytes: 171.4 ns each, 7 take exactly 1200 ns.
+        let mut p = Pacer::new(7_000_000_000, Duration::from_millis(1), 1).unwrap();
+        for _ in 0..7 {
+            p.next(0, 1200, 1);
+        }
+        assert_eq!(p.next_departure(), Some(1200));
+        let mut g = AggregatePacer::new(3_000_000_000, Duration::ZERO).unwrap();
+        for _ in 0..3000 {
+            g.sent(0, 1);
+        }
+        assert_eq!(g.wait_ns(0), 1000);
+        // The largest budget saturates rather than wrapping.
+        let p = Pacer::new(u64::MAX, Duration::MAX, 1).unwrap();
+        assert_eq!(p.budget(), u64::MAX);
     }
 
     #[test]

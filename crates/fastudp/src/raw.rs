@@ -6,20 +6,21 @@
 use crate::sys;
 pub use crate::sys::OutMsg;
 use crate::wire::cmsg::CmsgBuf;
+use crate::wire::consts::{IPV6_MTU, IP_MTU, SOL_IP, SOL_IPV6};
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 
 /// `sendmsg(2)`: one message, gathered from `msg.iov`, with its control
 /// data. Returns the bytes sent.
 pub fn sendmsg(sock: &UdpSocket, msg: &OutMsg<'_>) -> io::Result<usize> {
-    sys::sendmsg(sock, msg, 0)
+    sys::sendmsg(sock.as_fd(), msg, 0)
 }
 
 /// `sendmmsg(2)`: up to [`crate::os::MAX_BATCH`] messages in one call.
 /// Returns how many messages were sent.
 pub fn sendmmsg(sock: &UdpSocket, msgs: &[OutMsg<'_>]) -> io::Result<usize> {
-    sys::sendmmsg(sock, msgs, 0)
+    sys::sendmmsg(sock.as_fd(), msgs, 0)
 }
 
 /// `setsockopt(2)` with an `int` value.
@@ -35,7 +36,11 @@ pub fn get_option_int(sock: &impl AsRawFd, level: i32, name: i32) -> io::Result<
 /// The path MTU of a *connected* socket (`IP_MTU` / `IPV6_MTU`).
 pub fn path_mtu(sock: &UdpSocket) -> io::Result<usize> {
     let v6 = sock.local_addr()?.is_ipv6() && !sock.peer_addr()?.ip().to_canonical().is_ipv4();
-    let (level, name) = if v6 { (41, 24) } else { (0, 14) };
+    let (level, name) = if v6 {
+        (SOL_IPV6, IPV6_MTU)
+    } else {
+        (SOL_IP, IP_MTU)
+    };
     sys::getsockopt_int(sock.as_raw_fd(), level, name).map(|m| m as usize)
 }
 

@@ -1,7 +1,7 @@
 //! A reuseport receive group: N sockets on one address, with a classic BPF
 //! program deciding which socket gets each datagram.
 
-use crate::error::Error;
+use crate::error::{ConfigError, Error};
 use crate::socket::{new_udp, Config, Socket};
 use crate::sys;
 use crate::wire::bpf;
@@ -10,6 +10,7 @@ use std::os::fd::AsRawFd;
 
 /// How datagrams are spread over the group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Steering {
     /// The kernel's default: a hash of the 4-tuple.
     Hash,
@@ -19,10 +20,15 @@ pub enum Steering {
     /// big-endian: socket `word % N`. A flow with fixed bytes there always
     /// lands on the same socket, whatever its source address.
     Payload {
-        /// Offset of the 4 bytes in the UDP payload.
+        /// Offset of the 4 bytes in the UDP payload, at most
+        /// [`MAX_STEERING_OFFSET`].
         offset: u32,
     },
 }
+
+/// The largest [`Steering::Payload`] offset: the 4 bytes must lie within
+/// the largest UDP payload (65527 bytes).
+pub const MAX_STEERING_OFFSET: u32 = (crate::wire::MAX_PAYLOAD_V6 - 4) as u32;
 
 /// N sockets bound to one address with `SO_REUSEPORT`, steered by
 /// [`Steering`]. Socket `i` of [`ReuseportGroup::sockets`] is index `i` for
@@ -42,9 +48,18 @@ impl ReuseportGroup {
         config: Config,
     ) -> Result<Self, Error> {
         if n == 0 {
-            return Err(Error::Config(
-                "a reuseport group needs at least one socket".into(),
-            ));
+            return Err(ConfigError::EmptyGroup.into());
+        }
+        if let Steering::Payload { offset } = steering {
+            // Classic BPF reads offsets from 0xFFE00000 up as link-layer,
+            // network-header or kernel metadata, not payload.
+            if offset > MAX_STEERING_OFFSET {
+                return Err(ConfigError::SteeringOffset {
+                    offset,
+                    max: MAX_STEERING_OFFSET,
+                }
+                .into());
+            }
         }
         if addr.port() != 0 {
             // Any socket already there with SO_REUSEPORT (another process's

@@ -1,11 +1,11 @@
 //! Zerocopy sends (`MSG_ZEROCOPY`) with a safe buffer lifetime.
 
-use crate::error::{Error, FallbackEvent, Feature};
-use crate::socket::{Socket, Transmit};
+use crate::error::{ConfigError, Error, FallbackEvent, Feature};
+use crate::socket::{Transmit, UdpIo};
 use crate::sys;
-use crate::wire::cmsg::CmsgBuf;
 use crate::wire::consts::{SOL_SOCKET, SO_ZEROCOPY};
-use crate::wire::zerocopy::{parse_errqueue, CompletionTracker, ErrQueueMsg};
+use crate::wire::errqueue::SocketError;
+use crate::wire::zerocopy::CompletionTracker;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 /// How the sender sends now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ZeroCopyMode {
     /// `MSG_ZEROCOPY`: the kernel sends from the caller's buffer.
     Zerocopy,
@@ -22,6 +23,7 @@ pub enum ZeroCopyMode {
 
 /// Counters of a [`ZeroCopySender`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ZeroCopyStats {
     /// Send calls made.
     pub sends: u64,
@@ -51,9 +53,14 @@ const ADAPT_WINDOW: u64 = 64;
 /// pages costs more than it saves, so after 64 completions of which at
 /// least 60 were copies the sender switches to plain copying sends and
 /// records why in [`ZeroCopyStats::fallback`].
+///
+/// It holds no socket: each call takes one ([`UdpIo`]), always the same,
+/// so it can live next to its socket. After warm-up its sends and reaps
+/// allocate nothing. Error-queue messages that are not its completions
+/// (ICMP errors, say) stay in the socket's queue for
+/// [`crate::UdpState::recv_error`].
 #[derive(Debug)]
-pub struct ZeroCopySender<'s> {
-    socket: &'s Socket,
+pub struct ZeroCopySender {
     /// `None` marks a completion id a failed send may have used.
     tracker: CompletionTracker<Option<Vec<u8>>>,
     ready: std::collections::VecDeque<Vec<u8>>,
@@ -61,33 +68,28 @@ pub struct ZeroCopySender<'s> {
     adaptive: bool,
     stats: ZeroCopyStats,
     window: (u64, u64),
-    control: CmsgBuf,
 }
 
-impl<'s> ZeroCopySender<'s> {
-    /// Turns `SO_ZEROCOPY` on for `socket`. Fails when the kernel does not
+impl ZeroCopySender {
+    /// Turns `SO_ZEROCOPY` on for `sock`. Fails when the kernel does not
     /// support it (or `FASTUDP_DISABLE` has `zerocopy`).
-    pub fn new(socket: &'s Socket) -> Result<Self, Error> {
-        if socket.capabilities().disabled.zerocopy {
-            return Err(Error::Config(
-                "zerocopy is switched off (FASTUDP_DISABLE)".into(),
-            ));
+    pub fn new(sock: &impl UdpIo) -> Result<Self, Error> {
+        if sock.state().capabilities().disabled.zerocopy {
+            return Err(ConfigError::SwitchedOff(Feature::Zerocopy).into());
         }
-        sys::setsockopt_int(socket.as_raw_fd(), SOL_SOCKET, SO_ZEROCOPY, 1).map_err(|e| {
+        sys::setsockopt_int(sock.fd().as_raw_fd(), SOL_SOCKET, SO_ZEROCOPY, 1).map_err(|e| {
             Error::Setup {
                 what: "SO_ZEROCOPY",
                 source: e,
             }
         })?;
         Ok(ZeroCopySender {
-            socket,
             tracker: CompletionTracker::new(),
             ready: Default::default(),
             mode: ZeroCopyMode::Zerocopy,
             adaptive: true,
             stats: ZeroCopyStats::default(),
             window: (0, 0),
-            control: CmsgBuf::default(),
         })
     }
 
@@ -115,35 +117,38 @@ impl<'s> ZeroCopySender<'s> {
     /// Sends `buf` to `dest`, as a GSO train when `segment_size` is smaller
     /// than it. The sender keeps the buffer until its completion.
     ///
-    /// On error the buffer comes back with it, unsent. `ENOBUFS` (too many
-    /// zerocopy sends outstanding for `net.core.optmem_max`) is handled
-    /// here: the sender waits for completions and retries, for up to a
-    /// second.
+    /// On error the buffer comes back with it, unsent (for
+    /// [`Error::PartialTrain`], partly sent). `ENOBUFS` (too many zerocopy
+    /// sends outstanding for `net.core.optmem_max`) is handled here on a
+    /// blocking socket: the sender waits for completions and retries, for
+    /// up to a second. A non-blocking socket never waits: `ENOBUFS` comes
+    /// back at once, to be retried after [`ZeroCopySender::reap`].
     pub fn send(
         &mut self,
+        sock: &impl UdpIo,
         dest: SocketAddr,
         buf: Vec<u8>,
         segment_size: Option<usize>,
     ) -> Result<(), (Error, Vec<u8>)> {
+        let state = sock.state();
         let t = Transmit {
             segment_size,
             ..Transmit::new(dest, &buf)
         };
-        if let Err(e) = self.socket.validate(0, &t) {
+        if let Err(e) = state.validate(0, &t) {
             return Err((e, buf));
         }
         // A train the socket cannot send with GSO (switched off, or off
         // after a fallback) goes through the socket's own split path, which
         // copies.
-        if self.mode == ZeroCopyMode::Copy
-            || (t.segments() > 1 && self.socket.max_gso_segments() <= 1)
-        {
-            return self.send_copy(dest, buf, segment_size);
+        if self.mode == ZeroCopyMode::Copy || (t.segments() > 1 && state.max_gso_segments() <= 1) {
+            return self.send_copy(sock, dest, buf, segment_size);
         }
-        let deadline = Instant::now() + Duration::from_secs(1);
+        let mut deadline: Option<Instant> = None;
+        let mut retries = 0;
         loop {
-            match self.socket.send_one_flags(&t, sys::MSG_ZEROCOPY) {
-                Ok(_) => {
+            match state.send_one_flags(sock.fd(), &t, sys::MSG_ZEROCOPY) {
+                Ok(()) => {
                     self.stats.sends += 1;
                     self.stats.zerocopy_sends += 1;
                     self.tracker.push(Some(buf));
@@ -151,12 +156,18 @@ impl<'s> ZeroCopySender<'s> {
                 }
                 // ENOBUFS (optmem) and EAGAIN come before the kernel takes a
                 // completion id.
-                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) && Instant::now() < deadline => {
+                Err(e)
+                    if e.raw_os_error() == Some(libc::ENOBUFS)
+                        && !sys::is_nonblocking(sock.fd()).unwrap_or(true)
+                        && Instant::now()
+                            < *deadline
+                                .get_or_insert_with(|| Instant::now() + Duration::from_secs(1)) =>
+                {
                     self.stats.enobufs_retries += 1;
                     if self.tracker.in_flight() == 0 {
                         // Nothing of ours to wait for: the memory is held elsewhere.
                         std::thread::sleep(Duration::from_millis(1));
-                    } else if let Err(e) = self.wait(Duration::from_millis(10)) {
+                    } else if let Err(e) = self.wait(sock, Duration::from_millis(10)) {
                         return Err((e, buf));
                     }
                 }
@@ -173,11 +184,15 @@ impl<'s> ZeroCopySender<'s> {
                     // later buffers come back one completion late, never
                     // early.
                     self.tracker.push(None);
+                    if retries < 4 && state.absorb_async_error(sock.fd(), &e) {
+                        retries += 1;
+                        continue;
+                    }
                     let refused = matches!(e.raw_os_error(), Some(libc::EIO) | Some(libc::EINVAL));
                     if refused && t.segments() > 1 {
                         // The path refused GSO: the socket's own send falls
                         // back (and records why).
-                        return self.send_copy(dest, buf, segment_size);
+                        return self.send_copy(sock, dest, buf, segment_size);
                     }
                     return Err((Error::Io(e), buf));
                 }
@@ -188,44 +203,60 @@ impl<'s> ZeroCopySender<'s> {
     /// A plain, copying send: the buffer is free as soon as it returns.
     fn send_copy(
         &mut self,
+        sock: &impl UdpIo,
         dest: SocketAddr,
         buf: Vec<u8>,
         segment_size: Option<usize>,
     ) -> Result<(), (Error, Vec<u8>)> {
-        let r = self.socket.send(&[Transmit {
+        let t = Transmit {
             segment_size,
             ..Transmit::new(dest, &buf)
-        }]);
-        match r {
-            Ok(_) => {
+        };
+        match sock.state().send(sock.fd(), &[t]) {
+            Ok(s) if s.transmits == 1 => {
                 self.stats.sends += 1;
                 self.ready.push_back(buf);
                 Ok(())
             }
+            Ok(s) if s.datagrams > 0 => {
+                let segments = t.segments();
+                Err((
+                    Error::PartialTrain {
+                        index: 0,
+                        sent: s.datagrams,
+                        segments,
+                        source: io::Error::from(io::ErrorKind::WouldBlock),
+                    },
+                    buf,
+                ))
+            }
+            Ok(_) => Err((Error::Io(io::Error::from(io::ErrorKind::WouldBlock)), buf)),
             Err(e) => Err((e, buf)),
         }
     }
 
-    /// Reads every completion queued now, without waiting. Returns how many
-    /// sends completed.
-    pub fn reap(&mut self) -> Result<usize, Error> {
+    /// Reads every completion queued now, without waiting (including any
+    /// the socket's own calls read on its behalf). Returns how many sends
+    /// completed. Every other error-queue message stays queued, in order,
+    /// for [`crate::UdpState::recv_error`].
+    pub fn reap(&mut self, sock: &impl UdpIo) -> Result<usize, Error> {
+        let state = sock.state();
         let mut n = 0;
-        while let Some(len) =
-            sys::recv_errqueue(self.socket.as_std(), &mut self.control).map_err(Error::Io)?
-        {
-            let msgs = parse_errqueue(&self.control.0[..len.min(self.control.0.len())])
-                .map_err(Error::Control)?;
-            for m in msgs {
-                if let ErrQueueMsg::Zerocopy { lo, hi, copied } = m {
-                    let k = self.tracker.complete(lo, hi) as u64;
-                    n += k as usize;
-                    self.stats.completions += k;
-                    self.window.0 += k;
-                    if copied {
-                        self.stats.copied += k;
-                        self.window.1 += k;
+        // What the socket read on the caller's behalf: take ours, put the
+        // rest back behind it, once each.
+        for _ in 0..state.queued_errors() {
+            match state.pop_queued() {
+                Some(e) => {
+                    if let Some(e) = self.own(e, &mut n) {
+                        state.requeue_error(e);
                     }
                 }
+                None => break,
+            }
+        }
+        while let Some(e) = state.read_kernel_error(sock.fd())? {
+            if let Some(e) = self.own(e, &mut n) {
+                state.requeue_error(e);
             }
         }
         while let Some(b) = self.tracker.pop_done() {
@@ -233,6 +264,23 @@ impl<'s> ZeroCopySender<'s> {
         }
         self.adapt();
         Ok(n)
+    }
+
+    /// Takes a completion (counting the sends in `n`); hands anything
+    /// else back.
+    fn own(&mut self, e: SocketError, n: &mut usize) -> Option<SocketError> {
+        let SocketError::ZeroCopy { lo, hi, copied } = e else {
+            return Some(e);
+        };
+        let k = self.tracker.complete(lo, hi) as u64;
+        *n += k as usize;
+        self.stats.completions += k;
+        self.window.0 += k;
+        if copied {
+            self.stats.copied += k;
+            self.window.1 += k;
+        }
+        None
     }
 
     fn adapt(&mut self) {
@@ -253,13 +301,16 @@ impl<'s> ZeroCopySender<'s> {
         }
     }
 
-    /// Waits up to `timeout` for completions, then reaps them.
-    pub fn wait(&mut self, timeout: Duration) -> Result<usize, Error> {
+    /// Waits up to `timeout` for completions, then reaps them. This call
+    /// waits, whatever the socket's mode: for a non-blocking event loop,
+    /// wait for the socket's error readiness instead and call
+    /// [`ZeroCopySender::reap`].
+    pub fn wait(&mut self, sock: &impl UdpIo, timeout: Duration) -> Result<usize, Error> {
         if self.tracker.in_flight() == 0 {
             return Ok(0);
         }
-        sys::poll(self.socket.as_raw_fd(), sys::POLLERR, timeout).map_err(Error::Io)?;
-        self.reap()
+        sys::poll(sock.fd().as_raw_fd(), sys::POLLERR, timeout).map_err(Error::Io)?;
+        self.reap(sock)
     }
 
     /// Takes back a buffer whose send completed (oldest first).
@@ -269,21 +320,15 @@ impl<'s> ZeroCopySender<'s> {
 
     /// Waits until every buffer in flight completed, up to `timeout`;
     /// returns how many are still in flight.
-    pub fn drain(&mut self, timeout: Duration) -> Result<usize, Error> {
+    pub fn drain(&mut self, sock: &impl UdpIo, timeout: Duration) -> Result<usize, Error> {
         let deadline = Instant::now() + timeout;
         while self.tracker.in_flight() > 0 {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 break;
             }
-            self.wait(left.min(Duration::from_millis(50)))?;
+            self.wait(sock, left.min(Duration::from_millis(50)))?;
         }
         Ok(self.tracker.in_flight())
-    }
-}
-
-impl From<crate::wire::cmsg::CmsgError> for io::Error {
-    fn from(e: crate::wire::cmsg::CmsgError) -> io::Error {
-        io::Error::new(io::ErrorKind::InvalidInput, e.to_string())
     }
 }

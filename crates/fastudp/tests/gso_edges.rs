@@ -20,11 +20,7 @@ fn pair(v6: bool) -> Pair {
 
 fn pair_at(a: SocketAddr, ns: Option<&str>) -> Pair {
     // GRO off: count datagrams one by one.
-    let rc = fastudp::Config {
-        gro: false,
-        recv_buffer: Some(4 << 20),
-        ..Default::default()
-    };
+    let rc = fastudp::Config::default().gro(false).recv_buffer(4 << 20);
     let (rx, tx) = match ns {
         Some(ns) => (
             bind_in(ns, a, rc),
@@ -82,7 +78,12 @@ fn one_byte_segments(v6: bool) {
         return;
     }
     let data = vec![1u8; 10];
-    assert_eq!(p.tx.send(&[Transmit::train(p.dest, &data, 1)]).unwrap(), 1);
+    assert_eq!(
+        p.tx.send(&[Transmit::train(p.dest, &data, 1)])
+            .unwrap()
+            .transmits,
+        1
+    );
     assert_eq!(p.expect(10), vec![1; 10]);
 }
 
@@ -220,9 +221,16 @@ fn segment_over_mtu(v6: bool) {
         p.tx.stats().fallbacks.is_empty(),
         "an MTU error must not turn GSO off"
     );
-    // gso_size == len > MTU: no cmsg, so the kernel fragments instead of failing.
+    // gso_size == len > MTU: one datagram, no cmsg. Don't-fragment is on
+    // by default, so it is refused with an error that names it...
     let single = vec![5u8; 3000];
-    p.tx.send(&[Transmit::train(p.dest, &single, 3000)])
+    match p.tx.send(&[Transmit::train(p.dest, &single, 3000)]) {
+        Err(Error::DatagramExceedsMtu { index: 0, len, .. }) => assert_eq!(len, 3000),
+        other => panic!("expected a datagram MTU error, got {other:?}"),
+    }
+    // ...and a socket that allows fragments sends it in fragments.
+    let frag = bind_in(&ns.0, a, fastudp::Config::default().may_fragment(true));
+    frag.send(&[Transmit::train(p.dest, &single, 3000)])
         .unwrap();
     assert_eq!(p.expect(1), vec![3000]);
 }

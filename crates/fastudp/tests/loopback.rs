@@ -104,9 +104,56 @@ fn ipv6_gso_into_gro() {
         TxMode::MmsgGso,
         20_000,
         G,
-        fastudp::wire::MAX_PAYLOAD_V6,
+        // Don't-fragment is on: the largest datagram is lo's MTU less the
+        // IPv6 and UDP headers.
+        fastudp::max_segment_for_mtu(65_536, true),
     );
     assert_eq!(res.received + res.drops, 20_000);
+}
+
+/// With don't-fragment (the default) a datagram over the path MTU is
+/// refused with an error that names it; with `may_fragment` the kernel
+/// fragments it and it arrives whole.
+#[test]
+fn datagram_over_the_mtu_is_refused_unless_fragmenting_is_allowed() {
+    let rx = Socket::bind("[::1]:0".parse().unwrap()).unwrap();
+    let dest = rx.local_addr().unwrap();
+    let big = vec![6u8; fastudp::MAX_PAYLOAD_V6];
+    let df = Socket::bind("[::1]:0".parse().unwrap()).unwrap();
+    assert!(!df.may_fragment() && df.capabilities().dont_fragment);
+    match df.send(&[Transmit::new(dest, b"small"), Transmit::new(dest, &big)]) {
+        Ok(s) => {
+            assert_eq!(s.transmits, 1, "the small one went, the big one did not");
+            match df.send(&[Transmit::new(dest, &big)]) {
+                Err(e @ fastudp::Error::DatagramExceedsMtu { index: 0, len, .. }) => {
+                    assert_eq!(len, big.len());
+                    assert!(e.to_string().contains("MTU"), "{e}");
+                }
+                other => panic!("expected DatagramExceedsMtu, got {other:?}"),
+            }
+        }
+        other => panic!("expected a short send, got {other:?}"),
+    }
+    let frag = Socket::bind_with(
+        "[::1]:0".parse().unwrap(),
+        Config::default().may_fragment(true),
+    )
+    .unwrap();
+    assert!(frag.may_fragment());
+    assert_eq!(
+        frag.send(&[Transmit::new(dest, &big)]).unwrap().transmits,
+        1
+    );
+    rx.as_std()
+        .set_read_timeout(Some(std::time::Duration::from_secs(2)))
+        .unwrap();
+    let mut b = RecvBatch::new(4);
+    let mut lens = Vec::new();
+    while lens.len() < 2 {
+        rx.recv(&mut b).unwrap();
+        lens.extend(b.datagrams().map(|(_, d)| d.len()));
+    }
+    assert_eq!(lens, vec![5, big.len()]);
 }
 
 #[test]
@@ -118,7 +165,7 @@ fn dual_stack_socket_serves_v4_mapped_peers() {
     let payload = vec![5u8; 3000];
     let mut t = Transmit::train(to, &payload, 1000);
     t.ecn = Some(fastudp::EcnCodepoint::Ect0);
-    assert_eq!(client.send(&[t]).unwrap(), 1);
+    assert_eq!(client.send(&[t]).unwrap().transmits, 1);
     server
         .as_std()
         .set_read_timeout(Some(std::time::Duration::from_secs(2)))
@@ -156,13 +203,10 @@ fn dual_stack_socket_serves_v4_mapped_peers() {
     let sent = server
         .send(&[
             Transmit::new(from, &reply),
-            Transmit {
-                ecn: Some(fastudp::EcnCodepoint::Ce),
-                ..Transmit::new(plain, &reply)
-            },
+            Transmit::new(plain, &reply).with_ecn(Some(fastudp::EcnCodepoint::Ce)),
         ])
         .unwrap();
-    assert_eq!(sent, 2);
+    assert_eq!(sent.transmits, 2);
     client
         .as_std()
         .set_read_timeout(Some(std::time::Duration::from_secs(2)))
@@ -231,19 +275,19 @@ fn coalescer_packs_equal_datagrams_into_trains() {
         return;
     }
     let dest = r.local_addr().unwrap();
-    let mut c = fastudp::Coalescer::new(&t);
+    let mut c = fastudp::Coalescer::new();
     for i in 0..100u8 {
-        c.push(dest, &[i; 1000]).unwrap();
+        assert_eq!(c.push(&t, dest, &[i; 1000]).unwrap(), u64::from(i));
     }
     assert_eq!(c.queued_datagrams(), 100);
     assert_eq!(
         c.queued_trains(),
         100usize.div_ceil(t.max_gso_segments().min(65))
     );
-    assert_eq!(c.flush().unwrap(), 100);
+    assert_eq!(c.flush(&t).unwrap(), 100);
     assert_eq!(t.stats().send_calls, 1, "all trains in one sendmmsg");
     assert!(
-        c.push(dest, &vec![0u8; 65_508]).is_err(),
+        c.push(&t, dest, &vec![0u8; 65_508]).is_err(),
         "oversized payload is refused"
     );
     assert!(c.is_empty());
@@ -280,14 +324,14 @@ fn truncated_gro_train_yields_only_whole_datagrams() {
 fn coalescer_refuses_what_the_socket_would_refuse() {
     let t = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let r = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let mut c = fastudp::Coalescer::new(&t);
-    c.push(r.local_addr().unwrap(), b"fine").unwrap();
+    let mut c = fastudp::Coalescer::new();
+    c.push(&t, r.local_addr().unwrap(), b"fine").unwrap();
     let e = c
-        .push("[::1]:9".parse().unwrap(), b"wrong family")
+        .push(&t, "[::1]:9".parse().unwrap(), b"wrong family")
         .unwrap_err();
     assert!(matches!(e, fastudp::Error::AddressFamily { .. }), "{e:?}");
     assert_eq!(c.queued_datagrams(), 1);
-    assert_eq!(c.flush().unwrap(), 1, "the queue is not blocked");
+    assert_eq!(c.flush(&t).unwrap(), 1, "the queue is not blocked");
 }
 
 #[test]

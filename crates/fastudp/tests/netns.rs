@@ -65,8 +65,7 @@ fn gso_refused_by_the_kernel_falls_back_without_loss() {
         eprintln!("skipping: no UDP GSO");
         return;
     }
-    const SO_NO_CHECK: i32 = 11;
-    tx.set_option_int(1, SO_NO_CHECK, 1).expect("SO_NO_CHECK");
+    set_no_check(&tx, true);
     let probe = vec![0u8; 4000];
     tx.send(&[Transmit::train(dest, &probe, 1000)])
         .expect("fallback send");
@@ -92,7 +91,7 @@ fn gso_refused_by_the_kernel_falls_back_without_loss() {
     }
     // A fresh socket meets the refusal in the middle of a real stream.
     let tx2 = p.bind(&p.a, SocketAddr::new(p.addr_a.into(), 0), Config::default());
-    tx2.set_option_int(1, SO_NO_CHECK, 1).expect("SO_NO_CHECK");
+    set_no_check(&tx2, true);
     let res = transfer(tx2, rx, dest, TxMode::MmsgGso, 20_000, 1200, 1472);
     assert_eq!(res.received, 20_000, "{res:?}");
     assert_eq!(res.drops, 0);
@@ -151,10 +150,7 @@ fn partial_sends_are_reported_exactly() {
         p.a
     ));
     let (_, rx, dest) = sockets(&p, true);
-    let tx_cfg = Config {
-        send_buffer: Some(64 * 1024),
-        ..Config::default()
-    };
+    let tx_cfg = Config::default().send_buffer(64 * 1024);
     let tx = p.bind(&p.a, SocketAddr::new(p.addr_a.into(), 0), tx_cfg);
     tx.as_std().set_nonblocking(true).unwrap();
     const TRAINS: usize = 400;
@@ -168,8 +164,10 @@ fn partial_sends_are_reported_exactly() {
     while next < TRAINS {
         assert!(start.elapsed().as_secs() < 30, "sending stalled at {next}");
         match tx.send(&ts[next..]) {
-            Ok(n) => {
+            Ok(s) => {
+                let n = s.transmits;
                 assert!(n >= 1 && n <= TRAINS - next);
+                assert_eq!(s.datagrams, 0, "GSO trains go whole or not at all");
                 if n < TRAINS - next {
                     short += 1;
                 }
@@ -197,7 +195,7 @@ fn partial_sends_are_reported_exactly() {
 
 /// With GSO off, trains go out one datagram at a time; through a slow
 /// qdisc a train can end half sent. The caller learns exactly how much
-/// (Error::PartialTrain), resends only the rest, and every datagram arrives
+/// (`Sent::datagrams`), resends only the rest, and every datagram arrives
 /// exactly once.
 #[test]
 fn half_sent_trains_are_reported_exactly_and_resent_once() {
@@ -211,23 +209,14 @@ fn half_sent_trains_are_reported_exactly_and_resent_once() {
         p.a
     ));
     // The receiver reads only after the sender is done: room for all of it.
-    let rc = Config {
-        recv_buffer: Some(64 << 20),
-        ..rx_config(RxMode::Gro)
-    };
+    let rc = rx_config(RxMode::Gro).recv_buffer(64 << 20);
     let rx = p.bind(&p.b, SocketAddr::new(p.addr_b.into(), 0), rc);
     let dest = rx.local_addr().unwrap();
-    let tx_cfg = Config {
-        send_buffer: Some(32 * 1024),
-        // Give up at once when the buffer is full mid-train: half-sent
-        // trains are what this test is about.
-        split_wait: std::time::Duration::ZERO,
-        disabled: fastudp::Disabled {
-            gso: true,
-            ..Default::default()
-        },
-        ..Config::default()
-    };
+    // A non-blocking socket never waits mid-train: half-sent trains are
+    // what this test is about.
+    let tx_cfg = Config::default()
+        .send_buffer(32 * 1024)
+        .disabled(fastudp::Disabled::parse("gso").unwrap());
     let tx = p.bind(&p.a, SocketAddr::new(p.addr_a.into(), 0), tx_cfg);
     tx.as_std().set_nonblocking(true).unwrap();
     const TRAINS: usize = 200;
@@ -251,13 +240,18 @@ fn half_sent_trains_are_reported_exactly_and_resent_once() {
         let mut ts = vec![first];
         ts.extend(rest);
         match tx.send(&ts) {
-            Ok(n) => {
-                next += n;
-                from = 0;
-            }
-            Err(fastudp::Error::PartialTrain { index: 0, sent, .. }) => {
+            Ok(s) if s.datagrams > 0 => {
                 partials += 1;
-                from += sent;
+                next += s.transmits;
+                from = if s.transmits == 0 {
+                    from + s.datagrams
+                } else {
+                    s.datagrams
+                };
+            }
+            Ok(s) => {
+                next += s.transmits;
+                from = 0;
             }
             Err(e) if e.is_would_block() => std::thread::sleep(std::time::Duration::from_millis(1)),
             Err(e) => panic!("send failed: {e}"),

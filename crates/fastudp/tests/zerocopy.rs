@@ -48,17 +48,19 @@ fn buffers_come_back_only_after_completion() {
         for s in 0..SEGS {
             fill((i * SEGS + s) as u64, SEG, &mut buf);
         }
-        zc.send(dest, buf, Some(SEG)).map_err(|(e, _)| e).unwrap();
+        zc.send(&tx, dest, buf, Some(SEG))
+            .map_err(|(e, _)| e)
+            .unwrap();
         // Nothing is handed back before its completion has been read.
         assert!(zc.in_flight() >= 1);
         while let Some(b) = zc.pop_done() {
             assert_eq!(b.len(), SEGS * SEG);
             returned += 1;
         }
-        zc.reap().unwrap();
+        zc.reap(&tx).unwrap();
     }
     assert_eq!(
-        zc.drain(Duration::from_secs(5)).unwrap(),
+        zc.drain(&tx, Duration::from_secs(5)).unwrap(),
         0,
         "every completion arrives"
     );
@@ -94,13 +96,13 @@ fn adaptive_sender_falls_back_to_copying_on_loopback() {
         let mut buf = pool.pop().unwrap_or_default();
         buf.clear();
         fill(i as u64, 1000, &mut buf);
-        zc.send(dest, buf, None).map_err(|(e, _)| e).unwrap();
-        zc.reap().unwrap();
+        zc.send(&tx, dest, buf, None).map_err(|(e, _)| e).unwrap();
+        zc.reap(&tx).unwrap();
         while let Some(b) = zc.pop_done() {
             pool.push(b);
         }
     }
-    zc.drain(Duration::from_secs(5)).unwrap();
+    zc.drain(&tx, Duration::from_secs(5)).unwrap();
     let s = zc.stats();
     assert_eq!(zc.mode(), ZeroCopyMode::Copy, "{s:?}");
     let fb = s.fallback.clone().expect("the fallback is reported");
@@ -115,13 +117,7 @@ fn adaptive_sender_falls_back_to_copying_on_loopback() {
 
 #[test]
 fn disabled_zerocopy_is_a_clear_error() {
-    let c = fastudp::Config {
-        disabled: fastudp::Disabled {
-            zerocopy: true,
-            ..Default::default()
-        },
-        ..Default::default()
-    };
+    let c = fastudp::Config::default().disabled(fastudp::Disabled::parse("zerocopy").unwrap());
     let tx = Socket::bind_with("127.0.0.1:0".parse().unwrap(), c).unwrap();
     let e = ZeroCopySender::new(&tx).unwrap_err();
     assert!(e.to_string().contains("zerocopy"), "{e}");
@@ -135,7 +131,7 @@ fn oversized_buffer_comes_back_with_the_error() {
     }
     let mut zc = ZeroCopySender::new(&tx).unwrap();
     let (e, buf) = zc
-        .send("127.0.0.1:9".parse().unwrap(), vec![0; 70_000], None)
+        .send(&tx, "127.0.0.1:9".parse().unwrap(), vec![0; 70_000], None)
         .unwrap_err();
     assert_eq!(buf.len(), 70_000, "the caller gets its buffer back");
     assert!(matches!(e, fastudp::Error::PayloadTooLarge { .. }));
@@ -168,7 +164,9 @@ fn a_refused_zerocopy_send_keeps_completions_in_step() {
     }
     let dest = rx.local_addr().unwrap();
     let mut zc = ZeroCopySender::new(&tx).unwrap().adaptive(false);
-    let (e, back) = zc.send(dest, vec![1u8; 3 * 2000], Some(2000)).unwrap_err();
+    let (e, back) = zc
+        .send(&tx, dest, vec![1u8; 3 * 2000], Some(2000))
+        .unwrap_err();
     assert_eq!(back.len(), 6000, "the refused buffer comes back at once");
     assert!(
         e.to_string().contains("Message too long") || e.to_string().contains("EMSGSIZE"),
@@ -176,9 +174,9 @@ fn a_refused_zerocopy_send_keeps_completions_in_step() {
     );
     let mut ok = Vec::new();
     fill(0, 1000, &mut ok);
-    zc.send(dest, ok, None).map_err(|(e, _)| e).unwrap();
+    zc.send(&tx, dest, ok, None).map_err(|(e, _)| e).unwrap();
     assert_eq!(
-        zc.drain(Duration::from_secs(5)).unwrap(),
+        zc.drain(&tx, Duration::from_secs(5)).unwrap(),
         0,
         "the good buffer's completion arrives and is matched"
     );

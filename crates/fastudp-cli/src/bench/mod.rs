@@ -269,7 +269,7 @@ fn validate(a: &BenchArgs) -> std::result::Result<Workload, String> {
     if a.repeat == 0 || a.repeat > 100 {
         return Err(format!("--repeat {} is out of range: 1 to 100", a.repeat));
     }
-    let kmax = fastudp::caps::kernel_max_segments().max(1);
+    let kmax = fastudp::os::kernel_max_segments().max(1);
     let segs = a.batch.min(max / a.payload).min(kmax).max(1);
     if let Some(p) = &a.plot {
         let dir = std::path::Path::new(p)

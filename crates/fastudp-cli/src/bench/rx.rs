@@ -15,7 +15,7 @@ pub enum RxSock {
     /// Plain socket for `recvfrom`.
     Std(UdpSocket),
     /// fastudp socket for the batched strategies.
-    Fast(fastudp::Socket),
+    Fast(Box<fastudp::Socket>),
 }
 
 impl RxSock {
@@ -37,20 +37,17 @@ pub fn bind(r: RxStrategy, addr: SocketAddr) -> Result<RxSock, String> {
             RxSock::Std(s)
         }
         _ => {
-            let c = Config {
-                gro: matches!(r, RxStrategy::Gro | RxStrategy::GroRecvmmsg),
-                disabled: Disabled {
-                    mmsg: r == RxStrategy::Gro,
-                    ..Disabled::default()
-                },
-                recv_buffer: Some(RCVBUF),
-                ..Config::default()
-            };
+            let mut disabled = Disabled::default();
+            disabled.mmsg = r == RxStrategy::Gro;
+            let c = Config::default()
+                .gro(matches!(r, RxStrategy::Gro | RxStrategy::GroRecvmmsg))
+                .disabled(disabled)
+                .recv_buffer(RCVBUF);
             let s = fastudp::Socket::bind_with(addr, c).map_err(|e| e.to_string())?;
             if matches!(r, RxStrategy::Gro | RxStrategy::GroRecvmmsg) && !s.capabilities().gro {
                 return Err("this kernel has no UDP GRO (needs Linux 5.0)".into());
             }
-            RxSock::Fast(s)
+            RxSock::Fast(Box::new(s))
         }
     };
     let timeout = Some(Duration::from_millis(100));

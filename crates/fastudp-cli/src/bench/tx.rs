@@ -212,7 +212,7 @@ pub fn udp(
             }
             TxStrategy::Fastudp => {
                 let f = fast.as_ref().expect("fastudp socket");
-                let ts: Vec<Transmit<'_>> = buf
+                let mut ts: Vec<Transmit<'_>> = buf
                     .chunks(p * segs)
                     .map(|c| Transmit::train(dest, c, p))
                     .collect();
@@ -220,7 +220,12 @@ pub fn udp(
                 let mut r = Ok(0);
                 while k < ts.len() {
                     match f.send(&ts[k..]) {
-                        Ok(n) => k += n,
+                        Ok(n) => {
+                            k += n.transmits;
+                            if n.datagrams > 0 {
+                                ts[k] = ts[k].skip_datagrams(n.datagrams);
+                            }
+                        }
                         Err(e) => {
                             r = Err(io::Error::from(e));
                             break;
@@ -342,13 +347,13 @@ pub fn zerocopy(dest: SocketAddr, w: &Workload, live: &Live) -> Result<TxOutcome
         let mut buf = match pool.pop().or_else(|| zc.pop_done()) {
             Some(b) => b,
             None => {
-                zc.wait(Duration::from_millis(10))
+                zc.wait(&sock, Duration::from_millis(10))
                     .map_err(|e| send_err(t, e.into()))?;
                 continue;
             }
         };
         stamp(&mut buf, p, &mut seq);
-        match zc.send(dest, buf, segment) {
+        match zc.send(&sock, dest, buf, segment) {
             Ok(()) => {
                 calls += 1;
                 dgrams += w.segs as u64;
@@ -365,12 +370,12 @@ pub fn zerocopy(dest: SocketAddr, w: &Workload, live: &Live) -> Result<TxOutcome
                 std::thread::yield_now();
             }
         }
-        zc.reap().map_err(|e| send_err(t, e.into()))?;
+        zc.reap(&sock).map_err(|e| send_err(t, e.into()))?;
     }
     let cpu = fastudp::os::thread_cpu_time().saturating_sub(cpu0);
     let seconds = start.elapsed().as_secs_f64();
     let left = zc
-        .drain(Duration::from_secs(2))
+        .drain(&sock, Duration::from_secs(2))
         .map_err(|e| send_err(t, e.into()))?;
     if left > 0 {
         eprintln!("fastudp: warning: {left} zerocopy completions did not arrive within 2 s");

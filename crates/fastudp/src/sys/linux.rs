@@ -1,9 +1,9 @@
 //! Linux syscalls.
 
-use super::{InControl, InMeta, OutMsg, MAX_BATCH};
+use super::{InControl, InMeta, OutMsg, SendMsg, MAX_BATCH, SEND_CONTROL_LEN};
 use std::io;
 use std::mem::{size_of, MaybeUninit};
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::ptr;
 use std::time::Duration;
@@ -29,6 +29,17 @@ fn cvt_ssize(r: libc::ssize_t) -> io::Result<usize> {
     }
 }
 
+/// Retries a syscall while it fails with `EINTR`.
+fn retry<T: PartialOrd + Default>(mut f: impl FnMut() -> T) -> T {
+    loop {
+        let r = f();
+        if r < T::default() && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+            continue;
+        }
+        return r;
+    }
+}
+
 fn fill_msghdr(hdr: &mut libc::msghdr, m: &OutMsg<'_>) {
     if let Some(a) = m.addr {
         hdr.msg_name = a.as_ptr() as *mut libc::c_void;
@@ -43,31 +54,163 @@ fn fill_msghdr(hdr: &mut libc::msghdr, m: &OutMsg<'_>) {
     }
 }
 
-/// `sendmmsg(2)`: sends up to [`MAX_BATCH`] messages in one call and
-/// returns how many were sent.
-pub(crate) fn sendmmsg(sock: &UdpSocket, msgs: &[OutMsg<'_>], flags: i32) -> io::Result<usize> {
+/// An all-zero `msghdr`: null pointers and zero lengths.
+fn empty_msghdr() -> libc::msghdr {
+    // SAFETY: msghdr is a plain C struct for which all-zero bytes is a valid
+    // value (null pointers, zero lengths), whatever private padding fields
+    // the C library gives it.
+    unsafe { MaybeUninit::zeroed().assume_init() }
+}
+
+/// `sendmmsg(2)` of gathered messages: sends up to [`MAX_BATCH`] in one
+/// call and returns how many were sent. Only the headers used are built.
+pub(crate) fn sendmmsg(fd: BorrowedFd<'_>, msgs: &[OutMsg<'_>], flags: i32) -> io::Result<usize> {
     let n = msgs.len().min(MAX_BATCH);
-    // SAFETY: mmsghdr is a plain C struct for which all-zero bytes is a valid
-    // value (null pointers, zero lengths).
-    let mut hdrs: [libc::mmsghdr; MAX_BATCH] = unsafe { MaybeUninit::zeroed().assume_init() };
+    let mut hdrs = [const { MaybeUninit::<libc::mmsghdr>::uninit() }; MAX_BATCH];
     for (h, m) in hdrs.iter_mut().zip(&msgs[..n]) {
-        fill_msghdr(&mut h.msg_hdr, m);
+        let mut msg_hdr = empty_msghdr();
+        fill_msghdr(&mut msg_hdr, m);
+        h.write(libc::mmsghdr {
+            msg_hdr,
+            msg_len: 0,
+        });
     }
-    // SAFETY: `hdrs[..n]` point at addresses, iovecs and control buffers
-    // borrowed from `msgs`, which outlive the call; the kernel only reads
-    // them and writes `msg_len`.
-    let r = unsafe { libc::sendmmsg(sock.as_raw_fd(), hdrs.as_mut_ptr(), n as _, flags as _) };
+    // SAFETY: `hdrs[..n]` were written just above, and point at addresses,
+    // iovecs and control buffers borrowed from `msgs`, which outlive the
+    // call; the kernel reads `n` headers and writes only their `msg_len`.
+    let r = retry(|| unsafe {
+        libc::sendmmsg(
+            fd.as_raw_fd(),
+            hdrs.as_mut_ptr() as *mut libc::mmsghdr,
+            n as _,
+            flags as _,
+        )
+    });
     cvt(r)
 }
 
-/// `sendmsg(2)` of one message; returns the bytes sent.
-pub(crate) fn sendmsg(sock: &UdpSocket, m: &OutMsg<'_>, flags: i32) -> io::Result<usize> {
-    // SAFETY: all-zero is a valid msghdr.
-    let mut hdr: libc::msghdr = unsafe { MaybeUninit::zeroed().assume_init() };
+/// `sendmsg(2)` of one gathered message; returns the bytes sent.
+pub(crate) fn sendmsg(fd: BorrowedFd<'_>, m: &OutMsg<'_>, flags: i32) -> io::Result<usize> {
+    let mut hdr = empty_msghdr();
     fill_msghdr(&mut hdr, m);
     // SAFETY: `hdr` points into `m`'s borrowed buffers, alive for the call.
-    let r = unsafe { libc::sendmsg(sock.as_raw_fd(), &hdr, flags) };
+    let r = retry(|| unsafe { libc::sendmsg(fd.as_raw_fd(), &hdr, flags) });
     cvt_ssize(r)
+}
+
+/// Room for an IPv4 or IPv6 socket address.
+#[repr(C)]
+#[derive(Clone, Copy)]
+union RawAddr {
+    v4: libc::sockaddr_in,
+    v6: libc::sockaddr_in6,
+}
+
+/// Writes `a` as a C socket address; returns its length.
+fn raw_addr(a: &SocketAddr) -> (RawAddr, libc::socklen_t) {
+    match a {
+        SocketAddr::V4(v4) => (
+            RawAddr {
+                v4: libc::sockaddr_in {
+                    sin_family: libc::AF_INET as libc::sa_family_t,
+                    sin_port: v4.port().to_be(),
+                    sin_addr: libc::in_addr {
+                        s_addr: u32::from(*v4.ip()).to_be(),
+                    },
+                    sin_zero: [0; 8],
+                },
+            },
+            size_of::<libc::sockaddr_in>() as _,
+        ),
+        SocketAddr::V6(v6) => (
+            RawAddr {
+                v6: libc::sockaddr_in6 {
+                    sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                    sin6_port: v6.port().to_be(),
+                    sin6_flowinfo: v6.flowinfo(),
+                    sin6_addr: libc::in6_addr {
+                        s6_addr: v6.ip().octets(),
+                    },
+                    sin6_scope_id: v6.scope_id(),
+                },
+            },
+            size_of::<libc::sockaddr_in6>() as _,
+        ),
+    }
+}
+
+/// Sends `n` messages (at most [`MAX_BATCH`]) built one by one by `fill`,
+/// with one `sendmmsg(2)`, or with `sendmsg(2)` when `mmsg` is false (then
+/// only the first message). `fill(i, control)` encodes message `i`'s control
+/// data into `control` (zeroed, [`SEND_CONTROL_LEN`] bytes) and returns the
+/// message. Everything lives on the stack, and only the `n` entries used
+/// are written: no heap allocation, no work for unused entries.
+///
+/// Returns `Err` from `fill` as the outer error, or the syscall's outcome:
+/// the number of messages sent.
+pub(crate) fn send_batch<'a, E>(
+    fd: BorrowedFd<'_>,
+    n: usize,
+    flags: i32,
+    mmsg: bool,
+    mut fill: impl FnMut(usize, &mut [u8]) -> Result<SendMsg<'a>, E>,
+) -> Result<io::Result<usize>, E> {
+    #[repr(C, align(8))]
+    struct Control([u8; SEND_CONTROL_LEN]);
+    let n = if mmsg { n.min(MAX_BATCH) } else { n.min(1) };
+    if n == 0 {
+        return Ok(Ok(0));
+    }
+    let mut hdrs = [const { MaybeUninit::<libc::mmsghdr>::uninit() }; MAX_BATCH];
+    let mut iovs = [const { MaybeUninit::<libc::iovec>::uninit() }; MAX_BATCH];
+    let mut names = [const { MaybeUninit::<RawAddr>::uninit() }; MAX_BATCH];
+    let mut ctls = [const { MaybeUninit::<Control>::uninit() }; MAX_BATCH];
+    for i in 0..n {
+        let ctl = ctls[i].write(Control([0; SEND_CONTROL_LEN]));
+        let m = fill(i, &mut ctl.0)?;
+        let clen = m.control_len.min(SEND_CONTROL_LEN);
+        let mut h = empty_msghdr();
+        if let Some(dest) = &m.dest {
+            let (raw, len) = raw_addr(dest);
+            h.msg_name = names[i].write(raw) as *mut RawAddr as *mut libc::c_void;
+            h.msg_namelen = len;
+        }
+        let iov = iovs[i].write(libc::iovec {
+            iov_base: m.payload.as_ptr() as *mut libc::c_void,
+            iov_len: m.payload.len(),
+        });
+        h.msg_iov = iov;
+        h.msg_iovlen = 1;
+        if clen > 0 {
+            h.msg_control = ctl.0.as_mut_ptr() as *mut libc::c_void;
+            h.msg_controllen = clen as _;
+        }
+        hdrs[i].write(libc::mmsghdr {
+            msg_hdr: h,
+            msg_len: 0,
+        });
+    }
+    let r = if mmsg {
+        // SAFETY: `hdrs[..n]` were written above; each points at its own
+        // name, iovec and control entry on this stack frame, and at a
+        // payload borrowed for 'a, all alive for the call. The kernel reads
+        // them and writes only `msg_len`.
+        let r = retry(|| unsafe {
+            libc::sendmmsg(
+                fd.as_raw_fd(),
+                hdrs.as_mut_ptr() as *mut libc::mmsghdr,
+                n as _,
+                flags as _,
+            )
+        });
+        cvt(r)
+    } else {
+        // SAFETY: as above, for the one header written (n == 1).
+        let r =
+            retry(|| unsafe { libc::sendmsg(fd.as_raw_fd(), &(*hdrs[0].as_ptr()).msg_hdr, flags) });
+        cvt_ssize(r).map(|_| 1)
+    };
+    Ok(r)
 }
 
 /// A `struct sockaddr_storage` for the kernel to fill in.
@@ -78,6 +221,12 @@ impl Default for AddrBuf {
     fn default() -> Self {
         // SAFETY: all-zero is a valid sockaddr_storage (family AF_UNSPEC).
         AddrBuf(unsafe { MaybeUninit::zeroed().assume_init() })
+    }
+}
+
+impl std::fmt::Debug for AddrBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AddrBuf(..)")
     }
 }
 
@@ -109,58 +258,79 @@ impl AddrBuf {
     }
 }
 
-/// `recvmmsg(2)` with `MSG_WAITFORONE` semantics left to `flags`.
-///
-/// Receives up to `metas.len()` messages, message `i` into
-/// `buf[i * stride..(i + 1) * stride]` with control data in `controls[i]`.
+/// `recvmmsg(2)` of up to `n` messages (with `recvmsg(2)` when `n` is 1):
+/// message `i` into `buf[i * stride..(i + 1) * stride]`, its source into
+/// `names[i]` and its control data into `controls[i]`. Only the `n`
+/// headers used are built, on the stack.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn recvmmsg(
-    sock: &UdpSocket,
+    fd: BorrowedFd<'_>,
     buf: &mut [u8],
     stride: usize,
     controls: &mut [InControl],
+    names: &mut [AddrBuf],
     metas: &mut [InMeta],
+    n: usize,
     flags: i32,
 ) -> io::Result<usize> {
-    let n = metas
-        .len()
+    let n = n
+        .min(metas.len())
         .min(controls.len())
+        .min(names.len())
         .min(buf.len() / stride.max(1))
         .min(MAX_BATCH);
     if n == 0 {
         return Ok(0);
     }
-    // SAFETY: all-zero is a valid mmsghdr / iovec.
-    let mut hdrs: [libc::mmsghdr; MAX_BATCH] = unsafe { MaybeUninit::zeroed().assume_init() };
-    // SAFETY: as above.
-    let mut iovs: [libc::iovec; MAX_BATCH] = unsafe { MaybeUninit::zeroed().assume_init() };
-    let mut names = [AddrBuf::default(); MAX_BATCH];
+    let mut hdrs = [const { MaybeUninit::<libc::mmsghdr>::uninit() }; MAX_BATCH];
+    let mut iovs = [const { MaybeUninit::<libc::iovec>::uninit() }; MAX_BATCH];
     let base = buf.as_mut_ptr();
     for i in 0..n {
-        // SAFETY: i * stride + stride <= buf.len() by the choice of n.
-        iovs[i].iov_base = unsafe { base.add(i * stride) } as *mut libc::c_void;
-        iovs[i].iov_len = stride;
-        let h = &mut hdrs[i].msg_hdr;
+        let iov = iovs[i].write(libc::iovec {
+            // SAFETY: i * stride + stride <= buf.len() by the choice of n.
+            iov_base: unsafe { base.add(i * stride) } as *mut libc::c_void,
+            iov_len: stride,
+        });
+        let mut h = empty_msghdr();
         h.msg_name = &mut names[i].0 as *mut _ as *mut libc::c_void;
         h.msg_namelen = size_of::<libc::sockaddr_storage>() as _;
-        h.msg_iov = &mut iovs[i];
+        h.msg_iov = iov;
         h.msg_iovlen = 1;
         h.msg_control = controls[i].0.as_mut_ptr() as *mut libc::c_void;
         h.msg_controllen = controls[i].0.len() as _;
+        hdrs[i].write(libc::mmsghdr {
+            msg_hdr: h,
+            msg_len: 0,
+        });
     }
-    // SAFETY: every header points at distinct, live, writable buffers of the
-    // lengths given: chunks of `buf`, `names`, `controls`.
-    let r = unsafe {
-        libc::recvmmsg(
-            sock.as_raw_fd(),
-            hdrs.as_mut_ptr(),
-            n as _,
-            flags as _,
-            ptr::null_mut(),
-        )
+    let got = if n == 1 {
+        // SAFETY: header 0 was written above and points at live, writable
+        // buffers of the lengths given.
+        let r = retry(|| unsafe {
+            libc::recvmsg(fd.as_raw_fd(), &mut (*hdrs[0].as_mut_ptr()).msg_hdr, flags)
+        });
+        let len = cvt_ssize(r)?;
+        // SAFETY: as above; recvmsg does not write msg_len, so set it.
+        unsafe { (*hdrs[0].as_mut_ptr()).msg_len = len as _ };
+        1
+    } else {
+        // SAFETY: `hdrs[..n]` were written above; every header points at
+        // distinct, live, writable buffers of the lengths given: chunks of
+        // `buf`, `names`, `controls`.
+        let r = retry(|| unsafe {
+            libc::recvmmsg(
+                fd.as_raw_fd(),
+                hdrs.as_mut_ptr() as *mut libc::mmsghdr,
+                n as _,
+                (flags | libc::MSG_WAITFORONE) as _,
+                ptr::null_mut(),
+            )
+        });
+        cvt(r)?
     };
-    let got = cvt(r)?;
     for i in 0..got {
-        let h = &hdrs[i];
+        // SAFETY: the first `got` <= n headers were written above.
+        let h = unsafe { hdrs[i].assume_init_ref() };
         metas[i] = InMeta {
             len: h.msg_len as usize,
             flags: h.msg_hdr.msg_flags,
@@ -173,68 +343,46 @@ pub(crate) fn recvmmsg(
     Ok(got)
 }
 
-/// `recvmsg(2)` of one message into `buf`.
-pub(crate) fn recvmsg(
-    sock: &UdpSocket,
-    buf: &mut [u8],
-    control: &mut InControl,
-    flags: i32,
-) -> io::Result<InMeta> {
-    let mut name = AddrBuf::default();
-    let mut iov = libc::iovec {
-        iov_base: buf.as_mut_ptr() as *mut libc::c_void,
-        iov_len: buf.len(),
-    };
-    // SAFETY: all-zero is a valid msghdr.
-    let mut h: libc::msghdr = unsafe { MaybeUninit::zeroed().assume_init() };
-    h.msg_name = &mut name.0 as *mut _ as *mut libc::c_void;
-    h.msg_namelen = size_of::<libc::sockaddr_storage>() as _;
-    h.msg_iov = &mut iov;
-    h.msg_iovlen = 1;
-    h.msg_control = control.0.as_mut_ptr() as *mut libc::c_void;
-    h.msg_controllen = control.0.len() as _;
-    // SAFETY: `h` points at live, writable buffers of the stated lengths.
-    let r = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut h, flags) };
-    let len = cvt_ssize(r)?;
-    Ok(InMeta {
-        len,
-        flags: h.msg_flags,
-        source: name.socket_addr(h.msg_namelen),
-        // usize on glibc, u32 on musl.
-        #[allow(clippy::unnecessary_cast)]
-        control_len: h.msg_controllen as usize,
-    })
-}
-
 /// `recvmsg(2)` with `MSG_ERRQUEUE | MSG_DONTWAIT` and no payload: reads
-/// one error-queue message's control data into `control`. Returns the
-/// control length, or `None` when the queue is empty.
+/// one error-queue message's control data into `control`, and the address
+/// its error is about into `name`. Returns the control length and that
+/// address, or `None` when the queue is empty.
 pub(crate) fn recv_errqueue(
-    sock: &UdpSocket,
+    fd: BorrowedFd<'_>,
     control: &mut InControl,
-) -> io::Result<Option<usize>> {
-    let mut name = AddrBuf::default();
-    // SAFETY: all-zero is a valid msghdr.
-    let mut h: libc::msghdr = unsafe { MaybeUninit::zeroed().assume_init() };
+    name: &mut AddrBuf,
+) -> io::Result<Option<(usize, Option<SocketAddr>)>> {
+    let mut h = empty_msghdr();
     h.msg_name = &mut name.0 as *mut _ as *mut libc::c_void;
     h.msg_namelen = size_of::<libc::sockaddr_storage>() as _;
     h.msg_control = control.0.as_mut_ptr() as *mut libc::c_void;
     h.msg_controllen = control.0.len() as _;
     // SAFETY: `h` points at live, writable buffers of the stated lengths.
-    let r = unsafe {
+    let r = retry(|| unsafe {
         libc::recvmsg(
-            sock.as_raw_fd(),
+            fd.as_raw_fd(),
             &mut h,
             libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT,
         )
-    };
+    });
     match cvt_ssize(r) {
         // usize on glibc, u32 on musl.
         #[allow(clippy::unnecessary_cast)]
-        Ok(_) => Ok(Some(h.msg_controllen as usize)),
+        Ok(_) => Ok(Some((
+            h.msg_controllen as usize,
+            name.socket_addr(h.msg_namelen),
+        ))),
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
         Err(e) => Err(e),
     }
+}
+
+/// True when the descriptor is in non-blocking mode (`O_NONBLOCK`).
+pub(crate) fn is_nonblocking(fd: BorrowedFd<'_>) -> io::Result<bool> {
+    // SAFETY: F_GETFL reads the file status flags of a borrowed, open
+    // descriptor and touches no memory of ours.
+    let r = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
+    cvt(r).map(|f| f as i32 & libc::O_NONBLOCK != 0)
 }
 
 /// `MSG_ZEROCOPY`.
@@ -304,6 +452,7 @@ pub(crate) fn socket_drops(fd: RawFd) -> io::Result<u32> {
     Ok(v[i])
 }
 
+#[cfg(feature = "unstable-tools")]
 /// `ioctl(SIOCETHTOOL)` on device `ifname` with the request in `data`,
 /// which the kernel reads and overwrites with its reply.
 ///
@@ -354,7 +503,8 @@ pub(crate) fn ethtool_ioctl(ifname: &str, data: &mut [u8]) -> io::Result<()> {
         _pad: [0; 16],
     };
     req.name[..name.len()].copy_from_slice(name);
-    let sock = UdpSocket::bind("0.0.0.0:0").or_else(|_| UdpSocket::bind("[::]:0"))?;
+    let sock =
+        std::net::UdpSocket::bind("0.0.0.0:0").or_else(|_| std::net::UdpSocket::bind("[::]:0"))?;
     // SAFETY: `req` is a valid ifreq whose data pointer points at `data`,
     // live and writable for the call. The kernel writes at most the reply
     // of the command, checked above to fit `data`; for GSTRINGS, kernels

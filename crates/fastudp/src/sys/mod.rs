@@ -21,6 +21,22 @@ use std::net::SocketAddr;
 /// Most messages handed to one `sendmmsg` / `recvmmsg` call.
 pub const MAX_BATCH: usize = 128;
 
+/// Bytes of control data room per message of [`send_batch`]: UDP_SEGMENT,
+/// an ECN mark, an IPv6 PKTINFO and SCM_TXTIME take 112.
+pub(crate) const SEND_CONTROL_LEN: usize = 128;
+
+/// One message of [`send_batch`]: destination and payload; its control
+/// data was encoded in place.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SendMsg<'a> {
+    /// Destination, in the socket's family; `None` on a connected socket.
+    pub dest: Option<SocketAddr>,
+    /// The payload.
+    pub payload: &'a [u8],
+    /// Bytes of control data encoded.
+    pub control_len: usize,
+}
+
 /// One message to send: destination, payload slices and control data.
 #[derive(Debug, Clone, Copy)]
 pub struct OutMsg<'a> {

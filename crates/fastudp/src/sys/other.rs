@@ -102,6 +102,7 @@ pub(crate) fn socket_drops(_fd: RawFd) -> io::Result<u32> {
     Err(unsupported())
 }
 
+#[cfg(feature = "unstable-tools")]
 /// ethtool exists only on Linux.
 pub(crate) fn ethtool_ioctl(_ifname: &str, _data: &mut [u8]) -> io::Result<()> {
     Err(unsupported())

@@ -9,11 +9,14 @@
 //!   (UDP_SEGMENT, UDP_GRO, ECN, PKTINFO, SO_RXQ_OVFL);
 //! - [`plan`]: GSO train planning within every kernel limit;
 //! - [`gro`]: splitting a coalesced (GRO) receive buffer into datagrams;
-//! - [`zerocopy`]: MSG_ZEROCOPY completions and buffer bookkeeping.
+//! - [`errqueue`]: error-queue messages (ICMP, txtime, zerocopy) as types;
+//! - [`zerocopy`]: MSG_ZEROCOPY buffer bookkeeping.
 
 pub mod bpf;
 pub mod cmsg;
 pub mod control;
+pub mod errqueue;
+#[cfg(feature = "unstable-tools")]
 pub mod ethtool;
 pub mod gro;
 pub mod plan;
@@ -57,6 +60,24 @@ pub mod consts {
     pub const SCM_TXTIME: i32 = 61;
     /// `SO_ZEROCOPY`.
     pub const SO_ZEROCOPY: i32 = 60;
+    /// `IP_MTU_DISCOVER`: path-MTU discovery mode (`int`).
+    pub const IP_MTU_DISCOVER: i32 = 10;
+    /// `IP_PMTUDISC_PROBE`: set DF, ignore the path MTU the kernel learnt.
+    pub const IP_PMTUDISC_PROBE: i32 = 3;
+    /// `IP_RECVERR`: queue extended errors; also the error cmsg type.
+    pub const IP_RECVERR: i32 = 11;
+    /// `IP_MTU`: the path MTU of a connected socket.
+    pub const IP_MTU: i32 = 14;
+    /// `IPV6_MTU_DISCOVER`.
+    pub const IPV6_MTU_DISCOVER: i32 = 23;
+    /// `IPV6_PMTUDISC_PROBE`.
+    pub const IPV6_PMTUDISC_PROBE: i32 = 3;
+    /// `IPV6_MTU`: the path MTU of a connected socket.
+    pub const IPV6_MTU: i32 = 24;
+    /// `IPV6_RECVERR`: queue extended errors; also the error cmsg type.
+    pub const IPV6_RECVERR: i32 = 25;
+    /// `IPV6_DONTFRAG`: never fragment locally; refuse instead.
+    pub const IPV6_DONTFRAG: i32 = 62;
 }
 
 /// Largest UDP payload of one IPv4 send call: 65535 - 20 (IP) - 8 (UDP).

@@ -1,5 +1,5 @@
-//! MSG_ZEROCOPY completion notifications and the bookkeeping that keeps a
-//! buffer away from the caller until the kernel is done with it.
+//! MSG_ZEROCOPY bookkeeping that keeps a buffer away from the caller until
+//! the kernel is done with it.
 //!
 //! Each successful `MSG_ZEROCOPY` send call gets the next 32-bit id from a
 //! per-socket counter. The kernel reports finished calls on the socket's
@@ -8,80 +8,7 @@
 //! `ee_code` has `SO_EE_CODE_ZEROCOPY_COPIED` when the kernel copied the
 //! data after all (as it does for any delivery to a local socket).
 
-use super::cmsg::{CmsgError, Decoder};
-use super::consts::{SOL_IP, SOL_IPV6};
 use std::collections::VecDeque;
-
-/// `IP_RECVERR`: error-queue message level/type for IPv4.
-pub const IP_RECVERR: i32 = 11;
-/// `IPV6_RECVERR`: error-queue message type for IPv6.
-pub const IPV6_RECVERR: i32 = 25;
-/// `SO_EE_ORIGIN_ZEROCOPY`.
-pub const ORIGIN_ZEROCOPY: u8 = 5;
-/// `SO_EE_CODE_ZEROCOPY_COPIED`.
-pub const CODE_COPIED: u8 = 1;
-/// `SO_EE_ORIGIN_TXTIME`: a packet dropped for a missed or invalid
-/// departure time.
-pub const ORIGIN_TXTIME: u8 = 6;
-
-/// One message from the error queue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrQueueMsg {
-    /// Zerocopy sends `lo..=hi` completed; `copied` when the kernel copied.
-    Zerocopy {
-        /// First completed id.
-        lo: u32,
-        /// Last completed id (inclusive).
-        hi: u32,
-        /// The kernel copied the data instead of sending it from the buffer.
-        copied: bool,
-    },
-    /// Something else: an ICMP error, a txtime error, ...
-    Other {
-        /// `ee_errno`.
-        errno: u32,
-        /// `ee_origin`.
-        origin: u8,
-        /// `ee_code`.
-        code: u8,
-        /// `ee_info`.
-        info: u32,
-        /// `ee_data`.
-        data: u32,
-    },
-}
-
-/// Parses the control data of one error-queue read.
-pub fn parse_errqueue(control: &[u8]) -> Result<Vec<ErrQueueMsg>, CmsgError> {
-    let mut out = Vec::new();
-    for c in Decoder::new(control) {
-        let c = c?;
-        let ours = (c.level == SOL_IP && c.ty == IP_RECVERR)
-            || (c.level == SOL_IPV6 && c.ty == IPV6_RECVERR);
-        if !ours || c.data.len() < 16 {
-            continue;
-        }
-        let u32_at = |o: usize| u32::from_ne_bytes(c.data[o..o + 4].try_into().unwrap_or_default());
-        let (errno, origin, code, info, data) =
-            (u32_at(0), c.data[4], c.data[6], u32_at(8), u32_at(12));
-        out.push(if origin == ORIGIN_ZEROCOPY && errno == 0 {
-            ErrQueueMsg::Zerocopy {
-                lo: info,
-                hi: data,
-                copied: code & CODE_COPIED != 0,
-            }
-        } else {
-            ErrQueueMsg::Other {
-                errno,
-                origin,
-                code,
-                info,
-                data,
-            }
-        });
-    }
-    Ok(out)
-}
 
 /// Holds items (buffers) in send order until their zerocopy id completes,
 /// and releases them strictly in order, only once complete.
@@ -165,50 +92,7 @@ impl<T> CompletionTracker<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::cmsg::{CmsgBuf, Encoder};
     use proptest::prelude::*;
-
-    fn ee(errno: u32, origin: u8, code: u8, info: u32, data: u32) -> Vec<u8> {
-        let mut v = Vec::new();
-        v.extend_from_slice(&errno.to_ne_bytes());
-        v.extend_from_slice(&[origin, 0, code, 0]);
-        v.extend_from_slice(&info.to_ne_bytes());
-        v.extend_from_slice(&data.to_ne_bytes());
-        v.extend_from_slice(&[0; 16]); // offender address
-        v
-    }
-
-    #[test]
-    fn parses_zerocopy_and_other_notifications() {
-        let mut b = CmsgBuf::default();
-        let mut e = Encoder::new(&mut b.0);
-        e.push(SOL_IP, IP_RECVERR, &ee(0, 5, 1, 3, 7)).unwrap();
-        e.push(SOL_IPV6, IPV6_RECVERR, &ee(0, 5, 0, 8, 8)).unwrap();
-        let n = e.len();
-        let mut b2 = CmsgBuf::default();
-        let mut e2 = Encoder::new(&mut b2.0);
-        e2.push(SOL_IP, IP_RECVERR, &ee(111, 2, 3, 0, 0)).unwrap();
-        let n2 = e2.len();
-        assert_eq!(
-            parse_errqueue(&b.0[..n]).unwrap(),
-            vec![
-                ErrQueueMsg::Zerocopy {
-                    lo: 3,
-                    hi: 7,
-                    copied: true
-                },
-                ErrQueueMsg::Zerocopy {
-                    lo: 8,
-                    hi: 8,
-                    copied: false
-                }
-            ]
-        );
-        assert!(matches!(
-            parse_errqueue(&b2.0[..n2]).unwrap()[0],
-            ErrQueueMsg::Other { errno: 111, .. }
-        ));
-    }
 
     #[test]
     fn releases_only_completed_and_in_order() {

@@ -188,27 +188,19 @@ pub enum RxMode {
 }
 
 pub fn tx_config(m: TxMode) -> Config {
-    Config {
-        gro: false,
-        disabled: Disabled {
-            gso: matches!(m, TxMode::Plain | TxMode::Mmsg),
-            mmsg: matches!(m, TxMode::Plain | TxMode::Gso),
-            ..Disabled::default()
-        },
-        ..Config::default()
-    }
+    let mut d = Disabled::default();
+    d.gso = matches!(m, TxMode::Plain | TxMode::Mmsg);
+    d.mmsg = matches!(m, TxMode::Plain | TxMode::Gso);
+    Config::default().gro(false).disabled(d)
 }
 
 pub fn rx_config(m: RxMode) -> Config {
-    Config {
-        gro: m == RxMode::Gro,
-        disabled: Disabled {
-            mmsg: m == RxMode::Recvmsg,
-            ..Disabled::default()
-        },
-        recv_buffer: Some(8 << 20),
-        ..Config::default()
-    }
+    let mut d = Disabled::default();
+    d.mmsg = m == RxMode::Recvmsg;
+    Config::default()
+        .gro(m == RxMode::Gro)
+        .disabled(d)
+        .recv_buffer(8 << 20)
 }
 
 /// The outcome of one transfer.
@@ -290,7 +282,7 @@ pub fn transfer(
     let mut sent_bytes: u64 = 0;
     let mut buf = Vec::with_capacity(1 << 20);
     let mut lens = Vec::new();
-    let mut coalescer = Coalescer::new(&tx).with_mtu(1500);
+    let mut coalescer = Coalescer::new().with_mtu(1500);
     while sent < total {
         let n = 32.min(total - sent);
         buf.clear();
@@ -320,7 +312,7 @@ pub fn transfer(
         let mut off = 0;
         match mode {
             TxMode::Plain | TxMode::Mmsg => {
-                let ts: Vec<Transmit<'_>> = lens
+                let mut ts: Vec<Transmit<'_>> = lens
                     .iter()
                     .map(|&l| {
                         let t = Transmit::new(dest, &buf[off..off + l]);
@@ -330,16 +322,20 @@ pub fn transfer(
                     .collect();
                 let mut k = 0;
                 while k < ts.len() {
-                    k += tx.send(&ts[k..]).expect("send");
+                    let s = tx.send(&ts[k..]).expect("send");
+                    k += s.transmits;
+                    if s.datagrams > 0 {
+                        ts[k] = ts[k].skip_datagrams(s.datagrams);
+                    }
                 }
             }
             TxMode::Gso | TxMode::MmsgGso => {
                 for &l in &lens {
-                    coalescer.push(dest, &buf[off..off + l]).expect("push");
+                    coalescer.push(&tx, dest, &buf[off..off + l]).expect("push");
                     off += l;
                 }
                 while !coalescer.is_empty() {
-                    coalescer.flush().expect("flush");
+                    coalescer.flush(&tx).expect("flush");
                 }
             }
         }
@@ -535,4 +531,16 @@ pub fn receive_exactly(rx: &Socket, total: u64, seg: usize, timeout: Duration) {
         }
     }
     checker.finish(0);
+}
+
+/// Sets or clears `SO_NO_CHECK`, with which the kernel refuses GSO sends
+/// (EINVAL from udp_send_skb): a real refusal on any kernel.
+pub fn set_no_check(s: &Socket, on: bool) {
+    fastudp::raw::set_option_int(
+        s.as_std(),
+        libc::SOL_SOCKET,
+        libc::SO_NO_CHECK,
+        i32::from(on),
+    )
+    .expect("SO_NO_CHECK");
 }

@@ -1,0 +1,383 @@
+//! The batched UDP socket: [`UdpState`], the core that works on any UDP
+//! socket the caller owns, and [`Socket`], the easy way in, which owns its
+//! socket and calls the core.
+//!
+//! The parts: [`state`] sets a socket up and keeps what fastudp knows of
+//! it; [`send`] and [`recv`] are the two paths; [`errqueue`] reads the
+//! error queue.
+
+pub(crate) mod errqueue;
+pub(crate) mod recv;
+pub(crate) mod send;
+pub(crate) mod state;
+
+pub use recv::{RecvBatch, RecvMeta, DEFAULT_MESSAGE_CAPACITY, DEFAULT_RECV_BUDGET};
+pub use send::Sent;
+pub use state::{Config, Stats, UdpState, DEFAULT_GSO_RETRY, DEFAULT_SPLIT_WAIT, MAX_GSO_RETRY};
+
+use crate::caps::Capabilities;
+use crate::error::Error;
+use crate::wire::control::EcnCodepoint;
+use crate::wire::errqueue::SocketError;
+use crate::wire::plan;
+use std::io;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+
+/// One send: a payload to a destination, optionally a GSO train.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct Transmit<'a> {
+    /// Where the datagrams go.
+    pub destination: SocketAddr,
+    /// The payload. With a `segment_size`, several datagrams laid end to end.
+    pub contents: &'a [u8],
+    /// Bytes per datagram of a train; the last may be shorter. `None` (or a
+    /// size not smaller than `contents`) sends one datagram.
+    pub segment_size: Option<usize>,
+    /// ECN codepoint for every datagram of this transmit.
+    pub ecn: Option<EcnCodepoint>,
+    /// Source address to send from (`IP_PKTINFO` / `IPV6_PKTINFO`).
+    pub src_ip: Option<IpAddr>,
+    /// Earliest departure time, in ns of `CLOCK_MONOTONIC` (`SCM_TXTIME`;
+    /// see [`UdpState::enable_txtime`]). Every segment of a train shares it.
+    pub txtime: Option<u64>,
+}
+
+impl<'a> Transmit<'a> {
+    /// One datagram to `destination`.
+    pub fn new(destination: SocketAddr, contents: &'a [u8]) -> Self {
+        Transmit {
+            destination,
+            contents,
+            segment_size: None,
+            ecn: None,
+            src_ip: None,
+            txtime: None,
+        }
+    }
+
+    /// A GSO train of `segment_size`-byte datagrams.
+    pub fn train(destination: SocketAddr, contents: &'a [u8], segment_size: usize) -> Self {
+        Transmit {
+            segment_size: Some(segment_size),
+            ..Transmit::new(destination, contents)
+        }
+    }
+
+    /// With an ECN codepoint on every datagram.
+    pub fn with_ecn(self, ecn: Option<EcnCodepoint>) -> Self {
+        Transmit { ecn, ..self }
+    }
+
+    /// Sent from this source address.
+    pub fn with_src_ip(self, src_ip: Option<IpAddr>) -> Self {
+        Transmit { src_ip, ..self }
+    }
+
+    /// With an earliest departure time (ns of `CLOCK_MONOTONIC`).
+    pub fn with_txtime(self, txtime: Option<u64>) -> Self {
+        Transmit { txtime, ..self }
+    }
+
+    /// How many datagrams this transmit carries.
+    pub fn segments(&self) -> usize {
+        plan::segments(self.contents.len(), self.segment_size)
+    }
+
+    /// The rest of this transmit after its first `n` datagrams: what to
+    /// send again after a [`Sent`] with `datagrams == n`.
+    pub fn skip_datagrams(&self, n: usize) -> Transmit<'a> {
+        let seg = match self.segment_size {
+            Some(s) if s > 0 => s,
+            _ => self.contents.len().max(1),
+        };
+        let at = n.saturating_mul(seg).min(self.contents.len());
+        Transmit {
+            contents: &self.contents[at..],
+            ..*self
+        }
+    }
+}
+
+/// A UDP socket that sends and receives batches of datagrams with
+/// sendmmsg/recvmmsg, GSO and GRO, and falls back at run time without
+/// losing a datagram: a `std::net::UdpSocket` with its [`UdpState`].
+///
+/// All methods take `&self`; one socket can be shared by threads.
+#[derive(Debug)]
+pub struct Socket {
+    inner: UdpSocket,
+    state: UdpState,
+}
+
+/// A new, unbound UDP socket of `addr`'s family; IPv6 ones are dual-stack
+/// where the system allows it.
+pub(crate) fn new_udp(addr: SocketAddr) -> Result<socket2::Socket, Error> {
+    let domain = socket2::Domain::for_address(addr);
+    let s = socket2::Socket::new(domain, socket2::Type::DGRAM, Some(socket2::Protocol::UDP))
+        .map_err(|e| Error::Setup {
+            what: "socket",
+            source: e,
+        })?;
+    if addr.is_ipv6() {
+        // Best effort: some systems forbid dual-stack sockets.
+        let _ = s.set_only_v6(false);
+    }
+    Ok(s)
+}
+
+impl Socket {
+    /// Binds a new socket. An IPv6 wildcard address gives a dual-stack
+    /// socket that also serves IPv4 peers (as v4-mapped addresses).
+    pub fn bind(addr: SocketAddr) -> Result<Self, Error> {
+        Self::bind_with(addr, Config::default())
+    }
+
+    /// Binds a new socket with options.
+    pub fn bind_with(addr: SocketAddr, config: Config) -> Result<Self, Error> {
+        let s = new_udp(addr)?;
+        s.bind(&addr.into())
+            .map_err(|e| Error::Bind { addr, source: e })?;
+        Self::from_std_with(s.into(), config)
+    }
+
+    /// Wraps an existing bound socket with default options.
+    pub fn from_std(sock: UdpSocket) -> Result<Self, Error> {
+        Self::from_std_with(sock, Config::default())
+    }
+
+    /// Wraps an existing bound socket, probes what it supports and sets it
+    /// up ([`UdpState::new`]).
+    pub fn from_std_with(sock: UdpSocket, config: Config) -> Result<Self, Error> {
+        let state = UdpState::new(&sock, config)?;
+        Ok(Socket { inner: sock, state })
+    }
+
+    /// The core this socket runs on.
+    pub fn state(&self) -> &UdpState {
+        &self.state
+    }
+
+    /// The wrapped standard socket, e.g. to set timeouts or non-blocking mode.
+    pub fn as_std(&self) -> &UdpSocket {
+        &self.inner
+    }
+
+    /// Takes the standard socket and its state apart.
+    pub fn into_parts(self) -> (UdpSocket, UdpState) {
+        (self.inner, self.state)
+    }
+
+    /// The local address.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.inner.local_addr()
+    }
+
+    /// See [`UdpState::send`].
+    pub fn send(&self, transmits: &[Transmit<'_>]) -> Result<Sent, Error> {
+        self.state.send(&self.inner, transmits)
+    }
+
+    /// See [`UdpState::recv`].
+    pub fn recv(&self, batch: &mut RecvBatch) -> Result<usize, Error> {
+        self.state.recv(&self.inner, batch)
+    }
+
+    /// See [`UdpState::recv_error`].
+    pub fn recv_error(&self) -> Result<Option<SocketError>, Error> {
+        self.state.recv_error(&self.inner)
+    }
+
+    /// See [`UdpState::capabilities`].
+    pub fn capabilities(&self) -> Capabilities {
+        self.state.capabilities()
+    }
+
+    /// See [`UdpState::max_gso_segments`].
+    pub fn max_gso_segments(&self) -> usize {
+        self.state.max_gso_segments()
+    }
+
+    /// See [`UdpState::may_fragment`].
+    pub fn may_fragment(&self) -> bool {
+        self.state.may_fragment()
+    }
+
+    /// See [`UdpState::ecn_enabled`].
+    pub fn ecn_enabled(&self) -> bool {
+        self.state.ecn_enabled()
+    }
+
+    /// See [`UdpState::is_ipv6`].
+    pub fn is_ipv6(&self) -> bool {
+        self.state.is_ipv6()
+    }
+
+    /// See [`UdpState::kernel_drops`].
+    pub fn kernel_drops(&self) -> u64 {
+        self.state.kernel_drops(&self.inner)
+    }
+
+    /// See [`UdpState::enable_txtime`].
+    pub fn enable_txtime(&self, report_errors: bool) -> Result<(), Error> {
+        self.state.enable_txtime(&self.inner, report_errors)
+    }
+
+    /// See [`UdpState::set_max_pacing_rate`].
+    pub fn set_max_pacing_rate(&self, bytes_per_sec: u64) -> Result<(), Error> {
+        self.state.set_max_pacing_rate(&self.inner, bytes_per_sec)
+    }
+
+    /// See [`UdpState::max_pacing_rate`].
+    pub fn max_pacing_rate(&self) -> Result<u64, Error> {
+        self.state.max_pacing_rate(&self.inner)
+    }
+
+    /// See [`UdpState::stats`].
+    pub fn stats(&self) -> Stats {
+        self.state.stats(&self.inner)
+    }
+
+    /// See [`UdpState::max_payload_to`].
+    pub fn max_payload_to(&self, dest: &SocketAddr) -> usize {
+        self.state.max_payload_to(dest)
+    }
+}
+
+/// A UDP socket together with its fastudp state: what [`crate::Coalescer`]
+/// and [`crate::ZeroCopySender`] send on. [`Socket`] is one; a caller's own
+/// socket is one when paired with its state as `(&state, &socket)`, for
+/// any `socket` with a file descriptor (std, tokio, mio, a raw fd).
+pub trait UdpIo {
+    /// The state.
+    fn state(&self) -> &UdpState;
+    /// The socket's descriptor.
+    fn fd(&self) -> BorrowedFd<'_>;
+}
+
+impl UdpIo for Socket {
+    fn state(&self) -> &UdpState {
+        &self.state
+    }
+    fn fd(&self) -> BorrowedFd<'_> {
+        self.inner.as_fd()
+    }
+}
+
+impl<S: AsFd> UdpIo for (&UdpState, S) {
+    fn state(&self) -> &UdpState {
+        self.0
+    }
+    fn fd(&self) -> BorrowedFd<'_> {
+        self.1.as_fd()
+    }
+}
+
+impl<T: UdpIo + ?Sized> UdpIo for &T {
+    fn state(&self) -> &UdpState {
+        (**self).state()
+    }
+    fn fd(&self) -> BorrowedFd<'_> {
+        (**self).fd()
+    }
+}
+
+impl AsRawFd for Socket {
+    fn as_raw_fd(&self) -> RawFd {
+        self.inner.as_raw_fd()
+    }
+}
+
+impl AsFd for Socket {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.inner.as_fd()
+    }
+}
+
+/// Fault injection for unit tests: while switched on, a send that carries
+/// an ECN mark fails with EINVAL instead of reaching the kernel, as on a
+/// path that refuses ECN control messages.
+#[cfg(test)]
+mod faults {
+    use std::cell::Cell;
+    use std::io;
+
+    thread_local! {
+        static REFUSE_ECN: Cell<bool> = const { Cell::new(false) };
+    }
+
+    /// Refuse ECN-marked sends on this thread with EINVAL.
+    pub fn refuse_ecn(on: bool) {
+        REFUSE_ECN.with(|c| c.set(on));
+    }
+
+    /// The error to answer instead of making the syscall, if any.
+    pub fn refused(has_ecn: bool) -> Option<io::Error> {
+        (has_ecn && REFUSE_ECN.with(|c| c.get()))
+            .then(|| io::Error::from_raw_os_error(libc::EINVAL))
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+    use crate::caps::Disabled;
+    use crate::error::{ConfigError, Feature};
+    use std::time::Duration;
+
+    #[test]
+    fn refused_ecn_mark_is_dropped_and_the_send_retried() {
+        let rx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let tx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let dest = rx.local_addr().unwrap();
+        let mut t = Transmit::new(dest, b"marked");
+        t.ecn = Some(EcnCodepoint::Ect0);
+        faults::refuse_ecn(true);
+        let sent = tx.send(&[t, t]);
+        faults::refuse_ecn(false);
+        assert_eq!(sent.unwrap().transmits, 2);
+        assert!(!tx.ecn_enabled());
+        let s = tx.stats();
+        assert_eq!(s.fallbacks.len(), 1);
+        assert_eq!(s.fallbacks[0].feature, Feature::Ecn);
+        assert_eq!(s.fallbacks[0].errno, Some(libc::EINVAL));
+        rx.as_std()
+            .set_read_timeout(Some(Duration::from_secs(2)))
+            .unwrap();
+        let mut b = RecvBatch::new(4);
+        let mut n = 0;
+        while n < 2 {
+            rx.recv(&mut b).unwrap();
+            for (m, d) in b.datagrams() {
+                assert_eq!(d, b"marked");
+                assert_eq!(m.ecn, None, "sent without the refused mark");
+                n += 1;
+            }
+        }
+    }
+
+    #[test]
+    fn unknown_disable_name_is_a_clear_error() {
+        let e = Disabled::parse("gso,gsoo").unwrap_err();
+        assert_eq!(
+            e,
+            ConfigError::UnknownFeature {
+                name: "gsoo".into()
+            }
+        );
+        let m = e.to_string();
+        assert!(m.contains("'gsoo'") && m.contains("known: gso, gro"), "{m}");
+        let d = Disabled::parse(" GSO , ecn,").unwrap();
+        assert!(d.gso && d.ecn && !d.gro);
+    }
+
+    #[test]
+    fn disabled_features_are_off() {
+        let c = Config::default().disabled(Disabled::parse("gso,gro,mmsg,ecn").unwrap());
+        let s = Socket::bind_with("127.0.0.1:0".parse().unwrap(), c).unwrap();
+        let caps = s.capabilities();
+        assert_eq!(caps.max_gso_segments, 1);
+        assert!(!caps.gro && !caps.mmsg && !caps.ecn);
+    }
+}

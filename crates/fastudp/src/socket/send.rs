@@ -1,0 +1,432 @@
+//! The send path: validation, batching into `sendmmsg`, GSO trains, and
+//! the fallbacks that never lose or repeat a datagram.
+
+use super::state::{is_connected, is_v4_dest, UdpState};
+use super::Transmit;
+use crate::error::{ConfigError, Error};
+use crate::sys::{self, SendMsg, MAX_BATCH};
+use crate::wire::control::{encode_send, SendControl};
+use std::io;
+use std::net::{IpAddr, SocketAddr, SocketAddrV6};
+use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::{Duration, Instant};
+
+/// What one send call put on the wire: `transmits[..transmits]` went out
+/// whole, and then the first `datagrams` datagrams of
+/// `transmits[transmits]` (only ever non-zero for a train sent one
+/// datagram at a time, with GSO off). Resume from there:
+/// [`Transmit::skip_datagrams`] gives the rest of a split train.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct Sent {
+    /// Transmits sent whole.
+    pub transmits: usize,
+    /// Datagrams of the next transmit sent one by one before the call
+    /// stopped.
+    pub datagrams: usize,
+}
+
+impl Sent {
+    /// True when all of `n` transmits went out.
+    pub fn all(&self, n: usize) -> bool {
+        self.transmits >= n
+    }
+}
+
+/// Transmits the send engine reads by index, so that a caller's slice and
+/// the coalescer's queue are sent the same way without building a list.
+pub(crate) trait Source<'a> {
+    /// Number of transmits.
+    fn count(&self) -> usize;
+    /// Transmit `i` (`i < count()`).
+    fn get(&self, i: usize) -> Transmit<'a>;
+}
+
+impl<'a> Source<'a> for &[Transmit<'a>] {
+    fn count(&self) -> usize {
+        self.len()
+    }
+    fn get(&self, i: usize) -> Transmit<'a> {
+        self[i]
+    }
+}
+
+/// One step of the engine.
+enum Step {
+    /// This many transmits went out whole.
+    Whole(usize),
+    /// Of a split train, this many datagrams (at least 1, fewer than all).
+    Partial(usize),
+}
+
+/// How often a send or receive is retried after errors that only reported
+/// ICMP messages for earlier datagrams.
+const ASYNC_RETRIES: usize = 4;
+
+impl UdpState {
+    /// Sends the transmits in order, in as few syscalls as the features
+    /// allow, on the caller's socket `sock` (blocking or not).
+    ///
+    /// Returns what went out ([`Sent`]): fewer than all when the kernel
+    /// stopped early (`EAGAIN` on a non-blocking socket, `ENOBUFS`, or an
+    /// error on the next transmit, which the next call reports). The caller
+    /// resumes from there, and nothing is ever sent twice. An error means
+    /// nothing was sent.
+    ///
+    /// Every transmit is checked before any is sent: an oversized payload,
+    /// a zero segment size or a train over the kernel's segment limit is an
+    /// error that names the transmit. A GSO send the path refuses (`EIO` or
+    /// `EINVAL`) is resent one datagram at a time at once, and GSO stays off
+    /// for [`crate::Config::gso_retry`]; an ECN mark that is refused is
+    /// dropped and the send retried. Both are reported in
+    /// [`UdpState::stats`].
+    ///
+    /// On a non-blocking socket no call waits, polls or sleeps. On a
+    /// blocking socket a train split into datagrams waits for buffer space
+    /// up to [`crate::Config::split_wait`], so that it is not left half
+    /// sent. `EINTR` is retried.
+    pub fn send(&self, sock: impl AsFd, transmits: &[Transmit<'_>]) -> Result<Sent, Error> {
+        self.send_from(sock.as_fd(), &transmits)
+    }
+
+    /// The engine behind [`UdpState::send`] and the coalescer.
+    pub(crate) fn send_from<'a>(
+        &self,
+        fd: BorrowedFd<'_>,
+        src: &impl Source<'a>,
+    ) -> Result<Sent, Error> {
+        let n = src.count();
+        for i in 0..n {
+            self.validate(i, &src.get(i))?;
+        }
+        let mut done = 0;
+        while done < n {
+            match self.send_some(fd, src, done) {
+                Ok(Step::Whole(k)) => done += k,
+                Ok(Step::Partial(d)) => {
+                    return Ok(Sent {
+                        transmits: done,
+                        datagrams: d,
+                    })
+                }
+                // transmits[..done] went out; the next call reports the error.
+                Err(_) if done > 0 => break,
+                Err(e) => return Err(e.at(done)),
+            }
+        }
+        Ok(Sent {
+            transmits: done,
+            datagrams: 0,
+        })
+    }
+
+    /// Checks one transmit against everything the kernel would refuse.
+    pub(crate) fn validate(&self, index: usize, t: &Transmit<'_>) -> Result<(), Error> {
+        if !self.ipv6 && !is_v4_dest(&t.destination) {
+            return Err(Error::AddressFamily {
+                index,
+                destination: t.destination,
+            });
+        }
+        let max = self.max_payload_to(&t.destination);
+        if t.contents.len() > max {
+            return Err(Error::PayloadTooLarge {
+                index,
+                len: t.contents.len(),
+                max,
+            });
+        }
+        if t.segment_size == Some(0) {
+            return Err(Error::ZeroSegmentSize { index });
+        }
+        let segs = t.segments();
+        // Without GSO a train is split into datagrams, whatever its length.
+        if segs > 1 && self.caps.max_gso_segments > 1 && segs > self.caps.kernel_max_segments {
+            return Err(Error::TooManySegments {
+                index,
+                segments: segs,
+                max: self.caps.kernel_max_segments,
+            });
+        }
+        if t.txtime.is_some() && !self.txtime.load(Relaxed) {
+            return Err(ConfigError::TxtimeOff { index }.into());
+        }
+        if let (Some(IpAddr::V6(v6)), false) = (t.src_ip, self.ipv6) {
+            if v6.to_ipv4_mapped().is_none() {
+                return Err(Error::AddressFamily {
+                    index,
+                    destination: t.destination,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The destination in the socket's family (v4-mapped on an IPv6 socket).
+    fn dest_addr(&self, d: &SocketAddr) -> SocketAddr {
+        match (self.ipv6, d) {
+            (true, SocketAddr::V4(v4)) => {
+                SocketAddr::V6(SocketAddrV6::new(v4.ip().to_ipv6_mapped(), v4.port(), 0, 0))
+            }
+            _ => *d,
+        }
+    }
+
+    /// Encodes a transmit's control data; `segment` is its GSO size when it
+    /// goes as a train.
+    fn encode(
+        &self,
+        t: &Transmit<'_>,
+        segment: Option<u16>,
+        buf: &mut [u8],
+        allow_ecn: bool,
+    ) -> Result<usize, Error> {
+        let ctl = SendControl {
+            segment_size: segment,
+            ecn: t.ecn.filter(|_| allow_ecn && self.ecn.load(Relaxed)),
+            src_ip: t.src_ip.filter(|_| !self.caps.disabled.pktinfo),
+            txtime: t.txtime,
+        };
+        encode_send(buf, &ctl, is_v4_dest(&t.destination), self.ipv6).map_err(Error::Control)
+    }
+
+    /// One message of a send, its control data encoded into `ctl`.
+    fn message<'a>(
+        &self,
+        t: &Transmit<'a>,
+        payload: &'a [u8],
+        gso: bool,
+        ctl: &mut [u8],
+        allow_ecn: bool,
+    ) -> Result<SendMsg<'a>, Error> {
+        let seg = (gso && t.segments() > 1).then(|| t.segment_size.unwrap_or(0) as u16);
+        Ok(SendMsg {
+            dest: Some(self.dest_addr(&t.destination)),
+            payload,
+            control_len: self.encode(t, seg, ctl, allow_ecn)?,
+        })
+    }
+
+    /// One `sendmsg` of one validated transmit with extra `flags` (such as
+    /// `MSG_ZEROCOPY`), as a GSO train if it has several segments, with no
+    /// fallback: the caller handles errors.
+    pub(crate) fn send_one_flags(
+        &self,
+        fd: BorrowedFd<'_>,
+        t: &Transmit<'_>,
+        flags: i32,
+    ) -> io::Result<()> {
+        let r = sys::send_batch(fd, 1, flags, false, |_, ctl| {
+            self.message(t, t.contents, true, ctl, true)
+        })
+        .map_err(io::Error::from)?;
+        self.c.send_calls.fetch_add(1, Relaxed);
+        if r.is_ok() {
+            self.c.send_messages.fetch_add(1, Relaxed);
+        }
+        r.map(drop)
+    }
+
+    /// The socket's errors from ICMP messages for earlier datagrams come
+    /// back from any later send or receive (`sk_err`). When `e` may be one,
+    /// reads the error queue into fastudp's; returns true when the call
+    /// should be retried: the socket is unconnected, so those errors are
+    /// not about this call, and ICMP messages were indeed queued.
+    pub(crate) fn absorb_async_error(&self, fd: BorrowedFd<'_>, e: &io::Error) -> bool {
+        if !matches!(
+            e.raw_os_error(),
+            Some(
+                libc::ECONNREFUSED
+                    | libc::EHOSTUNREACH
+                    | libc::ENETUNREACH
+                    | libc::EHOSTDOWN
+                    | libc::ENETDOWN
+                    | libc::EMSGSIZE
+                    | libc::EPROTO
+                    | libc::EACCES
+                    | libc::ETIMEDOUT
+                    | libc::ENOPROTOOPT
+                    | libc::ECONNRESET
+            )
+        ) {
+            return false;
+        }
+        let icmp = self.drain_errors(fd);
+        if icmp == 0 {
+            return false;
+        }
+        self.c.async_errors.fetch_add(1, Relaxed);
+        !is_connected(fd)
+    }
+
+    /// One syscall's worth of transmits from `src[from..]`, with fallbacks.
+    fn send_some<'a>(
+        &self,
+        fd: BorrowedFd<'_>,
+        src: &impl Source<'a>,
+        from: usize,
+    ) -> Result<Step, Error> {
+        // Set after a refusal, to retry once without ECN marks; the error
+        // that caused it is recorded only if the retry then succeeds.
+        let mut ecn_refused: Option<io::Error> = None;
+        let mut retries = 0;
+        let t = src.get(from);
+        loop {
+            let gso = self.max_gso_segments() > 1;
+            if !gso && t.segments() > 1 {
+                return self.send_split(fd, &t);
+            }
+            let limit = if self.caps.mmsg { MAX_BATCH } else { 1 };
+            let n = (from..src.count())
+                .take(limit)
+                .take_while(|&i| gso || src.get(i).segments() == 1)
+                .count();
+            let allow_ecn = ecn_refused.is_none();
+            #[cfg(test)]
+            let injected =
+                super::faults::refused(t.ecn.is_some() && self.ecn.load(Relaxed) && allow_ecn);
+            #[cfg(not(test))]
+            let injected: Option<io::Error> = None;
+            let r = match injected {
+                Some(e) => Err(e),
+                None => sys::send_batch(fd, n, 0, self.caps.mmsg, |i, ctl| {
+                    let ti = src.get(from + i);
+                    self.message(&ti, ti.contents, gso, ctl, allow_ecn)
+                })?,
+            };
+            self.c.send_calls.fetch_add(1, Relaxed);
+            let e = match r {
+                Ok(k) => {
+                    self.c.send_messages.fetch_add(k as u64, Relaxed);
+                    if let Some(cause) = ecn_refused {
+                        self.disable_ecn(&cause, &t.destination);
+                    }
+                    if gso && t.segments() > 1 {
+                        self.gso_worked();
+                    }
+                    return Ok(Step::Whole(k));
+                }
+                Err(e) => e,
+            };
+            let errno = e.raw_os_error();
+            let refused = matches!(errno, Some(libc::EIO) | Some(libc::EINVAL));
+            if refused && t.ecn.is_some() && self.ecn.load(Relaxed) && allow_ecn {
+                ecn_refused = Some(e);
+                continue;
+            }
+            if retries < ASYNC_RETRIES && self.absorb_async_error(fd, &e) {
+                retries += 1;
+                continue;
+            }
+            if refused && t.segments() > 1 {
+                // Is GSO to blame? The same datagrams, one by one: only if
+                // that works is GSO turned off.
+                let step = self.send_split(fd, &t)?;
+                let k = match step {
+                    Step::Whole(_) => t.segments(),
+                    Step::Partial(k) => k,
+                };
+                self.c.resent.fetch_add(k as u64, Relaxed);
+                self.disable_gso(&e, &t.destination);
+                return Ok(step);
+            }
+            if errno == Some(libc::EMSGSIZE) {
+                return Err(if t.segments() > 1 {
+                    Error::SegmentExceedsMtu {
+                        index: 0,
+                        segment_size: t.segment_size.unwrap_or(0),
+                        destination: t.destination,
+                    }
+                } else {
+                    Error::DatagramExceedsMtu {
+                        index: 0,
+                        len: t.contents.len(),
+                        destination: t.destination,
+                    }
+                });
+            }
+            return Err(Error::Io(e));
+        }
+    }
+
+    /// Sends every datagram of a train as its own message. Once the first
+    /// one is out, on a blocking socket the rest go out too: the call waits
+    /// for buffer space (up to [`crate::Config::split_wait`]) rather than
+    /// leave a train half sent. A non-blocking socket never waits: the
+    /// count sent so far is returned, and the caller resumes.
+    fn send_split(&self, fd: BorrowedFd<'_>, t: &Transmit<'_>) -> Result<Step, Error> {
+        let seg = t.segment_size.unwrap_or(t.contents.len()).max(1);
+        let total = t.segments();
+        let chunk = |i: usize| {
+            let at = (i * seg).min(t.contents.len());
+            &t.contents[at..(at + seg).min(t.contents.len())]
+        };
+        let mut sent = 0;
+        let mut deadline: Option<Instant> = None;
+        let mut ecn_refused: Option<io::Error> = None;
+        let mut retries = 0;
+        while sent < total {
+            let n = (total - sent).min(if self.caps.mmsg { MAX_BATCH } else { 1 });
+            let allow_ecn = ecn_refused.is_none();
+            let r = sys::send_batch(fd, n, 0, self.caps.mmsg, |i, ctl| {
+                self.message(t, chunk(sent + i), false, ctl, allow_ecn)
+            })?;
+            self.c.send_calls.fetch_add(1, Relaxed);
+            let e = match r {
+                Ok(k) => {
+                    sent += k;
+                    self.c.send_messages.fetch_add(k as u64, Relaxed);
+                    if let Some(cause) = ecn_refused.take() {
+                        self.disable_ecn(&cause, &t.destination);
+                    }
+                    continue;
+                }
+                Err(e) => e,
+            };
+            let errno = e.raw_os_error();
+            if matches!(errno, Some(libc::EIO) | Some(libc::EINVAL))
+                && t.ecn.is_some()
+                && self.ecn.load(Relaxed)
+                && allow_ecn
+            {
+                ecn_refused = Some(e);
+                continue;
+            }
+            if retries < ASYNC_RETRIES && self.absorb_async_error(fd, &e) {
+                retries += 1;
+                continue;
+            }
+            if sent == 0 {
+                return Err(Error::Io(e));
+            }
+            let would_block = e.kind() == io::ErrorKind::WouldBlock;
+            let transient = would_block || errno == Some(libc::ENOBUFS);
+            let blocking = !sys::is_nonblocking(fd).unwrap_or(true);
+            let dl = *deadline.get_or_insert_with(|| Instant::now() + self.split_wait);
+            if !transient || !blocking || Instant::now() >= dl {
+                return Ok(Step::Partial(sent));
+            }
+            if would_block {
+                // A blocking socket with a send timeout (SO_SNDTIMEO).
+                let _ = sys::poll(
+                    std::os::fd::AsRawFd::as_raw_fd(&fd),
+                    sys::POLLOUT,
+                    Duration::from_millis(100),
+                );
+            } else {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+        Ok(Step::Whole(1))
+    }
+}
+
+impl From<Error> for io::Error {
+    fn from(e: Error) -> io::Error {
+        match e {
+            Error::Io(e) => e,
+            other => io::Error::new(io::ErrorKind::InvalidInput, other.to_string()),
+        }
+    }
+}

@@ -1,0 +1,509 @@
+//! Set-up: the options fastudp turns on, what it probes, and the state it
+//! keeps for one socket (capabilities, fallbacks, counters), apart from the
+//! socket itself.
+
+use super::errqueue::ErrorRing;
+use crate::caps::{self, Capabilities, Disabled};
+use crate::error::{ConfigError, Error, FallbackEvent, Feature};
+use crate::sys;
+use crate::wire::consts::*;
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// How long a train sent one datagram at a time (GSO off) on a *blocking*
+/// socket may wait for buffer space once its first datagram is out, unless
+/// [`Config::split_wait`] says otherwise.
+pub const DEFAULT_SPLIT_WAIT: Duration = Duration::from_secs(5);
+
+/// How long GSO stays off after a path refused it, unless
+/// [`Config::gso_retry`] says otherwise. Each refusal in a row doubles it,
+/// up to [`MAX_GSO_RETRY`].
+pub const DEFAULT_GSO_RETRY: Duration = Duration::from_secs(1);
+
+/// The longest GSO stays off after refusals in a row.
+pub const MAX_GSO_RETRY: Duration = Duration::from_secs(64);
+
+/// Options applied when fastudp sets up a socket.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct Config {
+    /// Turn UDP GRO on for receive (default true).
+    pub gro: bool,
+    /// Features to switch off in code, on top of [`crate::DISABLE_ENV`].
+    pub disabled: Disabled,
+    /// `SO_RCVBUF` to request, in bytes.
+    pub recv_buffer: Option<usize>,
+    /// `SO_SNDBUF` to request, in bytes.
+    pub send_buffer: Option<usize>,
+    /// On a *blocking* socket, how long a train sent one datagram at a time
+    /// (GSO off) may wait for buffer space once its first datagram is out
+    /// (default [`DEFAULT_SPLIT_WAIT`]). A non-blocking socket never waits.
+    pub split_wait: Duration,
+    /// How long GSO stays off after a path refused it before it is tried
+    /// again (default [`DEFAULT_GSO_RETRY`], doubling per refusal in a row).
+    pub gso_retry: Duration,
+    /// Let the kernel fragment datagrams larger than the path MTU (default
+    /// false). When false, fastudp sets `IP_PMTUDISC_PROBE` and
+    /// `IPV6_DONTFRAG`: every datagram leaves with don't-fragment set and
+    /// the kernel neither fragments nor shrinks it, as datagram path-MTU
+    /// discovery (DPLPMTUD, RFC 8899; QUIC) requires.
+    pub may_fragment: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            gro: true,
+            disabled: Disabled::default(),
+            recv_buffer: None,
+            send_buffer: None,
+            split_wait: DEFAULT_SPLIT_WAIT,
+            gso_retry: DEFAULT_GSO_RETRY,
+            may_fragment: false,
+        }
+    }
+}
+
+impl Config {
+    /// UDP GRO on receive, or not.
+    pub fn gro(mut self, on: bool) -> Self {
+        self.gro = on;
+        self
+    }
+
+    /// Features to switch off.
+    pub fn disabled(mut self, d: Disabled) -> Self {
+        self.disabled = d;
+        self
+    }
+
+    /// `SO_RCVBUF` to request.
+    pub fn recv_buffer(mut self, bytes: usize) -> Self {
+        self.recv_buffer = Some(bytes);
+        self
+    }
+
+    /// `SO_SNDBUF` to request.
+    pub fn send_buffer(mut self, bytes: usize) -> Self {
+        self.send_buffer = Some(bytes);
+        self
+    }
+
+    /// See [`Config::split_wait`](struct.Config.html#structfield.split_wait).
+    pub fn split_wait(mut self, d: Duration) -> Self {
+        self.split_wait = d;
+        self
+    }
+
+    /// See [`Config::gso_retry`](struct.Config.html#structfield.gso_retry).
+    pub fn gso_retry(mut self, d: Duration) -> Self {
+        self.gso_retry = d;
+        self
+    }
+
+    /// See [`Config::may_fragment`](struct.Config.html#structfield.may_fragment).
+    pub fn may_fragment(mut self, on: bool) -> Self {
+        self.may_fragment = on;
+        self
+    }
+}
+
+/// Counters and fallback events of one socket.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Stats {
+    /// `sendmmsg`/`sendmsg` calls made.
+    pub send_calls: u64,
+    /// Messages the kernel accepted (a GSO train counts once).
+    pub send_messages: u64,
+    /// `recvmmsg`/`recvmsg` calls that returned data.
+    pub recv_calls: u64,
+    /// Messages received (a GRO train counts once).
+    pub recv_messages: u64,
+    /// Datagrams resent one by one after a GSO send failed.
+    pub resent_unsegmented: u64,
+    /// Messages received with `MSG_TRUNC`: the buffer was too small and the
+    /// tail of the message was lost.
+    pub truncated: u64,
+    /// Messages received with `MSG_CTRUNC`: some control data was lost.
+    pub control_truncated: u64,
+    /// The kernel's drop counter for this socket, in messages (a GRO train
+    /// counts once): `SO_MEMINFO` now, or `SO_RXQ_OVFL` as last reported.
+    pub kernel_drops: u64,
+    /// ICMP errors (and other error-queue messages) that interrupted a send
+    /// or a receive; fastudp read them into its error queue
+    /// ([`UdpState::recv_error`]) and, on an unconnected socket, retried.
+    pub async_errors: u64,
+    /// Error-queue messages dropped because fastudp's queue of 256 was
+    /// full: read them with [`UdpState::recv_error`].
+    pub errors_lost: u64,
+    /// Times GSO was tried again after a refusal had turned it off.
+    pub gso_retries: u64,
+    /// Every feature the socket turned off at run time, and why.
+    pub fallbacks: Vec<FallbackEvent>,
+}
+
+/// What fastudp knows and keeps about one UDP socket: capabilities,
+/// fallbacks, counters and error-queue messages. It does not own the
+/// socket: every call takes the caller's descriptor (a
+/// `std::net::UdpSocket`, a `tokio::net::UdpSocket`, a raw fd), so the
+/// same core serves any runtime. Use the same state with the same socket
+/// it was created for.
+///
+/// All methods take `&self`; one state can be shared by threads.
+#[derive(Debug)]
+pub struct UdpState {
+    pub(super) ipv6: bool,
+    pub(super) caps: Capabilities,
+    pub(super) split_wait: Duration,
+    gso_retry: Duration,
+    may_fragment: bool,
+    gso_segments: AtomicUsize,
+    /// When GSO may be tried again (`CLOCK_MONOTONIC` ns), 0 while on.
+    gso_off_until: AtomicU64,
+    /// Refusals in a row, for the back-off.
+    gso_refusals: AtomicU64,
+    pub(super) ecn: AtomicBool,
+    pub(super) txtime: AtomicBool,
+    pub(super) c: Counters,
+    fallbacks: Mutex<Vec<FallbackEvent>>,
+    pub(super) errors: Mutex<ErrorRing>,
+}
+
+/// The counters behind [`Stats`].
+#[derive(Debug, Default)]
+pub(super) struct Counters {
+    pub send_calls: AtomicU64,
+    pub send_messages: AtomicU64,
+    pub recv_calls: AtomicU64,
+    pub recv_messages: AtomicU64,
+    pub resent: AtomicU64,
+    pub truncated: AtomicU64,
+    pub ctruncated: AtomicU64,
+    pub drops: AtomicU64,
+    pub async_errors: AtomicU64,
+    pub gso_retries: AtomicU64,
+}
+
+fn setup(what: &'static str) -> impl FnOnce(io::Error) -> Error {
+    move |source| Error::Setup { what, source }
+}
+
+impl UdpState {
+    /// Sets up the caller's bound UDP socket and probes what it supports:
+    /// GRO, ECN, PKTINFO, `SO_RXQ_OVFL`, `IP_RECVERR`/`IPV6_RECVERR`,
+    /// don't-fragment (unless [`Config::may_fragment`]) and the buffer
+    /// sizes asked for. The socket may be blocking or not; fastudp never
+    /// changes that.
+    pub fn new(sock: impl AsFd, config: Config) -> Result<Self, Error> {
+        let fd = sock.as_fd();
+        let disabled = Disabled::from_env()?.union(config.disabled);
+        let sref = socket2::SockRef::from(&fd);
+        let ipv6 = sref
+            .local_addr()
+            .map_err(setup("getsockname"))?
+            .as_socket()
+            .ok_or_else(|| Error::Setup {
+                what: "getsockname",
+                source: io::Error::new(io::ErrorKind::InvalidInput, "not an IP socket"),
+            })?
+            .is_ipv6();
+        let raw = fd.as_raw_fd();
+        // SO_RCVBUF/SO_SNDBUF are capped at net.core.rmem_max/wmem_max; with
+        // CAP_NET_ADMIN the FORCE variants go past the cap.
+        if let Some(n) = config.recv_buffer {
+            sref.set_recv_buffer_size(n).map_err(setup("SO_RCVBUF"))?;
+            force_buffer(raw, sref.recv_buffer_size(), n, sys::SO_RCVBUFFORCE);
+        }
+        if let Some(n) = config.send_buffer {
+            sref.set_send_buffer_size(n).map_err(setup("SO_SNDBUF"))?;
+            force_buffer(raw, sref.send_buffer_size(), n, sys::SO_SNDBUFFORCE);
+        }
+        let linux = cfg!(any(target_os = "linux", target_os = "android"));
+        let on = |level, name| sys::setsockopt_int(raw, level, name, 1).is_ok();
+        // An option for each family a dual-stack socket serves: the IPv6
+        // one decides, the IPv4 one covers v4-mapped peers.
+        let both = |v4: (i32, i32, i32), v6: (i32, i32, i32)| {
+            if ipv6 {
+                let ok = sys::setsockopt_int(raw, v6.0, v6.1, v6.2).is_ok();
+                let _ = sys::setsockopt_int(raw, v4.0, v4.1, v4.2);
+                ok
+            } else {
+                sys::setsockopt_int(raw, v4.0, v4.1, v4.2).is_ok()
+            }
+        };
+
+        // GSO: the option must be accepted; reset it to 0 so that sends
+        // without a cmsg are never segmented.
+        let kernel_max = caps::kernel_max_segments();
+        let gso_ok = sys::setsockopt_int(raw, SOL_UDP, UDP_SEGMENT, 1472).is_ok();
+        if gso_ok {
+            sys::setsockopt_int(raw, SOL_UDP, UDP_SEGMENT, 0)
+                .map_err(setup("UDP_SEGMENT reset"))?;
+        }
+        let max_gso_segments = if gso_ok && !disabled.gso && kernel_max > 1 {
+            kernel_max
+        } else {
+            1
+        };
+        let gro = config.gro && !disabled.gro && on(SOL_UDP, UDP_GRO);
+        let ecn = !disabled.ecn && both((SOL_IP, IP_RECVTOS, 1), (SOL_IPV6, IPV6_RECVTCLASS, 1));
+        let pktinfo =
+            !disabled.pktinfo && both((SOL_IP, IP_PKTINFO, 1), (SOL_IPV6, IPV6_RECVPKTINFO, 1));
+        let rxq_ovfl = on(SOL_SOCKET, SO_RXQ_OVFL);
+        let recverr = both((SOL_IP, IP_RECVERR, 1), (SOL_IPV6, IPV6_RECVERR, 1));
+        let dont_fragment = !config.may_fragment && {
+            let probe = both(
+                (SOL_IP, IP_MTU_DISCOVER, IP_PMTUDISC_PROBE),
+                (SOL_IPV6, IPV6_MTU_DISCOVER, IPV6_PMTUDISC_PROBE),
+            );
+            let df = !ipv6 || sys::setsockopt_int(raw, SOL_IPV6, IPV6_DONTFRAG, 1).is_ok();
+            probe && df
+        };
+        let (zc, txtime) = caps::zerocopy_and_txtime();
+        let caps = Capabilities {
+            max_gso_segments,
+            kernel_max_segments: kernel_max.max(1),
+            gro,
+            ecn,
+            pktinfo,
+            mmsg: linux && !disabled.mmsg,
+            rxq_ovfl,
+            recverr,
+            dont_fragment,
+            zerocopy: zc && !disabled.zerocopy,
+            txtime: txtime && !disabled.txtime,
+            disabled,
+        };
+        Ok(UdpState {
+            ipv6,
+            caps,
+            split_wait: config.split_wait,
+            gso_retry: config.gso_retry,
+            may_fragment: !dont_fragment,
+            gso_segments: AtomicUsize::new(max_gso_segments),
+            gso_off_until: AtomicU64::new(0),
+            gso_refusals: AtomicU64::new(0),
+            ecn: AtomicBool::new(ecn),
+            txtime: AtomicBool::new(false),
+            c: Counters::default(),
+            fallbacks: Mutex::new(Vec::new()),
+            errors: Mutex::new(ErrorRing::default()),
+        })
+    }
+
+    /// What was probed when the socket was set up.
+    pub fn capabilities(&self) -> Capabilities {
+        self.caps
+    }
+
+    /// GSO segments per send now: the probed maximum, or 1 while GSO is
+    /// off after a path refused it (until [`Config::gso_retry`] passes).
+    pub fn max_gso_segments(&self) -> usize {
+        let now = self.gso_segments.load(Relaxed);
+        if now > 1 || self.caps.max_gso_segments <= 1 {
+            return now;
+        }
+        let until = self.gso_off_until.load(Relaxed);
+        if until != 0
+            && sys::monotonic_ns() >= until
+            && self
+                .gso_off_until
+                .compare_exchange(until, 0, Relaxed, Relaxed)
+                .is_ok()
+        {
+            self.gso_segments.store(self.caps.max_gso_segments, Relaxed);
+            self.c.gso_retries.fetch_add(1, Relaxed);
+        }
+        self.gso_segments.load(Relaxed)
+    }
+
+    /// The most datagrams one [`crate::RecvMeta`] can hold: 64
+    /// (`UDP_GRO_CNT_MAX`) with GRO, else 1.
+    pub fn max_receive_segments(&self) -> usize {
+        if self.caps.gro {
+            crate::wire::GRO_MAX_SEGMENTS
+        } else {
+            1
+        }
+    }
+
+    /// Whether datagrams may be fragmented on the way: false when fastudp
+    /// set don't-fragment (the default), so a datagram over the path MTU is
+    /// refused (`EMSGSIZE`, or an ICMP "packet too big" from a router)
+    /// rather than fragmented, and path-MTU discovery can run.
+    pub fn may_fragment(&self) -> bool {
+        self.may_fragment
+    }
+
+    /// Whether ECN marks are still sent (false after an ECN fallback).
+    pub fn ecn_enabled(&self) -> bool {
+        self.ecn.load(Relaxed)
+    }
+
+    /// True for an `AF_INET6` socket.
+    pub fn is_ipv6(&self) -> bool {
+        self.ipv6
+    }
+
+    /// The kernel's count of messages this socket dropped (`sk_drops`;
+    /// a dropped GRO train counts once, however many datagrams it held),
+    /// read now with `SO_MEMINFO`, or as last reported by `SO_RXQ_OVFL` on a
+    /// received message where `SO_MEMINFO` is not available. A drop after
+    /// the last received message shows up here, not in any message.
+    pub fn kernel_drops(&self, sock: impl AsFd) -> u64 {
+        let now = sys::socket_drops(sock.as_fd().as_raw_fd())
+            .map(u64::from)
+            .unwrap_or(0);
+        now.max(self.c.drops.load(Relaxed))
+    }
+
+    /// Turns on `SO_TXTIME` (clock `CLOCK_MONOTONIC`), so that a
+    /// [`crate::Transmit::txtime`] reaches the kernel as `SCM_TXTIME`. With
+    /// `report_errors`, packets the qdisc drops for a missed or invalid time
+    /// are reported on the error queue ([`UdpState::recv_error`]).
+    ///
+    /// The kernel accepts this on any path, but only an EDT-aware egress
+    /// qdisc (fq, etf) holds a packet until its time; elsewhere it leaves at
+    /// once. See [`crate::pacing::choose_mode`].
+    pub fn enable_txtime(&self, sock: impl AsFd, report_errors: bool) -> Result<(), Error> {
+        if self.caps.disabled.txtime {
+            return Err(ConfigError::SwitchedOff(Feature::Txtime).into());
+        }
+        let flags = if report_errors { 2 } else { 0 }; // SOF_TXTIME_REPORT_ERRORS
+        sys::set_txtime(sock.as_fd().as_raw_fd(), libc::CLOCK_MONOTONIC, flags)
+            .map_err(setup("SO_TXTIME"))?;
+        self.txtime.store(true, Relaxed);
+        Ok(())
+    }
+
+    /// Caps this *connected* socket's rate at `bytes_per_sec`
+    /// (`SO_MAX_PACING_RATE`), for the kernel to pace: honoured by the fq
+    /// qdisc (and by TCP's internal pacing), ignored by other qdiscs. The
+    /// socket must be connected: the rate belongs to one peer.
+    pub fn set_max_pacing_rate(&self, sock: impl AsFd, bytes_per_sec: u64) -> Result<(), Error> {
+        let fd = sock.as_fd();
+        if !is_connected(fd) {
+            return Err(ConfigError::NotConnected.into());
+        }
+        if bytes_per_sec == 0 {
+            return Err(ConfigError::ZeroRate.into());
+        }
+        sys::setsockopt_bytes(
+            fd.as_raw_fd(),
+            SOL_SOCKET,
+            sys::SO_MAX_PACING_RATE,
+            &bytes_per_sec.to_ne_bytes(),
+        )
+        .map_err(setup("SO_MAX_PACING_RATE"))
+    }
+
+    /// The socket's `SO_MAX_PACING_RATE` in bytes per second (`u64::MAX`
+    /// or `u32::MAX` when unlimited).
+    pub fn max_pacing_rate(&self, sock: impl AsFd) -> Result<u64, Error> {
+        sys::getsockopt_u64(
+            sock.as_fd().as_raw_fd(),
+            SOL_SOCKET,
+            sys::SO_MAX_PACING_RATE,
+        )
+        .map_err(setup("SO_MAX_PACING_RATE"))
+    }
+
+    /// Counters and fallback events so far (`sock` for the kernel's drop
+    /// counter).
+    pub fn stats(&self, sock: impl AsFd) -> Stats {
+        Stats {
+            send_calls: self.c.send_calls.load(Relaxed),
+            send_messages: self.c.send_messages.load(Relaxed),
+            recv_calls: self.c.recv_calls.load(Relaxed),
+            recv_messages: self.c.recv_messages.load(Relaxed),
+            resent_unsegmented: self.c.resent.load(Relaxed),
+            truncated: self.c.truncated.load(Relaxed),
+            control_truncated: self.c.ctruncated.load(Relaxed),
+            kernel_drops: self.kernel_drops(sock),
+            async_errors: self.c.async_errors.load(Relaxed),
+            errors_lost: self.errors.lock().map(|r| r.lost()).unwrap_or(0),
+            gso_retries: self.c.gso_retries.load(Relaxed),
+            fallbacks: self.fallbacks.lock().map(|v| v.clone()).unwrap_or_default(),
+        }
+    }
+
+    /// The largest payload of one send to `dest` (65507 for IPv4
+    /// destinations, including v4-mapped ones; 65527 for IPv6).
+    pub fn max_payload_to(&self, dest: &SocketAddr) -> usize {
+        crate::wire::max_payload(!is_v4_dest(dest))
+    }
+
+    fn record(&self, feature: Feature, errno: Option<i32>, reason: String) {
+        if let Ok(mut v) = self.fallbacks.lock() {
+            v.push(FallbackEvent {
+                feature,
+                errno,
+                reason,
+            });
+        }
+    }
+
+    /// Turns GSO off after `dest` refused it, for [`Config::gso_retry`]
+    /// doubled per refusal in a row.
+    pub(super) fn disable_gso(&self, e: &io::Error, dest: &SocketAddr) {
+        if self.gso_segments.swap(1, Relaxed) > 1 {
+            let n = self.gso_refusals.fetch_add(1, Relaxed).min(16) as u32;
+            let wait = self
+                .gso_retry
+                .saturating_mul(1 << n.min(6))
+                .min(MAX_GSO_RETRY.max(self.gso_retry));
+            let until = sys::monotonic_ns()
+                .saturating_add(wait.as_nanos() as u64)
+                .max(1);
+            self.gso_off_until.store(until, Relaxed);
+            self.record(
+                Feature::Gso,
+                e.raw_os_error(),
+                format!("GSO send to {dest} failed ({e}); datagrams go one by one, and GSO is tried again in {wait:?}"),
+            );
+        }
+    }
+
+    /// A GSO train went out whole: refusals are no longer in a row.
+    pub(super) fn gso_worked(&self) {
+        if self.gso_refusals.load(Relaxed) != 0 {
+            self.gso_refusals.store(0, Relaxed);
+        }
+    }
+
+    pub(super) fn disable_ecn(&self, e: &io::Error, dest: &SocketAddr) {
+        if self.ecn.swap(false, Relaxed) {
+            self.record(
+                Feature::Ecn,
+                e.raw_os_error(),
+                format!("send with an ECN mark to {dest} failed ({e}); ECN marks are off for this socket"),
+            );
+        }
+    }
+}
+
+/// True when the socket has a peer (`getpeername` succeeds).
+pub(super) fn is_connected(fd: BorrowedFd<'_>) -> bool {
+    socket2::SockRef::from(&fd).peer_addr().is_ok()
+}
+
+/// Asks for `want` bytes with a FORCE option when the plain one was capped
+/// (`got` below `want`); best effort, as it needs CAP_NET_ADMIN.
+fn force_buffer(fd: RawFd, got: io::Result<usize>, want: usize, force: i32) {
+    if got.unwrap_or(want) < want {
+        let _ = sys::setsockopt_int(fd, SOL_SOCKET, force, want.min(i32::MAX as usize) as i32);
+    }
+}
+
+/// True for an IPv4 destination, native or v4-mapped.
+pub(super) fn is_v4_dest(d: &SocketAddr) -> bool {
+    match d {
+        SocketAddr::V4(_) => true,
+        SocketAddr::V6(v6) => v6.ip().to_ipv4_mapped().is_some(),
+    }
+}
