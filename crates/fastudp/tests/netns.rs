@@ -269,3 +269,211 @@ fn half_sent_trains_are_reported_exactly_and_resent_once() {
         std::time::Duration::from_secs(5),
     );
 }
+
+/// Three namespaces: `a` (the sender) and `b` (the receiver) joined
+/// through a router `r` whose link to `b` has a 1280-byte MTU, in IPv4 and
+/// IPv6. Removed on drop.
+struct Routed {
+    a: String,
+    r: String,
+    b: String,
+}
+
+impl Routed {
+    fn new(tag: &str) -> Self {
+        let (a, r, b) = (
+            format!("fu-{tag}-a"),
+            format!("fu-{tag}-r"),
+            format!("fu-{tag}-b"),
+        );
+        for ns in [&a, &r, &b] {
+            let _ = run(&format!("ip netns del {ns}"));
+            must(&format!("ip netns add {ns}"));
+            must(&format!("ip -n {ns} link set lo up"));
+        }
+        must(&format!(
+            "ip -n {a} link add va1 type veth peer name vr1 netns {r}"
+        ));
+        must(&format!(
+            "ip -n {r} link add vr2 type veth peer name vb2 netns {b}"
+        ));
+        must(&format!("ip -n {r} link set vr2 mtu 1280"));
+        must(&format!("ip -n {b} link set vb2 mtu 1280"));
+        for (ns, dev, v4, v6) in [
+            (&a, "va1", "10.203.1.1/24", "fd03:1::1/64"),
+            (&r, "vr1", "10.203.1.2/24", "fd03:1::2/64"),
+            (&r, "vr2", "10.203.2.1/24", "fd03:2::1/64"),
+            (&b, "vb2", "10.203.2.2/24", "fd03:2::2/64"),
+        ] {
+            must(&format!("ip -n {ns} addr add {v4} dev {dev}"));
+            must(&format!("ip -n {ns} addr add {v6} dev {dev} nodad"));
+            must(&format!("ip -n {ns} link set {dev} up"));
+        }
+        must(&format!("ip -n {a} route add default via 10.203.1.2"));
+        must(&format!("ip -n {a} -6 route add default via fd03:1::2"));
+        must(&format!("ip -n {b} route add default via 10.203.2.1"));
+        must(&format!("ip -n {b} -6 route add default via fd03:2::1"));
+        must(&format!(
+            "ip netns exec {r} sysctl -qw net.ipv4.ip_forward=1"
+        ));
+        must(&format!(
+            "ip netns exec {r} sysctl -qw net.ipv6.conf.all.forwarding=1"
+        ));
+        Routed { a, r, b }
+    }
+}
+
+impl Drop for Routed {
+    fn drop(&mut self) {
+        for ns in [&self.a, &self.r, &self.b] {
+            let _ = run(&format!("ip netns del {ns}"));
+        }
+    }
+}
+
+/// A router on the way says "fragmentation needed" (IPv4) or "packet too
+/// big" (IPv6) to a datagram with don't-fragment set: the sender's error
+/// queue gives the MTU, the destination and the router.
+fn packet_too_big_gives_the_mtu(v6: bool) {
+    if let Some(why) = netns_unavailable() {
+        eprintln!("skipping packet_too_big_gives_the_mtu: {why}");
+        return;
+    }
+    let n = Routed::new(if v6 { "ptb6" } else { "ptb4" });
+    let (a_ip, b_ip, router): (&str, &str, &str) = if v6 {
+        ("[fd03:1::1]:0", "[fd03:2::2]:0", "fd03:1::2")
+    } else {
+        ("10.203.1.1:0", "10.203.2.2:0", "10.203.1.2")
+    };
+    let rx = bind_in(&n.b, b_ip.parse().unwrap(), Config::default());
+    let tx = bind_in(&n.a, a_ip.parse().unwrap(), Config::default());
+    let dest = rx.local_addr().unwrap();
+    assert!(!tx.may_fragment());
+    // Fits the first hop (1500), not the second (1280).
+    let big = vec![1u8; 1400];
+    let mut found = None;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while found.is_none() && std::time::Instant::now() < deadline {
+        tx.send(&[Transmit::new(dest, &big)]).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        while let Some(e) = tx.recv_error().unwrap() {
+            if let fastudp::SocketError::PacketTooBig { .. } = e {
+                found = Some(e);
+            }
+        }
+    }
+    let e = found.expect("no packet-too-big error arrived");
+    assert_eq!(
+        e,
+        fastudp::SocketError::PacketTooBig {
+            destination: Some(dest),
+            mtu: 1280,
+            reporter: Some(router.parse().unwrap()),
+            local: false,
+        }
+    );
+    // A datagram that fits still goes, and arrives.
+    tx.send(&[Transmit::new(dest, &big[..1200])]).unwrap();
+    rx.as_std()
+        .set_read_timeout(Some(std::time::Duration::from_secs(2)))
+        .unwrap();
+    let mut b = fastudp::RecvBatch::new(4);
+    rx.recv(&mut b).unwrap();
+    assert_eq!(b.get(0).unwrap().1.len(), 1200);
+}
+
+#[test]
+fn v4_fragmentation_needed_gives_the_mtu() {
+    packet_too_big_gives_the_mtu(false)
+}
+
+#[test]
+fn v6_packet_too_big_gives_the_mtu() {
+    packet_too_big_gives_the_mtu(true)
+}
+
+/// The path MTU shrinks under a coalescer with trains queued: it is not
+/// stuck. Each datagram that no longer fits is handed back once, named by
+/// its number; the rest go; smaller datagrams pushed after go as trains.
+#[test]
+fn coalescer_survives_an_mtu_that_shrinks_mid_run() {
+    if let Some(why) = netns_unavailable() {
+        eprintln!("skipping coalescer_survives_an_mtu_that_shrinks_mid_run: {why}");
+        return;
+    }
+    let p = VethPair::new("mtushrink", 7);
+    let (tx, rx, dest) = sockets(&p, true);
+    if tx.capabilities().max_gso_segments <= 1 {
+        eprintln!("skipping: no UDP GSO");
+        return;
+    }
+    let mut c = fastudp::Coalescer::new();
+    let mut data = Vec::new();
+    // Before: 20 datagrams of 1472 bytes go as trains.
+    for i in 0..20u64 {
+        data.clear();
+        fill(i, 1472, &mut data);
+        c.push(&tx, dest, &data).unwrap();
+    }
+    assert_eq!(c.flush(&tx).unwrap(), 20);
+    // 20 more queued (numbers 20..40) and 10 of 1200 bytes (40..50)...
+    for i in 20..40u64 {
+        data.clear();
+        fill(i, 1472, &mut data);
+        c.push(&tx, dest, &data).unwrap();
+    }
+    for i in 40..50u64 {
+        data.clear();
+        fill(i, 1200, &mut data);
+        c.push(&tx, dest, &data).unwrap();
+    }
+    // ...then the MTU drops to 1280.
+    must(&format!("ip -n {} link set va mtu 1280", p.a));
+    let mut refused = Vec::new();
+    let mut sent = 0;
+    for _ in 0..100 {
+        if c.is_empty() {
+            break;
+        }
+        match c.flush(&tx) {
+            Ok(n) => sent += n,
+            Err(fastudp::Error::DatagramExceedsMtu { index, len, .. }) => {
+                assert_eq!(len, 1472);
+                refused.push(index);
+            }
+            Err(e) => panic!("flush: {e}"),
+        }
+    }
+    assert!(c.is_empty(), "the coalescer is stuck");
+    assert_eq!(
+        refused,
+        (20..40).collect::<Vec<_>>(),
+        "each named once, in order"
+    );
+    assert_eq!(sent, 10);
+    assert!(c.mtu() <= 1472 + 28, "the MTU was lowered: {}", c.mtu());
+    // After: 1200-byte datagrams go as GSO trains again.
+    let calls = tx.stats().send_calls;
+    for i in 50..80u64 {
+        data.clear();
+        fill(i, 1200, &mut data);
+        c.push(&tx, dest, &data).unwrap();
+    }
+    assert_eq!(c.flush(&tx).unwrap(), 30);
+    assert_eq!(tx.stats().send_calls, calls + 1, "one sendmmsg of trains");
+    // The receiver sees 0..20 and 40..80, each once, intact.
+    rx.as_std()
+        .set_read_timeout(Some(std::time::Duration::from_secs(2)))
+        .unwrap();
+    let mut seen = std::collections::BTreeSet::new();
+    let mut b = fastudp::RecvBatch::new(32);
+    while seen.len() < 60 {
+        rx.recv(&mut b).unwrap();
+        for (_, d) in b.datagrams() {
+            let seq = u64::from_le_bytes(d[..8].try_into().unwrap());
+            assert!(seen.insert(seq), "datagram {seq} twice");
+        }
+    }
+    let want: std::collections::BTreeSet<u64> = (0..20).chain(40..80).collect();
+    assert_eq!(seen, want);
+}

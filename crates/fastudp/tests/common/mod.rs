@@ -394,8 +394,20 @@ pub fn must(cmd: &str) {
     );
 }
 
-/// Why namespace tests cannot run here, if they cannot.
+/// Why namespace tests cannot run here, if they cannot. With
+/// `FASTUDP_REQUIRE_PRIVILEGED_TESTS=1` (as in CI) a reason to skip is a
+/// failure instead.
 pub fn netns_unavailable() -> Option<String> {
+    let why = netns_missing();
+    if let Some(why) = &why {
+        if std::env::var("FASTUDP_REQUIRE_PRIVILEGED_TESTS").as_deref() == Ok("1") {
+            panic!("namespace test cannot run ({why}) and FASTUDP_REQUIRE_PRIVILEGED_TESTS=1");
+        }
+    }
+    why
+}
+
+fn netns_missing() -> Option<String> {
     if !is_root() {
         return Some("needs root".into());
     }
