@@ -79,7 +79,7 @@ fn send_and_recv_allocate_nothing() {
         })
         .collect();
     let mut batch = RecvBatch::new(32);
-    let mut round = |batch: &mut RecvBatch| {
+    let round = |batch: &mut RecvBatch| {
         assert!(tx.send(&ts).unwrap().all(ts.len()));
         let mut got = 0;
         while got < 8 * 10 + 8 {
@@ -103,7 +103,7 @@ fn coalescer_allocates_nothing() {
     let mut c = Coalescer::new();
     let d = [5u8; 1200];
     let mut batch = RecvBatch::new(32);
-    let mut round = |c: &mut Coalescer, batch: &mut RecvBatch| {
+    let round = |c: &mut Coalescer, batch: &mut RecvBatch| {
         for i in 0..100 {
             // Two destinations' worth of trains: a short one ends each.
             let len = if i % 25 == 24 { 600 } else { 1200 };
@@ -138,7 +138,7 @@ fn zerocopy_send_and_reap_allocate_nothing() {
     let mut zc = ZeroCopySender::new(&tx).unwrap().adaptive(false);
     let mut pool: Vec<Vec<u8>> = (0..64).map(|_| vec![3u8; 8 * 1200]).collect();
     let mut batch = RecvBatch::new(32);
-    let mut round = |zc: &mut ZeroCopySender, pool: &mut Vec<Vec<u8>>, batch: &mut RecvBatch| {
+    let round = |zc: &mut ZeroCopySender, pool: &mut Vec<Vec<u8>>, batch: &mut RecvBatch| {
         for _ in 0..16 {
             let b = pool.pop().expect("a free buffer");
             zc.send(&tx, dest, b, Some(1200))
