@@ -447,6 +447,29 @@ fn tx_and_rx_errors_are_clear() {
     );
 }
 
+/// A batched sender (`-m`, with and without GSO) to a port where nothing
+/// listens learns it from the ICMP errors on its error queue, and says so.
+#[test]
+fn a_batched_sender_notices_a_missing_receiver() {
+    for extra in [&["-m"][..], &["-m", "-S", "1000", "-s", "8000"][..]] {
+        let port = free_port().to_string();
+        let mut args = vec!["tx", "-D", "127.0.0.1", "-p", &port, "-l", "5", "-q"];
+        args.extend_from_slice(extra);
+        let start = std::time::Instant::now();
+        let o = fastudp(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert!(
+            err.contains("not there") || err.contains("stopped answering"),
+            "{args:?}: {err}"
+        );
+        assert!(
+            start.elapsed().as_secs() < 4,
+            "noticed at once, not at the end"
+        );
+    }
+}
+
 #[test]
 fn a_receiver_that_vanishes_ends_the_senders_run() {
     let port = free_port();

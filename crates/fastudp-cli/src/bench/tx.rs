@@ -89,6 +89,32 @@ fn send_err(t: TxStrategy, e: io::Error) -> String {
     }
 }
 
+/// Reads the error queue (IP_RECVERR) of the sending socket: an ICMP
+/// "unreachable" for `dest` ends the run with an error that says so. A
+/// batched send can lose the socket's pending error between its messages
+/// (sendmmsg returns the count sent and drops it), so this is how `tx -m`
+/// notices a receiver that is missing or has left.
+fn peer_gone(
+    state: &fastudp::UdpState,
+    sock: &UdpSocket,
+    dest: SocketAddr,
+    dgrams: u64,
+) -> Result<(), String> {
+    while let Ok(Some(e)) = state.recv_error(sock) {
+        if let fastudp::SocketError::Unreachable { destination, .. } = e {
+            let to_dest = destination.map_or(true, |d| {
+                d.ip().to_canonical() == dest.ip().to_canonical() && d.port() == dest.port()
+            });
+            if to_dest {
+                return Err(format!(
+                    "the receiver at {dest} is not there: {e} (after {dgrams} datagrams sent)"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Runs a UDP send strategy to `dest` until the workload's time is up.
 pub fn udp(
     t: TxStrategy,
@@ -113,6 +139,13 @@ pub fn udp(
     } else {
         None
     };
+    // ICMP errors on the error queue; fragments allowed, as a plain socket
+    // would (the sizes were checked against the path MTU already).
+    let watch = fastudp::UdpState::new(
+        &sock,
+        fastudp::Config::default().gro(false).may_fragment(true),
+    )
+    .ok();
     let p = w.payload;
     let segs = w.segs;
     let per_call = match t {
@@ -243,6 +276,14 @@ pub fn udp(
             }
         };
         calls += 1;
+        if calls % 64 == 0 {
+            if let Some(w) = &watch {
+                peer_gone(w, &sock, dest, dgrams)?;
+            }
+            if let Some(f) = &fast {
+                peer_gone(f.state(), f.as_std(), dest, dgrams)?;
+            }
+        }
         match sent {
             Ok(n) => {
                 dgrams += n as u64;
@@ -253,6 +294,9 @@ pub fn udp(
             Err(e) if transient(&e) => std::thread::yield_now(),
             Err(e) => return Err(send_err(t, e)),
         }
+    }
+    if let Some(w) = &watch {
+        peer_gone(w, &sock, dest, dgrams)?;
     }
     let cpu = fastudp::os::thread_cpu_time().saturating_sub(cpu0);
     if let Some(f) = &fast {
