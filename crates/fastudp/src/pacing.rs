@@ -12,6 +12,9 @@
 //! sleeps, so it is tested against a model without a clock. Who honours the
 //! departure time is a separate choice, [`PacingMode`].
 
+/// `CLOCK_MONOTONIC` now, in ns: the clock of departure times and
+/// `SCM_TXTIME`.
+pub use crate::sys::monotonic_ns;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::time::Duration;
@@ -289,7 +292,7 @@ impl Waiter {
         self.overshoot_ns -= self.overshoot_ns / 64;
     }
 
-    /// Waits until `deadline_ns` on [`crate::os::monotonic_ns`]'s clock.
+    /// Waits until `deadline_ns` on [`monotonic_ns`]'s clock.
     /// Returns at once if it has passed.
     pub fn wait_until(&mut self, deadline_ns: u64) {
         let now = crate::sys::monotonic_ns();

@@ -80,6 +80,10 @@ pub struct RecvBatch {
     budget: usize,
     /// Recent bytes per message, as a moving average.
     avg: usize,
+    /// Recent messages per call, as a moving average in 16ths.
+    got16: usize,
+    /// Calls made, for the occasional probe of a larger batch.
+    calls: usize,
 }
 
 impl RecvBatch {
@@ -120,6 +124,8 @@ impl RecvBatch {
             len: 0,
             budget: DEFAULT_RECV_BUDGET,
             avg: 0,
+            got16: 0,
+            calls: 0,
         }
     }
 
@@ -130,13 +136,23 @@ impl RecvBatch {
         self
     }
 
-    /// Messages the next receive asks for.
+    /// Messages the next receive asks for: no more than fit the byte
+    /// budget at the recent message size, and about twice what recent calls
+    /// got, so that a receiver that keeps up (one message queued per call)
+    /// makes one `recvmsg` instead of a `recvmmsg` that fails its last
+    /// try; every 16th call asks for one more, to find a backlog.
     pub fn next_request(&self) -> usize {
         let cap = self.capacity();
         if self.budget == 0 || self.avg == 0 {
             return cap;
         }
-        (self.budget / self.avg).clamp(1, cap)
+        let by_bytes = (self.budget / self.avg).clamp(1, cap);
+        let by_count = if self.got16 < 20 {
+            1 + usize::from(self.calls % 16 == 0)
+        } else {
+            (self.got16 * 2).div_ceil(16).max(2)
+        };
+        by_bytes.min(by_count)
     }
 
     /// Notes what a receive got, for the next request.
@@ -144,6 +160,12 @@ impl RecvBatch {
         if got == 0 {
             return;
         }
+        self.calls = self.calls.wrapping_add(1);
+        self.got16 = if self.calls == 1 {
+            got * 16
+        } else {
+            (self.got16 * 3 + got * 16) / 4
+        };
         let per = (bytes / got).max(1);
         // An average over about four calls: quick to follow a change of
         // traffic, steady under a mix.

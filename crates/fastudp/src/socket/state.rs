@@ -155,6 +155,43 @@ pub struct Stats {
 /// it was created for.
 ///
 /// All methods take `&self`; one state can be shared by threads.
+///
+/// ```no_run
+/// use fastudp::{Config, RecvBatch, Transmit, UdpState};
+/// use std::net::UdpSocket;
+///
+/// let sock = UdpSocket::bind("127.0.0.1:0")?;
+/// sock.set_nonblocking(true)?;
+/// let state = UdpState::new(&sock, Config::default())?;
+/// let to = "127.0.0.1:4433".parse().unwrap();
+/// let payload = vec![1u8; 10 * 1200];
+/// let mut ts = vec![Transmit::train(to, &payload, 1200)];
+/// let mut k = 0;
+/// while k < ts.len() {
+///     match state.send(&sock, &ts[k..]) {
+///         Ok(sent) => {
+///             k += sent.transmits;
+///             if sent.datagrams > 0 {
+///                 // A train sent one datagram at a time stopped part-way.
+///                 ts[k] = ts[k].skip_datagrams(sent.datagrams);
+///             }
+///         }
+///         // Never a wait inside the library: wait for writability here.
+///         Err(e) if e.is_would_block() => break,
+///         Err(e) => return Err(e.into()),
+///     }
+/// }
+/// let mut batch = RecvBatch::new(32);
+/// match state.recv(&sock, &mut batch) {
+///     Ok(n) => println!("{n} messages"),
+///     Err(e) if e.is_would_block() => {}
+///     Err(e) => return Err(e.into()),
+/// }
+/// while let Some(err) = state.recv_error(&sock)? {
+///     println!("{err}"); // port unreachable, packet too big, ...
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug)]
 pub struct UdpState {
     pub(super) ipv6: bool,
