@@ -511,12 +511,13 @@ pub fn run_stream(a: StreamArgs) -> Result<(), Failure> {
             let mut ts: Vec<Transmit<'_>> = pending
                 .iter()
                 .map(|&(o, len, dest, segs, txtime)| {
-                    let t = Transmit::new(dest, &buf[o..o + len]).with_txtime(txtime);
-                    if segs > 1 {
-                        Transmit::train(dest, &buf[o..o + len], a.payload).with_txtime(txtime)
+                    let c = &buf[o..o + len];
+                    let t = if segs > 1 {
+                        Transmit::train(dest, c, a.payload)
                     } else {
-                        t
-                    }
+                        Transmit::new(dest, c)
+                    };
+                    t.with_txtime(txtime)
                 })
                 .collect();
             total += ts.iter().map(|t| t.contents.len() as u64).sum::<u64>();

@@ -139,13 +139,17 @@ pub fn udp(
     } else {
         None
     };
-    // ICMP errors on the error queue; fragments allowed, as a plain socket
-    // would (the sizes were checked against the path MTU already).
-    let watch = fastudp::UdpState::new(
-        &sock,
-        fastudp::Config::default().gro(false).may_fragment(true),
-    )
-    .ok();
+    // ICMP errors on the error queue (the fastudp strategy's own state
+    // reads them already); fragments allowed, as a plain socket would (the
+    // sizes were checked against the path MTU already).
+    let watch = match fast {
+        Some(_) => None,
+        None => fastudp::UdpState::new(
+            &sock,
+            fastudp::Config::default().gro(false).may_fragment(true),
+        )
+        .ok(),
+    };
     let p = w.payload;
     let segs = w.segs;
     let per_call = match t {
@@ -297,6 +301,9 @@ pub fn udp(
     }
     if let Some(w) = &watch {
         peer_gone(w, &sock, dest, dgrams)?;
+    }
+    if let Some(f) = &fast {
+        peer_gone(f.state(), f.as_std(), dest, dgrams)?;
     }
     let cpu = fastudp::os::thread_cpu_time().saturating_sub(cpu0);
     if let Some(f) = &fast {
