@@ -9,7 +9,7 @@ use std::io;
 /// One netdev feature, as `ethtool -k` shows it (by its kernel name, such
 /// as `rx-gro` for "generic-receive-offload").
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Feature {
+pub struct NicFeature {
     /// The kernel's name (`tx-udp-segmentation`, `rx-gro`, ...).
     pub name: String,
     /// In effect now.
@@ -21,7 +21,7 @@ pub struct Feature {
 }
 
 /// Every feature of device `ifname`, in the kernel's order.
-pub fn features(ifname: &str) -> io::Result<Vec<Feature>> {
+pub fn features(ifname: &str) -> io::Result<Vec<NicFeature>> {
     let mut info = et::sset_info_request();
     sys::ethtool_ioctl(ifname, &mut info)?;
     let count = et::sset_info_count(&info).ok_or_else(|| {
@@ -43,7 +43,7 @@ pub fn features(ifname: &str) -> io::Result<Vec<Feature>> {
         .into_iter()
         .enumerate()
         .filter_map(|(i, name)| {
-            et::gfeatures_bit(&bits, i).map(|b| Feature {
+            et::gfeatures_bit(&bits, i).map(|b| NicFeature {
                 name,
                 active: b.active,
                 requested: b.requested,

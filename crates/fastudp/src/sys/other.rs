@@ -1,9 +1,12 @@
 //! Portable fallback for Unix systems other than Linux: one datagram per
-//! `sendmsg`/`recvmsg`-equivalent call, no control messages.
+//! `sendto`/`recvfrom` call, no control messages (a message that carries
+//! some is refused with `Unsupported`, never sent without them).
 
-use super::{InControl, InMeta, OutMsg};
+use super::{InControl, InMeta, OutMsg, SendMsg, MAX_BATCH, SEND_CONTROL_LEN};
+use socket2::SockRef;
 use std::io;
-use std::net::UdpSocket;
+use std::mem::MaybeUninit;
+use std::net::SocketAddr;
 use std::os::fd::{BorrowedFd, RawFd};
 use std::time::Duration;
 
@@ -12,19 +15,31 @@ pub const MSG_TRUNC: i32 = 0x10;
 /// `MSG_CTRUNC` (not reported by this fallback).
 pub const MSG_CTRUNC: i32 = 0x20;
 
-fn gather(m: &OutMsg<'_>) -> Vec<u8> {
-    m.iov.iter().flat_map(|s| s.iter().copied()).collect()
-}
-
 fn unsupported() -> io::Error {
     io::Error::new(io::ErrorKind::Unsupported, "not supported on this platform")
 }
 
+fn no_control() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::Unsupported,
+        "control messages (GSO, ECN, source address, departure time) are not supported on this platform",
+    )
+}
+
+/// Sends one payload to `dest` (or the connected peer).
+fn send_one(fd: BorrowedFd<'_>, dest: Option<SocketAddr>, payload: &[u8]) -> io::Result<usize> {
+    let sock = SockRef::from(&fd);
+    match dest {
+        Some(to) => sock.send_to(payload, &to.into()),
+        None => sock.send(payload),
+    }
+}
+
 /// Sends the messages one at a time; returns how many were sent.
-pub(crate) fn sendmmsg(sock: &UdpSocket, msgs: &[OutMsg<'_>], flags: i32) -> io::Result<usize> {
+pub(crate) fn sendmmsg(fd: BorrowedFd<'_>, msgs: &[OutMsg<'_>], flags: i32) -> io::Result<usize> {
     let mut sent = 0;
-    for m in msgs {
-        match sendmsg(sock, m, flags) {
+    for m in msgs.iter().take(MAX_BATCH) {
+        match sendmsg(fd, m, flags) {
             Ok(_) => sent += 1,
             Err(e) if sent == 0 => return Err(e),
             Err(_) => break,
@@ -33,45 +48,90 @@ pub(crate) fn sendmmsg(sock: &UdpSocket, msgs: &[OutMsg<'_>], flags: i32) -> io:
     Ok(sent)
 }
 
-/// Sends one message without control data.
-pub(crate) fn sendmsg(sock: &UdpSocket, m: &OutMsg<'_>, _flags: i32) -> io::Result<usize> {
-    let data = gather(m);
-    match m.addr.and_then(|a| a.as_socket()) {
-        Some(to) => sock.send_to(&data, to),
-        None => sock.send(&data),
+/// Sends one gathered message; refuses control data.
+pub(crate) fn sendmsg(fd: BorrowedFd<'_>, m: &OutMsg<'_>, _flags: i32) -> io::Result<usize> {
+    if !m.control.is_empty() {
+        return Err(no_control());
+    }
+    let sock = SockRef::from(&fd);
+    match m.addr {
+        Some(to) => sock.send_to_vectored(m.iov, to),
+        None => sock.send_vectored(m.iov),
     }
 }
 
-/// Receives one message at a time into the first slot.
+/// Sends `n` messages built by `fill`, one `sendto` each (only the first
+/// when `mmsg` is false), with the same contract as on Linux: the count
+/// sent, or the first message's error.
+pub(crate) fn send_batch<'a, E>(
+    fd: BorrowedFd<'_>,
+    n: usize,
+    _flags: i32,
+    mmsg: bool,
+    mut fill: impl FnMut(usize, &mut [u8]) -> Result<SendMsg<'a>, E>,
+) -> Result<io::Result<usize>, E> {
+    let n = if mmsg { n.min(MAX_BATCH) } else { n.min(1) };
+    let mut ctl = [0u8; SEND_CONTROL_LEN];
+    let mut sent = 0;
+    for i in 0..n {
+        ctl.fill(0);
+        let m = fill(i, &mut ctl)?;
+        let r = if m.control_len > 0 {
+            Err(no_control())
+        } else {
+            send_one(fd, m.dest, m.payload)
+        };
+        match r {
+            Ok(_) => sent += 1,
+            Err(e) if sent == 0 => return Ok(Err(e)),
+            Err(_) => break,
+        }
+    }
+    Ok(Ok(sent))
+}
+
+/// Where a received message's source address lands.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct AddrBuf(Option<SocketAddr>);
+
+impl std::fmt::Debug for AddrBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AddrBuf(..)")
+    }
+}
+
+/// Receives one datagram into the first slot (`n` is at most 1 here);
+/// no control data is reported.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn recvmmsg(
-    sock: &UdpSocket,
+    fd: BorrowedFd<'_>,
     buf: &mut [u8],
     stride: usize,
     controls: &mut [InControl],
+    names: &mut [AddrBuf],
     metas: &mut [InMeta],
-    flags: i32,
+    n: usize,
+    _flags: i32,
 ) -> io::Result<usize> {
-    if metas.is_empty() || controls.is_empty() || buf.len() < stride {
+    if n == 0 || metas.is_empty() || controls.is_empty() || names.is_empty() || buf.len() < stride
+    {
         return Ok(0);
     }
-    metas[0] = recvmsg(sock, &mut buf[..stride], &mut controls[0], flags)?;
-    Ok(1)
-}
-
-/// Receives one datagram.
-pub(crate) fn recvmsg(
-    sock: &UdpSocket,
-    buf: &mut [u8],
-    _control: &mut InControl,
-    _flags: i32,
-) -> io::Result<InMeta> {
-    let (len, from) = sock.recv_from(buf)?;
-    Ok(InMeta {
+    let sock = SockRef::from(&fd);
+    let slot = &mut buf[..stride];
+    // SAFETY: `[u8]` and `[MaybeUninit<u8>]` have the same layout, and the
+    // socket only writes initialised bytes into the slice, so it stays
+    // initialised for the `&mut [u8]` it came from.
+    let uninit = unsafe { &mut *(slot as *mut [u8] as *mut [MaybeUninit<u8>]) };
+    let (len, from) = sock.recv_from(uninit)?;
+    names[0] = AddrBuf(from.as_socket());
+    metas[0] = InMeta {
         len,
         flags: 0,
-        source: Some(from),
+        source: names[0].0,
         control_len: 0,
-    })
+    };
+    Ok(1)
 }
 
 /// Not available: every option fastudp sets here is Linux-specific.
@@ -84,12 +144,18 @@ pub(crate) fn getsockopt_int(_fd: RawFd, _level: i32, _name: i32) -> io::Result<
     Err(unsupported())
 }
 
-/// No error queue here.
+/// No error queue here: always empty.
 pub(crate) fn recv_errqueue(
-    _sock: &UdpSocket,
+    _fd: BorrowedFd<'_>,
     _control: &mut InControl,
-) -> io::Result<Option<usize>> {
+    _name: &mut AddrBuf,
+) -> io::Result<Option<(usize, Option<SocketAddr>)>> {
     Ok(None)
+}
+
+/// True when the descriptor is in non-blocking mode (`O_NONBLOCK`).
+pub(crate) fn is_nonblocking(fd: BorrowedFd<'_>) -> io::Result<bool> {
+    SockRef::from(&fd).nonblocking()
 }
 
 /// `MSG_ZEROCOPY` (not available here).
