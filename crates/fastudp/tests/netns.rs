@@ -270,6 +270,42 @@ fn half_sent_trains_are_reported_exactly_and_resent_once() {
     );
 }
 
+/// Threads share a socket whose GSO keeps being refused, behind a slow
+/// qdisc on a veth, so that the send buffer fills mid-train: trains are cut
+/// half-way (which the test checks happened), and every datagram still
+/// arrives exactly once.
+#[test]
+fn threads_sharing_a_socket_across_a_slow_veth_while_gso_flips_send_every_datagram_once() {
+    if let Some(why) = netns_unavailable() {
+        eprintln!("skipping threads_sharing_a_socket_across_a_slow_veth: {why}");
+        return;
+    }
+    let p = VethPair::new("gsoflip", 6);
+    must(&format!(
+        "ip netns exec {} tc qdisc add dev va root tbf rate 200mbit burst 32kb limit 20mb",
+        p.a
+    ));
+    let rc = rx_config(RxMode::Gro).recv_buffer(64 << 20);
+    let rx = p.bind(&p.b, SocketAddr::new(p.addr_b.into(), 0), rc);
+    let tx_cfg = Config::default()
+        .send_buffer(32 * 1024)
+        .gso_retry(std::time::Duration::from_micros(200));
+    let tx = p.bind(&p.a, SocketAddr::new(p.addr_a.into(), 0), tx_cfg);
+    if tx.capabilities().max_gso_segments <= 1 {
+        eprintln!("skipping: no GSO");
+        return;
+    }
+    let r = threads_send_while_gso_flips(tx, rx, std::time::Duration::from_secs(10));
+    assert!(
+        r.fallbacks > 0,
+        "GSO was never refused: the test proved nothing"
+    );
+    assert!(
+        r.partials > 0,
+        "no train was cut half-way: the test proved nothing"
+    );
+}
+
 /// Three namespaces: `a` (the sender) and `b` (the receiver) joined
 /// through a router `r` whose link to `b` has a 1280-byte MTU, in IPv4 and
 /// IPv6. Removed on drop.

@@ -113,8 +113,7 @@ pub(crate) fn recvmmsg(
     n: usize,
     _flags: i32,
 ) -> io::Result<usize> {
-    if n == 0 || metas.is_empty() || controls.is_empty() || names.is_empty() || buf.len() < stride
-    {
+    if n == 0 || metas.is_empty() || controls.is_empty() || names.is_empty() || buf.len() < stride {
         return Ok(0);
     }
     let sock = SockRef::from(&fd);

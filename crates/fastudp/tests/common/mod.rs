@@ -556,3 +556,83 @@ pub fn set_no_check(s: &Socket, on: bool) {
     )
     .expect("SO_NO_CHECK");
 }
+
+/// What [`threads_send_while_gso_flips`] saw.
+#[derive(Debug)]
+pub struct FlipRun {
+    /// GSO fallbacks the sender recorded.
+    pub fallbacks: usize,
+    /// Sends that returned a train cut half-way (`Sent::datagrams > 0`).
+    pub partials: u64,
+}
+
+/// Two threads share `tx` (made non-blocking here) and send 300 ten-datagram
+/// trains each to `rx`, resuming half-sent trains with `skip_datagrams`,
+/// while a third keeps flipping `SO_NO_CHECK` so that the kernel refuses
+/// GSO mid-send. Panics unless every datagram arrives exactly once.
+pub fn threads_send_while_gso_flips(tx: Socket, rx: Socket, rx_timeout: Duration) -> FlipRun {
+    const THREADS: usize = 2;
+    const TRAINS: usize = 300;
+    const SEGS: usize = 10;
+    const SEG: usize = 1000;
+    let dest = rx.local_addr().unwrap();
+    let tx = Arc::new(tx);
+    tx.as_std().set_nonblocking(true).unwrap();
+    let all = self_checking_trains(THREADS * TRAINS, SEGS, SEG);
+    let stop = Arc::new(AtomicBool::new(false));
+    let partials = AtomicU64::new(0);
+    let flipper = {
+        let (tx, stop) = (tx.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut on = false;
+            while !stop.load(Relaxed) {
+                on = !on;
+                set_no_check(&tx, on);
+                std::thread::sleep(Duration::from_micros(300));
+            }
+            set_no_check(&tx, false);
+        })
+    };
+    let total = (THREADS * TRAINS * SEGS) as u64;
+    let receiver = std::thread::spawn(move || {
+        receive_exactly(&rx, total, SEG, rx_timeout);
+    });
+    std::thread::scope(|s| {
+        for part in all.chunks(TRAINS) {
+            let (tx, partials) = (tx.clone(), &partials);
+            s.spawn(move || {
+                let mut ts: Vec<Transmit<'_>> =
+                    part.iter().map(|b| Transmit::train(dest, b, SEG)).collect();
+                let mut k = 0;
+                let start = Instant::now();
+                while k < ts.len() {
+                    assert!(start.elapsed() < Duration::from_secs(60), "stalled");
+                    match tx.send(&ts[k..]) {
+                        Ok(s) => {
+                            k += s.transmits;
+                            if s.datagrams > 0 {
+                                partials.fetch_add(1, Relaxed);
+                                ts[k] = ts[k].skip_datagrams(s.datagrams);
+                            }
+                        }
+                        Err(e) if e.is_would_block() => std::thread::yield_now(),
+                        Err(e) => panic!("send failed: {e}"),
+                    }
+                }
+            });
+        }
+    });
+    stop.store(true, Relaxed);
+    flipper.join().unwrap();
+    receiver.join().expect("every datagram exactly once");
+    let st = tx.stats();
+    let run = FlipRun {
+        fallbacks: st.fallbacks.len(),
+        partials: partials.load(Relaxed),
+    };
+    eprintln!(
+        "fallbacks {}, retries {}, resent one by one {}, half-sent trains {}",
+        run.fallbacks, st.gso_retries, st.resent_unsegmented, run.partials
+    );
+    run
+}
