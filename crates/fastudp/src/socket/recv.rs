@@ -60,6 +60,14 @@ pub const DEFAULT_MESSAGE_CAPACITY: usize = 96 * 1024;
 /// the buffers written and then read stay in the CPU's cache.
 pub const DEFAULT_RECV_BUDGET: usize = 256 * 1024;
 
+/// Backlog, in messages per call, from which [`RecvBatch`] asks for more
+/// than one message at a time (see [`RecvBatch::next_request`]).
+const BATCH_BACKLOG: usize = 3;
+
+/// Message size from which [`RecvBatch`] asks for at least two messages
+/// whatever the backlog: a failed try is cheap next to a GRO train.
+const BATCH_MESSAGE_BYTES: usize = 16 * 1024;
+
 /// Reusable receive buffers for [`UdpState::recv`]: everything a receive
 /// needs, allocated once, so that receiving allocates nothing.
 ///
@@ -80,8 +88,9 @@ pub struct RecvBatch {
     budget: usize,
     /// Recent bytes per message, as a moving average.
     avg: usize,
-    /// Recent messages per call, as a moving average in 16ths.
-    got16: usize,
+    /// Messages recent calls for more than one got (the backlog they
+    /// found), as a moving average in 16ths.
+    backlog16: usize,
     /// Calls made, for the occasional probe of a larger batch.
     calls: usize,
 }
@@ -124,7 +133,7 @@ impl RecvBatch {
             len: 0,
             budget: DEFAULT_RECV_BUDGET,
             avg: 0,
-            got16: 0,
+            backlog16: 0,
             calls: 0,
         }
     }
@@ -136,36 +145,49 @@ impl RecvBatch {
         self
     }
 
-    /// Messages the next receive asks for: no more than fit the byte
-    /// budget at the recent message size, and about twice what recent calls
-    /// got, so that a receiver that keeps up (one message queued per call)
-    /// makes one `recvmsg` instead of a `recvmmsg` that fails its last
-    /// try; every 16th call asks for one more, to find a backlog.
+    /// Messages the next receive asks for.
+    ///
+    /// A `recvmmsg` that gets fewer messages than it asked for pays for one
+    /// failed try, and on a receiver that keeps up (one or two messages
+    /// queued per call) that costs more per byte than the calls it saves:
+    /// measured 1.10-1.18x the CPU per byte of plain `recvmsg`
+    /// (docs/BENCHMARKS.md). So the batch asks for one message (`recvmsg`)
+    /// unless the backlog that recent batch calls found is at least
+    /// three messages, or messages are GRO trains (16 KiB or more on
+    /// average); then about twice that backlog, and at least two. Every 16th call
+    /// asks for a full batch, to find a backlog. Never more than fit the
+    /// byte budget at the recent message size, or the capacity.
     pub fn next_request(&self) -> usize {
         let cap = self.capacity();
         if self.budget == 0 || self.avg == 0 {
             return cap;
         }
         let by_bytes = (self.budget / self.avg).clamp(1, cap);
-        let by_count = if self.got16 < 20 {
-            1 + usize::from(self.calls % 16 == 0)
+        let by_count = if self.calls % 16 == 0 {
+            cap
+        } else if self.backlog16 >= BATCH_BACKLOG * 16 || self.avg >= BATCH_MESSAGE_BYTES {
+            (self.backlog16 * 2).div_ceil(16).max(2)
         } else {
-            (self.got16 * 2).div_ceil(16).max(2)
+            1
         };
         by_bytes.min(by_count)
     }
 
-    /// Notes what a receive got, for the next request.
-    fn note(&mut self, got: usize, bytes: usize) {
+    /// Notes what a receive that asked for `asked` messages got, for the
+    /// next request.
+    fn note(&mut self, asked: usize, got: usize, bytes: usize) {
         if got == 0 {
             return;
         }
         self.calls = self.calls.wrapping_add(1);
-        self.got16 = if self.calls == 1 {
-            got * 16
-        } else {
-            (self.got16 * 3 + got * 16) / 4
-        };
+        // A call for one message says nothing about the backlog.
+        if asked > 1 {
+            self.backlog16 = if self.backlog16 == 0 {
+                got * 16
+            } else {
+                (self.backlog16 + got * 16) / 2
+            };
+        }
         let per = (bytes / got).max(1);
         // An average over about four calls: quick to follow a change of
         // traffic, steady under a mix.
@@ -299,7 +321,62 @@ impl UdpState {
             };
         }
         batch.len = got;
-        batch.note(got, bytes);
+        batch.note(want, got, bytes);
         Ok(got)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Requests of the next `n` calls, each noted as getting `got`
+    /// messages of `bytes` each (or what was asked, if fewer).
+    fn run(b: &mut RecvBatch, n: usize, got: usize, bytes: usize) -> Vec<usize> {
+        (0..n)
+            .map(|_| {
+                let want = b.next_request();
+                let g = got.min(want);
+                b.note(want, g, g * bytes);
+                want
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_receiver_that_keeps_up_uses_recvmsg_and_probes_every_16th_call() {
+        let mut b = RecvBatch::new(32);
+        let asks = run(&mut b, 64, 1, 1472);
+        let batched: Vec<usize> = asks.iter().copied().filter(|&w| w > 1).collect();
+        assert_eq!(batched, vec![32; 4], "{asks:?}");
+        // Two queued per call is still cheaper one by one.
+        let asks = run(&mut b, 64, 2, 1472);
+        assert_eq!(asks.iter().filter(|&&w| w > 1).count(), 4, "{asks:?}");
+    }
+
+    #[test]
+    fn a_backlog_is_found_by_a_probe_and_read_in_batches() {
+        let mut b = RecvBatch::new(32);
+        run(&mut b, 20, 1, 100);
+        let asks = run(&mut b, 40, 8, 100);
+        // After the next probe finds 8, calls ask for about twice that.
+        let probe = asks.iter().position(|&w| w == 32).unwrap();
+        assert!(asks[probe + 1..].iter().all(|&w| w >= 9), "{asks:?}");
+        // The backlog goes away: back to one message per call.
+        let asks = run(&mut b, 40, 1, 100);
+        assert!(
+            asks[20..].iter().filter(|&&w| w == 1).count() >= 18,
+            "{asks:?}"
+        );
+    }
+
+    #[test]
+    fn gro_trains_are_read_at_least_two_at_a_time_within_the_byte_budget() {
+        let mut b = RecvBatch::new(32);
+        let asks = run(&mut b, 40, 1, 64 * 1024);
+        assert!(asks[1..].iter().all(|&w| w >= 2), "{asks:?}");
+        assert!(asks[1..].iter().all(|&w| w <= 4), "{asks:?}");
+        let mut off = RecvBatch::new(32).with_budget(0);
+        assert!(run(&mut off, 20, 1, 64 * 1024).iter().all(|&w| w == 32));
     }
 }
