@@ -637,13 +637,8 @@ fn counter_checks(out: &mut Vec<Check>) {
 /// interface name (1 to 15 bytes, no `/`, whitespace or `:`, not `.` or
 /// `..`) that sysfs lists.
 pub fn is_device(name: &str) -> bool {
-    let valid = !name.is_empty()
-        && name.len() < 16
-        && name != "."
-        && name != ".."
-        && !name.contains(['/', ':'])
-        && !name.chars().any(char::is_whitespace);
-    valid && std::path::Path::new(&format!("/sys/class/net/{name}")).exists()
+    tune::change::valid_dev_name(name)
+        && std::path::Path::new(&format!("/sys/class/net/{name}")).exists()
 }
 
 /// Runs every check.

@@ -1,10 +1,15 @@
 //! `fastudp tune`: apply (and revert) what `doctor` recommends, through
 //! /proc/sys, sysfs and the ethtool ioctl, never through a shell.
 
+pub mod change;
+pub mod state;
+
 use super::{read_sysctl, up_devices, SYSCTLS};
 use crate::Failure;
+pub use change::{Change, Value, TUNE_FEATURES};
 use clap::Args;
-use serde::{Deserialize, Serialize};
+use state::State;
+use std::path::Path;
 
 /// Where `tune --apply` keeps the previous values unless `--state` says.
 pub const DEFAULT_STATE: &str = "/var/lib/fastudp/tune-state.json";
@@ -28,139 +33,6 @@ pub struct TuneArgs {
     pub revert: Option<String>,
 }
 
-/// One change of a setting, with the value before it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum Change {
-    /// A sysctl under /proc/sys.
-    Sysctl {
-        /// Dotted name.
-        name: String,
-        /// Before.
-        old: u64,
-        /// After.
-        new: u64,
-    },
-    /// An ethtool feature (kernel name).
-    Feature {
-        /// Device.
-        dev: String,
-        /// Feature.
-        name: String,
-        /// Before.
-        old: bool,
-        /// After.
-        new: bool,
-    },
-    /// veth channels (`ethtool -L rx N tx N`).
-    Channels {
-        /// Device.
-        dev: String,
-        /// Before: (rx, tx).
-        old: (u32, u32),
-        /// After: (rx, tx).
-        new: (u32, u32),
-    },
-    /// A sysfs attribute.
-    Sysfs {
-        /// Path.
-        path: String,
-        /// Before.
-        old: String,
-        /// After.
-        new: String,
-    },
-}
-
-impl std::fmt::Display for Change {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let oo = |b: &bool| if *b { "on" } else { "off" };
-        match self {
-            Change::Sysctl { name, old, new } => write!(f, "sysctl {name}: {old} -> {new}"),
-            Change::Feature {
-                dev,
-                name,
-                old,
-                new,
-            } => write!(f, "{dev}: feature {name}: {} -> {}", oo(old), oo(new)),
-            Change::Channels { dev, old, new } => {
-                write!(
-                    f,
-                    "{dev}: channels: rx {} tx {} -> rx {} tx {}",
-                    old.0, old.1, new.0, new.1
-                )
-            }
-            Change::Sysfs { path, old, new } => write!(f, "{path}: {old} -> {new}"),
-        }
-    }
-}
-
-impl Change {
-    /// The change that undoes this one.
-    pub fn inverse(&self) -> Change {
-        match self.clone() {
-            Change::Sysctl { name, old, new } => Change::Sysctl {
-                name,
-                old: new,
-                new: old,
-            },
-            Change::Feature {
-                dev,
-                name,
-                old,
-                new,
-            } => Change::Feature {
-                dev,
-                name,
-                old: new,
-                new: old,
-            },
-            Change::Channels { dev, old, new } => Change::Channels {
-                dev,
-                old: new,
-                new: old,
-            },
-            Change::Sysfs { path, old, new } => Change::Sysfs {
-                path,
-                old: new,
-                new: old,
-            },
-        }
-    }
-
-    /// Makes the change: the new value is written.
-    pub fn apply(&self) -> Result<(), String> {
-        match self {
-            Change::Sysctl { name, new, .. } => {
-                let p = format!("/proc/sys/{}", name.replace('.', "/"));
-                std::fs::write(&p, format!("{new}\n")).map_err(|e| format!("cannot write {p}: {e}"))
-            }
-            Change::Feature { dev, name, new, .. } => {
-                fastudp::host::set_features(dev, &[(name, *new)])
-                    .map_err(|e| format!("{dev}: {e}"))?;
-                // The kernel may accept the request and still not turn it on.
-                let now = fastudp::host::features(dev).map_err(|e| format!("{dev}: {e}"))?;
-                match now.iter().find(|f| f.name == *name) {
-                    Some(f) if f.active == *new => Ok(()),
-                    _ => Err(format!(
-                        "{dev}: {name} did not become {} (a feature it needs is off?)",
-                        if *new { "on" } else { "off" }
-                    )),
-                }
-            }
-            Change::Channels { dev, new, .. } => {
-                let mut c = fastudp::host::channels(dev).map_err(|e| format!("{dev}: {e}"))?;
-                c.rx = new.0;
-                c.tx = new.1;
-                fastudp::host::set_channels(dev, &c)
-                    .map_err(|e| format!("{dev}: setting channels: {e}"))
-            }
-            Change::Sysfs { path, new, .. } => std::fs::write(path, format!("{new}\n"))
-                .map_err(|e| format!("cannot write {path}: {e}")),
-        }
-    }
-}
-
 /// What `tune` will change, and what it will not (with the reason).
 #[derive(Debug, Default)]
 pub struct Plan {
@@ -168,10 +40,6 @@ pub struct Plan {
     pub changes: Vec<Change>,
     /// Recommendations tune does not apply, one line each.
     pub skipped: Vec<String>,
-}
-
-fn sysfs_path(dev: &str, file: &str) -> String {
-    format!("/sys/class/net/{dev}/{file}")
 }
 
 /// Builds the plan from the current settings.
@@ -206,16 +74,10 @@ pub fn plan(devs: &[String]) -> Plan {
             }
         };
         let veth = fastudp::host::driver(dev).is_ok_and(|d| d == "veth");
-        let mut want = vec![
-            "tx-checksum-ip-generic",
-            "tx-udp-segmentation",
-            "tx-generic-segmentation",
-            "rx-gro",
-        ];
-        if veth {
-            want.push("rx-udp-gro-forwarding");
-        }
-        for w in want {
+        let want = TUNE_FEATURES
+            .iter()
+            .filter(|w| veth || **w != "rx-udp-gro-forwarding");
+        for &w in want {
             match feats.iter().find(|f| f.name == w) {
                 Some(f) if f.active => {}
                 Some(f) if f.changeable => p.changes.push(Change::Feature {
@@ -251,15 +113,15 @@ pub fn plan(devs: &[String]) -> Plan {
                     .skipped
                     .push(format!("{dev}: cannot read its channels: {e}")),
             }
-            let path = sysfs_path(dev, "gro_flush_timeout");
-            match std::fs::read_to_string(&path).map(|v| v.trim().to_string()) {
-                Ok(v) if v == "0" => p.changes.push(Change::Sysfs {
-                    path,
-                    old: v,
-                    new: GRO_FLUSH_NS.to_string(),
-                }),
+            let probe = Change::GroFlushTimeout {
+                dev: dev.clone(),
+                old: 0,
+                new: GRO_FLUSH_NS,
+            };
+            match probe.current() {
+                Ok(Value::Num(0)) => p.changes.push(probe),
                 Ok(_) => {}
-                Err(e) => p.skipped.push(format!("cannot read {path}: {e}")),
+                Err(e) => p.skipped.push(e),
             }
         }
         p.skipped.push(format!(
@@ -297,20 +159,98 @@ pub fn apply_all(changes: &[Change]) -> Result<(), String> {
     Ok(())
 }
 
+/// What a revert does with one saved change.
+enum Step {
+    /// Write the original back (it is `now` at the moment).
+    Restore(Change, Value),
+    /// Already at its original value.
+    Already(Change),
+    /// Its device is gone: nothing to restore.
+    Gone(Change),
+}
+
+/// `fastudp tune --revert FILE`: checks the whole file first, then puts
+/// back each original value that is not already there, and says which
+/// were.
+fn revert(file: &str) -> Result<(), Failure> {
+    need_root("--revert")?;
+    let path = Path::new(file);
+    let st =
+        state::load(path)?.ok_or_else(|| Failure::usage(format!("{file}: no such state file")))?;
+    let mut steps = Vec::new();
+    for c in st.changes.iter().rev() {
+        if let Some(d) = c.device() {
+            if !super::is_device(d) {
+                steps.push(Step::Gone(c.clone()));
+                continue;
+            }
+        }
+        let (old, _) = c.values();
+        let now = c.current().map_err(|e| Failure { code: 1, msg: e })?;
+        steps.push(if now == old {
+            Step::Already(c.clone())
+        } else {
+            Step::Restore(c.clone(), now)
+        });
+    }
+    let mut failed = 0;
+    for s in &steps {
+        match s {
+            Step::Restore(c, now) => {
+                let (old, new) = c.values();
+                let since = if *now == new {
+                    String::new()
+                } else {
+                    format!(" (changed since tune set {new})")
+                };
+                match c.inverse().apply() {
+                    Ok(()) => outln!("restored: {}: {now} -> {old}{since}", what(c)),
+                    Err(e) => {
+                        failed += 1;
+                        eprintln!(
+                            "fastudp: could not restore {}: {now} -> {old}: {e}",
+                            what(c)
+                        );
+                    }
+                }
+            }
+            Step::Already(c) => {
+                outln!(
+                    "already at its original value: {}: {}",
+                    what(c),
+                    c.values().0
+                )
+            }
+            Step::Gone(c) => outln!(
+                "not restored: {c} ({} is gone from this network namespace)",
+                c.device().unwrap_or_default()
+            ),
+        }
+    }
+    if failed > 0 {
+        return Err(Failure {
+            code: 1,
+            msg: format!("{failed} values could not be restored (see above)"),
+        });
+    }
+    Ok(())
+}
+
+/// The setting a change is about, for people.
+fn what(c: &Change) -> String {
+    match c {
+        Change::Sysctl { name, .. } => format!("sysctl {name}"),
+        Change::Feature { dev, name, .. } => format!("{dev}: feature {name}"),
+        Change::Channels { dev, .. } => format!("{dev}: channels"),
+        Change::GroFlushTimeout { dev, .. } => format!("{dev}: gro_flush_timeout"),
+        Change::Sysfs { path, .. } => path.clone(),
+    }
+}
+
 /// Runs `fastudp tune`.
 pub fn run_tune(a: TuneArgs) -> Result<(), Failure> {
     if let Some(file) = &a.revert {
-        need_root("--revert")?;
-        let text = std::fs::read_to_string(file)
-            .map_err(|e| Failure::usage(format!("cannot read {file}: {e}")))?;
-        let changes: Vec<Change> = serde_json::from_str(&text)
-            .map_err(|e| Failure::usage(format!("{file} is not a tune state file: {e}")))?;
-        let undo: Vec<Change> = changes.iter().rev().map(Change::inverse).collect();
-        apply_all(&undo).map_err(|e| Failure { code: 1, msg: e })?;
-        for c in &undo {
-            outln!("restored: {c}");
-        }
-        return Ok(());
+        return revert(file);
     }
     if a.apply {
         need_root("--apply")?;
@@ -342,26 +282,30 @@ pub fn run_tune(a: TuneArgs) -> Result<(), Failure> {
     if !a.apply || p.changes.is_empty() {
         return Ok(());
     }
-    if let Some(dir) = std::path::Path::new(&a.state)
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-    {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| Failure::usage(format!("cannot create {}: {e}", dir.display())))?;
-    }
-    let json =
-        serde_json::to_string_pretty(&p.changes).map_err(|e| Failure::usage(e.to_string()))?;
-    std::fs::write(&a.state, json)
-        .map_err(|e| Failure::usage(format!("cannot write the state file {}: {e}", a.state)))?;
+    // The state file is checked and written before anything changes, so
+    // that whatever happens next, the originals are on disk.
+    let path = Path::new(&a.state);
+    let previous = state::prepare(path)?;
+    let mut st = previous.clone().unwrap_or(State {
+        version: state::STATE_VERSION,
+        ..State::default()
+    });
+    st.merge(&devs, &p.changes);
+    state::save(path, &st)?;
     if let Err(e) = apply_all(&p.changes) {
-        // Everything was undone: a state file would only mislead a revert.
-        let _ = std::fs::remove_file(&a.state);
+        // Everything was undone: put the state file back as it was.
+        state::restore(path, previous.as_ref());
         return Err(Failure { code: 1, msg: e });
     }
     outln!(
-        "applied {} changes; previous values in {} (undo: fastudp tune --revert {})",
+        "applied {} changes; original values in {}{} (undo: fastudp tune --revert {})",
         p.changes.len(),
         a.state,
+        if previous.is_some() {
+            " (merged with the earlier run's)"
+        } else {
+            ""
+        },
         a.state
     );
     Ok(())
@@ -390,10 +334,10 @@ mod tests {
                 old: (1, 1),
                 new: (2, 2),
             },
-            Change::Sysfs {
-                path: "/sys/class/net/fu-rx/gro_flush_timeout".into(),
-                old: "0".into(),
-                new: "50000".into(),
+            Change::GroFlushTimeout {
+                dev: "fu-rx".into(),
+                old: 0,
+                new: 50_000,
             },
         ];
         let json = serde_json::to_string(&cs).unwrap();
