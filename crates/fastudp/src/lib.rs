@@ -36,6 +36,10 @@
 //! one private module, the only one allowed `unsafe` code
 //! (`#![deny(unsafe_code)]` everywhere else).
 //!
+//! Optional features: `tokio` adds [`tokio::UdpSocket`](crate::tokio), the
+//! core as `async` calls on tokio's reactor; `quinn` adds
+//! `quinn::Socket`, fastudp as the UDP socket of the quinn QUIC stack.
+//!
 //! The `unstable-tools` feature adds modules the `fastudp` command uses
 //! (`host`, `raw`, `os`, `wire`). They are not part of the stable API.
 
@@ -50,12 +54,16 @@ mod error;
 #[cfg(feature = "unstable-tools")]
 pub mod host;
 pub mod pacing;
+#[cfg(feature = "quinn")]
+pub mod quinn;
 #[cfg(feature = "unstable-tools")]
 pub mod raw;
 mod reuseport;
 mod socket;
 #[allow(unsafe_code)]
 mod sys;
+#[cfg(feature = "tokio")]
+pub mod tokio;
 #[cfg(feature = "unstable-tools")]
 pub mod wire;
 #[cfg(not(feature = "unstable-tools"))]

@@ -127,6 +127,14 @@ pub(crate) fn new_udp(addr: SocketAddr) -> Result<socket2::Socket, Error> {
     Ok(s)
 }
 
+/// A new UDP socket bound at `addr` (dual-stack for an IPv6 wildcard).
+pub(crate) fn bind_udp(addr: SocketAddr) -> Result<UdpSocket, Error> {
+    let s = new_udp(addr)?;
+    s.bind(&addr.into())
+        .map_err(|e| Error::Bind { addr, source: e })?;
+    Ok(s.into())
+}
+
 impl Socket {
     /// Binds a new socket. An IPv6 wildcard address gives a dual-stack
     /// socket that also serves IPv4 peers (as v4-mapped addresses).
@@ -136,10 +144,7 @@ impl Socket {
 
     /// Binds a new socket with options.
     pub fn bind_with(addr: SocketAddr, config: Config) -> Result<Self, Error> {
-        let s = new_udp(addr)?;
-        s.bind(&addr.into())
-            .map_err(|e| Error::Bind { addr, source: e })?;
-        Self::from_std_with(s.into(), config)
+        Self::from_std_with(bind_udp(addr)?, config)
     }
 
     /// Wraps an existing bound socket with default options.

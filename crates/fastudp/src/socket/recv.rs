@@ -7,6 +7,7 @@ use crate::sys::{self, AddrBuf, InMeta, MAX_BATCH};
 use crate::wire::cmsg::CmsgBuf;
 use crate::wire::control::{decode_recv, EcnCodepoint};
 use crate::wire::gro::Datagrams;
+use std::io::IoSliceMut;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsFd;
 use std::sync::atomic::Ordering::Relaxed;
@@ -33,6 +34,22 @@ pub struct RecvMeta {
     pub control_truncated: bool,
     /// The interface the message arrived on, when PKTINFO is on.
     pub ifindex: Option<u32>,
+}
+
+impl Default for RecvMeta {
+    /// An empty message from `0.0.0.0:0`, to be overwritten by a receive.
+    fn default() -> Self {
+        RecvMeta {
+            source: SocketAddr::from(([0, 0, 0, 0], 0)),
+            destination: None,
+            ecn: None,
+            len: 0,
+            stride: 1,
+            truncated: false,
+            control_truncated: false,
+            ifindex: None,
+        }
+    }
 }
 
 impl RecvMeta {
@@ -85,6 +102,13 @@ pub struct RecvBatch {
     raw: Vec<InMeta>,
     metas: Vec<RecvMeta>,
     len: usize,
+    policy: RecvPolicy,
+}
+
+/// How many messages the next receive asks for (see
+/// [`RecvBatch::next_request`]), from what recent receives got.
+#[derive(Debug, Clone)]
+pub(crate) struct RecvPolicy {
     budget: usize,
     /// Recent bytes per message, as a moving average.
     avg: usize,
@@ -95,70 +119,20 @@ pub struct RecvBatch {
     calls: usize,
 }
 
-impl RecvBatch {
-    /// Buffers for up to `messages` messages of [`DEFAULT_MESSAGE_CAPACITY`]
-    /// bytes.
-    pub fn new(messages: usize) -> Self {
-        Self::with_capacity(messages, DEFAULT_MESSAGE_CAPACITY)
-    }
-
-    /// Buffers for up to `messages` messages (1 to 128) of
-    /// `bytes_per_message` bytes each (1 byte to 16 MiB).
-    ///
-    /// A message larger than that is truncated, flagged
-    /// ([`RecvMeta::truncated`]) and counted. With GRO on, less than
-    /// [`DEFAULT_MESSAGE_CAPACITY`] may truncate trains: a truncated train
-    /// yields only its whole datagrams, but a buffer shorter than one
-    /// datagram yields that datagram's head, still flagged truncated.
-    pub fn with_capacity(messages: usize, bytes_per_message: usize) -> Self {
-        let messages = messages.clamp(1, MAX_BATCH);
-        let stride = bytes_per_message.clamp(1, 16 << 20);
-        let empty = RecvMeta {
-            source: SocketAddr::from(([0, 0, 0, 0], 0)),
-            destination: None,
-            ecn: None,
-            len: 0,
-            stride: 1,
-            truncated: false,
-            control_truncated: false,
-            ifindex: None,
-        };
-        RecvBatch {
-            buf: vec![0; messages * stride],
-            stride,
-            controls: vec![CmsgBuf::default(); messages],
-            names: vec![AddrBuf::default(); messages],
-            raw: vec![InMeta::default(); messages],
-            metas: vec![empty; messages],
-            len: 0,
+impl Default for RecvPolicy {
+    fn default() -> Self {
+        RecvPolicy {
             budget: DEFAULT_RECV_BUDGET,
             avg: 0,
             backlog16: 0,
             calls: 0,
         }
     }
+}
 
-    /// Sets the byte budget of one receive call (see the type's docs); 0
-    /// turns the adaptation off, and every call asks for the full capacity.
-    pub fn with_budget(mut self, bytes: usize) -> Self {
-        self.budget = bytes;
-        self
-    }
-
-    /// Messages the next receive asks for.
-    ///
-    /// A `recvmmsg` that gets fewer messages than it asked for pays for one
-    /// failed try, and on a receiver that keeps up (one or two messages
-    /// queued per call) that costs more per byte than the calls it saves:
-    /// measured 1.10-1.18x the CPU per byte of plain `recvmsg`
-    /// (docs/BENCHMARKS.md). So the batch asks for one message (`recvmsg`)
-    /// unless the backlog that recent batch calls found is at least
-    /// three messages, or messages are GRO trains (16 KiB or more on
-    /// average); then about twice that backlog, and at least two. Every 16th call
-    /// asks for a full batch, to find a backlog. Never more than fit the
-    /// byte budget at the recent message size, or the capacity.
-    pub fn next_request(&self) -> usize {
-        let cap = self.capacity();
+impl RecvPolicy {
+    /// Messages to ask for, out of `cap`.
+    pub(crate) fn next_request(&self, cap: usize) -> usize {
         if self.budget == 0 || self.avg == 0 {
             return cap;
         }
@@ -173,9 +147,8 @@ impl RecvBatch {
         by_bytes.min(by_count)
     }
 
-    /// Notes what a receive that asked for `asked` messages got, for the
-    /// next request.
-    fn note(&mut self, asked: usize, got: usize, bytes: usize) {
+    /// Notes what a receive that asked for `asked` messages got.
+    pub(crate) fn note(&mut self, asked: usize, got: usize, bytes: usize) {
         if got == 0 {
             return;
         }
@@ -197,6 +170,61 @@ impl RecvBatch {
             (self.avg * 3 + per) / 4
         }
         .max(1);
+    }
+}
+
+impl RecvBatch {
+    /// Buffers for up to `messages` messages of [`DEFAULT_MESSAGE_CAPACITY`]
+    /// bytes.
+    pub fn new(messages: usize) -> Self {
+        Self::with_capacity(messages, DEFAULT_MESSAGE_CAPACITY)
+    }
+
+    /// Buffers for up to `messages` messages (1 to 128) of
+    /// `bytes_per_message` bytes each (1 byte to 16 MiB).
+    ///
+    /// A message larger than that is truncated, flagged
+    /// ([`RecvMeta::truncated`]) and counted. With GRO on, less than
+    /// [`DEFAULT_MESSAGE_CAPACITY`] may truncate trains: a truncated train
+    /// yields only its whole datagrams, but a buffer shorter than one
+    /// datagram yields that datagram's head, still flagged truncated.
+    pub fn with_capacity(messages: usize, bytes_per_message: usize) -> Self {
+        let messages = messages.clamp(1, MAX_BATCH);
+        let stride = bytes_per_message.clamp(1, 16 << 20);
+        let empty = RecvMeta::default();
+        RecvBatch {
+            buf: vec![0; messages * stride],
+            stride,
+            controls: vec![CmsgBuf::default(); messages],
+            names: vec![AddrBuf::default(); messages],
+            raw: vec![InMeta::default(); messages],
+            metas: vec![empty; messages],
+            len: 0,
+            policy: RecvPolicy::default(),
+        }
+    }
+
+    /// Sets the byte budget of one receive call (see the type's docs); 0
+    /// turns the adaptation off, and every call asks for the full capacity.
+    pub fn with_budget(mut self, bytes: usize) -> Self {
+        self.policy.budget = bytes;
+        self
+    }
+
+    /// Messages the next receive asks for.
+    ///
+    /// A `recvmmsg` that gets fewer messages than it asked for pays for one
+    /// failed try, and on a receiver that keeps up (one or two messages
+    /// queued per call) that costs more per byte than the calls it saves:
+    /// measured 1.10-1.18x the CPU per byte of plain `recvmsg`
+    /// (docs/BENCHMARKS.md). So the batch asks for one message (`recvmsg`)
+    /// unless the backlog that recent batch calls found is at least
+    /// three messages, or messages are GRO trains (16 KiB or more on
+    /// average); then about twice that backlog, and at least two. Every 16th call
+    /// asks for a full batch, to find a backlog. Never more than fit the
+    /// byte budget at the recent message size, or the capacity.
+    pub fn next_request(&self) -> usize {
+        self.policy.next_request(self.capacity())
     }
 
     /// Messages received by the last receive.
@@ -285,44 +313,106 @@ impl UdpState {
         let mut bytes = 0;
         for i in 0..got {
             let raw: InMeta = batch.raw[i];
-            let ctl =
-                decode_recv(&batch.controls[i].0[..raw.control_len.min(batch.controls[i].0.len())]);
-            let truncated = raw.flags & sys::MSG_TRUNC != 0;
-            let control_truncated = raw.flags & sys::MSG_CTRUNC != 0 || ctl.is_err();
-            let ctl = ctl.unwrap_or_default();
-            if truncated {
-                self.c.truncated.fetch_add(1, Relaxed);
-            }
-            if control_truncated {
-                self.c.ctruncated.fetch_add(1, Relaxed);
-            }
-            if let Some(d) = ctl.drops {
-                self.c.drops.fetch_max(d as u64, Relaxed);
-            }
-            let mut len = raw.len.min(stride);
-            bytes += len;
-            // A truncated train ends in part of a datagram: keep whole ones.
-            if truncated {
-                if let Some(s) = ctl.stride.filter(|&s| s > 0 && s < len) {
-                    len -= len % s;
-                }
-            }
-            batch.metas[i] = RecvMeta {
-                source: raw
-                    .source
-                    .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0))),
-                destination: ctl.dst_ip,
-                ecn: ctl.ecn,
-                len,
-                stride: ctl.stride.unwrap_or(len).max(1).min(len.max(1)),
-                truncated,
-                control_truncated,
-                ifindex: ctl.ifindex,
-            };
+            let control = &batch.controls[i].0[..raw.control_len.min(batch.controls[i].0.len())];
+            batch.metas[i] = self.decode(raw, control, stride);
+            bytes += batch.metas[i].len;
         }
         batch.len = got;
-        batch.note(want, got, bytes);
+        batch.policy.note(want, got, bytes);
         Ok(got)
+    }
+
+    /// Receives into buffers the caller owns, as quinn and other stacks
+    /// hold them: message `i` into `bufs[i]` and its metadata into
+    /// `meta[i]`, for up to `bufs.len().min(meta.len())` messages (at most
+    /// 128); returns how many.
+    ///
+    /// The same receive as [`UdpState::recv`] (waiting, errors, GRO,
+    /// truncation and counters), without a [`RecvBatch`]: names and control
+    /// data live on the stack, and nothing is allocated. A buffer should
+    /// hold [`UdpState::max_receive_segments`] datagrams of the largest
+    /// size expected, or GRO trains are truncated (flagged and counted).
+    pub fn recv_slices(
+        &self,
+        sock: impl AsFd,
+        bufs: &mut [IoSliceMut<'_>],
+        meta: &mut [RecvMeta],
+    ) -> Result<usize, Error> {
+        let fd = sock.as_fd();
+        let n = bufs.len().min(meta.len());
+        let n = if self.caps.mmsg { n } else { n.min(1) };
+        if n == 0 {
+            return Ok(0);
+        }
+        let mut retries = 0;
+        loop {
+            let (bufs, meta) = (&mut bufs[..n], &mut *meta);
+            let mut lens = [0usize; sys::MAX_BATCH];
+            for (l, b) in lens.iter_mut().zip(bufs.iter()) {
+                *l = b.len();
+            }
+            let r = sys::recvmmsg_slices(fd, bufs, 0, |i, raw, control| {
+                meta[i] = self.decode(raw, control, lens[i]);
+            });
+            match r {
+                Ok(got) => {
+                    self.c.recv_calls.fetch_add(1, Relaxed);
+                    self.c.recv_messages.fetch_add(got as u64, Relaxed);
+                    return Ok(got);
+                }
+                Err(e) => {
+                    if retries < 4 && self.absorb_async_error(fd, &e) {
+                        retries += 1;
+                        continue;
+                    }
+                    return Err(Error::Io(e));
+                }
+            }
+        }
+    }
+
+    /// Turns one received message's raw metadata and control data into a
+    /// [`RecvMeta`], counting truncation and drops; `room` is the size of
+    /// the buffer it landed in.
+    fn decode(&self, raw: InMeta, control: &[u8], room: usize) -> RecvMeta {
+        let ctl = decode_recv(control);
+        let truncated = raw.flags & sys::MSG_TRUNC != 0;
+        let control_truncated = raw.flags & sys::MSG_CTRUNC != 0 || ctl.is_err();
+        let ctl = ctl.unwrap_or_default();
+        if truncated {
+            self.c.truncated.fetch_add(1, Relaxed);
+        }
+        if control_truncated {
+            self.c.ctruncated.fetch_add(1, Relaxed);
+        }
+        if let Some(d) = ctl.drops {
+            self.c.drops.fetch_max(d as u64, Relaxed);
+        }
+        if let Some(e) = ctl.ecn {
+            self.c.ecn_marked.fetch_add(1, Relaxed);
+            if e == EcnCodepoint::Ce {
+                self.c.ecn_ce.fetch_add(1, Relaxed);
+            }
+        }
+        let mut len = raw.len.min(room);
+        // A truncated train ends in part of a datagram: keep whole ones.
+        if truncated {
+            if let Some(s) = ctl.stride.filter(|&s| s > 0 && s < len) {
+                len -= len % s;
+            }
+        }
+        RecvMeta {
+            source: raw
+                .source
+                .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0))),
+            destination: ctl.dst_ip,
+            ecn: ctl.ecn,
+            len,
+            stride: ctl.stride.unwrap_or(len).max(1).min(len.max(1)),
+            truncated,
+            control_truncated,
+            ifindex: ctl.ifindex,
+        }
     }
 }
 
@@ -337,7 +427,7 @@ mod tests {
             .map(|_| {
                 let want = b.next_request();
                 let g = got.min(want);
-                b.note(want, g, g * bytes);
+                b.policy.note(want, g, g * bytes);
                 want
             })
             .collect()

@@ -131,6 +131,10 @@ pub struct Stats {
     pub truncated: u64,
     /// Messages received with `MSG_CTRUNC`: some control data was lost.
     pub control_truncated: u64,
+    /// Messages received with an ECN mark (ECT(0), ECT(1) or CE).
+    pub recv_ecn_marked: u64,
+    /// Messages received marked CE (congestion experienced).
+    pub recv_ecn_ce: u64,
     /// The kernel's drop counter for this socket, in messages (a GRO train
     /// counts once): `SO_MEMINFO` now, or `SO_RXQ_OVFL` as last reported.
     pub kernel_drops: u64,
@@ -221,6 +225,8 @@ pub(super) struct Counters {
     pub resent: AtomicU64,
     pub truncated: AtomicU64,
     pub ctruncated: AtomicU64,
+    pub ecn_marked: AtomicU64,
+    pub ecn_ce: AtomicU64,
     pub drops: AtomicU64,
     pub async_errors: AtomicU64,
     pub gso_retries: AtomicU64,
@@ -450,6 +456,13 @@ impl UdpState {
         .map_err(setup("SO_MAX_PACING_RATE"))
     }
 
+    /// Error-queue messages read so far (the `async_errors` counter), for
+    /// wrappers that wake a task waiting on the error queue.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn async_error_count(&self) -> u64 {
+        self.c.async_errors.load(Relaxed)
+    }
+
     /// Counters and fallback events so far (`sock` for the kernel's drop
     /// counter).
     pub fn stats(&self, sock: impl AsFd) -> Stats {
@@ -461,6 +474,8 @@ impl UdpState {
             resent_unsegmented: self.c.resent.load(Relaxed),
             truncated: self.c.truncated.load(Relaxed),
             control_truncated: self.c.ctruncated.load(Relaxed),
+            recv_ecn_marked: self.c.ecn_marked.load(Relaxed),
+            recv_ecn_ce: self.c.ecn_ce.load(Relaxed),
             kernel_drops: self.kernel_drops(sock),
             async_errors: self.c.async_errors.load(Relaxed),
             errors_lost: self.errors.lock().map(|r| r.lost()).unwrap_or(0),

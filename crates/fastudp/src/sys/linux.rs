@@ -232,29 +232,114 @@ impl std::fmt::Debug for AddrBuf {
 
 impl AddrBuf {
     fn socket_addr(&self, len: libc::socklen_t) -> Option<SocketAddr> {
-        let len = len as usize;
-        match self.0.ss_family as i32 {
-            libc::AF_INET if len >= size_of::<libc::sockaddr_in>() => {
-                // SAFETY: the family says the storage holds a sockaddr_in, and
-                // sockaddr_storage is large and aligned enough for it.
-                let a = unsafe { &*(&self.0 as *const _ as *const libc::sockaddr_in) };
-                Some(SocketAddr::V4(SocketAddrV4::new(
-                    Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)),
-                    u16::from_be(a.sin_port),
-                )))
-            }
-            libc::AF_INET6 if len >= size_of::<libc::sockaddr_in6>() => {
-                // SAFETY: as above, for sockaddr_in6.
-                let a = unsafe { &*(&self.0 as *const _ as *const libc::sockaddr_in6) };
-                Some(SocketAddr::V6(SocketAddrV6::new(
-                    Ipv6Addr::from(a.sin6_addr.s6_addr),
-                    u16::from_be(a.sin6_port),
-                    a.sin6_flowinfo,
-                    a.sin6_scope_id,
-                )))
-            }
-            _ => None,
+        addr_from_raw(&self.0, len)
+    }
+}
+
+/// The socket address the kernel wrote at `p` (`len` bytes of it). Only
+/// the bytes written are read, through the raw pointer: `p` may point at
+/// storage that was uninitialised before the call.
+fn addr_from_raw(p: *const libc::sockaddr_storage, len: libc::socklen_t) -> Option<SocketAddr> {
+    let len = len as usize;
+    if len < size_of::<libc::sa_family_t>() {
+        return None;
+    }
+    // SAFETY: `p` is valid for reads of a sockaddr_storage, and the kernel
+    // wrote at least the family.
+    let family = unsafe { ptr::addr_of!((*p).ss_family).read() } as i32;
+    match family {
+        libc::AF_INET if len >= size_of::<libc::sockaddr_in>() => {
+            // SAFETY: the family says the storage holds a sockaddr_in, all
+            // of whose bytes were written; sockaddr_storage is large and
+            // aligned enough for it.
+            let a = unsafe { p.cast::<libc::sockaddr_in>().read() };
+            Some(SocketAddr::V4(SocketAddrV4::new(
+                Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)),
+                u16::from_be(a.sin_port),
+            )))
         }
+        libc::AF_INET6 if len >= size_of::<libc::sockaddr_in6>() => {
+            // SAFETY: as above, for sockaddr_in6.
+            let a = unsafe { p.cast::<libc::sockaddr_in6>().read() };
+            Some(SocketAddr::V6(SocketAddrV6::new(
+                Ipv6Addr::from(a.sin6_addr.s6_addr),
+                u16::from_be(a.sin6_port),
+                a.sin6_flowinfo,
+                a.sin6_scope_id,
+            )))
+        }
+        _ => None,
+    }
+}
+
+/// The receive call both receive forms share: `recvmsg(2)` when `n` is 1,
+/// else `recvmmsg(2)` with `MSG_WAITFORONE`, on the first `n` headers
+/// (which the caller wrote). Returns how many messages arrived; each
+/// header's `msg_len` is set.
+fn recv_headers(
+    fd: BorrowedFd<'_>,
+    hdrs: &mut [MaybeUninit<libc::mmsghdr>; MAX_BATCH],
+    n: usize,
+    flags: i32,
+) -> io::Result<usize> {
+    if n == 1 {
+        // SAFETY: header 0 was written by the caller and points at live,
+        // writable buffers of the lengths given.
+        let r = retry(|| unsafe {
+            libc::recvmsg(fd.as_raw_fd(), &mut (*hdrs[0].as_mut_ptr()).msg_hdr, flags)
+        });
+        let len = cvt_ssize(r)?;
+        // SAFETY: as above; recvmsg does not write msg_len, so set it.
+        unsafe { (*hdrs[0].as_mut_ptr()).msg_len = len as _ };
+        Ok(1)
+    } else {
+        // SAFETY: `hdrs[..n]` were written by the caller; every header
+        // points at distinct, live, writable buffers of the lengths given.
+        let r = retry(|| unsafe {
+            libc::recvmmsg(
+                fd.as_raw_fd(),
+                hdrs.as_mut_ptr() as *mut libc::mmsghdr,
+                n as _,
+                (flags | libc::MSG_WAITFORONE) as _,
+                ptr::null_mut(),
+            )
+        });
+        cvt(r)
+    }
+}
+
+/// A receive header for one message into `iov`, with its name and control
+/// buffers.
+fn recv_header(
+    iov: *mut libc::iovec,
+    name: *mut libc::sockaddr_storage,
+    control: *mut CmsgBufRaw,
+) -> libc::mmsghdr {
+    let mut h = empty_msghdr();
+    h.msg_name = name as *mut libc::c_void;
+    h.msg_namelen = size_of::<libc::sockaddr_storage>() as _;
+    h.msg_iov = iov;
+    h.msg_iovlen = 1;
+    h.msg_control = control as *mut libc::c_void;
+    h.msg_controllen = size_of::<CmsgBufRaw>() as _;
+    libc::mmsghdr {
+        msg_hdr: h,
+        msg_len: 0,
+    }
+}
+
+/// The raw bytes of an [`InControl`].
+type CmsgBufRaw = InControl;
+
+/// What a received header says, with its source read from `name`.
+fn in_meta(h: &libc::mmsghdr, name: *const libc::sockaddr_storage) -> InMeta {
+    InMeta {
+        len: h.msg_len as usize,
+        flags: h.msg_hdr.msg_flags,
+        source: addr_from_raw(name, h.msg_hdr.msg_namelen),
+        // usize on glibc, u32 on musl.
+        #[allow(clippy::unnecessary_cast)]
+        control_len: h.msg_hdr.msg_controllen as usize,
     }
 }
 
@@ -291,54 +376,60 @@ pub(crate) fn recvmmsg(
             iov_base: unsafe { base.add(i * stride) } as *mut libc::c_void,
             iov_len: stride,
         });
-        let mut h = empty_msghdr();
-        h.msg_name = &mut names[i].0 as *mut _ as *mut libc::c_void;
-        h.msg_namelen = size_of::<libc::sockaddr_storage>() as _;
-        h.msg_iov = iov;
-        h.msg_iovlen = 1;
-        h.msg_control = controls[i].0.as_mut_ptr() as *mut libc::c_void;
-        h.msg_controllen = controls[i].0.len() as _;
-        hdrs[i].write(libc::mmsghdr {
-            msg_hdr: h,
-            msg_len: 0,
-        });
+        hdrs[i].write(recv_header(iov, &mut names[i].0, &mut controls[i]));
     }
-    let got = if n == 1 {
-        // SAFETY: header 0 was written above and points at live, writable
-        // buffers of the lengths given.
-        let r = retry(|| unsafe {
-            libc::recvmsg(fd.as_raw_fd(), &mut (*hdrs[0].as_mut_ptr()).msg_hdr, flags)
-        });
-        let len = cvt_ssize(r)?;
-        // SAFETY: as above; recvmsg does not write msg_len, so set it.
-        unsafe { (*hdrs[0].as_mut_ptr()).msg_len = len as _ };
-        1
-    } else {
-        // SAFETY: `hdrs[..n]` were written above; every header points at
-        // distinct, live, writable buffers of the lengths given: chunks of
-        // `buf`, `names`, `controls`.
-        let r = retry(|| unsafe {
-            libc::recvmmsg(
-                fd.as_raw_fd(),
-                hdrs.as_mut_ptr() as *mut libc::mmsghdr,
-                n as _,
-                (flags | libc::MSG_WAITFORONE) as _,
-                ptr::null_mut(),
-            )
-        });
-        cvt(r)?
-    };
+    let got = recv_headers(fd, &mut hdrs, n, flags)?;
     for i in 0..got {
         // SAFETY: the first `got` <= n headers were written above.
         let h = unsafe { hdrs[i].assume_init_ref() };
-        metas[i] = InMeta {
-            len: h.msg_len as usize,
-            flags: h.msg_hdr.msg_flags,
-            source: names[i].socket_addr(h.msg_hdr.msg_namelen),
+        metas[i] = in_meta(h, &names[i].0);
+    }
+    Ok(got)
+}
+
+/// `recvmmsg(2)` (or `recvmsg(2)` for one) into caller-provided buffers:
+/// message `i` into `bufs[i]`. Names and control buffers live on the
+/// stack, uninitialised until the kernel writes them; `each(i, meta,
+/// control)` is called for every message received, with its control data.
+pub(crate) fn recvmmsg_slices(
+    fd: BorrowedFd<'_>,
+    bufs: &mut [io::IoSliceMut<'_>],
+    flags: i32,
+    mut each: impl FnMut(usize, InMeta, &[u8]),
+) -> io::Result<usize> {
+    let n = bufs.len().min(MAX_BATCH);
+    if n == 0 {
+        return Ok(0);
+    }
+    let mut hdrs = [const { MaybeUninit::<libc::mmsghdr>::uninit() }; MAX_BATCH];
+    let mut names = [const { MaybeUninit::<AddrBuf>::uninit() }; MAX_BATCH];
+    let mut ctls = [const { MaybeUninit::<InControl>::uninit() }; MAX_BATCH];
+    for i in 0..n {
+        // IoSliceMut is ABI-compatible with struct iovec on Unix (std
+        // guarantees it), and `bufs[i]` stays borrowed for the call.
+        let iov = &mut bufs[i] as *mut io::IoSliceMut<'_> as *mut libc::iovec;
+        hdrs[i].write(recv_header(
+            iov,
+            names[i].as_mut_ptr() as *mut libc::sockaddr_storage,
+            ctls[i].as_mut_ptr(),
+        ));
+    }
+    let got = recv_headers(fd, &mut hdrs, n, flags)?;
+    for i in 0..got {
+        // SAFETY: the first `got` <= n headers were written above, and the
+        // kernel wrote `msg_controllen` bytes of control data (no more than
+        // the buffer holds) at the start of `ctls[i]`.
+        let (h, control) = unsafe {
+            let h = hdrs[i].assume_init_ref();
             // usize on glibc, u32 on musl.
             #[allow(clippy::unnecessary_cast)]
-            control_len: h.msg_hdr.msg_controllen as usize,
+            let clen = (h.msg_hdr.msg_controllen as usize).min(size_of::<InControl>());
+            let control = std::slice::from_raw_parts(ctls[i].as_ptr() as *const u8, clen);
+            (h, control)
         };
+        // The name is read through its pointer, only the bytes written.
+        let meta = in_meta(h, names[i].as_ptr() as *const libc::sockaddr_storage);
+        each(i, meta, control);
     }
     Ok(got)
 }

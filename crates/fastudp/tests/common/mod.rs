@@ -428,6 +428,8 @@ pub struct VethPair {
     pub b: String,
     pub addr_a: std::net::Ipv4Addr,
     pub addr_b: std::net::Ipv4Addr,
+    pub addr6_a: std::net::Ipv6Addr,
+    pub addr6_b: std::net::Ipv6Addr,
 }
 
 impl VethPair {
@@ -445,6 +447,12 @@ impl VethPair {
         ));
         must(&format!("ip -n {a} addr add 10.201.{n}.1/30 dev va"));
         must(&format!("ip -n {b} addr add 10.201.{n}.2/30 dev vb"));
+        must(&format!(
+            "ip -n {a} addr add fd00:201:{n}::1/64 dev va nodad"
+        ));
+        must(&format!(
+            "ip -n {b} addr add fd00:201:{n}::2/64 dev vb nodad"
+        ));
         must(&format!("ip -n {a} link set va up"));
         must(&format!("ip -n {b} link set vb up"));
         must(&format!("ip -n {a} link set lo up"));
@@ -454,6 +462,8 @@ impl VethPair {
             b,
             addr_a: format!("10.201.{n}.1").parse().unwrap(),
             addr_b: format!("10.201.{n}.2").parse().unwrap(),
+            addr6_a: format!("fd00:201:{n}::1").parse().unwrap(),
+            addr6_b: format!("fd00:201:{n}::2").parse().unwrap(),
         }
     }
 
@@ -471,6 +481,21 @@ impl VethPair {
     pub fn bind(&self, ns: &str, addr: SocketAddr, config: Config) -> Socket {
         bind_in(ns, addr, config)
     }
+}
+
+/// Binds a standard UDP socket inside network namespace `ns` (as
+/// [`bind_in`] does).
+pub fn std_bind_in(ns: &str, addr: SocketAddr) -> std::net::UdpSocket {
+    let path = format!("/var/run/netns/{ns}");
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let f = std::fs::File::open(&path).expect("open netns");
+            fastudp::os::setns_net(std::os::fd::AsFd::as_fd(&f)).expect("setns");
+            std::net::UdpSocket::bind(addr).expect("bind in namespace")
+        })
+        .join()
+        .expect("namespace thread")
+    })
 }
 
 /// Binds a fastudp socket inside network namespace `ns`: a helper thread

@@ -1,0 +1,294 @@
+//! fastudp on tokio's reactor (feature `tokio`).
+//!
+//! [`UdpSocket`] is a `tokio::net::UdpSocket` with its [`UdpState`]: the
+//! same batched sends and receives, GSO, GRO, ECN, fallbacks and counters
+//! as [`crate::Socket`], as `async` calls.
+//!
+//! Readiness is exact: each call tries the socket, and only a `WouldBlock`
+//! from the kernel clears tokio's readiness and waits for the next edge.
+//! Any other error is returned at once, never retried in a loop; nothing
+//! spins. An ICMP error for an earlier send is read into the socket's error
+//! queue on an unconnected socket ([`UdpSocket::recv_error`]), and returned
+//! by the next call on a connected one (such as `ConnectionRefused` when
+//! the peer went away).
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), fastudp::Error> {
+//! use fastudp::tokio::UdpSocket;
+//! use fastudp::{RecvBatch, Transmit};
+//!
+//! let rx = UdpSocket::bind("127.0.0.1:0".parse().unwrap())?;
+//! let tx = UdpSocket::bind("127.0.0.1:0".parse().unwrap())?;
+//! let payload = vec![7u8; 12_000];
+//! // Ten datagrams in one GSO train; waits while the socket is full.
+//! tx.send_all(&[Transmit::train(rx.local_addr()?, &payload, 1200)]).await?;
+//! let mut batch = RecvBatch::new(32);
+//! rx.recv(&mut batch).await?;
+//! for (_meta, datagram) in batch.datagrams() {
+//!     assert_eq!(datagram.len(), 1200);
+//! }
+//! # Ok(())
+//! # }
+//! ```
+
+use crate::socket::{Config, RecvBatch, RecvMeta, Sent, Stats, Transmit, UdpIo, UdpState};
+use crate::{Capabilities, Coalescer, Error, SocketError};
+use std::future::Future;
+use std::io::{self, IoSliceMut};
+use std::net::SocketAddr;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::task::Poll;
+use tokio::io::Interest;
+
+/// A UDP socket on tokio's reactor, with fastudp's batched core.
+///
+/// Create it inside a tokio runtime (it registers with the reactor).
+#[derive(Debug)]
+pub struct UdpSocket {
+    io: tokio::net::UdpSocket,
+    state: UdpState,
+    /// Woken when a send or receive read an ICMP error into the queue, for
+    /// [`UdpSocket::recv_error`].
+    queued: tokio::sync::Notify,
+}
+
+/// Runs `op` on the socket when tokio says it is ready for `interest`,
+/// until it does not return `WouldBlock`. Only a `WouldBlock` clears
+/// readiness (inside `try_io`); other outcomes, errors included, are
+/// returned as they are.
+async fn when_ready<R>(
+    io: &tokio::net::UdpSocket,
+    interest: Interest,
+    mut op: impl FnMut() -> Result<R, Error>,
+) -> Result<R, Error> {
+    loop {
+        let ready = io.ready(interest).await?;
+        // `try_io` takes one interest (a combined one never matches): the
+        // one that is ready, so that a `WouldBlock` clears exactly it.
+        let one = if interest.is_readable() && (ready.is_readable() || ready.is_read_closed()) {
+            Interest::READABLE
+        } else if interest.is_writable() && (ready.is_writable() || ready.is_write_closed()) {
+            Interest::WRITABLE
+        } else if interest.is_error() && ready.is_error() {
+            Interest::ERROR
+        } else {
+            continue;
+        };
+        let r = io.try_io(one, || match op() {
+            Err(e) if e.is_would_block() => Err(io::ErrorKind::WouldBlock.into()),
+            other => Ok(other),
+        });
+        match r {
+            Ok(outcome) => return outcome,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(Error::Io(e)),
+        }
+    }
+}
+
+impl UdpSocket {
+    /// Binds a socket at `addr` with the default [`Config`].
+    pub fn bind(addr: SocketAddr) -> Result<Self, Error> {
+        Self::bind_with(addr, Config::default())
+    }
+
+    /// Binds a socket at `addr` with `config`.
+    pub fn bind_with(addr: SocketAddr, config: Config) -> Result<Self, Error> {
+        Self::from_std(crate::socket::bind_udp(addr)?, config)
+    }
+
+    /// Takes a standard socket (made non-blocking here) and sets it up.
+    pub fn from_std(sock: std::net::UdpSocket, config: Config) -> Result<Self, Error> {
+        sock.set_nonblocking(true)?;
+        let state = UdpState::new(&sock, config)?;
+        Self::from_tokio_state(tokio::net::UdpSocket::from_std(sock)?, state)
+    }
+
+    /// Takes a tokio socket and sets it up.
+    pub fn from_tokio(sock: tokio::net::UdpSocket, config: Config) -> Result<Self, Error> {
+        let state = UdpState::new(&sock, config)?;
+        Self::from_tokio_state(sock, state)
+    }
+
+    fn from_tokio_state(io: tokio::net::UdpSocket, state: UdpState) -> Result<Self, Error> {
+        Ok(UdpSocket {
+            io,
+            state,
+            queued: tokio::sync::Notify::new(),
+        })
+    }
+
+    /// Runs `op` when the socket is ready for `interest` (see
+    /// [`when_ready`]), and wakes [`UdpSocket::recv_error`] if `op` read
+    /// an ICMP error into the queue.
+    async fn io<R>(
+        &self,
+        interest: Interest,
+        mut op: impl FnMut() -> Result<R, Error>,
+    ) -> Result<R, Error> {
+        let errors = self.state.async_error_count();
+        let r = when_ready(&self.io, interest, &mut op).await;
+        if self.state.async_error_count() != errors {
+            self.queued.notify_waiters();
+        }
+        r
+    }
+
+    /// Sends transmits, waiting until the socket takes at least part of
+    /// them, and returns exactly what went out (as [`UdpState::send`]).
+    /// Resume the rest with [`Transmit::skip_datagrams`], or use
+    /// [`UdpSocket::send_all`].
+    pub async fn send(&self, transmits: &[Transmit<'_>]) -> Result<Sent, Error> {
+        self.io(Interest::WRITABLE, || self.state.send(&self.io, transmits))
+            .await
+    }
+
+    /// Sends every transmit, waiting whenever the socket is full. Returns
+    /// the number of datagrams sent. On an error, the transmits before the
+    /// one that failed went out, and the error names it (its index in
+    /// `transmits`).
+    pub async fn send_all(&self, transmits: &[Transmit<'_>]) -> Result<usize, Error> {
+        let (mut k, mut skip, mut datagrams) = (0, 0, 0);
+        while k < transmits.len() {
+            if skip > 0 {
+                // The rest of a split train, alone.
+                let rest = transmits[k].skip_datagrams(skip);
+                let sent = self.send(&[rest]).await.map_err(|e| e.at(k))?;
+                if sent.transmits == 1 {
+                    datagrams += rest.segments();
+                    (k, skip) = (k + 1, 0);
+                } else {
+                    datagrams += sent.datagrams;
+                    skip += sent.datagrams;
+                }
+            } else {
+                let sent = self.send(&transmits[k..]).await.map_err(|e| e.at(k))?;
+                datagrams += transmits[k..k + sent.transmits]
+                    .iter()
+                    .map(Transmit::segments)
+                    .sum::<usize>()
+                    + sent.datagrams;
+                k += sent.transmits;
+                skip = sent.datagrams;
+            }
+        }
+        Ok(datagrams)
+    }
+
+    /// Receives a batch of messages into `batch`, waiting until at least
+    /// one is there (as [`UdpState::recv`]). It also wakes on an ICMP
+    /// error: a connected socket returns it (`ConnectionRefused` when the
+    /// peer went away); an unconnected one reads it into the error queue
+    /// and goes on waiting.
+    pub async fn recv(&self, batch: &mut RecvBatch) -> Result<usize, Error> {
+        self.io(Interest::READABLE | Interest::ERROR, || {
+            self.state.recv(&self.io, batch)
+        })
+        .await
+    }
+
+    /// Receives into buffers the caller owns, waiting until at least one
+    /// message is there (as [`UdpState::recv_slices`]).
+    pub async fn recv_slices(
+        &self,
+        bufs: &mut [IoSliceMut<'_>],
+        meta: &mut [RecvMeta],
+    ) -> Result<usize, Error> {
+        self.io(Interest::READABLE | Interest::ERROR, || {
+            self.state.recv_slices(&self.io, bufs, meta)
+        })
+        .await
+    }
+
+    /// Sends everything `coalescer` has queued, waiting whenever the socket
+    /// is full. Returns the number of datagrams sent. Errors are those of
+    /// [`Coalescer::flush`].
+    pub async fn flush(&self, coalescer: &mut Coalescer) -> Result<usize, Error> {
+        let mut total = 0;
+        while !coalescer.is_empty() {
+            total += self
+                .io(Interest::WRITABLE, || coalescer.flush(self))
+                .await?;
+        }
+        Ok(total)
+    }
+
+    /// Waits for the next error-queue message: an ICMP error (with the
+    /// destination that refused, or the path MTU), a departure-time drop,
+    /// or a zerocopy completion (see [`UdpState::recv_error`]).
+    pub async fn recv_error(&self) -> Result<SocketError, Error> {
+        loop {
+            // Armed before the queue is looked at, so that an error a
+            // concurrent receive reads in between still wakes this task.
+            let mut queued = std::pin::pin!(self.queued.notified());
+            queued.as_mut().enable();
+            if let Some(e) = self.state.recv_error(&self.io)? {
+                return Ok(e);
+            }
+            let mut ready = std::pin::pin!(self.io.ready(Interest::ERROR));
+            // Whichever comes first: error readiness, or a wake-up from a
+            // send or receive that read an error into the queue.
+            let woke = std::future::poll_fn(|cx| {
+                if queued.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(None);
+                }
+                ready.as_mut().poll(cx).map(Some)
+            })
+            .await;
+            if let Some(r) = woke {
+                r?;
+                let got = self.io.try_io(Interest::ERROR, || {
+                    self.state
+                        .recv_error(&self.io)
+                        .map_err(io::Error::from)?
+                        .ok_or_else(|| io::Error::from(io::ErrorKind::WouldBlock))
+                });
+                match got {
+                    Ok(e) => return Ok(e),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) => return Err(Error::Io(e)),
+                }
+            }
+        }
+    }
+
+    /// The local address.
+    pub fn local_addr(&self) -> Result<SocketAddr, Error> {
+        Ok(self.io.local_addr()?)
+    }
+
+    /// What was probed when the socket was set up.
+    pub fn capabilities(&self) -> Capabilities {
+        self.state.capabilities()
+    }
+
+    /// Counters and fallback events so far.
+    pub fn stats(&self) -> Stats {
+        self.state.stats(&self.io)
+    }
+
+    /// The fastudp state (GSO and GRO now, error queue, pacing).
+    pub fn state(&self) -> &UdpState {
+        &self.state
+    }
+
+    /// The tokio socket underneath, for what fastudp does not wrap.
+    pub fn as_tokio(&self) -> &tokio::net::UdpSocket {
+        &self.io
+    }
+}
+
+impl AsFd for UdpSocket {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.io.as_fd()
+    }
+}
+
+impl UdpIo for UdpSocket {
+    fn state(&self) -> &UdpState {
+        &self.state
+    }
+    fn fd(&self) -> BorrowedFd<'_> {
+        self.io.as_fd()
+    }
+}
