@@ -1,7 +1,7 @@
 //! `fastudp tx` and `fastudp rx`: the bench strategies between two hosts,
 //! with flags after the kernel's udpgso_bench_tx/rx.
 
-use crate::bench::seq::Verifier;
+use crate::bench::seq::{SenderCounts, Verifier, MAX_SENDERS};
 use crate::bench::{self, report, rx, tx, Live, RxStrategy, TxStrategy, Workload};
 use crate::Failure;
 use clap::Args;
@@ -74,7 +74,8 @@ pub struct RxArgs {
     #[arg(short = 'G')]
     pub gro: bool,
     /// Verify: read the sequence number in each datagram's first 8 bytes
-    /// (as `fastudp tx` writes it) and count lost, duplicate and reordered ones.
+    /// (as `fastudp tx` writes it) and count lost, duplicate and reordered
+    /// ones, per sender (address and port).
     #[arg(short = 'v')]
     pub verify: bool,
     /// TCP instead of UDP: accept one connection and read it to the end.
@@ -127,8 +128,17 @@ pub struct Summary {
     pub duplicates: Option<u64>,
     /// Verified runs only: datagrams that arrived after a later one.
     pub reordered: Option<u64>,
-    /// Datagrams too short to carry a sequence number (verified runs).
+    /// Verified runs only: datagrams that arrived too far behind the
+    /// sender's highest number to tell a duplicate from a late one.
+    pub late: Option<u64>,
+    /// Datagrams too short to carry a sequence number, or with one far
+    /// beyond the sender's numbering (verified runs).
     pub unsequenced: Option<u64>,
+    /// Verified runs only: datagrams from senders past the first
+    /// [`MAX_SENDERS`], counted but not verified.
+    pub unverified: Option<u64>,
+    /// Verified runs only: each sender's counts.
+    pub senders: Option<Vec<SenderCounts>>,
     /// `tx -z` only: zerocopy completions read from the error queue.
     pub zerocopy_completions: Option<u64>,
     /// `tx -z` only: completions the kernel copied anyway.
@@ -174,7 +184,10 @@ impl Summary {
             lost: None,
             duplicates: None,
             reordered: None,
+            late: None,
             unsequenced: None,
+            unverified: None,
+            senders: None,
             zerocopy_completions: None,
             zerocopy_copied: None,
         }
@@ -213,9 +226,23 @@ fn print_summary(s: &Summary, json: bool) -> Result<(), Failure> {
     if let (Some(done), Some(copied)) = (s.zerocopy_completions, s.zerocopy_copied) {
         outln!("zerocopy: {done} completions, {copied} copied by the kernel anyway");
     }
-    if let (Some(l), Some(d), Some(r), Some(u)) = (s.lost, s.duplicates, s.reordered, s.unsequenced)
+    if let (Some(l), Some(d), Some(r), Some(la), Some(u)) =
+        (s.lost, s.duplicates, s.reordered, s.late, s.unsequenced)
     {
-        outln!("verified: {l} lost, {d} duplicate, {r} reordered, {u} without a sequence number");
+        outln!("verified: {l} lost, {d} duplicate, {r} reordered, {la} late, {u} without a sequence number");
+    }
+    if let Some(ss) = s.senders.as_ref().filter(|ss| ss.len() > 1) {
+        for c in ss {
+            outln!(
+                "  from {}: {} received, {} lost, {} duplicate, {} reordered, {} late, {} without a sequence number",
+                c.source, c.received, c.lost, c.duplicates, c.reordered, c.late, c.unsequenced
+            );
+        }
+    }
+    if let Some(n) = s.unverified.filter(|&n| n > 0) {
+        outln!(
+            "{n} datagrams from senders past the first {MAX_SENDERS} were counted but not verified"
+        );
     }
     Ok(())
 }
@@ -460,7 +487,7 @@ pub fn run_rx(a: RxArgs) -> Result<(), Failure> {
                     bytes += m.len as u64;
                     if a.verify {
                         for d in m.datagrams(buf) {
-                            v.datagram(d);
+                            v.datagram(m.source, d);
                             dgrams += 1;
                         }
                     } else {
@@ -520,12 +547,16 @@ pub fn run_rx(a: RxArgs) -> Result<(), Failure> {
     if st.truncated > 0 {
         eprintln!("fastudp: warning: {} messages were truncated", st.truncated);
     }
+    let t = v.totals();
     print_summary(
         &Summary {
-            lost: a.verify.then(|| v.lost()),
-            duplicates: a.verify.then_some(v.duplicates),
-            reordered: a.verify.then_some(v.reordered),
-            unsequenced: a.verify.then_some(v.unsequenced),
+            lost: a.verify.then_some(t.lost),
+            duplicates: a.verify.then_some(t.duplicates),
+            reordered: a.verify.then_some(t.reordered),
+            late: a.verify.then_some(t.late),
+            unsequenced: a.verify.then_some(t.unsequenced),
+            unverified: a.verify.then_some(v.untracked),
+            senders: a.verify.then(|| v.per_sender()),
             ..Summary::new(
                 "rx",
                 bench::rname(strategy),

@@ -40,6 +40,8 @@ struct Ring {
     payload: usize,
     off: usize,
     seq: u64,
+    /// The number of the last call's first datagram.
+    call_seq: u64,
 }
 
 impl Ring {
@@ -50,6 +52,7 @@ impl Ring {
             payload: w.payload,
             off: 0,
             seq: 0,
+            call_seq: 0,
         }
     }
 
@@ -58,8 +61,16 @@ impl Ring {
         let at = self.off;
         self.off = (self.off + self.call_len) % self.buf.len();
         let b = &mut self.buf[at..at + self.call_len];
+        self.call_seq = self.seq;
         stamp(b, self.payload, &mut self.seq);
         b
+    }
+
+    /// Says how many of the last call's datagrams went out: the numbers of
+    /// those that did not are given to the next ones, so that a receiver
+    /// counts no datagram as lost that was never sent.
+    fn sent(&mut self, datagrams: usize) {
+        self.seq = self.call_seq + datagrams as u64;
     }
 }
 
@@ -288,6 +299,7 @@ pub fn udp(
                 peer_gone(f.state(), f.as_std(), dest, dgrams)?;
             }
         }
+        ring.sent(*sent.as_ref().unwrap_or(&0));
         match sent {
             Ok(n) => {
                 dgrams += n as u64;
@@ -414,6 +426,8 @@ pub fn zerocopy(dest: SocketAddr, w: &Workload, live: &Live) -> Result<TxOutcome
             }
             Err((e, b)) => {
                 pool.push(b);
+                // Not sent: its numbers go to the next buffer.
+                seq -= w.segs as u64;
                 let e: io::Error = e.into();
                 if !transient(&e) {
                     return Err(send_err(t, e));
