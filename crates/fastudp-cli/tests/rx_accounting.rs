@@ -1,5 +1,6 @@
 //! The receivers' accounting holds whatever arrives: `rx -v` follows each
-//! sender's numbering apart.
+//! sender's numbering apart, and `stream-rx` keeps state only for the
+//! flows it expects.
 
 mod common;
 
@@ -127,4 +128,72 @@ fn rx_v_with_two_fastudp_senders_sees_no_duplicates() {
         "{accounted} accounted of {sent} sent: {v}"
     );
     assert!(senders.iter().all(|s| s["received"].as_u64().unwrap() > 0));
+}
+
+#[test]
+fn stream_rx_counts_forged_flow_ids_as_foreign() {
+    let port = free_port();
+    let p = port.to_string();
+    let rx = Running::start(&[
+        "stream-rx",
+        "--bind",
+        "127.0.0.1",
+        "--port",
+        &p,
+        "--flows",
+        "4",
+        "--rate",
+        "20k",
+        "--idle",
+        "1",
+        "--json",
+    ]);
+    wait_bound(port);
+    // Datagrams with the stream's header, random flow ids (some in range)
+    // and random sequence numbers, from a stranger.
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let mut rand = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let (mut out_of_range, forged) = (0u64, 3000u64);
+    for i in 0..forged {
+        let flow = if i % 10 == 0 {
+            (i % 4) as u32
+        } else {
+            rand() as u32 | 4
+        };
+        out_of_range += u64::from(flow >= 4);
+        let mut d = flow.to_be_bytes().to_vec();
+        d.extend_from_slice(&(rand() | 1 << 62).to_le_bytes());
+        d.push(2);
+        d.extend_from_slice(b"FUs");
+        d.resize(200, 0);
+        s.send_to(&d, ("127.0.0.1", port)).unwrap();
+        if i % 20 == 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    let tx = Running::start(&[
+        "stream",
+        "--port",
+        &p,
+        "--flows",
+        "4",
+        "--rate",
+        "20k",
+        "--duration",
+        "1.5",
+        "--json",
+    ]);
+    parse(&tx.finish());
+    let v = parse(&rx.finish());
+    assert_eq!(v["flows"], 4, "only the 4 flows in range: {v}");
+    assert_eq!(v["foreign"], forged, "{v}");
+    assert_eq!(v["out_of_range"], out_of_range, "{v}");
+    assert!(v["loss"].as_f64().unwrap() < 0.01, "{v}");
+    assert_eq!(v["duplicates"], 0, "{v}");
 }

@@ -163,6 +163,11 @@ impl SeqWindow {
         self.lost_behind + self.next.min(self.size()) - self.arrived_in_window()
     }
 
+    /// One past the highest number seen (0 before the first).
+    pub fn next(&self) -> u64 {
+        self.next
+    }
+
     /// A window whose numbering is taken to be at `n` already, every
     /// number before it received: for tests at counts that would take too
     /// long to feed.
