@@ -9,7 +9,7 @@ mod flows;
 
 use crate::host::{netlink, routes};
 use crate::procfs::{CpuTicks, STEAL_WARN};
-use crate::Failure;
+use crate::{interrupt, Failure};
 use clap::{Args, ValueEnum};
 use fastudp::pacing::{
     choose_mode, PacingMode, Scheduler, SchedulerConfig, Waiter, DEFAULT_BATCH_BYTES,
@@ -258,6 +258,8 @@ pub struct StreamSummary {
     pub seconds: f64,
     /// Bytes.
     pub bytes: u64,
+    /// Ctrl-C ended the run: the figures cover it until then.
+    pub interrupted: bool,
 }
 
 fn print(s: &StreamSummary, json: bool) -> Result<(), Failure> {
@@ -294,6 +296,24 @@ fn print(s: &StreamSummary, json: bool) -> Result<(), Failure> {
             s.gap_us_p99.unwrap_or(0.0),
             s.max_back_to_back.unwrap_or(0)
         );
+    }
+    if s.interrupted {
+        outln!(
+            "{}: interrupted (Ctrl-C) after {:.2} s: the figures above cover the run until then",
+            s.role,
+            s.seconds
+        );
+    }
+    Ok(())
+}
+
+/// Prints the summary, then ends with status 130 if Ctrl-C cut the run short.
+fn finish(s: &StreamSummary, json: bool) -> Result<(), Failure> {
+    print(s, json)?;
+    if s.interrupted {
+        return Err(interrupt::failure(
+            "the summary above covers the run until then",
+        ));
     }
     Ok(())
 }
@@ -406,6 +426,7 @@ pub fn run_stream(a: StreamArgs) -> Result<(), Failure> {
             .find(|q| q.ifindex == idx && q.parent == netlink::TC_H_ROOT)
             .map(|q| q.kind)
     });
+    interrupt::watch();
     let (mode, reason) = choose_mode(wanted, socks[0].capabilities().txtime, qdisc.as_deref());
     if a.total_rate.is_some() && mode != PacingMode::User {
         eprintln!("fastudp: note: --total-rate applies to user-space pacing only; pacing is {mode} here, so it is not used");
@@ -462,7 +483,7 @@ pub fn run_stream(a: StreamArgs) -> Result<(), Failure> {
     let mut waiter = Waiter::tolerating(DEFAULT_SLACK);
     loop {
         let now = fastudp::os::monotonic_ns();
-        if now >= end {
+        if now >= end || interrupt::requested() {
             break;
         }
         // The trains due now, one batch (in user space: at most 16 KiB,
@@ -591,7 +612,13 @@ pub fn run_stream(a: StreamArgs) -> Result<(), Failure> {
             eprintln!("fastudp: note: {}", f.reason);
         }
     }
-    let secs = a.duration;
+    // Cut short by Ctrl-C, the run lasted until then.
+    let interrupted = interrupt::requested();
+    let secs = if interrupted {
+        (fastudp::os::monotonic_ns().saturating_sub(t0) as f64 / 1e9).clamp(1e-3, a.duration)
+    } else {
+        a.duration
+    };
     let target = a.rate as f64 * secs;
     let within = sent_bytes
         .iter()
@@ -603,7 +630,7 @@ pub fn run_stream(a: StreamArgs) -> Result<(), Failure> {
         socks.iter().map(|s| s.stats().send_calls).sum()
     };
     let gbit = total as f64 * 8.0 / 1e9;
-    print(
+    finish(
         &StreamSummary {
             role: "stream",
             flows: a.flows,
@@ -641,6 +668,7 @@ pub fn run_stream(a: StreamArgs) -> Result<(), Failure> {
             host_steal: steal,
             seconds: secs,
             bytes: total,
+            interrupted,
         },
         a.json,
     )
@@ -689,6 +717,7 @@ pub fn run_stream_rx(a: StreamRxArgs) -> Result<(), Failure> {
     if let Some(p) = &a.per_flow {
         crate::check_output_path("--per-flow", p).map_err(Failure::usage)?;
     }
+    interrupt::watch();
     let stop = Arc::new(AtomicBool::new(false));
     let started = Arc::new(AtomicBool::new(false));
     // `stream` numbers its flows from 0; no other id is tracked.
@@ -704,25 +733,24 @@ pub fn run_stream_rx(a: StreamRxArgs) -> Result<(), Failure> {
             handles.push(std::thread::spawn(move || rx_thread(s, limit, st, sd)));
         }
     }
-    let s2 = stop.clone();
-    let _ = ctrlc::set_handler(move || s2.store(true, Relaxed));
     let begin = Instant::now();
     while !started.load(Relaxed) {
-        if begin.elapsed().as_secs_f64() > a.wait || stop.load(Relaxed) {
+        let interrupted = interrupt::requested();
+        if begin.elapsed().as_secs_f64() > a.wait || interrupted {
             stop.store(true, Relaxed);
             for h in handles {
                 let _ = h.join();
             }
-            return Err(Failure {
-                code: 1,
-                msg: if begin.elapsed().as_secs_f64() > a.wait {
-                    format!("no stream arrived in {} s", a.wait)
-                } else {
-                    format!(
-                        "interrupted after {:.1} s, before any stream arrived",
-                        begin.elapsed().as_secs_f64()
-                    )
-                },
+            return Err(if interrupted {
+                interrupt::failure(&format!(
+                    "after {:.1} s, before any stream arrived",
+                    begin.elapsed().as_secs_f64()
+                ))
+            } else {
+                Failure {
+                    code: 1,
+                    msg: format!("no stream arrived in {} s", a.wait),
+                }
             });
         }
         std::thread::sleep(Duration::from_millis(10));
@@ -732,10 +760,9 @@ pub fn run_stream_rx(a: StreamRxArgs) -> Result<(), Failure> {
     // Idle detection: the total of flows' bytes stops growing. The threads
     // keep their counts, so watch the clock of the last receive instead.
     let mut last_busy = Instant::now();
-    let probe_stop = stop.clone();
     loop {
         std::thread::sleep(Duration::from_millis(100));
-        if probe_stop.load(Relaxed)
+        if interrupt::requested()
             || a.duration
                 .is_some_and(|d| first.elapsed().as_secs_f64() >= d)
         {
@@ -797,7 +824,7 @@ pub fn run_stream_rx(a: StreamRxArgs) -> Result<(), Failure> {
         .max_by_key(|&i| modes[i])
         .filter(|&i| modes[i] > 0)
         .map_or("unknown", |i| mode_name(i as u8));
-    print(
+    finish(
         &StreamSummary {
             role: "stream-rx",
             flows: flows.len(),
@@ -828,6 +855,7 @@ pub fn run_stream_rx(a: StreamRxArgs) -> Result<(), Failure> {
             host_steal: steal,
             seconds: secs,
             bytes,
+            interrupted: interrupt::requested(),
         },
         a.json,
     )

@@ -3,12 +3,12 @@
 
 use crate::bench::seq::{SenderCounts, Verifier, MAX_SENDERS};
 use crate::bench::{self, report, rx, tx, Live, RxStrategy, TxStrategy, Workload};
-use crate::Failure;
+use crate::{interrupt, Failure};
 use clap::Args;
 use serde::Serialize;
 use std::io::Read;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering::*};
+use std::sync::atomic::Ordering::*;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -143,6 +143,8 @@ pub struct Summary {
     pub zerocopy_completions: Option<u64>,
     /// `tx -z` only: completions the kernel copied anyway.
     pub zerocopy_copied: Option<u64>,
+    /// Ctrl-C ended the run: the figures cover it until then.
+    pub interrupted: bool,
 }
 
 impl Summary {
@@ -190,6 +192,7 @@ impl Summary {
             senders: None,
             zerocopy_completions: None,
             zerocopy_copied: None,
+            interrupted: false,
         }
     }
 }
@@ -243,6 +246,24 @@ fn print_summary(s: &Summary, json: bool) -> Result<(), Failure> {
         outln!(
             "{n} datagrams from senders past the first {MAX_SENDERS} were counted but not verified"
         );
+    }
+    if s.interrupted {
+        outln!(
+            "{}: interrupted (Ctrl-C) after {:.2} s: the figures above cover the run until then",
+            s.role,
+            s.seconds
+        );
+    }
+    Ok(())
+}
+
+/// Prints the summary, then ends with status 130 if Ctrl-C cut the run short.
+fn finish(s: &Summary, json: bool) -> Result<(), Failure> {
+    print_summary(s, json)?;
+    if s.interrupted {
+        return Err(interrupt::failure(
+            "the summary above covers the run until then",
+        ));
     }
     Ok(())
 }
@@ -340,6 +361,7 @@ pub fn run_tx(a: TxArgs) -> Result<(), Failure> {
         cache_thrash: a.cache,
         connect: true,
     };
+    interrupt::watch();
     let live = Arc::new(Live::default());
     let l2 = live.clone();
     let start = Instant::now();
@@ -394,10 +416,11 @@ pub fn run_tx(a: TxArgs) -> Result<(), Failure> {
         }
     };
     let secs = o.seconds.max(1e-9);
-    print_summary(
+    finish(
         &Summary {
             zerocopy_completions: o.zerocopy.map(|z| z.0),
             zerocopy_copied: o.zerocopy.map(|z| z.1),
+            interrupted: interrupt::requested(),
             ..Summary::new(
                 "tx",
                 bench::name(t),
@@ -422,8 +445,6 @@ fn probe_mtu(dest: SocketAddr) -> Result<usize, Failure> {
         .map_err(|e| Failure::usage(format!("cannot read the path MTU to {dest}: {e}")))
 }
 
-static STOP: AtomicBool = AtomicBool::new(false);
-
 /// Runs `fastudp rx`.
 pub fn run_rx(a: RxArgs) -> Result<(), Failure> {
     if let Some(l) = a.secs {
@@ -436,7 +457,7 @@ pub fn run_rx(a: RxArgs) -> Result<(), Failure> {
             "-p 0: give the port to listen on, 1 to 65535".into(),
         ));
     }
-    let _ = ctrlc::set_handler(|| STOP.store(true, Relaxed));
+    interrupt::watch();
     let addr: SocketAddr = if a.ipv6 {
         format!("[::]:{}", a.port)
     } else {
@@ -470,7 +491,7 @@ pub fn run_rx(a: RxArgs) -> Result<(), Failure> {
         outln!("rx: listening on {addr} ({})", bench::rname(strategy));
     }
     loop {
-        if STOP.load(Relaxed) {
+        if interrupt::requested() {
             break;
         }
         match sock.recv(&mut batch) {
@@ -496,7 +517,7 @@ pub fn run_rx(a: RxArgs) -> Result<(), Failure> {
                 }
             }
             Err(e) if e.is_would_block() => {}
-            // A signal (Ctrl-C) interrupted the wait: the loop's STOP check
+            // A signal (Ctrl-C) interrupted the wait: the loop's check
             // ends the run with its summary.
             Err(e) if e.io_kind() == Some(std::io::ErrorKind::Interrupted) => {}
             Err(e) => {
@@ -548,7 +569,7 @@ pub fn run_rx(a: RxArgs) -> Result<(), Failure> {
         eprintln!("fastudp: warning: {} messages were truncated", st.truncated);
     }
     let t = v.totals();
-    print_summary(
+    finish(
         &Summary {
             lost: a.verify.then_some(t.lost),
             duplicates: a.verify.then_some(t.duplicates),
@@ -557,6 +578,7 @@ pub fn run_rx(a: RxArgs) -> Result<(), Failure> {
             unsequenced: a.verify.then_some(t.unsequenced),
             unverified: a.verify.then_some(v.untracked),
             senders: a.verify.then(|| v.per_sender()),
+            interrupted: interrupt::requested(),
             ..Summary::new(
                 "rx",
                 bench::rname(strategy),
@@ -585,7 +607,10 @@ fn rx_tcp(a: &RxArgs, addr: SocketAddr) -> Result<(), Failure> {
         match l.accept() {
             Ok(c) => break c,
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                if STOP.load(Relaxed) || waiting.elapsed().as_secs_f64() > a.wait {
+                if interrupt::requested() {
+                    return Err(interrupt::failure("no connection had arrived"));
+                }
+                if waiting.elapsed().as_secs_f64() > a.wait {
                     return Err(Failure {
                         code: 1,
                         msg: format!("no connection arrived on {addr} in {} s", a.wait),
@@ -613,7 +638,7 @@ fn rx_tcp(a: &RxArgs, addr: SocketAddr) -> Result<(), Failure> {
     let mut tick = 1u32;
     let mut last = (0u64, 0u64);
     loop {
-        if STOP.load(Relaxed) || a.secs.is_some_and(|l| start.elapsed().as_secs_f64() >= l) {
+        if interrupt::requested() || a.secs.is_some_and(|l| start.elapsed().as_secs_f64() >= l) {
             break;
         }
         match s.read(&mut buf) {
@@ -644,17 +669,20 @@ fn rx_tcp(a: &RxArgs, addr: SocketAddr) -> Result<(), Failure> {
     }
     let cpu = fastudp::os::thread_cpu_time().saturating_sub(cpu0);
     let secs = start.elapsed().as_secs_f64().max(1e-3);
-    print_summary(
-        &Summary::new(
-            "rx",
-            "tcp".into(),
-            Some(peer.to_string()),
-            bytes,
-            0,
-            calls,
-            secs,
-            cpu,
-        ),
+    finish(
+        &Summary {
+            interrupted: interrupt::requested(),
+            ..Summary::new(
+                "rx",
+                "tcp".into(),
+                Some(peer.to_string()),
+                bytes,
+                0,
+                calls,
+                secs,
+                cpu,
+            )
+        },
         a.json,
     )
 }

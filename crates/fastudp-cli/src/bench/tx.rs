@@ -85,7 +85,10 @@ fn stamp(buf: &mut [u8], payload: usize, seq: &mut u64) {
 }
 
 fn transient(e: &io::Error) -> bool {
-    e.kind() == io::ErrorKind::WouldBlock || e.raw_os_error() == Some(libc::ENOBUFS)
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+    ) || e.raw_os_error() == Some(libc::ENOBUFS)
 }
 
 fn send_err(t: TxStrategy, e: io::Error) -> String {
@@ -126,7 +129,8 @@ fn peer_gone(
     Ok(())
 }
 
-/// Runs a UDP send strategy to `dest` until the workload's time is up.
+/// Runs a UDP send strategy to `dest` until the workload's time is up, or
+/// Ctrl-C.
 pub fn udp(
     t: TxStrategy,
     dest: SocketAddr,
@@ -193,7 +197,7 @@ pub fn udp(
     let start = Instant::now();
     let deadline = start + w.duration;
     let cpu0 = fastudp::os::thread_cpu_time();
-    while Instant::now() < deadline {
+    while Instant::now() < deadline && !crate::interrupt::requested() {
         let buf = ring.next();
         let sent: io::Result<usize> = match t {
             TxStrategy::Sendto => sock.send_to(buf, dest).map(|_| 1),
@@ -342,7 +346,7 @@ pub fn udp(
     })
 }
 
-/// Writes the same bytes over TCP until the workload's time is up.
+/// Writes the same bytes over TCP until the workload's time is up, or Ctrl-C.
 pub fn tcp(mut s: TcpStream, w: &Workload, live: &Live) -> Result<TxOutcome, String> {
     let p = w.payload;
     let mut ring = Ring::new(w, p * w.segs);
@@ -350,7 +354,7 @@ pub fn tcp(mut s: TcpStream, w: &Workload, live: &Live) -> Result<TxOutcome, Str
     let start = Instant::now();
     let deadline = start + w.duration;
     let cpu0 = fastudp::os::thread_cpu_time();
-    while Instant::now() < deadline {
+    while Instant::now() < deadline && !crate::interrupt::requested() {
         let buf = ring.next();
         s.write_all(buf).map_err(|e| send_err(TxStrategy::Tcp, e))?;
         calls += 1;
@@ -406,7 +410,7 @@ pub fn zerocopy(dest: SocketAddr, w: &Workload, live: &Live) -> Result<TxOutcome
     let start = Instant::now();
     let deadline = start + w.duration;
     let cpu0 = fastudp::os::thread_cpu_time();
-    while Instant::now() < deadline {
+    while Instant::now() < deadline && !crate::interrupt::requested() {
         let mut buf = match pool.pop().or_else(|| zc.pop_done()) {
             Some(b) => b,
             None => {
