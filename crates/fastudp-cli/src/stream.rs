@@ -601,6 +601,7 @@ pub fn run_stream(a: StreamArgs) -> Result<(), Failure> {
             tick += 1;
         }
     }
+    let stopped = fastudp::os::monotonic_ns();
     let cpu = fastudp::os::thread_cpu_time().saturating_sub(cpu0);
     let steal = steal_since(ticks0);
     if txtime_errors > 0 {
@@ -615,7 +616,7 @@ pub fn run_stream(a: StreamArgs) -> Result<(), Failure> {
     // Cut short by Ctrl-C, the run lasted until then.
     let interrupted = interrupt::requested();
     let secs = if interrupted {
-        (fastudp::os::monotonic_ns().saturating_sub(t0) as f64 / 1e9).clamp(1e-3, a.duration)
+        (stopped.saturating_sub(t0) as f64 / 1e9).clamp(1e-3, a.duration)
     } else {
         a.duration
     };
