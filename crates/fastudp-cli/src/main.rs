@@ -16,6 +16,7 @@ macro_rules! outln {
 
 mod bench;
 mod host;
+mod interrupt;
 mod procfs;
 mod stream;
 mod testbed;
@@ -150,6 +151,10 @@ fn main() -> ExitCode {
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
+        Err(f) if f.code == interrupt::EXIT_STATUS => {
+            eprintln!("fastudp: {}", f.msg);
+            ExitCode::from(f.code)
+        }
         Err(f) => {
             eprintln!("fastudp: error: {}", f.msg);
             ExitCode::from(f.code)

@@ -5,17 +5,19 @@
 //! big-endian, at offset 0: the receivers' reuseport group steers on it),
 //! the flow's sequence number (8 bytes, little-endian), and the pacing mode.
 
+mod flows;
+
 use crate::host::{netlink, routes};
 use crate::procfs::{CpuTicks, STEAL_WARN};
-use crate::Failure;
+use crate::{interrupt, Failure};
 use clap::{Args, ValueEnum};
 use fastudp::pacing::{
     choose_mode, PacingMode, Scheduler, SchedulerConfig, Waiter, DEFAULT_BATCH_BYTES,
     DEFAULT_SLACK, MAX_TRAINS_PER_BATCH,
 };
 use fastudp::{Config, RecvBatch, ReuseportGroup, Socket, Steering, Transmit};
+use flows::{percentile, RxOut, Tally};
 use serde::Serialize;
-use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
@@ -128,7 +130,9 @@ pub struct StreamRxArgs {
     /// Sockets per port, in a reuseport group steered by flow id.
     #[arg(long, default_value_t = 2)]
     pub sockets: usize,
-    /// The flows expected (for the within-5% fraction).
+    /// The flows expected: flow ids 0 to this minus 1 are tracked (any
+    /// other id is counted as foreign), and the within-5% fraction is of
+    /// this many.
     #[arg(long, default_value_t = 10_000)]
     pub flows: usize,
     /// The target rate per flow, bytes per second.
@@ -223,8 +227,13 @@ pub struct StreamSummary {
     pub cpu_sec_per_gbit: f64,
     /// Send or receive calls per second.
     pub calls_per_sec: f64,
-    /// Datagrams missing from the flows' sequences (rx; null on tx).
+    /// The share of the flows' datagrams that never arrived, from their
+    /// sequence numbers (rx; null on tx).
     pub loss: Option<f64>,
+    /// Datagrams of a flow that arrived twice (rx).
+    pub duplicates: Option<u64>,
+    /// Datagrams of a flow that arrived after a later one (rx).
+    pub reordered: Option<u64>,
     /// Inter-arrival gaps within a flow, µs (upper bound of a power-of-two
     /// bucket): p50 (rx).
     pub gap_us_p50: Option<f64>,
@@ -234,8 +243,13 @@ pub struct StreamSummary {
     pub gap_us_p99: Option<f64>,
     /// Longest run of a flow's datagrams arriving back to back (rx).
     pub max_back_to_back: Option<u64>,
-    /// Datagrams without the stream's header, ignored (rx).
+    /// Datagrams counted for no flow (rx): without the stream's header,
+    /// with a flow id outside `0..--flows`, or with a sequence number far
+    /// off their flow's. Counted only: they keep no state.
     pub foreign: Option<u64>,
+    /// Of `foreign`, those with the header and a flow id outside
+    /// `0..--flows` (rx).
+    pub out_of_range: Option<u64>,
     /// The fraction of all CPU time the hypervisor took from this VM
     /// during the run (steal, from /proc/stat): above a few percent, the
     /// threads stall for milliseconds and pacing and rates suffer.
@@ -244,6 +258,8 @@ pub struct StreamSummary {
     pub seconds: f64,
     /// Bytes.
     pub bytes: u64,
+    /// Ctrl-C ended the run: the figures cover it until then.
+    pub interrupted: bool,
 }
 
 fn print(s: &StreamSummary, json: bool) -> Result<(), Failure> {
@@ -271,13 +287,33 @@ fn print(s: &StreamSummary, json: bool) -> Result<(), Failure> {
     }
     if let Some(l) = s.loss {
         outln!(
-            "loss {:.3}%, gaps within a flow p50 <= {:.0} us, p90 <= {:.0} us, p99 <= {:.0} us, longest back-to-back burst {}",
+            "loss {:.3}%, {} duplicate, {} reordered, gaps within a flow p50 <= {:.0} us, p90 <= {:.0} us, p99 <= {:.0} us, longest back-to-back burst {}",
             l * 100.0,
+            s.duplicates.unwrap_or(0),
+            s.reordered.unwrap_or(0),
             s.gap_us_p50.unwrap_or(0.0),
             s.gap_us_p90.unwrap_or(0.0),
             s.gap_us_p99.unwrap_or(0.0),
             s.max_back_to_back.unwrap_or(0)
         );
+    }
+    if s.interrupted {
+        outln!(
+            "{}: interrupted (Ctrl-C) after {:.2} s: the figures above cover the run until then",
+            s.role,
+            s.seconds
+        );
+    }
+    Ok(())
+}
+
+/// Prints the summary, then ends with status 130 if Ctrl-C cut the run short.
+fn finish(s: &StreamSummary, json: bool) -> Result<(), Failure> {
+    print(s, json)?;
+    if s.interrupted {
+        return Err(interrupt::failure(
+            "the summary above covers the run until then",
+        ));
     }
     Ok(())
 }
@@ -390,6 +426,7 @@ pub fn run_stream(a: StreamArgs) -> Result<(), Failure> {
             .find(|q| q.ifindex == idx && q.parent == netlink::TC_H_ROOT)
             .map(|q| q.kind)
     });
+    interrupt::watch();
     let (mode, reason) = choose_mode(wanted, socks[0].capabilities().txtime, qdisc.as_deref());
     if a.total_rate.is_some() && mode != PacingMode::User {
         eprintln!("fastudp: note: --total-rate applies to user-space pacing only; pacing is {mode} here, so it is not used");
@@ -446,7 +483,7 @@ pub fn run_stream(a: StreamArgs) -> Result<(), Failure> {
     let mut waiter = Waiter::tolerating(DEFAULT_SLACK);
     loop {
         let now = fastudp::os::monotonic_ns();
-        if now >= end {
+        if now >= end || interrupt::requested() {
             break;
         }
         // The trains due now, one batch (in user space: at most 16 KiB,
@@ -564,6 +601,7 @@ pub fn run_stream(a: StreamArgs) -> Result<(), Failure> {
             tick += 1;
         }
     }
+    let stopped = fastudp::os::monotonic_ns();
     let cpu = fastudp::os::thread_cpu_time().saturating_sub(cpu0);
     let steal = steal_since(ticks0);
     if txtime_errors > 0 {
@@ -575,7 +613,13 @@ pub fn run_stream(a: StreamArgs) -> Result<(), Failure> {
             eprintln!("fastudp: note: {}", f.reason);
         }
     }
-    let secs = a.duration;
+    // Cut short by Ctrl-C, the run lasted until then.
+    let interrupted = interrupt::requested();
+    let secs = if interrupted {
+        (stopped.saturating_sub(t0) as f64 / 1e9).clamp(1e-3, a.duration)
+    } else {
+        a.duration
+    };
     let target = a.rate as f64 * secs;
     let within = sent_bytes
         .iter()
@@ -587,7 +631,7 @@ pub fn run_stream(a: StreamArgs) -> Result<(), Failure> {
         socks.iter().map(|s| s.stats().send_calls).sum()
     };
     let gbit = total as f64 * 8.0 / 1e9;
-    print(
+    finish(
         &StreamSummary {
             role: "stream",
             flows: a.flows,
@@ -614,54 +658,25 @@ pub fn run_stream(a: StreamArgs) -> Result<(), Failure> {
             },
             calls_per_sec: calls as f64 / secs,
             loss: None,
+            duplicates: None,
+            reordered: None,
             gap_us_p50: None,
             gap_us_p90: None,
             gap_us_p99: None,
             max_back_to_back: None,
             foreign: None,
+            out_of_range: None,
             host_steal: steal,
             seconds: secs,
             bytes: total,
+            interrupted,
         },
         a.json,
     )
 }
 
-/// What one receiving thread saw of one flow.
-#[derive(Debug, Default, Clone)]
-struct FlowSeen {
-    bytes: u64,
-    datagrams: u64,
-    max_seq: u64,
-    last_ns: u64,
-    run: u64,
-    max_run: u64,
-}
-
-/// Gap histogram buckets: powers of two of µs, up to about 1 s.
-const BUCKETS: usize = 21;
-
-/// Datagrams closer than this count as back to back.
-const BACK_TO_BACK_NS: u64 = 20_000;
-
-#[derive(Debug, Default)]
-struct RxOut {
-    flows: HashMap<u32, FlowSeen>,
-    /// Datagrams without the stream header, ignored.
-    foreign: u64,
-    gaps: [u64; BUCKETS],
-    modes: [u64; 4],
-    calls: u64,
-    cpu: Duration,
-    first_ns: u64,
-    last_ns: u64,
-}
-
-fn rx_thread(sock: Socket, stop: Arc<AtomicBool>, started: Arc<AtomicBool>) -> RxOut {
-    let mut out = RxOut {
-        first_ns: u64::MAX,
-        ..Default::default()
-    };
+fn rx_thread(sock: Socket, limit: u32, stop: Arc<AtomicBool>, started: Arc<AtomicBool>) -> RxOut {
+    let mut out = RxOut::new(limit);
     let _ = sock
         .as_std()
         .set_read_timeout(Some(Duration::from_millis(50)));
@@ -672,58 +687,18 @@ fn rx_thread(sock: Socket, stop: Arc<AtomicBool>, started: Arc<AtomicBool>) -> R
             continue;
         }
         let now = fastudp::os::monotonic_ns();
-        started.store(true, Relaxed);
         out.calls += 1;
-        out.first_ns = out.first_ns.min(now);
-        out.last_ns = now;
+        let mut stream = false;
         for (_, d) in batch.datagrams() {
-            if d.len() < HDR || &d[13..HDR] != MAGIC {
-                out.foreign += 1;
-                continue;
-            }
-            let flow = u32::from_be_bytes(d[..4].try_into().expect("4 bytes"));
-            let seq = u64::from_le_bytes(d[4..12].try_into().expect("8 bytes"));
-            out.modes[(d[12] as usize).min(3)] += 1;
-            let f = out.flows.entry(flow).or_default();
-            if f.datagrams > 0 {
-                let gap = now.saturating_sub(f.last_ns);
-                let b = ((gap / 1000).max(1) as f64).log2() as usize;
-                out.gaps[b.min(BUCKETS - 1)] += 1;
-                if gap < BACK_TO_BACK_NS {
-                    f.run += 1;
-                } else {
-                    f.run = 1;
-                }
-            } else {
-                f.run = 1;
-            }
-            f.max_run = f.max_run.max(f.run);
-            f.last_ns = now;
-            f.bytes += d.len() as u64;
-            f.datagrams += 1;
-            f.max_seq = f.max_seq.max(seq);
+            stream |= out.datagram(d, now);
+        }
+        // Only the stream's datagrams start the run and keep it going.
+        if stream {
+            started.store(true, Relaxed);
         }
     }
     out.cpu = fastudp::os::thread_cpu_time().saturating_sub(cpu0);
     out
-}
-
-/// The `p` quantile of a gap histogram, as the upper bound (µs) of the
-/// power-of-two bucket it falls in.
-fn percentile(hist: &[u64; BUCKETS], p: f64) -> f64 {
-    let total: u64 = hist.iter().sum();
-    if total == 0 {
-        return 0.0;
-    }
-    let want = (total as f64 * p).ceil() as u64;
-    let mut acc = 0;
-    for (i, &c) in hist.iter().enumerate() {
-        acc += c;
-        if acc >= want {
-            return (1u64 << (i + 1)) as f64;
-        }
-    }
-    (1u64 << BUCKETS) as f64
 }
 
 /// Runs `fastudp stream-rx`.
@@ -743,8 +718,11 @@ pub fn run_stream_rx(a: StreamRxArgs) -> Result<(), Failure> {
     if let Some(p) = &a.per_flow {
         crate::check_output_path("--per-flow", p).map_err(Failure::usage)?;
     }
+    interrupt::watch();
     let stop = Arc::new(AtomicBool::new(false));
     let started = Arc::new(AtomicBool::new(false));
+    // `stream` numbers its flows from 0; no other id is tracked.
+    let limit = a.flows.min(u32::MAX as usize) as u32;
     let mut handles = Vec::new();
     for p in 0..a.ports {
         let addr = SocketAddr::new(a.bind, a.port + p);
@@ -753,28 +731,27 @@ pub fn run_stream_rx(a: StreamRxArgs) -> Result<(), Failure> {
             .map_err(|e| Failure::usage(e.to_string()))?;
         for s in g.into_sockets() {
             let (st, sd) = (stop.clone(), started.clone());
-            handles.push(std::thread::spawn(move || rx_thread(s, st, sd)));
+            handles.push(std::thread::spawn(move || rx_thread(s, limit, st, sd)));
         }
     }
-    let s2 = stop.clone();
-    let _ = ctrlc::set_handler(move || s2.store(true, Relaxed));
     let begin = Instant::now();
     while !started.load(Relaxed) {
-        if begin.elapsed().as_secs_f64() > a.wait || stop.load(Relaxed) {
+        let interrupted = interrupt::requested();
+        if begin.elapsed().as_secs_f64() > a.wait || interrupted {
             stop.store(true, Relaxed);
             for h in handles {
                 let _ = h.join();
             }
-            return Err(Failure {
-                code: 1,
-                msg: if begin.elapsed().as_secs_f64() > a.wait {
-                    format!("no stream arrived in {} s", a.wait)
-                } else {
-                    format!(
-                        "interrupted after {:.1} s, before any stream arrived",
-                        begin.elapsed().as_secs_f64()
-                    )
-                },
+            return Err(if interrupted {
+                interrupt::failure(&format!(
+                    "after {:.1} s, before any stream arrived",
+                    begin.elapsed().as_secs_f64()
+                ))
+            } else {
+                Failure {
+                    code: 1,
+                    msg: format!("no stream arrived in {} s", a.wait),
+                }
             });
         }
         std::thread::sleep(Duration::from_millis(10));
@@ -784,10 +761,9 @@ pub fn run_stream_rx(a: StreamRxArgs) -> Result<(), Failure> {
     // Idle detection: the total of flows' bytes stops growing. The threads
     // keep their counts, so watch the clock of the last receive instead.
     let mut last_busy = Instant::now();
-    let probe_stop = stop.clone();
     loop {
         std::thread::sleep(Duration::from_millis(100));
-        if probe_stop.load(Relaxed)
+        if interrupt::requested()
             || a.duration
                 .is_some_and(|d| first.elapsed().as_secs_f64() >= d)
         {
@@ -802,46 +778,22 @@ pub fn run_stream_rx(a: StreamRxArgs) -> Result<(), Failure> {
     }
     stop.store(true, Relaxed);
     let steal = steal_since(ticks0);
-    let outs: Vec<RxOut> = handles.into_iter().filter_map(|h| h.join().ok()).collect();
-    let mut flows: HashMap<u32, FlowSeen> = HashMap::new();
-    let mut gaps = [0u64; BUCKETS];
-    let mut modes = [0u64; 4];
-    let mut foreign = 0u64;
-    let (mut calls, mut cpu) = (0u64, Duration::ZERO);
-    let (mut t_first, mut t_last) = (u64::MAX, 0u64);
-    for o in outs {
-        for (k, v) in o.flows {
-            // Steering keeps a flow on one socket; merge anyway if it moved.
-            let f = flows.entry(k).or_default();
-            f.bytes += v.bytes;
-            f.datagrams += v.datagrams;
-            f.max_seq = f.max_seq.max(v.max_seq);
-            f.max_run = f.max_run.max(v.max_run);
-        }
-        for (g, x) in gaps.iter_mut().zip(o.gaps) {
-            *g += x;
-        }
-        for (m, x) in modes.iter_mut().zip(o.modes) {
-            *m += x;
-        }
-        calls += o.calls;
-        foreign += o.foreign;
-        cpu += o.cpu;
-        t_first = t_first.min(o.first_ns);
-        t_last = t_last.max(o.last_ns);
-    }
-    let secs = (t_last.saturating_sub(t_first) as f64 / 1e9).max(1e-3);
+    let t = Tally::merge(handles.into_iter().filter_map(|h| h.join().ok()).collect());
+    let flows = &t.flows;
+    let secs = (t.last_ns.saturating_sub(t.first_ns) as f64 / 1e9).max(1e-3);
     let bytes: u64 = flows.values().map(|f| f.bytes).sum();
-    if foreign > 0 {
+    if t.out_of_range > 0 {
         eprintln!(
-            "fastudp: warning: {foreign} datagrams without the stream's header were ignored (another sender on these ports?)"
+            "fastudp: warning: {} datagrams carried a flow id outside 0..{} and were ignored (forged, or a sender with more flows than --flows)",
+            t.out_of_range, a.flows
         );
     }
-    let expected: u64 = flows
-        .values()
-        .map(|f| f.max_seq.saturating_add(1))
-        .fold(0, u64::saturating_add);
-    let got: u64 = flows.values().map(|f| f.datagrams).sum();
+    if t.foreign > t.out_of_range {
+        eprintln!(
+            "fastudp: warning: {} datagrams without the stream's header, or with a sequence number far off their flow's, were ignored (another sender on these ports?)",
+            t.foreign - t.out_of_range
+        );
+    }
     let target = a.rate as f64 * secs;
     let within = flows
         .values()
@@ -859,7 +811,7 @@ pub fn run_stream_rx(a: StreamRxArgs) -> Result<(), Failure> {
                 f.bytes,
                 f.datagrams,
                 f.bytes as f64 / secs,
-                f.max_seq.saturating_add(1).saturating_sub(f.datagrams),
+                f.lost,
                 f.max_run
             ));
         }
@@ -868,42 +820,43 @@ pub fn run_stream_rx(a: StreamRxArgs) -> Result<(), Failure> {
             msg: format!("cannot write {path}: {e}"),
         })?;
     }
+    let modes = t.modes;
     let mode = (1..4)
         .max_by_key(|&i| modes[i])
         .filter(|&i| modes[i] > 0)
         .map_or("unknown", |i| mode_name(i as u8));
-    print(
+    finish(
         &StreamSummary {
             role: "stream-rx",
             flows: flows.len(),
-            flows_within_5pct: within as f64 / a.flows.max(flows.len()) as f64,
+            flows_within_5pct: within as f64 / a.flows as f64,
             pacing: mode.to_string(),
             pacing_reason: "as the sender marked its datagrams".into(),
             gbps: bytes as f64 * 8.0 / secs / 1e9,
             cpu_ns_per_byte: if bytes > 0 {
-                cpu.as_nanos() as f64 / bytes as f64
+                t.cpu.as_nanos() as f64 / bytes as f64
             } else {
                 0.0
             },
             cpu_sec_per_gbit: if bytes > 0 {
-                cpu.as_secs_f64() / (bytes as f64 * 8.0 / 1e9)
+                t.cpu.as_secs_f64() / (bytes as f64 * 8.0 / 1e9)
             } else {
                 0.0
             },
-            calls_per_sec: calls as f64 / secs,
-            loss: Some(if expected > 0 {
-                expected.saturating_sub(got) as f64 / expected as f64
-            } else {
-                0.0
-            }),
-            gap_us_p50: Some(percentile(&gaps, 0.5)),
-            gap_us_p90: Some(percentile(&gaps, 0.9)),
-            gap_us_p99: Some(percentile(&gaps, 0.99)),
+            calls_per_sec: t.calls as f64 / secs,
+            loss: Some(t.loss()),
+            duplicates: Some(flows.values().map(|f| f.duplicates).sum()),
+            reordered: Some(flows.values().map(|f| f.reordered).sum()),
+            gap_us_p50: Some(percentile(&t.gaps, 0.5)),
+            gap_us_p90: Some(percentile(&t.gaps, 0.9)),
+            gap_us_p99: Some(percentile(&t.gaps, 0.99)),
             max_back_to_back: Some(flows.values().map(|f| f.max_run).max().unwrap_or(0)),
-            foreign: Some(foreign),
+            foreign: Some(t.foreign),
+            out_of_range: Some(t.out_of_range),
             host_steal: steal,
             seconds: secs,
             bytes,
+            interrupted: interrupt::requested(),
         },
         a.json,
     )
@@ -957,16 +910,5 @@ mod tests {
             .unwrap_err()
             .msg
             .contains("file descriptors"));
-    }
-
-    #[test]
-    fn gap_percentiles() {
-        let mut h = [0u64; BUCKETS];
-        h[0] = 50; // 1 us
-        h[10] = 49; // 1024 us
-        h[20] = 1;
-        assert_eq!(percentile(&h, 0.5), 2.0);
-        assert_eq!(percentile(&h, 0.9), 2048.0);
-        assert_eq!(percentile(&h, 0.999), (1u64 << 21) as f64);
     }
 }

@@ -363,13 +363,14 @@ impl Drop for Guard {
     }
 }
 
-/// Builds the testbed, and removes it on Ctrl-C as well as on drop.
+/// Builds the testbed, removed when the guard drops. Ctrl-C ends the
+/// run through the guard too (the caller watches [`crate::interrupt`]); a
+/// second Ctrl-C, which exits at once, removes it on the way out.
 pub fn up_guarded(profile: Profile) -> Result<Guard, String> {
-    up(profile)?;
-    let _ = ctrlc::set_handler(|| {
+    crate::interrupt::at_forced_exit(|| {
         let _ = down();
-        eprintln!("fastudp: interrupted; testbed removed");
-        std::process::exit(130);
+        eprintln!("fastudp: testbed removed");
     });
+    up(profile)?;
     Ok(Guard)
 }

@@ -1,14 +1,14 @@
 //! `fastudp tx` and `fastudp rx`: the bench strategies between two hosts,
 //! with flags after the kernel's udpgso_bench_tx/rx.
 
-use crate::bench::seq::Verifier;
+use crate::bench::seq::{SenderCounts, Verifier, MAX_SENDERS};
 use crate::bench::{self, report, rx, tx, Live, RxStrategy, TxStrategy, Workload};
-use crate::Failure;
+use crate::{interrupt, Failure};
 use clap::Args;
 use serde::Serialize;
 use std::io::Read;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering::*};
+use std::sync::atomic::Ordering::*;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -74,7 +74,8 @@ pub struct RxArgs {
     #[arg(short = 'G')]
     pub gro: bool,
     /// Verify: read the sequence number in each datagram's first 8 bytes
-    /// (as `fastudp tx` writes it) and count lost, duplicate and reordered ones.
+    /// (as `fastudp tx` writes it) and count lost, duplicate and reordered
+    /// ones, per sender (address and port).
     #[arg(short = 'v')]
     pub verify: bool,
     /// TCP instead of UDP: accept one connection and read it to the end.
@@ -127,12 +128,23 @@ pub struct Summary {
     pub duplicates: Option<u64>,
     /// Verified runs only: datagrams that arrived after a later one.
     pub reordered: Option<u64>,
-    /// Datagrams too short to carry a sequence number (verified runs).
+    /// Verified runs only: datagrams that arrived too far behind the
+    /// sender's highest number to tell a duplicate from a late one.
+    pub late: Option<u64>,
+    /// Datagrams too short to carry a sequence number, or with one far
+    /// beyond the sender's numbering (verified runs).
     pub unsequenced: Option<u64>,
+    /// Verified runs only: datagrams from senders past the first
+    /// [`MAX_SENDERS`], counted but not verified.
+    pub unverified: Option<u64>,
+    /// Verified runs only: each sender's counts.
+    pub senders: Option<Vec<SenderCounts>>,
     /// `tx -z` only: zerocopy completions read from the error queue.
     pub zerocopy_completions: Option<u64>,
     /// `tx -z` only: completions the kernel copied anyway.
     pub zerocopy_copied: Option<u64>,
+    /// Ctrl-C ended the run: the figures cover it until then.
+    pub interrupted: bool,
 }
 
 impl Summary {
@@ -174,9 +186,13 @@ impl Summary {
             lost: None,
             duplicates: None,
             reordered: None,
+            late: None,
             unsequenced: None,
+            unverified: None,
+            senders: None,
             zerocopy_completions: None,
             zerocopy_copied: None,
+            interrupted: false,
         }
     }
 }
@@ -213,9 +229,41 @@ fn print_summary(s: &Summary, json: bool) -> Result<(), Failure> {
     if let (Some(done), Some(copied)) = (s.zerocopy_completions, s.zerocopy_copied) {
         outln!("zerocopy: {done} completions, {copied} copied by the kernel anyway");
     }
-    if let (Some(l), Some(d), Some(r), Some(u)) = (s.lost, s.duplicates, s.reordered, s.unsequenced)
+    if let (Some(l), Some(d), Some(r), Some(la), Some(u)) =
+        (s.lost, s.duplicates, s.reordered, s.late, s.unsequenced)
     {
-        outln!("verified: {l} lost, {d} duplicate, {r} reordered, {u} without a sequence number");
+        outln!("verified: {l} lost, {d} duplicate, {r} reordered, {la} late, {u} without a sequence number");
+    }
+    if let Some(ss) = s.senders.as_ref().filter(|ss| ss.len() > 1) {
+        for c in ss {
+            outln!(
+                "  from {}: {} received, {} lost, {} duplicate, {} reordered, {} late, {} without a sequence number",
+                c.source, c.received, c.lost, c.duplicates, c.reordered, c.late, c.unsequenced
+            );
+        }
+    }
+    if let Some(n) = s.unverified.filter(|&n| n > 0) {
+        outln!(
+            "{n} datagrams from senders past the first {MAX_SENDERS} were counted but not verified"
+        );
+    }
+    if s.interrupted {
+        outln!(
+            "{}: interrupted (Ctrl-C) after {:.2} s: the figures above cover the run until then",
+            s.role,
+            s.seconds
+        );
+    }
+    Ok(())
+}
+
+/// Prints the summary, then ends with status 130 if Ctrl-C cut the run short.
+fn finish(s: &Summary, json: bool) -> Result<(), Failure> {
+    print_summary(s, json)?;
+    if s.interrupted {
+        return Err(interrupt::failure(
+            "the summary above covers the run until then",
+        ));
     }
     Ok(())
 }
@@ -313,6 +361,7 @@ pub fn run_tx(a: TxArgs) -> Result<(), Failure> {
         cache_thrash: a.cache,
         connect: true,
     };
+    interrupt::watch();
     let live = Arc::new(Live::default());
     let l2 = live.clone();
     let start = Instant::now();
@@ -367,10 +416,11 @@ pub fn run_tx(a: TxArgs) -> Result<(), Failure> {
         }
     };
     let secs = o.seconds.max(1e-9);
-    print_summary(
+    finish(
         &Summary {
             zerocopy_completions: o.zerocopy.map(|z| z.0),
             zerocopy_copied: o.zerocopy.map(|z| z.1),
+            interrupted: interrupt::requested(),
             ..Summary::new(
                 "tx",
                 bench::name(t),
@@ -395,8 +445,6 @@ fn probe_mtu(dest: SocketAddr) -> Result<usize, Failure> {
         .map_err(|e| Failure::usage(format!("cannot read the path MTU to {dest}: {e}")))
 }
 
-static STOP: AtomicBool = AtomicBool::new(false);
-
 /// Runs `fastudp rx`.
 pub fn run_rx(a: RxArgs) -> Result<(), Failure> {
     if let Some(l) = a.secs {
@@ -409,7 +457,7 @@ pub fn run_rx(a: RxArgs) -> Result<(), Failure> {
             "-p 0: give the port to listen on, 1 to 65535".into(),
         ));
     }
-    let _ = ctrlc::set_handler(|| STOP.store(true, Relaxed));
+    interrupt::watch();
     let addr: SocketAddr = if a.ipv6 {
         format!("[::]:{}", a.port)
     } else {
@@ -443,7 +491,7 @@ pub fn run_rx(a: RxArgs) -> Result<(), Failure> {
         outln!("rx: listening on {addr} ({})", bench::rname(strategy));
     }
     loop {
-        if STOP.load(Relaxed) {
+        if interrupt::requested() {
             break;
         }
         match sock.recv(&mut batch) {
@@ -460,7 +508,7 @@ pub fn run_rx(a: RxArgs) -> Result<(), Failure> {
                     bytes += m.len as u64;
                     if a.verify {
                         for d in m.datagrams(buf) {
-                            v.datagram(d);
+                            v.datagram(m.source, d);
                             dgrams += 1;
                         }
                     } else {
@@ -469,7 +517,7 @@ pub fn run_rx(a: RxArgs) -> Result<(), Failure> {
                 }
             }
             Err(e) if e.is_would_block() => {}
-            // A signal (Ctrl-C) interrupted the wait: the loop's STOP check
+            // A signal (Ctrl-C) interrupted the wait: the loop's check
             // ends the run with its summary.
             Err(e) if e.io_kind() == Some(std::io::ErrorKind::Interrupted) => {}
             Err(e) => {
@@ -520,12 +568,17 @@ pub fn run_rx(a: RxArgs) -> Result<(), Failure> {
     if st.truncated > 0 {
         eprintln!("fastudp: warning: {} messages were truncated", st.truncated);
     }
-    print_summary(
+    let t = v.totals();
+    finish(
         &Summary {
-            lost: a.verify.then(|| v.lost()),
-            duplicates: a.verify.then_some(v.duplicates),
-            reordered: a.verify.then_some(v.reordered),
-            unsequenced: a.verify.then_some(v.unsequenced),
+            lost: a.verify.then_some(t.lost),
+            duplicates: a.verify.then_some(t.duplicates),
+            reordered: a.verify.then_some(t.reordered),
+            late: a.verify.then_some(t.late),
+            unsequenced: a.verify.then_some(t.unsequenced),
+            unverified: a.verify.then_some(v.untracked),
+            senders: a.verify.then(|| v.per_sender()),
+            interrupted: interrupt::requested(),
             ..Summary::new(
                 "rx",
                 bench::rname(strategy),
@@ -554,7 +607,10 @@ fn rx_tcp(a: &RxArgs, addr: SocketAddr) -> Result<(), Failure> {
         match l.accept() {
             Ok(c) => break c,
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                if STOP.load(Relaxed) || waiting.elapsed().as_secs_f64() > a.wait {
+                if interrupt::requested() {
+                    return Err(interrupt::failure("no connection had arrived"));
+                }
+                if waiting.elapsed().as_secs_f64() > a.wait {
                     return Err(Failure {
                         code: 1,
                         msg: format!("no connection arrived on {addr} in {} s", a.wait),
@@ -582,7 +638,7 @@ fn rx_tcp(a: &RxArgs, addr: SocketAddr) -> Result<(), Failure> {
     let mut tick = 1u32;
     let mut last = (0u64, 0u64);
     loop {
-        if STOP.load(Relaxed) || a.secs.is_some_and(|l| start.elapsed().as_secs_f64() >= l) {
+        if interrupt::requested() || a.secs.is_some_and(|l| start.elapsed().as_secs_f64() >= l) {
             break;
         }
         match s.read(&mut buf) {
@@ -613,17 +669,20 @@ fn rx_tcp(a: &RxArgs, addr: SocketAddr) -> Result<(), Failure> {
     }
     let cpu = fastudp::os::thread_cpu_time().saturating_sub(cpu0);
     let secs = start.elapsed().as_secs_f64().max(1e-3);
-    print_summary(
-        &Summary::new(
-            "rx",
-            "tcp".into(),
-            Some(peer.to_string()),
-            bytes,
-            0,
-            calls,
-            secs,
-            cpu,
-        ),
+    finish(
+        &Summary {
+            interrupted: interrupt::requested(),
+            ..Summary::new(
+                "rx",
+                "tcp".into(),
+                Some(peer.to_string()),
+                bytes,
+                0,
+                calls,
+                secs,
+                cpu,
+            )
+        },
         a.json,
     )
 }

@@ -6,8 +6,8 @@ pub mod rx;
 pub mod seq;
 pub mod tx;
 
-use crate::procfs;
 use crate::testbed::{self, Profile};
+use crate::{interrupt, procfs};
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -326,8 +326,17 @@ pub fn run(a: BenchArgs) -> std::result::Result<(), crate::Failure> {
     }
     let w = validate(&a)?;
     let pairs = plan_pairs(&a.tx, &a.rx, w.net == Some(Profile::Sink))?;
-    let _guard = match a.testbed {
-        Some(p) if !a.on_testbed => Some(testbed::up_guarded(p)?),
+    interrupt::watch();
+    let mut guard = match a.testbed {
+        Some(p) if !a.on_testbed => match testbed::up_guarded(p) {
+            Ok(g) => Some(g),
+            // A Ctrl-C at the terminal ends the `ip` commands that build
+            // it too; `up` removed what they had built.
+            Err(_) if interrupt::requested() => {
+                return Err(interrupt::failure("the testbed was being built; removed"))
+            }
+            Err(e) => return Err(e.into()),
+        },
         _ => None,
     };
     let host = report::host_info();
@@ -352,12 +361,21 @@ pub fn run(a: BenchArgs) -> std::result::Result<(), crate::Failure> {
     }
     let mut results = Vec::new();
     // A run that fails stops the bench, but the runs before it are still
-    // reported (then the failure, with exit status 1).
+    // reported (then the failure, with exit status 1). So does Ctrl-C:
+    // the pairing it cut short is left out (status 130).
     let mut failure = None;
+    let mut interrupted = None;
     'pairs: for &(t, r) in &pairs {
         let mut runs = Vec::new();
         for _ in 0..a.repeat {
-            match run_pair(t, r, &w, a.quiet || a.json) {
+            // Checked before the run too: Ctrl-C may come while the
+            // testbed is being built.
+            let out = (!interrupt::requested()).then(|| run_pair(t, r, &w, a.quiet || a.json));
+            let Some(out) = out.filter(|_| !interrupt::requested()) else {
+                interrupted = Some(pair_label(t, r));
+                break 'pairs;
+            };
+            match out {
                 Ok(x) => runs.push(x),
                 Err(e) => {
                     failure = Some(e);
@@ -382,28 +400,47 @@ pub fn run(a: BenchArgs) -> std::result::Result<(), crate::Failure> {
         let doc = serde_json::json!({ "schema": 1, "host": host, "workload": {
             "payload": w.payload, "batch": w.batch, "gso_segments": w.segs,
             "duration": a.duration, "ipv6": w.ipv6, "repeat": a.repeat, "cache_thrash": w.cache_thrash,
-            "testbed": w.net.map(profile_name) }, "results": results });
+            "testbed": w.net.map(profile_name) }, "results": results,
+            "interrupted": interrupted.is_some(), "interrupted_during": interrupted });
         outln!(
             "{}",
             serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?
         );
-    } else if !results.is_empty() {
-        report::print_table(&results);
+    } else {
+        if !results.is_empty() {
+            report::print_table(&results);
+        }
+        if let Some(during) = &interrupted {
+            report::print_interrupted(during, results.len());
+        }
     }
     // The chart comes after the table, so a failure to draw it loses
     // nothing; there is none without results.
     if let Some(path) = a.plot.as_ref().filter(|_| !results.is_empty()) {
         let title = format!(
-            "fastudp bench: {} B payload, {}, {}",
+            "fastudp bench: {} B payload, {}, {}{}",
             w.payload,
             w.net
                 .map(|p| format!("testbed {}", profile_name(p)))
                 .unwrap_or_else(|| "loopback".into()),
-            host.kernel
+            host.kernel,
+            if interrupted.is_some() {
+                " (interrupted)"
+            } else {
+                ""
+            }
         );
         if let Err(e) = plot::svg(path, &title, &results) {
             return Err(crate::Failure { code: 1, msg: e });
         }
+    }
+    if interrupted.is_some() {
+        // The testbed goes now, so that the message can say so.
+        let removed = guard.take().is_some();
+        return Err(interrupt::failure(&format!(
+            "{}the runs that finished are reported above",
+            if removed { "testbed removed; " } else { "" }
+        )));
     }
     match failure {
         None => Ok(()),
@@ -563,6 +600,15 @@ pub fn plan_pairs(
     Ok(pairs)
 }
 
+/// A pairing's label in the per-second lines and messages.
+fn pair_label(t: TxStrategy, r: RxStrategy) -> String {
+    if t == TxStrategy::Tcp {
+        "tcp".to_string()
+    } else {
+        format!("{}->{}", name(t), rname(r))
+    }
+}
+
 /// Runs one sender/receiver pairing and measures it.
 fn run_pair(
     t: TxStrategy,
@@ -621,11 +667,7 @@ fn run_pair(
         live3.sender_done.store(true, Release);
         out
     });
-    let label = if t == TxStrategy::Tcp {
-        "tcp".to_string()
-    } else {
-        format!("{}->{}", name(t), rname(r))
-    };
+    let label = pair_label(t, r);
     monitor(&label, quiet, &tx_handle, || {
         (
             live.rx_bytes.load(Relaxed),

@@ -114,6 +114,18 @@ pub fn print_interval(label: &str, sec: u32, bytes: u64, dgrams: u64, calls: u64
     );
 }
 
+/// The line under the table of a bench that Ctrl-C cut short during the
+/// pairing `during`, after `finished` pairings.
+pub fn print_interrupted(during: &str, finished: usize) {
+    if finished == 0 {
+        outln!("interrupted (Ctrl-C) during {during}, before any run finished");
+    } else {
+        outln!(
+            "interrupted (Ctrl-C) during {during}: the {finished} run(s) above finished; {during} is not reported"
+        );
+    }
+}
+
 /// The summary table.
 pub fn print_table(rs: &[Result]) {
     outln!();

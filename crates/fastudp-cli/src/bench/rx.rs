@@ -80,14 +80,14 @@ pub fn udp(r: RxStrategy, sock: RxSock, w: &Workload, live: &Live) -> Result<RxO
     let mut seq = super::seq::Verifier::default();
     loop {
         let got: io::Result<(u64, u64)> = match &sock {
-            RxSock::Std(s) => s.recv_from(&mut buf).map(|(n, _)| {
-                seq.datagram(&buf[..n]);
+            RxSock::Std(s) => s.recv_from(&mut buf).map(|(n, from)| {
+                seq.datagram(from, &buf[..n]);
                 (1, n as u64)
             }),
             // Every datagram is looked at, as an application would.
             RxSock::Fast(s) => match s.recv(&mut batch) {
-                Ok(_) => Ok(batch.datagrams().fold((0, 0), |(d, b), (_, dg)| {
-                    seq.datagram(dg);
+                Ok(_) => Ok(batch.datagrams().fold((0, 0), |(d, b), (m, dg)| {
+                    seq.datagram(m.source, dg);
                     (d + 1, b + dg.len() as u64)
                 })),
                 Err(e) => Err(io::Error::from(e)),
@@ -121,9 +121,10 @@ pub fn udp(r: RxStrategy, sock: RxSock, w: &Workload, live: &Live) -> Result<RxO
             eprintln!("fastudp: warning: {} messages were truncated", st.truncated);
         }
     }
+    let t = seq.totals();
     Ok(RxOutcome {
-        unique: seq.unique(),
-        unsequenced: seq.unsequenced,
+        unique: t.received,
+        unsequenced: t.unsequenced,
         datagrams: dgrams,
         bytes,
         calls,

@@ -40,6 +40,8 @@ struct Ring {
     payload: usize,
     off: usize,
     seq: u64,
+    /// The number of the last call's first datagram.
+    call_seq: u64,
 }
 
 impl Ring {
@@ -50,6 +52,7 @@ impl Ring {
             payload: w.payload,
             off: 0,
             seq: 0,
+            call_seq: 0,
         }
     }
 
@@ -58,8 +61,16 @@ impl Ring {
         let at = self.off;
         self.off = (self.off + self.call_len) % self.buf.len();
         let b = &mut self.buf[at..at + self.call_len];
+        self.call_seq = self.seq;
         stamp(b, self.payload, &mut self.seq);
         b
+    }
+
+    /// Says how many of the last call's datagrams went out: the numbers of
+    /// those that did not are given to the next ones, so that a receiver
+    /// counts no datagram as lost that was never sent.
+    fn sent(&mut self, datagrams: usize) {
+        self.seq = self.call_seq + datagrams as u64;
     }
 }
 
@@ -74,7 +85,10 @@ fn stamp(buf: &mut [u8], payload: usize, seq: &mut u64) {
 }
 
 fn transient(e: &io::Error) -> bool {
-    e.kind() == io::ErrorKind::WouldBlock || e.raw_os_error() == Some(libc::ENOBUFS)
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+    ) || e.raw_os_error() == Some(libc::ENOBUFS)
 }
 
 fn send_err(t: TxStrategy, e: io::Error) -> String {
@@ -115,7 +129,8 @@ fn peer_gone(
     Ok(())
 }
 
-/// Runs a UDP send strategy to `dest` until the workload's time is up.
+/// Runs a UDP send strategy to `dest` until the workload's time is up, or
+/// Ctrl-C.
 pub fn udp(
     t: TxStrategy,
     dest: SocketAddr,
@@ -182,7 +197,7 @@ pub fn udp(
     let start = Instant::now();
     let deadline = start + w.duration;
     let cpu0 = fastudp::os::thread_cpu_time();
-    while Instant::now() < deadline {
+    while Instant::now() < deadline && !crate::interrupt::requested() {
         let buf = ring.next();
         let sent: io::Result<usize> = match t {
             TxStrategy::Sendto => sock.send_to(buf, dest).map(|_| 1),
@@ -288,6 +303,7 @@ pub fn udp(
                 peer_gone(f.state(), f.as_std(), dest, dgrams)?;
             }
         }
+        ring.sent(*sent.as_ref().unwrap_or(&0));
         match sent {
             Ok(n) => {
                 dgrams += n as u64;
@@ -330,7 +346,7 @@ pub fn udp(
     })
 }
 
-/// Writes the same bytes over TCP until the workload's time is up.
+/// Writes the same bytes over TCP until the workload's time is up, or Ctrl-C.
 pub fn tcp(mut s: TcpStream, w: &Workload, live: &Live) -> Result<TxOutcome, String> {
     let p = w.payload;
     let mut ring = Ring::new(w, p * w.segs);
@@ -338,7 +354,7 @@ pub fn tcp(mut s: TcpStream, w: &Workload, live: &Live) -> Result<TxOutcome, Str
     let start = Instant::now();
     let deadline = start + w.duration;
     let cpu0 = fastudp::os::thread_cpu_time();
-    while Instant::now() < deadline {
+    while Instant::now() < deadline && !crate::interrupt::requested() {
         let buf = ring.next();
         s.write_all(buf).map_err(|e| send_err(TxStrategy::Tcp, e))?;
         calls += 1;
@@ -394,7 +410,7 @@ pub fn zerocopy(dest: SocketAddr, w: &Workload, live: &Live) -> Result<TxOutcome
     let start = Instant::now();
     let deadline = start + w.duration;
     let cpu0 = fastudp::os::thread_cpu_time();
-    while Instant::now() < deadline {
+    while Instant::now() < deadline && !crate::interrupt::requested() {
         let mut buf = match pool.pop().or_else(|| zc.pop_done()) {
             Some(b) => b,
             None => {
@@ -414,6 +430,8 @@ pub fn zerocopy(dest: SocketAddr, w: &Workload, live: &Live) -> Result<TxOutcome
             }
             Err((e, b)) => {
                 pool.push(b);
+                // Not sent: its numbers go to the next buffer.
+                seq -= w.segs as u64;
                 let e: io::Error = e.into();
                 if !transient(&e) {
                     return Err(send_err(t, e));
