@@ -124,6 +124,28 @@ struct Measured {
     client_recvs: u64,
     server_sends: u64,
     server_recvs: u64,
+    server_drops: u64,
+    client_drops: u64,
+}
+
+/// The kernel's drop count of the UDP socket bound at `port`, from
+/// `/proc/net/udp` and `udp6` (its last column), whatever socket it is.
+fn udp_drops(port: u16) -> u64 {
+    let mut total = 0;
+    for f in ["/proc/net/udp", "/proc/net/udp6"] {
+        let text = std::fs::read_to_string(f).unwrap_or_default();
+        for line in text.lines().skip(1) {
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            let local_port = cols
+                .get(1)
+                .and_then(|a| a.rsplit(':').next())
+                .and_then(|p| u16::from_str_radix(p, 16).ok());
+            if local_port == Some(port) {
+                total += cols.last().and_then(|d| d.parse::<u64>().ok()).unwrap_or(0);
+            }
+        }
+    }
+    total
 }
 
 fn current_thread() -> tokio::runtime::Runtime {
@@ -145,21 +167,25 @@ fn run(kind: Kind, ip: &str, conns: usize, each: u64) -> Measured {
     let server_std = std::net::UdpSocket::bind(format!("{ip}:0")).expect("bind");
     let client_std = std::net::UdpSocket::bind(format!("{ip}:0")).expect("bind");
     let server_addr = server_std.local_addr().expect("addr");
+    let client_port = client_std.local_addr().expect("addr").port();
     let start = Arc::new(std::sync::Barrier::new(2));
     let server = {
         let (cert, start) = (cert.clone(), start.clone());
-        std::thread::spawn(move || {
-            current_thread().block_on(async move {
-                let (sock, counts) = kind.socket(server_std);
-                let ep = quic::endpoint(sock, Some(quic::server_config(cert, key)));
-                start.wait();
-                let cpu0 = cpu();
-                let got = quic::serve(ep, conns).await;
-                let used = cpu() - cpu0;
-                assert!(got.iter().all(|&b| b == each), "every byte arrived");
-                (used, counts)
+        std::thread::Builder::new()
+            .name("server".into())
+            .spawn(move || {
+                current_thread().block_on(async move {
+                    let (sock, counts) = kind.socket(server_std);
+                    let ep = quic::endpoint(sock, Some(quic::server_config(cert, key)));
+                    start.wait();
+                    let cpu0 = cpu();
+                    let got = quic::serve(ep, conns).await;
+                    let used = cpu() - cpu0;
+                    assert!(got.iter().all(|&b| b == each), "every byte arrived");
+                    (used, (counts, udp_drops(server_addr.port())))
+                })
             })
-        })
+            .expect("server thread")
     };
     let (client_cpu, secs, client_counts) = current_thread().block_on(async move {
         let (sock, counts) = kind.socket(client_std);
@@ -183,9 +209,11 @@ fn run(kind: Kind, ip: &str, conns: usize, each: u64) -> Measured {
         for t in tasks {
             t.await.expect("client task");
         }
-        (cpu() - cpu0, t0.elapsed().as_secs_f64(), counts)
+        let secs = t0.elapsed().as_secs_f64();
+        (cpu() - cpu0, secs, (counts, udp_drops(client_port)))
     });
-    let (server_cpu, server_counts) = server.join().expect("server thread");
+    let (client_counts, client_drops) = client_counts;
+    let (server_cpu, (server_counts, server_drops)) = server.join().expect("server thread");
     Measured {
         secs,
         bytes: conns as u64 * each,
@@ -195,6 +223,8 @@ fn run(kind: Kind, ip: &str, conns: usize, each: u64) -> Measured {
         client_recvs: client_counts.recvs.load(Relaxed),
         server_sends: server_counts.sends.load(Relaxed),
         server_recvs: server_counts.recvs.load(Relaxed),
+        server_drops,
+        client_drops,
     }
 }
 
@@ -216,6 +246,7 @@ struct Opts {
     conn_mb: u64,
     rounds: usize,
     ip: String,
+    only: Option<Kind>,
 }
 
 fn parse() -> Opts {
@@ -226,6 +257,7 @@ fn parse() -> Opts {
         conn_mb: 10,
         rounds: 3,
         ip: "127.0.0.1".into(),
+        only: None,
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -244,13 +276,16 @@ fn parse() -> Opts {
             "--conns" => o.conns = num("--conns") as usize,
             "--conn-mb" => o.conn_mb = num("--conn-mb"),
             "--rounds" => o.rounds = num("--rounds") as usize,
+            "--only" if v == "fastudp" => o.only = Some(Kind::Fastudp),
+            "--only" if v == "quinn-udp" => o.only = Some(Kind::QuinnUdp),
+            "--only" => die(&format!("--only {v:?}: expected fastudp or quinn-udp")),
             "--ipv6" => {
                 o.ip = "[::1]".into();
                 i += 1;
                 continue;
             }
             other => die(&format!(
-                "unknown option {other:?} (--workload bulk|many|both, --bulk-mb N, --conns N, --conn-mb N, --rounds N, --ipv6)"
+                "unknown option {other:?} (--workload bulk|many|both, --bulk-mb N, --conns N, --conn-mb N, --rounds N, --only fastudp|quinn-udp, --ipv6)"
             )),
         }
         i += 2;
@@ -297,10 +332,13 @@ fn main() {
                 [Kind::QuinnUdp, Kind::Fastudp]
             };
             let mut got = Vec::new();
-            for k in order {
+            for k in order
+                .into_iter()
+                .filter(|k| o.only.map_or(true, |x| x == *k))
+            {
                 let m = run(k, &o.ip, conns, each);
                 println!(
-                    "{:<10} {:>8.0} {:>12.3} {:>12.3} {:>12.0} {:>12.0} {:>12.0} {:>12.0}",
+                    "{:<10} {:>8.0} {:>12.3} {:>12.3} {:>12.0} {:>12.0} {:>12.0} {:>12.0} {:>9} {:>9}",
                     k.name(),
                     m.bytes as f64 / m.secs / 1e6,
                     m.client_cpu * 1e9 / m.bytes as f64,
@@ -309,14 +347,22 @@ fn main() {
                     m.server_recvs as f64 / m.secs,
                     m.server_sends as f64 / m.secs,
                     m.client_recvs as f64 / m.secs,
+                    m.server_drops,
+                    m.client_drops,
                 );
                 got.push((k, m));
+            }
+            if o.only.is_some() {
+                continue;
             }
             let f = got.iter().find(|x| x.0 == Kind::Fastudp).unwrap().1;
             let q = got.iter().find(|x| x.0 == Kind::QuinnUdp).unwrap().1;
             ratios[0].push(q.secs / f.secs);
             ratios[1].push(f.client_cpu / q.client_cpu);
             ratios[2].push(f.server_cpu / q.server_cpu);
+        }
+        if o.only.is_some() {
+            continue;
         }
         println!(
             "fastudp / quinn-udp, median of {} rounds: throughput {:.2}x, client CPU/B {:.2}x, server CPU/B {:.2}x",

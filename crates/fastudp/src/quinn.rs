@@ -53,7 +53,6 @@
 //! that drives `quinn-proto` itself and sees all its connections' transmits
 //! at once.
 
-use crate::socket::recv::RecvPolicy;
 use crate::socket::{Config, RecvMeta, Transmit, UdpState};
 use crate::{EcnCodepoint, Error, Stats};
 use std::fmt;
@@ -74,7 +73,6 @@ const RECV_BATCH: usize = 32;
 pub struct Socket {
     io: tokio::net::UdpSocket,
     state: UdpState,
-    recv_policy: Mutex<RecvPolicy>,
     /// The rest of a train split half-way, sent before anything else.
     pending: Mutex<Pending>,
     send_errors: AtomicU64,
@@ -171,7 +169,6 @@ impl Socket {
         Ok(Socket {
             io: tokio::net::UdpSocket::from_std(sock)?,
             state,
-            recv_policy: Mutex::new(RecvPolicy::default()),
             pending: Mutex::new(Pending::default()),
             send_errors: AtomicU64::new(0),
         })
@@ -313,11 +310,12 @@ impl quinn::AsyncUdpSocket for Socket {
         let mut ours = [RecvMeta::default(); RECV_BATCH];
         loop {
             ready!(self.io.poll_recv_ready(cx))?;
-            let want = self
-                .recv_policy
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .next_request(cap);
+            // A full batch each call, as quinn's own socket asks: quinn's
+            // work per call (its driver, a wake-up per connection) costs
+            // more than the failed last try of a `recvmmsg`, so the
+            // one-message rule of `RecvBatch` does not pay here
+            // (docs/BENCHMARKS.md).
+            let want = cap;
             let r = self.io.try_io(Interest::READABLE, || {
                 self.state
                     .recv_slices(&self.io, &mut bufs[..want], &mut ours[..want])
@@ -325,19 +323,13 @@ impl quinn::AsyncUdpSocket for Socket {
             });
             match r {
                 Ok(got) => {
-                    let mut bytes = 0;
                     for (q, m) in meta.iter_mut().zip(&ours[..got]) {
                         q.addr = m.source;
                         q.len = m.len;
                         q.stride = m.stride;
                         q.ecn = m.ecn.map(to_quinn_ecn);
                         q.dst_ip = m.destination;
-                        bytes += m.len;
                     }
-                    self.recv_policy
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .note(want, got, bytes);
                     return Poll::Ready(Ok(got));
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,

@@ -141,7 +141,7 @@ fn raw_addr(a: &SocketAddr) -> (RawAddr, libc::socklen_t) {
 
 /// Sends `n` messages (at most [`MAX_BATCH`]) built one by one by `fill`,
 /// with one `sendmmsg(2)`, or with `sendmsg(2)` when `mmsg` is false (then
-/// only the first message). `fill(i, control)` encodes message `i`'s control
+/// only the first message) or there is only one. `fill(i, control)` encodes message `i`'s control
 /// data into `control` (zeroed, [`SEND_CONTROL_LEN`] bytes) and returns the
 /// message. Everything lives on the stack, and only the `n` entries used
 /// are written: no heap allocation, no work for unused entries.
@@ -190,7 +190,9 @@ pub(crate) fn send_batch<'a, E>(
             msg_len: 0,
         });
     }
-    let r = if mmsg {
+    // One message goes with `sendmsg`: `sendmmsg` would only add the copy
+    // of its header array and the loop around it.
+    let r = if n > 1 {
         // SAFETY: `hdrs[..n]` were written above; each points at its own
         // name, iovec and control entry on this stack frame, and at a
         // payload borrowed for 'a, all alive for the call. The kernel reads

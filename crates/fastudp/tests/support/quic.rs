@@ -76,22 +76,36 @@ pub fn fill(seed: u64, offset: u64, buf: &mut [u8]) {
 /// Checks that `data` is stream `seed`'s bytes from `offset`.
 pub fn check(seed: u64, offset: u64, data: &[u8]) {
     let mut i = 0;
-    while i < data.len() {
+    // Up to the next multiple of 8, byte by byte; then word by word.
+    while i < data.len() && (offset + i as u64) % 8 != 0 {
         let at = offset + i as u64;
-        let w = word(seed, at / 8).to_le_bytes();
-        let skip = (at % 8) as usize;
-        let n = (8 - skip).min(data.len() - i);
-        assert_eq!(
-            &data[i..i + n],
-            &w[skip..skip + n],
-            "stream {seed}: wrong bytes at offset {at}"
-        );
-        i += n;
+        let want = word(seed, at / 8).to_le_bytes()[(at % 8) as usize];
+        assert!(data[i] == want, "stream {seed}: wrong byte at offset {at}");
+        i += 1;
     }
+    let words = data[i..].chunks_exact(8);
+    let tail = words.remainder();
+    let first = (offset + i as u64) / 8;
+    for (k, w) in words.enumerate() {
+        let got = u64::from_le_bytes(w.try_into().unwrap());
+        if got != word(seed, first + k as u64) {
+            panic!(
+                "stream {seed}: wrong bytes at offset {}",
+                (first + k as u64) * 8
+            );
+        }
+    }
+    let at = offset + (data.len() - tail.len()) as u64;
+    let w = word(seed, at / 8).to_le_bytes();
+    assert!(
+        tail == &w[..tail.len()],
+        "stream {seed}: wrong bytes at offset {at}"
+    );
 }
 
-/// Sends `bytes` of stream `seed` on a new unidirectional stream, then
-/// waits until the server closes the connection after checking them.
+/// Sends `bytes` of stream `seed` on a new unidirectional stream, waits
+/// for the server's reply (on a stream of its own, so it is retransmitted
+/// if lost) that it checked them all, and closes the connection.
 pub async fn send(conn: &Connection, seed: u64, bytes: u64) {
     let mut s = conn.open_uni().await.expect("open stream");
     s.write_all(&seed.to_le_bytes()).await.expect("write");
@@ -104,14 +118,18 @@ pub async fn send(conn: &Connection, seed: u64, bytes: u64) {
         off += n as u64;
     }
     s.finish().expect("finish");
-    match conn.closed().await {
-        quinn::ConnectionError::ApplicationClosed(c) if c.error_code == 0u32.into() => {}
-        e => panic!("the server did not confirm the stream: {e}"),
-    }
+    let mut reply = conn.accept_uni().await.expect("the server's reply");
+    let checked = reply.read_to_end(8).await.expect("read the reply");
+    assert_eq!(
+        checked,
+        bytes.to_le_bytes(),
+        "the server checked a different number of bytes"
+    );
+    conn.close(0u32.into(), b"done");
 }
 
-/// Takes one connection's stream, checks every byte, closes the
-/// connection with code 0, and returns the bytes received.
+/// Takes one connection's stream, checks every byte, replies with the
+/// number of bytes checked, and returns it once the client has the reply.
 pub async fn check_connection(incoming: quinn::Incoming) -> u64 {
     let conn = incoming.await.expect("handshake");
     let mut r = conn.accept_uni().await.expect("a stream");
@@ -124,7 +142,11 @@ pub async fn check_connection(incoming: quinn::Incoming) -> u64 {
         check(seed, off, &chunk.bytes);
         off += chunk.bytes.len() as u64;
     }
-    conn.close(0u32.into(), b"checked");
+    let mut reply = conn.open_uni().await.expect("reply stream");
+    reply.write_all(&off.to_le_bytes()).await.expect("reply");
+    reply.finish().expect("finish the reply");
+    // Acknowledged by the client (or the client closed, having read it).
+    let _ = reply.stopped().await;
     off
 }
 
