@@ -189,41 +189,38 @@ fn one_gib_across_a_veth_wire_profile_v4_and_v6() {
     across_veth("qwire", 9, true);
 }
 
-/// The kernel starts refusing the client's GSO trains a third of the way
-/// in (`SO_NO_CHECK`: a real EINVAL on any kernel); fastudp falls back,
-/// quinn sees `max_transmit_segments()` drop to 1, and the transfer goes on.
-#[test]
-fn a_gso_fallback_mid_connection_does_not_stop_the_transfer() {
-    const BYTES: u64 = 256 << 20;
-    let (srv, cli) = (bound("127.0.0.1:0"), bound("127.0.0.1:0"));
-    let probe = fastudp::Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    if probe.capabilities().max_gso_segments <= 1 {
-        eprintln!("skipping: no GSO here");
-        return;
+/// Waits (up to 5 s) until quinn is offered single datagrams, and returns
+/// the segment count then.
+fn segments_after_refusal(c: &Socket) -> usize {
+    let start = Instant::now();
+    while quinn::AsyncUdpSocket::max_transmit_segments(c) > 1
+        && start.elapsed() < Duration::from_secs(5)
+    {
+        std::thread::sleep(Duration::from_millis(1));
     }
+    quinn::AsyncUdpSocket::max_transmit_segments(c)
+}
+
+/// The path starts refusing the client's GSO trains a third of the way
+/// in; fastudp falls back, quinn sees `max_transmit_segments()` drop to 1,
+/// and the transfer goes on to the last byte.
+fn gso_fallback_mid_connection(
+    srv: std::net::UdpSocket,
+    cli: std::net::UdpSocket,
+    what: &str,
+    refuse: impl FnOnce(&Socket) + Send + 'static,
+) {
+    const BYTES: u64 = 256 << 20;
     let segments_after = Arc::new(std::sync::atomic::AtomicUsize::new(usize::MAX));
     let seen = segments_after.clone();
     let r = transfer(srv, cli, Config::default(), BYTES, move |c| {
-        fastudp::raw::set_option_int(
-            &std::os::fd::AsFd::as_fd(c),
-            libc::SOL_SOCKET,
-            libc::SO_NO_CHECK,
-            1,
-        )
-        .expect("SO_NO_CHECK");
-        // The next train is refused and GSO goes off.
-        let start = Instant::now();
-        while quinn::AsyncUdpSocket::max_transmit_segments(c) > 1
-            && start.elapsed() < Duration::from_secs(5)
-        {
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        refuse(c);
         seen.store(
-            quinn::AsyncUdpSocket::max_transmit_segments(c),
+            segments_after_refusal(c),
             std::sync::atomic::Ordering::Relaxed,
         );
     });
-    report("gso fallback", BYTES, &r);
+    report(&format!("gso fallback {what}"), BYTES, &r);
     let st = r.client.stats();
     assert!(!st.fallbacks.is_empty(), "GSO was never refused");
     assert_eq!(
@@ -233,12 +230,54 @@ fn a_gso_fallback_mid_connection_does_not_stop_the_transfer() {
     );
 }
 
+/// IPv4 on loopback: `SO_NO_CHECK`, with which the kernel refuses GSO
+/// sends (EINVAL) and still sends single datagrams.
+#[test]
+fn a_gso_fallback_mid_connection_does_not_stop_the_transfer_v4() {
+    let probe = fastudp::Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    if probe.capabilities().max_gso_segments <= 1 {
+        eprintln!("skipping: no GSO here");
+        return;
+    }
+    gso_fallback_mid_connection(
+        bound("127.0.0.1:0"),
+        bound("127.0.0.1:0"),
+        "v4 loopback",
+        |c| {
+            fastudp::raw::set_option_int(
+                &std::os::fd::AsFd::as_fd(c),
+                libc::SOL_SOCKET,
+                libc::SO_NO_CHECK,
+                1,
+            )
+            .expect("SO_NO_CHECK");
+        },
+    );
+}
+
+/// IPv6 on loopback: `UDP_NO_CHECK6_TX` (101), with which the kernel
+/// refuses GSO sends (EINVAL) and sends single datagrams with a zero
+/// checksum, which the server accepts with `UDP_NO_CHECK6_RX` (102).
+#[test]
+fn a_gso_fallback_mid_connection_does_not_stop_the_transfer_v6() {
+    let probe = fastudp::Socket::bind("[::1]:0".parse().unwrap()).unwrap();
+    if probe.capabilities().max_gso_segments <= 1 {
+        eprintln!("skipping: no GSO here");
+        return;
+    }
+    let srv = bound("[::1]:0");
+    fastudp::raw::set_option_int(&srv, libc::SOL_UDP, 102, 1).expect("UDP_NO_CHECK6_RX");
+    gso_fallback_mid_connection(srv, bound("[::1]:0"), "v6 loopback", |c| {
+        fastudp::raw::set_option_int(&std::os::fd::AsFd::as_fd(c), libc::SOL_UDP, 101, 1)
+            .expect("UDP_NO_CHECK6_TX");
+    });
+}
+
 /// A server receive buffer of 16 KiB overflows under a bulk transfer: the
 /// kernel drops, quinn recovers, every byte arrives.
-#[test]
-fn the_connection_survives_a_receive_buffer_that_overflows() {
+fn receive_buffer_overflow(bind: &str) {
     const BYTES: u64 = 64 << 20;
-    let (srv, cli) = (bound("127.0.0.1:0"), bound("127.0.0.1:0"));
+    let (srv, cli) = (bound(bind), bound(bind));
     let r = transfer(
         srv,
         cli,
@@ -246,9 +285,41 @@ fn the_connection_survives_a_receive_buffer_that_overflows() {
         BYTES,
         |_| {},
     );
-    report("overflow", BYTES, &r);
+    report(&format!("overflow {bind}"), BYTES, &r);
     assert!(
         r.server.stats().kernel_drops > 0,
         "the receive buffer never overflowed: the test proved nothing"
     );
+}
+
+#[test]
+fn the_connection_survives_a_receive_buffer_that_overflows_v4() {
+    receive_buffer_overflow("127.0.0.1:0");
+}
+
+#[test]
+fn the_connection_survives_a_receive_buffer_that_overflows_v6() {
+    receive_buffer_overflow("[::1]:0");
+}
+
+#[test]
+fn quinn_is_told_what_the_socket_does() {
+    let rt = runtime();
+    rt.block_on(async {
+        let s = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        use quinn::AsyncUdpSocket;
+        assert!(!s.may_fragment(), "don't-fragment is set by default");
+        let gro = s.state().capabilities().gro;
+        assert_eq!(s.max_receive_segments(), if gro { 64 } else { 1 });
+        assert_eq!(
+            s.max_transmit_segments(),
+            s.state().capabilities().max_gso_segments.max(1)
+        );
+        let f = Socket::bind_with(
+            "127.0.0.1:0".parse().unwrap(),
+            Config::default().may_fragment(true),
+        )
+        .unwrap();
+        assert!(f.may_fragment());
+    });
 }

@@ -606,10 +606,13 @@ pub fn threads_send_while_gso_flips(tx: Socket, rx: Socket, rx_timeout: Duration
     let all = self_checking_trains(THREADS * TRAINS, SEGS, SEG);
     let stop = Arc::new(AtomicBool::new(false));
     let partials = AtomicU64::new(0);
+    // Refused from the first send, so that a run over before the flipper
+    // thread gets going still tests something.
+    set_no_check(&tx, true);
     let flipper = {
         let (tx, stop) = (tx.clone(), stop.clone());
         std::thread::spawn(move || {
-            let mut on = false;
+            let mut on = true;
             while !stop.load(Relaxed) {
                 on = !on;
                 set_no_check(&tx, on);
