@@ -15,6 +15,7 @@ macro_rules! outln {
 }
 
 mod bench;
+mod control;
 mod host;
 mod interrupt;
 mod procfs;

@@ -21,17 +21,19 @@ pub struct TxArgs {
     /// IPv6.
     #[arg(short = '6')]
     pub ipv6: bool,
-    /// Destination address (a host running `fastudp rx`, or any UDP sink).
-    #[arg(short = 'D', value_name = "ADDR")]
-    pub dest: IpAddr,
+    /// Destination: a host name or address (a host running `fastudp rx`,
+    /// or any UDP sink).
+    #[arg(short = 'D', value_name = "HOST")]
+    pub dest: String,
     /// Destination port.
     #[arg(short = 'p', default_value_t = 8000)]
     pub port: u16,
     /// Seconds to send.
     #[arg(short = 'l', default_value_t = 4.0, allow_negative_numbers = true)]
     pub secs: f64,
-    /// Payload bytes per send call: one datagram, or with -S one GSO buffer
-    /// (default: 1472 / 1452 without -S, as many whole segments as fit with).
+    /// Payload bytes per send call: one datagram, or with -S one GSO buffer.
+    /// Default: 1472 (IPv4) or 1452 (IPv6) bytes, or with -S as many whole
+    /// segments as one send may hold.
     #[arg(short = 's', value_name = "BYTES")]
     pub size: Option<usize>,
     /// GSO: cut each send into segments of this many bytes (UDP_SEGMENT cmsg).
@@ -56,6 +58,23 @@ pub struct TxArgs {
     /// Print the summary as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Target rate in bits per second, paced (suffix k, M or G: -b 500M).
+    #[arg(short = 'b', value_name = "RATE", allow_hyphen_values = true)]
+    pub rate: Option<String>,
+    /// Send from this local address.
+    #[arg(short = 'B', value_name = "ADDR")]
+    pub bind: Option<IpAddr>,
+    /// Seconds between interval lines.
+    #[arg(short = 'i', default_value_t = 1.0, allow_negative_numbers = true)]
+    pub interval: f64,
+    /// Run the test with a `fastudp rx --server` on the destination: it
+    /// picks the data port, and its receive counts (loss, duplicates,
+    /// reordering, jitter, CPU) are printed with the send side.
+    #[arg(short = 'C', long = "control", conflicts_with = "tcp")]
+    pub control: bool,
+    /// The server's control port (with -C).
+    #[arg(long, default_value_t = crate::control::DEFAULT_CONTROL_PORT)]
+    pub control_port: u16,
 }
 
 /// Options of `fastudp rx`.
@@ -97,6 +116,91 @@ pub struct RxArgs {
     /// Print the summary as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Serve tests for `fastudp tx -C` on the control port (TCP), one at a
+    /// time, until Ctrl-C: each test gets a data port of its own, and its
+    /// counts go back to the client.
+    #[arg(long, conflicts_with_all = ["tcp", "secs"])]
+    pub server: bool,
+    /// The control port (with --server).
+    #[arg(long, default_value_t = crate::control::DEFAULT_CONTROL_PORT)]
+    pub control_port: u16,
+    /// Longest test a client may ask for, seconds (with --server).
+    #[arg(long, default_value_t = 60.0, allow_negative_numbers = true)]
+    pub max_duration: f64,
+    /// Highest rate a client may ask for, bits per second (k, M, G); a
+    /// client must then pace with -b (with --server).
+    #[arg(long, value_name = "RATE", allow_hyphen_values = true)]
+    pub max_rate: Option<String>,
+    /// Tests run at once; more are told the server is busy (with --server).
+    #[arg(long, default_value_t = 1)]
+    pub concurrent: usize,
+    /// Stop after this many tests (with --server).
+    #[arg(long)]
+    pub max_tests: Option<u64>,
+}
+
+/// Parses a rate in bits per second, as iperf3's `-b`: a number with an
+/// optional k, M or G (powers of 1000). Returns bytes per second.
+pub fn parse_rate(opt: &str, v: &str) -> Result<u64, Failure> {
+    let t = v.trim();
+    let (num, mul) = match t.char_indices().last() {
+        Some((i, 'k' | 'K')) => (&t[..i], 1e3),
+        Some((i, 'm' | 'M')) => (&t[..i], 1e6),
+        Some((i, 'g' | 'G')) => (&t[..i], 1e9),
+        _ => (t, 1.0),
+    };
+    let bits = num
+        .parse::<f64>()
+        .ok()
+        .filter(|b| b.is_finite() && *b > 0.0)
+        .map(|b| b * mul)
+        .ok_or_else(|| {
+            Failure::usage(format!(
+                "{opt} {v}: give a rate in bits per second, such as 500M or 2G"
+            ))
+        })?;
+    if !(8.0..=1e13).contains(&bits) {
+        return Err(Failure::usage(format!(
+            "{opt} {v} is out of range: 8 bit/s to 10 Tbit/s"
+        )));
+    }
+    Ok((bits / 8.0) as u64)
+}
+
+/// Resolves `host` (a name or an address) to an address of the family
+/// asked for (`ipv6`), or of either when neither -4 nor -6 was given.
+fn resolve(host: &str, port: u16, v4: bool, v6: bool) -> Result<SocketAddr, Failure> {
+    use std::net::ToSocketAddrs;
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        if (v6 && ip.is_ipv4()) || (v4 && ip.is_ipv6()) {
+            return Err(Failure::usage(format!(
+                "-D {host} is not an {} address",
+                if v6 { "IPv6" } else { "IPv4" }
+            )));
+        }
+        return Ok(SocketAddr::new(ip, port));
+    }
+    let all: Vec<SocketAddr> = (host, port)
+        .to_socket_addrs()
+        .map_err(|e| Failure::usage(format!("-D {host}: cannot resolve it: {e}")))?
+        .collect();
+    all.iter()
+        .copied()
+        .find(|a| {
+            if v6 {
+                a.is_ipv6()
+            } else if v4 {
+                a.is_ipv4()
+            } else {
+                true
+            }
+        })
+        .ok_or_else(|| {
+            Failure::usage(format!(
+                "-D {host} has no {} address",
+                if v6 { "IPv6" } else { "IPv4" }
+            ))
+        })
 }
 
 /// The summary of a `tx` or `rx` run.
@@ -145,6 +249,25 @@ pub struct Summary {
     pub zerocopy_copied: Option<u64>,
     /// Ctrl-C ended the run: the figures cover it until then.
     pub interrupted: bool,
+    /// `tx -C` only: what the server received.
+    pub server: Option<crate::control::Outcome>,
+    /// The interval lines (bytes, datagrams, calls in each), with -i.
+    pub intervals: Vec<Interval>,
+}
+
+/// One interval line.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Interval {
+    /// Seconds from the start to the interval's start.
+    pub start: f64,
+    /// Seconds from the start to its end.
+    pub end: f64,
+    /// Payload bytes in it.
+    pub bytes: u64,
+    /// Datagrams in it.
+    pub datagrams: u64,
+    /// Calls in it.
+    pub calls: u64,
 }
 
 impl Summary {
@@ -193,6 +316,8 @@ impl Summary {
             zerocopy_completions: None,
             zerocopy_copied: None,
             interrupted: false,
+            server: None,
+            intervals: Vec::new(),
         }
     }
 }
@@ -242,6 +367,32 @@ fn print_summary(s: &Summary, json: bool) -> Result<(), Failure> {
             );
         }
     }
+    if let Some(o) = &s.server {
+        let lost_pct = if s.datagrams > 0 {
+            100.0 * o.lost as f64 / s.datagrams as f64
+        } else {
+            0.0
+        };
+        outln!(
+            "server: {} of {} datagrams received ({:.1} MB), {} lost ({lost_pct:.3}%), {} duplicate, {} reordered; jitter {:.3} ms; {:.3} CPU ns/B, {} receive calls for {} messages",
+            o.datagrams,
+            s.datagrams,
+            o.bytes as f64 / 1e6,
+            o.lost,
+            o.duplicates,
+            o.reordered,
+            o.jitter_ms,
+            o.cpu_ns_per_byte,
+            o.calls,
+            o.messages
+        );
+        if o.foreign > 0 {
+            outln!(
+                "server: {} datagrams from other addresses were not counted",
+                o.foreign
+            );
+        }
+    }
     if let Some(n) = s.unverified.filter(|&n| n > 0) {
         outln!(
             "{n} datagrams from senders past the first {MAX_SENDERS} were counted but not verified"
@@ -270,14 +421,6 @@ fn finish(s: &Summary, json: bool) -> Result<(), Failure> {
 
 /// Runs `fastudp tx`.
 pub fn run_tx(a: TxArgs) -> Result<(), Failure> {
-    let ipv6 = a.ipv6 || (a.dest.is_ipv6() && !a.ipv4);
-    if a.dest.is_ipv6() != ipv6 {
-        return Err(Failure::usage(format!(
-            "-D {} is not an {} address",
-            a.dest,
-            if ipv6 { "IPv6" } else { "IPv4" }
-        )));
-    }
     in_range("-l", a.secs, 86_400.0)?;
     if a.secs < 0.01 {
         return Err(Failure::usage(format!(
@@ -285,12 +428,29 @@ pub fn run_tx(a: TxArgs) -> Result<(), Failure> {
             a.secs
         )));
     }
+    in_range("-i", a.interval, 3600.0)?;
+    if a.interval < 0.1 {
+        return Err(Failure::usage(format!(
+            "-i {} is too short: at least 0.1 seconds",
+            a.interval
+        )));
+    }
     if a.port == 0 {
         return Err(Failure::usage(
             "-p 0: give the destination port, 1 to 65535".into(),
         ));
     }
-    let dest = SocketAddr::new(a.dest, a.port);
+    let rate = a.rate.as_deref().map(|v| parse_rate("-b", v)).transpose()?;
+    let mut dest = resolve(&a.dest, a.port, a.ipv4, a.ipv6)?;
+    let ipv6 = dest.is_ipv6();
+    if let Some(b) = a.bind {
+        if b.is_ipv6() != ipv6 {
+            return Err(Failure::usage(format!(
+                "-B {b} and the destination {} are of different address families",
+                dest.ip()
+            )));
+        }
+    }
     let max = fastudp::wire::max_payload(ipv6);
     let kmax = fastudp::os::kernel_max_segments().max(1);
     let (t, payload, segs) = if a.tcp {
@@ -313,9 +473,12 @@ pub fn run_tx(a: TxArgs) -> Result<(), Failure> {
         }
         let s = a.size.unwrap_or(g * kmax.min(max / g));
         if s % g != 0 {
+            // The suggestion is one that is accepted: whole segments, no
+            // more than a send may hold.
+            let fits = (s / g).min(kmax).min(max / g).max(1);
             return Err(Failure::usage(format!(
                 "-s {s} is not a multiple of -S {g}: fastudp tx sends whole segments (try -s {})",
-                (s / g).max(1) * g
+                fits * g
             )));
         }
         if s < g || s > max || s / g > kmax {
@@ -350,6 +513,23 @@ pub fn run_tx(a: TxArgs) -> Result<(), Failure> {
         };
         (t, s, 1)
     };
+    // With a server on the other side: ask for the test, and send to the
+    // data port it opens.
+    let control = if a.control {
+        let (r, w, port) = crate::control::request(
+            SocketAddr::new(dest.ip(), a.control_port),
+            &crate::control::Request {
+                fastudp: crate::control::PROTOCOL,
+                seconds: a.secs,
+                rate,
+                mode: bench::name(t),
+            },
+        )?;
+        dest.set_port(port);
+        Some((r, w))
+    } else {
+        None
+    };
     let w = Workload {
         payload,
         batch: if a.mmsg { 32 } else { segs },
@@ -360,6 +540,8 @@ pub fn run_tx(a: TxArgs) -> Result<(), Failure> {
         pin: false,
         cache_thrash: a.cache,
         connect: true,
+        rate,
+        bind: a.bind.map(|ip| SocketAddr::new(ip, 0)),
     };
     interrupt::watch();
     let live = Arc::new(Live::default());
@@ -375,7 +557,7 @@ pub fn run_tx(a: TxArgs) -> Result<(), Failure> {
         }
     });
     let label = format!("tx {} -> {dest}", bench::name(t));
-    bench::monitor(&label, a.quiet || a.json, &h, || {
+    let intervals = watch_intervals(&label, a.quiet || a.json, a.interval, &h, || {
         let d = live.tx_datagrams.load(Relaxed);
         let c = live.tx_calls.load(Relaxed);
         if t == TxStrategy::Tcp {
@@ -416,11 +598,24 @@ pub fn run_tx(a: TxArgs) -> Result<(), Failure> {
         }
     };
     let secs = o.seconds.max(1e-9);
+    let server = match control {
+        Some((r, w)) => Some(crate::control::finish(
+            r,
+            w,
+            crate::control::Done {
+                datagrams: o.datagrams,
+                bytes: o.bytes,
+            },
+        )?),
+        None => None,
+    };
     finish(
         &Summary {
             zerocopy_completions: o.zerocopy.map(|z| z.0),
             zerocopy_copied: o.zerocopy.map(|z| z.1),
             interrupted: interrupt::requested(),
+            server,
+            intervals,
             ..Summary::new(
                 "tx",
                 bench::name(t),
@@ -434,6 +629,51 @@ pub fn run_tx(a: TxArgs) -> Result<(), Failure> {
         },
         a.json,
     )
+}
+
+/// Prints a line every `every` seconds while `handle` runs (unless
+/// `quiet`) and returns the intervals; `sample` gives the running totals
+/// (bytes, datagrams, calls).
+fn watch_intervals<T>(
+    label: &str,
+    quiet: bool,
+    every: f64,
+    handle: &std::thread::JoinHandle<T>,
+    sample: impl Fn() -> (u64, u64, u64),
+) -> Vec<Interval> {
+    let start = Instant::now();
+    let mut out = Vec::new();
+    let mut last = (0u64, 0u64, 0u64);
+    let mut n = 1u32;
+    while !handle.is_finished() {
+        std::thread::sleep(Duration::from_millis(10));
+        let end = every * n as f64;
+        if start.elapsed().as_secs_f64() >= end {
+            let now = sample();
+            let i = Interval {
+                start: end - every,
+                end,
+                bytes: now.0 - last.0,
+                datagrams: now.1 - last.1,
+                calls: now.2 - last.2,
+            };
+            if !quiet {
+                outln!(
+                    "[{label}] {:>6.2}-{:<6.2} s  {:>9.1} MB  {:>7.3} Gbit/s  {:>10.0} datagrams/s  {:>9.0} calls/s",
+                    i.start,
+                    i.end,
+                    i.bytes as f64 / 1e6,
+                    i.bytes as f64 * 8.0 / 1e9 / every,
+                    i.datagrams as f64 / every,
+                    i.calls as f64 / every
+                );
+            }
+            out.push(i);
+            last = now;
+            n += 1;
+        }
+    }
+    out
 }
 
 /// The path MTU towards `dest`, from a connected probe socket.
@@ -458,6 +698,9 @@ pub fn run_rx(a: RxArgs) -> Result<(), Failure> {
         ));
     }
     interrupt::watch();
+    if a.server {
+        return serve(&a);
+    }
     let addr: SocketAddr = if a.ipv6 {
         format!("[::]:{}", a.port)
     } else {
@@ -591,6 +834,45 @@ pub fn run_rx(a: RxArgs) -> Result<(), Failure> {
             )
         },
         a.json,
+    )
+}
+
+/// `fastudp rx --server`.
+fn serve(a: &RxArgs) -> Result<(), Failure> {
+    in_range("--max-duration", a.max_duration, 86_400.0)?;
+    if a.control_port == 0 {
+        return Err(Failure::usage(
+            "--control-port 0: give the port to listen on, 1 to 65535".into(),
+        ));
+    }
+    if a.concurrent == 0 || a.concurrent > 64 {
+        return Err(Failure::usage(format!(
+            "--concurrent {} is out of range: 1 to 64",
+            a.concurrent
+        )));
+    }
+    let max_rate = a
+        .max_rate
+        .as_deref()
+        .map(|v| parse_rate("--max-rate", v))
+        .transpose()?;
+    let control: SocketAddr = if a.ipv6 {
+        format!("[::]:{}", a.control_port)
+    } else {
+        format!("0.0.0.0:{}", a.control_port)
+    }
+    .parse()
+    .expect("literal address");
+    crate::control::serve(
+        control,
+        crate::control::Limits {
+            max_seconds: a.max_duration,
+            max_rate,
+        },
+        a.concurrent,
+        a.max_tests,
+        a.gro,
+        a.quiet || a.json,
     )
 }
 

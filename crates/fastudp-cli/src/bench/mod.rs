@@ -138,6 +138,10 @@ pub struct Workload {
     /// Connect the UDP sender to its destination (`fastudp tx`), so that
     /// ICMP errors from a peer that went away are reported.
     pub connect: bool,
+    /// Pace the UDP sender to this many payload bytes per second (`tx -b`).
+    pub rate: Option<u64>,
+    /// Bind the sender to this address first (`tx -B`).
+    pub bind: Option<SocketAddr>,
 }
 
 /// Counters the threads share while running.
@@ -305,6 +309,8 @@ fn validate(a: &BenchArgs) -> std::result::Result<Workload, String> {
         ));
     }
     Ok(Workload {
+        rate: None,
+        bind: None,
         payload: a.payload,
         batch: a.batch,
         duration: Duration::from_secs_f64(a.duration),

@@ -74,14 +74,41 @@ impl Ring {
     }
 }
 
-/// Writes a sequence number into the first 8 bytes of each datagram.
+/// Writes a sequence number into the first 8 bytes of each datagram, and
+/// the send time (`CLOCK_MONOTONIC` ns, one reading per call) into the next
+/// 8, from which a receiver computes the interarrival jitter (RFC 3550;
+/// only differences of transit times count, so the two hosts' clocks need
+/// not agree).
 fn stamp(buf: &mut [u8], payload: usize, seq: &mut u64) {
+    let now = fastudp::os::monotonic_ns().to_le_bytes();
     for d in buf.chunks_mut(payload) {
         if d.len() >= 8 {
             d[..8].copy_from_slice(&seq.to_le_bytes());
         }
+        if d.len() >= 16 {
+            d[8..16].copy_from_slice(&now);
+        }
         *seq += 1;
     }
+}
+
+/// Sleeps until `bytes` more may go at `rate` bytes per second since
+/// `start` (never past `deadline`).
+fn pace(rate: Option<u64>, start: Instant, bytes: u64, deadline: Instant) {
+    if let Some(r) = rate.filter(|&r| r > 0) {
+        let due = start + Duration::from_secs_f64(bytes as f64 / r as f64);
+        let now = Instant::now();
+        if due > now {
+            std::thread::sleep(due.min(deadline) - now);
+        }
+    }
+}
+
+/// The sender's socket: bound to `w.bind` if given, else to any address
+/// of `dest`'s family.
+fn bind_sender(dest: SocketAddr, w: &Workload) -> Result<UdpSocket, String> {
+    let at = w.bind.unwrap_or_else(|| unspecified(dest.is_ipv6()));
+    UdpSocket::bind(at).map_err(|e| format!("bind sender to {at}: {e}"))
 }
 
 fn transient(e: &io::Error) -> bool {
@@ -140,8 +167,7 @@ pub fn udp(
     if t == TxStrategy::GsoZerocopy {
         return zerocopy(dest, w, live);
     }
-    let sock =
-        UdpSocket::bind(unspecified(dest.is_ipv6())).map_err(|e| format!("bind sender: {e}"))?;
+    let sock = bind_sender(dest, w)?;
     if w.connect {
         sock.connect(dest)
             .map_err(|e| format!("connect to {dest}: {e}"))?;
@@ -198,6 +224,7 @@ pub fn udp(
     let deadline = start + w.duration;
     let cpu0 = fastudp::os::thread_cpu_time();
     while Instant::now() < deadline && !crate::interrupt::requested() {
+        pace(w.rate, start, bytes, deadline);
         let buf = ring.next();
         let sent: io::Result<usize> = match t {
             TxStrategy::Sendto => sock.send_to(buf, dest).map(|_| 1),
@@ -355,6 +382,7 @@ pub fn tcp(mut s: TcpStream, w: &Workload, live: &Live) -> Result<TxOutcome, Str
     let deadline = start + w.duration;
     let cpu0 = fastudp::os::thread_cpu_time();
     while Instant::now() < deadline && !crate::interrupt::requested() {
+        pace(w.rate, start, bytes, deadline);
         let buf = ring.next();
         s.write_all(buf).map_err(|e| send_err(TxStrategy::Tcp, e))?;
         calls += 1;
@@ -379,8 +407,7 @@ pub fn tcp(mut s: TcpStream, w: &Workload, live: &Live) -> Result<TxOutcome, Str
 /// A buffer is stamped and sent again only after its completion arrived.
 pub fn zerocopy(dest: SocketAddr, w: &Workload, live: &Live) -> Result<TxOutcome, String> {
     let t = TxStrategy::GsoZerocopy;
-    let std_sock =
-        UdpSocket::bind(unspecified(dest.is_ipv6())).map_err(|e| format!("bind sender: {e}"))?;
+    let std_sock = bind_sender(dest, w)?;
     if w.connect {
         std_sock
             .connect(dest)
@@ -411,6 +438,7 @@ pub fn zerocopy(dest: SocketAddr, w: &Workload, live: &Live) -> Result<TxOutcome
     let deadline = start + w.duration;
     let cpu0 = fastudp::os::thread_cpu_time();
     while Instant::now() < deadline && !crate::interrupt::requested() {
+        pace(w.rate, start, bytes, deadline);
         let mut buf = match pool.pop().or_else(|| zc.pop_done()) {
             Some(b) => b,
             None => {

@@ -1,0 +1,597 @@
+//! The control channel between `fastudp tx -C` and `fastudp rx --server`,
+//! as iperf3 has one: the client asks for a test over TCP, the server
+//! opens a data port, the client sends, and the server answers with what
+//! it received, so that the client prints both sides in one summary.
+//!
+//! The protocol is one JSON object per line, each way: a [`Request`], a
+//! [`Reply`], then the client's [`Done`] and the server's [`Outcome`].
+//!
+//! The server faces the network, so it trusts nothing it reads:
+//! - every line is bounded ([`MAX_LINE`] bytes) and every read has a
+//!   timeout, so an idle or half-open client cannot hold it;
+//! - requests are checked (protocol version, unknown fields refused,
+//!   duration and rate within the server's `--max-duration` and
+//!   `--max-rate`);
+//! - it runs at most `--concurrent` tests at once (default 1) and tells
+//!   the others it is busy;
+//! - it never sends data: it only receives, on a port of its own, and
+//!   counts only datagrams from the client's address (others are
+//!   counted as foreign), so it cannot be made to send traffic anywhere.
+
+use crate::bench::seq::Verifier;
+use crate::bench::{rx, RxStrategy};
+use crate::{interrupt, Failure};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The control port unless `--control-port` says otherwise.
+pub const DEFAULT_CONTROL_PORT: u16 = 8001;
+/// The protocol version this build speaks.
+pub const PROTOCOL: u32 = 1;
+/// The longest line either side reads.
+pub const MAX_LINE: usize = 4096;
+/// How long the server waits for a request once connected.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long past the test's duration the server waits for the client's
+/// [`Done`] before it gives the test up.
+pub const DONE_GRACE: Duration = Duration::from_secs(10);
+/// Silence on the data port, after the client is done, that ends a test.
+const DRAIN: Duration = Duration::from_millis(300);
+
+/// What the client asks for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Request {
+    /// The protocol version ([`PROTOCOL`]).
+    pub fastudp: u32,
+    /// Seconds the client will send.
+    pub seconds: f64,
+    /// The client's sending rate in bytes per second, if paced.
+    pub rate: Option<u64>,
+    /// The client's send mode, for the server's log.
+    pub mode: String,
+}
+
+/// The server's answer to a [`Request`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "reply", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Reply {
+    /// Send to this UDP port of the server's address.
+    Ready {
+        /// The data port.
+        data_port: u16,
+    },
+    /// Not now, or not this: why.
+    Refused {
+        /// Why, for people.
+        error: String,
+    },
+}
+
+/// The client's report once it has stopped sending.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Done {
+    /// Datagrams sent.
+    pub datagrams: u64,
+    /// Payload bytes sent.
+    pub bytes: u64,
+}
+
+/// What the server received in a test.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Outcome {
+    /// Datagrams received from the client's address.
+    pub datagrams: u64,
+    /// Their payload bytes.
+    pub bytes: u64,
+    /// Seconds from the first datagram to the last.
+    pub seconds: f64,
+    /// Sequence numbers missing (never arrived).
+    pub lost: u64,
+    /// Datagrams that arrived twice.
+    pub duplicates: u64,
+    /// Datagrams that arrived after a later one.
+    pub reordered: u64,
+    /// Interarrival jitter (RFC 3550), ms; the mean over the client's
+    /// sockets.
+    pub jitter_ms: f64,
+    /// The receiving thread's CPU ns per byte.
+    pub cpu_ns_per_byte: f64,
+    /// Receive calls that returned data.
+    pub calls: u64,
+    /// Messages received (a GRO train counts once).
+    pub messages: u64,
+    /// Datagrams from other addresses, not counted above.
+    pub foreign: u64,
+}
+
+/// Reads one line of at most [`MAX_LINE`] bytes (a read timeout must be
+/// set on the stream); the error says what went wrong.
+pub fn read_line(r: &mut impl BufRead) -> Result<String, String> {
+    let mut buf = Vec::new();
+    let n = r
+        .take(MAX_LINE as u64 + 1)
+        .read_until(b'\n', &mut buf)
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
+                "timed out waiting for the other side".to_string()
+            }
+            _ => format!("control connection: {e}"),
+        })?;
+    if n == 0 {
+        return Err("the other side closed the control connection".into());
+    }
+    if buf.last() != Some(&b'\n') {
+        return Err(if buf.len() > MAX_LINE {
+            format!("a control message longer than {MAX_LINE} bytes")
+        } else {
+            "the other side closed the control connection mid-message".into()
+        });
+    }
+    String::from_utf8(buf).map_err(|_| "a control message that is not UTF-8".into())
+}
+
+/// Writes `msg` as one JSON line.
+pub fn write_msg(w: &mut impl Write, msg: &impl Serialize) -> Result<(), String> {
+    let mut line = serde_json::to_vec(msg).map_err(|e| e.to_string())?;
+    line.push(b'\n');
+    w.write_all(&line)
+        .and_then(|()| w.flush())
+        .map_err(|e| format!("control connection: {e}"))
+}
+
+/// Reads one JSON line as `T`.
+pub fn read_msg<T: for<'de> Deserialize<'de>>(r: &mut impl BufRead) -> Result<T, String> {
+    let line = read_line(r)?;
+    serde_json::from_str(line.trim_end()).map_err(|e| format!("a malformed control message: {e}"))
+}
+
+/// The limits of `fastudp rx --server`.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Longest test, seconds.
+    pub max_seconds: f64,
+    /// Highest rate a client may ask for, bytes per second (`None`: any,
+    /// and unpaced clients are welcome).
+    pub max_rate: Option<u64>,
+}
+
+impl Limits {
+    /// Checks a request against the limits and the protocol.
+    pub fn check(&self, r: &Request) -> Result<(), String> {
+        if r.fastudp != PROTOCOL {
+            return Err(format!(
+                "protocol version {} is not this server's ({PROTOCOL})",
+                r.fastudp
+            ));
+        }
+        if !(r.seconds > 0.0 && r.seconds <= self.max_seconds) {
+            return Err(format!(
+                "a test of {} s is not allowed here: at most {} s (--max-duration)",
+                r.seconds, self.max_seconds
+            ));
+        }
+        if let Some(max) = self.max_rate {
+            match r.rate {
+                None => {
+                    return Err(format!(
+                        "this server allows at most {} bit/s (--max-rate): pace the test with -b",
+                        max * 8
+                    ))
+                }
+                Some(rate) if rate > max => {
+                    return Err(format!(
+                        "{} bit/s is over this server's limit of {} bit/s (--max-rate)",
+                        rate * 8,
+                        max * 8
+                    ))
+                }
+                _ => {}
+            }
+        }
+        if r.mode.len() > 64 {
+            return Err("a mode name longer than 64 bytes".into());
+        }
+        Ok(())
+    }
+}
+
+/// Interarrival jitter per RFC 3550, from send times carried in the
+/// datagrams (bytes 8..16, ns of the sender's clock) and arrival times.
+#[derive(Debug, Default, Clone, Copy)]
+struct Jitter {
+    last_transit: Option<i64>,
+    /// J, in ns.
+    j: f64,
+}
+
+impl Jitter {
+    fn datagram(&mut self, sent_ns: u64, arrived_ns: u64) {
+        let transit = arrived_ns as i64 - sent_ns as i64;
+        if let Some(prev) = self.last_transit {
+            let d = (transit - prev).unsigned_abs() as f64;
+            self.j += (d - self.j) / 16.0;
+        }
+        self.last_transit = Some(transit);
+    }
+}
+
+/// Reads the send time a `fastudp tx` datagram carries.
+fn send_time(d: &[u8]) -> Option<u64> {
+    d.get(8..16)
+        .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+}
+
+/// Receives one test on `sock` from `client`'s address, until `done` is
+/// set and the port has been quiet for [`DRAIN`], or `deadline`.
+fn receive(
+    sock: &fastudp::Socket,
+    client: IpAddr,
+    done: &AtomicBool,
+    deadline: Instant,
+) -> Outcome {
+    let mut batch = fastudp::RecvBatch::new(32);
+    let mut v = Verifier::default();
+    let mut jitter: HashMap<SocketAddr, Jitter> = HashMap::new();
+    let (mut bytes, mut dgrams, mut calls, mut messages, mut foreign) = (0u64, 0, 0, 0, 0);
+    let mut first: Option<Instant> = None;
+    let mut last = Instant::now();
+    let cpu0 = fastudp::os::thread_cpu_time();
+    let same = |a: IpAddr| {
+        let canon = |ip: IpAddr| match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
+            v4 => v4,
+        };
+        canon(a) == canon(client)
+    };
+    loop {
+        let now = Instant::now();
+        if now >= deadline || interrupt::requested() {
+            break;
+        }
+        if done.load(Acquire) && now.duration_since(last) >= DRAIN {
+            break;
+        }
+        match sock.recv(&mut batch) {
+            Ok(_) => {
+                let at = fastudp::os::monotonic_ns();
+                let now = Instant::now();
+                calls += 1;
+                for (m, buf) in batch.iter() {
+                    if !same(m.source.ip()) {
+                        foreign += m.datagram_count() as u64;
+                        continue;
+                    }
+                    first.get_or_insert(now);
+                    last = now;
+                    messages += 1;
+                    bytes += m.len as u64;
+                    for d in m.datagrams(buf) {
+                        dgrams += 1;
+                        v.datagram(m.source, d);
+                        if let Some(sent) = send_time(d) {
+                            if jitter.len() < crate::bench::seq::MAX_SENDERS
+                                || jitter.contains_key(&m.source)
+                            {
+                                jitter.entry(m.source).or_default().datagram(sent, at);
+                            }
+                        }
+                    }
+                }
+            }
+            Err(e)
+                if e.is_would_block()
+                    || matches!(
+                        e.io_kind(),
+                        Some(std::io::ErrorKind::TimedOut | std::io::ErrorKind::Interrupted)
+                    ) => {}
+            Err(_) => std::thread::sleep(Duration::from_millis(10)),
+        }
+    }
+    let cpu = fastudp::os::thread_cpu_time().saturating_sub(cpu0);
+    let t = v.totals();
+    Outcome {
+        datagrams: dgrams,
+        bytes,
+        seconds: first.map_or(0.0, |f| last.duration_since(f).as_secs_f64()),
+        lost: t.lost,
+        duplicates: t.duplicates,
+        reordered: t.reordered,
+        jitter_ms: if jitter.is_empty() {
+            0.0
+        } else {
+            jitter.values().map(|j| j.j).sum::<f64>() / jitter.len() as f64 / 1e6
+        },
+        cpu_ns_per_byte: if bytes > 0 {
+            cpu.as_nanos() as f64 / bytes as f64
+        } else {
+            0.0
+        },
+        calls,
+        messages,
+        foreign,
+    }
+}
+
+/// Runs one test on an accepted control connection; returns what the
+/// server says about it (one line for its log).
+fn run_test(
+    conn: TcpStream,
+    peer: SocketAddr,
+    limits: &Limits,
+    gro: bool,
+    ipv6: bool,
+) -> Result<String, String> {
+    conn.set_read_timeout(Some(REQUEST_TIMEOUT))
+        .and_then(|()| conn.set_write_timeout(Some(REQUEST_TIMEOUT)))
+        .map_err(|e| e.to_string())?;
+    let mut w = conn.try_clone().map_err(|e| e.to_string())?;
+    let mut r = BufReader::new(conn);
+    let req: Request = match read_msg(&mut r) {
+        Ok(q) => q,
+        Err(e) => {
+            let _ = write_msg(&mut w, &Reply::Refused { error: e.clone() });
+            return Err(e);
+        }
+    };
+    if let Err(e) = limits.check(&req) {
+        let _ = write_msg(&mut w, &Reply::Refused { error: e.clone() });
+        return Err(format!("refused: {e}"));
+    }
+    let any = if ipv6 { "[::]:0" } else { "0.0.0.0:0" };
+    let strategy = if gro {
+        RxStrategy::GroRecvmmsg
+    } else {
+        RxStrategy::Recvmmsg
+    };
+    let sock = match rx::bind(strategy, any.parse().expect("literal address"))? {
+        rx::RxSock::Fast(s) => s,
+        rx::RxSock::Std(_) => unreachable!("batched strategies use fastudp sockets"),
+    };
+    let data_port = sock.local_addr().map_err(|e| e.to_string())?.port();
+    write_msg(&mut w, &Reply::Ready { data_port })?;
+    let done = Arc::new(AtomicBool::new(false));
+    let deadline = Instant::now() + Duration::from_secs_f64(req.seconds) + DONE_GRACE;
+    let receiver = {
+        let done = done.clone();
+        std::thread::spawn(move || receive(&sock, peer.ip(), &done, deadline))
+    };
+    // The client's report, no later than its test's end plus the grace.
+    let wait = deadline.saturating_duration_since(Instant::now());
+    r.get_ref()
+        .set_read_timeout(Some(wait.max(Duration::from_millis(1))))
+        .map_err(|e| e.to_string())?;
+    let client_done: Result<Done, String> = read_msg(&mut r);
+    done.store(true, Release);
+    let outcome = receiver
+        .join()
+        .map_err(|_| "the receiving thread panicked".to_string())?;
+    let sent = client_done.map_err(|e| format!("test from {peer} abandoned: {e}"))?;
+    write_msg(&mut w, &outcome)?;
+    Ok(format!(
+        "test from {peer} ({}, {:.1} s): {} of {} datagrams received, {} lost, jitter {:.3} ms",
+        req.mode, req.seconds, outcome.datagrams, sent.datagrams, outcome.lost, outcome.jitter_ms
+    ))
+}
+
+/// `fastudp rx --server`: serves tests until Ctrl-C, or `max_tests` of
+/// them.
+pub fn serve(
+    control: SocketAddr,
+    limits: Limits,
+    concurrent: usize,
+    max_tests: Option<u64>,
+    gro: bool,
+    quiet: bool,
+) -> Result<(), Failure> {
+    let l = TcpListener::bind(control)
+        .map_err(|e| Failure::usage(format!("cannot listen on {control}: {e}")))?;
+    l.set_nonblocking(true)
+        .map_err(|e| Failure::usage(e.to_string()))?;
+    if !quiet {
+        outln!(
+            "rx: serving tests on {control} (at most {concurrent} at once, {} s each{})",
+            limits.max_seconds,
+            limits
+                .max_rate
+                .map(|r| format!(", {} bit/s", r * 8))
+                .unwrap_or_default()
+        );
+    }
+    let active = Arc::new(AtomicUsize::new(0));
+    let finished = Arc::new(AtomicUsize::new(0));
+    let mut started = 0u64;
+    let (log_tx, log_rx) = std::sync::mpsc::channel::<String>();
+    loop {
+        while let Ok(line) = log_rx.try_recv() {
+            if !quiet {
+                outln!("rx: {line}");
+            }
+        }
+        if interrupt::requested() {
+            return Err(interrupt::failure("the server stopped"));
+        }
+        if max_tests.is_some_and(|m| finished.load(Acquire) as u64 >= m) {
+            return Ok(());
+        }
+        let (conn, peer) = match l.accept() {
+            Ok(c) => c,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(20));
+                continue;
+            }
+            Err(e) => {
+                let _ = log_tx.send(format!("accept: {e}"));
+                continue;
+            }
+        };
+        let _ = conn.set_nonblocking(false);
+        let all_started = max_tests.is_some_and(|m| started >= m);
+        if all_started || active.load(Acquire) >= concurrent {
+            let mut w = conn;
+            let _ = w.set_write_timeout(Some(Duration::from_secs(1)));
+            let _ = write_msg(
+                &mut w,
+                &Reply::Refused {
+                    error: format!(
+                        "busy: this server runs {concurrent} test(s) at a time; try again"
+                    ),
+                },
+            );
+            let _ = log_tx.send(format!("refused {peer}: busy"));
+            continue;
+        }
+        started += 1;
+        active.fetch_add(1, AcqRel);
+        let (active, finished, log, limits) = (
+            active.clone(),
+            finished.clone(),
+            log_tx.clone(),
+            limits.clone(),
+        );
+        let ipv6 = control.is_ipv6();
+        std::thread::spawn(move || {
+            let line = match run_test(conn, peer, &limits, gro, ipv6) {
+                Ok(l) => l,
+                Err(e) => format!("{peer}: {e}"),
+            };
+            let _ = log.send(line);
+            active.fetch_sub(1, AcqRel);
+            finished.fetch_add(1, AcqRel);
+        });
+    }
+}
+
+/// The client's side: asks `server` for a test, returning the connection
+/// and the data port to send to.
+pub fn request(
+    server: SocketAddr,
+    req: &Request,
+) -> Result<(BufReader<TcpStream>, TcpStream, u16), Failure> {
+    let conn = TcpStream::connect_timeout(&server, Duration::from_secs(3)).map_err(|e| {
+        Failure::usage(format!(
+            "no fastudp server at {server} ({e}): start `fastudp rx --server` there"
+        ))
+    })?;
+    conn.set_read_timeout(Some(REQUEST_TIMEOUT))
+        .and_then(|()| conn.set_write_timeout(Some(REQUEST_TIMEOUT)))
+        .map_err(|e| Failure::usage(e.to_string()))?;
+    let mut w = conn
+        .try_clone()
+        .map_err(|e| Failure::usage(e.to_string()))?;
+    let mut r = BufReader::new(conn);
+    write_msg(&mut w, req).map_err(Failure::usage)?;
+    match read_msg::<Reply>(&mut r).map_err(|e| Failure::usage(format!("{server}: {e}")))? {
+        Reply::Ready { data_port } => Ok((r, w, data_port)),
+        Reply::Refused { error } => Err(Failure::usage(format!(
+            "the server refused the test: {error}"
+        ))),
+    }
+}
+
+/// The client's side after sending: reports `done` and reads the server's
+/// outcome.
+pub fn finish(
+    mut r: BufReader<TcpStream>,
+    mut w: TcpStream,
+    done: Done,
+) -> Result<Outcome, Failure> {
+    let fail = |e: String| Failure {
+        code: 1,
+        msg: format!("the server's results: {e}"),
+    };
+    write_msg(&mut w, &done).map_err(fail)?;
+    r.get_ref()
+        .set_read_timeout(Some(DRAIN + Duration::from_secs(10)))
+        .map_err(|e| fail(e.to_string()))?;
+    read_msg(&mut r).map_err(fail)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> Limits {
+        Limits {
+            max_seconds: 60.0,
+            max_rate: Some(125_000_000),
+        }
+    }
+
+    fn req(seconds: f64, rate: Option<u64>) -> Request {
+        Request {
+            fastudp: PROTOCOL,
+            seconds,
+            rate,
+            mode: "sendto".into(),
+        }
+    }
+
+    #[test]
+    fn requests_outside_the_limits_are_refused() {
+        let l = limits();
+        assert!(l.check(&req(10.0, Some(1_000_000))).is_ok());
+        assert!(l
+            .check(&req(61.0, Some(1)))
+            .unwrap_err()
+            .contains("--max-duration"));
+        assert!(l.check(&req(0.0, Some(1))).is_err());
+        assert!(l.check(&req(f64::NAN, Some(1))).is_err());
+        assert!(l.check(&req(10.0, None)).unwrap_err().contains("-b"));
+        assert!(l
+            .check(&req(10.0, Some(200_000_000)))
+            .unwrap_err()
+            .contains("--max-rate"));
+        let mut old = req(1.0, Some(1));
+        old.fastudp = 99;
+        assert!(l.check(&old).unwrap_err().contains("protocol"));
+    }
+
+    #[test]
+    fn lines_are_bounded_and_unknown_fields_refused() {
+        let long = vec![b'x'; MAX_LINE + 10];
+        let mut r = std::io::Cursor::new(long);
+        assert!(read_line(&mut r).unwrap_err().contains("longer"));
+        let mut r = std::io::Cursor::new(b"{\"fastudp\":1}".to_vec());
+        assert!(read_line(&mut r).unwrap_err().contains("mid-message"));
+        let mut r = std::io::Cursor::new(
+            b"{\"fastudp\":1,\"seconds\":1,\"rate\":null,\"mode\":\"x\",\"to\":\"1.2.3.4\"}\n"
+                .to_vec(),
+        );
+        assert!(read_msg::<Request>(&mut r)
+            .unwrap_err()
+            .contains("malformed"));
+    }
+
+    #[test]
+    fn jitter_follows_rfc_3550() {
+        let mut j = Jitter::default();
+        // Transit times 100, 110, 100, 110 ns: |D| = 10 each time.
+        for (i, transit) in [100u64, 110, 100, 110].iter().enumerate() {
+            let sent = i as u64 * 1000;
+            j.datagram(sent, sent + transit);
+        }
+        let expected = {
+            let mut e = 0.0f64;
+            for _ in 0..3 {
+                e += (10.0 - e) / 16.0;
+            }
+            e
+        };
+        assert!((j.j - expected).abs() < 1e-9, "{} vs {expected}", j.j);
+        // A constant clock offset does not matter.
+        let mut k = Jitter::default();
+        for (i, transit) in [100u64, 110, 100, 110].iter().enumerate() {
+            let sent = i as u64 * 1000;
+            k.datagram(sent, sent + transit + 5_000_000_000);
+        }
+        assert!((k.j - j.j).abs() < 1e-9);
+    }
+}

@@ -1,0 +1,289 @@
+//! `fastudp tx -C` with `fastudp rx --server`: a test with both sides in
+//! one summary, and a server that cannot be abused: its limits, one test
+//! at a time, timeouts for idle and half-open clients, bounded reads, and
+//! datagrams from other addresses not counted.
+
+mod common;
+
+use common::*;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+fn fastudp(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_fastudp"))
+        .args(args)
+        .output()
+        .expect("run fastudp")
+}
+
+/// A free TCP port on 127.0.0.1.
+fn free_tcp_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Starts `fastudp rx --server` on a free control port with `extra`
+/// options; returns it once it listens, and the port.
+fn server(extra: &[&str]) -> (Running, String) {
+    let port = free_tcp_port().to_string();
+    let mut args = vec!["rx", "--server", "--control-port", &port];
+    args.extend_from_slice(extra);
+    let mut s = Running::start(&args);
+    s.wait_for_line(|l| l.contains("serving tests"));
+    (s, port)
+}
+
+fn connect(port: &str) -> TcpStream {
+    let c = TcpStream::connect(format!("127.0.0.1:{port}")).unwrap();
+    c.set_read_timeout(Some(STALL)).unwrap();
+    c
+}
+
+/// The server's next line on `c`, or "" at end of stream.
+fn reply(c: &TcpStream) -> String {
+    let mut line = String::new();
+    BufReader::new(c).read_line(&mut line).unwrap_or(0);
+    line
+}
+
+#[test]
+fn a_test_prints_both_sides_and_json_has_the_server_and_intervals() {
+    let (srv, port) = server(&["--max-tests", "1", "-G"]);
+    let o = fastudp(&[
+        "tx",
+        "-D",
+        "localhost",
+        "-4",
+        "-C",
+        "--control-port",
+        &port,
+        "-l",
+        "1",
+        "-S",
+        "1200",
+        "-b",
+        "100M",
+        "-i",
+        "0.5",
+        "--json",
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let sent = v["datagrams"].as_u64().unwrap();
+    let got = v["server"]["datagrams"].as_u64().unwrap();
+    assert!(sent > 0);
+    assert_eq!(got + v["server"]["lost"].as_u64().unwrap(), sent, "{out}");
+    assert!(v["server"]["jitter_ms"].as_f64().is_some());
+    assert_eq!(v["server"]["foreign"], 0);
+    // Paced at 100 Mbit/s: about 12.5 MB in the second (generous bounds:
+    // the point is that -b limits the rate at all).
+    let bytes = v["bytes"].as_u64().unwrap();
+    assert!(bytes < 40_000_000, "-b 100M sent {bytes} bytes in 1 s");
+    assert!(!v["intervals"].as_array().unwrap().is_empty(), "{out}");
+    let e = srv.finish();
+    assert!(e.status.success(), "{}", e.stderr);
+    assert!(e.stdout.contains("test from 127.0.0.1"), "{}", e.stdout);
+}
+
+#[test]
+fn tests_outside_the_servers_limits_are_refused() {
+    let (_srv, port) = server(&["--max-duration", "2", "--max-rate", "100M"]);
+    for (args, needle) in [
+        (vec!["-l", "5", "-b", "10M"], "--max-duration"),
+        (vec!["-l", "1"], "pace the test with -b"),
+        (vec!["-l", "1", "-b", "1G"], "--max-rate"),
+    ] {
+        let mut a = vec!["tx", "-D", "127.0.0.1", "-C", "--control-port", &port];
+        a.extend(args.iter());
+        let o = fastudp(&a);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains("refused") && err.contains(needle),
+            "{args:?}: {err}"
+        );
+    }
+    let o = fastudp(&[
+        "tx",
+        "-D",
+        "127.0.0.1",
+        "-C",
+        "--control-port",
+        &port,
+        "-l",
+        "0.5",
+        "-b",
+        "50M",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+#[test]
+fn one_test_at_a_time_and_the_rest_are_told_busy() {
+    let (_srv, port) = server(&[]);
+    let mut first = Running::start(&[
+        "tx",
+        "-D",
+        "127.0.0.1",
+        "-C",
+        "--control-port",
+        &port,
+        "-l",
+        "4",
+        "-b",
+        "10M",
+    ]);
+    first.wait_for_line(|l| l.contains("Gbit/s"));
+    let o = fastudp(&[
+        "tx",
+        "-D",
+        "127.0.0.1",
+        "-C",
+        "--control-port",
+        &port,
+        "-l",
+        "1",
+        "-b",
+        "10M",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("busy"), "{err}");
+    let e = first.finish();
+    assert!(e.status.success(), "{}", e.stderr);
+}
+
+#[test]
+fn idle_half_open_and_oversized_clients_are_cut_off_and_the_server_goes_on() {
+    let (_srv, port) = server(&[]);
+    // Idle: says nothing; the server gives up after its request timeout.
+    let idle = connect(&port);
+    let start = Instant::now();
+    let r = reply(&idle);
+    assert!(r.contains("timed out"), "{r}");
+    assert!(start.elapsed() < Duration::from_secs(30));
+    // Oversized: a line with no end is cut at the bound.
+    let mut big = connect(&port);
+    let _ = big.write_all(&vec![b'x'; 100_000]);
+    let r = reply(&big);
+    assert!(r.contains("longer than"), "{r}");
+    // Unknown fields (say, an address to send to) are refused.
+    let mut odd = connect(&port);
+    odd.write_all(
+        b"{\"fastudp\":1,\"seconds\":1,\"rate\":null,\"mode\":\"x\",\"send_to\":\"192.0.2.1\"}\n",
+    )
+    .unwrap();
+    let r = reply(&odd);
+    assert!(r.contains("refused") && r.contains("malformed"), "{r}");
+    // Half-open: asks for a test, then never reports; the server gives the
+    // test up after its length plus the grace, and serves the next one.
+    let mut half = connect(&port);
+    half.write_all(b"{\"fastudp\":1,\"seconds\":0.5,\"rate\":null,\"mode\":\"x\"}\n")
+        .unwrap();
+    let r = reply(&half);
+    assert!(r.contains("ready"), "{r}");
+    let mut rest = Vec::new();
+    let _ = half.read_to_end(&mut rest);
+    let o = fastudp(&[
+        "tx",
+        "-D",
+        "127.0.0.1",
+        "-C",
+        "--control-port",
+        &port,
+        "-l",
+        "0.5",
+        "-b",
+        "10M",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+#[test]
+fn datagrams_from_another_address_are_not_counted() {
+    let (_srv, port) = server(&["--max-tests", "1"]);
+    // The control connection comes from 127.0.0.1, the data from 127.0.0.2.
+    let o = fastudp(&[
+        "tx",
+        "-D",
+        "127.0.0.1",
+        "-C",
+        "--control-port",
+        &port,
+        "-l",
+        "0.5",
+        "-b",
+        "10M",
+        "-B",
+        "127.0.0.2",
+        "--json",
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["server"]["datagrams"], 0, "{out}");
+    assert!(v["server"]["foreign"].as_u64().unwrap() > 0, "{out}");
+}
+
+#[test]
+fn no_server_and_bad_rates_are_clear_errors() {
+    let port = free_tcp_port().to_string();
+    let o = fastudp(&[
+        "tx",
+        "-D",
+        "127.0.0.1",
+        "-C",
+        "--control-port",
+        &port,
+        "-l",
+        "0.5",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("no fastudp server"), "{err}");
+    for bad in ["fast", "0", "-5M", "10T"] {
+        let o = fastudp(&["tx", "-D", "127.0.0.1", "-b", bad, "-l", "0.5"]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "-b {bad}: {err}");
+        assert!(err.contains("-b"), "{err}");
+    }
+    // The -s that an error suggests is accepted.
+    let o = fastudp(&[
+        "tx",
+        "-D",
+        "127.0.0.1",
+        "-s",
+        "1000000",
+        "-S",
+        "1472",
+        "-l",
+        "0.2",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    let hint = err.split("try -s ").nth(1).expect("a suggestion");
+    let s: String = hint.chars().take_while(char::is_ascii_digit).collect();
+    let o = fastudp(&["tx", "-D", "127.0.0.1", "-s", &s, "-S", "1472", "-l", "0.2"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !err.contains("-s "),
+        "the suggested -s {s} was refused: {err}"
+    );
+    let o = fastudp(&["tx", "-D", "no-such-host.invalid", "-l", "0.5"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("cannot resolve"), "{err}");
+}
