@@ -112,6 +112,15 @@ pub struct Outcome {
     pub foreign: u64,
 }
 
+/// A jitter for people: ms with 3 decimals, or us below 10 us.
+pub fn show_jitter(ms: f64) -> String {
+    if ms < 0.01 {
+        format!("{:.2} us", ms * 1000.0)
+    } else {
+        format!("{ms:.3} ms")
+    }
+}
+
 /// Reads one line of at most [`MAX_LINE`] bytes (a read timeout must be
 /// set on the stream); the error says what went wrong.
 pub fn read_line(r: &mut impl BufRead) -> Result<String, String> {
@@ -376,8 +385,13 @@ fn run_test(
     let sent = client_done.map_err(|e| format!("test from {peer} abandoned: {e}"))?;
     write_msg(&mut w, &outcome)?;
     Ok(format!(
-        "test from {peer} ({}, {:.1} s): {} of {} datagrams received, {} lost, jitter {:.3} ms",
-        req.mode, req.seconds, outcome.datagrams, sent.datagrams, outcome.lost, outcome.jitter_ms
+        "test from {peer} ({}, {:.1} s): {} of {} datagrams received, {} lost, jitter {}",
+        req.mode,
+        req.seconds,
+        outcome.datagrams,
+        sent.datagrams,
+        outcome.lost,
+        show_jitter(outcome.jitter_ms)
     ))
 }
 

@@ -75,6 +75,10 @@ pub struct TxArgs {
     /// The server's control port (with -C).
     #[arg(long, default_value_t = crate::control::DEFAULT_CONTROL_PORT)]
     pub control_port: u16,
+    /// Parallel streams: this many sockets, each on a thread of its own
+    /// (-b is per stream, as in iperf3).
+    #[arg(short = 'P', default_value_t = 1, allow_negative_numbers = true)]
+    pub parallel: i64,
 }
 
 /// Options of `fastudp rx`.
@@ -206,6 +210,12 @@ fn resolve(host: &str, port: u16, v4: bool, v6: bool) -> Result<SocketAddr, Fail
 /// The summary of a `tx` or `rx` run.
 #[derive(Debug, Clone, Serialize)]
 pub struct Summary {
+    /// The JSON layout's version (1), as in `bench --json`.
+    pub schema: u32,
+    /// The host: kernel, CPU, the library's probe (with `--json`).
+    pub host: Option<report::Host>,
+    /// The run's settings (with `--json`).
+    pub settings: Option<serde_json::Value>,
     /// `tx` or `rx`.
     pub role: &'static str,
     /// The strategy the run used.
@@ -292,6 +302,9 @@ impl Summary {
             }
         };
         Summary {
+            schema: 1,
+            host: None,
+            settings: None,
             role,
             mode,
             peer,
@@ -374,14 +387,14 @@ fn print_summary(s: &Summary, json: bool) -> Result<(), Failure> {
             0.0
         };
         outln!(
-            "server: {} of {} datagrams received ({:.1} MB), {} lost ({lost_pct:.3}%), {} duplicate, {} reordered; jitter {:.3} ms; {:.3} CPU ns/B, {} receive calls for {} messages",
+            "server: {} of {} datagrams received ({:.1} MB), {} lost ({lost_pct:.3}%), {} duplicate, {} reordered; jitter {}; {:.3} CPU ns/B, {} receive calls for {} messages",
             o.datagrams,
             s.datagrams,
             o.bytes as f64 / 1e6,
             o.lost,
             o.duplicates,
             o.reordered,
-            o.jitter_ms,
+            crate::control::show_jitter(o.jitter_ms),
             o.cpu_ns_per_byte,
             o.calls,
             o.messages
@@ -439,6 +452,12 @@ pub fn run_tx(a: TxArgs) -> Result<(), Failure> {
         return Err(Failure::usage(
             "-p 0: give the destination port, 1 to 65535".into(),
         ));
+    }
+    if !(1..=128).contains(&a.parallel) {
+        return Err(Failure::usage(format!(
+            "-P {} is out of range: 1 to 128 streams",
+            a.parallel
+        )));
     }
     let rate = a.rate.as_deref().map(|v| parse_rate("-b", v)).transpose()?;
     let mut dest = resolve(&a.dest, a.port, a.ipv4, a.ipv6)?;
@@ -544,22 +563,65 @@ pub fn run_tx(a: TxArgs) -> Result<(), Failure> {
         bind: a.bind.map(|ip| SocketAddr::new(ip, 0)),
     };
     interrupt::watch();
-    let live = Arc::new(Live::default());
-    let l2 = live.clone();
+    // One Live per stream; the interval lines sum them.
+    let lives: Arc<Vec<Live>> = Arc::new((0..a.parallel).map(|_| Live::default()).collect());
+    let l2 = lives.clone();
     let start = Instant::now();
     let h = std::thread::spawn(move || {
-        if t == TxStrategy::Tcp {
-            let s = TcpStream::connect_timeout(&dest, Duration::from_secs(3))
-                .map_err(|e| format!("{dest} does not answer: {e}"))?;
-            tx::tcp(s, &w, &l2)
-        } else {
-            tx::udp(t, dest, &w, &l2)
-        }
+        std::thread::scope(|sc| {
+            let hs: Vec<_> = l2
+                .iter()
+                .map(|live| {
+                    let w = &w;
+                    sc.spawn(move || {
+                        if t == TxStrategy::Tcp {
+                            let s = TcpStream::connect_timeout(&dest, Duration::from_secs(3))
+                                .map_err(|e| format!("{dest} does not answer: {e}"))?;
+                            tx::tcp(s, w, live)
+                        } else {
+                            tx::udp(t, dest, w, live)
+                        }
+                    })
+                })
+                .collect();
+            let mut total: Option<bench::TxOutcome> = None;
+            for h in hs {
+                let o = h
+                    .join()
+                    .map_err(|_| "a sender thread panicked".to_string())??;
+                total = Some(match total {
+                    None => o,
+                    Some(t) => bench::TxOutcome {
+                        datagrams: t.datagrams + o.datagrams,
+                        bytes: t.bytes + o.bytes,
+                        calls: t.calls + o.calls,
+                        cpu: t.cpu + o.cpu,
+                        seconds: t.seconds.max(o.seconds),
+                        zerocopy: match (t.zerocopy, o.zerocopy) {
+                            (Some(x), Some(y)) => Some((x.0 + y.0, x.1 + y.1)),
+                            (x, y) => x.or(y),
+                        },
+                    },
+                });
+            }
+            total.ok_or_else(|| "no stream ran".to_string())
+        })
     });
-    let label = format!("tx {} -> {dest}", bench::name(t));
+    let label = if a.parallel > 1 {
+        format!("tx {} x{} -> {dest}", bench::name(t), a.parallel)
+    } else {
+        format!("tx {} -> {dest}", bench::name(t))
+    };
+    let totals = || {
+        lives.iter().fold((0u64, 0u64), |(d, c), l| {
+            (
+                d + l.tx_datagrams.load(Relaxed),
+                c + l.tx_calls.load(Relaxed),
+            )
+        })
+    };
     let intervals = watch_intervals(&label, a.quiet || a.json, a.interval, &h, || {
-        let d = live.tx_datagrams.load(Relaxed);
-        let c = live.tx_calls.load(Relaxed);
+        let (d, c) = totals();
         if t == TxStrategy::Tcp {
             (c * payload as u64, c, c)
         } else {
@@ -581,8 +643,7 @@ pub fn run_tx(a: TxArgs) -> Result<(), Failure> {
         }
         Err(e) => {
             // What went out before the failure is reported, not lost.
-            let d = live.tx_datagrams.load(Relaxed);
-            let c = live.tx_calls.load(Relaxed);
+            let (d, c) = totals();
             let sent = if t == TxStrategy::Tcp {
                 format!("{} bytes in {c} writes", c * payload as u64)
             } else {
@@ -616,6 +677,22 @@ pub fn run_tx(a: TxArgs) -> Result<(), Failure> {
             interrupted: interrupt::requested(),
             server,
             intervals,
+            host: a.json.then(report::host_info),
+            settings: a.json.then(|| {
+                serde_json::json!({
+                    "destination": dest.to_string(),
+                    "seconds": a.secs,
+                    "payload": payload,
+                    "segments_per_send": segs,
+                    "strategy": bench::name(t),
+                    "rate_bits_per_sec": rate.map(|r| r * 8),
+                    "bind": a.bind.map(|b| b.to_string()),
+                    "interval": a.interval,
+                    "parallel": a.parallel,
+                    "control": a.control,
+                    "cache_thrash": a.cache,
+                })
+            }),
             ..Summary::new(
                 "tx",
                 bench::name(t),
@@ -822,6 +899,16 @@ pub fn run_rx(a: RxArgs) -> Result<(), Failure> {
             unverified: a.verify.then_some(v.untracked),
             senders: a.verify.then(|| v.per_sender()),
             interrupted: interrupt::requested(),
+            host: a.json.then(report::host_info),
+            settings: a.json.then(|| {
+                serde_json::json!({
+                    "listen": addr.to_string(),
+                    "gro": a.gro,
+                    "verify": a.verify,
+                    "seconds": a.secs,
+                    "idle": a.idle,
+                })
+            }),
             ..Summary::new(
                 "rx",
                 bench::rname(strategy),

@@ -90,6 +90,9 @@ fn a_test_prints_both_sides_and_json_has_the_server_and_intervals() {
     let bytes = v["bytes"].as_u64().unwrap();
     assert!(bytes < 40_000_000, "-b 100M sent {bytes} bytes in 1 s");
     assert!(!v["intervals"].as_array().unwrap().is_empty(), "{out}");
+    assert_eq!(v["schema"], 1);
+    assert!(v["host"]["kernel"].as_str().is_some(), "{out}");
+    assert_eq!(v["settings"]["rate_bits_per_sec"], 100_000_000u64);
     let e = srv.finish();
     assert!(e.status.success(), "{}", e.stderr);
     assert!(e.stdout.contains("test from 127.0.0.1"), "{}", e.stdout);
@@ -286,4 +289,35 @@ fn no_server_and_bad_rates_are_clear_errors() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("cannot resolve"), "{err}");
+}
+
+#[test]
+fn parallel_streams_are_counted_together() {
+    let (_srv, port) = server(&["--max-tests", "1"]);
+    let o = fastudp(&[
+        "tx",
+        "-D",
+        "127.0.0.1",
+        "-C",
+        "--control-port",
+        &port,
+        "-l",
+        "0.5",
+        "-b",
+        "10M",
+        "-P",
+        "3",
+        "--json",
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let sent = v["datagrams"].as_u64().unwrap();
+    let got = v["server"]["datagrams"].as_u64().unwrap();
+    assert_eq!(got + v["server"]["lost"].as_u64().unwrap(), sent, "{out}");
+    assert_eq!(v["settings"]["parallel"], 3);
 }
