@@ -1,14 +1,16 @@
 //! The `fastudp` command: argument parsing and dispatch only.
 
-/// Prints a line to standard output like `println!`, but a failed write
+/// Prints a line to standard output (or `--logfile`) like `println!`, but a failed write
 /// (a full disk, say) ends the program with a clear message and status 1
 /// instead of a panic message. The stack still unwinds, so guards such as
 /// the testbed's clean up. (A closed pipe ends it by SIGPIPE, as for any
 /// Unix tool.)
 macro_rules! outln {
+    () => {
+        outln!("")
+    };
     ($($t:tt)*) => {{
-        use std::io::Write as _;
-        if let Err(e) = writeln!(std::io::stdout(), $($t)*) {
+        if let Err(e) = $crate::out::line(format_args!($($t)*)) {
             $crate::stdout_failed(e)
         }
     }};
@@ -18,6 +20,7 @@ mod bench;
 mod control;
 mod host;
 mod interrupt;
+mod out;
 mod procfs;
 mod stream;
 mod testbed;

@@ -79,6 +79,10 @@ pub struct TxArgs {
     /// (-b is per stream, as in iperf3).
     #[arg(short = 'P', default_value_t = 1, allow_negative_numbers = true)]
     pub parallel: i64,
+    /// Append the output (interval lines, summary, JSON) to this file
+    /// instead of standard output.
+    #[arg(long, value_name = "FILE")]
+    pub logfile: Option<String>,
 }
 
 /// Options of `fastudp rx`.
@@ -141,6 +145,10 @@ pub struct RxArgs {
     /// Stop after this many tests (with --server).
     #[arg(long)]
     pub max_tests: Option<u64>,
+    /// Append the output (interval lines, summary, JSON, the server's
+    /// log) to this file instead of standard output.
+    #[arg(long, value_name = "FILE")]
+    pub logfile: Option<String>,
 }
 
 /// Parses a rate in bits per second, as iperf3's `-b`: a number with an
@@ -434,6 +442,9 @@ fn finish(s: &Summary, json: bool) -> Result<(), Failure> {
 
 /// Runs `fastudp tx`.
 pub fn run_tx(a: TxArgs) -> Result<(), Failure> {
+    if let Some(f) = &a.logfile {
+        crate::out::to_file("--logfile", f).map_err(Failure::usage)?;
+    }
     in_range("-l", a.secs, 86_400.0)?;
     if a.secs < 0.01 {
         return Err(Failure::usage(format!(
@@ -764,6 +775,9 @@ fn probe_mtu(dest: SocketAddr) -> Result<usize, Failure> {
 
 /// Runs `fastudp rx`.
 pub fn run_rx(a: RxArgs) -> Result<(), Failure> {
+    if let Some(f) = &a.logfile {
+        crate::out::to_file("--logfile", f).map_err(Failure::usage)?;
+    }
     if let Some(l) = a.secs {
         in_range("-l", l, 86_400.0)?;
     }

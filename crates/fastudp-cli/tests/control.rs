@@ -321,3 +321,50 @@ fn parallel_streams_are_counted_together() {
     assert_eq!(got + v["server"]["lost"].as_u64().unwrap(), sent, "{out}");
     assert_eq!(v["settings"]["parallel"], 3);
 }
+
+#[test]
+fn logfile_takes_the_output_of_both_sides() {
+    let dir = std::env::temp_dir().join(format!("fastudp-logfile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("run.log");
+    let log_s = log.to_str().unwrap();
+    let (srv, port) = server(&["--max-tests", "1"]);
+    let o = fastudp(&[
+        "tx",
+        "-D",
+        "127.0.0.1",
+        "-C",
+        "--control-port",
+        &port,
+        "-l",
+        "0.5",
+        "-b",
+        "10M",
+        "--logfile",
+        log_s,
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.contains("tx sendto:") && text.contains("server:"),
+        "{text}"
+    );
+    let _ = srv.finish();
+    let o = fastudp(&[
+        "tx",
+        "-D",
+        "127.0.0.1",
+        "-l",
+        "0.5",
+        "--logfile",
+        dir.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("directory"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
