@@ -14,9 +14,13 @@
 //!   `--max-rate`);
 //! - it runs at most `--concurrent` tests at once (default 1) and tells
 //!   the others it is busy;
-//! - it never sends data: it only receives, on a port of its own, and
-//!   counts only datagrams from the client's address (others are
-//!   counted as foreign), so it cannot be made to send traffic anywhere.
+//! - it receives on a port of its own and counts only datagrams from the
+//!   client's address (others are counted as foreign);
+//! - in a reverse test it sends only to the address of the client's
+//!   control connection (a request names a port, never a host), within
+//!   the same limits, on a connected socket, so that a client that goes
+//!   away (an ICMP error) ends the test; it cannot be made to send
+//!   traffic to anyone else.
 
 use crate::bench::seq::Verifier;
 use crate::bench::{rx, RxStrategy};
@@ -55,6 +59,24 @@ pub struct Request {
     pub rate: Option<u64>,
     /// The client's send mode, for the server's log.
     pub mode: String,
+    /// Reverse (`tx -C -R`): the server sends, the client receives.
+    #[serde(default)]
+    pub reverse: Option<Reverse>,
+}
+
+/// What the server sends in a reverse test: always to the address of the
+/// client's control connection, at the port given here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Reverse {
+    /// The client's UDP port to send to.
+    pub port: u16,
+    /// Payload bytes per datagram.
+    pub payload: usize,
+    /// Datagrams per GSO send (1: none).
+    pub segments: usize,
+    /// Batch sends with sendmmsg.
+    pub mmsg: bool,
 }
 
 /// The server's answer to a [`Request`].
@@ -208,6 +230,30 @@ impl Limits {
         if r.mode.len() > 64 {
             return Err("a mode name longer than 64 bytes".into());
         }
+        if let Some(rev) = &r.reverse {
+            let kmax = fastudp::os::kernel_max_segments().max(1);
+            if rev.port == 0 {
+                return Err("reverse: port 0".into());
+            }
+            if rev.payload == 0 || rev.payload > fastudp::MAX_PAYLOAD_V4 {
+                return Err(format!(
+                    "reverse: a payload of {} bytes (1 to {})",
+                    rev.payload,
+                    fastudp::MAX_PAYLOAD_V4
+                ));
+            }
+            if rev.segments == 0
+                || rev.segments > kmax
+                || rev.payload * rev.segments > fastudp::MAX_PAYLOAD_V4
+            {
+                return Err(format!(
+                    "reverse: {} segments of {} bytes do not fit one send (at most {kmax} segments, {} bytes)",
+                    rev.segments,
+                    rev.payload,
+                    fastudp::MAX_PAYLOAD_V4
+                ));
+            }
+        }
         Ok(())
     }
 }
@@ -329,6 +375,14 @@ fn receive(
     }
 }
 
+/// Why a test did not run to its end.
+enum Refusal {
+    /// Before it began (a bad or refused request): not counted as a test.
+    Before(String),
+    /// After it began.
+    During(String),
+}
+
 /// Runs one test on an accepted control connection; returns what the
 /// server says about it (one line for its log).
 fn run_test(
@@ -337,35 +391,57 @@ fn run_test(
     limits: &Limits,
     gro: bool,
     ipv6: bool,
-) -> Result<String, String> {
+) -> Result<String, Refusal> {
     conn.set_read_timeout(Some(REQUEST_TIMEOUT))
         .and_then(|()| conn.set_write_timeout(Some(REQUEST_TIMEOUT)))
-        .map_err(|e| e.to_string())?;
-    let mut w = conn.try_clone().map_err(|e| e.to_string())?;
+        .map_err(|e| Refusal::Before(e.to_string()))?;
+    let mut w = conn
+        .try_clone()
+        .map_err(|e| Refusal::Before(e.to_string()))?;
     let mut r = BufReader::new(conn);
     let req: Request = match read_msg(&mut r) {
         Ok(q) => q,
         Err(e) => {
             let _ = write_msg(&mut w, &Reply::Refused { error: e.clone() });
-            return Err(e);
+            return Err(Refusal::Before(e));
         }
     };
     if let Err(e) = limits.check(&req) {
         let _ = write_msg(&mut w, &Reply::Refused { error: e.clone() });
-        return Err(format!("refused: {e}"));
+        return Err(Refusal::Before(format!("refused: {e}")));
     }
+    if let Some(rev) = req.reverse {
+        return send_reverse(r, w, peer, &req, rev).map_err(Refusal::During);
+    }
+    run_forward(r, w, peer, &req, gro, ipv6)
+}
+
+/// A test where the client sends and the server receives.
+fn run_forward(
+    mut r: BufReader<TcpStream>,
+    mut w: TcpStream,
+    peer: SocketAddr,
+    req: &Request,
+    gro: bool,
+    ipv6: bool,
+) -> Result<String, Refusal> {
     let any = if ipv6 { "[::]:0" } else { "0.0.0.0:0" };
     let strategy = if gro {
         RxStrategy::GroRecvmmsg
     } else {
         RxStrategy::Recvmmsg
     };
-    let sock = match rx::bind(strategy, any.parse().expect("literal address"))? {
-        rx::RxSock::Fast(s) => s,
-        rx::RxSock::Std(_) => unreachable!("batched strategies use fastudp sockets"),
-    };
-    let data_port = sock.local_addr().map_err(|e| e.to_string())?.port();
-    write_msg(&mut w, &Reply::Ready { data_port })?;
+    let sock =
+        match rx::bind(strategy, any.parse().expect("literal address")).map_err(Refusal::Before)? {
+            rx::RxSock::Fast(s) => s,
+            rx::RxSock::Std(_) => unreachable!("batched strategies use fastudp sockets"),
+        };
+    let data_port = sock
+        .local_addr()
+        .map_err(|e| Refusal::Before(e.to_string()))?
+        .port();
+    write_msg(&mut w, &Reply::Ready { data_port }).map_err(Refusal::Before)?;
+    let during = Refusal::During;
     let done = Arc::new(AtomicBool::new(false));
     let deadline = Instant::now() + Duration::from_secs_f64(req.seconds) + DONE_GRACE;
     let receiver = {
@@ -376,14 +452,14 @@ fn run_test(
     let wait = deadline.saturating_duration_since(Instant::now());
     r.get_ref()
         .set_read_timeout(Some(wait.max(Duration::from_millis(1))))
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| during(e.to_string()))?;
     let client_done: Result<Done, String> = read_msg(&mut r);
     done.store(true, Release);
     let outcome = receiver
         .join()
-        .map_err(|_| "the receiving thread panicked".to_string())?;
-    let sent = client_done.map_err(|e| format!("test from {peer} abandoned: {e}"))?;
-    write_msg(&mut w, &outcome)?;
+        .map_err(|_| during("the receiving thread panicked".into()))?;
+    let sent = client_done.map_err(|e| during(format!("test from {peer} abandoned: {e}")))?;
+    write_msg(&mut w, &outcome).map_err(during)?;
     Ok(format!(
         "test from {peer} ({}, {:.1} s): {} of {} datagrams received, {} lost, jitter {}",
         req.mode,
@@ -393,6 +469,95 @@ fn run_test(
         outcome.lost,
         show_jitter(outcome.jitter_ms)
     ))
+}
+
+/// The send strategy of a reverse test.
+fn reverse_strategy(rev: &Reverse) -> crate::bench::TxStrategy {
+    use crate::bench::TxStrategy::*;
+    match (rev.segments > 1, rev.mmsg) {
+        (true, true) => SendmmsgGso,
+        (true, false) => GsoCmsg,
+        (false, true) => Sendmmsg,
+        (false, false) => Sendto,
+    }
+}
+
+/// A reverse test: the server sends, within its limits, to the client's
+/// own address only (its control connection's), then reports what it sent.
+fn send_reverse(
+    mut r: BufReader<TcpStream>,
+    mut w: TcpStream,
+    peer: SocketAddr,
+    req: &Request,
+    rev: Reverse,
+) -> Result<String, String> {
+    let dest = SocketAddr::new(peer.ip(), rev.port);
+    let t = reverse_strategy(&rev);
+    let work = crate::bench::Workload {
+        payload: rev.payload,
+        batch: if rev.mmsg { 32 } else { rev.segments },
+        duration: Duration::from_secs_f64(req.seconds),
+        ipv6: dest.is_ipv6(),
+        segs: rev.segments,
+        net: None,
+        pin: false,
+        cache_thrash: false,
+        // Connected: a client that goes away ends the test (ICMP).
+        connect: true,
+        rate: req.rate,
+        bind: None,
+    };
+    write_msg(&mut w, &Reply::Ready { data_port: 0 })?;
+    let live = crate::bench::Live::default();
+    let out = crate::bench::tx::udp(t, dest, &work, &live);
+    let (datagrams, bytes) = match &out {
+        Ok(o) => (o.datagrams, o.bytes),
+        Err(_) => (live.tx_datagrams.load(Relaxed), 0),
+    };
+    write_msg(&mut w, &Done { datagrams, bytes })?;
+    // The client closes when it has its figures.
+    let _ = read_line(&mut r);
+    match out {
+        Ok(_) => Ok(format!(
+            "reverse test to {dest} ({}, {:.1} s): {datagrams} datagrams sent",
+            crate::bench::name(t),
+            req.seconds
+        )),
+        Err(e) => Err(format!("reverse test to {dest} stopped: {e}")),
+    }
+}
+
+/// The client's side of a reverse test: receives on `sock` from the
+/// server until it reports what it sent; returns what arrived and that.
+pub fn receive_reverse(
+    mut r: BufReader<TcpStream>,
+    w: TcpStream,
+    sock: fastudp::Socket,
+    server: IpAddr,
+    seconds: f64,
+) -> Result<(Outcome, Done), Failure> {
+    let done = Arc::new(AtomicBool::new(false));
+    let deadline = Instant::now() + Duration::from_secs_f64(seconds) + DONE_GRACE;
+    let receiver = {
+        let done = done.clone();
+        std::thread::spawn(move || receive(&sock, server, &done, deadline))
+    };
+    let wait = deadline.saturating_duration_since(Instant::now());
+    let _ = r
+        .get_ref()
+        .set_read_timeout(Some(wait.max(Duration::from_millis(1))));
+    let sent: Result<Done, String> = read_msg(&mut r);
+    done.store(true, Release);
+    let got = receiver.join().map_err(|_| Failure {
+        code: 1,
+        msg: "the receiving thread panicked".into(),
+    })?;
+    drop(w);
+    let sent = sent.map_err(|e| Failure {
+        code: 1,
+        msg: format!("the server's report: {e}"),
+    })?;
+    Ok((got, sent))
 }
 
 /// `fastudp rx --server`: serves tests until Ctrl-C, or `max_tests` of
@@ -421,7 +586,7 @@ pub fn serve(
     }
     let active = Arc::new(AtomicUsize::new(0));
     let finished = Arc::new(AtomicUsize::new(0));
-    let mut started = 0u64;
+    let started = Arc::new(AtomicUsize::new(0));
     let (log_tx, log_rx) = std::sync::mpsc::channel::<String>();
     loop {
         while let Ok(line) = log_rx.try_recv() {
@@ -447,7 +612,7 @@ pub fn serve(
             }
         };
         let _ = conn.set_nonblocking(false);
-        let all_started = max_tests.is_some_and(|m| started >= m);
+        let all_started = max_tests.is_some_and(|m| started.load(Acquire) as u64 >= m);
         if all_started || active.load(Acquire) >= concurrent {
             let mut w = conn;
             let _ = w.set_write_timeout(Some(Duration::from_secs(1)));
@@ -462,23 +627,30 @@ pub fn serve(
             let _ = log_tx.send(format!("refused {peer}: busy"));
             continue;
         }
-        started += 1;
+        started.fetch_add(1, AcqRel);
         active.fetch_add(1, AcqRel);
-        let (active, finished, log, limits) = (
+        let (active, finished, log, limits, started_tests) = (
             active.clone(),
             finished.clone(),
             log_tx.clone(),
             limits.clone(),
+            started.clone(),
         );
         let ipv6 = control.is_ipv6();
         std::thread::spawn(move || {
-            let line = match run_test(conn, peer, &limits, gro, ipv6) {
-                Ok(l) => l,
-                Err(e) => format!("{peer}: {e}"),
+            // A request refused before the test began is not a test.
+            let (ran, line) = match run_test(conn, peer, &limits, gro, ipv6) {
+                Ok(l) => (true, l),
+                Err(Refusal::Before(e)) => (false, format!("{peer}: {e}")),
+                Err(Refusal::During(e)) => (true, format!("{peer}: {e}")),
             };
             let _ = log.send(line);
+            if ran {
+                finished.fetch_add(1, AcqRel);
+            } else {
+                started_tests.fetch_sub(1, AcqRel);
+            }
             active.fetch_sub(1, AcqRel);
-            finished.fetch_add(1, AcqRel);
         });
     }
 }
@@ -545,6 +717,7 @@ mod tests {
             seconds,
             rate,
             mode: "sendto".into(),
+            reverse: None,
         }
     }
 
@@ -566,6 +739,22 @@ mod tests {
         let mut old = req(1.0, Some(1));
         old.fastudp = 99;
         assert!(l.check(&old).unwrap_err().contains("protocol"));
+        let rev = |port, payload, segments| {
+            let mut q = req(1.0, Some(1000));
+            q.reverse = Some(Reverse {
+                port,
+                payload,
+                segments,
+                mmsg: false,
+            });
+            q
+        };
+        assert!(l.check(&rev(9000, 1472, 1)).is_ok());
+        assert!(l.check(&rev(0, 1472, 1)).is_err());
+        assert!(l.check(&rev(9000, 0, 1)).is_err());
+        assert!(l.check(&rev(9000, 70_000, 1)).is_err());
+        assert!(l.check(&rev(9000, 1472, 10_000)).is_err());
+        assert!(l.check(&rev(9000, 1472, 0)).is_err());
     }
 
     #[test]

@@ -72,6 +72,11 @@ pub struct TxArgs {
     /// reordering, jitter, CPU) are printed with the send side.
     #[arg(short = 'C', long = "control", conflicts_with = "tcp")]
     pub control: bool,
+    /// Reverse (with -C): the server sends to this host, at the same
+    /// options (-s, -S, -m, -b, -l, within its limits), and this side
+    /// receives and counts.
+    #[arg(short = 'R', requires = "control", conflicts_with_all = ["zerocopy", "parallel", "bind"])]
+    pub reverse: bool,
     /// The server's control port (with -C).
     #[arg(long, default_value_t = crate::control::DEFAULT_CONTROL_PORT)]
     pub control_port: u16,
@@ -269,6 +274,8 @@ pub struct Summary {
     pub interrupted: bool,
     /// `tx -C` only: what the server received.
     pub server: Option<crate::control::Outcome>,
+    /// `tx -C -R` only: datagrams the server says it sent.
+    pub sent_by_server: Option<u64>,
     /// The interval lines (bytes, datagrams, calls in each), with -i.
     pub intervals: Vec<Interval>,
 }
@@ -338,6 +345,7 @@ impl Summary {
             zerocopy_copied: None,
             interrupted: false,
             server: None,
+            sent_by_server: None,
             intervals: Vec::new(),
         }
     }
@@ -543,6 +551,9 @@ pub fn run_tx(a: TxArgs) -> Result<(), Failure> {
         };
         (t, s, 1)
     };
+    if a.reverse {
+        return run_reverse(&a, dest, t, payload, segs, rate);
+    }
     // With a server on the other side: ask for the test, and send to the
     // data port it opens.
     let control = if a.control {
@@ -553,6 +564,7 @@ pub fn run_tx(a: TxArgs) -> Result<(), Failure> {
                 seconds: a.secs,
                 rate,
                 mode: bench::name(t),
+                reverse: None,
             },
         )?;
         dest.set_port(port);
@@ -717,6 +729,85 @@ pub fn run_tx(a: TxArgs) -> Result<(), Failure> {
         },
         a.json,
     )
+}
+
+/// `tx -C -R`: the server sends, this side receives and reports.
+fn run_reverse(
+    a: &TxArgs,
+    server: SocketAddr,
+    t: TxStrategy,
+    payload: usize,
+    segs: usize,
+    rate: Option<u64>,
+) -> Result<(), Failure> {
+    let sock = match rx::bind(
+        RxStrategy::GroRecvmmsg,
+        bench::unspecified(server.is_ipv6()),
+    )
+    .map_err(Failure::usage)?
+    {
+        rx::RxSock::Fast(s) => *s,
+        rx::RxSock::Std(_) => unreachable!("batched strategies use fastudp sockets"),
+    };
+    let port = sock
+        .local_addr()
+        .map_err(|e| Failure::usage(e.to_string()))?
+        .port();
+    let (r, w, _) = crate::control::request(
+        SocketAddr::new(server.ip(), a.control_port),
+        &crate::control::Request {
+            fastudp: crate::control::PROTOCOL,
+            seconds: a.secs,
+            rate,
+            mode: format!("reverse {}", bench::name(t)),
+            reverse: Some(crate::control::Reverse {
+                port,
+                payload,
+                segments: segs,
+                mmsg: a.mmsg,
+            }),
+        },
+    )?;
+    if !a.quiet && !a.json {
+        outln!(
+            "rx: {} sends {} to port {port} for {} s",
+            server.ip(),
+            bench::name(t),
+            a.secs
+        );
+    }
+    let (o, sent) = crate::control::receive_reverse(r, w, sock, server.ip(), a.secs)?;
+    let cpu = Duration::from_nanos((o.cpu_ns_per_byte * o.bytes as f64) as u64);
+    let s = Summary {
+        lost: Some(o.lost),
+        duplicates: Some(o.duplicates),
+        reordered: Some(o.reordered),
+        late: Some(0),
+        unsequenced: Some(0),
+        sent_by_server: Some(sent.datagrams),
+        interrupted: interrupt::requested(),
+        host: a.json.then(report::host_info),
+        ..Summary::new(
+            "rx",
+            format!("reverse {}", bench::name(t)),
+            Some(server.ip().to_string()),
+            o.bytes,
+            o.datagrams,
+            o.calls,
+            o.seconds.max(1e-9),
+            cpu,
+        )
+    };
+    if !a.json {
+        outln!(
+            "reverse: the server sent {} datagrams; {} arrived, {} lost, jitter {}",
+            sent.datagrams,
+            o.datagrams,
+            o.lost,
+            crate::control::show_jitter(o.jitter_ms)
+        );
+    }
+    finish(&s, a.json)
 }
 
 /// Prints a line every `every` seconds while `handle` runs (unless

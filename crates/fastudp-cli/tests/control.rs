@@ -368,3 +368,88 @@ fn logfile_takes_the_output_of_both_sides() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("directory"));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn reverse_the_server_sends_and_the_client_counts() {
+    let (_srv, port) = server(&["--max-tests", "1", "--max-rate", "500M"]);
+    let o = fastudp(&[
+        "tx",
+        "-D",
+        "127.0.0.1",
+        "-C",
+        "-R",
+        "--control-port",
+        &port,
+        "-l",
+        "0.5",
+        "-S",
+        "1200",
+        "-b",
+        "100M",
+        "--json",
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let sent = v["sent_by_server"].as_u64().unwrap();
+    assert!(sent > 0, "{out}");
+    assert_eq!(
+        v["datagrams"].as_u64().unwrap() + v["lost"].as_u64().unwrap(),
+        sent,
+        "{out}"
+    );
+}
+
+/// A reverse test sends to the address of the control connection and
+/// nowhere else: a request cannot name another host, and a socket on
+/// another local address with the same port gets nothing.
+#[test]
+fn reverse_sends_only_to_the_client_that_asked() {
+    let (srv, port) = server(&["--max-tests", "1"]);
+    let mine = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let p = mine.local_addr().unwrap().port();
+    let other = std::net::UdpSocket::bind(("127.0.0.2", p)).unwrap();
+    other
+        .set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    // Naming a destination is refused.
+    let mut c = connect(&port);
+    c.write_all(
+        format!(
+            "{{\"fastudp\":1,\"seconds\":0.3,\"rate\":null,\"mode\":\"x\",\"reverse\":{{\"port\":{p},\"payload\":100,\"segments\":1,\"mmsg\":false,\"host\":\"127.0.0.2\"}}}}\n"
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    let r = reply(&c);
+    assert!(r.contains("refused"), "{r}");
+    // A proper request: datagrams come to this address only.
+    let mut c = connect(&port);
+    c.write_all(
+        format!(
+            "{{\"fastudp\":1,\"seconds\":0.3,\"rate\":8000000,\"mode\":\"x\",\"reverse\":{{\"port\":{p},\"payload\":100,\"segments\":1,\"mmsg\":false}}}}\n"
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    let mut r = BufReader::new(c.try_clone().unwrap());
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap();
+    assert!(line.contains("ready"), "{line}");
+    wait_for_datagram(&mine);
+    let mut buf = [0u8; 2048];
+    assert!(
+        other.recv(&mut buf).is_err(),
+        "a datagram went to another address"
+    );
+    line.clear();
+    r.read_line(&mut line).unwrap();
+    assert!(line.contains("datagrams"), "{line}");
+    drop(c);
+    let e = srv.finish();
+    assert!(e.status.success(), "{}", e.stderr);
+}
