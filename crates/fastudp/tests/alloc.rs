@@ -3,6 +3,9 @@
 //! global allocator proves it; the count is per thread, so the receiver
 //! and the test harness do not disturb it.
 
+mod common;
+use common::skip;
+
 use fastudp::{Coalescer, Config, RecvBatch, Socket, Transmit, ZeroCopySender};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -131,7 +134,7 @@ fn coalescer_allocates_nothing() {
 fn zerocopy_send_and_reap_allocate_nothing() {
     let (tx, rx) = pair();
     if !tx.capabilities().zerocopy {
-        eprintln!("skipping: no MSG_ZEROCOPY");
+        skip("no MSG_ZEROCOPY");
         return;
     }
     let dest = rx.local_addr().unwrap();

@@ -204,7 +204,7 @@ fn gso_comes_back_after_a_refusal() {
     )
     .unwrap();
     if tx.capabilities().max_gso_segments <= 1 {
-        eprintln!("skipping: no GSO");
+        skip("no GSO");
         return;
     }
     let trains = self_checking_trains(2, 4, 1000);
@@ -245,7 +245,7 @@ fn threads_sharing_a_socket_while_gso_flips_send_every_datagram_once() {
     )
     .unwrap();
     if tx.capabilities().max_gso_segments <= 1 {
-        eprintln!("skipping: no GSO");
+        skip("no GSO");
         return;
     }
     let r = threads_send_while_gso_flips(tx, rx, Duration::from_secs(5));

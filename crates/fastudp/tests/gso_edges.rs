@@ -66,7 +66,7 @@ impl Pair {
     fn gso(&self) -> bool {
         let ok = self.tx.capabilities().max_gso_segments > 1;
         if !ok {
-            eprintln!("skipping: no UDP GSO in this kernel");
+            skip("no UDP GSO in this kernel");
         }
         ok
     }
@@ -198,7 +198,7 @@ fn v6_segment_size_at_or_above_length() {
 /// "segment size" carries no cmsg and is sent (fragmented) as usual.
 fn segment_over_mtu(v6: bool) {
     if let Some(why) = netns_unavailable() {
-        eprintln!("skipping segment_over_mtu: {why}");
+        skip(why);
         return;
     }
     let ns = MtuNamespace::new(if v6 { "mtu6" } else { "mtu4" }, 1500);

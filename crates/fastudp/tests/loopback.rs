@@ -20,7 +20,7 @@ fn run_combo(tx: TxMode, rx: RxMode) {
     let (t, r, dest) = pair(tx, rx, "127.0.0.1:0");
     let gso_tx = matches!(tx, TxMode::Gso | TxMode::MmsgGso);
     if gso_tx && t.capabilities().max_gso_segments <= 1 {
-        eprintln!("skipping {tx:?}: the kernel has no UDP GSO");
+        skip(format!("{tx:?}: the kernel has no UDP GSO"));
         return;
     }
     let res = transfer(t, r, dest, tx, TOTAL, G, fastudp::wire::MAX_PAYLOAD_V4);
@@ -271,7 +271,7 @@ fn coalescer_packs_equal_datagrams_into_trains() {
     let r = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let t = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     if t.capabilities().max_gso_segments <= 1 {
-        eprintln!("skipping: no GSO");
+        skip("no GSO");
         return;
     }
     let dest = r.local_addr().unwrap();
@@ -298,7 +298,7 @@ fn truncated_gro_train_yields_only_whole_datagrams() {
     let rx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let tx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     if !rx.capabilities().gro || tx.capabilities().max_gso_segments <= 1 {
-        eprintln!("skipping: needs GSO and GRO");
+        skip("needs GSO and GRO");
         return;
     }
     let dest = rx.local_addr().unwrap();
@@ -339,6 +339,7 @@ fn a_refusal_gso_is_not_to_blame_for_leaves_gso_on() {
     let t = Socket::bind("[::1]:0".parse().unwrap()).unwrap();
     let r = Socket::bind("[::1]:0".parse().unwrap()).unwrap();
     if t.capabilities().max_gso_segments <= 1 {
+        skip("no UDP GSO");
         return;
     }
     let payload = vec![1u8; 4000];

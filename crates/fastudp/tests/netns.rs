@@ -26,14 +26,14 @@ fn sockets(p: &VethPair, rx_gro: bool) -> (Socket, Socket, SocketAddr) {
 #[test]
 fn gso_on_a_path_without_checksum_offload() {
     if let Some(why) = netns_unavailable() {
-        eprintln!("skipping gso_on_a_path_without_checksum_offload: {why}");
+        skip(why);
         return;
     }
     let p = VethPair::new("nocsum", 1);
     p.ethtool(&p.a, "-K tx off");
     let (tx, rx, dest) = sockets(&p, true);
     if tx.capabilities().max_gso_segments <= 1 {
-        eprintln!("skipping: no UDP GSO");
+        skip("no UDP GSO");
         return;
     }
     let res = transfer(tx, rx, dest, TxMode::MmsgGso, 20_000, 1200, 1472);
@@ -56,13 +56,13 @@ fn gso_on_a_path_without_checksum_offload() {
 #[test]
 fn gso_refused_by_the_kernel_falls_back_without_loss() {
     if let Some(why) = netns_unavailable() {
-        eprintln!("skipping gso_refused_by_the_kernel_falls_back_without_loss: {why}");
+        skip(why);
         return;
     }
     let p = VethPair::new("refuse", 4);
     let (tx, rx, dest) = sockets(&p, true);
     if tx.capabilities().max_gso_segments <= 1 {
-        eprintln!("skipping: no UDP GSO");
+        skip("no UDP GSO");
         return;
     }
     set_no_check(&tx, true);
@@ -106,7 +106,7 @@ const EINVAL: i32 = 22;
 #[test]
 fn gro_receiver_through_a_cutting_veth() {
     if let Some(why) = netns_unavailable() {
-        eprintln!("skipping gro_receiver_through_a_cutting_veth: {why}");
+        skip(why);
         return;
     }
     let p = VethPair::new("wire", 2);
@@ -125,7 +125,7 @@ fn gro_receiver_through_a_cutting_veth() {
 #[test]
 fn gso_train_crosses_an_offloading_veth_whole() {
     if let Some(why) = netns_unavailable() {
-        eprintln!("skipping gso_train_crosses_an_offloading_veth_whole: {why}");
+        skip(why);
         return;
     }
     let p = VethPair::new("offl", 3);
@@ -141,7 +141,7 @@ fn gso_train_crosses_an_offloading_veth_whole() {
 #[test]
 fn partial_sends_are_reported_exactly() {
     if let Some(why) = netns_unavailable() {
-        eprintln!("skipping partial_sends_are_reported_exactly: {why}");
+        skip(why);
         return;
     }
     let p = VethPair::new("partial", 5);
@@ -200,7 +200,7 @@ fn partial_sends_are_reported_exactly() {
 #[test]
 fn half_sent_trains_are_reported_exactly_and_resent_once() {
     if let Some(why) = netns_unavailable() {
-        eprintln!("skipping half_sent_trains_are_reported_exactly: {why}");
+        skip(why);
         return;
     }
     let p = VethPair::new("halftrain", 6);
@@ -277,7 +277,7 @@ fn half_sent_trains_are_reported_exactly_and_resent_once() {
 #[test]
 fn threads_sharing_a_socket_across_a_slow_veth_while_gso_flips_send_every_datagram_once() {
     if let Some(why) = netns_unavailable() {
-        eprintln!("skipping threads_sharing_a_socket_across_a_slow_veth: {why}");
+        skip(why);
         return;
     }
     let p = VethPair::new("gsoflip", 6);
@@ -292,7 +292,7 @@ fn threads_sharing_a_socket_across_a_slow_veth_while_gso_flips_send_every_datagr
         .gso_retry(std::time::Duration::from_micros(200));
     let tx = p.bind(&p.a, SocketAddr::new(p.addr_a.into(), 0), tx_cfg);
     if tx.capabilities().max_gso_segments <= 1 {
-        eprintln!("skipping: no GSO");
+        skip("no GSO");
         return;
     }
     let r = threads_send_while_gso_flips(tx, rx, std::time::Duration::from_secs(10));
@@ -372,7 +372,7 @@ impl Drop for Routed {
 /// queue gives the MTU, the destination and the router.
 fn packet_too_big_gives_the_mtu(v6: bool) {
     if let Some(why) = netns_unavailable() {
-        eprintln!("skipping packet_too_big_gives_the_mtu: {why}");
+        skip(why);
         return;
     }
     let n = Routed::new(if v6 { "ptb6" } else { "ptb4" });
@@ -434,13 +434,13 @@ fn v6_packet_too_big_gives_the_mtu() {
 #[test]
 fn coalescer_survives_an_mtu_that_shrinks_mid_run() {
     if let Some(why) = netns_unavailable() {
-        eprintln!("skipping coalescer_survives_an_mtu_that_shrinks_mid_run: {why}");
+        skip(why);
         return;
     }
     let p = VethPair::new("mtushrink", 7);
     let (tx, rx, dest) = sockets(&p, true);
     if tx.capabilities().max_gso_segments <= 1 {
-        eprintln!("skipping: no UDP GSO");
+        skip("no UDP GSO");
         return;
     }
     let mut c = fastudp::Coalescer::new();

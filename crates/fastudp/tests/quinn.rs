@@ -148,7 +148,7 @@ fn one_gib_over_loopback_v6() {
 /// as `profile` says.
 fn across_veth(tag: &str, n: u8, wire: bool) {
     if let Some(why) = netns_unavailable() {
-        eprintln!("skipping quinn across a veth ({tag}): {why}");
+        skip(format!("quinn across a veth ({tag}): {why}"));
         return;
     }
     let p = VethPair::new(tag, n);
@@ -236,7 +236,7 @@ fn gso_fallback_mid_connection(
 fn a_gso_fallback_mid_connection_does_not_stop_the_transfer_v4() {
     let probe = fastudp::Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     if probe.capabilities().max_gso_segments <= 1 {
-        eprintln!("skipping: no GSO here");
+        skip("no GSO here");
         return;
     }
     gso_fallback_mid_connection(
@@ -262,7 +262,7 @@ fn a_gso_fallback_mid_connection_does_not_stop_the_transfer_v4() {
 fn a_gso_fallback_mid_connection_does_not_stop_the_transfer_v6() {
     let probe = fastudp::Socket::bind("[::1]:0".parse().unwrap()).unwrap();
     if probe.capabilities().max_gso_segments <= 1 {
-        eprintln!("skipping: no GSO here");
+        skip("no GSO here");
         return;
     }
     let srv = bound("[::1]:0");

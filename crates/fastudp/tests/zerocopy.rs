@@ -20,7 +20,7 @@ fn receiver() -> Socket {
 fn zerocopy_pair() -> Option<(Socket, Socket, std::net::SocketAddr)> {
     let tx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     if !tx.capabilities().zerocopy {
-        eprintln!("skipping: no MSG_ZEROCOPY here");
+        skip("no MSG_ZEROCOPY here");
         return None;
     }
     let rx = receiver();
@@ -144,7 +144,7 @@ fn oversized_buffer_comes_back_with_the_error() {
 #[test]
 fn a_refused_zerocopy_send_keeps_completions_in_step() {
     if let Some(why) = netns_unavailable() {
-        eprintln!("skipping a_refused_zerocopy_send_keeps_completions_in_step: {why}");
+        skip(why);
         return;
     }
     let ns = MtuNamespace::new("zcmtu", 1500);
@@ -159,7 +159,7 @@ fn a_refused_zerocopy_send_keeps_completions_in_step() {
         rx_config(RxMode::Gro),
     );
     if !tx.capabilities().zerocopy || tx.capabilities().max_gso_segments <= 1 {
-        eprintln!("skipping: needs MSG_ZEROCOPY and GSO");
+        skip("needs MSG_ZEROCOPY and GSO");
         return;
     }
     let dest = rx.local_addr().unwrap();

@@ -93,10 +93,16 @@ mod tests {
 
     #[test]
     fn opcodes_are_the_kernels() {
-        assert_eq!(LD_W_ABS, 0x20);
-        assert_eq!(ALU_MOD_K, 0x94);
-        assert_eq!(RET_A, 0x16);
-        assert_eq!(AD_CPU, 0xFFFF_F024);
+        // Checked against the kernel's own definitions (linux/filter.h,
+        // linux/bpf_common.h as libc carries them), not the literals the
+        // constants were written from.
+        assert_eq!(LD_W_ABS as u32, libc::BPF_LD | libc::BPF_W | libc::BPF_ABS);
+        assert_eq!(
+            ALU_MOD_K as u32,
+            libc::BPF_ALU | libc::BPF_MOD | libc::BPF_K
+        );
+        assert_eq!(RET_A as u32, libc::BPF_RET | libc::BPF_A);
+        assert_eq!(AD_CPU, (libc::SKF_AD_OFF + libc::SKF_AD_CPU) as u32);
     }
 
     #[test]

@@ -397,6 +397,20 @@ pub fn must(cmd: &str) {
 /// Why namespace tests cannot run here, if they cannot. With
 /// `FASTUDP_REQUIRE_PRIVILEGED_TESTS=1` (as in CI) a reason to skip is a
 /// failure instead.
+/// Says why the calling test does not run (the test thread's name says
+/// which); under `FASTUDP_REQUIRE_PRIVILEGED_TESTS=1` (set in CI) a skip
+/// is a failure.
+pub fn skip(why: impl std::fmt::Display) {
+    let test = std::thread::current()
+        .name()
+        .unwrap_or("this test")
+        .to_string();
+    if std::env::var("FASTUDP_REQUIRE_PRIVILEGED_TESTS").as_deref() == Ok("1") {
+        panic!("{test} cannot run: {why} (FASTUDP_REQUIRE_PRIVILEGED_TESTS=1 forbids skipping)");
+    }
+    eprintln!("skipping {test}: {why}");
+}
+
 pub fn netns_unavailable() -> Option<String> {
     let why = netns_missing();
     if let Some(why) = &why {
