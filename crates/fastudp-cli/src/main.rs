@@ -1,20 +1,9 @@
 //! The `fastudp` command: argument parsing and dispatch only.
 
-/// Prints a line to standard output like `println!`, but a failed write
-/// (a full disk, say) ends the program with a clear message and status 1
-/// instead of a panic message. The stack still unwinds, so guards such as
-/// the testbed's clean up. (A closed pipe ends it by SIGPIPE, as for any
-/// Unix tool.)
-macro_rules! outln {
-    ($($t:tt)*) => {{
-        use std::io::Write as _;
-        if let Err(e) = writeln!(std::io::stdout(), $($t)*) {
-            $crate::stdout_failed(e)
-        }
-    }};
-}
-
+#[macro_use]
+mod output;
 mod bench;
+mod failure;
 mod host;
 mod interrupt;
 mod procfs;
@@ -22,48 +11,10 @@ mod stream;
 mod testbed;
 mod txrx;
 
+pub use failure::Failure;
+
 use clap::{Parser, Subcommand};
-
-/// Checks before a run that `path` (the value of option `opt`) can be
-/// written, so that a bad path is an error up front rather than after the
-/// run, with its results lost. Only a regular file (or a path where none
-/// exists yet) is probed by opening it; a file the probe creates is removed
-/// again. FIFOs, devices and symbolic links are left as they are.
-pub(crate) fn check_output_path(opt: &str, path: &str) -> Result<(), String> {
-    let p = std::path::Path::new(path);
-    if path.is_empty() {
-        return Err(format!("{opt}: give a file name"));
-    }
-    if p.is_dir() {
-        return Err(format!("{opt} {path}: is a directory; give a file name"));
-    }
-    match p.symlink_metadata() {
-        Ok(m) if m.is_file() => std::fs::OpenOptions::new()
-            .append(true)
-            .open(p)
-            .map(drop)
-            .map_err(|e| format!("{opt} {path}: cannot write there: {e}")),
-        Ok(_) => Ok(()),
-        Err(_) => {
-            std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(p)
-                .map_err(|e| format!("{opt} {path}: cannot write there: {e}"))?;
-            let _ = std::fs::remove_file(p);
-            Ok(())
-        }
-    }
-}
-
-/// The unwinding payload of a failed write to standard output.
-struct StdoutFailed(std::io::Error);
-
-/// Ends the program after standard output failed: unwinds to `main`,
-/// which says so and exits with status 1.
-fn stdout_failed(e: std::io::Error) -> ! {
-    std::panic::resume_unwind(Box::new(StdoutFailed(e)))
-}
+use output::StdoutFailed;
 use std::process::ExitCode;
 
 /// Measure and compare UDP send/receive strategies on this host.
@@ -111,29 +62,6 @@ enum TestbedCmd {
     },
     /// Remove the pair.
     Down,
-}
-
-/// A command's failure: a message and an exit status (2 for bad input and
-/// unusable set-ups, 1 for a run that broke off).
-#[derive(Debug)]
-pub struct Failure {
-    /// Exit status.
-    pub code: u8,
-    /// One line for people.
-    pub msg: String,
-}
-
-impl Failure {
-    /// Bad input or an unusable set-up: exit status 2.
-    pub fn usage(msg: String) -> Self {
-        Failure { code: 2, msg }
-    }
-}
-
-impl From<String> for Failure {
-    fn from(msg: String) -> Self {
-        Failure::usage(msg)
-    }
 }
 
 fn main() -> ExitCode {
@@ -195,36 +123,5 @@ fn run(cli: Cli) -> Result<(), Failure> {
         } => testbed::down()
             .map(|()| outln!("testbed down"))
             .map_err(Failure::from),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn output_paths_are_checked_before_a_run() {
-        let dir = std::env::temp_dir();
-        let d = dir.to_str().unwrap();
-        assert!(super::check_output_path("--x", d)
-            .unwrap_err()
-            .contains("is a directory"));
-        assert!(super::check_output_path("--x", "").is_err());
-        assert!(super::check_output_path("--x", "/nonexistent-dir/a.csv")
-            .unwrap_err()
-            .contains("cannot write there"));
-        let f = dir.join(format!("fastudp-check-{}.csv", std::process::id()));
-        super::check_output_path("--x", f.to_str().unwrap()).unwrap();
-        assert!(!f.exists(), "the check leaves no file behind");
-        // A dangling symbolic link is left alone, not replaced or removed.
-        let link = dir.join(format!("fastudp-link-{}.csv", std::process::id()));
-        let target = dir.join(format!("fastudp-target-{}.csv", std::process::id()));
-        std::os::unix::fs::symlink(&target, &link).unwrap();
-        super::check_output_path("--x", link.to_str().unwrap()).unwrap();
-        assert!(link.symlink_metadata().is_ok() && !target.exists());
-        let _ = std::fs::remove_file(&link);
-        // An existing file keeps its contents.
-        std::fs::write(&f, "keep").unwrap();
-        super::check_output_path("--x", f.to_str().unwrap()).unwrap();
-        assert_eq!(std::fs::read_to_string(&f).unwrap(), "keep");
-        let _ = std::fs::remove_file(&f);
     }
 }

@@ -716,7 +716,7 @@ pub fn run_stream_rx(a: StreamRxArgs) -> Result<(), Failure> {
         }
     }
     if let Some(p) = &a.per_flow {
-        crate::check_output_path("--per-flow", p).map_err(Failure::usage)?;
+        crate::output::check_output_path("--per-flow", p).map_err(Failure::usage)?;
     }
     interrupt::watch();
     let stop = Arc::new(AtomicBool::new(false));

@@ -278,7 +278,7 @@ fn validate(a: &BenchArgs) -> std::result::Result<Workload, String> {
         if dir.is_some_and(|d| !d.is_dir()) {
             return Err(format!("--plot {p}: the directory does not exist"));
         }
-        crate::check_output_path("--plot", p)?;
+        crate::output::check_output_path("--plot", p)?;
     }
     if a.testbed.is_none() {
         // Loopback: a datagram must fit its MTU, since the GSO strategies
