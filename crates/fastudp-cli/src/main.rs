@@ -38,7 +38,7 @@ enum Cmd {
     Rx(txrx::RxArgs),
     /// Check this host's kernel, devices, qdiscs, sysctls and UDP error
     /// counters, and say how to fix what keeps UDP slow.
-    Doctor(host::DoctorArgs),
+    Doctor(host::doctor::DoctorArgs),
     /// Apply what doctor recommends (dry run by default), or revert it.
     Tune(host::tune::TuneArgs),
     /// Stream many paced flows to `fastudp stream-rx` (the paper's server).
@@ -94,7 +94,7 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> Result<(), Failure> {
     match cli.cmd {
         Cmd::Tx(a) => txrx::run_tx(a),
-        Cmd::Doctor(a) => host::run_doctor(a),
+        Cmd::Doctor(a) => host::doctor::run_doctor(a),
         Cmd::Stream(a) => stream::run_stream(a),
         Cmd::StreamRx(a) => stream::run_stream_rx(a),
         Cmd::Tune(a) => host::tune::run_tune(a),
