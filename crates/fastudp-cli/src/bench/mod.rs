@@ -195,7 +195,7 @@ pub struct RxOutcome {
 
 /// One measured pairing.
 #[derive(Debug, Clone, Serialize)]
-pub struct Result {
+pub struct Measurement {
     /// The send strategy, or `Tcp` for the TCP baseline.
     pub tx: TxStrategy,
     /// The receive strategy, or "tcp" for the TCP baseline.
@@ -241,7 +241,7 @@ pub struct Result {
     pub host_steal: Option<f64>,
 }
 
-fn validate(a: &BenchArgs) -> std::result::Result<Workload, String> {
+fn validate(a: &BenchArgs) -> Result<Workload, String> {
     let max = if a.ipv6 {
         fastudp::wire::MAX_PAYLOAD_V6
     } else {
@@ -318,7 +318,7 @@ fn validate(a: &BenchArgs) -> std::result::Result<Workload, String> {
 }
 
 /// Runs `fastudp bench`.
-pub fn run(a: BenchArgs) -> std::result::Result<(), crate::Failure> {
+pub fn run(a: BenchArgs) -> Result<(), crate::Failure> {
     let mut a = a;
     if a.on_testbed {
         testbed::preflight()?;
@@ -480,8 +480,8 @@ fn rx_addr(w: &Workload) -> SocketAddr {
 /// Runs `f` in the receiving namespace when on the testbed.
 fn on_rx_side<T: Send>(
     w: &Workload,
-    f: impl FnOnce() -> std::result::Result<T, String> + Send,
-) -> std::result::Result<T, String> {
+    f: impl FnOnce() -> Result<T, String> + Send,
+) -> Result<T, String> {
     match w.net {
         Some(_) => testbed::within(testbed::RX_NS, f),
         None => f(),
@@ -545,7 +545,7 @@ pub fn plan_pairs(
     tx: &[TxStrategy],
     rx: &[RxStrategy],
     sink: bool,
-) -> std::result::Result<Vec<(TxStrategy, RxStrategy)>, String> {
+) -> Result<Vec<(TxStrategy, RxStrategy)>, String> {
     let best_rx = RxStrategy::GroRecvmmsg;
     let best_tx = TxStrategy::Fastudp;
     // A strategy named twice runs once.
@@ -615,7 +615,7 @@ fn run_pair(
     r: RxStrategy,
     w: &Workload,
     quiet: bool,
-) -> std::result::Result<Result, String> {
+) -> Result<Measurement, String> {
     let live = Arc::new(Live::default());
     let drops_before = procfs::rcvbuf_errors();
     let soft_before = procfs::softirq_ns();
@@ -696,7 +696,7 @@ fn run_pair(
         (rxo.bytes, rxo.datagrams)
     };
     let per_byte = |d: f64| if bytes > 0 { d / bytes as f64 } else { 0.0 };
-    Ok(Result {
+    Ok(Measurement {
         tx: t,
         rx: if sink {
             "sink".into()

@@ -1,15 +1,15 @@
 //! `--plot FILE.svg`: a bar chart of throughput and CPU cost per byte.
 
-use super::Result;
+use super::Measurement;
 use plotters::prelude::*;
 
-fn label(r: &Result) -> String {
+fn label(r: &Measurement) -> String {
     format!("{} -> {}", super::name(r.tx), r.rx)
 }
 
 /// Draws one bar per run: Gbit/s on the left, sender and receiver CPU ns
 /// per byte on the right.
-pub fn svg(path: &str, title: &str, rs: &[Result]) -> std::result::Result<(), String> {
+pub fn svg(path: &str, title: &str, rs: &[Measurement]) -> Result<(), String> {
     if rs.is_empty() {
         return Err("nothing to plot".into());
     }

@@ -1,6 +1,6 @@
 //! Rendering: per-second lines, the summary table, host facts.
 
-use super::{name, Result};
+use super::{name, Measurement};
 use serde::Serialize;
 
 /// What each column means, for `--help` and the README.
@@ -127,7 +127,7 @@ pub fn print_interrupted(during: &str, finished: usize) {
 }
 
 /// The summary table.
-pub fn print_table(rs: &[Result]) {
+pub fn print_table(rs: &[Measurement]) {
     outln!();
     outln!(
         "{:<18} {:<13} {:>9} {:>7} {:>10} {:>9} {:>8} {:>9} {:>7} {:>7} {:>9} {:>8} {:>8}",
