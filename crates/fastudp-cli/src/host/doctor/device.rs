@@ -10,24 +10,9 @@ pub fn device_checks(
     qdiscs: &Result<Vec<netlink::Qdisc>, String>,
     out: &mut Vec<Check>,
 ) {
-    let driver = fastudp::host::driver(dev).unwrap_or_default();
-    let veth = driver == "veth";
-    let mtu = sysfs(dev, "mtu");
+    let veth = fastudp::host::driver(dev).is_ok_and(|d| d == "veth");
     let s = format!("device {dev}");
-    out.push(match &mtu {
-        Ok(m) => check(
-            &s,
-            "MTU",
-            Status::Pass,
-            format!(
-                "{m} bytes (largest UDP segment {} on IPv4)",
-                fastudp::wire::max_segment_for_mtu(m.parse().unwrap_or(0), false)
-                    .min(fastudp::wire::MAX_PAYLOAD_V4)
-            ),
-            None,
-        ),
-        Err(e) => check(&s, "MTU", Status::NA, e.clone(), None),
-    });
+    out.push(mtu_check(dev, &s));
     let feats = match fastudp::host::features(dev) {
         Ok(f) => f,
         Err(e) => {
@@ -41,6 +26,40 @@ pub fn device_checks(
             return;
         }
     };
+    offload_checks(dev, &s, &feats, veth, out);
+    if veth {
+        veth_checks(dev, &s, &feats, out);
+    }
+    out.push(qdisc_check(dev, qdiscs));
+}
+
+/// The MTU, and the largest UDP segment it allows.
+fn mtu_check(dev: &str, s: &str) -> Check {
+    let mtu = sysfs(dev, "mtu");
+    match &mtu {
+        Ok(m) => check(
+            s,
+            "MTU",
+            Status::Pass,
+            format!(
+                "{m} bytes (largest UDP segment {} on IPv4)",
+                fastudp::wire::max_segment_for_mtu(m.parse().unwrap_or(0), false)
+                    .min(fastudp::wire::MAX_PAYLOAD_V4)
+            ),
+            None,
+        ),
+        Err(e) => check(s, "MTU", Status::NA, e.clone(), None),
+    }
+}
+
+/// The offloads UDP GSO and GRO depend on.
+fn offload_checks(
+    dev: &str,
+    s: &str,
+    feats: &[fastudp::host::NicFeature],
+    veth: bool,
+    out: &mut Vec<Check>,
+) {
     let get = |n: &str| feats.iter().find(|f| f.name == n);
     let on = |n: &str| get(n).is_some_and(|f| f.active);
     let fixable = |n: &str, cmd: String| get(n).filter(|f| f.changeable).map(|_| cmd);
@@ -52,29 +71,23 @@ pub fn device_checks(
     .iter()
     .any(|n| on(n));
     out.push(if csum {
-        check(&s, "tx-checksumming", Status::Pass, "on", None)
+        check(s, "tx-checksumming", Status::Pass, "on", None)
     } else {
-        check(&s, "tx-checksumming", Status::Warn, "off: GSO trains are checksummed in software (kernels before 6.11 refuse them with EIO)", fixable("tx-checksum-ip-generic", format!("ethtool -K {dev} tx on")))
+        check(s, "tx-checksumming", Status::Warn, "off: GSO trains are checksummed in software (kernels before 6.11 refuse them with EIO)", fixable("tx-checksum-ip-generic", format!("ethtool -K {dev} tx on")))
     });
     let feature = |out: &mut Vec<Check>, kernel: &str, shown: &str, why_off: &str, opt: &str| {
         out.push(match get(kernel) {
-            None => check(
-                &s,
-                shown,
-                Status::NA,
-                "the kernel has no such feature",
-                None,
-            ),
-            Some(f) if f.active => check(&s, shown, Status::Pass, "on", None),
+            None => check(s, shown, Status::NA, "the kernel has no such feature", None),
+            Some(f) if f.active => check(s, shown, Status::Pass, "on", None),
             Some(f) if !f.changeable => check(
-                &s,
+                s,
                 shown,
                 Status::Warn,
                 format!("off [fixed]: {why_off}; the driver cannot change it"),
                 None,
             ),
             Some(_) => check(
-                &s,
+                s,
                 shown,
                 Status::Warn,
                 format!("off: {why_off}"),
@@ -114,7 +127,7 @@ pub fn device_checks(
     } else {
         out.push(match get("rx-udp-gro-forwarding") {
             Some(f) => check(
-                &s,
+                s,
                 "rx-udp-gro-forwarding",
                 if f.active { Status::Pass } else { Status::NA },
                 if f.active {
@@ -125,7 +138,7 @@ pub fn device_checks(
                 None,
             ),
             None => check(
-                &s,
+                s,
                 "rx-udp-gro-forwarding",
                 Status::NA,
                 "the kernel has no such feature (needs 5.12)",
@@ -135,106 +148,114 @@ pub fn device_checks(
     }
     out.push(match get("rx-gro-list") {
         Some(f) if f.active => check(
-            &s,
+            s,
             "rx-gro-list",
             Status::Pass,
             "on: fraglist GRO (good for forwarding; local sockets get trains re-segmented)",
             None,
         ),
         Some(_) => check(
-            &s,
+            s,
             "rx-gro-list",
             Status::Pass,
             "off: UDP GRO builds trains a GRO socket takes whole",
             None,
         ),
         None => check(
-            &s,
+            s,
             "rx-gro-list",
             Status::NA,
             "the kernel has no such feature",
             None,
         ),
     });
-    if veth {
-        let ncpu = std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1) as u32;
-        match fastudp::host::channels(dev) {
-            Ok(c) => {
-                let want = c.max_rx.min(ncpu).max(1);
-                out.push(if c.rx >= 2 || c.rx >= c.max_rx {
-                    check(
-                        &s,
-                        "channels",
-                        Status::Pass,
-                        format!("{} rx / {} tx queues", c.rx, c.tx),
-                        None,
-                    )
-                } else {
-                    check(
-                        &s,
-                        "channels",
-                        Status::Warn,
-                        format!(
-                            "{} rx queue of {} possible: one NAPI instance for all flows",
-                            c.rx, c.max_rx
-                        ),
-                        Some(format!("ethtool -L {dev} rx {want} tx {want}")),
-                    )
-                });
-            }
-            Err(e) => out.push(check(
-                &s,
-                "channels",
-                Status::NA,
-                format!("cannot read: {e}"),
-                None,
-            )),
+}
+
+/// A veth's queues and NAPI GRO: what aggregates the datagrams crossing it.
+fn veth_checks(dev: &str, s: &str, feats: &[fastudp::host::NicFeature], out: &mut Vec<Check>) {
+    let get = |n: &str| feats.iter().find(|f| f.name == n);
+    let on = |n: &str| get(n).is_some_and(|f| f.active);
+    let ncpu = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1) as u32;
+    match fastudp::host::channels(dev) {
+        Ok(c) => {
+            let want = c.max_rx.min(ncpu).max(1);
+            out.push(if c.rx >= 2 || c.rx >= c.max_rx {
+                check(
+                    s,
+                    "channels",
+                    Status::Pass,
+                    format!("{} rx / {} tx queues", c.rx, c.tx),
+                    None,
+                )
+            } else {
+                check(
+                    s,
+                    "channels",
+                    Status::Warn,
+                    format!(
+                        "{} rx queue of {} possible: one NAPI instance for all flows",
+                        c.rx, c.max_rx
+                    ),
+                    Some(format!("ethtool -L {dev} rx {want} tx {want}")),
+                )
+            });
         }
-        out.push(match sysfs(dev, "gro_flush_timeout") {
-            Ok(v) if v != "0" => check(
-                &s,
-                "gro_flush_timeout",
-                Status::Pass,
-                format!("{v} ns"),
-                None,
-            ),
-            Ok(_) => check(
-                &s,
-                "gro_flush_timeout",
-                Status::Warn,
-                "0: GRO flushes at the end of every NAPI poll, so trains stay short",
-                Some(format!(
-                    "echo 50000 > /sys/class/net/{dev}/gro_flush_timeout"
-                )),
-            ),
-            Err(e) => check(&s, "gro_flush_timeout", Status::NA, e, None),
-        });
-        out.push(if on("rx-gro") {
-            check(
-                &s,
-                "NAPI GRO",
-                Status::Pass,
-                "on: the veth runs in NAPI mode and aggregates what crosses it",
-                None,
-            )
-        } else {
-            check(
-                &s,
-                "NAPI GRO",
-                Status::Warn,
-                "off: the veth hands every datagram up alone (no NAPI without GRO or XDP)",
-                Some(format!("ethtool -K {dev} gro on")),
-            )
-        });
+        Err(e) => out.push(check(
+            s,
+            "channels",
+            Status::NA,
+            format!("cannot read: {e}"),
+            None,
+        )),
     }
+    out.push(match sysfs(dev, "gro_flush_timeout") {
+        Ok(v) if v != "0" => check(
+            s,
+            "gro_flush_timeout",
+            Status::Pass,
+            format!("{v} ns"),
+            None,
+        ),
+        Ok(_) => check(
+            s,
+            "gro_flush_timeout",
+            Status::Warn,
+            "0: GRO flushes at the end of every NAPI poll, so trains stay short",
+            Some(format!(
+                "echo 50000 > /sys/class/net/{dev}/gro_flush_timeout"
+            )),
+        ),
+        Err(e) => check(s, "gro_flush_timeout", Status::NA, e, None),
+    });
+    out.push(if on("rx-gro") {
+        check(
+            s,
+            "NAPI GRO",
+            Status::Pass,
+            "on: the veth runs in NAPI mode and aggregates what crosses it",
+            None,
+        )
+    } else {
+        check(
+            s,
+            "NAPI GRO",
+            Status::Warn,
+            "off: the veth hands every datagram up alone (no NAPI without GRO or XDP)",
+            Some(format!("ethtool -K {dev} gro on")),
+        )
+    });
+}
+
+/// The root qdisc on `dev`: whether it honours SO_TXTIME.
+fn qdisc_check(dev: &str, qdiscs: &Result<Vec<netlink::Qdisc>, String>) -> Check {
     // Egress qdisc.
     let qs = format!("qdisc {dev}");
     let ifindex = sysfs(dev, "ifindex")
         .ok()
         .and_then(|v| v.parse::<i32>().ok());
-    out.push(match (qdiscs, ifindex) {
+    match (qdiscs, ifindex) {
         (Err(e), _) => check(
             &qs,
             "egress qdisc",
@@ -274,5 +295,5 @@ pub fn device_checks(
                 None,
             ),
         },
-    });
+    }
 }
