@@ -57,7 +57,7 @@ enum Cmd {
 enum TestbedCmd {
     /// Build the pair with an offload profile (replacing an existing one).
     Up {
-        /// offload, wire, wire-gro, nocsum or sink.
+        /// The veth pair's profile.
         profile: testbed::Profile,
     },
     /// Remove the pair.
@@ -123,5 +123,55 @@ fn run(cli: Cli) -> Result<(), Failure> {
         } => testbed::down()
             .map(|()| outln!("testbed down"))
             .map_err(Failure::from),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::{CommandFactory, ValueEnum};
+
+    /// The help of `testbed up` lists every profile, and its own words
+    /// name all of them or none (a list written by hand falls behind).
+    #[test]
+    fn testbed_up_help_names_every_profile() {
+        let mut cmd = Cli::command();
+        let up = cmd
+            .find_subcommand_mut("testbed")
+            .and_then(|t| t.find_subcommand_mut("up"))
+            .expect("testbed up");
+        let arg = up
+            .get_arguments()
+            .find(|a| a.get_id() == "profile")
+            .expect("profile");
+        let own = format!(
+            "{} {}",
+            arg.get_help().map(|h| h.to_string()).unwrap_or_default(),
+            arg.get_long_help()
+                .map(|h| h.to_string())
+                .unwrap_or_default()
+        );
+        let names: Vec<String> = testbed::Profile::value_variants()
+            .iter()
+            .map(|p| p.to_possible_value().unwrap().get_name().to_string())
+            .collect();
+        let named = names
+            .iter()
+            .filter(|n| {
+                own.split(|c: char| !c.is_alphanumeric() && c != '-')
+                    .any(|w| w == n.as_str())
+            })
+            .count();
+        assert!(named == 0 || named == names.len(), "{own:?}");
+        for long in [false, true] {
+            let help = if long {
+                up.render_long_help().to_string()
+            } else {
+                up.render_help().to_string()
+            };
+            for n in &names {
+                assert!(help.contains(n.as_str()), "{n} missing from {help}");
+            }
+        }
     }
 }
