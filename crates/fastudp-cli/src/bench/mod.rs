@@ -600,8 +600,22 @@ pub fn plan_pairs(
     Ok(pairs)
 }
 
+/// The width of the longest pairing label (of every send and receive
+/// strategy), for the per-second lines.
+pub fn label_width() -> usize {
+    TxStrategy::value_variants()
+        .iter()
+        .flat_map(|&t| {
+            RxStrategy::value_variants()
+                .iter()
+                .map(move |&r| pair_label(t, r).len())
+        })
+        .max()
+        .unwrap_or(0)
+}
+
 /// A pairing's label in the per-second lines and messages.
-fn pair_label(t: TxStrategy, r: RxStrategy) -> String {
+pub fn pair_label(t: TxStrategy, r: RxStrategy) -> String {
     if t == TxStrategy::Tcp {
         "tcp".to_string()
     } else {
