@@ -139,9 +139,44 @@ fn plot_draws_an_svg_of_every_run() {
         p,
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let abs = std::fs::canonicalize(&path).unwrap();
+    let said = format!("plot written to {}", abs.display());
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains(&said),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
     let svg = std::fs::read_to_string(&path).unwrap();
     let _ = std::fs::remove_file(&path);
     assert!(svg.starts_with("<svg"), "not an SVG");
     assert!(svg.contains("sendto -&gt; gro-recvmmsg") || svg.contains("sendto -> gro-recvmmsg"));
     assert!(svg.contains("gso-cmsg") && svg.contains("Gbit/s"));
+}
+
+/// With --json the plot's path goes to standard error, and standard
+/// output stays one JSON document.
+#[test]
+fn plot_with_json_says_where_on_stderr() {
+    let path = std::env::temp_dir().join(format!("fastudp-plot-json-{}.svg", std::process::id()));
+    let p = path.to_str().unwrap();
+    let o = fastudp(&[
+        "bench",
+        "--duration",
+        "0.2",
+        "--json",
+        "--tx",
+        "sendto",
+        "--plot",
+        p,
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let abs = std::fs::canonicalize(&path).unwrap();
+    let _ = std::fs::remove_file(&path);
+    let v: Value = serde_json::from_slice(&o.stdout).expect("stdout is JSON");
+    assert_eq!(v["schema"], 1);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains(&format!("plot written to {}", abs.display())),
+        "{err}"
+    );
 }

@@ -433,6 +433,16 @@ pub fn run(a: BenchArgs) -> Result<(), crate::Failure> {
         if let Err(e) = plot::svg(path, &title, &results) {
             return Err(crate::Failure { code: 1, msg: e });
         }
+        // Where it went, as an absolute path; on stderr with --json, so
+        // that standard output stays one JSON document.
+        let at = std::fs::canonicalize(path)
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|_| path.clone());
+        if a.json {
+            eprintln!("fastudp: plot written to {at}");
+        } else {
+            outln!("plot written to {at}");
+        }
     }
     if interrupted.is_some() {
         // The testbed goes now, so that the message can say so.
