@@ -2,6 +2,7 @@
 
 #[macro_use]
 mod output;
+mod args;
 mod bench;
 mod failure;
 mod host;
@@ -13,7 +14,7 @@ mod txrx;
 
 pub use failure::Failure;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use output::StdoutFailed;
 use std::process::ExitCode;
 
@@ -66,7 +67,17 @@ enum TestbedCmd {
 
 fn main() -> ExitCode {
     fastudp::os::default_sigpipe();
-    let cli = Cli::parse();
+    let matches = match args::allow_negative_numbers(Cli::command()).try_get_matches() {
+        Ok(m) => m,
+        Err(e) => match args::bad_value_line(&e) {
+            Some(line) => {
+                eprintln!("fastudp: error: {line}");
+                return ExitCode::from(2);
+            }
+            None => e.exit(),
+        },
+    };
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let r = match std::panic::catch_unwind(move || run(cli)) {
         Ok(r) => r,
         Err(payload) => match payload.downcast::<StdoutFailed>() {
@@ -129,7 +140,45 @@ fn run(cli: Cli) -> Result<(), Failure> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::{CommandFactory, ValueEnum};
+    use clap::ValueEnum;
+
+    /// Every option that takes a value takes a negative number as its
+    /// value: never "unexpected argument '-1'".
+    #[test]
+    fn every_option_with_a_value_takes_a_negative_number() {
+        fn walk(cmd: &clap::Command, path: Vec<String>, checked: &mut usize) {
+            for a in cmd.get_arguments() {
+                if !a.get_action().takes_values() || a.is_positional() {
+                    continue;
+                }
+                let flag = match (a.get_long(), a.get_short()) {
+                    (Some(l), _) => format!("--{l}"),
+                    (None, Some(s)) => format!("-{s}"),
+                    _ => continue,
+                };
+                let mut argv = vec!["fastudp".to_string()];
+                argv.extend(path.iter().cloned());
+                argv.extend([flag.clone(), "-1".into()]);
+                let cmd = args::allow_negative_numbers(Cli::command());
+                if let Err(e) = cmd.try_get_matches_from(&argv) {
+                    assert_ne!(
+                        e.kind(),
+                        clap::error::ErrorKind::UnknownArgument,
+                        "{argv:?}: {e}"
+                    );
+                }
+                *checked += 1;
+            }
+            for s in cmd.get_subcommands() {
+                let mut p = path.clone();
+                p.push(s.get_name().to_string());
+                walk(s, p, checked);
+            }
+        }
+        let mut checked = 0;
+        walk(&Cli::command(), Vec::new(), &mut checked);
+        assert!(checked > 40, "only {checked} options checked");
+    }
 
     /// The help of `testbed up` lists every profile, and its own words
     /// name all of them or none (a list written by hand falls behind).

@@ -51,7 +51,7 @@ pub struct StreamArgs {
     #[arg(long, default_value_t = 10_000)]
     pub flows: usize,
     /// Rate per flow, bytes per second (k, M, G multiply by 1000).
-    #[arg(long, default_value = "20k", value_parser = parse_rate)]
+    #[arg(long, default_value = "20k", value_parser = parse_rate, allow_hyphen_values = true)]
     pub rate: u64,
     /// Pacing interval in ms: each flow sends at most one train per interval.
     #[arg(long, default_value_t = 8.0, allow_negative_numbers = true)]
@@ -65,7 +65,7 @@ pub struct StreamArgs {
     /// With user-space pacing, the most all flows together may send, bytes
     /// per second: set it just under the bottleneck's rate (default: flows
     /// x rate + 10%).
-    #[arg(long, value_parser = parse_rate)]
+    #[arg(long, value_parser = parse_rate, allow_hyphen_values = true)]
     pub total_rate: Option<u64>,
     /// Send trains with MSG_ZEROCOPY (adaptive: falls back to copying
     /// where the kernel copies anyway).
@@ -109,7 +109,7 @@ pub struct StreamRxArgs {
     #[arg(long, default_value_t = 10_000)]
     pub flows: usize,
     /// The target rate per flow, bytes per second.
-    #[arg(long, default_value = "20k", value_parser = parse_rate)]
+    #[arg(long, default_value = "20k", value_parser = parse_rate, allow_hyphen_values = true)]
     pub rate: u64,
     /// Seconds to measure after the first datagram (default: until the
     /// stream has been silent for --idle seconds).
