@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{assert_refused, fastudp};
+use common::{assert_refused, fastudp, privileged, sh};
 use serde_json::Value;
 use std::process::Command;
 
@@ -82,4 +82,88 @@ fn doctor_json_with_watch_is_json_lines() {
     assert_eq!(lines.len(), 2);
     assert!(lines[0]["checks"].is_array());
     assert_eq!(lines[1]["second"], 1);
+}
+
+/// The JSON carries the numbers, not only prose, under a schema version.
+#[test]
+fn doctor_json_has_a_schema_and_the_numbers_it_read() {
+    let o = fastudp(&["doctor", "--json", "--dev", "lo"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["schema"], 1);
+    assert!(["boot", "namespace", "unknown"].contains(&v["counters_since"].as_str().unwrap()));
+    let checks = v["checks"].as_array().unwrap();
+    let find = |name: &str| {
+        checks
+            .iter()
+            .find(|c| c["name"] == name)
+            .unwrap_or_else(|| panic!("no check {name}"))
+    };
+    assert!(checks.iter().all(|c| c["values"].is_object()), "{v}");
+    let mtu: u64 = std::fs::read_to_string("/sys/class/net/lo/mtu")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(find("MTU")["values"]["mtu"], mtu);
+    let rmem: u64 = std::fs::read_to_string("/proc/sys/net/core/rmem_max")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let c = find("net.core.rmem_max");
+    assert_eq!(c["values"]["value"], rmem, "{c}");
+    assert_eq!(c["values"]["minimum"], 7_500_000, "{c}");
+    for name in ["RcvbufErrors", "SndbufErrors", "InErrors", "InCsumErrors"] {
+        let x = &find(name)["values"];
+        let (n, a, b) = (
+            x["count"].as_u64().unwrap(),
+            x["ipv4"].as_u64().unwrap(),
+            x["ipv6"].as_u64().unwrap(),
+        );
+        assert_eq!(n, a + b, "{name}: {x}");
+    }
+}
+
+/// In a network namespace the UDP counters are the namespace's: doctor
+/// says they count from its creation, not from boot.
+#[test]
+fn doctor_in_a_namespace_says_what_its_counters_cover() {
+    if !privileged(
+        "doctor_in_a_namespace_says_what_its_counters_cover",
+        &["ip"],
+    ) {
+        return;
+    }
+    let ns = format!("fu-doc-{}", std::process::id());
+    sh(&["ip", "netns", "add", &ns]);
+    let o = std::process::Command::new("ip")
+        .args(["netns", "exec", &ns, env!("CARGO_BIN_EXE_fastudp")])
+        .args(["doctor", "--dev", "lo", "--json"])
+        .output()
+        .unwrap();
+    let text = std::process::Command::new("ip")
+        .args(["netns", "exec", &ns, env!("CARGO_BIN_EXE_fastudp")])
+        .args(["doctor", "--dev", "lo"])
+        .output()
+        .unwrap();
+    let _ = std::process::Command::new("ip")
+        .args(["netns", "del", &ns])
+        .output();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["counters_since"], "namespace", "{v}");
+    assert_eq!(v["namespace"], ns.as_str(), "{v}");
+    let words = format!("since network namespace {ns} was created");
+    for c in v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["section"] == "udp")
+    {
+        let d = c["detail"].as_str().unwrap();
+        assert!(d.contains(&words) && !d.contains("boot"), "{c}");
+    }
+    let out = String::from_utf8_lossy(&text.stdout);
+    assert!(out.contains(&words) && !out.contains("since boot"), "{out}");
 }

@@ -1,6 +1,7 @@
 //! A finding of `fastudp doctor`: its verdict, why, and the fix.
 
 use serde::Serialize;
+use std::collections::BTreeMap;
 
 /// A check's verdict.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -41,6 +42,17 @@ pub struct Check {
     pub detail: String,
     /// The exact command that fixes a WARN or FAIL.
     pub fix: Option<String>,
+    /// The numbers the check read, by name (such as `mtu`, `value` and
+    /// `minimum`, `count`); empty where it read none.
+    pub values: BTreeMap<&'static str, u64>,
+}
+
+impl Check {
+    /// The check, with the number `v` it read, named `name`.
+    pub fn with(mut self, name: &'static str, v: u64) -> Check {
+        self.values.insert(name, v);
+        self
+    }
 }
 
 /// A finding.
@@ -57,6 +69,7 @@ pub fn check(
         status,
         detail: detail.into(),
         fix,
+        values: BTreeMap::new(),
     }
 }
 

@@ -37,17 +37,20 @@ pub fn device_checks(
 fn mtu_check(dev: &str, s: &str) -> Check {
     let mtu = sysfs(dev, "mtu");
     match &mtu {
-        Ok(m) => check(
-            s,
-            "MTU",
-            Status::Pass,
-            format!(
-                "{m} bytes (largest UDP segment {} on IPv4)",
-                fastudp::wire::max_segment_for_mtu(m.parse().unwrap_or(0), false)
-                    .min(fastudp::wire::MAX_PAYLOAD_V4)
-            ),
-            None,
-        ),
+        Ok(m) => {
+            let mtu: usize = m.parse().unwrap_or(0);
+            let seg =
+                fastudp::wire::max_segment_for_mtu(mtu, false).min(fastudp::wire::MAX_PAYLOAD_V4);
+            check(
+                s,
+                "MTU",
+                Status::Pass,
+                format!("{m} bytes (largest UDP segment {seg} on IPv4)"),
+                None,
+            )
+            .with("mtu", mtu as u64)
+            .with("max_udp_segment_v4", seg as u64)
+        }
         Err(e) => check(s, "MTU", Status::NA, e.clone(), None),
     }
 }
@@ -181,7 +184,7 @@ fn veth_checks(dev: &str, s: &str, feats: &[fastudp::host::NicFeature], out: &mu
     match fastudp::host::channels(dev) {
         Ok(c) => {
             let want = c.max_rx.min(ncpu).max(1);
-            out.push(if c.rx >= 2 || c.rx >= c.max_rx {
+            let found = if c.rx >= 2 || c.rx >= c.max_rx {
                 check(
                     s,
                     "channels",
@@ -200,7 +203,14 @@ fn veth_checks(dev: &str, s: &str, feats: &[fastudp::host::NicFeature], out: &mu
                     ),
                     Some(format!("ethtool -L {dev} rx {want} tx {want}")),
                 )
-            });
+            };
+            out.push(
+                found
+                    .with("rx", c.rx.into())
+                    .with("tx", c.tx.into())
+                    .with("max_rx", c.max_rx.into())
+                    .with("max_tx", c.max_tx.into()),
+            );
         }
         Err(e) => out.push(check(
             s,
@@ -211,13 +221,19 @@ fn veth_checks(dev: &str, s: &str, feats: &[fastudp::host::NicFeature], out: &mu
         )),
     }
     out.push(match sysfs(dev, "gro_flush_timeout") {
-        Ok(v) if v != "0" => check(
-            s,
-            "gro_flush_timeout",
-            Status::Pass,
-            format!("{v} ns"),
-            None,
-        ),
+        Ok(v) if v != "0" => {
+            let c = check(
+                s,
+                "gro_flush_timeout",
+                Status::Pass,
+                format!("{v} ns"),
+                None,
+            );
+            match v.parse() {
+                Ok(ns) => c.with("ns", ns),
+                Err(_) => c,
+            }
+        }
         Ok(_) => check(
             s,
             "gro_flush_timeout",
@@ -226,7 +242,8 @@ fn veth_checks(dev: &str, s: &str, feats: &[fastudp::host::NicFeature], out: &mu
             Some(format!(
                 "echo 50000 > /sys/class/net/{dev}/gro_flush_timeout"
             )),
-        ),
+        )
+        .with("ns", 0),
         Err(e) => check(s, "gro_flush_timeout", Status::NA, e, None),
     });
     out.push(if on("rx-gro") {

@@ -38,29 +38,33 @@ pub fn kernel_checks(out: &mut Vec<Check>) {
             None,
         )
     };
-    out.push(match caps.max_gso_segments {
-        n if n >= 64 => check(
-            s,
-            "UDP GSO",
-            Status::Pass,
-            format!("{n} segments per send"),
-            None,
-        ),
-        _ if caps.disabled.gso => check(
-            s,
-            "UDP GSO",
-            Status::Warn,
-            "switched off by FASTUDP_DISABLE",
-            None,
-        ),
-        _ => check(
-            s,
-            "UDP GSO",
-            Status::Fail,
-            "not supported: needs Linux 4.18",
-            None,
-        ),
-    });
+    let segs = caps.max_gso_segments as u64;
+    out.push(
+        match caps.max_gso_segments {
+            n if n >= 64 => check(
+                s,
+                "UDP GSO",
+                Status::Pass,
+                format!("{n} segments per send"),
+                None,
+            ),
+            _ if caps.disabled.gso => check(
+                s,
+                "UDP GSO",
+                Status::Warn,
+                "switched off by FASTUDP_DISABLE",
+                None,
+            ),
+            _ => check(
+                s,
+                "UDP GSO",
+                Status::Fail,
+                "not supported: needs Linux 4.18",
+                None,
+            ),
+        }
+        .with("max_segments", segs),
+    );
     out.push(if caps.gro {
         check(
             s,

@@ -10,7 +10,7 @@ use super::{netlink, routes};
 use crate::Failure;
 use check::{Check, Status};
 use clap::Args;
-use counters::{counter_checks, sysctl_checks, watch};
+use counters::{counter_checks, sysctl_checks, watch, CountersSince};
 use device::device_checks;
 use kernel::kernel_checks;
 use std::net::IpAddr;
@@ -55,9 +55,13 @@ pub fn diagnose(a: &DoctorArgs) -> Result<Vec<Check>, Failure> {
         device_checks(d, &qdiscs, &mut out);
     }
     sysctl_checks(&mut out);
-    counter_checks(&mut out);
+    counter_checks(&mut out, &CountersSince::here());
     Ok(out)
 }
+
+/// The version of `doctor --json`'s layout: it changes when a field is
+/// renamed or removed, not when one is added.
+pub const SCHEMA: u32 = 1;
 
 /// Runs `fastudp doctor`.
 pub fn run_doctor(a: DoctorArgs) -> Result<(), Failure> {
@@ -66,7 +70,14 @@ pub fn run_doctor(a: DoctorArgs) -> Result<(), Failure> {
     }
     let checks = diagnose(&a)?;
     if a.json {
-        let doc = serde_json::json!({ "checks": checks });
+        let since = CountersSince::here();
+        let (since, namespace) = since.key();
+        let doc = serde_json::json!({
+            "schema": SCHEMA,
+            "counters_since": since,
+            "namespace": namespace,
+            "checks": checks,
+        });
         // With --watch the samples follow, one per line: then everything is
         // JSON Lines, the checks included.
         let text = if a.watch.is_some() {
