@@ -43,7 +43,9 @@ fn stream_ends_on_time_when_departures_lie_beyond_the_run() {
     // One flow of 100 bytes/s: its second 1200-byte datagram is due 12 s
     // in. The run must still end after its 0.5 s, not wait for it (the
     // bound is generous: this checks for a hang, not for speed).
-    let port = free_port().to_string();
+    // A receiver, so that the flow is not stopped as refused.
+    let sink = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = sink.local_addr().unwrap().port().to_string();
     for pacing in ["user", "none"] {
         let t = std::time::Instant::now();
         let v = fastudp_json(&[
@@ -147,4 +149,81 @@ fn stream_reaches_every_flow_at_its_rate() {
     assert_eq!(lines.len(), 301, "one line per flow");
     assert!(lines[1..].iter().all(|l| l.split(',').count() == 6));
     assert!(rx["loss"].as_f64().unwrap() < 0.01, "{rx}");
+}
+
+/// A port where nothing listens refuses the stream (ICMP port
+/// unreachable, on the error queue): its flows stop and the summary says
+/// so; when every port refuses, the run ends with status 1, not with
+/// every flow "on rate".
+#[test]
+fn stream_to_a_port_where_nothing_listens_is_refused() {
+    // Without zerocopy the refusal stops the flows at once; with it, the
+    // refusals are read once the sends have completed, at the end.
+    for zerocopy in [false, true] {
+        let port = free_port().to_string();
+        let mut args = vec![
+            "stream",
+            "--port",
+            &port,
+            "--flows",
+            "20",
+            "--rate",
+            "100k",
+            "--duration",
+            "1",
+            "--json",
+        ];
+        if zerocopy {
+            args.push("--zerocopy");
+        }
+        let o = common::fastudp(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert!(
+            err.contains(&format!("nothing listens at 127.0.0.1:{port}")),
+            "{args:?}: {err}"
+        );
+        let v: Value = serde_json::from_slice(&o.stdout).expect("the summary comes first");
+        assert_eq!(
+            v["refused_ports"],
+            serde_json::json!([port.parse::<u16>().unwrap()]),
+            "{v}"
+        );
+        assert_eq!(v["refused_flows"], 20, "{v}");
+        assert_eq!(v["flows_within_5pct"], 0.0, "{v}");
+    }
+}
+
+/// Of two ports, the one with a receiver gets its flows; the other's
+/// flows are stopped and reported.
+#[test]
+fn stream_stops_only_the_flows_whose_port_refused() {
+    // Two adjacent ports: the first with a receiver, the second free.
+    let (rx, port) = loop {
+        let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let p = rx.local_addr().unwrap().port();
+        if p < 65_535 && std::net::UdpSocket::bind(("127.0.0.1", p + 1)).is_ok() {
+            break (rx, p);
+        }
+    };
+    let o = common::fastudp(&[
+        "stream",
+        "--port",
+        &port.to_string(),
+        "--ports",
+        "2",
+        "--flows",
+        "10",
+        "--rate",
+        "100k",
+        "--duration",
+        "1.5",
+        "--json",
+    ]);
+    drop(rx);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["refused_ports"], serde_json::json!([port + 1]), "{v}");
+    assert_eq!(v["refused_flows"], 5, "{v}");
+    assert!(v["flows_within_5pct"].as_f64().unwrap() <= 0.5, "{v}");
 }

@@ -194,6 +194,8 @@ pub fn run_stream_rx(a: StreamRxArgs) -> Result<(), Failure> {
             seconds: secs,
             bytes,
             interrupted: interrupt::requested(),
+            refused_ports: None,
+            refused_flows: None,
         },
         a.json,
     )

@@ -11,6 +11,7 @@ use fastudp::pacing::{
     DEFAULT_SLACK, MAX_TRAINS_PER_BATCH,
 };
 use fastudp::{Config, Socket, Transmit, ZeroCopySender};
+use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
@@ -64,9 +65,11 @@ pub fn run_stream(a: StreamArgs) -> Result<(), Failure> {
     let cpu = fastudp::os::thread_cpu_time().saturating_sub(cpu0);
     let steal = steal_since(ticks0);
     tx.wind_up();
-    // Cut short by Ctrl-C, the run lasted until then.
+    // Cut short by Ctrl-C, or by every port refusing, the run lasted until
+    // then.
     let interrupted = interrupt::requested();
-    let secs = if interrupted {
+    let all_refused = tx.refused.len() == a.ports as usize;
+    let secs = if interrupted || all_refused {
         (stopped.saturating_sub(t0) as f64 / 1e9).clamp(1e-3, a.duration)
     } else {
         a.duration
@@ -82,7 +85,31 @@ pub fn run_stream(a: StreamArgs) -> Result<(), Failure> {
     let mut s = tx.summary(secs, cpu, mode, reason);
     s.host_steal = steal;
     s.interrupted = interrupted;
-    finish(&s, a.json)
+    finish(&s, a.json)?;
+    if all_refused {
+        return Err(Failure {
+            code: 1,
+            msg: format!(
+                "nothing listens at {}: every port refused the stream (ICMP port unreachable)",
+                destinations(a.dest, &tx.refused)
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// `addr:port`, or the address and its ports, for messages.
+pub fn destinations(ip: IpAddr, ports: &BTreeSet<u16>) -> String {
+    let ports: Vec<String> = ports.iter().map(u16::to_string).collect();
+    let host = if ip.is_ipv6() {
+        format!("[{ip}]")
+    } else {
+        ip.to_string()
+    };
+    match ports.len() {
+        1 => format!("{host}:{}", ports[0]),
+        _ => format!("{host} ports {}", ports.join(", ")),
+    }
 }
 
 /// Checks the options before anything is opened.
@@ -193,6 +220,10 @@ struct Sender<'a> {
     txtime_errors: u64,
     /// Batches sent: the socket of the next is this modulo the sockets.
     next_sock: usize,
+    /// The ports that refused datagrams (ICMP port unreachable, read from
+    /// the error queue): their flows are sent no more (with zerocopy,
+    /// marked at the end).
+    refused: BTreeSet<u16>,
 }
 
 impl<'a> Sender<'a> {
@@ -219,6 +250,7 @@ impl<'a> Sender<'a> {
             total: 0,
             txtime_errors: 0,
             next_sock: 0,
+            refused: BTreeSet::new(),
         })
     }
 
@@ -259,8 +291,14 @@ impl<'a> Sender<'a> {
             } else {
                 self.send(sock)?;
             }
-            if self.mode == PacingMode::Kernel && !self.a.zerocopy && self.next_sock % 256 == 0 {
-                self.count_txtime_errors();
+            // With zerocopy the error queue also holds the completions,
+            // which only the zerocopy sender may read: there the refusals
+            // are read at the end, once every send has completed.
+            if !self.a.zerocopy && self.next_sock % 64 == 0 {
+                self.read_errors();
+                if self.refused.len() == self.a.ports as usize {
+                    return Ok(());
+                }
             }
             if !self.a.quiet && !self.a.json && started.elapsed() >= Duration::from_secs(tick) {
                 outln!(
@@ -283,6 +321,10 @@ impl<'a> Sender<'a> {
         let mut off = 0;
         for d in dues {
             let (f, segs) = (d.flow, d.departure.segments);
+            let port = self.port_of(f);
+            if self.refused.contains(&port) {
+                continue;
+            }
             let len = segs * p;
             for s in 0..segs {
                 let b = &mut self.buf[off + s * p..off + (s + 1) * p];
@@ -292,10 +334,7 @@ impl<'a> Sender<'a> {
                 b[13..HDR].copy_from_slice(MAGIC);
                 self.seqs[f] += 1;
             }
-            let dest = SocketAddr::new(
-                self.a.dest,
-                self.a.port + (f % self.a.ports as usize) as u16,
-            );
+            let dest = SocketAddr::new(self.a.dest, port);
             let txtime = (self.mode == PacingMode::Kernel).then_some(d.departure.at_ns);
             self.pending.push(Pending {
                 off,
@@ -375,30 +414,69 @@ impl<'a> Sender<'a> {
         Ok(())
     }
 
-    /// Counts the packets the qdisc dropped for a missed or invalid
-    /// departure time (SOF_TXTIME_REPORT_ERRORS).
-    fn count_txtime_errors(&mut self) {
+    /// The port flow `f` is sent to.
+    fn port_of(&self, f: usize) -> u16 {
+        self.a.port + (f % self.a.ports as usize) as u16
+    }
+
+    /// Reads the sockets' error queues: the ports that refused datagrams
+    /// (nothing listens there), and the packets the qdisc dropped for a
+    /// missed or invalid departure time (SOF_TXTIME_REPORT_ERRORS).
+    fn read_errors(&mut self) {
+        let first = self.a.port;
+        let last = first as u32 + self.a.ports as u32 - 1;
         for s in &self.socks {
             while let Ok(Some(e)) = s.recv_error() {
-                self.txtime_errors += u64::from(matches!(e, fastudp::SocketError::Txtime { .. }));
+                match e {
+                    fastudp::SocketError::Txtime { .. } => self.txtime_errors += 1,
+                    fastudp::SocketError::Unreachable {
+                        destination,
+                        reason: fastudp::Unreachable::Port,
+                        ..
+                    } => {
+                        // Without the destination, only a single port can
+                        // be the one.
+                        let port = match destination {
+                            Some(d) if d.ip().to_canonical() == self.a.dest.to_canonical() => {
+                                Some(d.port())
+                            }
+                            Some(_) => None,
+                            None => (self.a.ports == 1).then_some(first),
+                        };
+                        if let Some(p) =
+                            port.filter(|&p| (first as u32..=last).contains(&(p as u32)))
+                        {
+                            self.refused.insert(p);
+                        }
+                    }
+                    _ => {}
+                }
             }
         }
     }
 
-    /// After the run: says what the qdisc dropped, and lets zerocopy sends
-    /// complete.
+    /// The flows whose port refused datagrams.
+    fn refused_flows(&self) -> usize {
+        (0..self.a.flows)
+            .filter(|&f| self.refused.contains(&self.port_of(f)))
+            .count()
+    }
+
+    /// After the run: lets zerocopy sends complete, reads the refusals
+    /// and txtime drops not read yet, and says what the qdisc dropped.
     fn wind_up(&mut self) {
-        if self.txtime_errors > 0 {
-            eprintln!(
-                "fastudp: warning: the qdisc dropped {} packets for a missed or invalid departure time",
-                self.txtime_errors
-            );
-        }
         for (zc, s) in self.zcs.iter_mut().zip(&self.socks) {
             let _ = zc.drain(s, Duration::from_secs(2));
             if let Some(f) = zc.stats().fallback {
                 eprintln!("fastudp: note: {}", f.reason);
             }
+        }
+        self.read_errors();
+        if self.txtime_errors > 0 {
+            eprintln!(
+                "fastudp: warning: the qdisc dropped {} packets for a missed or invalid departure time",
+                self.txtime_errors
+            );
         }
     }
 
@@ -406,10 +484,16 @@ impl<'a> Sender<'a> {
     fn summary(&self, secs: f64, cpu: Duration, mode: PacingMode, reason: String) -> StreamSummary {
         let a = self.a;
         let target = a.rate as f64 * secs;
+        // A flow whose port refused it is never on rate, whatever it sent
+        // before the refusal came back.
         let within = self
             .sent_bytes
             .iter()
-            .filter(|&&b| (b as f64 - target).abs() <= 0.05 * target)
+            .enumerate()
+            .filter(|&(f, &b)| {
+                !self.refused.contains(&self.port_of(f))
+                    && (b as f64 - target).abs() <= 0.05 * target
+            })
             .count();
         let calls: u64 = if a.zerocopy {
             self.calls
@@ -449,6 +533,8 @@ impl<'a> Sender<'a> {
             seconds: secs,
             bytes: total,
             interrupted: false,
+            refused_ports: Some(self.refused.iter().copied().collect()),
+            refused_flows: Some(self.refused_flows()),
         }
     }
 }

@@ -58,6 +58,12 @@ pub struct StreamSummary {
     pub bytes: u64,
     /// Ctrl-C ended the run: the figures cover it until then.
     pub interrupted: bool,
+    /// The ports that refused the stream: nothing listened there (tx;
+    /// null on rx). Their flows were stopped at the refusal (with
+    /// `--zerocopy`, found at the end of the run) and count as off rate.
+    pub refused_ports: Option<Vec<u16>>,
+    /// The flows stopped because their port refused them (tx).
+    pub refused_flows: Option<usize>,
 }
 
 fn print(s: &StreamSummary, json: bool) -> Result<(), Failure> {
@@ -94,6 +100,17 @@ fn print(s: &StreamSummary, json: bool) -> Result<(), Failure> {
             s.gap_us_p99.unwrap_or(0.0),
             s.max_back_to_back.unwrap_or(0)
         );
+    }
+    if let (Some(ports), Some(n)) = (&s.refused_ports, s.refused_flows) {
+        if !ports.is_empty() {
+            let list: Vec<String> = ports.iter().map(u16::to_string).collect();
+            outln!(
+                "{}: {n} of {} flows stopped: nothing listens on port {} (ICMP port unreachable); the rate above counts what was sent before",
+                s.role,
+                s.flows,
+                list.join(", ")
+            );
+        }
     }
     if s.interrupted {
         outln!(
