@@ -167,3 +167,70 @@ fn doctor_in_a_namespace_says_what_its_counters_cover() {
     let out = String::from_utf8_lossy(&text.stdout);
     assert!(out.contains(&words) && !out.contains("since boot"), "{out}");
 }
+
+/// `doctor --dest` checks the device the kernel would really use: a
+/// policy rule sends 10.9.1.0/24 through another table than the main one,
+/// which /proc/net/route does not show.
+#[test]
+fn doctor_dest_follows_the_kernels_route_past_policy_rules() {
+    if !privileged(
+        "doctor_dest_follows_the_kernels_route_past_policy_rules",
+        &["ip"],
+    ) {
+        return;
+    }
+    let ns = format!("fu-route-{}", std::process::id());
+    sh(&["ip", "netns", "add", &ns]);
+    let ip = |args: &[&str]| {
+        let mut v = vec!["ip", "-n", ns.as_str()];
+        v.extend_from_slice(args);
+        sh(&v)
+    };
+    let run = |args: &[&str]| {
+        std::process::Command::new("ip")
+            .args(["netns", "exec", &ns, env!("CARGO_BIN_EXE_fastudp")])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let result = std::panic::catch_unwind(|| {
+        for (a, b) in [("ra", "rb"), ("pa", "pb")] {
+            ip(&["link", "add", a, "type", "veth", "peer", "name", b]);
+            ip(&["link", "set", a, "up"]);
+            ip(&["link", "set", b, "up"]);
+        }
+        ip(&["route", "add", "10.9.0.0/16", "dev", "ra"]);
+        ip(&["route", "add", "10.9.1.0/24", "dev", "pa", "table", "100"]);
+        ip(&["rule", "add", "to", "10.9.1.0/24", "table", "100"]);
+        let section = |dest: &str| {
+            let o = run(&["doctor", "--json", "--dest", dest]);
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+            let devs: Vec<String> = v["checks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|c| {
+                    c["section"]
+                        .as_str()?
+                        .strip_prefix("device ")
+                        .map(String::from)
+                })
+                .collect();
+            devs[0].clone()
+        };
+        assert_eq!(section("10.9.1.5"), "pa", "the policy rule's table");
+        assert_eq!(section("10.9.2.5"), "ra", "the main table");
+        // No route at all: one clear line, status 2.
+        let o = run(&["doctor", "--dest", "192.0.2.1"]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(err.contains("no route to 192.0.2.1"), "{err}");
+    });
+    let _ = std::process::Command::new("ip")
+        .args(["netns", "del", &ns])
+        .output();
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
+    }
+}
