@@ -113,7 +113,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ("sans-serif", 18),
     )?;
     let panels = root.split_evenly((1, 3));
-    let modes = [("user", BLUE), ("none", RED)];
+    // Okabe-Ito blue and vermillion: told apart with any common
+    // colour-vision deficiency.
+    let modes = [
+        ("user", RGBColor(0, 114, 178)),
+        ("none", RGBColor(213, 94, 0)),
+    ];
     // Panels 1 and 2: against the interval, full trains.
     let intervals = [1u32, 2, 4, 8];
     type Pick = fn(&Runs) -> (f64, f64, f64);

@@ -1,23 +1,11 @@
 //! The `fastudp` command: argument parsing and dispatch only.
 
-/// Prints a line to standard output (or `--logfile`) like `println!`, but a failed write
-/// (a full disk, say) ends the program with a clear message and status 1
-/// instead of a panic message. The stack still unwinds, so guards such as
-/// the testbed's clean up. (A closed pipe ends it by SIGPIPE, as for any
-/// Unix tool.)
-macro_rules! outln {
-    () => {
-        outln!("")
-    };
-    ($($t:tt)*) => {{
-        if let Err(e) = $crate::out::line(format_args!($($t)*)) {
-            $crate::stdout_failed(e)
-        }
-    }};
-}
-
+#[macro_use]
+mod output;
+mod args;
 mod bench;
 mod control;
+mod failure;
 mod host;
 mod interrupt;
 mod out;
@@ -26,48 +14,10 @@ mod stream;
 mod testbed;
 mod txrx;
 
-use clap::{Parser, Subcommand};
+pub use failure::Failure;
 
-/// Checks before a run that `path` (the value of option `opt`) can be
-/// written, so that a bad path is an error up front rather than after the
-/// run, with its results lost. Only a regular file (or a path where none
-/// exists yet) is probed by opening it; a file the probe creates is removed
-/// again. FIFOs, devices and symbolic links are left as they are.
-pub(crate) fn check_output_path(opt: &str, path: &str) -> Result<(), String> {
-    let p = std::path::Path::new(path);
-    if path.is_empty() {
-        return Err(format!("{opt}: give a file name"));
-    }
-    if p.is_dir() {
-        return Err(format!("{opt} {path}: is a directory; give a file name"));
-    }
-    match p.symlink_metadata() {
-        Ok(m) if m.is_file() => std::fs::OpenOptions::new()
-            .append(true)
-            .open(p)
-            .map(drop)
-            .map_err(|e| format!("{opt} {path}: cannot write there: {e}")),
-        Ok(_) => Ok(()),
-        Err(_) => {
-            std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(p)
-                .map_err(|e| format!("{opt} {path}: cannot write there: {e}"))?;
-            let _ = std::fs::remove_file(p);
-            Ok(())
-        }
-    }
-}
-
-/// The unwinding payload of a failed write to standard output.
-struct StdoutFailed(std::io::Error);
-
-/// Ends the program after standard output failed: unwinds to `main`,
-/// which says so and exits with status 1.
-fn stdout_failed(e: std::io::Error) -> ! {
-    std::panic::resume_unwind(Box::new(StdoutFailed(e)))
-}
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use output::StdoutFailed;
 use std::process::ExitCode;
 
 /// Measure and compare UDP send/receive strategies on this host.
@@ -91,7 +41,7 @@ enum Cmd {
     Rx(txrx::RxArgs),
     /// Check this host's kernel, devices, qdiscs, sysctls and UDP error
     /// counters, and say how to fix what keeps UDP slow.
-    Doctor(host::DoctorArgs),
+    Doctor(host::doctor::DoctorArgs),
     /// Apply what doctor recommends (dry run by default), or revert it.
     Tune(host::tune::TuneArgs),
     /// Stream many paced flows to `fastudp stream-rx` (the paper's server).
@@ -110,39 +60,26 @@ enum Cmd {
 enum TestbedCmd {
     /// Build the pair with an offload profile (replacing an existing one).
     Up {
-        /// offload, wire, wire-gro, nocsum or sink.
+        /// The veth pair's profile.
         profile: testbed::Profile,
     },
     /// Remove the pair.
     Down,
 }
 
-/// A command's failure: a message and an exit status (2 for bad input and
-/// unusable set-ups, 1 for a run that broke off).
-#[derive(Debug)]
-pub struct Failure {
-    /// Exit status.
-    pub code: u8,
-    /// One line for people.
-    pub msg: String,
-}
-
-impl Failure {
-    /// Bad input or an unusable set-up: exit status 2.
-    pub fn usage(msg: String) -> Self {
-        Failure { code: 2, msg }
-    }
-}
-
-impl From<String> for Failure {
-    fn from(msg: String) -> Self {
-        Failure::usage(msg)
-    }
-}
-
 fn main() -> ExitCode {
     fastudp::os::default_sigpipe();
-    let cli = Cli::parse();
+    let matches = match args::allow_negative_numbers(Cli::command()).try_get_matches() {
+        Ok(m) => m,
+        Err(e) => match args::bad_value_line(&e) {
+            Some(line) => {
+                eprintln!("fastudp: error: {line}");
+                return ExitCode::from(2);
+            }
+            None => e.exit(),
+        },
+    };
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let r = match std::panic::catch_unwind(move || run(cli)) {
         Ok(r) => r,
         Err(payload) => match payload.downcast::<StdoutFailed>() {
@@ -170,7 +107,7 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> Result<(), Failure> {
     match cli.cmd {
         Cmd::Tx(a) => txrx::run_tx(a),
-        Cmd::Doctor(a) => host::run_doctor(a),
+        Cmd::Doctor(a) => host::doctor::run_doctor(a),
         Cmd::Stream(a) => stream::run_stream(a),
         Cmd::StreamRx(a) => stream::run_stream_rx(a),
         Cmd::Tune(a) => host::tune::run_tune(a),
@@ -204,31 +141,88 @@ fn run(cli: Cli) -> Result<(), Failure> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use clap::ValueEnum;
+
+    /// Every option that takes a value takes a negative number as its
+    /// value: never "unexpected argument '-1'".
     #[test]
-    fn output_paths_are_checked_before_a_run() {
-        let dir = std::env::temp_dir();
-        let d = dir.to_str().unwrap();
-        assert!(super::check_output_path("--x", d)
-            .unwrap_err()
-            .contains("is a directory"));
-        assert!(super::check_output_path("--x", "").is_err());
-        assert!(super::check_output_path("--x", "/nonexistent-dir/a.csv")
-            .unwrap_err()
-            .contains("cannot write there"));
-        let f = dir.join(format!("fastudp-check-{}.csv", std::process::id()));
-        super::check_output_path("--x", f.to_str().unwrap()).unwrap();
-        assert!(!f.exists(), "the check leaves no file behind");
-        // A dangling symbolic link is left alone, not replaced or removed.
-        let link = dir.join(format!("fastudp-link-{}.csv", std::process::id()));
-        let target = dir.join(format!("fastudp-target-{}.csv", std::process::id()));
-        std::os::unix::fs::symlink(&target, &link).unwrap();
-        super::check_output_path("--x", link.to_str().unwrap()).unwrap();
-        assert!(link.symlink_metadata().is_ok() && !target.exists());
-        let _ = std::fs::remove_file(&link);
-        // An existing file keeps its contents.
-        std::fs::write(&f, "keep").unwrap();
-        super::check_output_path("--x", f.to_str().unwrap()).unwrap();
-        assert_eq!(std::fs::read_to_string(&f).unwrap(), "keep");
-        let _ = std::fs::remove_file(&f);
+    fn every_option_with_a_value_takes_a_negative_number() {
+        fn walk(cmd: &clap::Command, path: Vec<String>, checked: &mut usize) {
+            for a in cmd.get_arguments() {
+                if !a.get_action().takes_values() || a.is_positional() {
+                    continue;
+                }
+                let flag = match (a.get_long(), a.get_short()) {
+                    (Some(l), _) => format!("--{l}"),
+                    (None, Some(s)) => format!("-{s}"),
+                    _ => continue,
+                };
+                let mut argv = vec!["fastudp".to_string()];
+                argv.extend(path.iter().cloned());
+                argv.extend([flag.clone(), "-1".into()]);
+                let cmd = args::allow_negative_numbers(Cli::command());
+                if let Err(e) = cmd.try_get_matches_from(&argv) {
+                    assert_ne!(
+                        e.kind(),
+                        clap::error::ErrorKind::UnknownArgument,
+                        "{argv:?}: {e}"
+                    );
+                }
+                *checked += 1;
+            }
+            for s in cmd.get_subcommands() {
+                let mut p = path.clone();
+                p.push(s.get_name().to_string());
+                walk(s, p, checked);
+            }
+        }
+        let mut checked = 0;
+        walk(&Cli::command(), Vec::new(), &mut checked);
+        assert!(checked > 40, "only {checked} options checked");
+    }
+
+    /// The help of `testbed up` lists every profile, and its own words
+    /// name all of them or none (a list written by hand falls behind).
+    #[test]
+    fn testbed_up_help_names_every_profile() {
+        let mut cmd = Cli::command();
+        let up = cmd
+            .find_subcommand_mut("testbed")
+            .and_then(|t| t.find_subcommand_mut("up"))
+            .expect("testbed up");
+        let arg = up
+            .get_arguments()
+            .find(|a| a.get_id() == "profile")
+            .expect("profile");
+        let own = format!(
+            "{} {}",
+            arg.get_help().map(|h| h.to_string()).unwrap_or_default(),
+            arg.get_long_help()
+                .map(|h| h.to_string())
+                .unwrap_or_default()
+        );
+        let names: Vec<String> = testbed::Profile::value_variants()
+            .iter()
+            .map(|p| p.to_possible_value().unwrap().get_name().to_string())
+            .collect();
+        let named = names
+            .iter()
+            .filter(|n| {
+                own.split(|c: char| !c.is_alphanumeric() && c != '-')
+                    .any(|w| w == n.as_str())
+            })
+            .count();
+        assert!(named == 0 || named == names.len(), "{own:?}");
+        for long in [false, true] {
+            let help = if long {
+                up.render_long_help().to_string()
+            } else {
+                up.render_help().to_string()
+            };
+            for n in &names {
+                assert!(help.contains(n.as_str()), "{n} missing from {help}");
+            }
+        }
     }
 }

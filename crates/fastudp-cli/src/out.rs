@@ -11,7 +11,7 @@ static LOG: OnceLock<Mutex<std::fs::File>> = OnceLock::new();
 /// never through a symbolic link at `path`).
 pub fn to_file(opt: &str, path: &str) -> Result<(), String> {
     use std::os::unix::fs::OpenOptionsExt;
-    crate::check_output_path(opt, path)?;
+    crate::output::check_output_path(opt, path)?;
     let f = std::fs::OpenOptions::new()
         .append(true)
         .create(true)

@@ -3,46 +3,12 @@
 //! writes nothing it did not set out to write (a hand-edited state file,
 //! a symbolic link at the state path, a directory others can write).
 
+mod common;
+
+use common::{fastudp, privileged, sh};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-
-fn root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .map(|s| {
-            s.lines()
-                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
-        })
-        .unwrap_or(false)
-}
-
-fn have(tool: &str) -> bool {
-    Command::new(tool).arg("-V").output().is_ok()
-}
-
-/// True when the test can run; otherwise says why, and fails instead of
-/// skipping under FASTUDP_REQUIRE_PRIVILEGED_TESTS=1.
-fn privileged(test: &str) -> bool {
-    if root() && have("ip") && have("ethtool") {
-        return true;
-    }
-    let why = "needs root, ip and ethtool";
-    if std::env::var("FASTUDP_REQUIRE_PRIVILEGED_TESTS").as_deref() == Ok("1") {
-        panic!("{test}: {why} (FASTUDP_REQUIRE_PRIVILEGED_TESTS=1 forbids skipping)");
-    }
-    eprintln!("skipping {test}: {why}");
-    false
-}
-
-fn sh(args: &[&str]) -> String {
-    let o = Command::new(args[0]).args(&args[1..]).output().unwrap();
-    assert!(
-        o.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
 
 /// A namespace holding a veth pair `va`/`vb`, both up; removed on drop,
 /// with its private state directory.
@@ -136,7 +102,7 @@ fn write_state(p: &Path, text: &str) {
 
 #[test]
 fn tune_applies_and_reverts_and_a_second_revert_changes_nothing() {
-    if !privileged("tune_applies_and_reverts") {
+    if !privileged("tune_applies_and_reverts", &["ip", "ethtool"]) {
         return;
     }
     let ns = Ns::new("rt");
@@ -194,7 +160,7 @@ fn tune_applies_and_reverts_and_a_second_revert_changes_nothing() {
 
 #[test]
 fn a_second_apply_merges_and_revert_restores_every_device() {
-    if !privileged("a_second_apply_merges") {
+    if !privileged("a_second_apply_merges", &["ip", "ethtool"]) {
         return;
     }
     let ns = Ns::new("merge");
@@ -223,7 +189,7 @@ fn a_second_apply_merges_and_revert_restores_every_device() {
 
 #[test]
 fn revert_refuses_what_tune_never_writes_before_changing_anything() {
-    if !privileged("revert_refuses_what_tune_never_writes") {
+    if !privileged("revert_refuses_what_tune_never_writes", &["ip", "ethtool"]) {
         return;
     }
     let ns = Ns::new("evil");
@@ -293,7 +259,10 @@ fn revert_refuses_what_tune_never_writes_before_changing_anything() {
 
 #[test]
 fn apply_never_follows_a_symlinked_state_file_nor_trusts_an_open_directory() {
-    if !privileged("apply_never_follows_a_symlinked_state_file") {
+    if !privileged(
+        "apply_never_follows_a_symlinked_state_file",
+        &["ip", "ethtool"],
+    ) {
         return;
     }
     let ns = Ns::new("link");
@@ -327,4 +296,13 @@ fn apply_never_follows_a_symlinked_state_file_nor_trusts_an_open_directory() {
     ns.ok(&["tune", "--dev", "vb", "--apply", "--state", path(&st)]);
     ns.ok(&["tune", "--revert", path(&st)]);
     assert_eq!(ns.snapshot("vb"), before);
+}
+
+#[test]
+fn tune_without_root_is_a_dry_run_and_a_missing_state_file_is_refused() {
+    let o = fastudp(&["tune", "--revert", "/nonexistent/state.json"]);
+    assert_eq!(o.status.code(), Some(2));
+    let o = fastudp(&["tune", "--dev", "lo"]);
+    assert!(o.status.success());
+    assert!(String::from_utf8_lossy(&o.stdout).contains("dry run"));
 }

@@ -199,7 +199,7 @@ pub struct RxOutcome {
 
 /// One measured pairing.
 #[derive(Debug, Clone, Serialize)]
-pub struct Result {
+pub struct Measurement {
     /// The send strategy, or `Tcp` for the TCP baseline.
     pub tx: TxStrategy,
     /// The receive strategy, or "tcp" for the TCP baseline.
@@ -245,7 +245,7 @@ pub struct Result {
     pub host_steal: Option<f64>,
 }
 
-fn validate(a: &BenchArgs) -> std::result::Result<Workload, String> {
+fn validate(a: &BenchArgs) -> Result<Workload, String> {
     let max = if a.ipv6 {
         fastudp::wire::MAX_PAYLOAD_V6
     } else {
@@ -282,7 +282,7 @@ fn validate(a: &BenchArgs) -> std::result::Result<Workload, String> {
         if dir.is_some_and(|d| !d.is_dir()) {
             return Err(format!("--plot {p}: the directory does not exist"));
         }
-        crate::check_output_path("--plot", p)?;
+        crate::output::check_output_path("--plot", p)?;
     }
     if a.testbed.is_none() {
         // Loopback: a datagram must fit its MTU, since the GSO strategies
@@ -324,7 +324,7 @@ fn validate(a: &BenchArgs) -> std::result::Result<Workload, String> {
 }
 
 /// Runs `fastudp bench`.
-pub fn run(a: BenchArgs) -> std::result::Result<(), crate::Failure> {
+pub fn run(a: BenchArgs) -> Result<(), crate::Failure> {
     let mut a = a;
     if a.on_testbed {
         testbed::preflight()?;
@@ -439,6 +439,16 @@ pub fn run(a: BenchArgs) -> std::result::Result<(), crate::Failure> {
         if let Err(e) = plot::svg(path, &title, &results) {
             return Err(crate::Failure { code: 1, msg: e });
         }
+        // Where it went, as an absolute path; on stderr with --json, so
+        // that standard output stays one JSON document.
+        let at = std::fs::canonicalize(path)
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|_| path.clone());
+        if a.json {
+            eprintln!("fastudp: plot written to {at}");
+        } else {
+            outln!("plot written to {at}");
+        }
     }
     if interrupted.is_some() {
         // The testbed goes now, so that the message can say so.
@@ -486,8 +496,8 @@ fn rx_addr(w: &Workload) -> SocketAddr {
 /// Runs `f` in the receiving namespace when on the testbed.
 fn on_rx_side<T: Send>(
     w: &Workload,
-    f: impl FnOnce() -> std::result::Result<T, String> + Send,
-) -> std::result::Result<T, String> {
+    f: impl FnOnce() -> Result<T, String> + Send,
+) -> Result<T, String> {
     match w.net {
         Some(_) => testbed::within(testbed::RX_NS, f),
         None => f(),
@@ -551,7 +561,7 @@ pub fn plan_pairs(
     tx: &[TxStrategy],
     rx: &[RxStrategy],
     sink: bool,
-) -> std::result::Result<Vec<(TxStrategy, RxStrategy)>, String> {
+) -> Result<Vec<(TxStrategy, RxStrategy)>, String> {
     let best_rx = RxStrategy::GroRecvmmsg;
     let best_tx = TxStrategy::Fastudp;
     // A strategy named twice runs once.
@@ -606,8 +616,22 @@ pub fn plan_pairs(
     Ok(pairs)
 }
 
+/// The width of the longest pairing label (of every send and receive
+/// strategy), for the per-second lines.
+pub fn label_width() -> usize {
+    TxStrategy::value_variants()
+        .iter()
+        .flat_map(|&t| {
+            RxStrategy::value_variants()
+                .iter()
+                .map(move |&r| pair_label(t, r).len())
+        })
+        .max()
+        .unwrap_or(0)
+}
+
 /// A pairing's label in the per-second lines and messages.
-fn pair_label(t: TxStrategy, r: RxStrategy) -> String {
+pub fn pair_label(t: TxStrategy, r: RxStrategy) -> String {
     if t == TxStrategy::Tcp {
         "tcp".to_string()
     } else {
@@ -621,7 +645,7 @@ fn run_pair(
     r: RxStrategy,
     w: &Workload,
     quiet: bool,
-) -> std::result::Result<Result, String> {
+) -> Result<Measurement, String> {
     let live = Arc::new(Live::default());
     let drops_before = procfs::rcvbuf_errors();
     let soft_before = procfs::softirq_ns();
@@ -702,7 +726,7 @@ fn run_pair(
         (rxo.bytes, rxo.datagrams)
     };
     let per_byte = |d: f64| if bytes > 0 { d / bytes as f64 } else { 0.0 };
-    Ok(Result {
+    Ok(Measurement {
         tx: t,
         rx: if sink {
             "sink".into()

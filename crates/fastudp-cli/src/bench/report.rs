@@ -1,6 +1,6 @@
 //! Rendering: per-second lines, the summary table, host facts.
 
-use super::{name, Result};
+use super::{label_width, name, Measurement};
 use serde::Serialize;
 
 /// What each column means, for `--help` and the README.
@@ -103,15 +103,23 @@ pub fn host_info() -> Host {
 
 /// One iperf3-style line for one second of one run.
 pub fn print_interval(label: &str, sec: u32, bytes: u64, dgrams: u64, calls: u64) {
-    outln!(
-        "[{label:<28}] {:>3}-{:<3} s  {:>9.1} MBytes  {:>7.2} Gbits/sec  {:>10} dgram/s  {:>9} calls/s",
+    outln!("{}", interval_line(label, sec, bytes, dgrams, calls));
+}
+
+/// The text of a per-second line: the label padded to the longest pairing
+/// bench runs, so that the columns of every pairing line up; bytes in MB
+/// (10^6 bytes, as everywhere in fastudp).
+pub fn interval_line(label: &str, sec: u32, bytes: u64, dgrams: u64, calls: u64) -> String {
+    format!(
+        "[{label:<w$}] {:>3}-{:<3} s  {:>9.1} MB  {:>7.2} Gbits/sec  {:>10} dgram/s  {:>9} calls/s",
         sec - 1,
         sec,
         bytes as f64 / 1e6,
         bytes as f64 * 8.0 / 1e9,
         dgrams,
-        calls
-    );
+        calls,
+        w = label_width()
+    )
 }
 
 /// The line under the table of a bench that Ctrl-C cut short during the
@@ -127,7 +135,7 @@ pub fn print_interrupted(during: &str, finished: usize) {
 }
 
 /// The summary table.
-pub fn print_table(rs: &[Result]) {
+pub fn print_table(rs: &[Measurement]) {
     outln!();
     outln!(
         "{:<18} {:<13} {:>9} {:>7} {:>10} {:>9} {:>8} {:>9} {:>7} {:>7} {:>9} {:>8} {:>8}",
@@ -197,5 +205,25 @@ pub fn print_table(rs: &[Result]) {
                 }
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::{pair_label, RxStrategy, TxStrategy};
+    use clap::ValueEnum;
+
+    #[test]
+    fn every_pairing_s_per_second_line_lines_up() {
+        let mut cols = std::collections::HashSet::new();
+        for &t in TxStrategy::value_variants() {
+            for &r in RxStrategy::value_variants() {
+                let l = interval_line(&pair_label(t, r), 3, 1_234_567_890, 1_000_000, 31_250);
+                assert!(l.contains(" MB ") && !l.contains("MBytes"), "{l}");
+                cols.insert((l.find(']').unwrap(), l.find(" MB ").unwrap(), l.len()));
+            }
+        }
+        assert_eq!(cols.len(), 1, "columns differ: {cols:?}");
     }
 }

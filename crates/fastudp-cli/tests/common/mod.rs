@@ -1,11 +1,12 @@
-//! Helpers of the CLI tests that run `fastudp` in the background: its
-//! output read as it comes, Ctrl-C sent, and stall guards that fail a test
-//! only when a run hangs, never when it is merely slow.
+//! Helpers of the CLI tests: `fastudp` run to its end or in the
+//! background (its output read as it comes, Ctrl-C sent), stall guards that
+//! fail a test only when a run hangs, never when it is merely slow, and the
+//! rule for tests that need root.
 
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Read};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -193,3 +194,106 @@ pub fn wait_for_sigint_handler(pid: u32) {
 
 /// SIGINT's number on Linux.
 const SIGINT: u32 = 2;
+
+/// Runs `fastudp args` to its end.
+pub fn fastudp(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_fastudp"))
+        .args(args)
+        .output()
+        .expect("run fastudp")
+}
+
+/// Runs fastudp, which must succeed, and parses its JSON output.
+pub fn fastudp_json(args: &[&str]) -> serde_json::Value {
+    let o = fastudp(args);
+    assert!(
+        o.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout).expect("valid JSON")
+}
+
+/// Starts `fastudp args` in the background, its output piped.
+pub fn spawn(args: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_fastudp"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn fastudp")
+}
+
+/// Asserts that each of `cases` (arguments, and a word its error must
+/// contain) is refused with exit status 2 and one line on standard error,
+/// without a panic.
+pub fn assert_refused(cases: &[(Vec<&str>, &str)]) {
+    for (args, needle) in cases {
+        let o = fastudp(args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert!(
+            !err.contains("panicked") && !err.contains("RUST_BACKTRACE"),
+            "{err}"
+        );
+    }
+}
+
+/// Runs a command, which must succeed; its standard output.
+pub fn sh(args: &[&str]) -> String {
+    let o = Command::new(args[0]).args(&args[1..]).output().unwrap();
+    assert!(
+        o.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Whether this process runs as root.
+pub fn root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .map(|s| {
+            s.lines()
+                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
+        })
+        .unwrap_or(false)
+}
+
+/// Whether `tool` can be run.
+pub fn have(tool: &str) -> bool {
+    Command::new(tool).arg("-V").output().is_ok()
+}
+
+/// True when `test`, which needs root and `tools`, can run. Otherwise it
+/// says why it skips, or fails instead under
+/// `FASTUDP_REQUIRE_PRIVILEGED_TESTS=1` (as in CI).
+pub fn privileged(test: &str, tools: &[&str]) -> bool {
+    let missing: Vec<&str> = tools.iter().copied().filter(|t| !have(t)).collect();
+    if root() && missing.is_empty() {
+        return true;
+    }
+    let why = if root() {
+        format!("needs {}", missing.join(", "))
+    } else {
+        format!("needs root and {}", tools.join(", "))
+    };
+    if std::env::var("FASTUDP_REQUIRE_PRIVILEGED_TESTS").as_deref() == Ok("1") {
+        panic!("{test}: {why} (FASTUDP_REQUIRE_PRIVILEGED_TESTS=1 forbids skipping)");
+    }
+    eprintln!("skipping {test}: {why}");
+    false
+}
+
+/// The network namespaces `ip netns list` shows.
+pub fn namespaces() -> String {
+    String::from_utf8_lossy(
+        &Command::new("ip")
+            .args(["netns", "list"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .into_owned()
+}

@@ -7,7 +7,7 @@
 //! input like any other, so [`Change::checked`] refuses anything else, and
 //! any value out of its type's range, before anything is written.
 
-use super::super::{read_sysctl, SYSCTLS};
+use crate::host::sysctl::{read_sysctl, SYSCTLS};
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;

@@ -4,7 +4,8 @@
 pub mod change;
 pub mod state;
 
-use super::{read_sysctl, up_devices, SYSCTLS};
+use super::devices::{is_device, up_devices};
+use super::sysctl::{read_sysctl, SYSCTLS};
 use crate::Failure;
 pub use change::{Change, Value, TUNE_FEATURES};
 use clap::Args;
@@ -180,7 +181,7 @@ fn revert(file: &str) -> Result<(), Failure> {
     let mut steps = Vec::new();
     for c in st.changes.iter().rev() {
         if let Some(d) = c.device() {
-            if !super::is_device(d) {
+            if !is_device(d) {
                 steps.push(Step::Gone(c.clone()));
                 continue;
             }
@@ -257,7 +258,7 @@ pub fn run_tune(a: TuneArgs) -> Result<(), Failure> {
     }
     let devs = match &a.dev {
         Some(d) => {
-            if !super::is_device(d) {
+            if !is_device(d) {
                 return Err(Failure::usage(format!(
                     "--dev {d}: no such device in this network namespace"
                 )));

@@ -1,0 +1,102 @@
+//! Parsing rules every subcommand shares: an option's value may be a
+//! negative number, so that the option's own check says why it is wrong,
+//! and a bad value is one line of error.
+
+use clap::error::{ContextKind, ContextValue, ErrorKind};
+use clap::Command;
+
+/// Lets every option (and argument) that takes a value take one that
+/// starts with `-` and a digit. Without this clap reads `--payload -1` as
+/// the option `-1` and says "unexpected argument '-1'"; with it the value
+/// reaches the option's parser or check, which says why it is wrong.
+pub fn allow_negative_numbers(cmd: Command) -> Command {
+    cmd.mut_args(|a| {
+        if a.get_action().takes_values() {
+            a.allow_negative_numbers(true)
+        } else {
+            a
+        }
+    })
+    .mut_subcommands(allow_negative_numbers)
+}
+
+/// The one line to print for an option's bad value, or `None` for errors
+/// that clap renders better itself (an unknown option, with its tip; a
+/// value not among the possible ones, with the list).
+pub fn bad_value_line(e: &clap::Error) -> Option<String> {
+    if e.kind() != ErrorKind::ValueValidation {
+        return None;
+    }
+    let text = |k| match e.get(k) {
+        Some(ContextValue::String(s)) => Some(s.clone()),
+        _ => None,
+    };
+    let arg = text(ContextKind::InvalidArg)?;
+    let value = text(ContextKind::InvalidValue)?;
+    // `--payload <PAYLOAD>`: the option's name is enough.
+    let opt = arg.split(' ').next().unwrap_or(&arg).to_string();
+    let source = std::error::Error::source(e);
+    let why = source.map(|s| s.to_string()).unwrap_or_default();
+    let negative = value.starts_with('-') && value[1..].parse::<f64>().is_ok();
+    let integer =
+        source.is_some_and(|s| s.is::<std::num::ParseIntError>()) || why.contains(" is not in ");
+    Some(if negative && integer {
+        format!("{opt} {value} is out of range: it cannot be negative")
+    } else {
+        format!("{opt} {value}: {why}")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(cmd: &Command, args: &[&str]) -> Result<clap::ArgMatches, clap::Error> {
+        cmd.clone().try_get_matches_from(args)
+    }
+
+    fn test_cmd() -> Command {
+        allow_negative_numbers(
+            Command::new("t").subcommand(
+                Command::new("s")
+                    .arg(
+                        clap::Arg::new("count")
+                            .long("count")
+                            .value_parser(clap::value_parser!(u64)),
+                    )
+                    .arg(
+                        clap::Arg::new("port")
+                            .long("port")
+                            .value_parser(clap::value_parser!(u16)),
+                    )
+                    .arg(
+                        clap::Arg::new("quiet")
+                            .long("quiet")
+                            .action(clap::ArgAction::SetTrue),
+                    ),
+            ),
+        )
+    }
+
+    #[test]
+    fn a_negative_count_is_a_bad_value_not_an_unknown_option() {
+        let cmd = test_cmd();
+        for opt in ["--count", "--port"] {
+            let e = parse(&cmd, &["t", "s", opt, "-1"]).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::ValueValidation, "{e}");
+            assert_eq!(
+                bad_value_line(&e).unwrap(),
+                format!("{opt} -1 is out of range: it cannot be negative")
+            );
+        }
+        let e = parse(&cmd, &["t", "s", "--count", "x"]).unwrap_err();
+        assert_eq!(
+            bad_value_line(&e).unwrap(),
+            "--count x: invalid digit found in string"
+        );
+        // Flags stay flags, and an unknown option is still clap's to explain.
+        let e = parse(&cmd, &["t", "s", "--quiet", "-1"]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::UnknownArgument);
+        assert!(bad_value_line(&e).is_none());
+    }
+}

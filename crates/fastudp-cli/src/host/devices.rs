@@ -1,0 +1,58 @@
+//! The network devices of this namespace, from sysfs.
+
+/// Reads `/sys/class/net/<dev>/<file>`, trimmed.
+pub fn sysfs(dev: &str, file: &str) -> Result<String, String> {
+    let p = format!("/sys/class/net/{dev}/{file}");
+    std::fs::read_to_string(&p)
+        .map(|v| v.trim().to_string())
+        .map_err(|e| format!("cannot read {p}: {e}"))
+}
+
+/// Devices that are up in this namespace.
+pub fn up_devices() -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir("/sys/class/net")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.retain(|d| {
+        sysfs(d, "flags")
+            .ok()
+            .and_then(|f| u32::from_str_radix(f.trim_start_matches("0x"), 16).ok())
+            .is_some_and(|f| f & 1 != 0)
+    });
+    v.sort();
+    v
+}
+
+/// Whether `name` is a network device of this namespace: a valid
+/// interface name (1 to 15 bytes, no `/`, whitespace or `:`, not `.` or
+/// `..`) that sysfs lists.
+pub fn is_device(name: &str) -> bool {
+    super::tune::change::valid_dev_name(name)
+        && std::path::Path::new(&format!("/sys/class/net/{name}")).exists()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_names_are_checked() {
+        assert!(is_device("lo"));
+        for bad in [
+            "",
+            ".",
+            "..",
+            "lo/..",
+            "../lo",
+            "nonexistent0",
+            "a b",
+            "0123456789abcdefg",
+        ] {
+            assert!(!is_device(bad), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,316 @@
+//! One device's offloads, queues and egress qdisc.
+
+use super::check::{check, Check, Status};
+use crate::host::devices::sysfs;
+use crate::host::netlink;
+
+/// The offloads, channels and egress qdisc of `dev`.
+pub fn device_checks(
+    dev: &str,
+    qdiscs: &Result<Vec<netlink::Qdisc>, String>,
+    out: &mut Vec<Check>,
+) {
+    let veth = fastudp::host::driver(dev).is_ok_and(|d| d == "veth");
+    let s = format!("device {dev}");
+    out.push(mtu_check(dev, &s));
+    let feats = match fastudp::host::features(dev) {
+        Ok(f) => f,
+        Err(e) => {
+            out.push(check(
+                &s,
+                "features",
+                Status::NA,
+                format!("cannot read the ethtool features: {e}"),
+                None,
+            ));
+            return;
+        }
+    };
+    offload_checks(dev, &s, &feats, veth, out);
+    if veth {
+        veth_checks(dev, &s, &feats, out);
+    }
+    out.push(qdisc_check(dev, qdiscs));
+}
+
+/// The MTU, and the largest UDP segment it allows.
+fn mtu_check(dev: &str, s: &str) -> Check {
+    let mtu = sysfs(dev, "mtu");
+    match &mtu {
+        Ok(m) => {
+            let mtu: usize = m.parse().unwrap_or(0);
+            let seg =
+                fastudp::wire::max_segment_for_mtu(mtu, false).min(fastudp::wire::MAX_PAYLOAD_V4);
+            check(
+                s,
+                "MTU",
+                Status::Pass,
+                format!("{m} bytes (largest UDP segment {seg} on IPv4)"),
+                None,
+            )
+            .with("mtu", mtu as u64)
+            .with("max_udp_segment_v4", seg as u64)
+        }
+        Err(e) => check(s, "MTU", Status::NA, e.clone(), None),
+    }
+}
+
+/// The offloads UDP GSO and GRO depend on.
+fn offload_checks(
+    dev: &str,
+    s: &str,
+    feats: &[fastudp::host::NicFeature],
+    veth: bool,
+    out: &mut Vec<Check>,
+) {
+    let get = |n: &str| feats.iter().find(|f| f.name == n);
+    let on = |n: &str| get(n).is_some_and(|f| f.active);
+    let fixable = |n: &str, cmd: String| get(n).filter(|f| f.changeable).map(|_| cmd);
+    let csum = [
+        "tx-checksum-ipv4",
+        "tx-checksum-ip-generic",
+        "tx-checksum-ipv6",
+    ]
+    .iter()
+    .any(|n| on(n));
+    out.push(if csum {
+        check(s, "tx-checksumming", Status::Pass, "on", None)
+    } else {
+        check(s, "tx-checksumming", Status::Warn, "off: GSO trains are checksummed in software (kernels before 6.11 refuse them with EIO)", fixable("tx-checksum-ip-generic", format!("ethtool -K {dev} tx on")))
+    });
+    let feature = |out: &mut Vec<Check>, kernel: &str, shown: &str, why_off: &str, opt: &str| {
+        out.push(match get(kernel) {
+            None => check(s, shown, Status::NA, "the kernel has no such feature", None),
+            Some(f) if f.active => check(s, shown, Status::Pass, "on", None),
+            Some(f) if !f.changeable => check(
+                s,
+                shown,
+                Status::Warn,
+                format!("off [fixed]: {why_off}; the driver cannot change it"),
+                None,
+            ),
+            Some(_) => check(
+                s,
+                shown,
+                Status::Warn,
+                format!("off: {why_off}"),
+                Some(format!("ethtool -K {dev} {opt} on")),
+            ),
+        })
+    };
+    feature(
+        out,
+        "tx-udp-segmentation",
+        "tx-udp-segmentation",
+        "GSO trains are cut into datagrams before the device",
+        "tx-udp-segmentation",
+    );
+    feature(
+        out,
+        "tx-generic-segmentation",
+        "generic-segmentation-offload",
+        "segmentation happens early, per datagram",
+        "gso",
+    );
+    feature(
+        out,
+        "rx-gro",
+        "generic-receive-offload",
+        "received datagrams are not coalesced",
+        "gro",
+    );
+    if veth {
+        feature(
+            out,
+            "rx-udp-gro-forwarding",
+            "rx-udp-gro-forwarding",
+            "UDP forwarded or tunnelled through this veth is not aggregated",
+            "rx-udp-gro-forwarding",
+        );
+    } else {
+        out.push(match get("rx-udp-gro-forwarding") {
+            Some(f) => check(
+                s,
+                "rx-udp-gro-forwarding",
+                if f.active { Status::Pass } else { Status::NA },
+                if f.active {
+                    "on"
+                } else {
+                    "off (matters only for forwarded or tunnelled UDP)"
+                },
+                None,
+            ),
+            None => check(
+                s,
+                "rx-udp-gro-forwarding",
+                Status::NA,
+                "the kernel has no such feature (needs 5.12)",
+                None,
+            ),
+        });
+    }
+    out.push(match get("rx-gro-list") {
+        Some(f) if f.active => check(
+            s,
+            "rx-gro-list",
+            Status::Pass,
+            "on: fraglist GRO (good for forwarding; local sockets get trains re-segmented)",
+            None,
+        ),
+        Some(_) => check(
+            s,
+            "rx-gro-list",
+            Status::Pass,
+            "off: UDP GRO builds trains a GRO socket takes whole",
+            None,
+        ),
+        None => check(
+            s,
+            "rx-gro-list",
+            Status::NA,
+            "the kernel has no such feature",
+            None,
+        ),
+    });
+}
+
+/// A veth's queues and NAPI GRO: what aggregates the datagrams crossing it.
+fn veth_checks(dev: &str, s: &str, feats: &[fastudp::host::NicFeature], out: &mut Vec<Check>) {
+    let get = |n: &str| feats.iter().find(|f| f.name == n);
+    let on = |n: &str| get(n).is_some_and(|f| f.active);
+    let ncpu = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1) as u32;
+    match fastudp::host::channels(dev) {
+        Ok(c) => {
+            let want = c.max_rx.min(ncpu).max(1);
+            let found = if c.rx >= 2 || c.rx >= c.max_rx {
+                check(
+                    s,
+                    "channels",
+                    Status::Pass,
+                    format!("{} rx / {} tx queues", c.rx, c.tx),
+                    None,
+                )
+            } else {
+                check(
+                    s,
+                    "channels",
+                    Status::Warn,
+                    format!(
+                        "{} rx queue of {} possible: one NAPI instance for all flows",
+                        c.rx, c.max_rx
+                    ),
+                    Some(format!("ethtool -L {dev} rx {want} tx {want}")),
+                )
+            };
+            out.push(
+                found
+                    .with("rx", c.rx.into())
+                    .with("tx", c.tx.into())
+                    .with("max_rx", c.max_rx.into())
+                    .with("max_tx", c.max_tx.into()),
+            );
+        }
+        Err(e) => out.push(check(
+            s,
+            "channels",
+            Status::NA,
+            format!("cannot read: {e}"),
+            None,
+        )),
+    }
+    out.push(match sysfs(dev, "gro_flush_timeout") {
+        Ok(v) if v != "0" => {
+            let c = check(
+                s,
+                "gro_flush_timeout",
+                Status::Pass,
+                format!("{v} ns"),
+                None,
+            );
+            match v.parse() {
+                Ok(ns) => c.with("ns", ns),
+                Err(_) => c,
+            }
+        }
+        Ok(_) => check(
+            s,
+            "gro_flush_timeout",
+            Status::Warn,
+            "0: GRO flushes at the end of every NAPI poll, so trains stay short",
+            Some(format!(
+                "echo 50000 > /sys/class/net/{dev}/gro_flush_timeout"
+            )),
+        )
+        .with("ns", 0),
+        Err(e) => check(s, "gro_flush_timeout", Status::NA, e, None),
+    });
+    out.push(if on("rx-gro") {
+        check(
+            s,
+            "NAPI GRO",
+            Status::Pass,
+            "on: the veth runs in NAPI mode and aggregates what crosses it",
+            None,
+        )
+    } else {
+        check(
+            s,
+            "NAPI GRO",
+            Status::Warn,
+            "off: the veth hands every datagram up alone (no NAPI without GRO or XDP)",
+            Some(format!("ethtool -K {dev} gro on")),
+        )
+    });
+}
+
+/// The root qdisc on `dev`: whether it honours SO_TXTIME.
+fn qdisc_check(dev: &str, qdiscs: &Result<Vec<netlink::Qdisc>, String>) -> Check {
+    // Egress qdisc.
+    let qs = format!("qdisc {dev}");
+    let ifindex = sysfs(dev, "ifindex")
+        .ok()
+        .and_then(|v| v.parse::<i32>().ok());
+    match (qdiscs, ifindex) {
+        (Err(e), _) => check(
+            &qs,
+            "egress qdisc",
+            Status::NA,
+            format!("cannot dump qdiscs over netlink: {e}"),
+            None,
+        ),
+        (_, None) => check(&qs, "egress qdisc", Status::NA, "unknown ifindex", None),
+        (Ok(list), Some(i)) => match list
+            .iter()
+            .find(|q| q.ifindex == i && q.parent == netlink::TC_H_ROOT)
+        {
+            Some(q) if q.kind == "fq" || q.kind == "etf" => check(
+                &qs,
+                "egress qdisc",
+                Status::Pass,
+                format!("{}: honours SO_TXTIME, the kernel paces", q.kind),
+                None,
+            ),
+            Some(q) => check(
+                &qs,
+                "egress qdisc",
+                Status::Warn,
+                format!(
+                    "{}: ignores SO_TXTIME, so fastudp paces in user space",
+                    q.kind
+                ),
+                Some(format!(
+                    "tc qdisc replace dev {dev} root fq   # needs the sch_fq module"
+                )),
+            ),
+            None => check(
+                &qs,
+                "egress qdisc",
+                Status::NA,
+                "no root qdisc reported",
+                None,
+            ),
+        },
+    }
+}

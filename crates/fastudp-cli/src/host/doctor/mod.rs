@@ -1,0 +1,115 @@
+//! `fastudp doctor`: what keeps this host's UDP slow, and how to fix it.
+
+mod check;
+mod counters;
+mod device;
+mod kernel;
+
+use super::devices::{is_device, up_devices};
+use super::{netlink, routes};
+use crate::Failure;
+use check::{Check, Status};
+use clap::Args;
+use counters::{counter_checks, sysctl_checks, watch, CountersSince};
+use device::device_checks;
+use kernel::kernel_checks;
+use std::net::IpAddr;
+
+/// Options of `fastudp doctor`.
+#[derive(Args, Debug, Clone)]
+pub struct DoctorArgs {
+    /// Check the device that routes to this address (default: every
+    /// interface that is up).
+    #[arg(long, value_name = "ADDR")]
+    pub dest: Option<IpAddr>,
+    /// Check this device.
+    #[arg(long, value_name = "IFACE", conflicts_with = "dest")]
+    pub dev: Option<String>,
+    /// Print the findings as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Then sample the UDP error counters every second for SECS seconds
+    /// and print their rates.
+    #[arg(long, value_name = "SECS")]
+    pub watch: Option<u64>,
+}
+
+/// Runs every check.
+pub fn diagnose(a: &DoctorArgs) -> Result<Vec<Check>, Failure> {
+    let devs = match (&a.dev, a.dest) {
+        (Some(d), _) => {
+            if !is_device(d) {
+                return Err(Failure::usage(format!(
+                    "--dev {d}: no such device in this network namespace"
+                )));
+            }
+            vec![d.clone()]
+        }
+        (None, Some(ip)) => vec![routes::device_for(ip).map_err(Failure::usage)?],
+        (None, None) => up_devices(),
+    };
+    let mut out = Vec::new();
+    kernel_checks(&mut out);
+    let qdiscs = netlink::qdiscs().map_err(|e| e.to_string());
+    for d in &devs {
+        device_checks(d, &qdiscs, &mut out);
+    }
+    sysctl_checks(&mut out);
+    counter_checks(&mut out, &CountersSince::here());
+    Ok(out)
+}
+
+/// The version of `doctor --json`'s layout: it changes when a field is
+/// renamed or removed, not when one is added.
+pub const SCHEMA: u32 = 1;
+
+/// Runs `fastudp doctor`.
+pub fn run_doctor(a: DoctorArgs) -> Result<(), Failure> {
+    if a.watch == Some(0) || a.watch.is_some_and(|w| w > 86_400) {
+        return Err(Failure::usage("--watch must be 1 to 86400 seconds".into()));
+    }
+    let checks = diagnose(&a)?;
+    if a.json {
+        let since = CountersSince::here();
+        let (since, namespace) = since.key();
+        let doc = serde_json::json!({
+            "schema": SCHEMA,
+            "counters_since": since,
+            "namespace": namespace,
+            "checks": checks,
+        });
+        // With --watch the samples follow, one per line: then everything is
+        // JSON Lines, the checks included.
+        let text = if a.watch.is_some() {
+            serde_json::to_string(&doc)
+        } else {
+            serde_json::to_string_pretty(&doc)
+        };
+        outln!("{}", text.map_err(|e| Failure::usage(e.to_string()))?);
+    } else {
+        let mut section = String::new();
+        for c in &checks {
+            if c.section != section {
+                let (head, rest) = c.section.split_once(' ').unwrap_or((&c.section, ""));
+                outln!("{} {rest}", head.to_uppercase());
+                section = c.section.clone();
+            }
+            outln!("  {:<5} {:<30} {}", c.status.to_string(), c.name, c.detail);
+            if let Some(f) = &c.fix {
+                outln!("        fix: {f}");
+            }
+        }
+        let count = |s: Status| checks.iter().filter(|c| c.status == s).count();
+        outln!(
+            "{} PASS, {} WARN, {} FAIL, {} N/A",
+            count(Status::Pass),
+            count(Status::Warn),
+            count(Status::Fail),
+            count(Status::NA)
+        );
+    }
+    if let Some(secs) = a.watch {
+        watch(secs, a.json);
+    }
+    Ok(())
+}

@@ -1,0 +1,224 @@
+//! The options of `stream` and `stream-rx`, and the checks they share.
+
+use crate::Failure;
+use clap::{Args, ValueEnum};
+use std::net::IpAddr;
+
+/// `--pacing`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PacingArg {
+    /// SO_TXTIME departure times, honoured by an fq/etf qdisc (falls back
+    /// to user space, and says so, where the qdisc ignores them).
+    Kernel,
+    /// fastudp waits until each train's departure time.
+    User,
+    /// Every flow sends its interval's budget at the same instant.
+    None,
+}
+
+/// Parses a rate such as `125000`, `125k`, `1M` or `1.5M` (bytes per second).
+pub fn parse_rate(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (num, mult) = match t.chars().last() {
+        Some('k' | 'K') => (&t[..t.len() - 1], 1e3),
+        Some('m' | 'M') => (&t[..t.len() - 1], 1e6),
+        Some('g' | 'G') => (&t[..t.len() - 1], 1e9),
+        _ => (t, 1.0),
+    };
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a rate in bytes per second (like 125000, 125k, 1M)"))?;
+    let r = v * mult;
+    if !(r.is_finite() && (1.0..=1e12).contains(&r)) {
+        return Err(format!("{s:?}: a rate must be 1 byte/s to 1 TB/s"));
+    }
+    Ok(r as u64)
+}
+
+/// Options of `fastudp stream`.
+#[derive(Args, Debug, Clone)]
+pub struct StreamArgs {
+    /// Where the receivers (`fastudp stream-rx`) listen.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub dest: IpAddr,
+    /// Their first port.
+    #[arg(long, default_value_t = 9000)]
+    pub port: u16,
+    /// How many ports the flows are spread over (flow i goes to port + i % ports).
+    #[arg(long, default_value_t = 1)]
+    pub ports: u16,
+    /// Number of flows.
+    #[arg(long, default_value_t = 10_000)]
+    pub flows: usize,
+    /// Rate per flow, bytes per second (k, M, G multiply by 1000).
+    #[arg(long, default_value = "20k", value_parser = parse_rate, allow_hyphen_values = true)]
+    pub rate: u64,
+    /// Pacing interval in ms: each flow sends at most one train per interval.
+    #[arg(long, default_value_t = 8.0, allow_negative_numbers = true)]
+    pub interval: f64,
+    /// Most GSO segments per flow per interval.
+    #[arg(long, default_value_t = 16)]
+    pub max_burst: usize,
+    /// Who enforces departure times.
+    #[arg(long, value_enum, default_value_t = PacingArg::User)]
+    pub pacing: PacingArg,
+    /// With user-space pacing, the most all flows together may send, bytes
+    /// per second: set it just under the bottleneck's rate (default: flows
+    /// x rate + 10%).
+    #[arg(long, value_parser = parse_rate, allow_hyphen_values = true)]
+    pub total_rate: Option<u64>,
+    /// Send trains with MSG_ZEROCOPY (adaptive: falls back to copying
+    /// where the kernel copies anyway).
+    #[arg(long)]
+    pub zerocopy: bool,
+    /// Unconnected send sockets to spread the flows over.
+    #[arg(long, default_value_t = 1)]
+    pub sockets: usize,
+    /// Datagram payload in bytes.
+    #[arg(long, default_value_t = 1200)]
+    pub payload: usize,
+    /// Seconds to stream.
+    #[arg(long, default_value_t = 5.0, allow_negative_numbers = true)]
+    pub duration: f64,
+    /// No per-second lines.
+    #[arg(short, long)]
+    pub quiet: bool,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Options of `fastudp stream-rx`.
+#[derive(Args, Debug, Clone)]
+pub struct StreamRxArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "0.0.0.0")]
+    pub bind: IpAddr,
+    /// First port.
+    #[arg(long, default_value_t = 9000)]
+    pub port: u16,
+    /// Number of ports.
+    #[arg(long, default_value_t = 1)]
+    pub ports: u16,
+    /// Sockets per port, in a reuseport group steered by flow id.
+    #[arg(long, default_value_t = 2)]
+    pub sockets: usize,
+    /// The flows expected: flow ids 0 to this minus 1 are tracked (any
+    /// other id is counted as foreign), and the within-5% fraction is of
+    /// this many.
+    #[arg(long, default_value_t = 10_000)]
+    pub flows: usize,
+    /// The target rate per flow, bytes per second.
+    #[arg(long, default_value = "20k", value_parser = parse_rate, allow_hyphen_values = true)]
+    pub rate: u64,
+    /// Seconds to measure after the first datagram (default: until the
+    /// stream has been silent for --idle seconds).
+    #[arg(long, allow_negative_numbers = true)]
+    pub duration: Option<f64>,
+    /// Seconds of silence that end the run.
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
+    pub idle: f64,
+    /// Seconds to wait for the first datagram.
+    #[arg(long, default_value_t = 60.0, allow_negative_numbers = true)]
+    pub wait: f64,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write one line per flow to this CSV file: flow, bytes,
+    /// datagrams, rate (bytes/s), lost, longest back-to-back run.
+    #[arg(long, value_name = "FILE.csv")]
+    pub per_flow: Option<String>,
+}
+
+fn open_files_limit() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let l = s.lines().find(|l| l.starts_with("Max open files"))?;
+    l.split_whitespace().nth(3)?.parse().ok()
+}
+
+/// Checks the options both sides share.
+pub fn check_common(flows: usize, port: u16, ports: u16, sockets: usize) -> Result<(), Failure> {
+    if port == 0 {
+        return Err(Failure::usage(
+            "--port 0: give the first port, 1 to 65535".into(),
+        ));
+    }
+    if ports > 0 && port as u32 + ports as u32 - 1 > 65_535 {
+        return Err(Failure::usage(format!(
+            "--port {port} --ports {ports} runs past port 65535: lower --port or --ports"
+        )));
+    }
+    if flows == 0 {
+        return Err(Failure::usage(
+            "--flows 0: there must be at least one flow".into(),
+        ));
+    }
+    if ports == 0 {
+        return Err(Failure::usage(
+            "--ports 0: there must be at least one port".into(),
+        ));
+    }
+    if sockets == 0 {
+        return Err(Failure::usage(
+            "--sockets 0: there must be at least one socket".into(),
+        ));
+    }
+    let per_port = flows.div_ceil(ports as usize);
+    if per_port > 65_535 {
+        return Err(Failure::usage(format!(
+            "{flows} flows over {ports} ports is {per_port} per port; at most 65535: add --ports"
+        )));
+    }
+    let fds = sockets * ports as usize;
+    if let Some(max) = open_files_limit() {
+        if fds as u64 + 64 > max {
+            return Err(Failure::usage(format!(
+                "{fds} sockets need more file descriptors than this process may open ({max}): raise `ulimit -n` or use fewer sockets"
+            )));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates() {
+        assert_eq!(parse_rate("125000"), Ok(125_000));
+        assert_eq!(parse_rate("125k"), Ok(125_000));
+        assert_eq!(parse_rate("1.5M"), Ok(1_500_000));
+        assert_eq!(parse_rate("2G"), Ok(2_000_000_000));
+        assert!(parse_rate("0").is_err());
+        assert!(parse_rate("fast").is_err());
+        assert!(parse_rate("-1k").is_err());
+    }
+
+    #[test]
+    fn limits() {
+        assert!(check_common(0, 9000, 1, 1)
+            .unwrap_err()
+            .msg
+            .contains("--flows 0"));
+        assert!(check_common(10, 9000, 0, 1).is_err());
+        assert!(check_common(200_000, 9000, 1, 1)
+            .unwrap_err()
+            .msg
+            .contains("--ports"));
+        assert!(check_common(200_000, 9000, 4, 1).is_ok());
+        assert!(check_common(10, 0, 1, 1)
+            .unwrap_err()
+            .msg
+            .contains("--port 0"));
+        assert!(check_common(10, 65_535, 2, 1)
+            .unwrap_err()
+            .msg
+            .contains("past port 65535"));
+        assert!(check_common(10, 65_534, 2, 1).is_ok());
+        assert!(check_common(10, 9000, 1, 10_000_000)
+            .unwrap_err()
+            .msg
+            .contains("file descriptors"));
+    }
+}

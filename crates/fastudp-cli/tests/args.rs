@@ -1,0 +1,34 @@
+//! Rules every subcommand shares: a negative value is refused by the
+//! option's own check, in one line, with exit status 2.
+
+mod common;
+
+use common::fastudp;
+
+#[test]
+fn negative_values_are_refused_in_one_line_naming_the_option() {
+    for (args, opt) in [
+        (vec!["bench", "--payload", "-1"], "--payload"),
+        (vec!["bench", "--batch", "-5"], "--batch"),
+        (vec!["bench", "--repeat", "-1"], "--repeat"),
+        (vec!["bench", "--duration", "-1"], "--duration"),
+        (vec!["stream", "--flows", "-1"], "--flows"),
+        (vec!["stream", "--port", "-1"], "--port"),
+        (vec!["stream", "--rate", "-1k"], "--rate"),
+        (vec!["stream", "--total-rate", "-5M"], "--total-rate"),
+        (vec!["stream", "--interval", "-8"], "--interval"),
+        (vec!["stream-rx", "--sockets", "-2"], "--sockets"),
+        (vec!["stream-rx", "--idle", "-1"], "--idle"),
+        (vec!["doctor", "--watch", "-1"], "--watch"),
+        (vec!["tx", "-D", "127.0.0.1", "-s", "-1"], "-s"),
+        (vec!["rx", "-p", "-1"], "-p"),
+    ] {
+        let o = fastudp(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(opt) && err.contains('-'), "{args:?}: {err}");
+        assert!(!err.contains("unexpected argument"), "{args:?}: {err}");
+        assert!(err.starts_with("fastudp: error: "), "{args:?}: {err}");
+    }
+}

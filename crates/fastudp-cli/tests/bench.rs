@@ -1,0 +1,182 @@
+//! `fastudp bench` end to end: bad input, the JSON schema, that each
+//! strategy makes the syscalls it names, the table and the plot.
+
+mod common;
+
+use common::{assert_refused, fastudp};
+use serde_json::Value;
+
+#[test]
+fn bench_bad_values_exit_2_with_one_clear_line() {
+    assert_refused(&[
+        (vec!["bench", "--payload", "0"], "--payload 0"),
+        (vec!["bench", "--payload", "70000"], "65507"),
+        (vec!["bench", "--batch", "0"], "--batch 0"),
+        (vec!["bench", "--tx", "sendfoo"], "sendfoo"),
+        (vec!["bench", "--duration", "-1"], "--duration"),
+        (
+            vec!["bench", "--plot", "/nonexistent/dir/x.svg"],
+            "does not exist",
+        ),
+        (vec!["bench", "--plot", "/"], "is a directory"),
+        (vec!["bench", "--duration", "0.000001"], "--duration"),
+    ]);
+}
+
+#[test]
+fn json_is_complete_and_strategies_make_the_calls_they_name() {
+    let o = fastudp(&[
+        "bench",
+        "--duration",
+        "0.3",
+        "--json",
+        "--payload",
+        "1000",
+        "--batch",
+        "16",
+        "--tx",
+        "sendto,sendmmsg,gso-cmsg,sendmmsg-gso,fastudp,tcp,gso-zerocopy",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).expect("valid JSON");
+    assert_eq!(v["schema"], 1);
+    for k in ["kernel", "cpu", "cpus", "capabilities"] {
+        assert!(!v["host"][k].is_null(), "host.{k} missing");
+    }
+    for k in [
+        "gso_max_segments",
+        "gro",
+        "ecn",
+        "pktinfo",
+        "mmsg",
+        "zerocopy",
+        "txtime",
+    ] {
+        assert!(
+            !v["host"]["capabilities"][k].is_null(),
+            "capabilities.{k} missing"
+        );
+    }
+    let results = v["results"].as_array().expect("results array");
+    assert_eq!(results.len(), 7);
+    let keys = [
+        "tx",
+        "rx",
+        "bytes",
+        "datagrams",
+        "seconds",
+        "gbps",
+        "datagrams_per_sec",
+        "tx_calls_per_sec",
+        "tx_cpu_ns_per_byte",
+        "rx_cpu_ns_per_byte",
+        "lost",
+        "speedup_vs_sendto",
+        "bytes_per_call",
+        "host_steal",
+    ];
+    let gso = v["host"]["capabilities"]["gso_max_segments"]
+        .as_u64()
+        .unwrap()
+        > 1;
+    for r in results {
+        for k in keys {
+            assert!(
+                r.get(k).is_some_and(|x| !x.is_null()),
+                "result {} lacks {k}",
+                r["tx"]
+            );
+        }
+        assert!(
+            r["bytes"].as_u64().unwrap() > 0,
+            "{} moved no bytes",
+            r["tx"]
+        );
+        let bpc = r["bytes_per_call"].as_f64().unwrap();
+        match r["tx"].as_str().unwrap() {
+            "sendto" => assert_eq!(bpc, 1000.0, "sendto: one datagram per call"),
+            "sendmmsg" => assert_eq!(bpc, 16_000.0, "sendmmsg: a batch per call"),
+            "gso-cmsg" if gso => assert_eq!(bpc, 16_000.0, "one GSO buffer of 16 per call"),
+            "sendmmsg-gso" if gso => assert_eq!(bpc, 8.0 * 16_000.0, "8 GSO buffers per call"),
+            "fastudp" if gso => assert!(bpc >= 16_000.0, "trains per call: {bpc}"),
+            "tcp" => assert_eq!(r["rx"], "tcp"),
+            "gso-zerocopy" if v["host"]["capabilities"]["zerocopy"] == true => {
+                // Loopback delivery always copies, and the report says so.
+                let done = r["zerocopy_completions"].as_u64().unwrap();
+                assert!(done > 0);
+                assert_eq!(r["zerocopy_copied"].as_u64().unwrap(), done);
+            }
+            _ => {}
+        }
+    }
+    let speed = results[0]["speedup_vs_sendto"].as_f64().unwrap();
+    assert!((speed - 1.0).abs() < 1e-9);
+}
+
+#[test]
+fn table_and_interval_lines() {
+    let o = fastudp(&["bench", "--duration", "1.2", "--tx", "sendto"]);
+    assert!(o.status.success());
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("0-1") && out.contains("Gbits/sec"), "{out}");
+    assert!(out.contains("speedup") && out.contains("1.00x"), "{out}");
+    let q = fastudp(&["bench", "--duration", "1.2", "--tx", "sendto", "--quiet"]);
+    assert!(!String::from_utf8_lossy(&q.stdout).contains("Gbits/sec"));
+}
+
+#[test]
+fn plot_draws_an_svg_of_every_run() {
+    let path = std::env::temp_dir().join(format!("fastudp-plot-{}.svg", std::process::id()));
+    let p = path.to_str().unwrap();
+    let o = fastudp(&[
+        "bench",
+        "--duration",
+        "0.3",
+        "-q",
+        "--tx",
+        "sendto,gso-cmsg",
+        "--plot",
+        p,
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let abs = std::fs::canonicalize(&path).unwrap();
+    let said = format!("plot written to {}", abs.display());
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains(&said),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    let svg = std::fs::read_to_string(&path).unwrap();
+    let _ = std::fs::remove_file(&path);
+    assert!(svg.starts_with("<svg"), "not an SVG");
+    assert!(svg.contains("sendto -&gt; gro-recvmmsg") || svg.contains("sendto -> gro-recvmmsg"));
+    assert!(svg.contains("gso-cmsg") && svg.contains("Gbit/s"));
+}
+
+/// With --json the plot's path goes to standard error, and standard
+/// output stays one JSON document.
+#[test]
+fn plot_with_json_says_where_on_stderr() {
+    let path = std::env::temp_dir().join(format!("fastudp-plot-json-{}.svg", std::process::id()));
+    let p = path.to_str().unwrap();
+    let o = fastudp(&[
+        "bench",
+        "--duration",
+        "0.2",
+        "--json",
+        "--tx",
+        "sendto",
+        "--plot",
+        p,
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let abs = std::fs::canonicalize(&path).unwrap();
+    let _ = std::fs::remove_file(&path);
+    let v: Value = serde_json::from_slice(&o.stdout).expect("stdout is JSON");
+    assert_eq!(v["schema"], 1);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains(&format!("plot written to {}", abs.display())),
+        "{err}"
+    );
+}
