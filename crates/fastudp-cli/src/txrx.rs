@@ -187,11 +187,22 @@ pub fn parse_rate(opt: &str, v: &str) -> Result<u64, Failure> {
 /// Resolves `host` (a name or an address) to an address of the family
 /// asked for (`ipv6`), or of either when neither -4 nor -6 was given.
 fn resolve(host: &str, port: u16, v4: bool, v6: bool) -> Result<SocketAddr, Failure> {
+    resolve_as("-D", host, port, v4, v6)
+}
+
+/// [`resolve`], for option `opt`.
+pub(crate) fn resolve_as(
+    opt: &str,
+    host: &str,
+    port: u16,
+    v4: bool,
+    v6: bool,
+) -> Result<SocketAddr, Failure> {
     use std::net::ToSocketAddrs;
     if let Ok(ip) = host.parse::<IpAddr>() {
         if (v6 && ip.is_ipv4()) || (v4 && ip.is_ipv6()) {
             return Err(Failure::usage(format!(
-                "-D {host} is not an {} address",
+                "{opt} {host} is not an {} address",
                 if v6 { "IPv6" } else { "IPv4" }
             )));
         }
@@ -199,7 +210,7 @@ fn resolve(host: &str, port: u16, v4: bool, v6: bool) -> Result<SocketAddr, Fail
     }
     let all: Vec<SocketAddr> = (host, port)
         .to_socket_addrs()
-        .map_err(|e| Failure::usage(format!("-D {host}: cannot resolve it: {e}")))?
+        .map_err(|e| Failure::usage(format!("{opt} {host}: cannot resolve it: {e}")))?
         .collect();
     all.iter()
         .copied()
@@ -214,7 +225,7 @@ fn resolve(host: &str, port: u16, v4: bool, v6: bool) -> Result<SocketAddr, Fail
         })
         .ok_or_else(|| {
             Failure::usage(format!(
-                "-D {host} has no {} address",
+                "{opt} {host} has no {} address",
                 if v6 { "IPv6" } else { "IPv4" }
             ))
         })

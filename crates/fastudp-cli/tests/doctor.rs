@@ -234,3 +234,29 @@ fn doctor_dest_follows_the_kernels_route_past_policy_rules() {
         std::panic::resume_unwind(e);
     }
 }
+
+/// `doctor --dest` takes a host name, as `tx -D` does.
+#[test]
+fn doctor_dest_takes_a_host_name() {
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_fastudp"))
+        .args(["doctor", "--json", "--dest", "localhost"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let sections: Vec<&str> = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["section"].as_str())
+        .filter(|s| s.starts_with("device "))
+        .collect();
+    assert!(!sections.is_empty());
+    assert!(sections.iter().all(|s| *s == "device lo"), "{sections:?}");
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_fastudp"))
+        .args(["doctor", "--dest", "no-such-host.invalid"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("cannot resolve"));
+}

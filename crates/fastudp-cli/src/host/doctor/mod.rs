@@ -13,15 +13,14 @@ use clap::Args;
 use counters::{counter_checks, sysctl_checks, watch, CountersSince};
 use device::device_checks;
 use kernel::kernel_checks;
-use std::net::IpAddr;
 
 /// Options of `fastudp doctor`.
 #[derive(Args, Debug, Clone)]
 pub struct DoctorArgs {
-    /// Check the device that routes to this address (default: every
-    /// interface that is up).
-    #[arg(long, value_name = "ADDR")]
-    pub dest: Option<IpAddr>,
+    /// Check the device that routes to this host, a name or an address
+    /// (default: every interface that is up).
+    #[arg(long, value_name = "HOST")]
+    pub dest: Option<String>,
     /// Check this device.
     #[arg(long, value_name = "IFACE", conflicts_with = "dest")]
     pub dev: Option<String>,
@@ -36,7 +35,7 @@ pub struct DoctorArgs {
 
 /// Runs every check.
 pub fn diagnose(a: &DoctorArgs) -> Result<Vec<Check>, Failure> {
-    let devs = match (&a.dev, a.dest) {
+    let devs = match (&a.dev, &a.dest) {
         (Some(d), _) => {
             if !is_device(d) {
                 return Err(Failure::usage(format!(
@@ -45,7 +44,10 @@ pub fn diagnose(a: &DoctorArgs) -> Result<Vec<Check>, Failure> {
             }
             vec![d.clone()]
         }
-        (None, Some(ip)) => vec![routes::device_for(ip).map_err(Failure::usage)?],
+        (None, Some(host)) => {
+            let ip = crate::txrx::resolve_as("--dest", host, 0, false, false)?.ip();
+            vec![routes::device_for(ip).map_err(Failure::usage)?]
+        }
         (None, None) => up_devices(),
     };
     let mut out = Vec::new();
