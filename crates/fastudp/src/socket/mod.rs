@@ -305,22 +305,58 @@ impl AsFd for Socket {
 /// path that refuses ECN control messages.
 #[cfg(test)]
 mod faults {
+    use super::Transmit;
     use std::cell::Cell;
     use std::io;
 
+    /// A kernel refusal of GSO sends to emulate, with its errno.
+    #[derive(Debug, Clone, Copy)]
+    pub struct GsoFault {
+        /// The errno (EIO, EINVAL).
+        pub errno: i32,
+        /// Only trains whose last datagram is shorter (Linux 6.6.44).
+        pub short_tail_only: bool,
+        /// Only IPv6 destinations (older virtio-net).
+        pub v6_only: bool,
+        /// Only this destination (a path that cannot, next to one that can).
+        pub dest: Option<std::net::SocketAddr>,
+    }
+
     thread_local! {
-        static REFUSE_ECN: Cell<bool> = const { Cell::new(false) };
+        static REFUSE_ECN: Cell<Option<i32>> = const { Cell::new(None) };
+        static REFUSE_GSO: Cell<Option<GsoFault>> = const { Cell::new(None) };
     }
 
     /// Refuse ECN-marked sends on this thread with EINVAL.
     pub fn refuse_ecn(on: bool) {
-        REFUSE_ECN.with(|c| c.set(on));
+        refuse_ecn_with(on.then_some(libc::EINVAL));
     }
 
-    /// The error to answer instead of making the syscall, if any.
-    pub fn refused(has_ecn: bool) -> Option<io::Error> {
-        (has_ecn && REFUSE_ECN.with(|c| c.get()))
-            .then(|| io::Error::from_raw_os_error(libc::EINVAL))
+    /// Refuse ECN-marked sends on this thread with this errno.
+    pub fn refuse_ecn_with(errno: Option<i32>) {
+        REFUSE_ECN.with(|c| c.set(errno));
+    }
+
+    /// Refuse GSO sends on this thread as `f` says (`None`: stop).
+    pub fn refuse_gso(f: Option<GsoFault>) {
+        REFUSE_GSO.with(|c| c.set(f));
+    }
+
+    /// The error to answer instead of making the syscall for a send whose
+    /// first message is `t`, if any.
+    pub fn refused(t: &Transmit<'_>, has_ecn: bool, gso: bool) -> Option<io::Error> {
+        if let Some(errno) = REFUSE_ECN.with(|c| c.get()).filter(|_| has_ecn) {
+            return Some(io::Error::from_raw_os_error(errno));
+        }
+        let f = REFUSE_GSO.with(|c| c.get())?;
+        let seg = t.segment_size.unwrap_or(0);
+        let train = gso && t.segments() > 1;
+        let short = seg > 0 && t.contents.len() % seg != 0;
+        let applies = train
+            && (!f.short_tail_only || short)
+            && (!f.v6_only || !super::state::is_v4_dest(&t.destination))
+            && f.dest.map_or(true, |d| d == t.destination);
+        applies.then(|| io::Error::from_raw_os_error(f.errno))
     }
 }
 
@@ -360,6 +396,154 @@ mod tests {
                 n += 1;
             }
         }
+    }
+
+    /// Receives `n` datagrams (their lengths), in any message shape.
+    fn recv_lens(rx: &Socket, n: usize) -> Vec<usize> {
+        rx.as_std()
+            .set_read_timeout(Some(Duration::from_secs(2)))
+            .unwrap();
+        let mut b = RecvBatch::new(8);
+        let mut lens = Vec::new();
+        while lens.len() < n {
+            rx.recv(&mut b).expect("every datagram arrives");
+            lens.extend(b.datagrams().map(|(_, d)| d.len()));
+        }
+        assert_eq!(lens.len(), n, "no more than sent");
+        lens
+    }
+
+    fn gso_fault(errno: i32) -> faults::GsoFault {
+        faults::GsoFault {
+            errno,
+            short_tail_only: false,
+            v6_only: false,
+            dest: None,
+        }
+    }
+
+    /// Field bug: GSO refused with EIO on a path whose device cannot do
+    /// it, after the probe and the first sends (to loopback) said yes. The
+    /// path's answer wins: its train is resent one by one, nothing is lost,
+    /// and the fallback names EIO.
+    #[test]
+    fn gso_refused_with_eio_on_a_path_after_loopback_worked() {
+        let lo = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let path = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let tx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        if tx.capabilities().max_gso_segments <= 1 {
+            return;
+        }
+        let data = vec![3u8; 4000];
+        let to_lo = Transmit::train(lo.local_addr().unwrap(), &data, 1000);
+        let to_path = Transmit::train(path.local_addr().unwrap(), &data, 1000);
+        assert!(tx.send(&[to_lo]).unwrap().all(1));
+        assert_eq!(recv_lens(&lo, 4), vec![1000; 4]);
+        faults::refuse_gso(Some(faults::GsoFault {
+            dest: Some(to_path.destination),
+            ..gso_fault(libc::EIO)
+        }));
+        let sent = tx.send(&[to_path]);
+        faults::refuse_gso(None);
+        assert!(sent.unwrap().all(1));
+        assert_eq!(recv_lens(&path, 4), vec![1000; 4]);
+        let st = tx.stats();
+        assert_eq!(st.fallbacks.len(), 1, "{:?}", st.fallbacks);
+        assert_eq!(st.fallbacks[0].errno, Some(libc::EIO));
+        assert_eq!(st.resent_unsegmented, 4);
+    }
+
+    /// Field bug (Linux 6.6.44): EINVAL for a train whose last segment is
+    /// shorter. That train goes as datagrams, GSO stays on for uniform
+    /// trains, and later short-tailed trains go as datagrams at once.
+    #[test]
+    fn a_refused_short_last_segment_keeps_gso_for_uniform_trains() {
+        let rx = Socket::bind_with(
+            "127.0.0.1:0".parse().unwrap(),
+            Config::default().recv_buffer(4 << 20),
+        )
+        .unwrap();
+        let tx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        if tx.capabilities().max_gso_segments <= 1 {
+            return;
+        }
+        let dest = rx.local_addr().unwrap();
+        let short = vec![1u8; 3500];
+        let uniform = vec![2u8; 4000];
+        faults::refuse_gso(Some(faults::GsoFault {
+            short_tail_only: true,
+            ..gso_fault(libc::EINVAL)
+        }));
+        let r1 = tx.send(&[Transmit::train(dest, &short, 1000)]);
+        assert_eq!(recv_lens(&rx, 4), vec![1000, 1000, 1000, 500]);
+        assert!(tx.max_gso_segments() > 1, "GSO stays on");
+        let calls = tx.stats().send_calls;
+        let r2 = tx.send(&[Transmit::train(dest, &uniform, 1000)]);
+        assert_eq!(tx.stats().send_calls, calls + 1, "one GSO send");
+        assert_eq!(recv_lens(&rx, 4), vec![1000; 4]);
+        let r3 = tx.send(&[Transmit::train(dest, &short, 1000)]);
+        faults::refuse_gso(None);
+        assert!(r1.unwrap().all(1) && r2.unwrap().all(1) && r3.unwrap().all(1));
+        assert_eq!(recv_lens(&rx, 4), vec![1000, 1000, 1000, 500]);
+        let st = tx.stats();
+        assert_eq!(st.fallbacks.len(), 1, "{:?}", st.fallbacks);
+        assert!(
+            st.fallbacks[0].reason.contains("shorter"),
+            "{:?}",
+            st.fallbacks
+        );
+    }
+
+    /// Field bug (older virtio-net): EINVAL for IPv6 GSO only. The
+    /// fallback is per address family: IPv4 keeps GSO.
+    #[test]
+    fn an_ipv6_gso_refusal_leaves_ipv4_gso_on() {
+        let rx4 = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let rx6 = Socket::bind("[::1]:0".parse().unwrap()).unwrap();
+        let tx = Socket::bind("[::]:0".parse().unwrap()).unwrap();
+        if tx.capabilities().max_gso_segments <= 1 {
+            return;
+        }
+        let (d4, d6) = (rx4.local_addr().unwrap(), rx6.local_addr().unwrap());
+        let data = vec![4u8; 3000];
+        faults::refuse_gso(Some(faults::GsoFault {
+            v6_only: true,
+            ..gso_fault(libc::EINVAL)
+        }));
+        let r6 = tx.send(&[Transmit::train(d6, &data, 1000)]);
+        assert_eq!(tx.state().max_gso_segments_to(&d6), 1);
+        assert!(tx.state().max_gso_segments_to(&d4) > 1, "IPv4 keeps GSO");
+        let calls = tx.stats().send_calls;
+        let r4 = tx.send(&[Transmit::train(d4, &data, 1000)]);
+        faults::refuse_gso(None);
+        assert_eq!(tx.stats().send_calls, calls + 1, "one GSO send to IPv4");
+        assert!(r6.unwrap().all(1) && r4.unwrap().all(1));
+        assert_eq!(recv_lens(&rx6, 3), vec![1000; 3]);
+        assert_eq!(recv_lens(&rx4, 3), vec![1000; 3]);
+        let st = tx.stats();
+        assert_eq!(st.fallbacks.len(), 1);
+        assert!(
+            st.fallbacks[0].reason.contains("IPv6"),
+            "{:?}",
+            st.fallbacks
+        );
+    }
+
+    /// Field bug (old kernels, Android): ECN refused with EIO. The
+    /// datagrams still go, ECN is off, and the fallback says EIO.
+    #[test]
+    fn ecn_refused_with_eio_is_dropped_and_reported() {
+        let rx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let tx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let t = Transmit::new(rx.local_addr().unwrap(), b"marked")
+            .with_ecn(Some(crate::EcnCodepoint::Ect0));
+        faults::refuse_ecn_with(Some(libc::EIO));
+        let sent = tx.send(&[t]);
+        faults::refuse_ecn_with(None);
+        assert!(sent.unwrap().all(1));
+        assert!(!tx.ecn_enabled());
+        assert_eq!(tx.stats().fallbacks[0].errno, Some(libc::EIO));
+        assert_eq!(recv_lens(&rx, 1), vec![6]);
     }
 
     #[test]

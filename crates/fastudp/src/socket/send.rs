@@ -273,26 +273,39 @@ impl UdpState {
         let mut retries = 0;
         let t = src.get(from);
         loop {
-            let gso = self.max_gso_segments() > 1;
+            let short_tails_off = self.short_tail_refused.load(Relaxed);
+            // Whether transmit `x` goes as one GSO send now.
+            let gso_for = |x: &Transmit<'_>| {
+                self.max_gso_segments_to(&x.destination) > 1 && !(short_tails_off && short_tail(x))
+            };
+            let gso = gso_for(&t);
             if !gso && t.segments() > 1 {
                 return self.send_split(fd, &t);
             }
             let limit = if self.caps.mmsg { MAX_BATCH } else { 1 };
             let n = (from..src.count())
                 .take(limit)
-                .take_while(|&i| gso || src.get(i).segments() == 1)
+                .take_while(|&i| {
+                    let x = src.get(i);
+                    x.segments() == 1 || gso_for(&x)
+                })
                 .count();
             let allow_ecn = ecn_refused.is_none();
             #[cfg(test)]
-            let injected =
-                super::faults::refused(t.ecn.is_some() && self.ecn.load(Relaxed) && allow_ecn);
+            let injected = super::faults::refused(
+                &t,
+                t.ecn.is_some() && self.ecn.load(Relaxed) && allow_ecn,
+                gso,
+            );
             #[cfg(not(test))]
             let injected: Option<io::Error> = None;
             let r = match injected {
                 Some(e) => Err(e),
                 None => sys::send_batch(fd, n, 0, self.caps.mmsg, |i, ctl| {
                     let ti = src.get(from + i);
-                    self.message(&ti, ti.contents, gso, ctl, allow_ecn)
+                    // Only single datagrams and trains that go with GSO now
+                    // were taken into the batch.
+                    self.message(&ti, ti.contents, true, ctl, allow_ecn)
                 })?,
             };
             self.c.send_calls.fetch_add(1, Relaxed);
@@ -303,7 +316,7 @@ impl UdpState {
                         self.disable_ecn(&cause, &t.destination);
                     }
                     if gso && t.segments() > 1 {
-                        self.gso_worked();
+                        self.gso_worked(&t.destination);
                     }
                     return Ok(Step::Whole(k));
                 }
@@ -328,7 +341,11 @@ impl UdpState {
                     Step::Partial(k) => k,
                 };
                 self.c.resent.fetch_add(k as u64, Relaxed);
-                self.disable_gso(&e, &t.destination);
+                if short_tail(&t) && !short_tails_off {
+                    self.disable_short_tail(&e, &t.destination);
+                } else {
+                    self.disable_gso(&e, &t.destination);
+                }
                 return Ok(step);
             }
             if errno == Some(libc::EMSGSIZE) {
@@ -429,4 +446,10 @@ impl From<Error> for io::Error {
             other => io::Error::new(io::ErrorKind::InvalidInput, other.to_string()),
         }
     }
+}
+
+/// True for a GSO train whose last datagram is shorter than the others.
+fn short_tail(t: &Transmit<'_>) -> bool {
+    let seg = t.segment_size.unwrap_or(0);
+    t.segments() > 1 && seg > 0 && t.contents.len() % seg != 0
 }

@@ -203,11 +203,13 @@ pub struct UdpState {
     pub(super) split_wait: Duration,
     gso_retry: Duration,
     may_fragment: bool,
-    gso_segments: AtomicUsize,
-    /// When GSO may be tried again (`CLOCK_MONOTONIC` ns), 0 while on.
-    gso_off_until: AtomicU64,
-    /// Refusals in a row, for the back-off.
-    gso_refusals: AtomicU64,
+    /// GSO now, per address family of the destination (IPv4, IPv6): a
+    /// path may refuse GSO for one family only (older virtio for IPv6).
+    gso: [GsoNow; 2],
+    /// Trains whose last datagram is shorter than the rest were refused
+    /// while uniform ones were not (a Linux 6.6.44 regression): such
+    /// trains go one datagram at a time, and GSO stays on.
+    pub(super) short_tail_refused: AtomicBool,
     pub(super) ecn: AtomicBool,
     pub(super) txtime: AtomicBool,
     pub(super) c: Counters,
@@ -328,9 +330,8 @@ impl UdpState {
             split_wait: config.split_wait,
             gso_retry: config.gso_retry,
             may_fragment: !dont_fragment,
-            gso_segments: AtomicUsize::new(max_gso_segments),
-            gso_off_until: AtomicU64::new(0),
-            gso_refusals: AtomicU64::new(0),
+            gso: [GsoNow::new(max_gso_segments), GsoNow::new(max_gso_segments)],
+            short_tail_refused: AtomicBool::new(false),
             ecn: AtomicBool::new(ecn),
             txtime: AtomicBool::new(false),
             c: Counters::default(),
@@ -346,23 +347,37 @@ impl UdpState {
 
     /// GSO segments per send now: the probed maximum, or 1 while GSO is
     /// off after a path refused it (until [`Config::gso_retry`] passes).
+    /// GSO is kept per address family: this is the smaller of the two (see
+    /// [`UdpState::max_gso_segments_to`]).
     pub fn max_gso_segments(&self) -> usize {
-        let now = self.gso_segments.load(Relaxed);
+        self.gso_now(0).min(self.gso_now(1))
+    }
+
+    /// GSO segments per send to `dest` now: GSO may be off for IPv6
+    /// destinations only (or IPv4 ones only) after a refusal.
+    pub fn max_gso_segments_to(&self, dest: &SocketAddr) -> usize {
+        self.gso_now(family(dest))
+    }
+
+    /// GSO segments for address family `f` (0: IPv4, 1: IPv6), turning
+    /// GSO back on when its retry time has come.
+    fn gso_now(&self, f: usize) -> usize {
+        let g = &self.gso[f];
+        let now = g.segments.load(Relaxed);
         if now > 1 || self.caps.max_gso_segments <= 1 {
             return now;
         }
-        let until = self.gso_off_until.load(Relaxed);
+        let until = g.off_until.load(Relaxed);
         if until != 0
             && sys::monotonic_ns() >= until
-            && self
-                .gso_off_until
+            && g.off_until
                 .compare_exchange(until, 0, Relaxed, Relaxed)
                 .is_ok()
         {
-            self.gso_segments.store(self.caps.max_gso_segments, Relaxed);
+            g.segments.store(self.caps.max_gso_segments, Relaxed);
             self.c.gso_retries.fetch_add(1, Relaxed);
         }
-        self.gso_segments.load(Relaxed)
+        g.segments.load(Relaxed)
     }
 
     /// The most datagrams one [`crate::RecvMeta`] can hold: 64
@@ -500,11 +515,12 @@ impl UdpState {
         }
     }
 
-    /// Turns GSO off after `dest` refused it, for [`Config::gso_retry`]
-    /// doubled per refusal in a row.
+    /// Turns GSO off for `dest`'s address family after `dest` refused it,
+    /// for [`Config::gso_retry`] doubled per refusal in a row.
     pub(super) fn disable_gso(&self, e: &io::Error, dest: &SocketAddr) {
-        if self.gso_segments.swap(1, Relaxed) > 1 {
-            let n = self.gso_refusals.fetch_add(1, Relaxed).min(16) as u32;
+        let g = &self.gso[family(dest)];
+        if g.segments.swap(1, Relaxed) > 1 {
+            let n = g.refusals.fetch_add(1, Relaxed).min(16) as u32;
             let wait = self
                 .gso_retry
                 .saturating_mul(1 << n.min(6))
@@ -512,19 +528,35 @@ impl UdpState {
             let until = sys::monotonic_ns()
                 .saturating_add(wait.as_nanos() as u64)
                 .max(1);
-            self.gso_off_until.store(until, Relaxed);
+            g.off_until.store(until, Relaxed);
+            let fam = if family(dest) == 0 { "IPv4" } else { "IPv6" };
             self.record(
                 Feature::Gso,
                 e.raw_os_error(),
-                format!("GSO send to {dest} failed ({e}); datagrams go one by one, and GSO is tried again in {wait:?}"),
+                format!("GSO send to {dest} failed ({e}); datagrams to {fam} destinations go one by one, and GSO is tried again in {wait:?}"),
             );
         }
     }
 
-    /// A GSO train went out whole: refusals are no longer in a row.
-    pub(super) fn gso_worked(&self) {
-        if self.gso_refusals.load(Relaxed) != 0 {
-            self.gso_refusals.store(0, Relaxed);
+    /// A train whose last datagram is shorter was refused: such trains go
+    /// one datagram at a time from now on, and GSO stays on for uniform
+    /// ones (if those are refused too, GSO goes off as usual).
+    pub(super) fn disable_short_tail(&self, e: &io::Error, dest: &SocketAddr) {
+        if !self.short_tail_refused.swap(true, Relaxed) {
+            self.record(
+                Feature::Gso,
+                e.raw_os_error(),
+                format!("a GSO train to {dest} whose last datagram is shorter than the rest was refused ({e}); such trains go one datagram at a time, uniform trains keep GSO"),
+            );
+        }
+    }
+
+    /// A GSO train to `dest` went out whole: refusals are no longer in a
+    /// row.
+    pub(super) fn gso_worked(&self, dest: &SocketAddr) {
+        let g = &self.gso[family(dest)];
+        if g.refusals.load(Relaxed) != 0 {
+            g.refusals.store(0, Relaxed);
         }
     }
 
@@ -537,6 +569,32 @@ impl UdpState {
             );
         }
     }
+}
+
+/// GSO's state for one address family.
+#[derive(Debug)]
+struct GsoNow {
+    /// Segments per send now (1: off).
+    segments: AtomicUsize,
+    /// When GSO may be tried again (`CLOCK_MONOTONIC` ns), 0 while on.
+    off_until: AtomicU64,
+    /// Refusals in a row, for the back-off.
+    refusals: AtomicU64,
+}
+
+impl GsoNow {
+    fn new(segments: usize) -> Self {
+        GsoNow {
+            segments: AtomicUsize::new(segments),
+            off_until: AtomicU64::new(0),
+            refusals: AtomicU64::new(0),
+        }
+    }
+}
+
+/// 0 for an IPv4 destination (native or v4-mapped), 1 for IPv6.
+fn family(dest: &SocketAddr) -> usize {
+    usize::from(!is_v4_dest(dest))
 }
 
 /// True when the socket has a peer (`getpeername` succeeds).
