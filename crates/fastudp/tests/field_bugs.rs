@@ -185,3 +185,78 @@ fn a_truncated_gro_train_is_flagged_counted_and_never_mis_split() {
     assert_eq!(c.received, 10);
     assert!(rx.stats().truncated >= 1);
 }
+
+/// The receive buffer overflows under GRO: the kernel drops whole trains,
+/// each counted once (drops are in messages), and the drop counter that
+/// messages queued after the drops carry (`SO_RXQ_OVFL`) agrees exactly
+/// with the socket's own (`SO_MEMINFO`). With uniform trains the library
+/// can tell how many datagrams that was: every one sent is received or in
+/// a dropped train.
+#[test]
+fn an_overflowing_gro_socket_counts_dropped_trains_exactly() {
+    let rx = Socket::bind_with(
+        "127.0.0.1:0".parse().unwrap(),
+        Config::default().recv_buffer(64 << 10),
+    )
+    .unwrap();
+    let tx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    if !rx.capabilities().gro || tx.capabilities().max_gso_segments <= 1 {
+        skip("needs GSO and GRO");
+        return;
+    }
+    let dest = rx.local_addr().unwrap();
+    const BURST: u64 = 300;
+    const LATER: u64 = 3;
+    const SEGS: u64 = 10;
+    const SEG: usize = 1000;
+    let send = |from: u64, to: u64| {
+        for t in from..to {
+            let mut train = Vec::new();
+            for s in 0..SEGS {
+                fill(t * SEGS + s, SEG, &mut train);
+            }
+            tx.send(&[Transmit::train(dest, &train, SEG)]).unwrap();
+        }
+    };
+    let mut c = Checker::uniform((BURST + LATER) * SEGS, SEG);
+    let mut b = RecvBatch::new(32);
+    rx.as_std()
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let mut drain = |c: &mut Checker| {
+        let mut carried = None;
+        while rx.recv(&mut b).is_ok() {
+            for (m, payload) in b.iter() {
+                assert_eq!(m.datagram_count(), SEGS as usize, "trains arrive whole");
+                carried = m.kernel_drops.or(carried);
+                for d in m.datagrams(payload) {
+                    c.check(d);
+                }
+            }
+        }
+        carried
+    };
+    // Nobody reads while the burst goes: the 64 KiB buffer overflows.
+    send(0, BURST);
+    drain(&mut c);
+    let drops = rx.stats().kernel_drops;
+    assert!(
+        drops > 0,
+        "the buffer never overflowed: the test proved nothing"
+    );
+    // Trains queued after the drops carry the count.
+    send(BURST, BURST + LATER);
+    let carried = drain(&mut c);
+    assert_eq!(
+        carried.map(u64::from),
+        Some(drops),
+        "SO_RXQ_OVFL and SO_MEMINFO disagree"
+    );
+    assert_eq!(
+        rx.stats().kernel_drops,
+        drops,
+        "no drop in the second round"
+    );
+    // Each drop was one whole train of SEGS datagrams.
+    c.finish(drops * SEGS);
+}

@@ -34,6 +34,10 @@ pub struct RecvMeta {
     pub control_truncated: bool,
     /// The interface the message arrived on, when PKTINFO is on.
     pub ifindex: Option<u32>,
+    /// The socket's drop counter when this message was queued
+    /// (`SO_RXQ_OVFL`: messages the kernel dropped on this socket so far; a
+    /// dropped GRO train counts once), when the kernel reports it.
+    pub kernel_drops: Option<u32>,
 }
 
 impl Default for RecvMeta {
@@ -48,6 +52,7 @@ impl Default for RecvMeta {
             truncated: false,
             control_truncated: false,
             ifindex: None,
+            kernel_drops: None,
         }
     }
 }
@@ -412,6 +417,7 @@ impl UdpState {
             truncated,
             control_truncated,
             ifindex: ctl.ifindex,
+            kernel_drops: ctl.drops,
         }
     }
 }
