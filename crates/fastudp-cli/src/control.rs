@@ -62,6 +62,13 @@ pub struct Request {
     /// Reverse (`tx -C -R`): the server sends, the client receives.
     #[serde(default)]
     pub reverse: Option<Reverse>,
+    /// Parallel streams (`tx -P`), each at `rate`.
+    #[serde(default = "one")]
+    pub streams: u32,
+}
+
+fn one() -> u32 {
+    1
 }
 
 /// What the server sends in a reverse test: always to the address of the
@@ -209,8 +216,11 @@ impl Limits {
                 r.seconds, self.max_seconds
             ));
         }
+        if r.streams == 0 || r.streams > 128 {
+            return Err(format!("{} streams: 1 to 128", r.streams));
+        }
         if let Some(max) = self.max_rate {
-            match r.rate {
+            match r.rate.map(|x| x.saturating_mul(u64::from(r.streams))) {
                 None => {
                     return Err(format!(
                         "this server allows at most {} bit/s (--max-rate): pace the test with -b",
@@ -219,8 +229,8 @@ impl Limits {
                 }
                 Some(rate) if rate > max => {
                     return Err(format!(
-                        "{} bit/s is over this server's limit of {} bit/s (--max-rate)",
-                        rate * 8,
+                        "{} bit/s in all is over this server's limit of {} bit/s (--max-rate)",
+                        rate.saturating_mul(8),
                         max * 8
                     ))
                 }
@@ -718,6 +728,7 @@ mod tests {
             rate,
             mode: "sendto".into(),
             reverse: None,
+            streams: 1,
         }
     }
 

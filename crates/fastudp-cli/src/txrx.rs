@@ -576,6 +576,7 @@ pub fn run_tx(a: TxArgs) -> Result<(), Failure> {
                 rate,
                 mode: bench::name(t),
                 reverse: None,
+                streams: a.parallel as u32,
             },
         )?;
         dest.set_port(port);
@@ -777,6 +778,7 @@ fn run_reverse(
                 segments: segs,
                 mmsg: a.mmsg,
             }),
+            streams: 1,
         },
     )?;
     if !a.quiet && !a.json {
