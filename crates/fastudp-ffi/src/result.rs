@@ -1,0 +1,263 @@
+//! Error codes, their names, and the per-thread last error behind
+//! `fastudp_last_error`.
+//!
+//! Codes are plain integers, not a Rust enum: a C caller may pass any
+//! `int` to `fastudp_strerror`, and an out-of-range value must be a name
+//! ("unknown error code"), never undefined behaviour.
+
+#![allow(non_camel_case_types)]
+
+use std::cell::RefCell;
+use std::ffi::CStr;
+use std::io;
+
+/// What a libfastudp function returns: `FASTUDP_OK` (0), or one of the
+/// `FASTUDP_ERR_*` codes. Details of the last failure on the calling
+/// thread: `fastudp_last_error`, `fastudp_last_error_message`.
+pub type fastudp_result = i32;
+
+/// Success.
+pub const FASTUDP_OK: fastudp_result = 0;
+/// A pointer the function needs was NULL.
+pub const FASTUDP_ERR_NULL: fastudp_result = 1;
+/// An argument is out of range: a length that does not match what it
+/// describes, an address family other than IPv4/IPv6, an unknown flag or
+/// value.
+pub const FASTUDP_ERR_INVALID: fastudp_result = 2;
+/// A bug inside libfastudp panicked; the panic was stopped at the boundary.
+/// Objects the call was using may be in an inconsistent state: free them.
+pub const FASTUDP_ERR_PANIC: fastudp_result = 3;
+/// Nothing was sent or received: the non-blocking socket is not ready
+/// (`EAGAIN`). Wait for readiness and call again.
+pub const FASTUDP_ERR_WOULD_BLOCK: fastudp_result = 4;
+/// A system call failed; `fastudp_last_error` gives the errno.
+pub const FASTUDP_ERR_IO: fastudp_result = 5;
+/// A payload is larger than one UDP send can carry (65507 bytes IPv4,
+/// 65527 IPv6); nothing was sent. The last error names the transmit.
+pub const FASTUDP_ERR_PAYLOAD_TOO_LARGE: fastudp_result = 6;
+/// A GSO train has more segments than the kernel allows per send; nothing
+/// was sent. The last error names the transmit.
+pub const FASTUDP_ERR_TOO_MANY_SEGMENTS: fastudp_result = 7;
+/// A transmit has a zero segment size. (A zero `segment_size` field in
+/// `fastudp_transmit` means "one datagram", so this comes from the Rust
+/// layer only.)
+pub const FASTUDP_ERR_ZERO_SEGMENT_SIZE: fastudp_result = 8;
+/// The kernel refused a GSO train whose segment does not fit the path MTU
+/// (`EMSGSIZE`); nothing was sent from that transmit on.
+pub const FASTUDP_ERR_SEGMENT_EXCEEDS_MTU: fastudp_result = 9;
+/// A single datagram is larger than the path MTU and don't-fragment is on
+/// (`EMSGSIZE`); it was not sent.
+pub const FASTUDP_ERR_DATAGRAM_EXCEEDS_MTU: fastudp_result = 10;
+/// An IPv6 destination on an IPv4 socket.
+pub const FASTUDP_ERR_ADDRESS_FAMILY: fastudp_result = 11;
+/// Control data could not be encoded (such as an IPv6 source address for
+/// an IPv4 destination).
+pub const FASTUDP_ERR_CONTROL: fastudp_result = 12;
+/// A setting cannot work as asked: an unknown name in `FASTUDP_DISABLE`, a
+/// departure time while `SO_TXTIME` is off, a feature switched off.
+pub const FASTUDP_ERR_CONFIG: fastudp_result = 13;
+/// Binding the address failed; `fastudp_last_error` gives the errno.
+pub const FASTUDP_ERR_BIND: fastudp_result = 14;
+/// A socket set-up step failed (a descriptor that is not an IP socket,
+/// say); `fastudp_last_error` gives the errno.
+pub const FASTUDP_ERR_SETUP: fastudp_result = 15;
+/// An error of the Rust library this version of the C ABI does not name;
+/// the message says what it is.
+pub const FASTUDP_ERR_OTHER: fastudp_result = 16;
+
+/// The name of a code, as a sentence fragment: a static C string, so that
+/// `fastudp_strerror` returns it as it is.
+pub fn describe(code: fastudp_result) -> &'static CStr {
+    match code {
+        FASTUDP_OK => c"success",
+        FASTUDP_ERR_NULL => c"a required pointer argument is NULL",
+        FASTUDP_ERR_INVALID => c"invalid argument",
+        FASTUDP_ERR_PANIC => c"internal error: libfastudp panicked (a bug; the call was stopped)",
+        FASTUDP_ERR_WOULD_BLOCK => c"the socket is not ready (EAGAIN)",
+        FASTUDP_ERR_IO => c"system call failed",
+        FASTUDP_ERR_PAYLOAD_TOO_LARGE => c"payload larger than one UDP send can carry",
+        FASTUDP_ERR_TOO_MANY_SEGMENTS => c"GSO train over the kernel's segment limit",
+        FASTUDP_ERR_ZERO_SEGMENT_SIZE => c"segment size 0",
+        FASTUDP_ERR_SEGMENT_EXCEEDS_MTU => c"GSO segment does not fit the path MTU",
+        FASTUDP_ERR_DATAGRAM_EXCEEDS_MTU => c"datagram does not fit the path MTU",
+        FASTUDP_ERR_ADDRESS_FAMILY => c"IPv6 destination on an IPv4 socket",
+        FASTUDP_ERR_CONTROL => c"control message cannot be encoded",
+        FASTUDP_ERR_CONFIG => c"setting or call not possible as configured",
+        FASTUDP_ERR_BIND => c"cannot bind the address",
+        FASTUDP_ERR_SETUP => c"socket set-up failed",
+        FASTUDP_ERR_OTHER => c"other error",
+        _ => c"unknown error code",
+    }
+}
+
+/// The code for a library error.
+pub fn code_of(e: &fastudp::Error) -> fastudp_result {
+    use fastudp::Error as E;
+    if e.is_would_block() {
+        return FASTUDP_ERR_WOULD_BLOCK;
+    }
+    match e {
+        E::PayloadTooLarge { .. } => FASTUDP_ERR_PAYLOAD_TOO_LARGE,
+        E::TooManySegments { .. } => FASTUDP_ERR_TOO_MANY_SEGMENTS,
+        E::ZeroSegmentSize { .. } => FASTUDP_ERR_ZERO_SEGMENT_SIZE,
+        E::SegmentExceedsMtu { .. } => FASTUDP_ERR_SEGMENT_EXCEEDS_MTU,
+        E::DatagramExceedsMtu { .. } => FASTUDP_ERR_DATAGRAM_EXCEEDS_MTU,
+        E::AddressFamily { .. } => FASTUDP_ERR_ADDRESS_FAMILY,
+        E::Control(_) => FASTUDP_ERR_CONTROL,
+        E::Config(_) => FASTUDP_ERR_CONFIG,
+        E::Bind { .. } => FASTUDP_ERR_BIND,
+        E::Setup { .. } => FASTUDP_ERR_SETUP,
+        E::Io(_) => FASTUDP_ERR_IO,
+        _ => FASTUDP_ERR_OTHER,
+    }
+}
+
+/// The errno inside a library error, if it carries one.
+fn errno_of(e: &fastudp::Error) -> i32 {
+    use fastudp::Error as E;
+    let io: Option<&io::Error> = match e {
+        E::Io(x) | E::Bind { source: x, .. } | E::Setup { source: x, .. } => Some(x),
+        E::PartialTrain { source, .. } => Some(source),
+        E::SegmentExceedsMtu { .. } | E::DatagramExceedsMtu { .. } => {
+            return libc::EMSGSIZE;
+        }
+        _ => None,
+    };
+    io.and_then(io::Error::raw_os_error).unwrap_or(0)
+}
+
+/// Why a call failed, before it becomes a code.
+#[derive(Debug)]
+pub enum Failure {
+    /// A required pointer was NULL: the argument's name.
+    Null(&'static str),
+    /// A bad argument, with a sentence.
+    Invalid(String),
+    /// The Rust library's error.
+    Lib(fastudp::Error),
+    /// A panic, with its message.
+    Panic(String),
+}
+
+impl From<fastudp::Error> for Failure {
+    fn from(e: fastudp::Error) -> Self {
+        Failure::Lib(e)
+    }
+}
+
+impl From<io::Error> for Failure {
+    fn from(e: io::Error) -> Self {
+        Failure::Lib(fastudp::Error::Io(e))
+    }
+}
+
+/// A shorthand for results inside the ABI functions.
+pub type Res<T> = Result<T, Failure>;
+
+/// The last failure on this thread, kept as it came: its message is
+/// written only when asked for, so that a `WouldBlock` costs no
+/// allocation.
+struct Last {
+    /// The function that failed.
+    function: &'static str,
+    /// Why.
+    failure: Failure,
+}
+
+thread_local! {
+    static LAST: RefCell<Option<Last>> = const { RefCell::new(None) };
+}
+
+/// Records a failure of `function` as this thread's last error and returns
+/// its code.
+pub fn record(function: &'static str, failure: Failure) -> fastudp_result {
+    let code = match &failure {
+        Failure::Null(_) => FASTUDP_ERR_NULL,
+        Failure::Invalid(_) => FASTUDP_ERR_INVALID,
+        Failure::Lib(e) => code_of(e),
+        Failure::Panic(_) => FASTUDP_ERR_PANIC,
+    };
+    // A destructor running during thread exit may find the slot gone: the
+    // code is still returned.
+    let _ = LAST.try_with(|l| *l.borrow_mut() = Some(Last { function, failure }));
+    code
+}
+
+/// This thread's last error: code, errno (0 when none), transmit index.
+pub fn last() -> Option<(fastudp_result, i32, Option<usize>)> {
+    LAST.try_with(|l| {
+        l.borrow().as_ref().map(|last| match &last.failure {
+            Failure::Null(_) => (FASTUDP_ERR_NULL, 0, None),
+            Failure::Invalid(_) => (FASTUDP_ERR_INVALID, 0, None),
+            Failure::Panic(_) => (FASTUDP_ERR_PANIC, 0, None),
+            Failure::Lib(e) => (code_of(e), errno_of(e), e.transmit_index()),
+        })
+    })
+    .ok()
+    .flatten()
+}
+
+/// This thread's last error as a sentence, naming the function.
+pub fn last_message() -> Option<String> {
+    LAST.try_with(|l| {
+        l.borrow().as_ref().map(|last| {
+            let what = match &last.failure {
+                Failure::Null(arg) => format!("argument '{arg}' is NULL"),
+                Failure::Invalid(s) => s.clone(),
+                Failure::Panic(s) => format!("internal error (a bug in libfastudp): panic: {s}"),
+                Failure::Lib(e) => e.to_string(),
+            };
+            format!("{}: {what}", last.function)
+        })
+    })
+    .ok()
+    .flatten()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_code_has_a_distinct_name_and_unknown_codes_say_so() {
+        let names: Vec<&CStr> = (0..=FASTUDP_ERR_OTHER).map(describe).collect();
+        for (i, a) in names.iter().enumerate() {
+            assert_ne!(*a, c"unknown error code", "code {i} is unnamed");
+            for b in &names[i + 1..] {
+                assert_ne!(a, b);
+            }
+        }
+        assert_eq!(describe(-1), c"unknown error code");
+        assert_eq!(describe(FASTUDP_ERR_OTHER + 1), c"unknown error code");
+    }
+
+    #[test]
+    fn library_errors_map_to_codes_with_errno_and_index() {
+        let e = fastudp::Error::Io(io::Error::from_raw_os_error(libc::EAGAIN));
+        assert_eq!(record("f", e.into()), FASTUDP_ERR_WOULD_BLOCK);
+        assert_eq!(last(), Some((FASTUDP_ERR_WOULD_BLOCK, libc::EAGAIN, None)));
+
+        let e = fastudp::Error::Io(io::Error::from_raw_os_error(libc::ECONNREFUSED));
+        assert_eq!(record("f", e.into()), FASTUDP_ERR_IO);
+        assert_eq!(last(), Some((FASTUDP_ERR_IO, libc::ECONNREFUSED, None)));
+
+        let e = fastudp::Error::TooManySegments {
+            index: 2,
+            segments: 300,
+            max: 128,
+        };
+        assert_eq!(
+            record("fastudp_send", e.into()),
+            FASTUDP_ERR_TOO_MANY_SEGMENTS
+        );
+        assert_eq!(last(), Some((FASTUDP_ERR_TOO_MANY_SEGMENTS, 0, Some(2))));
+        let m = last_message().unwrap();
+        assert!(
+            m.starts_with("fastudp_send: transmit 2: GSO train of 300"),
+            "{m}"
+        );
+
+        assert_eq!(record("g", Failure::Null("sock")), FASTUDP_ERR_NULL);
+        assert_eq!(last_message().unwrap(), "g: argument 'sock' is NULL");
+    }
+}
