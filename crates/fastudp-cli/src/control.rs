@@ -7,8 +7,10 @@
 //! [`Reply`], then the client's [`Done`] and the server's [`Outcome`].
 //!
 //! The server faces the network, so it trusts nothing it reads:
-//! - every line is bounded ([`MAX_LINE`] bytes) and every read has a
-//!   timeout, so an idle or half-open client cannot hold it;
+//! - every line is bounded ([`MAX_LINE`] bytes) and must arrive whole
+//!   within its phase's time (5 s for a request, the test plus 10 s for a
+//!   report), however slowly it trickles, so an idle, slow or half-open
+//!   client cannot hold it;
 //! - requests are checked (protocol version, unknown fields refused,
 //!   duration and rate within the server's `--max-duration` and
 //!   `--max-rate`);
@@ -18,9 +20,12 @@
 //!   client's address (others are counted as foreign);
 //! - in a reverse test it sends only to the address of the client's
 //!   control connection (a request names a port, never a host), within
-//!   the same limits, on a connected socket, so that a client that goes
-//!   away (an ICMP error) ends the test; it cannot be made to send
-//!   traffic to anyone else.
+//!   the same limits, on a connected socket; a client that hangs up its
+//!   control connection (or whose port goes away: an ICMP error) ends the
+//!   test at once; it cannot be made to send traffic to anyone else;
+//! - `--max-rate` bounds each test (payload bytes, all its streams); with
+//!   `--concurrent N`, N tests may each use it;
+//! - text from the other side is printed with control characters escaped.
 
 use crate::bench::seq::Verifier;
 use crate::bench::{rx, RxStrategy};
@@ -150,19 +155,63 @@ pub fn show_jitter(ms: f64) -> String {
     }
 }
 
-/// Reads one line of at most [`MAX_LINE`] bytes (a read timeout must be
-/// set on the stream); the error says what went wrong.
+/// Reads one line of at most [`MAX_LINE`] bytes, all of it before
+/// `deadline`: the read timeout is set to the time left before every read,
+/// so a peer that trickles a byte at a time cannot stretch the wait.
+pub fn read_line_by(r: &mut BufReader<TcpStream>, deadline: Instant) -> Result<String, String> {
+    let mut buf = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err("timed out waiting for the other side".into());
+        }
+        r.get_ref()
+            .set_read_timeout(Some(left))
+            .map_err(|e| format!("control connection: {e}"))?;
+        let chunk = match r.fill_buf() {
+            Ok(c) => c,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                return Err(match e.kind() {
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
+                        "timed out waiting for the other side".to_string()
+                    }
+                    _ => format!("control connection: {e}"),
+                })
+            }
+        };
+        if chunk.is_empty() {
+            return Err(if buf.is_empty() {
+                "the other side closed the control connection".into()
+            } else {
+                "the other side closed the control connection mid-message".into()
+            });
+        }
+        let (take, end) = match chunk.iter().position(|&b| b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (chunk.len(), false),
+        };
+        buf.extend_from_slice(&chunk[..take]);
+        r.consume(take);
+        if buf.len() > MAX_LINE {
+            return Err(format!("a control message longer than {MAX_LINE} bytes"));
+        }
+        if end {
+            return String::from_utf8(buf)
+                .map_err(|_| "a control message that is not UTF-8".into());
+        }
+    }
+}
+
+/// Reads one line of at most [`MAX_LINE`] bytes from a buffer (no
+/// deadline: for in-memory readers).
+#[cfg(test)]
 pub fn read_line(r: &mut impl BufRead) -> Result<String, String> {
     let mut buf = Vec::new();
     let n = r
         .take(MAX_LINE as u64 + 1)
         .read_until(b'\n', &mut buf)
-        .map_err(|e| match e.kind() {
-            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
-                "timed out waiting for the other side".to_string()
-            }
-            _ => format!("control connection: {e}"),
-        })?;
+        .map_err(|e| format!("control connection: {e}"))?;
     if n == 0 {
         return Err("the other side closed the control connection".into());
     }
@@ -176,6 +225,26 @@ pub fn read_line(r: &mut impl BufRead) -> Result<String, String> {
     String::from_utf8(buf).map_err(|_| "a control message that is not UTF-8".into())
 }
 
+/// Text from the other side, fit to print: control characters escaped,
+/// at most 200 characters.
+pub fn clean(s: &str) -> String {
+    let mut out: String = s
+        .chars()
+        .flat_map(|c| {
+            if c.is_control() {
+                c.escape_default().collect::<Vec<_>>()
+            } else {
+                vec![c]
+            }
+        })
+        .take(200)
+        .collect();
+    if s.chars().count() > 200 {
+        out.push_str("...");
+    }
+    out
+}
+
 /// Writes `msg` as one JSON line.
 pub fn write_msg(w: &mut impl Write, msg: &impl Serialize) -> Result<(), String> {
     let mut line = serde_json::to_vec(msg).map_err(|e| e.to_string())?;
@@ -185,10 +254,24 @@ pub fn write_msg(w: &mut impl Write, msg: &impl Serialize) -> Result<(), String>
         .map_err(|e| format!("control connection: {e}"))
 }
 
-/// Reads one JSON line as `T`.
+/// Parses one JSON line as `T`.
+fn parse_msg<T: for<'de> Deserialize<'de>>(line: &str) -> Result<T, String> {
+    serde_json::from_str(line.trim_end())
+        .map_err(|e| format!("a malformed control message: {}", clean(&e.to_string())))
+}
+
+/// Reads one JSON line as `T` from a buffer (no deadline).
+#[cfg(test)]
 pub fn read_msg<T: for<'de> Deserialize<'de>>(r: &mut impl BufRead) -> Result<T, String> {
-    let line = read_line(r)?;
-    serde_json::from_str(line.trim_end()).map_err(|e| format!("a malformed control message: {e}"))
+    parse_msg(&read_line(r)?)
+}
+
+/// Reads one JSON line as `T`, all of it before `deadline`.
+pub fn read_msg_by<T: for<'de> Deserialize<'de>>(
+    r: &mut BufReader<TcpStream>,
+    deadline: Instant,
+) -> Result<T, String> {
+    parse_msg(&read_line_by(r, deadline)?)
 }
 
 /// The limits of `fastudp rx --server`.
@@ -215,6 +298,9 @@ impl Limits {
                 "a test of {} s is not allowed here: at most {} s (--max-duration)",
                 r.seconds, self.max_seconds
             ));
+        }
+        if r.rate == Some(0) {
+            return Err("a rate of 0 bytes per second".into());
         }
         if r.streams == 0 || r.streams > 128 {
             return Err(format!("{} streams: 1 to 128", r.streams));
@@ -245,22 +331,19 @@ impl Limits {
             if rev.port == 0 {
                 return Err("reverse: port 0".into());
             }
-            if rev.payload == 0 || rev.payload > fastudp::MAX_PAYLOAD_V4 {
+            // The family's own limit is checked again against the client's
+            // address before sending.
+            let max = fastudp::MAX_PAYLOAD_V6;
+            if rev.payload == 0 || rev.payload > max {
                 return Err(format!(
-                    "reverse: a payload of {} bytes (1 to {})",
-                    rev.payload,
-                    fastudp::MAX_PAYLOAD_V4
+                    "reverse: a payload of {} bytes (1 to {max})",
+                    rev.payload
                 ));
             }
-            if rev.segments == 0
-                || rev.segments > kmax
-                || rev.payload * rev.segments > fastudp::MAX_PAYLOAD_V4
-            {
+            if rev.segments == 0 || rev.segments > kmax || rev.payload * rev.segments > max {
                 return Err(format!(
-                    "reverse: {} segments of {} bytes do not fit one send (at most {kmax} segments, {} bytes)",
-                    rev.segments,
-                    rev.payload,
-                    fastudp::MAX_PAYLOAD_V4
+                    "reverse: {} segments of {} bytes do not fit one send (at most {kmax} segments, {max} bytes)",
+                    rev.segments, rev.payload
                 ));
             }
         }
@@ -409,16 +492,16 @@ fn run_test(
         .try_clone()
         .map_err(|e| Refusal::Before(e.to_string()))?;
     let mut r = BufReader::new(conn);
-    let req: Request = match read_msg(&mut r) {
+    let req: Request = match read_msg_by(&mut r, Instant::now() + REQUEST_TIMEOUT) {
         Ok(q) => q,
         Err(e) => {
             let _ = write_msg(&mut w, &Reply::Refused { error: e.clone() });
-            return Err(Refusal::Before(e));
+            return Err(Refusal::Before(clean(&e)));
         }
     };
     if let Err(e) = limits.check(&req) {
         let _ = write_msg(&mut w, &Reply::Refused { error: e.clone() });
-        return Err(Refusal::Before(format!("refused: {e}")));
+        return Err(Refusal::Before(format!("refused: {}", clean(&e))));
     }
     if let Some(rev) = req.reverse {
         return send_reverse(r, w, peer, &req, rev).map_err(Refusal::During);
@@ -459,11 +542,7 @@ fn run_forward(
         std::thread::spawn(move || receive(&sock, peer.ip(), &done, deadline))
     };
     // The client's report, no later than its test's end plus the grace.
-    let wait = deadline.saturating_duration_since(Instant::now());
-    r.get_ref()
-        .set_read_timeout(Some(wait.max(Duration::from_millis(1))))
-        .map_err(|e| during(e.to_string()))?;
-    let client_done: Result<Done, String> = read_msg(&mut r);
+    let client_done: Result<Done, String> = read_msg_by(&mut r, deadline);
     done.store(true, Release);
     let outcome = receiver
         .join()
@@ -472,7 +551,7 @@ fn run_forward(
     write_msg(&mut w, &outcome).map_err(during)?;
     Ok(format!(
         "test from {peer} ({}, {:.1} s): {} of {} datagrams received, {} lost, jitter {}",
-        req.mode,
+        clean(&req.mode),
         req.seconds,
         outcome.datagrams,
         sent.datagrams,
@@ -495,7 +574,7 @@ fn reverse_strategy(rev: &Reverse) -> crate::bench::TxStrategy {
 /// A reverse test: the server sends, within its limits, to the client's
 /// own address only (its control connection's), then reports what it sent.
 fn send_reverse(
-    mut r: BufReader<TcpStream>,
+    r: BufReader<TcpStream>,
     mut w: TcpStream,
     peer: SocketAddr,
     req: &Request,
@@ -517,16 +596,48 @@ fn send_reverse(
         rate: req.rate,
         bind: None,
     };
+    let fits = fastudp::max_payload(dest.is_ipv6());
+    if rev.payload * rev.segments > fits {
+        let e = format!(
+            "reverse: {} bytes per send do not fit a UDP payload to {dest} ({fits})",
+            rev.payload * rev.segments
+        );
+        let _ = write_msg(&mut w, &Reply::Refused { error: e.clone() });
+        return Err(e);
+    }
     write_msg(&mut w, &Reply::Ready { data_port: 0 })?;
+    // The client hanging up (or saying anything) ends the sending at once.
+    let stop = Arc::new(AtomicBool::new(false));
+    let watcher = {
+        let stop = stop.clone();
+        let conn = r.get_ref().try_clone().map_err(|e| e.to_string())?;
+        std::thread::spawn(move || {
+            let _ = conn.set_read_timeout(None);
+            let mut one = [0u8; 1];
+            let _ = (&conn).read(&mut one);
+            stop.store(true, Release);
+        })
+    };
     let live = crate::bench::Live::default();
-    let out = crate::bench::tx::udp(t, dest, &work, &live);
+    let out = crate::bench::tx::with_stop(stop.clone(), || {
+        crate::bench::tx::udp(t, dest, &work, &live)
+    });
+    let hung_up = stop.load(Acquire);
     let (datagrams, bytes) = match &out {
         Ok(o) => (o.datagrams, o.bytes),
         Err(_) => (live.tx_datagrams.load(Relaxed), 0),
     };
-    write_msg(&mut w, &Done { datagrams, bytes })?;
-    // The client closes when it has its figures.
-    let _ = read_line(&mut r);
+    let reported = write_msg(&mut w, &Done { datagrams, bytes });
+    // Done: closing both ways (after the report, which goes first) also
+    // ends the watcher's read, whatever the client does.
+    let _ = r.get_ref().shutdown(std::net::Shutdown::Both);
+    let _ = watcher.join();
+    if hung_up {
+        return Err(format!(
+            "reverse test to {dest}: the client hung up; stopped after {datagrams} datagrams"
+        ));
+    }
+    reported?;
     match out {
         Ok(_) => Ok(format!(
             "reverse test to {dest} ({}, {:.1} s): {datagrams} datagrams sent",
@@ -552,11 +663,7 @@ pub fn receive_reverse(
         let done = done.clone();
         std::thread::spawn(move || receive(&sock, server, &done, deadline))
     };
-    let wait = deadline.saturating_duration_since(Instant::now());
-    let _ = r
-        .get_ref()
-        .set_read_timeout(Some(wait.max(Duration::from_millis(1))));
-    let sent: Result<Done, String> = read_msg(&mut r);
+    let sent: Result<Done, String> = read_msg_by(&mut r, deadline);
     done.store(true, Release);
     let got = receiver.join().map_err(|_| Failure {
         code: 1,
@@ -617,7 +724,9 @@ pub fn serve(
                 continue;
             }
             Err(e) => {
+                // Out of descriptors, say: wait rather than spin.
                 let _ = log_tx.send(format!("accept: {e}"));
+                std::thread::sleep(Duration::from_millis(100));
                 continue;
             }
         };
@@ -669,13 +778,32 @@ pub fn serve(
 /// and the data port to send to.
 pub fn request(
     server: SocketAddr,
+    bind: Option<IpAddr>,
     req: &Request,
 ) -> Result<(BufReader<TcpStream>, TcpStream, u16), Failure> {
-    let conn = TcpStream::connect_timeout(&server, Duration::from_secs(3)).map_err(|e| {
+    let no_server = |e: std::io::Error| {
         Failure::usage(format!(
             "no fastudp server at {server} ({e}): start `fastudp rx --server` there"
         ))
-    })?;
+    };
+    // From the data's own address (-B): the server counts only datagrams
+    // from the address of the control connection.
+    let conn: TcpStream = match bind {
+        None => TcpStream::connect_timeout(&server, Duration::from_secs(3)).map_err(no_server)?,
+        Some(ip) => {
+            let s = socket2::Socket::new(
+                socket2::Domain::for_address(server),
+                socket2::Type::STREAM,
+                None,
+            )
+            .map_err(|e| Failure::usage(e.to_string()))?;
+            s.bind(&SocketAddr::new(ip, 0).into())
+                .map_err(|e| Failure::usage(format!("-B {ip}: {e}")))?;
+            s.connect_timeout(&server.into(), Duration::from_secs(3))
+                .map_err(no_server)?;
+            s.into()
+        }
+    };
     conn.set_read_timeout(Some(REQUEST_TIMEOUT))
         .and_then(|()| conn.set_write_timeout(Some(REQUEST_TIMEOUT)))
         .map_err(|e| Failure::usage(e.to_string()))?;
@@ -684,10 +812,16 @@ pub fn request(
         .map_err(|e| Failure::usage(e.to_string()))?;
     let mut r = BufReader::new(conn);
     write_msg(&mut w, req).map_err(Failure::usage)?;
-    match read_msg::<Reply>(&mut r).map_err(|e| Failure::usage(format!("{server}: {e}")))? {
+    let reply = read_msg_by::<Reply>(&mut r, Instant::now() + REQUEST_TIMEOUT)
+        .map_err(|e| Failure::usage(format!("{server}: {e}")))?;
+    match reply {
+        Reply::Ready { data_port: 0 } if req.reverse.is_none() => Err(Failure::usage(format!(
+            "{server}: the server named data port 0: not a fastudp server?"
+        ))),
         Reply::Ready { data_port } => Ok((r, w, data_port)),
         Reply::Refused { error } => Err(Failure::usage(format!(
-            "the server refused the test: {error}"
+            "the server refused the test: {}",
+            clean(&error)
         ))),
     }
 }
@@ -704,10 +838,7 @@ pub fn finish(
         msg: format!("the server's results: {e}"),
     };
     write_msg(&mut w, &done).map_err(fail)?;
-    r.get_ref()
-        .set_read_timeout(Some(DRAIN + Duration::from_secs(10)))
-        .map_err(|e| fail(e.to_string()))?;
-    read_msg(&mut r).map_err(fail)
+    read_msg_by(&mut r, Instant::now() + DRAIN + Duration::from_secs(10)).map_err(fail)
 }
 
 #[cfg(test)]

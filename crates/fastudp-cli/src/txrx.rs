@@ -413,6 +413,13 @@ fn print_summary(s: &Summary, json: bool) -> Result<(), Failure> {
         } else {
             0.0
         };
+        if o.datagrams > s.datagrams {
+            outln!(
+                "server: reports {} datagrams received, more than the {} sent: its figures are not this test's",
+                o.datagrams,
+                s.datagrams
+            );
+        }
         outln!(
             "server: {} of {} datagrams received ({:.1} MB), {} lost ({lost_pct:.3}%), {} duplicate, {} reordered; jitter {}; {:.3} CPU ns/B, {} receive calls for {} messages",
             o.datagrams,
@@ -570,6 +577,7 @@ pub fn run_tx(a: TxArgs) -> Result<(), Failure> {
     let control = if a.control {
         let (r, w, port) = crate::control::request(
             SocketAddr::new(dest.ip(), a.control_port),
+            a.bind,
             &crate::control::Request {
                 fastudp: crate::control::PROTOCOL,
                 seconds: a.secs,
@@ -695,14 +703,20 @@ pub fn run_tx(a: TxArgs) -> Result<(), Failure> {
     };
     let secs = o.seconds.max(1e-9);
     let server = match control {
-        Some((r, w)) => Some(crate::control::finish(
-            r,
-            w,
-            crate::control::Done {
-                datagrams: o.datagrams,
-                bytes: o.bytes,
-            },
-        )?),
+        Some((r, w)) => {
+            let mut out = crate::control::finish(
+                r,
+                w,
+                crate::control::Done {
+                    datagrams: o.datagrams,
+                    bytes: o.bytes,
+                },
+            )?;
+            // Datagrams that never arrived are lost too, not only gaps in
+            // the sequence (the tail of a run, or all of it).
+            out.lost = out.lost.max(o.datagrams.saturating_sub(out.datagrams));
+            Some(out)
+        }
         None => None,
     };
     finish(
@@ -767,6 +781,7 @@ fn run_reverse(
         .port();
     let (r, w, _) = crate::control::request(
         SocketAddr::new(server.ip(), a.control_port),
+        None,
         &crate::control::Request {
             fastudp: crate::control::PROTOCOL,
             seconds: a.secs,
@@ -789,7 +804,14 @@ fn run_reverse(
             a.secs
         );
     }
-    let (o, sent) = crate::control::receive_reverse(r, w, sock, server.ip(), a.secs)?;
+    let (mut o, sent) = crate::control::receive_reverse(r, w, sock, server.ip(), a.secs)?;
+    if o.datagrams > sent.datagrams {
+        eprintln!(
+            "fastudp: warning: the server says it sent {} datagrams, fewer than the {} that arrived",
+            sent.datagrams, o.datagrams
+        );
+    }
+    o.lost = o.lost.max(sent.datagrams.saturating_sub(o.datagrams));
     let cpu = Duration::from_nanos((o.cpu_ns_per_byte * o.bytes as f64) as u64);
     let s = Summary {
         lost: Some(o.lost),
@@ -1048,6 +1070,11 @@ fn serve(a: &RxArgs) -> Result<(), Failure> {
     if a.control_port == 0 {
         return Err(Failure::usage(
             "--control-port 0: give the port to listen on, 1 to 65535".into(),
+        ));
+    }
+    if a.max_tests == Some(0) {
+        return Err(Failure::usage(
+            "--max-tests 0: give at least 1 (or leave it out to serve until Ctrl-C)".into(),
         ));
     }
     if a.concurrent == 0 || a.concurrent > 64 {

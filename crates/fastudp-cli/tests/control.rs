@@ -216,6 +216,34 @@ fn idle_half_open_and_oversized_clients_are_cut_off_and_the_server_goes_on() {
 fn datagrams_from_another_address_are_not_counted() {
     let (_srv, port) = server(&["--max-tests", "1"]);
     // The control connection comes from 127.0.0.1, the data from 127.0.0.2.
+    let mut c = connect(&port);
+    c.write_all(b"{\"fastudp\":1,\"seconds\":0.5,\"rate\":1000000,\"mode\":\"x\"}\n")
+        .unwrap();
+    let mut r = BufReader::new(c.try_clone().unwrap());
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+    let data_port = v["data_port"].as_u64().expect("ready") as u16;
+    let spoof = std::net::UdpSocket::bind("127.0.0.2:0").unwrap();
+    let mut d = vec![0u8; 100];
+    for seq in 0..100u64 {
+        d[..8].copy_from_slice(&seq.to_le_bytes());
+        spoof.send_to(&d, ("127.0.0.1", data_port)).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    c.write_all(b"{\"datagrams\":0,\"bytes\":0}\n").unwrap();
+    line.clear();
+    r.read_line(&mut line).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(v["datagrams"], 0, "{line}");
+    assert_eq!(v["foreign"], 100, "{line}");
+}
+
+/// With -B, the control connection comes from that address too, so the
+/// data is the client's own and counted.
+#[test]
+fn bind_address_applies_to_the_control_connection_too() {
+    let (_srv, port) = server(&["--max-tests", "1"]);
     let o = fastudp(&[
         "tx",
         "-D",
@@ -224,7 +252,7 @@ fn datagrams_from_another_address_are_not_counted() {
         "--control-port",
         &port,
         "-l",
-        "0.5",
+        "0.3",
         "-b",
         "10M",
         "-B",
@@ -238,8 +266,138 @@ fn datagrams_from_another_address_are_not_counted() {
         String::from_utf8_lossy(&o.stderr)
     );
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(v["server"]["datagrams"], 0, "{out}");
-    assert!(v["server"]["foreign"].as_u64().unwrap() > 0, "{out}");
+    assert_eq!(v["server"]["foreign"], 0, "{out}");
+    assert_eq!(
+        v["server"]["datagrams"].as_u64().unwrap() + v["server"]["lost"].as_u64().unwrap(),
+        v["datagrams"].as_u64().unwrap(),
+        "{out}"
+    );
+}
+
+/// A fake server that says every datagram was lost at the end (none
+/// received, no gap): the client counts them lost, and it refuses a data
+/// port of 0.
+#[test]
+fn datagrams_that_never_arrived_are_lost() {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port().to_string();
+    let sink = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let data_port = sink.local_addr().unwrap().port();
+    let fake = std::thread::spawn(move || {
+        for reply in [
+            format!("{{\"reply\":\"ready\",\"data_port\":{data_port}}}"),
+            "{\"reply\":\"ready\",\"data_port\":0}".to_string(),
+        ] {
+            let (c, _) = l.accept().unwrap();
+            let mut r = BufReader::new(c.try_clone().unwrap());
+            let mut w = c;
+            let mut line = String::new();
+            r.read_line(&mut line).unwrap();
+            writeln!(w, "{reply}").unwrap();
+            if reply.contains("\"data_port\":0") {
+                continue;
+            }
+            line.clear();
+            r.read_line(&mut line).unwrap(); // Done
+            writeln!(w, "{{\"datagrams\":0,\"bytes\":0,\"seconds\":0.0,\"lost\":0,\"duplicates\":0,\"reordered\":0,\"jitter_ms\":0.0,\"cpu_ns_per_byte\":0.0,\"calls\":0,\"messages\":0,\"foreign\":0}}").unwrap();
+        }
+    });
+    let o = fastudp(&[
+        "tx",
+        "-D",
+        "127.0.0.1",
+        "-C",
+        "--control-port",
+        &port,
+        "-l",
+        "0.2",
+        "-b",
+        "10M",
+        "--json",
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(v["datagrams"].as_u64().unwrap() > 0);
+    assert_eq!(v["server"]["lost"], v["datagrams"], "{out}");
+    let o = fastudp(&[
+        "tx",
+        "-D",
+        "127.0.0.1",
+        "-C",
+        "--control-port",
+        &port,
+        "-l",
+        "0.2",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("data port 0"), "{err}");
+    fake.join().unwrap();
+}
+
+/// A client that trickles its request a byte at a time is cut off when
+/// the request's whole time is up, not when a single read times out; a
+/// rate of 0 is refused.
+#[test]
+fn a_trickling_client_is_cut_off_and_a_zero_rate_refused() {
+    let (_srv, port) = server(&[]);
+    let mut c = connect(&port);
+    let start = Instant::now();
+    let mut got = String::new();
+    for b in b"{\"fastudp\":1,\"seconds\":1".iter() {
+        if c.write_all(&[*b]).is_err() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(400));
+        if start.elapsed() > Duration::from_secs(8) {
+            break;
+        }
+    }
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let _ = BufReader::new(&c).read_line(&mut got);
+    assert!(got.contains("timed out"), "{got}");
+    assert!(start.elapsed() < Duration::from_secs(30));
+    let mut z = connect(&port);
+    z.write_all(b"{\"fastudp\":1,\"seconds\":1,\"rate\":0,\"mode\":\"x\"}\n")
+        .unwrap();
+    let r = reply(&z);
+    assert!(r.contains("refused") && r.contains("rate of 0"), "{r}");
+}
+
+/// A reverse test ends as soon as its client hangs up: the server does not
+/// go on sending to the port for the rest of the test.
+#[test]
+fn a_reverse_test_stops_when_the_client_hangs_up() {
+    let (_srv, port) = server(&[]);
+    let mine = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let p = mine.local_addr().unwrap().port();
+    let mut c = connect(&port);
+    c.write_all(
+        format!(
+            "{{\"fastudp\":1,\"seconds\":20,\"rate\":1000000,\"mode\":\"x\",\"reverse\":{{\"port\":{p},\"payload\":100,\"segments\":1,\"mmsg\":false}}}}\n"
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    assert!(reply(&c).contains("ready"));
+    wait_for_datagram(&mine);
+    drop(c);
+    // Within a short while, nothing more arrives.
+    std::thread::sleep(Duration::from_millis(500));
+    mine.set_read_timeout(Some(Duration::from_millis(50)))
+        .unwrap();
+    let mut buf = [0u8; 2048];
+    while mine.recv(&mut buf).is_ok() {}
+    mine.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    assert!(
+        mine.recv(&mut buf).is_err(),
+        "the server kept sending after its client hung up"
+    );
 }
 
 #[test]

@@ -92,6 +92,30 @@ fn stamp(buf: &mut [u8], payload: usize, seq: &mut u64) {
     }
 }
 
+thread_local! {
+    /// A flag that ends the sender loops on this thread (see [`with_stop`]).
+    static STOP: std::cell::RefCell<Option<std::sync::Arc<std::sync::atomic::AtomicBool>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` (a sender on this thread) so that setting `stop` ends its
+/// loop, as Ctrl-C does: a reverse test whose client hung up.
+pub fn with_stop<R>(
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    f: impl FnOnce() -> R,
+) -> R {
+    STOP.with(|s| *s.borrow_mut() = Some(stop));
+    let r = f();
+    STOP.with(|s| *s.borrow_mut() = None);
+    r
+}
+
+/// Ctrl-C, or this thread's stop flag.
+fn stop_requested() -> bool {
+    crate::interrupt::requested()
+        || STOP.with(|s| s.borrow().as_ref().is_some_and(|f| f.load(Relaxed)))
+}
+
 /// How far ahead of its rate a paced sender may run before it sleeps: a
 /// sleep per datagram would cost more CPU than the sends (a burst of this
 /// long at 1 Gbit/s is 25 kB).
@@ -228,7 +252,7 @@ pub fn udp(
     let start = Instant::now();
     let deadline = start + w.duration;
     let cpu0 = fastudp::os::thread_cpu_time();
-    while Instant::now() < deadline && !crate::interrupt::requested() {
+    while Instant::now() < deadline && !stop_requested() {
         pace(w.rate, start, bytes, deadline);
         let buf = ring.next();
         let sent: io::Result<usize> = match t {
@@ -386,7 +410,7 @@ pub fn tcp(mut s: TcpStream, w: &Workload, live: &Live) -> Result<TxOutcome, Str
     let start = Instant::now();
     let deadline = start + w.duration;
     let cpu0 = fastudp::os::thread_cpu_time();
-    while Instant::now() < deadline && !crate::interrupt::requested() {
+    while Instant::now() < deadline && !stop_requested() {
         pace(w.rate, start, bytes, deadline);
         let buf = ring.next();
         s.write_all(buf).map_err(|e| send_err(TxStrategy::Tcp, e))?;
@@ -442,7 +466,7 @@ pub fn zerocopy(dest: SocketAddr, w: &Workload, live: &Live) -> Result<TxOutcome
     let start = Instant::now();
     let deadline = start + w.duration;
     let cpu0 = fastudp::os::thread_cpu_time();
-    while Instant::now() < deadline && !crate::interrupt::requested() {
+    while Instant::now() < deadline && !stop_requested() {
         pace(w.rate, start, bytes, deadline);
         let mut buf = match pool.pop().or_else(|| zc.pop_done()) {
             Some(b) => b,
