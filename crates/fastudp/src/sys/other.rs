@@ -133,6 +133,36 @@ pub(crate) fn recvmmsg(
     Ok(1)
 }
 
+/// Receives one datagram into `bufs[0]` and reports it through `each`
+/// (no control data here).
+pub(crate) fn recvmmsg_slices(
+    fd: BorrowedFd<'_>,
+    bufs: &mut [io::IoSliceMut<'_>],
+    _flags: i32,
+    mut each: impl FnMut(usize, InMeta, &[u8]),
+) -> io::Result<usize> {
+    let Some(first) = bufs.first_mut() else {
+        return Ok(0);
+    };
+    let sock = SockRef::from(&fd);
+    let slot: &mut [u8] = first;
+    // SAFETY: as in `recvmmsg`: same layout, and the socket writes only
+    // initialised bytes.
+    let uninit = unsafe { &mut *(slot as *mut [u8] as *mut [MaybeUninit<u8>]) };
+    let (len, from) = sock.recv_from(uninit)?;
+    each(
+        0,
+        InMeta {
+            len,
+            flags: 0,
+            source: from.as_socket(),
+            control_len: 0,
+        },
+        &[],
+    );
+    Ok(1)
+}
+
 /// Not available: every option fastudp sets here is Linux-specific.
 pub(crate) fn setsockopt_int(_fd: RawFd, _level: i32, _name: i32, _value: i32) -> io::Result<()> {
     Err(unsupported())
