@@ -10,7 +10,8 @@
 //! expected flow ids keep state; per flow, the distinct datagrams and the
 //! lost ones add up to one past the highest plausible sequence number
 //! (computed here from the header, apart from the receiver); the mode
-//! counts add up to the distinct datagrams; the report's figures (loss,
+//! counts add up to the distinct datagrams, and count no datagram for a
+//! mode its header did not name; the report's figures (loss,
 //! gap percentiles) are computed without a panic.
 
 #![no_main]
@@ -30,6 +31,9 @@ fuzz_target!(|data: &[u8]| {
     // Per flow: one past the highest sequence number it accepted.
     let mut next: HashMap<u32, u64> = HashMap::new();
     let (mut counted, mut foreign, mut total) = (0u64, 0u64, 0u64);
+    // Datagrams that counted for a flow, by the mode their header names
+    // (0: a byte that names none).
+    let mut by_mode = [0u64; 4];
     let mut now = 0u64;
     while !inp.is_empty() {
         let len = usize::from(inp.u8());
@@ -61,6 +65,7 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(ok, plausible, "flow {flow} seq {seq} after {n}");
         if plausible {
             next.insert(flow, n.max(seq + 1));
+            by_mode[if (1..=3).contains(&mode) { mode } else { 0 } as usize] += 1;
         }
     }
     assert_eq!(counted + foreign, total);
@@ -77,6 +82,12 @@ fuzz_target!(|data: &[u8]| {
         distinct += f.datagrams;
     }
     assert_eq!(t.modes.iter().sum::<u64>(), distinct);
+    for (m, (&got, &sent)) in t.modes.iter().zip(&by_mode).enumerate() {
+        assert!(
+            got <= sent,
+            "mode {m}: {got} datagrams, {sent} sent with it"
+        );
+    }
     assert!((0.0..=1.0).contains(&t.loss()));
     for p in [0.5, 0.9, 0.99, 1.0] {
         assert!(percentile(&t.gaps, p) >= 0.0);
