@@ -100,7 +100,9 @@ impl RxOut {
                 return false;
             }
         }
-        self.modes[(d[12] as usize).min(3)] += 1;
+        // A byte that names no mode counts as unknown (0), never as one.
+        let mode = if (1..=3).contains(&d[12]) { d[12] } else { 0 };
+        self.modes[usize::from(mode)] += 1;
         if first {
             f.run = 1;
         } else {
@@ -155,7 +157,8 @@ pub struct Tally {
     pub flows: HashMap<u32, FlowTotal>,
     /// The gap histogram within flows.
     pub gaps: [u64; BUCKETS],
-    /// Datagrams by the pacing mode their header names.
+    /// Datagrams by the pacing mode their header names (the index is the
+    /// header byte; 0 for a byte that names none).
     pub modes: [u64; 4],
     /// Datagrams counted for no flow.
     pub foreign: u64,
@@ -358,6 +361,27 @@ mod tests {
         }
         let t = Tally::merge(vec![a, b]);
         assert_eq!((t.flows[&0].datagrams, t.flows[&0].lost), (9, 0));
+    }
+
+    #[test]
+    fn an_unknown_mode_byte_counts_for_no_mode() {
+        // Found by the stream_header fuzz target: mode byte 7 was counted
+        // as mode 3 ("none"), so stream-rx could report pacing "none" for
+        // a stream that never said so.
+        let crash: &[u8] = &[
+            0, 0, 0, 0, 0x2c, 0x07, 0x46, 0x55, 0x73, 0, 0, 0, 0x07, b'F', b'U', b's',
+        ];
+        let mut o = RxOut::new(17);
+        assert!(o.datagram(crash, 1));
+        let mut none = dgram(1, 0);
+        none[12] = 3;
+        assert!(o.datagram(&none, 2));
+        assert!(o.datagram(&dgram(2, 0), 3), "mode 2, user");
+        let mut zero = dgram(3, 0);
+        zero[12] = 0;
+        assert!(o.datagram(&zero, 4));
+        let t = Tally::merge(vec![o]);
+        assert_eq!(t.modes, [2, 0, 1, 1]);
     }
 
     #[test]
