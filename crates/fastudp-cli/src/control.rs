@@ -27,8 +27,8 @@
 //!   `--concurrent N`, N tests may each use it;
 //! - text from the other side is printed with control characters escaped.
 
+use crate::bench::rx;
 use crate::bench::seq::Verifier;
-use crate::bench::{rx, RxStrategy};
 use crate::{interrupt, Failure};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -203,28 +203,6 @@ pub fn read_line_by(r: &mut BufReader<TcpStream>, deadline: Instant) -> Result<S
     }
 }
 
-/// Reads one line of at most [`MAX_LINE`] bytes from a buffer (no
-/// deadline: for in-memory readers).
-#[cfg(test)]
-pub fn read_line(r: &mut impl BufRead) -> Result<String, String> {
-    let mut buf = Vec::new();
-    let n = r
-        .take(MAX_LINE as u64 + 1)
-        .read_until(b'\n', &mut buf)
-        .map_err(|e| format!("control connection: {e}"))?;
-    if n == 0 {
-        return Err("the other side closed the control connection".into());
-    }
-    if buf.last() != Some(&b'\n') {
-        return Err(if buf.len() > MAX_LINE {
-            format!("a control message longer than {MAX_LINE} bytes")
-        } else {
-            "the other side closed the control connection mid-message".into()
-        });
-    }
-    String::from_utf8(buf).map_err(|_| "a control message that is not UTF-8".into())
-}
-
 /// Text from the other side, fit to print: control characters escaped,
 /// at most 200 characters.
 pub fn clean(s: &str) -> String {
@@ -258,12 +236,6 @@ pub fn write_msg(w: &mut impl Write, msg: &impl Serialize) -> Result<(), String>
 fn parse_msg<T: for<'de> Deserialize<'de>>(line: &str) -> Result<T, String> {
     serde_json::from_str(line.trim_end())
         .map_err(|e| format!("a malformed control message: {}", clean(&e.to_string())))
-}
-
-/// Reads one JSON line as `T` from a buffer (no deadline).
-#[cfg(test)]
-pub fn read_msg<T: for<'de> Deserialize<'de>>(r: &mut impl BufRead) -> Result<T, String> {
-    parse_msg(&read_line(r)?)
 }
 
 /// Reads one JSON line as `T`, all of it before `deadline`.
@@ -518,17 +490,8 @@ fn run_forward(
     gro: bool,
     ipv6: bool,
 ) -> Result<String, Refusal> {
-    let any = if ipv6 { "[::]:0" } else { "0.0.0.0:0" };
-    let strategy = if gro {
-        RxStrategy::GroRecvmmsg
-    } else {
-        RxStrategy::Recvmmsg
-    };
-    let sock =
-        match rx::bind(strategy, any.parse().expect("literal address")).map_err(Refusal::Before)? {
-            rx::RxSock::Fast(s) => s,
-            rx::RxSock::Std(_) => unreachable!("batched strategies use fastudp sockets"),
-        };
+    let (_, sock) =
+        rx::bind_batched(gro, crate::bench::unspecified(ipv6)).map_err(Refusal::Before)?;
     let data_port = sock
         .local_addr()
         .map_err(|e| Refusal::Before(e.to_string()))?
@@ -901,16 +864,29 @@ mod tests {
 
     #[test]
     fn lines_are_bounded_and_unknown_fields_refused() {
-        let long = vec![b'x'; MAX_LINE + 10];
-        let mut r = std::io::Cursor::new(long);
-        assert!(read_line(&mut r).unwrap_err().contains("longer"));
-        let mut r = std::io::Cursor::new(b"{\"fastudp\":1}".to_vec());
-        assert!(read_line(&mut r).unwrap_err().contains("mid-message"));
-        let mut r = std::io::Cursor::new(
-            b"{\"fastudp\":1,\"seconds\":1,\"rate\":null,\"mode\":\"x\",\"to\":\"1.2.3.4\"}\n"
-                .to_vec(),
-        );
-        assert!(read_msg::<Request>(&mut r)
+        /// What `read_line_by` makes of `bytes` sent, then the connection closed.
+        fn line_of(bytes: &[u8]) -> Result<String, String> {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let mut c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+            let (server, _) = l.accept().unwrap();
+            c.write_all(bytes).unwrap();
+            drop(c);
+            read_line_by(
+                &mut BufReader::new(server),
+                Instant::now() + Duration::from_secs(5),
+            )
+        }
+        assert!(line_of(&vec![b'x'; MAX_LINE + 10])
+            .unwrap_err()
+            .contains("longer"));
+        assert!(line_of(b"{\"fastudp\":1}")
+            .unwrap_err()
+            .contains("mid-message"));
+        let line = line_of(
+            b"{\"fastudp\":1,\"seconds\":1,\"rate\":null,\"mode\":\"x\",\"to\":\"1.2.3.4\"}\n",
+        )
+        .unwrap();
+        assert!(parse_msg::<Request>(&line)
             .unwrap_err()
             .contains("malformed"));
     }

@@ -2,7 +2,7 @@
 //! with flags after the kernel's udpgso_bench_tx/rx.
 
 use crate::bench::seq::{SenderCounts, Verifier, MAX_SENDERS};
-use crate::bench::{self, report, rx, tx, Live, RxStrategy, TxStrategy, Workload};
+use crate::bench::{self, report, rx, tx, Live, TxStrategy, Workload};
 use crate::{interrupt, Failure};
 use clap::Args;
 use serde::Serialize;
@@ -184,13 +184,9 @@ pub fn parse_rate(opt: &str, v: &str) -> Result<u64, Failure> {
     Ok((bits / 8.0) as u64)
 }
 
-/// Resolves `host` (a name or an address) to an address of the family
-/// asked for (`ipv6`), or of either when neither -4 nor -6 was given.
-fn resolve(host: &str, port: u16, v4: bool, v6: bool) -> Result<SocketAddr, Failure> {
-    resolve_as("-D", host, port, v4, v6)
-}
-
-/// [`resolve`], for option `opt`.
+/// Resolves `host` (a name or an address, the value of option `opt`) to
+/// an address of the family asked for (`v4`/`v6`), or of either when
+/// neither -4 nor -6 was given.
 pub(crate) fn resolve_as(
     opt: &str,
     host: &str,
@@ -497,7 +493,7 @@ pub fn run_tx(a: TxArgs) -> Result<(), Failure> {
         )));
     }
     let rate = a.rate.as_deref().map(|v| parse_rate("-b", v)).transpose()?;
-    let mut dest = resolve(&a.dest, a.port, a.ipv4, a.ipv6)?;
+    let mut dest = resolve_as("-D", &a.dest, a.port, a.ipv4, a.ipv6)?;
     let ipv6 = dest.is_ipv6();
     if let Some(b) = a.bind {
         if b.is_ipv6() != ipv6 {
@@ -766,15 +762,8 @@ fn run_reverse(
     segs: usize,
     rate: Option<u64>,
 ) -> Result<(), Failure> {
-    let sock = match rx::bind(
-        RxStrategy::GroRecvmmsg,
-        bench::unspecified(server.is_ipv6()),
-    )
-    .map_err(Failure::usage)?
-    {
-        rx::RxSock::Fast(s) => *s,
-        rx::RxSock::Std(_) => unreachable!("batched strategies use fastudp sockets"),
-    };
+    let (_, sock) =
+        rx::bind_batched(true, bench::unspecified(server.is_ipv6())).map_err(Failure::usage)?;
     let port = sock
         .local_addr()
         .map_err(|e| Failure::usage(e.to_string()))?
@@ -928,15 +917,7 @@ pub fn run_rx(a: RxArgs) -> Result<(), Failure> {
     if a.tcp {
         return rx_tcp(&a, addr);
     }
-    let strategy = if a.gro {
-        RxStrategy::GroRecvmmsg
-    } else {
-        RxStrategy::Recvmmsg
-    };
-    let sock = match rx::bind(strategy, addr).map_err(Failure::usage)? {
-        rx::RxSock::Fast(s) => s,
-        rx::RxSock::Std(_) => unreachable!("batched strategies use fastudp sockets"),
-    };
+    let (strategy, sock) = rx::bind_batched(a.gro, addr).map_err(Failure::usage)?;
     let mut batch = fastudp::RecvBatch::new(32);
     let mut v = Verifier::default();
     let (mut bytes, mut dgrams, mut calls) = (0u64, 0u64, 0u64);

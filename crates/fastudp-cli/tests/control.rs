@@ -18,6 +18,17 @@ fn fastudp(args: &[&str]) -> std::process::Output {
         .expect("run fastudp")
 }
 
+/// A run that must have succeeded: its JSON, and its output for messages.
+fn json_of(o: &std::process::Output) -> (serde_json::Value, String) {
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    (serde_json::from_str(&out).unwrap(), out)
+}
+
 /// A free TCP port on 127.0.0.1.
 fn free_tcp_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -72,13 +83,7 @@ fn a_test_prints_both_sides_and_json_has_the_server_and_intervals() {
         "0.5",
         "--json",
     ]);
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        o.status.success(),
-        "{out}{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let (v, out) = json_of(&o);
     let sent = v["datagrams"].as_u64().unwrap();
     let got = v["server"]["datagrams"].as_u64().unwrap();
     assert!(sent > 0);
@@ -259,13 +264,7 @@ fn bind_address_applies_to_the_control_connection_too() {
         "127.0.0.2",
         "--json",
     ]);
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        o.status.success(),
-        "{out}{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let (v, out) = json_of(&o);
     assert_eq!(v["server"]["foreign"], 0, "{out}");
     assert_eq!(
         v["server"]["datagrams"].as_u64().unwrap() + v["server"]["lost"].as_u64().unwrap(),
@@ -315,13 +314,7 @@ fn datagrams_that_never_arrived_are_lost() {
         "10M",
         "--json",
     ]);
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        o.status.success(),
-        "{out}{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let (v, out) = json_of(&o);
     assert!(v["datagrams"].as_u64().unwrap() > 0);
     assert_eq!(v["server"]["lost"], v["datagrams"], "{out}");
     let o = fastudp(&[
@@ -467,13 +460,7 @@ fn parallel_streams_are_counted_together() {
         "3",
         "--json",
     ]);
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        o.status.success(),
-        "{out}{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let (v, out) = json_of(&o);
     let sent = v["datagrams"].as_u64().unwrap();
     let got = v["server"]["datagrams"].as_u64().unwrap();
     assert_eq!(got + v["server"]["lost"].as_u64().unwrap(), sent, "{out}");
@@ -546,13 +533,7 @@ fn reverse_the_server_sends_and_the_client_counts() {
         "100M",
         "--json",
     ]);
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        o.status.success(),
-        "{out}{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let (v, out) = json_of(&o);
     let sent = v["sent_by_server"].as_u64().unwrap();
     assert!(sent > 0, "{out}");
     assert_eq!(

@@ -148,21 +148,31 @@ fn v6_oversize_in_a_batch_costs_only_itself() {
     oversize_in_a_batch_costs_only_itself(true)
 }
 
-/// A receive buffer too small for a 64-segment train: the message is
-/// flagged truncated and counted, and yields only whole datagrams.
-#[test]
-fn a_truncated_gro_train_is_flagged_counted_and_never_mis_split() {
+/// A GRO receiver with `recv_buffer` bytes of buffer and a GSO sender on
+/// loopback, and the receiver's address; `None` (the test skipped) where
+/// the kernel has no GSO or GRO.
+fn gso_gro_pair(recv_buffer: usize) -> Option<(Socket, Socket, SocketAddr)> {
     let rx = Socket::bind_with(
         "127.0.0.1:0".parse().unwrap(),
-        Config::default().recv_buffer(8 << 20),
+        Config::default().recv_buffer(recv_buffer),
     )
     .unwrap();
     let tx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     if !rx.capabilities().gro || tx.capabilities().max_gso_segments <= 1 {
         skip("needs GSO and GRO");
-        return;
+        return None;
     }
     let dest = rx.local_addr().unwrap();
+    Some((rx, tx, dest))
+}
+
+/// A receive buffer too small for a 64-segment train: the message is
+/// flagged truncated and counted, and yields only whole datagrams.
+#[test]
+fn a_truncated_gro_train_is_flagged_counted_and_never_mis_split() {
+    let Some((rx, tx, dest)) = gso_gro_pair(8 << 20) else {
+        return;
+    };
     let mut train = Vec::new();
     for s in 0..40u64 {
         fill(s, 1000, &mut train);
@@ -194,17 +204,9 @@ fn a_truncated_gro_train_is_flagged_counted_and_never_mis_split() {
 /// a dropped train.
 #[test]
 fn an_overflowing_gro_socket_counts_dropped_trains_exactly() {
-    let rx = Socket::bind_with(
-        "127.0.0.1:0".parse().unwrap(),
-        Config::default().recv_buffer(64 << 10),
-    )
-    .unwrap();
-    let tx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    if !rx.capabilities().gro || tx.capabilities().max_gso_segments <= 1 {
-        skip("needs GSO and GRO");
+    let Some((rx, tx, dest)) = gso_gro_pair(64 << 10) else {
         return;
-    }
-    let dest = rx.local_addr().unwrap();
+    };
     const BURST: u64 = 300;
     const LATER: u64 = 3;
     const SEGS: u64 = 10;

@@ -28,6 +28,20 @@ impl RxSock {
     }
 }
 
+/// Binds a batched receiver at `addr` (`recvmmsg`, with GRO if `gro`):
+/// its strategy and its fastudp socket.
+pub fn bind_batched(gro: bool, addr: SocketAddr) -> Result<(RxStrategy, fastudp::Socket), String> {
+    let r = if gro {
+        RxStrategy::GroRecvmmsg
+    } else {
+        RxStrategy::Recvmmsg
+    };
+    match bind(r, addr)? {
+        RxSock::Fast(s) => Ok((r, *s)),
+        RxSock::Std(_) => unreachable!("batched strategies use fastudp sockets"),
+    }
+}
+
 /// Binds the receiver for strategy `r` at `addr`.
 pub fn bind(r: RxStrategy, addr: SocketAddr) -> Result<RxSock, String> {
     let s = match r {
