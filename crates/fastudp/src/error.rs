@@ -16,6 +16,9 @@ pub enum Feature {
     Zerocopy,
     /// SO_TXTIME departure times.
     Txtime,
+    /// The io_uring backend (feature `uring`).
+    #[cfg(feature = "uring")]
+    Uring,
 }
 
 impl std::fmt::Display for Feature {
@@ -25,6 +28,8 @@ impl std::fmt::Display for Feature {
             Feature::Ecn => "ecn",
             Feature::Zerocopy => "zerocopy",
             Feature::Txtime => "txtime",
+            #[cfg(feature = "uring")]
+            Feature::Uring => "uring",
         })
     }
 }

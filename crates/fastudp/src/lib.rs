@@ -38,7 +38,11 @@
 //!
 //! Optional features: `tokio` adds [`tokio::UdpSocket`](crate::tokio), the
 //! core as `async` calls on tokio's reactor; `quinn` adds
-//! `quinn::Socket`, fastudp as the UDP socket of the quinn QUIC stack.
+//! `quinn::Socket`, fastudp as the UDP socket of the quinn QUIC stack;
+//! `uring` (Linux) adds an io_uring backend to the same sockets
+//! (`fastudp::uring`): multishot GRO receive into provided buffers, linked
+//! `SENDMSG` batches of GSO trains and `SENDMSG_ZC`, with a run-time
+//! fallback to the syscalls.
 //!
 //! The `unstable-tools` feature adds modules the `fastudp` command uses
 //! (`host`, `raw`, `os`, `wire`). They are not part of the stable API.
@@ -64,6 +68,8 @@ mod socket;
 mod sys;
 #[cfg(feature = "tokio")]
 pub mod tokio;
+#[cfg(all(feature = "uring", target_os = "linux"))]
+pub mod uring;
 #[cfg(feature = "unstable-tools")]
 pub mod wire;
 #[cfg(not(feature = "unstable-tools"))]

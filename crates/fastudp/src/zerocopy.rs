@@ -208,31 +208,10 @@ impl ZeroCopySender {
         buf: Vec<u8>,
         segment_size: Option<usize>,
     ) -> Result<(), (Error, Vec<u8>)> {
-        let t = Transmit {
-            segment_size,
-            ..Transmit::new(dest, &buf)
-        };
-        match sock.state().send(sock.fd(), &[t]) {
-            Ok(s) if s.transmits == 1 => {
-                self.stats.sends += 1;
-                self.ready.push_back(buf);
-                Ok(())
-            }
-            Ok(s) if s.datagrams > 0 => {
-                let segments = t.segments();
-                Err((
-                    Error::PartialTrain {
-                        index: 0,
-                        sent: s.datagrams,
-                        segments,
-                        source: io::Error::from(io::ErrorKind::WouldBlock),
-                    },
-                    buf,
-                ))
-            }
-            Ok(_) => Err((Error::Io(io::Error::from(io::ErrorKind::WouldBlock)), buf)),
-            Err(e) => Err((e, buf)),
-        }
+        send_copy(sock, dest, buf, segment_size).map(|buf| {
+            self.stats.sends += 1;
+            self.ready.push_back(buf);
+        })
     }
 
     /// Reads every completion queued now, without waiting (including any
@@ -330,5 +309,37 @@ impl ZeroCopySender {
             self.wait(sock, left.min(Duration::from_millis(50)))?;
         }
         Ok(self.tracker.in_flight())
+    }
+}
+
+/// A plain, copying send of one transmit through the socket's own path
+/// (and its fallbacks): the buffer is free again when it returns, and comes
+/// back either way.
+pub(crate) fn send_copy(
+    sock: &impl UdpIo,
+    dest: SocketAddr,
+    buf: Vec<u8>,
+    segment_size: Option<usize>,
+) -> Result<Vec<u8>, (Error, Vec<u8>)> {
+    let t = Transmit {
+        segment_size,
+        ..Transmit::new(dest, &buf)
+    };
+    match sock.state().send(sock.fd(), &[t]) {
+        Ok(s) if s.transmits == 1 => Ok(buf),
+        Ok(s) if s.datagrams > 0 => {
+            let segments = t.segments();
+            Err((
+                Error::PartialTrain {
+                    index: 0,
+                    sent: s.datagrams,
+                    segments,
+                    source: io::Error::from(io::ErrorKind::WouldBlock),
+                },
+                buf,
+            ))
+        }
+        Ok(_) => Err((Error::Io(io::Error::from(io::ErrorKind::WouldBlock)), buf)),
+        Err(e) => Err((e, buf)),
     }
 }

@@ -286,6 +286,19 @@ impl UdpState {
         let fd = sock.as_fd();
         batch.len = 0;
         let stride = batch.stride;
+        #[cfg(all(feature = "uring", target_os = "linux"))]
+        if let Some(b) = self.uring.as_ref().filter(|b| b.for_fd(fd)) {
+            let (buf, metas) = (&mut batch.buf, &mut batch.metas);
+            let max = metas.len();
+            let r = b.recv(self, fd, max, |_| stride, |i, m, p| {
+                buf[i * stride..i * stride + p.len()].copy_from_slice(p);
+                metas[i] = *m;
+            });
+            if let Some(r) = r {
+                batch.len = *r.as_ref().unwrap_or(&0);
+                return r;
+            }
+        }
         let want = if self.caps.mmsg {
             batch.next_request()
         } else {
@@ -349,6 +362,20 @@ impl UdpState {
         if n == 0 {
             return Ok(0);
         }
+        #[cfg(all(feature = "uring", target_os = "linux"))]
+        if let Some(b) = self.uring.as_ref().filter(|b| b.for_fd(fd)) {
+            let mut lens = [0usize; sys::MAX_BATCH];
+            for (l, b) in lens.iter_mut().zip(bufs.iter()) {
+                *l = b.len();
+            }
+            let r = b.recv(self, fd, n.min(sys::MAX_BATCH), |i| lens[i], |i, m, p| {
+                bufs[i][..p.len()].copy_from_slice(p);
+                meta[i] = *m;
+            });
+            if let Some(r) = r {
+                return r;
+            }
+        }
         let mut retries = 0;
         loop {
             let (bufs, meta) = (&mut bufs[..n], &mut *meta);
@@ -379,7 +406,7 @@ impl UdpState {
     /// Turns one received message's raw metadata and control data into a
     /// [`RecvMeta`], counting truncation and drops; `room` is the size of
     /// the buffer it landed in.
-    fn decode(&self, raw: InMeta, control: &[u8], room: usize) -> RecvMeta {
+    pub(crate) fn decode(&self, raw: InMeta, control: &[u8], room: usize) -> RecvMeta {
         let ctl = decode_recv(control);
         let truncated = raw.flags & sys::MSG_TRUNC != 0;
         let control_truncated = raw.flags & sys::MSG_CTRUNC != 0 || ctl.is_err();

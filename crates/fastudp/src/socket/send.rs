@@ -192,7 +192,7 @@ impl UdpState {
     }
 
     /// One message of a send, its control data encoded into `ctl`.
-    fn message<'a>(
+    pub(crate) fn message<'a>(
         &self,
         t: &Transmit<'a>,
         payload: &'a [u8],
@@ -226,6 +226,36 @@ impl UdpState {
             self.c.send_messages.fetch_add(1, Relaxed);
         }
         r.map(drop)
+    }
+
+    /// One batch of at most `n` messages built by `fill` ([`sys::send_batch`]):
+    /// on the io_uring ring when this socket has one, else with one
+    /// `sendmmsg`/`sendmsg`. All fallbacks around it are the same.
+    fn send_batch<'a>(
+        &self,
+        fd: BorrowedFd<'_>,
+        n: usize,
+        fill: impl FnMut(usize, &mut [u8]) -> Result<SendMsg<'a>, Error>,
+    ) -> Result<io::Result<usize>, Error> {
+        #[cfg(all(feature = "uring", target_os = "linux"))]
+        let fill = {
+            let mut fill = fill;
+            if let Some(b) = self.uring.as_ref().filter(|b| b.for_fd(fd)) {
+                let n = if self.caps.mmsg { n } else { n.min(1) };
+                // `fill` is only used when the ring takes the batch.
+                let mut used = false;
+                let r = b.send_batch(self, fd, n, |i, ctl| {
+                    used = true;
+                    fill(i, ctl)
+                });
+                if let Some(r) = r {
+                    return r;
+                }
+                debug_assert!(!used);
+            }
+            fill
+        };
+        sys::send_batch(fd, n, 0, self.caps.mmsg, fill)
     }
 
     /// The socket's errors from ICMP messages for earlier datagrams come
@@ -301,7 +331,7 @@ impl UdpState {
             let injected: Option<io::Error> = None;
             let r = match injected {
                 Some(e) => Err(e),
-                None => sys::send_batch(fd, n, 0, self.caps.mmsg, |i, ctl| {
+                None => self.send_batch(fd, n, |i, ctl| {
                     let ti = src.get(from + i);
                     // Only single datagrams and trains that go with GSO now
                     // were taken into the batch.
@@ -386,7 +416,7 @@ impl UdpState {
         while sent < total {
             let n = (total - sent).min(if self.caps.mmsg { MAX_BATCH } else { 1 });
             let allow_ecn = ecn_refused.is_none();
-            let r = sys::send_batch(fd, n, 0, self.caps.mmsg, |i, ctl| {
+            let r = self.send_batch(fd, n, |i, ctl| {
                 self.message(t, chunk(sent + i), false, ctl, allow_ecn)
             })?;
             self.c.send_calls.fetch_add(1, Relaxed);

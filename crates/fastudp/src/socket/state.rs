@@ -52,6 +52,16 @@ pub struct Config {
     /// the kernel neither fragments nor shrinks it, as datagram path-MTU
     /// discovery (DPLPMTUD, RFC 8899; QUIC) requires.
     pub may_fragment: bool,
+    /// Drive the socket with io_uring (feature `uring`; default false, or
+    /// true when `FASTUDP_BACKEND=uring`): see [`crate::uring`]. Where
+    /// io_uring cannot be used the socket falls back to syscalls and says
+    /// why in [`Stats::fallbacks`].
+    #[cfg(feature = "uring")]
+    pub uring: bool,
+    /// Provided receive buffers of the io_uring backend (rounded up to a
+    /// power of two; default 64). Each holds one message (a GRO train).
+    #[cfg(feature = "uring")]
+    pub uring_recv_buffers: u16,
 }
 
 impl Default for Config {
@@ -64,6 +74,10 @@ impl Default for Config {
             split_wait: DEFAULT_SPLIT_WAIT,
             gso_retry: DEFAULT_GSO_RETRY,
             may_fragment: false,
+            #[cfg(feature = "uring")]
+            uring: false,
+            #[cfg(feature = "uring")]
+            uring_recv_buffers: 64,
         }
     }
 }
@@ -108,6 +122,20 @@ impl Config {
     /// See [`Config::may_fragment`](struct.Config.html#structfield.may_fragment).
     pub fn may_fragment(mut self, on: bool) -> Self {
         self.may_fragment = on;
+        self
+    }
+
+    /// See [`Config::uring`](struct.Config.html#structfield.uring).
+    #[cfg(feature = "uring")]
+    pub fn uring(mut self, on: bool) -> Self {
+        self.uring = on;
+        self
+    }
+
+    /// See [`Config::uring_recv_buffers`](struct.Config.html#structfield.uring_recv_buffers).
+    #[cfg(feature = "uring")]
+    pub fn uring_recv_buffers(mut self, n: u16) -> Self {
+        self.uring_recv_buffers = n;
         self
     }
 }
@@ -215,6 +243,9 @@ pub struct UdpState {
     pub(super) c: Counters,
     fallbacks: Mutex<Vec<FallbackEvent>>,
     pub(super) errors: Mutex<ErrorRing>,
+    /// The io_uring backend, when on.
+    #[cfg(all(feature = "uring", target_os = "linux"))]
+    pub(crate) uring: Option<crate::uring::Backend>,
 }
 
 /// The counters behind [`Stats`].
@@ -324,7 +355,7 @@ impl UdpState {
             txtime: txtime && !disabled.txtime,
             disabled,
         };
-        Ok(UdpState {
+        let state = UdpState {
             ipv6,
             caps,
             split_wait: config.split_wait,
@@ -337,7 +368,54 @@ impl UdpState {
             c: Counters::default(),
             fallbacks: Mutex::new(Vec::new()),
             errors: Mutex::new(ErrorRing::default()),
-        })
+            #[cfg(all(feature = "uring", target_os = "linux"))]
+            uring: None,
+        };
+        #[cfg(feature = "uring")]
+        let state = state.with_uring(fd, &config)?;
+        Ok(state)
+    }
+
+    /// Sets the io_uring backend up when the config or `FASTUDP_BACKEND`
+    /// asks for it, or records why it cannot be.
+    #[cfg(feature = "uring")]
+    fn with_uring(
+        #[allow(unused_mut)] mut self,
+        fd: BorrowedFd<'_>,
+        config: &Config,
+    ) -> Result<Self, Error> {
+        #[cfg(target_os = "linux")]
+        let want = config.uring || crate::uring::env_wants_uring()?;
+        #[cfg(not(target_os = "linux"))]
+        let want = config.uring;
+        if !want {
+            return Ok(self);
+        }
+        #[cfg(target_os = "linux")]
+        {
+            let payload = if self.caps.gro {
+                crate::socket::DEFAULT_MESSAGE_CAPACITY
+            } else {
+                65536
+            };
+            match crate::uring::Backend::new(fd, config.uring_recv_buffers, payload) {
+                Ok(b) => self.uring = Some(b),
+                Err(ev) => self.record(ev.feature, ev.errno, ev.reason),
+            }
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = fd;
+            self.record(Feature::Uring, None, "io_uring is Linux-only; using syscalls".into());
+        }
+        Ok(self)
+    }
+
+    /// Counts messages received outside the syscall path.
+    #[cfg(all(feature = "uring", target_os = "linux"))]
+    pub(crate) fn count_recv(&self, messages: usize) {
+        self.c.recv_calls.fetch_add(1, Relaxed);
+        self.c.recv_messages.fetch_add(messages as u64, Relaxed);
     }
 
     /// What was probed when the socket was set up.
@@ -505,7 +583,7 @@ impl UdpState {
         crate::wire::max_payload(!is_v4_dest(dest))
     }
 
-    fn record(&self, feature: Feature, errno: Option<i32>, reason: String) {
+    pub(crate) fn record(&self, feature: Feature, errno: Option<i32>, reason: String) {
         if let Ok(mut v) = self.fallbacks.lock() {
             v.push(FallbackEvent {
                 feature,

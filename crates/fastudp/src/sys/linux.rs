@@ -55,7 +55,7 @@ fn fill_msghdr(hdr: &mut libc::msghdr, m: &OutMsg<'_>) {
 }
 
 /// An all-zero `msghdr`: null pointers and zero lengths.
-fn empty_msghdr() -> libc::msghdr {
+pub(super) fn empty_msghdr() -> libc::msghdr {
     // SAFETY: msghdr is a plain C struct for which all-zero bytes is a valid
     // value (null pointers, zero lengths), whatever private padding fields
     // the C library gives it.
@@ -101,13 +101,33 @@ pub(crate) fn sendmsg(fd: BorrowedFd<'_>, m: &OutMsg<'_>, flags: i32) -> io::Res
 /// Room for an IPv4 or IPv6 socket address.
 #[repr(C)]
 #[derive(Clone, Copy)]
-union RawAddr {
+pub(super) union RawAddr {
     v4: libc::sockaddr_in,
     v6: libc::sockaddr_in6,
 }
 
+impl RawAddr {
+    /// An all-zero address (family `AF_UNSPEC`).
+    pub(super) fn zeroed() -> Self {
+        // SAFETY: both members are plain C structs for which all-zero bytes
+        // are valid.
+        unsafe { MaybeUninit::zeroed().assume_init() }
+    }
+}
+
+/// The socket address in `b`, as the kernel wrote it (`b.len()` bytes of a
+/// `struct sockaddr`).
+pub(super) fn addr_from_bytes(b: &[u8]) -> Option<SocketAddr> {
+    let mut a = AddrBuf::default();
+    let n = b.len().min(size_of::<libc::sockaddr_storage>());
+    // SAFETY: `n` bytes fit in the sockaddr_storage, and `b` holds them;
+    // the two do not overlap.
+    unsafe { ptr::copy_nonoverlapping(b.as_ptr(), &mut a.0 as *mut _ as *mut u8, n) };
+    a.socket_addr(n as _)
+}
+
 /// Writes `a` as a C socket address; returns its length.
-fn raw_addr(a: &SocketAddr) -> (RawAddr, libc::socklen_t) {
+pub(super) fn raw_addr(a: &SocketAddr) -> (RawAddr, libc::socklen_t) {
     match a {
         SocketAddr::V4(v4) => (
             RawAddr {

@@ -8,6 +8,8 @@
 mod linux;
 #[cfg(any(target_os = "linux", target_os = "android"))]
 pub use linux::*;
+#[cfg(all(feature = "uring", target_os = "linux"))]
+pub(crate) mod uring;
 
 #[cfg(not(any(target_os = "linux", target_os = "android")))]
 mod other;

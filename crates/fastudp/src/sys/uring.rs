@@ -1,0 +1,845 @@
+//! io_uring rings for UDP: a multishot `RECVMSG` into a provided buffer
+//! ring, linked batches of `SENDMSG`, and `SENDMSG_ZC` (Linux only, the
+//! `uring` feature), on the `io-uring` crate.
+//!
+//! # Who owns which memory, and when
+//!
+//! io_uring hands memory to the kernel for longer than a syscall: that is
+//! the whole safety question here, and these are the arguments, one per kind
+//! of memory.
+//!
+//! * **Receive buffers** ([`RecvRing`]). One anonymous `mmap` region, cut
+//!   into `nbufs` buffers, and a page-aligned buffer ring (another `mmap`)
+//!   registered with `IORING_REGISTER_PBUF_RING`. A buffer whose entry sits
+//!   in the ring (between the kernel's head and the tail we publish) is the
+//!   kernel's: it may write into it at any time, and no Rust reference to it
+//!   exists. A completion with `IORING_CQE_F_BUFFER` hands that one buffer
+//!   back to us: we read it (only the bytes the completion counts, all of
+//!   which the kernel wrote; the mapping is zero-filled memory, so every
+//!   byte is initialised anyway), pass a shared slice of it to the caller's
+//!   callback, whose lifetime ends with the call, and only then write its
+//!   entry back into the ring and publish the new tail with a release store.
+//!   So a buffer is never both referenced by Rust and owned by the kernel.
+//!   The `msghdr` the multishot request was built from lives in a `Box` as
+//!   long as the ring.
+//! * **Teardown with a receive in flight.** Dropping a [`RecvRing`] cancels
+//!   the multishot request (`IORING_OP_ASYNC_CANCEL`) and waits, up to a
+//!   second, for its final completion (one without `IORING_CQE_F_MORE`).
+//!   Only then are the buffer ring unregistered and the mappings unmapped.
+//!   If the final completion never comes, the mappings are leaked, never
+//!   unmapped: the kernel may still write into them, and leaked memory is
+//!   never reused. The socket may be closed first: an armed request holds
+//!   its own reference to the file.
+//! * **Send batches** ([`SendRing::send_batch`]). Headers, addresses,
+//!   iovecs and control data are built in heap slots the ring owns; the
+//!   payloads are the caller's, borrowed for the call. The call does not
+//!   return before every completion of its batch arrived, so nothing it
+//!   borrowed is in use when it returns. The kernel only reads send memory:
+//!   even in the one case where the call gives up early (the ring itself
+//!   failing, which marks it broken, never to be entered again), no
+//!   memory of ours can be written.
+//! * **Zerocopy sends** ([`ZcRing`]). The kernel reads the payload until it
+//!   posts the notification completion (`IORING_CQE_F_NOTIF`), long after
+//!   the send completed. The payload is a `Vec<u8>` moved into the ring's
+//!   slot table: its heap block does not move while the `Vec` is held, and
+//!   the ring gives the `Vec` back only on that slot's notification (or at
+//!   once when the first completion says none follows, no
+//!   `IORING_CQE_F_MORE`). Dropping a [`ZcRing`] waits up to a second for
+//!   outstanding notifications and leaks the buffers still held after that,
+//!   the same guarantee as [`crate::ZeroCopySender`].
+
+use super::linux::{addr_from_bytes, empty_msghdr, raw_addr, RawAddr};
+use super::{SendMsg, MAX_BATCH, SEND_CONTROL_LEN};
+use crate::wire::cmsg::CMSG_BUF_LEN;
+use io_uring::{cqueue, opcode, squeue, types, IoUring, Probe};
+use std::io;
+use std::mem::size_of;
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::time::{Duration, Instant};
+
+/// `IORING_SEND_ZC_REPORT_USAGE` (6.2): the notification says whether the
+/// kernel copied. Zerocopy send flags travel in the SQE's `ioprio`.
+const SEND_ZC_REPORT_USAGE: u16 = 1 << 3;
+/// `IORING_NOTIF_USAGE_ZC_COPIED`: set in a notification's result when the
+/// kernel copied the data after all.
+const NOTIF_USAGE_ZC_COPIED: u32 = 1 << 31;
+
+/// Buffer group id of the receive buffer ring (one group per ring).
+const BGID: u16 = 0;
+/// `user_data` of the multishot receive.
+const RECV_TAG: u64 = 1;
+/// `user_data` of cancel requests (their completions are ignored).
+const CANCEL_TAG: u64 = u64::MAX;
+/// Room for the source address in each receive buffer: a `sockaddr_in6`
+/// (28 bytes), rounded up to 8 so that control data stays aligned.
+const NAME_LEN: usize = 32;
+/// `sizeof(struct io_uring_recvmsg_out)`.
+const OUT_HDR: usize = 16;
+/// Bytes of each receive buffer before the payload.
+pub(crate) const RECV_OVERHEAD: usize = OUT_HDR + NAME_LEN + CMSG_BUF_LEN;
+/// Longest teardown waits for the kernel to give memory back.
+const TEARDOWN_WAIT: Duration = Duration::from_secs(1);
+
+/// The opcodes and registrations fastudp uses, as the kernel reports them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Ops {
+    /// `IORING_OP_RECVMSG` (multishot needs 6.0; found out when armed).
+    pub recvmsg: bool,
+    /// `IORING_OP_SENDMSG`.
+    pub sendmsg: bool,
+    /// `IORING_OP_SENDMSG_ZC` (6.1).
+    pub sendmsg_zc: bool,
+    /// `IORING_OP_ASYNC_CANCEL`.
+    pub async_cancel: bool,
+    /// `IORING_REGISTER_PBUF_RING` (5.19).
+    pub buf_ring: bool,
+}
+
+/// Creates a small ring and asks the kernel which opcodes it supports
+/// (`IORING_REGISTER_PROBE`) and whether it takes a provided buffer ring.
+/// The error of `io_uring_setup` says why io_uring is unavailable
+/// (`ENOSYS`: not built in or filtered by seccomp; `EPERM`:
+/// `kernel.io_uring_disabled` or seccomp).
+pub(crate) fn probe() -> Result<Ops, (&'static str, io::Error)> {
+    let ring = IoUring::new(8).map_err(|e| ("io_uring_setup", e))?;
+    let mut p = Probe::new();
+    ring.submitter()
+        .register_probe(&mut p)
+        .map_err(|e| ("IORING_REGISTER_PROBE", e))?;
+    let buf_ring = BufRingMem::new(1, 64)
+        .and_then(|m| m.register(&ring))
+        .is_ok();
+    Ok(Ops {
+        recvmsg: p.is_supported(opcode::RecvMsgMulti::CODE),
+        sendmsg: p.is_supported(opcode::SendMsg::CODE),
+        sendmsg_zc: p.is_supported(opcode::SendMsgZc::CODE),
+        async_cancel: p.is_supported(opcode::AsyncCancel::CODE),
+        buf_ring,
+    })
+}
+
+/// A ring with `entries` submission slots and twice that for completions;
+/// cooperative task running where the kernel has it (5.19), as no signal
+/// needs to interrupt a thread for completions it will reap itself.
+fn new_ring(entries: u32) -> io::Result<IoUring> {
+    IoUring::builder()
+        .setup_coop_taskrun()
+        .setup_cqsize(entries * 2)
+        .build(entries)
+        .or_else(|_| IoUring::builder().setup_cqsize(entries * 2).build(entries))
+}
+
+/// Pushes one entry and submits it.
+fn push(ring: &mut IoUring, e: &squeue::Entry) -> io::Result<()> {
+    // SAFETY: every entry pushed here points only at memory whose lifetime
+    // the caller's type guarantees until the matching completion (see the
+    // module docs); a cancel entry points at nothing.
+    let r = unsafe { ring.submission().push(e) };
+    if r.is_err() {
+        ring.submit()?;
+        // SAFETY: as above.
+        unsafe { ring.submission().push(e) }
+            .map_err(|_| io::Error::other("io_uring submission queue full"))?;
+    }
+    Ok(())
+}
+
+/// Waits for at least one completion, up to `timeout` (forever when
+/// `None`). Returns false on a timeout or a signal.
+fn wait_cqe(ring: &IoUring, timeout: Option<Duration>) -> io::Result<bool> {
+    let r = match timeout {
+        None => ring.submit_and_wait(1),
+        Some(t) => {
+            let ts = types::Timespec::from(t);
+            let args = types::SubmitArgs::new().timespec(&ts);
+            ring.submitter().submit_with_args(1, &args)
+        }
+    };
+    match r {
+        Ok(_) => Ok(true),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME) | Some(libc::EINTR)) => Ok(false),
+        // EBUSY: the completion queue overflowed; reaping makes room.
+        Err(e) if e.raw_os_error() == Some(libc::EBUSY) => Ok(true),
+        Err(e) => Err(e),
+    }
+}
+
+/// An anonymous, private, zero-filled mapping.
+struct Mapping {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain memory, owned by one value; which thread
+// holds that value does not matter.
+unsafe impl Send for Mapping {}
+
+impl Mapping {
+    fn new(len: usize) -> io::Result<Self> {
+        // SAFETY: a new anonymous mapping touches no existing memory.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Mapping {
+            ptr: p as *mut u8,
+            len,
+        })
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: the region was mapped by `new` and is unmapped once; the
+        // owners drop a mapping only when the kernel no longer uses it
+        // (module docs), and leak it otherwise.
+        unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.len) };
+    }
+}
+
+/// `struct io_uring_buf`; the `resv` field of entry 0 is the ring's tail.
+#[repr(C)]
+struct RawBuf {
+    addr: u64,
+    len: u32,
+    bid: u16,
+    resv: u16,
+}
+
+/// A provided buffer ring with its buffers.
+struct BufRingMem {
+    ring: Mapping,
+    bufs: Mapping,
+    nbufs: u16,
+    buf_len: usize,
+    tail: u16,
+}
+
+impl BufRingMem {
+    /// `nbufs` (a power of two) buffers of `buf_len` bytes, all in the ring.
+    fn new(nbufs: u16, buf_len: usize) -> io::Result<Self> {
+        let ring = Mapping::new((nbufs as usize * size_of::<RawBuf>()).max(4096))?;
+        let bufs = Mapping::new(nbufs as usize * buf_len)?;
+        let mut m = BufRingMem {
+            ring,
+            bufs,
+            nbufs,
+            buf_len,
+            tail: 0,
+        };
+        for bid in 0..nbufs {
+            m.put(bid);
+        }
+        Ok(m)
+    }
+
+    fn register(&self, ring: &IoUring) -> io::Result<()> {
+        // SAFETY: the ring mapping is page-aligned, holds `nbufs` entries
+        // and lives until unregistered (or leaked): see `RecvRing::drop`.
+        unsafe {
+            ring.submitter().register_buf_ring_with_flags(
+                self.ring.ptr as u64,
+                self.nbufs,
+                BGID,
+                0,
+            )
+        }
+    }
+
+    /// Gives buffer `bid` (one we own) to the kernel: writes its entry at
+    /// the tail, then publishes the tail.
+    fn put(&mut self, bid: u16) {
+        let slot = (self.tail & (self.nbufs - 1)) as usize;
+        let base = self.ring.ptr as *mut RawBuf;
+        // SAFETY: `slot < nbufs`, inside the ring mapping. The kernel reads
+        // entries only below the tail it sees, so this entry is ours until
+        // the release store below; `resv` (the tail, in entry 0) is not
+        // written here.
+        unsafe {
+            let e = base.add(slot);
+            std::ptr::addr_of_mut!((*e).addr)
+                .write(self.bufs.ptr.add(bid as usize * self.buf_len) as u64);
+            std::ptr::addr_of_mut!((*e).len).write(self.buf_len as u32);
+            std::ptr::addr_of_mut!((*e).bid).write(bid);
+        }
+        self.tail = self.tail.wrapping_add(1);
+        // SAFETY: the tail field is a naturally aligned u16 in the mapping,
+        // which the kernel reads with an acquire load; AtomicU16 has the
+        // layout of u16.
+        let tail = unsafe { &*(std::ptr::addr_of_mut!((*base).resv) as *const AtomicU16) };
+        tail.store(self.tail, Ordering::Release);
+    }
+
+    /// Buffer `bid`'s first `len` bytes.
+    ///
+    /// # Safety
+    /// The kernel handed `bid` back (a completion named it) and it was not
+    /// put back since.
+    unsafe fn buffer(&self, bid: u16, len: usize) -> &[u8] {
+        std::slice::from_raw_parts(
+            self.bufs.ptr.add(bid as usize * self.buf_len),
+            len.min(self.buf_len),
+        )
+    }
+}
+
+/// One received message, borrowed from its provided buffer.
+#[derive(Debug)]
+pub(crate) struct RecvOut<'a> {
+    /// The sender.
+    pub source: Option<SocketAddr>,
+    /// Control data as the kernel wrote it.
+    pub control: &'a [u8],
+    /// The payload (at most the buffer's room).
+    pub payload: &'a [u8],
+    /// The payload's length as the kernel reported it.
+    pub len: usize,
+    /// `msg_flags` (`MSG_TRUNC`, `MSG_CTRUNC`).
+    pub flags: i32,
+}
+
+/// What one receive completion said.
+#[derive(Debug)]
+pub(crate) enum RecvEvent<'a> {
+    /// A message.
+    Message(RecvOut<'a>),
+    /// The receive failed (`ENOBUFS`: no buffer was free).
+    Failed(io::Error),
+}
+
+/// A multishot `RECVMSG` on one socket, into a provided buffer ring.
+pub(crate) struct RecvRing {
+    ring: IoUring,
+    fd: RawFd,
+    /// `None` once leaked at teardown.
+    mem: Option<BufRingMem>,
+    msg: Box<libc::msghdr>,
+    armed: bool,
+}
+
+// SAFETY: the raw pointers in `msg` point at nothing (only its lengths are
+// used); the ring and the mappings are owned by this value alone.
+unsafe impl Send for RecvRing {}
+
+impl std::fmt::Debug for RecvRing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecvRing")
+            .field("fd", &self.fd)
+            .field("armed", &self.armed)
+            .finish()
+    }
+}
+
+impl RecvRing {
+    /// A ring of `nbufs` buffers (a power of two, at most 32768) with room
+    /// for `payload` bytes each, for socket `fd`. Not armed yet.
+    pub(crate) fn new(fd: BorrowedFd<'_>, nbufs: u16, payload: usize) -> io::Result<Self> {
+        let ring = new_ring(u32::from(nbufs).clamp(8, 4096))?;
+        let mem = BufRingMem::new(nbufs, RECV_OVERHEAD + payload)?;
+        mem.register(&ring)?;
+        let mut msg = Box::new(empty_msghdr());
+        msg.msg_namelen = NAME_LEN as _;
+        msg.msg_controllen = CMSG_BUF_LEN as _;
+        Ok(RecvRing {
+            ring,
+            fd: fd.as_raw_fd(),
+            mem: Some(mem),
+            msg,
+            armed: false,
+        })
+    }
+
+    /// True while a multishot receive is armed.
+    pub(crate) fn armed(&self) -> bool {
+        self.armed
+    }
+
+    /// Arms the multishot receive.
+    pub(crate) fn arm(&mut self) -> io::Result<()> {
+        let e = opcode::RecvMsgMulti::new(types::Fd(self.fd), &*self.msg, BGID)
+            .build()
+            .user_data(RECV_TAG);
+        // The kernel reads `msg` (a Box owned by self) when the request is
+        // prepared; the buffers it writes are the ring's (module docs).
+        push(&mut self.ring, &e)?;
+        self.ring.submit()?;
+        self.armed = true;
+        Ok(())
+    }
+
+    /// Waits for a completion, up to `timeout` (forever when `None`);
+    /// false on a timeout or a signal.
+    pub(crate) fn wait(&mut self, timeout: Option<Duration>) -> io::Result<bool> {
+        if !self.ring.completion().is_empty() {
+            return Ok(true);
+        }
+        wait_cqe(&self.ring, timeout)
+    }
+
+    /// True when a completion is waiting.
+    pub(crate) fn ready(&mut self) -> bool {
+        !self.ring.completion().is_empty()
+    }
+
+    /// Hands up to `max` completions to `f`, giving each message's buffer
+    /// back to the kernel after `f` returns. A completion without
+    /// `IORING_CQE_F_MORE` disarms (see [`RecvRing::armed`]). Returns the
+    /// number of completions handed over.
+    pub(crate) fn drain(&mut self, max: usize, mut f: impl FnMut(RecvEvent<'_>)) -> usize {
+        let mut n = 0;
+        while n < max {
+            let Some(cqe) = self.ring.completion().next() else {
+                break;
+            };
+            if cqe.user_data() != RECV_TAG {
+                continue;
+            }
+            if !cqueue::more(cqe.flags()) {
+                self.armed = false;
+            }
+            let res = cqe.result();
+            let bid = cqueue::buffer_select(cqe.flags());
+            let Some(mem) = self.mem.as_mut() else {
+                break;
+            };
+            if res < 0 {
+                if let Some(bid) = bid {
+                    mem.put(bid);
+                }
+                n += 1;
+                f(RecvEvent::Failed(io::Error::from_raw_os_error(-res)));
+                continue;
+            }
+            let Some(bid) = bid else {
+                continue;
+            };
+            // SAFETY: this completion handed `bid` to us; it goes back to
+            // the kernel (`put`) only after `f`, whose borrow ends with it.
+            let buf = unsafe { mem.buffer(bid, res as usize) };
+            if let Ok(out) = types::RecvMsgOut::parse(buf, &self.msg) {
+                let source = addr_from_bytes(out.name_data());
+                n += 1;
+                f(RecvEvent::Message(RecvOut {
+                    source,
+                    control: out.control_data(),
+                    payload: out.payload_data(),
+                    len: out.incoming_payload_len() as usize,
+                    flags: out.flags() as i32,
+                }));
+            }
+            mem.put(bid);
+        }
+        n
+    }
+}
+
+impl Drop for RecvRing {
+    fn drop(&mut self) {
+        let deadline = Instant::now() + TEARDOWN_WAIT;
+        if self.armed {
+            let c = opcode::AsyncCancel::new(RECV_TAG)
+                .build()
+                .user_data(CANCEL_TAG);
+            let _ = push(&mut self.ring, &c).and_then(|_| self.ring.submit());
+        }
+        while self.armed && Instant::now() < deadline {
+            if wait_cqe(&self.ring, Some(Duration::from_millis(50))).is_err() {
+                break;
+            }
+            self.drain(usize::MAX, |_| {});
+        }
+        if self.armed {
+            // The kernel may still write into the buffers: never unmap them.
+            std::mem::forget(self.mem.take());
+        } else {
+            let _ = self.ring.submitter().unregister_buf_ring(BGID);
+        }
+    }
+}
+
+/// A send message's memory: header, iovec, address and control data.
+#[repr(C)]
+struct Slot {
+    hdr: libc::msghdr,
+    iov: libc::iovec,
+    name: RawAddr,
+    ctl: Control,
+}
+
+#[repr(C, align(8))]
+struct Control([u8; SEND_CONTROL_LEN]);
+
+impl Slot {
+    fn new() -> Self {
+        Slot {
+            hdr: empty_msghdr(),
+            iov: libc::iovec {
+                iov_base: std::ptr::null_mut(),
+                iov_len: 0,
+            },
+            name: RawAddr::zeroed(),
+            ctl: Control([0; SEND_CONTROL_LEN]),
+        }
+    }
+
+    /// Points the header at this slot's address, iovec and control data,
+    /// with `m`'s payload.
+    fn set(&mut self, m: &SendMsg<'_>) {
+        let mut h = empty_msghdr();
+        if let Some(dest) = &m.dest {
+            let (raw, len) = raw_addr(dest);
+            self.name = raw;
+            h.msg_name = &mut self.name as *mut RawAddr as *mut libc::c_void;
+            h.msg_namelen = len;
+        }
+        self.iov = libc::iovec {
+            iov_base: m.payload.as_ptr() as *mut libc::c_void,
+            iov_len: m.payload.len(),
+        };
+        h.msg_iov = &mut self.iov;
+        h.msg_iovlen = 1;
+        let clen = m.control_len.min(SEND_CONTROL_LEN);
+        if clen > 0 {
+            h.msg_control = self.ctl.0.as_mut_ptr() as *mut libc::c_void;
+            h.msg_controllen = clen as _;
+        }
+        self.hdr = h;
+    }
+}
+
+/// A ring for batches of `SENDMSG`.
+pub(crate) struct SendRing {
+    ring: IoUring,
+    slots: Box<[Slot]>,
+    broken: bool,
+}
+
+// SAFETY: the slots' raw pointers point into the slots themselves or at
+// payloads borrowed only during `send_batch`; the value owns everything.
+unsafe impl Send for SendRing {}
+
+impl std::fmt::Debug for SendRing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SendRing")
+            .field("broken", &self.broken)
+            .finish()
+    }
+}
+
+impl SendRing {
+    /// A ring for batches of up to [`MAX_BATCH`] messages.
+    pub(crate) fn new() -> io::Result<Self> {
+        Ok(SendRing {
+            ring: new_ring(MAX_BATCH as u32)?,
+            slots: (0..MAX_BATCH).map(|_| Slot::new()).collect(),
+            broken: false,
+        })
+    }
+
+    /// True once the ring itself failed; it is not entered again.
+    pub(crate) fn broken(&self) -> bool {
+        self.broken
+    }
+
+    /// Sends `n` messages (at most [`MAX_BATCH`]) built by `fill`, as in
+    /// [`super::send_batch`], as one chain of linked `SENDMSG`s in one
+    /// `io_uring_enter`: a failure cancels the rest, so what went out is a
+    /// prefix. Returns `Err` from `fill` as the outer error, else the number
+    /// of messages sent, or the first one's error when none was; the second
+    /// element is the number of `io_uring_enter` calls made.
+    pub(crate) fn send_batch<'a, E>(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        n: usize,
+        mut fill: impl FnMut(usize, &mut [u8]) -> Result<SendMsg<'a>, E>,
+    ) -> Result<(io::Result<usize>, u64), E> {
+        let n = n.min(MAX_BATCH);
+        if n == 0 {
+            return Ok((Ok(0), 0));
+        }
+        if self.broken {
+            return Ok((Err(io::Error::other("io_uring send ring failed")), 0));
+        }
+        for i in 0..n {
+            let s = &mut self.slots[i];
+            s.ctl.0.fill(0);
+            let m = fill(i, &mut s.ctl.0)?;
+            s.set(&m);
+        }
+        for i in 0..n {
+            let mut e = opcode::SendMsg::new(types::Fd(fd.as_raw_fd()), &self.slots[i].hdr)
+                .build()
+                .user_data(i as u64);
+            if i + 1 < n {
+                e = e.flags(squeue::Flags::IO_LINK);
+            }
+            // SAFETY: the entry points at slot `i` (owned by self) and, through
+            // it, at a payload borrowed for 'a; this call returns only after
+            // the entry's completion (module docs).
+            if unsafe { self.ring.submission().push(&e) }.is_err() {
+                // Cannot happen: the queue has MAX_BATCH entries and is
+                // empty between calls.
+                self.broken = true;
+                return Ok((Err(io::Error::other("io_uring submission queue full")), 0));
+            }
+        }
+        let mut res = [0i32; MAX_BATCH];
+        let mut seen = 0;
+        let mut enters = 0;
+        while seen < n {
+            enters += 1;
+            match self.ring.submit_and_wait(n - seen) {
+                Ok(_) => {}
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR) | Some(libc::EBUSY)) => {}
+                Err(e) => {
+                    // The ring failed: it is never entered again, so entries
+                    // still queued are never seen by the kernel, and those it
+                    // took only read memory (module docs).
+                    self.broken = true;
+                    return Ok((Err(e), enters));
+                }
+            }
+            for cqe in self.ring.completion() {
+                let i = cqe.user_data() as usize;
+                if i < n {
+                    res[i] = cqe.result();
+                    seen += 1;
+                }
+            }
+        }
+        let ok = res[..n].iter().take_while(|&&r| r >= 0).count();
+        let r = if ok > 0 {
+            Ok(ok)
+        } else {
+            Err(io::Error::from_raw_os_error(-res[0]))
+        };
+        Ok((r, enters))
+    }
+}
+
+/// What a zerocopy send's completions said, for one buffer.
+#[derive(Debug)]
+pub(crate) struct ZcDone {
+    /// The buffer, free again.
+    pub buf: Vec<u8>,
+    /// The kernel copied the data rather than sending from the buffer.
+    pub copied: bool,
+    /// The send's own outcome.
+    pub result: io::Result<()>,
+}
+
+/// Zerocopy sends (`SENDMSG_ZC`) whose buffers the ring holds until the
+/// notification.
+pub(crate) struct ZcRing {
+    ring: IoUring,
+    slots: Box<[Slot]>,
+    /// The buffer of each slot in use, and the send's outcome once known.
+    held: Vec<Option<(Vec<u8>, Option<i32>)>>,
+    free: Vec<usize>,
+}
+
+// SAFETY: as for SendRing; the held buffers are owned `Vec`s.
+unsafe impl Send for ZcRing {}
+
+impl std::fmt::Debug for ZcRing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZcRing")
+            .field("in_flight", &self.in_flight())
+            .finish()
+    }
+}
+
+/// Most zerocopy sends in flight on one ring.
+pub(crate) const ZC_SLOTS: usize = 64;
+
+impl ZcRing {
+    /// A ring for up to [`ZC_SLOTS`] sends in flight.
+    pub(crate) fn new() -> io::Result<Self> {
+        Ok(ZcRing {
+            ring: new_ring(ZC_SLOTS as u32 * 2)?,
+            slots: (0..ZC_SLOTS).map(|_| Slot::new()).collect(),
+            held: (0..ZC_SLOTS).map(|_| None).collect(),
+            free: (0..ZC_SLOTS).rev().collect(),
+        })
+    }
+
+    /// Buffers the kernel may still read.
+    pub(crate) fn in_flight(&self) -> usize {
+        ZC_SLOTS - self.free.len()
+    }
+
+    /// Sends `buf` with `SENDMSG_ZC`, its header built by `fill` (control
+    /// data into the given buffer; the payload must be `buf`). Waits for
+    /// the send's own completion (not the notification): `Ok` means it was
+    /// sent, and the ring holds `buf` until the notification, when it goes
+    /// to `done` with the other finished buffers. On an error the buffer
+    /// comes back with it, once the kernel let go of it (`None` if the
+    /// kernel still held it after a second: it is then kept, and comes back
+    /// through `done`). `WouldBlock`, without a send, when all slots are in
+    /// flight.
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn send<E>(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        buf: Vec<u8>,
+        fill: impl for<'b> FnOnce(&'b [u8], &mut [u8]) -> Result<SendMsg<'b>, E>,
+        done: &mut Vec<ZcDone>,
+    ) -> Result<Result<(), (io::Error, Option<Vec<u8>>)>, (E, Vec<u8>)> {
+        let Some(i) = self.free.pop() else {
+            return Ok(Err((io::Error::from(io::ErrorKind::WouldBlock), Some(buf))));
+        };
+        let s = &mut self.slots[i];
+        s.ctl.0.fill(0);
+        match fill(&buf, &mut s.ctl.0) {
+            Ok(m) => s.set(&m),
+            Err(e) => {
+                self.free.push(i);
+                return Err((e, buf));
+            }
+        }
+        let e = opcode::SendMsgZc::new(types::Fd(fd.as_raw_fd()), &self.slots[i].hdr)
+            .ioprio(SEND_ZC_REPORT_USAGE)
+            .build()
+            .user_data(i as u64);
+        let ptr = buf.as_ptr();
+        // The slot holds `buf` from here until its notification (or a
+        // completion that says none follows).
+        self.held[i] = Some((buf, None));
+        if let Err(e) = push(&mut self.ring, &e) {
+            let buf = self.held[i].take().map(|h| h.0);
+            self.free.push(i);
+            return Ok(Err((e, buf)));
+        }
+        let deadline = Instant::now() + TEARDOWN_WAIT;
+        let mut outcome: Option<i32> = None;
+        loop {
+            let submitted = self.ring.submit();
+            let before = done.len();
+            self.reap(done);
+            match &self.held[i] {
+                Some((_, Some(r))) if outcome.is_none() => {
+                    if *r >= 0 {
+                        return Ok(Ok(()));
+                    }
+                    // Failed, and a notification follows: wait for it.
+                    outcome = Some(*r);
+                }
+                Some(_) => {}
+                None => {
+                    // Done: its buffer is among those just reaped.
+                    let k = (before..done.len()).find(|&k| done[k].buf.as_ptr() == ptr);
+                    let d = k.map(|k| done.remove(k));
+                    let r = outcome.or_else(|| {
+                        d.as_ref()
+                            .and_then(|d| d.result.as_ref().err())
+                            .and_then(|e| e.raw_os_error())
+                            .map(|e| -e)
+                    });
+                    return Ok(match (r, d) {
+                        (Some(r), d) if r < 0 => {
+                            Err((io::Error::from_raw_os_error(-r), d.map(|d| d.buf)))
+                        }
+                        (_, Some(d)) => {
+                            // Sent, no notification: hand it over as done.
+                            done.push(d);
+                            Ok(())
+                        }
+                        (_, None) => Ok(()),
+                    });
+                }
+            }
+            if let Err(e) = submitted {
+                if !matches!(e.raw_os_error(), Some(libc::EINTR) | Some(libc::EBUSY)) {
+                    return Ok(Err((e, None)));
+                }
+            }
+            if Instant::now() > deadline {
+                let e = io::Error::from_raw_os_error(-outcome.unwrap_or(-libc::ETIMEDOUT));
+                return Ok(Err((e, None)));
+            }
+            let _ = wait_cqe(&self.ring, Some(Duration::from_millis(10)));
+        }
+    }
+
+    /// Reads every completion queued now, without waiting; buffers whose
+    /// notification arrived go to `done`.
+    pub(crate) fn reap(&mut self, done: &mut Vec<ZcDone>) {
+        for cqe in self.ring.completion() {
+            let i = cqe.user_data() as usize;
+            if i >= ZC_SLOTS {
+                continue;
+            }
+            let flags = cqe.flags();
+            let res = cqe.result();
+            if cqueue::notif(flags) {
+                if let Some((buf, r)) = self.held[i].take() {
+                    let r = r.unwrap_or(0);
+                    done.push(ZcDone {
+                        buf,
+                        copied: res as u32 & NOTIF_USAGE_ZC_COPIED != 0,
+                        result: if r < 0 {
+                            Err(io::Error::from_raw_os_error(-r))
+                        } else {
+                            Ok(())
+                        },
+                    });
+                    self.free.push(i);
+                }
+                continue;
+            }
+            if cqueue::more(flags) {
+                if let Some((_, r)) = self.held[i].as_mut() {
+                    *r = Some(res);
+                }
+            } else if let Some((buf, _)) = self.held[i].take() {
+                // No notification follows: the buffer is free now.
+                done.push(ZcDone {
+                    buf,
+                    copied: false,
+                    result: if res < 0 {
+                        Err(io::Error::from_raw_os_error(-res))
+                    } else {
+                        Ok(())
+                    },
+                });
+                self.free.push(i);
+            }
+        }
+    }
+
+    /// Waits up to `timeout` for a completion, then reaps.
+    pub(crate) fn wait(&mut self, timeout: Duration, done: &mut Vec<ZcDone>) -> io::Result<()> {
+        if self.in_flight() > 0 && self.ring.completion().is_empty() {
+            wait_cqe(&self.ring, Some(timeout))?;
+        }
+        self.reap(done);
+        Ok(())
+    }
+}
+
+impl Drop for ZcRing {
+    fn drop(&mut self) {
+        let deadline = Instant::now() + TEARDOWN_WAIT;
+        let mut done = Vec::new();
+        while self.in_flight() > 0 && Instant::now() < deadline {
+            if self.wait(Duration::from_millis(50), &mut done).is_err() {
+                break;
+            }
+        }
+        // Buffers still held may still be read by the kernel: leak them.
+        for h in self.held.iter_mut() {
+            std::mem::forget(h.take());
+        }
+    }
+}

@@ -1,0 +1,702 @@
+//! The io_uring backend (feature `uring`, Linux only): the same
+//! [`UdpState`](crate::UdpState) and [`Socket`](crate::Socket), driven by
+//! io_uring instead of one syscall per batch.
+//!
+//! Turn it on per socket with [`Config::uring`](crate::Config::uring), or
+//! for a whole process with `FASTUDP_BACKEND=uring` ([`BACKEND_ENV`]).
+//! Then:
+//!
+//! * **Receive** is one multishot `IORING_OP_RECVMSG` into a ring of
+//!   provided buffers: the kernel receives as data arrives, and each
+//!   completion carries the source address and the control messages
+//!   (`UDP_GRO` segment size, TOS/ECN, PKTINFO, `SO_RXQ_OVFL`), decoded by
+//!   the same code as the syscall path. When the request ends (a completion
+//!   without `IORING_CQE_F_MORE`) it is armed again. When every buffer is
+//!   in use the kernel ends it with `ENOBUFS`: the datagrams stay in the
+//!   socket's queue, nothing is lost, the event is counted
+//!   ([`UringStats::buffer_exhausted`]) and the request re-armed once
+//!   buffers are back. [`UdpState::recv_with`](crate::UdpState::recv_with)
+//!   hands messages straight out of the provided buffers;
+//!   [`UdpState::recv`](crate::UdpState::recv) copies them into a
+//!   [`RecvBatch`](crate::RecvBatch) as before.
+//! * **Send** goes as one chain of linked `IORING_OP_SENDMSG`s per batch,
+//!   in one `io_uring_enter`, with the control messages of the syscall path
+//!   (`UDP_SEGMENT`, TOS, PKTINFO, `SCM_TXTIME`). A failure cancels the
+//!   rest of the chain, so what went out is a prefix, as with `sendmmsg`,
+//!   and every fallback (a GSO refusal, an ECN refusal, ICMP errors) is the
+//!   syscall path's own code.
+//! * **Zerocopy** sends go with `IORING_OP_SENDMSG_ZC`
+//!   ([`UringZeroCopySender`]): the buffer comes back on the notification
+//!   completion, not through the error queue, and
+//!   `IORING_SEND_ZC_REPORT_USAGE` says whether the kernel copied.
+//!
+//! When io_uring cannot be used (`kernel.io_uring_disabled`, seccomp,
+//! `ENOSYS`, `EPERM`, a missing opcode or buffer ring, a multishot receive
+//! the kernel refuses), the socket uses the syscall path and says why in
+//! [`Stats::fallbacks`](crate::Stats::fallbacks), under
+//! [`Feature::Uring`](crate::Feature::Uring). [`probe`] says what this
+//! kernel offers.
+//!
+//! A non-blocking socket on this backend is ready when the ring has
+//! completions, which a poll of the socket itself does not show: call
+//! `recv` in a loop with a wait of your own, or use the blocking form.
+//! Every safety argument about memory the kernel holds is written down in
+//! the private `sys::uring` module.
+
+use crate::error::{Error, FallbackEvent, Feature};
+use crate::socket::{RecvMeta, Transmit, UdpIo, UdpState};
+use crate::sys::{self, InMeta};
+use crate::zerocopy::{send_copy, ZeroCopyStats};
+use std::collections::VecDeque;
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use crate::sys::uring::{self as ring, RecvEvent, RecvRing, SendRing, ZcDone, ZcRing};
+
+/// Environment variable that picks the backend of every socket fastudp
+/// sets up: `uring` or `syscall` (the default).
+pub const BACKEND_ENV: &str = "FASTUDP_BACKEND";
+
+/// Default number of provided receive buffers per socket.
+pub const DEFAULT_RECV_BUFFERS: u16 = 64;
+
+/// What io_uring offers this process, as probed once.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct UringProbe {
+    /// `kernel.io_uring_disabled` (0: allowed, 1: only for the
+    /// `io_uring_group`, 2: off), when the sysctl exists.
+    pub sysctl_disabled: Option<u8>,
+    /// A ring could be created.
+    pub available: bool,
+    /// Why not, when it could not (or a needed piece is missing).
+    pub error: Option<String>,
+    /// The errno behind `error`.
+    pub errno: Option<i32>,
+    /// `IORING_OP_RECVMSG`.
+    pub recvmsg: bool,
+    /// `IORING_OP_SENDMSG`.
+    pub sendmsg: bool,
+    /// `IORING_OP_SENDMSG_ZC`.
+    pub sendmsg_zc: bool,
+    /// `IORING_OP_ASYNC_CANCEL`, needed to tear a receive down.
+    pub async_cancel: bool,
+    /// Provided buffer rings (`IORING_REGISTER_PBUF_RING`).
+    pub buf_ring: bool,
+}
+
+impl UringProbe {
+    /// The ring receive can run: RECVMSG, a buffer ring and cancel.
+    pub fn receive_ok(&self) -> bool {
+        self.available && self.recvmsg && self.buf_ring && self.async_cancel
+    }
+
+    /// Ring sends can run.
+    pub fn send_ok(&self) -> bool {
+        self.available && self.sendmsg
+    }
+
+    /// Ring zerocopy sends can run.
+    pub fn zerocopy_ok(&self) -> bool {
+        self.available && self.sendmsg_zc
+    }
+
+    /// Why the backend cannot be used at all, or `None`.
+    pub fn why_not(&self) -> Option<String> {
+        if !self.available {
+            return Some(
+                self.error
+                    .clone()
+                    .unwrap_or_else(|| "io_uring is not available".into()),
+            );
+        }
+        if !self.receive_ok() && !self.send_ok() {
+            return Some("the kernel lacks IORING_OP_SENDMSG and the multishot receive's pieces (RECVMSG, buffer rings, cancel)".into());
+        }
+        None
+    }
+}
+
+/// Reads `kernel.io_uring_disabled`.
+fn sysctl_disabled() -> Option<u8> {
+    std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+}
+
+/// What io_uring offers this process: probed once (a ring is created and
+/// `IORING_REGISTER_PROBE` asked), then remembered.
+pub fn probe() -> UringProbe {
+    static P: OnceLock<UringProbe> = OnceLock::new();
+    P.get_or_init(probe_now).clone()
+}
+
+#[cfg(target_os = "linux")]
+fn probe_now() -> UringProbe {
+    let sysctl = sysctl_disabled();
+    match ring::probe() {
+        Ok(o) => UringProbe {
+            sysctl_disabled: sysctl,
+            available: true,
+            error: None,
+            errno: None,
+            recvmsg: o.recvmsg,
+            sendmsg: o.sendmsg,
+            sendmsg_zc: o.sendmsg_zc,
+            async_cancel: o.async_cancel,
+            buf_ring: o.buf_ring,
+        },
+        Err((what, e)) => {
+            let why = match (e.raw_os_error(), sysctl) {
+                (Some(libc::EPERM), Some(2)) => "kernel.io_uring_disabled is 2".to_string(),
+                (Some(libc::EPERM), Some(1)) => {
+                    "kernel.io_uring_disabled is 1 and this process is not in io_uring_group"
+                        .to_string()
+                }
+                (Some(libc::EPERM), _) => "not permitted (a seccomp filter or a security module)".to_string(),
+                (Some(libc::ENOSYS), _) => {
+                    "the kernel has no io_uring (or a seccomp filter hides it)".to_string()
+                }
+                _ => "unavailable".to_string(),
+            };
+            UringProbe {
+                sysctl_disabled: sysctl,
+                available: false,
+                error: Some(format!("io_uring {why}: {what} failed ({e})")),
+                errno: e.raw_os_error(),
+                ..UringProbe::default()
+            }
+        }
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn probe_now() -> UringProbe {
+    UringProbe {
+        error: Some("io_uring is Linux-only".into()),
+        ..UringProbe::default()
+    }
+}
+
+/// Counters of a socket's io_uring backend.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct UringStats {
+    /// Ring sends are on.
+    pub send_active: bool,
+    /// The ring receive is on.
+    pub recv_active: bool,
+    /// `io_uring_enter` calls made to send.
+    pub send_enters: u64,
+    /// `SENDMSG` entries submitted.
+    pub send_sqes: u64,
+    /// Messages received through the ring.
+    pub recv_messages: u64,
+    /// Times the multishot receive was armed again after it ended.
+    pub rearms: u64,
+    /// Times the kernel found no free receive buffer (`ENOBUFS`); the data
+    /// stayed queued in the socket and was received after the re-arm.
+    pub buffer_exhausted: u64,
+}
+
+/// The backend's state inside a [`UdpState`].
+#[derive(Debug)]
+pub(crate) struct Backend {
+    fd: RawFd,
+    #[cfg(target_os = "linux")]
+    send: Mutex<Option<SendRing>>,
+    #[cfg(target_os = "linux")]
+    recv: Mutex<Option<RecvRing>>,
+    send_enters: AtomicU64,
+    send_sqes: AtomicU64,
+    recv_messages: AtomicU64,
+    rearms: AtomicU64,
+    exhausted: AtomicU64,
+    arms: AtomicU64,
+}
+
+/// Whether `FASTUDP_BACKEND` asks for io_uring.
+pub(crate) fn env_wants_uring() -> Result<bool, Error> {
+    match std::env::var(BACKEND_ENV) {
+        Ok(v) => match v.trim().to_ascii_lowercase().as_str() {
+            "uring" | "io_uring" => Ok(true),
+            "" | "syscall" | "syscalls" => Ok(false),
+            other => Err(Error::Setup {
+                what: "FASTUDP_BACKEND",
+                source: io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("{BACKEND_ENV}: unknown backend '{other}' (known: uring, syscall)"),
+                ),
+            }),
+        },
+        Err(_) => Ok(false),
+    }
+}
+
+impl Backend {
+    /// Sets the rings up for socket `fd`, or says why not.
+    #[cfg(target_os = "linux")]
+    pub(crate) fn new(
+        fd: BorrowedFd<'_>,
+        recv_buffers: u16,
+        payload: usize,
+    ) -> Result<Self, FallbackEvent> {
+        let p = probe();
+        let off = |errno: Option<i32>, reason: String| FallbackEvent {
+            feature: Feature::Uring,
+            errno,
+            reason,
+        };
+        if let Some(why) = p.why_not() {
+            return Err(off(p.errno, format!("{why}; using syscalls")));
+        }
+        let send = if p.send_ok() {
+            Some(SendRing::new().map_err(|e| {
+                off(
+                    e.raw_os_error(),
+                    format!("io_uring send ring: {e}; using syscalls"),
+                )
+            })?)
+        } else {
+            None
+        };
+        let recv = if p.receive_ok() {
+            let n = recv_buffers.clamp(1, 1 << 15).next_power_of_two();
+            Some(RecvRing::new(fd, n, payload).map_err(|e| {
+                off(
+                    e.raw_os_error(),
+                    format!("io_uring receive ring: {e}; using syscalls"),
+                )
+            })?)
+        } else {
+            None
+        };
+        Ok(Backend {
+            fd: fd.as_raw_fd(),
+            send: Mutex::new(send),
+            recv: Mutex::new(recv),
+            send_enters: AtomicU64::new(0),
+            send_sqes: AtomicU64::new(0),
+            recv_messages: AtomicU64::new(0),
+            rearms: AtomicU64::new(0),
+            exhausted: AtomicU64::new(0),
+            arms: AtomicU64::new(0),
+        })
+    }
+
+    /// The backend, if `fd` is the socket it was set up for.
+    pub(crate) fn for_fd(&self, fd: BorrowedFd<'_>) -> bool {
+        fd.as_raw_fd() == self.fd
+    }
+
+    pub(crate) fn stats(&self) -> UringStats {
+        #[cfg(target_os = "linux")]
+        let (send_active, recv_active) = (
+            self.send
+                .lock()
+                .map(|g| g.as_ref().is_some_and(|r| !r.broken()))
+                .unwrap_or(false),
+            self.recv.lock().map(|g| g.is_some()).unwrap_or(false),
+        );
+        #[cfg(not(target_os = "linux"))]
+        let (send_active, recv_active) = (false, false);
+        UringStats {
+            send_active,
+            recv_active,
+            send_enters: self.send_enters.load(Relaxed),
+            send_sqes: self.send_sqes.load(Relaxed),
+            recv_messages: self.recv_messages.load(Relaxed),
+            rearms: self.rearms.load(Relaxed),
+            buffer_exhausted: self.exhausted.load(Relaxed),
+        }
+    }
+
+    /// Sends a batch on the ring, as [`sys::send_batch`]; `None` when ring
+    /// sends are off (the caller uses the syscall).
+    #[cfg(target_os = "linux")]
+    pub(crate) fn send_batch<'a>(
+        &self,
+        state: &UdpState,
+        fd: BorrowedFd<'_>,
+        n: usize,
+        fill: impl FnMut(usize, &mut [u8]) -> Result<sys::SendMsg<'a>, Error>,
+    ) -> Option<Result<io::Result<usize>, Error>> {
+        let mut g = self.send.lock().ok()?;
+        let r = g.as_mut()?;
+        if r.broken() {
+            return None;
+        }
+        let out = r.send_batch(fd, n, fill);
+        if let Ok((res, enters)) = &out {
+            self.send_enters.fetch_add(*enters, Relaxed);
+            self.send_sqes.fetch_add(n as u64, Relaxed);
+            if r.broken() {
+                let e = res.as_ref().err();
+                state.record(
+                    Feature::Uring,
+                    e.and_then(|e| e.raw_os_error()),
+                    format!(
+                        "the io_uring send ring failed ({}); sends use syscalls",
+                        e.map(|e| e.to_string()).unwrap_or_default()
+                    ),
+                );
+                *g = None;
+            }
+        }
+        Some(out.map(|(r, _)| r))
+    }
+
+    /// Receives up to `max` messages from the ring: message `i` is handed
+    /// to `f(i, meta, payload)` straight from its provided buffer, cut to
+    /// `room(i)` bytes (longer ones are flagged truncated and counted, as
+    /// a receive into a buffer of that size would be). Waits as the socket
+    /// says (blocking, `SO_RCVTIMEO`, or not at all). `None` when the ring
+    /// receive is off: the caller uses syscalls.
+    #[cfg(target_os = "linux")]
+    pub(crate) fn recv(
+        &self,
+        state: &UdpState,
+        fd: BorrowedFd<'_>,
+        max: usize,
+        room: impl Fn(usize) -> usize,
+        mut f: impl FnMut(usize, &RecvMeta, &[u8]),
+    ) -> Option<Result<usize, Error>> {
+        let mut g = self.recv.lock().ok()?;
+        let r = g.as_mut()?;
+        let mut started: Option<(Instant, Option<Duration>)> = None;
+        let mut retries = 0;
+        loop {
+            if !r.armed() {
+                if let Err(e) = r.arm() {
+                    state.record(
+                        Feature::Uring,
+                        e.raw_os_error(),
+                        format!("arming the io_uring multishot receive failed ({e}); receives use syscalls"),
+                    );
+                    *g = None;
+                    return None;
+                }
+                if self.arms.fetch_add(1, Relaxed) > 0 {
+                    self.rearms.fetch_add(1, Relaxed);
+                }
+            }
+            let mut got = 0;
+            let mut err: Option<io::Error> = None;
+            r.drain(max, |ev| match ev {
+                RecvEvent::Message(m) => {
+                    let cap = room(got);
+                    let truncated = m.payload.len() > cap;
+                    let raw = InMeta {
+                        len: m.len,
+                        flags: m.flags | if truncated { sys::MSG_TRUNC } else { 0 },
+                        source: m.source,
+                        control_len: m.control.len(),
+                    };
+                    let meta = state.decode(raw, m.control, m.payload.len().min(cap));
+                    f(got, &meta, &m.payload[..meta.len]);
+                    got += 1;
+                }
+                RecvEvent::Failed(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
+                    self.exhausted.fetch_add(1, Relaxed);
+                }
+                RecvEvent::Failed(e) => {
+                    err.get_or_insert(e);
+                }
+            });
+            if got > 0 {
+                self.recv_messages.fetch_add(got as u64, Relaxed);
+                state.count_recv(got);
+                return Some(Ok(got));
+            }
+            if let Some(e) = err {
+                if e.raw_os_error() == Some(libc::EINVAL) && self.recv_messages.load(Relaxed) == 0
+                {
+                    state.record(
+                        Feature::Uring,
+                        Some(libc::EINVAL),
+                        "the kernel refused a multishot RECVMSG (before Linux 6.0); receives use syscalls".into(),
+                    );
+                    *g = None;
+                    return None;
+                }
+                if retries < 4 && state.absorb_async_error(fd, &e) {
+                    retries += 1;
+                    continue;
+                }
+                return Some(Err(Error::Io(e)));
+            }
+            if !r.armed() || r.ready() {
+                continue;
+            }
+            let (t0, timeout) = *started.get_or_insert_with(|| {
+                let nb = sys::is_nonblocking(fd).unwrap_or(true);
+                let t = if nb {
+                    Some(Duration::ZERO)
+                } else {
+                    socket2::SockRef::from(&fd).read_timeout().unwrap_or(None)
+                };
+                (Instant::now(), t)
+            });
+            let left = match timeout {
+                Some(t) => {
+                    let left = t.saturating_sub(t0.elapsed());
+                    if left.is_zero() {
+                        return Some(Err(Error::Io(io::Error::from(io::ErrorKind::WouldBlock))));
+                    }
+                    Some(left)
+                }
+                None => None,
+            };
+            if let Err(e) = r.wait(left) {
+                return Some(Err(Error::Io(e)));
+            }
+        }
+    }
+}
+
+impl UdpState {
+    /// The io_uring backend's counters, when this socket uses it.
+    pub fn uring_stats(&self) -> Option<UringStats> {
+        self.uring.as_ref().map(Backend::stats)
+    }
+
+    /// Receives messages and hands each to `f` with its metadata, without
+    /// copying: on the io_uring backend straight out of the provided
+    /// buffer it arrived in, which goes back to the kernel when `f`
+    /// returns. Up to `scratch.capacity()` messages; waits, truncation
+    /// (never, beyond the ring's buffers) and errors as
+    /// [`UdpState::recv`]. Without the ring, receives into `scratch` with
+    /// [`UdpState::recv`] and hands out its messages. Returns how many.
+    pub fn recv_with(
+        &self,
+        sock: impl std::os::fd::AsFd,
+        scratch: &mut crate::RecvBatch,
+        mut f: impl FnMut(&RecvMeta, &[u8]),
+    ) -> Result<usize, Error> {
+        let fd = sock.as_fd();
+        #[cfg(target_os = "linux")]
+        if let Some(b) = self.uring.as_ref().filter(|b| b.for_fd(fd)) {
+            let max = scratch.capacity();
+            if let Some(r) = b.recv(self, fd, max, |_| usize::MAX, |_, m, p| f(m, p)) {
+                return r;
+            }
+        }
+        let n = self.recv(fd, scratch)?;
+        for (m, p) in scratch.iter() {
+            f(m, p);
+        }
+        Ok(n)
+    }
+}
+
+/// Sends buffers with `IORING_OP_SENDMSG_ZC` (and GSO), and owns each
+/// buffer until the kernel's notification completion says it is done:
+/// the same lifetime guarantee as [`crate::ZeroCopySender`] (a buffer
+/// comes back from [`UringZeroCopySender::pop_done`] only after its
+/// notification), without the error queue. `IORING_SEND_ZC_REPORT_USAGE`
+/// tells when the kernel copied ([`ZeroCopyStats::copied`]).
+///
+/// Dropping it waits up to a second for outstanding notifications; a
+/// buffer the kernel still holds after that is leaked, never freed.
+#[derive(Debug)]
+pub struct UringZeroCopySender {
+    #[cfg(target_os = "linux")]
+    ring: ZcRing,
+    #[cfg(target_os = "linux")]
+    done: Vec<ZcDone>,
+    ready: VecDeque<Vec<u8>>,
+    stats: ZeroCopyStats,
+}
+
+impl UringZeroCopySender {
+    /// A sender with its own ring. Fails when io_uring or
+    /// `IORING_OP_SENDMSG_ZC` is not available (see [`probe`]), or
+    /// `FASTUDP_DISABLE` has `zerocopy`.
+    pub fn new(sock: &impl UdpIo) -> Result<Self, Error> {
+        if sock.state().capabilities().disabled.zerocopy {
+            return Err(crate::ConfigError::SwitchedOff(Feature::Zerocopy).into());
+        }
+        let p = probe();
+        let unsupported = |why: String| Error::Setup {
+            what: "io_uring SENDMSG_ZC",
+            source: io::Error::new(io::ErrorKind::Unsupported, why),
+        };
+        if !p.zerocopy_ok() {
+            return Err(unsupported(
+                p.why_not()
+                    .unwrap_or_else(|| "the kernel lacks IORING_OP_SENDMSG_ZC (Linux 6.1)".into()),
+            ));
+        }
+        #[cfg(target_os = "linux")]
+        {
+            Ok(UringZeroCopySender {
+                ring: ZcRing::new().map_err(|e| Error::Setup {
+                    what: "io_uring_setup",
+                    source: e,
+                })?,
+                done: Vec::new(),
+                ready: VecDeque::new(),
+                stats: ZeroCopyStats::default(),
+            })
+        }
+        #[cfg(not(target_os = "linux"))]
+        Err(unsupported("io_uring is Linux-only".into()))
+    }
+
+    /// Counters so far (`completions` counts notifications).
+    pub fn stats(&self) -> ZeroCopyStats {
+        self.stats.clone()
+    }
+
+    /// Buffers the kernel may still read.
+    pub fn in_flight(&self) -> usize {
+        #[cfg(target_os = "linux")]
+        return self.ring.in_flight();
+        #[cfg(not(target_os = "linux"))]
+        0
+    }
+
+    /// Sends `buf` to `dest`, as a GSO train when `segment_size` is smaller
+    /// than it; the sender keeps the buffer until its notification. Waits
+    /// for the send's own completion, not for the notification. When 64
+    /// sends are in flight it first waits (up to a second) for one to
+    /// finish. On error the buffer comes back with it, unsent. A train the
+    /// socket cannot send with GSO now, or one the path refuses, goes
+    /// through the socket's own (copying) send and its fallbacks.
+    pub fn send(
+        &mut self,
+        sock: &impl UdpIo,
+        dest: SocketAddr,
+        buf: Vec<u8>,
+        segment_size: Option<usize>,
+    ) -> Result<(), (Error, Vec<u8>)> {
+        let state = sock.state();
+        let t = Transmit {
+            segment_size,
+            ..Transmit::new(dest, &buf)
+        };
+        if let Err(e) = state.validate(0, &t) {
+            return Err((e, buf));
+        }
+        let segments = t.segments();
+        if segments > 1 && state.max_gso_segments_to(&dest) <= 1 {
+            return self.copy(sock, dest, buf, segment_size);
+        }
+        #[cfg(target_os = "linux")]
+        {
+            let deadline = Instant::now() + Duration::from_secs(1);
+            let mut buf = buf;
+            loop {
+                let fd = sock.fd();
+                let r = self.ring.send(
+                    fd,
+                    buf,
+                    |b, ctl| {
+                        let t = Transmit {
+                            segment_size,
+                            ..Transmit::new(dest, b)
+                        };
+                        state.message(&t, b, true, ctl, true)
+                    },
+                    &mut self.done,
+                );
+                self.collect();
+                match r {
+                    Err((e, b)) => return Err((e, b)),
+                    Ok(Ok(())) => {
+                        self.stats.sends += 1;
+                        self.stats.zerocopy_sends += 1;
+                        return Ok(());
+                    }
+                    Ok(Err((e, Some(b)))) if e.kind() == io::ErrorKind::WouldBlock && self.ring.in_flight() >= ring::ZC_SLOTS => {
+                        if Instant::now() > deadline {
+                            return Err((Error::Io(e), b));
+                        }
+                        buf = b;
+                        let _ = self.ring.wait(Duration::from_millis(10), &mut self.done);
+                        self.collect();
+                    }
+                    Ok(Err((e, Some(b))))
+                        if segments > 1
+                            && matches!(e.raw_os_error(), Some(libc::EIO) | Some(libc::EINVAL)) =>
+                    {
+                        // The path refused GSO: the socket's own send falls
+                        // back (and records why).
+                        return self.copy(sock, dest, b, segment_size);
+                    }
+                    Ok(Err((e, Some(b)))) => return Err((Error::Io(e), b)),
+                    Ok(Err((e, None))) => return Err((Error::Io(e), Vec::new())),
+                }
+            }
+        }
+        #[cfg(not(target_os = "linux"))]
+        self.copy(sock, dest, buf, segment_size)
+    }
+
+    fn copy(
+        &mut self,
+        sock: &impl UdpIo,
+        dest: SocketAddr,
+        buf: Vec<u8>,
+        segment_size: Option<usize>,
+    ) -> Result<(), (Error, Vec<u8>)> {
+        send_copy(sock, dest, buf, segment_size).map(|buf| {
+            self.stats.sends += 1;
+            self.ready.push_back(buf);
+        })
+    }
+
+    /// Moves finished buffers to the ready queue, counting them.
+    #[cfg(target_os = "linux")]
+    fn collect(&mut self) {
+        for d in self.done.drain(..) {
+            self.stats.completions += 1;
+            if d.copied {
+                self.stats.copied += 1;
+            }
+            self.ready.push_back(d.buf);
+        }
+    }
+
+    /// Reads every notification queued now, without waiting; returns how
+    /// many sends finished.
+    pub fn reap(&mut self) -> usize {
+        #[cfg(target_os = "linux")]
+        {
+            self.ring.reap(&mut self.done);
+            let n = self.done.len();
+            self.collect();
+            n
+        }
+        #[cfg(not(target_os = "linux"))]
+        0
+    }
+
+    /// Takes back a buffer whose send finished (oldest first).
+    pub fn pop_done(&mut self) -> Option<Vec<u8>> {
+        self.ready.pop_front()
+    }
+
+    /// Waits until every buffer in flight came back, up to `timeout`;
+    /// returns how many are still in flight.
+    pub fn drain(&mut self, timeout: Duration) -> Result<usize, Error> {
+        let deadline = Instant::now() + timeout;
+        #[cfg(target_os = "linux")]
+        while self.ring.in_flight() > 0 {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            self.ring
+                .wait(left.min(Duration::from_millis(50)), &mut self.done)
+                .map_err(Error::Io)?;
+            self.collect();
+        }
+        let _ = deadline;
+        Ok(self.in_flight())
+    }
+}
