@@ -157,7 +157,9 @@ fn probe_now() -> UringProbe {
                     "kernel.io_uring_disabled is 1 and this process is not in io_uring_group"
                         .to_string()
                 }
-                (Some(libc::EPERM), _) => "not permitted (a seccomp filter or a security module)".to_string(),
+                (Some(libc::EPERM), _) => {
+                    "not permitted (a seccomp filter or a security module)".to_string()
+                }
                 (Some(libc::ENOSYS), _) => {
                     "the kernel has no io_uring (or a seccomp filter hides it)".to_string()
                 }
@@ -221,8 +223,13 @@ pub(crate) struct Backend {
 
 /// Whether `FASTUDP_BACKEND` asks for io_uring.
 pub(crate) fn env_wants_uring() -> Result<bool, Error> {
-    match std::env::var(BACKEND_ENV) {
-        Ok(v) => match v.trim().to_ascii_lowercase().as_str() {
+    parse_backend(std::env::var(BACKEND_ENV).ok().as_deref())
+}
+
+/// Whether a `FASTUDP_BACKEND` value asks for io_uring.
+fn parse_backend(v: Option<&str>) -> Result<bool, Error> {
+    match v {
+        Some(v) => match v.trim().to_ascii_lowercase().as_str() {
             "uring" | "io_uring" => Ok(true),
             "" | "syscall" | "syscalls" => Ok(false),
             other => Err(Error::Setup {
@@ -233,7 +240,7 @@ pub(crate) fn env_wants_uring() -> Result<bool, Error> {
                 ),
             }),
         },
-        Err(_) => Ok(false),
+        None => Ok(false),
     }
 }
 
@@ -245,7 +252,16 @@ impl Backend {
         recv_buffers: u16,
         payload: usize,
     ) -> Result<Self, FallbackEvent> {
-        let p = probe();
+        Self::with_probe(fd, recv_buffers, payload, &probe())
+    }
+
+    /// [`Backend::new`] with what the probe found.
+    fn with_probe(
+        fd: BorrowedFd<'_>,
+        recv_buffers: u16,
+        payload: usize,
+        p: &UringProbe,
+    ) -> Result<Self, FallbackEvent> {
         let off = |errno: Option<i32>, reason: String| FallbackEvent {
             feature: Feature::Uring,
             errno,
@@ -413,8 +429,7 @@ impl Backend {
                 return Some(Ok(got));
             }
             if let Some(e) = err {
-                if e.raw_os_error() == Some(libc::EINVAL) && self.recv_messages.load(Relaxed) == 0
-                {
+                if e.raw_os_error() == Some(libc::EINVAL) && self.recv_messages.load(Relaxed) == 0 {
                     state.record(
                         Feature::Uring,
                         Some(libc::EINVAL),
@@ -526,10 +541,9 @@ impl UringZeroCopySender {
             source: io::Error::new(io::ErrorKind::Unsupported, why),
         };
         if !p.zerocopy_ok() {
-            return Err(unsupported(
-                p.why_not()
-                    .unwrap_or_else(|| "the kernel lacks IORING_OP_SENDMSG_ZC (Linux 6.1)".into()),
-            ));
+            return Err(unsupported(p.why_not().unwrap_or_else(|| {
+                "the kernel lacks IORING_OP_SENDMSG_ZC (Linux 6.1)".into()
+            })));
         }
         #[cfg(target_os = "linux")]
         {
@@ -612,7 +626,10 @@ impl UringZeroCopySender {
                         self.stats.zerocopy_sends += 1;
                         return Ok(());
                     }
-                    Ok(Err((e, Some(b)))) if e.kind() == io::ErrorKind::WouldBlock && self.ring.in_flight() >= ring::ZC_SLOTS => {
+                    Ok(Err((e, Some(b))))
+                        if e.kind() == io::ErrorKind::WouldBlock
+                            && self.ring.in_flight() >= ring::ZC_SLOTS =>
+                    {
                         if Instant::now() > deadline {
                             return Err((Error::Io(e), b));
                         }
@@ -698,5 +715,48 @@ impl UringZeroCopySender {
         }
         let _ = deadline;
         Ok(self.in_flight())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn unavailable_io_uring_is_a_fallback_that_says_why() {
+        let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let denied = UringProbe {
+            sysctl_disabled: Some(2),
+            errno: Some(libc::EPERM),
+            error: Some("io_uring kernel.io_uring_disabled is 2: io_uring_setup failed".into()),
+            ..UringProbe::default()
+        };
+        let ev = Backend::with_probe(sock.as_fd(), 4, 1500, &denied).unwrap_err();
+        assert_eq!((ev.feature, ev.errno), (Feature::Uring, Some(libc::EPERM)));
+        assert!(ev.reason.contains("io_uring_disabled is 2") && ev.reason.contains("syscalls"));
+        let old = UringProbe {
+            available: true,
+            ..UringProbe::default()
+        };
+        let ev = Backend::with_probe(sock.as_fd(), 4, 1500, &old).unwrap_err();
+        assert!(ev.reason.contains("SENDMSG"), "{}", ev.reason);
+        // Sends only: no receive ring, and receives stay on syscalls.
+        let sends = UringProbe {
+            sendmsg: true,
+            ..old
+        };
+        let b = Backend::with_probe(sock.as_fd(), 4, 1500, &sends).unwrap();
+        let st = b.stats();
+        assert!(st.send_active && !st.recv_active, "{st:?}");
+    }
+
+    #[test]
+    fn an_unknown_backend_name_is_an_error() {
+        assert!(parse_backend(Some("uring")).unwrap());
+        assert!(!parse_backend(Some("syscall")).unwrap());
+        assert!(!parse_backend(None).unwrap());
+        let e = parse_backend(Some("bogus")).unwrap_err().to_string();
+        assert!(e.contains("bogus") && e.contains("uring, syscall"), "{e}");
     }
 }

@@ -290,10 +290,16 @@ impl UdpState {
         if let Some(b) = self.uring.as_ref().filter(|b| b.for_fd(fd)) {
             let (buf, metas) = (&mut batch.buf, &mut batch.metas);
             let max = metas.len();
-            let r = b.recv(self, fd, max, |_| stride, |i, m, p| {
-                buf[i * stride..i * stride + p.len()].copy_from_slice(p);
-                metas[i] = *m;
-            });
+            let r = b.recv(
+                self,
+                fd,
+                max,
+                |_| stride,
+                |i, m, p| {
+                    buf[i * stride..i * stride + p.len()].copy_from_slice(p);
+                    metas[i] = *m;
+                },
+            );
             if let Some(r) = r {
                 batch.len = *r.as_ref().unwrap_or(&0);
                 return r;
@@ -368,10 +374,16 @@ impl UdpState {
             for (l, b) in lens.iter_mut().zip(bufs.iter()) {
                 *l = b.len();
             }
-            let r = b.recv(self, fd, n.min(sys::MAX_BATCH), |i| lens[i], |i, m, p| {
-                bufs[i][..p.len()].copy_from_slice(p);
-                meta[i] = *m;
-            });
+            let r = b.recv(
+                self,
+                fd,
+                n.min(sys::MAX_BATCH),
+                |i| lens[i],
+                |i, m, p| {
+                    bufs[i][..p.len()].copy_from_slice(p);
+                    meta[i] = *m;
+                },
+            );
             if let Some(r) = r {
                 return r;
             }

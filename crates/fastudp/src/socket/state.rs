@@ -406,7 +406,11 @@ impl UdpState {
         #[cfg(not(target_os = "linux"))]
         {
             let _ = fd;
-            self.record(Feature::Uring, None, "io_uring is Linux-only; using syscalls".into());
+            self.record(
+                Feature::Uring,
+                None,
+                "io_uring is Linux-only; using syscalls".into(),
+            );
         }
         Ok(self)
     }

@@ -248,12 +248,8 @@ impl BufRingMem {
         // SAFETY: the ring mapping is page-aligned, holds `nbufs` entries
         // and lives until unregistered (or leaked): see `RecvRing::drop`.
         unsafe {
-            ring.submitter().register_buf_ring_with_flags(
-                self.ring.ptr as u64,
-                self.nbufs,
-                BGID,
-                0,
-            )
+            ring.submitter()
+                .register_buf_ring_with_flags(self.ring.ptr as u64, self.nbufs, BGID, 0)
         }
     }
 

@@ -374,6 +374,8 @@ pub fn transfer(
     }
     done.store(true, Release);
     let (received, backlog_drops) = receiver.join().expect("receiver thread");
+    used_backend(&tx, false);
+    used_backend(&rx, true);
     let ts = tx.stats();
     let rs = rx.stats();
     Transfer {
@@ -613,6 +615,42 @@ pub fn receive_exactly(rx: &Socket, total: u64, seg: usize, timeout: Duration) {
         }
     }
     checker.finish(0);
+    used_backend(rx, true);
+}
+
+/// Under `FASTUDP_BACKEND=uring` (the uring feature's second run of these
+/// tests, see .ci/run), checks that `s` really received (`rx`) or sent
+/// through its io_uring ring, unless io_uring is unavailable here, which
+/// is then said (and must have been recorded as a fallback).
+pub fn used_backend(s: &Socket, rx: bool) {
+    #[cfg(all(feature = "uring", target_os = "linux"))]
+    {
+        if !matches!(std::env::var("FASTUDP_BACKEND").as_deref(), Ok("uring")) {
+            return;
+        }
+        if let Some(why) = fastudp::uring::probe().why_not() {
+            eprintln!("io_uring unavailable ({why}): the syscall path ran");
+            assert!(
+                s.stats()
+                    .fallbacks
+                    .iter()
+                    .any(|f| f.feature == fastudp::Feature::Uring),
+                "io_uring unavailable but no fallback recorded"
+            );
+            return;
+        }
+        let u = s
+            .state()
+            .uring_stats()
+            .expect("FASTUDP_BACKEND=uring but the socket has no ring");
+        if rx {
+            assert!(u.recv_messages > 0, "nothing came through the ring: {u:?}");
+        } else {
+            assert!(u.send_sqes > 0, "nothing went through the ring: {u:?}");
+        }
+    }
+    #[cfg(not(all(feature = "uring", target_os = "linux")))]
+    let _ = (s, rx);
 }
 
 /// Sets or clears `SO_NO_CHECK`, with which the kernel refuses GSO sends
