@@ -693,6 +693,15 @@ impl UringZeroCopySender {
         0
     }
 
+    /// Waits up to `timeout` for a notification, then reaps; returns how
+    /// many sends finished.
+    pub fn wait(&mut self, timeout: Duration) -> Result<usize, Error> {
+        self.ring.wait(timeout, &mut self.done).map_err(Error::Io)?;
+        let n = self.done.len();
+        self.collect();
+        Ok(n)
+    }
+
     /// Takes back a buffer whose send finished (oldest first).
     pub fn pop_done(&mut self) -> Option<Vec<u8>> {
         self.ready.pop_front()

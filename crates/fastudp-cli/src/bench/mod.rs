@@ -5,6 +5,7 @@ pub mod report;
 pub mod rx;
 pub mod seq;
 pub mod tx;
+pub mod uring;
 
 use crate::testbed::{self, Profile};
 use crate::{interrupt, procfs};
@@ -46,6 +47,12 @@ pub enum TxStrategy {
     Fastudp,
     /// A TCP stream of the same bytes.
     Tcp,
+    /// The library's path on its io_uring backend: GSO trains as linked
+    /// SENDMSGs, one io_uring_enter per batch.
+    UringGso,
+    /// GSO trains with io_uring SENDMSG_ZC: buffers come back on the
+    /// notification completion.
+    UringZc,
 }
 
 /// How datagrams are received.
@@ -60,6 +67,9 @@ pub enum RxStrategy {
     Gro,
     /// UDP GRO and recvmmsg.
     GroRecvmmsg,
+    /// UDP GRO through io_uring: one multishot RECVMSG into provided
+    /// buffers, datagrams read in place.
+    UringGro,
 }
 
 /// Options of `fastudp bench`.

@@ -53,12 +53,17 @@ pub fn bind(r: RxStrategy, addr: SocketAddr) -> Result<RxSock, String> {
         _ => {
             let mut disabled = Disabled::default();
             disabled.mmsg = r == RxStrategy::Gro;
+            let gro = matches!(
+                r,
+                RxStrategy::Gro | RxStrategy::GroRecvmmsg | RxStrategy::UringGro
+            );
             let c = Config::default()
-                .gro(matches!(r, RxStrategy::Gro | RxStrategy::GroRecvmmsg))
+                .gro(gro)
                 .disabled(disabled)
-                .recv_buffer(RCVBUF);
+                .recv_buffer(RCVBUF)
+                .uring(r == RxStrategy::UringGro);
             let s = fastudp::Socket::bind_with(addr, c).map_err(|e| e.to_string())?;
-            if matches!(r, RxStrategy::Gro | RxStrategy::GroRecvmmsg) && !s.capabilities().gro {
+            if gro && !s.capabilities().gro {
                 return Err("this kernel has no UDP GRO (needs Linux 5.0)".into());
             }
             RxSock::Fast(Box::new(s))
@@ -98,6 +103,19 @@ pub fn udp(r: RxStrategy, sock: RxSock, w: &Workload, live: &Live) -> Result<RxO
                 seq.datagram(from, &buf[..n]);
                 (1, n as u64)
             }),
+            // Straight out of the ring's buffers.
+            RxSock::Fast(s) if r == RxStrategy::UringGro => {
+                let mut n = (0, 0);
+                s.state()
+                    .recv_with(s.as_std(), &mut batch, |m, p| {
+                        for dg in m.datagrams(p) {
+                            seq.datagram(m.source, dg);
+                            n = (n.0 + 1, n.1 + dg.len() as u64);
+                        }
+                    })
+                    .map(|_| n)
+                    .map_err(io::Error::from)
+            }
             // Every datagram is looked at, as an application would.
             RxSock::Fast(s) => match s.recv(&mut batch) {
                 Ok(_) => Ok(batch.datagrams().fold((0, 0), |(d, b), (m, dg)| {
@@ -131,6 +149,7 @@ pub fn udp(r: RxStrategy, sock: RxSock, w: &Workload, live: &Live) -> Result<RxO
     if let RxSock::Fast(s) = &sock {
         let st = s.stats();
         drops = st.kernel_drops;
+        super::uring::check_rx(r, s)?;
         if st.truncated > 0 {
             eprintln!("fastudp: warning: {} messages were truncated", st.truncated);
         }

@@ -193,18 +193,21 @@ pub fn udp(
     w: &Workload,
     live: &Live,
 ) -> Result<TxOutcome, String> {
-    if t == TxStrategy::GsoZerocopy {
-        return zerocopy(dest, w, live);
+    if matches!(t, TxStrategy::GsoZerocopy | TxStrategy::UringZc) {
+        return zerocopy(t, dest, w, live);
     }
     let sock = bind_sender(dest, w)?;
     if w.connect {
         sock.connect(dest)
             .map_err(|e| format!("connect to {dest}: {e}"))?;
     }
-    let fast = if t == TxStrategy::Fastudp {
+    let fast = if matches!(t, TxStrategy::Fastudp | TxStrategy::UringGso) {
         Some(
-            fastudp::Socket::from_std(sock.try_clone().map_err(|e| e.to_string())?)
-                .map_err(|e| e.to_string())?,
+            fastudp::Socket::from_std_with(
+                sock.try_clone().map_err(|e| e.to_string())?,
+                super::uring::config(t),
+            )
+            .map_err(|e| e.to_string())?,
         )
     } else {
         None
@@ -225,7 +228,9 @@ pub fn udp(
     let per_call = match t {
         TxStrategy::Sendto => 1,
         TxStrategy::Sendmmsg | TxStrategy::SendmmsgGsoSeed => w.batch,
-        TxStrategy::SendmmsgGso | TxStrategy::Fastudp => segs * BUFFERS_PER_MMSG,
+        TxStrategy::SendmmsgGso | TxStrategy::Fastudp | TxStrategy::UringGso => {
+            segs * BUFFERS_PER_MMSG
+        }
         _ => segs,
     };
     let mut ring = Ring::new(w, p * per_call);
@@ -318,7 +323,7 @@ pub fn udp(
                     .collect();
                 raw::sendmmsg(&sock, &msgs).map(|m| m * segs)
             }
-            TxStrategy::Fastudp => {
+            TxStrategy::Fastudp | TxStrategy::UringGso => {
                 let f = fast.as_ref().expect("fastudp socket");
                 let mut ts: Vec<Transmit<'_>> = buf
                     .chunks(p * segs)
@@ -346,7 +351,7 @@ pub fn udp(
                     r
                 }
             }
-            TxStrategy::Tcp | TxStrategy::GsoZerocopy => {
+            TxStrategy::Tcp | TxStrategy::GsoZerocopy | TxStrategy::UringZc => {
                 unreachable!("handled by tx::tcp and tx::zerocopy")
             }
         };
@@ -381,6 +386,7 @@ pub fn udp(
     if let Some(f) = &fast {
         let s = f.stats();
         calls = s.send_calls;
+        super::uring::check_tx(t, f)?;
         if !s.fallbacks.is_empty() {
             eprintln!(
                 "fastudp: note: {}",
@@ -432,10 +438,15 @@ pub fn tcp(mut s: TcpStream, w: &Workload, live: &Live) -> Result<TxOutcome, Str
 }
 
 /// `gso-zerocopy`: GSO buffers sent with MSG_ZEROCOPY through the library's
-/// [`fastudp::ZeroCopySender`] (not adaptive: this measures zerocopy itself).
+/// [`fastudp::ZeroCopySender`] (not adaptive: this measures zerocopy itself);
+/// `uring-zc`: the same with io_uring SENDMSG_ZC.
 /// A buffer is stamped and sent again only after its completion arrived.
-pub fn zerocopy(dest: SocketAddr, w: &Workload, live: &Live) -> Result<TxOutcome, String> {
-    let t = TxStrategy::GsoZerocopy;
+pub fn zerocopy(
+    t: TxStrategy,
+    dest: SocketAddr,
+    w: &Workload,
+    live: &Live,
+) -> Result<TxOutcome, String> {
     let std_sock = bind_sender(dest, w)?;
     if w.connect {
         std_sock
@@ -443,9 +454,7 @@ pub fn zerocopy(dest: SocketAddr, w: &Workload, live: &Live) -> Result<TxOutcome
             .map_err(|e| format!("connect to {dest}: {e}"))?;
     }
     let sock = fastudp::Socket::from_std(std_sock).map_err(|e| e.to_string())?;
-    let mut zc = fastudp::ZeroCopySender::new(&sock)
-        .map_err(|e| format!("gso-zerocopy is not available here: {e}"))?
-        .adaptive(false);
+    let mut zc = super::uring::zc_sender(t, &sock)?;
     let p = w.payload;
     let call_len = p * w.segs;
     let pool_len = ring_len(w, call_len) / call_len;

@@ -126,6 +126,7 @@ pub(crate) fn probe() -> Result<Ops, (&'static str, io::Error)> {
 fn new_ring(entries: u32) -> io::Result<IoUring> {
     IoUring::builder()
         .setup_coop_taskrun()
+        .setup_taskrun_flag()
         .setup_cqsize(entries * 2)
         .build(entries)
         .or_else(|_| IoUring::builder().setup_cqsize(entries * 2).build(entries))
@@ -383,8 +384,19 @@ impl RecvRing {
         wait_cqe(&self.ring, timeout)
     }
 
-    /// True when a completion is waiting.
+    /// True when a completion is waiting. Completions the kernel has ready
+    /// but not posted yet (task work it defers until this thread enters
+    /// the kernel, `IORING_SQ_TASKRUN`) are posted first.
     pub(crate) fn ready(&mut self) -> bool {
+        if self.ring.completion().is_empty() {
+            let pending = {
+                let sq = self.ring.submission();
+                sq.taskrun() || sq.cq_overflow()
+            };
+            if pending {
+                let _ = self.ring.submit();
+            }
+        }
         !self.ring.completion().is_empty()
     }
 

@@ -1,0 +1,140 @@
+//! The io_uring strategies (`uring-gso`, `uring-zc`, `uring-gro`): the
+//! library's io_uring backend, set up and checked here so that the shared
+//! send and receive loops stay as they are.
+
+use super::{RxStrategy, TxStrategy};
+use fastudp::uring::UringZeroCopySender;
+use fastudp::{Config, Error, Socket, ZeroCopySender, ZeroCopyStats};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// The socket options of a library send strategy.
+pub fn config(t: TxStrategy) -> Config {
+    Config::default().uring(t == TxStrategy::UringGso)
+}
+
+/// Why a strategy's socket did not run on the ring, if it was meant to:
+/// a strategy that fell back to syscalls must not be reported as io_uring.
+fn fell_back(
+    want: bool,
+    s: &Socket,
+    active: impl Fn(&fastudp::uring::UringStats) -> bool,
+) -> Result<(), String> {
+    if !want {
+        return Ok(());
+    }
+    match s.state().uring_stats() {
+        Some(u) if active(&u) => Ok(()),
+        _ => Err(format!(
+            "io_uring was not used: {}",
+            s.stats()
+                .fallbacks
+                .iter()
+                .map(|f| f.reason.clone())
+                .collect::<Vec<_>>()
+                .join("; ")
+        )),
+    }
+}
+
+/// Checks that `uring-gso` really sent through the ring.
+pub fn check_tx(t: TxStrategy, s: &Socket) -> Result<(), String> {
+    fell_back(t == TxStrategy::UringGso, s, |u| {
+        u.send_active && u.send_sqes > 0
+    })
+}
+
+/// Checks that `uring-gro` really received through the ring.
+pub fn check_rx(r: RxStrategy, s: &Socket) -> Result<(), String> {
+    fell_back(r == RxStrategy::UringGro, s, |u| {
+        u.recv_active && u.recv_messages > 0
+    })
+}
+
+/// What the zerocopy send loop needs of a sender.
+pub trait ZcSender {
+    /// Sends `buf`, kept until the kernel is done with it.
+    fn send(
+        &mut self,
+        sock: &Socket,
+        dest: SocketAddr,
+        buf: Vec<u8>,
+        segment: Option<usize>,
+    ) -> Result<(), (Error, Vec<u8>)>;
+    /// A buffer the kernel is done with.
+    fn pop_done(&mut self) -> Option<Vec<u8>>;
+    /// Waits up to `t` for completions.
+    fn wait(&mut self, sock: &Socket, t: Duration) -> Result<usize, Error>;
+    /// Reads completions queued now.
+    fn reap(&mut self, sock: &Socket) -> Result<usize, Error>;
+    /// Waits for every buffer, up to `t`; returns how many are still out.
+    fn drain(&mut self, sock: &Socket, t: Duration) -> Result<usize, Error>;
+    /// Counters.
+    fn stats(&self) -> ZeroCopyStats;
+}
+
+impl ZcSender for ZeroCopySender {
+    fn send(
+        &mut self,
+        s: &Socket,
+        d: SocketAddr,
+        b: Vec<u8>,
+        g: Option<usize>,
+    ) -> Result<(), (Error, Vec<u8>)> {
+        ZeroCopySender::send(self, s, d, b, g)
+    }
+    fn pop_done(&mut self) -> Option<Vec<u8>> {
+        ZeroCopySender::pop_done(self)
+    }
+    fn wait(&mut self, s: &Socket, t: Duration) -> Result<usize, Error> {
+        ZeroCopySender::wait(self, s, t)
+    }
+    fn reap(&mut self, s: &Socket) -> Result<usize, Error> {
+        ZeroCopySender::reap(self, s)
+    }
+    fn drain(&mut self, s: &Socket, t: Duration) -> Result<usize, Error> {
+        ZeroCopySender::drain(self, s, t)
+    }
+    fn stats(&self) -> ZeroCopyStats {
+        ZeroCopySender::stats(self)
+    }
+}
+
+impl ZcSender for UringZeroCopySender {
+    fn send(
+        &mut self,
+        s: &Socket,
+        d: SocketAddr,
+        b: Vec<u8>,
+        g: Option<usize>,
+    ) -> Result<(), (Error, Vec<u8>)> {
+        UringZeroCopySender::send(self, s, d, b, g)
+    }
+    fn pop_done(&mut self) -> Option<Vec<u8>> {
+        UringZeroCopySender::pop_done(self)
+    }
+    fn wait(&mut self, _: &Socket, t: Duration) -> Result<usize, Error> {
+        UringZeroCopySender::wait(self, t)
+    }
+    fn reap(&mut self, _: &Socket) -> Result<usize, Error> {
+        Ok(UringZeroCopySender::reap(self))
+    }
+    fn drain(&mut self, _: &Socket, t: Duration) -> Result<usize, Error> {
+        UringZeroCopySender::drain(self, t)
+    }
+    fn stats(&self) -> ZeroCopyStats {
+        UringZeroCopySender::stats(self)
+    }
+}
+
+/// The zerocopy sender of `gso-zerocopy` (MSG_ZEROCOPY, not adaptive: this
+/// measures zerocopy itself) or `uring-zc` (SENDMSG_ZC).
+pub fn zc_sender(t: TxStrategy, sock: &Socket) -> Result<Box<dyn ZcSender>, String> {
+    let name = super::name(t);
+    let na = |e: Error| format!("{name} is not available here: {e}");
+    Ok(if t == TxStrategy::UringZc {
+        Box::new(UringZeroCopySender::new(sock).map_err(na)?)
+    } else {
+        Box::new(ZeroCopySender::new(sock).map_err(na)?.adaptive(false))
+    })
+}
