@@ -106,32 +106,5 @@ pub fn kernel_checks(out: &mut Vec<Check>) {
         "destination and source addresses per datagram",
         "not available",
     ));
-    out.push(
-        match std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled")
-            .map(|v| v.trim().to_string())
-        {
-            Ok(v) if v == "0" => check(s, "io_uring", Status::Pass, "available", None),
-            Ok(v) if v == "1" => check(
-                s,
-                "io_uring",
-                Status::Warn,
-                "restricted to the group in kernel.io_uring_group",
-                Some("sysctl -w kernel.io_uring_disabled=0".into()),
-            ),
-            Ok(_) => check(
-                s,
-                "io_uring",
-                Status::Warn,
-                "disabled (kernel.io_uring_disabled=2)",
-                Some("sysctl -w kernel.io_uring_disabled=0".into()),
-            ),
-            Err(_) => check(
-                s,
-                "io_uring",
-                Status::NA,
-                "no kernel.io_uring_disabled sysctl (kernel before 6.6, or built without io_uring)",
-                None,
-            ),
-        },
-    );
+    out.push(super::uring::uring_check_now());
 }

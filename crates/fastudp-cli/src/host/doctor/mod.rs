@@ -4,6 +4,7 @@ mod check;
 mod counters;
 mod device;
 mod kernel;
+mod uring;
 
 use super::devices::{is_device, up_devices};
 use super::{netlink, routes};
