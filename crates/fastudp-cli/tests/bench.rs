@@ -180,3 +180,55 @@ fn plot_with_json_says_where_on_stderr() {
         "{err}"
     );
 }
+
+/// The io_uring strategies run on the ring (a strategy that fell back to
+/// syscalls fails rather than report syscall numbers as io_uring), and
+/// `uring-zc` reports its notifications, all copied on loopback.
+#[test]
+fn uring_strategies_run_on_the_ring() {
+    let doctor: Value =
+        serde_json::from_slice(&fastudp(&["doctor", "--json", "--dev", "lo"]).stdout)
+            .expect("doctor JSON");
+    let u = doctor["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "io_uring")
+        .expect("an io_uring check")
+        .clone();
+    if u["values"]["sendmsg_zc"] != 1 || u["values"]["recvmsg_multishot"] != 1 {
+        let why = format!("io_uring lacks a piece here: {}", u["detail"]);
+        if std::env::var("FASTUDP_REQUIRE_PRIVILEGED_TESTS").as_deref() == Ok("1") {
+            panic!("{why}");
+        }
+        eprintln!("skipping: {why}");
+        return;
+    }
+    let o = fastudp(&[
+        "bench",
+        "--duration",
+        "0.3",
+        "--json",
+        "--payload",
+        "1000",
+        "--batch",
+        "16",
+        "--tx",
+        "uring-gso,uring-zc",
+        "--rx",
+        "uring-gro",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).expect("valid JSON");
+    let results = v["results"].as_array().expect("results array");
+    assert_eq!(results.len(), 2);
+    for r in results {
+        assert_eq!(r["rx"], "uring-gro");
+        assert!(r["bytes"].as_u64().unwrap() > 0, "{r}");
+        if r["tx"] == "uring-zc" {
+            let done = r["zerocopy_completions"].as_u64().unwrap();
+            assert!(done > 0);
+            assert_eq!(r["zerocopy_copied"].as_u64().unwrap(), done);
+        }
+    }
+}
