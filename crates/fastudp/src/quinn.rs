@@ -166,6 +166,8 @@ impl Socket {
     pub fn from_std(sock: std::net::UdpSocket, config: Config) -> Result<Self, Error> {
         sock.set_nonblocking(true)?;
         let state = UdpState::new(&sock, config)?;
+        #[cfg(feature = "uring")]
+        let state = state.without_uring("quinn");
         Ok(Socket {
             io: tokio::net::UdpSocket::from_std(sock)?,
             state,

@@ -111,6 +111,8 @@ impl UdpSocket {
     }
 
     fn from_tokio_state(io: tokio::net::UdpSocket, state: UdpState) -> Result<Self, Error> {
+        #[cfg(feature = "uring")]
+        let state = state.without_uring("tokio");
         Ok(UdpSocket {
             io,
             state,

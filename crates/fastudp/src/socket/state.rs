@@ -415,6 +415,23 @@ impl UdpState {
         Ok(self)
     }
 
+    /// Takes the io_uring backend down, if there is one, for a wrapper
+    /// that waits on the socket's own readiness (tokio's reactor), which
+    /// a ring receive would never make readable; records why.
+    #[cfg(all(feature = "uring", feature = "tokio"))]
+    pub(crate) fn without_uring(#[allow(unused_mut)] mut self, wrapper: &str) -> Self {
+        #[cfg(target_os = "linux")]
+        if self.uring.take().is_some() {
+            self.record(
+                Feature::Uring,
+                None,
+                format!("the io_uring backend does not run under {wrapper}, which waits on the socket's readiness; using syscalls"),
+            );
+        }
+        let _ = wrapper;
+        self
+    }
+
     /// Counts messages received outside the syscall path.
     #[cfg(all(feature = "uring", target_os = "linux"))]
     pub(crate) fn count_recv(&self, messages: usize) {

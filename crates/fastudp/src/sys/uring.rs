@@ -435,7 +435,18 @@ impl RecvRing {
             // SAFETY: this completion handed `bid` to us; it goes back to
             // the kernel (`put`) only after `f`, whose borrow ends with it.
             let buf = unsafe { mem.buffer(bid, res as usize) };
-            if let Ok(out) = types::RecvMsgOut::parse(buf, &self.msg) {
+            let Ok(out) = types::RecvMsgOut::parse(buf, &self.msg) else {
+                // Cannot happen (the kernel writes the header, name and
+                // control fields whole), but never a silent loss.
+                mem.put(bid);
+                n += 1;
+                f(RecvEvent::Failed(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("io_uring receive of {res} bytes without its header"),
+                )));
+                continue;
+            };
+            {
                 let source = addr_from_bytes(out.name_data());
                 n += 1;
                 f(RecvEvent::Message(RecvOut {
