@@ -46,7 +46,7 @@
 use crate::error::{Error, FallbackEvent, Feature};
 use crate::socket::{RecvMeta, Transmit, UdpIo, UdpState};
 use crate::sys::{self, InMeta};
-use crate::zerocopy::{send_copy, ZeroCopyStats};
+use crate::zerocopy::{checked, send_copy, ZeroCopyStats};
 use std::collections::VecDeque;
 use std::io;
 use std::net::SocketAddr;
@@ -339,6 +339,7 @@ impl Backend {
         state: &UdpState,
         fd: BorrowedFd<'_>,
         n: usize,
+        dontwait: bool,
         fill: impl FnMut(usize, &mut [u8]) -> Result<sys::SendMsg<'a>, Error>,
     ) -> Option<Result<io::Result<usize>, Error>> {
         let mut g = self.send.lock().ok()?;
@@ -346,7 +347,7 @@ impl Backend {
         if r.broken() {
             return None;
         }
-        let out = r.send_batch(fd, n, fill);
+        let out = r.send_batch(fd, n, dontwait, fill);
         if let Ok((res, enters)) = &out {
             self.send_enters.fetch_add(*enters, Relaxed);
             self.send_sqes.fetch_add(n as u64, Relaxed);
@@ -589,14 +590,10 @@ impl UringZeroCopySender {
         segment_size: Option<usize>,
     ) -> Result<(), (Error, Vec<u8>)> {
         let state = sock.state();
-        let t = Transmit {
-            segment_size,
-            ..Transmit::new(dest, &buf)
+        let segments = match checked(state, dest, &buf, segment_size) {
+            Ok(t) => t.segments(),
+            Err(e) => return Err((e, buf)),
         };
-        if let Err(e) = state.validate(0, &t) {
-            return Err((e, buf));
-        }
-        let segments = t.segments();
         if segments > 1 && state.max_gso_segments_to(&dest) <= 1 {
             return self.copy(sock, dest, buf, segment_size);
         }
@@ -606,8 +603,10 @@ impl UringZeroCopySender {
             let mut buf = buf;
             loop {
                 let fd = sock.fd();
+                let nonblocking = sys::is_nonblocking(fd).unwrap_or(false);
                 let r = self.ring.send(
                     fd,
+                    if nonblocking { libc::MSG_DONTWAIT } else { 0 },
                     buf,
                     |b, ctl| {
                         let t = Transmit {

@@ -131,13 +131,10 @@ impl ZeroCopySender {
         segment_size: Option<usize>,
     ) -> Result<(), (Error, Vec<u8>)> {
         let state = sock.state();
-        let t = Transmit {
-            segment_size,
-            ..Transmit::new(dest, &buf)
+        let t = match checked(state, dest, &buf, segment_size) {
+            Ok(t) => t,
+            Err(e) => return Err((e, buf)),
         };
-        if let Err(e) = state.validate(0, &t) {
-            return Err((e, buf));
-        }
         // A train the socket cannot send with GSO (switched off, or off
         // after a fallback) goes through the socket's own split path, which
         // copies.
@@ -342,4 +339,20 @@ pub(crate) fn send_copy(
         Ok(_) => Err((Error::Io(io::Error::from(io::ErrorKind::WouldBlock)), buf)),
         Err(e) => Err((e, buf)),
     }
+}
+
+/// The transmit of a zerocopy send of `buf`, checked as the socket's own
+/// send would check it.
+pub(crate) fn checked<'a>(
+    state: &crate::UdpState,
+    dest: SocketAddr,
+    buf: &'a [u8],
+    segment_size: Option<usize>,
+) -> Result<Transmit<'a>, Error> {
+    let t = Transmit {
+        segment_size,
+        ..Transmit::new(dest, buf)
+    };
+    state.validate(0, &t)?;
+    Ok(t)
 }

@@ -242,16 +242,25 @@ impl UdpState {
             let mut fill = fill;
             if let Some(b) = self.uring.as_ref().filter(|b| b.for_fd(fd)) {
                 let n = if self.caps.mmsg { n } else { n.min(1) };
-                // `fill` is only used when the ring takes the batch.
-                let mut used = false;
-                let r = b.send_batch(self, fd, n, |i, ctl| {
-                    used = true;
-                    fill(i, ctl)
-                });
-                if let Some(r) = r {
-                    return r;
+                match b.send_batch(self, fd, n, true, &mut fill) {
+                    // The ring sends never wait. A blocking socket whose
+                    // buffer is full waits for room: on the ring, or with
+                    // the syscall below when it has a send timeout, which
+                    // io_uring does not honour.
+                    Some(Ok(Err(e)))
+                        if e.kind() == io::ErrorKind::WouldBlock
+                            && !sys::is_nonblocking(fd).unwrap_or(true) =>
+                    {
+                        let timeout = socket2::SockRef::from(&fd).write_timeout();
+                        if let Ok(None) = timeout {
+                            if let Some(r) = b.send_batch(self, fd, n, false, &mut fill) {
+                                return r;
+                            }
+                        }
+                    }
+                    Some(r) => return r,
+                    None => {}
                 }
-                debug_assert!(!used);
             }
             fill
         };

@@ -574,13 +574,17 @@ impl SendRing {
     /// Sends `n` messages (at most [`MAX_BATCH`]) built by `fill`, as in
     /// [`super::send_batch`], as one chain of linked `SENDMSG`s in one
     /// `io_uring_enter`: a failure cancels the rest, so what went out is a
-    /// prefix. Returns `Err` from `fill` as the outer error, else the number
+    /// prefix. With `dontwait` every send has `MSG_DONTWAIT` (io_uring
+    /// waits for buffer space otherwise, whatever the socket's mode): a full
+    /// socket buffer ends the chain with `EAGAIN`, and the caller decides
+    /// whether to wait. Returns `Err` from `fill` as the outer error, else the number
     /// of messages sent, or the first one's error when none was; the second
     /// element is the number of `io_uring_enter` calls made.
     pub(crate) fn send_batch<'a, E>(
         &mut self,
         fd: BorrowedFd<'_>,
         n: usize,
+        dontwait: bool,
         mut fill: impl FnMut(usize, &mut [u8]) -> Result<SendMsg<'a>, E>,
     ) -> Result<(io::Result<usize>, u64), E> {
         let n = n.min(MAX_BATCH);
@@ -598,6 +602,11 @@ impl SendRing {
         }
         for i in 0..n {
             let mut e = opcode::SendMsg::new(types::Fd(fd.as_raw_fd()), &self.slots[i].hdr)
+                .flags(if dontwait {
+                    libc::MSG_DONTWAIT as u32
+                } else {
+                    0
+                })
                 .build()
                 .user_data(i as u64);
             if i + 1 < n {
@@ -706,11 +715,14 @@ impl ZcRing {
     /// comes back with it, once the kernel let go of it (`None` if the
     /// kernel still held it after a second: it is then kept, and comes back
     /// through `done`). `WouldBlock`, without a send, when all slots are in
-    /// flight.
+    /// flight. `msg_flags` is `MSG_DONTWAIT` for a non-blocking socket
+    /// (io_uring waits for buffer space otherwise, whatever the socket's
+    /// mode).
     #[allow(clippy::type_complexity)]
     pub(crate) fn send<E>(
         &mut self,
         fd: BorrowedFd<'_>,
+        msg_flags: i32,
         buf: Vec<u8>,
         fill: impl for<'b> FnOnce(&'b [u8], &mut [u8]) -> Result<SendMsg<'b>, E>,
         done: &mut Vec<ZcDone>,
@@ -728,6 +740,7 @@ impl ZcRing {
             }
         }
         let e = opcode::SendMsgZc::new(types::Fd(fd.as_raw_fd()), &self.slots[i].hdr)
+            .flags(msg_flags as u32)
             .ioprio(SEND_ZC_REPORT_USAGE)
             .build()
             .user_data(i as u64);
