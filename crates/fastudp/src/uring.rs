@@ -1,5 +1,5 @@
 //! The io_uring backend (feature `uring`, Linux only): the same
-//! [`UdpState`](crate::UdpState) and [`Socket`](crate::Socket), driven by
+//! [`UdpState`] and [`Socket`](crate::Socket), driven by
 //! io_uring instead of one syscall per batch.
 //!
 //! Turn it on per socket with [`Config::uring`](crate::Config::uring), or
@@ -34,7 +34,7 @@
 //! `ENOSYS`, `EPERM`, a missing opcode or buffer ring, a multishot receive
 //! the kernel refuses), the socket uses the syscall path and says why in
 //! [`Stats::fallbacks`](crate::Stats::fallbacks), under
-//! [`Feature::Uring`](crate::Feature::Uring). [`probe`] says what this
+//! [`Feature::Uring`]. [`probe`] says what this
 //! kernel offers.
 //!
 //! A non-blocking socket on this backend is ready when the ring has

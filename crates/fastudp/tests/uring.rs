@@ -249,3 +249,49 @@ fn zerocopy_gso_refusal_falls_back() {
         .any(|f| f.feature == Feature::Gso));
     assert_eq!(zc.drain(Duration::from_secs(5)).unwrap(), 0);
 }
+
+/// A blocking sender behind a slow qdisc: the ring's sends never wait
+/// (`MSG_DONTWAIT`), so a full send buffer ends a chain early, and the
+/// blocking socket then waits for room in the ring; one call sends every
+/// train, whole, and every datagram arrives exactly once.
+#[test]
+fn a_blocking_sender_waits_for_room_in_the_ring() {
+    if let Some(why) = netns_unavailable() {
+        skip(why);
+        return;
+    }
+    if !uring_here(false) {
+        return;
+    }
+    let p = VethPair::new("uringblock", 7);
+    must(&format!(
+        "ip netns exec {} tc qdisc add dev va root tbf rate 100mbit burst 16kb limit 20mb",
+        p.a
+    ));
+    let rc = rx_config(RxMode::Gro).recv_buffer(64 << 20).uring(true);
+    let rx = p.bind(&p.b, std::net::SocketAddr::new(p.addr_b.into(), 0), rc);
+    let dest = rx.local_addr().unwrap();
+    let tc = Config::default().send_buffer(32 * 1024).uring(true);
+    let tx = p.bind(&p.a, std::net::SocketAddr::new(p.addr_a.into(), 0), tc);
+    const TRAINS: usize = 300;
+    let bufs = self_checking_trains(TRAINS, 5, 1000);
+    let ts: Vec<Transmit<'_>> = bufs
+        .iter()
+        .map(|b| Transmit::train(dest, b, 1000))
+        .collect();
+    let recv = std::thread::spawn(move || {
+        receive_exactly(&rx, (TRAINS * 5) as u64, 1000, Duration::from_secs(5));
+        rx
+    });
+    let mut k = 0;
+    while k < ts.len() {
+        let s = tx.send(&ts[k..]).unwrap();
+        assert_eq!(s.datagrams, 0, "trains go whole");
+        k += s.transmits;
+    }
+    let rx = recv.join().unwrap();
+    let u = tx.state().uring_stats().unwrap();
+    assert!(u.send_active && u.send_sqes >= TRAINS as u64, "{u:?}");
+    assert!(rx.state().uring_stats().unwrap().recv_messages > 0);
+    assert!(tx.stats().fallbacks.is_empty(), "{:?}", tx.stats());
+}
