@@ -342,6 +342,7 @@ pub fn run(a: BenchArgs) -> Result<(), crate::Failure> {
     }
     let w = validate(&a)?;
     let pairs = plan_pairs(&a.tx, &a.rx, w.net == Some(Profile::Sink))?;
+    let pairs = uring::unless_unavailable(pairs, a.tx.is_empty() && a.rx.is_empty());
     interrupt::watch();
     let mut guard = match a.testbed {
         Some(p) if !a.on_testbed => match testbed::up_guarded(p) {

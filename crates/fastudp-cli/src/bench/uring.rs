@@ -8,6 +8,32 @@ use fastudp::{Config, Error, Socket, ZeroCopySender, ZeroCopyStats};
 use std::net::SocketAddr;
 use std::time::Duration;
 
+/// The io_uring strategies.
+fn is_uring(t: TxStrategy, r: RxStrategy) -> bool {
+    matches!(t, TxStrategy::UringGso | TxStrategy::UringZc) || r == RxStrategy::UringGro
+}
+
+/// The default plan (every strategy, `all`) without its io_uring pairings
+/// where io_uring is not available, saying so: a host without io_uring
+/// still compares everything else. Strategies named on the command line
+/// run, and fail with the reason.
+pub fn unless_unavailable(
+    pairs: Vec<(TxStrategy, RxStrategy)>,
+    all: bool,
+) -> Vec<(TxStrategy, RxStrategy)> {
+    let why = fastudp::uring::probe().why_not();
+    match why {
+        Some(why) if all => {
+            eprintln!("fastudp: note: the io_uring strategies are left out: {why}");
+            pairs
+                .into_iter()
+                .filter(|&(t, r)| !is_uring(t, r))
+                .collect()
+        }
+        _ => pairs,
+    }
+}
+
 /// The socket options of a library send strategy.
 pub fn config(t: TxStrategy) -> Config {
     Config::default().uring(t == TxStrategy::UringGso)
