@@ -579,7 +579,9 @@ impl UringZeroCopySender {
     /// than it; the sender keeps the buffer until its notification. Waits
     /// for the send's own completion, not for the notification. When 64
     /// sends are in flight it first waits (up to a second) for one to
-    /// finish. On error the buffer comes back with it, unsent. A train the
+    /// finish. On error the buffer comes back with it, unsent (empty only
+    /// if the ring itself failed while the kernel held the buffer: that one
+    /// is kept, and leaked at teardown if never released). A train the
     /// socket cannot send with GSO now, or one the path refuses, goes
     /// through the socket's own (copying) send and its fallbacks.
     pub fn send(

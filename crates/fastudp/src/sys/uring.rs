@@ -712,10 +712,10 @@ impl ZcRing {
     /// the send's own completion (not the notification): `Ok` means it was
     /// sent, and the ring holds `buf` until the notification, when it goes
     /// to `done` with the other finished buffers. On an error the buffer
-    /// comes back with it, once the kernel let go of it (`None` if the
-    /// kernel still held it after a second: it is then kept, and comes back
-    /// through `done`). `WouldBlock`, without a send, when all slots are in
-    /// flight. `msg_flags` is `MSG_DONTWAIT` for a non-blocking socket
+    /// comes back with it, once the kernel let go of it (`None` only if the
+    /// ring itself failed: it is then kept, and comes back through `done`
+    /// if the kernel ever lets it go). `WouldBlock`, without a send, when
+    /// all slots are in flight. `msg_flags` is `MSG_DONTWAIT` for a non-blocking socket
     /// (io_uring waits for buffer space otherwise, whatever the socket's
     /// mode).
     #[allow(clippy::type_complexity)]
@@ -753,7 +753,9 @@ impl ZcRing {
             self.free.push(i);
             return Ok(Err((e, buf)));
         }
-        let deadline = Instant::now() + TEARDOWN_WAIT;
+        // No deadline: a send without MSG_DONTWAIT on a blocking socket
+        // waits for buffer space as the socket would, and giving up while
+        // it is queued could have the caller send it again.
         let mut outcome: Option<i32> = None;
         loop {
             let submitted = self.ring.submit();
@@ -796,11 +798,11 @@ impl ZcRing {
                     return Ok(Err((e, None)));
                 }
             }
-            if Instant::now() > deadline {
-                let e = io::Error::from_raw_os_error(-outcome.unwrap_or(-libc::ETIMEDOUT));
+            if let Err(e) = wait_cqe(&self.ring, None) {
+                // The ring itself failed: the buffer stays held (and is
+                // leaked at teardown if the kernel never lets it go).
                 return Ok(Err((e, None)));
             }
-            let _ = wait_cqe(&self.ring, Some(Duration::from_millis(10)));
         }
     }
 
