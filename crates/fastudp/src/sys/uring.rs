@@ -284,10 +284,17 @@ impl BufRingMem {
     /// The kernel handed `bid` back (a completion named it) and it was not
     /// put back since.
     unsafe fn buffer(&self, bid: u16, len: usize) -> &[u8] {
-        std::slice::from_raw_parts(
-            self.bufs.ptr.add(bid as usize * self.buf_len),
-            len.min(self.buf_len),
-        )
+        // SAFETY: `bid < nbufs` (the kernel only names buffers we gave
+        // it), so the range lies inside the buffer mapping, whose bytes are
+        // all initialised (zero-filled, then written by the kernel); by the
+        // caller's contract the kernel does not write it while the slice
+        // lives.
+        unsafe {
+            std::slice::from_raw_parts(
+                self.bufs.ptr.add(bid as usize * self.buf_len),
+                len.min(self.buf_len),
+            )
+        }
     }
 }
 
@@ -417,10 +424,19 @@ impl RecvRing {
                 self.armed = false;
             }
             let res = cqe.result();
-            let bid = cqueue::buffer_select(cqe.flags());
             let Some(mem) = self.mem.as_mut() else {
                 break;
             };
+            let bid = cqueue::buffer_select(cqe.flags());
+            if bid.is_some_and(|b| b >= mem.nbufs) {
+                // Never a buffer of ours: nothing to read or give back.
+                n += 1;
+                f(RecvEvent::Failed(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "io_uring named a receive buffer outside the ring",
+                )));
+                continue;
+            }
             if res < 0 {
                 if let Some(bid) = bid {
                     mem.put(bid);
