@@ -329,26 +329,9 @@ pub fn udp(
                     .chunks(p * segs)
                     .map(|c| Transmit::train(dest, c, p))
                     .collect();
-                let mut k = 0;
-                let mut r = Ok(0);
-                while k < ts.len() {
-                    match f.send(&ts[k..]) {
-                        Ok(n) => {
-                            k += n.transmits;
-                            if n.datagrams > 0 {
-                                ts[k] = ts[k].skip_datagrams(n.datagrams);
-                            }
-                        }
-                        Err(e) => {
-                            r = Err(io::Error::from(e));
-                            break;
-                        }
-                    }
-                }
-                if k > 0 {
-                    Ok(ts[..k].iter().map(|t| t.segments()).sum())
-                } else {
-                    r
+                match send_trains(&mut ts, |t| f.send(t)) {
+                    (0, Some(e)) => Err(io::Error::from(e)),
+                    (n, _) => Ok(n),
                 }
             }
             TxStrategy::Tcp | TxStrategy::GsoZerocopy | TxStrategy::UringZc => {
@@ -406,6 +389,35 @@ pub fn udp(
         seconds: start.elapsed().as_secs_f64(),
         zerocopy: None,
     })
+}
+
+/// Sends every transmit of `ts` with `send` (the library's
+/// `Socket::send`), resuming after each partial send, until all went out
+/// or a call failed. Returns the datagrams that went out, counting those
+/// of a train split over several calls once each, and the error that
+/// stopped it. A call that sends nothing and reports nothing ends it too.
+pub fn send_trains<'a>(
+    ts: &mut [Transmit<'a>],
+    mut send: impl FnMut(&[Transmit<'a>]) -> Result<fastudp::Sent, fastudp::Error>,
+) -> (usize, Option<fastudp::Error>) {
+    let (mut k, mut datagrams) = (0, 0);
+    while k < ts.len() {
+        match send(&ts[k..]) {
+            Ok(n) => {
+                let whole = n.transmits.min(ts.len() - k);
+                datagrams += ts[k..k + whole].iter().map(|t| t.segments()).sum::<usize>();
+                k += whole;
+                if n.datagrams > 0 && k < ts.len() {
+                    datagrams += n.datagrams.min(ts[k].segments());
+                    ts[k] = ts[k].skip_datagrams(n.datagrams);
+                } else if whole == 0 {
+                    break;
+                }
+            }
+            Err(e) => return (datagrams, Some(e)),
+        }
+    }
+    (datagrams, None)
 }
 
 /// Writes the same bytes over TCP until the workload's time is up, or Ctrl-C.
@@ -524,4 +536,67 @@ pub fn zerocopy(
         seconds,
         zerocopy: Some((s.completions, s.copied)),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fastudp::Sent;
+
+    fn sent(transmits: usize, datagrams: usize) -> Sent {
+        let mut s = Sent::default();
+        s.transmits = transmits;
+        s.datagrams = datagrams;
+        s
+    }
+
+    /// A train split over calls counts every datagram once: the datagrams
+    /// of the first part are not forgotten when the rest goes out.
+    #[test]
+    fn a_train_split_over_calls_counts_every_datagram_once() {
+        let dest: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        let buf = vec![0u8; 3 * 4 * 100];
+        let mut ts: Vec<Transmit<'_>> = buf
+            .chunks(400)
+            .map(|c| Transmit::train(dest, c, 100))
+            .collect();
+        // 1 datagram of train 0; then the rest of train 0 and train 1; then
+        // 2 datagrams of train 2; then its last 2.
+        let mut answers = vec![sent(0, 1), sent(2, 0), sent(0, 2), sent(1, 0)].into_iter();
+        let mut lens = Vec::new();
+        let (n, e) = send_trains(&mut ts, |t| {
+            lens.push(t.iter().map(|t| t.segments()).sum::<usize>());
+            Ok(answers.next().expect("no more calls than answers"))
+        });
+        assert!(e.is_none());
+        assert_eq!(n, 12);
+        assert_eq!(lens, vec![12, 11, 4, 2]);
+    }
+
+    /// An error after a partial send reports the datagrams that did go
+    /// out, so their numbers are not given to others.
+    #[test]
+    fn an_error_after_a_partial_send_keeps_what_went_out() {
+        let dest: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        let buf = vec![0u8; 2 * 4 * 100];
+        let mut ts: Vec<Transmit<'_>> = buf
+            .chunks(400)
+            .map(|c| Transmit::train(dest, c, 100))
+            .collect();
+        let mut calls = 0;
+        let (n, e) = send_trains(&mut ts, |_| {
+            calls += 1;
+            match calls {
+                1 => Ok(sent(0, 3)),
+                _ => Err(fastudp::Error::Io(io::Error::from_raw_os_error(
+                    libc::ENETUNREACH,
+                ))),
+            }
+        });
+        assert_eq!(n, 3);
+        assert!(e.is_some());
+        // A call that sends nothing and reports nothing ends the loop.
+        let (n, e) = send_trains(&mut ts, |_| Ok(sent(0, 0)));
+        assert_eq!((n, e.is_none()), (0, true));
+    }
 }
