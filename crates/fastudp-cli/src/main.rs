@@ -10,6 +10,7 @@ mod host;
 mod interrupt;
 mod out;
 mod procfs;
+mod soak;
 mod stream;
 mod testbed;
 mod txrx;
@@ -49,6 +50,9 @@ enum Cmd {
     /// Receive the flows of `fastudp stream` through reuseport groups and
     /// report per-flow rate, loss and burstiness.
     StreamRx(stream::StreamRxArgs),
+    /// Soak with fault injection (root; run it through scripts/soak.sh).
+    #[command(hide = true)]
+    Soak(soak::SoakArgs),
     /// Build or remove two network namespaces joined by a veth pair (root).
     Testbed {
         #[command(subcommand)]
@@ -113,6 +117,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
         Cmd::Tune(a) => host::tune::run_tune(a),
         Cmd::Rx(a) => txrx::run_rx(a),
         Cmd::Bench(a) => bench::run(a),
+        Cmd::Soak(a) => soak::run(a),
         Cmd::Testbed {
             action: TestbedCmd::Up { profile },
         } => testbed::up(profile)

@@ -22,6 +22,8 @@ fn negative_values_are_refused_in_one_line_naming_the_option() {
         (vec!["doctor", "--watch", "-1"], "--watch"),
         (vec!["tx", "-D", "127.0.0.1", "-s", "-1"], "-s"),
         (vec!["rx", "-p", "-1"], "-p"),
+        (vec!["soak", "--minutes", "-1"], "--minutes"),
+        (vec!["soak", "--rate", "-10"], "--rate"),
     ] {
         let o = fastudp(&args);
         let err = String::from_utf8_lossy(&o.stderr);
@@ -31,4 +33,26 @@ fn negative_values_are_refused_in_one_line_naming_the_option() {
         assert!(!err.contains("unexpected argument"), "{args:?}: {err}");
         assert!(err.starts_with("fastudp: error: "), "{args:?}: {err}");
     }
+}
+
+/// The soak's options are checked before anything is built (so without
+/// root too), and the command stays out of the help.
+#[test]
+fn soak_refuses_bad_options_and_is_hidden() {
+    for (args, opt) in [
+        (vec!["soak", "--minutes", "0.1"], "--minutes"),
+        (vec!["soak", "--rate", "1e9"], "--rate"),
+        (vec!["soak", "--payload", "1200"], "--payload"),
+        (vec!["soak", "--payload", "1473"], "--payload"),
+    ] {
+        let o = fastudp(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.starts_with("fastudp: error: ") && err.contains(opt),
+            "{args:?}: {err}"
+        );
+    }
+    let help = String::from_utf8_lossy(&fastudp(&["--help"]).stdout).to_string();
+    assert!(help.contains("bench") && !help.contains("soak"), "{help}");
 }

@@ -1,0 +1,630 @@
+//! `fastudp soak` (hidden; run through `scripts/soak.sh`): every send and
+//! receive strategy in turn, paced below the path's capacity, across a
+//! veth pair of the soak's own, while a fault injector breaks the path
+//! once per slot and heals it. Every datagram is numbered and checksummed:
+//! the run fails on a duplicate, a damaged datagram, loss outside a
+//! fault's window, a fault the library did not report, a sender that did
+//! not recover (GSO back on, full rate), or memory or descriptors that
+//! grow.
+
+pub mod account;
+mod net;
+mod recv;
+pub mod report;
+mod send;
+
+use crate::interrupt;
+use crate::Failure;
+use account::{attribute, Ledger, Window};
+use clap::Args;
+use report::{plan, FaultKind, FaultReport, Report, SlotReport, FAULTS};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Options of `fastudp soak`.
+#[derive(Args, Debug, Clone)]
+pub struct SoakArgs {
+    /// Minutes to run (0.5 to 1440).
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
+    pub minutes: f64,
+    /// Datagrams per second (paced; below what any strategy sustains).
+    #[arg(long, default_value_t = 10_000.0, allow_negative_numbers = true)]
+    pub rate: f64,
+    /// Datagram payload in bytes (over 1280 - 28, so that the MTU fault
+    /// bites; at most 1472).
+    #[arg(long, default_value_t = 1400)]
+    pub payload: usize,
+    /// Write the report as JSON into this file.
+    #[arg(long, value_name = "FILE.json")]
+    pub json: Option<String>,
+}
+
+/// State the sender, the receiver and the injector share.
+#[derive(Debug)]
+pub struct Shared {
+    origin: Instant,
+    /// The next sequence number to send (numbers before it went out).
+    pub next_seq: AtomicU64,
+    /// Tells the sender to stop.
+    pub stop: AtomicBool,
+    /// Set once the sender has stopped.
+    pub sender_done: AtomicBool,
+    /// Set once the receiver is bound.
+    pub rx_ready: AtomicBool,
+    /// `SO_NO_CHECK` wanted on the sending socket.
+    pub no_check: AtomicBool,
+    /// Asks the receiver to restart; it clears it when bound again.
+    pub restart_rx: AtomicBool,
+    /// The first number sent after a heal (`u64::MAX`: none armed).
+    pub resume_after: AtomicU64,
+    /// When that number, or a later one, arrived (ns from `origin`; 0: not yet).
+    pub resumed_ns: AtomicU64,
+    /// When a send last took datagrams.
+    pub last_sent_ns: AtomicU64,
+    tx_beat_ns: AtomicU64,
+    rx_beat_ns: AtomicU64,
+    /// The library's fallback events on the sending socket.
+    pub fallbacks: AtomicU64,
+    /// The library's datagrams resent one by one.
+    pub resent: AtomicU64,
+    /// The library's GSO retries.
+    pub gso_retries: AtomicU64,
+    /// The library's GSO segments per send now (1: off).
+    pub gso_segments: AtomicU64,
+    /// The library's messages sent (a GSO train counts once).
+    pub messages: AtomicU64,
+    errors: Mutex<BTreeMap<String, u64>>,
+}
+
+impl Shared {
+    fn new() -> Self {
+        Shared {
+            origin: Instant::now(),
+            next_seq: AtomicU64::new(0),
+            stop: AtomicBool::new(false),
+            sender_done: AtomicBool::new(false),
+            rx_ready: AtomicBool::new(false),
+            no_check: AtomicBool::new(false),
+            restart_rx: AtomicBool::new(false),
+            resume_after: AtomicU64::new(u64::MAX),
+            resumed_ns: AtomicU64::new(0),
+            last_sent_ns: AtomicU64::new(0),
+            tx_beat_ns: AtomicU64::new(0),
+            rx_beat_ns: AtomicU64::new(0),
+            fallbacks: AtomicU64::new(0),
+            resent: AtomicU64::new(0),
+            gso_retries: AtomicU64::new(0),
+            gso_segments: AtomicU64::new(0),
+            messages: AtomicU64::new(0),
+            errors: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// ns since the run began (never 0).
+    pub fn now_ns(&self) -> u64 {
+        self.origin.elapsed().as_nanos() as u64 + 1
+    }
+
+    /// The sender is alive.
+    pub fn beat(&self) {
+        self.tx_beat_ns.store(self.now_ns(), Relaxed);
+    }
+
+    /// The receiver is alive.
+    pub fn rx_beat(&self) {
+        self.rx_beat_ns.store(self.now_ns(), Relaxed);
+    }
+
+    /// Counts one send error.
+    pub fn count_error(&self, name: String) {
+        if let Ok(mut m) = self.errors.lock() {
+            *m.entry(name).or_default() += 1;
+        }
+    }
+
+    fn errors(&self) -> BTreeMap<String, u64> {
+        self.errors.lock().map(|m| m.clone()).unwrap_or_default()
+    }
+
+    fn reset_slot(&self) {
+        for f in [
+            &self.stop,
+            &self.sender_done,
+            &self.rx_ready,
+            &self.no_check,
+            &self.restart_rx,
+        ] {
+            f.store(false, Release);
+        }
+        self.resume_after.store(u64::MAX, Release);
+        self.resumed_ns.store(0, Release);
+        for c in [
+            &self.fallbacks,
+            &self.resent,
+            &self.gso_retries,
+            &self.gso_segments,
+            &self.messages,
+        ] {
+            c.store(0, Release);
+        }
+        let now = self.now_ns();
+        self.tx_beat_ns.store(now, Release);
+        self.rx_beat_ns.store(now, Release);
+        if let Ok(mut m) = self.errors.lock() {
+            m.clear();
+        }
+    }
+}
+
+/// A thread that has not shown a sign of life for this long has hung.
+const HANG: Duration = Duration::from_secs(10);
+/// How long a fault is held.
+const HOLD: Duration = Duration::from_secs(1);
+/// Datagrams sent this long before a fault may still be in flight when it
+/// strikes: its window starts that far back.
+const IN_FLIGHT: Duration = Duration::from_millis(200);
+/// After recovery, the window stays open this long.
+const SETTLE: Duration = Duration::from_millis(500);
+/// The longest a recovery may take before the slot gives up on it.
+const RECOVERY_LIMIT: Duration = Duration::from_secs(12);
+
+fn rss_kb() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn fd_count() -> u64 {
+    std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count() as u64)
+}
+
+fn capture(args: &[&str]) -> String {
+    std::process::Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default()
+}
+
+fn validate(a: &SoakArgs) -> Result<(), String> {
+    if !(a.minutes >= 0.5 && a.minutes <= 1440.0) {
+        return Err(format!(
+            "--minutes {} is out of range: 0.5 to 1440",
+            a.minutes
+        ));
+    }
+    if !(a.rate >= 1000.0 && a.rate <= 100_000.0) {
+        return Err(format!(
+            "--rate {} is out of range: 1000 to 100000 datagrams per second",
+            a.rate
+        ));
+    }
+    if !(1253..=1472).contains(&a.payload) {
+        return Err(format!(
+            "--payload {} is out of range: 1253 to 1472 bytes (over an MTU of 1280, within 1500)",
+            a.payload
+        ));
+    }
+    if let Some(p) = &a.json {
+        crate::output::check_output_path("--json", p)?;
+    }
+    Ok(())
+}
+
+/// The slot plan for a run of `total`: at least 10 slots (every send
+/// strategy, every receive strategy, every fault), of 6 to 20 s.
+fn slot_plan(total: Duration) -> (usize, Duration) {
+    let secs = total.as_secs_f64();
+    let n = ((secs / 20.0).ceil() as usize).max(10);
+    (n, Duration::from_secs_f64((secs / n as f64).max(6.0)))
+}
+
+/// Runs the soak.
+pub fn run(a: SoakArgs) -> Result<(), Failure> {
+    validate(&a)?;
+    interrupt::watch();
+    let net = net::Net::up(net::Names::for_pid(std::process::id()))?;
+    let mut report = Report {
+        minutes: a.minutes,
+        started_unix: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        kernel: capture(&["uname", "-r"]),
+        load: vec![capture(&["uptime"])],
+        rate: a.rate,
+        payload: a.payload,
+        ..Report::default()
+    };
+    let start = Instant::now();
+    let r = soak(&a, &net, &mut report);
+    report.seconds = start.elapsed().as_secs_f64();
+    report.load.push(capture(&["uptime"]));
+    drop(net);
+    if let Err(e) = &r {
+        report.failures.push(e.clone());
+    }
+    report.finish();
+    outln!("{}", report::text(&report).trim_end());
+    if let Some(p) = &a.json {
+        let j = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
+        std::fs::write(p, j + "\n").map_err(|e| Failure {
+            code: 1,
+            msg: format!("cannot write {p}: {e}"),
+        })?;
+    }
+    if interrupt::requested() {
+        return Err(interrupt::failure("the report covers the slots that ran"));
+    }
+    if report.passed {
+        Ok(())
+    } else {
+        Err(Failure {
+            code: 1,
+            msg: format!("the soak failed: {}", report.failures.join("; ")),
+        })
+    }
+}
+
+fn soak(a: &SoakArgs, net: &net::Net, report: &mut Report) -> Result<(), String> {
+    let total = Duration::from_secs_f64(a.minutes * 60.0);
+    let (slots, slot_len) = slot_plan(total);
+    let sh = Arc::new(Shared::new());
+    let cap = (a.rate * (slot_len + RECOVERY_LIMIT + HOLD).as_secs_f64() * 1.5) as u64 + 4096;
+    let mut ledger = Ledger::default();
+    for i in 0..slots {
+        if interrupt::requested() {
+            break;
+        }
+        let (t, r, k) = plan(i, send::STRATEGIES.len(), recv::STRATEGIES.len());
+        let (t, r, kind) = (send::STRATEGIES[t], recv::STRATEGIES[r], FAULTS[k]);
+        let (slot, back) = run_slot(i, t, r, kind, slot_len, a, net, &sh, ledger, cap)?;
+        ledger = back;
+        let secs = sh.origin.elapsed().as_secs_f64();
+        report.memory.rss_kb.push((secs, slot.rss_kb));
+        report.memory.fds.push(slot.fds);
+        eprintln!(
+            "fastudp: soak slot {i}/{slots}: {} -> {}, {}: sent {}, lost {} ({} outside), resume {}, GSO back {}",
+            slot.tx,
+            slot.rx,
+            slot.fault.kind,
+            slot.sent,
+            slot.lost,
+            slot.lost_outside,
+            slot.fault
+                .resume_ms
+                .map_or("-".into(), |v| format!("{v:.1} ms")),
+            slot.fault
+                .gso_back_ms
+                .map_or("-".into(), |v| format!("{v:.0} ms")),
+        );
+        report.slots.push(slot);
+    }
+    Ok(())
+}
+
+/// Waits until `deadline`, watching for hung threads and Ctrl-C.
+fn watch(sh: &Shared, deadline: Instant, tx_running: bool) -> Result<(), String> {
+    loop {
+        let now = Instant::now();
+        if now >= deadline || interrupt::requested() {
+            return Ok(());
+        }
+        check_alive(sh, tx_running)?;
+        std::thread::sleep((deadline - now).min(Duration::from_millis(1)));
+    }
+}
+
+fn check_alive(sh: &Shared, tx_running: bool) -> Result<(), String> {
+    let now = sh.now_ns();
+    let hang = HANG.as_nanos() as u64;
+    if tx_running && now.saturating_sub(sh.tx_beat_ns.load(Relaxed)) > hang {
+        return Err(format!(
+            "the sender hung (no progress for {} s)",
+            HANG.as_secs()
+        ));
+    }
+    if now.saturating_sub(sh.rx_beat_ns.load(Relaxed)) > hang {
+        return Err(format!(
+            "the receiver hung (no progress for {} s)",
+            HANG.as_secs()
+        ));
+    }
+    Ok(())
+}
+
+/// Joins `h`, failing if it does not end within `limit`.
+fn join<T>(h: std::thread::JoinHandle<T>, limit: Duration, what: &str) -> Result<T, String> {
+    let until = Instant::now() + limit;
+    while !h.is_finished() {
+        if Instant::now() > until {
+            return Err(format!(
+                "the {what} did not stop within {} s (hung)",
+                limit.as_secs()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    h.join().map_err(|_| format!("the {what} panicked"))
+}
+
+fn offloads(net: &net::Net) -> String {
+    let n = &net.names;
+    capture(&["ip", "netns", "exec", &n.tx_ns, "ethtool", "-k", &n.tx_dev])
+        .lines()
+        .filter(|l| !l.contains("[fixed]"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_slot(
+    i: usize,
+    t: crate::bench::TxStrategy,
+    r: crate::bench::RxStrategy,
+    kind: FaultKind,
+    slot_len: Duration,
+    a: &SoakArgs,
+    net: &net::Net,
+    sh: &Arc<Shared>,
+    mut ledger: Ledger,
+    cap: u64,
+) -> Result<(SlotReport, Ledger), String> {
+    sh.reset_slot();
+    let base = sh.next_seq.load(Acquire);
+    ledger.reset(base, cap);
+    let names = net.names.clone();
+    let payload = a.payload;
+    let rx = {
+        let sh = Arc::clone(sh);
+        let ns = names.rx_ns.clone();
+        std::thread::spawn(move || {
+            let r =
+                crate::testbed::enter(&ns).and_then(|()| recv::run(r, payload, &mut ledger, &sh));
+            if r.is_err() {
+                sh.rx_ready.store(true, Release);
+            }
+            (r, ledger)
+        })
+    };
+    let until = Instant::now() + Duration::from_secs(5);
+    while !sh.rx_ready.load(Acquire) {
+        if Instant::now() > until || rx.is_finished() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    if rx.is_finished() {
+        let (res, _) = rx.join().map_err(|_| "the receiver panicked".to_string())?;
+        return Err(format!(
+            "slot {i}: receiver: {}",
+            res.err().unwrap_or_default()
+        ));
+    }
+    let tx = {
+        let sh = Arc::clone(sh);
+        let ns = names.tx_ns.clone();
+        let rate = a.rate;
+        std::thread::spawn(move || {
+            let r = crate::testbed::enter(&ns).and_then(|()| send::run(t, payload, rate, &sh));
+            sh.sender_done.store(true, Release);
+            r
+        })
+    };
+    let slot_start = Instant::now();
+    let t0 = sh.origin.elapsed().as_secs_f64();
+    let lead = (slot_len / 4).min(Duration::from_secs(3));
+    watch(sh, slot_start + lead, true)?;
+    // The fault.
+    let rate_per = |d: Duration| (a.rate * d.as_secs_f64()) as u64;
+    let before = offloads(net);
+    let errors0 = sh.errors();
+    let (fb0, rs0, gr0) = (
+        sh.fallbacks.load(Acquire),
+        sh.resent.load(Acquire),
+        sh.gso_retries.load(Acquire),
+    );
+    let first = sh
+        .next_seq
+        .load(Acquire)
+        .saturating_sub(rate_per(IN_FLIGHT));
+    let struck = Instant::now();
+    let at_s = sh.origin.elapsed().as_secs_f64();
+    let mut gso_went_off = false;
+    match kind {
+        FaultKind::GsoRefused => sh.no_check.store(true, Release),
+        FaultKind::LinkDown => net.link(false)?,
+        FaultKind::Mtu1280 => net.mtu(1280, true)?,
+        FaultKind::TxCsumOff => net.offload("tx", false)?,
+        FaultKind::TxUdpSegOff => net.offload("tx-udp-segmentation", false)?,
+        FaultKind::RxRestart => sh.restart_rx.store(true, Release),
+    }
+    // Held, watching the library's GSO.
+    let hold_until = struck
+        + if kind == FaultKind::RxRestart {
+            recv::RESTART_GAP
+        } else {
+            HOLD
+        };
+    while Instant::now() < hold_until {
+        check_alive(sh, true)?;
+        gso_went_off |= sh.gso_segments.load(Acquire) == 1;
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    match kind {
+        FaultKind::GsoRefused => sh.no_check.store(false, Release),
+        FaultKind::LinkDown => net.link(true)?,
+        FaultKind::Mtu1280 => net.mtu(1500, false)?,
+        FaultKind::TxCsumOff => net.offload("tx", true)?,
+        FaultKind::TxUdpSegOff => net.offload("tx-udp-segmentation", true)?,
+        FaultKind::RxRestart => {
+            let until = Instant::now() + Duration::from_secs(5);
+            while sh.restart_rx.load(Acquire) {
+                if Instant::now() > until {
+                    return Err(format!(
+                        "slot {i}: the receiver did not come back within 5 s"
+                    ));
+                }
+                check_alive(sh, true)?;
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    }
+    let healed = Instant::now();
+    let healed_ns = sh.now_ns();
+    sh.resumed_ns.store(0, Release);
+    sh.resume_after.store(sh.next_seq.load(Acquire), Release);
+    let offloads_restored = offloads(net) == before;
+    // Recovery: a datagram sent after the heal arrives, and the library's
+    // GSO is back on if it went off.
+    let library_gso = send::is_library(t) && send::uses_gso(t);
+    let mut gso_back: Option<Instant> = None;
+    let recovery_end = healed + RECOVERY_LIMIT;
+    loop {
+        check_alive(sh, true)?;
+        let g = sh.gso_segments.load(Acquire);
+        gso_went_off |= g == 1;
+        if gso_back.is_none() && g > 1 {
+            gso_back = Some(Instant::now());
+        }
+        let resumed = sh.resumed_ns.load(Acquire) != 0;
+        let gso_ok = !(library_gso && gso_went_off) || gso_back.is_some();
+        if (resumed && gso_ok) || Instant::now() > recovery_end || interrupt::requested() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let recovered = Instant::now();
+    watch(sh, recovered + SETTLE, true)?;
+    let window_end = sh.next_seq.load(Acquire);
+    let errors1 = sh.errors();
+    let (fb1, rs1, gr1) = (
+        sh.fallbacks.load(Acquire),
+        sh.resent.load(Acquire),
+        sh.gso_retries.load(Acquire),
+    );
+    // Full speed to the end of the slot, with GSO (the library's trains
+    // go out as one message each).
+    let (rate_t0, rate_s0, msgs0) = (Instant::now(), window_end, sh.messages.load(Acquire));
+    watch(
+        sh,
+        (slot_start + slot_len).max(rate_t0 + Duration::from_secs(1)),
+        true,
+    )?;
+    let rate_s1 = sh.next_seq.load(Acquire);
+    let msgs1 = sh.messages.load(Acquire);
+    let rate_dt = rate_t0.elapsed().as_secs_f64();
+    if library_gso && sh.gso_segments.load(Acquire) <= 1 {
+        // Off again by the end: it did not stay back.
+        gso_back = None;
+    }
+    sh.stop.store(true, Release);
+    let fallback_reasons =
+        join(tx, HANG, "sender")?.map_err(|e| format!("slot {i}: sender: {e}"))?;
+    sh.sender_done.store(true, Release);
+    let (rres, ledger) = join(rx, HANG, "receiver")?;
+    let rres = rres.map_err(|e| format!("slot {i}: receiver: {e}"))?;
+    let end = sh.next_seq.load(Acquire);
+    let windows = [Window {
+        first,
+        end: window_end,
+    }];
+    let att = attribute(ledger.missing(end), &windows);
+    let lost = att.per_window[0] + att.outside;
+    let mut errors = errors1.clone();
+    for (k, v) in &errors0 {
+        if let Some(x) = errors.get_mut(k) {
+            *x -= v;
+        }
+    }
+    errors.retain(|_, v| *v > 0);
+    let resumed_ns = sh.resumed_ns.load(Acquire);
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let fault = FaultReport {
+        kind: kind.name().into(),
+        at_s,
+        held_ms: ms(healed - struck),
+        lost: att.per_window[0],
+        errors,
+        fallbacks: fb1.saturating_sub(fb0),
+        resent_unsegmented: rs1.saturating_sub(rs0),
+        gso_retries: gr1.saturating_sub(gr0),
+        gso_went_off,
+        resume_ms: (resumed_ns != 0).then(|| resumed_ns.saturating_sub(healed_ns) as f64 / 1e6),
+        gso_back_ms: if gso_went_off {
+            gso_back.map(|b| ms(b.saturating_duration_since(healed)))
+        } else {
+            None
+        },
+        rate_after: (rate_dt >= 0.5).then(|| (rate_s1 - rate_s0) as f64 / rate_dt),
+        datagrams_per_message_after: (t == crate::bench::TxStrategy::Fastudp && msgs1 > msgs0)
+            .then(|| (rate_s1 - rate_s0) as f64 / (msgs1 - msgs0) as f64),
+        offloads_restored,
+    };
+    let slot = SlotReport {
+        slot: i,
+        tx: crate::bench::name(t),
+        rx: crate::bench::rname(r),
+        library: send::is_library(t),
+        gso: send::uses_gso(t),
+        seconds: sh.origin.elapsed().as_secs_f64() - t0,
+        sent: end - base,
+        received: ledger.received,
+        lost,
+        lost_outside: att.outside,
+        lost_outside_examples: att.outside_examples,
+        duplicates: ledger.duplicates,
+        damaged: rres.damaged,
+        stale: ledger.stale,
+        beyond: ledger.beyond,
+        kernel_drops: rres.kernel_drops,
+        fallback_reasons,
+        fault,
+        rss_kb: rss_kb(),
+        fds: fd_count(),
+    };
+    Ok((slot, ledger))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_cover_everything_even_in_a_minute() {
+        let (n, len) = slot_plan(Duration::from_secs(60));
+        assert_eq!(n, 10);
+        assert_eq!(len, Duration::from_secs(6));
+        let (n, len) = slot_plan(Duration::from_secs(1800));
+        assert_eq!(n, 90);
+        assert_eq!(len, Duration::from_secs(20));
+        // Never shorter than 6 s, whatever the count.
+        assert_eq!(slot_plan(Duration::from_secs(30)).1, Duration::from_secs(6));
+    }
+
+    #[test]
+    fn bad_options_are_refused_with_a_reason() {
+        let a = |m: f64, r: f64, p: usize| SoakArgs {
+            minutes: m,
+            rate: r,
+            payload: p,
+            json: None,
+        };
+        assert!(validate(&a(1.0, 10_000.0, 1400)).is_ok());
+        for (bad, want) in [
+            (a(0.1, 10_000.0, 1400), "--minutes"),
+            (a(f64::NAN, 10_000.0, 1400), "--minutes"),
+            (a(1.0, 0.0, 1400), "--rate"),
+            (a(1.0, 10_000.0, 1200), "--payload"),
+            (a(1.0, 10_000.0, 1500), "--payload"),
+        ] {
+            assert!(validate(&bad).unwrap_err().contains(want), "{want}");
+        }
+    }
+}

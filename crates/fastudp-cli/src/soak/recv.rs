@@ -1,0 +1,138 @@
+//! The soak's receiver: one receive strategy per slot, every datagram
+//! checked and entered in the slot's ledger, restarted on request.
+
+use super::account::{check, Arrival, Ledger};
+use super::Shared;
+use crate::bench::rx::{self, RxSock};
+use crate::bench::RxStrategy;
+use fastudp::RecvBatch;
+use std::io;
+use std::sync::atomic::Ordering::*;
+use std::time::{Duration, Instant};
+
+/// The receive strategies the soak cycles through (io_uring left out, as
+/// in the send strategies).
+pub const STRATEGIES: [RxStrategy; 4] = [
+    RxStrategy::Recvmmsg,
+    RxStrategy::Recvfrom,
+    RxStrategy::Gro,
+    RxStrategy::GroRecvmmsg,
+];
+
+/// How long the receiver stays away when restarted.
+pub const RESTART_GAP: Duration = Duration::from_millis(300);
+
+/// After the sender stopped: how long to wait for the rest before what is
+/// missing is lost.
+const DRAIN: Duration = Duration::from_secs(2);
+
+/// What one slot's receiver saw.
+#[derive(Debug, Default)]
+pub struct RxResult {
+    /// Datagrams that failed their check (length or checksum).
+    pub damaged: u64,
+    /// Drops the kernel counted on the receiving sockets (messages).
+    pub kernel_drops: u64,
+    /// Messages cut short by a small buffer.
+    pub truncated: u64,
+    /// Times the socket was closed and bound again.
+    pub restarts: u64,
+}
+
+fn bind(r: RxStrategy) -> Result<RxSock, String> {
+    let addr = super::net::rx_addr();
+    // A restart may find the port still held for a moment: retry briefly.
+    let mut last = String::new();
+    for _ in 0..50 {
+        match rx::bind(r, addr) {
+            Ok(s) => return Ok(s),
+            Err(e) => last = e,
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Err(last)
+}
+
+fn counters(s: &RxSock, out: &mut RxResult) {
+    if let RxSock::Fast(f) = s {
+        let st = f.stats();
+        out.kernel_drops += st.kernel_drops;
+        out.truncated += st.truncated;
+    }
+}
+
+/// Receives with strategy `r` into `ledger` until the sender has stopped
+/// and everything it sent arrived (or [`DRAIN`] passed); the caller's
+/// thread is in the receiver's namespace. `ready` is set once bound.
+pub fn run(
+    r: RxStrategy,
+    payload: usize,
+    ledger: &mut Ledger,
+    sh: &Shared,
+) -> Result<RxResult, String> {
+    let mut out = RxResult::default();
+    let mut sock = bind(r)?;
+    sh.rx_ready.store(true, Release);
+    let mut batch = match r {
+        RxStrategy::Recvmmsg => RecvBatch::with_capacity(32, payload),
+        _ => RecvBatch::new(32),
+    };
+    let mut buf = vec![0u8; 65_536];
+    let mut drained_since: Option<Instant> = None;
+    loop {
+        sh.rx_beat();
+        if sh.restart_rx.load(Acquire) {
+            counters(&sock, &mut out);
+            drop(sock);
+            std::thread::sleep(RESTART_GAP);
+            sock = bind(r)?;
+            out.restarts += 1;
+            sh.restart_rx.store(false, Release);
+        }
+        let mut see = |d: &[u8]| match check(d, payload) {
+            Some(seq) => {
+                if ledger.arrive(seq) == Arrival::New && seq >= sh.resume_after.load(Relaxed) {
+                    let _ = sh
+                        .resumed_ns
+                        .compare_exchange(0, sh.now_ns(), AcqRel, Relaxed);
+                }
+            }
+            None => out.damaged += 1,
+        };
+        let got: io::Result<()> = match &sock {
+            RxSock::Std(s) => s.recv_from(&mut buf).map(|(n, _)| see(&buf[..n])),
+            RxSock::Fast(s) => match s.recv(&mut batch) {
+                Ok(_) => {
+                    for (_, dg) in batch.datagrams() {
+                        see(dg);
+                    }
+                    Ok(())
+                }
+                Err(e) => Err(io::Error::from(e)),
+            },
+        };
+        match got {
+            Ok(()) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock
+                        | io::ErrorKind::TimedOut
+                        | io::ErrorKind::Interrupted
+                ) => {}
+            Err(e) => return Err(format!("{} receive failed: {e}", crate::bench::rname(r))),
+        }
+        if sh.sender_done.load(Acquire) {
+            let end = sh.next_seq.load(Acquire);
+            if ledger.complete(end) {
+                break;
+            }
+            let since = *drained_since.get_or_insert_with(Instant::now);
+            if since.elapsed() > DRAIN {
+                break;
+            }
+        }
+    }
+    counters(&sock, &mut out);
+    Ok(out)
+}

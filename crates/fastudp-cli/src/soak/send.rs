@@ -1,0 +1,394 @@
+//! The soak's sender: every send strategy of `fastudp bench` (but TCP and
+//! the io_uring ones), paced, numbering datagrams across the whole run,
+//! carrying on through faults: an error is counted and the call retried a
+//! millisecond later with the same numbers, so that only what the kernel
+//! took counts as sent.
+
+use super::account::{fill, Pacer};
+use super::Shared;
+use crate::bench::tx::send_trains;
+use crate::bench::TxStrategy;
+use fastudp::raw::{self, OutMsg};
+use fastudp::wire::cmsg::Encoder;
+use fastudp::wire::consts::{SOL_UDP, UDP_SEGMENT};
+use fastudp::{Transmit, ZeroCopySender};
+use std::io::{self, IoSlice};
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::Ordering::*;
+use std::time::{Duration, Instant};
+
+/// The send strategies the soak cycles through, the library's own first.
+pub const STRATEGIES: [TxStrategy; 10] = [
+    TxStrategy::Fastudp,
+    TxStrategy::Sendto,
+    TxStrategy::Sendmmsg,
+    TxStrategy::GsoSockopt,
+    TxStrategy::GsoIov,
+    TxStrategy::GsoIovCmsg,
+    TxStrategy::GsoCmsg,
+    TxStrategy::SendmmsgGso,
+    TxStrategy::SendmmsgGsoSeed,
+    TxStrategy::GsoZerocopy,
+];
+
+/// Datagrams per call: per GSO train, per sendmmsg; two trains of
+/// `SEGS / 2` for `sendmmsg-gso` and `fastudp`.
+pub const SEGS: usize = 20;
+
+/// The library's strategies, whose faults must come back as an error or
+/// a counted fallback.
+pub fn is_library(t: TxStrategy) -> bool {
+    matches!(t, TxStrategy::Fastudp | TxStrategy::GsoZerocopy)
+}
+
+/// Whether a strategy sends GSO trains.
+pub fn uses_gso(t: TxStrategy) -> bool {
+    !matches!(t, TxStrategy::Sendto | TxStrategy::Sendmmsg)
+}
+
+/// A short name of an errno.
+pub fn errno_name(e: i32) -> String {
+    let n = match e {
+        libc::ENETUNREACH => "ENETUNREACH",
+        libc::ENETDOWN => "ENETDOWN",
+        libc::EHOSTUNREACH => "EHOSTUNREACH",
+        libc::EINVAL => "EINVAL",
+        libc::EMSGSIZE => "EMSGSIZE",
+        libc::EIO => "EIO",
+        libc::ECONNREFUSED => "ECONNREFUSED",
+        libc::ENOBUFS => "ENOBUFS",
+        libc::EAGAIN => "EAGAIN",
+        libc::EPERM => "EPERM",
+        libc::ENXIO => "ENXIO",
+        libc::EADDRNOTAVAIL => "EADDRNOTAVAIL",
+        _ => return format!("errno {e}"),
+    };
+    n.to_string()
+}
+
+/// A short name of a library error: its errno, or its kind.
+fn error_name(e: &fastudp::Error) -> String {
+    match e {
+        fastudp::Error::Io(io) | fastudp::Error::PartialTrain { source: io, .. } => io_name(io),
+        other => {
+            let d = format!("{other:?}");
+            d.split(|c: char| !c.is_alphanumeric())
+                .next()
+                .unwrap_or("error")
+                .to_string()
+        }
+    }
+}
+
+fn io_name(e: &io::Error) -> String {
+    match e.raw_os_error() {
+        Some(n) => errno_name(n),
+        None => format!("{:?}", e.kind()),
+    }
+}
+
+/// One strategy's socket and buffers.
+struct Sender {
+    t: TxStrategy,
+    sock: UdpSocket,
+    fast: Option<fastudp::Socket>,
+    zc: Option<ZeroCopySender>,
+    pool: Vec<Vec<u8>>,
+    dest: SocketAddr,
+    addr: socket2::SockAddr,
+    payload: usize,
+    cmsg: Vec<u8>,
+    seed_cmsg: Vec<u8>,
+}
+
+fn segment_cmsg(size: usize) -> Result<Vec<u8>, String> {
+    let mut b = raw::control_buffer();
+    let mut enc = Encoder::new(&mut b.0);
+    enc.push_u16(SOL_UDP, UDP_SEGMENT, size.min(u16::MAX as usize) as u16)
+        .map_err(|e| e.to_string())?;
+    let n = enc.len();
+    Ok(b.0[..n].to_vec())
+}
+
+impl Sender {
+    fn new(t: TxStrategy, dest: SocketAddr, payload: usize) -> Result<Self, String> {
+        let sock = UdpSocket::bind("0.0.0.0:0").map_err(|e| format!("bind sender: {e}"))?;
+        let (fast, zc) = match t {
+            TxStrategy::Fastudp => (
+                Some(
+                    fastudp::Socket::from_std(sock.try_clone().map_err(|e| e.to_string())?)
+                        .map_err(|e| e.to_string())?,
+                ),
+                None,
+            ),
+            TxStrategy::GsoZerocopy => {
+                let f = fastudp::Socket::from_std(sock.try_clone().map_err(|e| e.to_string())?)
+                    .map_err(|e| e.to_string())?;
+                let z = ZeroCopySender::new(&f)
+                    .map_err(|e| format!("gso-zerocopy is not available here: {e}"))?
+                    .adaptive(false);
+                (Some(f), Some(z))
+            }
+            _ => (None, None),
+        };
+        if matches!(t, TxStrategy::GsoSockopt | TxStrategy::GsoIov) {
+            raw::set_option_int(&sock, SOL_UDP, UDP_SEGMENT, payload as i32)
+                .map_err(|e| format!("UDP_SEGMENT option: {e}"))?;
+        }
+        Ok(Sender {
+            t,
+            sock,
+            fast,
+            zc,
+            pool: (0..64).map(|_| vec![0u8; SEGS * payload]).collect(),
+            dest,
+            addr: raw::sockaddr(dest),
+            payload,
+            cmsg: segment_cmsg(payload)?,
+            seed_cmsg: segment_cmsg(1472.max(payload))?,
+        })
+    }
+
+    /// Sets or clears `SO_NO_CHECK` (no UDP checksum), with which the
+    /// kernel refuses every GSO send with `EINVAL`.
+    fn set_no_check(&self, on: bool) -> io::Result<()> {
+        raw::set_option_int(&self.sock, libc::SOL_SOCKET, libc::SO_NO_CHECK, on as i32)
+    }
+
+    /// Sends datagrams `seq..seq + SEGS`; returns how many went out and
+    /// the error that stopped the rest.
+    fn call(&mut self, seq: u64) -> (usize, Option<String>) {
+        let p = self.payload;
+        let mut buf = match self.pool.pop() {
+            Some(b) => b,
+            None => {
+                // Every zerocopy buffer is still with the kernel.
+                let zc = self.zc.as_mut().expect("only zerocopy keeps buffers");
+                let f = self.fast.as_ref().expect("zerocopy socket");
+                return match zc.wait(f, Duration::from_millis(10)) {
+                    Ok(_) => {
+                        while let Some(b) = zc.pop_done() {
+                            self.pool.push(b);
+                        }
+                        (0, None)
+                    }
+                    Err(e) => (0, Some(error_name(&e))),
+                };
+            }
+        };
+        for (i, d) in buf.chunks_mut(p).enumerate() {
+            fill(d, seq + i as u64);
+        }
+        let (n, err) = self.send(&mut buf);
+        if self.t == TxStrategy::GsoZerocopy {
+            let zc = self.zc.as_mut().expect("zerocopy sender");
+            let f = self.fast.as_ref().expect("zerocopy socket");
+            if let Err(e) = zc.reap(f) {
+                return (n, Some(error_name(&e)));
+            }
+            while let Some(b) = zc.pop_done() {
+                self.pool.push(b);
+            }
+        }
+        (n, err)
+    }
+
+    fn send(&mut self, buf: &mut Vec<u8>) -> (usize, Option<String>) {
+        let p = self.payload;
+        let io = |r: io::Result<usize>| match r {
+            Ok(n) => (n, None),
+            Err(e) => (0, Some(io_name(&e))),
+        };
+        let (sock, addr, dest) = (&self.sock, &self.addr, self.dest);
+        match self.t {
+            TxStrategy::Sendto => {
+                let mut n = 0;
+                for d in buf.chunks(p) {
+                    if let Err(e) = sock.send_to(d, dest) {
+                        self.pool.push(std::mem::take(buf));
+                        return (n, Some(io_name(&e)));
+                    }
+                    n += 1;
+                }
+                self.pool.push(std::mem::take(buf));
+                (n, None)
+            }
+            TxStrategy::Sendmmsg | TxStrategy::SendmmsgGsoSeed => {
+                let control: &[u8] = if self.t == TxStrategy::SendmmsgGsoSeed {
+                    &self.seed_cmsg
+                } else {
+                    &[]
+                };
+                let iovs: Vec<[IoSlice<'_>; 1]> =
+                    buf.chunks(p).map(|c| [IoSlice::new(c)]).collect();
+                let msgs: Vec<OutMsg<'_>> = iovs
+                    .iter()
+                    .map(|iov| OutMsg {
+                        addr: Some(addr),
+                        iov,
+                        control,
+                    })
+                    .collect();
+                // sendmmsg stops at the first message it cannot send: the
+                // count is exact, the error comes with the next call.
+                let r = io(raw::sendmmsg(sock, &msgs));
+                drop(msgs);
+                drop(iovs);
+                self.pool.push(std::mem::take(buf));
+                r
+            }
+            TxStrategy::GsoSockopt => {
+                let r = io(sock.send_to(buf, dest).map(|_| SEGS));
+                self.pool.push(std::mem::take(buf));
+                r
+            }
+            TxStrategy::GsoIov | TxStrategy::GsoIovCmsg | TxStrategy::GsoCmsg => {
+                let r = {
+                    let iov: Vec<IoSlice<'_>> = if self.t == TxStrategy::GsoCmsg {
+                        vec![IoSlice::new(buf)]
+                    } else {
+                        buf.chunks(p).map(IoSlice::new).collect()
+                    };
+                    let control: &[u8] = if self.t == TxStrategy::GsoIov {
+                        &[]
+                    } else {
+                        &self.cmsg
+                    };
+                    io(raw::sendmsg(
+                        sock,
+                        &OutMsg {
+                            addr: Some(addr),
+                            iov: &iov,
+                            control,
+                        },
+                    )
+                    .map(|_| SEGS))
+                };
+                self.pool.push(std::mem::take(buf));
+                r
+            }
+            TxStrategy::SendmmsgGso => {
+                let r = {
+                    let iovs: Vec<[IoSlice<'_>; 1]> = buf
+                        .chunks(p * SEGS / 2)
+                        .map(|c| [IoSlice::new(c)])
+                        .collect();
+                    let msgs: Vec<OutMsg<'_>> = iovs
+                        .iter()
+                        .map(|iov| OutMsg {
+                            addr: Some(addr),
+                            iov,
+                            control: &self.cmsg,
+                        })
+                        .collect();
+                    io(raw::sendmmsg(sock, &msgs).map(|m| m * SEGS / 2))
+                };
+                self.pool.push(std::mem::take(buf));
+                r
+            }
+            TxStrategy::Fastudp => {
+                let f = self.fast.as_ref().expect("fastudp socket");
+                let (n, e) = {
+                    let mut ts: Vec<Transmit<'_>> = buf
+                        .chunks(p * SEGS / 2)
+                        .map(|c| Transmit::train(dest, c, p))
+                        .collect();
+                    send_trains(&mut ts, |t| f.send(t))
+                };
+                self.pool.push(std::mem::take(buf));
+                (n, e.map(|e| error_name(&e)))
+            }
+            TxStrategy::GsoZerocopy => {
+                let zc = self.zc.as_mut().expect("zerocopy sender");
+                let f = self.fast.as_ref().expect("zerocopy socket");
+                match zc.send(f, dest, std::mem::take(buf), Some(p)) {
+                    Ok(()) => (SEGS, None),
+                    Err((e, b)) => {
+                        self.pool.push(b);
+                        let n = match &e {
+                            fastudp::Error::PartialTrain { sent, .. } => *sent,
+                            _ => 0,
+                        };
+                        (n, Some(error_name(&e)))
+                    }
+                }
+            }
+            TxStrategy::Tcp | TxStrategy::UringGso | TxStrategy::UringZc => {
+                unreachable!("not in the soak's strategies")
+            }
+        }
+    }
+
+    /// Reports the library's counters and GSO state into `sh`.
+    fn publish(&self, sh: &Shared) {
+        if let Some(f) = &self.fast {
+            let s = f.stats();
+            sh.fallbacks.store(s.fallbacks.len() as u64, Relaxed);
+            sh.resent.store(s.resent_unsegmented, Relaxed);
+            sh.gso_retries.store(s.gso_retries, Relaxed);
+            sh.messages.store(s.send_messages, Relaxed);
+            let g = f.state().max_gso_segments_to(&self.dest);
+            sh.gso_segments.store(g as u64, Relaxed);
+        }
+    }
+
+    /// Waits for the zerocopy buffers still with the kernel.
+    fn finish(&mut self) -> Result<(), String> {
+        if let (Some(zc), Some(f)) = (self.zc.as_mut(), self.fast.as_ref()) {
+            let left = zc
+                .drain(f, Duration::from_secs(2))
+                .map_err(|e| format!("gso-zerocopy drain: {e}"))?;
+            if left > 0 {
+                return Err(format!(
+                    "gso-zerocopy: {left} completions did not arrive within 2 s"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Sends with strategy `t` at `rate` datagrams per second until `sh.stop`;
+/// the caller's thread is in the sender's namespace. Returns the fallback
+/// reasons the library recorded.
+pub fn run(t: TxStrategy, payload: usize, rate: f64, sh: &Shared) -> Result<Vec<String>, String> {
+    let dest = super::net::rx_addr();
+    let mut s = Sender::new(t, dest, payload)?;
+    let origin = Instant::now();
+    let mut pacer = Pacer::new(rate, 2 * SEGS, Duration::ZERO);
+    let mut no_check = false;
+    s.publish(sh);
+    while !sh.stop.load(Acquire) {
+        sh.beat();
+        let want = sh.no_check.load(Acquire);
+        if want != no_check {
+            s.set_no_check(want)
+                .map_err(|e| format!("SO_NO_CHECK: {e}"))?;
+            no_check = want;
+        }
+        let wait = pacer.wait(SEGS, origin.elapsed());
+        if !wait.is_zero() {
+            std::thread::sleep(wait.min(Duration::from_millis(5)));
+            continue;
+        }
+        let seq = sh.next_seq.load(Relaxed);
+        let (n, err) = s.call(seq);
+        sh.next_seq.store(seq + n as u64, Release);
+        pacer.take(n);
+        if n > 0 {
+            sh.last_sent_ns.store(sh.now_ns(), Release);
+        }
+        s.publish(sh);
+        if let Some(e) = err {
+            sh.count_error(e);
+            // The path refused it: try again a little later, at the rate.
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    sh.beat();
+    s.finish()?;
+    Ok(s.fast
+        .as_ref()
+        .map(|f| f.stats().fallbacks.into_iter().map(|f| f.reason).collect())
+        .unwrap_or_default())
+}
