@@ -177,10 +177,23 @@ impl ZeroCopySender {
                 Err(e) => {
                     // The kernel may have built the packet, and so used up a
                     // completion id, before it failed (errors from
-                    // udp_send_skb do). Count the id as used: if it was not,
-                    // later buffers come back one completion late, never
-                    // early.
+                    // udp_send_skb do): it then freed the packet before the
+                    // call returned, which queued that id's completion.
+                    // Count the id as used and read what is queued. A
+                    // failure before any packet was built (no route, a
+                    // pending ICMP error: the kernel gives the id back
+                    // itself) has no completion: take the id back, or every
+                    // later buffer would come back one completion late, and
+                    // the last ones never. Only errors that can come that
+                    // early are taken back, and only without a completion,
+                    // so a buffer is never handed back early.
                     self.tracker.push(None);
+                    if before_any_packet(&e) {
+                        if let Err(re) = self.reap(sock) {
+                            return Err((re, buf));
+                        }
+                        self.tracker.unpush();
+                    }
                     if retries < 4 && state.absorb_async_error(sock.fd(), &e) {
                         retries += 1;
                         continue;
@@ -307,6 +320,27 @@ impl ZeroCopySender {
         }
         Ok(self.tracker.in_flight())
     }
+}
+
+/// Errors a UDP send can fail with before the kernel built a packet (the
+/// route lookup, a pending ICMP error, the length check of a datagram
+/// without GSO): no zerocopy id was used then. Some of them can also come
+/// after (`EMSGSIZE` from a GSO check, `ENETDOWN` from the device), which
+/// the completion queued before the call returned tells apart.
+fn before_any_packet(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(
+            libc::ENETUNREACH
+                | libc::EHOSTUNREACH
+                | libc::ENETDOWN
+                | libc::EHOSTDOWN
+                | libc::ECONNREFUSED
+                | libc::ECONNRESET
+                | libc::EMSGSIZE
+                | libc::EACCES
+        )
+    )
 }
 
 /// A plain, copying send of one transmit through the socket's own path

@@ -187,3 +187,57 @@ fn a_refused_zerocopy_send_keeps_completions_in_step() {
         "the failed send's id holds no buffer"
     );
 }
+
+/// A zerocopy send that fails before the kernel builds a packet (no route:
+/// ENETUNREACH) uses no completion id. The sender must not count one, or
+/// every later buffer would come back a completion late and the last one
+/// never (found by the soak: a link flap stalled `gso-zerocopy`).
+#[test]
+fn a_send_without_a_route_uses_no_completion_id() {
+    if let Some(why) = netns_unavailable() {
+        skip(why);
+        return;
+    }
+    // A namespace with only loopback: 10.0.0.0/8 has no route.
+    let ns = MtuNamespace::new("zcnoroute", 65536);
+    let tx = bind_in(
+        &ns.0,
+        "0.0.0.0:0".parse().unwrap(),
+        fastudp::Config::default(),
+    );
+    let rx = bind_in(
+        &ns.0,
+        "127.0.0.1:0".parse().unwrap(),
+        rx_config(RxMode::Gro),
+    );
+    if !tx.capabilities().zerocopy {
+        skip("needs MSG_ZEROCOPY");
+        return;
+    }
+    let mut zc = ZeroCopySender::new(&tx).unwrap().adaptive(false);
+    let nowhere = "10.9.9.9:9".parse().unwrap();
+    for _ in 0..3 {
+        let (e, back) = zc.send(&tx, nowhere, vec![7u8; 1000], None).unwrap_err();
+        assert_eq!(back.len(), 1000);
+        assert_eq!(
+            e.io_kind(),
+            Some(std::io::ErrorKind::NetworkUnreachable),
+            "{e}"
+        );
+    }
+    let dest = rx.local_addr().unwrap();
+    for i in 0..2u64 {
+        let mut ok = Vec::new();
+        fill(i, 1000, &mut ok);
+        zc.send(&tx, dest, ok, None).map_err(|(e, _)| e).unwrap();
+    }
+    assert_eq!(
+        zc.drain(&tx, Duration::from_secs(5)).unwrap(),
+        0,
+        "both good buffers' completions arrive and are matched"
+    );
+    assert_eq!(zc.pop_done().map(|b| b.len()), Some(1000));
+    assert_eq!(zc.pop_done().map(|b| b.len()), Some(1000));
+    assert!(zc.pop_done().is_none());
+    assert_eq!(zc.stats().completions, 2);
+}

@@ -78,6 +78,20 @@ impl<T> CompletionTracker<T> {
         }
     }
 
+    /// Takes back the id of the last send recorded, if it has not
+    /// completed: for a send that failed before the kernel took an id, so
+    /// that the next send gets it again. Returns its item; `None` when it
+    /// completed (the kernel did take the id) or nothing is in flight.
+    pub fn unpush(&mut self) -> Option<T> {
+        match self.pending.back() {
+            Some((_, false)) => {
+                self.next_id = self.next_id.wrapping_sub(1);
+                self.pending.pop_back().map(|(t, _)| t)
+            }
+            _ => None,
+        }
+    }
+
     /// Sends in flight (not yet released).
     pub fn in_flight(&self) -> usize {
         self.pending.len()
@@ -114,6 +128,27 @@ mod tests {
             (Some(3), Some(4), None)
         );
         assert_eq!(t.in_flight(), 0);
+    }
+
+    #[test]
+    fn an_unused_id_is_taken_back_and_a_used_one_kept() {
+        let mut t = CompletionTracker::new();
+        assert_eq!(t.unpush(), None::<u8>);
+        assert_eq!(t.push(1u8), 0);
+        assert_eq!(t.push(2), 1);
+        // The failed send's id was not taken: the next send gets it.
+        assert_eq!(t.unpush(), Some(2));
+        assert_eq!(t.next_id(), 1);
+        assert_eq!(t.push(3), 1);
+        t.complete(0, 1);
+        assert_eq!(t.pop_done(), Some(1));
+        assert_eq!(t.pop_done(), Some(3));
+        // A completed id stays (its completion was the kernel's word).
+        assert_eq!(t.push(4), 2);
+        t.complete(2, 2);
+        assert_eq!(t.unpush(), None);
+        assert_eq!(t.in_flight(), 1);
+        assert_eq!(t.next_id(), 3);
     }
 
     #[test]
