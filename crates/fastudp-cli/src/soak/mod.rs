@@ -39,6 +39,10 @@ pub struct SoakArgs {
     /// Write the report as JSON into this file.
     #[arg(long, value_name = "FILE.json")]
     pub json: Option<String>,
+    /// Run only these slots of the plan (to replay a pairing and fault),
+    /// sharing the minutes between them.
+    #[arg(long, value_delimiter = ',', hide = true)]
+    pub slots: Vec<usize>,
 }
 
 /// State the sender, the receiver and the injector share.
@@ -215,6 +219,9 @@ fn validate(a: &SoakArgs) -> Result<(), String> {
     if let Some(p) = &a.json {
         crate::output::check_output_path("--json", p)?;
     }
+    if a.slots.len() > 10_000 {
+        return Err(format!("--slots: {} slots, at most 10000", a.slots.len()));
+    }
     Ok(())
 }
 
@@ -275,10 +282,20 @@ pub fn run(a: SoakArgs) -> Result<(), Failure> {
 fn soak(a: &SoakArgs, net: &net::Net, report: &mut Report) -> Result<(), String> {
     let total = Duration::from_secs_f64(a.minutes * 60.0);
     let (slots, slot_len) = slot_plan(total);
+    let order: Vec<usize> = if a.slots.is_empty() {
+        (0..slots).collect()
+    } else {
+        a.slots.clone()
+    };
+    let slot_len = if a.slots.is_empty() {
+        slot_len
+    } else {
+        Duration::from_secs_f64((total.as_secs_f64() / order.len() as f64).max(6.0))
+    };
     let sh = Arc::new(Shared::new());
     let cap = (a.rate * (slot_len + RECOVERY_LIMIT + HOLD).as_secs_f64() * 1.5) as u64 + 4096;
     let mut ledger = Ledger::default();
-    for i in 0..slots {
+    for (done, &i) in order.iter().enumerate() {
         if interrupt::requested() {
             break;
         }
@@ -290,7 +307,9 @@ fn soak(a: &SoakArgs, net: &net::Net, report: &mut Report) -> Result<(), String>
         report.memory.rss_kb.push((secs, slot.rss_kb));
         report.memory.fds.push(slot.fds);
         eprintln!(
-            "fastudp: soak slot {i}/{slots}: {} -> {}, {}: sent {}, lost {} ({} outside), resume {}, GSO back {}",
+            "fastudp: soak slot {i} ({}/{}): {} -> {}, {}: sent {}, lost {} ({} outside), resume {}, GSO back {}",
+            done + 1,
+            order.len(),
             slot.tx,
             slot.rx,
             slot.fault.kind,
@@ -615,6 +634,7 @@ mod tests {
             rate: r,
             payload: p,
             json: None,
+            slots: Vec::new(),
         };
         assert!(validate(&a(1.0, 10_000.0, 1400)).is_ok());
         for (bad, want) in [
