@@ -28,6 +28,7 @@ fn figure_arguments_are_checked() {
             "--cache-thrash",
         ),
         (vec!["bench", "--figure", "1", "--ipv6"], "IPv4"),
+        (vec!["bench", "--figure", "1", "--batch", "8"], "--batch"),
     ]);
 }
 

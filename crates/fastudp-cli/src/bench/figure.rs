@@ -132,10 +132,24 @@ pub fn validate(a: &BenchArgs) -> Result<(), String> {
     if a.cache_thrash {
         return Err("--figure sets --cache-thrash per row (figure 3 runs both): drop it".into());
     }
+    if a.batch != super::DEFAULT_BATCH {
+        return Err(
+            "--figure sends full 64 KB GSO trains, as TCP's GSO packets are: drop --batch".into(),
+        );
+    }
     if a.ipv6 {
         return Err("--figure runs over IPv4, as the paper did: drop --ipv6".into());
     }
     Ok(())
+}
+
+/// Datagrams of `payload` bytes in a full GSO train: as many as fit the
+/// 65507 bytes of a UDP datagram, within the kernel's segment limit.
+pub fn full_train(payload: usize) -> usize {
+    let kmax = fastudp::os::kernel_max_segments().max(1);
+    (fastudp::wire::MAX_PAYLOAD_V4 / payload.max(1))
+        .min(kmax)
+        .max(1)
 }
 
 /// The offload state of the sending veth: its changeable `ethtool -k`
@@ -388,6 +402,19 @@ pub fn ratios(n: u8, rs: &[RowResult]) -> Vec<Ratio> {
                 eff("UDP gso", "TCP gso", false),
                 1856.0 / 1727.0,
             );
+            let cost = |f: fn(&Measurement) -> f64| {
+                Some(f(find(rs, "TCP gso", false)?) / f(find(rs, "UDP gso", false)?))
+            };
+            push(
+                "receiver efficiency of UDP gso over TCP gso",
+                cost(|m| m.rx_cpu_ns_per_byte),
+                1.0,
+            );
+            push(
+                "all-CPU efficiency of UDP gso over TCP gso",
+                cost(|m| m.all_cpu_ns_per_byte),
+                1856.0 / 1727.0,
+            );
             push(
                 "throughput of UDP gso over TCP gso",
                 find(rs, "UDP gso", false)
@@ -629,7 +656,7 @@ pub fn run(a: &BenchArgs, w: Workload) -> Result<(), crate::Failure> {
 fn print_table(rs: &[RowResult], rat: &[Ratio]) {
     outln!();
     outln!(
-        "{:<24} {:<9} {:<28} {:>8} {:>9} {:>8} {:>8} {:>9} {:>10} {:>10}",
+        "{:<24} {:<9} {:<28} {:>8} {:>9} {:>8} {:>8} {:>9} {:>8} {:>10} {:>10}",
         "row",
         "profile",
         "fu-tx",
@@ -638,6 +665,7 @@ fn print_table(rs: &[RowResult], rat: &[Ratio]) {
         "tx ns/B",
         "rx ns/B",
         "sirq ns/B",
+        "all ns/B",
         "rx call/s",
         "zc copied"
     );
@@ -653,7 +681,7 @@ fn print_table(rs: &[RowResult], rat: &[Ratio]) {
             f = "as the profile".into();
         }
         outln!(
-            "{:<24} {:<9} {:<28} {:>8.1} {:>9.0} {:>8.3} {:>8.3} {:>9.3} {:>10.0} {:>10}",
+            "{:<24} {:<9} {:<28} {:>8.1} {:>9.0} {:>8.3} {:>8.3} {:>9.3} {:>8.3} {:>10.0} {:>10}",
             format!("{}{}", r.label, if r.cache_thrash { " (CT)" } else { "" }),
             r.profile,
             f,
@@ -662,6 +690,7 @@ fn print_table(rs: &[RowResult], rat: &[Ratio]) {
             r.m.tx_cpu_ns_per_byte,
             r.m.rx_cpu_ns_per_byte,
             r.m.softirq_ns_per_byte,
+            r.m.all_cpu_ns_per_byte,
             r.m.rx_calls_per_sec,
             match (r.m.zerocopy_completions, r.m.zerocopy_copied) {
                 (Some(d), Some(c)) if d > 0 => format!("{:.0}%", c as f64 * 100.0 / d as f64),
@@ -731,5 +760,8 @@ mod tests {
             }
         }
         assert!(rows(2).is_empty());
+        assert_eq!(full_train(1448), 45);
+        assert_eq!(full_train(1216), 53);
+        assert_eq!(full_train(65507), 1);
     }
 }

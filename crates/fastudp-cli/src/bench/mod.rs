@@ -83,6 +83,9 @@ pub enum RxStrategy {
     UringGro,
 }
 
+/// `--batch` when not given.
+pub const DEFAULT_BATCH: usize = 32;
+
 /// Options of `fastudp bench`.
 #[derive(Args, Debug, Clone)]
 #[command(after_help = report::COLUMNS_HELP)]
@@ -94,7 +97,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 1216)]
     pub payload: usize,
     /// Datagrams per call (per GSO buffer, per sendmmsg/recvmmsg).
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = DEFAULT_BATCH)]
     pub batch: usize,
     /// Use ::1 instead of 127.0.0.1.
     #[arg(long)]
@@ -256,6 +259,9 @@ pub struct Measurement {
     pub rx_cpu_ns_per_byte: f64,
     /// Softirq time of all CPUs (/proc/stat) per byte.
     pub softirq_ns_per_byte: f64,
+    /// Busy time of all CPUs (/proc/stat: user, system, irq, softirq;
+    /// anything else running on the host counts too) per byte.
+    pub all_cpu_ns_per_byte: f64,
     /// Datagrams sent.
     pub sent: u64,
     /// Datagrams sent and not received; `None` in the sink profile.
@@ -358,10 +364,14 @@ pub fn run(a: BenchArgs) -> Result<(), crate::Failure> {
         figure::validate(&a).map_err(crate::Failure::usage)?;
         testbed::preflight()?;
         // Checked as a testbed run: a segment must fit the veth's MTU.
-        let w = validate(&BenchArgs {
+        let mut w = validate(&BenchArgs {
             testbed: Some(Profile::WireGro),
             ..a.clone()
         })?;
+        // Full trains: as many datagrams per GSO buffer as fit 64 KB (the
+        // size of TCP's GSO packets), and TCP writes of the same size.
+        w.segs = figure::full_train(w.payload);
+        w.batch = w.segs;
         return figure::run(&a, w);
     }
     if a.on_testbed {
@@ -684,6 +694,7 @@ fn run_pair(
     let live = Arc::new(Live::default());
     let drops_before = procfs::rcvbuf_errors();
     let soft_before = procfs::softirq_ns();
+    let busy_before = procfs::busy_ns();
     let ticks_before = procfs::CpuTicks::now();
     let sink = w.net == Some(Profile::Sink);
     let (rx_handle, dest) = if sink {
@@ -756,6 +767,10 @@ fn run_pair(
         (Some(a), Some(b)) => b.saturating_sub(a),
         _ => 0,
     };
+    let busy = match (busy_before, procfs::busy_ns()) {
+        (Some(a), Some(b)) => b.saturating_sub(a),
+        _ => 0,
+    };
     let drops = procfs::rcvbuf_errors()
         .saturating_sub(drops_before)
         .max(rxo.kernel_drops);
@@ -792,6 +807,7 @@ fn run_pair(
         tx_cpu_ns_per_byte: per_byte(txo.cpu.as_nanos() as f64),
         rx_cpu_ns_per_byte: per_byte(rxo.cpu.as_nanos() as f64),
         softirq_ns_per_byte: per_byte(soft as f64),
+        all_cpu_ns_per_byte: per_byte(busy as f64),
         sent: txo.datagrams,
         // From sequence numbers where every datagram carries one (payload of
         // 8 bytes or more), else from counts; TCP loses nothing.

@@ -213,6 +213,7 @@ mod tests {
             tx_cpu_ns_per_byte: 0.5,
             rx_cpu_ns_per_byte: 0.7,
             softirq_ns_per_byte: 0.2,
+            all_cpu_ns_per_byte: 1.5,
             sent: 1_477_000,
             lost,
             kernel_drops: 0,
