@@ -46,6 +46,26 @@ impl CpuTicks {
     }
 }
 
+/// The busy time of all CPUs so far (user, nice, system, irq and softirq
+/// of `/proc/stat`'s `cpu` line; not idle, iowait or steal), in ns.
+pub fn busy_ns() -> Option<u64> {
+    parse_busy_ticks(&std::fs::read_to_string("/proc/stat").ok()?)
+        .map(|t| t * 1_000_000_000 / fastudp::os::clock_ticks_per_sec().max(1))
+}
+
+/// The busy ticks of `/proc/stat`'s `cpu` line: user, nice, system, irq
+/// and softirq.
+pub fn parse_busy_ticks(stat: &str) -> Option<u64> {
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let f: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .take(7)
+        .map(|v| v.parse().ok())
+        .collect::<Option<_>>()?;
+    (f.len() == 7).then(|| f[0] + f[1] + f[2] + f[5] + f[6])
+}
+
 /// Parses the aggregate `cpu` line of `/proc/stat`.
 pub fn parse_cpu_ticks(stat: &str) -> Option<CpuTicks> {
     let line = stat.lines().find(|l| l.starts_with("cpu "))?;
@@ -127,6 +147,9 @@ mod tests {
         assert_eq!(b.steal_since(&c), None, "backwards");
         assert!(a.total > 0);
         assert_eq!(parse_cpu_ticks("cpu  1 2 3"), None, "too few fields");
+        // user + nice + system + irq + softirq; not idle or iowait.
+        assert_eq!(parse_busy_ticks(s), Some(2255 + 34 + 2290 + 127 + 456));
+        assert_eq!(parse_busy_ticks("cpu  1 2 3"), None);
     }
 
     #[test]

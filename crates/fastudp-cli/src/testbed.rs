@@ -108,6 +108,12 @@ fn run(args: &[&str], input: Option<&str>) -> Result<String, String> {
     }
 }
 
+/// Runs a command to its end; its standard output, or an error that
+/// quotes the command and its standard error.
+pub fn run_cmd(args: &[&str]) -> Result<String, String> {
+    run(args, None)
+}
+
 fn ns(ns: &str, args: &[&str]) -> Result<String, String> {
     let mut v = vec!["ip", "netns", "exec", ns];
     v.extend_from_slice(args);

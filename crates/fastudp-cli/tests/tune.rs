@@ -55,20 +55,24 @@ impl Ns {
     }
 
     /// Everything tune may change on `dev`: features, channels,
-    /// gro_flush_timeout.
-    fn snapshot(&self, dev: &str) -> (String, String, String) {
+    /// gro_flush_timeout, napi_defer_hard_irqs.
+    fn snapshot(&self, dev: &str) -> (String, String, String, String) {
         let n = self.name.as_str();
-        (
-            sh(&["ip", "netns", "exec", n, "ethtool", "-k", dev]),
-            sh(&["ip", "netns", "exec", n, "ethtool", "-l", dev]),
+        let cat = |f: &str| {
             sh(&[
                 "ip",
                 "netns",
                 "exec",
                 n,
                 "cat",
-                &format!("/sys/class/net/{dev}/gro_flush_timeout"),
-            ]),
+                &format!("/sys/class/net/{dev}/{f}"),
+            ])
+        };
+        (
+            sh(&["ip", "netns", "exec", n, "ethtool", "-k", dev]),
+            sh(&["ip", "netns", "exec", n, "ethtool", "-l", dev]),
+            cat("gro_flush_timeout"),
+            cat("napi_defer_hard_irqs"),
         )
     }
 
@@ -135,11 +139,13 @@ fn tune_applies_and_reverts_and_a_second_revert_changes_nothing() {
     );
     assert!(after.0.contains("rx-udp-gro-forwarding: on"));
     assert_eq!(after.2.trim(), "50000");
+    assert_eq!(after.3.trim(), "2");
     let mode = std::fs::metadata(&st).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o600, "the state file is private");
     let v: serde_json::Value =
         serde_json::from_str(&ns.ok(&["doctor", "--dev", "vb", "--json"])).unwrap();
     assert_eq!(find(&v, "generic-receive-offload")["status"], "PASS");
+    assert_eq!(find(&v, "napi_defer_hard_irqs")["status"], "PASS");
 
     let out = ns.ok(&["tune", "--revert", path(&st)]);
     assert!(

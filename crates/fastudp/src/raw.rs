@@ -54,3 +54,36 @@ pub fn sockaddr(addr: SocketAddr) -> socket2::SockAddr {
 pub fn control_buffer() -> CmsgBuf {
     CmsgBuf::default()
 }
+
+/// `sendmsg(2)` of one gathered message with `flags` (such as
+/// `MSG_ZEROCOPY`) on any socket, a connected TCP stream too: `msg.addr`
+/// is `None` there. Returns the bytes sent, which for a stream may be
+/// fewer than given.
+pub fn sendmsg_flags(sock: &impl AsFd, msg: &OutMsg<'_>, flags: i32) -> io::Result<usize> {
+    sys::sendmsg(sock.as_fd(), msg, flags)
+}
+
+/// Reads one message of the socket's error queue (`MSG_ERRQUEUE`),
+/// without waiting, and decodes it: a zerocopy completion, an ICMP error
+/// and so on. `Ok(None)` when the queue is empty; a message the decoder
+/// does not know is skipped. Works on any socket, a TCP stream too.
+pub fn recv_error(sock: &impl AsFd) -> io::Result<Option<crate::SocketError>> {
+    let mut cb = CmsgBuf::default();
+    let mut name = sys::AddrBuf::default();
+    loop {
+        let Some((len, dest)) = sys::recv_errqueue(sock.as_fd(), &mut cb, &mut name)? else {
+            return Ok(None);
+        };
+        match crate::wire::errqueue::parse(&cb.0[..len.min(cb.0.len())], dest) {
+            Ok(Some(e)) => return Ok(Some(e)),
+            Ok(None) => continue,
+            Err(e) => return Err(io::Error::new(io::ErrorKind::InvalidData, e.to_string())),
+        }
+    }
+}
+
+/// Waits up to `timeout` until the socket's error queue has a message
+/// (`poll(2)` for `POLLERR`); true when it has.
+pub fn wait_error(sock: &impl AsFd, timeout: std::time::Duration) -> io::Result<bool> {
+    sys::poll(sock.as_fd().as_raw_fd(), sys::POLLERR, timeout)
+}

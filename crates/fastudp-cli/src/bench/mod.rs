@@ -1,5 +1,6 @@
 //! `fastudp bench`: every UDP send and receive strategy side by side.
 
+pub mod figure;
 mod plot;
 pub mod report;
 pub mod rx;
@@ -47,12 +48,22 @@ pub enum TxStrategy {
     Fastudp,
     /// A TCP stream of the same bytes.
     Tcp,
+    /// The TCP stream sent with MSG_ZEROCOPY, completions reaped from the
+    /// error queue, buffers reused only after their completion.
+    TcpZerocopy,
     /// The library's path on its io_uring backend: GSO trains as linked
     /// SENDMSGs, one io_uring_enter per batch.
     UringGso,
     /// GSO trains with io_uring SENDMSG_ZC: buffers come back on the
     /// notification completion.
     UringZc,
+}
+
+impl TxStrategy {
+    /// A TCP stream, with its own receiver, rather than datagrams.
+    pub fn is_tcp(self) -> bool {
+        matches!(self, TxStrategy::Tcp | TxStrategy::TcpZerocopy)
+    }
 }
 
 /// How datagrams are received.
@@ -72,6 +83,9 @@ pub enum RxStrategy {
     UringGro,
 }
 
+/// `--batch` when not given.
+pub const DEFAULT_BATCH: usize = 32;
+
 /// Options of `fastudp bench`.
 #[derive(Args, Debug, Clone)]
 #[command(after_help = report::COLUMNS_HELP)]
@@ -83,7 +97,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 1216)]
     pub payload: usize,
     /// Datagrams per call (per GSO buffer, per sendmmsg/recvmmsg).
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = DEFAULT_BATCH)]
     pub batch: usize,
     /// Use ::1 instead of 127.0.0.1.
     #[arg(long)]
@@ -123,6 +137,13 @@ pub struct BenchArgs {
     /// leaving it as it is: to measure before and after `fastudp tune`.
     #[arg(long)]
     pub on_testbed: bool,
+    /// Run the rows of the paper's Figure 1 (TCP and UDP, with and without
+    /// segmentation offload), 3 (with MSG_ZEROCOPY, warm and cache
+    /// thrashing) or 5 (recvfrom against GRO) on the testbed (root), each
+    /// row with its own offload features on the sending veth, set back
+    /// after it; with the paper's ratios next to the measured ones.
+    #[arg(long, value_name = "N")]
+    pub figure: Option<u8>,
 }
 
 /// The workload one pairing runs.
@@ -238,6 +259,9 @@ pub struct Measurement {
     pub rx_cpu_ns_per_byte: f64,
     /// Softirq time of all CPUs (/proc/stat) per byte.
     pub softirq_ns_per_byte: f64,
+    /// Busy time of all CPUs (/proc/stat: user, system, irq, softirq;
+    /// anything else running on the host counts too) per byte.
+    pub all_cpu_ns_per_byte: f64,
     /// Datagrams sent.
     pub sent: u64,
     /// Datagrams sent and not received; `None` in the sink profile.
@@ -336,6 +360,20 @@ fn validate(a: &BenchArgs) -> Result<Workload, String> {
 /// Runs `fastudp bench`.
 pub fn run(a: BenchArgs) -> Result<(), crate::Failure> {
     let mut a = a;
+    if a.figure.is_some() {
+        figure::validate(&a).map_err(crate::Failure::usage)?;
+        testbed::preflight()?;
+        // Checked as a testbed run: a segment must fit the veth's MTU.
+        let mut w = validate(&BenchArgs {
+            testbed: Some(Profile::WireGro),
+            ..a.clone()
+        })?;
+        // Full trains: as many datagrams per GSO buffer as fit 64 KB (the
+        // size of TCP's GSO packets), and TCP writes of the same size.
+        w.segs = figure::full_train(w.payload);
+        w.batch = w.segs;
+        return figure::run(&a, w);
+    }
     if a.on_testbed {
         testbed::preflight()?;
         a.testbed = Some(testbed::current()?);
@@ -578,7 +616,7 @@ pub fn plan_pairs(
     // A strategy named twice runs once.
     let (tx, rx) = (&unique(tx)[..], &unique(rx)[..]);
     if sink {
-        if tx.contains(&TxStrategy::Tcp) {
+        if tx.iter().any(|t| t.is_tcp()) {
             return Err("tcp cannot run in the sink profile: TCP needs a peer that answers".into());
         }
         if !rx.is_empty() {
@@ -587,7 +625,7 @@ pub fn plan_pairs(
         let all: Vec<TxStrategy> = TxStrategy::value_variants()
             .iter()
             .copied()
-            .filter(|&t| t != TxStrategy::Tcp)
+            .filter(|t| !t.is_tcp())
             .collect();
         let txs = if tx.is_empty() { all } else { tx.to_vec() };
         return Ok(txs.into_iter().map(|t| (t, best_rx)).collect());
@@ -603,11 +641,7 @@ pub fn plan_pairs(
     if !tx.is_empty() && !rx.is_empty() {
         for &t in &txs {
             // TCP has its own receiver: one run, whatever the UDP receivers.
-            let rs = if t == TxStrategy::Tcp {
-                &rxs[..1]
-            } else {
-                &rxs[..]
-            };
+            let rs = if t.is_tcp() { &rxs[..1] } else { &rxs[..] };
             for &r in rs {
                 pairs.push((t, r));
             }
@@ -643,8 +677,8 @@ pub fn label_width() -> usize {
 
 /// A pairing's label in the per-second lines and messages.
 pub fn pair_label(t: TxStrategy, r: RxStrategy) -> String {
-    if t == TxStrategy::Tcp {
-        "tcp".to_string()
+    if t.is_tcp() {
+        name(t)
     } else {
         format!("{}->{}", name(t), rname(r))
     }
@@ -660,13 +694,14 @@ fn run_pair(
     let live = Arc::new(Live::default());
     let drops_before = procfs::rcvbuf_errors();
     let soft_before = procfs::softirq_ns();
+    let busy_before = procfs::busy_ns();
     let ticks_before = procfs::CpuTicks::now();
     let sink = w.net == Some(Profile::Sink);
     let (rx_handle, dest) = if sink {
         let dest = SocketAddr::new(testbed::addrs(w.ipv6).sink, 9);
         let h = std::thread::spawn(|| Ok(RxOutcome::default()));
         (h, dest)
-    } else if t == TxStrategy::Tcp {
+    } else if t.is_tcp() {
         let addr = rx_addr(w);
         let l = on_rx_side(w, || {
             TcpListener::bind(addr).map_err(|e| format!("TCP listen on {addr}: {e}"))
@@ -698,10 +733,16 @@ fn run_pair(
         if w3.net.is_some() {
             testbed::enter(testbed::TX_NS)?;
         }
-        let out = if t == TxStrategy::Tcp {
+        let out = if t.is_tcp() {
             TcpStream::connect_timeout(&dest, Duration::from_secs(3))
                 .map_err(|e| format!("TCP connect to {dest}: {e}: the destination does not answer"))
-                .and_then(|s| tx::tcp(s, &w3, &live3))
+                .and_then(|s| {
+                    if t == TxStrategy::TcpZerocopy {
+                        tx::tcp_zerocopy(s, &w3, &live3)
+                    } else {
+                        tx::tcp(s, &w3, &live3)
+                    }
+                })
         } else {
             tx::udp(t, dest, &w3, &live3)
         };
@@ -726,6 +767,10 @@ fn run_pair(
         (Some(a), Some(b)) => b.saturating_sub(a),
         _ => 0,
     };
+    let busy = match (busy_before, procfs::busy_ns()) {
+        (Some(a), Some(b)) => b.saturating_sub(a),
+        _ => 0,
+    };
     let drops = procfs::rcvbuf_errors()
         .saturating_sub(drops_before)
         .max(rxo.kernel_drops);
@@ -741,7 +786,7 @@ fn run_pair(
         tx: t,
         rx: if sink {
             "sink".into()
-        } else if t == TxStrategy::Tcp {
+        } else if t.is_tcp() {
             "tcp".into()
         } else {
             rname(r)
@@ -762,11 +807,12 @@ fn run_pair(
         tx_cpu_ns_per_byte: per_byte(txo.cpu.as_nanos() as f64),
         rx_cpu_ns_per_byte: per_byte(rxo.cpu.as_nanos() as f64),
         softirq_ns_per_byte: per_byte(soft as f64),
+        all_cpu_ns_per_byte: per_byte(busy as f64),
         sent: txo.datagrams,
         // From sequence numbers where every datagram carries one (payload of
         // 8 bytes or more), else from counts; TCP loses nothing.
         lost: (!sink).then(|| {
-            let got = if t == TxStrategy::Tcp || rxo.unsequenced > 0 {
+            let got = if t.is_tcp() || rxo.unsequenced > 0 {
                 rxo.datagrams
             } else {
                 rxo.unique

@@ -29,7 +29,18 @@ fn label(r: &Measurement) -> String {
 /// Draws one bar per run: Gbit/s on the left, sender and receiver CPU ns
 /// per byte on the right.
 pub fn svg(path: &str, title: &str, rs: &[Measurement]) -> Result<(), String> {
-    if rs.is_empty() {
+    let names: Vec<String> = rs.iter().map(label).collect();
+    svg_labeled(path, title, rs, &names)
+}
+
+/// The same, each bar named by `names` (one per run).
+pub fn svg_labeled(
+    path: &str,
+    title: &str,
+    rs: &[Measurement],
+    names: &[String],
+) -> Result<(), String> {
+    if rs.is_empty() || names.len() != rs.len() {
         return Err("nothing to plot".into());
     }
     let n = rs.len();
@@ -41,7 +52,6 @@ pub fn svg(path: &str, title: &str, rs: &[Measurement]) -> Result<(), String> {
         .titled(title, ("sans-serif", 20))
         .map_err(|e| err(&e))?;
     let (left, right) = root.split_horizontally(700);
-    let names: Vec<String> = rs.iter().map(label).collect();
     let y_fmt = |y: &f64| {
         let i = y.floor() as usize;
         if (*y - y.floor() - 0.5).abs() < 1e-6 && i < names.len() {
@@ -203,6 +213,7 @@ mod tests {
             tx_cpu_ns_per_byte: 0.5,
             rx_cpu_ns_per_byte: 0.7,
             softirq_ns_per_byte: 0.2,
+            all_cpu_ns_per_byte: 1.5,
             sent: 1_477_000,
             lost,
             kernel_drops: 0,

@@ -334,7 +334,10 @@ pub fn udp(
                     (n, _) => Ok(n),
                 }
             }
-            TxStrategy::Tcp | TxStrategy::GsoZerocopy | TxStrategy::UringZc => {
+            TxStrategy::Tcp
+            | TxStrategy::TcpZerocopy
+            | TxStrategy::GsoZerocopy
+            | TxStrategy::UringZc => {
                 unreachable!("handled by tx::tcp and tx::zerocopy")
             }
         };
@@ -535,6 +538,152 @@ pub fn zerocopy(
         cpu,
         seconds,
         zerocopy: Some((s.completions, s.copied)),
+    })
+}
+
+/// `tcp-zerocopy`: the TCP stream of [`tcp`], sent with `MSG_ZEROCOPY`
+/// (`SO_ZEROCOPY` on the socket). A buffer is written again only after
+/// every send that read it completed (the error queue's notifications);
+/// the completions the kernel marks copied are counted: to a receiver on
+/// this host, every one is (the stack copies the pages before handing
+/// them over, so that a local reader cannot see a buffer that changes).
+pub fn tcp_zerocopy(s: TcpStream, w: &Workload, live: &Live) -> Result<TxOutcome, String> {
+    use fastudp::wire::consts::{SOL_SOCKET, SO_ZEROCOPY};
+    use std::collections::{BTreeSet, VecDeque};
+    let t = TxStrategy::TcpZerocopy;
+    raw::set_option_int(&s, SOL_SOCKET, SO_ZEROCOPY, 1)
+        .map_err(|e| format!("SO_ZEROCOPY on the TCP socket: {e}"))?;
+    let p = w.payload;
+    let call_len = p * w.segs;
+    let pool_len = (ring_len(w, call_len) / call_len).max(64);
+    let mut pool: Vec<Vec<u8>> = (0..pool_len)
+        .map(|_| (0..call_len).map(|i| i as u8).collect())
+        .collect();
+    // Buffers in flight, oldest first, with the ids of the sends that read
+    // them (first, last); ids the kernel reported done and not yet matched.
+    let mut flight: VecDeque<(u32, u32, Vec<u8>)> = VecDeque::new();
+    let mut done: BTreeSet<u32> = BTreeSet::new();
+    let mut next_id = 0u32;
+    let (mut completions, mut copied) = (0u64, 0u64);
+    let mut reap = |flight: &mut VecDeque<(u32, u32, Vec<u8>)>,
+                    pool: &mut Vec<Vec<u8>>,
+                    done: &mut BTreeSet<u32>|
+     -> Result<(), String> {
+        loop {
+            match raw::recv_error(&s) {
+                Ok(Some(fastudp::SocketError::ZeroCopy { lo, hi, copied: c })) => {
+                    let n = u64::from(hi.wrapping_sub(lo)) + 1;
+                    completions += n;
+                    if c {
+                        copied += n;
+                    }
+                    let mut id = lo;
+                    loop {
+                        done.insert(id);
+                        if id == hi {
+                            break;
+                        }
+                        id = id.wrapping_add(1);
+                    }
+                }
+                Ok(Some(e)) => return Err(format!("tcp-zerocopy: the socket reported {e}")),
+                Ok(None) => break,
+                Err(e) => return Err(send_err(t, e)),
+            }
+        }
+        while let Some((first, last, _)) = flight.front() {
+            let (first, last) = (*first, *last);
+            let mut id = first;
+            let all = loop {
+                if !done.contains(&id) {
+                    break false;
+                }
+                if id == last {
+                    break true;
+                }
+                id = id.wrapping_add(1);
+            };
+            if !all {
+                break;
+            }
+            let mut id = first;
+            loop {
+                done.remove(&id);
+                if id == last {
+                    break;
+                }
+                id = id.wrapping_add(1);
+            }
+            let (_, _, b) = flight.pop_front().expect("front");
+            pool.push(b);
+        }
+        Ok(())
+    };
+    let mut seq = 0u64;
+    let (mut calls, mut bytes) = (0u64, 0u64);
+    let start = Instant::now();
+    let deadline = start + w.duration;
+    let cpu0 = fastudp::os::thread_cpu_time();
+    while Instant::now() < deadline && !stop_requested() {
+        pace(w.rate, start, bytes, deadline);
+        let Some(mut buf) = pool.pop() else {
+            // Every buffer is in flight: wait for a completion.
+            let _ = raw::wait_error(&s, Duration::from_millis(10));
+            reap(&mut flight, &mut pool, &mut done)?;
+            continue;
+        };
+        stamp(&mut buf, p, &mut seq);
+        let first = next_id;
+        let mut off = 0;
+        while off < buf.len() {
+            let iov = [IoSlice::new(&buf[off..])];
+            let msg = OutMsg {
+                addr: None,
+                iov: &iov,
+                control: &[],
+            };
+            match raw::sendmsg_flags(&s, &msg, libc::MSG_ZEROCOPY) {
+                Ok(n) => {
+                    off += n;
+                    calls += 1;
+                    next_id = next_id.wrapping_add(1);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
+                    // Over the socket's optmem limit of notifications: reap.
+                    let _ = raw::wait_error(&s, Duration::from_millis(10));
+                    reap(&mut flight, &mut pool, &mut done)?;
+                }
+                Err(e) => return Err(send_err(t, e)),
+            }
+        }
+        flight.push_back((first, next_id.wrapping_sub(1), buf));
+        bytes += call_len as u64;
+        live.tx_calls.store(calls, Relaxed);
+        reap(&mut flight, &mut pool, &mut done)?;
+    }
+    let cpu = fastudp::os::thread_cpu_time().saturating_sub(cpu0);
+    let seconds = start.elapsed().as_secs_f64();
+    // The last completions come when the receiver has acknowledged.
+    let until = Instant::now() + Duration::from_secs(2);
+    while !flight.is_empty() && Instant::now() < until {
+        let _ = raw::wait_error(&s, Duration::from_millis(10));
+        reap(&mut flight, &mut pool, &mut done)?;
+    }
+    if !flight.is_empty() {
+        eprintln!(
+            "fastudp: warning: {} zerocopy completions did not arrive within 2 s",
+            flight.len()
+        );
+    }
+    drop(s);
+    Ok(TxOutcome {
+        datagrams: bytes / p as u64,
+        bytes,
+        calls,
+        cpu,
+        seconds,
+        zerocopy: Some((completions, copied)),
     })
 }
 

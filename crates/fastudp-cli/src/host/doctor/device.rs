@@ -246,6 +246,27 @@ fn veth_checks(dev: &str, s: &str, feats: &[fastudp::host::NicFeature], out: &mu
         .with("ns", 0),
         Err(e) => check(s, "gro_flush_timeout", Status::NA, e, None),
     });
+    out.push(match sysfs(dev, "napi_defer_hard_irqs") {
+        Ok(v) if v != "0" => {
+            let c = check(s, "napi_defer_hard_irqs", Status::Pass, v.clone(), None);
+            match v.parse::<u64>() {
+                Ok(n) => c.with("value", n),
+                Err(_) => c,
+            }
+        }
+        Ok(_) => check(
+            s,
+            "napi_defer_hard_irqs",
+            Status::Warn,
+            "0: a NAPI poll for every few packets the sender puts on the veth; deferred to the gro_flush_timeout timer, UDP GSO+GRO costs half the sender CPU per byte (BENCHMARKS section 15)",
+            Some(format!(
+                "echo {} > /sys/class/net/{dev}/napi_defer_hard_irqs",
+                crate::host::tune::NAPI_DEFER
+            )),
+        )
+        .with("value", 0),
+        Err(e) => check(s, "napi_defer_hard_irqs", Status::NA, e, None),
+    });
     out.push(if on("rx-gro") {
         check(
             s,

@@ -3,7 +3,8 @@
 //!
 //! Only what `tune --apply` itself could have changed can be written here:
 //! the sysctls on doctor's list, the device features tune turns on, veth
-//! channel counts, and a device's `gro_flush_timeout`. A state file is
+//! channel counts, and a device's `gro_flush_timeout` and
+//! `napi_defer_hard_irqs`. A state file is
 //! input like any other, so [`Change::checked`] refuses anything else, and
 //! any value out of its type's range, before anything is written.
 
@@ -28,6 +29,8 @@ const SYSCTL_MAX: u64 = i32::MAX as u64;
 const CHANNELS_MAX: u32 = 4096;
 /// Largest `gro_flush_timeout` a revert may write, in ns (about 4.3 s).
 const GRO_FLUSH_MAX: u64 = u32::MAX as u64;
+/// Largest `napi_defer_hard_irqs` (the kernel's limit, `S32_MAX`).
+const DEFER_MAX: u64 = i32::MAX as u64;
 
 /// One change of a setting, with the value before it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -71,6 +74,17 @@ pub enum Change {
         /// After.
         new: u64,
     },
+    /// `/sys/class/net/<dev>/napi_defer_hard_irqs`: how many empty NAPI
+    /// polls the device's interrupt (a veth's wake-up) stays off for, the
+    /// `gro_flush_timeout` timer polling instead.
+    NapiDeferHardIrqs {
+        /// Device.
+        dev: String,
+        /// Before.
+        old: u64,
+        /// After.
+        new: u64,
+    },
     /// The form older versions saved `gro_flush_timeout` in; read only,
     /// and accepted only for exactly that file (see [`Change::checked`]).
     Sysfs {
@@ -101,6 +115,9 @@ impl std::fmt::Display for Change {
             ),
             Change::GroFlushTimeout { dev, old, new } => {
                 write!(f, "{dev}: gro_flush_timeout: {old} -> {new}")
+            }
+            Change::NapiDeferHardIrqs { dev, old, new } => {
+                write!(f, "{dev}: napi_defer_hard_irqs: {old} -> {new}")
             }
             Change::Sysfs { path, old, new } => write!(f, "{path}: {old} -> {new}"),
         }
@@ -151,6 +168,12 @@ fn check_dev(dev: &str) -> Result<(), String> {
 /// must resolve to a `net/<dev>` directory under `/sys/devices`, as the
 /// kernel makes it, and nothing else.
 pub fn gro_flush_path(dev: &str) -> Result<PathBuf, String> {
+    dev_sysfs_path(dev, "gro_flush_timeout")
+}
+
+/// The real path of the sysfs attribute `file` of `dev`, checked as
+/// [`gro_flush_path`] checks it.
+pub fn dev_sysfs_path(dev: &str, file: &str) -> Result<PathBuf, String> {
     check_dev(dev)?;
     let link = Path::new("/sys/class/net").join(dev);
     let real = std::fs::canonicalize(&link)
@@ -165,7 +188,7 @@ pub fn gro_flush_path(dev: &str) -> Result<PathBuf, String> {
             real.display()
         ));
     }
-    Ok(real.join("gro_flush_timeout"))
+    Ok(real.join(file))
 }
 
 /// Writes `value` and a newline to an existing file that is not a
@@ -181,7 +204,11 @@ fn write_existing(path: &Path, value: &str) -> Result<(), String> {
 }
 
 fn read_gro_flush(dev: &str) -> Result<u64, String> {
-    let p = gro_flush_path(dev)?;
+    read_dev_num(dev, "gro_flush_timeout")
+}
+
+fn read_dev_num(dev: &str, file: &str) -> Result<u64, String> {
+    let p = dev_sysfs_path(dev, file)?;
     let t = std::fs::read_to_string(&p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
     t.trim()
         .parse()
@@ -257,6 +284,17 @@ impl Change {
                 }
                 Ok(Change::GroFlushTimeout { dev, old, new })
             }
+            Change::NapiDeferHardIrqs { dev, old, new } => {
+                check_dev(&dev)?;
+                for v in [old, new] {
+                    if v > DEFER_MAX {
+                        return Err(format!(
+                            "{dev}: napi_defer_hard_irqs {v} out of range (0 to {DEFER_MAX})"
+                        ));
+                    }
+                }
+                Ok(Change::NapiDeferHardIrqs { dev, old, new })
+            }
             Change::Sysfs { path, old, new } => {
                 let dev = path
                     .strip_prefix("/sys/class/net/")
@@ -289,6 +327,7 @@ impl Change {
             Change::Feature { dev, name, .. } => Key("feature", dev.clone(), name.clone()),
             Change::Channels { dev, .. } => Key("channels", dev.clone(), String::new()),
             Change::GroFlushTimeout { dev, .. } => Key("gro_flush", dev.clone(), String::new()),
+            Change::NapiDeferHardIrqs { dev, .. } => Key("napi_defer", dev.clone(), String::new()),
             Change::Sysfs { path, .. } => Key("sysfs", String::new(), path.clone()),
         }
     }
@@ -298,7 +337,8 @@ impl Change {
         match self {
             Change::Feature { dev, .. }
             | Change::Channels { dev, .. }
-            | Change::GroFlushTimeout { dev, .. } => Some(dev),
+            | Change::GroFlushTimeout { dev, .. }
+            | Change::NapiDeferHardIrqs { dev, .. } => Some(dev),
             Change::Sysctl { .. } | Change::Sysfs { .. } => None,
         }
     }
@@ -306,9 +346,9 @@ impl Change {
     /// The value before (`old`) and after (`new`).
     pub fn values(&self) -> (Value, Value) {
         match self {
-            Change::Sysctl { old, new, .. } | Change::GroFlushTimeout { old, new, .. } => {
-                (Value::Num(*old), Value::Num(*new))
-            }
+            Change::Sysctl { old, new, .. }
+            | Change::GroFlushTimeout { old, new, .. }
+            | Change::NapiDeferHardIrqs { old, new, .. } => (Value::Num(*old), Value::Num(*new)),
             Change::Feature { old, new, .. } => (Value::Bool(*old), Value::Bool(*new)),
             Change::Channels { old, new, .. } => {
                 (Value::Pair(old.0, old.1), Value::Pair(new.0, new.1))
@@ -322,7 +362,8 @@ impl Change {
     pub fn merge(&mut self, later: &Change) {
         match (self, later) {
             (Change::Sysctl { new, .. }, Change::Sysctl { new: n, .. })
-            | (Change::GroFlushTimeout { new, .. }, Change::GroFlushTimeout { new: n, .. }) => {
+            | (Change::GroFlushTimeout { new, .. }, Change::GroFlushTimeout { new: n, .. })
+            | (Change::NapiDeferHardIrqs { new, .. }, Change::NapiDeferHardIrqs { new: n, .. }) => {
                 *new = *n
             }
             (Change::Feature { new, .. }, Change::Feature { new: n, .. }) => *new = *n,
@@ -360,6 +401,11 @@ impl Change {
                 old: new,
                 new: old,
             },
+            Change::NapiDeferHardIrqs { dev, old, new } => Change::NapiDeferHardIrqs {
+                dev,
+                old: new,
+                new: old,
+            },
             Change::Sysfs { path, old, new } => Change::Sysfs {
                 path,
                 old: new,
@@ -383,6 +429,9 @@ impl Change {
                 .map(|c| Value::Pair(c.rx, c.tx))
                 .map_err(|e| format!("{dev}: {e}")),
             Change::GroFlushTimeout { dev, .. } => read_gro_flush(dev).map(Value::Num),
+            Change::NapiDeferHardIrqs { dev, .. } => {
+                read_dev_num(dev, "napi_defer_hard_irqs").map(Value::Num)
+            }
             Change::Sysfs { path, .. } => Err(format!("{path}: an unchecked change")),
         }
     }
@@ -424,6 +473,10 @@ impl Change {
             Change::GroFlushTimeout { dev, new, .. } => {
                 write_existing(&gro_flush_path(&dev)?, &new.to_string())
             }
+            Change::NapiDeferHardIrqs { dev, new, .. } => write_existing(
+                &dev_sysfs_path(&dev, "napi_defer_hard_irqs")?,
+                &new.to_string(),
+            ),
             Change::Sysfs { .. } => unreachable!("checked() turns it into GroFlushTimeout"),
         }
     }
@@ -449,6 +502,8 @@ mod tests {
             r#"{"kind":"channels","dev":"eth0","old":[1,1],"new":[100000,1]}"#,
             r#"{"kind":"gro_flush_timeout","dev":"eth0","old":0,"new":99999999999}"#,
             r#"{"kind":"gro_flush_timeout","dev":"a b","old":0,"new":1}"#,
+            r#"{"kind":"napi_defer_hard_irqs","dev":"eth0","old":0,"new":2147483648}"#,
+            r#"{"kind":"napi_defer_hard_irqs","dev":"../x","old":0,"new":2}"#,
         ];
         for b in bad {
             let c: Result<Change, _> = serde_json::from_str(b);

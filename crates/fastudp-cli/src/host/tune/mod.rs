@@ -16,6 +16,11 @@ use std::path::Path;
 pub const DEFAULT_STATE: &str = "/var/lib/fastudp/tune-state.json";
 /// The gro_flush_timeout `tune` sets on a veth, in ns.
 pub const GRO_FLUSH_NS: u64 = 50_000;
+/// The `napi_defer_hard_irqs` tune sets on a veth: with
+/// `gro_flush_timeout`, the NAPI poll waits for the timer instead of
+/// running for every few packets (BENCHMARKS §15: UDP GSO+GRO at equal
+/// segmentation).
+pub const NAPI_DEFER: u64 = 2;
 
 /// Options of `fastudp tune`.
 #[derive(Args, Debug, Clone)]
@@ -118,6 +123,16 @@ pub fn plan(devs: &[String]) -> Plan {
                 dev: dev.clone(),
                 old: 0,
                 new: GRO_FLUSH_NS,
+            };
+            match probe.current() {
+                Ok(Value::Num(0)) => p.changes.push(probe),
+                Ok(_) => {}
+                Err(e) => p.skipped.push(e),
+            }
+            let probe = Change::NapiDeferHardIrqs {
+                dev: dev.clone(),
+                old: 0,
+                new: NAPI_DEFER,
             };
             match probe.current() {
                 Ok(Value::Num(0)) => p.changes.push(probe),
@@ -244,6 +259,7 @@ fn what(c: &Change) -> String {
         Change::Feature { dev, name, .. } => format!("{dev}: feature {name}"),
         Change::Channels { dev, .. } => format!("{dev}: channels"),
         Change::GroFlushTimeout { dev, .. } => format!("{dev}: gro_flush_timeout"),
+        Change::NapiDeferHardIrqs { dev, .. } => format!("{dev}: napi_defer_hard_irqs"),
         Change::Sysfs { path, .. } => path.clone(),
     }
 }
@@ -339,6 +355,11 @@ mod tests {
                 dev: "fu-rx".into(),
                 old: 0,
                 new: 50_000,
+            },
+            Change::NapiDeferHardIrqs {
+                dev: "fu-rx".into(),
+                old: 0,
+                new: 2,
             },
         ];
         let json = serde_json::to_string(&cs).unwrap();
