@@ -10,6 +10,7 @@ mod host;
 mod interrupt;
 mod out;
 mod procfs;
+mod quic;
 mod stream;
 mod testbed;
 mod txrx;
@@ -49,6 +50,12 @@ enum Cmd {
     /// Receive the flows of `fastudp stream` through reuseport groups and
     /// report per-flow rate, loss and burstiness.
     StreamRx(stream::StreamRxArgs),
+    /// A QUIC server on fastudp in the paper's architecture (hq-interop),
+    /// its baselines, and a load generator.
+    Quic {
+        #[command(subcommand)]
+        action: quic::QuicCmd,
+    },
     /// Build or remove two network namespaces joined by a veth pair (root).
     Testbed {
         #[command(subcommand)]
@@ -113,6 +120,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
         Cmd::Tune(a) => host::tune::run_tune(a),
         Cmd::Rx(a) => txrx::run_rx(a),
         Cmd::Bench(a) => bench::run(a),
+        Cmd::Quic { action } => quic::run(action),
         Cmd::Testbed {
             action: TestbedCmd::Up { profile },
         } => testbed::up(profile)
