@@ -316,7 +316,12 @@ async fn quic_one(
                     o.complete = true;
                     return Ok(());
                 }
-                Err(e) => return Err(format!("stream: {e}")),
+                Err(e) => {
+                    return Err(match conn.close_reason() {
+                        Some(why) => format!("stream: {e}: {why}"),
+                        None => format!("stream: {e}"),
+                    })
+                }
             }
         }
     }

@@ -670,6 +670,10 @@ impl Worker {
             }
             self.lost_closed += c.conn.stats().path.lost_packets.saturating_sub(c.lost);
             self.s.counters.connections.fetch_sub(1, Relaxed);
+            // The table gives back its room as connections go.
+            if self.conns.capacity() > 4 * self.conns.len() + 64 {
+                self.conns.shrink_to_fit();
+            }
             return;
         }
         let next = [c.conn.poll_timeout(), next_frame(&c)]
