@@ -692,3 +692,68 @@ fn fetches_bytes_on_the_testbed_v4_and_v6() {
         std::panic::resume_unwind(p);
     }
 }
+
+/// Whether python3 with aioquic is here; otherwise says why the test
+/// skips, or fails under `FASTUDP_REQUIRE_PRIVILEGED_TESTS=1` (CI, whose
+/// .ci/run installs it).
+fn have_aioquic(test: &str) -> bool {
+    let ok = Command::new("python3")
+        .args(["-c", "import aioquic"])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if !ok {
+        if std::env::var("FASTUDP_REQUIRE_PRIVILEGED_TESTS").as_deref() == Ok("1") {
+            panic!("{test}: needs python3 with aioquic (.ci/run installs it)");
+        }
+        eprintln!("skipping {test}: needs python3 with aioquic (pip install aioquic)");
+    }
+    ok
+}
+
+/// Another implementation's client (aioquic) talks to the server: QUIC
+/// v1, ALPN hq-interop, checked bytes, a bad request reset with its code,
+/// a video stream; with and without Retry.
+#[test]
+fn aioquic_client_interoperates() {
+    if !have_aioquic("aioquic_client_interoperates") {
+        return;
+    }
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/aioquic_client.py");
+    for extra in [&[][..], &["--retry"][..]] {
+        let mut args = vec!["--listen", "127.0.0.1:0", "--workers", "2"];
+        args.extend_from_slice(extra);
+        let (mut srv, addr) = serve(&args);
+        let o = Command::new("python3")
+            .args([
+                script,
+                "127.0.0.1",
+                &addr.port().to_string(),
+                "/bytes/3000000",
+                "/not/served",
+                "/bytes/0",
+                "/video/200000/1",
+            ])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{extra:?}: {err}");
+        let v: serde_json::Value =
+            serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {err}"));
+        assert_eq!(v["alpn"], "hq-interop", "{v}");
+        assert_eq!(v["version"], 1, "QUIC v1: {v}");
+        let r = &v["responses"];
+        assert_eq!(r[0]["bytes"], 3_000_000, "{v}");
+        assert_eq!(r[0]["pattern"], true, "{v}");
+        assert_eq!(r[1]["reset"], 0x10, "{v}");
+        assert_eq!(r[2]["bytes"], 0, "{v}");
+        assert_eq!(r[3]["bytes"], 200_000, "{v}");
+        assert_eq!(r[3]["pattern"], true, "{v}");
+        let s = stats_until(&mut srv, |v| v["accepted"] == 1 && v["connections"] == 0);
+        if !extra.is_empty() {
+            assert!(s["retries"].as_u64().unwrap() >= 1, "{s}");
+        }
+        srv.interrupt();
+        srv.finish();
+    }
+}
