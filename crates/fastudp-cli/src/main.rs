@@ -10,6 +10,7 @@ mod host;
 mod interrupt;
 mod out;
 mod procfs;
+mod quic;
 mod soak;
 mod stream;
 mod testbed;
@@ -53,6 +54,12 @@ enum Cmd {
     /// Soak with fault injection (root; run it through scripts/soak.sh).
     #[command(hide = true)]
     Soak(soak::SoakArgs),
+    /// A QUIC server on fastudp in the paper's architecture (hq-interop),
+    /// its baselines, and a load generator.
+    Quic {
+        #[command(subcommand)]
+        action: quic::QuicCmd,
+    },
     /// Build or remove two network namespaces joined by a veth pair (root).
     Testbed {
         #[command(subcommand)]
@@ -118,6 +125,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
         Cmd::Rx(a) => txrx::run_rx(a),
         Cmd::Bench(a) => bench::run(a),
         Cmd::Soak(a) => soak::run(a),
+        Cmd::Quic { action } => quic::run(action),
         Cmd::Testbed {
             action: TestbedCmd::Up { profile },
         } => testbed::up(profile)

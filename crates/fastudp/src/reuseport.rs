@@ -24,6 +24,12 @@ pub enum Steering {
         /// [`MAX_STEERING_OFFSET`].
         offset: u32,
     },
+    /// By the QUIC destination connection ID: its first byte, found at
+    /// offset 6 of a long-header packet and offset 1 of a short-header one
+    /// (the header-form bit of byte 0 tells which): socket `byte % N`. A
+    /// QUIC server whose connection IDs start with its worker's index gets
+    /// every packet of a connection on that worker's socket.
+    QuicCid,
 }
 
 /// The largest [`Steering::Payload`] offset: the 4 bytes must lie within
@@ -100,6 +106,7 @@ impl ReuseportGroup {
             Steering::Hash => None,
             Steering::Cpu => Some(bpf::by_cpu(n as u32)),
             Steering::Payload { offset } => Some(bpf::by_payload(offset, n as u32)),
+            Steering::QuicCid => Some(bpf::by_quic_cid(n as u32)),
         };
         if let Some(p) = prog {
             sys::attach_reuseport_cbpf(sockets[0].as_raw_fd(), &p).map_err(|e| Error::Setup {

@@ -111,3 +111,56 @@ fn a_second_group_on_a_taken_port_is_refused() {
     let at = taken.local_addr().unwrap();
     assert!(ReuseportGroup::bind(at, 2, Steering::Hash, Config::default()).is_err());
 }
+
+#[test]
+fn quic_cid_steering_reads_long_and_short_headers() {
+    const N: usize = 3;
+    let g = ReuseportGroup::bind(
+        "127.0.0.1:0".parse().unwrap(),
+        N,
+        Steering::QuicCid,
+        Config::default(),
+    )
+    .expect("reuseport group");
+    assert_eq!(g.steering(), Steering::QuicCid);
+    let dest = g.local_addr().unwrap();
+    let senders: Vec<Socket> = (0..4)
+        .map(|_| Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap())
+        .collect();
+    // Each datagram carries its expected socket in its last byte.
+    let mut sent = 0;
+    for id in 0..12u8 {
+        for s in &senders {
+            // Long header (Initial, QUIC v1): flags, version, DCID length, DCID.
+            let long = [0xC0, 0, 0, 0, 1, 8, id, 0xEE, 0xEE, 0xEE, id % N as u8];
+            // Short header: flags, DCID; byte 6 (the long-header DCID
+            // offset) holds something else, to show it is not read.
+            let short = [0x40, id, 0xFF, 0xFF, 0xFF, 0xFF, 0x01, id % N as u8];
+            s.send(&[
+                fastudp::Transmit::new(dest, &long),
+                fastudp::Transmit::new(dest, &short),
+            ])
+            .unwrap();
+            sent += 2;
+        }
+    }
+    let mut total = 0;
+    for (i, s) in g.sockets().iter().enumerate() {
+        s.as_std()
+            .set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        let mut b = RecvBatch::new(64);
+        while s.recv(&mut b).is_ok() {
+            for (_, d) in b.datagrams() {
+                total += 1;
+                assert_eq!(*d.last().unwrap() as usize, i, "{d:?} on socket {i}");
+                assert_eq!(
+                    fastudp::wire::bpf::quic_cid_index(d, N as u32) as usize,
+                    i,
+                    "the direct computation agrees"
+                );
+            }
+        }
+    }
+    assert_eq!(total, sent, "every datagram arrived");
+}

@@ -15,4 +15,4 @@ mod summary;
 pub use args::{StreamArgs, StreamRxArgs};
 pub use header::{HDR, MAGIC};
 pub use recv::run_stream_rx;
-pub use send::run_stream;
+pub use send::{egress_qdisc, run_stream};

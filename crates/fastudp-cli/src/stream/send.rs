@@ -169,7 +169,7 @@ fn open_sockets(a: &StreamArgs) -> Result<Vec<Socket>, Failure> {
 
 /// The kind of the root qdisc of the device that carries traffic to
 /// `dest`, if it can be read.
-fn egress_qdisc(dest: IpAddr) -> Option<String> {
+pub fn egress_qdisc(dest: IpAddr) -> Option<String> {
     let dev = routes::device_for(dest).ok()?;
     let idx: i32 = std::fs::read_to_string(format!("/sys/class/net/{dev}/ifindex"))
         .ok()?

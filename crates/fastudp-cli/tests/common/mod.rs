@@ -46,7 +46,12 @@ pub struct Ended {
 impl Running {
     /// Starts `fastudp args`.
     pub fn start(args: &[&str]) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_fastudp"))
+        Self::start_with(env!("CARGO_BIN_EXE_fastudp"), args)
+    }
+
+    /// Starts `program args` (such as fastudp under `ip netns exec`).
+    pub fn start_with(program: &str, args: &[&str]) -> Self {
+        let mut child = Command::new(program)
             .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

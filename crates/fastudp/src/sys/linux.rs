@@ -708,6 +708,28 @@ pub(crate) fn poll(fd: RawFd, events: i16, timeout: Duration) -> io::Result<bool
     cvt(r).map(|n| n > 0)
 }
 
+/// Waits until `fd` has data to read or `timeout` passes, to the
+/// nanosecond (`ppoll(2)`, where `poll` counts milliseconds); true when it
+/// is readable. A signal ends the wait early with `false`.
+pub fn wait_readable(fd: BorrowedFd<'_>, timeout: Duration) -> io::Result<bool> {
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: one live pollfd and a live timespec; no signal mask.
+    let r = unsafe { libc::ppoll(&mut p, 1, &ts, std::ptr::null()) };
+    match cvt(r) {
+        Ok(n) => Ok(n > 0),
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 /// `SO_RCVBUFFORCE`: `SO_RCVBUF` past `rmem_max` (CAP_NET_ADMIN).
 pub(crate) const SO_RCVBUFFORCE: i32 = libc::SO_RCVBUFFORCE;
 /// `SO_SNDBUFFORCE`: `SO_SNDBUF` past `wmem_max` (CAP_NET_ADMIN).

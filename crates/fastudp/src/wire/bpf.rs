@@ -19,6 +19,12 @@ pub struct Insn {
 
 /// `BPF_LD | BPF_W | BPF_ABS`: A = 32-bit big-endian word at offset k.
 pub const LD_W_ABS: u16 = 0x20; // BPF_LD (0x00) | BPF_W (0x00) | BPF_ABS (0x20)
+/// `BPF_LD | BPF_B | BPF_ABS`: A = the byte at offset k.
+pub const LD_B_ABS: u16 = 0x30; // BPF_LD (0x00) | BPF_B (0x10) | BPF_ABS (0x20)
+/// `BPF_JMP | BPF_JSET | BPF_K`: skip jt instructions if A & k, else jf.
+pub const JSET_K: u16 = 0x45; // BPF_JMP (0x05) | BPF_JSET (0x40) | BPF_K (0x00)
+/// `BPF_JMP | BPF_JA`: skip k instructions.
+pub const JA: u16 = 0x05; // BPF_JMP (0x05) | BPF_JA (0x00)
 /// `BPF_ALU | BPF_MOD | BPF_K`: A %= k.
 pub const ALU_MOD_K: u16 = 0x94; // BPF_ALU (0x04) | BPF_MOD (0x90) | BPF_K (0x00)
 /// `BPF_RET | BPF_A`: return A.
@@ -63,12 +69,56 @@ pub fn by_payload(offset: u32, n: u32) -> Vec<Insn> {
     load_mod(offset, n)
 }
 
+/// Offset of the destination connection ID in a QUIC long-header packet
+/// (RFC 9000 17.2: 1 byte of flags, 4 of version, 1 of DCID length).
+pub const QUIC_LONG_DCID: u32 = 6;
+/// Offset of the destination connection ID in a QUIC short-header packet
+/// (RFC 9000 17.3: 1 byte of flags).
+pub const QUIC_SHORT_DCID: u32 = 1;
+
+/// Steers QUIC packets by the first byte of their destination connection
+/// ID: socket `byte % n`. Byte 0's header-form bit (0x80) tells a long
+/// header (DCID at offset 6) from a short one (DCID at offset 1). A server
+/// whose connection IDs start with a byte that is its worker's index
+/// modulo `n` gets every packet of a connection on that worker's socket;
+/// a client's first Initial (its own random DCID) lands on one fixed
+/// socket too. A datagram too short goes to socket 0.
+pub fn by_quic_cid(n: u32) -> Vec<Insn> {
+    let i = |code, jt, jf, k| Insn { code, jt, jf, k };
+    vec![
+        i(LD_B_ABS, 0, 0, 0),
+        i(JSET_K, 0, 2, 0x80),
+        i(LD_B_ABS, 0, 0, QUIC_LONG_DCID),
+        i(JA, 0, 0, 1),
+        i(LD_B_ABS, 0, 0, QUIC_SHORT_DCID),
+        i(ALU_MOD_K, 0, 0, n.max(1)),
+        i(RET_A, 0, 0, 0),
+    ]
+}
+
+/// The socket [`by_quic_cid`] picks for `datagram` among `n`, computed
+/// directly (what the kernel's run of the program gives).
+pub fn quic_cid_index(datagram: &[u8], n: u32) -> u32 {
+    let at = match datagram.first() {
+        Some(b) if b & 0x80 != 0 => QUIC_LONG_DCID,
+        Some(_) => QUIC_SHORT_DCID,
+        None => return 0,
+    };
+    match datagram.get(at as usize) {
+        Some(&b) => u32::from(b) % n.max(1),
+        None => 0,
+    }
+}
+
 /// Runs a program built of the instructions above on `payload` as the
 /// kernel would, with `cpu` as the receiving CPU. An out-of-bounds load
-/// ends the program with 0, as in the kernel.
+/// ends the program with 0, as in the kernel. Jumps only go forward, so
+/// the program ends.
 pub fn run(prog: &[Insn], payload: &[u8], cpu: u32) -> Option<u32> {
     let mut a: u32 = 0;
-    for i in prog {
+    let mut pc = 0usize;
+    while let Some(i) = prog.get(pc) {
+        pc += 1;
         match i.code {
             LD_W_ABS if i.k == AD_CPU => a = cpu,
             LD_W_ABS => {
@@ -78,6 +128,12 @@ pub fn run(prog: &[Insn], payload: &[u8], cpu: u32) -> Option<u32> {
                     None => return Some(0),
                 }
             }
+            LD_B_ABS => match payload.get(i.k as usize) {
+                Some(&b) => a = u32::from(b),
+                None => return Some(0),
+            },
+            JSET_K => pc += usize::from(if a & i.k != 0 { i.jt } else { i.jf }),
+            JA => pc += i.k as usize,
             ALU_MOD_K => a = a.checked_rem(i.k)?,
             RET_A => return Some(a),
             _ => return None,
@@ -102,6 +158,9 @@ mod tests {
             libc::BPF_ALU | libc::BPF_MOD | libc::BPF_K
         );
         assert_eq!(RET_A as u32, libc::BPF_RET | libc::BPF_A);
+        assert_eq!(LD_B_ABS as u32, libc::BPF_LD | libc::BPF_B | libc::BPF_ABS);
+        assert_eq!(JSET_K as u32, libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K);
+        assert_eq!(JA as u32, libc::BPF_JMP | libc::BPF_JA);
         assert_eq!(AD_CPU, (libc::SKF_AD_OFF + libc::SKF_AD_CPU) as u32);
     }
 
@@ -116,7 +175,27 @@ mod tests {
         assert_eq!(run(&by_payload(1, 4), &[9, 0, 0, 0, 7], 0), Some(3));
     }
 
+    #[test]
+    fn quic_cid_long_and_short_headers() {
+        let p = by_quic_cid(4);
+        // Long header (Initial): DCID length 8 at offset 5, DCID at 6.
+        let long = [0xC3, 0, 0, 0, 1, 8, 0x0A, 1, 2, 3, 4, 5, 6, 7];
+        assert_eq!(run(&p, &long, 0), Some(2));
+        // Short header: DCID at 1.
+        let short = [0x43, 0x07, 9, 9, 9];
+        assert_eq!(run(&p, &short, 0), Some(3));
+        assert_eq!(run(&p, &[0xC0, 0, 0], 0), Some(0), "too short: socket 0");
+        assert_eq!(run(&p, &[], 0), Some(0));
+    }
+
     proptest! {
+        /// The interpreter's run of the QUIC program and the direct
+        /// computation agree on any datagram.
+        #[test]
+        fn quic_cid_index_matches_the_program(d in any::<Vec<u8>>(), n in 1u32..300) {
+            prop_assert_eq!(run(&by_quic_cid(n), &d, 0), Some(quic_cid_index(&d, n)));
+        }
+
         /// The same connection-ID bytes always pick the same socket, and
         /// the index is always a valid socket.
         #[test]

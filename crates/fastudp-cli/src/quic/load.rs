@@ -1,0 +1,514 @@
+//! `fastudp quic load`: many client connections (quinn, or rustls over
+//! TCP), one request each, and what each got: goodput, whether it kept its
+//! rate, stalls, loss, the bytes checked against the pattern; client CPU.
+
+use super::hq::{self, Frames, Request};
+use super::quinn_stack::runtime;
+use super::{tls, LoadArgs, LoadStack};
+use crate::{interrupt, Failure};
+use serde::Serialize;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+
+/// What one connection got.
+#[derive(Debug, Default, Clone)]
+struct Outcome {
+    bytes: u64,
+    /// From the request to the first byte, and to the last.
+    first: Option<Duration>,
+    last: Option<Duration>,
+    stalls: u64,
+    max_gap: Duration,
+    wrong_at: Option<u64>,
+    error: Option<String>,
+    complete: bool,
+    lost_packets: u64,
+    sent_packets: u64,
+    rx_datagrams: u64,
+}
+
+/// The summary.
+#[derive(Debug, Serialize)]
+struct Summary {
+    stack: &'static str,
+    server: String,
+    request: String,
+    connections: usize,
+    completed: usize,
+    failed: usize,
+    /// Connections whose bytes differed from the pattern.
+    wrong_bytes: usize,
+    /// The requested rate in bytes/s (video only).
+    rate_bytes_s: Option<u64>,
+    /// Per-connection goodput in Mbit/s.
+    goodput_mbit_s: Spread,
+    /// Share of completed video connections whose goodput is within 5% of
+    /// the requested rate.
+    on_rate_share: Option<f64>,
+    /// Gaps longer than two frame intervals, in all (video only).
+    stalls: u64,
+    /// Connections with at least one stall.
+    stalled_connections: usize,
+    /// The longest gap between two reads, ms.
+    max_gap_ms: f64,
+    /// Packets the clients declared lost, and sent.
+    client_lost_packets: u64,
+    client_sent_packets: u64,
+    /// Datagrams the clients received.
+    client_rx_datagrams: u64,
+    /// All bytes received, Gbit/s over the run.
+    total_gbit_s: f64,
+    seconds: f64,
+    /// Client CPU seconds (all threads), and per Gbit received.
+    client_cpu_s: f64,
+    client_cpu_s_per_gbit: Option<f64>,
+    /// The first few errors.
+    errors: Vec<String>,
+}
+
+/// Minimum, 10th percentile, median, mean and maximum.
+#[derive(Debug, Serialize, Default)]
+struct Spread {
+    min: f64,
+    p10: f64,
+    median: f64,
+    mean: f64,
+    max: f64,
+}
+
+fn spread(mut v: Vec<f64>) -> Spread {
+    if v.is_empty() {
+        return Spread::default();
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
+    Spread {
+        min: v[0],
+        p10: at(0.1),
+        median: at(0.5),
+        mean: v.iter().sum::<f64>() / v.len() as f64,
+        max: v[v.len() - 1],
+    }
+}
+
+/// Runs `fastudp quic load`.
+pub fn run(a: LoadArgs) -> Result<(), Failure> {
+    let req = hq::parse(format!("GET {}\r\n", a.request).as_bytes(), true)
+        .map_err(|_| {
+            Failure::usage(format!(
+                "--request {}: /video/RATE/SECONDS or /bytes/N",
+                a.request
+            ))
+        })?
+        .ok_or_else(|| Failure::usage("--request: empty".into()))?;
+    if a.connections == 0 || a.connections > 1_000_000 {
+        return Err(Failure::usage(format!(
+            "--connections {}: between 1 and 1000000",
+            a.connections
+        )));
+    }
+    if a.threads == 0 || a.threads > 256 || a.endpoints == 0 || a.endpoints > 256 {
+        return Err(Failure::usage(
+            "--threads and --endpoints: between 1 and 256".into(),
+        ));
+    }
+    if !(a.interval.is_finite() && a.interval >= 1.0) {
+        return Err(Failure::usage(format!(
+            "--interval {}: at least 1 ms",
+            a.interval
+        )));
+    }
+    let interval = Duration::from_secs_f64(a.interval / 1000.0);
+    let length = match req {
+        Request::Video { seconds, .. } => seconds as f64,
+        Request::Bytes(_) => 0.0,
+    };
+    let timeout = a.timeout.unwrap_or(length + 30.0);
+    if !(timeout.is_finite() && timeout > 0.0 && timeout <= 1e6) {
+        return Err(Failure::usage(format!(
+            "--timeout {timeout}: positive seconds"
+        )));
+    }
+    let timeout = Duration::from_secs_f64(timeout);
+    interrupt::watch();
+    let rt = runtime(a.threads)?;
+    let cpu0 = fastudp::os::process_cpu_time();
+    let t0 = Instant::now();
+    let request = format!("GET {}\r\n", a.request);
+    let outcomes: Vec<Outcome> = rt.block_on(async {
+        let mut tasks = Vec::with_capacity(a.connections);
+        match a.stack {
+            LoadStack::Quic => {
+                let mut eps = Vec::new();
+                let bind: SocketAddr = if a.server.is_ipv6() {
+                    "[::]:0".parse().unwrap()
+                } else {
+                    "0.0.0.0:0".parse().unwrap()
+                };
+                let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls::client())
+                    .map_err(|e| Failure::usage(format!("TLS set-up: {e}")))?;
+                let mut cfg = quinn::ClientConfig::new(Arc::new(crypto));
+                let mut t = quinn::TransportConfig::default();
+                t.max_idle_timeout(Some(Duration::from_secs(30).try_into().unwrap()));
+                t.stream_receive_window(quinn::VarInt::from_u32(8 << 20));
+                t.receive_window(quinn::VarInt::from_u32(16 << 20));
+                cfg.transport_config(Arc::new(t));
+                for _ in 0..a.endpoints {
+                    let mut ep = quinn::Endpoint::client(bind)
+                        .map_err(|e| Failure::usage(format!("client socket: {e}")))?;
+                    ep.set_default_client_config(cfg.clone());
+                    eps.push(ep);
+                }
+                for i in 0..a.connections {
+                    let ep = eps[i % eps.len()].clone();
+                    let (server, request) = (a.server, request.clone());
+                    tasks.push(tokio::spawn(async move {
+                        let mut o = Outcome::default();
+                        let r = tokio::time::timeout(
+                            timeout,
+                            quic_one(&ep, server, &request, interval, &mut o),
+                        )
+                        .await;
+                        match r {
+                            Ok(Ok(())) => {}
+                            Ok(Err(e)) => o.error = Some(e),
+                            Err(_) => o.error = Some("timed out".into()),
+                        }
+                        o
+                    }));
+                }
+                let out = collect(tasks).await;
+                for ep in &eps {
+                    ep.close(quinn::VarInt::from_u32(0), b"done");
+                }
+                for ep in &eps {
+                    let _ = tokio::time::timeout(Duration::from_secs(1), ep.wait_idle()).await;
+                }
+                Ok::<_, Failure>(out)
+            }
+            LoadStack::TlsTcp => {
+                let connector = tokio_rustls::TlsConnector::from(Arc::new(tls::client()));
+                for _ in 0..a.connections {
+                    let (server, request, connector) =
+                        (a.server, request.clone(), connector.clone());
+                    tasks.push(tokio::spawn(async move {
+                        let mut o = Outcome::default();
+                        let r = tokio::time::timeout(
+                            timeout,
+                            tcp_one(&connector, server, &request, interval, &mut o),
+                        )
+                        .await;
+                        match r {
+                            Ok(Ok(())) => {}
+                            Ok(Err(e)) => o.error = Some(e),
+                            Err(_) => o.error = Some("timed out".into()),
+                        }
+                        o
+                    }));
+                }
+                Ok(collect(tasks).await)
+            }
+        }
+    })?;
+    let secs = t0.elapsed().as_secs_f64();
+    let cpu = fastudp::os::process_cpu_time()
+        .saturating_sub(cpu0)
+        .as_secs_f64();
+    rt.shutdown_timeout(Duration::from_millis(200));
+    let s = summarize(&a, req, interval, &outcomes, secs, cpu);
+    print(&s, a.json);
+    if interrupt::requested() {
+        return Err(interrupt::failure("the summary"));
+    }
+    if s.failed > 0 || s.wrong_bytes > 0 {
+        return Err(Failure {
+            code: 1,
+            msg: format!(
+                "{} of {} connections failed, {} got wrong bytes",
+                s.failed, s.connections, s.wrong_bytes
+            ),
+        });
+    }
+    Ok(())
+}
+
+async fn collect(tasks: Vec<tokio::task::JoinHandle<Outcome>>) -> Vec<Outcome> {
+    let mut out = Vec::with_capacity(tasks.len());
+    for t in tasks {
+        out.push(t.await.unwrap_or_else(|e| Outcome {
+            error: Some(format!("client task: {e}")),
+            ..Outcome::default()
+        }));
+    }
+    out
+}
+
+/// Tracks the bytes of one response as they come.
+struct Reader {
+    start: Instant,
+    prev: Option<Instant>,
+    stall_gap: Duration,
+}
+
+impl Reader {
+    fn new(interval: Duration) -> Self {
+        Reader {
+            start: Instant::now(),
+            prev: None,
+            stall_gap: interval * 2,
+        }
+    }
+
+    fn data(&mut self, o: &mut Outcome, d: &[u8]) {
+        let now = Instant::now();
+        if let Some(p) = self.prev {
+            let gap = now - p;
+            o.max_gap = o.max_gap.max(gap);
+            if gap > self.stall_gap {
+                o.stalls += 1;
+            }
+        } else {
+            o.first = Some(now - self.start);
+        }
+        self.prev = Some(now);
+        o.last = Some(now - self.start);
+        if o.wrong_at.is_none() {
+            let mut at = 0;
+            while at < d.len() {
+                let want = hq::pattern(o.bytes + at as u64, (d.len() - at) as u64);
+                let got = &d[at..at + want.len()];
+                if got != want {
+                    o.wrong_at = hq::check(o.bytes + at as u64, got).err();
+                    break;
+                }
+                at += want.len();
+            }
+        }
+        o.bytes += d.len() as u64;
+    }
+}
+
+async fn quic_one(
+    ep: &quinn::Endpoint,
+    server: SocketAddr,
+    request: &str,
+    interval: Duration,
+    o: &mut Outcome,
+) -> Result<(), String> {
+    let conn = ep
+        .connect(server, "localhost")
+        .map_err(|e| format!("connect: {e}"))?
+        .await
+        .map_err(|e| format!("handshake: {e}"))?;
+    let r = async {
+        let (mut send, mut recv) = conn.open_bi().await.map_err(|e| e.to_string())?;
+        send.write_all(request.as_bytes())
+            .await
+            .map_err(|e| e.to_string())?;
+        let _ = send.finish();
+        let mut rd = Reader::new(interval);
+        loop {
+            match recv.read_chunk(64 * 1024, true).await {
+                Ok(Some(c)) => rd.data(o, &c.bytes),
+                Ok(None) => {
+                    o.complete = true;
+                    return Ok(());
+                }
+                Err(e) => {
+                    return Err(match conn.close_reason() {
+                        Some(why) => format!("stream: {e}: {why}"),
+                        None => format!("stream: {e}"),
+                    })
+                }
+            }
+        }
+    }
+    .await;
+    let st = conn.stats();
+    o.lost_packets = st.path.lost_packets;
+    o.sent_packets = st.path.sent_packets;
+    o.rx_datagrams = st.udp_rx.datagrams;
+    conn.close(quinn::VarInt::from_u32(0), b"done");
+    r
+}
+
+async fn tcp_one(
+    connector: &tokio_rustls::TlsConnector,
+    server: SocketAddr,
+    request: &str,
+    interval: Duration,
+    o: &mut Outcome,
+) -> Result<(), String> {
+    let tcp = tokio::net::TcpStream::connect(server)
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    let name = rustls::pki_types::ServerName::try_from("localhost").expect("a valid name");
+    let mut s = connector
+        .connect(name, tcp)
+        .await
+        .map_err(|e| format!("handshake: {e}"))?;
+    s.write_all(request.as_bytes())
+        .await
+        .map_err(|e| e.to_string())?;
+    read_all(&mut s, interval, o).await
+}
+
+async fn read_all<R: AsyncRead + Unpin>(
+    r: &mut R,
+    interval: Duration,
+    o: &mut Outcome,
+) -> Result<(), String> {
+    let mut rd = Reader::new(interval);
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match r.read(&mut buf).await {
+            Ok(0) => {
+                o.complete = true;
+                return Ok(());
+            }
+            Ok(n) => rd.data(o, &buf[..n]),
+            // rustls reports a peer that closed without close_notify.
+            Err(e) => return Err(format!("read: {e}")),
+        }
+    }
+}
+
+fn summarize(
+    a: &LoadArgs,
+    req: Request,
+    interval: Duration,
+    outs: &[Outcome],
+    secs: f64,
+    cpu: f64,
+) -> Summary {
+    let (rate, expect) = match req {
+        Request::Video { rate, seconds } => {
+            let f = Frames::new(rate, seconds, interval);
+            (Some(rate), f.total())
+        }
+        Request::Bytes(n) => (None, n),
+    };
+    let mut goodputs = Vec::new();
+    let mut on_rate = 0usize;
+    let mut completed = 0usize;
+    let mut errors = Vec::new();
+    for o in outs {
+        let ok = o.complete && o.error.is_none() && o.bytes == expect && o.wrong_at.is_none();
+        if ok {
+            completed += 1;
+        }
+        if let Some(e) = &o.error {
+            if errors.len() < 5 {
+                errors.push(e.clone());
+            }
+        } else if o.complete && o.bytes != expect && errors.len() < 5 {
+            errors.push(format!("got {} bytes of {expect}", o.bytes));
+        }
+        if let (Some(f), Some(l)) = (o.first, o.last) {
+            // Video: bytes over first-to-last byte plus one frame interval
+            // (the last frame's own time); bulk: over request-to-last byte.
+            let span = match req {
+                Request::Video { .. } => (l - f + interval).as_secs_f64(),
+                Request::Bytes(_) => l.as_secs_f64(),
+            };
+            let g = o.bytes as f64 / span.max(1e-6);
+            goodputs.push(g * 8.0 / 1e6);
+            if let Some(r) = rate {
+                if ok && (g / r as f64 - 1.0).abs() <= 0.05 {
+                    on_rate += 1;
+                }
+            }
+        }
+    }
+    let total: u64 = outs.iter().map(|o| o.bytes).sum();
+    let gbit = total as f64 * 8.0 / 1e9;
+    Summary {
+        stack: match a.stack {
+            LoadStack::Quic => "quic",
+            LoadStack::TlsTcp => "tls-tcp",
+        },
+        server: a.server.to_string(),
+        request: a.request.clone(),
+        connections: outs.len(),
+        completed,
+        failed: outs.len() - completed,
+        wrong_bytes: outs.iter().filter(|o| o.wrong_at.is_some()).count(),
+        rate_bytes_s: rate,
+        goodput_mbit_s: spread(goodputs),
+        on_rate_share: rate.map(|_| on_rate as f64 / outs.len().max(1) as f64),
+        stalls: if rate.is_some() {
+            outs.iter().map(|o| o.stalls).sum()
+        } else {
+            0
+        },
+        stalled_connections: if rate.is_some() {
+            outs.iter().filter(|o| o.stalls > 0).count()
+        } else {
+            0
+        },
+        max_gap_ms: outs
+            .iter()
+            .map(|o| o.max_gap.as_secs_f64() * 1e3)
+            .fold(0.0, f64::max),
+        client_lost_packets: outs.iter().map(|o| o.lost_packets).sum(),
+        client_sent_packets: outs.iter().map(|o| o.sent_packets).sum(),
+        client_rx_datagrams: outs.iter().map(|o| o.rx_datagrams).sum(),
+        total_gbit_s: gbit / secs.max(1e-6),
+        seconds: secs,
+        client_cpu_s: cpu,
+        client_cpu_s_per_gbit: (gbit > 1e-3).then(|| cpu / gbit),
+        errors,
+    }
+}
+
+fn print(s: &Summary, json: bool) {
+    if json {
+        outln!("{}", serde_json::to_string(s).unwrap_or_default());
+        return;
+    }
+    outln!(
+        "{} connections to {} ({}, {}): {} completed, {} failed, {} with wrong bytes",
+        s.connections,
+        s.server,
+        s.stack,
+        s.request,
+        s.completed,
+        s.failed,
+        s.wrong_bytes
+    );
+    let g = &s.goodput_mbit_s;
+    outln!(
+        "goodput per connection, Mbit/s: min {:.3}, p10 {:.3}, median {:.3}, mean {:.3}, max {:.3}",
+        g.min,
+        g.p10,
+        g.median,
+        g.mean,
+        g.max
+    );
+    if let Some(share) = s.on_rate_share {
+        outln!(
+            "within 5% of the rate: {:.1}% of connections; {} stalls (gap > 2 frame intervals) on {} connections; longest gap {:.1} ms",
+            share * 100.0,
+            s.stalls,
+            s.stalled_connections,
+            s.max_gap_ms
+        );
+    }
+    outln!(
+        "client: {} packets lost of {} sent, {} datagrams received; {:.3} Gbit/s in all over {:.1} s; CPU {:.2} s ({} s/Gbit)",
+        s.client_lost_packets,
+        s.client_sent_packets,
+        s.client_rx_datagrams,
+        s.total_gbit_s,
+        s.seconds,
+        s.client_cpu_s,
+        s.client_cpu_s_per_gbit
+            .map(|x| format!("{x:.3}"))
+            .unwrap_or_else(|| "-".into())
+    );
+    for e in &s.errors {
+        outln!("error: {e}");
+    }
+}

@@ -1,0 +1,198 @@
+//! `fastudp quic`: a QUIC server on fastudp in the paper's architecture
+//! (`serve`), its baselines (plain quinn, TLS over TCP), and a load
+//! generator (`load`). The application is HTTP/0.9 over QUIC
+//! (`hq-interop`): see [`hq`].
+
+pub mod hq;
+mod load;
+mod quinn_stack;
+mod serve;
+mod stats;
+mod tcp;
+pub mod tls;
+
+use crate::Failure;
+use clap::{Args, Subcommand, ValueEnum};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// `fastudp quic ...`.
+#[derive(Subcommand, Debug)]
+pub enum QuicCmd {
+    /// Serve hq-interop (HTTP/0.9 over QUIC): /bytes/N and
+    /// /video/RATE/SECONDS.
+    Serve(ServeArgs),
+    /// Open many client connections to a server and report per-connection
+    /// goodput, rate, stalls, loss and client CPU.
+    Load(LoadArgs),
+}
+
+/// Which server.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stack {
+    /// quinn-proto driven by fastudp: reuseport workers steered by
+    /// connection ID, batched GSO sends.
+    Fastudp,
+    /// Plain quinn on tokio with quinn's own socket (baseline).
+    Quinn,
+    /// rustls over TCP carrying the same requests (baseline).
+    TlsTcp,
+}
+
+/// How `quic serve` paces.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PacingArg {
+    /// quinn-proto's own pacer decides when each connection sends.
+    Quic,
+    /// quinn-proto's pacer, and each train's departure time passed down
+    /// as SCM_TXTIME where an fq/etf qdisc honours it.
+    Kernel,
+}
+
+/// `fastudp quic serve`.
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// Address to listen on (port 0 picks one; the first line of output
+    /// says which).
+    #[arg(long, default_value = "0.0.0.0:4433")]
+    pub listen: SocketAddr,
+    /// The server.
+    #[arg(long, value_enum, default_value = "fastudp")]
+    pub stack: Stack,
+    /// Worker threads (default: one per CPU; at most 256).
+    #[arg(long)]
+    pub workers: Option<usize>,
+    /// Pacing.
+    #[arg(long, value_enum, default_value = "quic")]
+    pub pacing: PacingArg,
+    /// Send large trains with MSG_ZEROCOPY (the adaptive sender).
+    #[arg(long)]
+    pub zerocopy: bool,
+    /// Validate client addresses with Retry packets before accepting.
+    #[arg(long)]
+    pub retry: bool,
+    /// Connections at most; more are refused.
+    #[arg(long, default_value_t = 100_000)]
+    pub max_connections: usize,
+    /// Milliseconds between the frames of a /video stream.
+    #[arg(long, default_value_t = 40.0)]
+    pub interval: f64,
+    /// Seconds without a packet after which a connection is dropped.
+    #[arg(long, default_value_t = 10.0)]
+    pub idle_timeout: f64,
+    /// Stop after this many seconds (default: run until Ctrl-C).
+    #[arg(long)]
+    pub duration: Option<f64>,
+    /// Print a line of figures every second.
+    #[arg(long)]
+    pub stats: bool,
+    /// Output JSON lines.
+    #[arg(long)]
+    pub json: bool,
+    /// Certificate chain (PEM); with --key. Default: a self-signed one.
+    #[arg(long)]
+    pub cert: Option<PathBuf>,
+    /// Private key (PEM); with --cert.
+    #[arg(long)]
+    pub key: Option<PathBuf>,
+}
+
+/// Which client.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LoadStack {
+    /// quinn clients (QUIC, hq-interop).
+    Quic,
+    /// rustls over TCP.
+    TlsTcp,
+}
+
+/// `fastudp quic load`.
+#[derive(Args, Debug)]
+pub struct LoadArgs {
+    /// The server's address.
+    pub server: SocketAddr,
+    /// Client connections.
+    #[arg(long, default_value_t = 100)]
+    pub connections: usize,
+    /// The request of every connection: /video/RATE/SECONDS or /bytes/N.
+    #[arg(long, default_value = "/video/125000/5")]
+    pub request: String,
+    /// Which protocol.
+    #[arg(long, value_enum, default_value = "quic")]
+    pub stack: LoadStack,
+    /// Client threads.
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    /// Client UDP sockets (QUIC endpoints) the connections share.
+    #[arg(long, default_value_t = 1)]
+    pub endpoints: usize,
+    /// The server's frame interval in ms (a gap longer than two is a
+    /// stall).
+    #[arg(long, default_value_t = 40.0)]
+    pub interval: f64,
+    /// Give up on connections still running after this many seconds
+    /// (default: the request's length plus 30 s).
+    #[arg(long)]
+    pub timeout: Option<f64>,
+    /// Output JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs `fastudp quic ...`.
+pub fn run(cmd: QuicCmd) -> Result<(), Failure> {
+    match cmd {
+        QuicCmd::Serve(a) => {
+            check_serve(&a)?;
+            match a.stack {
+                Stack::Fastudp => serve::run(a),
+                Stack::Quinn => quinn_stack::run(a),
+                Stack::TlsTcp => tcp::run(a),
+            }
+        }
+        QuicCmd::Load(a) => load::run(a),
+    }
+}
+
+fn check_serve(a: &ServeArgs) -> Result<(), Failure> {
+    let bad = |m: String| Err(Failure::usage(m));
+    if let Some(w) = a.workers {
+        if w == 0 || w > 256 {
+            return bad(format!("--workers {w}: between 1 and 256"));
+        }
+    }
+    if !(a.interval.is_finite() && a.interval >= 1.0 && a.interval <= 10_000.0) {
+        return bad(format!("--interval {}: between 1 and 10000 ms", a.interval));
+    }
+    if !(a.idle_timeout.is_finite() && a.idle_timeout >= 0.1 && a.idle_timeout <= 3600.0) {
+        return bad(format!(
+            "--idle-timeout {}: between 0.1 and 3600 s",
+            a.idle_timeout
+        ));
+    }
+    if let Some(d) = a.duration {
+        if !(d.is_finite() && d > 0.0 && d <= 1e6) {
+            return bad(format!("--duration {d}: a positive number of seconds"));
+        }
+    }
+    if a.max_connections == 0 {
+        return bad("--max-connections 0: at least 1".into());
+    }
+    if a.stack != Stack::Fastudp && (a.zerocopy || a.pacing == PacingArg::Kernel) {
+        return bad("--zerocopy and --pacing kernel need --stack fastudp".into());
+    }
+    if a.stack == Stack::TlsTcp && a.retry {
+        return bad("--retry is QUIC's: not with --stack tls-tcp".into());
+    }
+    Ok(())
+}
+
+/// The number of workers: as asked, or one per CPU.
+fn workers(a: &ServeArgs) -> usize {
+    a.workers.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+            .min(256)
+    })
+}

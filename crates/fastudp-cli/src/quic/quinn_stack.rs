@@ -1,0 +1,187 @@
+//! `fastudp quic serve --stack quinn`: the same application on plain quinn
+//! (tokio, quinn's own socket), the baseline fastudp's server is measured
+//! against. Also the async form of the application, which the TLS-over-TCP
+//! baseline shares.
+
+use super::hq::{self, Frames, Request};
+use super::stats::{listening, Counters, Reporter};
+use super::{serve::transport, tls, workers, ServeArgs};
+use crate::{interrupt, Failure};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+/// Reads a request line from `r` (at most [`hq::MAX_REQUEST`] bytes).
+pub async fn read_request<R: AsyncRead + Unpin>(r: &mut R) -> Result<Request, hq::BadRequest> {
+    let mut buf = Vec::with_capacity(64);
+    let mut chunk = [0u8; 256];
+    loop {
+        let n = r
+            .read(&mut chunk)
+            .await
+            .map_err(|_| hq::BadRequest::Invalid)?;
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(req) = hq::parse(&buf, n == 0)? {
+            return Ok(req);
+        }
+        if n == 0 {
+            return Err(hq::BadRequest::Invalid);
+        }
+    }
+}
+
+/// Writes the response to `req` on `w`; counts the bytes as they go.
+pub async fn respond<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    req: Request,
+    interval: Duration,
+    counters: &Counters,
+) -> std::io::Result<()> {
+    match req {
+        Request::Bytes(n) => {
+            let mut off = 0;
+            while off < n {
+                let p = piece(counters, off, n - off);
+                w.write_all(p).await?;
+                off += p.len() as u64;
+            }
+        }
+        Request::Video { rate, seconds } => {
+            let f = Frames::new(rate, seconds, interval);
+            let start = tokio::time::Instant::now();
+            let mut off = 0;
+            for k in 0..f.count {
+                tokio::time::sleep_until(start + f.interval * k as u32).await;
+                let end = off + f.bytes;
+                while off < end {
+                    let p = piece(counters, off, end - off);
+                    w.write_all(p).await?;
+                    off += p.len() as u64;
+                }
+            }
+        }
+    }
+    w.flush().await
+}
+
+/// The next piece of the pattern, counted as written.
+fn piece(counters: &Counters, off: u64, len: u64) -> &'static [u8] {
+    let p = hq::pattern(off, len);
+    counters.app_bytes.fetch_add(p.len() as u64, Relaxed);
+    counters.wire_bytes.fetch_add(p.len() as u64, Relaxed);
+    p
+}
+
+/// A tokio runtime with `n` worker threads.
+pub fn runtime(n: usize) -> Result<tokio::runtime::Runtime, Failure> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(n)
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::usage(format!("cannot start the runtime: {e}")))
+}
+
+/// Runs `fastudp quic serve --stack quinn`.
+pub fn run(a: ServeArgs) -> Result<(), Failure> {
+    let n = workers(&a);
+    let id = tls::identity(a.cert.as_deref(), a.key.as_deref())?;
+    let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls::server(&id)?)
+        .map_err(|e| Failure::usage(format!("TLS set-up: {e}")))?;
+    let mut cfg = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+    cfg.transport_config(Arc::new(transport(&a)));
+    let rt = runtime(n)?;
+    let ep = {
+        let _g = rt.enter();
+        quinn::Endpoint::server(cfg, a.listen)
+            .map_err(|e| Failure::usage(format!("--listen {}: {e}", a.listen)))?
+    };
+    let addr = ep
+        .local_addr()
+        .map_err(|e| Failure::usage(format!("getsockname: {e}")))?;
+    let counters = Arc::new(Counters::default());
+    interrupt::watch();
+    let interval = Duration::from_secs_f64(a.interval / 1000.0);
+    let (retry, max) = (a.retry, a.max_connections as u64);
+    {
+        let (ep, counters) = (ep.clone(), counters.clone());
+        rt.spawn(async move {
+            while let Some(inc) = ep.accept().await {
+                if counters.connections.load(Relaxed) >= max {
+                    counters.refused.fetch_add(1, Relaxed);
+                    inc.refuse();
+                    continue;
+                }
+                if retry && !inc.remote_address_validated() {
+                    counters.retries.fetch_add(1, Relaxed);
+                    let _ = inc.retry();
+                    continue;
+                }
+                let counters = counters.clone();
+                tokio::spawn(async move {
+                    let Ok(conn) = inc.await else { return };
+                    counters.accepted.fetch_add(1, Relaxed);
+                    counters.connections.fetch_add(1, Relaxed);
+                    connection(conn, interval, &counters).await;
+                    counters.connections.fetch_sub(1, Relaxed);
+                });
+            }
+        });
+    }
+    listening("quinn", addr, n, a.json);
+    let pacing = "quinn's pacer, in user space";
+    let rep = Reporter::new(&counters, "quinn", false);
+    rep.wait(&counters, a.duration, a.stats, a.json, pacing);
+    ep.close(
+        quinn::VarInt::from_u32(hq::CLOSE_SHUTDOWN),
+        b"server shutting down",
+    );
+    rt.block_on(async {
+        let _ = tokio::time::timeout(Duration::from_secs(2), ep.wait_idle()).await;
+    });
+    rep.summary(&counters, a.json, pacing);
+    rt.shutdown_timeout(Duration::from_millis(200));
+    if interrupt::requested() {
+        return Err(interrupt::failure("the summary"));
+    }
+    Ok(())
+}
+
+/// Serves one connection's streams; keeps the loss counter up to date.
+async fn connection(conn: quinn::Connection, interval: Duration, counters: &Arc<Counters>) {
+    let mut seen = 0u64;
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            s = conn.accept_bi() => {
+                let Ok((mut send, mut recv)) = s else { break };
+                let counters = counters.clone();
+                tokio::spawn(async move {
+                    match read_request(&mut recv).await {
+                        Ok(req) => {
+                            let _ = recv.stop(quinn::VarInt::from_u32(0));
+                            if respond(&mut send, req, interval, &counters).await.is_ok() {
+                                let _ = send.finish();
+                                let _ = send.stopped().await;
+                            }
+                        }
+                        Err(bad) => {
+                            let code = quinn::VarInt::from_u32(bad.code());
+                            let _ = send.reset(code);
+                            let _ = recv.stop(code);
+                        }
+                    }
+                });
+            }
+            _ = tick.tick() => {
+                let l = conn.stats().path.lost_packets;
+                counters.lost_packets.fetch_add(l.saturating_sub(seen), Relaxed);
+                seen = l;
+            }
+        }
+    }
+    let l = conn.stats().path.lost_packets;
+    counters
+        .lost_packets
+        .fetch_add(l.saturating_sub(seen), Relaxed);
+}

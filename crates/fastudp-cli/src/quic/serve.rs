@@ -1,0 +1,948 @@
+//! `fastudp quic serve --stack fastudp`: quinn-proto driven by fastudp in
+//! the paper's architecture.
+//!
+//! - N workers, each a thread with its own quinn-proto `Endpoint`.
+//! - Their receive sockets form a reuseport group steered by BPF on the
+//!   QUIC destination connection ID ([`Steering::QuicCid`]); each worker's
+//!   connection ID generator starts every ID with a byte that is the
+//!   worker's index modulo N, so every packet of a connection reaches its
+//!   worker's socket. A client's first Initial carries its own random
+//!   DCID; the same program sends it, and every later packet with that
+//!   DCID, to one fixed worker, which is the one that computes the same
+//!   index in user space and so accepts it. A datagram steered elsewhere
+//!   (a group without the program, say) is handed to its owner over a
+//!   channel.
+//! - Each worker sends from its own unconnected socket on the same port
+//!   (it joins the reuseport group after the receive sockets, so the
+//!   program never picks it).
+//! - Each loop turn a worker collects the transmits of every connection
+//!   that has something to send (quinn-proto's pacer decides which may)
+//!   and sends them all in as few `sendmmsg` calls as possible, one GSO
+//!   train per connection and path.
+
+use super::hq::{self, Frames, Request};
+use super::stats::{listening, Counters, Reporter};
+use super::{tls, workers, PacingArg, ServeArgs};
+use crate::{interrupt, Failure};
+use bytes::{Bytes, BytesMut};
+use fastudp::pacing::{choose_mode, PacingMode};
+use fastudp::wire::bpf::quic_cid_index;
+use fastudp::{
+    Config, EcnCodepoint, RecvBatch, ReuseportGroup, Socket, Steering, Transmit, ZeroCopySender,
+};
+use quinn_proto::{
+    ConnectionHandle, ConnectionId, ConnectionIdGenerator, DatagramEvent, Dir, Endpoint,
+    EndpointConfig, Event, ServerConfig, StreamEvent, StreamId, TransportConfig, VarInt,
+};
+use std::collections::{BTreeSet, HashMap};
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Bytes of every connection ID the server issues.
+const CID_LEN: usize = 8;
+/// Datagrams per GSO train at most: 40 of quinn-proto's largest (1452
+/// bytes) fit the 64 KB a train may hold.
+const MAX_TRAIN: usize = 40;
+/// Trains at least this long go out with MSG_ZEROCOPY under --zerocopy.
+const ZEROCOPY_MIN: usize = 16 * 1024;
+/// The longest a worker sleeps without looking at its forwarding channel
+/// and the stop flag.
+const MAX_WAIT: Duration = Duration::from_millis(10);
+/// How long a stopping server waits for its connections to close.
+const CLOSE_WAIT: Duration = Duration::from_secs(2);
+
+/// Connection IDs whose first byte is the worker's index modulo the
+/// number of workers; the rest is random.
+struct WorkerCids {
+    worker: u8,
+    workers: u8,
+    rng: &'static dyn rustls::crypto::SecureRandom,
+}
+
+impl ConnectionIdGenerator for WorkerCids {
+    fn generate_cid(&mut self) -> ConnectionId {
+        let mut b = [0u8; CID_LEN];
+        // A failing system RNG leaves zeros, which still steer right.
+        let _ = self.rng.fill(&mut b);
+        let n = u16::from(self.workers.max(1));
+        let spread = (256 / n) as u8;
+        b[0] = self
+            .worker
+            .wrapping_add(self.workers.wrapping_mul(b[0] % spread.max(1)));
+        ConnectionId::new(&b)
+    }
+
+    fn cid_len(&self) -> usize {
+        CID_LEN
+    }
+
+    fn cid_lifetime(&self) -> Option<Duration> {
+        None
+    }
+}
+
+/// A response in progress on one stream.
+enum Resp {
+    /// Reading the request line.
+    Reading(Vec<u8>),
+    /// `/bytes/N`: `off` of `len` written.
+    Bytes { off: u64, len: u64 },
+    /// `/video/...`: frames released by time; `off` bytes written.
+    Video {
+        frames: Frames,
+        start: Instant,
+        off: u64,
+    },
+}
+
+/// One connection and its streams.
+struct Conn {
+    conn: quinn_proto::Connection,
+    streams: HashMap<StreamId, Resp>,
+    /// Its key in the timer set.
+    timer: Option<Instant>,
+    /// Earliest departure of its next train (`--pacing kernel`), ns.
+    next_departure: u64,
+    /// Packets lost, as last counted.
+    lost: u64,
+}
+
+/// A datagram handed from the worker that received it to its owner.
+struct Forwarded {
+    source: SocketAddr,
+    destination: Option<IpAddr>,
+    ecn: Option<EcnCodepoint>,
+    data: Vec<u8>,
+}
+
+/// A transmit waiting for the end of the loop turn.
+struct Pending {
+    off: usize,
+    len: usize,
+    dest: SocketAddr,
+    segment: Option<usize>,
+    ecn: Option<EcnCodepoint>,
+    src_ip: Option<IpAddr>,
+    txtime: Option<u64>,
+}
+
+/// What a worker is given.
+struct Setup {
+    id: usize,
+    workers: usize,
+    rx: Socket,
+    tx: Socket,
+    server: Arc<ServerConfig>,
+    endpoint: Arc<EndpointConfig>,
+    fwd_rx: Receiver<Forwarded>,
+    fwd_tx: Vec<Sender<Forwarded>>,
+    counters: Arc<Counters>,
+    stop: Arc<AtomicBool>,
+    pacing: PacingMode,
+    zerocopy: bool,
+    retry: bool,
+    max_connections: usize,
+    interval: Duration,
+}
+
+/// Runs `fastudp quic serve --stack fastudp`.
+pub fn run(a: ServeArgs) -> Result<(), Failure> {
+    let n = workers(&a);
+    let id = tls::identity(a.cert.as_deref(), a.key.as_deref())?;
+    let crypto = quinn_proto::crypto::rustls::QuicServerConfig::try_from(tls::server(&id)?)
+        .map_err(|e| Failure::usage(format!("TLS set-up: {e}")))?;
+    let mut server = ServerConfig::with_crypto(Arc::new(crypto));
+    server.transport_config(Arc::new(transport(&a)));
+    // Memory held for connections not yet accepted stays small whatever a
+    // flood of Initials does.
+    server.max_incoming(4096);
+    server.incoming_buffer_size(64 * 1024);
+    server.incoming_buffer_size_total(16 << 20);
+    let server = Arc::new(server);
+
+    let group = ReuseportGroup::bind(a.listen, n, Steering::QuicCid, Config::default())
+        .map_err(|e| Failure::usage(format!("--listen {}: {e}", a.listen)))?;
+    let addr = group
+        .local_addr()
+        .map_err(|e| Failure::usage(format!("getsockname: {e}")))?;
+    let mut txs = Vec::with_capacity(n);
+    for _ in 0..n {
+        txs.push(send_socket(addr)?);
+    }
+    let qdisc = crate::stream::egress_qdisc(if a.listen.ip().is_unspecified() {
+        IpAddr::from([127, 0, 0, 1])
+    } else {
+        a.listen.ip()
+    });
+    let (pacing, why) = match a.pacing {
+        PacingArg::Quic => (
+            PacingMode::User,
+            "quinn-proto's pacer, in user space".to_string(),
+        ),
+        PacingArg::Kernel => {
+            let (m, why) = choose_mode(
+                PacingMode::Kernel,
+                txs[0].capabilities().txtime,
+                qdisc.as_deref(),
+            );
+            if m != PacingMode::Kernel {
+                eprintln!("fastudp: note: --pacing kernel: {why}; quinn-proto's pacer alone paces");
+            }
+            (m, why)
+        }
+    };
+    if pacing == PacingMode::Kernel {
+        for s in &txs {
+            s.enable_txtime(false)
+                .map_err(|e| Failure::usage(format!("SO_TXTIME: {e}")))?;
+        }
+    }
+    let pacing_desc = match pacing {
+        PacingMode::Kernel => format!("kernel (SCM_TXTIME): {why}"),
+        _ if a.pacing == PacingArg::Kernel => format!("quic (fallback from kernel: {why})"),
+        _ => format!("quic ({why})"),
+    };
+
+    let counters = Arc::new(Counters::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let (fwd_tx, fwd_rx): (Vec<_>, Vec<_>) = (0..n).map(|_| channel()).unzip();
+    interrupt::watch();
+    let reset_key = {
+        let mut k = [0u8; 64];
+        rustls::crypto::ring::default_provider()
+            .secure_random
+            .fill(&mut k)
+            .map_err(|_| Failure::usage("the system random generator failed".into()))?;
+        Arc::new(ring_hmac(&k))
+    };
+    let mut handles = Vec::with_capacity(n);
+    for (i, ((rx, tx), fwd_rx)) in group
+        .into_sockets()
+        .into_iter()
+        .zip(txs)
+        .zip(fwd_rx)
+        .enumerate()
+    {
+        let mut ep = EndpointConfig::new(reset_key.clone());
+        let rng = rustls::crypto::ring::default_provider().secure_random;
+        // 256 workers wrap to 0 in a byte: every byte value is then its own
+        // worker's, as `byte % 256` says.
+        let (w, nn) = (i as u8, n as u8);
+        ep.cid_generator(move || {
+            Box::new(WorkerCids {
+                worker: w,
+                workers: nn,
+                rng,
+            })
+        });
+        let setup = Setup {
+            id: i,
+            workers: n,
+            rx,
+            tx,
+            server: server.clone(),
+            endpoint: Arc::new(ep),
+            fwd_rx,
+            fwd_tx: fwd_tx.clone(),
+            counters: counters.clone(),
+            stop: stop.clone(),
+            pacing,
+            zerocopy: a.zerocopy,
+            retry: a.retry,
+            max_connections: a.max_connections.div_ceil(n),
+            interval: Duration::from_secs_f64(a.interval / 1000.0),
+        };
+        let h = std::thread::Builder::new()
+            .name(format!("quic-worker-{i}"))
+            .spawn(move || Worker::new(setup).and_then(|mut w| w.run()))
+            .map_err(|e| Failure::usage(format!("cannot start a worker: {e}")))?;
+        handles.push(h);
+    }
+    drop(fwd_tx);
+    listening("fastudp", addr, n, a.json);
+    let rep = Reporter::new(&counters, "fastudp", true);
+    rep.wait(&counters, a.duration, a.stats, a.json, &pacing_desc);
+    stop.store(true, Relaxed);
+    let mut err = None;
+    for h in handles {
+        match h.join() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => err = Some(e),
+            Err(_) => err = Some("a worker panicked".to_string()),
+        }
+    }
+    rep.summary(&counters, a.json, &pacing_desc);
+    if let Some(e) = err {
+        return Err(Failure { code: 1, msg: e });
+    }
+    if interrupt::requested() {
+        return Err(interrupt::failure("the summary"));
+    }
+    Ok(())
+}
+
+/// quinn-proto's HMAC key for stateless resets, from ring.
+fn ring_hmac(k: &[u8]) -> ring::hmac::Key {
+    ring::hmac::Key::new(ring::hmac::HMAC_SHA256, k)
+}
+
+/// The transport settings every stack shares.
+pub fn transport(a: &ServeArgs) -> TransportConfig {
+    let mut t = TransportConfig::default();
+    t.max_idle_timeout(Some(
+        VarInt::from_u64((a.idle_timeout * 1000.0) as u64)
+            .unwrap_or(VarInt::from_u32(10_000))
+            .into(),
+    ));
+    t.max_concurrent_bidi_streams(VarInt::from_u32(100));
+    t.max_concurrent_uni_streams(VarInt::from_u32(0));
+    t.send_window(8 << 20);
+    t
+}
+
+/// An unconnected send socket on `addr`, in the reuseport group after its
+/// receive sockets (the steering program never picks it).
+fn send_socket(addr: SocketAddr) -> Result<Socket, Failure> {
+    let s = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::DGRAM,
+        Some(socket2::Protocol::UDP),
+    )
+    .and_then(|s| {
+        if addr.is_ipv6() {
+            s.set_only_v6(false).ok();
+        }
+        s.set_reuse_port(true)?;
+        s.bind(&addr.into())?;
+        Ok(s)
+    })
+    .map_err(|e| Failure::usage(format!("send socket on {addr}: {e}")))?;
+    Socket::from_std_with(s.into(), Config::default())
+        .map_err(|e| Failure::usage(format!("send socket on {addr}: {e}")))
+}
+
+fn to_quinn_ecn(e: Option<EcnCodepoint>) -> Option<quinn_proto::EcnCodepoint> {
+    e.and_then(|e| quinn_proto::EcnCodepoint::from_bits(e as u8))
+}
+
+fn from_quinn_ecn(e: Option<quinn_proto::EcnCodepoint>) -> Option<EcnCodepoint> {
+    e.and_then(|e| EcnCodepoint::from_bits(e as u8))
+}
+
+/// One worker.
+struct Worker {
+    s: Setup,
+    endpoint: Endpoint,
+    conns: HashMap<ConnectionHandle, Conn>,
+    timers: BTreeSet<(Instant, ConnectionHandle)>,
+    dirty: Vec<ConnectionHandle>,
+    batch: Option<RecvBatch>,
+    /// Transmits of this turn, laid end to end.
+    out: Vec<u8>,
+    pending: Vec<Pending>,
+    /// Large trains for the zerocopy sender.
+    zc_pending: Vec<(Vec<u8>, SocketAddr, Option<usize>)>,
+    zc: Option<ZeroCopySender>,
+    spare: Vec<Vec<u8>>,
+    scratch: Vec<u8>,
+    max_train: usize,
+    closing_since: Option<Instant>,
+    published: Instant,
+    published_lost: Instant,
+    calls_seen: (u64, u64),
+    lost_closed: u64,
+}
+
+impl Worker {
+    fn new(s: Setup) -> Result<Self, String> {
+        s.rx.as_std()
+            .set_nonblocking(true)
+            .map_err(|e| format!("worker {}: {e}", s.id))?;
+        let allow_mtud = !s.tx.may_fragment();
+        let endpoint = Endpoint::new(s.endpoint.clone(), Some(s.server.clone()), allow_mtud, None);
+        let zc = if s.zerocopy {
+            match ZeroCopySender::new(&s.tx) {
+                Ok(z) => Some(z),
+                Err(e) => {
+                    if s.id == 0 {
+                        eprintln!("fastudp: note: --zerocopy: {e}; sending with copies");
+                    }
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let max_train = s.tx.max_gso_segments().clamp(1, MAX_TRAIN);
+        Ok(Worker {
+            endpoint,
+            conns: HashMap::new(),
+            timers: BTreeSet::new(),
+            dirty: Vec::new(),
+            batch: Some(RecvBatch::new(64)),
+            out: Vec::with_capacity(1 << 20),
+            pending: Vec::new(),
+            zc_pending: Vec::new(),
+            zc,
+            spare: Vec::new(),
+            scratch: Vec::with_capacity(64 * 1024),
+            max_train,
+            closing_since: None,
+            published: Instant::now(),
+            published_lost: Instant::now(),
+            calls_seen: (0, 0),
+            lost_closed: 0,
+            s,
+        })
+    }
+
+    fn run(&mut self) -> Result<(), String> {
+        loop {
+            let now = Instant::now();
+            if self.s.stop.load(Relaxed) && self.closing_since.is_none() {
+                self.close_all(now);
+            }
+            if let Some(t) = self.closing_since {
+                if self.conns.is_empty() || now.duration_since(t) > CLOSE_WAIT {
+                    self.flush();
+                    self.publish(true);
+                    return Ok(());
+                }
+            }
+            while let Ok(f) = self.s.fwd_rx.try_recv() {
+                self.datagram(now, f.source, f.destination, f.ecn, &f.data);
+            }
+            self.receive(now)?;
+            self.fire_timers(now);
+            self.drive_dirty(now);
+            self.flush();
+            if now.duration_since(self.published) > Duration::from_millis(100) {
+                self.publish(false);
+            }
+            self.wait();
+        }
+    }
+
+    /// Waits for a datagram, the next timer, or at most [`MAX_WAIT`].
+    fn wait(&mut self) {
+        let now = Instant::now();
+        let until = self
+            .timers
+            .first()
+            .map(|&(t, _)| t)
+            .unwrap_or(now + MAX_WAIT)
+            .min(now + MAX_WAIT);
+        if until > now {
+            let _ = fastudp::os::wait_readable(self.s.rx.as_fd(), until - now);
+        }
+    }
+
+    /// Reads what is queued (a few batches at most, so that sends are not
+    /// starved) and hands each datagram to quinn-proto.
+    fn receive(&mut self, now: Instant) -> Result<(), String> {
+        for _ in 0..8 {
+            let Some(b) = self.batch.as_mut() else { break };
+            match self.s.rx.recv(b) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(e) => {
+                    let e = std::io::Error::from(e);
+                    if e.kind() == std::io::ErrorKind::WouldBlock {
+                        break;
+                    }
+                    return Err(format!("worker {}: receive: {e}", self.s.id));
+                }
+            }
+            let Some(batch) = self.batch.take() else {
+                break;
+            };
+            for (meta, d) in batch.datagrams() {
+                self.s.counters.datagrams_recv.fetch_add(1, Relaxed);
+                let owner = quic_cid_index(d, self.s.workers as u32) as usize;
+                if owner != self.s.id && !d.is_empty() {
+                    let f = Forwarded {
+                        source: meta.source,
+                        destination: meta.destination,
+                        ecn: meta.ecn,
+                        data: d.to_vec(),
+                    };
+                    if self.s.fwd_tx[owner].send(f).is_ok() {
+                        self.s.counters.forwarded.fetch_add(1, Relaxed);
+                        continue;
+                    }
+                }
+                self.datagram(now, meta.source, meta.destination, meta.ecn, d);
+            }
+            let full = batch.len() == batch.capacity();
+            self.batch = Some(batch);
+            if !full {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn datagram(
+        &mut self,
+        now: Instant,
+        source: SocketAddr,
+        destination: Option<IpAddr>,
+        ecn: Option<EcnCodepoint>,
+        d: &[u8],
+    ) {
+        let mut buf = std::mem::take(&mut self.scratch);
+        buf.clear();
+        let ev = self.endpoint.handle(
+            now,
+            source,
+            destination,
+            to_quinn_ecn(ecn),
+            BytesMut::from(d),
+            &mut buf,
+        );
+        match ev {
+            Some(DatagramEvent::ConnectionEvent(ch, ev)) => {
+                if let Some(c) = self.conns.get_mut(&ch) {
+                    c.conn.handle_event(ev);
+                    self.dirty.push(ch);
+                }
+            }
+            Some(DatagramEvent::NewConnection(incoming)) => {
+                if self.closing_since.is_some() || self.conns.len() >= self.s.max_connections {
+                    let t = self.endpoint.refuse(incoming, &mut buf);
+                    self.s.counters.refused.fetch_add(1, Relaxed);
+                    self.queue(&t, &buf, None);
+                } else if self.s.retry && !incoming.remote_address_validated() {
+                    match self.endpoint.retry(incoming, &mut buf) {
+                        Ok(t) => {
+                            self.s.counters.retries.fetch_add(1, Relaxed);
+                            self.queue(&t, &buf, None);
+                        }
+                        Err(e) => self.endpoint.ignore(e.into_incoming()),
+                    }
+                } else {
+                    match self.endpoint.accept(incoming, now, &mut buf, None) {
+                        Ok((ch, conn)) => {
+                            self.s.counters.accepted.fetch_add(1, Relaxed);
+                            self.s.counters.connections.fetch_add(1, Relaxed);
+                            self.conns.insert(
+                                ch,
+                                Conn {
+                                    conn,
+                                    streams: HashMap::new(),
+                                    timer: None,
+                                    next_departure: 0,
+                                    lost: 0,
+                                },
+                            );
+                            self.dirty.push(ch);
+                        }
+                        Err(e) => {
+                            if let Some(t) = e.response {
+                                self.queue(&t, &buf, None);
+                            }
+                        }
+                    }
+                }
+            }
+            Some(DatagramEvent::Response(t)) => self.queue(&t, &buf, None),
+            None => {
+                self.s.counters.dropped.fetch_add(1, Relaxed);
+            }
+        }
+        self.scratch = buf;
+    }
+
+    /// Queues a transmit for the end of the turn.
+    fn queue(&mut self, t: &quinn_proto::Transmit, buf: &[u8], txtime: Option<u64>) {
+        let data = &buf[..t.size];
+        let off = self.out.len();
+        self.out.extend_from_slice(data);
+        self.pending.push(Pending {
+            off,
+            len: t.size,
+            dest: t.destination,
+            segment: t.segment_size.filter(|&s| s < t.size),
+            ecn: from_quinn_ecn(t.ecn),
+            src_ip: t.src_ip,
+            txtime,
+        });
+    }
+
+    fn fire_timers(&mut self, now: Instant) {
+        while let Some(&(t, ch)) = self.timers.first() {
+            if t > now {
+                break;
+            }
+            self.timers.pop_first();
+            if let Some(c) = self.conns.get_mut(&ch) {
+                c.timer = None;
+                if c.conn.poll_timeout().is_some_and(|q| q <= now) {
+                    c.conn.handle_timeout(now);
+                }
+                self.dirty.push(ch);
+            }
+        }
+    }
+
+    fn drive_dirty(&mut self, now: Instant) {
+        let mut dirty = std::mem::take(&mut self.dirty);
+        dirty.sort_unstable_by_key(|h| h.0);
+        dirty.dedup();
+        for ch in dirty.drain(..) {
+            self.drive(ch, now);
+        }
+        self.dirty = dirty;
+    }
+
+    /// Lets one connection do all it can now: endpoint events, stream
+    /// events, responses, transmits; then sets its timer.
+    fn drive(&mut self, ch: ConnectionHandle, now: Instant) {
+        let Some(mut c) = self.conns.remove(&ch) else {
+            return;
+        };
+        let counters = self.s.counters.clone();
+        loop {
+            let mut again = false;
+            while let Some(ev) = c.conn.poll_endpoint_events() {
+                if let Some(back) = self.endpoint.handle_event(ch, ev) {
+                    c.conn.handle_event(back);
+                    again = true;
+                }
+            }
+            while let Some(ev) = c.conn.poll() {
+                if let Event::Stream(se) = ev {
+                    match se {
+                        StreamEvent::Opened { dir: Dir::Bi } => {
+                            while let Some(id) = c.conn.streams().accept(Dir::Bi) {
+                                c.streams.insert(id, Resp::Reading(Vec::new()));
+                                read_request(&mut c, id, now, self.s.interval);
+                            }
+                        }
+                        StreamEvent::Readable { id } => {
+                            read_request(&mut c, id, now, self.s.interval)
+                        }
+                        StreamEvent::Stopped { id, .. } => {
+                            c.streams.remove(&id);
+                        }
+                        _ => {}
+                    }
+                }
+                again = true;
+            }
+            let ids: Vec<StreamId> = c.streams.keys().copied().collect();
+            for id in ids {
+                counters
+                    .app_bytes
+                    .fetch_add(respond(&mut c, id, now), Relaxed);
+            }
+            // Transmits: quinn-proto's pacer says when to stop.
+            let mut buf = std::mem::take(&mut self.scratch);
+            loop {
+                buf.clear();
+                let Some(t) = c.conn.poll_transmit(now, self.max_train, &mut buf) else {
+                    break;
+                };
+                let txtime =
+                    (self.s.pacing == PacingMode::Kernel).then(|| departure(&mut c, t.size));
+                if self.zc.is_some() && t.size >= ZEROCOPY_MIN {
+                    let seg = t.segment_size.filter(|&s| s < t.size);
+                    let mut owned = self.spare.pop().unwrap_or_default();
+                    owned.clear();
+                    owned.extend_from_slice(&buf[..t.size]);
+                    self.zc_pending.push((owned, t.destination, seg));
+                } else {
+                    self.queue(&t, &buf, txtime);
+                }
+            }
+            self.scratch = buf;
+            if !again {
+                break;
+            }
+        }
+        if c.conn.is_drained() {
+            if let Some(t) = c.timer {
+                self.timers.remove(&(t, ch));
+            }
+            self.lost_closed += c.conn.stats().path.lost_packets.saturating_sub(c.lost);
+            self.s.counters.connections.fetch_sub(1, Relaxed);
+            // The table gives back its room as connections go.
+            if self.conns.capacity() > 4 * self.conns.len() + 64 {
+                self.conns.shrink_to_fit();
+            }
+            return;
+        }
+        let next = [c.conn.poll_timeout(), next_frame(&c)]
+            .into_iter()
+            .flatten()
+            .min();
+        if next != c.timer {
+            if let Some(t) = c.timer {
+                self.timers.remove(&(t, ch));
+            }
+            if let Some(t) = next {
+                self.timers.insert((t, ch));
+            }
+            c.timer = next;
+        }
+        self.conns.insert(ch, c);
+    }
+
+    /// Sends this turn's transmits: the batch in as few calls as the
+    /// socket allows, large trains with zerocopy.
+    fn flush(&mut self) {
+        let counters = &self.s.counters;
+        if !self.pending.is_empty() {
+            let ts: Vec<Transmit<'_>> = self
+                .pending
+                .iter()
+                .map(|p| {
+                    let t = match p.segment {
+                        Some(s) => Transmit::train(p.dest, &self.out[p.off..p.off + p.len], s),
+                        None => Transmit::new(p.dest, &self.out[p.off..p.off + p.len]),
+                    };
+                    t.with_ecn(p.ecn)
+                        .with_src_ip(p.src_ip)
+                        .with_txtime(p.txtime)
+                })
+                .collect();
+            let mut at = 0;
+            let mut skip = 0;
+            while at < ts.len() {
+                let first = ts[at].skip_datagrams(skip);
+                let mut rest = vec![first];
+                rest.extend_from_slice(&ts[at + 1..]);
+                match self.s.tx.send(&rest) {
+                    Ok(sent) => {
+                        at += sent.transmits;
+                        skip = if sent.transmits == 0 {
+                            skip + sent.datagrams
+                        } else {
+                            sent.datagrams
+                        };
+                        if sent.transmits == 0 && sent.datagrams == 0 {
+                            counters.send_errors.fetch_add(1, Relaxed);
+                            at += 1;
+                            skip = 0;
+                        }
+                    }
+                    Err(_) => {
+                        // The first transmit is lost; QUIC recovers it.
+                        counters.send_errors.fetch_add(1, Relaxed);
+                        at += 1;
+                        skip = 0;
+                    }
+                }
+            }
+            for t in &ts {
+                counters
+                    .wire_bytes
+                    .fetch_add(t.contents.len() as u64, Relaxed);
+                counters
+                    .datagrams_sent
+                    .fetch_add(t.segments() as u64, Relaxed);
+            }
+            drop(ts);
+            self.pending.clear();
+            self.out.clear();
+        }
+        if let Some(zc) = self.zc.as_mut() {
+            for (buf, dest, seg) in self.zc_pending.drain(..) {
+                let (len, segs) = (
+                    buf.len() as u64,
+                    seg.map_or(1, |s| buf.len().div_ceil(s)) as u64,
+                );
+                match zc.send(&self.s.tx, dest, buf, seg) {
+                    Ok(()) => {
+                        counters.wire_bytes.fetch_add(len, Relaxed);
+                        counters.datagrams_sent.fetch_add(segs, Relaxed);
+                    }
+                    Err((_, b)) => {
+                        counters.send_errors.fetch_add(1, Relaxed);
+                        self.spare.push(b);
+                    }
+                }
+            }
+            let _ = zc.reap(&self.s.tx);
+            while let Some(b) = zc.pop_done() {
+                if self.spare.len() < 256 {
+                    self.spare.push(b);
+                }
+            }
+        }
+    }
+
+    /// Closes every connection (Ctrl-C or the end of --duration).
+    fn close_all(&mut self, now: Instant) {
+        self.closing_since = Some(now);
+        for (ch, c) in self.conns.iter_mut() {
+            for id in c.streams.keys() {
+                let _ = c
+                    .conn
+                    .send_stream(*id)
+                    .reset(VarInt::from_u32(hq::code::SHUTDOWN));
+            }
+            c.streams.clear();
+            c.conn.close(
+                now,
+                VarInt::from_u32(hq::CLOSE_SHUTDOWN),
+                Bytes::from_static(b"server shutting down"),
+            );
+            self.dirty.push(*ch);
+        }
+    }
+
+    /// Publishes the socket counters (and, at most once a second, the
+    /// connections' losses).
+    fn publish(&mut self, last: bool) {
+        let c = &self.s.counters;
+        let (tx, rx) = (self.s.tx.stats(), self.s.rx.stats());
+        c.send_calls
+            .fetch_add(tx.send_calls.saturating_sub(self.calls_seen.0), Relaxed);
+        c.recv_calls
+            .fetch_add(rx.recv_calls.saturating_sub(self.calls_seen.1), Relaxed);
+        self.calls_seen = (tx.send_calls, rx.recv_calls);
+        if last || self.published_lost.elapsed() > Duration::from_secs(1) {
+            let mut lost = 0;
+            for conn in self.conns.values_mut() {
+                let l = conn.conn.stats().path.lost_packets;
+                lost += l.saturating_sub(conn.lost);
+                conn.lost = l;
+            }
+            let closed = std::mem::take(&mut self.lost_closed);
+            c.lost_packets.fetch_add(lost + closed, Relaxed);
+            self.published_lost = Instant::now();
+        }
+        self.published = Instant::now();
+    }
+}
+
+/// The next departure of a connection's train under kernel pacing: no
+/// earlier than now, and after the previous train has left at the
+/// connection's rate (its window over its RTT).
+fn departure(c: &mut Conn, bytes: usize) -> u64 {
+    let now = fastudp::os::monotonic_ns();
+    let at = c.next_departure.max(now);
+    let rtt = c.conn.rtt().as_nanos().max(1_000) as u64;
+    let window = c.conn.congestion_state().window().max(1);
+    // ns per byte at 1.25 window per RTT.
+    let ns = (bytes as u128 * rtt as u128 * 4 / (window as u128 * 5)) as u64;
+    c.next_departure = at + ns;
+    at
+}
+
+/// The earliest video frame due on a connection.
+fn next_frame(c: &Conn) -> Option<Instant> {
+    c.streams
+        .values()
+        .filter_map(|r| match r {
+            Resp::Video { frames, start, off } => {
+                let sent_frames = off / frames.bytes;
+                (sent_frames < frames.count && off % frames.bytes == 0)
+                    .then(|| *start + frames.interval * sent_frames as u32)
+            }
+            _ => None,
+        })
+        .min()
+}
+
+/// Reads what arrived of a request; starts the response once it is whole,
+/// or resets the stream when it is bad.
+fn read_request(c: &mut Conn, id: StreamId, now: Instant, interval: Duration) {
+    let Some(Resp::Reading(buf)) = c.streams.get_mut(&id) else {
+        return;
+    };
+    let mut fin = false;
+    let mut reset = false;
+    if let Ok(mut chunks) = c.conn.recv_stream(id).read(true) {
+        loop {
+            match chunks.next(hq::MAX_REQUEST + 2 - buf.len().min(hq::MAX_REQUEST + 1)) {
+                Ok(Some(ch)) => {
+                    buf.extend_from_slice(&ch.bytes);
+                    if buf.len() > hq::MAX_REQUEST + 1 {
+                        break;
+                    }
+                }
+                Ok(None) => {
+                    fin = true;
+                    break;
+                }
+                Err(quinn_proto::ReadError::Blocked) => break,
+                Err(quinn_proto::ReadError::Reset(_)) => {
+                    reset = true;
+                    break;
+                }
+            }
+        }
+        let _ = chunks.finalize();
+    }
+    if reset {
+        c.streams.remove(&id);
+        return;
+    }
+    match hq::parse(buf, fin) {
+        Ok(None) => {}
+        Ok(Some(Request::Bytes(len))) => {
+            c.streams.insert(id, Resp::Bytes { off: 0, len });
+            let _ = c.conn.recv_stream(id).stop(VarInt::from_u32(0));
+        }
+        Ok(Some(Request::Video { rate, seconds })) => {
+            c.streams.insert(
+                id,
+                Resp::Video {
+                    frames: Frames::new(rate, seconds, interval),
+                    start: now,
+                    off: 0,
+                },
+            );
+            let _ = c.conn.recv_stream(id).stop(VarInt::from_u32(0));
+        }
+        Err(bad) => {
+            let code = VarInt::from_u32(bad.code());
+            let _ = c.conn.send_stream(id).reset(code);
+            let _ = c.conn.recv_stream(id).stop(code);
+            c.streams.remove(&id);
+        }
+    }
+}
+
+/// Writes what a response may write now; returns the bytes written.
+fn respond(c: &mut Conn, id: StreamId, now: Instant) -> u64 {
+    let (off, limit, total) = match c.streams.get(&id) {
+        Some(Resp::Bytes { off, len }) => (*off, *len, *len),
+        Some(Resp::Video { frames, start, off }) => {
+            let due = (now.saturating_duration_since(*start).as_secs_f64()
+                / frames.interval.as_secs_f64()) as u64
+                + 1;
+            (*off, due.min(frames.count) * frames.bytes, frames.total())
+        }
+        _ => return 0,
+    };
+    let mut at = off;
+    let mut s = c.conn.send_stream(id);
+    while at < limit {
+        match s.write(hq::pattern(at, limit - at)) {
+            Ok(0) => break,
+            Ok(n) => at += n as u64,
+            Err(_) => break,
+        }
+    }
+    let mut done = false;
+    if at == total {
+        let _ = s.finish();
+        done = true;
+    }
+    if done {
+        c.streams.remove(&id);
+    } else {
+        match c.streams.get_mut(&id) {
+            Some(Resp::Bytes { off, .. }) | Some(Resp::Video { off, .. }) => *off = at,
+            _ => {}
+        }
+    }
+    at - off
+}

@@ -1,0 +1,269 @@
+//! The counters every server stack keeps, the `--stats` line and the
+//! final summary.
+
+use crate::interrupt;
+use serde::Serialize;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+/// Counters shared by a server's threads.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Connections open now.
+    pub connections: AtomicU64,
+    /// Connections accepted so far.
+    pub accepted: AtomicU64,
+    /// Connections refused (--max-connections) so far.
+    pub refused: AtomicU64,
+    /// Retry packets sent.
+    pub retries: AtomicU64,
+    /// Response bytes written to streams.
+    pub app_bytes: AtomicU64,
+    /// UDP payload bytes sent.
+    pub wire_bytes: AtomicU64,
+    /// Datagrams sent.
+    pub datagrams_sent: AtomicU64,
+    /// Datagrams received.
+    pub datagrams_recv: AtomicU64,
+    /// Send syscalls.
+    pub send_calls: AtomicU64,
+    /// Receive syscalls.
+    pub recv_calls: AtomicU64,
+    /// Packets declared lost (and retransmitted) by the connections.
+    pub lost_packets: AtomicU64,
+    /// Datagrams a worker handed to the worker owning their connection.
+    pub forwarded: AtomicU64,
+    /// Datagrams quinn-proto could not use (garbage, unknown connection).
+    pub dropped: AtomicU64,
+    /// Send errors.
+    pub send_errors: AtomicU64,
+}
+
+/// A snapshot of the counters and the process CPU time.
+#[derive(Debug, Clone, Copy, Default)]
+struct Snap {
+    at: Option<Instant>,
+    cpu: Duration,
+    app: u64,
+    wire: u64,
+    dg_sent: u64,
+    dg_recv: u64,
+    send_calls: u64,
+    recv_calls: u64,
+}
+
+impl Snap {
+    fn take(c: &Counters) -> Self {
+        Snap {
+            at: Some(Instant::now()),
+            cpu: fastudp::os::process_cpu_time(),
+            app: c.app_bytes.load(Relaxed),
+            wire: c.wire_bytes.load(Relaxed),
+            dg_sent: c.datagrams_sent.load(Relaxed),
+            dg_recv: c.datagrams_recv.load(Relaxed),
+            send_calls: c.send_calls.load(Relaxed),
+            recv_calls: c.recv_calls.load(Relaxed),
+        }
+    }
+}
+
+/// One report: over a second (`--stats`) or the whole run.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    /// `stats` or `summary`.
+    pub kind: &'static str,
+    /// Which server.
+    pub stack: &'static str,
+    /// Seconds covered.
+    pub seconds: f64,
+    /// Connections open at the end.
+    pub connections: u64,
+    /// Connections accepted in all.
+    pub accepted: u64,
+    /// Connections refused in all.
+    pub refused: u64,
+    /// Retry packets sent in all.
+    pub retries: u64,
+    /// Response (stream) bytes per second, in Gbit/s.
+    pub goodput_gbit_s: f64,
+    /// UDP payload (or TCP payload) Gbit/s sent.
+    pub wire_gbit_s: f64,
+    /// Server CPU seconds (all threads) per Gbit of response bytes.
+    pub cpu_s_per_gbit: Option<f64>,
+    /// Server CPU use, in cores.
+    pub cpu_cores: f64,
+    /// Send syscalls per second (where the stack's I/O is fastudp's).
+    pub send_calls_s: Option<f64>,
+    /// Receive syscalls per second.
+    pub recv_calls_s: Option<f64>,
+    /// Datagrams per send call.
+    pub datagrams_per_send_call: Option<f64>,
+    /// Datagrams per receive call.
+    pub datagrams_per_recv_call: Option<f64>,
+    /// Packets the connections declared lost and sent again, in all.
+    pub retransmissions: u64,
+    /// Datagrams handed to another worker, in all.
+    pub forwarded: u64,
+    /// Datagrams dropped as unusable, in all.
+    pub dropped: u64,
+    /// Send errors, in all.
+    pub send_errors: u64,
+    /// The pacing in force, and why.
+    pub pacing: String,
+}
+
+fn report(
+    kind: &'static str,
+    stack: &'static str,
+    c: &Counters,
+    from: Snap,
+    to: Snap,
+    calls_known: bool,
+    pacing: &str,
+) -> Report {
+    let secs = match (from.at, to.at) {
+        (Some(a), Some(b)) => b.duration_since(a).as_secs_f64().max(1e-6),
+        _ => 1e-6,
+    };
+    let app = to.app.saturating_sub(from.app);
+    let gbit = app as f64 * 8.0 / 1e9;
+    let cpu = to.cpu.saturating_sub(from.cpu).as_secs_f64();
+    let dg_sent = to.dg_sent.saturating_sub(from.dg_sent);
+    let dg_recv = to.dg_recv.saturating_sub(from.dg_recv);
+    let sc = to.send_calls.saturating_sub(from.send_calls);
+    let rc = to.recv_calls.saturating_sub(from.recv_calls);
+    let per = |n: u64, d: u64| (calls_known && d > 0).then(|| n as f64 / d as f64);
+    Report {
+        kind,
+        stack,
+        seconds: secs,
+        connections: c.connections.load(Relaxed),
+        accepted: c.accepted.load(Relaxed),
+        refused: c.refused.load(Relaxed),
+        retries: c.retries.load(Relaxed),
+        goodput_gbit_s: gbit / secs,
+        wire_gbit_s: to.wire.saturating_sub(from.wire) as f64 * 8.0 / 1e9 / secs,
+        cpu_s_per_gbit: (gbit > 1e-3).then(|| cpu / gbit),
+        cpu_cores: cpu / secs,
+        send_calls_s: calls_known.then(|| sc as f64 / secs),
+        recv_calls_s: calls_known.then(|| rc as f64 / secs),
+        datagrams_per_send_call: per(dg_sent, sc),
+        datagrams_per_recv_call: per(dg_recv, rc),
+        retransmissions: c.lost_packets.load(Relaxed),
+        forwarded: c.forwarded.load(Relaxed),
+        dropped: c.dropped.load(Relaxed),
+        send_errors: c.send_errors.load(Relaxed),
+        pacing: pacing.to_string(),
+    }
+}
+
+fn opt(v: Option<f64>, prec: usize) -> String {
+    v.map(|x| format!("{x:.prec$}"))
+        .unwrap_or_else(|| "-".into())
+}
+
+fn print(r: &Report, json: bool) {
+    if json {
+        outln!("{}", serde_json::to_string(r).unwrap_or_default());
+        return;
+    }
+    outln!(
+        "{}: {:.1} s, {} connections ({} accepted, {} refused, {} retries), goodput {:.3} Gbit/s, wire {:.3} Gbit/s, CPU {} s/Gbit ({:.2} cores), send calls {}/s ({} datagrams each), recv calls {}/s ({} datagrams each), {} retransmissions, {} forwarded, {} dropped, pacing: {}",
+        r.kind,
+        r.seconds,
+        r.connections,
+        r.accepted,
+        r.refused,
+        r.retries,
+        r.goodput_gbit_s,
+        r.wire_gbit_s,
+        opt(r.cpu_s_per_gbit, 3),
+        r.cpu_cores,
+        opt(r.send_calls_s, 0),
+        opt(r.datagrams_per_send_call, 1),
+        opt(r.recv_calls_s, 0),
+        opt(r.datagrams_per_recv_call, 1),
+        r.retransmissions,
+        r.forwarded,
+        r.dropped,
+        r.pacing
+    );
+}
+
+/// Prints the line that says where the server listens.
+pub fn listening(stack: &str, addr: std::net::SocketAddr, workers: usize, json: bool) {
+    if json {
+        outln!(
+            "{}",
+            serde_json::json!({"kind": "listening", "stack": stack, "addr": addr.to_string(), "workers": workers})
+        );
+    } else {
+        outln!("listening on {addr} ({stack}, {workers} workers, ALPN hq-interop)");
+    }
+}
+
+/// Runs the main thread of a server: a `--stats` line every second until
+/// `--duration` passes or Ctrl-C; returns when the server should stop,
+/// with the snapshot taken at the start.
+pub struct Reporter {
+    start: Snap,
+    stack: &'static str,
+    calls_known: bool,
+}
+
+impl Reporter {
+    /// Starts counting now.
+    pub fn new(c: &Counters, stack: &'static str, calls_known: bool) -> Self {
+        Reporter {
+            start: Snap::take(c),
+            stack,
+            calls_known,
+        }
+    }
+
+    /// Waits, printing `--stats` lines, until the run should end.
+    pub fn wait(&self, c: &Counters, duration: Option<f64>, stats: bool, json: bool, pacing: &str) {
+        let t0 = Instant::now();
+        let mut last = Snap::take(c);
+        let mut next = t0 + Duration::from_secs(1);
+        loop {
+            if interrupt::requested() {
+                return;
+            }
+            if let Some(d) = duration {
+                if t0.elapsed().as_secs_f64() >= d {
+                    return;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+            if Instant::now() >= next {
+                next += Duration::from_secs(1);
+                let now = Snap::take(c);
+                if stats {
+                    print(
+                        &report("stats", self.stack, c, last, now, self.calls_known, pacing),
+                        json,
+                    );
+                }
+                last = now;
+            }
+        }
+    }
+
+    /// Prints the summary of the whole run.
+    pub fn summary(&self, c: &Counters, json: bool, pacing: &str) {
+        let now = Snap::take(c);
+        print(
+            &report(
+                "summary",
+                self.stack,
+                c,
+                self.start,
+                now,
+                self.calls_known,
+                pacing,
+            ),
+            json,
+        );
+    }
+}

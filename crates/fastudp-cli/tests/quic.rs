@@ -1,0 +1,759 @@
+//! `fastudp quic serve` and `quic load`: content, rate, robustness (clients
+//! that vanish, garbage, floods of Initials), Ctrl-C, on loopback and on
+//! the testbed.
+
+mod common;
+
+use common::{fastudp, privileged, wait_for_sigint_handler, Running};
+use std::net::{SocketAddr, UdpSocket};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A server started with `args` (plus `--json --stats`), and its address.
+fn serve(args: &[&str]) -> (Running, SocketAddr) {
+    let mut all = vec!["quic", "serve", "--json", "--stats"];
+    all.extend_from_slice(args);
+    let mut r = Running::start(&all);
+    let l = r.wait_for_line(|l| l.contains("\"listening\""));
+    let v: serde_json::Value = serde_json::from_str(&l).expect("JSON line");
+    let addr = v["addr"].as_str().unwrap().parse().unwrap();
+    (r, addr)
+}
+
+/// The next `--stats` line of a server that satisfies `want`.
+fn stats_until(r: &mut Running, want: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+    let l = r.wait_for_line(|l| {
+        serde_json::from_str::<serde_json::Value>(l)
+            .map(|v| v["kind"] == "stats" && want(&v))
+            .unwrap_or(false)
+    });
+    serde_json::from_str(&l).unwrap()
+}
+
+/// Runs `fastudp quic load` to its end; its JSON summary and exit status.
+fn load(args: &[&str]) -> (serde_json::Value, Option<i32>, String) {
+    let mut all = vec!["quic", "load", "--json"];
+    all.extend_from_slice(args);
+    let o = fastudp(&all);
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    let v = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {err}"));
+    (v, o.status.code(), err)
+}
+
+/// Resident memory of a process, kB.
+fn rss_kb(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap()
+}
+
+/// The pattern byte at offset `i` (as the server writes it).
+fn pattern(i: u64) -> u8 {
+    (i % 251) as u8
+}
+
+/// A certificate and key for `localhost`, as PEM files in a fresh
+/// directory; and the certificate, for the client to trust.
+fn cert_files(tag: &str) -> (String, String, rustls::pki_types::CertificateDer<'static>) {
+    let dir = std::env::temp_dir().join(format!("fastudp-quic-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let c = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+    let (cp, kp) = (dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&cp, c.cert.pem()).unwrap();
+    std::fs::write(&kp, c.key_pair.serialize_pem()).unwrap();
+    (
+        cp.to_str().unwrap().into(),
+        kp.to_str().unwrap().into(),
+        c.cert.der().clone(),
+    )
+}
+
+/// A quinn client that trusts `cert` and speaks hq-interop.
+fn client(server: SocketAddr, cert: rustls::pki_types::CertificateDer<'static>) -> quinn::Endpoint {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(cert).unwrap();
+    let mut tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_protocol_versions(&[&rustls::version::TLS13])
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    tls.alpn_protocols = vec![b"hq-interop".to_vec()];
+    let cfg = quinn::ClientConfig::new(Arc::new(
+        quinn::crypto::rustls::QuicClientConfig::try_from(tls).unwrap(),
+    ));
+    let bind: SocketAddr = if server.is_ipv6() {
+        "[::]:0".parse().unwrap()
+    } else {
+        "0.0.0.0:0".parse().unwrap()
+    };
+    let mut ep = quinn::Endpoint::client(bind).unwrap();
+    ep.set_default_client_config(cfg);
+    ep
+}
+
+/// What a request got: the body, or the stream's reset code.
+async fn fetch(conn: &quinn::Connection, request: &[u8]) -> Result<Vec<u8>, String> {
+    let (mut send, mut recv) = conn.open_bi().await.map_err(|e| e.to_string())?;
+    send.write_all(request).await.map_err(|e| e.to_string())?;
+    let _ = send.finish();
+    recv.read_to_end(1 << 30).await.map_err(|e| e.to_string())
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// A quinn client fetches /bytes/10000000 with the server's own
+/// certificate (--cert/--key) and checks every byte; a bad request and an
+/// over-long one are reset with their codes; the server counts it all.
+fn fetch_and_check(listen: &str, tag: &str, extra: &[&str]) {
+    let (cert, key, der) = cert_files(tag);
+    let mut args = vec![
+        "--listen",
+        listen,
+        "--workers",
+        "2",
+        "--cert",
+        &cert,
+        "--key",
+        &key,
+    ];
+    args.extend_from_slice(extra);
+    let (mut srv, addr) = serve(&args);
+    rt().block_on(async {
+        let ep = client(addr, der);
+        let conn = tokio::time::timeout(Duration::from_secs(30), async {
+            ep.connect(addr, "localhost").unwrap().await
+        })
+        .await
+        .expect("handshake in time")
+        .expect("handshake");
+        assert_eq!(
+            conn.handshake_data()
+                .unwrap()
+                .downcast::<quinn::crypto::rustls::HandshakeData>()
+                .unwrap()
+                .protocol
+                .as_deref(),
+            Some(&b"hq-interop"[..])
+        );
+        let body = fetch(&conn, b"GET /bytes/10000000\r\n").await.unwrap();
+        assert_eq!(body.len(), 10_000_000);
+        if let Some(i) = (0..body.len()).find(|&i| body[i] != pattern(i as u64)) {
+            panic!("byte {i} is wrong");
+        }
+        let e = fetch(&conn, b"GET /nothing/here\r\n").await.unwrap_err();
+        assert!(e.contains("16"), "reset with BAD_REQUEST (0x10): {e}");
+        let long = vec![b'x'; 2000];
+        let e = fetch(&conn, &long).await.unwrap_err();
+        assert!(e.contains("17"), "reset with TOO_LONG (0x11): {e}");
+        // The connection survives bad requests.
+        assert_eq!(
+            fetch(&conn, b"GET /bytes/5\r\n").await.unwrap(),
+            [0, 1, 2, 3, 4]
+        );
+        conn.close(0u32.into(), b"done");
+        ep.wait_idle().await;
+    });
+    let v = stats_until(&mut srv, |v| v["connections"] == 0 && v["accepted"] == 1);
+    assert!(v["retransmissions"].as_u64().is_some());
+    srv.interrupt();
+    let end = srv.finish();
+    assert!(end.stdout.contains("\"summary\""), "{}", end.stdout);
+    assert!(!end.stderr.contains("panicked"), "{}", end.stderr);
+}
+
+#[test]
+fn quinn_client_fetches_bytes_on_loopback_v4() {
+    fetch_and_check("127.0.0.1:0", "v4", &[]);
+}
+
+#[test]
+fn quinn_client_fetches_bytes_on_loopback_v6() {
+    if UdpSocket::bind("[::1]:0").is_err() {
+        eprintln!("skipping quinn_client_fetches_bytes_on_loopback_v6: no IPv6 loopback");
+        return;
+    }
+    fetch_and_check("[::1]:0", "v6", &[]);
+}
+
+/// The same with zerocopy sends and kernel pacing asked for: where the
+/// qdisc cannot honour SO_TXTIME, the server says why and paces with
+/// quinn-proto alone.
+#[test]
+fn zerocopy_and_kernel_pacing_fall_back_cleanly() {
+    let (cert, key, der) = cert_files("zc");
+    let mut r = Running::start(&[
+        "quic",
+        "serve",
+        "--json",
+        "--listen",
+        "127.0.0.1:0",
+        "--workers",
+        "1",
+        "--cert",
+        &cert,
+        "--key",
+        &key,
+        "--zerocopy",
+        "--pacing",
+        "kernel",
+        "--duration",
+        "30",
+    ]);
+    let l = r.wait_for_line(|l| l.contains("\"listening\""));
+    let v: serde_json::Value = serde_json::from_str(&l).unwrap();
+    let addr: SocketAddr = v["addr"].as_str().unwrap().parse().unwrap();
+    rt().block_on(async {
+        let ep = client(addr, der);
+        let conn = ep.connect(addr, "localhost").unwrap().await.unwrap();
+        let body = fetch(&conn, b"GET /bytes/3000000\r\n").await.unwrap();
+        assert_eq!(body.len(), 3_000_000);
+        assert!(body
+            .iter()
+            .enumerate()
+            .all(|(i, &b)| b == pattern(i as u64)));
+        conn.close(0u32.into(), b"done");
+        ep.wait_idle().await;
+    });
+    r.interrupt();
+    let end = r.finish();
+    let summary: serde_json::Value = serde_json::from_str(
+        end.stdout
+            .lines()
+            .find(|l| l.contains("\"summary\""))
+            .unwrap(),
+    )
+    .unwrap();
+    let pacing = summary["pacing"].as_str().unwrap();
+    if pacing.starts_with("kernel") {
+        assert!(pacing.contains("honours SO_TXTIME"), "{pacing}");
+    } else {
+        assert!(pacing.contains("fallback from kernel"), "{pacing}");
+        assert!(
+            end.stderr.contains("--pacing kernel:") && end.stderr.contains("SO_TXTIME"),
+            "the fallback says why: {}",
+            end.stderr
+        );
+    }
+}
+
+/// 200 concurrent /video connections for 3 s on loopback, all within 5%
+/// of their rate, with their bytes checked.
+#[test]
+fn two_hundred_video_connections_keep_their_rate() {
+    let (srv, addr) = serve(&["--listen", "127.0.0.1:0", "--workers", "2"]);
+    let (v, code, err) = load(&[
+        &addr.to_string(),
+        "--connections",
+        "200",
+        "--request",
+        "/video/62500/3",
+    ]);
+    assert_eq!(code, Some(0), "{v}\n{err}");
+    assert_eq!(v["completed"], 200, "{v}");
+    assert_eq!(v["wrong_bytes"], 0, "{v}");
+    assert_eq!(v["on_rate_share"], 1.0, "{v}");
+    srv.interrupt();
+    let end = srv.finish();
+    let s: serde_json::Value = serde_json::from_str(
+        end.stdout
+            .lines()
+            .find(|l| l.contains("\"summary\""))
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(s["accepted"], 200, "{s}");
+    // Batched sends: more than one datagram per send call on average.
+    assert!(s["datagrams_per_send_call"].as_f64().unwrap() > 1.0, "{s}");
+}
+
+/// Clients that vanish mid-stream: the server's connections time out, and
+/// its memory comes back to where it was after the first such round
+/// (glibc keeps what it freed for reuse, so the first round sets the
+/// baseline): round after round, nothing is left behind.
+#[test]
+fn vanished_clients_time_out_and_memory_returns() {
+    let (mut srv, addr) = serve(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--workers",
+        "2",
+        "--idle-timeout",
+        "1",
+    ]);
+    std::thread::sleep(Duration::from_millis(300));
+    let base = rss_kb(srv.pid());
+    let mut after = Vec::new();
+    let mut peak = base;
+    for round in 1..=3u64 {
+        let mut client = Command::new(env!("CARGO_BIN_EXE_fastudp"))
+            .args([
+                "quic",
+                "load",
+                &addr.to_string(),
+                "--connections",
+                "300",
+                "--request",
+                "/video/25000/60",
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        stats_until(&mut srv, |v| v["connections"] == 300);
+        std::thread::sleep(Duration::from_millis(500));
+        peak = peak.max(rss_kb(srv.pid()));
+        // SIGKILL: no close, the packets just stop.
+        client.kill().unwrap();
+        client.wait().unwrap();
+        let pid = srv.pid();
+        let top = std::cell::Cell::new(peak);
+        let v = stats_until(&mut srv, |v| {
+            top.set(top.get().max(rss_kb(pid)));
+            v["connections"] == 0
+        });
+        peak = top.get();
+        assert_eq!(v["accepted"], 300 * round);
+        after.push(rss_kb(srv.pid()));
+    }
+    eprintln!("RSS kB: base {base}, peak with 300 connections {peak}, after each round {after:?}");
+    // A leak of the connections would add their whole share each round.
+    let slack = (peak - base) / 4 + 2 * 1024;
+    assert!(
+        after[1] <= after[0] + slack && after[2] <= after[0] + slack,
+        "memory grows round by round: base {base} kB, peak {peak} kB, after each round {after:?} kB"
+    );
+    srv.interrupt();
+    srv.finish();
+}
+
+/// Garbage datagrams of every size and first byte are dropped; the server
+/// goes on serving.
+#[test]
+fn garbage_datagrams_are_dropped() {
+    let (mut srv, addr) = serve(&["--listen", "127.0.0.1:0", "--workers", "2"]);
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for i in 0..3000usize {
+        let len = (next() % 1500) as usize;
+        let mut d: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+        if let Some(b) = d.first_mut() {
+            // Every header form, and long headers of QUIC v1 too.
+            *b = i as u8;
+        }
+        if i % 3 == 0 && d.len() > 5 {
+            d[1..5].copy_from_slice(&1u32.to_be_bytes());
+        }
+        let _ = s.send_to(&d, addr);
+    }
+    let v = stats_until(&mut srv, |v| v["dropped"].as_u64().unwrap() > 0);
+    assert_eq!(v["connections"], 0, "{v}");
+    let (v, code, err) = load(&[
+        &addr.to_string(),
+        "--connections",
+        "2",
+        "--request",
+        "/bytes/100000",
+    ]);
+    assert_eq!(code, Some(0), "{v}\n{err}");
+    srv.interrupt();
+    let end = srv.finish();
+    assert!(!end.stderr.contains("panicked"), "{}", end.stderr);
+}
+
+/// Initial packets of `n` connections, from `sockets` source ports; the
+/// datagrams that came back, by first byte's packet type.
+fn flood_initials(server: SocketAddr, n: usize, sockets: usize) -> (usize, usize) {
+    let mut tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_protocol_versions(&[&rustls::version::TLS13])
+    .unwrap()
+    .with_root_certificates(rustls::RootCertStore::empty())
+    .with_no_client_auth();
+    tls.alpn_protocols = vec![b"hq-interop".to_vec()];
+    let cfg = quinn_proto::ClientConfig::new(Arc::new(
+        quinn_proto::crypto::rustls::QuicClientConfig::try_from(tls).unwrap(),
+    ));
+    let mut ep = quinn_proto::Endpoint::new(
+        Arc::new(quinn_proto::EndpointConfig::default()),
+        None,
+        false,
+        None,
+    );
+    let socks: Vec<UdpSocket> = (0..sockets)
+        .map(|_| {
+            let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+            s.set_nonblocking(true).unwrap();
+            s
+        })
+        .collect();
+    let mut buf = Vec::new();
+    let (mut retries, mut other) = (0, 0);
+    let mut drain = |socks: &[UdpSocket]| {
+        let mut b = [0u8; 2048];
+        for s in socks {
+            while let Ok(n) = s.recv(&mut b) {
+                // RFC 9000 17.2.5: a v1 Retry is a long header of type 3.
+                if n > 0 && b[0] & 0xF0 == 0xF0 {
+                    retries += 1;
+                } else {
+                    other += 1;
+                }
+            }
+        }
+    };
+    for i in 0..n {
+        let (_, mut conn) = ep
+            .connect(Instant::now(), cfg.clone(), server, "localhost")
+            .unwrap();
+        buf.clear();
+        let t = conn.poll_transmit(Instant::now(), 1, &mut buf).unwrap();
+        let _ = socks[i % sockets].send_to(&buf[..t.size], server);
+        if i % 100 == 99 {
+            std::thread::sleep(Duration::from_millis(5));
+            drain(&socks);
+        }
+    }
+    let end = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(20));
+        drain(&socks);
+    }
+    (retries, other)
+}
+
+/// A flood of Initials from many source ports: with --retry every one
+/// gets a Retry and no connection state; without, --max-connections caps
+/// the connections, they time out, and memory stays bounded.
+#[test]
+fn initial_flood_is_bounded_and_retry_validates() {
+    let (mut srv, addr) = serve(&["--listen", "127.0.0.1:0", "--workers", "2", "--retry"]);
+    std::thread::sleep(Duration::from_millis(300));
+    let base = rss_kb(srv.pid());
+    let (retries, other) = flood_initials(addr, 2000, 64);
+    let v = stats_until(&mut srv, |v| v["retries"].as_u64().unwrap() >= 1900);
+    assert_eq!(v["accepted"], 0, "no state before validation: {v}");
+    assert!(retries >= 1900, "{retries} Retry packets, {other} others");
+    let grown = rss_kb(srv.pid()).saturating_sub(base);
+    assert!(grown < 32 * 1024, "grew by {grown} kB");
+    // A real client passes the Retry.
+    let (v, code, err) = load(&[
+        &addr.to_string(),
+        "--connections",
+        "3",
+        "--request",
+        "/bytes/1000",
+    ]);
+    assert_eq!(code, Some(0), "{v}\n{err}");
+    srv.interrupt();
+    srv.finish();
+
+    let (mut srv, addr) = serve(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--workers",
+        "2",
+        "--max-connections",
+        "200",
+        "--idle-timeout",
+        "1",
+    ]);
+    std::thread::sleep(Duration::from_millis(300));
+    let base = rss_kb(srv.pid());
+    flood_initials(addr, 2000, 64);
+    let v = stats_until(&mut srv, |v| {
+        v["refused"].as_u64().unwrap() + v["accepted"].as_u64().unwrap() >= 1900
+    });
+    assert!(v["accepted"].as_u64().unwrap() <= 200, "{v}");
+    assert!(v["connections"].as_u64().unwrap() <= 200, "{v}");
+    let grown = rss_kb(srv.pid()).saturating_sub(base);
+    assert!(grown < 64 * 1024, "grew by {grown} kB");
+    stats_until(&mut srv, |v| v["connections"] == 0);
+    srv.interrupt();
+    srv.finish();
+}
+
+/// Ctrl-C closes every connection with an application close (code 0),
+/// which the clients see, and the server ends with its summary.
+#[test]
+fn ctrl_c_closes_connections() {
+    let (mut srv, addr) = serve(&["--listen", "127.0.0.1:0", "--workers", "2"]);
+    wait_for_sigint_handler(srv.pid());
+    let client = Command::new(env!("CARGO_BIN_EXE_fastudp"))
+        .args([
+            "quic",
+            "load",
+            "--json",
+            &addr.to_string(),
+            "--connections",
+            "20",
+            "--request",
+            "/video/125000/60",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    stats_until(&mut srv, |v| v["connections"] == 20);
+    let t = Instant::now();
+    srv.interrupt();
+    let end = srv.finish();
+    assert_eq!(end.status.code(), Some(130), "{}", end.stderr);
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "closed without waiting for idle timeouts"
+    );
+    let s: serde_json::Value = serde_json::from_str(
+        end.stdout
+            .lines()
+            .find(|l| l.contains("\"summary\""))
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(s["connections"], 0, "{s}");
+    let o = client.wait_with_output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["failed"], 20, "{v}");
+    let errs = v["errors"].to_string();
+    assert!(
+        errs.contains("closed by peer") && errs.contains("server shutting down"),
+        "{errs}"
+    );
+}
+
+#[test]
+fn bad_arguments_are_refused() {
+    common::assert_refused(&[
+        (vec!["quic", "serve", "--workers", "0"], "--workers"),
+        (vec!["quic", "serve", "--interval", "0"], "--interval"),
+        (
+            vec!["quic", "serve", "--cert", "/nonexistent"],
+            "--cert and --key",
+        ),
+        (
+            vec![
+                "quic",
+                "serve",
+                "--cert",
+                "/nonexistent",
+                "--key",
+                "/nonexistent",
+            ],
+            "--cert",
+        ),
+        (
+            vec!["quic", "serve", "--stack", "quinn", "--zerocopy"],
+            "--stack fastudp",
+        ),
+        (
+            vec!["quic", "load", "127.0.0.1:1", "--request", "/x"],
+            "--request",
+        ),
+        (
+            vec!["quic", "load", "127.0.0.1:1", "--connections", "0"],
+            "--connections",
+        ),
+    ]);
+}
+
+/// The baselines serve the same protocol: the load generator gets the
+/// same checked bytes from plain quinn and from TLS over TCP.
+#[test]
+fn baselines_serve_the_same_bytes() {
+    for (stack, client) in [("quinn", "quic"), ("tls-tcp", "tls-tcp")] {
+        let (srv, addr) = serve(&[
+            "--listen",
+            "127.0.0.1:0",
+            "--workers",
+            "2",
+            "--stack",
+            stack,
+        ]);
+        let (v, code, err) = load(&[
+            &addr.to_string(),
+            "--stack",
+            client,
+            "--connections",
+            "2",
+            "--request",
+            "/bytes/2000000",
+        ]);
+        assert_eq!(code, Some(0), "{stack}: {v}\n{err}");
+        let (v, code, err) = load(&[
+            &addr.to_string(),
+            "--stack",
+            client,
+            "--connections",
+            "20",
+            "--request",
+            "/video/62500/2",
+        ]);
+        assert_eq!(code, Some(0), "{stack}: {v}\n{err}");
+        assert_eq!(v["on_rate_share"], 1.0, "{stack}: {v}");
+        srv.interrupt();
+        let end = srv.finish();
+        assert!(
+            end.stdout.contains("\"summary\""),
+            "{stack}: {}",
+            end.stdout
+        );
+    }
+}
+
+static TESTBED: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// On the testbed (a veth pair between namespaces), IPv4 and IPv6: the
+/// load generator fetches /bytes/10000000 and checks every byte.
+#[test]
+fn fetches_bytes_on_the_testbed_v4_and_v6() {
+    if !privileged("fetches_bytes_on_the_testbed_v4_and_v6", &["ip", "ethtool"]) {
+        return;
+    }
+    let _lock = TESTBED.lock().unwrap_or_else(|e| e.into_inner());
+    let o = fastudp(&["testbed", "up", "offload"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let bin = env!("CARGO_BIN_EXE_fastudp");
+    let result = std::panic::catch_unwind(|| {
+        for (listen, host) in [
+            ("10.200.0.2:0", "10.200.0.2"),
+            ("[fd00:fa57::2]:0", "[fd00:fa57::2]"),
+        ] {
+            let mut srv = Running::start_with(
+                "ip",
+                &[
+                    "netns",
+                    "exec",
+                    "fastudp-rx",
+                    bin,
+                    "quic",
+                    "serve",
+                    "--json",
+                    "--listen",
+                    listen,
+                    "--workers",
+                    "2",
+                ],
+            );
+            let l = srv.wait_for_line(|l| l.contains("\"listening\""));
+            let v: serde_json::Value = serde_json::from_str(&l).unwrap();
+            let port = v["addr"]
+                .as_str()
+                .unwrap()
+                .rsplit(':')
+                .next()
+                .unwrap()
+                .to_string();
+            let o = Command::new("ip")
+                .args([
+                    "netns",
+                    "exec",
+                    "fastudp-tx",
+                    bin,
+                    "quic",
+                    "load",
+                    "--json",
+                    &format!("{host}:{port}"),
+                    "--connections",
+                    "1",
+                    "--request",
+                    "/bytes/10000000",
+                ])
+                .output()
+                .unwrap();
+            let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+                .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stderr)));
+            assert!(o.status.success(), "{listen}: {v}");
+            assert_eq!(v["completed"], 1, "{listen}: {v}");
+            assert_eq!(v["wrong_bytes"], 0, "{listen}: {v}");
+            srv.interrupt();
+            srv.finish();
+        }
+    });
+    let o = fastudp(&["testbed", "down"]);
+    assert!(o.status.success());
+    if let Err(p) = result {
+        std::panic::resume_unwind(p);
+    }
+}
+
+/// Whether python3 with aioquic is here; otherwise says why the test
+/// skips, or fails under `FASTUDP_REQUIRE_PRIVILEGED_TESTS=1` (CI, whose
+/// .ci/run installs it).
+fn have_aioquic(test: &str) -> bool {
+    let ok = Command::new("python3")
+        .args(["-c", "import aioquic"])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if !ok {
+        if std::env::var("FASTUDP_REQUIRE_PRIVILEGED_TESTS").as_deref() == Ok("1") {
+            panic!("{test}: needs python3 with aioquic (.ci/run installs it)");
+        }
+        eprintln!("skipping {test}: needs python3 with aioquic (pip install aioquic)");
+    }
+    ok
+}
+
+/// Another implementation's client (aioquic) talks to the server: QUIC
+/// v1, ALPN hq-interop, checked bytes, a bad request reset with its code,
+/// a video stream; with and without Retry.
+#[test]
+fn aioquic_client_interoperates() {
+    if !have_aioquic("aioquic_client_interoperates") {
+        return;
+    }
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/aioquic_client.py");
+    for extra in [&[][..], &["--retry"][..]] {
+        let mut args = vec!["--listen", "127.0.0.1:0", "--workers", "2"];
+        args.extend_from_slice(extra);
+        let (mut srv, addr) = serve(&args);
+        let o = Command::new("python3")
+            .args([
+                script,
+                "127.0.0.1",
+                &addr.port().to_string(),
+                "/bytes/3000000",
+                "/not/served",
+                "/bytes/0",
+                "/video/200000/1",
+            ])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{extra:?}: {err}");
+        let v: serde_json::Value =
+            serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {err}"));
+        assert_eq!(v["alpn"], "hq-interop", "{v}");
+        assert_eq!(v["version"], 1, "QUIC v1: {v}");
+        let r = &v["responses"];
+        assert_eq!(r[0]["bytes"], 3_000_000, "{v}");
+        assert_eq!(r[0]["pattern"], true, "{v}");
+        assert_eq!(r[1]["reset"], 0x10, "{v}");
+        assert_eq!(r[2]["bytes"], 0, "{v}");
+        assert_eq!(r[3]["bytes"], 200_000, "{v}");
+        assert_eq!(r[3]["pattern"], true, "{v}");
+        let s = stats_until(&mut srv, |v| v["accepted"] == 1 && v["connections"] == 0);
+        if !extra.is_empty() {
+            assert!(s["retries"].as_u64().unwrap() >= 1, "{s}");
+        }
+        srv.interrupt();
+        srv.finish();
+    }
+}
