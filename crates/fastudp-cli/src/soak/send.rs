@@ -313,7 +313,10 @@ impl Sender {
                     }
                 }
             }
-            TxStrategy::Tcp | TxStrategy::UringGso | TxStrategy::UringZc => {
+            TxStrategy::Tcp
+            | TxStrategy::TcpZerocopy
+            | TxStrategy::UringGso
+            | TxStrategy::UringZc => {
                 unreachable!("not in the soak's strategies")
             }
         }
