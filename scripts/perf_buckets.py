@@ -2,7 +2,7 @@
 """Buckets a `perf record -e cpu-clock -a -g` profile by kernel function.
 
 Usage:
-    perf_buckets.py LABEL=FILE.data:BYTES [LABEL=FILE.data:BYTES ...]
+    perf_buckets.py [--top N] LABEL=FILE.data:BYTES[:PID] ...
 
 For each profile, sums the self time (cpu-clock periods, ns) of every
 symbol of every process except perf itself into buckets (segmentation,
@@ -10,7 +10,10 @@ veth, GRO, socket lookup, queueing, copy, wake-ups, alloc/free, the bench's
 own user-space work, ...) and prints each bucket's CPU ns per byte moved
 (BYTES is the payload the run moved, from the bench's output), next to the
 other profiles and as a ratio to the first. `--top N` also prints each
-profile's N costliest symbols with their bucket.
+profile's N costliest symbols with their bucket. With PID, only that
+process counts, and the kernel's own softirq threads and the idle task
+(whose samples include the softirq work run from interrupts while a CPU
+was idle): on a machine shared with other work, the rest is theirs.
 
 Only `perf report` is needed; the profile must have kernel symbols
 (/proc/kallsyms readable, kptr_restrict 0).
@@ -117,25 +120,40 @@ def bucket(comm: str, sym: str, kernel: bool) -> str:
     return OTHER
 
 
-def load(path: str):
+LINE = re.compile(r"^\s*(\d+)\s+(\S.*?)\s+\[([k.])\]\s+(.*\S)\s*$")
+
+
+def report(path: str, only):
+    """(period, comm, kernel?, symbol) of every symbol; `only` is extra
+    filter arguments of perf report (--pid, --comms)."""
     out = subprocess.run(
         ["perf", "report", "-i", path, "--stdio", "--no-children",
          "--sort", "comm,sym", "-F", "period,comm,sym", "-g", "none",
-         "--percent-limit", "0"],
+         "--percent-limit", "0"] + only,
         check=True, capture_output=True, text=True).stdout
-    per_bucket = defaultdict(int)
-    per_sym = defaultdict(int)
-    line_rx = re.compile(r"^\s*(\d+)\s+(\S.*?)\s+\[([k.])\]\s+(.*\S)\s*$")
     for line in out.splitlines():
         if line.startswith("#") or not line.strip():
             continue
-        m = line_rx.match(line)
-        if not m:
-            continue
-        period, comm, kind, sym = int(m[1]), m[2].strip(), m[3], m[4]
+        m = LINE.match(line)
+        if m:
+            yield int(m[1]), m[2].strip(), m[3] == "k", m[4]
+
+
+def load(path: str, pid):
+    per_bucket = defaultdict(int)
+    per_sym = defaultdict(int)
+    if pid is None:
+        rows = report(path, [])
+    else:
+        # The process's threads, then the softirq threads and the idle
+        # task (irq-time softirq while idle), which work for it too.
+        rows = list(report(path, ["--pid", str(pid)])) + list(
+            report(path, ["--comms", "swapper,ksoftirqd/0,ksoftirqd/1,"
+                          "ksoftirqd/2,ksoftirqd/3"]))
+    for period, comm, kernel, sym in rows:
         if comm.startswith("perf"):
             continue
-        b = bucket(comm, sym, kind == "k")
+        b = bucket(comm, sym, kernel)
         per_bucket[b] += period
         per_sym[(sym, b)] += period
     return per_bucket, per_sym
@@ -153,16 +171,19 @@ def main(argv):
     for a in argv:
         try:
             label, rest = a.split("=", 1)
-            path, nbytes = rest.rsplit(":", 1)
-            nbytes = float(nbytes)
-        except ValueError:
-            print(f"bad argument {a!r}: want LABEL=FILE.data:BYTES",
+            parts = rest.split(":")
+            path, nbytes = parts[0], float(parts[1])
+            pid = int(parts[2]) if len(parts) > 2 else None
+            if len(parts) > 3:
+                raise ValueError
+        except (ValueError, IndexError):
+            print(f"bad argument {a!r}: want LABEL=FILE.data:BYTES[:PID]",
                   file=sys.stderr)
             return 2
         if nbytes <= 0:
             print(f"{a}: BYTES must be positive", file=sys.stderr)
             return 2
-        pb, ps = load(path)
+        pb, ps = load(path, pid)
         runs.append((label, nbytes, pb, ps))
     names = [n for n, _ in BUCKETS] + [USER, OTHER]
     w = max(len(n) for n in names)

@@ -558,6 +558,7 @@ fn send_reverse(
         connect: true,
         rate: req.rate,
         bind: None,
+        busy_poll: None,
     };
     let fits = fastudp::max_payload(dest.is_ipv6());
     if rev.payload * rev.segments > fits {

@@ -600,6 +600,7 @@ pub fn run_tx(a: TxArgs) -> Result<(), Failure> {
         connect: true,
         rate,
         bind: a.bind.map(|ip| SocketAddr::new(ip, 0)),
+        busy_poll: None,
     };
     interrupt::watch();
     // One Live per stream; the interval lines sum them.

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{assert_refused, fastudp};
+use common::{assert_refused, fastudp, fastudp_json, privileged};
 use serde_json::Value;
 
 #[test]
@@ -13,6 +13,7 @@ fn bench_bad_values_exit_2_with_one_clear_line() {
         (vec!["bench", "--payload", "70000"], "65507"),
         (vec!["bench", "--batch", "0"], "--batch 0"),
         (vec!["bench", "--tx", "sendfoo"], "sendfoo"),
+        (vec!["bench", "--busy-poll", "0"], "--busy-poll"),
         (vec!["bench", "--duration", "-1"], "--duration"),
         (
             vec!["bench", "--plot", "/nonexistent/dir/x.svg"],
@@ -230,5 +231,31 @@ fn uring_strategies_run_on_the_ring() {
             assert!(done > 0);
             assert_eq!(r["zerocopy_copied"].as_u64().unwrap(), done);
         }
+    }
+}
+
+/// `--busy-poll` sets SO_BUSY_POLL on the receiving sockets, UDP and TCP
+/// (root: the value is above net.core.busy_read), and the runs complete.
+#[test]
+fn busy_poll_runs() {
+    if !privileged("busy_poll_runs", &[]) {
+        return;
+    }
+    let v = fastudp_json(&[
+        "bench",
+        "--tx",
+        "sendto,tcp",
+        "--rx",
+        "recvfrom",
+        "--busy-poll",
+        "50",
+        "--duration",
+        "0.2",
+        "--json",
+    ]);
+    let rs = v["results"].as_array().unwrap();
+    assert_eq!(rs.len(), 2);
+    for r in rs {
+        assert!(r["bytes"].as_u64().unwrap() > 0, "{r}");
     }
 }

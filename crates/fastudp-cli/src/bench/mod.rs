@@ -144,6 +144,11 @@ pub struct BenchArgs {
     /// after it; with the paper's ratios next to the measured ones.
     #[arg(long, value_name = "N")]
     pub figure: Option<u8>,
+    /// Busy-poll the receiving socket for up to US microseconds per
+    /// receive call (SO_BUSY_POLL; above net.core.busy_read it needs
+    /// root): the receiver runs the device's NAPI poll itself.
+    #[arg(long, value_name = "US")]
+    pub busy_poll: Option<u32>,
 }
 
 /// The workload one pairing runs.
@@ -173,6 +178,8 @@ pub struct Workload {
     pub rate: Option<u64>,
     /// Bind the sender to this address first (`tx -B`).
     pub bind: Option<SocketAddr>,
+    /// SO_BUSY_POLL on the receiving socket, in microseconds.
+    pub busy_poll: Option<u32>,
 }
 
 /// Counters the threads share while running.
@@ -304,6 +311,12 @@ fn validate(a: &BenchArgs) -> Result<Workload, String> {
             a.duration
         ));
     }
+    if a.busy_poll.is_some_and(|us| us == 0 || us > 1_000_000) {
+        return Err(format!(
+            "--busy-poll {} is out of range: 1 to 1000000 microseconds",
+            a.busy_poll.unwrap_or(0)
+        ));
+    }
     if a.repeat == 0 || a.repeat > 100 {
         return Err(format!("--repeat {} is out of range: 1 to 100", a.repeat));
     }
@@ -345,6 +358,7 @@ fn validate(a: &BenchArgs) -> Result<Workload, String> {
     Ok(Workload {
         rate: None,
         bind: None,
+        busy_poll: a.busy_poll,
         payload: a.payload,
         batch: a.batch,
         duration: Duration::from_secs_f64(a.duration),
@@ -706,6 +720,8 @@ fn run_pair(
         let l = on_rx_side(w, || {
             TcpListener::bind(addr).map_err(|e| format!("TCP listen on {addr}: {e}"))
         })?;
+        // Accepted sockets inherit the listener's SO_BUSY_POLL.
+        busy_poll(&l, w)?;
         let dest = l.local_addr().map_err(|e| e.to_string())?;
         let live2 = live.clone();
         let w2 = *w;
@@ -717,6 +733,10 @@ fn run_pair(
     } else {
         let addr = rx_addr(w);
         let sock = on_rx_side(w, || rx::bind(r, addr))?;
+        match &sock {
+            rx::RxSock::Std(s) => busy_poll(s, w)?,
+            rx::RxSock::Fast(f) => busy_poll(f.as_std(), w)?,
+        }
         let dest = sock.local_addr().map_err(|e| e.to_string())?;
         let live2 = live.clone();
         let w2 = *w;
@@ -829,6 +849,16 @@ fn run_pair(
     })
 }
 
+/// Sets `--busy-poll` on a receiving socket.
+fn busy_poll(s: &impl std::os::fd::AsRawFd, w: &Workload) -> Result<(), String> {
+    let Some(us) = w.busy_poll else {
+        return Ok(());
+    };
+    fastudp::raw::set_option_int(s, libc::SOL_SOCKET, libc::SO_BUSY_POLL, us as i32).map_err(|e| {
+        format!("--busy-poll {us}: SO_BUSY_POLL: {e} (above net.core.busy_read it needs root)")
+    })
+}
+
 /// The command-line name of a send strategy.
 pub fn name(t: TxStrategy) -> String {
     t.to_possible_value()
@@ -868,6 +898,8 @@ mod tests {
             (vec!["--batch", "0"], "--batch 0"),
             (vec!["--duration", "0"], "--duration"),
             (vec!["--repeat", "0"], "--repeat"),
+            (vec!["--busy-poll", "0"], "--busy-poll"),
+            (vec!["--busy-poll", "1000001"], "--busy-poll"),
         ] {
             let e = validate(&args(&a)).unwrap_err();
             assert!(e.contains(needle), "{a:?}: {e}");

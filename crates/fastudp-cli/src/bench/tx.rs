@@ -651,6 +651,12 @@ pub fn tcp_zerocopy(s: TcpStream, w: &Workload, live: &Live) -> Result<TxOutcome
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
                     // Over the socket's optmem limit of notifications: reap.
+                    if Instant::now() > deadline + Duration::from_secs(5) {
+                        return Err(
+                            "tcp-zerocopy: no zerocopy notification for 5 s past the run's end (ENOBUFS)"
+                                .into(),
+                        );
+                    }
                     let _ = raw::wait_error(&s, Duration::from_millis(10));
                     reap(&mut flight, &mut pool, &mut done)?;
                 }

@@ -258,7 +258,7 @@ fn veth_checks(dev: &str, s: &str, feats: &[fastudp::host::NicFeature], out: &mu
             s,
             "napi_defer_hard_irqs",
             Status::Warn,
-            "0: a NAPI poll for every few packets the sender puts on the veth; deferred to the gro_flush_timeout timer, UDP GSO+GRO costs half the sender CPU per byte (BENCHMARKS section 15)",
+            "0: a NAPI poll for every few packets the sender puts on the veth; deferred to the gro_flush_timeout timer, UDP GSO+GRO took a quarter less CPU per byte on the testbed (BENCHMARKS section 15)",
             Some(format!(
                 "echo {} > /sys/class/net/{dev}/napi_defer_hard_irqs",
                 crate::host::tune::NAPI_DEFER
