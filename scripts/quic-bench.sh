@@ -7,8 +7,9 @@
 #   d  --stack tls-tcp (rustls over TCP)
 # on the `offload` and `bottleneck` profiles: VIDEO connections of video
 # (1 Mbit/s on offload; 0.4 Mbit/s on bottleneck, whose tbf is 500 Mbit/s)
-# for 10 s, and 10 bulk connections. Server: one worker, on CPU 1; load
-# generator on CPU 0. One CSV line per run; ROUNDS rounds, each config once
+# for 10 s, and 10 bulk connections. The server runs in the sending
+# namespace (fastudp-tx, whose veth carries the bottleneck's tbf), one
+# worker, on CPU 1; the load generator in fastudp-rx, on CPU 0. One CSV line per run; ROUNDS rounds, each config once
 # per round. `cargo run -p fastudp-cli --example quic_chart -- CSV SVG`
 # draws the chart.
 #
@@ -49,12 +50,12 @@ one() { # one PROFILE WORKLOAD CONFIG ROUND
         [ "$1" = bottleneck ] && size=50000000
         load="--connections 10 --request /bytes/$size"
     fi
-    ip netns exec fastudp-rx env $env $PIN_S "$B" quic serve --stack $stack \
-        --listen 10.200.0.2:$PORT --workers 1 --json >"$TMP/srv.json" 2>"$TMP/srv.err" &
+    ip netns exec fastudp-tx env $env $PIN_S "$B" quic serve --stack $stack \
+        --listen 10.200.0.1:$PORT --workers 1 --json >"$TMP/srv.json" 2>"$TMP/srv.err" &
     srv=$!
     sleep 1
     # shellcheck disable=SC2086
-    ip netns exec fastudp-tx $PIN_C "$B" quic load 10.200.0.2:$PORT --stack $client \
+    ip netns exec fastudp-rx $PIN_C "$B" quic load 10.200.0.1:$PORT --stack $client \
         $load --json >"$TMP/load.json" 2>"$TMP/load.err" || true
     kill -INT $srv
     wait $srv || true

@@ -156,8 +156,7 @@ pub fn run(a: LoadArgs) -> Result<(), Failure> {
                 t.receive_window(quinn::VarInt::from_u32(16 << 20));
                 cfg.transport_config(Arc::new(t));
                 for _ in 0..a.endpoints {
-                    let mut ep = quinn::Endpoint::client(bind)
-                        .map_err(|e| Failure::usage(format!("client socket: {e}")))?;
+                    let mut ep = client_endpoint(bind)?;
                     ep.set_default_client_config(cfg.clone());
                     eps.push(ep);
                 }
@@ -232,6 +231,24 @@ pub fn run(a: LoadArgs) -> Result<(), Failure> {
         });
     }
     Ok(())
+}
+
+/// A quinn client endpoint on a socket with a large receive buffer (8 MB,
+/// past rmem_max where allowed), so that the clients, not their socket
+/// queue, are what a run measures.
+fn client_endpoint(bind: SocketAddr) -> Result<quinn::Endpoint, Failure> {
+    let bad = |e: &dyn std::fmt::Display| Failure::usage(format!("client socket: {e}"));
+    let s = fastudp::Socket::bind_with(bind, fastudp::Config::default().recv_buffer(8 << 20))
+        .map_err(|e| bad(&e))?;
+    let (sock, _) = s.into_parts();
+    sock.set_nonblocking(true).map_err(|e| bad(&e))?;
+    quinn::Endpoint::new(
+        quinn::EndpointConfig::default(),
+        None,
+        sock,
+        Arc::new(quinn::TokioRuntime),
+    )
+    .map_err(|e| bad(&e))
 }
 
 async fn collect(tasks: Vec<tokio::task::JoinHandle<Outcome>>) -> Vec<Outcome> {

@@ -47,6 +47,9 @@ const CID_LEN: usize = 8;
 /// Datagrams per GSO train at most: 40 of quinn-proto's largest (1452
 /// bytes) fit the 64 KB a train may hold.
 const MAX_TRAIN: usize = 40;
+/// Trains one connection may queue in one loop turn; one with more to send
+/// goes on in the next turn, after the others had theirs.
+const TRAINS_PER_TURN: usize = 8;
 /// Trains at least this long go out with MSG_ZEROCOPY under --zerocopy.
 const ZEROCOPY_MIN: usize = 16 * 1024;
 /// The longest a worker sleeps without looking at its forwarding channel
@@ -164,8 +167,13 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
     server.incoming_buffer_size_total(16 << 20);
     let server = Arc::new(server);
 
-    let group = ReuseportGroup::bind(a.listen, n, Steering::QuicCid, Config::default())
-        .map_err(|e| Failure::usage(format!("--listen {}: {e}", a.listen)))?;
+    let group = ReuseportGroup::bind(
+        a.listen,
+        n,
+        Steering::QuicCid,
+        Config::default().recv_buffer(4 << 20),
+    )
+    .map_err(|e| Failure::usage(format!("--listen {}: {e}", a.listen)))?;
     let addr = group
         .local_addr()
         .map_err(|e| Failure::usage(format!("getsockname: {e}")))?;
@@ -337,9 +345,11 @@ fn from_quinn_ecn(e: Option<quinn_proto::EcnCodepoint>) -> Option<EcnCodepoint> 
 struct Worker {
     s: Setup,
     endpoint: Endpoint,
-    conns: HashMap<ConnectionHandle, Conn>,
+    conns: HashMap<ConnectionHandle, Box<Conn>>,
     timers: BTreeSet<(Instant, ConnectionHandle)>,
     dirty: Vec<ConnectionHandle>,
+    /// Connections that stopped at [`TRAINS_PER_TURN`].
+    more: Vec<ConnectionHandle>,
     batch: Option<RecvBatch>,
     /// Transmits of this turn, laid end to end.
     out: Vec<u8>,
@@ -383,6 +393,7 @@ impl Worker {
             conns: HashMap::new(),
             timers: BTreeSet::new(),
             dirty: Vec::new(),
+            more: Vec::new(),
             batch: Some(RecvBatch::new(64)),
             out: Vec::with_capacity(1 << 20),
             pending: Vec::new(),
@@ -429,6 +440,9 @@ impl Worker {
 
     /// Waits for a datagram, the next timer, or at most [`MAX_WAIT`].
     fn wait(&mut self) {
+        if !self.dirty.is_empty() {
+            return;
+        }
         let now = Instant::now();
         let until = self
             .timers
@@ -531,13 +545,13 @@ impl Worker {
                             self.s.counters.connections.fetch_add(1, Relaxed);
                             self.conns.insert(
                                 ch,
-                                Conn {
+                                Box::new(Conn {
                                     conn,
                                     streams: HashMap::new(),
                                     timer: None,
                                     next_departure: 0,
                                     lost: 0,
-                                },
+                                }),
                             );
                             self.dirty.push(ch);
                         }
@@ -596,6 +610,8 @@ impl Worker {
         for ch in dirty.drain(..) {
             self.drive(ch, now);
         }
+        // Connections that have more to send go on next turn.
+        dirty.append(&mut self.more);
         self.dirty = dirty;
     }
 
@@ -606,6 +622,7 @@ impl Worker {
             return;
         };
         let counters = self.s.counters.clone();
+        let mut trains = 0;
         loop {
             let mut again = false;
             while let Some(ev) = c.conn.poll_endpoint_events() {
@@ -643,6 +660,11 @@ impl Worker {
             // Transmits: quinn-proto's pacer says when to stop.
             let mut buf = std::mem::take(&mut self.scratch);
             loop {
+                if trains == TRAINS_PER_TURN {
+                    self.more.push(ch);
+                    break;
+                }
+                trains += 1;
                 buf.clear();
                 let Some(t) = c.conn.poll_transmit(now, self.max_train, &mut buf) else {
                     break;
