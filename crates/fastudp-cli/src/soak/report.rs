@@ -195,6 +195,23 @@ pub struct Totals {
     pub faults: usize,
     /// Per fault kind: count, lost, worst resume and GSO-back times.
     pub per_fault: BTreeMap<String, FaultSummary>,
+    /// Per send strategy.
+    pub per_strategy: BTreeMap<String, StrategySummary>,
+}
+
+/// One send strategy over the run.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct StrategySummary {
+    /// Slots it sent in.
+    pub slots: usize,
+    /// Datagrams sent.
+    pub sent: u64,
+    /// Lost in fault windows.
+    pub lost_in_faults: u64,
+    /// Send errors in fault windows.
+    pub errors: u64,
+    /// Library fallbacks recorded in fault windows.
+    pub fallbacks: u64,
 }
 
 /// One fault kind over the run.
@@ -208,6 +225,10 @@ pub struct FaultSummary {
     pub errors: u64,
     /// Library fallbacks recorded.
     pub fallbacks: u64,
+    /// Send errors by errno (or library error) over all its windows.
+    pub error_kinds: BTreeMap<String, u64>,
+    /// Median resume, ms.
+    pub median_resume_ms: Option<f64>,
     /// Longest resume, ms.
     pub max_resume_ms: Option<f64>,
     /// Longest time until GSO was back, ms.
@@ -263,6 +284,25 @@ impl Report {
             };
             f.max_resume_ms = max(f.max_resume_ms, s.fault.resume_ms);
             f.max_gso_back_ms = max(f.max_gso_back_ms, s.fault.gso_back_ms);
+            for (k, v) in &s.fault.errors {
+                *f.error_kinds.entry(k.clone()).or_default() += v;
+            }
+            let p = t.per_strategy.entry(s.tx.clone()).or_default();
+            p.slots += 1;
+            p.sent += s.sent;
+            p.lost_in_faults += s.lost - s.lost_outside;
+            p.errors += s.fault.errors.values().sum::<u64>();
+            p.fallbacks += s.fault.fallbacks;
+        }
+        for (k, f) in t.per_fault.iter_mut() {
+            let mut v: Vec<f64> = self
+                .slots
+                .iter()
+                .filter(|s| &s.fault.kind == k)
+                .filter_map(|s| s.fault.resume_ms)
+                .collect();
+            v.sort_by(|a, b| a.total_cmp(b));
+            f.median_resume_ms = v.get(v.len() / 2).copied();
         }
         self.totals = t;
         let warmup = warmup_slots(self.memory.rss_kb.len());
@@ -393,19 +433,36 @@ pub fn text(r: &Report) -> String {
     );
     let ms = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1} ms"));
     o += &format!(
-        "{:<15} {:>5} {:>7} {:>8} {:>9} {:>12} {:>12}\n",
-        "fault", "count", "lost", "errors", "fallbacks", "max resume", "max GSO back"
+        "{:<15} {:>5} {:>7} {:>8} {:>9} {:>11} {:>11} {:>12}  errors by kind\n",
+        "fault", "count", "lost", "errors", "fallbacks", "med resume", "max resume", "max GSO back"
     );
     for (k, s) in &t.per_fault {
+        let kinds: Vec<String> = s
+            .error_kinds
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
         o += &format!(
-            "{:<15} {:>5} {:>7} {:>8} {:>9} {:>12} {:>12}\n",
+            "{:<15} {:>5} {:>7} {:>8} {:>9} {:>11} {:>11} {:>12}  {}\n",
             k,
             s.count,
             s.lost,
             s.errors,
             s.fallbacks,
+            ms(s.median_resume_ms),
             ms(s.max_resume_ms),
-            ms(s.max_gso_back_ms)
+            ms(s.max_gso_back_ms),
+            kinds.join(", ")
+        );
+    }
+    o += &format!(
+        "{:<18} {:>5} {:>10} {:>14} {:>8} {:>9}\n",
+        "send strategy", "slots", "sent", "lost in faults", "errors", "fallbacks"
+    );
+    for (k, s) in &t.per_strategy {
+        o += &format!(
+            "{:<18} {:>5} {:>10} {:>14} {:>8} {:>9}\n",
+            k, s.slots, s.sent, s.lost_in_faults, s.errors, s.fallbacks
         );
     }
     let m = &r.memory;
@@ -516,6 +573,13 @@ mod tests {
         assert_eq!(r.totals.lost_in_faults, 60);
         assert_eq!(r.totals.lost_outside, 0);
         assert_eq!(r.totals.per_fault["link-down"].count, 6);
+        assert_eq!(
+            r.totals.per_fault["link-down"].error_kinds["ENETUNREACH"],
+            5400
+        );
+        assert_eq!(r.totals.per_fault["link-down"].median_resume_ms, Some(3.0));
+        assert_eq!(r.totals.per_strategy["fastudp"].slots, 6);
+        assert_eq!(r.totals.per_strategy["fastudp"].lost_in_faults, 60);
         assert_eq!(r.memory.rss_trend_kb_per_hour, Some(0.0));
         assert!(text(&r).ends_with("PASS\n"));
     }
