@@ -135,8 +135,11 @@ pub struct SlotReport {
     pub stale: u64,
     /// Numbers never sent.
     pub beyond: u64,
-    /// Kernel drops at the receiving socket (messages).
+    /// Kernel drops at the receiving socket (messages; library sockets).
     pub kernel_drops: u64,
+    /// Datagrams the receiving namespace dropped for a full receive
+    /// buffer (`RcvbufErrors`): a receiver that did not keep up.
+    pub rcvbuf_errors: u64,
     /// The library's fallback reasons on the sending socket.
     pub fallback_reasons: Vec<String>,
     /// The fault.
@@ -348,8 +351,16 @@ pub fn verdict(r: &Report) -> Vec<String> {
             ));
         }
         if s.lost_outside > 0 {
+            let why = if s.rcvbuf_errors > 0 {
+                format!(
+                    "; the receive buffer overflowed {} times: the receiver did not keep up",
+                    s.rcvbuf_errors
+                )
+            } else {
+                String::new()
+            };
             f.push(format!(
-                "{id}: {} datagrams lost outside the fault's window (e.g. {:?})",
+                "{id}: {} datagrams lost outside the fault's window (e.g. {:?}){why}",
                 s.lost_outside, s.lost_outside_examples
             ));
         }
@@ -591,6 +602,13 @@ mod tests {
             ("twice", Box::new(|s| s.duplicates = 1)),
             ("damaged", Box::new(|s| s.damaged = 2)),
             ("outside", Box::new(|s| s.lost_outside = 1)),
+            (
+                "overflowed 5 times",
+                Box::new(|s| {
+                    s.lost_outside = 5;
+                    s.rcvbuf_errors = 5;
+                }),
+            ),
             ("never sent", Box::new(|s| s.beyond = 1)),
             ("nothing went through", Box::new(|s| s.received = 0)),
             ("after the heal", Box::new(|s| s.fault.resume_ms = None)),
