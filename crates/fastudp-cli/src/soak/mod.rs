@@ -603,6 +603,7 @@ fn run_slot(
         stale: ledger.stale,
         beyond: ledger.beyond,
         kernel_drops: rres.kernel_drops,
+        rcvbuf_errors: rres.rcvbuf_errors,
         fallback_reasons,
         fault,
         rss_kb: rss_kb(),

@@ -37,7 +37,16 @@ pub struct RxResult {
     pub truncated: u64,
     /// Times the socket was closed and bound again.
     pub restarts: u64,
+    /// Datagrams the receiver's namespace dropped for a full receive
+    /// buffer while this slot ran (`RcvbufErrors`).
+    pub rcvbuf_errors: u64,
 }
+
+/// The receiving socket's buffer (forced past `rmem_max`: the soak runs
+/// as root): 64 MiB holds over a second of the soak's traffic, so that a
+/// receiver the scheduler holds up on a busy host catches up instead of
+/// losing datagrams.
+pub const RCVBUF: usize = 64 << 20;
 
 fn bind(r: RxStrategy) -> Result<RxSock, String> {
     let addr = super::net::rx_addr();
@@ -45,12 +54,38 @@ fn bind(r: RxStrategy) -> Result<RxSock, String> {
     let mut last = String::new();
     for _ in 0..50 {
         match rx::bind(r, addr) {
-            Ok(s) => return Ok(s),
+            Ok(s) => {
+                let fd = match &s {
+                    RxSock::Std(u) => u,
+                    RxSock::Fast(f) => f.as_std(),
+                };
+                fastudp::raw::set_option_int(
+                    fd,
+                    libc::SOL_SOCKET,
+                    libc::SO_RCVBUFFORCE,
+                    RCVBUF as i32,
+                )
+                .map_err(|e| format!("SO_RCVBUFFORCE: {e}"))?;
+                return Ok(s);
+            }
             Err(e) => last = e,
         }
         std::thread::sleep(Duration::from_millis(10));
     }
     Err(last)
+}
+
+/// The receive-buffer overflows of the calling thread's namespace (UDP,
+/// `RcvbufErrors` of `/proc/thread-self/net/snmp`).
+fn rcvbuf_errors() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/net/snmp")
+        .map(|s| {
+            crate::procfs::parse_snmp(&s, "Udp:")
+                .get("RcvbufErrors")
+                .copied()
+                .unwrap_or(0)
+        })
+        .unwrap_or(0)
 }
 
 fn counters(s: &RxSock, out: &mut RxResult) {
@@ -71,6 +106,7 @@ pub fn run(
     sh: &Shared,
 ) -> Result<RxResult, String> {
     let mut out = RxResult::default();
+    let overflows0 = rcvbuf_errors();
     let mut sock = bind(r)?;
     sh.rx_ready.store(true, Release);
     let mut batch = match r {
@@ -134,5 +170,6 @@ pub fn run(
         }
     }
     counters(&sock, &mut out);
+    out.rcvbuf_errors = rcvbuf_errors().saturating_sub(overflows0);
     Ok(out)
 }

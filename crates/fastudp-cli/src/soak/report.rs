@@ -135,8 +135,11 @@ pub struct SlotReport {
     pub stale: u64,
     /// Numbers never sent.
     pub beyond: u64,
-    /// Kernel drops at the receiving socket (messages).
+    /// Kernel drops at the receiving socket (messages; library sockets).
     pub kernel_drops: u64,
+    /// Datagrams the receiving namespace dropped for a full receive
+    /// buffer (`RcvbufErrors`): a receiver that did not keep up.
+    pub rcvbuf_errors: u64,
     /// The library's fallback reasons on the sending socket.
     pub fallback_reasons: Vec<String>,
     /// The fault.
@@ -195,6 +198,23 @@ pub struct Totals {
     pub faults: usize,
     /// Per fault kind: count, lost, worst resume and GSO-back times.
     pub per_fault: BTreeMap<String, FaultSummary>,
+    /// Per send strategy.
+    pub per_strategy: BTreeMap<String, StrategySummary>,
+}
+
+/// One send strategy over the run.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct StrategySummary {
+    /// Slots it sent in.
+    pub slots: usize,
+    /// Datagrams sent.
+    pub sent: u64,
+    /// Lost in fault windows.
+    pub lost_in_faults: u64,
+    /// Send errors in fault windows.
+    pub errors: u64,
+    /// Library fallbacks recorded in fault windows.
+    pub fallbacks: u64,
 }
 
 /// One fault kind over the run.
@@ -208,6 +228,10 @@ pub struct FaultSummary {
     pub errors: u64,
     /// Library fallbacks recorded.
     pub fallbacks: u64,
+    /// Send errors by errno (or library error) over all its windows.
+    pub error_kinds: BTreeMap<String, u64>,
+    /// Median resume, ms.
+    pub median_resume_ms: Option<f64>,
     /// Longest resume, ms.
     pub max_resume_ms: Option<f64>,
     /// Longest time until GSO was back, ms.
@@ -263,6 +287,25 @@ impl Report {
             };
             f.max_resume_ms = max(f.max_resume_ms, s.fault.resume_ms);
             f.max_gso_back_ms = max(f.max_gso_back_ms, s.fault.gso_back_ms);
+            for (k, v) in &s.fault.errors {
+                *f.error_kinds.entry(k.clone()).or_default() += v;
+            }
+            let p = t.per_strategy.entry(s.tx.clone()).or_default();
+            p.slots += 1;
+            p.sent += s.sent;
+            p.lost_in_faults += s.lost - s.lost_outside;
+            p.errors += s.fault.errors.values().sum::<u64>();
+            p.fallbacks += s.fault.fallbacks;
+        }
+        for (k, f) in t.per_fault.iter_mut() {
+            let mut v: Vec<f64> = self
+                .slots
+                .iter()
+                .filter(|s| &s.fault.kind == k)
+                .filter_map(|s| s.fault.resume_ms)
+                .collect();
+            v.sort_by(|a, b| a.total_cmp(b));
+            f.median_resume_ms = v.get(v.len() / 2).copied();
         }
         self.totals = t;
         let warmup = warmup_slots(self.memory.rss_kb.len());
@@ -308,8 +351,16 @@ pub fn verdict(r: &Report) -> Vec<String> {
             ));
         }
         if s.lost_outside > 0 {
+            let why = if s.rcvbuf_errors > 0 {
+                format!(
+                    "; the receive buffer overflowed {} times: the receiver did not keep up",
+                    s.rcvbuf_errors
+                )
+            } else {
+                String::new()
+            };
             f.push(format!(
-                "{id}: {} datagrams lost outside the fault's window (e.g. {:?})",
+                "{id}: {} datagrams lost outside the fault's window (e.g. {:?}){why}",
                 s.lost_outside, s.lost_outside_examples
             ));
         }
@@ -393,19 +444,36 @@ pub fn text(r: &Report) -> String {
     );
     let ms = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1} ms"));
     o += &format!(
-        "{:<15} {:>5} {:>7} {:>8} {:>9} {:>12} {:>12}\n",
-        "fault", "count", "lost", "errors", "fallbacks", "max resume", "max GSO back"
+        "{:<15} {:>5} {:>7} {:>8} {:>9} {:>11} {:>11} {:>12}  errors by kind\n",
+        "fault", "count", "lost", "errors", "fallbacks", "med resume", "max resume", "max GSO back"
     );
     for (k, s) in &t.per_fault {
+        let kinds: Vec<String> = s
+            .error_kinds
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
         o += &format!(
-            "{:<15} {:>5} {:>7} {:>8} {:>9} {:>12} {:>12}\n",
+            "{:<15} {:>5} {:>7} {:>8} {:>9} {:>11} {:>11} {:>12}  {}\n",
             k,
             s.count,
             s.lost,
             s.errors,
             s.fallbacks,
+            ms(s.median_resume_ms),
             ms(s.max_resume_ms),
-            ms(s.max_gso_back_ms)
+            ms(s.max_gso_back_ms),
+            kinds.join(", ")
+        );
+    }
+    o += &format!(
+        "{:<18} {:>5} {:>10} {:>14} {:>8} {:>9}\n",
+        "send strategy", "slots", "sent", "lost in faults", "errors", "fallbacks"
+    );
+    for (k, s) in &t.per_strategy {
+        o += &format!(
+            "{:<18} {:>5} {:>10} {:>14} {:>8} {:>9}\n",
+            k, s.slots, s.sent, s.lost_in_faults, s.errors, s.fallbacks
         );
     }
     let m = &r.memory;
@@ -516,6 +584,13 @@ mod tests {
         assert_eq!(r.totals.lost_in_faults, 60);
         assert_eq!(r.totals.lost_outside, 0);
         assert_eq!(r.totals.per_fault["link-down"].count, 6);
+        assert_eq!(
+            r.totals.per_fault["link-down"].error_kinds["ENETUNREACH"],
+            5400
+        );
+        assert_eq!(r.totals.per_fault["link-down"].median_resume_ms, Some(3.0));
+        assert_eq!(r.totals.per_strategy["fastudp"].slots, 6);
+        assert_eq!(r.totals.per_strategy["fastudp"].lost_in_faults, 60);
         assert_eq!(r.memory.rss_trend_kb_per_hour, Some(0.0));
         assert!(text(&r).ends_with("PASS\n"));
     }
@@ -527,6 +602,13 @@ mod tests {
             ("twice", Box::new(|s| s.duplicates = 1)),
             ("damaged", Box::new(|s| s.damaged = 2)),
             ("outside", Box::new(|s| s.lost_outside = 1)),
+            (
+                "overflowed 5 times",
+                Box::new(|s| {
+                    s.lost_outside = 5;
+                    s.rcvbuf_errors = 5;
+                }),
+            ),
             ("never sent", Box::new(|s| s.beyond = 1)),
             ("nothing went through", Box::new(|s| s.received = 0)),
             ("after the heal", Box::new(|s| s.fault.resume_ms = None)),
