@@ -92,7 +92,7 @@ pub use wire::{
     max_payload, max_segment_for_mtu, GRO_MAX_SEGMENTS, HEADER_V4, HEADER_V6, MAX_PAYLOAD_V4,
     MAX_PAYLOAD_V6,
 };
-pub use zerocopy::{ZeroCopyMode, ZeroCopySender, ZeroCopyStats};
+pub use zerocopy::{SendMeta, ZeroCopyMode, ZeroCopySender, ZeroCopyStats};
 
 /// Operating-system helpers the benchmark and test tools share. Not part of
 /// the stable API: only with the `unstable-tools` feature.

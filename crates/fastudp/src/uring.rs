@@ -46,7 +46,7 @@
 use crate::error::{Error, FallbackEvent, Feature};
 use crate::socket::{RecvMeta, Transmit, UdpIo, UdpState};
 use crate::sys::{self, InMeta};
-use crate::zerocopy::{checked, send_copy, ZeroCopyStats};
+use crate::zerocopy::{checked, send_copy, SendMeta, ZeroCopyStats};
 use std::collections::VecDeque;
 use std::io;
 use std::net::SocketAddr;
@@ -592,7 +592,7 @@ impl UringZeroCopySender {
         segment_size: Option<usize>,
     ) -> Result<(), (Error, Vec<u8>)> {
         let state = sock.state();
-        let segments = match checked(state, dest, &buf, segment_size) {
+        let segments = match checked(state, dest, &buf, segment_size, SendMeta::default()) {
             Ok(t) => t.segments(),
             Err(e) => return Err((e, buf)),
         };
@@ -662,7 +662,7 @@ impl UringZeroCopySender {
         buf: Vec<u8>,
         segment_size: Option<usize>,
     ) -> Result<(), (Error, Vec<u8>)> {
-        send_copy(sock, dest, buf, segment_size).map(|buf| {
+        send_copy(sock, dest, buf, segment_size, SendMeta::default()).map(|buf| {
             self.stats.sends += 1;
             self.ready.push_back(buf);
         })

@@ -4,10 +4,11 @@ use crate::error::{ConfigError, Error, FallbackEvent, Feature};
 use crate::socket::{Transmit, UdpIo};
 use crate::sys;
 use crate::wire::consts::{SOL_SOCKET, SO_ZEROCOPY};
+use crate::wire::control::EcnCodepoint;
 use crate::wire::errqueue::SocketError;
 use crate::wire::zerocopy::CompletionTracker;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
@@ -37,6 +38,37 @@ pub struct ZeroCopyStats {
     pub enobufs_retries: u64,
     /// Why the sender switched to copying, if it did.
     pub fallback: Option<FallbackEvent>,
+}
+
+/// What a zerocopy send carries besides its destination, payload and
+/// segment size: the [`Transmit`] fields that become control messages.
+/// `SendMeta::default()` carries none of them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SendMeta {
+    /// ECN codepoint of every datagram ([`Transmit::ecn`]).
+    pub ecn: Option<EcnCodepoint>,
+    /// Source address to send from ([`Transmit::src_ip`]).
+    pub src_ip: Option<IpAddr>,
+    /// Earliest departure time ([`Transmit::txtime`]).
+    pub txtime: Option<u64>,
+}
+
+impl SendMeta {
+    /// With an ECN codepoint on every datagram.
+    pub fn with_ecn(self, ecn: Option<EcnCodepoint>) -> Self {
+        SendMeta { ecn, ..self }
+    }
+
+    /// Sent from `src_ip`.
+    pub fn with_src_ip(self, src_ip: Option<IpAddr>) -> Self {
+        SendMeta { src_ip, ..self }
+    }
+
+    /// Leaving no earlier than `txtime`.
+    pub fn with_txtime(self, txtime: Option<u64>) -> Self {
+        SendMeta { txtime, ..self }
+    }
 }
 
 /// Window of completions the adaptive check looks at.
@@ -130,8 +162,23 @@ impl ZeroCopySender {
         buf: Vec<u8>,
         segment_size: Option<usize>,
     ) -> Result<(), (Error, Vec<u8>)> {
+        self.send_with(sock, dest, buf, segment_size, SendMeta::default())
+    }
+
+    /// [`ZeroCopySender::send`] with an ECN codepoint, a source address or
+    /// a departure time ([`SendMeta`]): what a protocol stack's transmits
+    /// carry. They go out as the socket's own sends would put them, on the
+    /// zerocopy path and on every fallback.
+    pub fn send_with(
+        &mut self,
+        sock: &impl UdpIo,
+        dest: SocketAddr,
+        buf: Vec<u8>,
+        segment_size: Option<usize>,
+        meta: SendMeta,
+    ) -> Result<(), (Error, Vec<u8>)> {
         let state = sock.state();
-        let t = match checked(state, dest, &buf, segment_size) {
+        let t = match checked(state, dest, &buf, segment_size, meta) {
             Ok(t) => t,
             Err(e) => return Err((e, buf)),
         };
@@ -139,7 +186,7 @@ impl ZeroCopySender {
         // after a fallback) goes through the socket's own split path, which
         // copies.
         if self.mode == ZeroCopyMode::Copy || (t.segments() > 1 && state.max_gso_segments() <= 1) {
-            return self.send_copy(sock, dest, buf, segment_size);
+            return self.send_copy(sock, dest, buf, segment_size, meta);
         }
         let mut deadline: Option<Instant> = None;
         let mut retries = 0;
@@ -202,7 +249,7 @@ impl ZeroCopySender {
                     if refused && t.segments() > 1 {
                         // The path refused GSO: the socket's own send falls
                         // back (and records why).
-                        return self.send_copy(sock, dest, buf, segment_size);
+                        return self.send_copy(sock, dest, buf, segment_size, meta);
                     }
                     return Err((Error::Io(e), buf));
                 }
@@ -217,8 +264,9 @@ impl ZeroCopySender {
         dest: SocketAddr,
         buf: Vec<u8>,
         segment_size: Option<usize>,
+        meta: SendMeta,
     ) -> Result<(), (Error, Vec<u8>)> {
-        send_copy(sock, dest, buf, segment_size).map(|buf| {
+        send_copy(sock, dest, buf, segment_size, meta).map(|buf| {
             self.stats.sends += 1;
             self.ready.push_back(buf);
         })
@@ -351,11 +399,9 @@ pub(crate) fn send_copy(
     dest: SocketAddr,
     buf: Vec<u8>,
     segment_size: Option<usize>,
+    meta: SendMeta,
 ) -> Result<Vec<u8>, (Error, Vec<u8>)> {
-    let t = Transmit {
-        segment_size,
-        ..Transmit::new(dest, &buf)
-    };
+    let t = transmit(dest, &buf, segment_size, meta);
     match sock.state().send(sock.fd(), &[t]) {
         Ok(s) if s.transmits == 1 => Ok(buf),
         Ok(s) if s.datagrams > 0 => {
@@ -382,11 +428,25 @@ pub(crate) fn checked<'a>(
     dest: SocketAddr,
     buf: &'a [u8],
     segment_size: Option<usize>,
+    meta: SendMeta,
 ) -> Result<Transmit<'a>, Error> {
-    let t = Transmit {
-        segment_size,
-        ..Transmit::new(dest, buf)
-    };
+    let t = transmit(dest, buf, segment_size, meta);
     state.validate(0, &t)?;
     Ok(t)
+}
+
+/// The transmit of `buf` with `meta`'s control data.
+fn transmit(
+    dest: SocketAddr,
+    buf: &[u8],
+    segment_size: Option<usize>,
+    meta: SendMeta,
+) -> Transmit<'_> {
+    Transmit {
+        segment_size,
+        ecn: meta.ecn,
+        src_ip: meta.src_ip,
+        txtime: meta.txtime,
+        ..Transmit::new(dest, buf)
+    }
 }

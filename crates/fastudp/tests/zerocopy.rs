@@ -241,3 +241,65 @@ fn a_send_without_a_route_uses_no_completion_id() {
     assert!(zc.pop_done().is_none());
     assert_eq!(zc.stats().completions, 2);
 }
+
+/// `send_with` carries the source address and the ECN codepoint, both on
+/// the zerocopy path and after the sender switched to copying: a server
+/// answering from the address its client used keeps doing so.
+#[test]
+fn send_with_keeps_source_address_and_ecn() {
+    use fastudp::{EcnCodepoint, RecvBatch, SendMeta};
+    if !Socket::bind("127.0.0.1:0".parse().unwrap())
+        .unwrap()
+        .capabilities()
+        .zerocopy
+    {
+        skip("no MSG_ZEROCOPY here");
+        return;
+    }
+    let rx = receiver();
+    let dest = rx.local_addr().unwrap();
+    let src: std::net::IpAddr = "127.0.0.7".parse().unwrap();
+    let meta = SendMeta::default()
+        .with_src_ip(Some(src))
+        .with_ecn(Some(EcnCodepoint::Ect0));
+    const SEG: usize = 1000;
+    for adaptive_copy in [false, true] {
+        // One sender per socket: the kernel numbers a socket's zerocopy
+        // sends from 0 once.
+        let tx = Socket::bind("0.0.0.0:0".parse().unwrap()).unwrap();
+        let mut zc = ZeroCopySender::new(&tx).unwrap().adaptive(false);
+        if adaptive_copy {
+            // 64 completions on loopback (always copied) switch an
+            // adaptive sender to copying sends.
+            zc = ZeroCopySender::new(&tx).unwrap();
+            // (A completion comes when the receiver has read the datagram.)
+            let mut batch = RecvBatch::new(8);
+            for i in 0..70u64 {
+                let mut b = Vec::new();
+                fill(i, SEG, &mut b);
+                zc.send(&tx, dest, b, None).map_err(|(e, _)| e).unwrap();
+                rx.recv(&mut batch).unwrap();
+                zc.wait(&tx, Duration::from_millis(200)).unwrap();
+            }
+            assert_eq!(zc.mode(), ZeroCopyMode::Copy, "{:?}", zc.stats());
+        }
+        let mut buf = Vec::new();
+        for s in 0..4u64 {
+            fill(s, SEG, &mut buf);
+        }
+        zc.send_with(&tx, dest, buf, Some(SEG), meta)
+            .map_err(|(e, _)| e)
+            .unwrap();
+        let mut batch = RecvBatch::new(8);
+        let mut seen = 0;
+        while seen < 4 {
+            rx.recv(&mut batch).unwrap();
+            for (m, d) in batch.iter() {
+                assert_eq!(m.source.ip(), src, "copying sender: {adaptive_copy}");
+                assert_eq!(m.ecn, Some(EcnCodepoint::Ect0), "copying: {adaptive_copy}");
+                seen += d.len() / SEG;
+            }
+        }
+        zc.drain(&tx, Duration::from_secs(2)).unwrap();
+    }
+}
