@@ -3,7 +3,7 @@
 //! switches the fault injector flips on it.
 
 use std::net::SocketAddr;
-use std::process::{Command, Stdio};
+use crate::testbed::run_cmd as run;
 
 /// The sender's address inside its namespace.
 pub const TX_ADDR: &str = "10.77.0.1";
@@ -42,22 +42,6 @@ pub fn rx_addr() -> SocketAddr {
     SocketAddr::new(RX_ADDR.parse().expect("literal"), RX_PORT)
 }
 
-fn run(args: &[&str]) -> Result<String, String> {
-    let o = Command::new(args[0])
-        .args(&args[1..])
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("cannot run {}: {e} (is it installed?)", args[0]))?;
-    if o.status.success() {
-        Ok(String::from_utf8_lossy(&o.stdout).into_owned())
-    } else {
-        Err(format!(
-            "`{}` failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&o.stderr).trim()
-        ))
-    }
-}
 
 /// The pair, removed when dropped.
 #[derive(Debug)]
