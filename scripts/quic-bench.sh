@@ -35,23 +35,29 @@ print(",".join("" if v.get(k) is None else str(v.get(k)) for k in sys.argv[2:]))
 }
 
 one() { # one PROFILE WORKLOAD CONFIG ROUND
+    # On the bottleneck, fastudp's server paces its connections together
+    # just under the tbf's 500 Mbit/s (user-space pacing, as the paper does
+    # where the qdisc cannot); quinn and TCP have no such setting.
+    pace=
+    [ "$1" = bottleneck ] && pace="--total-rate 58M"
     case $3 in
-    a) env= stack=fastudp client=quic ;;
-    b) env=FASTUDP_DISABLE=gso,gro,mmsg stack=fastudp client=quic ;;
-    c) env= stack=quinn client=quic ;;
-    d) env= stack=tls-tcp client=tls-tcp ;;
+    a) env= stack=fastudp client=quic extra=$pace ;;
+    b) env=FASTUDP_DISABLE=gso,gro,mmsg stack=fastudp client=quic extra=$pace ;;
+    c) env= stack=quinn client=quic extra= ;;
+    d) env= stack=tls-tcp client=tls-tcp extra= ;;
     esac
     if [ "$2" = video ]; then
         rate=125000
         [ "$1" = bottleneck ] && rate=50000
-        load="--connections $VIDEO --request /video/$rate/10 --endpoints 4"
+        # Clients arrive over 1 s, so their frames' phases spread.
+        load="--connections $VIDEO --request /video/$rate/10 --endpoints 4 --ramp 1"
     else
         size=200000000
         [ "$1" = bottleneck ] && size=50000000
         load="--connections 10 --request /bytes/$size"
     fi
     ip netns exec fastudp-tx env $env $PIN_S "$B" quic serve --stack $stack \
-        --listen 10.200.0.1:$PORT --workers 1 --json >"$TMP/srv.json" 2>"$TMP/srv.err" &
+        --listen 10.200.0.1:$PORT --workers 1 $extra --json >"$TMP/srv.json" 2>"$TMP/srv.err" &
     srv=$!
     sleep 1
     # shellcheck disable=SC2086
