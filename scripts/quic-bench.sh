@@ -14,6 +14,7 @@
 # draws the chart.
 #
 #   scripts/quic-bench.sh [ROUNDS] [OUT.csv]   (root; build with --release first)
+#   PROFILES=bottleneck scripts/quic-bench.sh ...  (one profile only)
 set -eu
 ROUNDS=${1:-1}
 OUT=${2:-docs/quic-runs.csv}
@@ -73,7 +74,7 @@ one() { # one PROFILE WORKLOAD CONFIG ROUND
 }
 
 [ -f "$OUT" ] || echo "profile,workload,config,round,srv_cpu_s_per_gbit,srv_goodput_gbit_s,srv_cpu_cores,send_calls_s,recv_calls_s,dg_per_send_call,dg_per_recv_call,retransmissions,connections,completed,on_rate_share,stalls,stalled_connections,client_lost_packets,load_gbit_s,client_cpu_s_per_gbit,load_avg" >"$OUT"
-for profile in offload bottleneck; do
+for profile in ${PROFILES:-offload bottleneck}; do
     "$B" testbed up $profile >/dev/null
     r=1
     while [ "$r" -le "$ROUNDS" ]; do

@@ -449,6 +449,9 @@ impl Worker {
         };
         let mut max_train = s.tx.max_gso_segments().clamp(1, MAX_TRAIN);
         if s.total_rate.is_some() {
+            // Pacing is made of waits that end on time; without this they
+            // may end 50 us late. Best effort.
+            let _ = fastudp::os::set_timer_slack(1_000);
             // A train is one burst: no longer than a batch.
             max_train = max_train.clamp(1, DEFAULT_BATCH_BYTES / 1452);
         }
