@@ -275,7 +275,10 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
             .name(format!("quic-worker-{i}"))
             .spawn(move || {
                 let failed = setup.failed.clone();
-                let r = Worker::new(setup).and_then(|mut w| w.run());
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    Worker::new(setup).and_then(|mut w| w.run())
+                }))
+                .unwrap_or_else(|_| Err(format!("worker {i} panicked")));
                 if r.is_err() {
                     // The server stops rather than go on without a worker.
                     failed.store(true, Relaxed);
@@ -711,13 +714,24 @@ impl Worker {
         };
         let counters = self.s.counters.clone();
         let mut trains = 0;
+        let mut gone = false;
         loop {
             let mut again = false;
             while let Some(ev) = c.conn.poll_endpoint_events() {
+                let drained = ev.is_drained();
                 if let Some(back) = self.endpoint.handle_event(ch, ev) {
                     c.conn.handle_event(back);
                     again = true;
                 }
+                if drained {
+                    // The endpoint has forgotten the handle: nothing more
+                    // of this connection may reach it.
+                    gone = true;
+                    break;
+                }
+            }
+            if gone {
+                break;
             }
             while let Some(ev) = c.conn.poll() {
                 if let Event::Stream(se) = ev {
@@ -771,7 +785,7 @@ impl Worker {
                 break;
             }
         }
-        if c.conn.is_drained() {
+        if gone || c.conn.is_drained() {
             if let Some(t) = c.timer {
                 self.timers.remove(&(t, ch));
             }
