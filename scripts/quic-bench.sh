@@ -14,6 +14,7 @@
 # draws the chart.
 #
 #   scripts/quic-bench.sh [ROUNDS] [OUT.csv]   (root; build with --release first)
+#   PROFILES=bottleneck scripts/quic-bench.sh ...  (one profile only)
 set -eu
 ROUNDS=${1:-1}
 OUT=${2:-docs/quic-runs.csv}
@@ -35,23 +36,29 @@ print(",".join("" if v.get(k) is None else str(v.get(k)) for k in sys.argv[2:]))
 }
 
 one() { # one PROFILE WORKLOAD CONFIG ROUND
+    # On the bottleneck, fastudp's server paces its connections together
+    # just under the tbf's 500 Mbit/s (user-space pacing, as the paper does
+    # where the qdisc cannot); quinn and TCP have no such setting.
+    pace=
+    [ "$1" = bottleneck ] && pace="--total-rate 58M"
     case $3 in
-    a) env= stack=fastudp client=quic ;;
-    b) env=FASTUDP_DISABLE=gso,gro,mmsg stack=fastudp client=quic ;;
-    c) env= stack=quinn client=quic ;;
-    d) env= stack=tls-tcp client=tls-tcp ;;
+    a) env= stack=fastudp client=quic extra=$pace ;;
+    b) env=FASTUDP_DISABLE=gso,gro,mmsg stack=fastudp client=quic extra=$pace ;;
+    c) env= stack=quinn client=quic extra= ;;
+    d) env= stack=tls-tcp client=tls-tcp extra= ;;
     esac
     if [ "$2" = video ]; then
         rate=125000
         [ "$1" = bottleneck ] && rate=50000
-        load="--connections $VIDEO --request /video/$rate/10 --endpoints 4"
+        # Clients arrive over 1 s, so their frames' phases spread.
+        load="--connections $VIDEO --request /video/$rate/10 --endpoints 4 --ramp 1"
     else
         size=200000000
         [ "$1" = bottleneck ] && size=50000000
         load="--connections 10 --request /bytes/$size"
     fi
     ip netns exec fastudp-tx env $env $PIN_S "$B" quic serve --stack $stack \
-        --listen 10.200.0.1:$PORT --workers 1 --json >"$TMP/srv.json" 2>"$TMP/srv.err" &
+        --listen 10.200.0.1:$PORT --workers 1 $extra --json >"$TMP/srv.json" 2>"$TMP/srv.err" &
     srv=$!
     sleep 1
     # shellcheck disable=SC2086
@@ -67,7 +74,7 @@ one() { # one PROFILE WORKLOAD CONFIG ROUND
 }
 
 [ -f "$OUT" ] || echo "profile,workload,config,round,srv_cpu_s_per_gbit,srv_goodput_gbit_s,srv_cpu_cores,send_calls_s,recv_calls_s,dg_per_send_call,dg_per_recv_call,retransmissions,connections,completed,on_rate_share,stalls,stalled_connections,client_lost_packets,load_gbit_s,client_cpu_s_per_gbit,load_avg" >"$OUT"
-for profile in offload bottleneck; do
+for profile in ${PROFILES:-offload bottleneck}; do
     "$B" testbed up $profile >/dev/null
     r=1
     while [ "$r" -le "$ROUNDS" ]; do

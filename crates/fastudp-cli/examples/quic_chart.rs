@@ -162,13 +162,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
 
     // The chart: one row per (profile, workload, config).
+    let map = &map;
     let rows: Vec<(String, usize, f64, f64)> = groups
         .iter()
-        .flat_map(|(p, w)| {
+        .flat_map(move |(p, w)| {
             ["a", "b", "c", "d"]
                 .iter()
                 .enumerate()
-                .filter_map(|(i, c)| {
+                .filter_map(move |(i, c)| {
                     map.get(&(p.clone(), w.clone(), c.to_string())).map(|r| {
                         (
                             format!("{p} {w} {}", name(c)),

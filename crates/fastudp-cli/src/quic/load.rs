@@ -120,7 +120,11 @@ pub fn run(a: LoadArgs) -> Result<(), Failure> {
             a.interval
         )));
     }
+    if !(a.ramp.is_finite() && (0.0..=3600.0).contains(&a.ramp)) {
+        return Err(Failure::usage(format!("--ramp {}: 0 to 3600 s", a.ramp)));
+    }
     let interval = Duration::from_secs_f64(a.interval / 1000.0);
+    let ramp = |i: usize| Duration::from_secs_f64(a.ramp * i as f64 / a.connections as f64);
     let length = match req {
         Request::Video { seconds, .. } => seconds as f64,
         Request::Bytes(_) => 0.0,
@@ -162,8 +166,9 @@ pub fn run(a: LoadArgs) -> Result<(), Failure> {
                 }
                 for i in 0..a.connections {
                     let ep = eps[i % eps.len()].clone();
-                    let (server, request) = (a.server, request.clone());
+                    let (server, request, start) = (a.server, request.clone(), ramp(i));
                     tasks.push(tokio::spawn(async move {
+                        tokio::time::sleep(start).await;
                         let mut o = Outcome::default();
                         let r = tokio::time::timeout(
                             timeout,
@@ -189,10 +194,11 @@ pub fn run(a: LoadArgs) -> Result<(), Failure> {
             }
             LoadStack::TlsTcp => {
                 let connector = tokio_rustls::TlsConnector::from(Arc::new(tls::client()));
-                for _ in 0..a.connections {
-                    let (server, request, connector) =
-                        (a.server, request.clone(), connector.clone());
+                for i in 0..a.connections {
+                    let (server, request, connector, start) =
+                        (a.server, request.clone(), connector.clone(), ramp(i));
                     tasks.push(tokio::spawn(async move {
+                        tokio::time::sleep(start).await;
                         let mut o = Outcome::default();
                         let r = tokio::time::timeout(
                             timeout,

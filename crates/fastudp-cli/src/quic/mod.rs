@@ -68,6 +68,12 @@ pub struct ServeArgs {
     /// Send large trains with MSG_ZEROCOPY (the adaptive sender).
     #[arg(long)]
     pub zerocopy: bool,
+    /// The most all connections together may send, bytes/s (k, M, G
+    /// suffixes): batches of at most 16 KiB leave no faster than this.
+    /// Set it just under a bottleneck's rate. Default: no limit (each
+    /// connection's own pacer only).
+    #[arg(long, value_parser = crate::stream::parse_rate)]
+    pub total_rate: Option<u64>,
     /// Validate client addresses with Retry packets before accepting.
     #[arg(long)]
     pub retry: bool,
@@ -126,6 +132,10 @@ pub struct LoadArgs {
     /// Client UDP sockets (QUIC endpoints) the connections share.
     #[arg(long, default_value_t = 1)]
     pub endpoints: usize,
+    /// Seconds over which to spread the connections' starts (clients that
+    /// arrive over time, so that their frames do not all fall due at once).
+    #[arg(long, default_value_t = 0.0)]
+    pub ramp: f64,
     /// The server's frame interval in ms (a gap longer than two is a
     /// stall).
     #[arg(long, default_value_t = 40.0)]
@@ -178,8 +188,10 @@ fn check_serve(a: &ServeArgs) -> Result<(), Failure> {
     if a.max_connections == 0 {
         return bad("--max-connections 0: at least 1".into());
     }
-    if a.stack != Stack::Fastudp && (a.zerocopy || a.pacing == PacingArg::Kernel) {
-        return bad("--zerocopy and --pacing kernel need --stack fastudp".into());
+    if a.stack != Stack::Fastudp
+        && (a.zerocopy || a.pacing == PacingArg::Kernel || a.total_rate.is_some())
+    {
+        return bad("--zerocopy, --pacing kernel and --total-rate need --stack fastudp".into());
     }
     if a.stack == Stack::TlsTcp && a.retry {
         return bad("--retry is QUIC's: not with --stack tls-tcp".into());

@@ -31,8 +31,43 @@ pub async fn read_request<R: AsyncRead + Unpin>(r: &mut R) -> Result<Request, hq
     }
 }
 
+/// Where a response goes, a piece of the static pattern at a time.
+pub trait Sink {
+    /// Writes all of `piece`.
+    async fn put(&mut self, piece: &'static [u8]) -> std::io::Result<()>;
+    /// Flushes what is buffered.
+    async fn done(&mut self) -> std::io::Result<()>;
+}
+
+impl Sink for quinn::SendStream {
+    /// The piece goes in as a reference to the static pattern, not a copy
+    /// (as `quic serve` writes it).
+    async fn put(&mut self, piece: &'static [u8]) -> std::io::Result<()> {
+        self.write_chunk(bytes::Bytes::from_static(piece))
+            .await
+            .map_err(std::io::Error::from)
+    }
+
+    async fn done(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A byte stream (TLS over TCP) as a [`Sink`].
+pub struct Stream<'a, W>(pub &'a mut W);
+
+impl<W: AsyncWrite + Unpin> Sink for Stream<'_, W> {
+    async fn put(&mut self, piece: &'static [u8]) -> std::io::Result<()> {
+        self.0.write_all(piece).await
+    }
+
+    async fn done(&mut self) -> std::io::Result<()> {
+        self.0.flush().await
+    }
+}
+
 /// Writes the response to `req` on `w`; counts the bytes as they go.
-pub async fn respond<W: AsyncWrite + Unpin>(
+pub async fn respond<W: Sink>(
     w: &mut W,
     req: Request,
     interval: Duration,
@@ -43,7 +78,7 @@ pub async fn respond<W: AsyncWrite + Unpin>(
             let mut off = 0;
             while off < n {
                 let p = piece(counters, off, n - off);
-                w.write_all(p).await?;
+                w.put(p).await?;
                 off += p.len() as u64;
             }
         }
@@ -56,13 +91,13 @@ pub async fn respond<W: AsyncWrite + Unpin>(
                 let end = off + f.bytes;
                 while off < end {
                     let p = piece(counters, off, end - off);
-                    w.write_all(p).await?;
+                    w.put(p).await?;
                     off += p.len() as u64;
                 }
             }
         }
     }
-    w.flush().await
+    w.done().await
 }
 
 /// The next piece of the pattern, counted as written.
@@ -131,7 +166,14 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
     listening("quinn", addr, n, a.json);
     let pacing = "quinn's pacer, in user space";
     let rep = Reporter::new(&counters, "quinn", false);
-    rep.wait(&counters, a.duration, a.stats, a.json, pacing);
+    rep.wait(
+        &counters,
+        a.duration,
+        a.stats,
+        a.json,
+        pacing,
+        &std::sync::atomic::AtomicBool::new(false),
+    );
     ep.close(
         quinn::VarInt::from_u32(hq::CLOSE_SHUTDOWN),
         b"server shutting down",

@@ -25,7 +25,7 @@ use super::stats::{listening, Counters, Reporter};
 use super::{tls, workers, PacingArg, ServeArgs};
 use crate::{interrupt, Failure};
 use bytes::{Bytes, BytesMut};
-use fastudp::pacing::{choose_mode, PacingMode};
+use fastudp::pacing::{choose_mode, PacingMode, DEFAULT_BATCH_BYTES};
 use fastudp::wire::bpf::quic_cid_index;
 use fastudp::{
     Config, EcnCodepoint, RecvBatch, ReuseportGroup, Socket, Steering, Transmit, ZeroCopySender,
@@ -124,7 +124,8 @@ struct Forwarded {
 
 /// A transmit waiting for the end of the loop turn.
 struct Pending {
-    off: usize,
+    /// Its buffer.
+    buf: Vec<u8>,
     len: usize,
     dest: SocketAddr,
     segment: Option<usize>,
@@ -145,11 +146,14 @@ struct Setup {
     fwd_tx: Vec<Sender<Forwarded>>,
     counters: Arc<Counters>,
     stop: Arc<AtomicBool>,
+    /// Set by a worker that stopped on an error.
+    failed: Arc<AtomicBool>,
     pacing: PacingMode,
     zerocopy: bool,
     retry: bool,
     max_connections: usize,
     interval: Duration,
+    total_rate: Option<u64>,
 }
 
 /// Runs `fastudp quic serve --stack fastudp`.
@@ -217,6 +221,7 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
 
     let counters = Arc::new(Counters::default());
     let stop = Arc::new(AtomicBool::new(false));
+    let failed = Arc::new(AtomicBool::new(false));
     let (fwd_tx, fwd_rx): (Vec<_>, Vec<_>) = (0..n).map(|_| channel()).unzip();
     interrupt::watch();
     let reset_key = {
@@ -258,22 +263,42 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
             fwd_tx: fwd_tx.clone(),
             counters: counters.clone(),
             stop: stop.clone(),
+            failed: failed.clone(),
             pacing,
             zerocopy: a.zerocopy,
             retry: a.retry,
             max_connections: a.max_connections.div_ceil(n),
             interval: Duration::from_secs_f64(a.interval / 1000.0),
+            total_rate: a.total_rate,
         };
         let h = std::thread::Builder::new()
             .name(format!("quic-worker-{i}"))
-            .spawn(move || Worker::new(setup).and_then(|mut w| w.run()))
+            .spawn(move || {
+                let failed = setup.failed.clone();
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    Worker::new(setup).and_then(|mut w| w.run())
+                }))
+                .unwrap_or_else(|_| Err(format!("worker {i} panicked")));
+                if r.is_err() {
+                    // The server stops rather than go on without a worker.
+                    failed.store(true, Relaxed);
+                }
+                r
+            })
             .map_err(|e| Failure::usage(format!("cannot start a worker: {e}")))?;
         handles.push(h);
     }
     drop(fwd_tx);
     listening("fastudp", addr, n, a.json);
     let rep = Reporter::new(&counters, "fastudp", true);
-    rep.wait(&counters, a.duration, a.stats, a.json, &pacing_desc);
+    rep.wait(
+        &counters,
+        a.duration,
+        a.stats,
+        a.json,
+        &pacing_desc,
+        &failed,
+    );
     stop.store(true, Relaxed);
     let mut err = None;
     for h in handles {
@@ -341,6 +366,42 @@ fn from_quinn_ecn(e: Option<quinn_proto::EcnCodepoint>) -> Option<EcnCodepoint> 
     e.and_then(|e| EcnCodepoint::from_bits(e as u8))
 }
 
+/// `--total-rate`'s token bucket: bytes a worker may send, refilled at its
+/// rate, at most [`DEFAULT_BATCH_BYTES`] ahead, so that the worker's
+/// connections together leave no faster than the rate and in bursts no
+/// larger than that: what a shallow bottleneck queue takes.
+struct Bucket {
+    /// Bytes per second.
+    rate: f64,
+    tokens: f64,
+    last: Instant,
+}
+
+impl Bucket {
+    fn new(rate: f64) -> Self {
+        Bucket {
+            rate: rate.max(1.0),
+            tokens: DEFAULT_BATCH_BYTES as f64,
+            last: Instant::now(),
+        }
+    }
+
+    fn refill(&mut self) {
+        let now = Instant::now();
+        self.tokens = (self.tokens + now.duration_since(self.last).as_secs_f64() * self.rate)
+            .min(DEFAULT_BATCH_BYTES as f64);
+        self.last = now;
+    }
+
+    /// When the tokens are positive again.
+    fn positive_at(&self) -> Instant {
+        if self.tokens > 0.0 {
+            return self.last;
+        }
+        self.last + Duration::from_secs_f64((1.0 - self.tokens) / self.rate)
+    }
+}
+
 /// One worker.
 struct Worker {
     s: Setup,
@@ -351,14 +412,16 @@ struct Worker {
     /// Connections that stopped at [`TRAINS_PER_TURN`].
     more: Vec<ConnectionHandle>,
     batch: Option<RecvBatch>,
-    /// Transmits of this turn, laid end to end.
-    out: Vec<u8>,
+    /// This turn's transmits (and those --total-rate held back): quinn-proto
+    /// writes each into a buffer of its own, which is sent from there.
     pending: Vec<Pending>,
+    /// --total-rate: the worker's share, bytes per second, and its tokens.
+    pacer: Option<Bucket>,
     /// Large trains for the zerocopy sender.
     zc_pending: Vec<(Vec<u8>, SocketAddr, Option<usize>)>,
     zc: Option<ZeroCopySender>,
+    /// Buffers to reuse.
     spare: Vec<Vec<u8>>,
-    scratch: Vec<u8>,
     max_train: usize,
     closing_since: Option<Instant>,
     published: Instant,
@@ -387,7 +450,14 @@ impl Worker {
         } else {
             None
         };
-        let max_train = s.tx.max_gso_segments().clamp(1, MAX_TRAIN);
+        let mut max_train = s.tx.max_gso_segments().clamp(1, MAX_TRAIN);
+        if s.total_rate.is_some() {
+            // Pacing is made of waits that end on time; without this they
+            // may end 50 us late. Best effort.
+            let _ = fastudp::os::set_timer_slack(1_000);
+            // A train is one burst: no longer than a batch.
+            max_train = max_train.clamp(1, DEFAULT_BATCH_BYTES / 1452);
+        }
         Ok(Worker {
             endpoint,
             conns: HashMap::new(),
@@ -395,12 +465,13 @@ impl Worker {
             dirty: Vec::new(),
             more: Vec::new(),
             batch: Some(RecvBatch::new(64)),
-            out: Vec::with_capacity(1 << 20),
             pending: Vec::new(),
+            pacer: s
+                .total_rate
+                .map(|r| Bucket::new(r as f64 / s.workers as f64)),
             zc_pending: Vec::new(),
             zc,
             spare: Vec::new(),
-            scratch: Vec::with_capacity(64 * 1024),
             max_train,
             closing_since: None,
             published: Instant::now(),
@@ -444,12 +515,15 @@ impl Worker {
             return;
         }
         let now = Instant::now();
-        let until = self
+        let mut until = self
             .timers
             .first()
             .map(|&(t, _)| t)
             .unwrap_or(now + MAX_WAIT)
             .min(now + MAX_WAIT);
+        if let (Some(b), false) = (self.pacer.as_ref(), self.pending.is_empty()) {
+            until = until.min(b.positive_at());
+        }
         if until > now {
             let _ = fastudp::os::wait_readable(self.s.rx.as_fd(), until - now);
         }
@@ -465,10 +539,14 @@ impl Worker {
                 Ok(_) => {}
                 Err(e) => {
                     let e = std::io::Error::from(e);
-                    if e.kind() == std::io::ErrorKind::WouldBlock {
-                        break;
+                    if e.kind() != std::io::ErrorKind::WouldBlock {
+                        // ICMP errors for earlier sends (a client that
+                        // went away) fail receives on the group's
+                        // sockets; the library reads them off, and the
+                        // worker goes on.
+                        self.s.counters.recv_errors.fetch_add(1, Relaxed);
                     }
-                    return Err(format!("worker {}: receive: {e}", self.s.id));
+                    break;
                 }
             }
             let Some(batch) = self.batch.take() else {
@@ -508,8 +586,7 @@ impl Worker {
         ecn: Option<EcnCodepoint>,
         d: &[u8],
     ) {
-        let mut buf = std::mem::take(&mut self.scratch);
-        buf.clear();
+        let mut buf = self.take_buf();
         let ev = self.endpoint.handle(
             now,
             source,
@@ -529,12 +606,12 @@ impl Worker {
                 if self.closing_since.is_some() || self.conns.len() >= self.s.max_connections {
                     let t = self.endpoint.refuse(incoming, &mut buf);
                     self.s.counters.refused.fetch_add(1, Relaxed);
-                    self.queue(&t, &buf, None);
+                    return self.queue(&t, buf, None);
                 } else if self.s.retry && !incoming.remote_address_validated() {
                     match self.endpoint.retry(incoming, &mut buf) {
                         Ok(t) => {
                             self.s.counters.retries.fetch_add(1, Relaxed);
-                            self.queue(&t, &buf, None);
+                            return self.queue(&t, buf, None);
                         }
                         Err(e) => self.endpoint.ignore(e.into_incoming()),
                     }
@@ -557,27 +634,41 @@ impl Worker {
                         }
                         Err(e) => {
                             if let Some(t) = e.response {
-                                self.queue(&t, &buf, None);
+                                return self.queue(&t, buf, None);
                             }
                         }
                     }
                 }
             }
-            Some(DatagramEvent::Response(t)) => self.queue(&t, &buf, None),
+            Some(DatagramEvent::Response(t)) => return self.queue(&t, buf, None),
             None => {
                 self.s.counters.dropped.fetch_add(1, Relaxed);
             }
         }
-        self.scratch = buf;
+        self.give_buf(buf);
     }
 
-    /// Queues a transmit for the end of the turn.
-    fn queue(&mut self, t: &quinn_proto::Transmit, buf: &[u8], txtime: Option<u64>) {
-        let data = &buf[..t.size];
-        let off = self.out.len();
-        self.out.extend_from_slice(data);
+    /// A cleared buffer, reused where one is spare.
+    fn take_buf(&mut self) -> Vec<u8> {
+        let mut b = self.spare.pop().unwrap_or_default();
+        b.clear();
+        // Room for the largest train, so that quinn-proto never grows
+        // (and so copies) it.
+        b.reserve(MAX_TRAIN * 1500);
+        b
+    }
+
+    /// Keeps a buffer for reuse (up to a bound).
+    fn give_buf(&mut self, b: Vec<u8>) {
+        if self.spare.len() < 256 {
+            self.spare.push(b);
+        }
+    }
+
+    /// Queues a transmit, in its buffer, for the end of the turn.
+    fn queue(&mut self, t: &quinn_proto::Transmit, buf: Vec<u8>, txtime: Option<u64>) {
         self.pending.push(Pending {
-            off,
+            buf,
             len: t.size,
             dest: t.destination,
             segment: t.segment_size.filter(|&s| s < t.size),
@@ -623,13 +714,24 @@ impl Worker {
         };
         let counters = self.s.counters.clone();
         let mut trains = 0;
+        let mut gone = false;
         loop {
             let mut again = false;
             while let Some(ev) = c.conn.poll_endpoint_events() {
+                let drained = ev.is_drained();
                 if let Some(back) = self.endpoint.handle_event(ch, ev) {
                     c.conn.handle_event(back);
                     again = true;
                 }
+                if drained {
+                    // The endpoint has forgotten the handle: nothing more
+                    // of this connection may reach it.
+                    gone = true;
+                    break;
+                }
+            }
+            if gone {
+                break;
             }
             while let Some(ev) = c.conn.poll() {
                 if let Event::Stream(se) = ev {
@@ -658,35 +760,32 @@ impl Worker {
                     .fetch_add(respond(&mut c, id, now), Relaxed);
             }
             // Transmits: quinn-proto's pacer says when to stop.
-            let mut buf = std::mem::take(&mut self.scratch);
             loop {
                 if trains == TRAINS_PER_TURN {
                     self.more.push(ch);
                     break;
                 }
                 trains += 1;
-                buf.clear();
+                let mut buf = self.take_buf();
                 let Some(t) = c.conn.poll_transmit(now, self.max_train, &mut buf) else {
+                    self.give_buf(buf);
                     break;
                 };
                 let txtime =
                     (self.s.pacing == PacingMode::Kernel).then(|| departure(&mut c, t.size));
                 if self.zc.is_some() && t.size >= ZEROCOPY_MIN {
                     let seg = t.segment_size.filter(|&s| s < t.size);
-                    let mut owned = self.spare.pop().unwrap_or_default();
-                    owned.clear();
-                    owned.extend_from_slice(&buf[..t.size]);
-                    self.zc_pending.push((owned, t.destination, seg));
+                    buf.truncate(t.size);
+                    self.zc_pending.push((buf, t.destination, seg));
                 } else {
-                    self.queue(&t, &buf, txtime);
+                    self.queue(&t, buf, txtime);
                 }
             }
-            self.scratch = buf;
             if !again {
                 break;
             }
         }
-        if c.conn.is_drained() {
+        if gone || c.conn.is_drained() {
             if let Some(t) = c.timer {
                 self.timers.remove(&(t, ch));
             }
@@ -717,15 +816,31 @@ impl Worker {
     /// Sends this turn's transmits: the batch in as few calls as the
     /// socket allows, large trains with zerocopy.
     fn flush(&mut self) {
-        let counters = &self.s.counters;
-        if !self.pending.is_empty() {
-            let ts: Vec<Transmit<'_>> = self
-                .pending
+        let counters = self.s.counters.clone();
+        // With --total-rate, what the tokens allow: at least one transmit
+        // once they are positive (a train may overdraw them).
+        let n = match self.pacer.as_mut() {
+            None => self.pending.len(),
+            Some(b) => {
+                b.refill();
+                let mut n = 0;
+                for p in &self.pending {
+                    if b.tokens <= 0.0 {
+                        break;
+                    }
+                    b.tokens -= p.len as f64;
+                    n += 1;
+                }
+                n
+            }
+        };
+        if n > 0 {
+            let ts: Vec<Transmit<'_>> = self.pending[..n]
                 .iter()
                 .map(|p| {
                     let t = match p.segment {
-                        Some(s) => Transmit::train(p.dest, &self.out[p.off..p.off + p.len], s),
-                        None => Transmit::new(p.dest, &self.out[p.off..p.off + p.len]),
+                        Some(s) => Transmit::train(p.dest, &p.buf[..p.len], s),
+                        None => Transmit::new(p.dest, &p.buf[..p.len]),
                     };
                     t.with_ecn(p.ecn)
                         .with_src_ip(p.src_ip)
@@ -769,8 +884,10 @@ impl Worker {
                     .fetch_add(t.segments() as u64, Relaxed);
             }
             drop(ts);
-            self.pending.clear();
-            self.out.clear();
+            let sent: Vec<Pending> = self.pending.drain(..n).collect();
+            for p in sent {
+                self.give_buf(p.buf);
+            }
         }
         if let Some(zc) = self.zc.as_mut() {
             for (buf, dest, seg) in self.zc_pending.drain(..) {
@@ -778,6 +895,9 @@ impl Worker {
                     buf.len() as u64,
                     seg.map_or(1, |s| buf.len().div_ceil(s)) as u64,
                 );
+                if let Some(b) = self.pacer.as_mut() {
+                    b.tokens -= len as f64;
+                }
                 match zc.send(&self.s.tx, dest, buf, seg) {
                     Ok(()) => {
                         counters.wire_bytes.fetch_add(len, Relaxed);
@@ -785,7 +905,9 @@ impl Worker {
                     }
                     Err((_, b)) => {
                         counters.send_errors.fetch_add(1, Relaxed);
-                        self.spare.push(b);
+                        if self.spare.len() < 256 {
+                            self.spare.push(b);
+                        }
                     }
                 }
             }
@@ -947,10 +1069,12 @@ fn respond(c: &mut Conn, id: StreamId, now: Instant) -> u64 {
     let mut at = off;
     let mut s = c.conn.send_stream(id);
     while at < limit {
-        match s.write(hq::pattern(at, limit - at)) {
-            Ok(0) => break,
-            Ok(n) => at += n as u64,
-            Err(_) => break,
+        // The pattern is static: quinn-proto keeps a reference to it
+        // rather than a copy.
+        let mut piece = [Bytes::from_static(hq::pattern(at, limit - at))];
+        match s.write_chunks(&mut piece) {
+            Ok(w) if w.bytes > 0 => at += w.bytes as u64,
+            _ => break,
         }
     }
     let mut done = false;

@@ -3,7 +3,7 @@
 
 use crate::interrupt;
 use serde::Serialize;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 /// Counters shared by a server's threads.
@@ -37,6 +37,8 @@ pub struct Counters {
     pub dropped: AtomicU64,
     /// Send errors.
     pub send_errors: AtomicU64,
+    /// Receive errors (ICMP errors reported on a receive, say).
+    pub recv_errors: AtomicU64,
 }
 
 /// A snapshot of the counters and the process CPU time.
@@ -108,6 +110,8 @@ pub struct Report {
     pub dropped: u64,
     /// Send errors, in all.
     pub send_errors: u64,
+    /// Receive errors, in all.
+    pub recv_errors: u64,
     /// The pacing in force, and why.
     pub pacing: String,
 }
@@ -153,6 +157,7 @@ fn report(
         forwarded: c.forwarded.load(Relaxed),
         dropped: c.dropped.load(Relaxed),
         send_errors: c.send_errors.load(Relaxed),
+        recv_errors: c.recv_errors.load(Relaxed),
         pacing: pacing.to_string(),
     }
 }
@@ -221,13 +226,22 @@ impl Reporter {
         }
     }
 
-    /// Waits, printing `--stats` lines, until the run should end.
-    pub fn wait(&self, c: &Counters, duration: Option<f64>, stats: bool, json: bool, pacing: &str) {
+    /// Waits, printing `--stats` lines, until the run should end: Ctrl-C,
+    /// the end of `--duration`, or `failed` set (a worker that stopped).
+    pub fn wait(
+        &self,
+        c: &Counters,
+        duration: Option<f64>,
+        stats: bool,
+        json: bool,
+        pacing: &str,
+        failed: &AtomicBool,
+    ) {
         let t0 = Instant::now();
         let mut last = Snap::take(c);
         let mut next = t0 + Duration::from_secs(1);
         loop {
-            if interrupt::requested() {
+            if interrupt::requested() || failed.load(Relaxed) {
                 return;
             }
             if let Some(d) = duration {

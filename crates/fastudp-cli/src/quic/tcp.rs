@@ -3,7 +3,7 @@
 //! connection: the client sends `GET /PATH\r\n`, the server answers and
 //! closes.
 
-use super::quinn_stack::{read_request, respond, runtime};
+use super::quinn_stack::{read_request, respond, runtime, Stream};
 use super::stats::{listening, Counters, Reporter};
 use super::{tls, workers, ServeArgs};
 use crate::{interrupt, Failure};
@@ -60,7 +60,10 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
                     if let Ok(mut s) = acceptor.accept(tcp).await {
                         counters.accepted.fetch_add(1, Relaxed);
                         if let Ok(req) = read_request(&mut s).await {
-                            if respond(&mut s, req, interval, &counters).await.is_ok() {
+                            if respond(&mut Stream(&mut s), req, interval, &counters)
+                                .await
+                                .is_ok()
+                            {
                                 let _ = s.shutdown().await;
                             }
                         }
@@ -86,7 +89,14 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
     listening("tls-tcp", addr, n, a.json);
     let pacing = "none (TCP: the kernel's congestion control and qdisc)";
     let rep = Reporter::new(&counters, "tls-tcp", false);
-    rep.wait(&counters, a.duration, a.stats, a.json, pacing);
+    rep.wait(
+        &counters,
+        a.duration,
+        a.stats,
+        a.json,
+        pacing,
+        &std::sync::atomic::AtomicBool::new(false),
+    );
     if let (Some(a), Some(b)) = (retrans0, retrans_segs()) {
         counters.lost_packets.store(b.saturating_sub(a), Relaxed);
     }
