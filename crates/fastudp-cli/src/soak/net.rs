@@ -2,8 +2,8 @@
 //! that it never touches the shared testbed or another run, and the
 //! switches the fault injector flips on it.
 
-use std::net::SocketAddr;
 use crate::testbed::run_cmd as run;
+use std::net::SocketAddr;
 
 /// The sender's address inside its namespace.
 pub const TX_ADDR: &str = "10.77.0.1";
@@ -41,7 +41,6 @@ impl Names {
 pub fn rx_addr() -> SocketAddr {
     SocketAddr::new(RX_ADDR.parse().expect("literal"), RX_PORT)
 }
-
 
 /// The pair, removed when dropped.
 #[derive(Debug)]
