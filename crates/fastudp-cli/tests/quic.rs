@@ -74,6 +74,15 @@ fn cert_files(tag: &str) -> (String, String, rustls::pki_types::CertificateDer<'
 
 /// A quinn client that trusts `cert` and speaks hq-interop.
 fn client(server: SocketAddr, cert: rustls::pki_types::CertificateDer<'static>) -> quinn::Endpoint {
+    client_with(server, cert, None)
+}
+
+/// [`client`], with a stream receive window of `window` bytes if given.
+fn client_with(
+    server: SocketAddr,
+    cert: rustls::pki_types::CertificateDer<'static>,
+    window: Option<u32>,
+) -> quinn::Endpoint {
     let mut roots = rustls::RootCertStore::empty();
     roots.add(cert).unwrap();
     let mut tls = rustls::ClientConfig::builder_with_provider(Arc::new(
@@ -84,9 +93,14 @@ fn client(server: SocketAddr, cert: rustls::pki_types::CertificateDer<'static>) 
     .with_root_certificates(roots)
     .with_no_client_auth();
     tls.alpn_protocols = vec![b"hq-interop".to_vec()];
-    let cfg = quinn::ClientConfig::new(Arc::new(
+    let mut cfg = quinn::ClientConfig::new(Arc::new(
         quinn::crypto::rustls::QuicClientConfig::try_from(tls).unwrap(),
     ));
+    if let Some(w) = window {
+        let mut t = quinn::TransportConfig::default();
+        t.stream_receive_window(w.into());
+        cfg.transport_config(Arc::new(t));
+    }
     let bind: SocketAddr = if server.is_ipv6() {
         "[::]:0".parse().unwrap()
     } else {
@@ -488,6 +502,29 @@ fn initial_flood_is_bounded_and_retry_validates() {
     stats_until(&mut srv, |v| v["connections"] == 0);
     srv.interrupt();
     srv.finish();
+
+    // Without --retry, past --max-half-open unvalidated handshakes a
+    // worker, new clients get a Retry: the flood costs no more state.
+    let (mut srv, addr) = serve(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--workers",
+        "2",
+        "--max-half-open",
+        "100",
+    ]);
+    std::thread::sleep(Duration::from_millis(300));
+    let (retries, other) = flood_initials(addr, 1000, 64);
+    let v = stats_until(&mut srv, |v| {
+        v["retries"].as_u64().unwrap() + v["accepted"].as_u64().unwrap() >= 950
+    });
+    assert!(v["accepted"].as_u64().unwrap() <= 200, "{v}");
+    assert!(
+        retries >= 750,
+        "{retries} Retry packets, {other} others; {v}"
+    );
+    srv.interrupt();
+    srv.finish();
 }
 
 /// Ctrl-C closes every connection with an application close (code 0),
@@ -756,4 +793,165 @@ fn aioquic_client_interoperates() {
         srv.interrupt();
         srv.finish();
     }
+}
+
+/// A client that connects to `addr` (trusting `der`) and runs `f`.
+fn with_connection<F, Fut>(
+    addr: SocketAddr,
+    der: rustls::pki_types::CertificateDer<'static>,
+    window: Option<u32>,
+    f: F,
+) where
+    F: FnOnce(quinn::Connection) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    rt().block_on(async {
+        let ep = client_with(addr, der, window);
+        let conn = tokio::time::timeout(Duration::from_secs(30), async {
+            ep.connect(addr, "localhost").unwrap().await
+        })
+        .await
+        .expect("handshake in time")
+        .expect("handshake");
+        f(conn.clone()).await;
+        conn.close(0u32.into(), b"done");
+        ep.wait_idle().await;
+    });
+}
+
+/// STOP_SENDING from the client is answered with RESET_STREAM (RFC 9000
+/// 3.5), and a client's RESET_STREAM of its request closes the response
+/// side too: either way the stream is closed and its credit comes back.
+/// 150 of each (more than the 100 concurrent streams the server allows)
+/// leave the connection able to open another stream.
+#[test]
+fn stopped_and_reset_requests_give_their_streams_back() {
+    let (cert, key, der) = cert_files("stop");
+    let (srv, addr) = serve(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--workers",
+        "1",
+        "--cert",
+        &cert,
+        "--key",
+        &key,
+    ]);
+    with_connection(addr, der, None, |conn| async move {
+        for _ in 0..150 {
+            let (mut send, mut recv) = conn.open_bi().await.unwrap();
+            send.write_all(b"GET /bytes/100000000\r\n").await.unwrap();
+            let _ = send.finish();
+            // Wait for the response to start, then stop it.
+            let mut b = [0u8; 1];
+            recv.read_exact(&mut b).await.unwrap();
+            recv.stop(7u32.into()).unwrap();
+        }
+        for _ in 0..150 {
+            let (mut send, _recv) = conn.open_bi().await.unwrap();
+            send.write_all(b"GET /bytes/").await.unwrap();
+            send.reset(9u32.into()).unwrap();
+        }
+        let last = tokio::time::timeout(Duration::from_secs(20), fetch(&conn, b"GET /bytes/5\r\n"))
+            .await
+            .expect("a stream after 300 abandoned ones: the server gave their credit back");
+        assert_eq!(last.unwrap(), [0, 1, 2, 3, 4]);
+    });
+    srv.interrupt();
+    let end = srv.finish();
+    assert!(!end.stderr.contains("panicked"), "{}", end.stderr);
+}
+
+/// CPU time (user + system) of a process so far, seconds.
+fn cpu_seconds(pid: u32) -> f64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let rest = &s[s.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // Fields 14 and 15 of stat (utime, stime) are 12 and 13 after the name.
+    let ticks: f64 = f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap();
+    ticks / 100.0
+}
+
+/// A video stream whose frame is exactly the client's stream window stops
+/// at a frame boundary while the client does not read: the worker waits
+/// for the client's credit, it does not spin on the frame that is due
+/// (which took a whole core before).
+#[test]
+fn a_video_stream_blocked_at_a_frame_boundary_lets_the_worker_sleep() {
+    let (cert, key, der) = cert_files("blocked");
+    let (srv, addr) = serve(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--workers",
+        "1",
+        "--cert",
+        &cert,
+        "--key",
+        &key,
+        "--interval",
+        "40",
+    ]);
+    let pid = srv.pid();
+    // 26,214,400 B/s in 40 ms frames: 1 MiB a frame, the client's window.
+    with_connection(addr, der, Some(1 << 20), |conn| async move {
+        let (mut send, mut recv) = conn.open_bi().await.unwrap();
+        send.write_all(b"GET /video/26214400/30\r\n").await.unwrap();
+        let _ = send.finish();
+        let mut b = [0u8; 1];
+        recv.read_exact(&mut b).await.unwrap();
+        // Not reading: the window stays full. Let a few frames fall due.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let before = cpu_seconds(pid);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let used = cpu_seconds(pid) - before;
+        assert!(
+            used < 0.5,
+            "the server used {used:.2} s of CPU in 2 s with one blocked stream"
+        );
+    });
+    srv.interrupt();
+    srv.finish();
+}
+
+/// Only QUIC version 1 is offered: a client's Initial in a draft version
+/// gets a Version Negotiation packet (RFC 9000 17.2.1) that lists version
+/// 1 and no draft.
+#[test]
+fn a_draft_version_gets_version_negotiation_for_v1_only() {
+    let (srv, addr) = serve(&["--listen", "127.0.0.1:0", "--workers", "1"]);
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut p = vec![0u8; 1200];
+    p[0] = 0xc0;
+    p[1..5].copy_from_slice(&0xff00_001du32.to_be_bytes());
+    p[5] = 8;
+    p[6..14].copy_from_slice(&[1, 2, 3, 4, 5, 6, 7, 8]);
+    p[14] = 8;
+    p[15..23].copy_from_slice(&[9, 10, 11, 12, 13, 14, 15, 16]);
+    s.send_to(&p, addr).unwrap();
+    let mut b = [0u8; 1500];
+    let n = s.recv(&mut b).expect("a Version Negotiation packet");
+    assert!(
+        b[0] & 0x80 != 0 && b[1..5] == [0, 0, 0, 0],
+        "not VN: {:?}",
+        &b[..n]
+    );
+    // Its DCID is our SCID, its SCID our DCID.
+    assert_eq!(b[5], 8);
+    assert_eq!(b[6..14], [9, 10, 11, 12, 13, 14, 15, 16]);
+    assert_eq!(b[14], 8);
+    assert_eq!(b[15..23], [1, 2, 3, 4, 5, 6, 7, 8]);
+    let versions: Vec<u32> = b[23..n]
+        .chunks(4)
+        .map(|c| u32::from_be_bytes(c.try_into().unwrap()))
+        .collect();
+    assert!(versions.contains(&1), "{versions:x?}");
+    assert!(
+        versions
+            .iter()
+            .all(|&v| v == 1 || v & 0x0f0f_0f0f == 0x0a0a_0a0a),
+        "only v1 (and greasing): {versions:x?}"
+    );
+    srv.interrupt();
+    srv.finish();
 }

@@ -80,6 +80,11 @@ pub struct ServeArgs {
     /// Connections at most; more are refused.
     #[arg(long, default_value_t = 100_000)]
     pub max_connections: usize,
+    /// Handshakes from unvalidated addresses a worker keeps open at most;
+    /// above it new clients get a Retry first (as with --retry), so a
+    /// flood of Initials costs no connection state.
+    #[arg(long, default_value_t = 1024)]
+    pub max_half_open: usize,
     /// Milliseconds between the frames of a /video stream.
     #[arg(long, default_value_t = 40.0)]
     pub interval: f64,
@@ -187,6 +192,9 @@ fn check_serve(a: &ServeArgs) -> Result<(), Failure> {
     }
     if a.max_connections == 0 {
         return bad("--max-connections 0: at least 1".into());
+    }
+    if a.max_half_open == 0 {
+        return bad("--max-half-open 0: at least 1 (use --retry to validate every client)".into());
     }
     if a.stack != Stack::Fastudp
         && (a.zerocopy || a.pacing == PacingArg::Kernel || a.total_rate.is_some())

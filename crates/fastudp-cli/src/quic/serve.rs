@@ -28,7 +28,8 @@ use bytes::{Bytes, BytesMut};
 use fastudp::pacing::{choose_mode, PacingMode, DEFAULT_BATCH_BYTES};
 use fastudp::wire::bpf::quic_cid_index;
 use fastudp::{
-    Config, EcnCodepoint, RecvBatch, ReuseportGroup, Socket, Steering, Transmit, ZeroCopySender,
+    Config, EcnCodepoint, RecvBatch, ReuseportGroup, SendMeta, Socket, Steering, Transmit,
+    ZeroCopySender,
 };
 use quinn_proto::{
     ConnectionHandle, ConnectionId, ConnectionIdGenerator, DatagramEvent, Dir, Endpoint,
@@ -55,6 +56,8 @@ const ZEROCOPY_MIN: usize = 16 * 1024;
 /// The longest a worker sleeps without looking at its forwarding channel
 /// and the stop flag.
 const MAX_WAIT: Duration = Duration::from_millis(10);
+/// How long a worker whose send socket is full waits before it tries again.
+const BLOCKED_WAIT: Duration = Duration::from_millis(1);
 /// How long a stopping server waits for its connections to close.
 const CLOSE_WAIT: Duration = Duration::from_secs(2);
 
@@ -64,13 +67,21 @@ struct WorkerCids {
     worker: u8,
     workers: u8,
     rng: &'static dyn rustls::crypto::SecureRandom,
+    /// Should the system generator ever fail: IDs are then a keyed hash of
+    /// the worker and a counter shared by all generators, as unlinkable.
+    fallback: Arc<(ring::hmac::Key, std::sync::atomic::AtomicU64)>,
 }
 
 impl ConnectionIdGenerator for WorkerCids {
     fn generate_cid(&mut self) -> ConnectionId {
         let mut b = [0u8; CID_LEN];
-        // A failing system RNG leaves zeros, which still steer right.
-        let _ = self.rng.fill(&mut b);
+        if self.rng.fill(&mut b).is_err() {
+            let (key, counter) = &*self.fallback;
+            let mut m = [0u8; 9];
+            m[0] = self.worker;
+            m[1..].copy_from_slice(&counter.fetch_add(1, Relaxed).to_be_bytes());
+            b.copy_from_slice(&ring::hmac::sign(key, &m).as_ref()[..CID_LEN]);
+        }
         let n = u16::from(self.workers.max(1));
         let spread = (256 / n) as u8;
         b[0] = self
@@ -126,12 +137,37 @@ struct Forwarded {
 struct Pending {
     /// Its buffer.
     buf: Vec<u8>,
+    /// Bytes of it already sent (whole datagrams of a train the socket
+    /// took only part of before its buffer filled).
+    start: usize,
     len: usize,
     dest: SocketAddr,
     segment: Option<usize>,
     ecn: Option<EcnCodepoint>,
     src_ip: Option<IpAddr>,
     txtime: Option<u64>,
+}
+
+impl Pending {
+    /// What is left of it to send.
+    fn transmit(&self) -> Transmit<'_> {
+        let c = &self.buf[self.start..self.len];
+        let t = match self.segment {
+            Some(s) if s < c.len() => Transmit::train(self.dest, c, s),
+            _ => Transmit::new(self.dest, c),
+        };
+        t.with_ecn(self.ecn)
+            .with_src_ip(self.src_ip)
+            .with_txtime(self.txtime)
+    }
+}
+
+/// The send socket's buffer is full (`EAGAIN`) or the kernel is short of
+/// memory for it (`ENOBUFS`): nothing was sent, and a later try will do.
+fn send_buffer_full(e: &fastudp::Error) -> bool {
+    matches!(e, fastudp::Error::Io(io)
+        if io.kind() == std::io::ErrorKind::WouldBlock
+            || io.raw_os_error() == Some(libc::ENOBUFS))
 }
 
 /// What a worker is given.
@@ -152,6 +188,8 @@ struct Setup {
     zerocopy: bool,
     retry: bool,
     max_connections: usize,
+    /// `--max-half-open`.
+    max_half_open: usize,
     interval: Duration,
     total_rate: Option<u64>,
 }
@@ -232,6 +270,14 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
             .map_err(|_| Failure::usage("the system random generator failed".into()))?;
         Arc::new(ring_hmac(&k))
     };
+    let cid_fallback = {
+        let mut k = [0u8; 32];
+        rustls::crypto::ring::default_provider()
+            .secure_random
+            .fill(&mut k)
+            .map_err(|_| Failure::usage("the system random generator failed".into()))?;
+        Arc::new((ring_hmac(&k), std::sync::atomic::AtomicU64::new(0)))
+    };
     let mut handles = Vec::with_capacity(n);
     for (i, ((rx, tx), fwd_rx)) in group
         .into_sockets()
@@ -241,6 +287,10 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
         .enumerate()
     {
         let mut ep = EndpointConfig::new(reset_key.clone());
+        // QUIC version 1 only (RFC 9000), not the drafts quinn-proto also
+        // speaks by default.
+        ep.supported_versions(vec![1]);
+        let fallback = cid_fallback.clone();
         let rng = rustls::crypto::ring::default_provider().secure_random;
         // 256 workers wrap to 0 in a byte: every byte value is then its own
         // worker's, as `byte % 256` says.
@@ -250,6 +300,7 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
                 worker: w,
                 workers: nn,
                 rng,
+                fallback: fallback.clone(),
             })
         });
         let setup = Setup {
@@ -268,6 +319,7 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
             zerocopy: a.zerocopy,
             retry: a.retry,
             max_connections: a.max_connections.div_ceil(n),
+            max_half_open: a.max_half_open,
             interval: Duration::from_secs_f64(a.interval / 1000.0),
             total_rate: a.total_rate,
         };
@@ -418,7 +470,16 @@ struct Worker {
     /// --total-rate: the worker's share, bytes per second, and its tokens.
     pacer: Option<Bucket>,
     /// Large trains for the zerocopy sender.
-    zc_pending: Vec<(Vec<u8>, SocketAddr, Option<usize>)>,
+    zc_pending: Vec<Pending>,
+    /// The send socket's buffer was full at the last flush: what was not
+    /// sent waits in `pending`, connections make no new transmits, and
+    /// the worker tries again within [`BLOCKED_WAIT`].
+    tx_blocked: bool,
+    /// Connections accepted whose handshake is not done: above
+    /// `--max-half-open`, new clients get a Retry (as with `--retry`), so a
+    /// flood of Initials from spoofed addresses costs a stateless reply
+    /// each, not a connection's memory.
+    half_open: std::collections::HashSet<ConnectionHandle>,
     zc: Option<ZeroCopySender>,
     /// Buffers to reuse.
     spare: Vec<Vec<u8>>,
@@ -433,6 +494,11 @@ struct Worker {
 impl Worker {
     fn new(s: Setup) -> Result<Self, String> {
         s.rx.as_std()
+            .set_nonblocking(true)
+            .map_err(|e| format!("worker {}: {e}", s.id))?;
+        // A full send buffer must not stop the worker's receives and
+        // timers: the tail waits in `pending` instead.
+        s.tx.as_std()
             .set_nonblocking(true)
             .map_err(|e| format!("worker {}: {e}", s.id))?;
         let allow_mtud = !s.tx.may_fragment();
@@ -470,6 +536,8 @@ impl Worker {
                 .total_rate
                 .map(|r| Bucket::new(r as f64 / s.workers as f64)),
             zc_pending: Vec::new(),
+            tx_blocked: false,
+            half_open: std::collections::HashSet::new(),
             zc,
             spare: Vec::new(),
             max_train,
@@ -511,16 +579,21 @@ impl Worker {
 
     /// Waits for a datagram, the next timer, or at most [`MAX_WAIT`].
     fn wait(&mut self) {
-        if !self.dirty.is_empty() {
+        if !self.dirty.is_empty() && !self.tx_blocked {
             return;
         }
         let now = Instant::now();
+        let cap = if self.tx_blocked {
+            BLOCKED_WAIT
+        } else {
+            MAX_WAIT
+        };
         let mut until = self
             .timers
             .first()
             .map(|&(t, _)| t)
-            .unwrap_or(now + MAX_WAIT)
-            .min(now + MAX_WAIT);
+            .unwrap_or(now + cap)
+            .min(now + cap);
         if let (Some(b), false) = (self.pacer.as_ref(), self.pending.is_empty()) {
             until = until.min(b.positive_at());
         }
@@ -607,7 +680,10 @@ impl Worker {
                     let t = self.endpoint.refuse(incoming, &mut buf);
                     self.s.counters.refused.fetch_add(1, Relaxed);
                     return self.queue(&t, buf, None);
-                } else if self.s.retry && !incoming.remote_address_validated() {
+                } else if (self.s.retry || self.half_open.len() >= self.s.max_half_open)
+                    && !incoming.remote_address_validated()
+                    && incoming.may_retry()
+                {
                     match self.endpoint.retry(incoming, &mut buf) {
                         Ok(t) => {
                             self.s.counters.retries.fetch_add(1, Relaxed);
@@ -619,6 +695,7 @@ impl Worker {
                     match self.endpoint.accept(incoming, now, &mut buf, None) {
                         Ok((ch, conn)) => {
                             self.s.counters.accepted.fetch_add(1, Relaxed);
+                            self.half_open.insert(ch);
                             self.s.counters.connections.fetch_add(1, Relaxed);
                             self.conns.insert(
                                 ch,
@@ -669,6 +746,7 @@ impl Worker {
     fn queue(&mut self, t: &quinn_proto::Transmit, buf: Vec<u8>, txtime: Option<u64>) {
         self.pending.push(Pending {
             buf,
+            start: 0,
             len: t.size,
             dest: t.destination,
             segment: t.segment_size.filter(|&s| s < t.size),
@@ -745,7 +823,11 @@ impl Worker {
                         StreamEvent::Readable { id } => {
                             read_request(&mut c, id, now, self.s.interval)
                         }
-                        StreamEvent::Stopped { id, .. } => {
+                        StreamEvent::Stopped { id, error_code } => {
+                            // RFC 9000 3.5: a STOP_SENDING is answered with
+                            // a RESET_STREAM, which also gives the stream's
+                            // credit back.
+                            let _ = c.conn.send_stream(id).reset(error_code);
                             c.streams.remove(&id);
                         }
                         _ => {}
@@ -761,7 +843,7 @@ impl Worker {
             }
             // Transmits: quinn-proto's pacer says when to stop.
             loop {
-                if trains == TRAINS_PER_TURN {
+                if trains == TRAINS_PER_TURN || self.tx_blocked {
                     self.more.push(ch);
                     break;
                 }
@@ -774,9 +856,17 @@ impl Worker {
                 let txtime =
                     (self.s.pacing == PacingMode::Kernel).then(|| departure(&mut c, t.size));
                 if self.zc.is_some() && t.size >= ZEROCOPY_MIN {
-                    let seg = t.segment_size.filter(|&s| s < t.size);
                     buf.truncate(t.size);
-                    self.zc_pending.push((buf, t.destination, seg));
+                    self.zc_pending.push(Pending {
+                        buf,
+                        start: 0,
+                        len: t.size,
+                        dest: t.destination,
+                        segment: t.segment_size.filter(|&s| s < t.size),
+                        ecn: from_quinn_ecn(t.ecn),
+                        src_ip: t.src_ip,
+                        txtime,
+                    });
                 } else {
                     self.queue(&t, buf, txtime);
                 }
@@ -784,6 +874,9 @@ impl Worker {
             if !again {
                 break;
             }
+        }
+        if gone || c.conn.is_drained() || !c.conn.is_handshaking() {
+            self.half_open.remove(&ch);
         }
         if gone || c.conn.is_drained() {
             if let Some(t) = c.timer {
@@ -797,7 +890,7 @@ impl Worker {
             }
             return;
         }
-        let next = [c.conn.poll_timeout(), next_frame(&c)]
+        let next = [c.conn.poll_timeout(), next_frame(&c, now)]
             .into_iter()
             .flatten()
             .min();
@@ -817,6 +910,7 @@ impl Worker {
     /// socket allows, large trains with zerocopy.
     fn flush(&mut self) {
         let counters = self.s.counters.clone();
+        self.tx_blocked = false;
         // With --total-rate, what the tokens allow: at least one transmit
         // once they are positive (a train may overdraw them).
         let n = match self.pacer.as_mut() {
@@ -828,25 +922,14 @@ impl Worker {
                     if b.tokens <= 0.0 {
                         break;
                     }
-                    b.tokens -= p.len as f64;
+                    b.tokens -= (p.len - p.start) as f64;
                     n += 1;
                 }
                 n
             }
         };
         if n > 0 {
-            let ts: Vec<Transmit<'_>> = self.pending[..n]
-                .iter()
-                .map(|p| {
-                    let t = match p.segment {
-                        Some(s) => Transmit::train(p.dest, &p.buf[..p.len], s),
-                        None => Transmit::new(p.dest, &p.buf[..p.len]),
-                    };
-                    t.with_ecn(p.ecn)
-                        .with_src_ip(p.src_ip)
-                        .with_txtime(p.txtime)
-                })
-                .collect();
+            let ts: Vec<Transmit<'_>> = self.pending[..n].iter().map(Pending::transmit).collect();
             let mut at = 0;
             let mut skip = 0;
             while at < ts.len() {
@@ -854,6 +937,9 @@ impl Worker {
                 let mut rest = vec![first];
                 rest.extend_from_slice(&ts[at + 1..]);
                 match self.s.tx.send(&rest) {
+                    Ok(sent) if sent.transmits == 0 && sent.datagrams == 0 => {
+                        self.tx_blocked = true;
+                    }
                     Ok(sent) => {
                         at += sent.transmits;
                         skip = if sent.transmits == 0 {
@@ -861,47 +947,76 @@ impl Worker {
                         } else {
                             sent.datagrams
                         };
-                        if sent.transmits == 0 && sent.datagrams == 0 {
-                            counters.send_errors.fetch_add(1, Relaxed);
-                            at += 1;
-                            skip = 0;
-                        }
+                        // Fewer than all: the buffer filled (or the next
+                        // transmit fails, which the next call says).
+                        continue;
                     }
+                    Err(e) if send_buffer_full(&e) => self.tx_blocked = true,
                     Err(_) => {
-                        // The first transmit is lost; QUIC recovers it.
+                        // The first transmit is refused (and the library
+                        // has said why in its stats); QUIC recovers it.
                         counters.send_errors.fetch_add(1, Relaxed);
                         at += 1;
                         skip = 0;
+                        continue;
                     }
                 }
+                break;
             }
-            for t in &ts {
-                counters
-                    .wire_bytes
-                    .fetch_add(t.contents.len() as u64, Relaxed);
-                counters
-                    .datagrams_sent
-                    .fetch_add(t.segments() as u64, Relaxed);
+            // What went out: the whole transmits before `at`, and `skip`
+            // datagrams of the one at `at`.
+            let mut bytes: u64 = 0;
+            let mut datagrams: u64 = 0;
+            for t in &ts[..at] {
+                bytes += t.contents.len() as u64;
+                datagrams += t.segments() as u64;
             }
+            let mut cut = 0;
+            if at < ts.len() && skip > 0 {
+                let left = ts[at].skip_datagrams(skip);
+                cut = ts[at].contents.len() - left.contents.len();
+                bytes += cut as u64;
+                datagrams += skip as u64;
+            }
+            counters.wire_bytes.fetch_add(bytes, Relaxed);
+            counters.datagrams_sent.fetch_add(datagrams, Relaxed);
             drop(ts);
-            let sent: Vec<Pending> = self.pending.drain(..n).collect();
+            if cut > 0 {
+                self.pending[at].start += cut;
+            }
+            let sent: Vec<Pending> = self.pending.drain(..at).collect();
             for p in sent {
                 self.give_buf(p.buf);
             }
         }
         if let Some(zc) = self.zc.as_mut() {
-            for (buf, dest, seg) in self.zc_pending.drain(..) {
+            let mut kept = Vec::new();
+            for p in self.zc_pending.drain(..) {
+                if self.tx_blocked {
+                    kept.push(p);
+                    continue;
+                }
                 let (len, segs) = (
-                    buf.len() as u64,
-                    seg.map_or(1, |s| buf.len().div_ceil(s)) as u64,
+                    p.len as u64,
+                    p.segment.map_or(1, |s| p.len.div_ceil(s)) as u64,
                 );
                 if let Some(b) = self.pacer.as_mut() {
                     b.tokens -= len as f64;
                 }
-                match zc.send(&self.s.tx, dest, buf, seg) {
+                let meta = SendMeta::default()
+                    .with_ecn(p.ecn)
+                    .with_src_ip(p.src_ip)
+                    .with_txtime(p.txtime);
+                match zc.send_with(&self.s.tx, p.dest, p.buf, p.segment, meta) {
                     Ok(()) => {
                         counters.wire_bytes.fetch_add(len, Relaxed);
                         counters.datagrams_sent.fetch_add(segs, Relaxed);
+                    }
+                    Err((e, buf)) if send_buffer_full(&e) => {
+                        // Kept, whole, for the next try (nothing of it
+                        // went out: a cut train is an error of its own).
+                        self.tx_blocked = true;
+                        kept.push(Pending { buf, ..p });
                     }
                     Err((_, b)) => {
                         counters.send_errors.fetch_add(1, Relaxed);
@@ -911,6 +1026,7 @@ impl Worker {
                     }
                 }
             }
+            self.zc_pending = kept;
             let _ = zc.reap(&self.s.tx);
             while let Some(b) = zc.pop_done() {
                 if self.spare.len() < 256 {
@@ -979,8 +1095,11 @@ fn departure(c: &mut Conn, bytes: usize) -> u64 {
     at
 }
 
-/// The earliest video frame due on a connection.
-fn next_frame(c: &Conn) -> Option<Instant> {
+/// The earliest video frame due on a connection after `now`. A frame due
+/// already that could not be written waits for the stream's credit (the
+/// peer's MAX_STREAM_DATA marks the connection to be driven), not for a
+/// timer: a timer in the past would never let the worker sleep.
+fn next_frame(c: &Conn, now: Instant) -> Option<Instant> {
     c.streams
         .values()
         .filter_map(|r| match r {
@@ -991,6 +1110,7 @@ fn next_frame(c: &Conn) -> Option<Instant> {
             }
             _ => None,
         })
+        .filter(|&t| t > now)
         .min()
 }
 
@@ -1001,7 +1121,7 @@ fn read_request(c: &mut Conn, id: StreamId, now: Instant, interval: Duration) {
         return;
     };
     let mut fin = false;
-    let mut reset = false;
+    let mut reset = None;
     if let Ok(mut chunks) = c.conn.recv_stream(id).read(true) {
         loop {
             match chunks.next(hq::MAX_REQUEST + 2 - buf.len().min(hq::MAX_REQUEST + 1)) {
@@ -1016,15 +1136,18 @@ fn read_request(c: &mut Conn, id: StreamId, now: Instant, interval: Duration) {
                     break;
                 }
                 Err(quinn_proto::ReadError::Blocked) => break,
-                Err(quinn_proto::ReadError::Reset(_)) => {
-                    reset = true;
+                Err(quinn_proto::ReadError::Reset(code)) => {
+                    reset = Some(code);
                     break;
                 }
             }
         }
         let _ = chunks.finalize();
     }
-    if reset {
+    if let Some(code) = reset {
+        // The client gave up on its request: the response side closes too
+        // (else the stream would hold one of its 100 slots for ever).
+        let _ = c.conn.send_stream(id).reset(code);
         c.streams.remove(&id);
         return;
     }
