@@ -235,13 +235,16 @@ impl ZeroCopySender {
                     // early are taken back, and only without a completion,
                     // so a buffer is never handed back early.
                     self.tracker.push(None);
+                    // (The socket reads the ICMP errors first: it decides
+                    // on a retry by what it finds in the kernel's queue.)
+                    let again = retries < 4 && state.absorb_async_error(sock.fd(), &e);
                     if before_any_packet(&e) {
                         if let Err(re) = self.reap(sock) {
                             return Err((re, buf));
                         }
                         self.tracker.unpush();
                     }
-                    if retries < 4 && state.absorb_async_error(sock.fd(), &e) {
+                    if again {
                         retries += 1;
                         continue;
                     }
