@@ -689,12 +689,17 @@ pub fn threads_send_while_gso_flips(tx: Socket, rx: Socket, rx_timeout: Duration
     let all = self_checking_trains(THREADS * TRAINS, SEGS, SEG);
     let stop = Arc::new(AtomicBool::new(false));
     let partials = AtomicU64::new(0);
-    // Refused from the first send, so that a run over before the flipper
-    // thread gets going still tests something.
+    // Refused from the first send, and the flipper starts only once that
+    // refusal was seen: a run over before the flipper gets going still
+    // tests something (a flipper that turned the refusal off at once could
+    // let a fast run go through without one).
     set_no_check(&tx, true);
     let flipper = {
         let (tx, stop) = (tx.clone(), stop.clone());
         std::thread::spawn(move || {
+            while !stop.load(Relaxed) && tx.stats().fallbacks.is_empty() {
+                std::thread::sleep(Duration::from_micros(50));
+            }
             let mut on = true;
             while !stop.load(Relaxed) {
                 on = !on;
