@@ -21,7 +21,8 @@ use libfuzzer_sys::fuzz_target;
 
 /// True when `c` is a change `tune --apply` could have made: a listed
 /// sysctl with a C `int` value above 0, a feature tune turns on, 1 to 4096
-/// channels, a `gro_flush_timeout` that fits the kernel's `u32`.
+/// channels, a `gro_flush_timeout` that fits the kernel's `u32`, a
+/// `napi_defer_hard_irqs` that fits its `s32`.
 fn in_range(c: &Change) -> bool {
     match c {
         Change::Sysctl { name, old, new } => {
@@ -34,6 +35,9 @@ fn in_range(c: &Change) -> bool {
             .all(|v| (1..=4096).contains(v)),
         Change::GroFlushTimeout { old, new, .. } => {
             [old, new].iter().all(|&&v| v <= u64::from(u32::MAX))
+        }
+        Change::NapiDeferHardIrqs { old, new, .. } => {
+            [old, new].iter().all(|&&v| v <= i32::MAX as u64)
         }
         Change::Sysfs { .. } => false,
     }
