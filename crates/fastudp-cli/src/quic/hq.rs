@@ -3,7 +3,7 @@
 //! bidirectional stream; `/bytes/N` returns N bytes, `/video/RATE/SECONDS`
 //! streams RATE bytes per second for SECONDS in frames.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The ALPN token.
 pub const ALPN: &[u8] = b"hq-interop";
@@ -158,11 +158,41 @@ impl Frames {
     pub fn total(&self) -> u64 {
         self.bytes * self.count
     }
+
+    /// When frame `k` (from 0) of a stream that started at `start` is due.
+    pub fn due_at(&self, start: Instant, k: u64) -> Instant {
+        start + self.interval * u32::try_from(k).unwrap_or(u32::MAX)
+    }
+
+    /// How many frames are due at `now`: exactly the `k` with
+    /// [`Frames::due_at`]`(start, k) <= now` (in whole nanoseconds, so
+    /// that a frame whose time has come is never counted as not due yet).
+    pub fn due(&self, start: Instant, now: Instant) -> u64 {
+        let elapsed = now.saturating_duration_since(start).as_nanos();
+        let k = elapsed / self.interval.as_nanos().max(1) + 1;
+        u64::try_from(k).unwrap_or(u64::MAX).min(self.count)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A frame is due from the very nanosecond of its time on: what the
+    /// server's timer is set for is what `due` counts.
+    #[test]
+    fn frames_are_due_exactly_at_their_time() {
+        let f = Frames::new(125_000, 10, Duration::from_millis(40));
+        let start = Instant::now();
+        for k in [0u64, 1, 7, 100, 249] {
+            let t = f.due_at(start, k);
+            assert_eq!(f.due(start, t), k + 1, "frame {k}");
+            if k > 0 {
+                assert_eq!(f.due(start, t - Duration::from_nanos(1)), k);
+            }
+        }
+        assert_eq!(f.due(start, start + Duration::from_secs(100)), f.count);
+    }
 
     #[test]
     fn requests() {

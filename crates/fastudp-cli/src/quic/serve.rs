@@ -56,6 +56,8 @@ const ZEROCOPY_MIN: usize = 16 * 1024;
 /// The longest a worker sleeps without looking at its forwarding channel
 /// and the stop flag.
 const MAX_WAIT: Duration = Duration::from_millis(10);
+/// The send socket's buffer, bytes.
+const SEND_BUFFER: usize = 4 << 20;
 /// How long a worker whose send socket is full waits before it tries again.
 const BLOCKED_WAIT: Duration = Duration::from_millis(1);
 /// How long a stopping server waits for its connections to close.
@@ -406,7 +408,10 @@ fn send_socket(addr: SocketAddr) -> Result<Socket, Failure> {
         Ok(s)
     })
     .map_err(|e| Failure::usage(format!("send socket on {addr}: {e}")))?;
-    Socket::from_std_with(s.into(), Config::default())
+    // The socket is non-blocking: a buffer that holds a whole turn's
+    // trains of many connections keeps `EAGAIN` (and the retry calls
+    // after it) rare (capped at net.core.wmem_max without CAP_NET_ADMIN).
+    Socket::from_std_with(s.into(), Config::default().send_buffer(SEND_BUFFER))
         .map_err(|e| Failure::usage(format!("send socket on {addr}: {e}")))
 }
 
@@ -1096,9 +1101,10 @@ fn departure(c: &mut Conn, bytes: usize) -> u64 {
 }
 
 /// The earliest video frame due on a connection after `now`. A frame due
-/// already that could not be written waits for the stream's credit (the
-/// peer's MAX_STREAM_DATA marks the connection to be driven), not for a
-/// timer: a timer in the past would never let the worker sleep.
+/// already (by the same count [`respond`] writes by, so it was offered)
+/// that could not be written waits for the stream's credit (the peer's
+/// MAX_STREAM_DATA marks the connection to be driven), not for a timer: a
+/// timer in the past would never let the worker sleep.
 fn next_frame(c: &Conn, now: Instant) -> Option<Instant> {
     c.streams
         .values()
@@ -1106,7 +1112,7 @@ fn next_frame(c: &Conn, now: Instant) -> Option<Instant> {
             Resp::Video { frames, start, off } => {
                 let sent_frames = off / frames.bytes;
                 (sent_frames < frames.count && off % frames.bytes == 0)
-                    .then(|| *start + frames.interval * sent_frames as u32)
+                    .then(|| frames.due_at(*start, sent_frames))
             }
             _ => None,
         })
@@ -1182,10 +1188,7 @@ fn respond(c: &mut Conn, id: StreamId, now: Instant) -> u64 {
     let (off, limit, total) = match c.streams.get(&id) {
         Some(Resp::Bytes { off, len }) => (*off, *len, *len),
         Some(Resp::Video { frames, start, off }) => {
-            let due = (now.saturating_duration_since(*start).as_secs_f64()
-                / frames.interval.as_secs_f64()) as u64
-                + 1;
-            (*off, due.min(frames.count) * frames.bytes, frames.total())
+            (*off, frames.due(*start, now) * frames.bytes, frames.total())
         }
         _ => return 0,
     };
