@@ -795,6 +795,32 @@ fn aioquic_client_interoperates() {
     }
 }
 
+/// A one-worker server on loopback with a certificate the client can
+/// trust (`tag` names its files), plus `extra` arguments.
+fn serve_one_worker(
+    tag: &str,
+    extra: &[&str],
+) -> (
+    Running,
+    SocketAddr,
+    rustls::pki_types::CertificateDer<'static>,
+) {
+    let (cert, key, der) = cert_files(tag);
+    let mut args = vec![
+        "--listen",
+        "127.0.0.1:0",
+        "--workers",
+        "1",
+        "--cert",
+        &cert,
+        "--key",
+        &key,
+    ];
+    args.extend_from_slice(extra);
+    let (srv, addr) = serve(&args);
+    (srv, addr, der)
+}
+
 /// A client that connects to `addr` (trusting `der`) and runs `f`.
 fn with_connection<F, Fut>(
     addr: SocketAddr,
@@ -826,17 +852,7 @@ fn with_connection<F, Fut>(
 /// leave the connection able to open another stream.
 #[test]
 fn stopped_and_reset_requests_give_their_streams_back() {
-    let (cert, key, der) = cert_files("stop");
-    let (srv, addr) = serve(&[
-        "--listen",
-        "127.0.0.1:0",
-        "--workers",
-        "1",
-        "--cert",
-        &cert,
-        "--key",
-        &key,
-    ]);
+    let (srv, addr, der) = serve_one_worker("stop", &[]);
     with_connection(addr, der, None, |conn| async move {
         for _ in 0..150 {
             let (mut send, mut recv) = conn.open_bi().await.unwrap();
@@ -878,19 +894,7 @@ fn cpu_seconds(pid: u32) -> f64 {
 /// (which took a whole core before).
 #[test]
 fn a_video_stream_blocked_at_a_frame_boundary_lets_the_worker_sleep() {
-    let (cert, key, der) = cert_files("blocked");
-    let (srv, addr) = serve(&[
-        "--listen",
-        "127.0.0.1:0",
-        "--workers",
-        "1",
-        "--cert",
-        &cert,
-        "--key",
-        &key,
-        "--interval",
-        "40",
-    ]);
+    let (srv, addr, der) = serve_one_worker("blocked", &["--interval", "40"]);
     let pid = srv.pid();
     // 26,214,400 B/s in 40 ms frames: 1 MiB a frame, the client's window.
     with_connection(addr, der, Some(1 << 20), |conn| async move {

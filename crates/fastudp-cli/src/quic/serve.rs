@@ -151,6 +151,20 @@ struct Pending {
 }
 
 impl Pending {
+    /// quinn-proto's transmit `t`, written into `buf`.
+    fn new(t: &quinn_proto::Transmit, buf: Vec<u8>, txtime: Option<u64>) -> Self {
+        Pending {
+            buf,
+            start: 0,
+            len: t.size,
+            dest: t.destination,
+            segment: t.segment_size.filter(|&s| s < t.size),
+            ecn: from_quinn_ecn(t.ecn),
+            src_ip: t.src_ip,
+            txtime,
+        }
+    }
+
     /// What is left of it to send.
     fn transmit(&self) -> Transmit<'_> {
         let c = &self.buf[self.start..self.len];
@@ -749,16 +763,7 @@ impl Worker {
 
     /// Queues a transmit, in its buffer, for the end of the turn.
     fn queue(&mut self, t: &quinn_proto::Transmit, buf: Vec<u8>, txtime: Option<u64>) {
-        self.pending.push(Pending {
-            buf,
-            start: 0,
-            len: t.size,
-            dest: t.destination,
-            segment: t.segment_size.filter(|&s| s < t.size),
-            ecn: from_quinn_ecn(t.ecn),
-            src_ip: t.src_ip,
-            txtime,
-        });
+        self.pending.push(Pending::new(t, buf, txtime));
     }
 
     fn fire_timers(&mut self, now: Instant) {
@@ -862,16 +867,7 @@ impl Worker {
                     (self.s.pacing == PacingMode::Kernel).then(|| departure(&mut c, t.size));
                 if self.zc.is_some() && t.size >= ZEROCOPY_MIN {
                     buf.truncate(t.size);
-                    self.zc_pending.push(Pending {
-                        buf,
-                        start: 0,
-                        len: t.size,
-                        dest: t.destination,
-                        segment: t.segment_size.filter(|&s| s < t.size),
-                        ecn: from_quinn_ecn(t.ecn),
-                        src_ip: t.src_ip,
-                        txtime,
-                    });
+                    self.zc_pending.push(Pending::new(&t, buf, txtime));
                 } else {
                     self.queue(&t, buf, txtime);
                 }
