@@ -4,7 +4,7 @@
 //! baseline shares.
 
 use super::hq::{self, Frames, Request};
-use super::stats::{listening, Counters, Reporter};
+use super::stats::{baseline_run, Counters};
 use super::{serve::transport, tls, workers, ServeArgs};
 use crate::{interrupt, Failure};
 use std::sync::atomic::Ordering::Relaxed;
@@ -163,17 +163,8 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
             }
         });
     }
-    listening("quinn", addr, n, a.json);
     let pacing = "quinn's pacer, in user space";
-    let rep = Reporter::new(&counters, "quinn", false);
-    rep.wait(
-        &counters,
-        a.duration,
-        a.stats,
-        a.json,
-        pacing,
-        &std::sync::atomic::AtomicBool::new(false),
-    );
+    let rep = baseline_run(&counters, "quinn", addr, n, &a, pacing);
     ep.close(
         quinn::VarInt::from_u32(hq::CLOSE_SHUTDOWN),
         b"server shutting down",

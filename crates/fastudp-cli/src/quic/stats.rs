@@ -195,6 +195,29 @@ fn print(r: &Report, json: bool) {
     );
 }
 
+/// A baseline stack's run: says where it listens, then prints `--stats`
+/// lines until `--duration` ends or Ctrl-C; the reporter, for the summary.
+pub fn baseline_run(
+    c: &Counters,
+    stack: &'static str,
+    addr: std::net::SocketAddr,
+    workers: usize,
+    a: &super::ServeArgs,
+    pacing: &str,
+) -> Reporter {
+    listening(stack, addr, workers, a.json);
+    let rep = Reporter::new(c, stack, false);
+    rep.wait(
+        c,
+        a.duration,
+        a.stats,
+        a.json,
+        pacing,
+        &AtomicBool::new(false),
+    );
+    rep
+}
+
 /// Prints the line that says where the server listens.
 pub fn listening(stack: &str, addr: std::net::SocketAddr, workers: usize, json: bool) {
     if json {

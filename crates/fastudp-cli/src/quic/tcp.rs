@@ -4,7 +4,7 @@
 //! closes.
 
 use super::quinn_stack::{read_request, respond, runtime, Stream};
-use super::stats::{listening, Counters, Reporter};
+use super::stats::{baseline_run, Counters};
 use super::{tls, workers, ServeArgs};
 use crate::{interrupt, Failure};
 use std::sync::atomic::Ordering::Relaxed;
@@ -86,17 +86,8 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
             }
         });
     }
-    listening("tls-tcp", addr, n, a.json);
     let pacing = "none (TCP: the kernel's congestion control and qdisc)";
-    let rep = Reporter::new(&counters, "tls-tcp", false);
-    rep.wait(
-        &counters,
-        a.duration,
-        a.stats,
-        a.json,
-        pacing,
-        &std::sync::atomic::AtomicBool::new(false),
-    );
+    let rep = baseline_run(&counters, "tls-tcp", addr, n, &a, pacing);
     if let (Some(a), Some(b)) = (retrans0, retrans_segs()) {
         counters.lost_packets.store(b.saturating_sub(a), Relaxed);
     }
