@@ -125,6 +125,8 @@ struct Conn {
     next_departure: u64,
     /// Packets lost, as last counted.
     lost: u64,
+    /// Counted in the worker's handshakes from unvalidated addresses.
+    half_open: bool,
 }
 
 /// A datagram handed from the worker that received it to its owner.
@@ -175,6 +177,13 @@ impl Pending {
         t.with_ecn(self.ecn)
             .with_src_ip(self.src_ip)
             .with_txtime(self.txtime)
+    }
+}
+
+/// Keeps a buffer for reuse, up to 256 of them.
+fn keep_spare(spare: &mut Vec<Vec<u8>>, b: Vec<u8>) {
+    if spare.len() < 256 {
+        spare.push(b);
     }
 }
 
@@ -498,7 +507,7 @@ struct Worker {
     /// `--max-half-open`, new clients get a Retry (as with `--retry`), so a
     /// flood of Initials from spoofed addresses costs a stateless reply
     /// each, not a connection's memory.
-    half_open: std::collections::HashSet<ConnectionHandle>,
+    half_open: usize,
     zc: Option<ZeroCopySender>,
     /// Buffers to reuse.
     spare: Vec<Vec<u8>>,
@@ -556,7 +565,7 @@ impl Worker {
                 .map(|r| Bucket::new(r as f64 / s.workers as f64)),
             zc_pending: Vec::new(),
             tx_blocked: false,
-            half_open: std::collections::HashSet::new(),
+            half_open: 0,
             zc,
             spare: Vec::new(),
             max_train,
@@ -699,7 +708,7 @@ impl Worker {
                     let t = self.endpoint.refuse(incoming, &mut buf);
                     self.s.counters.refused.fetch_add(1, Relaxed);
                     return self.queue(&t, buf, None);
-                } else if (self.s.retry || self.half_open.len() >= self.s.max_half_open)
+                } else if (self.s.retry || self.half_open >= self.s.max_half_open)
                     && !incoming.remote_address_validated()
                     && incoming.may_retry()
                 {
@@ -714,7 +723,7 @@ impl Worker {
                     match self.endpoint.accept(incoming, now, &mut buf, None) {
                         Ok((ch, conn)) => {
                             self.s.counters.accepted.fetch_add(1, Relaxed);
-                            self.half_open.insert(ch);
+                            self.half_open += 1;
                             self.s.counters.connections.fetch_add(1, Relaxed);
                             self.conns.insert(
                                 ch,
@@ -724,6 +733,7 @@ impl Worker {
                                     timer: None,
                                     next_departure: 0,
                                     lost: 0,
+                                    half_open: true,
                                 }),
                             );
                             self.dirty.push(ch);
@@ -756,9 +766,7 @@ impl Worker {
 
     /// Keeps a buffer for reuse (up to a bound).
     fn give_buf(&mut self, b: Vec<u8>) {
-        if self.spare.len() < 256 {
-            self.spare.push(b);
-        }
+        keep_spare(&mut self.spare, b);
     }
 
     /// Queues a transmit, in its buffer, for the end of the turn.
@@ -876,8 +884,9 @@ impl Worker {
                 break;
             }
         }
-        if gone || c.conn.is_drained() || !c.conn.is_handshaking() {
-            self.half_open.remove(&ch);
+        if c.half_open && (gone || c.conn.is_drained() || !c.conn.is_handshaking()) {
+            c.half_open = false;
+            self.half_open -= 1;
         }
         if gone || c.conn.is_drained() {
             if let Some(t) = c.timer {
@@ -930,64 +939,58 @@ impl Worker {
             }
         };
         if n > 0 {
-            let ts: Vec<Transmit<'_>> = self.pending[..n].iter().map(Pending::transmit).collect();
+            let mut ts: Vec<Transmit<'_>> =
+                self.pending[..n].iter().map(Pending::transmit).collect();
             let mut at = 0;
-            let mut skip = 0;
             while at < ts.len() {
-                let first = ts[at].skip_datagrams(skip);
-                let mut rest = vec![first];
-                rest.extend_from_slice(&ts[at + 1..]);
-                match self.s.tx.send(&rest) {
+                match self.s.tx.send(&ts[at..]) {
                     Ok(sent) if sent.transmits == 0 && sent.datagrams == 0 => {
                         self.tx_blocked = true;
+                        break;
                     }
                     Ok(sent) => {
-                        at += sent.transmits;
-                        skip = if sent.transmits == 0 {
-                            skip + sent.datagrams
-                        } else {
-                            sent.datagrams
-                        };
                         // Fewer than all: the buffer filled (or the next
                         // transmit fails, which the next call says).
-                        continue;
+                        at += sent.transmits;
+                        if sent.datagrams > 0 {
+                            ts[at] = ts[at].skip_datagrams(sent.datagrams);
+                        }
                     }
-                    Err(e) if send_buffer_full(&e) => self.tx_blocked = true,
+                    Err(e) if send_buffer_full(&e) => {
+                        self.tx_blocked = true;
+                        break;
+                    }
                     Err(_) => {
                         // The first transmit is refused (and the library
                         // has said why in its stats); QUIC recovers it.
                         counters.send_errors.fetch_add(1, Relaxed);
                         at += 1;
-                        skip = 0;
-                        continue;
                     }
                 }
-                break;
             }
-            // What went out: the whole transmits before `at`, and `skip`
-            // datagrams of the one at `at`.
-            let mut bytes: u64 = 0;
-            let mut datagrams: u64 = 0;
-            for t in &ts[..at] {
-                bytes += t.contents.len() as u64;
-                datagrams += t.segments() as u64;
+            // What is left of the transmit at `at`, if a call cut it.
+            let left = ts.get(at).map(|t| (t.contents.len(), t.segments()));
+            drop(ts);
+            // What went out: the whole transmits before `at`, and the front
+            // of the one at `at`, which keeps only the rest.
+            let (mut bytes, mut datagrams) = (0u64, 0u64);
+            for p in &self.pending[..at] {
+                bytes += (p.len - p.start) as u64;
+                datagrams += p.transmit().segments() as u64;
             }
-            let mut cut = 0;
-            if at < ts.len() && skip > 0 {
-                let left = ts[at].skip_datagrams(skip);
-                cut = ts[at].contents.len() - left.contents.len();
-                bytes += cut as u64;
-                datagrams += skip as u64;
+            if let Some((len, segs)) = left {
+                let p = &mut self.pending[at];
+                let cut = p.len - p.start - len;
+                if cut > 0 {
+                    bytes += cut as u64;
+                    datagrams += (p.transmit().segments() - segs) as u64;
+                    p.start += cut;
+                }
             }
             counters.wire_bytes.fetch_add(bytes, Relaxed);
             counters.datagrams_sent.fetch_add(datagrams, Relaxed);
-            drop(ts);
-            if cut > 0 {
-                self.pending[at].start += cut;
-            }
-            let sent: Vec<Pending> = self.pending.drain(..at).collect();
-            for p in sent {
-                self.give_buf(p.buf);
+            for p in self.pending.drain(..at) {
+                keep_spare(&mut self.spare, p.buf);
             }
         }
         if let Some(zc) = self.zc.as_mut() {
@@ -1021,18 +1024,14 @@ impl Worker {
                     }
                     Err((_, b)) => {
                         counters.send_errors.fetch_add(1, Relaxed);
-                        if self.spare.len() < 256 {
-                            self.spare.push(b);
-                        }
+                        keep_spare(&mut self.spare, b);
                     }
                 }
             }
             self.zc_pending = kept;
             let _ = zc.reap(&self.s.tx);
             while let Some(b) = zc.pop_done() {
-                if self.spare.len() < 256 {
-                    self.spare.push(b);
-                }
+                keep_spare(&mut self.spare, b);
             }
         }
     }
