@@ -103,7 +103,7 @@ impl UdpState {
     /// (or had no memory for) as `ENOBUFS`; without it, the kernel would
     /// count the drop and return success. `send` does as the kernel would:
     /// the dropped datagrams count as done, are reported in
-    /// [`Sent::dropped_locally`] and [`Stats::dropped_locally`], and the
+    /// [`Sent::dropped_locally`] and [`crate::Stats::dropped_locally`], and the
     /// call goes on with the next transmit. So a burst larger than the
     /// queue never fails the call; what did not fit is reported dropped,
     /// and `sent + dropped_locally` is what was offered. A GSO train that
