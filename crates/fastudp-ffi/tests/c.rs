@@ -328,3 +328,34 @@ fn c_api_tests_under_valgrind() {
         ],
     );
 }
+
+/// Sizes out of range (`SIZE_MAX`, 2^40 trains) and allocations that fail
+/// under a memory limit (`RLIMIT_AS`) come back as error codes: the host
+/// program neither aborts nor gets a line on its stderr. Without
+/// sanitizers, which reserve address space of their own.
+#[test]
+fn c_allocation_failures_are_error_codes_and_print_nothing() {
+    if !have(&compiler(), "--version") {
+        return skip(&format!("no C compiler ({} --version failed)", compiler()));
+    }
+    let dir = work("alloc");
+    let exe = dir.join("alloc_test");
+    compile(
+        &repo().join("crates/fastudp-ffi/tests/c/alloc_test.c"),
+        &exe,
+        false,
+    );
+    let o = Command::new(&exe).output().expect("run alloc_test");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        o.status.success(),
+        "alloc_test failed ({}):\n{stdout}\nstderr:\n{stderr}",
+        o.status
+    );
+    assert!(stdout.contains(" passed, 0 failed"), "{stdout}");
+    assert!(
+        stderr.is_empty(),
+        "libfastudp wrote to the host's stderr:\n{stderr}"
+    );
+}

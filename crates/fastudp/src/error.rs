@@ -34,6 +34,15 @@ impl std::fmt::Display for Feature {
     }
 }
 
+/// A buffer the allocator could not give.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("cannot allocate {bytes} bytes")]
+#[non_exhaustive]
+pub struct AllocError {
+    /// The size asked for.
+    pub bytes: usize,
+}
+
 /// A feature the socket turned off, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]

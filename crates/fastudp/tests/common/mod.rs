@@ -387,7 +387,7 @@ pub fn transfer(
         drops: rs.kernel_drops,
         backlog_drops,
         resent_unsegmented: ts.resent_unsegmented,
-        tx_fallbacks: ts.fallbacks.len(),
+        tx_fallbacks: ts.fallbacks_total as usize,
     }
 }
 
@@ -750,7 +750,7 @@ pub fn threads_send_while_gso_flips(tx: Socket, rx: Socket, rx_timeout: Duration
     receiver.join().expect("every datagram exactly once");
     let st = tx.stats();
     let run = FlipRun {
-        fallbacks: st.fallbacks.len(),
+        fallbacks: st.fallbacks_total as usize,
         partials: partials.load(Relaxed),
     };
     eprintln!(
