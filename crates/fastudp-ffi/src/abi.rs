@@ -760,8 +760,13 @@ unsafe fn transmit_of<'a>(t: &fastudp_transmit, i: usize) -> Res<Transmit<'a>> {
 /// socket's features allow (GSO trains, `sendmmsg`), and writes what went
 /// out to `*sent`.
 ///
+/// A full local queue is not an error: the datagrams the qdisc dropped
+/// (`ENOBUFS`) are done, counted in `sent->dropped_locally` and in
+/// `fastudp_stats.dropped_locally`, and the call goes on with the next
+/// transmit, as the kernel would without `IP_RECVERR`.
+///
 /// `FASTUDP_OK` with `sent->transmits < n` means the kernel stopped early
-/// (`EAGAIN` on a non-blocking socket, `ENOBUFS`, or an error on the next
+/// (`EAGAIN` on a non-blocking socket, or an error on the next
 /// transmit, which the next call reports): resume from
 /// `transmits[sent->transmits]`, first advancing its `contents` by
 /// `sent->datagrams * segment_size` bytes if `sent->datagrams` is not 0.
@@ -816,10 +821,12 @@ pub unsafe extern "C" fn fastudp_send(
                 Ok(r) if r.transmits >= k => {
                     done += k;
                     result.transmits = done;
+                    result.dropped_locally += r.dropped_locally;
                 }
                 Ok(r) => {
                     result.transmits = done + r.transmits;
                     result.datagrams = r.datagrams;
+                    result.dropped_locally += r.dropped_locally;
                     break;
                 }
                 // What went out is reported; the next call reports the error.
