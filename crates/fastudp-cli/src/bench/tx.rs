@@ -140,6 +140,17 @@ fn bind_sender(dest: SocketAddr, w: &Workload) -> Result<UdpSocket, String> {
     UdpSocket::bind(at).map_err(|e| format!("bind sender to {at}: {e}"))
 }
 
+/// Says how many datagrams the sending host's own queue dropped (the
+/// library's `ENOBUFS` from a full qdisc, see `fastudp::UdpState::send`):
+/// the run counts them as sent, and the receiver as lost.
+fn note_local_drops(n: u64) {
+    if n > 0 {
+        eprintln!(
+            "fastudp: note: the local queue (qdisc) was full and dropped {n} datagrams (ENOBUFS); they count as sent and lost"
+        );
+    }
+}
+
 fn transient(e: &io::Error) -> bool {
     matches!(
         e.kind(),
@@ -372,6 +383,7 @@ pub fn udp(
     if let Some(f) = &fast {
         let s = f.stats();
         calls = s.send_calls;
+        note_local_drops(s.dropped_locally);
         super::uring::check_tx(t, f)?;
         if !s.fallbacks.is_empty() {
             eprintln!(
@@ -530,6 +542,7 @@ pub fn zerocopy(
     if left > 0 {
         eprintln!("fastudp: warning: {left} zerocopy completions did not arrive within 2 s");
     }
+    note_local_drops(sock.stats().dropped_locally);
     let s = zc.stats();
     Ok(TxOutcome {
         datagrams: dgrams,
