@@ -128,7 +128,9 @@ impl Coalescer {
     /// Sets how many trains are queued before a push flushes them.
     pub fn with_max_trains(mut self, n: usize) -> Self {
         self.max_trains = n.max(1);
-        self.trains.reserve(self.max_trains);
+        // The queue grows as trains come: reserving a caller's huge bound
+        // up front would abort the process.
+        self.trains.reserve(self.max_trains.min(1024));
         self
     }
 
@@ -228,6 +230,9 @@ impl Coalescer {
     }
 
     /// Sends every queued train. Returns the number of datagrams sent.
+    /// Datagrams the local queue dropped (`ENOBUFS`, see
+    /// [`crate::UdpState::send`]) leave the queue as done, are not in that
+    /// number, and are counted in [`crate::Stats::dropped_locally`].
     ///
     /// On a non-blocking socket the kernel may take only some: the rest stay
     /// queued, in order, for the next flush. An error means nothing was sent
@@ -253,7 +258,8 @@ impl Coalescer {
             );
             match r {
                 Ok(sent) => {
-                    total += self.consume(sent.transmits, sent.datagrams);
+                    // Datagrams a full local queue dropped are done too.
+                    total += self.consume(sent.transmits, sent.datagrams) - sent.dropped_locally;
                     if !self.trains.is_empty() {
                         break;
                     }

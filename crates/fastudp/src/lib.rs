@@ -275,11 +275,12 @@ mod zerocopy;
 
 pub use caps::{Capabilities, Disabled, DISABLE_ENV, FEATURE_NAMES};
 pub use coalesce::{Coalescer, DEFAULT_MTU};
-pub use error::{ConfigError, Error, FallbackEvent, Feature};
+pub use error::{AllocError, ConfigError, Error, FallbackEvent, Feature};
 pub use reuseport::{ReuseportGroup, Steering, MAX_STEERING_OFFSET};
 pub use socket::{
     Config, RecvBatch, RecvMeta, Sent, Socket, Stats, Transmit, UdpIo, UdpState, DEFAULT_GSO_RETRY,
-    DEFAULT_MESSAGE_CAPACITY, DEFAULT_RECV_BUDGET, DEFAULT_SPLIT_WAIT, MAX_GSO_RETRY,
+    DEFAULT_MESSAGE_CAPACITY, DEFAULT_RECV_BUDGET, DEFAULT_SPLIT_WAIT, FALLBACK_EVENTS_KEPT,
+    MAX_GSO_RETRY,
 };
 pub use wire::cmsg::CmsgError;
 pub use wire::control::EcnCodepoint;

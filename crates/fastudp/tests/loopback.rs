@@ -351,3 +351,32 @@ fn a_refusal_gso_is_not_to_blame_for_leaves_gso_on() {
     assert!(t.stats().fallbacks.is_empty(), "{:?}", t.stats().fallbacks);
     assert!(t.max_gso_segments() > 1, "GSO stays on");
 }
+
+/// An IPv4 socket cannot reach an IPv6 address, a v4-mapped one included
+/// (the kernel answers `EAFNOSUPPORT` to a `sockaddr_in6` there): the send
+/// is refused before any syscall with the typed address-family error,
+/// naming the transmit, and nothing of the batch goes out.
+#[test]
+fn v4_mapped_destination_on_an_ipv4_socket_is_a_typed_error() {
+    let t = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let r = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let to = r.local_addr().unwrap();
+    let mapped = SocketAddr::new(
+        std::net::Ipv4Addr::LOCALHOST.to_ipv6_mapped().into(),
+        to.port(),
+    );
+    let e = t
+        .send(&[
+            Transmit::new(to, b"first"),
+            Transmit::new(mapped, b"mapped"),
+        ])
+        .unwrap_err();
+    assert!(
+        matches!(e, fastudp::Error::AddressFamily { index: 1, destination } if destination == mapped),
+        "{e:?}"
+    );
+    assert_eq!(t.stats().send_calls, 0, "nothing of the batch was sent");
+    let mut c = fastudp::Coalescer::new();
+    let e = c.push(&t, mapped, b"mapped").unwrap_err();
+    assert!(matches!(e, fastudp::Error::AddressFamily { .. }), "{e:?}");
+}

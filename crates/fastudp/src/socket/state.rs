@@ -11,7 +11,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// How long a train sent one datagram at a time (GSO off) on a *blocking*
@@ -158,6 +158,11 @@ pub struct Stats {
     pub recv_messages: u64,
     /// Datagrams resent one by one after a GSO send failed.
     pub resent_unsegmented: u64,
+    /// Datagrams the local host dropped instead of sending: the kernel
+    /// answered `ENOBUFS` because the device's queue (qdisc) was full or it
+    /// had no memory for them. Each send call reports its own in
+    /// [`crate::Sent::dropped_locally`]; see [`UdpState::send`].
+    pub dropped_locally: u64,
     /// Messages received with `MSG_TRUNC`: the buffer was too small and the
     /// tail of the message was lost.
     pub truncated: u64,
@@ -179,8 +184,31 @@ pub struct Stats {
     pub errors_lost: u64,
     /// Times GSO was tried again after a refusal had turned it off.
     pub gso_retries: u64,
-    /// Every feature the socket turned off at run time, and why.
-    pub fallbacks: Vec<FallbackEvent>,
+    /// The most recent features the socket turned off at run time, and
+    /// why: at most [`FALLBACK_EVENTS_KEPT`] events, oldest first. A path
+    /// whose GSO refusals come and go records one event per refusal, so
+    /// older events are only counted ([`Stats::fallbacks_total`]). Shared:
+    /// [`UdpState::stats`] does not copy them.
+    pub fallbacks: Arc<[FallbackEvent]>,
+    /// Fallback events recorded since the socket was made, including those
+    /// no longer kept in [`Stats::fallbacks`].
+    pub fallbacks_total: u64,
+}
+
+/// How many recent fallback events a socket keeps ([`Stats::fallbacks`]);
+/// older ones are counted in [`Stats::fallbacks_total`] only, so a socket's
+/// memory stays bounded however often a path flaps.
+pub const FALLBACK_EVENTS_KEPT: usize = 32;
+
+/// The recent fallback events of a socket and how many there were.
+#[derive(Debug, Default)]
+struct FallbackLog {
+    /// The last [`FALLBACK_EVENTS_KEPT`] events, oldest first; replaced
+    /// (copied) on each new event, which is rare, so that a snapshot is
+    /// a reference count.
+    recent: Arc<[FallbackEvent]>,
+    /// Events recorded so far.
+    total: u64,
 }
 
 /// What fastudp knows and keeps about one UDP socket: capabilities,
@@ -206,6 +234,8 @@ pub struct Stats {
 /// while k < ts.len() {
 ///     match state.send(&sock, &ts[k..]) {
 ///         Ok(sent) => {
+///             // Datagrams a full local queue dropped are done too
+///             // (`sent.dropped_locally`): they are not sent again.
 ///             k += sent.transmits;
 ///             if sent.datagrams > 0 {
 ///                 // A train sent one datagram at a time stopped part-way.
@@ -245,7 +275,7 @@ pub struct UdpState {
     pub(super) ecn: AtomicBool,
     pub(super) txtime: AtomicBool,
     pub(super) c: Counters,
-    fallbacks: Mutex<Vec<FallbackEvent>>,
+    fallbacks: Mutex<FallbackLog>,
     pub(super) errors: Mutex<ErrorRing>,
     /// The io_uring backend, when on.
     #[cfg(all(feature = "uring", target_os = "linux"))]
@@ -260,6 +290,7 @@ pub(super) struct Counters {
     pub recv_calls: AtomicU64,
     pub recv_messages: AtomicU64,
     pub resent: AtomicU64,
+    pub dropped_locally: AtomicU64,
     pub truncated: AtomicU64,
     pub ctruncated: AtomicU64,
     pub ecn_marked: AtomicU64,
@@ -370,7 +401,7 @@ impl UdpState {
             ecn: AtomicBool::new(ecn),
             txtime: AtomicBool::new(false),
             c: Counters::default(),
-            fallbacks: Mutex::new(Vec::new()),
+            fallbacks: Mutex::new(FallbackLog::default()),
             errors: Mutex::new(ErrorRing::default()),
             #[cfg(all(feature = "uring", target_os = "linux"))]
             uring: None,
@@ -583,13 +614,19 @@ impl UdpState {
 
     /// Counters and fallback events so far (`sock` for the kernel's drop
     /// counter).
+    /// Cheap: the recent fallback events are shared, not copied.
     pub fn stats(&self, sock: impl AsFd) -> Stats {
+        let (fallbacks, fallbacks_total) = {
+            let log = self.fallbacks.lock().unwrap_or_else(|p| p.into_inner());
+            (log.recent.clone(), log.total)
+        };
         Stats {
             send_calls: self.c.send_calls.load(Relaxed),
             send_messages: self.c.send_messages.load(Relaxed),
             recv_calls: self.c.recv_calls.load(Relaxed),
             recv_messages: self.c.recv_messages.load(Relaxed),
             resent_unsegmented: self.c.resent.load(Relaxed),
+            dropped_locally: self.c.dropped_locally.load(Relaxed),
             truncated: self.c.truncated.load(Relaxed),
             control_truncated: self.c.ctruncated.load(Relaxed),
             recv_ecn_marked: self.c.ecn_marked.load(Relaxed),
@@ -598,7 +635,8 @@ impl UdpState {
             async_errors: self.c.async_errors.load(Relaxed),
             errors_lost: self.errors.lock().map(|r| r.lost()).unwrap_or(0),
             gso_retries: self.c.gso_retries.load(Relaxed),
-            fallbacks: self.fallbacks.lock().map(|v| v.clone()).unwrap_or_default(),
+            fallbacks,
+            fallbacks_total,
         }
     }
 
@@ -609,13 +647,20 @@ impl UdpState {
     }
 
     pub(crate) fn record(&self, feature: Feature, errno: Option<i32>, reason: String) {
-        if let Ok(mut v) = self.fallbacks.lock() {
-            v.push(FallbackEvent {
-                feature,
-                errno,
-                reason,
-            });
-        }
+        let mut log = self.fallbacks.lock().unwrap_or_else(|p| p.into_inner());
+        let keep = log.recent.len().min(FALLBACK_EVENTS_KEPT - 1);
+        let from = log.recent.len() - keep;
+        let ev = FallbackEvent {
+            feature,
+            errno,
+            reason,
+        };
+        log.recent = log.recent[from..]
+            .iter()
+            .cloned()
+            .chain(std::iter::once(ev))
+            .collect();
+        log.total += 1;
     }
 
     /// Turns GSO off for `dest`'s address family after `dest` refused it,

@@ -387,7 +387,7 @@ pub fn transfer(
         drops: rs.kernel_drops,
         backlog_drops,
         resent_unsegmented: ts.resent_unsegmented,
-        tx_fallbacks: ts.fallbacks.len(),
+        tx_fallbacks: ts.fallbacks_total as usize,
     }
 }
 
@@ -441,7 +441,14 @@ pub fn skip(why: impl std::fmt::Display) {
     if std::env::var("FASTUDP_REQUIRE_PRIVILEGED_TESTS").as_deref() == Ok("1") {
         panic!("{test} cannot run: {why} (FASTUDP_REQUIRE_PRIVILEGED_TESTS=1 forbids skipping)");
     }
-    eprintln!("skipping {test}: {why}");
+    // Straight to the process's standard error, past the harness's capture
+    // (which takes only `print!`/`eprint!`): `cargo test` shows the line
+    // among the results without `--nocapture`.
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "SKIPPED {test}: {why} (FASTUDP_REQUIRE_PRIVILEGED_TESTS=1 makes this a failure)"
+    );
 }
 
 pub fn netns_unavailable() -> Option<String> {
@@ -743,7 +750,7 @@ pub fn threads_send_while_gso_flips(tx: Socket, rx: Socket, rx_timeout: Duration
     receiver.join().expect("every datagram exactly once");
     let st = tx.stats();
     let run = FlipRun {
-        fallbacks: st.fallbacks.len(),
+        fallbacks: st.fallbacks_total as usize,
         partials: partials.load(Relaxed),
     };
     eprintln!(
