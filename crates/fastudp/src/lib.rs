@@ -216,7 +216,7 @@
 //! |---|---|---|
 //! | `tokio` | `tokio::UdpSocket`: the core as `async` calls on tokio's reactor | stable |
 //! | `quinn` | `quinn::Socket`: fastudp as the UDP socket of the quinn QUIC stack (implies `tokio`) | stable |
-//! | `uring` | `uring`: an io_uring backend for the same sockets (Linux; elsewhere nothing) | stable |
+//! | `uring` | `uring`: an io_uring backend for the same sockets (Linux; elsewhere nothing) | new: may still change |
 //! | `unstable-tools` | `host`, `raw`, `os`, `wire`: what the `fastudp` command and the benchmarks share | **unstable**: may change in any release |
 //!
 //! Each feature-gated item is marked with its feature in this
