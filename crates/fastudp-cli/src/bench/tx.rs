@@ -183,7 +183,7 @@ fn peer_gone(
 ) -> Result<(), String> {
     while let Ok(Some(e)) = state.recv_error(sock) {
         if let fastudp::SocketError::Unreachable { destination, .. } = e {
-            let to_dest = destination.map_or(true, |d| {
+            let to_dest = destination.is_none_or(|d| {
                 d.ip().to_canonical() == dest.ip().to_canonical() && d.port() == dest.port()
             });
             if to_dest {
