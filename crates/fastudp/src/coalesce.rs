@@ -230,6 +230,9 @@ impl Coalescer {
     }
 
     /// Sends every queued train. Returns the number of datagrams sent.
+    /// Datagrams the local queue dropped (`ENOBUFS`, see
+    /// [`crate::UdpState::send`]) leave the queue as done, are not in that
+    /// number, and are counted in [`crate::Stats::dropped_locally`].
     ///
     /// On a non-blocking socket the kernel may take only some: the rest stay
     /// queued, in order, for the next flush. An error means nothing was sent
@@ -255,7 +258,8 @@ impl Coalescer {
             );
             match r {
                 Ok(sent) => {
-                    total += self.consume(sent.transmits, sent.datagrams);
+                    // Datagrams a full local queue dropped are done too.
+                    total += self.consume(sent.transmits, sent.datagrams) - sent.dropped_locally;
                     if !self.trains.is_empty() {
                         break;
                     }

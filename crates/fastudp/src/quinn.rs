@@ -35,7 +35,11 @@
 //! returns an error other than `WouldBlock`, so, like quinn's own socket,
 //! a send that fails for another reason (a probe over the path MTU, an
 //! unreachable destination) is reported as sent and left to QUIC's loss
-//! recovery; each one is counted ([`Socket::send_errors`]). ICMP errors
+//! recovery; each one is counted ([`Socket::send_errors`]). Datagrams a
+//! full local queue drops (`ENOBUFS`) are done as well, as the kernel
+//! would report them without `IP_RECVERR`: quinn sees them as sent, and
+//! its loss recovery and congestion control see them lost. They are
+//! counted in [`Stats::dropped_locally`]. ICMP errors
 //! are read into the error queue ([`crate::UdpState::recv_error`]), not
 //! returned by receives.
 //!

@@ -146,7 +146,9 @@ impl UdpSocket {
     }
 
     /// Sends every transmit, waiting whenever the socket is full. Returns
-    /// the number of datagrams sent. On an error, the transmits before the
+    /// the number of datagrams sent: datagrams a full local queue dropped
+    /// (see [`UdpState::send`]) are done, not in that number, and counted
+    /// in [`Stats::dropped_locally`]. On an error, the transmits before the
     /// one that failed went out, and the error names it (its index in
     /// `transmits`).
     pub async fn send_all(&self, transmits: &[Transmit<'_>]) -> Result<usize, Error> {
@@ -157,19 +159,15 @@ impl UdpSocket {
                 let rest = transmits[k].skip_datagrams(skip);
                 let sent = self.send(&[rest]).await.map_err(|e| e.at(k))?;
                 if sent.transmits == 1 {
-                    datagrams += rest.segments();
+                    datagrams += rest.segments() - sent.dropped_locally;
                     (k, skip) = (k + 1, 0);
                 } else {
-                    datagrams += sent.datagrams;
+                    datagrams += sent.datagrams - sent.dropped_locally;
                     skip += sent.datagrams;
                 }
             } else {
                 let sent = self.send(&transmits[k..]).await.map_err(|e| e.at(k))?;
-                datagrams += transmits[k..k + sent.transmits]
-                    .iter()
-                    .map(Transmit::segments)
-                    .sum::<usize>()
-                    + sent.datagrams;
+                datagrams += sent.datagrams_done(&transmits[k..]) - sent.dropped_locally;
                 k += sent.transmits;
                 skip = sent.datagrams;
             }

@@ -583,7 +583,10 @@ impl UringZeroCopySender {
     /// if the ring itself failed while the kernel held the buffer: that one
     /// is kept, and leaked at teardown if never released). A train the
     /// socket cannot send with GSO now, or one the path refuses, goes
-    /// through the socket's own (copying) send and its fallbacks.
+    /// through the socket's own (copying) send and its fallbacks. A send
+    /// the local queue dropped (`ENOBUFS`) is done, not an error, as in
+    /// [`crate::UdpState::send`]: counted in
+    /// [`ZeroCopyStats::dropped_locally`], its buffer free at once.
     pub fn send(
         &mut self,
         sock: &impl UdpIo,
@@ -637,6 +640,17 @@ impl UringZeroCopySender {
                         buf = b;
                         let _ = self.ring.wait(Duration::from_millis(10), &mut self.done);
                         self.collect();
+                    }
+                    Ok(Err((e, Some(b)))) if e.raw_os_error() == Some(libc::ENOBUFS) => {
+                        // The local queue dropped the packet (a ring
+                        // zerocopy send has no optmem limit): done, as in
+                        // `UdpState::send`; the buffer is free again.
+                        self.stats.sends += 1;
+                        self.stats.zerocopy_sends += 1;
+                        self.stats.dropped_locally += segments as u64;
+                        state.dropped_locally(segments, &mut 0);
+                        self.ready.push_back(b);
+                        return Ok(());
                     }
                     Ok(Err((e, Some(b))))
                         if segments > 1

@@ -36,6 +36,11 @@ pub struct ZeroCopyStats {
     pub copied: u64,
     /// Times `ENOBUFS` (optmem exhausted) made the sender reap and retry.
     pub enobufs_retries: u64,
+    /// Datagrams of sends the local queue dropped (`ENOBUFS` after the
+    /// kernel built the packet): the send counts as done, as in
+    /// [`crate::UdpState::send`], and the buffer comes back when its
+    /// completion does. Also in [`crate::Stats::dropped_locally`].
+    pub dropped_locally: u64,
     /// Why the sender switched to copying, if it did.
     pub fallback: Option<FallbackEvent>,
 }
@@ -150,11 +155,17 @@ impl ZeroCopySender {
     /// than it. The sender keeps the buffer until its completion.
     ///
     /// On error the buffer comes back with it, unsent (for
-    /// [`Error::PartialTrain`], partly sent). `ENOBUFS` (too many zerocopy
-    /// sends outstanding for `net.core.optmem_max`) is handled here on a
-    /// blocking socket: the sender waits for completions and retries, for
-    /// up to a second. A non-blocking socket never waits: `ENOBUFS` comes
-    /// back at once, to be retried after [`ZeroCopySender::reap`].
+    /// [`Error::PartialTrain`], partly sent). `ENOBUFS` means one of two
+    /// things, which the completion queue tells apart. Too many zerocopy
+    /// sends outstanding for `net.core.optmem_max` (no completion id was
+    /// used) is handled here on a blocking socket: the sender waits for
+    /// completions and retries, for up to a second. A non-blocking socket
+    /// never waits: `ENOBUFS` comes back at once, to be retried after
+    /// [`ZeroCopySender::reap`]. A full local queue that dropped the packet
+    /// (its id completed before the call returned) is not an error: the
+    /// send is done, its datagrams are counted in
+    /// [`ZeroCopyStats::dropped_locally`], and the buffer comes back
+    /// through [`ZeroCopySender::pop_done`] like any other.
     pub fn send(
         &mut self,
         sock: &impl UdpIo,
@@ -196,6 +207,32 @@ impl ZeroCopySender {
                     self.stats.sends += 1;
                     self.stats.zerocopy_sends += 1;
                     self.tracker.push(Some(buf));
+                    return Ok(());
+                }
+                // ENOBUFS from a full local queue comes after the kernel
+                // built the packet: its completion id is used, and the
+                // completion was queued before the call returned.
+                Err(e)
+                    if e.raw_os_error() == Some(libc::ENOBUFS) && {
+                        match self.dropped_by_queue(sock) {
+                            Ok(d) => d,
+                            Err(re) => return Err((re, buf)),
+                        }
+                    } =>
+                {
+                    let segments = t.segments();
+                    self.stats.sends += 1;
+                    self.stats.zerocopy_sends += 1;
+                    self.stats.dropped_locally += segments as u64;
+                    state.dropped_locally(segments, &mut 0);
+                    // The kernel is done with the buffer: it goes back in
+                    // send order.
+                    if let Err(b) = self.tracker.set_last(Some(buf)) {
+                        self.ready.extend(b);
+                    }
+                    while let Some(b) = self.tracker.pop_done() {
+                        self.ready.extend(b);
+                    }
                     return Ok(());
                 }
                 // ENOBUFS (optmem) and EAGAIN come before the kernel takes a
@@ -258,6 +295,17 @@ impl ZeroCopySender {
                 }
             }
         }
+    }
+
+    /// After `ENOBUFS` from a zerocopy send: true when the kernel had taken
+    /// a completion id (it built the packet, and the local queue dropped
+    /// it: the completion is already queued), false when it refused before
+    /// (optmem exhausted: the id is taken back).
+    fn dropped_by_queue(&mut self, sock: &impl UdpIo) -> Result<bool, Error> {
+        self.tracker.push(None);
+        let r = self.reap(sock);
+        let taken_back = self.tracker.unpush().is_some();
+        r.map(|_| !taken_back)
     }
 
     /// A plain, copying send: the buffer is free as soon as it returns.

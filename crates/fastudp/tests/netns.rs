@@ -3,7 +3,7 @@
 
 mod common;
 use common::*;
-use fastudp::{Config, Feature, Socket, Transmit};
+use fastudp::{Config, Feature, RecvBatch, Socket, Transmit};
 use std::net::SocketAddr;
 
 fn sockets(p: &VethPair, rx_gro: bool) -> (Socket, Socket, SocketAddr) {
@@ -531,4 +531,269 @@ fn coalescer_survives_an_mtu_that_shrinks_mid_run() {
     }
     let want: std::collections::BTreeSet<u64> = (0..20).chain(40..80).collect();
     assert_eq!(seen, want);
+}
+
+/// One shape of burst offered to a full queue.
+#[derive(Debug, Clone, Copy)]
+enum Burst {
+    /// Single datagrams, many per `sendmmsg`.
+    Datagrams,
+    /// GSO trains.
+    Trains,
+    /// Trains sent one datagram at a time (GSO off).
+    Split,
+}
+
+/// Offers `burst` to the state's `send` on `sock` all at once, faster than
+/// the qdisc drains, and checks what comes back: the call never fails
+/// hard, every datagram is done (sent or dropped locally) once, the drops
+/// are counted in `Sent` and `Stats`, and the receiver gets exactly the
+/// datagrams reported sent. Returns the datagrams dropped locally.
+fn offer_burst(
+    p: &VethPair,
+    rx: &Socket,
+    dest: SocketAddr,
+    burst: Burst,
+    nonblocking: bool,
+) -> usize {
+    const SEG: usize = 1200;
+    let (trains, segs) = match burst {
+        Burst::Datagrams => (2000, 1),
+        Burst::Trains | Burst::Split => (300, 8),
+    };
+    let mut cfg = Config::default().send_buffer(8 << 20);
+    if matches!(burst, Burst::Split) {
+        cfg = cfg.disabled(fastudp::Disabled::parse("gso").unwrap());
+    }
+    let sock = std_bind_in(&p.a, SocketAddr::new(p.addr_a.into(), 0));
+    sock.set_nonblocking(nonblocking).unwrap();
+    let state = fastudp::UdpState::new(&sock, cfg).unwrap();
+    let bufs = self_checking_trains(trains, segs, SEG);
+    let ts: Vec<Transmit<'_>> = bufs
+        .iter()
+        .map(|b| {
+            if segs > 1 {
+                Transmit::train(dest, b, SEG)
+            } else {
+                Transmit::new(dest, b)
+            }
+        })
+        .collect();
+    let total = trains * segs;
+    let (mut k, mut skip) = (0, 0);
+    let (mut done, mut dropped, mut blocked) = (0, 0, 0);
+    let start = std::time::Instant::now();
+    while k < trains {
+        assert!(start.elapsed().as_secs() < 30, "{burst:?}: stalled at {k}");
+        let rest = [ts[k].skip_datagrams(skip)];
+        let offered: &[Transmit<'_>] = if skip > 0 { &rest } else { &ts[k..] };
+        match state.send(&sock, offered) {
+            Ok(s) => {
+                assert!(s.dropped_locally <= s.datagrams_done(offered));
+                done += s.datagrams_done(offered);
+                dropped += s.dropped_locally;
+                if s.transmits > 0 {
+                    (k, skip) = (k + s.transmits, 0);
+                }
+                skip += s.datagrams;
+            }
+            Err(e) if e.is_would_block() && nonblocking => {
+                blocked += 1;
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            Err(e) => panic!("{burst:?} (non-blocking: {nonblocking}): send failed: {e}"),
+        }
+    }
+    let stats = state.stats(&sock);
+    eprintln!(
+        "{burst:?} (non-blocking: {nonblocking}): offered {total}, dropped locally {dropped}, would-block {blocked}, {} send calls",
+        stats.send_calls
+    );
+    assert_eq!(
+        done, total,
+        "{burst:?}: every datagram is done exactly once"
+    );
+    assert_eq!(
+        stats.dropped_locally, dropped as u64,
+        "{burst:?}: Stats and Sent agree"
+    );
+    assert!(
+        dropped > 0,
+        "{burst:?}: the queue never overflowed: the test proved nothing"
+    );
+    assert!(dropped < total, "{burst:?}: nothing was sent");
+    // What was reported sent arrives, once each; what was reported dropped
+    // does not.
+    let sent = (total - dropped) as u64;
+    let mut checker = Checker::uniform(total as u64, SEG);
+    let mut b = RecvBatch::new(64);
+    rx.as_std()
+        .set_read_timeout(Some(std::time::Duration::from_millis(1500)))
+        .unwrap();
+    while checker.received < sent {
+        match rx.recv(&mut b) {
+            Ok(_) => b.datagrams().for_each(|(_, d)| checker.check(d)),
+            Err(_) => break,
+        }
+    }
+    let drops = rx.stats().kernel_drops;
+    assert_eq!(
+        checker.received + drops,
+        sent,
+        "{burst:?}: {sent} reported sent, {} received, {drops} dropped by the receiver",
+        checker.received
+    );
+    dropped
+}
+
+/// A full local qdisc makes the kernel answer `ENOBUFS` (fastudp sets
+/// `IP_RECVERR`). A burst larger than the queue never fails the send: the
+/// datagrams the queue dropped are reported in `Sent::dropped_locally` and
+/// `Stats`, and sent plus dropped is what was offered.
+fn full_qdisc(tag: &str, n: u8, nonblocking: bool) {
+    if let Some(why) = netns_unavailable() {
+        skip(why);
+        return;
+    }
+    let p = VethPair::new(tag, n);
+    // A bucket that passes a GSO train whole, and a 32 KiB queue behind it.
+    must(&format!(
+        "ip netns exec {} tc qdisc add dev va root tbf rate 20mbit burst 64kb limit 32kb",
+        p.a
+    ));
+    let mut rc = rx_config(RxMode::Recvmmsg);
+    rc.recv_buffer = Some(16 << 20);
+    let rx = p.bind(&p.b, SocketAddr::new(p.addr_b.into(), 0), rc);
+    let dest = rx.local_addr().unwrap();
+    for burst in [Burst::Datagrams, Burst::Trains, Burst::Split] {
+        offer_burst(&p, &rx, dest, burst, nonblocking);
+    }
+    zerocopy_burst(&p, &rx, dest, nonblocking);
+}
+
+/// The same burst through `MSG_ZEROCOPY`: a send the full queue dropped
+/// used its completion id, so it is done (counted dropped), not the
+/// optmem `ENOBUFS` that is retried; every buffer comes back once, and the
+/// receiver gets exactly the sends reported sent.
+fn zerocopy_burst(p: &VethPair, rx: &Socket, dest: SocketAddr, nonblocking: bool) {
+    const SEG: usize = 1200;
+    const N: usize = 2000;
+    let tx = p.bind(
+        &p.a,
+        SocketAddr::new(p.addr_a.into(), 0),
+        Config::default().send_buffer(8 << 20),
+    );
+    tx.as_std().set_nonblocking(nonblocking).unwrap();
+    let mut zc = match fastudp::ZeroCopySender::new(&tx) {
+        Ok(zc) => zc.adaptive(false),
+        Err(e) => {
+            skip(format!("MSG_ZEROCOPY unavailable: {e}"));
+            return;
+        }
+    };
+    let bufs = self_checking_trains(N, 1, SEG);
+    let (mut next, mut blocked) = (0, 0);
+    let start = std::time::Instant::now();
+    let mut bufs = bufs.into_iter();
+    let mut pending = bufs.next();
+    while let Some(b) = pending.take() {
+        assert!(
+            start.elapsed().as_secs() < 30,
+            "zerocopy: stalled at {next}"
+        );
+        match zc.send(&tx, dest, b, None) {
+            Ok(()) => {
+                next += 1;
+                pending = bufs.next();
+            }
+            Err((e, b))
+                if e.is_would_block()
+                    || matches!(&e, fastudp::Error::Io(io) if io.raw_os_error() == Some(libc::ENOBUFS)) =>
+            {
+                // optmem exhausted (or the socket full): reap and retry.
+                assert!(nonblocking, "a blocking zerocopy send failed: {e}");
+                blocked += 1;
+                zc.wait(&tx, std::time::Duration::from_millis(10)).unwrap();
+                pending = Some(b);
+            }
+            Err((e, _)) => panic!("zerocopy (non-blocking: {nonblocking}): send failed: {e}"),
+        }
+    }
+    assert_eq!(zc.drain(&tx, std::time::Duration::from_secs(5)).unwrap(), 0);
+    let mut back = 0;
+    while zc.pop_done().is_some() {
+        back += 1;
+    }
+    let st = zc.stats();
+    let dropped = st.dropped_locally as usize;
+    eprintln!(
+        "zerocopy (non-blocking: {nonblocking}): offered {N}, dropped locally {dropped}, optmem retries {}, would-block {blocked}",
+        st.enobufs_retries
+    );
+    assert_eq!(back, N, "every buffer comes back once");
+    assert_eq!(tx.stats().dropped_locally, dropped as u64);
+    assert!(
+        dropped > 0,
+        "zerocopy: the queue never overflowed: the test proved nothing"
+    );
+    let sent = (N - dropped) as u64;
+    let mut checker = Checker::uniform(N as u64, SEG);
+    let mut b = RecvBatch::new(64);
+    while checker.received < sent {
+        match rx.recv(&mut b) {
+            Ok(_) => b.datagrams().for_each(|(_, d)| checker.check(d)),
+            Err(_) => break,
+        }
+    }
+    let drops = rx.stats().kernel_drops;
+    assert_eq!(
+        checker.received + drops,
+        sent,
+        "zerocopy: {sent} reported sent, {} received, {drops} dropped by the receiver",
+        checker.received
+    );
+}
+
+#[test]
+fn full_qdisc_drops_are_reported_not_errors_blocking() {
+    full_qdisc("qfullb", 12, false);
+}
+
+#[test]
+fn full_qdisc_drops_are_reported_not_errors_nonblocking() {
+    full_qdisc("qfulln", 13, true);
+}
+
+/// A namespace test that cannot run here says so where `cargo test`
+/// shows it without `--nocapture` (not a silent `ok`), and fails under
+/// `FASTUDP_REQUIRE_PRIVILEGED_TESTS=1`. Shown by running one in a child
+/// of this test binary with no `ip` or `ethtool` on its `PATH`.
+#[test]
+fn a_test_without_its_tools_says_so_and_fails_in_ci() {
+    let me = std::env::current_exe().expect("the test binary");
+    let run = |require: bool| {
+        let mut c = std::process::Command::new(&me);
+        c.args(["gro_receiver_through_a_cutting_veth", "--exact"])
+            .env("PATH", "/nonexistent");
+        if require {
+            c.env("FASTUDP_REQUIRE_PRIVILEGED_TESTS", "1");
+        } else {
+            c.env_remove("FASTUDP_REQUIRE_PRIVILEGED_TESTS");
+        }
+        c.output().expect("run the test binary")
+    };
+    let o = run(false);
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert!(o.status.success(), "{out}\n{err}");
+    assert!(
+        err.contains("SKIPPED gro_receiver_through_a_cutting_veth: needs"),
+        "the skip is not shown without --nocapture: {out}\n{err}"
+    );
+    let o = run(true);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(!o.status.success(), "{out}");
+    assert!(out.contains("FASTUDP_REQUIRE_PRIVILEGED_TESTS=1"), "{out}");
 }

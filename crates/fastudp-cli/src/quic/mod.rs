@@ -120,8 +120,9 @@ pub enum LoadStack {
 /// `fastudp quic load`.
 #[derive(Args, Debug)]
 pub struct LoadArgs {
-    /// The server's address.
-    pub server: SocketAddr,
+    /// The server: HOST:PORT, where HOST is an address (127.0.0.1, [::1])
+    /// or a name (localhost), resolved once at the start.
+    pub server: String,
     /// Client connections.
     #[arg(long, default_value_t = 100)]
     pub connections: usize,

@@ -175,7 +175,7 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
     rep.summary(&counters, a.json, pacing);
     rt.shutdown_timeout(Duration::from_millis(200));
     if interrupt::requested() {
-        return Err(interrupt::failure("the summary"));
+        return Err(interrupt::summarized());
     }
     Ok(())
 }

@@ -390,7 +390,7 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
         return Err(Failure { code: 1, msg: e });
     }
     if interrupt::requested() {
-        return Err(interrupt::failure("the summary"));
+        return Err(interrupt::summarized());
     }
     Ok(())
 }

@@ -12,25 +12,48 @@ use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
-/// What one send call put on the wire: `transmits[..transmits]` went out
-/// whole, and then the first `datagrams` datagrams of
-/// `transmits[transmits]` (only ever non-zero for a train sent one
-/// datagram at a time, with GSO off). Resume from there:
-/// [`Transmit::skip_datagrams`] gives the rest of a split train.
+/// What one send call got through: `transmits[..transmits]` whole, and
+/// then the first `datagrams` datagrams of `transmits[transmits]` (only
+/// ever non-zero for a train sent one datagram at a time, with GSO off).
+/// Resume from there: [`Transmit::skip_datagrams`] gives the rest of a
+/// split train.
+///
+/// Of those datagrams, `dropped_locally` never left the host: the kernel
+/// answered `ENOBUFS` because a local queue (the device's qdisc) was full,
+/// or it had no memory for the packet. They are done all the same, as
+/// datagrams lost on the way would be: the caller must not send them again
+/// as if they were waiting, and a protocol with loss recovery counts them
+/// lost. The datagrams that did go out are the rest:
+/// `sent + dropped_locally == offered`, where offered is the datagrams of
+/// `transmits[..transmits]` plus `datagrams`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct Sent {
-    /// Transmits sent whole.
+    /// Transmits done whole (sent, or dropped by the local queue).
     pub transmits: usize,
-    /// Datagrams of the next transmit sent one by one before the call
+    /// Datagrams of the next transmit done one by one before the call
     /// stopped.
     pub datagrams: usize,
+    /// Of the datagrams above, those the local host dropped (`ENOBUFS`): a
+    /// GSO train dropped at once counts all its datagrams.
+    pub dropped_locally: usize,
 }
 
 impl Sent {
-    /// True when all of `n` transmits went out.
+    /// True when all of `n` transmits are done (sent, or dropped locally).
     pub fn all(&self, n: usize) -> bool {
         self.transmits >= n
+    }
+
+    /// Datagrams done by this call: those of the first `transmits` of
+    /// `offered` plus `datagrams`. [`Sent::dropped_locally`] of them were
+    /// dropped by the local host, the rest went out.
+    pub fn datagrams_done(&self, offered: &[Transmit<'_>]) -> usize {
+        offered[..self.transmits.min(offered.len())]
+            .iter()
+            .map(Transmit::segments)
+            .sum::<usize>()
+            + self.datagrams
     }
 }
 
@@ -52,9 +75,10 @@ impl<'a> Source<'a> for &[Transmit<'a>] {
     }
 }
 
-/// One step of the engine.
+/// One step of the engine. Datagrams dropped by the local queue are done,
+/// and added to the step's drop count.
 enum Step {
-    /// This many transmits went out whole.
+    /// This many transmits are done whole.
     Whole(usize),
     /// Of a split train, this many datagrams (at least 1, fewer than all).
     Partial(usize),
@@ -69,10 +93,26 @@ impl UdpState {
     /// allow, on the caller's socket `sock` (blocking or not).
     ///
     /// Returns what went out ([`Sent`]): fewer than all when the kernel
-    /// stopped early (`EAGAIN` on a non-blocking socket, `ENOBUFS`, or an
-    /// error on the next transmit, which the next call reports). The caller
-    /// resumes from there, and nothing is ever sent twice. An error means
-    /// nothing was sent.
+    /// stopped early (`EAGAIN` on a non-blocking socket, or an error on the
+    /// next transmit, which the next call reports). The caller resumes from
+    /// there, and nothing is ever sent twice. An error means nothing was
+    /// sent.
+    ///
+    /// A full local queue is not an error. fastudp sets `IP_RECVERR`, with
+    /// which the kernel reports a datagram that the device's qdisc dropped
+    /// (or had no memory for) as `ENOBUFS`; without it, the kernel would
+    /// count the drop and return success. `send` does as the kernel would:
+    /// the dropped datagrams count as done, are reported in
+    /// [`Sent::dropped_locally`] and [`crate::Stats::dropped_locally`], and the
+    /// call goes on with the next transmit. So a burst larger than the
+    /// queue never fails the call; what did not fit is reported dropped,
+    /// and `sent + dropped_locally` is what was offered. A GSO train that
+    /// the queue drops as a whole counts all its datagrams dropped; a queue
+    /// that splits the train and keeps some (tbf does) returns success,
+    /// and its own drops are the qdisc's statistics, as they would be
+    /// without `IP_RECVERR`. Blocking or not, the call never waits for a
+    /// full qdisc: that is back-pressure for the caller's pacing, not for
+    /// the socket buffer.
     ///
     /// Every transmit is checked before any is sent: an oversized payload,
     /// a zero segment size or a train over the kernel's segment limit is an
@@ -101,16 +141,18 @@ impl UdpState {
             self.validate(i, &src.get(i))?;
         }
         let mut done = 0;
+        let mut dropped = 0;
         while done < n {
-            match self.send_some(fd, src, done) {
+            match self.send_some(fd, src, done, &mut dropped) {
                 Ok(Step::Whole(k)) => done += k,
                 Ok(Step::Partial(d)) => {
                     return Ok(Sent {
                         transmits: done,
                         datagrams: d,
+                        dropped_locally: dropped,
                     })
                 }
-                // transmits[..done] went out; the next call reports the error.
+                // transmits[..done] are done; the next call reports the error.
                 Err(_) if done > 0 => break,
                 Err(e) => return Err(e.at(done)),
             }
@@ -118,6 +160,7 @@ impl UdpState {
         Ok(Sent {
             transmits: done,
             datagrams: 0,
+            dropped_locally: dropped,
         })
     }
 
@@ -302,11 +345,13 @@ impl UdpState {
     }
 
     /// One syscall's worth of transmits from `src[from..]`, with fallbacks.
+    /// Datagrams the local queue dropped are added to `dropped`.
     fn send_some<'a>(
         &self,
         fd: BorrowedFd<'_>,
         src: &impl Source<'a>,
         from: usize,
+        dropped: &mut usize,
     ) -> Result<Step, Error> {
         // Set after a refusal, to retry once without ECN marks; the error
         // that caused it is recorded only if the retry then succeeds.
@@ -321,7 +366,7 @@ impl UdpState {
             };
             let gso = gso_for(&t);
             if !gso && t.segments() > 1 {
-                return self.send_split(fd, &t);
+                return self.send_split(fd, &t, dropped);
             }
             let limit = if self.caps.mmsg { MAX_BATCH } else { 1 };
             let n = (from..src.count())
@@ -373,10 +418,18 @@ impl UdpState {
                 retries += 1;
                 continue;
             }
+            if errno == Some(libc::ENOBUFS) {
+                // The first message of the batch was dropped by the local
+                // queue (the messages before it, none here, would have been
+                // counted as sent): it is done, as it would be without
+                // IP_RECVERR. The next step goes on with the one after it.
+                self.dropped_locally(t.segments(), dropped);
+                return Ok(Step::Whole(1));
+            }
             if refused && t.segments() > 1 {
                 // Is GSO to blame? The same datagrams, one by one: only if
                 // that works is GSO turned off.
-                let step = self.send_split(fd, &t)?;
+                let step = self.send_split(fd, &t, dropped)?;
                 let k = match step {
                     Step::Whole(_) => t.segments(),
                     Step::Partial(k) => k,
@@ -412,8 +465,15 @@ impl UdpState {
     /// one is out, on a blocking socket the rest go out too: the call waits
     /// for buffer space (up to [`crate::Config::split_wait`]) rather than
     /// leave a train half sent. A non-blocking socket never waits: the
-    /// count sent so far is returned, and the caller resumes.
-    fn send_split(&self, fd: BorrowedFd<'_>, t: &Transmit<'_>) -> Result<Step, Error> {
+    /// count sent so far is returned, and the caller resumes. A datagram
+    /// the local queue drops (`ENOBUFS`) is done: it is added to `dropped`,
+    /// and the rest go on.
+    fn send_split(
+        &self,
+        fd: BorrowedFd<'_>,
+        t: &Transmit<'_>,
+        dropped: &mut usize,
+    ) -> Result<Step, Error> {
         let seg = t.segment_size.unwrap_or(t.contents.len()).max(1);
         let total = t.segments();
         let chunk = |i: usize| {
@@ -455,28 +515,38 @@ impl UdpState {
                 retries += 1;
                 continue;
             }
+            if errno == Some(libc::ENOBUFS) {
+                // Datagram `sent` was dropped by the local queue: done.
+                self.dropped_locally(1, dropped);
+                sent += 1;
+                continue;
+            }
             if sent == 0 {
                 return Err(Error::Io(e));
             }
             let would_block = e.kind() == io::ErrorKind::WouldBlock;
-            let transient = would_block || errno == Some(libc::ENOBUFS);
             let blocking = !sys::is_nonblocking(fd).unwrap_or(true);
             let dl = *deadline.get_or_insert_with(|| Instant::now() + self.split_wait);
-            if !transient || !blocking || Instant::now() >= dl {
+            if !would_block || !blocking || Instant::now() >= dl {
                 return Ok(Step::Partial(sent));
             }
-            if would_block {
-                // A blocking socket with a send timeout (SO_SNDTIMEO).
-                let _ = sys::poll(
-                    std::os::fd::AsRawFd::as_raw_fd(&fd),
-                    sys::POLLOUT,
-                    Duration::from_millis(100),
-                );
-            } else {
-                std::thread::sleep(Duration::from_micros(200));
-            }
+            // A blocking socket with a send timeout (SO_SNDTIMEO).
+            let _ = sys::poll(
+                std::os::fd::AsRawFd::as_raw_fd(&fd),
+                sys::POLLOUT,
+                Duration::from_millis(100),
+            );
         }
         Ok(Step::Whole(1))
+    }
+}
+
+impl UdpState {
+    /// Counts `n` datagrams dropped by the local queue, in the stats and in
+    /// the call's `dropped`.
+    pub(crate) fn dropped_locally(&self, n: usize, dropped: &mut usize) {
+        self.c.dropped_locally.fetch_add(n as u64, Relaxed);
+        *dropped += n;
     }
 }
 

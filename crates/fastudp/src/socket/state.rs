@@ -154,6 +154,11 @@ pub struct Stats {
     pub recv_messages: u64,
     /// Datagrams resent one by one after a GSO send failed.
     pub resent_unsegmented: u64,
+    /// Datagrams the local host dropped instead of sending: the kernel
+    /// answered `ENOBUFS` because the device's queue (qdisc) was full or it
+    /// had no memory for them. Each send call reports its own in
+    /// [`crate::Sent::dropped_locally`]; see [`UdpState::send`].
+    pub dropped_locally: u64,
     /// Messages received with `MSG_TRUNC`: the buffer was too small and the
     /// tail of the message was lost.
     pub truncated: u64,
@@ -225,6 +230,8 @@ struct FallbackLog {
 /// while k < ts.len() {
 ///     match state.send(&sock, &ts[k..]) {
 ///         Ok(sent) => {
+///             // Datagrams a full local queue dropped are done too
+///             // (`sent.dropped_locally`): they are not sent again.
 ///             k += sent.transmits;
 ///             if sent.datagrams > 0 {
 ///                 // A train sent one datagram at a time stopped part-way.
@@ -279,6 +286,7 @@ pub(super) struct Counters {
     pub recv_calls: AtomicU64,
     pub recv_messages: AtomicU64,
     pub resent: AtomicU64,
+    pub dropped_locally: AtomicU64,
     pub truncated: AtomicU64,
     pub ctruncated: AtomicU64,
     pub ecn_marked: AtomicU64,
@@ -614,6 +622,7 @@ impl UdpState {
             recv_calls: self.c.recv_calls.load(Relaxed),
             recv_messages: self.c.recv_messages.load(Relaxed),
             resent_unsegmented: self.c.resent.load(Relaxed),
+            dropped_locally: self.c.dropped_locally.load(Relaxed),
             truncated: self.c.truncated.load(Relaxed),
             control_truncated: self.c.ctruncated.load(Relaxed),
             recv_ecn_marked: self.c.ecn_marked.load(Relaxed),

@@ -92,6 +92,19 @@ impl<T> CompletionTracker<T> {
         }
     }
 
+    /// Puts `item` in the slot of the last send recorded, if it is still
+    /// in flight (a send recorded before its buffer could be handed over);
+    /// gives it back otherwise (the slot was released already).
+    pub fn set_last(&mut self, item: T) -> Result<(), T> {
+        match self.pending.back_mut() {
+            Some(slot) => {
+                slot.0 = item;
+                Ok(())
+            }
+            None => Err(item),
+        }
+    }
+
     /// Sends in flight (not yet released).
     pub fn in_flight(&self) -> usize {
         self.pending.len()
@@ -128,6 +141,23 @@ mod tests {
             (Some(3), Some(4), None)
         );
         assert_eq!(t.in_flight(), 0);
+    }
+
+    #[test]
+    fn a_buffer_handed_over_late_comes_back_in_send_order() {
+        let mut t = CompletionTracker::new();
+        t.push(Some(1u8));
+        // A send recorded without its buffer (the local queue dropped it),
+        // completed at once while id 0 is still in flight.
+        t.push(None);
+        t.complete(1, 1);
+        assert_eq!(t.unpush(), None, "a completed id is not taken back");
+        assert_eq!(t.set_last(Some(2)), Ok(()));
+        assert_eq!(t.pop_done(), None, "id 0 first");
+        t.complete(0, 0);
+        assert_eq!((t.pop_done(), t.pop_done()), (Some(Some(1)), Some(Some(2))));
+        // Everything released: the buffer is handed back to the caller.
+        assert_eq!(t.set_last(Some(3)), Err(Some(3)));
     }
 
     #[test]

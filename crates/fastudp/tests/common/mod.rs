@@ -441,7 +441,14 @@ pub fn skip(why: impl std::fmt::Display) {
     if std::env::var("FASTUDP_REQUIRE_PRIVILEGED_TESTS").as_deref() == Ok("1") {
         panic!("{test} cannot run: {why} (FASTUDP_REQUIRE_PRIVILEGED_TESTS=1 forbids skipping)");
     }
-    eprintln!("skipping {test}: {why}");
+    // Straight to the process's standard error, past the harness's capture
+    // (which takes only `print!`/`eprint!`): `cargo test` shows the line
+    // among the results without `--nocapture`.
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "SKIPPED {test}: {why} (FASTUDP_REQUIRE_PRIVILEGED_TESTS=1 makes this a failure)"
+    );
 }
 
 pub fn netns_unavailable() -> Option<String> {
