@@ -798,6 +798,9 @@ fn run_reverse(
     segs: usize,
     rate: Option<u64>,
 ) -> Result<(), Failure> {
+    // Ctrl-C asks the server to stop, and the summary is printed, marked
+    // interrupted, as for a forward test.
+    interrupt::watch();
     let (_, sock) =
         rx::bind_batched(true, bench::unspecified(server.is_ipv6())).map_err(Failure::usage)?;
     let port = sock
