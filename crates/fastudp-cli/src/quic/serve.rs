@@ -1306,7 +1306,7 @@ fn next_deadline(c: &Conn) -> Option<Instant> {
 /// Resets every stream whose request line is not whole by its deadline
 /// (`--request-timeout`), with [`hq::code::REQUEST_TIMEOUT`]; how many.
 fn expire_requests(c: &mut Conn, now: Instant) -> u64 {
-    if !next_deadline(c).is_some_and(|d| d <= now) {
+    if next_deadline(c).is_none_or(|d| d > now) {
         return 0;
     }
     let late: Vec<StreamId> = c
