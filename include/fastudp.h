@@ -52,6 +52,13 @@
 #define FASTUDP_VERSION_NUMBER (((FASTUDP_VERSION_MAJOR * 10000) + (FASTUDP_VERSION_MINOR * 100)) + FASTUDP_VERSION_PATCH)
 
 /**
+ * Most trains a coalescer may queue (`max_trains` of
+ * `fastudp_coalescer_new`): with trains of up to 64 KiB each, a queue
+ * holds at most 256 MiB.
+ */
+#define FASTUDP_MAX_COALESCER_TRAINS 4096
+
+/**
  * Feature bit: UDP GSO (segmentation offload) on send.
  */
 #define FASTUDP_FEATURE_GSO (1 << 0)
@@ -394,10 +401,15 @@ typedef struct fastudp_stats {
    */
   uint64_t gso_retries;
   /**
-   * Features the socket turned off at run time: read each with
-   * `fastudp_socket_fallback`.
+   * Fallback events kept (features the socket turned off at run time,
+   * the most recent 32): read each with `fastudp_socket_fallback`.
    */
   size_t fallbacks;
+  /**
+   * Fallback events since the socket was made, including older ones no
+   * longer kept.
+   */
+  uint64_t fallbacks_total;
   /**
    * Datagrams a full local queue (qdisc) dropped instead of sending
    * (`ENOBUFS`); each call reports its own in
@@ -797,6 +809,12 @@ typedef struct fastudp_socket_error {
  */
 #define FASTUDP_ERR_OTHER 16
 
+/**
+ * Memory for the object could not be allocated (a memory limit, or none
+ * left); nothing was created, and the host program goes on.
+ */
+#define FASTUDP_ERR_NO_MEMORY 17
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -971,8 +989,8 @@ fastudp_result fastudp_socket_stats(const struct fastudp_socket *sock,
 
 /**
  * Writes fallback event `index` (0 to `fastudp_stats.fallbacks - 1`, in
- * the order they happened) to `*out`: a feature the socket turned off at
- * run time, the errno and why.
+ * the order they happened; the socket keeps the most recent 32) to
+ * `*out`: a feature the socket turned off at run time, the errno and why.
  *
  * # Safety
  * `sock` a live socket; `out` writable.
@@ -1014,6 +1032,9 @@ fastudp_result fastudp_send(const struct fastudp_socket *sock,
  * Creates a receive batch of `messages` buffers (1 to 128) of
  * `bytes_per_message` bytes each (0 for 98304, room for a 64-datagram GRO
  * train of 1472-byte datagrams; at most 16 MiB) and writes it to `*out`.
+ * A size out of range is `FASTUDP_ERR_INVALID`; memory the system cannot
+ * give (up to 2 GiB at the largest sizes) is `FASTUDP_ERR_NO_MEMORY`.
+ * Either way `*out` is left as it was, and nothing is printed.
  *
  * # Safety
  * `out` writable.
@@ -1090,9 +1111,11 @@ fastudp_result fastudp_datagram_iter_next(struct fastudp_datagram_iter *iter,
                                           bool *has_datagram);
 
 /**
- * Creates a coalescer for a path MTU of `mtu` bytes (0: 1500) that
- * flushes by itself when `max_trains` trains are queued (0: 64), and
- * writes it to `*out`.
+ * Creates a coalescer for a path MTU of `mtu` bytes (0: 1500; else 68 to
+ * 65535) that flushes by itself when `max_trains` trains are queued (0:
+ * 64; at most `FASTUDP_MAX_COALESCER_TRAINS`), and writes it to `*out`.
+ * A size out of range is `FASTUDP_ERR_INVALID`, and `*out` is left as it
+ * was.
  *
  * # Safety
  * `out` writable.

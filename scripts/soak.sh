@@ -13,8 +13,9 @@
 # sequence number and a checksum. The run fails (non-zero exit) on a
 # duplicate or damaged datagram, loss outside a fault's window, a fault
 # the library did not report as an error or a counted fallback, a sender
-# that did not recover (full rate, the library's GSO back on), a hang, or
-# memory or descriptors that grow.
+# that stalled or whose GSO did not come back on, a hang, or memory or
+# descriptors that grow. Rates never fail it: the rate after each heal is
+# reported against the slot's own rate before the fault.
 #
 # The report goes to stdout and, as JSON, to $SOAK_JSON (default
 # target/soak/soak-<MINUTES>min.json). A hard wall-clock cap of MINUTES+2

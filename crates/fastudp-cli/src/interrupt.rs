@@ -61,3 +61,9 @@ pub fn failure(what: &str) -> Failure {
         msg: format!("interrupted (Ctrl-C); {what}"),
     }
 }
+
+/// The failure of a command that Ctrl-C cut short after it printed its
+/// summary: status 130, and a line saying what the summary covers.
+pub fn summarized() -> Failure {
+    failure("the summary above covers the run until then")
+}

@@ -285,6 +285,13 @@ pub struct Summary {
     pub sent_by_server: Option<u64>,
     /// The interval lines (bytes, datagrams, calls in each), with -i.
     pub intervals: Vec<Interval>,
+    /// `rx` (UDP) only: messages the kernel dropped at the receiving
+    /// socket because its buffer was full (`sk_drops`; a GRO train counts
+    /// once).
+    pub kernel_drops: Option<u64>,
+    /// `rx` (UDP) only: the receiving socket's buffer, bytes (SO_RCVBUF as
+    /// the kernel reports it).
+    pub recv_buffer: Option<u64>,
 }
 
 /// One interval line.
@@ -354,6 +361,8 @@ impl Summary {
             server: None,
             sent_by_server: None,
             intervals: Vec::new(),
+            kernel_drops: None,
+            recv_buffer: None,
         }
     }
 }
@@ -436,6 +445,11 @@ fn print_summary(s: &Summary, json: bool) -> Result<(), Failure> {
             );
         }
     }
+    if let Some(drops) = s.kernel_drops.filter(|&d| d > 0) {
+        for l in overrun_hint(drops, s.recv_buffer, s.mode.contains("gro")) {
+            outln!("{l}");
+        }
+    }
     if let Some(n) = s.unverified.filter(|&n| n > 0) {
         outln!(
             "{n} datagrams from senders past the first {MAX_SENDERS} were counted but not verified"
@@ -451,13 +465,34 @@ fn print_summary(s: &Summary, json: bool) -> Result<(), Failure> {
     Ok(())
 }
 
+/// What `rx` says when the kernel dropped `drops` messages at its socket
+/// for a full receive buffer (`buffer` bytes): the sender outran this
+/// receiver, and how to measure without that.
+pub fn overrun_hint(drops: u64, buffer: Option<u64>, gro: bool) -> Vec<String> {
+    let size = buffer
+        .map(|b| format!(" of {:.1} MB", b as f64 / 1e6))
+        .unwrap_or_default();
+    let mut v = vec![
+        format!(
+            "rx: the kernel dropped {drops} messages at this socket: its receive buffer{size} was full. The sender was faster than this receiver, and nothing between them slows it (no flow control in UDP)."
+        ),
+        "rx: to measure without this loss: pace the sender (`fastudp tx -b RATE`), or give this socket a larger buffer (raise net.core.rmem_max: `fastudp tune`)".to_string(),
+    ];
+    if gro {
+        v[1].push('.');
+    } else {
+        v[1].push_str(
+            ", or receive with GRO (`fastudp rx -G`), which takes a whole train per read.",
+        );
+    }
+    v
+}
+
 /// Prints the summary, then ends with status 130 if Ctrl-C cut the run short.
 fn finish(s: &Summary, json: bool) -> Result<(), Failure> {
     print_summary(s, json)?;
     if s.interrupted {
-        return Err(interrupt::failure(
-            "the summary above covers the run until then",
-        ));
+        return Err(interrupt::summarized());
     }
     Ok(())
 }
@@ -524,7 +559,7 @@ pub fn run_tx(a: TxArgs) -> Result<(), Failure> {
             )));
         }
         let s = a.size.unwrap_or(g * kmax.min(max / g));
-        if s % g != 0 {
+        if !s.is_multiple_of(g) {
             // The suggestion is one that is accepted: whole segments, no
             // more than a send may hold.
             let fits = (s / g).min(kmax).min(max / g).max(1);
@@ -763,6 +798,9 @@ fn run_reverse(
     segs: usize,
     rate: Option<u64>,
 ) -> Result<(), Failure> {
+    // Ctrl-C asks the server to stop, and the summary is printed, marked
+    // interrupted, as for a forward test.
+    interrupt::watch();
     let (_, sock) =
         rx::bind_batched(true, bench::unspecified(server.is_ipv6())).map_err(Failure::usage)?;
     let port = sock
@@ -1010,9 +1048,15 @@ pub fn run_rx(a: RxArgs) -> Result<(), Failure> {
     if st.truncated > 0 {
         eprintln!("fastudp: warning: {} messages were truncated", st.truncated);
     }
+    let recv_buffer = socket2::SockRef::from(sock.as_std())
+        .recv_buffer_size()
+        .ok()
+        .map(|b| b as u64);
     let t = v.totals();
     finish(
         &Summary {
+            kernel_drops: Some(st.kernel_drops),
+            recv_buffer,
             lost: a.verify.then_some(t.lost),
             duplicates: a.verify.then_some(t.duplicates),
             reordered: a.verify.then_some(t.reordered),

@@ -56,3 +56,53 @@ fn soak_refuses_bad_options_and_is_hidden() {
     let help = String::from_utf8_lossy(&fastudp(&["--help"]).stdout).to_string();
     assert!(help.contains("bench") && !help.contains("soak"), "{help}");
 }
+
+/// Rates print in one style everywhere: "Gbit/s", "Mbit/s", "kbit/s",
+/// "bit/s" (as the table, `tx`, `rx`, `stream` and `quic` print them), never
+/// iperf3's "Gbits/sec" nor "Mbps" or "Gb/s" next to them. Checked on the
+/// text every command prints: the string literals of the CLI's sources.
+#[test]
+fn rates_print_in_one_unit_style() {
+    fn walk(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for e in std::fs::read_dir(dir).expect("read the source directory") {
+            let p = e.expect("a directory entry").path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                out.push(p);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+        &mut files,
+    );
+    assert!(files.len() > 20, "{files:?}");
+    let other = [
+        "bits/sec",
+        "Bytes/sec",
+        "Gbps",
+        "Mbps",
+        "Kbps",
+        "kbps",
+        "Gb/s",
+        "Mb/s",
+        "Kbit/s",
+    ];
+    let mut bad = Vec::new();
+    let mut seen = 0;
+    for f in &files {
+        let text = std::fs::read_to_string(f).expect("read a source file");
+        for (i, line) in text.lines().enumerate() {
+            seen += line.matches("Gbit/s").count();
+            for o in other {
+                if line.contains(o) {
+                    bad.push(format!("{}:{}: {}", f.display(), i + 1, line.trim()));
+                }
+            }
+        }
+    }
+    assert!(bad.is_empty(), "another unit style:\n{}", bad.join("\n"));
+    assert!(seen > 5, "the check found no rate at all ({seen})");
+}

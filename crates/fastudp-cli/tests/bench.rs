@@ -119,10 +119,22 @@ fn table_and_interval_lines() {
     let o = fastudp(&["bench", "--duration", "1.2", "--tx", "sendto"]);
     assert!(o.status.success());
     let out = String::from_utf8_lossy(&o.stdout);
-    assert!(out.contains("0-1") && out.contains("Gbits/sec"), "{out}");
-    assert!(out.contains("speedup") && out.contains("1.00x"), "{out}");
+    // One unit style for rates, in the per-second lines and the table.
+    let second = out
+        .lines()
+        .find(|l| l.contains("0-1 "))
+        .unwrap_or_else(|| panic!("no per-second line: {out}"));
+    assert!(second.contains(" Gbit/s "), "{second}");
+    assert!(!out.contains("Gbits/sec"), "{out}");
+    assert!(out.contains("x sendto") && out.contains("1.00x"), "{out}");
+    // The verdict under the table.
+    assert!(out.contains("verdict:"), "{out}");
+    assert!(
+        out.contains("best sender:   sendto (") && out.contains("1.00x sendto into gro-recvmmsg"),
+        "{out}"
+    );
     let q = fastudp(&["bench", "--duration", "1.2", "--tx", "sendto", "--quiet"]);
-    assert!(!String::from_utf8_lossy(&q.stdout).contains("Gbits/sec"));
+    assert!(!String::from_utf8_lossy(&q.stdout).contains("0-1 "));
 }
 
 #[test]
@@ -199,10 +211,7 @@ fn uring_strategies_run_on_the_ring() {
         .clone();
     if u["values"]["sendmsg_zc"] != 1 || u["values"]["recvmsg_multishot"] != 1 {
         let why = format!("io_uring lacks a piece here: {}", u["detail"]);
-        if std::env::var("FASTUDP_REQUIRE_PRIVILEGED_TESTS").as_deref() == Ok("1") {
-            panic!("{why}");
-        }
-        eprintln!("skipping: {why}");
+        common::skip("uring_strategies_run_on_the_ring", &why);
         return;
     }
     let o = fastudp(&[
@@ -257,5 +266,54 @@ fn busy_poll_runs() {
     assert_eq!(rs.len(), 2);
     for r in rs {
         assert!(r["bytes"].as_u64().unwrap() > 0, "{r}");
+    }
+}
+
+/// Receive rows are compared with recvfrom from the same sender (not with
+/// a sendto send run), the verdict names the best receiver, and a run
+/// that lost datagrams is explained with what to do about it.
+#[test]
+fn receive_rows_compare_with_recvfrom_and_the_verdict_explains_loss() {
+    let v = fastudp_json(&[
+        "bench",
+        "--duration",
+        "0.5",
+        "--rx",
+        "recvfrom,gro-recvmmsg",
+        "--json",
+    ]);
+    let rows = v["results"].as_array().expect("results");
+    let from = rows
+        .iter()
+        .find(|r| r["rx"] == "recvfrom")
+        .expect("a recvfrom row");
+    assert_eq!(from["tx"], "fastudp", "{from}");
+    assert_eq!(from["speedup_vs_recvfrom"], 1.0, "{from}");
+    assert!(from["speedup_vs_sendto"].is_null(), "{from}");
+    let gro = rows
+        .iter()
+        .find(|r| r["rx"] == "gro-recvmmsg")
+        .expect("a gro-recvmmsg row");
+    let ratio = gro["mbytes_per_sec"].as_f64().unwrap() / from["mbytes_per_sec"].as_f64().unwrap();
+    let got = gro["speedup_vs_recvfrom"].as_f64().unwrap();
+    assert!((got - ratio).abs() < 1e-9, "{got} {ratio}");
+    let verdict: Vec<&str> = v["verdict"]
+        .as_array()
+        .expect("verdict lines")
+        .iter()
+        .map(|l| l.as_str().unwrap())
+        .collect();
+    let text = verdict.join("\n");
+    assert!(text.contains("best receiver: "), "{text}");
+    assert!(text.contains("x recvfrom from fastudp"), "{text}");
+    let lost: u64 = rows.iter().filter_map(|r| r["lost"].as_u64()).sum();
+    // Loss is explained exactly when there was some.
+    assert_eq!(
+        text.contains("loopback has no flow control"),
+        lost > 0,
+        "{lost} lost: {text}"
+    );
+    if lost > 0 {
+        assert!(text.contains("fastudp tx -b RATE"), "{text}");
     }
 }

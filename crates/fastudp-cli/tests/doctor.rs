@@ -11,7 +11,10 @@ use std::process::Command;
 fn a_full_standard_output_is_an_error_not_a_panic() {
     let full = std::fs::OpenOptions::new().write(true).open("/dev/full");
     let Ok(full) = full else {
-        eprintln!("skipped: no /dev/full here");
+        common::skip(
+            "a_full_standard_output_is_an_error_not_a_panic",
+            "no /dev/full here",
+        );
         return;
     };
     let o = Command::new(env!("CARGO_BIN_EXE_fastudp"))

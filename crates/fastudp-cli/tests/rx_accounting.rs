@@ -197,3 +197,43 @@ fn stream_rx_counts_forged_flow_ids_as_foreign() {
     assert!(v["loss"].as_f64().unwrap() < 0.01, "{v}");
     assert_eq!(v["duplicates"], 0, "{v}");
 }
+
+/// A receiver that falls behind (here: stopped while a burst arrives)
+/// loses datagrams at its socket's full buffer; `rx` reports the kernel's
+/// drops and says what to do: pace the sender, a larger buffer, or GRO.
+#[test]
+fn rx_explains_loss_from_a_full_receive_buffer() {
+    let port = free_port();
+    let rx = Running::start(&["rx", "-p", &port.to_string(), "-q", "--idle", "1"]);
+    wait_bound(port);
+    let signal = |sig: &str| {
+        let ok = std::process::Command::new("kill")
+            .args([sig, &rx.pid().to_string()])
+            .status()
+            .expect("run kill")
+            .success();
+        assert!(ok, "kill {sig}");
+    };
+    // Stopped, it reads nothing: 40,000 datagrams of 1400 bytes (56 MB)
+    // cannot all fit its buffer (8 MB asked for, at most twice that).
+    signal("-STOP");
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let d = vec![7u8; 1400];
+    for _ in 0..40_000 {
+        // The sender's own buffer may fill for a moment: retry, never drop.
+        while s.send_to(&d, ("127.0.0.1", port)).is_err() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    signal("-CONT");
+    let e = rx.finish();
+    assert!(e.status.success(), "{}\n{}", e.stdout, e.stderr);
+    assert!(
+        e.stdout.contains("rx: the kernel dropped") && e.stdout.contains("receive buffer"),
+        "{}",
+        e.stdout
+    );
+    assert!(e.stdout.contains("fastudp tx -b RATE"), "{}", e.stdout);
+    assert!(e.stdout.contains("net.core.rmem_max"), "{}", e.stdout);
+    assert!(e.stdout.contains("fastudp rx -G"), "{}", e.stdout);
+}

@@ -683,8 +683,8 @@ pub unsafe extern "C" fn fastudp_socket_stats(
 }
 
 /// Writes fallback event `index` (0 to `fastudp_stats.fallbacks - 1`, in
-/// the order they happened) to `*out`: a feature the socket turned off at
-/// run time, the errno and why.
+/// the order they happened; the socket keeps the most recent 32) to
+/// `*out`: a feature the socket turned off at run time, the errno and why.
 ///
 /// # Safety
 /// `sock` a live socket; `out` writable.
@@ -714,8 +714,8 @@ pub unsafe extern "C" fn fastudp_socket_fallback(
 
 // ------------------------------------------------------------------ send
 
-/// Transmits converted per library call: the library sends at most this
-/// many per call anyway, and they live on the stack.
+/// Transmits of one `fastudp_send` converted on the stack; a call with
+/// more converts them into one allocation.
 const SEND_CHUNK: usize = 64;
 
 /// The Rust transmit of a C one.
@@ -802,38 +802,32 @@ pub unsafe extern "C" fn fastudp_send(
             // readable transmits.
             unsafe { std::slice::from_raw_parts(transmits, n) }
         };
-        // Every transmit is checked before anything is sent.
+        // All transmits go to the library in one call, which checks every
+        // one (C pointers here, sizes and families there) before it sends
+        // any. Up to SEND_CHUNK on the stack; more in one allocation, whose
+        // failure is an error code.
+        let empty = Transmit::new(SocketAddr::from(([0, 0, 0, 0], 0)), &[]);
+        let mut stack = [empty; SEND_CHUNK];
+        let mut heap = Vec::new();
+        let all: &mut [Transmit<'_>] = if n <= SEND_CHUNK {
+            &mut stack[..n]
+        } else {
+            heap.try_reserve_exact(n).map_err(|_| {
+                Failure::NoMemory(format!("cannot allocate room for {n} transmits"))
+            })?;
+            heap.resize(n, empty);
+            &mut heap
+        };
         for (i, t) in ts.iter().enumerate() {
             // SAFETY: the caller vouches for each transmit's pointers.
-            unsafe { transmit_of(t, i)? };
+            all[i] = unsafe { transmit_of(t, i)? };
         }
-        let empty = Transmit::new(SocketAddr::from(([0, 0, 0, 0], 0)), &[]);
-        let mut chunk = [empty; SEND_CHUNK];
-        let mut done = 0;
-        let mut result = fastudp_sent::default();
-        while done < n {
-            let k = SEND_CHUNK.min(n - done);
-            for (j, t) in ts[done..done + k].iter().enumerate() {
-                // SAFETY: as above; checked already, so this cannot fail.
-                chunk[j] = unsafe { transmit_of(t, done + j)? };
-            }
-            match s.state.send(s.fd(), &chunk[..k]) {
-                Ok(r) if r.transmits >= k => {
-                    done += k;
-                    result.transmits = done;
-                    result.dropped_locally += r.dropped_locally;
-                }
-                Ok(r) => {
-                    result.transmits = done + r.transmits;
-                    result.datagrams = r.datagrams;
-                    result.dropped_locally += r.dropped_locally;
-                    break;
-                }
-                // What went out is reported; the next call reports the error.
-                Err(_) if done > 0 => break,
-                Err(e) => return Err(e.into()),
-            }
-        }
+        let r = s.state.send(s.fd(), all)?;
+        let result = fastudp_sent {
+            transmits: r.transmits,
+            datagrams: r.datagrams,
+            dropped_locally: r.dropped_locally,
+        };
         // SAFETY: sent is non-NULL (checked) and writable.
         unsafe { put(sent, "sent", result) }
     })
@@ -855,6 +849,9 @@ pub struct fastudp_recv_batch {
 /// Creates a receive batch of `messages` buffers (1 to 128) of
 /// `bytes_per_message` bytes each (0 for 98304, room for a 64-datagram GRO
 /// train of 1472-byte datagrams; at most 16 MiB) and writes it to `*out`.
+/// A size out of range is `FASTUDP_ERR_INVALID`; memory the system cannot
+/// give (up to 2 GiB at the largest sizes) is `FASTUDP_ERR_NO_MEMORY`.
+/// Either way `*out` is left as it was, and nothing is printed.
 ///
 /// # Safety
 /// `out` writable.
@@ -884,10 +881,16 @@ pub unsafe extern "C" fn fastudp_recv_batch_new(
         } else {
             bytes_per_message
         };
-        let inner = RecvBatch::with_capacity(messages, per);
+        let inner = RecvBatch::try_with_capacity(messages, per)
+            .map_err(|e| Failure::NoMemory(format!("{e} for {messages} buffers of {per} bytes")))?;
         let meta = fastudp_recv_meta::scalars(&fastudp::RecvMeta::default());
+        let mut metas = Vec::new();
+        metas
+            .try_reserve_exact(inner.capacity())
+            .map_err(|_| Failure::NoMemory("cannot allocate the batch's metadata".into()))?;
+        metas.resize(inner.capacity(), meta);
         let b = Box::new(fastudp_recv_batch {
-            metas: vec![meta; inner.capacity()],
+            metas,
             inner,
             generation: 0,
         });
@@ -1119,9 +1122,16 @@ fn mtu_of(mtu: usize) -> Res<usize> {
     }
 }
 
-/// Creates a coalescer for a path MTU of `mtu` bytes (0: 1500) that
-/// flushes by itself when `max_trains` trains are queued (0: 64), and
-/// writes it to `*out`.
+/// Most trains a coalescer may queue (`max_trains` of
+/// `fastudp_coalescer_new`): with trains of up to 64 KiB each, a queue
+/// holds at most 256 MiB.
+pub const FASTUDP_MAX_COALESCER_TRAINS: usize = 4096;
+
+/// Creates a coalescer for a path MTU of `mtu` bytes (0: 1500; else 68 to
+/// 65535) that flushes by itself when `max_trains` trains are queued (0:
+/// 64; at most `FASTUDP_MAX_COALESCER_TRAINS`), and writes it to `*out`.
+/// A size out of range is `FASTUDP_ERR_INVALID`, and `*out` is left as it
+/// was.
 ///
 /// # Safety
 /// `out` writable.
@@ -1134,6 +1144,11 @@ pub unsafe extern "C" fn fastudp_coalescer_new(
     call("fastudp_coalescer_new", || {
         if out.is_null() {
             return Err(Failure::Null("out"));
+        }
+        if max_trains > FASTUDP_MAX_COALESCER_TRAINS {
+            return Err(Failure::Invalid(format!(
+                "max_trains {max_trains}: at most {FASTUDP_MAX_COALESCER_TRAINS} (0 for 64)"
+            )));
         }
         let mut c = Coalescer::new().with_mtu(mtu_of(mtu)?);
         if max_trains > 0 {

@@ -64,6 +64,13 @@ pub const FASTUDP_ERR_SETUP: fastudp_result = 15;
 /// An error of the Rust library this version of the C ABI does not name;
 /// the message says what it is.
 pub const FASTUDP_ERR_OTHER: fastudp_result = 16;
+/// Memory for the object could not be allocated (a memory limit, or none
+/// left); nothing was created, and the host program goes on.
+pub const FASTUDP_ERR_NO_MEMORY: fastudp_result = 17;
+
+/// The highest code in use (for tests of `fastudp_strerror`).
+#[cfg(test)]
+const LAST_CODE: fastudp_result = FASTUDP_ERR_NO_MEMORY;
 
 /// The name of a code, as a sentence fragment: a static C string, so that
 /// `fastudp_strerror` returns it as it is.
@@ -86,6 +93,7 @@ pub fn describe(code: fastudp_result) -> &'static CStr {
         FASTUDP_ERR_BIND => c"cannot bind the address",
         FASTUDP_ERR_SETUP => c"socket set-up failed",
         FASTUDP_ERR_OTHER => c"other error",
+        FASTUDP_ERR_NO_MEMORY => c"cannot allocate memory",
         _ => c"unknown error code",
     }
 }
@@ -137,6 +145,8 @@ pub enum Failure {
     Lib(fastudp::Error),
     /// A panic, with its message.
     Panic(String),
+    /// An allocation failed, with a sentence.
+    NoMemory(String),
 }
 
 impl From<fastudp::Error> for Failure {
@@ -176,6 +186,7 @@ pub fn record(function: &'static str, failure: Failure) -> fastudp_result {
         Failure::Invalid(_) => FASTUDP_ERR_INVALID,
         Failure::Lib(e) => code_of(e),
         Failure::Panic(_) => FASTUDP_ERR_PANIC,
+        Failure::NoMemory(_) => FASTUDP_ERR_NO_MEMORY,
     };
     // A destructor running during thread exit may find the slot gone: the
     // code is still returned.
@@ -190,6 +201,7 @@ pub fn last() -> Option<(fastudp_result, i32, Option<usize>)> {
             Failure::Null(_) => (FASTUDP_ERR_NULL, 0, None),
             Failure::Invalid(_) => (FASTUDP_ERR_INVALID, 0, None),
             Failure::Panic(_) => (FASTUDP_ERR_PANIC, 0, None),
+            Failure::NoMemory(_) => (FASTUDP_ERR_NO_MEMORY, libc::ENOMEM, None),
             Failure::Lib(e) => (code_of(e), errno_of(e), e.transmit_index()),
         })
     })
@@ -203,7 +215,7 @@ pub fn last_message() -> Option<String> {
         l.borrow().as_ref().map(|last| {
             let what = match &last.failure {
                 Failure::Null(arg) => format!("argument '{arg}' is NULL"),
-                Failure::Invalid(s) => s.clone(),
+                Failure::Invalid(s) | Failure::NoMemory(s) => s.clone(),
                 Failure::Panic(s) => format!("internal error (a bug in libfastudp): panic: {s}"),
                 Failure::Lib(e) => e.to_string(),
             };
@@ -220,7 +232,7 @@ mod tests {
 
     #[test]
     fn every_code_has_a_distinct_name_and_unknown_codes_say_so() {
-        let names: Vec<&CStr> = (0..=FASTUDP_ERR_OTHER).map(describe).collect();
+        let names: Vec<&CStr> = (0..=LAST_CODE).map(describe).collect();
         for (i, a) in names.iter().enumerate() {
             assert_ne!(*a, c"unknown error code", "code {i} is unnamed");
             for b in &names[i + 1..] {
@@ -228,7 +240,7 @@ mod tests {
             }
         }
         assert_eq!(describe(-1), c"unknown error code");
-        assert_eq!(describe(FASTUDP_ERR_OTHER + 1), c"unknown error code");
+        assert_eq!(describe(LAST_CODE + 1), c"unknown error code");
     }
 
     #[test]

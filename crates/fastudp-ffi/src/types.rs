@@ -601,9 +601,12 @@ pub struct fastudp_stats {
     pub errors_lost: u64,
     /// Times GSO was tried again after a refusal.
     pub gso_retries: u64,
-    /// Features the socket turned off at run time: read each with
-    /// `fastudp_socket_fallback`.
+    /// Fallback events kept (features the socket turned off at run time,
+    /// the most recent 32): read each with `fastudp_socket_fallback`.
     pub fallbacks: usize,
+    /// Fallback events since the socket was made, including older ones no
+    /// longer kept.
+    pub fallbacks_total: u64,
     /// Datagrams a full local queue (qdisc) dropped instead of sending
     /// (`ENOBUFS`); each call reports its own in
     /// `fastudp_sent.dropped_locally`.
@@ -627,6 +630,7 @@ impl From<&fastudp::Stats> for fastudp_stats {
             errors_lost: s.errors_lost,
             gso_retries: s.gso_retries,
             fallbacks: s.fallbacks.len(),
+            fallbacks_total: s.fallbacks_total,
             dropped_locally: s.dropped_locally,
         }
     }

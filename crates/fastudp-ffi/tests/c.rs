@@ -41,10 +41,21 @@ fn repo() -> PathBuf {
 
 /// Skips (prints why) or, under FASTUDP_REQUIRE_PRIVILEGED_TESTS=1, fails.
 fn skip(why: &str) {
+    let test = std::thread::current()
+        .name()
+        .unwrap_or("this test")
+        .to_string();
     if std::env::var("FASTUDP_REQUIRE_PRIVILEGED_TESTS").as_deref() == Ok("1") {
-        panic!("{why}, and FASTUDP_REQUIRE_PRIVILEGED_TESTS=1 requires this test");
+        panic!("{test}: {why}, and FASTUDP_REQUIRE_PRIVILEGED_TESTS=1 requires this test");
     }
-    eprintln!("skipping: {why}");
+    // Straight to the process's standard error, past the harness's capture
+    // (which takes only `print!`/`eprint!`): `cargo test` shows the line
+    // among the results without `--nocapture`.
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "SKIPPED {test}: {why} (FASTUDP_REQUIRE_PRIVILEGED_TESTS=1 makes this a failure)"
+    );
 }
 
 fn compiler() -> String {
@@ -315,5 +326,36 @@ fn c_api_tests_under_valgrind() {
             "--leak-check=full",
             "--errors-for-leak-kinds=definite",
         ],
+    );
+}
+
+/// Sizes out of range (`SIZE_MAX`, 2^40 trains) and allocations that fail
+/// under a memory limit (`RLIMIT_AS`) come back as error codes: the host
+/// program neither aborts nor gets a line on its stderr. Without
+/// sanitizers, which reserve address space of their own.
+#[test]
+fn c_allocation_failures_are_error_codes_and_print_nothing() {
+    if !have(&compiler(), "--version") {
+        return skip(&format!("no C compiler ({} --version failed)", compiler()));
+    }
+    let dir = work("alloc");
+    let exe = dir.join("alloc_test");
+    compile(
+        &repo().join("crates/fastudp-ffi/tests/c/alloc_test.c"),
+        &exe,
+        false,
+    );
+    let o = Command::new(&exe).output().expect("run alloc_test");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        o.status.success(),
+        "alloc_test failed ({}):\n{stdout}\nstderr:\n{stderr}",
+        o.status
+    );
+    assert!(stdout.contains(" passed, 0 failed"), "{stdout}");
+    assert!(
+        stderr.is_empty(),
+        "libfastudp wrote to the host's stderr:\n{stderr}"
     );
 }

@@ -644,9 +644,9 @@ fn report_fastudp(name: &str, tx: &Socket, rx: &Socket) {
         rs.recv_messages,
         rs.kernel_drops,
         rs.truncated,
-        ts.fallbacks.len() + rs.fallbacks.len(),
+        ts.fallbacks_total + rs.fallbacks_total,
     );
-    for f in ts.fallbacks.iter().chain(&rs.fallbacks) {
+    for f in ts.fallbacks.iter().chain(rs.fallbacks.iter()) {
         println!("    fallback: {}", f.reason);
     }
 }

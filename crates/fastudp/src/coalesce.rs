@@ -128,7 +128,9 @@ impl Coalescer {
     /// Sets how many trains are queued before a push flushes them.
     pub fn with_max_trains(mut self, n: usize) -> Self {
         self.max_trains = n.max(1);
-        self.trains.reserve(self.max_trains);
+        // The queue grows as trains come: reserving a caller's huge bound
+        // up front would abort the process.
+        self.trains.reserve(self.max_trains.min(1024));
         self
     }
 

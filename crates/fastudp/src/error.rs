@@ -18,6 +18,7 @@ pub enum Feature {
     Txtime,
     /// The io_uring backend (feature `uring`).
     #[cfg(feature = "uring")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "uring")))]
     Uring,
 }
 
@@ -32,6 +33,15 @@ impl std::fmt::Display for Feature {
             Feature::Uring => "uring",
         })
     }
+}
+
+/// A buffer the allocator could not give.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("cannot allocate {bytes} bytes")]
+#[non_exhaustive]
+pub struct AllocError {
+    /// The size asked for.
+    pub bytes: usize,
 }
 
 /// A feature the socket turned off, and why.
@@ -144,8 +154,10 @@ pub enum Error {
         /// The destination.
         destination: SocketAddr,
     },
-    /// An address of the wrong family for this socket.
-    #[error("transmit {index}: {destination} is an IPv6 address but the socket is IPv4 (bind to [::] for dual stack)")]
+    /// An address of the wrong family for this socket:
+    /// an IPv4 socket refuses every IPv6 address, v4-mapped ones included
+    /// (send to the plain IPv4 address instead).
+    #[error("transmit {index}: {destination} is an IPv6 address but the socket is IPv4 (bind to [::] for dual stack; for a v4-mapped address, send to the plain IPv4 one)")]
     AddressFamily {
         /// Index of the transmit in the batch.
         index: usize,

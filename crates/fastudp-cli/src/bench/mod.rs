@@ -116,7 +116,7 @@ pub struct BenchArgs {
     /// No per-second lines.
     #[arg(long, short)]
     pub quiet: bool,
-    /// Print JSON (see the README for the schema) instead of the table.
+    /// Print JSON (schema: docs/CLI.md) instead of the table.
     #[arg(long)]
     pub json: bool,
     /// Rotate the sender through 128 MiB of buffers, so that payload reads
@@ -275,8 +275,13 @@ pub struct Measurement {
     pub lost: Option<u64>,
     /// Receive-buffer drops the kernel counted (messages: a GRO train counts once).
     pub kernel_drops: u64,
-    /// MB/s relative to the `sendto` run of the same invocation, if there was one.
+    /// MB/s relative to the `sendto` run into the same receiver (for TCP:
+    /// into the receiver the send strategies share) of the same
+    /// invocation, if there was one.
     pub speedup_vs_sendto: Option<f64>,
+    /// MB/s relative to the `recvfrom` run from the same sender of the same
+    /// invocation, if there was one (UDP only).
+    pub speedup_vs_recvfrom: Option<f64>,
     /// `gso-zerocopy` only: zerocopy completions read from the error queue.
     pub zerocopy_completions: Option<u64>,
     /// `gso-zerocopy` only: of those, how many the kernel copied anyway.
@@ -455,21 +460,13 @@ pub fn run(a: BenchArgs) -> Result<(), crate::Failure> {
         runs.sort_by_key(|r| r.bytes);
         results.push(runs.swap_remove(runs.len() / 2));
     }
-    if let Some(base) = results
-        .iter()
-        .find(|r| r.tx == TxStrategy::Sendto)
-        .map(|r| r.mbytes_per_sec)
-        .filter(|&b| b > 0.0)
-    {
-        for r in &mut results {
-            r.speedup_vs_sendto = Some(r.mbytes_per_sec / base);
-        }
-    }
+    report::ratios(&mut results);
+    let verdict = report::verdict(&results, w.net);
     if a.json {
         let doc = serde_json::json!({ "schema": 1, "host": host, "workload": {
             "payload": w.payload, "batch": w.batch, "gso_segments": w.segs,
             "duration": a.duration, "ipv6": w.ipv6, "repeat": a.repeat, "cache_thrash": w.cache_thrash,
-            "testbed": w.net.map(profile_name) }, "results": results,
+            "testbed": w.net.map(profile_name) }, "results": results, "verdict": verdict,
             "interrupted": interrupted.is_some(), "interrupted_during": interrupted });
         outln!(
             "{}",
@@ -478,6 +475,9 @@ pub fn run(a: BenchArgs) -> Result<(), crate::Failure> {
     } else {
         if !results.is_empty() {
             report::print_table(&results);
+            for l in &verdict {
+                outln!("{l}");
+            }
         }
         if let Some(during) = &interrupted {
             report::print_interrupted(during, results.len());
@@ -841,6 +841,7 @@ fn run_pair(
         }),
         kernel_drops: drops,
         speedup_vs_sendto: None,
+        speedup_vs_recvfrom: None,
         zerocopy_completions: txo.zerocopy.map(|z| z.0),
         zerocopy_copied: txo.zerocopy.map(|z| z.1),
         host_steal: ticks_before

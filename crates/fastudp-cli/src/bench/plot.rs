@@ -218,6 +218,7 @@ mod tests {
             lost,
             kernel_drops: 0,
             speedup_vs_sendto: None,
+            speedup_vs_recvfrom: None,
             zerocopy_completions: None,
             zerocopy_copied: None,
             host_steal: None,

@@ -1,9 +1,10 @@
 //! Rendering: per-second lines, the summary table, host facts.
 
-use super::{label_width, name, Measurement};
+use super::{label_width, name, Measurement, TxStrategy};
+use crate::testbed::Profile;
 use serde::Serialize;
 
-/// What each column means, for `--help` and the README.
+/// What each column means, for `--help` and docs/CLI.md.
 pub const COLUMNS_HELP: &str = "\
 Columns of the summary table:
   MB/s       payload bytes received per second (10^6 bytes)
@@ -21,7 +22,11 @@ Columns of the summary table:
              it overlaps the two columns before it, it is not extra
   lost       datagrams sent but not received (sequence count); drops are
              cross-checked with the kernel's RcvbufErrors counter
-  speedup    MB/s relative to the sendto run of the same invocation";
+  x sendto   MB/s relative to sendto into the same receiver (TCP rows:
+             into the receiver the send strategies share)
+  x recvfrom MB/s relative to recvfrom from the same sender
+Under the table, the verdict: the best sender against sendto, the best
+receiver against recvfrom, and why runs lost datagrams, if they did.";
 
 /// Facts about the host, for the JSON output.
 #[derive(Debug, Clone, Serialize)]
@@ -111,7 +116,7 @@ pub fn print_interval(label: &str, sec: u32, bytes: u64, dgrams: u64, calls: u64
 /// (10^6 bytes, as everywhere in fastudp).
 pub fn interval_line(label: &str, sec: u32, bytes: u64, dgrams: u64, calls: u64) -> String {
     format!(
-        "[{label:<w$}] {:>3}-{:<3} s  {:>9.1} MB  {:>7.2} Gbits/sec  {:>10} dgram/s  {:>9} calls/s",
+        "[{label:<w$}] {:>3}-{:<3} s  {:>9.1} MB  {:>7.2} Gbit/s  {:>10} dgram/s  {:>9} calls/s",
         sec - 1,
         sec,
         bytes as f64 / 1e6,
@@ -138,7 +143,7 @@ pub fn print_interrupted(during: &str, finished: usize) {
 pub fn print_table(rs: &[Measurement]) {
     outln!();
     outln!(
-        "{:<18} {:<13} {:>9} {:>7} {:>10} {:>9} {:>8} {:>9} {:>7} {:>7} {:>9} {:>8} {:>8}",
+        "{:<18} {:<13} {:>9} {:>7} {:>10} {:>9} {:>8} {:>9} {:>7} {:>7} {:>9} {:>8} {:>8} {:>10}",
         "send",
         "receive",
         "MB/s",
@@ -151,11 +156,13 @@ pub fn print_table(rs: &[Measurement]) {
         "rx ns/B",
         "sirq ns/B",
         "lost",
-        "speedup"
+        "x sendto",
+        "x recvfrom"
     );
+    let x = |v: Option<f64>| v.map(|s| format!("{s:.2}x")).unwrap_or_else(|| "-".into());
     for r in rs {
         outln!(
-            "{:<18} {:<13} {:>9.1} {:>7.2} {:>10.0} {:>9.0} {:>8.0} {:>9.0} {:>7.3} {:>7.3} {:>9.3} {:>8} {:>8}",
+            "{:<18} {:<13} {:>9.1} {:>7.2} {:>10.0} {:>9.0} {:>8.0} {:>9.0} {:>7.3} {:>7.3} {:>9.3} {:>8} {:>8} {:>10}",
             name(r.tx),
             r.rx,
             r.mbytes_per_sec,
@@ -170,7 +177,8 @@ pub fn print_table(rs: &[Measurement]) {
             r.lost
                 .map(|l| l.to_string())
                 .unwrap_or_else(|| "-".into()),
-            r.speedup_vs_sendto.map(|s| format!("{s:.2}x")).unwrap_or_else(|| "-".into())
+            x(r.speedup_vs_sendto),
+            x(r.speedup_vs_recvfrom)
         );
     }
     for r in rs.iter().filter(|r| r.lost.is_some_and(|l| l > 0)) {
@@ -208,11 +216,234 @@ pub fn print_table(rs: &[Measurement]) {
     }
 }
 
+/// Fills in each row's ratios: against `sendto` into the same receiver
+/// (the send comparison) and against `recvfrom` from the same sender (the
+/// receive comparison), where this invocation ran that baseline.
+pub fn ratios(rs: &mut [Measurement]) {
+    let rate = |rs: &[Measurement], f: &dyn Fn(&Measurement) -> bool| {
+        rs.iter()
+            .find(|r| f(r))
+            .map(|r| r.mbytes_per_sec)
+            .filter(|&b| b > 0.0)
+    };
+    // TCP has its own receiver: its row is compared with sendto into the
+    // receiver the send rows share (the first sendto row).
+    let any_sendto = rate(rs, &|r| r.tx == TxStrategy::Sendto);
+    let sendto: Vec<Option<f64>> = rs
+        .iter()
+        .map(|row| {
+            if row.tx.is_tcp() {
+                any_sendto
+            } else {
+                rate(rs, &|r| r.tx == TxStrategy::Sendto && r.rx == row.rx)
+            }
+        })
+        .collect();
+    let recvfrom: Vec<Option<f64>> = rs
+        .iter()
+        .map(|row| {
+            if row.tx.is_tcp() {
+                None
+            } else {
+                rate(rs, &|r| r.tx == row.tx && r.rx == "recvfrom")
+            }
+        })
+        .collect();
+    for ((r, s), v) in rs.iter_mut().zip(sendto).zip(recvfrom) {
+        r.speedup_vs_sendto = s.map(|b| r.mbytes_per_sec / b);
+        r.speedup_vs_recvfrom = v.map(|b| r.mbytes_per_sec / b);
+    }
+}
+
+/// The lines under the table: the best sender (against `sendto`), the
+/// best receiver (against `recvfrom`, from the sender that ran into the
+/// most receivers), TCP where it ran, and why runs lost datagrams when
+/// they did, with what to do about it. Run after [`ratios`].
+pub fn verdict(rs: &[Measurement], net: Option<Profile>) -> Vec<String> {
+    let mut v = Vec::new();
+    let udp: Vec<&Measurement> = rs.iter().filter(|r| !r.tx.is_tcp()).collect();
+    let best = |rows: &[&Measurement]| -> Option<Measurement> {
+        rows.iter()
+            .max_by(|a, b| a.mbytes_per_sec.total_cmp(&b.mbytes_per_sec))
+            .map(|r| (*r).clone())
+    };
+    if udp.is_empty() {
+        return v;
+    }
+    v.push(String::new());
+    v.push("verdict:".into());
+    if let Some(b) = best(&udp) {
+        v.push(format!(
+            "  best sender:   {} ({:.1} MB/s, {:.2} Gbit/s, into {}): {}",
+            name(b.tx),
+            b.mbytes_per_sec,
+            b.gbps,
+            b.rx,
+            match b.speedup_vs_sendto {
+                Some(x) => format!("{x:.2}x sendto into {}", b.rx),
+                None => format!("no sendto run into {} to compare with", b.rx),
+            }
+        ));
+    }
+    // The receivers compared: those of the sender that ran into the most.
+    let mut senders: Vec<TxStrategy> = Vec::new();
+    for r in &udp {
+        if !senders.contains(&r.tx) {
+            senders.push(r.tx);
+        }
+    }
+    let count = |t: TxStrategy| udp.iter().filter(|r| r.tx == t).count();
+    if let Some(t) = senders.iter().copied().max_by_key(|&t| count(t)) {
+        let rows: Vec<&Measurement> = udp.iter().copied().filter(|r| r.tx == t).collect();
+        if let Some(b) = best(&rows).filter(|_| rows.len() > 1 || rows[0].rx == "recvfrom") {
+            v.push(format!(
+                "  best receiver: {} ({:.1} MB/s, {:.2} Gbit/s, from {}): {}",
+                b.rx,
+                b.mbytes_per_sec,
+                b.gbps,
+                name(t),
+                match b.speedup_vs_recvfrom {
+                    Some(x) => format!("{x:.2}x recvfrom from {}", name(t)),
+                    None => format!("no recvfrom run from {} to compare with", name(t)),
+                }
+            ));
+        }
+    }
+    if let (Some(tcp), Some(b)) = (
+        rs.iter()
+            .filter(|r| r.tx.is_tcp())
+            .max_by(|a, b| a.mbytes_per_sec.total_cmp(&b.mbytes_per_sec)),
+        best(&udp),
+    ) {
+        if tcp.mbytes_per_sec > 0.0 {
+            v.push(format!(
+                "  TCP:           {} {:.1} MB/s; the best UDP run is {:.2}x that",
+                name(tcp.tx),
+                tcp.mbytes_per_sec,
+                b.mbytes_per_sec / tcp.mbytes_per_sec
+            ));
+        }
+    }
+    let lossy: Vec<&Measurement> = udp
+        .iter()
+        .copied()
+        .filter(|r| r.lost.is_some_and(|l| l > 0))
+        .collect();
+    if !lossy.is_empty() {
+        let (path, why) = match net {
+            None => (
+                "loopback",
+                "loopback has no flow control",
+            ),
+            Some(_) => (
+                "the testbed",
+                "a veth pair has no flow control (and a veth in NAPI mode drops when its ring is full: `ip -s link`)",
+            ),
+        };
+        let lost: u64 = lossy.iter().filter_map(|r| r.lost).sum();
+        let drops: u64 = lossy.iter().map(|r| r.kernel_drops).sum();
+        v.push(format!(
+            "  loss:          {} of {} UDP runs lost datagrams ({lost} in all; the kernel counted {drops} receive-buffer drops).",
+            lossy.len(),
+            udp.len()
+        ));
+        v.push(format!(
+            "                 Why: bench sends as fast as it can, unpaced, and {why}: a sender faster than its receiver overruns the receiving socket's buffer on {path}, and the kernel drops what does not fit. The receiver fell behind; nothing is broken."
+        ));
+        v.push(
+            "                 To measure without it: pace the sender (`fastudp tx -b RATE` into `fastudp rx`), give the receiver a larger buffer (raise net.core.rmem_max: `fastudp tune`), or receive with GRO (--rx gro-recvmmsg), which takes a whole train per read."
+                .into(),
+        );
+    }
+    v
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::bench::{pair_label, RxStrategy, TxStrategy};
     use clap::ValueEnum;
+
+    fn row(tx: TxStrategy, rx: &str, mbytes_per_sec: f64, lost: u64) -> Measurement {
+        Measurement {
+            tx,
+            rx: rx.into(),
+            bytes: 0,
+            datagrams: 0,
+            seconds: 1.0,
+            mbytes_per_sec,
+            gbps: mbytes_per_sec * 8.0 / 1e3,
+            datagrams_per_sec: 0.0,
+            tx_calls_per_sec: 0.0,
+            bytes_per_call: 0.0,
+            rx_calls_per_sec: 0.0,
+            tx_cpu_ns_per_byte: 0.0,
+            rx_cpu_ns_per_byte: 0.0,
+            softirq_ns_per_byte: 0.0,
+            all_cpu_ns_per_byte: 0.0,
+            sent: 0,
+            lost: (!tx.is_tcp()).then_some(lost),
+            kernel_drops: lost / 10,
+            speedup_vs_sendto: None,
+            speedup_vs_recvfrom: None,
+            zerocopy_completions: None,
+            zerocopy_copied: None,
+            host_steal: None,
+        }
+    }
+
+    /// Send rows compare with sendto into the same receiver; receive rows
+    /// with recvfrom from the same sender (never with the sendto run); the
+    /// verdict names the best of each with its ratio, and explains loss.
+    #[test]
+    fn receive_ratios_are_against_recvfrom_and_the_verdict_names_the_best() {
+        use TxStrategy::*;
+        let mut rs = vec![
+            row(Sendto, "gro-recvmmsg", 400.0, 0),
+            row(GsoCmsg, "gro-recvmmsg", 1600.0, 0),
+            row(Fastudp, "gro-recvmmsg", 1500.0, 0),
+            row(Tcp, "tcp", 2000.0, 0),
+            row(Fastudp, "recvfrom", 300.0, 50_000),
+            row(Fastudp, "recvmmsg", 450.0, 10),
+        ];
+        ratios(&mut rs);
+        assert_eq!(rs[1].speedup_vs_sendto, Some(4.0));
+        assert_eq!(rs[3].speedup_vs_sendto, Some(5.0));
+        assert_eq!(rs[3].speedup_vs_recvfrom, None);
+        // fastudp -> recvfrom is 1.00x recvfrom, not 0.75x sendto.
+        assert_eq!(rs[4].speedup_vs_recvfrom, Some(1.0));
+        assert_eq!(rs[4].speedup_vs_sendto, None);
+        assert_eq!(rs[5].speedup_vs_recvfrom, Some(1.5));
+        assert_eq!(rs[2].speedup_vs_recvfrom, Some(5.0));
+        let v = verdict(&rs, None).join("\n");
+        assert!(
+            v.contains("best sender:   gso-cmsg (1600.0 MB/s, 12.80 Gbit/s, into gro-recvmmsg): 4.00x sendto into gro-recvmmsg"),
+            "{v}"
+        );
+        assert!(
+            v.contains("best receiver: gro-recvmmsg (1500.0 MB/s, 12.00 Gbit/s, from fastudp): 5.00x recvfrom from fastudp"),
+            "{v}"
+        );
+        assert!(v.contains("the best UDP run is 0.80x that"), "{v}");
+        assert!(
+            v.contains("2 of 5 UDP runs lost datagrams (50010 in all"),
+            "{v}"
+        );
+        assert!(v.contains("loopback has no flow control"), "{v}");
+        assert!(
+            v.contains("fastudp tx -b RATE") && v.contains("rmem_max"),
+            "{v}"
+        );
+        // No loss, no explanation; no baseline, said so.
+        let mut one = vec![row(GsoCmsg, "recvmmsg", 900.0, 0)];
+        ratios(&mut one);
+        let v = verdict(&one, None).join("\n");
+        assert!(
+            v.contains("no sendto run into recvmmsg to compare with"),
+            "{v}"
+        );
+        assert!(!v.contains("loss:") && !v.contains("best receiver"), "{v}");
+    }
 
     #[test]
     fn every_pairing_s_per_second_line_lines_up() {

@@ -7,9 +7,121 @@ use super::quinn_stack::runtime;
 use super::{tls, LoadArgs, LoadStack};
 use crate::{interrupt, Failure};
 use serde::Serialize;
-use std::net::SocketAddr;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// How long the run waits for the server's first answer (a completed
+/// handshake, or a refusal from the server) before it gives up on the
+/// whole run: a dead port or a wrong address is an error within this
+/// time, not a silent wait for every connection's own timeout.
+pub const ANSWER_WITHIN: Duration = Duration::from_secs(5);
+
+/// Where the clients connect, and under which name.
+#[derive(Debug, Clone)]
+struct Target {
+    /// The address the clients use (the name's first address).
+    addr: SocketAddr,
+    /// Other addresses the name resolved to, for the error message.
+    others: Vec<SocketAddr>,
+    /// The TLS server name: the host name, or "localhost" for an address.
+    sni: String,
+    /// As given, with the address when a name was resolved.
+    shown: String,
+}
+
+/// Resolves `HOST:PORT` (an address or a name) once.
+fn resolve(server: &str) -> Result<Target, Failure> {
+    if let Ok(addr) = server.parse::<SocketAddr>() {
+        return Ok(Target {
+            addr,
+            others: Vec::new(),
+            sni: "localhost".into(),
+            shown: addr.to_string(),
+        });
+    }
+    let bad = |why: String| {
+        Failure::usage(format!(
+            "{server}: {why} (give HOST:PORT, such as localhost:4433, 127.0.0.1:4433 or [::1]:4433)"
+        ))
+    };
+    let (host, port) = server
+        .rsplit_once(':')
+        .ok_or_else(|| bad("no port".into()))?;
+    if port.parse::<u16>().is_err() {
+        return Err(bad(format!("{port:?} is not a port")));
+    }
+    let all: Vec<SocketAddr> = server
+        .to_socket_addrs()
+        .map_err(|e| bad(format!("cannot resolve {host}: {e}")))?
+        .collect();
+    let (&addr, others) = all
+        .split_first()
+        .ok_or_else(|| bad(format!("{host} resolves to no address")))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let sni = if rustls::pki_types::DnsName::try_from(host).is_ok() {
+        host.to_string()
+    } else {
+        "localhost".into()
+    };
+    Ok(Target {
+        addr,
+        others: others.to_vec(),
+        sni,
+        shown: format!("{server} ({addr})"),
+    })
+}
+
+/// The error of a run to which nothing answered within [`ANSWER_WITHIN`].
+fn no_answer(t: &Target, stack: LoadStack) -> Failure {
+    let what = match stack {
+        LoadStack::Quic => "no QUIC server answered",
+        LoadStack::TlsTcp => "no TLS server answered",
+    };
+    let others = if t.others.is_empty() {
+        String::new()
+    } else {
+        let o: Vec<String> = t.others.iter().map(|a| a.to_string()).collect();
+        format!(
+            "; the name also resolves to {}: give one of those to try it",
+            o.join(", ")
+        )
+    };
+    Failure {
+        code: 1,
+        msg: format!(
+            "{what} at {} within {} s: is the server running there (`fastudp quic serve`), with this port and protocol?{others}",
+            t.addr,
+            ANSWER_WITHIN.as_secs()
+        ),
+    }
+}
+
+/// Waits for the clients; gives up on all of them (aborted) when nothing
+/// answered within [`ANSWER_WITHIN`].
+async fn gather(
+    tasks: Vec<tokio::task::JoinHandle<Outcome>>,
+    answered: &AtomicBool,
+) -> Option<Vec<Outcome>> {
+    let aborts: Vec<tokio::task::AbortHandle> = tasks.iter().map(|t| t.abort_handle()).collect();
+    let watchdog = async {
+        tokio::time::sleep(ANSWER_WITHIN).await;
+        if !answered.load(Relaxed) {
+            return;
+        }
+        std::future::pending::<()>().await
+    };
+    tokio::select! {
+        out = collect(tasks) => Some(out),
+        () = watchdog => {
+            for a in aborts {
+                a.abort();
+            }
+            None
+        }
+    }
+}
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 /// What one connection got.
@@ -136,17 +248,19 @@ pub fn run(a: LoadArgs) -> Result<(), Failure> {
         )));
     }
     let timeout = Duration::from_secs_f64(timeout);
+    let target = resolve(&a.server)?;
+    let answered = Arc::new(AtomicBool::new(false));
     interrupt::watch();
     let rt = runtime(a.threads)?;
     let cpu0 = fastudp::os::process_cpu_time();
     let t0 = Instant::now();
     let request = format!("GET {}\r\n", a.request);
-    let outcomes: Vec<Outcome> = rt.block_on(async {
+    let outcomes: Option<Vec<Outcome>> = rt.block_on(async {
         let mut tasks = Vec::with_capacity(a.connections);
         match a.stack {
             LoadStack::Quic => {
                 let mut eps = Vec::new();
-                let bind: SocketAddr = if a.server.is_ipv6() {
+                let bind: SocketAddr = if target.addr.is_ipv6() {
                     "[::]:0".parse().unwrap()
                 } else {
                     "0.0.0.0:0".parse().unwrap()
@@ -166,13 +280,14 @@ pub fn run(a: LoadArgs) -> Result<(), Failure> {
                 }
                 for i in 0..a.connections {
                     let ep = eps[i % eps.len()].clone();
-                    let (server, request, start) = (a.server, request.clone(), ramp(i));
+                    let (target, request, start) = (target.clone(), request.clone(), ramp(i));
+                    let answered = Arc::clone(&answered);
                     tasks.push(tokio::spawn(async move {
                         tokio::time::sleep(start).await;
                         let mut o = Outcome::default();
                         let r = tokio::time::timeout(
                             timeout,
-                            quic_one(&ep, server, &request, interval, &mut o),
+                            quic_one(&ep, &target, &answered, &request, interval, &mut o),
                         )
                         .await;
                         match r {
@@ -183,26 +298,29 @@ pub fn run(a: LoadArgs) -> Result<(), Failure> {
                         o
                     }));
                 }
-                let out = collect(tasks).await;
+                let out = gather(tasks, &answered).await;
                 for ep in &eps {
                     ep.close(quinn::VarInt::from_u32(0), b"done");
                 }
-                for ep in &eps {
-                    let _ = tokio::time::timeout(Duration::from_secs(1), ep.wait_idle()).await;
+                if out.is_some() {
+                    for ep in &eps {
+                        let _ = tokio::time::timeout(Duration::from_secs(1), ep.wait_idle()).await;
+                    }
                 }
                 Ok::<_, Failure>(out)
             }
             LoadStack::TlsTcp => {
                 let connector = tokio_rustls::TlsConnector::from(Arc::new(tls::client()));
                 for i in 0..a.connections {
-                    let (server, request, connector, start) =
-                        (a.server, request.clone(), connector.clone(), ramp(i));
+                    let (target, request, connector, start) =
+                        (target.clone(), request.clone(), connector.clone(), ramp(i));
+                    let answered = Arc::clone(&answered);
                     tasks.push(tokio::spawn(async move {
                         tokio::time::sleep(start).await;
                         let mut o = Outcome::default();
                         let r = tokio::time::timeout(
                             timeout,
-                            tcp_one(&connector, server, &request, interval, &mut o),
+                            tcp_one(&connector, &target, &answered, &request, interval, &mut o),
                         )
                         .await;
                         match r {
@@ -213,19 +331,26 @@ pub fn run(a: LoadArgs) -> Result<(), Failure> {
                         o
                     }));
                 }
-                Ok(collect(tasks).await)
+                Ok(gather(tasks, &answered).await)
             }
         }
     })?;
+    let Some(outcomes) = outcomes else {
+        rt.shutdown_timeout(Duration::from_millis(200));
+        if interrupt::requested() {
+            return Err(interrupt::failure("before the server answered"));
+        }
+        return Err(no_answer(&target, a.stack));
+    };
     let secs = t0.elapsed().as_secs_f64();
     let cpu = fastudp::os::process_cpu_time()
         .saturating_sub(cpu0)
         .as_secs_f64();
     rt.shutdown_timeout(Duration::from_millis(200));
-    let s = summarize(&a, req, interval, &outcomes, secs, cpu);
+    let s = summarize(&a, &target, req, interval, &outcomes, secs, cpu);
     print(&s, a.json);
     if interrupt::requested() {
-        return Err(interrupt::failure("the summary"));
+        return Err(interrupt::summarized());
     }
     if s.failed > 0 || s.wrong_bytes > 0 {
         return Err(Failure {
@@ -315,16 +440,25 @@ impl Reader {
 
 async fn quic_one(
     ep: &quinn::Endpoint,
-    server: SocketAddr,
+    target: &Target,
+    answered: &AtomicBool,
     request: &str,
     interval: Duration,
     o: &mut Outcome,
 ) -> Result<(), String> {
     let conn = ep
-        .connect(server, "localhost")
+        .connect(target.addr, &target.sni)
         .map_err(|e| format!("connect: {e}"))?
         .await
-        .map_err(|e| format!("handshake: {e}"))?;
+        .map_err(|e| {
+            // Anything but silence is an answer: a refusal or a close
+            // comes from a server.
+            if !matches!(e, quinn::ConnectionError::TimedOut) {
+                answered.store(true, Relaxed);
+            }
+            format!("handshake: {e}")
+        })?;
+    answered.store(true, Relaxed);
     let r = async {
         let (mut send, mut recv) = conn.open_bi().await.map_err(|e| e.to_string())?;
         send.write_all(request.as_bytes())
@@ -359,19 +493,22 @@ async fn quic_one(
 
 async fn tcp_one(
     connector: &tokio_rustls::TlsConnector,
-    server: SocketAddr,
+    target: &Target,
+    answered: &AtomicBool,
     request: &str,
     interval: Duration,
     o: &mut Outcome,
 ) -> Result<(), String> {
-    let tcp = tokio::net::TcpStream::connect(server)
+    let tcp = tokio::net::TcpStream::connect(target.addr)
         .await
         .map_err(|e| format!("connect: {e}"))?;
-    let name = rustls::pki_types::ServerName::try_from("localhost").expect("a valid name");
-    let mut s = connector
-        .connect(name, tcp)
-        .await
-        .map_err(|e| format!("handshake: {e}"))?;
+    let name = rustls::pki_types::ServerName::try_from(target.sni.clone())
+        .map_err(|e| format!("server name {}: {e}", target.sni))?;
+    let mut s = connector.connect(name, tcp).await.map_err(|e| {
+        answered.store(true, Relaxed);
+        format!("handshake: {e}")
+    })?;
+    answered.store(true, Relaxed);
     s.write_all(request.as_bytes())
         .await
         .map_err(|e| e.to_string())?;
@@ -400,6 +537,7 @@ async fn read_all<R: AsyncRead + Unpin>(
 
 fn summarize(
     a: &LoadArgs,
+    target: &Target,
     req: Request,
     interval: Duration,
     outs: &[Outcome],
@@ -452,7 +590,7 @@ fn summarize(
             LoadStack::Quic => "quic",
             LoadStack::TlsTcp => "tls-tcp",
         },
-        server: a.server.to_string(),
+        server: target.shown.clone(),
         request: a.request.clone(),
         connections: outs.len(),
         completed,

@@ -137,7 +137,10 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
     let counters = Arc::new(Counters::default());
     interrupt::watch();
     let interval = Duration::from_secs_f64(a.interval / 1000.0);
-    let (retry, max) = (a.retry, a.max_connections as u64);
+    let (retry, max) = (
+        a.retry,
+        a.max_connections.unwrap_or(super::MAX_CONNECTIONS) as u64,
+    );
     {
         let (ep, counters) = (ep.clone(), counters.clone());
         rt.spawn(async move {
@@ -175,7 +178,7 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
     rep.summary(&counters, a.json, pacing);
     rt.shutdown_timeout(Duration::from_millis(200));
     if interrupt::requested() {
-        return Err(interrupt::failure("the summary"));
+        return Err(interrupt::summarized());
     }
     Ok(())
 }

@@ -326,7 +326,7 @@ impl Sender {
     fn publish(&self, sh: &Shared) {
         if let Some(f) = &self.fast {
             let s = f.stats();
-            sh.fallbacks.store(s.fallbacks.len() as u64, Relaxed);
+            sh.fallbacks.store(s.fallbacks_total, Relaxed);
             sh.resent.store(s.resent_unsegmented, Relaxed);
             sh.dropped_locally.store(s.dropped_locally, Relaxed);
             sh.gso_retries.store(s.gso_retries, Relaxed);
@@ -393,6 +393,12 @@ pub fn run(t: TxStrategy, payload: usize, rate: f64, sh: &Shared) -> Result<Vec<
     s.finish()?;
     Ok(s.fast
         .as_ref()
-        .map(|f| f.stats().fallbacks.into_iter().map(|f| f.reason).collect())
+        .map(|f| {
+            f.stats()
+                .fallbacks
+                .iter()
+                .map(|f| f.reason.clone())
+                .collect()
+        })
         .unwrap_or_default())
 }

@@ -298,7 +298,7 @@ impl<'a> Sender<'a> {
             // With zerocopy the error queue also holds the completions,
             // which only the zerocopy sender may read: there the refusals
             // are read at the end, once every send has completed.
-            if !self.a.zerocopy && self.next_sock % 64 == 0 {
+            if !self.a.zerocopy && self.next_sock.is_multiple_of(64) {
                 self.read_errors();
                 if self.refused.len() == self.a.ports as usize {
                     return Ok(());

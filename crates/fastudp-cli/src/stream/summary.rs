@@ -140,9 +140,7 @@ fn print(s: &StreamSummary, json: bool) -> Result<(), Failure> {
 pub fn finish(s: &StreamSummary, json: bool) -> Result<(), Failure> {
     print(s, json)?;
     if s.interrupted {
-        return Err(interrupt::failure(
-            "the summary above covers the run until then",
-        ));
+        return Err(interrupt::summarized());
     }
     Ok(())
 }

@@ -284,11 +284,26 @@ pub fn privileged(test: &str, tools: &[&str]) -> bool {
     } else {
         format!("needs root and {}", tools.join(", "))
     };
+    skip(test, &why);
+    false
+}
+
+/// Says that `test` does not run and why, or fails it instead under
+/// `FASTUDP_REQUIRE_PRIVILEGED_TESTS=1` (as in CI).
+///
+/// The line goes straight to the process's standard error, past the
+/// test harness's capture (which takes only `print!`/`eprint!`), so that
+/// `cargo test` shows it among the results without `--nocapture`: a test
+/// that skipped is visible, not a silent `ok`.
+pub fn skip(test: &str, why: &str) {
     if std::env::var("FASTUDP_REQUIRE_PRIVILEGED_TESTS").as_deref() == Ok("1") {
         panic!("{test}: {why} (FASTUDP_REQUIRE_PRIVILEGED_TESTS=1 forbids skipping)");
     }
-    eprintln!("skipping {test}: {why}");
-    false
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "SKIPPED {test}: {why} (FASTUDP_REQUIRE_PRIVILEGED_TESTS=1 makes this a failure)"
+    );
 }
 
 /// The network namespaces `ip netns list` shows.

@@ -232,6 +232,30 @@ static void test_send_errors_name_the_transmit(void) {
     CHECK(fastudp_send(s, t, 3, &sent) == FASTUDP_ERR_ADDRESS_FAMILY, "v6 on v4");
     fastudp_last_error(&info);
     CHECK(info.has_index && info.index == 1, "index %zu", info.index);
+
+    /* Every transmit is checked before any is sent, however many: with
+     * 100 transmits and #70 oversized, none goes out. */
+    fastudp_socket *r = bind_v4(NULL);
+    struct sockaddr_in rto = local_of(r);
+    static fastudp_transmit many[100];
+    for (int i = 0; i < 100; i++)
+        many[i] = (fastudp_transmit){.destination = (struct sockaddr *)&rto,
+                                     .destination_len = sizeof rto,
+                                     .contents = big,
+                                     .contents_len = 100};
+    many[70].contents_len = 65508;
+    sent = (fastudp_sent){99, 99};
+    CHECK(fastudp_send(s, many, 100, &sent) == FASTUDP_ERR_PAYLOAD_TOO_LARGE, "#70 too large");
+    fastudp_last_error(&info);
+    CHECK(info.has_index && info.index == 70, "index %zu", info.index);
+    CHECK(sent.transmits == 99 && sent.datagrams == 99, "sent untouched on error");
+    fastudp_socket_stats(s, &st);
+    CHECK(st.send_calls == 0, "nothing of 100 was sent: %llu calls",
+          (unsigned long long)st.send_calls);
+    many[70].contents_len = 100;
+    OK(fastudp_send(s, many, 100, &sent));
+    CHECK(sent.transmits == 100, "all 100 sent once valid: %zu", sent.transmits);
+    fastudp_socket_free(r);
     fastudp_socket_free(s);
 }
 

@@ -13,7 +13,10 @@ pub(crate) mod state;
 
 pub use recv::{RecvBatch, RecvMeta, DEFAULT_MESSAGE_CAPACITY, DEFAULT_RECV_BUDGET};
 pub use send::Sent;
-pub use state::{Config, Stats, UdpState, DEFAULT_GSO_RETRY, DEFAULT_SPLIT_WAIT, MAX_GSO_RETRY};
+pub use state::{
+    Config, Stats, UdpState, DEFAULT_GSO_RETRY, DEFAULT_SPLIT_WAIT, FALLBACK_EVENTS_KEPT,
+    MAX_GSO_RETRY,
+};
 
 use crate::caps::Capabilities;
 use crate::error::Error;
@@ -355,7 +358,7 @@ mod faults {
         let applies = train
             && (!f.short_tail_only || short)
             && (!f.v6_only || !super::state::is_v4_dest(&t.destination))
-            && f.dest.map_or(true, |d| d == t.destination);
+            && f.dest.is_none_or(|d| d == t.destination);
         applies.then(|| io::Error::from_raw_os_error(f.errno))
     }
 }
@@ -526,6 +529,43 @@ mod tests {
             st.fallbacks[0].reason.contains("IPv6"),
             "{:?}",
             st.fallbacks
+        );
+    }
+
+    /// A path whose GSO refusals come and go records one event per
+    /// refusal: the socket keeps the most recent [`FALLBACK_EVENTS_KEPT`]
+    /// and counts the rest, and `stats()` shares them instead of copying.
+    #[test]
+    fn fallback_events_are_bounded_and_counted() {
+        let rx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let tx = Socket::bind_with(
+            "127.0.0.1:0".parse().unwrap(),
+            Config::default().gso_retry(Duration::ZERO),
+        )
+        .unwrap();
+        if tx.capabilities().max_gso_segments <= 1 {
+            return;
+        }
+        let data = [5u8; 200];
+        let t = Transmit::train(rx.local_addr().unwrap(), &data, 100);
+        faults::refuse_gso(Some(gso_fault(libc::EIO)));
+        for _ in 0..100 {
+            assert!(tx.send(&[t]).unwrap().all(1));
+        }
+        faults::refuse_gso(None);
+        let st = tx.stats();
+        assert_eq!(st.fallbacks_total, 100);
+        assert_eq!(
+            st.fallbacks.len(),
+            FALLBACK_EVENTS_KEPT,
+            "{:?}",
+            st.fallbacks
+        );
+        assert!(st.fallbacks.iter().all(|e| e.errno == Some(libc::EIO)));
+        assert_eq!(st.resent_unsegmented, 200);
+        assert!(
+            std::sync::Arc::ptr_eq(&st.fallbacks, &tx.stats().fallbacks),
+            "stats() copied the events"
         );
     }
 

@@ -196,9 +196,30 @@ impl RecvBatch {
     pub fn with_capacity(messages: usize, bytes_per_message: usize) -> Self {
         let messages = messages.clamp(1, MAX_BATCH);
         let stride = bytes_per_message.clamp(1, 16 << 20);
+        Self::with_buffer(vec![0; messages * stride], messages, stride)
+    }
+
+    /// As [`RecvBatch::with_capacity`], but a buffer the allocator cannot
+    /// give (up to 2 GiB at the largest sizes) is an error instead of an
+    /// abort of the process: for hosts with a memory limit, and for C
+    /// callers.
+    pub fn try_with_capacity(
+        messages: usize,
+        bytes_per_message: usize,
+    ) -> Result<Self, crate::error::AllocError> {
+        let messages = messages.clamp(1, MAX_BATCH);
+        let stride = bytes_per_message.clamp(1, 16 << 20);
+        let bytes = messages * stride;
+        let buf = crate::sys::try_zeroed_bytes(bytes).ok_or(crate::error::AllocError { bytes })?;
+        Ok(Self::with_buffer(buf, messages, stride))
+    }
+
+    /// A batch around `buf` (`messages * stride` bytes). The other vectors
+    /// are at most 128 small entries each.
+    fn with_buffer(buf: Vec<u8>, messages: usize, stride: usize) -> Self {
         let empty = RecvMeta::default();
         RecvBatch {
-            buf: vec![0; messages * stride],
+            buf,
             stride,
             controls: vec![CmsgBuf::default(); messages],
             names: vec![AddrBuf::default(); messages],

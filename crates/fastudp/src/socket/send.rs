@@ -166,7 +166,9 @@ impl UdpState {
 
     /// Checks one transmit against everything the kernel would refuse.
     pub(crate) fn validate(&self, index: usize, t: &Transmit<'_>) -> Result<(), Error> {
-        if !self.ipv6 && !is_v4_dest(&t.destination) {
+        // An IPv4 socket takes IPv4 addresses only: the kernel answers
+        // EAFNOSUPPORT to any sockaddr_in6 there, a v4-mapped one included.
+        if !self.ipv6 && !t.destination.is_ipv4() {
             return Err(Error::AddressFamily {
                 index,
                 destination: t.destination,

@@ -11,7 +11,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// How long a train sent one datagram at a time (GSO off) on a *blocking*
@@ -57,10 +57,12 @@ pub struct Config {
     /// io_uring cannot be used the socket falls back to syscalls and says
     /// why in [`Stats::fallbacks`].
     #[cfg(feature = "uring")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "uring")))]
     pub uring: bool,
     /// Provided receive buffers of the io_uring backend (rounded up to a
     /// power of two; default 64). Each holds one message (a GRO train).
     #[cfg(feature = "uring")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "uring")))]
     pub uring_recv_buffers: u16,
 }
 
@@ -127,6 +129,7 @@ impl Config {
 
     /// See [`Config::uring`](struct.Config.html#structfield.uring).
     #[cfg(feature = "uring")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "uring")))]
     pub fn uring(mut self, on: bool) -> Self {
         self.uring = on;
         self
@@ -134,6 +137,7 @@ impl Config {
 
     /// See [`Config::uring_recv_buffers`](struct.Config.html#structfield.uring_recv_buffers).
     #[cfg(feature = "uring")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "uring")))]
     pub fn uring_recv_buffers(mut self, n: u16) -> Self {
         self.uring_recv_buffers = n;
         self
@@ -180,8 +184,31 @@ pub struct Stats {
     pub errors_lost: u64,
     /// Times GSO was tried again after a refusal had turned it off.
     pub gso_retries: u64,
-    /// Every feature the socket turned off at run time, and why.
-    pub fallbacks: Vec<FallbackEvent>,
+    /// The most recent features the socket turned off at run time, and
+    /// why: at most [`FALLBACK_EVENTS_KEPT`] events, oldest first. A path
+    /// whose GSO refusals come and go records one event per refusal, so
+    /// older events are only counted ([`Stats::fallbacks_total`]). Shared:
+    /// [`UdpState::stats`] does not copy them.
+    pub fallbacks: Arc<[FallbackEvent]>,
+    /// Fallback events recorded since the socket was made, including those
+    /// no longer kept in [`Stats::fallbacks`].
+    pub fallbacks_total: u64,
+}
+
+/// How many recent fallback events a socket keeps ([`Stats::fallbacks`]);
+/// older ones are counted in [`Stats::fallbacks_total`] only, so a socket's
+/// memory stays bounded however often a path flaps.
+pub const FALLBACK_EVENTS_KEPT: usize = 32;
+
+/// The recent fallback events of a socket and how many there were.
+#[derive(Debug, Default)]
+struct FallbackLog {
+    /// The last [`FALLBACK_EVENTS_KEPT`] events, oldest first; replaced
+    /// (copied) on each new event, which is rare, so that a snapshot is
+    /// a reference count.
+    recent: Arc<[FallbackEvent]>,
+    /// Events recorded so far.
+    total: u64,
 }
 
 /// What fastudp knows and keeps about one UDP socket: capabilities,
@@ -248,7 +275,7 @@ pub struct UdpState {
     pub(super) ecn: AtomicBool,
     pub(super) txtime: AtomicBool,
     pub(super) c: Counters,
-    fallbacks: Mutex<Vec<FallbackEvent>>,
+    fallbacks: Mutex<FallbackLog>,
     pub(super) errors: Mutex<ErrorRing>,
     /// The io_uring backend, when on.
     #[cfg(all(feature = "uring", target_os = "linux"))]
@@ -374,7 +401,7 @@ impl UdpState {
             ecn: AtomicBool::new(ecn),
             txtime: AtomicBool::new(false),
             c: Counters::default(),
-            fallbacks: Mutex::new(Vec::new()),
+            fallbacks: Mutex::new(FallbackLog::default()),
             errors: Mutex::new(ErrorRing::default()),
             #[cfg(all(feature = "uring", target_os = "linux"))]
             uring: None,
@@ -587,7 +614,12 @@ impl UdpState {
 
     /// Counters and fallback events so far (`sock` for the kernel's drop
     /// counter).
+    /// Cheap: the recent fallback events are shared, not copied.
     pub fn stats(&self, sock: impl AsFd) -> Stats {
+        let (fallbacks, fallbacks_total) = {
+            let log = self.fallbacks.lock().unwrap_or_else(|p| p.into_inner());
+            (log.recent.clone(), log.total)
+        };
         Stats {
             send_calls: self.c.send_calls.load(Relaxed),
             send_messages: self.c.send_messages.load(Relaxed),
@@ -603,7 +635,8 @@ impl UdpState {
             async_errors: self.c.async_errors.load(Relaxed),
             errors_lost: self.errors.lock().map(|r| r.lost()).unwrap_or(0),
             gso_retries: self.c.gso_retries.load(Relaxed),
-            fallbacks: self.fallbacks.lock().map(|v| v.clone()).unwrap_or_default(),
+            fallbacks,
+            fallbacks_total,
         }
     }
 
@@ -614,13 +647,20 @@ impl UdpState {
     }
 
     pub(crate) fn record(&self, feature: Feature, errno: Option<i32>, reason: String) {
-        if let Ok(mut v) = self.fallbacks.lock() {
-            v.push(FallbackEvent {
-                feature,
-                errno,
-                reason,
-            });
-        }
+        let mut log = self.fallbacks.lock().unwrap_or_else(|p| p.into_inner());
+        let keep = log.recent.len().min(FALLBACK_EVENTS_KEPT - 1);
+        let from = log.recent.len() - keep;
+        let ev = FallbackEvent {
+            feature,
+            errno,
+            reason,
+        };
+        log.recent = log.recent[from..]
+            .iter()
+            .cloned()
+            .chain(std::iter::once(ev))
+            .collect();
+        log.total += 1;
     }
 
     /// Turns GSO off for `dest`'s address family after `dest` refused it,

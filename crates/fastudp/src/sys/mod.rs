@@ -114,3 +114,22 @@ pub fn default_sigpipe() {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }
+
+/// `len` zeroed bytes, or `None` when the allocator cannot give them
+/// (`calloc`-like: the pages are touched only when used). Unlike
+/// `vec![0; len]`, a failure is an answer, not an abort of the process.
+pub(crate) fn try_zeroed_bytes(len: usize) -> Option<Vec<u8>> {
+    if len == 0 {
+        return Some(Vec::new());
+    }
+    let layout = std::alloc::Layout::array::<u8>(len).ok()?;
+    // SAFETY: the layout has a non-zero size (len > 0).
+    let p = unsafe { std::alloc::alloc_zeroed(layout) };
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: p was allocated by the global allocator with the layout of
+    // `len` u8s (align 1), all `len` bytes are initialized (zeroed), and
+    // the length equals the capacity.
+    Some(unsafe { Vec::from_raw_parts(p, len, len) })
+}
