@@ -138,6 +138,11 @@
 //!   call; a connected socket gets the error (`ECONNREFUSED`: the peer went
 //!   away). [`ZeroCopySender`] keeps only its completions and leaves
 //!   everything else for `recv_error`.
+//! - **A full local queue is not an error.** With `IP_RECVERR` the kernel
+//!   answers `ENOBUFS` for a datagram the device's qdisc dropped, where it
+//!   would otherwise count the drop and return success. The send goes on:
+//!   those datagrams are done, and counted in [`Sent::dropped_locally`]
+//!   and [`Stats::dropped_locally`] (see [`UdpState::send`]).
 //! - **GSO refusals are not for ever, nor for everyone.** A GSO send the
 //!   path refuses (`EIO`, `EINVAL`) is resent one datagram at a time at
 //!   once; GSO stays off for [`Config::gso_retry`] (1 s, doubling per
