@@ -1510,14 +1510,16 @@ fn stateless_replies_are_bounded_when_the_send_path_is_full() {
     let _ = flood.0.wait();
     srv.interrupt();
     let end = srv.finish();
+    // The worker's own bound in the memory model (docs/SECURITY.md) is
+    // 16 MiB, whatever arrives.
+    assert!(
+        peak.saturating_sub(base) < 16 * 1024,
+        "RSS grew from {base} kB to {peak} kB under a Version Negotiation flood"
+    );
     let s = last_json(&end.stdout, "summary");
     assert!(
-        s["stateless_dropped"].as_u64().unwrap() > 0,
+        s["stateless_dropped"].as_u64().unwrap_or(0) > 0,
         "the send path never filled: the test proved nothing: {s}"
-    );
-    assert!(
-        peak < 96 * 1024,
-        "peak RSS {peak} kB under a Version Negotiation flood (base {base} kB)"
     );
 }
 
