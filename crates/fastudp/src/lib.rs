@@ -297,8 +297,10 @@ pub use wire::{
 };
 pub use zerocopy::{SendMeta, ZeroCopyMode, ZeroCopySender, ZeroCopyStats};
 
-/// Operating-system helpers the benchmark and test tools share. Not part of
-/// the stable API: only with the `unstable-tools` feature.
+/// Operating-system helpers the benchmark and test tools share.
+///
+/// **Unstable** (feature `unstable-tools`): not part of the stable API; it
+/// exists for the `fastudp` command and may change in any release.
 #[cfg(feature = "unstable-tools")]
 #[cfg_attr(docsrs, doc(cfg(feature = "unstable-tools")))]
 pub mod os {
