@@ -559,7 +559,7 @@ pub fn run_tx(a: TxArgs) -> Result<(), Failure> {
             )));
         }
         let s = a.size.unwrap_or(g * kmax.min(max / g));
-        if s % g != 0 {
+        if !s.is_multiple_of(g) {
             // The suggestion is one that is accepted: whole segments, no
             // more than a send may hold.
             let fits = (s / g).min(kmax).min(max / g).max(1);

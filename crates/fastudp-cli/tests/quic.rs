@@ -10,11 +10,21 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// The server binary: this build's, or `FASTUDP_QUIC_SERVER_BIN` (to run
+/// a test against another build, as when checking that a test fails
+/// without its fix; the clients stay this build's).
+fn server_bin() -> String {
+    std::env::var("FASTUDP_QUIC_SERVER_BIN")
+        .ok()
+        .filter(|b| !b.is_empty())
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_fastudp").to_string())
+}
+
 /// A server started with `args` (plus `--json --stats`), and its address.
 fn serve(args: &[&str]) -> (Running, SocketAddr) {
     let mut all = vec!["quic", "serve", "--json", "--stats"];
     all.extend_from_slice(args);
-    let mut r = Running::start(&all);
+    let mut r = Running::start_with(&server_bin(), &all);
     let l = r.wait_for_line(|l| l.contains("\"listening\""));
     let v: serde_json::Value = serde_json::from_str(&l).expect("JSON line");
     let addr = v["addr"].as_str().unwrap().parse().unwrap();
@@ -897,7 +907,7 @@ fn with_connection<F, Fut>(
 /// STOP_SENDING from the client is answered with RESET_STREAM (RFC 9000
 /// 3.5), and a client's RESET_STREAM of its request closes the response
 /// side too: either way the stream is closed and its credit comes back.
-/// 150 of each (more than the 100 concurrent streams the server allows)
+/// 150 of each (more than the 16 concurrent streams the server allows)
 /// leave the connection able to open another stream.
 #[test]
 fn stopped_and_reset_requests_give_their_streams_back() {
@@ -1007,6 +1017,508 @@ fn a_draft_version_gets_version_negotiation_for_v1_only() {
     );
     srv.interrupt();
     srv.finish();
+}
+
+/// A field of `/proc/PID/status`, kB.
+fn status_kb(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap()
+}
+
+/// `fastudp quic attack KIND ADDR` for `secs`, plus `extra`, in the
+/// background (its JSON comes out at its end).
+fn attack(kind: &str, addr: SocketAddr, secs: u32, extra: &[&str]) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_fastudp"))
+        .args([
+            "quic",
+            "attack",
+            "--json",
+            kind,
+            &addr.to_string(),
+            "--duration",
+            &secs.to_string(),
+        ])
+        .args(extra)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// The attack's report, once it ended.
+fn attack_report(c: std::process::Child) -> serde_json::Value {
+    let o = c.wait_with_output().unwrap();
+    assert!(
+        o.status.success(),
+        "attack: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+/// A legitimate client: a fresh connection fetches /bytes/1000 (within
+/// `STALL`, a hang guard, not a speed limit).
+fn legit_fetch(addr: SocketAddr, der: rustls::pki_types::CertificateDer<'static>) {
+    rt().block_on(async {
+        let ep = client(addr, der);
+        let r = tokio::time::timeout(common::STALL, async {
+            let conn = ep.connect(addr, "localhost").unwrap().await?;
+            let body = fetch(&conn, b"GET /bytes/1000\r\n").await;
+            conn.close(0u32.into(), b"done");
+            Ok::<_, quinn::ConnectionError>(body)
+        })
+        .await
+        .expect("served within the stall guard")
+        .expect("handshake");
+        assert_eq!(r.unwrap().len(), 1000);
+        ep.wait_idle().await;
+    });
+}
+
+/// The last JSON line of a kind in a server's output.
+fn last_json(stdout: &str, kind: &str) -> serde_json::Value {
+    serde_json::from_str(
+        stdout
+            .lines()
+            .rev()
+            .find(|l| l.contains(&format!("\"kind\":\"{kind}\"")))
+            .unwrap_or_else(|| panic!("no {kind} line: {stdout}")),
+    )
+    .unwrap()
+}
+
+/// Datagrams that reach the wrong worker (GSO trains whose first
+/// datagram steers to worker 0, the other 49 to worker 1) go through a
+/// bounded ring: the server's memory stays bounded under the flood, a
+/// legitimate client is served during it, the overflow is counted, and
+/// Ctrl-C ends the server within 2 s while the flood goes on.
+#[test]
+fn a_forwarding_flood_is_bounded_and_ctrl_c_stays_prompt() {
+    let (cert, key, der) = cert_files("fwd");
+    let (mut srv, addr) = serve(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--workers",
+        "2",
+        "--cert",
+        &cert,
+        "--key",
+        &key,
+    ]);
+    wait_for_sigint_handler(srv.pid());
+    let pid = srv.pid();
+    let base = status_kb(pid, "VmRSS:");
+    let flood = attack("forward", addr, 60, &[]);
+    // The flood is on: datagrams are handed over or dropped.
+    stats_until(&mut srv, |v| {
+        v["forwarded"].as_u64().unwrap() + v["forward_dropped"].as_u64().unwrap_or(0) > 10_000
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    legit_fetch(addr, der);
+    let v = stats_until(&mut srv, |_| true);
+    let peak = status_kb(pid, "VmHWM:");
+    eprintln!("RSS kB: base {base}, peak {peak}; {v}");
+    let t = Instant::now();
+    srv.interrupt();
+    let end = srv.finish();
+    let took = t.elapsed();
+    let mut flood = flood;
+    let _ = flood.kill();
+    let _ = flood.wait();
+    assert!(
+        took <= Duration::from_secs(2),
+        "Ctrl-C under the flood took {took:?}"
+    );
+    assert_eq!(end.status.code(), Some(130), "{}", end.stderr);
+    assert!(
+        peak < 128 * 1024,
+        "peak RSS {peak} kB under the forwarding flood (base {base} kB)"
+    );
+    let s = last_json(&end.stdout, "summary");
+    assert!(s["accepted"].as_u64().unwrap() >= 1, "{s}");
+}
+
+/// A client whose streams carry request bytes from offset 1 on, never
+/// byte 0, makes the server hold them all: the windows, sized for a
+/// request line, bound what it holds; a legitimate client is served
+/// meanwhile.
+#[test]
+fn stream_data_with_a_gap_is_bounded_by_the_windows() {
+    let (srv, addr, der) = serve_one_worker("gap", &[]);
+    std::thread::sleep(Duration::from_millis(300));
+    let pid = srv.pid();
+    let base = status_kb(pid, "VmRSS:");
+    let a = attack(
+        "windows",
+        addr,
+        8,
+        &["--connections", "4", "--streams", "100"],
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    legit_fetch(addr, der);
+    let r = attack_report(a);
+    let peak = status_kb(pid, "VmHWM:");
+    eprintln!("RSS kB: base {base}, peak {peak}; attack {r}");
+    assert_eq!(r["connections_established"], 4, "{r}");
+    assert!(r["streams_opened"].as_u64().unwrap() >= 4, "{r}");
+    // Each stream got its window's worth (past the gap) at least.
+    assert!(
+        r["bytes_sent"].as_u64().unwrap() > r["streams_opened"].as_u64().unwrap() * 2048,
+        "the attack sent too little to prove anything: {r}"
+    );
+    assert!(
+        peak.saturating_sub(base) < 24 * 1024,
+        "RSS grew from {base} kB to {peak} kB holding stream data with a gap"
+    );
+    srv.interrupt();
+    srv.finish();
+}
+
+/// With `--max-connections 1` and two workers, one client of several is
+/// served: the limit is the server's, not each worker's.
+#[test]
+fn max_connections_is_server_wide() {
+    let (cert, key, der) = cert_files("maxconn");
+    let (srv, addr) = serve(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--workers",
+        "2",
+        "--max-connections",
+        "1",
+        "--cert",
+        &cert,
+        "--key",
+        &key,
+    ]);
+    let ok = rt().block_on(async {
+        // Each client its own endpoint: random connection IDs spread
+        // them over both workers.
+        let eps: Vec<quinn::Endpoint> = (0..8).map(|_| client(addr, der.clone())).collect();
+        let mut conns = Vec::new();
+        for ep in &eps {
+            let c = tokio::time::timeout(common::STALL, ep.connect(addr, "localhost").unwrap())
+                .await
+                .expect("an answer within the stall guard");
+            conns.push(c);
+        }
+        let ok = conns.iter().filter(|c| c.is_ok()).count();
+        for c in conns.into_iter().flatten() {
+            c.close(0u32.into(), b"done");
+        }
+        for ep in &eps {
+            ep.wait_idle().await;
+        }
+        ok
+    });
+    assert_eq!(ok, 1, "clients served with --max-connections 1");
+    srv.interrupt();
+    let end = srv.finish();
+    let s = last_json(&end.stdout, "summary");
+    assert_eq!(s["accepted"], 1, "{s}");
+    assert!(s["refused"].as_u64().unwrap() >= 7, "{s}");
+}
+
+/// A request line not whole within the deadline (5 s by default) is
+/// reset with code 0x13 and counted; the connection goes on.
+#[test]
+fn a_request_line_has_a_deadline() {
+    let (mut srv, addr, der) = serve_one_worker("deadline", &[]);
+    with_connection(addr, der, None, |conn| async move {
+        let (mut send, mut recv) = conn.open_bi().await.unwrap();
+        send.write_all(b"GET /bytes/").await.unwrap();
+        let e = tokio::time::timeout(common::STALL, recv.read_to_end(1 << 20))
+            .await
+            .expect("an unfinished request is reset within the stall guard")
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("19"),
+            "reset with REQUEST_TIMEOUT (0x13): {e}"
+        );
+        assert_eq!(
+            fetch(&conn, b"GET /bytes/5\r\n").await.unwrap(),
+            [0, 1, 2, 3, 4]
+        );
+    });
+    let v = stats_until(&mut srv, |v| v["request_timeouts"] == 1);
+    assert_eq!(v["accepted"], 1, "{v}");
+    srv.interrupt();
+    srv.finish();
+}
+
+/// Goodput counts bytes the client acknowledged: a response the client
+/// does not read counts nothing however much the server has queued; read
+/// to its end, it counts exactly its length.
+#[test]
+fn goodput_counts_acknowledged_bytes() {
+    let (mut srv, addr, der) = serve_one_worker("goodput", &[]);
+    let srv_ref = &mut srv;
+    with_connection(addr, der, Some(64 * 1024), |conn| async move {
+        let (mut send, mut recv) = conn.open_bi().await.unwrap();
+        send.write_all(b"GET /bytes/20000000\r\n").await.unwrap();
+        let _ = send.finish();
+        let mut b = [0u8; 1];
+        recv.read_exact(&mut b).await.unwrap();
+        // Not reading: the server can send a window's worth at most.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let v = stats_until(srv_ref, |_| true);
+        assert_eq!(
+            v["goodput_bytes"], 0,
+            "nothing was delivered in full yet: {v}"
+        );
+        let rest = recv.read_to_end(1 << 30).await.unwrap();
+        assert_eq!(rest.len(), 20_000_000 - 1);
+        assert_eq!(
+            fetch(&conn, b"GET /bytes/1000\r\n").await.unwrap().len(),
+            1000
+        );
+    });
+    let v = stats_until(&mut srv, |v| v["goodput_bytes"] == 20_001_000);
+    assert_eq!(v["accepted"], 1, "{v}");
+    srv.interrupt();
+    srv.finish();
+}
+
+/// `--max-memory` bounds the connections so that the worst case fits,
+/// and says so; a budget too small for the workers is refused.
+#[test]
+fn max_memory_derives_max_connections() {
+    let mut r = Running::start(&[
+        "quic",
+        "serve",
+        "--json",
+        "--listen",
+        "127.0.0.1:0",
+        "--workers",
+        "2",
+        "--max-memory",
+        "256M",
+        "--duration",
+        "30",
+    ]);
+    let l = r.wait_for_line(|l| l.contains("\"limits\""));
+    let v: serde_json::Value = serde_json::from_str(&l).unwrap();
+    let n = v["max_connections"].as_u64().unwrap();
+    assert!((1..100_000).contains(&n), "{v}");
+    assert!(v["worst_case"].as_u64().unwrap() <= 256 << 20, "{v}");
+    let per = v["per_connection"].as_u64().unwrap();
+    assert!(
+        v["worst_case"].as_u64().unwrap() + per > 256 << 20,
+        "the budget is used: {v}"
+    );
+    r.interrupt();
+    r.finish();
+    common::assert_refused(&[
+        (
+            vec!["quic", "serve", "--workers", "2", "--max-memory", "1M"],
+            "--max-memory",
+        ),
+        (
+            vec!["quic", "serve", "--request-timeout", "0"],
+            "--request-timeout",
+        ),
+    ]);
+}
+
+/// Two network namespaces of this test's own, a client's and a
+/// server's (10.231.0.1 and 10.231.0.2), joined by a veth pair; removed
+/// when dropped.
+struct Netns {
+    client: String,
+    server: String,
+    server_if: String,
+}
+
+impl Netns {
+    fn new(tag: &str) -> Self {
+        let pid = std::process::id();
+        let ns = Netns {
+            client: format!("fu-qs-{tag}c-{pid}"),
+            server: format!("fu-qs-{tag}s-{pid}"),
+            server_if: format!("fq{}s", pid % 100_000),
+        };
+        for n in [&ns.client, &ns.server] {
+            let _ = Command::new("ip")
+                .args(["netns", "del", n])
+                .stderr(std::process::Stdio::null())
+                .status();
+            common::sh(&["ip", "netns", "add", n]);
+        }
+        let client_if = format!("fq{}c", pid % 100_000);
+        common::sh(&[
+            "ip",
+            "link",
+            "add",
+            &client_if,
+            "netns",
+            &ns.client,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &ns.server_if,
+            "netns",
+            &ns.server,
+        ]);
+        for (n, i, a) in [
+            (&ns.client, &client_if, "10.231.0.1/24"),
+            (&ns.server, &ns.server_if, "10.231.0.2/24"),
+        ] {
+            common::sh(&["ip", "-n", n, "addr", "add", a, "dev", i]);
+            common::sh(&["ip", "-n", n, "link", "set", i, "up"]);
+            common::sh(&["ip", "-n", n, "link", "set", "lo", "up"]);
+        }
+        ns
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        for n in [&self.client, &self.server] {
+            let _ = Command::new("ip").args(["netns", "del", n]).status();
+        }
+    }
+}
+
+/// A flood of unknown-version datagrams while the server's send socket is
+/// full (a slow tbf whose queue is longer than the socket's buffer, on
+/// the server's side of a veth pair, so that sends find the buffer
+/// full): the Version
+/// Negotiation replies that cannot leave are dropped and counted, not
+/// queued without end; memory stays bounded and a legitimate client is
+/// served during the flood.
+#[test]
+fn stateless_replies_are_bounded_when_the_send_path_is_full() {
+    if !privileged(
+        "stateless_replies_are_bounded_when_the_send_path_is_full",
+        &["ip", "tc"],
+    ) {
+        return;
+    }
+    let ns = Netns::new("vn");
+    common::sh(&[
+        "ip",
+        "netns",
+        "exec",
+        &ns.server,
+        "tc",
+        "qdisc",
+        "add",
+        "dev",
+        &ns.server_if,
+        "root",
+        "tbf",
+        "rate",
+        "10mbit",
+        "burst",
+        "16kb",
+        "limit",
+        "16mb",
+    ]);
+    let bin = env!("CARGO_BIN_EXE_fastudp");
+    let server = server_bin();
+    let mut srv = Running::start_with(
+        "ip",
+        &[
+            "netns",
+            "exec",
+            &ns.server,
+            &server,
+            "quic",
+            "serve",
+            "--json",
+            "--stats",
+            "--listen",
+            "10.231.0.2:0",
+            "--workers",
+            "1",
+        ],
+    );
+    let l = srv.wait_for_line(|l| l.contains("\"listening\""));
+    let v: serde_json::Value = serde_json::from_str(&l).unwrap();
+    let addr = v["addr"].as_str().unwrap().to_string();
+    let pid = srv.pid();
+    // `ip netns exec` execs the server: the same process.
+    let base = status_kb(pid, "VmRSS:");
+    let flood = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &ns.client,
+            bin,
+            "quic",
+            "attack",
+            "--json",
+            "version",
+            &addr,
+            "--duration",
+            "60",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut flood = scopeguard(flood);
+    stats_until(&mut srv, |_| true);
+    std::thread::sleep(Duration::from_secs(3));
+    // A legitimate client, from the attacker's namespace, during the
+    // flood.
+    let o = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &ns.client,
+            bin,
+            "quic",
+            "load",
+            "--json",
+            &addr,
+            "--connections",
+            "1",
+            "--request",
+            "/bytes/1000",
+            "--timeout",
+            "50",
+        ])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stderr)));
+    assert_eq!(v["completed"], 1, "served during the flood: {v}");
+    let s = stats_until(&mut srv, |_| true);
+    let peak = status_kb(pid, "VmHWM:");
+    eprintln!("RSS kB: base {base}, peak {peak}; {s}");
+    let _ = flood.0.kill();
+    let _ = flood.0.wait();
+    srv.interrupt();
+    let end = srv.finish();
+    let s = last_json(&end.stdout, "summary");
+    assert!(
+        s["stateless_dropped"].as_u64().unwrap() > 0,
+        "the send path never filled: the test proved nothing: {s}"
+    );
+    assert!(
+        peak < 96 * 1024,
+        "peak RSS {peak} kB under a Version Negotiation flood (base {base} kB)"
+    );
+}
+
+/// Kills a child process when dropped.
+struct Guard(std::process::Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn scopeguard(c: std::process::Child) -> Guard {
+    Guard(c)
 }
 
 /// `quic load` to a port where nothing answers fails with a clear error

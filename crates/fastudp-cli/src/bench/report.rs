@@ -4,7 +4,7 @@ use super::{label_width, name, Measurement, TxStrategy};
 use crate::testbed::Profile;
 use serde::Serialize;
 
-/// What each column means, for `--help` and the README.
+/// What each column means, for `--help` and docs/CLI.md.
 pub const COLUMNS_HELP: &str = "\
 Columns of the summary table:
   MB/s       payload bytes received per second (10^6 bytes)

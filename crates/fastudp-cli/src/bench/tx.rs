@@ -175,6 +175,17 @@ fn bind_sender(dest: SocketAddr, w: &Workload) -> Result<UdpSocket, String> {
     UdpSocket::bind(at).map_err(|e| format!("bind sender to {at}: {e}"))
 }
 
+/// Says how many datagrams the sending host's own queue dropped (the
+/// library's `ENOBUFS` from a full qdisc, see `fastudp::UdpState::send`):
+/// the run counts them as sent, and the receiver as lost.
+fn note_local_drops(n: u64) {
+    if n > 0 {
+        eprintln!(
+            "fastudp: note: the local queue (qdisc) was full and dropped {n} datagrams (ENOBUFS); they count as sent and lost"
+        );
+    }
+}
+
 fn transient(e: &io::Error) -> bool {
     matches!(
         e.kind(),
@@ -207,7 +218,7 @@ fn peer_gone(
 ) -> Result<(), String> {
     while let Ok(Some(e)) = state.recv_error(sock) {
         if let fastudp::SocketError::Unreachable { destination, .. } = e {
-            let to_dest = destination.map_or(true, |d| {
+            let to_dest = destination.is_none_or(|d| {
                 d.ip().to_canonical() == dest.ip().to_canonical() && d.port() == dest.port()
             });
             if to_dest {
@@ -416,6 +427,7 @@ pub fn udp(
     if let Some(f) = &fast {
         let s = f.stats();
         calls = s.send_calls;
+        note_local_drops(s.dropped_locally);
         super::uring::check_tx(t, f)?;
         if !s.fallbacks.is_empty() {
             eprintln!(
@@ -578,6 +590,7 @@ pub fn zerocopy(
     if left > 0 {
         eprintln!("fastudp: warning: {left} zerocopy completions did not arrive within 2 s");
     }
+    note_local_drops(sock.stats().dropped_locally);
     let s = zc.stats();
     Ok(TxOutcome {
         datagrams: dgrams,

@@ -19,6 +19,8 @@ pub mod code {
     pub const TOO_LONG: u32 = 0x11;
     /// The server is closing.
     pub const SHUTDOWN: u32 = 0x12;
+    /// The request line was not whole within `--request-timeout`.
+    pub const REQUEST_TIMEOUT: u32 = 0x13;
 }
 /// The application close code of a server shutting down: no error.
 pub const CLOSE_SHUTDOWN: u32 = 0;

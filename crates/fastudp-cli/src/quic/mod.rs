@@ -3,7 +3,10 @@
 //! generator (`load`). The application is HTTP/0.9 over QUIC
 //! (`hq-interop`): see [`hq`].
 
+mod attack;
+mod forward;
 pub mod hq;
+mod limits;
 mod load;
 mod quinn_stack;
 mod serve;
@@ -25,6 +28,10 @@ pub enum QuicCmd {
     /// Open many client connections to a server and report per-connection
     /// goodput, rate, stalls, loss and client CPU.
     Load(LoadArgs),
+    /// Unstable: hostile clients for a bounded time, against a server of
+    /// your own (tests and scripts/quic-attacks.sh).
+    #[command(hide = true)]
+    Attack(attack::AttackArgs),
 }
 
 /// Which server.
@@ -77,9 +84,21 @@ pub struct ServeArgs {
     /// Validate client addresses with Retry packets before accepting.
     #[arg(long)]
     pub retry: bool,
-    /// Connections at most; more are refused.
-    #[arg(long, default_value_t = 100_000)]
-    pub max_connections: usize,
+    /// Connections at most, server-wide; more are refused. Default:
+    /// 100000, or fewer where --max-memory allows fewer (the number in
+    /// force is printed at start).
+    #[arg(long)]
+    pub max_connections: Option<usize>,
+    /// The memory the server may need at worst, bytes (k, M, G suffixes):
+    /// it bounds --max-connections so that every connection's, worker's
+    /// and queue's bound fits (docs/SECURITY.md). Default: a quarter of
+    /// the host's memory. --stack fastudp only.
+    #[arg(long, value_parser = limits::parse_bytes)]
+    pub max_memory: Option<u64>,
+    /// Seconds a client has to send a whole request line; a stream
+    /// without one by then is reset with code 0x13 and counted.
+    #[arg(long, default_value_t = limits::REQUEST_TIMEOUT.as_secs_f64())]
+    pub request_timeout: f64,
     /// Handshakes from unvalidated addresses a worker keeps open at most;
     /// above it new clients get a Retry first (as with --retry), so a
     /// flood of Initials costs no connection state.
@@ -107,6 +126,10 @@ pub struct ServeArgs {
     #[arg(long)]
     pub key: Option<PathBuf>,
 }
+
+/// Connections at most when neither --max-connections nor --max-memory
+/// says fewer.
+pub const MAX_CONNECTIONS: usize = 100_000;
 
 /// Which client.
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -167,6 +190,7 @@ pub fn run(cmd: QuicCmd) -> Result<(), Failure> {
             }
         }
         QuicCmd::Load(a) => load::run(a),
+        QuicCmd::Attack(a) => attack::run(a),
     }
 }
 
@@ -191,8 +215,18 @@ fn check_serve(a: &ServeArgs) -> Result<(), Failure> {
             return bad(format!("--duration {d}: a positive number of seconds"));
         }
     }
-    if a.max_connections == 0 {
+    if a.max_connections == Some(0) {
         return bad("--max-connections 0: at least 1".into());
+    }
+    if !(a.request_timeout.is_finite() && a.request_timeout >= 0.01 && a.request_timeout <= 3600.0)
+    {
+        return bad(format!(
+            "--request-timeout {}: between 0.01 and 3600 s",
+            a.request_timeout
+        ));
+    }
+    if a.stack != Stack::Fastudp && a.max_memory.is_some() {
+        return bad("--max-memory needs --stack fastudp".into());
     }
     if a.max_half_open == 0 {
         return bad("--max-half-open 0: at least 1 (use --retry to validate every client)".into());

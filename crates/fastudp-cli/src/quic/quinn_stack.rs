@@ -137,7 +137,10 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
     let counters = Arc::new(Counters::default());
     interrupt::watch();
     let interval = Duration::from_secs_f64(a.interval / 1000.0);
-    let (retry, max) = (a.retry, a.max_connections as u64);
+    let (retry, max) = (
+        a.retry,
+        a.max_connections.unwrap_or(super::MAX_CONNECTIONS) as u64,
+    );
     {
         let (ep, counters) = (ep.clone(), counters.clone());
         rt.spawn(async move {

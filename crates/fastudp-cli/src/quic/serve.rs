@@ -10,8 +10,9 @@
 //!   DCID; the same program sends it, and every later packet with that
 //!   DCID, to one fixed worker, which is the one that computes the same
 //!   index in user space and so accepts it. A datagram steered elsewhere
-//!   (a group without the program, say) is handed to its owner over a
-//!   channel.
+//!   (a group without the program, say, or a client that makes it so) is
+//!   copied into a fixed ring of its owner's ([`super::forward`]); a full
+//!   ring drops it and counts the drop.
 //! - Each worker sends from its own unconnected socket on the same port
 //!   (it joins the reuseport group after the receive sockets, so the
 //!   program never picks it).
@@ -19,8 +20,14 @@
 //!   that has something to send (quinn-proto's pacer decides which may)
 //!   and sends them all in as few `sendmmsg` calls as possible, one GSO
 //!   train per connection and path.
+//! - Every queue is bounded, and each loop turn bounds the forwarded,
+//!   received and stateless work it does, so that a flood of any kind
+//!   leaves room for established connections, new handshakes and the stop
+//!   flag: [`super::limits`] has the memory model.
 
+use super::forward::{Inbox, Ring, SLOTS};
 use super::hq::{self, Frames, Request};
+use super::limits::{self, PENDING_TRAINS, SPARE_TRAINS, STATELESS_BUF, STATELESS_QUEUE};
 use super::stats::{listening, Counters, Reporter};
 use super::{tls, workers, PacingArg, ServeArgs};
 use crate::{interrupt, Failure};
@@ -39,7 +46,6 @@ use std::collections::{BTreeSet, HashMap};
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -50,7 +56,10 @@ const CID_LEN: usize = 8;
 const MAX_TRAIN: usize = 40;
 /// Trains one connection may queue in one loop turn; one with more to send
 /// goes on in the next turn, after the others had theirs.
-const TRAINS_PER_TURN: usize = 8;
+pub(super) const TRAINS_PER_TURN: usize = 8;
+/// Forwarded datagrams a worker hands to quinn-proto in one loop turn at
+/// most; the rest wait in its ring (or are dropped when it is full).
+const FORWARDED_PER_TURN: usize = 128;
 /// Trains at least this long go out with MSG_ZEROCOPY under --zerocopy.
 const ZEROCOPY_MIN: usize = 16 * 1024;
 /// The longest a worker sleeps without looking at its forwarding channel
@@ -60,8 +69,9 @@ const MAX_WAIT: Duration = Duration::from_millis(10);
 const SEND_BUFFER: usize = 4 << 20;
 /// How long a worker whose send socket is full waits before it tries again.
 const BLOCKED_WAIT: Duration = Duration::from_millis(1);
-/// How long a stopping server waits for its connections to close.
-const CLOSE_WAIT: Duration = Duration::from_secs(2);
+/// How long a stopping server waits for its connections to close: the
+/// whole stop takes at most about this, under any flood.
+const CLOSE_WAIT: Duration = Duration::from_secs(1);
 
 /// Connection IDs whose first byte is the worker's index modulo the
 /// number of workers; the rest is random.
@@ -103,8 +113,8 @@ impl ConnectionIdGenerator for WorkerCids {
 
 /// A response in progress on one stream.
 enum Resp {
-    /// Reading the request line.
-    Reading(Vec<u8>),
+    /// Reading the request line, until `deadline`.
+    Reading { buf: Vec<u8>, deadline: Instant },
     /// `/bytes/N`: `off` of `len` written.
     Bytes { off: u64, len: u64 },
     /// `/video/...`: frames released by time; `off` bytes written.
@@ -127,14 +137,10 @@ struct Conn {
     lost: u64,
     /// Counted in the worker's handshakes from unvalidated addresses.
     half_open: bool,
-}
-
-/// A datagram handed from the worker that received it to its owner.
-struct Forwarded {
-    source: SocketAddr,
-    destination: Option<IpAddr>,
-    ecn: Option<EcnCodepoint>,
-    data: Vec<u8>,
+    /// Responses written in full and finished, waiting for the client to
+    /// acknowledge their last byte (quinn-proto's
+    /// `StreamEvent::Finished`): their lengths, counted as goodput then.
+    finishing: Vec<(StreamId, u64)>,
 }
 
 /// A transmit waiting for the end of the loop turn.
@@ -150,6 +156,8 @@ struct Pending {
     ecn: Option<EcnCodepoint>,
     src_ip: Option<IpAddr>,
     txtime: Option<u64>,
+    /// A stateless reply (counted against [`STATELESS_QUEUE`]).
+    stateless: bool,
 }
 
 impl Pending {
@@ -164,6 +172,7 @@ impl Pending {
             ecn: from_quinn_ecn(t.ecn),
             src_ip: t.src_ip,
             txtime,
+            stateless: false,
         }
     }
 
@@ -180,15 +189,19 @@ impl Pending {
     }
 }
 
-/// Keeps a buffer for reuse, up to 256 of them.
-fn keep_spare(spare: &mut Vec<Vec<u8>>, b: Vec<u8>) {
-    if spare.len() < 256 {
+/// Keeps a buffer for reuse, up to `max` of them.
+fn keep_spare(spare: &mut Vec<Vec<u8>>, b: Vec<u8>, max: usize) {
+    if spare.len() < max {
         spare.push(b);
     }
 }
 
 /// The send socket's buffer is full (`EAGAIN`) or the kernel is short of
-/// memory for it (`ENOBUFS`): nothing was sent, and a later try will do.
+/// memory for it (`ENOBUFS` from zerocopy's optmem): nothing was sent, and
+/// a later try will do. A full qdisc is not an error: the library reports
+/// those datagrams done and dropped (`Sent::dropped_locally`), so QUIC
+/// counts them sent and its loss recovery resends them, as after any loss
+/// on the way (congestion).
 fn send_buffer_full(e: &fastudp::Error) -> bool {
     matches!(e, fastudp::Error::Io(io)
         if io.kind() == std::io::ErrorKind::WouldBlock
@@ -203,8 +216,8 @@ struct Setup {
     tx: Socket,
     server: Arc<ServerConfig>,
     endpoint: Arc<EndpointConfig>,
-    fwd_rx: Receiver<Forwarded>,
-    fwd_tx: Vec<Sender<Forwarded>>,
+    /// Every worker's inbox of forwarded datagrams.
+    inboxes: Arc<Vec<Inbox>>,
     counters: Arc<Counters>,
     stop: Arc<AtomicBool>,
     /// Set by a worker that stopped on an error.
@@ -212,7 +225,10 @@ struct Setup {
     pacing: PacingMode,
     zerocopy: bool,
     retry: bool,
+    /// Server-wide: the counter is `counters.connections`.
     max_connections: usize,
+    /// `--request-timeout`.
+    request_timeout: Duration,
     /// `--max-half-open`.
     max_half_open: usize,
     interval: Duration,
@@ -222,6 +238,7 @@ struct Setup {
 /// Runs `fastudp quic serve --stack fastudp`.
 pub fn run(a: ServeArgs) -> Result<(), Failure> {
     let n = workers(&a);
+    let (max_connections, budget) = connection_limit(&a, n)?;
     let id = tls::identity(a.cert.as_deref(), a.key.as_deref())?;
     let crypto = quinn_proto::crypto::rustls::QuicServerConfig::try_from(tls::server(&id)?)
         .map_err(|e| Failure::usage(format!("TLS set-up: {e}")))?;
@@ -231,7 +248,7 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
     // flood of Initials does.
     server.max_incoming(4096);
     server.incoming_buffer_size(64 * 1024);
-    server.incoming_buffer_size_total(16 << 20);
+    server.incoming_buffer_size_total(limits::INCOMING_BUFFER);
     let server = Arc::new(server);
 
     let group = ReuseportGroup::bind(
@@ -285,7 +302,7 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
     let counters = Arc::new(Counters::default());
     let stop = Arc::new(AtomicBool::new(false));
     let failed = Arc::new(AtomicBool::new(false));
-    let (fwd_tx, fwd_rx): (Vec<_>, Vec<_>) = (0..n).map(|_| channel()).unzip();
+    let inboxes: Arc<Vec<Inbox>> = Arc::new((0..n).map(|_| Inbox::new(SLOTS)).collect());
     interrupt::watch();
     let reset_key = {
         let mut k = [0u8; 64];
@@ -304,13 +321,7 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
         Arc::new((ring_hmac(&k), std::sync::atomic::AtomicU64::new(0)))
     };
     let mut handles = Vec::with_capacity(n);
-    for (i, ((rx, tx), fwd_rx)) in group
-        .into_sockets()
-        .into_iter()
-        .zip(txs)
-        .zip(fwd_rx)
-        .enumerate()
-    {
+    for (i, (rx, tx)) in group.into_sockets().into_iter().zip(txs).enumerate() {
         let mut ep = EndpointConfig::new(reset_key.clone());
         // QUIC version 1 only (RFC 9000), not the drafts quinn-proto also
         // speaks by default.
@@ -335,15 +346,15 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
             tx,
             server: server.clone(),
             endpoint: Arc::new(ep),
-            fwd_rx,
-            fwd_tx: fwd_tx.clone(),
+            inboxes: inboxes.clone(),
             counters: counters.clone(),
             stop: stop.clone(),
             failed: failed.clone(),
             pacing,
             zerocopy: a.zerocopy,
             retry: a.retry,
-            max_connections: a.max_connections.div_ceil(n),
+            max_connections,
+            request_timeout: Duration::from_secs_f64(a.request_timeout),
             max_half_open: a.max_half_open,
             interval: Duration::from_secs_f64(a.interval / 1000.0),
             total_rate: a.total_rate,
@@ -365,8 +376,8 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
             .map_err(|e| Failure::usage(format!("cannot start a worker: {e}")))?;
         handles.push(h);
     }
-    drop(fwd_tx);
     listening("fastudp", addr, n, a.json);
+    announce_limits(&a, n, max_connections, budget);
     let rep = Reporter::new(&counters, "fastudp", true);
     rep.wait(
         &counters,
@@ -395,6 +406,52 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
     Ok(())
 }
 
+/// `--max-connections`, as `--max-memory` (or its default) allows it; and
+/// the budget.
+fn connection_limit(a: &ServeArgs, workers: usize) -> Result<(usize, u64), Failure> {
+    let budget = a.max_memory.unwrap_or_else(limits::default_budget);
+    let asked = a.max_connections.unwrap_or(super::MAX_CONNECTIONS);
+    let n = limits::max_connections(budget, workers, asked).map_err(Failure::usage)?;
+    if a.max_connections.is_some_and(|m| m > n) {
+        eprintln!(
+            "fastudp: note: --max-connections {asked}: {n} at most within --max-memory {} MiB",
+            budget >> 20
+        );
+    }
+    Ok((n, budget))
+}
+
+/// Says what the limits are and what they cost at worst.
+fn announce_limits(a: &ServeArgs, workers: usize, max_connections: usize, budget: u64) {
+    let worst = limits::worst_case(workers, max_connections);
+    if a.json {
+        outln!(
+            "{}",
+            serde_json::json!({
+                "kind": "limits",
+                "max_memory": budget,
+                "max_connections": max_connections,
+                "per_connection": limits::per_connection(),
+                "per_worker": limits::per_worker(),
+                "worst_case": worst,
+                "request_timeout_s": a.request_timeout,
+                "streams_per_connection": limits::STREAMS,
+                "stream_window": limits::STREAM_WINDOW,
+                "connection_window": limits::CONN_WINDOW,
+            })
+        );
+    } else {
+        outln!(
+            "limits: {max_connections} connections ({} KiB each at most), {workers} workers ({} MiB each), worst case {} MiB of --max-memory {} MiB; request timeout {} s",
+            limits::per_connection() >> 10,
+            limits::per_worker() >> 20,
+            worst >> 20,
+            budget >> 20,
+            a.request_timeout
+        );
+    }
+}
+
 /// quinn-proto's HMAC key for stateless resets, from ring.
 fn ring_hmac(k: &[u8]) -> ring::hmac::Key {
     ring::hmac::Key::new(ring::hmac::HMAC_SHA256, k)
@@ -408,9 +465,17 @@ pub fn transport(a: &ServeArgs) -> TransportConfig {
             .unwrap_or(VarInt::from_u32(10_000))
             .into(),
     ));
-    t.max_concurrent_bidi_streams(VarInt::from_u32(100));
+    // Sized for the application (see [`limits`]): a request is one line
+    // of at most 1 KiB; quinn-proto's defaults (1.25 MB per stream, no
+    // bound per connection) would let one client park 125 MB.
+    t.max_concurrent_bidi_streams(VarInt::from_u32(limits::STREAMS));
     t.max_concurrent_uni_streams(VarInt::from_u32(0));
-    t.send_window(8 << 20);
+    t.stream_receive_window(VarInt::from_u32(limits::STREAM_WINDOW));
+    t.receive_window(VarInt::from_u32(limits::CONN_WINDOW));
+    t.crypto_buffer_size(limits::CRYPTO_BUFFER);
+    t.send_window(limits::SEND_WINDOW);
+    t.datagram_receive_buffer_size(None);
+    t.datagram_send_buffer_size(0);
     t
 }
 
@@ -509,8 +574,16 @@ struct Worker {
     /// each, not a connection's memory.
     half_open: usize,
     zc: Option<ZeroCopySender>,
-    /// Buffers to reuse.
+    /// Train buffers to reuse.
     spare: Vec<Vec<u8>>,
+    /// Stateless reply buffers to reuse.
+    small_spare: Vec<Vec<u8>>,
+    /// Stateless replies waiting to be sent (after `pending`), at most
+    /// [`STATELESS_QUEUE`].
+    stateless_q: Vec<Pending>,
+    /// Forwarded datagrams being worked through (swapped with the inbox
+    /// when empty).
+    fwd_local: Ring,
     max_train: usize,
     closing_since: Option<Instant>,
     published: Instant,
@@ -568,6 +641,9 @@ impl Worker {
             half_open: 0,
             zc,
             spare: Vec::new(),
+            small_spare: Vec::new(),
+            stateless_q: Vec::new(),
+            fwd_local: Ring::new(SLOTS),
             max_train,
             closing_since: None,
             published: Instant::now(),
@@ -591,9 +667,7 @@ impl Worker {
                     return Ok(());
                 }
             }
-            while let Ok(f) = self.s.fwd_rx.try_recv() {
-                self.datagram(now, f.source, f.destination, f.ecn, &f.data);
-            }
+            self.forwarded(now);
             self.receive(now)?;
             self.fire_timers(now);
             self.drive_dirty(now);
@@ -607,7 +681,7 @@ impl Worker {
 
     /// Waits for a datagram, the next timer, or at most [`MAX_WAIT`].
     fn wait(&mut self) {
-        if !self.dirty.is_empty() && !self.tx_blocked {
+        if (!self.dirty.is_empty() && !self.tx_blocked) || !self.fwd_local.is_empty() {
             return;
         }
         let now = Instant::now();
@@ -622,12 +696,25 @@ impl Worker {
             .map(|&(t, _)| t)
             .unwrap_or(now + cap)
             .min(now + cap);
-        if let (Some(b), false) = (self.pacer.as_ref(), self.pending.is_empty()) {
+        let queued = !self.pending.is_empty() || !self.stateless_q.is_empty();
+        if let (Some(b), true) = (self.pacer.as_ref(), queued) {
             until = until.min(b.positive_at());
         }
         if until > now {
             let _ = fastudp::os::wait_readable(self.s.rx.as_fd(), until - now);
         }
+    }
+
+    /// Hands at most [`FORWARDED_PER_TURN`] datagrams other workers
+    /// forwarded to quinn-proto.
+    fn forwarded(&mut self, now: Instant) {
+        self.s.inboxes[self.s.id].take_into(&mut self.fwd_local);
+        let mut local = std::mem::replace(&mut self.fwd_local, Ring::new(0));
+        for _ in 0..FORWARDED_PER_TURN {
+            let Some((m, d)) = local.pop() else { break };
+            self.datagram(now, m.source, m.destination, m.ecn, d);
+        }
+        self.fwd_local = local;
     }
 
     /// Reads what is queued (a few batches at most, so that sends are not
@@ -657,16 +744,13 @@ impl Worker {
                 self.s.counters.datagrams_recv.fetch_add(1, Relaxed);
                 let owner = quic_cid_index(d, self.s.workers as u32) as usize;
                 if owner != self.s.id && !d.is_empty() {
-                    let f = Forwarded {
-                        source: meta.source,
-                        destination: meta.destination,
-                        ecn: meta.ecn,
-                        data: d.to_vec(),
-                    };
-                    if self.s.fwd_tx[owner].send(f).is_ok() {
-                        self.s.counters.forwarded.fetch_add(1, Relaxed);
-                        continue;
+                    let c = &self.s.counters;
+                    if self.s.inboxes[owner].push(meta.source, meta.destination, meta.ecn, d) {
+                        c.forwarded.fetch_add(1, Relaxed);
+                    } else {
+                        c.forward_dropped.fetch_add(1, Relaxed);
                     }
+                    continue;
                 }
                 self.datagram(now, meta.source, meta.destination, meta.ecn, d);
             }
@@ -687,7 +771,10 @@ impl Worker {
         ecn: Option<EcnCodepoint>,
         d: &[u8],
     ) {
-        let mut buf = self.take_buf();
+        // What quinn-proto writes here is a stateless reply, one datagram.
+        let mut buf = self.small_spare.pop().unwrap_or_default();
+        buf.clear();
+        buf.reserve(STATELESS_BUF);
         let ev = self.endpoint.handle(
             now,
             source,
@@ -704,18 +791,29 @@ impl Worker {
                 }
             }
             Some(DatagramEvent::NewConnection(incoming)) => {
-                if self.closing_since.is_some() || self.conns.len() >= self.s.max_connections {
+                // A place among the server's connections, taken now and
+                // given back when the connection goes (or is not made).
+                let max = self.s.max_connections as u64;
+                let placed = self.closing_since.is_none()
+                    && self
+                        .s
+                        .counters
+                        .connections
+                        .fetch_update(Relaxed, Relaxed, |c| (c < max).then_some(c + 1))
+                        .is_ok();
+                if !placed {
                     let t = self.endpoint.refuse(incoming, &mut buf);
                     self.s.counters.refused.fetch_add(1, Relaxed);
-                    return self.queue(&t, buf, None);
+                    return self.queue_stateless(&t, buf);
                 } else if (self.s.retry || self.half_open >= self.s.max_half_open)
                     && !incoming.remote_address_validated()
                     && incoming.may_retry()
                 {
+                    self.s.counters.connections.fetch_sub(1, Relaxed);
                     match self.endpoint.retry(incoming, &mut buf) {
                         Ok(t) => {
                             self.s.counters.retries.fetch_add(1, Relaxed);
-                            return self.queue(&t, buf, None);
+                            return self.queue_stateless(&t, buf);
                         }
                         Err(e) => self.endpoint.ignore(e.into_incoming()),
                     }
@@ -724,7 +822,6 @@ impl Worker {
                         Ok((ch, conn)) => {
                             self.s.counters.accepted.fetch_add(1, Relaxed);
                             self.half_open += 1;
-                            self.s.counters.connections.fetch_add(1, Relaxed);
                             self.conns.insert(
                                 ch,
                                 Box::new(Conn {
@@ -734,24 +831,45 @@ impl Worker {
                                     next_departure: 0,
                                     lost: 0,
                                     half_open: true,
+                                    finishing: Vec::new(),
                                 }),
                             );
                             self.dirty.push(ch);
                         }
                         Err(e) => {
+                            self.s.counters.connections.fetch_sub(1, Relaxed);
                             if let Some(t) = e.response {
-                                return self.queue(&t, buf, None);
+                                return self.queue_stateless(&t, buf);
                             }
                         }
                     }
                 }
             }
-            Some(DatagramEvent::Response(t)) => return self.queue(&t, buf, None),
+            Some(DatagramEvent::Response(t)) => return self.queue_stateless(&t, buf),
             None => {
                 self.s.counters.dropped.fetch_add(1, Relaxed);
             }
         }
-        self.give_buf(buf);
+        keep_spare(&mut self.small_spare, buf, STATELESS_QUEUE);
+    }
+
+    /// Queues a stateless reply, unless [`STATELESS_QUEUE`] of them wait
+    /// already and a flush cannot send them (the send socket is full):
+    /// then the reply is dropped and counted.
+    fn queue_stateless(&mut self, t: &quinn_proto::Transmit, buf: Vec<u8>) {
+        // Once per turn at most the socket is found full: a flood of
+        // triggers then costs no send call each.
+        if self.stateless_q.len() >= STATELESS_QUEUE && !self.tx_blocked {
+            self.flush();
+        }
+        if self.stateless_q.len() >= STATELESS_QUEUE {
+            self.s.counters.stateless_dropped.fetch_add(1, Relaxed);
+            keep_spare(&mut self.small_spare, buf, STATELESS_QUEUE);
+            return;
+        }
+        let mut p = Pending::new(t, buf, None);
+        p.stateless = true;
+        self.stateless_q.push(p);
     }
 
     /// A cleared buffer, reused where one is spare.
@@ -766,7 +884,16 @@ impl Worker {
 
     /// Keeps a buffer for reuse (up to a bound).
     fn give_buf(&mut self, b: Vec<u8>) {
-        keep_spare(&mut self.spare, b);
+        keep_spare(&mut self.spare, b, SPARE_TRAINS);
+    }
+
+    /// Gives back a sent (or dropped) transmit's buffer.
+    fn done_with(&mut self, p: Pending) {
+        if p.stateless {
+            keep_spare(&mut self.small_spare, p.buf, STATELESS_QUEUE);
+        } else {
+            keep_spare(&mut self.spare, p.buf, SPARE_TRAINS);
+        }
     }
 
     /// Queues a transmit, in its buffer, for the end of the turn.
@@ -796,6 +923,11 @@ impl Worker {
         dirty.dedup();
         for ch in dirty.drain(..) {
             self.drive(ch, now);
+            // The queue of trains stays short: what it holds goes out
+            // before more connections add to it.
+            if self.pending.len() + self.zc_pending.len() >= PENDING_TRAINS {
+                self.flush();
+            }
         }
         // Connections that have more to send go on next turn.
         dirty.append(&mut self.more);
@@ -834,8 +966,22 @@ impl Worker {
                     match se {
                         StreamEvent::Opened { dir: Dir::Bi } => {
                             while let Some(id) = c.conn.streams().accept(Dir::Bi) {
-                                c.streams.insert(id, Resp::Reading(Vec::new()));
+                                let deadline = now + self.s.request_timeout;
+                                c.streams.insert(
+                                    id,
+                                    Resp::Reading {
+                                        buf: Vec::new(),
+                                        deadline,
+                                    },
+                                );
                                 read_request(&mut c, id, now, self.s.interval);
+                            }
+                        }
+                        StreamEvent::Finished { id } => {
+                            // Every byte of the response is acknowledged.
+                            if let Some(i) = c.finishing.iter().position(|f| f.0 == id) {
+                                let (_, len) = c.finishing.swap_remove(i);
+                                counters.app_bytes.fetch_add(len, Relaxed);
                             }
                         }
                         StreamEvent::Readable { id } => {
@@ -847,21 +993,28 @@ impl Worker {
                             // credit back.
                             let _ = c.conn.send_stream(id).reset(error_code);
                             c.streams.remove(&id);
+                            c.finishing.retain(|f| f.0 != id);
                         }
                         _ => {}
                     }
                 }
                 again = true;
             }
+            let timed_out = expire_requests(&mut c, now);
+            if timed_out > 0 {
+                counters.request_timeouts.fetch_add(timed_out, Relaxed);
+                again = true;
+            }
             let ids: Vec<StreamId> = c.streams.keys().copied().collect();
             for id in ids {
-                counters
-                    .app_bytes
-                    .fetch_add(respond(&mut c, id, now), Relaxed);
+                respond(&mut c, id, now);
             }
             // Transmits: quinn-proto's pacer says when to stop.
             loop {
-                if trains == TRAINS_PER_TURN || self.tx_blocked {
+                if trains == TRAINS_PER_TURN
+                    || self.tx_blocked
+                    || self.pending.len() + self.zc_pending.len() >= PENDING_TRAINS
+                {
                     self.more.push(ch);
                     break;
                 }
@@ -900,10 +1053,14 @@ impl Worker {
             }
             return;
         }
-        let next = [c.conn.poll_timeout(), next_frame(&c, now)]
-            .into_iter()
-            .flatten()
-            .min();
+        let next = [
+            c.conn.poll_timeout(),
+            next_frame(&c, now),
+            next_deadline(&c),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
         if next != c.timer {
             if let Some(t) = c.timer {
                 self.timers.remove(&(t, ch));
@@ -921,77 +1078,16 @@ impl Worker {
     fn flush(&mut self) {
         let counters = self.s.counters.clone();
         self.tx_blocked = false;
-        // With --total-rate, what the tokens allow: at least one transmit
-        // once they are positive (a train may overdraw them).
-        let n = match self.pacer.as_mut() {
-            None => self.pending.len(),
-            Some(b) => {
-                b.refill();
-                let mut n = 0;
-                for p in &self.pending {
-                    if b.tokens <= 0.0 {
-                        break;
-                    }
-                    b.tokens -= (p.len - p.start) as f64;
-                    n += 1;
-                }
-                n
-            }
-        };
-        if n > 0 {
-            let mut ts: Vec<Transmit<'_>> =
-                self.pending[..n].iter().map(Pending::transmit).collect();
-            let mut at = 0;
-            while at < ts.len() {
-                match self.s.tx.send(&ts[at..]) {
-                    Ok(sent) if sent.transmits == 0 && sent.datagrams == 0 => {
-                        self.tx_blocked = true;
-                        break;
-                    }
-                    Ok(sent) => {
-                        // Fewer than all: the buffer filled (or the next
-                        // transmit fails, which the next call says).
-                        at += sent.transmits;
-                        if sent.datagrams > 0 {
-                            ts[at] = ts[at].skip_datagrams(sent.datagrams);
-                        }
-                    }
-                    Err(e) if send_buffer_full(&e) => {
-                        self.tx_blocked = true;
-                        break;
-                    }
-                    Err(_) => {
-                        // The first transmit is refused (and the library
-                        // has said why in its stats); QUIC recovers it.
-                        counters.send_errors.fetch_add(1, Relaxed);
-                        at += 1;
-                    }
-                }
-            }
-            // What is left of the transmit at `at`, if a call cut it.
-            let left = ts.get(at).map(|t| (t.contents.len(), t.segments()));
-            drop(ts);
-            // What went out: the whole transmits before `at`, and the front
-            // of the one at `at`, which keeps only the rest.
-            let (mut bytes, mut datagrams) = (0u64, 0u64);
-            for p in &self.pending[..at] {
-                bytes += (p.len - p.start) as u64;
-                datagrams += p.transmit().segments() as u64;
-            }
-            if let Some((len, segs)) = left {
-                let p = &mut self.pending[at];
-                let cut = p.len - p.start - len;
-                if cut > 0 {
-                    bytes += cut as u64;
-                    datagrams += (p.transmit().segments() - segs) as u64;
-                    p.start += cut;
-                }
-            }
-            counters.wire_bytes.fetch_add(bytes, Relaxed);
-            counters.datagrams_sent.fetch_add(datagrams, Relaxed);
-            for p in self.pending.drain(..at) {
-                keep_spare(&mut self.spare, p.buf);
-            }
+        // Connections' transmits first, stateless replies after: a flood
+        // that fills the send path with replies must not hold back the
+        // handshakes and responses of real clients.
+        let mut q = std::mem::take(&mut self.pending);
+        self.send_queue(&mut q);
+        self.pending = q;
+        if !self.tx_blocked {
+            let mut q = std::mem::take(&mut self.stateless_q);
+            self.send_queue(&mut q);
+            self.stateless_q = q;
         }
         if let Some(zc) = self.zc.as_mut() {
             let mut kept = Vec::new();
@@ -1024,14 +1120,94 @@ impl Worker {
                     }
                     Err((_, b)) => {
                         counters.send_errors.fetch_add(1, Relaxed);
-                        keep_spare(&mut self.spare, b);
+                        keep_spare(&mut self.spare, b, SPARE_TRAINS);
                     }
                 }
             }
             self.zc_pending = kept;
             let _ = zc.reap(&self.s.tx);
             while let Some(b) = zc.pop_done() {
-                keep_spare(&mut self.spare, b);
+                keep_spare(&mut self.spare, b, SPARE_TRAINS);
+            }
+        }
+    }
+
+    /// Sends what `q` holds, in as few calls as the socket allows, as far
+    /// as --total-rate's tokens and the socket's buffer let it; what went
+    /// out leaves `q` (a cut train keeps its rest at the front).
+    fn send_queue(&mut self, q: &mut Vec<Pending>) {
+        let counters = self.s.counters.clone();
+        // With --total-rate, what the tokens allow: at least one transmit
+        // once they are positive (a train may overdraw them).
+        let n = match self.pacer.as_mut() {
+            None => q.len(),
+            Some(b) => {
+                b.refill();
+                let mut n = 0;
+                for p in q.iter() {
+                    if b.tokens <= 0.0 {
+                        break;
+                    }
+                    b.tokens -= (p.len - p.start) as f64;
+                    n += 1;
+                }
+                n
+            }
+        };
+        if n > 0 {
+            let mut ts: Vec<Transmit<'_>> = q[..n].iter().map(Pending::transmit).collect();
+            let mut at = 0;
+            while at < ts.len() {
+                match self.s.tx.send(&ts[at..]) {
+                    Ok(sent) if sent.transmits == 0 && sent.datagrams == 0 => {
+                        self.tx_blocked = true;
+                        break;
+                    }
+                    Ok(sent) => {
+                        // Fewer than all: the buffer filled (or the next
+                        // transmit fails, which the next call says).
+                        // Datagrams a full qdisc dropped are done: QUIC
+                        // sees them lost and resends.
+                        at += sent.transmits;
+                        if sent.datagrams > 0 {
+                            ts[at] = ts[at].skip_datagrams(sent.datagrams);
+                        }
+                    }
+                    Err(e) if send_buffer_full(&e) => {
+                        self.tx_blocked = true;
+                        break;
+                    }
+                    Err(_) => {
+                        // The first transmit is refused (and the library
+                        // has said why in its stats); QUIC recovers it.
+                        counters.send_errors.fetch_add(1, Relaxed);
+                        at += 1;
+                    }
+                }
+            }
+            // What is left of the transmit at `at`, if a call cut it.
+            let left = ts.get(at).map(|t| (t.contents.len(), t.segments()));
+            drop(ts);
+            // What went out: the whole transmits before `at`, and the front
+            // of the one at `at`, which keeps only the rest.
+            let (mut bytes, mut datagrams) = (0u64, 0u64);
+            for p in &q[..at] {
+                bytes += (p.len - p.start) as u64;
+                datagrams += p.transmit().segments() as u64;
+            }
+            if let Some((len, segs)) = left {
+                let p = &mut q[at];
+                let cut = p.len - p.start - len;
+                if cut > 0 {
+                    bytes += cut as u64;
+                    datagrams += (p.transmit().segments() - segs) as u64;
+                    p.start += cut;
+                }
+            }
+            counters.wire_bytes.fetch_add(bytes, Relaxed);
+            counters.datagrams_sent.fetch_add(datagrams, Relaxed);
+            for p in q.drain(..at) {
+                self.done_with(p);
             }
         }
     }
@@ -1047,6 +1223,7 @@ impl Worker {
                     .reset(VarInt::from_u32(hq::code::SHUTDOWN));
             }
             c.streams.clear();
+            c.finishing.clear();
             c.conn.close(
                 now,
                 VarInt::from_u32(hq::CLOSE_SHUTDOWN),
@@ -1115,10 +1292,44 @@ fn next_frame(c: &Conn, now: Instant) -> Option<Instant> {
         .min()
 }
 
+/// The earliest deadline of a request line still being read.
+fn next_deadline(c: &Conn) -> Option<Instant> {
+    c.streams
+        .values()
+        .filter_map(|r| match r {
+            Resp::Reading { deadline, .. } => Some(*deadline),
+            _ => None,
+        })
+        .min()
+}
+
+/// Resets every stream whose request line is not whole by its deadline
+/// (`--request-timeout`), with [`hq::code::REQUEST_TIMEOUT`]; how many.
+fn expire_requests(c: &mut Conn, now: Instant) -> u64 {
+    if next_deadline(c).is_none_or(|d| d > now) {
+        return 0;
+    }
+    let late: Vec<StreamId> = c
+        .streams
+        .iter()
+        .filter_map(|(id, r)| match r {
+            Resp::Reading { deadline, .. } if *deadline <= now => Some(*id),
+            _ => None,
+        })
+        .collect();
+    let code = VarInt::from_u32(hq::code::REQUEST_TIMEOUT);
+    for id in &late {
+        let _ = c.conn.send_stream(*id).reset(code);
+        let _ = c.conn.recv_stream(*id).stop(code);
+        c.streams.remove(id);
+    }
+    late.len() as u64
+}
+
 /// Reads what arrived of a request; starts the response once it is whole,
 /// or resets the stream when it is bad.
 fn read_request(c: &mut Conn, id: StreamId, now: Instant, interval: Duration) {
-    let Some(Resp::Reading(buf)) = c.streams.get_mut(&id) else {
+    let Some(Resp::Reading { buf, .. }) = c.streams.get_mut(&id) else {
         return;
     };
     let mut fin = false;
@@ -1147,7 +1358,7 @@ fn read_request(c: &mut Conn, id: StreamId, now: Instant, interval: Duration) {
     }
     if let Some(code) = reset {
         // The client gave up on its request: the response side closes too
-        // (else the stream would hold one of its 100 slots for ever).
+        // (else the stream would hold one of its slots for ever).
         let _ = c.conn.send_stream(id).reset(code);
         c.streams.remove(&id);
         return;
@@ -1178,14 +1389,14 @@ fn read_request(c: &mut Conn, id: StreamId, now: Instant, interval: Duration) {
     }
 }
 
-/// Writes what a response may write now; returns the bytes written.
-fn respond(c: &mut Conn, id: StreamId, now: Instant) -> u64 {
+/// Writes what a response may write now.
+fn respond(c: &mut Conn, id: StreamId, now: Instant) {
     let (off, limit, total) = match c.streams.get(&id) {
         Some(Resp::Bytes { off, len }) => (*off, *len, *len),
         Some(Resp::Video { frames, start, off }) => {
             (*off, frames.due(*start, now) * frames.bytes, frames.total())
         }
-        _ => return 0,
+        _ => return,
     };
     let mut at = off;
     let mut s = c.conn.send_stream(id);
@@ -1205,11 +1416,12 @@ fn respond(c: &mut Conn, id: StreamId, now: Instant) -> u64 {
     }
     if done {
         c.streams.remove(&id);
+        // Counted as goodput once the client has acknowledged it all.
+        c.finishing.push((id, total));
     } else {
         match c.streams.get_mut(&id) {
             Some(Resp::Bytes { off, .. }) | Some(Resp::Video { off, .. }) => *off = at,
             _ => {}
         }
     }
-    at - off
 }

@@ -17,7 +17,9 @@ pub struct Counters {
     pub refused: AtomicU64,
     /// Retry packets sent.
     pub retries: AtomicU64,
-    /// Response bytes written to streams.
+    /// Response bytes the clients acknowledged (`--stack fastudp`: a
+    /// response counts when its last byte is acknowledged; the baselines
+    /// count bytes as their stacks take them).
     pub app_bytes: AtomicU64,
     /// UDP payload bytes sent.
     pub wire_bytes: AtomicU64,
@@ -35,6 +37,13 @@ pub struct Counters {
     pub forwarded: AtomicU64,
     /// Datagrams quinn-proto could not use (garbage, unknown connection).
     pub dropped: AtomicU64,
+    /// Datagrams for another worker dropped: its forwarding ring was full
+    /// (or the datagram longer than a slot).
+    pub forward_dropped: AtomicU64,
+    /// Stateless replies dropped: a worker's queue of them was full.
+    pub stateless_dropped: AtomicU64,
+    /// Requests reset for not being whole within --request-timeout.
+    pub request_timeouts: AtomicU64,
     /// Send errors.
     pub send_errors: AtomicU64,
     /// Receive errors (ICMP errors reported on a receive, say).
@@ -86,7 +95,7 @@ pub struct Report {
     pub refused: u64,
     /// Retry packets sent in all.
     pub retries: u64,
-    /// Response (stream) bytes per second, in Gbit/s.
+    /// Response bytes acknowledged per second, in Gbit/s.
     pub goodput_gbit_s: f64,
     /// UDP payload (or TCP payload) Gbit/s sent.
     pub wire_gbit_s: f64,
@@ -108,6 +117,14 @@ pub struct Report {
     pub forwarded: u64,
     /// Datagrams dropped as unusable, in all.
     pub dropped: u64,
+    /// Datagrams for another worker dropped (its ring full), in all.
+    pub forward_dropped: u64,
+    /// Stateless replies dropped (the queue full), in all.
+    pub stateless_dropped: u64,
+    /// Requests reset for their deadline, in all.
+    pub request_timeouts: u64,
+    /// Response bytes acknowledged, in all (what goodput counts).
+    pub goodput_bytes: u64,
     /// Send errors, in all.
     pub send_errors: u64,
     /// Receive errors, in all.
@@ -156,6 +173,10 @@ fn report(
         retransmissions: c.lost_packets.load(Relaxed),
         forwarded: c.forwarded.load(Relaxed),
         dropped: c.dropped.load(Relaxed),
+        forward_dropped: c.forward_dropped.load(Relaxed),
+        stateless_dropped: c.stateless_dropped.load(Relaxed),
+        request_timeouts: c.request_timeouts.load(Relaxed),
+        goodput_bytes: to.app,
         send_errors: c.send_errors.load(Relaxed),
         recv_errors: c.recv_errors.load(Relaxed),
         pacing: pacing.to_string(),
@@ -173,7 +194,7 @@ fn print(r: &Report, json: bool) {
         return;
     }
     outln!(
-        "{}: {:.1} s, {} connections ({} accepted, {} refused, {} retries), goodput {:.3} Gbit/s, wire {:.3} Gbit/s, CPU {} s/Gbit ({:.2} cores), send calls {}/s ({} datagrams each), recv calls {}/s ({} datagrams each), {} retransmissions, {} forwarded, {} dropped, pacing: {}",
+        "{}: {:.1} s, {} connections ({} accepted, {} refused, {} retries), goodput {:.3} Gbit/s, wire {:.3} Gbit/s, CPU {} s/Gbit ({:.2} cores), send calls {}/s ({} datagrams each), recv calls {}/s ({} datagrams each), {} retransmissions, {} forwarded, {} dropped, {} forward drops, {} stateless drops, {} request timeouts, pacing: {}",
         r.kind,
         r.seconds,
         r.connections,
@@ -191,6 +212,9 @@ fn print(r: &Report, json: bool) {
         r.retransmissions,
         r.forwarded,
         r.dropped,
+        r.forward_dropped,
+        r.stateless_dropped,
+        r.request_timeouts,
         r.pacing
     );
 }

@@ -40,7 +40,7 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
     let counters = Arc::new(Counters::default());
     interrupt::watch();
     let interval = Duration::from_secs_f64(a.interval / 1000.0);
-    let max = a.max_connections as u64;
+    let max = a.max_connections.unwrap_or(super::MAX_CONNECTIONS) as u64;
     let retrans0 = retrans_segs();
     {
         let counters = counters.clone();

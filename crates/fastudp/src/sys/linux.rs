@@ -604,7 +604,7 @@ pub(crate) fn ethtool_ioctl(ifname: &str, data: &mut [u8]) -> io::Result<()> {
         Some(et::GDRVINFO) => Some(et::DRVINFO_LEN),
         _ => None,
     };
-    if !need.is_some_and(|n| data.len() >= n) {
+    if need.is_none_or(|n| data.len() < n) {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             "unsupported or short ethtool request",

@@ -1,0 +1,162 @@
+//! The memory model of `quic serve --stack fastudp`: what one connection,
+//! one worker and the whole server may hold at most, and the number of
+//! connections a memory budget (`--max-memory`) allows. docs/SECURITY.md
+//! explains each term.
+
+use std::time::Duration;
+
+/// KiB.
+const K: u64 = 1024;
+/// MiB.
+const M: u64 = 1024 * K;
+
+/// The stream receive window the server grants a client per stream: a
+/// request line is at most [`super::hq::MAX_REQUEST`] bytes.
+pub const STREAM_WINDOW: u32 = 4 * 1024;
+/// Concurrent bidirectional streams (requests) a client may open.
+pub const STREAMS: u32 = 16;
+/// The receive window of a whole connection: every stream's window.
+pub const CONN_WINDOW: u32 = STREAMS * STREAM_WINDOW;
+/// Bytes of the handshake (CRYPTO frames) buffered per packet space.
+pub const CRYPTO_BUFFER: usize = 16 * 1024;
+/// Bytes a connection may have sent and not yet had acknowledged.
+pub const SEND_WINDOW: u64 = 8 << 20;
+/// The default deadline for a request line.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Stateless replies (Version Negotiation, Retry, stateless reset, close
+/// of a refused connection) a worker queues at most; more are dropped.
+pub const STATELESS_QUEUE: usize = 256;
+/// Bytes a stateless reply's buffer holds (quinn-proto's replies are at
+/// most one datagram).
+pub const STATELESS_BUF: usize = 1500;
+/// Transmits (GSO trains) a worker queues at most before it sends them.
+pub const PENDING_TRAINS: usize = 64;
+/// Bytes of one train's buffer.
+pub const TRAIN_BUF: usize = 40 * 1500;
+/// Spare train buffers a worker keeps for reuse.
+pub const SPARE_TRAINS: usize = 64;
+/// Bytes quinn-proto may buffer for connections not yet accepted, per
+/// worker (the server decides on each at once, so this is rarely used).
+pub const INCOMING_BUFFER: u64 = 1 << 20;
+
+/// What one connection may hold at most, bytes.
+///
+/// - 64 KiB: quinn-proto's connection and TLS state, packet spaces, the
+///   connection's entry in the worker's tables.
+/// - 3 packet spaces x ([`CRYPTO_BUFFER`] + 32 KiB): handshake data out of
+///   order; quinn-proto's reassembly keeps at most 32 KiB of datagram
+///   buffers beyond the bytes it holds before it copies them out.
+/// - [`STREAMS`] x ([`STREAM_WINDOW`] + 32 KiB + 1 KiB of request line +
+///   1 KiB of stream state): request bytes, held out of order by
+///   quinn-proto or in order by the server until the line is whole.
+/// - [`SEND_WINDOW`] / 1,200 x 160 B: quinn-proto's record of each
+///   packet in flight (response bytes are a static pattern quinn-proto
+///   refers to, not copies).
+pub fn per_connection() -> u64 {
+    let base = 64 * K;
+    let crypto = 3 * (CRYPTO_BUFFER as u64 + 32 * K);
+    let streams = u64::from(STREAMS) * (u64::from(STREAM_WINDOW) + 32 * K + 2 * K);
+    let in_flight = SEND_WINDOW / 1200 * 160;
+    base + crypto + streams + in_flight
+}
+
+/// What one worker holds whatever its connections, bytes: the forwarding
+/// rings, queued stateless replies and trains, spare buffers, the receive
+/// batch, quinn-proto's buffer for connections not yet accepted.
+pub fn per_worker() -> u64 {
+    let forward = 2 * (super::forward::SLOTS * super::forward::SLOT) as u64;
+    let stateless = (STATELESS_QUEUE * STATELESS_BUF) as u64;
+    let trains =
+        ((PENDING_TRAINS + super::serve::TRAINS_PER_TURN + SPARE_TRAINS) * TRAIN_BUF) as u64;
+    let recv = 64 * 64 * K;
+    forward + stateless + trains + recv + INCOMING_BUFFER + M
+}
+
+/// The process itself: code, TLS configuration, threads' stacks.
+pub const BASE: u64 = 32 * M;
+
+/// The default budget: a quarter of the host's memory (MemTotal), or
+/// 1 GiB where /proc/meminfo says nothing.
+pub fn default_budget() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        })
+        .map(|kb| kb * K / 4)
+        .unwrap_or(1 << 30)
+}
+
+/// The connections `budget` bytes allow with `workers` workers, at most
+/// `asked`; an error when the budget does not cover the workers and one
+/// connection.
+pub fn max_connections(budget: u64, workers: usize, asked: usize) -> Result<usize, String> {
+    let fixed = BASE + workers as u64 * per_worker();
+    let need = fixed + per_connection();
+    if budget < need {
+        return Err(format!(
+            "--max-memory {budget}: {workers} workers and one connection need {need} bytes ({} MiB)",
+            need.div_ceil(M)
+        ));
+    }
+    let n = (budget - fixed) / per_connection();
+    Ok(usize::try_from(n).unwrap_or(usize::MAX).min(asked))
+}
+
+/// The worst case of a server with `workers` workers and `connections`
+/// connections, bytes.
+pub fn worst_case(workers: usize, connections: usize) -> u64 {
+    BASE + workers as u64 * per_worker() + connections as u64 * per_connection()
+}
+
+/// Parses a byte count with an optional k, M, G suffix (powers of 1024).
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (num, mul) = match t.char_indices().last() {
+        Some((i, 'k' | 'K')) => (&t[..i], K),
+        Some((i, 'm' | 'M')) => (&t[..i], M),
+        Some((i, 'g' | 'G')) => (&t[..i], 1024 * M),
+        _ => (t, 1),
+    };
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?}: a byte count such as 512M or 2G"))?;
+    if !(v.is_finite() && v > 0.0 && v * mul as f64 <= 1e15) {
+        return Err(format!("{s:?}: a positive byte count up to 1P"));
+    }
+    Ok((v * mul as f64) as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_budget_bounds_the_worst_case() {
+        for (budget, workers) in [(1u64 << 30, 2usize), (6 << 30, 2), (256 << 20, 1)] {
+            let n = max_connections(budget, workers, usize::MAX).unwrap();
+            assert!(n >= 1);
+            assert!(worst_case(workers, n) <= budget, "{budget} {workers} {n}");
+            assert!(
+                worst_case(workers, n + 1) > budget,
+                "{budget} {workers} {n}"
+            );
+        }
+        assert_eq!(max_connections(1 << 30, 2, 10).unwrap(), 10);
+        assert!(max_connections(BASE, 2, 10).is_err());
+    }
+
+    #[test]
+    fn byte_counts() {
+        assert_eq!(parse_bytes("512M"), Ok(512 << 20));
+        assert_eq!(parse_bytes("1.5k"), Ok(1536));
+        assert_eq!(parse_bytes("2G"), Ok(2 << 30));
+        assert_eq!(parse_bytes("100"), Ok(100));
+        for bad in ["", "-1G", "0", "x", "1T"] {
+            assert!(parse_bytes(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Runs every hostile client of `fastudp quic attack` against
+# `fastudp quic serve` at its default settings, each for a bounded time,
+# in two network namespaces of its own joined by a veth pair, and prints
+# per attack: the server's peak RSS, whether and how fast a legitimate
+# client (a fresh connection fetching /bytes/1000) was served during the
+# attack, how long Ctrl-C took, and the server's drop counters.
+#
+# Needs root (namespaces, tc). Usage:
+#   sudo scripts/quic-attacks.sh [SECONDS_PER_ATTACK] [FASTUDP_BINARY]
+# Traffic stays inside the namespaces; each attack ends by itself.
+set -euo pipefail
+
+SECS=${1:-10}
+BIN=${2:-target/release/fastudp}
+[ "$(id -u)" = 0 ] || { echo "quic-attacks.sh: needs root (namespaces, tc)" >&2; exit 2; }
+[ -x "$BIN" ] || { echo "quic-attacks.sh: no binary at $BIN (cargo build --release -p fastudp-cli)" >&2; exit 2; }
+BIN=$(readlink -f "$BIN")
+
+TAG=$$
+C=fu-qa-c-$TAG
+S=fu-qa-s-$TAG
+CIF=qa${TAG}c
+SIF=qa${TAG}s
+TMP=$(mktemp -d)
+cleanup() {
+    [ -n "${SRV:-}" ] && kill -INT "$SRV" 2>/dev/null || true
+    ip netns del "$C" 2>/dev/null || true
+    ip netns del "$S" 2>/dev/null || true
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+ip netns add "$C"
+ip netns add "$S"
+ip link add "$CIF" netns "$C" type veth peer name "$SIF" netns "$S"
+ip -n "$C" addr add 10.232.0.1/24 dev "$CIF"
+ip -n "$S" addr add 10.232.0.2/24 dev "$SIF"
+for n in "$C" "$S"; do ip -n "$n" link set lo up; done
+ip -n "$C" link set "$CIF" up
+ip -n "$S" link set "$SIF" up
+
+PORT=4433
+ADDR=10.232.0.2:$PORT
+
+# Peak resident memory of a process, MiB.
+hwm() { awk '/VmHWM/ {printf "%.1f", $2 / 1024}' "/proc/$1/status"; }
+# A number field of the last JSON line of a kind in a file.
+field() { grep "\"kind\":\"$2\"" "$1" | tail -1 | grep -o "\"$3\":[0-9.e+-]*" | cut -d: -f2; }
+
+printf '%-14s %-40s %9s %8s %10s %8s %s\n' attack what peak_MiB served serve_s ctrl_c_s drops
+run() {
+    local name=$1 what=$2 shaped=$3
+    shift 3
+    if [ "$shaped" = yes ]; then
+        # A slow egress whose queue outlasts the send socket's buffer:
+        # sends find the socket full.
+        ip netns exec "$S" tc qdisc add dev "$SIF" root tbf rate 10mbit burst 16kb limit 16mb
+    fi
+    ip netns exec "$S" "$BIN" quic serve --listen "$ADDR" --json --stats >"$TMP/srv.json" 2>"$TMP/srv.err" &
+    SRV=$!
+    for _ in $(seq 100); do grep -q '"listening"' "$TMP/srv.json" 2>/dev/null && break; sleep 0.05; done
+    ip netns exec "$C" "$BIN" quic attack "$@" "$ADDR" --duration "$SECS" >"$TMP/att.out" 2>&1 &
+    local att=$!
+    sleep 2
+    local t0 t1 served=no
+    t0=$(date +%s.%N)
+    if ip netns exec "$C" "$BIN" quic load "$ADDR" --connections 1 --request /bytes/1000 --json \
+        --timeout $((SECS + 30)) >"$TMP/load.json" 2>/dev/null; then
+        served=yes
+    fi
+    t1=$(date +%s.%N)
+    # Ctrl-C a second before the attack ends (deadlines and timeouts
+    # have had their time), while it still goes on.
+    local left
+    left=$(echo "$t0 - 2 + $SECS - 1 - $(date +%s.%N)" | bc)
+    if [ "$(echo "$left > 0" | bc)" = 1 ]; then sleep "$left"; fi
+    local peak stop0 stop1
+    peak=$(hwm "$SRV")
+    stop0=$(date +%s.%N)
+    kill -INT "$SRV"
+    wait "$SRV" || true
+    stop1=$(date +%s.%N)
+    SRV=
+    wait "$att" || true
+    local drops
+    drops="fwd=$(field "$TMP/srv.json" summary forward_dropped) stateless=$(field "$TMP/srv.json" summary stateless_dropped) timeouts=$(field "$TMP/srv.json" summary request_timeouts) refused=$(field "$TMP/srv.json" summary refused)"
+    printf '%-14s %-40s %9s %8s %10.2f %8.2f %s\n' "$name" "$what" "$peak" "$served" \
+        "$(echo "$t1 - $t0" | bc)" "$(echo "$stop1 - $stop0" | bc)" "$drops"
+    if [ "$shaped" = yes ]; then
+        ip netns exec "$S" tc qdisc del dev "$SIF" root
+    fi
+}
+
+run forward "1: trains steered to the wrong worker" no forward
+run windows "2: 100 streams x gap at byte 0, 4 conns" no windows --connections 4 --streams 100
+run version "3: unknown versions, send socket full" yes version
+run slow-requests "4: unfinished requests, kept alive" no slow-requests --connections 50 --streams 100
+run connections "5: idle connections" no connections --connections 2000 --streams 0
+run never-read "6: responses never read" no never-read --connections 50 --streams 16
+run initials "Initial flood from 64 ports" no initials
