@@ -309,4 +309,8 @@ pub mod os {
         clock_ticks_per_sec, default_sigpipe, monotonic_ns, pin_to_cpu, process_cpu_time,
         set_timer_slack, setns_net, thread_cpu_time, wait_readable, MAX_BATCH,
     };
+    /// Directory-relative file syscalls (`openat2`, `mkdirat`, `renameat`,
+    /// `unlinkat`), for resolving a path without following symbolic links.
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    pub use crate::sys::{mkdirat, openat2, renameat, unlinkat};
 }
