@@ -137,6 +137,10 @@ struct Conn {
     lost: u64,
     /// Counted in the worker's handshakes from unvalidated addresses.
     half_open: bool,
+    /// Its client's address, and whether it holds a place of that
+    /// address's share (`--max-connections-per-ip`).
+    address: IpAddr,
+    address_counted: bool,
     /// Responses written in full and finished, waiting for the client to
     /// acknowledge their last byte (quinn-proto's
     /// `StreamEvent::Finished`): their lengths, counted as goodput then.
@@ -227,6 +231,8 @@ struct Setup {
     request_timeout: Duration,
     /// `--max-half-open`.
     max_half_open: usize,
+    /// `--max-connections-per-ip`, server-wide.
+    per_address: Arc<limits::PerAddress>,
     interval: Duration,
     total_rate: Option<u64>,
 }
@@ -235,6 +241,10 @@ struct Setup {
 pub fn run(a: ServeArgs) -> Result<(), Failure> {
     let n = workers(&a);
     let (max_connections, budget) = connection_limit(&a, n)?;
+    let per_address = Arc::new(limits::PerAddress::new(
+        a.max_connections_per_ip
+            .unwrap_or((max_connections / limits::PER_ADDRESS_SHARE).max(1)),
+    ));
     let id = tls::identity(a.cert.as_deref(), a.key.as_deref())?;
     let crypto = quinn_proto::crypto::rustls::QuicServerConfig::try_from(tls::server(&id)?)
         .map_err(|e| Failure::usage(format!("TLS set-up: {e}")))?;
@@ -352,6 +362,7 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
             max_connections,
             request_timeout: Duration::from_secs_f64(a.request_timeout),
             max_half_open: a.max_half_open,
+            per_address: per_address.clone(),
             interval: Duration::from_secs_f64(a.interval / 1000.0),
             total_rate: a.total_rate,
         };
@@ -567,7 +578,11 @@ struct Worker {
     /// Connections accepted whose handshake is not done: above
     /// `--max-half-open`, new clients get a Retry (as with `--retry`), so a
     /// flood of Initials from spoofed addresses costs a stateless reply
-    /// each, not a connection's memory.
+    /// each, not a connection's memory. So do they once handshakes
+    /// under way hold half of `--max-connections` server-wide
+    /// ([`Counters::half_open`]): addresses that never answer can take
+    /// at most half of the places, and a client that answers its Retry
+    /// finds one of the rest.
     half_open: usize,
     zc: Option<ZeroCopySender>,
     /// Train buffers to reuse.
@@ -801,7 +816,9 @@ impl Worker {
                     let t = self.endpoint.refuse(incoming, &mut buf);
                     self.s.counters.refused.fetch_add(1, Relaxed);
                     return self.queue_stateless(&t, buf);
-                } else if (self.s.retry || self.half_open >= self.s.max_half_open)
+                } else if (self.s.retry
+                    || self.half_open >= self.s.max_half_open
+                    || self.s.counters.half_open.load(Relaxed) >= max / 2)
                     && !incoming.remote_address_validated()
                     && incoming.may_retry()
                 {
@@ -814,10 +831,21 @@ impl Worker {
                         Err(e) => self.endpoint.ignore(e.into_incoming()),
                     }
                 } else {
+                    // A validated address (a Retry token) takes its place
+                    // of its share now; others once the handshake is done.
+                    let address = incoming.remote_address().ip();
+                    let address_counted = incoming.remote_address_validated();
+                    if address_counted && !self.s.per_address.take(address) {
+                        self.s.counters.connections.fetch_sub(1, Relaxed);
+                        let t = self.endpoint.refuse(incoming, &mut buf);
+                        self.s.counters.refused.fetch_add(1, Relaxed);
+                        return self.queue_stateless(&t, buf);
+                    }
                     match self.endpoint.accept(incoming, now, &mut buf, None) {
                         Ok((ch, conn)) => {
                             self.s.counters.accepted.fetch_add(1, Relaxed);
                             self.half_open += 1;
+                            self.s.counters.half_open.fetch_add(1, Relaxed);
                             self.conns.insert(
                                 ch,
                                 Box::new(Conn {
@@ -827,6 +855,8 @@ impl Worker {
                                     next_departure: 0,
                                     lost: 0,
                                     half_open: true,
+                                    address,
+                                    address_counted,
                                     finishing: Vec::new(),
                                 }),
                             );
@@ -834,6 +864,9 @@ impl Worker {
                         }
                         Err(e) => {
                             self.s.counters.connections.fetch_sub(1, Relaxed);
+                            if address_counted {
+                                self.s.per_address.give(address);
+                            }
                             if let Some(t) = e.response {
                                 return self.queue_stateless(&t, buf);
                             }
@@ -1036,6 +1069,23 @@ impl Worker {
         if c.half_open && (gone || c.conn.is_drained() || !c.conn.is_handshaking()) {
             c.half_open = false;
             self.half_open -= 1;
+            self.s.counters.half_open.fetch_sub(1, Relaxed);
+            // The handshake validated the address: the connection takes
+            // its place of the address's share, or is closed.
+            if !gone && !c.conn.is_drained() && !c.address_counted {
+                if self.s.per_address.take(c.address) {
+                    c.address_counted = true;
+                } else {
+                    c.conn.close(
+                        now,
+                        VarInt::from_u32(hq::CLOSE_ADDRESS_LIMIT),
+                        Bytes::from_static(b"too many connections from this address"),
+                    );
+                    self.s.counters.refused.fetch_add(1, Relaxed);
+                    // Its close goes out next turn.
+                    self.more.push(ch);
+                }
+            }
         }
         if gone || c.conn.is_drained() {
             if let Some(t) = c.timer {
@@ -1043,6 +1093,9 @@ impl Worker {
             }
             self.lost_closed += c.conn.stats().path.lost_packets.saturating_sub(c.lost);
             self.s.counters.connections.fetch_sub(1, Relaxed);
+            if c.address_counted {
+                self.s.per_address.give(c.address);
+            }
             // The table gives back its room as connections go.
             if self.conns.capacity() > 4 * self.conns.len() + 64 {
                 self.conns.shrink_to_fit();
