@@ -410,6 +410,12 @@ typedef struct fastudp_stats {
    * longer kept.
    */
   uint64_t fallbacks_total;
+  /**
+   * Datagrams a full local queue (qdisc) dropped instead of sending
+   * (`ENOBUFS`); each call reports its own in
+   * `fastudp_sent.dropped_locally`.
+   */
+  uint64_t dropped_locally;
 } fastudp_stats;
 
 /**
@@ -483,21 +489,34 @@ typedef struct fastudp_transmit {
 } fastudp_transmit;
 
 /**
- * What one `fastudp_send` put on the wire: `transmits[0..transmits]` went
- * out whole, then the first `datagrams` datagrams of
- * `transmits[transmits]` (non-zero only for a train sent one datagram at
- * a time, with GSO off). Resume from there: advance that transmit's
- * `contents` by `datagrams * segment_size` bytes.
+ * What one `fastudp_send` got through: `transmits[0..transmits]` whole,
+ * then the first `datagrams` datagrams of `transmits[transmits]` (non-zero
+ * only for a train sent one datagram at a time, with GSO off). Resume from
+ * there: advance that transmit's `contents` by `datagrams * segment_size`
+ * bytes.
+ *
+ * Of those datagrams, `dropped_locally` never left the host: a local
+ * queue (the device's qdisc) was full and the kernel answered `ENOBUFS`.
+ * They are done all the same, as datagrams lost on the way would be (the
+ * kernel reports them so only because fastudp sets `IP_RECVERR`; without
+ * it they would be counted and the send would succeed): do not send them
+ * again as if they were waiting. The datagrams that went out are the
+ * others.
  */
 typedef struct fastudp_sent {
   /**
-   * Transmits sent whole.
+   * Transmits done whole (sent, or dropped by the local queue).
    */
   size_t transmits;
   /**
-   * Datagrams of the next transmit sent before the call stopped.
+   * Datagrams of the next transmit done before the call stopped.
    */
   size_t datagrams;
+  /**
+   * Of the datagrams above, those a full local queue dropped (a GSO
+   * train dropped at once counts all its datagrams).
+   */
+  size_t dropped_locally;
 } fastudp_sent;
 
 /**
@@ -985,8 +1004,13 @@ fastudp_result fastudp_socket_fallback(const struct fastudp_socket *sock,
  * socket's features allow (GSO trains, `sendmmsg`), and writes what went
  * out to `*sent`.
  *
+ * A full local queue is not an error: the datagrams the qdisc dropped
+ * (`ENOBUFS`) are done, counted in `sent->dropped_locally` and in
+ * `fastudp_stats.dropped_locally`, and the call goes on with the next
+ * transmit, as the kernel would without `IP_RECVERR`.
+ *
  * `FASTUDP_OK` with `sent->transmits < n` means the kernel stopped early
- * (`EAGAIN` on a non-blocking socket, `ENOBUFS`, or an error on the next
+ * (`EAGAIN` on a non-blocking socket, or an error on the next
  * transmit, which the next call reports): resume from
  * `transmits[sent->transmits]`, first advancing its `contents` by
  * `sent->datagrams * segment_size` bytes if `sent->datagrams` is not 0.

@@ -9,7 +9,7 @@
 #         LIBDIR/libfastudp.so.0.1.0          (soname libfastudp.so.0.1)
 #         LIBDIR/libfastudp.so.0.1, libfastudp.so  (links)
 #         LIBDIR/libfastudp.a
-#         LIBDIR/pkgconfig/fastudp.pc
+#         LIBDIR/pkgconfig/fastudp.pc        (static linking: docs/C.md)
 #       PREFIX defaults to /usr/local, LIBDIR to PREFIX/lib; DESTDIR is
 #       prepended to every path written (for packaging), not to the .pc's.
 #
@@ -60,6 +60,11 @@ install_lib() {
         # standard library on Linux.
         private="-lgcc_s -lutil -lrt -lpthread -lm -ldl -lc"
     fi
+    # `pkg-config --static` serves `cc -static`, where libgcc_s (a shared
+    # library only) cannot be linked: the static unwinder libgcc_eh takes
+    # its place there. `static_libs` links libfastudp.a into a program
+    # whose C library stays shared, with rustc's own list.
+    local private_static=${private//-lgcc_s/-lgcc_eh}
     local rel=$target/release
     install -d "$destdir$prefix/include" "$destdir$libdir/pkgconfig"
     install -m 0644 include/fastudp.h "$destdir$prefix/include/fastudp.h"
@@ -72,12 +77,13 @@ prefix=$prefix
 exec_prefix=\${prefix}
 libdir=$libdir
 includedir=\${prefix}/include
+static_libs=\${libdir}/libfastudp.a $private
 
 Name: fastudp
 Description: Batched UDP for Linux: GSO, GRO, sendmmsg/recvmmsg, run-time fallbacks (C ABI)
 Version: $version
 Libs: -L\${libdir} -lfastudp
-Libs.private: $private
+Libs.private: $private_static
 Cflags: -I\${includedir}
 EOF
     echo "installed libfastudp $version in $destdir$prefix (pkg-config: $libdir/pkgconfig)"

@@ -350,12 +350,16 @@ fn send_time(d: &[u8]) -> Option<u64> {
 }
 
 /// Receives one test on `sock` from `client`'s address, until `done` is
-/// set and the port has been quiet for [`DRAIN`], or `deadline`.
+/// set and the port has been quiet for [`DRAIN`], or `deadline`. Ctrl-C
+/// ends it at once unless `drain_on_interrupt` (a reverse test's client,
+/// whose server stops and reports when asked: what is in flight still
+/// counts).
 fn receive(
     sock: &fastudp::Socket,
     client: IpAddr,
     done: &AtomicBool,
     deadline: Instant,
+    drain_on_interrupt: bool,
 ) -> Outcome {
     let mut batch = fastudp::RecvBatch::new(32);
     let mut v = Verifier::default();
@@ -373,7 +377,7 @@ fn receive(
     };
     loop {
         let now = Instant::now();
-        if now >= deadline || interrupt::requested() {
+        if now >= deadline || (interrupt::requested() && !drain_on_interrupt) {
             break;
         }
         if done.load(Acquire) && now.duration_since(last) >= DRAIN {
@@ -502,7 +506,7 @@ fn run_forward(
     let deadline = Instant::now() + Duration::from_secs_f64(req.seconds) + DONE_GRACE;
     let receiver = {
         let done = done.clone();
-        std::thread::spawn(move || receive(&sock, peer.ip(), &done, deadline))
+        std::thread::spawn(move || receive(&sock, peer.ip(), &done, deadline, false))
     };
     // The client's report, no later than its test's end plus the grace.
     let client_done: Result<Done, String> = read_msg_by(&mut r, deadline);
@@ -570,7 +574,8 @@ fn send_reverse(
         return Err(e);
     }
     write_msg(&mut w, &Reply::Ready { data_port: 0 })?;
-    // The client hanging up (or saying anything) ends the sending at once.
+    // The client hanging up (or saying anything, as its Ctrl-C does) ends
+    // the sending at once; a paced sender wakes for it too.
     let stop = Arc::new(AtomicBool::new(false));
     let watcher = {
         let stop = stop.clone();
@@ -598,7 +603,7 @@ fn send_reverse(
     let _ = watcher.join();
     if hung_up {
         return Err(format!(
-            "reverse test to {dest}: the client hung up; stopped after {datagrams} datagrams"
+            "reverse test to {dest}: the client hung up or asked to stop; stopped after {datagrams} datagrams"
         ));
     }
     reported?;
@@ -625,10 +630,37 @@ pub fn receive_reverse(
     let deadline = Instant::now() + Duration::from_secs_f64(seconds) + DONE_GRACE;
     let receiver = {
         let done = done.clone();
-        std::thread::spawn(move || receive(&sock, server, &done, deadline))
+        std::thread::spawn(move || receive(&sock, server, &done, deadline, true))
+    };
+    // Ctrl-C: a line on the control connection asks the server to stop;
+    // it still reports what it sent. A server that does not answer within
+    // DONE_GRACE is cut off.
+    let asker = {
+        let done = done.clone();
+        let mut conn = w.try_clone().map_err(|e| Failure {
+            code: 1,
+            msg: format!("control connection: {e}"),
+        })?;
+        std::thread::spawn(move || {
+            while !done.load(Acquire) {
+                if interrupt::requested() {
+                    let _ = conn.write_all(b"\n");
+                    let asked = Instant::now();
+                    while !done.load(Acquire) && asked.elapsed() < DONE_GRACE {
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                    if !done.load(Acquire) {
+                        let _ = conn.shutdown(std::net::Shutdown::Both);
+                    }
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        })
     };
     let sent: Result<Done, String> = read_msg_by(&mut r, deadline);
     done.store(true, Release);
+    let _ = asker.join();
     let got = receiver.join().map_err(|_| Failure {
         code: 1,
         msg: "the receiving thread panicked".into(),

@@ -559,7 +559,7 @@ pub fn run_tx(a: TxArgs) -> Result<(), Failure> {
             )));
         }
         let s = a.size.unwrap_or(g * kmax.min(max / g));
-        if s % g != 0 {
+        if !s.is_multiple_of(g) {
             // The suggestion is one that is accepted: whole segments, no
             // more than a send may hold.
             let fits = (s / g).min(kmax).min(max / g).max(1);
@@ -798,6 +798,9 @@ fn run_reverse(
     segs: usize,
     rate: Option<u64>,
 ) -> Result<(), Failure> {
+    // Ctrl-C asks the server to stop, and the summary is printed, marked
+    // interrupted, as for a forward test.
+    interrupt::watch();
     let (_, sock) =
         rx::bind_batched(true, bench::unspecified(server.is_ipv6())).map_err(Failure::usage)?;
     let port = sock

@@ -393,6 +393,77 @@ fn a_reverse_test_stops_when_the_client_hangs_up() {
     );
 }
 
+/// A paced reverse test whose next send is seconds away still sees its
+/// client hang up at once: the server is free for the next client within
+/// a moment, not "busy" until the paced send would have been due.
+#[test]
+fn a_paced_reverse_test_sees_its_client_hang_up_while_it_waits() {
+    let (_srv, port) = server(&[]);
+    let mine = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let p = mine.local_addr().unwrap().port();
+    // 2000 bytes/s, 1000-byte datagrams, batched: a send every 0.5 s.
+    let request = format!(
+        "{{\"fastudp\":1,\"seconds\":30,\"rate\":2000,\"mode\":\"x\",\"reverse\":{{\"port\":{p},\"payload\":1000,\"segments\":1,\"mmsg\":true}}}}\n"
+    );
+    let mut c = connect(&port);
+    c.write_all(request.as_bytes()).unwrap();
+    assert!(reply(&c).contains("ready"));
+    wait_for_datagram(&mine);
+    drop(c);
+    let hung_up = Instant::now();
+    let answer = loop {
+        std::thread::sleep(Duration::from_millis(200));
+        let mut c = connect(&port);
+        c.write_all(request.as_bytes()).unwrap();
+        let a = reply(&c);
+        if !a.contains("busy") || hung_up.elapsed() > Duration::from_secs(5) {
+            break a;
+        }
+    };
+    assert!(
+        answer.contains("ready"),
+        "still {answer:?} {:?} after the client hung up",
+        hung_up.elapsed()
+    );
+}
+
+/// `--max-rate` holds for reverse tests: the server's sending, batches
+/// and trains included, stays within the client's paced rate over the
+/// test, from its first call to its last.
+#[test]
+fn reverse_tests_keep_within_the_rate_from_first_send_to_last() {
+    // (seconds, options): 8 GSO trains of 54 x 1200 bytes per call; 32
+    // datagrams per call.
+    for (secs, opts) in [
+        ("1", &["-S", "1200", "-m"][..]),
+        ("0.05", &["-s", "1200", "-m"][..]),
+    ] {
+        let (_srv, port) = server(&["--max-tests", "1", "--max-rate", "1M"]);
+        let mut args = vec![
+            "tx",
+            "-D",
+            "127.0.0.1",
+            "-C",
+            "-R",
+            "--control-port",
+            &port,
+            "-l",
+            secs,
+            "-b",
+            "1M",
+            "--json",
+        ];
+        args.extend_from_slice(opts);
+        let (v, out) = json_of(&fastudp(&args));
+        let bytes = v["sent_by_server"].as_u64().unwrap() * 1200;
+        let allowed = (125_000.0 * secs.parse::<f64>().unwrap()) as u64;
+        assert!(
+            bytes <= allowed,
+            "{secs} s at 1 Mbit/s allows {allowed} bytes; the server sent {bytes}: {out}"
+        );
+    }
+}
+
 #[test]
 fn no_server_and_bad_rates_are_clear_errors() {
     let port = free_tcp_port().to_string();

@@ -47,6 +47,41 @@ fn tx_prints_its_summary_when_interrupted() {
     }
 }
 
+/// `tx -C -R`: Ctrl-C asks the server to stop, and the client prints what
+/// arrived and what the server sent, marked interrupted.
+#[test]
+fn a_reverse_client_prints_its_summary_when_interrupted() {
+    let control = free_port().to_string();
+    let mut srv = Running::start(&["rx", "--server", "--control-port", &control]);
+    srv.wait_for_line(|l| l.contains("serving tests"));
+    let mut tx = Running::start(&[
+        "tx",
+        "-D",
+        "127.0.0.1",
+        "-C",
+        "-R",
+        "--control-port",
+        &control,
+        "-l",
+        "30",
+        "-b",
+        "10M",
+    ]);
+    tx.wait_for_line(|l| l.contains(" sends "));
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    tx.interrupt();
+    let e = tx.finish();
+    assert_interrupted(&e);
+    assert!(
+        e.stdout.contains("reverse: the server sent"),
+        "{}",
+        e.stdout
+    );
+    assert!(e.stdout.contains("rx: interrupted"), "{}", e.stdout);
+    srv.interrupt();
+    let _ = srv.finish();
+}
+
 #[test]
 fn stream_prints_its_summary_when_interrupted() {
     let sink = UdpSocket::bind("127.0.0.1:0").unwrap();

@@ -760,8 +760,13 @@ unsafe fn transmit_of<'a>(t: &fastudp_transmit, i: usize) -> Res<Transmit<'a>> {
 /// socket's features allow (GSO trains, `sendmmsg`), and writes what went
 /// out to `*sent`.
 ///
+/// A full local queue is not an error: the datagrams the qdisc dropped
+/// (`ENOBUFS`) are done, counted in `sent->dropped_locally` and in
+/// `fastudp_stats.dropped_locally`, and the call goes on with the next
+/// transmit, as the kernel would without `IP_RECVERR`.
+///
 /// `FASTUDP_OK` with `sent->transmits < n` means the kernel stopped early
-/// (`EAGAIN` on a non-blocking socket, `ENOBUFS`, or an error on the next
+/// (`EAGAIN` on a non-blocking socket, or an error on the next
 /// transmit, which the next call reports): resume from
 /// `transmits[sent->transmits]`, first advancing its `contents` by
 /// `sent->datagrams * segment_size` bytes if `sent->datagrams` is not 0.
@@ -821,6 +826,7 @@ pub unsafe extern "C" fn fastudp_send(
         let result = fastudp_sent {
             transmits: r.transmits,
             datagrams: r.datagrams,
+            dropped_locally: r.dropped_locally,
         };
         // SAFETY: sent is non-NULL (checked) and writable.
         unsafe { put(sent, "sent", result) }

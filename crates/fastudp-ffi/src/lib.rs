@@ -24,6 +24,13 @@
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 
+// The repository's README: its Rust example runs as a doctest here (this
+// crate depends on fastudp and is not published, so the path outside the
+// crate is fine).
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct RepositoryReadme;
+
 #[allow(unsafe_code)]
 pub mod abi;
 pub mod result;

@@ -259,18 +259,29 @@ pub struct fastudp_transmit {
     pub txtime_ns: u64,
 }
 
-/// What one `fastudp_send` put on the wire: `transmits[0..transmits]` went
-/// out whole, then the first `datagrams` datagrams of
-/// `transmits[transmits]` (non-zero only for a train sent one datagram at
-/// a time, with GSO off). Resume from there: advance that transmit's
-/// `contents` by `datagrams * segment_size` bytes.
+/// What one `fastudp_send` got through: `transmits[0..transmits]` whole,
+/// then the first `datagrams` datagrams of `transmits[transmits]` (non-zero
+/// only for a train sent one datagram at a time, with GSO off). Resume from
+/// there: advance that transmit's `contents` by `datagrams * segment_size`
+/// bytes.
+///
+/// Of those datagrams, `dropped_locally` never left the host: a local
+/// queue (the device's qdisc) was full and the kernel answered `ENOBUFS`.
+/// They are done all the same, as datagrams lost on the way would be (the
+/// kernel reports them so only because fastudp sets `IP_RECVERR`; without
+/// it they would be counted and the send would succeed): do not send them
+/// again as if they were waiting. The datagrams that went out are the
+/// others.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct fastudp_sent {
-    /// Transmits sent whole.
+    /// Transmits done whole (sent, or dropped by the local queue).
     pub transmits: usize,
-    /// Datagrams of the next transmit sent before the call stopped.
+    /// Datagrams of the next transmit done before the call stopped.
     pub datagrams: usize,
+    /// Of the datagrams above, those a full local queue dropped (a GSO
+    /// train dropped at once counts all its datagrams).
+    pub dropped_locally: usize,
 }
 
 // ------------------------------------------------------------------ receive
@@ -596,6 +607,10 @@ pub struct fastudp_stats {
     /// Fallback events since the socket was made, including older ones no
     /// longer kept.
     pub fallbacks_total: u64,
+    /// Datagrams a full local queue (qdisc) dropped instead of sending
+    /// (`ENOBUFS`); each call reports its own in
+    /// `fastudp_sent.dropped_locally`.
+    pub dropped_locally: u64,
 }
 
 impl From<&fastudp::Stats> for fastudp_stats {
@@ -616,6 +631,7 @@ impl From<&fastudp::Stats> for fastudp_stats {
             gso_retries: s.gso_retries,
             fallbacks: s.fallbacks.len(),
             fallbacks_total: s.fallbacks_total,
+            dropped_locally: s.dropped_locally,
         }
     }
 }

@@ -332,10 +332,7 @@ fn main() {
                 [Kind::QuinnUdp, Kind::Fastudp]
             };
             let mut got = Vec::new();
-            for k in order
-                .into_iter()
-                .filter(|k| o.only.map_or(true, |x| x == *k))
-            {
+            for k in order.into_iter().filter(|k| o.only.is_none_or(|x| x == *k)) {
                 let m = run(k, &o.ip, conns, each);
                 println!(
                     "{:<10} {:>8.0} {:>12.3} {:>12.3} {:>12.0} {:>12.0} {:>12.0} {:>12.0} {:>9} {:>9}",

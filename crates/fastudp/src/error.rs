@@ -18,6 +18,7 @@ pub enum Feature {
     Txtime,
     /// The io_uring backend (feature `uring`).
     #[cfg(feature = "uring")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "uring")))]
     Uring,
 }
 

@@ -1,6 +1,9 @@
 //! Host and device facts for diagnostics: ethtool features, channels and
 //! driver through the `SIOCETHTOOL` ioctl (no ethtool program), in the
 //! network namespace of the calling thread.
+//!
+//! **Unstable** (feature `unstable-tools`): not part of the stable API; it
+//! exists for the `fastudp` command and may change in any release.
 
 use crate::sys;
 use crate::wire::ethtool::{self as et, Channels};

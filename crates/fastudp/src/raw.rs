@@ -2,6 +2,9 @@
 //! the manner of `socket2`, for tools that compare strategies (such as the
 //! `fastudp bench` command) and for callers that need a call the
 //! [`Socket`](crate::Socket) type does not make. Most users want `Socket`.
+//!
+//! **Unstable** (feature `unstable-tools`): not part of the stable API; it
+//! exists for the `fastudp` command and may change in any release.
 
 use crate::sys;
 pub use crate::sys::OutMsg;

@@ -12,24 +12,48 @@
 //! by the next call on a connected one (such as `ConnectionRefused` when
 //! the peer went away).
 //!
-//! ```no_run
-//! # async fn demo() -> Result<(), fastudp::Error> {
-//! use fastudp::tokio::UdpSocket;
-//! use fastudp::{RecvBatch, Transmit};
+//! A complete program: a receiver with room for the burst, a sender, ten
+//! GSO trains of ten datagrams out, every datagram in.
 //!
-//! let rx = UdpSocket::bind("127.0.0.1:0".parse().unwrap())?;
-//! let tx = UdpSocket::bind("127.0.0.1:0".parse().unwrap())?;
-//! let payload = vec![7u8; 12_000];
-//! // Ten datagrams in one GSO train; waits while the socket is full.
-//! tx.send_all(&[Transmit::train(rx.local_addr()?, &payload, 1200)]).await?;
-//! let mut batch = RecvBatch::new(32);
-//! rx.recv(&mut batch).await?;
-//! for (_meta, datagram) in batch.datagrams() {
-//!     assert_eq!(datagram.len(), 1200);
-//! }
-//! # Ok(())
-//! # }
 //! ```
+//! use fastudp::tokio::UdpSocket;
+//! use fastudp::{Config, RecvBatch, Transmit};
+//!
+//! #[tokio::main(flavor = "current_thread")]
+//! async fn main() -> Result<(), fastudp::Error> {
+//!     let addr = "127.0.0.1:0".parse().unwrap();
+//!     let rx = UdpSocket::bind_with(addr, Config::default().recv_buffer(4 << 20))?;
+//!     let tx = UdpSocket::bind(addr)?;
+//!     let to = rx.local_addr()?;
+//!     let payload = vec![7u8; 10 * 1200];
+//!     let trains: Vec<Transmit<'_>> = (0..10)
+//!         .map(|_| Transmit::train(to, &payload, 1200))
+//!         .collect();
+//!     // Waits whenever the socket is full, and resumes a train the kernel
+//!     // took only part of; returns the datagrams sent.
+//!     assert_eq!(tx.send_all(&trains).await?, 100);
+//!     let mut batch = RecvBatch::new(32);
+//!     let mut received = 0;
+//!     while received < 100 {
+//!         rx.recv(&mut batch).await?; // waits for data
+//!         for (meta, datagram) in batch.datagrams() {
+//!             assert_eq!((meta.source, datagram.len()), (tx.local_addr()?, 1200));
+//!             received += 1;
+//!         }
+//!     }
+//!     Ok(())
+//! }
+//! ```
+//!
+//! `send` returns what went out as soon as the kernel took something;
+//! `send_all` waits whenever the socket is full; `recv` and `recv_slices`
+//! wait for data; `flush` empties a [`crate::Coalescer`]; `recv_error`
+//! waits for the next ICMP error (with the destination that refused, or the
+//! path MTU) or zerocopy completion. `recv` also wakes on `EPOLLERR`: a
+//! connected socket whose peer went away returns `ConnectionRefused`; an
+//! unconnected one reads the ICMP error into its queue and goes on
+//! waiting. A longer program is `examples/tokio_gso.rs`
+//! (`cargo run -p fastudp --features tokio --example tokio_gso`).
 
 use crate::socket::{Config, RecvBatch, RecvMeta, Sent, Stats, Transmit, UdpIo, UdpState};
 use crate::{Capabilities, Coalescer, Error, SocketError};

@@ -37,6 +37,37 @@
 //! [`Feature::Uring`]. [`probe`] says what this
 //! kernel offers.
 //!
+//! ```
+//! use fastudp::{Config, RecvBatch, Socket, Transmit};
+//!
+//! let addr = "127.0.0.1:0".parse().unwrap();
+//! let rx = Socket::bind_with(addr, Config::default().uring(true))?;
+//! let tx = Socket::bind(addr)?;
+//! let payload = [1u8; 4 * 1200];
+//! tx.send(&[Transmit::train(rx.local_addr()?, &payload, 1200)])?;
+//! // Datagrams straight out of the ring's provided buffers, no copy (or
+//! // out of `scratch` where io_uring is not allowed).
+//! let mut scratch = RecvBatch::new(32);
+//! let mut received = 0;
+//! while received < 4 {
+//!     rx.state().recv_with(rx.as_std(), &mut scratch, |meta, payload| {
+//!         for datagram in meta.datagrams(payload) {
+//!             assert_eq!(datagram.len(), 1200);
+//!             received += 1;
+//!         }
+//!     })?;
+//! }
+//! // Which backend the socket got, and why not io_uring if it did not.
+//! println!("{:?} {:?}", rx.state().uring_stats(), rx.stats().fallbacks);
+//! # Ok::<(), fastudp::Error>(())
+//! ```
+//!
+//! tokio and quinn sockets stay on syscalls: their reactor waits on the
+//! socket's readiness, which a ring receive takes away. On a 2-vCPU
+//! virtual machine the syscall path stayed cheaper for GSO sends and GRO
+//! receives, so it is the default; `SENDMSG_ZC` is where the backend wins
+//! (docs/BENCHMARKS.md, section 13).
+//!
 //! A non-blocking socket on this backend is ready when the ring has
 //! completions, which a poll of the socket itself does not show: call
 //! `recv` in a loop with a wait of your own, or use the blocking form.
@@ -474,6 +505,7 @@ impl Backend {
     }
 }
 
+#[cfg_attr(docsrs, doc(cfg(feature = "uring")))]
 impl UdpState {
     /// The io_uring backend's counters, when this socket uses it.
     pub fn uring_stats(&self) -> Option<UringStats> {

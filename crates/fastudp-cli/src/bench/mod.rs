@@ -116,7 +116,7 @@ pub struct BenchArgs {
     /// No per-second lines.
     #[arg(long, short)]
     pub quiet: bool,
-    /// Print JSON (see the README for the schema) instead of the table.
+    /// Print JSON (schema: docs/CLI.md) instead of the table.
     #[arg(long)]
     pub json: bool,
     /// Rotate the sender through 128 MiB of buffers, so that payload reads

@@ -121,16 +121,51 @@ fn stop_requested() -> bool {
 /// long at 1 Gbit/s is 25 kB).
 const PACE_SLACK: Duration = Duration::from_micros(200);
 
-/// Sleeps while the `bytes` sent since `start` are more than [`PACE_SLACK`]
-/// ahead of `rate` bytes per second (never past `deadline`).
-fn pace(rate: Option<u64>, start: Instant, bytes: u64, deadline: Instant) {
-    if let Some(r) = rate.filter(|&r| r > 0) {
-        let due = start + Duration::from_secs_f64(bytes as f64 / r as f64);
-        let now = Instant::now();
-        if due > now + PACE_SLACK {
-            std::thread::sleep(due.min(deadline).saturating_duration_since(now));
-        }
+/// The longest single sleep of a paced sender: it looks at Ctrl-C and its
+/// stop flag (a reverse test's client hanging up) at least this often.
+const PACE_TICK: Duration = Duration::from_millis(20);
+
+/// How much of its rate a paced sender puts in one call: a call of 10 ms
+/// worth of bytes at most (but one datagram or train at least), so that
+/// no burst of a whole batch goes out ahead of the rate.
+const PACE_CALL: Duration = Duration::from_millis(10);
+
+/// Waits until sending `next` more bytes, after the `bytes` sent since
+/// `start`, keeps within `rate` bytes per second (at most [`PACE_SLACK`]
+/// early). False when that time is past `deadline`, or a stop was asked
+/// for while waiting: the call must not be made, so a paced run never
+/// sends more than its rate allows over its duration.
+fn pace(rate: Option<u64>, start: Instant, bytes: u64, next: u64, deadline: Instant) -> bool {
+    let Some(r) = rate.filter(|&r| r > 0) else {
+        return true;
+    };
+    let due = start + Duration::from_secs_f64((bytes + next) as f64 / r as f64);
+    if due > deadline {
+        return false;
     }
+    loop {
+        if stop_requested() {
+            return false;
+        }
+        let now = Instant::now();
+        if due <= now + PACE_SLACK {
+            return true;
+        }
+        std::thread::sleep((due - now).min(PACE_TICK));
+    }
+}
+
+/// Datagrams per call for a paced run: `per_call` cut to [`PACE_CALL`]'s
+/// worth of `rate`, in whole multiples of `unit` (the smallest call the
+/// strategy makes: one datagram, or one GSO train).
+fn paced_per_call(rate: Option<u64>, payload: usize, per_call: usize, unit: usize) -> usize {
+    let Some(r) = rate.filter(|&r| r > 0) else {
+        return per_call;
+    };
+    let unit = unit.clamp(1, per_call.max(1));
+    let budget = (r as f64 * PACE_CALL.as_secs_f64()) as usize;
+    let units = (budget / (payload.max(1) * unit)).max(1);
+    per_call.min(units * unit)
 }
 
 /// The sender's socket: bound to `w.bind` if given, else to any address
@@ -138,6 +173,17 @@ fn pace(rate: Option<u64>, start: Instant, bytes: u64, deadline: Instant) {
 fn bind_sender(dest: SocketAddr, w: &Workload) -> Result<UdpSocket, String> {
     let at = w.bind.unwrap_or_else(|| unspecified(dest.is_ipv6()));
     UdpSocket::bind(at).map_err(|e| format!("bind sender to {at}: {e}"))
+}
+
+/// Says how many datagrams the sending host's own queue dropped (the
+/// library's `ENOBUFS` from a full qdisc, see `fastudp::UdpState::send`):
+/// the run counts them as sent, and the receiver as lost.
+fn note_local_drops(n: u64) {
+    if n > 0 {
+        eprintln!(
+            "fastudp: note: the local queue (qdisc) was full and dropped {n} datagrams (ENOBUFS); they count as sent and lost"
+        );
+    }
 }
 
 fn transient(e: &io::Error) -> bool {
@@ -172,7 +218,7 @@ fn peer_gone(
 ) -> Result<(), String> {
     while let Ok(Some(e)) = state.recv_error(sock) {
         if let fastudp::SocketError::Unreachable { destination, .. } = e {
-            let to_dest = destination.map_or(true, |d| {
+            let to_dest = destination.is_none_or(|d| {
                 d.ip().to_canonical() == dest.ip().to_canonical() && d.port() == dest.port()
             });
             if to_dest {
@@ -233,6 +279,13 @@ pub fn udp(
         }
         _ => segs,
     };
+    // A batched call may carry fewer messages: one datagram, or one train.
+    let unit = match t {
+        TxStrategy::Sendmmsg | TxStrategy::SendmmsgGsoSeed => 1,
+        TxStrategy::SendmmsgGso | TxStrategy::Fastudp | TxStrategy::UringGso => segs,
+        _ => per_call,
+    };
+    let per_call = paced_per_call(w.rate, p, per_call, unit);
     let mut ring = Ring::new(w, p * per_call);
     let addr = raw::sockaddr(dest);
     if matches!(t, TxStrategy::GsoSockopt | TxStrategy::GsoIov) {
@@ -258,7 +311,9 @@ pub fn udp(
     let deadline = start + w.duration;
     let cpu0 = fastudp::os::thread_cpu_time();
     while Instant::now() < deadline && !stop_requested() {
-        pace(w.rate, start, bytes, deadline);
+        if !pace(w.rate, start, bytes, (p * per_call) as u64, deadline) {
+            break;
+        }
         let buf = ring.next();
         let sent: io::Result<usize> = match t {
             TxStrategy::Sendto => sock.send_to(buf, dest).map(|_| 1),
@@ -372,6 +427,7 @@ pub fn udp(
     if let Some(f) = &fast {
         let s = f.stats();
         calls = s.send_calls;
+        note_local_drops(s.dropped_locally);
         super::uring::check_tx(t, f)?;
         if !s.fallbacks.is_empty() {
             eprintln!(
@@ -432,7 +488,9 @@ pub fn tcp(mut s: TcpStream, w: &Workload, live: &Live) -> Result<TxOutcome, Str
     let deadline = start + w.duration;
     let cpu0 = fastudp::os::thread_cpu_time();
     while Instant::now() < deadline && !stop_requested() {
-        pace(w.rate, start, bytes, deadline);
+        if !pace(w.rate, start, bytes, (p * w.segs) as u64, deadline) {
+            break;
+        }
         let buf = ring.next();
         s.write_all(buf).map_err(|e| send_err(TxStrategy::Tcp, e))?;
         calls += 1;
@@ -491,7 +549,9 @@ pub fn zerocopy(
     let deadline = start + w.duration;
     let cpu0 = fastudp::os::thread_cpu_time();
     while Instant::now() < deadline && !stop_requested() {
-        pace(w.rate, start, bytes, deadline);
+        if !pace(w.rate, start, bytes, call_len as u64, deadline) {
+            break;
+        }
         let mut buf = match pool.pop().or_else(|| zc.pop_done()) {
             Some(b) => b,
             None => {
@@ -530,6 +590,7 @@ pub fn zerocopy(
     if left > 0 {
         eprintln!("fastudp: warning: {left} zerocopy completions did not arrive within 2 s");
     }
+    note_local_drops(sock.stats().dropped_locally);
     let s = zc.stats();
     Ok(TxOutcome {
         datagrams: dgrams,
@@ -625,7 +686,9 @@ pub fn tcp_zerocopy(s: TcpStream, w: &Workload, live: &Live) -> Result<TxOutcome
     let deadline = start + w.duration;
     let cpu0 = fastudp::os::thread_cpu_time();
     while Instant::now() < deadline && !stop_requested() {
-        pace(w.rate, start, bytes, deadline);
+        if !pace(w.rate, start, bytes, call_len as u64, deadline) {
+            break;
+        }
         let Some(mut buf) = pool.pop() else {
             // Every buffer is in flight: wait for a completion.
             let _ = raw::wait_error(&s, Duration::from_millis(10));
@@ -703,6 +766,46 @@ mod tests {
         s.transmits = transmits;
         s.datagrams = datagrams;
         s
+    }
+
+    /// A paced sender makes calls of about 10 ms of its rate (one datagram
+    /// or one train at least), makes no call whose bytes would be due after
+    /// its deadline, and wakes for its stop flag while it waits.
+    #[test]
+    fn pacing_holds_the_rate_and_wakes_for_a_stop() {
+        // 1 Mbit/s: 10 ms is 1250 bytes, one 1200-byte datagram per call.
+        assert_eq!(paced_per_call(Some(125_000), 1200, 32, 1), 1);
+        assert_eq!(paced_per_call(Some(125_000), 1200, 512, 64), 64);
+        assert_eq!(paced_per_call(Some(125_000_000), 1200, 32, 1), 32);
+        assert_eq!(paced_per_call(None, 1200, 32, 1), 32);
+        let start = Instant::now();
+        let end = start + Duration::from_secs(1);
+        assert!(
+            !pace(Some(125_000), start, 0, 200_000, end),
+            "due after the deadline"
+        );
+        assert!(
+            !pace(Some(125_000), start, 120_000, 10_000, end),
+            "the last call over"
+        );
+        assert!(pace(Some(125_000), start, 0, 10, end));
+        assert!(pace(None, start, u64::MAX / 2, 1 << 30, end));
+        // Due in 8 s of a 30 s run: the stop flag ends the wait at once.
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let setter = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(100));
+                stop.store(true, Relaxed);
+            })
+        };
+        let t0 = Instant::now();
+        let went = with_stop(stop, || {
+            pace(Some(1000), t0, 0, 8000, t0 + Duration::from_secs(30))
+        });
+        setter.join().unwrap();
+        assert!(!went);
+        assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
     }
 
     /// A train split over calls counts every datagram once: the datagrams

@@ -283,7 +283,7 @@ mod tests {
         t.extend_from_slice(&((4 + k.len()) as u16).to_ne_bytes());
         t.extend_from_slice(&TCA_KIND.to_ne_bytes());
         t.extend_from_slice(&k);
-        while t.len() % 4 != 0 {
+        while !t.len().is_multiple_of(4) {
             t.push(0);
         }
         // A second attribute after the kind, to walk past.

@@ -236,7 +236,7 @@ fn initials(server: SocketAddr, until: Instant) -> std::io::Result<Done> {
         // its handle (a few bytes) for each.
         drop(conn);
         i += 1;
-        if i % 64 == 0 {
+        if i.is_multiple_of(64) {
             for s in &socks {
                 while s.recv(&mut b).is_ok() {
                     d.datagrams_received += 1;

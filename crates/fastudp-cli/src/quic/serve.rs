@@ -201,7 +201,11 @@ fn keep_spare(spare: &mut Vec<Vec<u8>>, b: Vec<u8>, max: usize) {
 }
 
 /// The send socket's buffer is full (`EAGAIN`) or the kernel is short of
-/// memory for it (`ENOBUFS`): nothing was sent, and a later try will do.
+/// memory for it (`ENOBUFS` from zerocopy's optmem): nothing was sent, and
+/// a later try will do. A full qdisc is not an error: the library reports
+/// those datagrams done and dropped (`Sent::dropped_locally`), so QUIC
+/// counts them sent and its loss recovery resends them, as after any loss
+/// on the way (congestion).
 fn send_buffer_full(e: &fastudp::Error) -> bool {
     matches!(e, fastudp::Error::Io(io)
         if io.kind() == std::io::ErrorKind::WouldBlock
@@ -1215,6 +1219,8 @@ impl Worker {
                     Ok(sent) => {
                         // Fewer than all: the buffer filled (or the next
                         // transmit fails, which the next call says).
+                        // Datagrams a full qdisc dropped are done: QUIC
+                        // sees them lost and resends.
                         at += sent.transmits;
                         if sent.datagrams > 0 {
                             ts[at] = ts[at].skip_datagrams(sent.datagrams);
@@ -1353,7 +1359,7 @@ fn next_deadline(c: &Conn) -> Option<Instant> {
 /// Resets every stream whose request line is not whole by its deadline
 /// (`--request-timeout`), with [`hq::code::REQUEST_TIMEOUT`]; how many.
 fn expire_requests(c: &mut Conn, now: Instant) -> u64 {
-    if !next_deadline(c).is_some_and(|d| d <= now) {
+    if next_deadline(c).is_none_or(|d| d > now) {
         return 0;
     }
     let late: Vec<StreamId> = c

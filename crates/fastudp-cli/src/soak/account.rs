@@ -127,7 +127,7 @@ impl Ledger {
             .filter(move |&i| {
                 self.bits
                     .get((i / 64) as usize)
-                    .map_or(true, |w| w & (1 << (i % 64)) == 0)
+                    .is_none_or(|w| w & (1 << (i % 64)) == 0)
             })
             .map(move |i| self.base + i)
     }

@@ -75,6 +75,9 @@ pub struct Shared {
     pub fallbacks: AtomicU64,
     /// The library's datagrams resent one by one.
     pub resent: AtomicU64,
+    /// The library's datagrams dropped by the sending host's full queue
+    /// (`ENOBUFS`): counted as sent, and lost.
+    pub dropped_locally: AtomicU64,
     /// The library's GSO retries.
     pub gso_retries: AtomicU64,
     /// The library's GSO segments per send now (1: off).
@@ -101,6 +104,7 @@ impl Shared {
             rx_beat_ns: AtomicU64::new(0),
             fallbacks: AtomicU64::new(0),
             resent: AtomicU64::new(0),
+            dropped_locally: AtomicU64::new(0),
             gso_retries: AtomicU64::new(0),
             gso_segments: AtomicU64::new(0),
             messages: AtomicU64::new(0),
@@ -149,6 +153,7 @@ impl Shared {
         for c in [
             &self.fallbacks,
             &self.resent,
+            &self.dropped_locally,
             &self.gso_retries,
             &self.gso_segments,
             &self.messages,
@@ -618,6 +623,7 @@ fn run_slot(
         beyond: ledger.beyond,
         kernel_drops: rres.kernel_drops,
         rcvbuf_errors: rres.rcvbuf_errors,
+        dropped_locally: sh.dropped_locally.load(Acquire),
         fallback_reasons,
         fault,
         rss_kb: rss_kb(),

@@ -147,6 +147,9 @@ pub struct SlotReport {
     /// Datagrams the receiving namespace dropped for a full receive
     /// buffer (`RcvbufErrors`): a receiver that did not keep up.
     pub rcvbuf_errors: u64,
+    /// Datagrams the sending host's own queue dropped (the library's
+    /// `ENOBUFS` from a full qdisc): counted as sent, and so as lost.
+    pub dropped_locally: u64,
     /// The library's fallback reasons on the sending socket.
     pub fallback_reasons: Vec<String>,
     /// The fault.
@@ -360,6 +363,11 @@ pub fn verdict(r: &Report) -> Vec<String> {
                 format!(
                     "; the receive buffer overflowed {} times: the receiver did not keep up",
                     s.rcvbuf_errors
+                )
+            } else if s.dropped_locally > 0 {
+                format!(
+                    "; the sending host's queue dropped {} (ENOBUFS: the qdisc was full)",
+                    s.dropped_locally
                 )
             } else {
                 String::new()

@@ -328,6 +328,7 @@ impl Sender {
             let s = f.stats();
             sh.fallbacks.store(s.fallbacks_total, Relaxed);
             sh.resent.store(s.resent_unsegmented, Relaxed);
+            sh.dropped_locally.store(s.dropped_locally, Relaxed);
             sh.gso_retries.store(s.gso_retries, Relaxed);
             sh.messages.store(s.send_messages, Relaxed);
             let g = f.state().max_gso_segments_to(&self.dest);

@@ -196,6 +196,8 @@ pub fn run_stream_rx(a: StreamRxArgs) -> Result<(), Failure> {
             interrupted: interrupt::requested(),
             refused_ports: None,
             refused_flows: None,
+            datagrams: None,
+            dropped_locally: None,
         },
         a.json,
     )

@@ -216,6 +216,9 @@ struct Sender<'a> {
     calls: u64,
     /// Bytes sent.
     total: u64,
+    /// Datagrams sent (of which the sockets' `dropped_locally` never left
+    /// the host).
+    datagrams: u64,
     /// Packets the qdisc dropped for their departure time.
     txtime_errors: u64,
     /// Batches sent: the socket of the next is this modulo the sockets.
@@ -248,6 +251,7 @@ impl<'a> Sender<'a> {
             sent_bytes: vec![0; a.flows],
             calls: 0,
             total: 0,
+            datagrams: 0,
             txtime_errors: 0,
             next_sock: 0,
             refused: BTreeSet::new(),
@@ -294,7 +298,7 @@ impl<'a> Sender<'a> {
             // With zerocopy the error queue also holds the completions,
             // which only the zerocopy sender may read: there the refusals
             // are read at the end, once every send has completed.
-            if !self.a.zerocopy && self.next_sock % 64 == 0 {
+            if !self.a.zerocopy && self.next_sock.is_multiple_of(64) {
                 self.read_errors();
                 if self.refused.len() == self.a.ports as usize {
                     return Ok(());
@@ -344,6 +348,7 @@ impl<'a> Sender<'a> {
                 txtime,
             });
             self.sent_bytes[f] += len as u64;
+            self.datagrams += segs as u64;
             off += len;
         }
     }
@@ -372,7 +377,10 @@ impl<'a> Sender<'a> {
         Ok(())
     }
 
-    /// Sends the batch on socket `sock`, all of it.
+    /// Sends the batch on socket `sock`, all of it. Datagrams a full local
+    /// queue drops are done, as the kernel would have it without
+    /// `IP_RECVERR`: the run goes on at its pace, and the sockets count
+    /// them ([`fastudp::Stats::dropped_locally`]).
     fn send(&mut self, sock: usize) -> Result<(), Failure> {
         let p = self.a.payload;
         let mut ts: Vec<Transmit<'_>> = self
@@ -535,6 +543,9 @@ impl<'a> Sender<'a> {
             interrupted: false,
             refused_ports: Some(self.refused.iter().copied().collect()),
             refused_flows: Some(self.refused_flows()),
+            datagrams: Some(self.datagrams),
+            // The zerocopy path counts its drops in the socket's stats too.
+            dropped_locally: Some(self.socks.iter().map(|s| s.stats().dropped_locally).sum()),
         }
     }
 }

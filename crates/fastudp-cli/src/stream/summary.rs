@@ -64,6 +64,13 @@ pub struct StreamSummary {
     pub refused_ports: Option<Vec<u16>>,
     /// The flows stopped because their port refused them (tx).
     pub refused_flows: Option<usize>,
+    /// Datagrams the flows sent, all told (tx).
+    pub datagrams: Option<u64>,
+    /// Of `datagrams`, those the sending host's own queue dropped: the
+    /// kernel answered `ENOBUFS` because the device's qdisc was full. They
+    /// count as sent and lost, and the receiver's `loss` includes them
+    /// (tx).
+    pub dropped_locally: Option<u64>,
 }
 
 fn print(s: &StreamSummary, json: bool) -> Result<(), Failure> {
@@ -99,6 +106,13 @@ fn print(s: &StreamSummary, json: bool) -> Result<(), Failure> {
             s.gap_us_p90.unwrap_or(0.0),
             s.gap_us_p99.unwrap_or(0.0),
             s.max_back_to_back.unwrap_or(0)
+        );
+    }
+    if let (Some(n), Some(d)) = (s.datagrams, s.dropped_locally) {
+        outln!(
+            "{}: {n} datagrams, {d} ({:.3}%) dropped by the local queue (the qdisc was full: ENOBUFS); the receiver counts them lost",
+            s.role,
+            if n > 0 { d as f64 * 100.0 / n as f64 } else { 0.0 }
         );
     }
     if let (Some(ports), Some(n)) = (&s.refused_ports, s.refused_flows) {

@@ -358,7 +358,7 @@ mod faults {
         let applies = train
             && (!f.short_tail_only || short)
             && (!f.v6_only || !super::state::is_v4_dest(&t.destination))
-            && f.dest.map_or(true, |d| d == t.destination);
+            && f.dest.is_none_or(|d| d == t.destination);
         applies.then(|| io::Error::from_raw_os_error(f.errno))
     }
 }

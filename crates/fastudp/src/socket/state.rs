@@ -57,10 +57,12 @@ pub struct Config {
     /// io_uring cannot be used the socket falls back to syscalls and says
     /// why in [`Stats::fallbacks`].
     #[cfg(feature = "uring")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "uring")))]
     pub uring: bool,
     /// Provided receive buffers of the io_uring backend (rounded up to a
     /// power of two; default 64). Each holds one message (a GRO train).
     #[cfg(feature = "uring")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "uring")))]
     pub uring_recv_buffers: u16,
 }
 
@@ -127,6 +129,7 @@ impl Config {
 
     /// See [`Config::uring`](struct.Config.html#structfield.uring).
     #[cfg(feature = "uring")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "uring")))]
     pub fn uring(mut self, on: bool) -> Self {
         self.uring = on;
         self
@@ -134,6 +137,7 @@ impl Config {
 
     /// See [`Config::uring_recv_buffers`](struct.Config.html#structfield.uring_recv_buffers).
     #[cfg(feature = "uring")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "uring")))]
     pub fn uring_recv_buffers(mut self, n: u16) -> Self {
         self.uring_recv_buffers = n;
         self

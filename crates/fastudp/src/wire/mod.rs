@@ -1,5 +1,8 @@
 //! Pure wire logic: no syscalls, no `unsafe`.
 //!
+//! **Unstable** (feature `unstable-tools`): not part of the stable API; it
+//! exists for the `fastudp` command and may change in any release.
+//!
 //! Everything here works on plain byte buffers and numbers, so it can be
 //! unit-tested, property-tested and fuzzed without a kernel:
 //!

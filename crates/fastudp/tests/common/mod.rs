@@ -217,8 +217,99 @@ pub struct Transfer {
     /// loopback delivers through it, and tests running at the same time
     /// share it. Host-wide, so an upper bound of this transfer's share.
     pub backlog_drops: u64,
+    /// Datagrams that never arrived, every one of them explained by a
+    /// kernel counter in `counters` (the transfer panics otherwise).
+    pub lost: u64,
+    /// The kernel's drop counters along the path during the transfer.
+    pub counters: PathDrops,
     pub resent_unsegmented: u64,
     pub tx_fallbacks: usize,
+}
+
+/// The kernel's drop counters along a test's path, by name, as differences
+/// over one transfer. A datagram can be dropped on the sending side (the
+/// library's `Stats::dropped_locally`: the kernel's `ENOBUFS`), by the device (a
+/// veth's `tx_dropped` and its peer's `rx_dropped`, which count a NAPI
+/// ring's drops and the input backlog's; on loopback only the host-wide
+/// backlog counter sees it), or by UDP (the socket's own drop counter, and
+/// the receiving namespace's `Udp InErrors`: buffer full, bad checksum).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PathDrops {
+    /// `Stats::dropped_locally` of the sender.
+    pub sender_queue: u64,
+    /// The sending veth's `tx_dropped` (`ip -s link`), when on a veth pair.
+    pub veth_tx: u64,
+    /// The receiving veth's `rx_dropped`, when on a veth pair.
+    pub veth_rx: u64,
+    /// `/proc/net/softnet_stat` drops, host-wide (tests running at the same
+    /// time share it): counted only where no veth counter is read.
+    pub backlog: u64,
+    /// The receiving socket's drop counter (`SO_MEMINFO`/`SO_RXQ_OVFL`).
+    pub socket: u64,
+    /// `Udp InErrors` of the receiving namespace (`/proc/net/snmp`), when
+    /// on a veth pair (the root namespace's is shared by every test).
+    pub udp_in_errors: u64,
+}
+
+impl PathDrops {
+    /// The most datagrams these counters explain, never counting one drop
+    /// twice: the larger of the counters that can see the same drop. A
+    /// datagram a veth drops is counted as its `tx_dropped`, its peer's
+    /// `rx_dropped` (a backlog drop there too) and, as the kernel answers
+    /// the send with `ENOBUFS`, as the sender's local drop; a socket's drop
+    /// also counts in `InErrors`. Device and UDP drops are apart.
+    pub fn explained(&self, on_veth: bool) -> u64 {
+        let device = if on_veth {
+            self.veth_tx.max(self.veth_rx)
+        } else {
+            self.backlog
+        };
+        self.sender_queue.max(device) + self.socket.max(self.udp_in_errors)
+    }
+}
+
+/// Counters of a veth pair's namespaces: (`tx_dropped` of `va`,
+/// `rx_dropped` of `vb`, `Udp InErrors` in `b`).
+fn veth_counters(p: &VethPair) -> (u64, u64, u64) {
+    let link = |ns: &str, dev: &str, dir: &str| -> u64 {
+        let out = Command::new("ip")
+            .args(["-n", ns, "-s", "-j", "link", "show", "dev", dev])
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| o.stdout)
+            .unwrap_or_default();
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap_or_default();
+        v[0]["stats64"][dir]["dropped"].as_u64().unwrap_or(0)
+    };
+    let snmp = Command::new("ip")
+        .args(["netns", "exec", &p.b, "cat", "/proc/net/snmp"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    let udp: Vec<&str> = snmp.lines().filter(|l| l.starts_with("Udp:")).collect();
+    let in_errors = match udp.as_slice() {
+        [names, values] => names
+            .split_whitespace()
+            .zip(values.split_whitespace())
+            .find(|(n, _)| *n == "InErrors")
+            .and_then(|(_, v)| v.parse().ok())
+            .unwrap_or(0),
+        _ => 0,
+    };
+    (link(&p.a, "va", "tx"), link(&p.b, "vb", "rx"), in_errors)
+}
+
+/// Datagrams waiting in the per-CPU input backlogs now (the
+/// `backlog_len` column of `/proc/net/softnet_stat`, summed): sent, not yet
+/// delivered to any socket.
+pub fn softnet_queued() -> u64 {
+    std::fs::read_to_string("/proc/net/softnet_stat")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(11))
+        .filter_map(|h| u64::from_str_radix(h, 16).ok())
+        .sum()
 }
 
 /// Datagrams the kernel dropped at its per-CPU input backlogs so far
@@ -232,11 +323,32 @@ pub fn softnet_drops() -> u64 {
         .sum()
 }
 
-/// Sends `total` self-checking datagrams from `tx` to `rx` and checks them.
+/// Sends `total` self-checking datagrams from `tx` to `rx` and checks them
+/// (see [`transfer_on`]), on loopback or any path without a veth pair.
+pub fn transfer(
+    tx: Socket,
+    rx: Socket,
+    dest: SocketAddr,
+    mode: TxMode,
+    total: u64,
+    g: usize,
+    max: usize,
+) -> Transfer {
+    transfer_on(None, tx, rx, dest, mode, total, g, max)
+}
+
+/// Sends `total` self-checking datagrams from `tx` to `rx` and checks them:
+/// every datagram arrives intact, or its loss is explained by a kernel drop
+/// counter along the path ([`PathDrops`], read from the veth pair `path`'s
+/// namespaces when given); a loss no counter explains fails the test.
 ///
 /// The sender keeps at most a receive buffer's worth in flight, so the
-/// kernel has no reason to drop; any drop it reports is still accounted.
-pub fn transfer(
+/// kernel has no reason to drop. The receiver does not give up while
+/// datagrams still wait in the input backlogs (a busy host may leave them
+/// there for a while).
+#[allow(clippy::too_many_arguments)]
+pub fn transfer_on(
+    path: Option<&VethPair>,
     tx: Socket,
     rx: Socket,
     dest: SocketAddr,
@@ -262,6 +374,8 @@ pub fn transfer(
     let rx2 = rx.clone();
     let (got2, gb2, done2) = (got.clone(), got_bytes.clone(), done.clone());
     let backlog0 = softnet_drops();
+    let veth0 = path.map(veth_counters).unwrap_or_default();
+    let tx_dropped0 = tx.stats().dropped_locally;
     let receiver = std::thread::spawn(move || {
         let mut checker = Checker::new(total, g, max);
         let mut batch = RecvBatch::new(32);
@@ -285,27 +399,20 @@ pub fn transfer(
                     let backlog = softnet_drops() - backlog0;
                     let t = *idle_since.get_or_insert_with(Instant::now);
                     let wait = if backlog > 0 { 1 } else { 5 };
-                    if done2.load(Acquire) && t.elapsed() > Duration::from_secs(wait) {
+                    // Never while datagrams still wait in a backlog: on a
+                    // busy host softirq work can be late by seconds.
+                    let idle = t.elapsed();
+                    if done2.load(Acquire)
+                        && idle > Duration::from_secs(wait)
+                        && (softnet_queued() == 0 || idle > Duration::from_secs(30))
+                    {
                         break;
                     }
                 }
                 Err(e) => panic!("receive failed: {e}"),
             }
         }
-        let drops = rx2.stats().kernel_drops;
-        let backlog = softnet_drops() - backlog0;
-        let missing = total - (checker.received + drops).min(total);
-        if missing > 0 && missing <= backlog {
-            // Lost where no socket counter sees it, but the kernel's
-            // backlog counter does: accounted, and said.
-            eprintln!(
-                "{missing} datagrams were dropped at the input backlog ({backlog} backlog drops on the host meanwhile)"
-            );
-            checker.finish(drops + missing);
-        } else {
-            checker.finish(drops);
-        }
-        (checker.received, backlog)
+        checker
     });
 
     let mut sent: u64 = 0;
@@ -313,6 +420,8 @@ pub fn transfer(
     let mut buf = Vec::with_capacity(1 << 20);
     let mut lens = Vec::new();
     let mut coalescer = Coalescer::new().with_mtu(1500);
+    // Datagrams the veth pair dropped, as last read.
+    let mut dev_dropped = 0u64;
     while sent < total {
         let n = 32.min(total - sent);
         buf.clear();
@@ -323,11 +432,18 @@ pub fn transfer(
             lens.push(l);
         }
         let chunk_bytes = buf.len() as u64;
-        // Flow control: wait until the receiver has room.
+        // Flow control: wait until the receiver has room. What the
+        // device dropped never arrives: while waiting, the veth's drop
+        // counters are read now and then (each such datagram taken as
+        // `max` bytes).
         let start = Instant::now();
+        let mut checked = start;
         loop {
-            let r = got.load(Acquire) + rx.stats().kernel_drops;
-            let rb = got_bytes.load(Acquire);
+            let r = got.load(Acquire)
+                + rx.stats().kernel_drops
+                + (tx.stats().dropped_locally - tx_dropped0)
+                + dev_dropped;
+            let rb = got_bytes.load(Acquire) + dev_dropped * max as u64;
             if sent - r.min(sent) + n <= window_dgrams
                 && sent_bytes - rb.min(sent_bytes) + chunk_bytes <= window_bytes + max as u64
             {
@@ -337,6 +453,11 @@ pub fn transfer(
                 start.elapsed() < Duration::from_secs(20),
                 "receiver stalled at {r} of {sent} sent"
             );
+            if let Some(p) = path.filter(|_| checked.elapsed() > Duration::from_millis(50)) {
+                let v = veth_counters(p);
+                dev_dropped = (v.0 - veth0.0).max(v.1 - veth0.1);
+                checked = Instant::now();
+            }
             std::thread::yield_now();
         }
         let mut off = 0;
@@ -373,11 +494,33 @@ pub fn transfer(
         sent_bytes += chunk_bytes;
     }
     done.store(true, Release);
-    let (received, backlog_drops) = receiver.join().expect("receiver thread");
-    used_backend(&tx, false);
-    used_backend(&rx, true);
+    let checker = receiver.join().expect("receiver thread");
+    let received = checker.received;
     let ts = tx.stats();
     let rs = rx.stats();
+    let backlog_drops = softnet_drops() - backlog0;
+    let veth1 = path.map(veth_counters).unwrap_or_default();
+    let counters = PathDrops {
+        sender_queue: ts.dropped_locally - tx_dropped0,
+        veth_tx: veth1.0 - veth0.0,
+        veth_rx: veth1.1 - veth0.1,
+        backlog: backlog_drops,
+        socket: rs.kernel_drops,
+        udp_in_errors: veth1.2 - veth0.2,
+    };
+    let missing = total - received.min(total);
+    let explained = counters.explained(path.is_some());
+    assert!(
+        missing <= explained,
+        "sent {total} datagrams, received {received}: {missing} lost, and the kernel's drop counters explain only {explained}: {counters:?}"
+    );
+    if missing > 0 {
+        // Lost, and counted by the kernel: accounted, and said.
+        eprintln!("{missing} datagrams lost, counted by the kernel: {counters:?}");
+    }
+    checker.finish(missing);
+    used_backend(&tx, false);
+    used_backend(&rx, true);
     Transfer {
         sent,
         received,
@@ -386,6 +529,8 @@ pub fn transfer(
         tx_messages: ts.send_messages,
         drops: rs.kernel_drops,
         backlog_drops,
+        lost: missing,
+        counters,
         resent_unsegmented: ts.resent_unsegmented,
         tx_fallbacks: ts.fallbacks_total as usize,
     }

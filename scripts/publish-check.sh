@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# What crates.io and docs.rs would see, checked before a release and in CI:
+#
+#   scripts/publish-check.sh
+#
+# 1. The library's documentation as docs.rs builds it (all features,
+#    `--cfg docsrs`, so each feature-gated item shows its feature), with
+#    every rustdoc warning (a broken link, a bad code block) an error.
+#    `feature(doc_cfg)` is a nightly feature: RUSTC_BOOTSTRAP=1 lets the
+#    stable rustdoc accept it, as docs.rs's nightly does.
+# 2. `cargo publish --dry-run` of the publishable crates, fastudp and
+#    fastudp-cli (fastudp-ffi is `publish = false`): each is packaged and
+#    the package built alone, as crates.io would, with the CLI built
+#    against the packaged library. Any warning of cargo's fails the check.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+RUSTC_BOOTSTRAP=1 RUSTDOCFLAGS="--cfg docsrs -D warnings" \
+    cargo doc -p fastudp --all-features --no-deps --locked
+RUSTDOCFLAGS="-D warnings" cargo doc -p fastudp --no-deps --locked
+
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+# cargo verifies the CLI against the packaged library through a local
+# registry, which it unpacks under $CARGO_HOME/registry/src/-<hash>/ (a
+# local registry has no host name) and never unpacks again while the
+# version is the same: a second run would build the CLI against the first
+# run's library. Remove those stale copies first.
+cargo_home=${CARGO_HOME:-$HOME/.cargo}
+for d in "$cargo_home"/registry/src/-*/fastudp-[0-9]*; do
+    [ -d "$d" ] && rm -rf "$d"
+done
+# --allow-dirty: CI checks a tree that may hold build products.
+cargo publish --dry-run --locked --allow-dirty -p fastudp -p fastudp-cli 2>&1 | tee "$log"
+# Warnings known and explained (docs/DEVELOPMENT.md, "Publishing"); any
+# other fails the check:
+# - every dry run says it aborts the upload;
+# - fastudp-cli has no documentation, homepage or repository URL: there
+#   is no public repository yet, and docs.rs documents no binary;
+# - the name `fastudp` on crates.io belongs to another project, whose
+#   yanked 0.1.0 has our version number.
+known='aborting upload due to dry run|manifest has no documentation, homepage or repository|package `fastudp v0.1.0` in Cargo.lock is yanked'
+if grep '^warning' "$log" | grep -Evq "$known"; then
+    echo "publish-check.sh: cargo publish warned (above)" >&2
+    exit 1
+fi
+echo "publish-check.sh: the documentation builds clean and both crates package and build"
