@@ -263,6 +263,47 @@ fn revert_refuses_what_tune_never_writes_before_changing_anything() {
     ns.ok(&["tune", "--revert", path(&st)]);
 }
 
+/// `--revert` is all or nothing. A file whose changes are each in range
+/// but which the system cannot take (more channels than the veth has) is
+/// refused before any write; one the system does not take when written (a
+/// feature whose dependency is off) makes the values restored before it
+/// go back. Either way nothing is left half reverted.
+#[test]
+fn revert_is_all_or_nothing() {
+    if !privileged("revert_is_all_or_nothing", &["ip", "ethtool"]) {
+        return;
+    }
+    let ns = Ns::new("atomic");
+    let st = ns.state("state.json");
+    ns.ok(&["tune", "--dev", "vb", "--apply", "--state", path(&st)]);
+    assert_eq!(ns.gro_flush("vb"), "50000");
+    // Restored first (a revert goes from the last change back).
+    let gro = r#"{"kind":"gro_flush_timeout","dev":"vb","old":12345,"new":50000}"#;
+    let channels = r#"{"kind":"channels","dev":"vb","old":[4000,4000],"new":[1,1]}"#;
+    let feature =
+        r#"{"kind":"feature","dev":"vb","name":"tx-udp-segmentation","old":true,"new":false}"#;
+    // Without tx checksumming, UDP segmentation cannot come on.
+    sh(&[
+        "ip", "netns", "exec", &ns.name, "ethtool", "-K", "vb", "tx", "off",
+    ]);
+    for (i, (first, needle)) in [(channels, "maximum"), (feature, "set back")]
+        .iter()
+        .enumerate()
+    {
+        let f = ns.state(&format!("partial{i}.json"));
+        write_state(
+            &f,
+            &format!(r#"{{"version":2,"devices":["vb"],"changes":[{first},{gro}]}}"#),
+        );
+        let o = ns.fastudp(&["tune", "--revert", path(&f)]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert!(err.contains(needle), "{err}");
+        assert!(err.contains("nothing was changed"), "{err}");
+        assert_eq!(ns.gro_flush("vb"), "50000", "{first}: half reverted");
+    }
+}
+
 #[test]
 fn apply_never_follows_a_symlinked_state_file_nor_trusts_an_open_directory() {
     if !privileged(

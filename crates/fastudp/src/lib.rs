@@ -297,8 +297,10 @@ pub use wire::{
 };
 pub use zerocopy::{SendMeta, ZeroCopyMode, ZeroCopySender, ZeroCopyStats};
 
-/// Operating-system helpers the benchmark and test tools share. Not part of
-/// the stable API: only with the `unstable-tools` feature.
+/// Operating-system helpers the benchmark and test tools share.
+///
+/// **Unstable** (feature `unstable-tools`): not part of the stable API; it
+/// exists for the `fastudp` command and may change in any release.
 #[cfg(feature = "unstable-tools")]
 #[cfg_attr(docsrs, doc(cfg(feature = "unstable-tools")))]
 pub mod os {
@@ -307,4 +309,8 @@ pub mod os {
         clock_ticks_per_sec, default_sigpipe, monotonic_ns, pin_to_cpu, process_cpu_time,
         set_timer_slack, setns_net, thread_cpu_time, wait_readable, MAX_BATCH,
     };
+    /// Directory-relative file syscalls (`openat2`, `mkdirat`, `renameat`,
+    /// `unlinkat`), for resolving a path without following symbolic links.
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    pub use crate::sys::{mkdirat, openat2, renameat, unlinkat};
 }

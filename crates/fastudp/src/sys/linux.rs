@@ -772,3 +772,73 @@ pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
     };
     cvt(r).map(drop)
 }
+
+/// A path as a C string for a `*at` syscall; a NUL byte in it is an error.
+fn c_path(p: &std::path::Path) -> io::Result<std::ffi::CString> {
+    use std::os::unix::ffi::OsStrExt;
+    std::ffi::CString::new(p.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a path with a NUL byte"))
+}
+
+/// `openat2(dir, path, {flags | O_CLOEXEC, mode, resolve})` (Linux 5.6+):
+/// opens `path` relative to the directory `dir`, with the kernel enforcing
+/// `resolve` (`RESOLVE_NO_SYMLINKS`, `RESOLVE_BENEATH`, ...) on every
+/// component.
+pub fn openat2(
+    dir: BorrowedFd<'_>,
+    path: &std::path::Path,
+    flags: i32,
+    mode: u32,
+    resolve: u64,
+) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    let p = c_path(path)?;
+    // SAFETY: open_how is plain data; all-zero is a valid value.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (flags | libc::O_CLOEXEC) as u64;
+    how.mode = u64::from(mode);
+    how.resolve = resolve;
+    // SAFETY: p is a NUL-terminated string and how a valid open_how that
+    // outlive the call; the size passed is how's.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dir.as_raw_fd(),
+            p.as_ptr(),
+            &how as *const libc::open_how,
+            size_of::<libc::open_how>(),
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor the kernel just returned, owned by no one else.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(r as RawFd) })
+}
+
+/// `mkdirat(dir, name, mode)`.
+pub fn mkdirat(dir: BorrowedFd<'_>, name: &std::path::Path, mode: u32) -> io::Result<()> {
+    let p = c_path(name)?;
+    // SAFETY: p is a NUL-terminated string that outlives the call.
+    cvt(unsafe { libc::mkdirat(dir.as_raw_fd(), p.as_ptr(), mode as libc::mode_t) }).map(drop)
+}
+
+/// `renameat(dir, from, dir, to)`: a rename within one directory (it
+/// replaces `to` and never follows a symbolic link there).
+pub fn renameat(
+    dir: BorrowedFd<'_>,
+    from: &std::path::Path,
+    to: &std::path::Path,
+) -> io::Result<()> {
+    let (f, t) = (c_path(from)?, c_path(to)?);
+    // SAFETY: both are NUL-terminated strings that outlive the call.
+    cvt(unsafe { libc::renameat(dir.as_raw_fd(), f.as_ptr(), dir.as_raw_fd(), t.as_ptr()) })
+        .map(drop)
+}
+
+/// `unlinkat(dir, name, 0)`: removes a file (not a directory).
+pub fn unlinkat(dir: BorrowedFd<'_>, name: &std::path::Path) -> io::Result<()> {
+    let p = c_path(name)?;
+    // SAFETY: p is a NUL-terminated string that outlives the call.
+    cvt(unsafe { libc::unlinkat(dir.as_raw_fd(), p.as_ptr(), 0) }).map(drop)
+}

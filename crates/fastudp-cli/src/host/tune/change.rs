@@ -414,6 +414,48 @@ impl Change {
         }
     }
 
+    /// This change with `new` replaced by `v` (`None` when `v` is not of
+    /// this setting's kind): the change that sets the value `v` again.
+    pub fn set_to(&self, v: &Value) -> Option<Change> {
+        let mut c = self.clone();
+        match (&mut c, v) {
+            (Change::Sysctl { new, .. }, Value::Num(n))
+            | (Change::GroFlushTimeout { new, .. }, Value::Num(n))
+            | (Change::NapiDeferHardIrqs { new, .. }, Value::Num(n)) => *new = *n,
+            (Change::Feature { new, .. }, Value::Bool(b)) => *new = *b,
+            (Change::Channels { new, .. }, Value::Pair(rx, tx)) => *new = (*rx, *tx),
+            _ => return None,
+        }
+        Some(c)
+    }
+
+    /// Checks, without writing, that the system can take this change now:
+    /// the feature exists and can be changed, the channel counts are
+    /// within the device's maximum.
+    pub fn feasible(&self) -> Result<(), String> {
+        match self.clone().checked()? {
+            Change::Feature { dev, name, .. } => {
+                let all = fastudp::host::features(&dev).map_err(|e| format!("{dev}: {e}"))?;
+                match all.iter().find(|f| f.name == name) {
+                    Some(f) if f.changeable => Ok(()),
+                    Some(_) => Err(format!("{dev}: feature {name} cannot be changed")),
+                    None => Err(format!("{dev}: the kernel has no feature {name}")),
+                }
+            }
+            Change::Channels { dev, new, .. } => {
+                let c = fastudp::host::channels(&dev).map_err(|e| format!("{dev}: {e}"))?;
+                if new.0 > c.max_rx || new.1 > c.max_tx {
+                    return Err(format!(
+                        "{dev}: channels rx {} tx {} exceed the device's maximum (rx {} tx {})",
+                        new.0, new.1, c.max_rx, c.max_tx
+                    ));
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// Reads the setting's value now.
     pub fn current(&self) -> Result<Value, String> {
         match self {

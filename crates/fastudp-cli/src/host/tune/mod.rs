@@ -185,9 +185,12 @@ enum Step {
     Gone(Change),
 }
 
-/// `fastudp tune --revert FILE`: checks the whole file first, then puts
-/// back each original value that is not already there, and says which
-/// were.
+/// `fastudp tune --revert FILE`: all or nothing. Checks the whole file
+/// first, reads every setting's value now and checks that the system can
+/// take each restore (features that can change, channels within the
+/// device's maximum); then writes. If a write fails midway, the values
+/// already restored are set back to what they were, and nothing is left
+/// half reverted.
 fn revert(file: &str) -> Result<(), Failure> {
     need_root("--revert")?;
     let path = Path::new(file);
@@ -209,7 +212,61 @@ fn revert(file: &str) -> Result<(), Failure> {
             Step::Restore(c.clone(), now)
         });
     }
-    let mut failed = 0;
+    // Every restore must be possible, and so must setting each value back
+    // to what it is now, before the first write.
+    for s in &steps {
+        if let Step::Restore(c, now) = s {
+            let back = c
+                .inverse()
+                .set_to(now)
+                .ok_or_else(|| format!("its value now ({now}) is of another kind"))
+                .and_then(|b| b.checked().map(drop));
+            if let Err(why) = c.inverse().feasible().and(back) {
+                return Err(Failure {
+                    code: 1,
+                    msg: format!("cannot restore {}: {why}; nothing was changed", what(c)),
+                });
+            }
+        }
+    }
+    let mut done: Vec<(&Change, &Value)> = Vec::new();
+    for s in &steps {
+        let Step::Restore(c, now) = s else { continue };
+        if let Err(e) = c.inverse().apply() {
+            let (old, _) = c.values();
+            let mut unsure = 0;
+            for (d, was) in done.iter().rev() {
+                // Writes the value found before the restore again.
+                match d.inverse().set_to(was).map(|b| b.apply()) {
+                    Some(Ok(())) => {}
+                    Some(Err(e2)) => {
+                        unsure += 1;
+                        eprintln!(
+                            "fastudp: warning: could not set {} back to {was}: {e2}",
+                            what(d)
+                        );
+                    }
+                    None => unsure += 1,
+                }
+            }
+            let after = if unsure == 0 {
+                format!(
+                    "the {} values restored before it were set back: nothing was changed",
+                    done.len()
+                )
+            } else {
+                format!("{unsure} values could not be set back (see above)")
+            };
+            return Err(Failure {
+                code: 1,
+                msg: format!(
+                    "could not restore {}: {now} -> {old}: {e}; {after}",
+                    what(c)
+                ),
+            });
+        }
+        done.push((c, now));
+    }
     for s in &steps {
         match s {
             Step::Restore(c, now) => {
@@ -219,16 +276,7 @@ fn revert(file: &str) -> Result<(), Failure> {
                 } else {
                     format!(" (changed since tune set {new})")
                 };
-                match c.inverse().apply() {
-                    Ok(()) => outln!("restored: {}: {now} -> {old}{since}", what(c)),
-                    Err(e) => {
-                        failed += 1;
-                        eprintln!(
-                            "fastudp: could not restore {}: {now} -> {old}: {e}",
-                            what(c)
-                        );
-                    }
-                }
+                outln!("restored: {}: {now} -> {old}{since}", what(c));
             }
             Step::Already(c) => {
                 outln!(
@@ -242,12 +290,6 @@ fn revert(file: &str) -> Result<(), Failure> {
                 c.device().unwrap_or_default()
             ),
         }
-    }
-    if failed > 0 {
-        return Err(Failure {
-            code: 1,
-            msg: format!("{failed} values could not be restored (see above)"),
-        });
     }
     Ok(())
 }

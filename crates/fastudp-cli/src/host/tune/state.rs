@@ -3,11 +3,17 @@
 //!
 //! tune runs as root, so the file is handled as an attacker would like it
 //! not to be:
+//! - its path is walked from `/` one directory at a time with `openat2`
+//!   (`RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH`): a symbolic link anywhere in
+//!   it is refused, never followed, and so is a directory that belongs to
+//!   another user (who could swap what lies below it) or that other users
+//!   can write without the sticky bit;
 //! - it is written atomically (a new temporary file with mode 0600 in the
-//!   same directory, then a rename), and a symbolic link at its path is
-//!   refused, never followed;
-//! - a directory that another user can write is refused, unless it has the
-//!   sticky bit and the file is new (so nobody else can replace it);
+//!   same directory, then a rename), relative to the directory's
+//!   descriptor;
+//! - its own directory, when other users can write it, is taken only with
+//!   the sticky bit and when the file is new (so nobody else can replace
+//!   it);
 //! - it is read without following a symbolic link, only if it is a
 //!   regular file of at most [`MAX_STATE_BYTES`], owned by this user and
 //!   writable by nobody else;
@@ -15,10 +21,13 @@
 //!   written.
 
 use super::change::Change;
+use fastudp::os;
 use serde::{Deserialize, Serialize};
+use std::ffi::OsString;
 use std::io::{Read, Write};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Component, Path, PathBuf};
 
 /// The largest state file tune reads.
 pub const MAX_STATE_BYTES: u64 = 1 << 20;
@@ -127,24 +136,145 @@ fn others_can_write(m: &std::fs::Metadata) -> bool {
         || (m.uid() != euid() && mode & 0o200 != 0)
 }
 
-/// `path`'s directory (`.` for a bare file name).
-fn dir_of(path: &Path) -> PathBuf {
-    match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
+/// Flags for resolving one name inside a directory descriptor: no
+/// symbolic link (of any kind, at any depth), nothing outside it.
+const RESOLVE: u64 =
+    libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS | libc::RESOLVE_BENEATH;
+
+/// The directory of a state file, opened by walking its path from `/` one
+/// component at a time without following a symbolic link. Every directory
+/// on the way belongs to root or this user, and none that other users can
+/// write lacks the sticky bit: nobody else can swap what lies below. The
+/// file is then opened, created and renamed relative to the descriptor, so
+/// the directory cannot be exchanged under tune either.
+struct StateDir {
+    fd: OwnedFd,
+    /// The directory's path, to show.
+    shown: PathBuf,
+    /// Other users may write in it (it is then sticky).
+    open: bool,
+    /// The state file's name in it.
+    name: OsString,
+}
+
+impl StateDir {
+    /// Resolves `path`'s directory (a relative path from the current
+    /// directory's real path), creating missing directories (mode 0700)
+    /// when `create`. `Ok(None)` when it does not exist and not `create`.
+    fn open(path: &Path, create: bool) -> Result<Option<StateDir>, String> {
+        let shown = path.display();
+        let abs = if path.is_absolute() {
+            path.to_path_buf()
+        } else {
+            std::env::current_dir()
+                .map_err(|e| format!("{shown}: the current directory: {e}"))?
+                .join(path)
+        };
+        let name = abs
+            .file_name()
+            .filter(|_| !path.as_os_str().as_encoded_bytes().ends_with(b"/"))
+            .ok_or_else(|| format!("{shown} names no file"))?
+            .to_os_string();
+        let root = std::fs::File::open("/").map_err(|e| format!("cannot open /: {e}"))?;
+        let mut fd = OwnedFd::from(root);
+        let mut at = PathBuf::from("/");
+        check_walked(&fd, &at)?;
+        for c in abs.parent().unwrap_or(Path::new("/")).components() {
+            let c = match c {
+                Component::RootDir | Component::CurDir => continue,
+                Component::ParentDir => {
+                    return Err(format!(
+                        "{shown}: a path with '..' is not taken: give the directory's real path"
+                    ))
+                }
+                Component::Normal(c) => c,
+                Component::Prefix(_) => return Err(format!("{shown}: not a Unix path")),
+            };
+            at.push(c);
+            let flags = libc::O_PATH | libc::O_DIRECTORY;
+            let next = match os::openat2(fd.as_fd(), Path::new(c), flags, 0, RESOLVE) {
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) && create => {
+                    os::mkdirat(fd.as_fd(), Path::new(c), 0o700)
+                        .map_err(|e| format!("cannot create {}: {e}", at.display()))?;
+                    os::openat2(fd.as_fd(), Path::new(c), flags, 0, RESOLVE)
+                }
+                r => r,
+            };
+            fd = match next {
+                Ok(f) => f,
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(None),
+                Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+                    return Err(format!(
+                        "{} is a symbolic link: tune never follows one in the state path (give the real path)",
+                        at.display()
+                    ))
+                }
+                Err(e) => return Err(format!("cannot use {}: {e}", at.display())),
+            };
+            check_walked(&fd, &at)?;
+        }
+        let m = stat(&fd).map_err(|e| format!("cannot stat {}: {e}", at.display()))?;
+        Ok(Some(StateDir {
+            fd,
+            shown: at,
+            open: others_can_write(&m),
+            name,
+        }))
     }
+
+    /// The state file's path, to show.
+    fn file(&self) -> PathBuf {
+        self.shown.join(&self.name)
+    }
+
+    /// Checks that the state file may be kept here: a directory nobody
+    /// else can write, or a sticky one when the file is new.
+    fn check(&self, file_exists: bool) -> Result<(), String> {
+        if self.open && file_exists {
+            return Err(format!(
+                "other users can write in {}, and the file is already there: keep the state file in a directory only you can write (--state)",
+                self.shown.display()
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The metadata of a descriptor (an `O_PATH` one too).
+fn stat(fd: &OwnedFd) -> std::io::Result<std::fs::Metadata> {
+    let f = std::fs::File::from(fd.try_clone()?);
+    f.metadata()
+}
+
+/// Checks one directory of a state path: owned by root or this user, and
+/// writable by others only if sticky.
+fn check_walked(fd: &OwnedFd, at: &Path) -> Result<(), String> {
+    let m = stat(fd).map_err(|e| format!("cannot stat {}: {e}", at.display()))?;
+    if m.uid() != 0 && m.uid() != euid() {
+        return Err(format!(
+            "{} belongs to user {}, neither root nor this user: its owner could swap what lies below it; keep the state file elsewhere (--state)",
+            at.display(),
+            m.uid()
+        ));
+    }
+    if others_can_write(&m) && m.permissions().mode() & 0o1000 == 0 {
+        return Err(format!(
+            "other users can write in {} (mode {:o}): keep the state file in a directory only you can write (--state)",
+            at.display(),
+            m.permissions().mode() & 0o7777
+        ));
+    }
+    Ok(())
 }
 
 /// Opens a state file for reading: no symbolic link, a regular file owned
 /// by this user, writable by nobody else. `Ok(None)` when it is absent.
-fn open_existing(path: &Path) -> Result<Option<std::fs::File>, String> {
+fn open_existing(dir: &StateDir) -> Result<Option<std::fs::File>, String> {
+    let path = dir.file();
     let shown = path.display();
-    let f = match std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)
-    {
-        Ok(f) => f,
+    let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK;
+    let f = match os::openat2(dir.fd.as_fd(), Path::new(&dir.name), flags, 0, RESOLVE) {
+        Ok(f) => std::fs::File::from(f),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
             return Err(format!(
@@ -180,86 +310,62 @@ fn open_existing(path: &Path) -> Result<Option<std::fs::File>, String> {
     Ok(Some(f))
 }
 
-/// Reads and checks the state file at `path`; `Ok(None)` when there is
-/// none.
-pub fn load(path: &Path) -> Result<Option<State>, String> {
-    let Some(f) = open_existing(path)? else {
+/// Reads and checks the state file in `dir`.
+fn load_in(dir: &StateDir) -> Result<Option<State>, String> {
+    let Some(f) = open_existing(dir)? else {
         return Ok(None);
     };
     let mut text = String::new();
     f.take(MAX_STATE_BYTES + 1)
         .read_to_string(&mut text)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        .map_err(|e| format!("cannot read {}: {e}", dir.file().display()))?;
     State::parse(&text)
         .map(Some)
-        .map_err(|e| format!("{}: {e}", path.display()))
+        .map_err(|e| format!("{}: {e}", dir.file().display()))
 }
 
-/// Checks that `dir` is a place to keep a state file: a directory that
-/// no other user can write, or a sticky one when the file is new.
-fn check_dir(dir: &Path, file_exists: bool) -> Result<(), String> {
-    let m = std::fs::metadata(dir).map_err(|e| format!("cannot use {}: {e}", dir.display()))?;
-    if !m.is_dir() {
-        return Err(format!("{} is not a directory", dir.display()));
+/// Reads and checks the state file at `path`; `Ok(None)` when there is
+/// none.
+pub fn load(path: &Path) -> Result<Option<State>, String> {
+    match StateDir::open(path, false)? {
+        Some(dir) => load_in(&dir),
+        None => Ok(None),
     }
-    if others_can_write(&m) {
-        let sticky = m.permissions().mode() & 0o1000 != 0;
-        if !sticky || file_exists {
-            return Err(format!(
-                "other users can write in {} (mode {:o}){}: keep the state file in a directory only you can write (--state)",
-                dir.display(),
-                m.permissions().mode() & 0o7777,
-                if sticky { ", and the file is already there" } else { "" }
-            ));
-        }
-    }
-    Ok(())
 }
 
 /// Checks, before anything is changed, that a state file can be written
 /// at `path`, creating its directory (mode 0700) if needed. Returns the
 /// state already saved there, if any.
 pub fn prepare(path: &Path) -> Result<Option<State>, String> {
-    let dir = dir_of(path);
-    if !dir.exists() {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&dir)
-            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    }
-    let existing = load(path)?;
-    check_dir(&dir, existing.is_some())?;
+    let dir = StateDir::open(path, true)?
+        .ok_or_else(|| format!("cannot create the directory of {}", path.display()))?;
+    let existing = load_in(&dir)?;
+    dir.check(existing.is_some())?;
     Ok(existing)
 }
 
 /// Writes `state` to `path` atomically with mode 0600: a new temporary file
-/// in the same directory, synced, then renamed over `path` (a rename never
-/// follows a symbolic link). [`prepare`] must have passed.
+/// in the same directory, synced, then renamed over the file (a rename
+/// never follows a symbolic link), all relative to the directory's
+/// descriptor. [`prepare`] must have passed.
 pub fn save(path: &Path, state: &State) -> Result<(), String> {
-    let dir = dir_of(path);
-    let name = path
-        .file_name()
-        .ok_or_else(|| format!("{} names no file", path.display()))?;
+    let dir = StateDir::open(path, false)?
+        .ok_or_else(|| format!("the directory of {} is gone", path.display()))?;
     let json = serde_json::to_string_pretty(state).map_err(|e| e.to_string())?;
-    let mut tmp_name = std::ffi::OsString::from(".");
-    tmp_name.push(name);
-    tmp_name.push(format!(".tmp.{}", std::process::id()));
-    let tmp = dir.join(tmp_name);
+    let mut tmp = OsString::from(".");
+    tmp.push(&dir.name);
+    tmp.push(format!(".tmp.{}", std::process::id()));
+    let tmp = PathBuf::from(tmp);
     let write = || -> std::io::Result<()> {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&tmp)?;
+        let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW;
+        let mut f = std::fs::File::from(os::openat2(dir.fd.as_fd(), &tmp, flags, 0o600, RESOLVE)?);
         f.write_all(json.as_bytes())?;
         f.write_all(b"\n")?;
         f.sync_all()?;
-        std::fs::rename(&tmp, path)
+        os::renameat(dir.fd.as_fd(), &tmp, Path::new(&dir.name))
     };
     write().map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
+        let _ = os::unlinkat(dir.fd.as_fd(), &tmp);
         format!("cannot write the state file {}: {e}", path.display())
     })
 }
@@ -268,7 +374,10 @@ pub fn save(path: &Path, state: &State) -> Result<(), String> {
 pub fn restore(path: &Path, previous: Option<&State>) {
     let r = match previous {
         Some(p) => save(path, p),
-        None => std::fs::remove_file(path).map_err(|e| e.to_string()),
+        None => StateDir::open(path, false).and_then(|d| match d {
+            Some(d) => os::unlinkat(d.fd.as_fd(), Path::new(&d.name)).map_err(|e| e.to_string()),
+            None => Ok(()),
+        }),
     };
     if let Err(e) = r {
         eprintln!(
@@ -281,6 +390,7 @@ pub fn restore(path: &Path, previous: Option<&State>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::DirBuilderExt;
 
     fn private_dir(tag: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("fastudp-state-{tag}-{}", std::process::id()));
@@ -326,6 +436,50 @@ mod tests {
         assert!(e.contains("symbolic link"), "{e}");
         assert!(load(&p).unwrap_err().contains("symbolic link"));
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep me\n");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// No directory of the state path may be a symbolic link, nor belong
+    /// to another user: its owner could point the path anywhere (here at a
+    /// directory of root's), and tune would write there as root.
+    #[test]
+    fn no_directory_of_the_state_path_is_a_link_or_another_users() {
+        let d = private_dir("walk");
+        let real = d.join("real");
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&real)
+            .unwrap();
+        // A link in the middle of the path (here root's own): refused.
+        std::os::unix::fs::symlink(&real, d.join("link")).unwrap();
+        let p = d.join("link").join("state.json");
+        let e = prepare(&p).unwrap_err();
+        assert!(e.contains("symbolic link"), "{e}");
+        assert!(save(&p, &sample()).is_err());
+        assert!(load(&p).unwrap_err().contains("symbolic link"));
+        // A directory of another user, with a link in it to root's.
+        let other = d.join("other");
+        std::fs::DirBuilder::new()
+            .mode(0o755)
+            .create(&other)
+            .unwrap();
+        if std::os::unix::fs::chown(&other, Some(65534), Some(65534)).is_ok() {
+            std::os::unix::fs::symlink(&real, other.join("link")).unwrap();
+            for p in [other.join("link/state.json"), other.join("state.json")] {
+                let e = prepare(&p).unwrap_err();
+                assert!(e.contains("belongs to user 65534"), "{e}");
+            }
+        } else {
+            eprintln!("not root: the other user's directory is not tested");
+        }
+        assert_eq!(
+            std::fs::read_dir(&real).unwrap().count(),
+            0,
+            "nothing was written through a link"
+        );
+        // '..' is not taken either.
+        let e = prepare(&real.join("../real/s.json")).unwrap_err();
+        assert!(e.contains(".."), "{e}");
         std::fs::remove_dir_all(&d).unwrap();
     }
 
