@@ -1598,9 +1598,9 @@ fn stateless_replies_are_bounded_when_the_send_path_is_full() {
     srv.interrupt();
     let end = srv.finish();
     // The worker's own bound in the memory model (docs/SECURITY.md) is
-    // 16 MiB, whatever arrives.
+    // 18 MiB, whatever arrives.
     assert!(
-        peak.saturating_sub(base) < 16 * 1024,
+        peak.saturating_sub(base) < 18 * 1024,
         "RSS grew from {base} kB to {peak} kB under a Version Negotiation flood"
     );
     let s = last_json(&end.stdout, "summary");
