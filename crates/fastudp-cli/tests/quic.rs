@@ -1391,6 +1391,7 @@ fn max_memory_derives_max_connections() {
     let v: serde_json::Value = serde_json::from_str(&l).unwrap();
     let n = v["max_connections"].as_u64().unwrap();
     assert!((1..100_000).contains(&n), "{v}");
+    assert_eq!(v["max_connections_per_ip"], (n / 4).max(1), "{v}");
     assert!(v["worst_case"].as_u64().unwrap() <= 256 << 20, "{v}");
     let per = v["per_connection"].as_u64().unwrap();
     assert!(

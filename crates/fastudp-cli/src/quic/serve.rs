@@ -245,10 +245,10 @@ struct Setup {
 pub fn run(a: ServeArgs) -> Result<(), Failure> {
     let n = workers(&a);
     let (max_connections, budget) = connection_limit(&a, n)?;
-    let per_address = Arc::new(limits::PerAddress::new(
-        a.max_connections_per_ip
-            .unwrap_or((max_connections / limits::PER_ADDRESS_SHARE).max(1)),
-    ));
+    let per_ip = a
+        .max_connections_per_ip
+        .unwrap_or((max_connections / limits::PER_ADDRESS_SHARE).max(1));
+    let per_address = Arc::new(limits::PerAddress::new(per_ip));
     let id = tls::identity(a.cert.as_deref(), a.key.as_deref())?;
     let crypto = quinn_proto::crypto::rustls::QuicServerConfig::try_from(tls::server(&id)?)
         .map_err(|e| Failure::usage(format!("TLS set-up: {e}")))?;
@@ -388,7 +388,7 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
         handles.push(h);
     }
     listening("fastudp", addr, n, a.json);
-    announce_limits(&a, n, max_connections, budget);
+    announce_limits(&a, n, (max_connections, per_ip), budget);
     let rep = Reporter::new(&counters, "fastudp", true);
     rep.wait(
         &counters,
@@ -433,7 +433,12 @@ fn connection_limit(a: &ServeArgs, workers: usize) -> Result<(usize, u64), Failu
 }
 
 /// Says what the limits are and what they cost at worst.
-fn announce_limits(a: &ServeArgs, workers: usize, max_connections: usize, budget: u64) {
+fn announce_limits(
+    a: &ServeArgs,
+    workers: usize,
+    (max_connections, per_ip): (usize, usize),
+    budget: u64,
+) {
     let worst = limits::worst_case(workers, max_connections);
     if a.json {
         outln!(
@@ -442,6 +447,7 @@ fn announce_limits(a: &ServeArgs, workers: usize, max_connections: usize, budget
                 "kind": "limits",
                 "max_memory": budget,
                 "max_connections": max_connections,
+                "max_connections_per_ip": per_ip,
                 "per_connection": limits::per_connection(),
                 "per_worker": limits::per_worker(),
                 "worst_case": worst,
@@ -453,7 +459,7 @@ fn announce_limits(a: &ServeArgs, workers: usize, max_connections: usize, budget
         );
     } else {
         outln!(
-            "limits: {max_connections} connections ({} KiB each at most), {workers} workers ({} MiB each), worst case {} MiB of --max-memory {} MiB; request timeout {} s",
+            "limits: {max_connections} connections ({} KiB each at most), {workers} workers ({} MiB each), worst case {} MiB of --max-memory {} MiB; request timeout {} s; {per_ip} connections per client address",
             limits::per_connection() >> 10,
             limits::per_worker() >> 20,
             worst >> 20,
