@@ -244,7 +244,7 @@ static void test_send_errors_name_the_transmit(void) {
                                      .contents = big,
                                      .contents_len = 100};
     many[70].contents_len = 65508;
-    sent = (fastudp_sent){99, 99};
+    sent = (fastudp_sent){99, 99, 99};
     CHECK(fastudp_send(s, many, 100, &sent) == FASTUDP_ERR_PAYLOAD_TOO_LARGE, "#70 too large");
     fastudp_last_error(&info);
     CHECK(info.has_index && info.index == 70, "index %zu", info.index);
