@@ -5,7 +5,9 @@
 # and a max-burst sweep at 8 ms; ROUNDS rounds, each config once per round
 # (so that drift on the host touches every config alike). One CSV line per
 # run; `cargo run -p fastudp-cli --example fig4 -- CSV SVG` turns it into
-# medians and a chart.
+# medians and a chart. rx_loss is the receiver's, over the flows it saw;
+# tx_dropped_locally the datagrams the sender's own full qdisc dropped
+# (ENOBUFS); 1 - rx_bytes / tx_bytes the loss over every flow.
 #
 #   scripts/fig4.sh [ROUNDS] [OUT.csv]      (root; build with --release first)
 set -eu
@@ -27,14 +29,16 @@ one() { # one INTERVAL BURST PACING ROUND
     ip netns exec fastudp-tx "$B" stream --dest 10.200.0.2 --flows 25 --rate 2M \
         --interval "$1" --max-burst "$2" --pacing "$3" --duration 3 --json >"$TMP/tx.json"
     wait $rx
-    printf '%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n' "$1" "$2" "$3" \
+    printf '%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n' "$1" "$2" "$3" \
         "$(field gbps "$TMP/tx.json")" "$(field cpu_ns_per_byte "$TMP/tx.json")" \
         "$(field calls_per_sec "$TMP/tx.json")" "$(field loss "$TMP/rx.json")" \
         "$(field flows_within_5pct "$TMP/rx.json")" "$(field max_back_to_back "$TMP/rx.json")" \
-        "$(field host_steal "$TMP/tx.json")" "$4" >>"$OUT"
+        "$(field host_steal "$TMP/tx.json")" "$4" \
+        "$(field datagrams "$TMP/tx.json")" "$(field dropped_locally "$TMP/tx.json")" \
+        "$(field bytes "$TMP/tx.json")" "$(field bytes "$TMP/rx.json")" >>"$OUT"
 }
 
-echo "interval_ms,max_burst,pacing,tx_gbps,tx_cpu_ns_per_byte,tx_calls_per_sec,rx_loss,rx_flows_within_5pct,rx_max_back_to_back,host_steal,round" >"$OUT"
+echo "interval_ms,max_burst,pacing,tx_gbps,tx_cpu_ns_per_byte,tx_calls_per_sec,rx_loss,rx_flows_within_5pct,rx_max_back_to_back,host_steal,round,tx_datagrams,tx_dropped_locally,tx_bytes,rx_bytes" >"$OUT"
 r=1
 while [ "$r" -le "$ROUNDS" ]; do
     for i in 1 2 4 8; do

@@ -21,6 +21,15 @@ RUSTDOCFLAGS="-D warnings" cargo doc -p fastudp --no-deps --locked
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
+# cargo verifies the CLI against the packaged library through a local
+# registry, which it unpacks under $CARGO_HOME/registry/src/-<hash>/ (a
+# local registry has no host name) and never unpacks again while the
+# version is the same: a second run would build the CLI against the first
+# run's library. Remove those stale copies first.
+cargo_home=${CARGO_HOME:-$HOME/.cargo}
+for d in "$cargo_home"/registry/src/-*/fastudp-[0-9]*; do
+    [ -d "$d" ] && rm -rf "$d"
+done
 # --allow-dirty: CI checks a tree that may hold build products.
 cargo publish --dry-run --locked --allow-dirty -p fastudp -p fastudp-cli 2>&1 | tee "$log"
 # Warnings known and explained (docs/DEVELOPMENT.md, "Publishing"); any

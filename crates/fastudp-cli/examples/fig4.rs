@@ -24,6 +24,12 @@ struct Runs {
     within: Vec<f64>,
     b2b: Vec<f64>,
     steal: Vec<f64>,
+    /// Datagrams the sender's own full qdisc dropped (`ENOBUFS`), % of
+    /// those it sent.
+    dropped: Vec<f64>,
+    /// 1 - bytes received / bytes sent, %, over every flow (the
+    /// receiver's loss covers only the flows it saw).
+    all_loss: Vec<f64>,
 }
 
 fn median(v: &[f64]) -> f64 {
@@ -67,17 +73,37 @@ fn read(input: &str) -> Result<BTreeMap<Key, Runs>, Box<dyn std::error::Error>> 
         if f.len() > 9 && !f[9].is_empty() {
             r.steal.push(num(9)? * 100.0);
         }
+        // Runs since the sender counts its local drops (columns 12 to 15).
+        if f.len() > 14 && !f[11].is_empty() {
+            let sent = num(11)?;
+            if sent > 0.0 {
+                r.dropped.push(num(12)? / sent * 100.0);
+            }
+            let tx_bytes = num(13)?;
+            if tx_bytes > 0.0 {
+                r.all_loss.push((1.0 - num(14)? / tx_bytes) * 100.0);
+            }
+        }
     }
     Ok(map)
 }
 
+/// The median of `v` as a percentage, or n/a for runs without it.
+fn pct(v: &[f64]) -> String {
+    if v.is_empty() {
+        "n/a".to_string()
+    } else {
+        format!("{:.2}%", median(v))
+    }
+}
+
 fn table(map: &BTreeMap<Key, Runs>) {
-    println!("| interval | max burst | pacing | runs | sent Gbit/s | server CPU ns/B | send calls/s | loss | loss, min to max | flows within 5% | longest back-to-back | host steal |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("| interval | max burst | pacing | runs | sent Gbit/s | server CPU ns/B | send calls/s | loss | loss, min to max | dropped by the sender's qdisc | loss over all flows | flows within 5% | longest back-to-back | host steal |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for ((i, b, p), r) in map {
         let (lo, hi) = min_max(&r.loss);
         println!(
-            "| {i} ms | {b} | {p} | {} | {:.3} | {:.2} | {:.0} | {:.2}% | {:.2}% to {:.2}% | {:.0}% | {:.0} | {} |",
+            "| {i} ms | {b} | {p} | {} | {:.3} | {:.2} | {:.0} | {:.2}% | {:.2}% to {:.2}% | {} | {} | {:.0}% | {:.0} | {} |",
             r.loss.len(),
             median(&r.gbps),
             median(&r.cpu),
@@ -85,6 +111,8 @@ fn table(map: &BTreeMap<Key, Runs>) {
             median(&r.loss),
             lo,
             hi,
+            pct(&r.dropped),
+            pct(&r.all_loss),
             median(&r.within),
             median(&r.b2b),
             if r.steal.is_empty() {

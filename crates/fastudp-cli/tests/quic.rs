@@ -671,11 +671,10 @@ fn baselines_serve_the_same_bytes() {
         assert!(v["on_rate_share"].as_f64().is_some(), "{stack}: {v}");
         srv.interrupt();
         let end = srv.finish();
-        assert!(
-            end.stdout.contains("\"summary\""),
-            "{stack}: {}",
-            end.stdout
-        );
+        // Goodput: every response delivered whole, 2 x 2,000,000 bytes
+        // and 20 x 50 frames of 2,500.
+        let sum = last_json(&end.stdout, "summary");
+        assert_eq!(sum["goodput_bytes"], 6_500_000, "{stack}: {sum}");
     }
 }
 
@@ -1466,29 +1465,43 @@ fn stateless_replies_are_bounded_when_the_send_path_is_full() {
     stats_until(&mut srv, |_| true);
     std::thread::sleep(Duration::from_secs(3));
     // A legitimate client, from the attacker's namespace, during the
-    // flood.
-    let o = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &ns.client,
-            bin,
-            "quic",
-            "load",
-            "--json",
-            &addr,
-            "--connections",
-            "1",
-            "--request",
-            "/bytes/1000",
-            "--timeout",
-            "50",
-        ])
-        .output()
-        .unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stderr)));
-    assert_eq!(v["completed"], 1, "served during the flood: {v}");
+    // flood. Its Initial competes with the flood for the server's receive
+    // buffer, and the load generator gives up when nothing answers within
+    // 5 s: like a real client it tries again.
+    let mut outcomes = Vec::new();
+    for _ in 0..5 {
+        let o = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &ns.client,
+                bin,
+                "quic",
+                "load",
+                "--json",
+                &addr,
+                "--connections",
+                "1",
+                "--request",
+                "/bytes/1000",
+                "--timeout",
+                "50",
+            ])
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+            .unwrap_or_else(|_| serde_json::json!(String::from_utf8_lossy(&o.stderr)));
+        let done = v["completed"] == 1;
+        outcomes.push(v);
+        if done {
+            break;
+        }
+    }
+    assert_eq!(
+        outcomes.last().unwrap()["completed"],
+        1,
+        "served during the flood: {outcomes:?}"
+    );
     let s = stats_until(&mut srv, |_| true);
     let peak = status_kb(pid, "VmHWM:");
     eprintln!("RSS kB: base {base}, peak {peak}; {s}");
@@ -1496,14 +1509,16 @@ fn stateless_replies_are_bounded_when_the_send_path_is_full() {
     let _ = flood.0.wait();
     srv.interrupt();
     let end = srv.finish();
+    // The worker's own bound in the memory model (docs/SECURITY.md) is
+    // 18 MiB, whatever arrives.
+    assert!(
+        peak.saturating_sub(base) < 18 * 1024,
+        "RSS grew from {base} kB to {peak} kB under a Version Negotiation flood"
+    );
     let s = last_json(&end.stdout, "summary");
     assert!(
-        s["stateless_dropped"].as_u64().unwrap() > 0,
+        s["stateless_dropped"].as_u64().unwrap_or(0) > 0,
         "the send path never filled: the test proved nothing: {s}"
-    );
-    assert!(
-        peak < 96 * 1024,
-        "peak RSS {peak} kB under a Version Negotiation flood (base {base} kB)"
     );
 }
 

@@ -227,3 +227,111 @@ fn stream_stops_only_the_flows_whose_port_refused() {
     assert_eq!(v["refused_flows"], 5, "{v}");
     assert!(v["flows_within_5pct"].as_f64().unwrap() <= 0.5, "{v}");
 }
+
+/// The Figure 4 pair on the `bottleneck` testbed (a tbf with a 32 KiB
+/// queue on the sending veth): unpaced 32-datagram trains overflow the
+/// queue, which the kernel reports as `ENOBUFS` (fastudp sets
+/// `IP_RECVERR`). Both runs go to their end; the sender counts what its
+/// own queue dropped, and nothing it reported dropped arrived.
+#[test]
+fn figure_4_pair_runs_to_the_end_through_a_full_qdisc() {
+    if !common::privileged(
+        "figure_4_pair_runs_to_the_end_through_a_full_qdisc",
+        &["ip", "ethtool"],
+    ) {
+        return;
+    }
+    let o = common::fastudp(&["testbed", "up", "bottleneck"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    struct Down;
+    impl Drop for Down {
+        fn drop(&mut self) {
+            let _ = common::fastudp(&["testbed", "down"]);
+        }
+    }
+    let _down = Down;
+    let bin = env!("CARGO_BIN_EXE_fastudp");
+    let netns = |ns: &str, args: &[&str]| {
+        let mut c = std::process::Command::new("ip");
+        c.args(["netns", "exec", ns, bin]).args(args);
+        c
+    };
+    for pacing in ["none", "user"] {
+        let rx = netns(
+            "fastudp-rx",
+            &[
+                "stream-rx",
+                "--flows",
+                "25",
+                "--rate",
+                "2M",
+                "--idle",
+                "1",
+                "--json",
+            ],
+        )
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        let tx = netns(
+            "fastudp-tx",
+            &[
+                "stream",
+                "--dest",
+                "10.200.0.2",
+                "--flows",
+                "25",
+                "--rate",
+                "2M",
+                "--interval",
+                "4",
+                "--max-burst",
+                "32",
+                "--pacing",
+                pacing,
+                "--duration",
+                "1.5",
+                "--json",
+            ],
+        )
+        .output()
+        .unwrap();
+        let rxo = rx.wait_with_output().unwrap();
+        assert!(
+            tx.status.success(),
+            "--pacing {pacing}: {}",
+            String::from_utf8_lossy(&tx.stderr)
+        );
+        assert!(
+            rxo.status.success(),
+            "--pacing {pacing}: {}",
+            String::from_utf8_lossy(&rxo.stderr)
+        );
+        let tx: Value = serde_json::from_slice(&tx.stdout).unwrap();
+        let rx: Value = serde_json::from_slice(&rxo.stdout).unwrap();
+        eprintln!(
+            "--pacing {pacing}: sent {}, dropped locally {}, received {} B, receiver loss {}",
+            tx["datagrams"], tx["dropped_locally"], rx["bytes"], rx["loss"]
+        );
+        let sent = tx["datagrams"].as_u64().expect("datagrams");
+        let dropped = tx["dropped_locally"].as_u64().expect("dropped_locally");
+        let received = rx["bytes"].as_u64().unwrap() / 1200;
+        assert!(sent > 0 && dropped <= sent, "{tx}");
+        assert_eq!(tx["bytes"].as_u64().unwrap(), sent * 1200, "{tx}");
+        // What the sender reported dropped never arrived.
+        assert!(
+            received + dropped <= sent,
+            "--pacing {pacing}: {received} received + {dropped} dropped locally > {sent} sent"
+        );
+        assert_eq!(rx["duplicates"], 0, "{rx}");
+        if pacing == "none" {
+            assert!(
+                dropped > 0,
+                "unpaced bursts never overflowed the queue: the test proved nothing"
+            );
+            assert!(rx["loss"].as_f64().unwrap() > 0.0, "{rx}");
+        }
+    }
+}

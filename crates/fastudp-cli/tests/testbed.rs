@@ -121,6 +121,11 @@ fn testbed_builds_profiles_and_cleans_up() {
             assert_eq!(o.status.code(), Some(2), "{err}");
             assert!(err.contains("needs root"), "{err}");
         }
+    } else {
+        common::skip(
+            "testbed_builds_profiles_and_cleans_up (its part without root)",
+            "needs setpriv (util-linux)",
+        );
     }
 }
 
@@ -148,7 +153,8 @@ fn interrupted_testbed_run_cleans_up() {
     ]);
     let start = std::time::Instant::now();
     while !namespaces().contains("fastudp-rx") {
-        assert!(start.elapsed().as_secs() < 10, "the testbed never came up");
+        // A stall guard, not a timing check: a busy machine builds it slowly.
+        assert!(start.elapsed() < common::STALL, "the testbed never came up");
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     std::thread::sleep(std::time::Duration::from_millis(500));

@@ -153,7 +153,8 @@ fn a_receiver_that_vanishes_ends_the_senders_run() {
     let _ = rx.wait();
     let start = std::time::Instant::now();
     let o = tx.wait_with_output().unwrap();
-    assert!(start.elapsed().as_secs() < 10, "the sender hung");
+    // A stall guard, not a timing check: a busy machine is slow.
+    assert!(start.elapsed() < common::STALL, "the sender hung");
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("stopped answering"));
 }

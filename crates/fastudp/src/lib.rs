@@ -138,6 +138,11 @@
 //!   call; a connected socket gets the error (`ECONNREFUSED`: the peer went
 //!   away). [`ZeroCopySender`] keeps only its completions and leaves
 //!   everything else for `recv_error`.
+//! - **A full local queue is not an error.** With `IP_RECVERR` the kernel
+//!   answers `ENOBUFS` for a datagram the device's qdisc dropped, where it
+//!   would otherwise count the drop and return success. The send goes on:
+//!   those datagrams are done, and counted in [`Sent::dropped_locally`]
+//!   and [`Stats::dropped_locally`] (see [`UdpState::send`]).
 //! - **GSO refusals are not for ever, nor for everyone.** A GSO send the
 //!   path refuses (`EIO`, `EINVAL`) is resent one datagram at a time at
 //!   once; GSO stays off for [`Config::gso_retry`] (1 s, doubling per
@@ -292,8 +297,10 @@ pub use wire::{
 };
 pub use zerocopy::{SendMeta, ZeroCopyMode, ZeroCopySender, ZeroCopyStats};
 
-/// Operating-system helpers the benchmark and test tools share. Not part of
-/// the stable API: only with the `unstable-tools` feature.
+/// Operating-system helpers the benchmark and test tools share.
+///
+/// **Unstable** (feature `unstable-tools`): not part of the stable API; it
+/// exists for the `fastudp` command and may change in any release.
 #[cfg(feature = "unstable-tools")]
 #[cfg_attr(docsrs, doc(cfg(feature = "unstable-tools")))]
 pub mod os {

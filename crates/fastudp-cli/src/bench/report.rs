@@ -330,30 +330,45 @@ pub fn verdict(rs: &[Measurement], net: Option<Profile>) -> Vec<String> {
         .filter(|r| r.lost.is_some_and(|l| l > 0))
         .collect();
     if !lossy.is_empty() {
-        let (path, why) = match net {
-            None => (
-                "loopback",
-                "loopback has no flow control",
-            ),
-            Some(_) => (
-                "the testbed",
-                "a veth pair has no flow control (and a veth in NAPI mode drops when its ring is full: `ip -s link`)",
-            ),
+        let why = match net {
+            None => "loopback has no flow control",
+            Some(_) => "a veth pair has no flow control",
         };
         let lost: u64 = lossy.iter().filter_map(|r| r.lost).sum();
         let drops: u64 = lossy.iter().map(|r| r.kernel_drops).sum();
+        let pad = "                 ";
         v.push(format!(
             "  loss:          {} of {} UDP runs lost datagrams ({lost} in all; the kernel counted {drops} receive-buffer drops).",
             lossy.len(),
             udp.len()
         ));
         v.push(format!(
-            "                 Why: bench sends as fast as it can, unpaced, and {why}: a sender faster than its receiver overruns the receiving socket's buffer on {path}, and the kernel drops what does not fit. The receiver fell behind; nothing is broken."
+            "{pad}bench sends unpaced, as fast as it can, and {why}: a sender faster"
         ));
-        v.push(
-            "                 To measure without it: pace the sender (`fastudp tx -b RATE` into `fastudp rx`), give the receiver a larger buffer (raise net.core.rmem_max: `fastudp tune`), or receive with GRO (--rx gro-recvmmsg), which takes a whole train per read."
-                .into(),
-        );
+        v.push(format!(
+            "{pad}than its receiver fills the receiving socket's buffer, and the kernel drops"
+        ));
+        v.push(format!(
+            "{pad}what does not fit. The receiver fell behind; nothing is broken."
+        ));
+        if net.is_some() {
+            v.push(format!(
+                "{pad}A veth in NAPI mode also drops when its ring is full (`ip -s link`)."
+            ));
+        }
+        let gro_everywhere = lossy.iter().all(|r| r.rx.contains("gro"));
+        v.push(format!(
+            "{pad}To measure without it: pace the sender (`fastudp tx -b RATE` into `fastudp rx`),"
+        ));
+        v.push(format!(
+            "{pad}or give the receiver a larger buffer (raise net.core.rmem_max: `fastudp tune`){}",
+            if gro_everywhere { "." } else { "," }
+        ));
+        if !gro_everywhere {
+            v.push(format!(
+                "{pad}or receive with GRO (--rx gro-recvmmsg), which takes a whole train per read."
+            ));
+        }
     }
     v
 }

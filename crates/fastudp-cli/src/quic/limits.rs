@@ -36,6 +36,9 @@ pub const PENDING_TRAINS: usize = 64;
 pub const TRAIN_BUF: usize = 40 * 1500;
 /// Spare train buffers a worker keeps for reuse.
 pub const SPARE_TRAINS: usize = 64;
+/// Messages of a worker's receive batch (each of the library's default
+/// capacity, for GRO trains).
+pub const RECV_BATCH: usize = 64;
 /// Bytes quinn-proto may buffer for connections not yet accepted, per
 /// worker (the server decides on each at once, so this is rarely used).
 pub const INCOMING_BUFFER: u64 = 1 << 20;
@@ -69,7 +72,7 @@ pub fn per_worker() -> u64 {
     let stateless = (STATELESS_QUEUE * STATELESS_BUF) as u64;
     let trains =
         ((PENDING_TRAINS + super::serve::TRAINS_PER_TURN + SPARE_TRAINS) * TRAIN_BUF) as u64;
-    let recv = 64 * 64 * K;
+    let recv = (RECV_BATCH * fastudp::DEFAULT_MESSAGE_CAPACITY) as u64;
     forward + stateless + trains + recv + INCOMING_BUFFER + M
 }
 

@@ -66,13 +66,15 @@ impl<W: AsyncWrite + Unpin> Sink for Stream<'_, W> {
     }
 }
 
-/// Writes the response to `req` on `w`; counts the bytes as they go.
+/// Writes the response to `req` on `w`; counts the bytes as they go out
+/// (`wire_bytes`); its length. The caller counts it as goodput once it
+/// knows it delivered.
 pub async fn respond<W: Sink>(
     w: &mut W,
     req: Request,
     interval: Duration,
     counters: &Counters,
-) -> std::io::Result<()> {
+) -> std::io::Result<u64> {
     match req {
         Request::Bytes(n) => {
             let mut off = 0;
@@ -97,13 +99,16 @@ pub async fn respond<W: Sink>(
             }
         }
     }
-    w.done().await
+    w.done().await?;
+    Ok(match req {
+        Request::Bytes(n) => n,
+        Request::Video { rate, seconds } => Frames::new(rate, seconds, interval).total(),
+    })
 }
 
 /// The next piece of the pattern, counted as written.
 fn piece(counters: &Counters, off: u64, len: u64) -> &'static [u8] {
     let p = hq::pattern(off, len);
-    counters.app_bytes.fetch_add(p.len() as u64, Relaxed);
     counters.wire_bytes.fetch_add(p.len() as u64, Relaxed);
     p
 }
@@ -196,9 +201,12 @@ async fn connection(conn: quinn::Connection, interval: Duration, counters: &Arc<
                     match read_request(&mut recv).await {
                         Ok(req) => {
                             let _ = recv.stop(quinn::VarInt::from_u32(0));
-                            if respond(&mut send, req, interval, &counters).await.is_ok() {
+                            if let Ok(len) = respond(&mut send, req, interval, &counters).await {
                                 let _ = send.finish();
-                                let _ = send.stopped().await;
+                                // Ok(None): the client acknowledged it all.
+                                if let Ok(None) = send.stopped().await {
+                                    counters.app_bytes.fetch_add(len, Relaxed);
+                                }
                             }
                         }
                         Err(bad) => {

@@ -631,7 +631,7 @@ impl Worker {
             timers: BTreeSet::new(),
             dirty: Vec::new(),
             more: Vec::new(),
-            batch: Some(RecvBatch::new(64)),
+            batch: Some(RecvBatch::new(limits::RECV_BATCH)),
             pending: Vec::new(),
             pacer: s
                 .total_rate

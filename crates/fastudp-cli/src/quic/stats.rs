@@ -17,9 +17,10 @@ pub struct Counters {
     pub refused: AtomicU64,
     /// Retry packets sent.
     pub retries: AtomicU64,
-    /// Response bytes the clients acknowledged (`--stack fastudp`: a
-    /// response counts when its last byte is acknowledged; the baselines
-    /// count bytes as their stacks take them).
+    /// Response bytes delivered, counted per response when it is whole:
+    /// QUIC stacks when the client has acknowledged its last byte,
+    /// TLS over TCP when the kernel has taken it all and the connection
+    /// shut down cleanly.
     pub app_bytes: AtomicU64,
     /// UDP payload bytes sent.
     pub wire_bytes: AtomicU64,

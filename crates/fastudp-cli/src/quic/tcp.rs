@@ -60,11 +60,14 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
                     if let Ok(mut s) = acceptor.accept(tcp).await {
                         counters.accepted.fetch_add(1, Relaxed);
                         if let Ok(req) = read_request(&mut s).await {
-                            if respond(&mut Stream(&mut s), req, interval, &counters)
-                                .await
-                                .is_ok()
+                            if let Ok(len) =
+                                respond(&mut Stream(&mut s), req, interval, &counters).await
                             {
-                                let _ = s.shutdown().await;
+                                // Taken whole by the kernel (TCP delivers it
+                                // or the connection fails).
+                                if s.shutdown().await.is_ok() {
+                                    counters.app_bytes.fetch_add(len, Relaxed);
+                                }
                             }
                         }
                     }
