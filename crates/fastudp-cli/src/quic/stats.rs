@@ -13,6 +13,8 @@ pub struct Counters {
     pub connections: AtomicU64,
     /// Connections accepted so far.
     pub accepted: AtomicU64,
+    /// Connections accepted whose handshake is not done, server-wide.
+    pub half_open: AtomicU64,
     /// Connections refused (--max-connections) so far.
     pub refused: AtomicU64,
     /// Retry packets sent.
