@@ -96,11 +96,15 @@ fn gso_refused_by_the_kernel_falls_back_without_loss() {
     assert!(res.resent_unsegmented > 0);
     // One fallback; or two when the first refused train had a shorter last
     // datagram, which first turns only such trains into datagrams (the
-    // Linux 6.6.44 case) until a uniform train is refused too.
+    // Linux 6.6.44 case) until a uniform train is refused too; and one more
+    // for each time GSO was tried again (after Config::gso_retry, 1 s: a
+    // slow run on a busy host outlasts it).
+    let most = 2 + res.tx_gso_retries as usize;
     assert!(
-        (1..=2).contains(&res.tx_fallbacks),
-        "{} fallbacks",
-        res.tx_fallbacks
+        (1..=most).contains(&res.tx_fallbacks),
+        "{} fallbacks, {} retries",
+        res.tx_fallbacks,
+        res.tx_gso_retries
     );
 }
 
@@ -412,10 +416,11 @@ fn packet_too_big_gives_the_mtu(v6: bool) {
             local: false,
         }
     );
-    // A datagram that fits still goes, and arrives.
+    // A datagram that fits still goes, and arrives (the router may first
+    // resolve the receiver's address: seconds on a busy host).
     tx.send(&[Transmit::new(dest, &big[..1200])]).unwrap();
     rx.as_std()
-        .set_read_timeout(Some(std::time::Duration::from_secs(2)))
+        .set_read_timeout(Some(std::time::Duration::from_secs(10)))
         .unwrap();
     let mut b = fastudp::RecvBatch::new(4);
     rx.recv(&mut b).unwrap();
