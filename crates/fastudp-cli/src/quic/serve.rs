@@ -1216,6 +1216,7 @@ impl Worker {
         if n > 0 {
             let mut ts: Vec<Transmit<'_>> = q[..n].iter().map(Pending::transmit).collect();
             let mut at = 0;
+            let mut dropped_locally = 0u64;
             while at < ts.len() {
                 match self.s.tx.send(&ts[at..]) {
                     Ok(sent) if sent.transmits == 0 && sent.datagrams == 0 => {
@@ -1227,6 +1228,7 @@ impl Worker {
                         // transmit fails, which the next call says).
                         // Datagrams a full qdisc dropped are done: QUIC
                         // sees them lost and resends.
+                        dropped_locally += sent.dropped_locally as u64;
                         at += sent.transmits;
                         if sent.datagrams > 0 {
                             ts[at] = ts[at].skip_datagrams(sent.datagrams);
@@ -1263,8 +1265,13 @@ impl Worker {
                     p.start += cut;
                 }
             }
+            // `wire_bytes` counts what the kernel was handed, datagrams its
+            // queue then dropped included (their count is apart).
             counters.wire_bytes.fetch_add(bytes, Relaxed);
-            counters.datagrams_sent.fetch_add(datagrams, Relaxed);
+            counters
+                .datagrams_sent
+                .fetch_add(datagrams.saturating_sub(dropped_locally), Relaxed);
+            counters.dropped_locally.fetch_add(dropped_locally, Relaxed);
             for p in q.drain(..at) {
                 self.done_with(p);
             }
