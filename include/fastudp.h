@@ -1141,7 +1141,8 @@ fastudp_result fastudp_coalescer_free(struct fastudp_coalescer *c);
  * `number` is NULL: datagrams are numbered 0, 1, 2, ... in push order, and
  * errors name them so (`fastudp_last_error`'s index). When the queue is
  * full the queued trains are flushed on `sock` first. An error means the
- * datagram was not queued.
+ * datagram was not queued (`FASTUDP_ERR_NO_MEMORY` when there was no
+ * memory to queue it).
  *
  * # Safety
  * `c` a live coalescer and `sock` a live socket, used with no other;

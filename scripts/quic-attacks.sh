@@ -38,6 +38,10 @@ ip netns add "$S"
 ip link add "$CIF" numtxqueues 2 numrxqueues 2 netns "$C" type veth \
     peer name "$SIF" numtxqueues 2 numrxqueues 2 netns "$S"
 ip -n "$C" addr add 10.232.0.1/24 dev "$CIF"
+# The attacks send from an address of their own (the server bounds what
+# one address holds: --max-connections-per-ip); the legitimate client
+# sends from 10.232.0.1.
+ip -n "$C" addr add 10.232.0.3/24 dev "$CIF"
 ip -n "$S" addr add 10.232.0.2/24 dev "$SIF"
 for n in "$C" "$S"; do ip -n "$n" link set lo up; done
 ip -n "$C" link set "$CIF" up
@@ -63,7 +67,7 @@ run() {
     ip netns exec "$S" "$BIN" quic serve --listen "$ADDR" --json --stats >"$TMP/srv.json" 2>"$TMP/srv.err" &
     SRV=$!
     for _ in $(seq 100); do grep -q '"listening"' "$TMP/srv.json" 2>/dev/null && break; sleep 0.05; done
-    ip netns exec "$C" "$BIN" quic attack "$@" "$ADDR" --duration "$SECS" >"$TMP/att.out" 2>&1 &
+    ip netns exec "$C" "$BIN" quic attack "$@" --source 10.232.0.3 "$ADDR" --duration "$SECS" >"$TMP/att.out" 2>&1 &
     local att=$!
     sleep 2
     local t0 t1 served=no tries=0

@@ -53,16 +53,11 @@ fuzz_target!(|data: &[u8]| {
     let total_rate = (inp.u8() & 1 == 1).then_some(inp.u64());
     let batch_bytes = inp.u32() as usize;
     let start_ns = inp.u64();
-    let cfg = SchedulerConfig {
-        flows,
-        rate,
-        interval: Duration::from_nanos(interval_ns),
-        max_burst,
-        segment_size,
-        mode,
-        total_rate,
-        batch_bytes,
-    };
+    let cfg = SchedulerConfig::new(flows, rate, Duration::from_nanos(interval_ns), segment_size)
+        .max_burst(max_burst)
+        .mode(mode)
+        .total_rate(total_rate)
+        .batch_bytes(batch_bytes);
     let Ok(mut s) = Scheduler::new(&cfg, start_ns) else {
         return;
     };

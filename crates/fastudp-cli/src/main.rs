@@ -1,5 +1,9 @@
 //! The `fastudp` command: argument parsing and dispatch only.
 
+// Every `unsafe` operation the command needs lives behind a safe function
+// in the library's `sys` module.
+#![forbid(unsafe_code)]
+
 #[macro_use]
 mod output;
 mod args;

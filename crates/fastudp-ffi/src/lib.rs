@@ -23,6 +23,8 @@
 
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
+// Every `unsafe` block says why it is sound, in a `// SAFETY:` comment.
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 // The repository's README: its Rust example runs as a doctest here (this
 // crate depends on fastudp and is not published, so the path outside the

@@ -116,6 +116,7 @@ pub fn code_of(e: &fastudp::Error) -> fastudp_result {
         E::Bind { .. } => FASTUDP_ERR_BIND,
         E::Setup { .. } => FASTUDP_ERR_SETUP,
         E::Io(_) => FASTUDP_ERR_IO,
+        E::Alloc { .. } => FASTUDP_ERR_NO_MEMORY,
         _ => FASTUDP_ERR_OTHER,
     }
 }

@@ -30,16 +30,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (mode, why) = choose_mode(PacingMode::Kernel, tx.capabilities().txtime, None);
     println!("pacing: {mode} ({why})");
     let mut sched = Scheduler::new(
-        &SchedulerConfig {
-            flows,
-            rate,
-            interval: Duration::from_millis(8),
-            max_burst: 16,
-            segment_size: SEGMENT,
-            mode,
-            total_rate: None,
-            batch_bytes: DEFAULT_BATCH_BYTES,
-        },
+        &SchedulerConfig::new(flows, rate, Duration::from_millis(8), SEGMENT)
+            .max_burst(16)
+            .mode(mode)
+            .batch_bytes(DEFAULT_BATCH_BYTES),
         monotonic_ns(),
     )?;
     let mut waiter = Waiter::tolerating(DEFAULT_SLACK);

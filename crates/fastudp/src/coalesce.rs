@@ -179,6 +179,18 @@ impl Coalescer {
             ..Transmit::new(dest, data)
         };
         state.validate(number as usize, &t)?;
+        // Room first, so that a failed allocation leaves the queue as it
+        // was (and is an error, not an abort).
+        let no_room = |bytes| Error::Alloc {
+            index: number as usize,
+            source: crate::error::AllocError { bytes },
+        };
+        self.buf
+            .try_reserve(data.len())
+            .map_err(|_| no_room(data.len()))?;
+        self.trains
+            .try_reserve(1)
+            .map_err(|_| no_room(std::mem::size_of::<Queued>()))?;
         let joins = match self.trains.last() {
             Some(t)
                 if !self.builder.is_empty()

@@ -164,6 +164,15 @@ pub enum Error {
         /// The destination.
         destination: SocketAddr,
     },
+    /// Memory for queueing the datagram could not be allocated (a
+    /// [`crate::Coalescer`] under a memory limit): it was not queued.
+    #[error("datagram {index}: {source}")]
+    Alloc {
+        /// The datagram's number.
+        index: usize,
+        /// What could not be allocated.
+        source: AllocError,
+    },
     /// A [`crate::ZeroCopySender`] train sent one datagram at a time (GSO
     /// off) went out in part: its first `sent` datagrams went out.
     #[error("transmit {index}: only {sent} of {segments} datagrams of the train went out one by one after GSO was turned off: {source}")]
@@ -228,7 +237,8 @@ impl Error {
             | Error::SegmentExceedsMtu { index, .. }
             | Error::DatagramExceedsMtu { index, .. }
             | Error::AddressFamily { index, .. }
-            | Error::PartialTrain { index, .. } => Some(*index),
+            | Error::PartialTrain { index, .. }
+            | Error::Alloc { index, .. } => Some(*index),
             Error::Config(ConfigError::TxtimeOff { index }) => Some(*index),
             _ => None,
         }

@@ -240,6 +240,8 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
+// Every `unsafe` block says why it is sound, in a `// SAFETY:` comment.
+#![deny(clippy::undocumented_unsafe_blocks)]
 // Without `unstable-tools`, helpers only the tool modules call are unused.
 #![cfg_attr(not(feature = "unstable-tools"), allow(dead_code))]
 

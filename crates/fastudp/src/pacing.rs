@@ -41,6 +41,7 @@ fn drain_clock(ns: u64, early: u64, bytes: u128, rate: u64) -> Option<(u64, u64)
 
 /// Why a pacer cannot be built.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum PacingError {
     /// A rate of zero bytes per second.
     #[error("the pacing rate must be more than 0 bytes per second")]
@@ -64,6 +65,7 @@ pub enum PacingError {
 
 /// One paced train: when it may leave and how many segments it carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Departure {
     /// Earliest departure time, in ns on the caller's clock.
     pub at_ns: u64,
@@ -323,7 +325,26 @@ pub const DEFAULT_SLACK: Duration = Duration::from_micros(100);
 pub const MAX_TRAINS_PER_BATCH: usize = 64;
 
 /// What a [`Scheduler`] paces: many flows of one rate.
+///
+/// Build one with [`SchedulerConfig::new`] and its setters, which keep
+/// working when a field is added:
+///
+/// ```
+/// use fastudp::pacing::{PacingMode, Scheduler, SchedulerConfig};
+/// use std::time::Duration;
+///
+/// // 25 flows of 2 MB/s, a train per flow every 8 ms, of up to 32
+/// // segments of 1200 bytes, paced in user space.
+/// let cfg = SchedulerConfig::new(25, 2_000_000, Duration::from_millis(8), 1200)
+///     .max_burst(32)
+///     .mode(PacingMode::User);
+/// assert_eq!(cfg.flows, 25);
+/// let sched = Scheduler::new(&cfg, 0)?;
+/// assert_eq!(sched.total_rate(), 55_000_000); // the flows' sum plus 10%
+/// # Ok::<(), fastudp::pacing::PacingError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct SchedulerConfig {
     /// Number of flows.
     pub flows: usize,
@@ -344,8 +365,56 @@ pub struct SchedulerConfig {
     pub batch_bytes: usize,
 }
 
+impl SchedulerConfig {
+    /// `flows` flows of `rate` bytes per second each, at most one train per
+    /// flow per `interval`, of `segment_size`-byte segments. The rest
+    /// starts as: trains of one segment (`max_burst` 1), paced in user
+    /// space ([`PacingMode::User`]), a total rate of the flows' sum plus
+    /// 10%, and batches of at most [`DEFAULT_BATCH_BYTES`]. Nothing is
+    /// checked here: [`Scheduler::new`] refuses what cannot be paced.
+    pub fn new(flows: usize, rate: u64, interval: Duration, segment_size: usize) -> Self {
+        SchedulerConfig {
+            flows,
+            rate,
+            interval,
+            max_burst: 1,
+            segment_size,
+            mode: PacingMode::User,
+            total_rate: None,
+            batch_bytes: DEFAULT_BATCH_BYTES,
+        }
+    }
+
+    /// The most segments in one train (a GSO train when more than 1).
+    pub fn max_burst(mut self, segments: usize) -> Self {
+        self.max_burst = segments;
+        self
+    }
+
+    /// Who honours the departure times ([`choose_mode`] picks one a socket
+    /// can keep).
+    pub fn mode(mut self, mode: PacingMode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// User space: the most all flows together may send, in bytes per
+    /// second; `None` for the flows' sum plus 10%.
+    pub fn total_rate(mut self, bytes_per_sec: Option<u64>) -> Self {
+        self.total_rate = bytes_per_sec;
+        self
+    }
+
+    /// User space: the most bytes in one batch.
+    pub fn batch_bytes(mut self, bytes: usize) -> Self {
+        self.batch_bytes = bytes;
+        self
+    }
+}
+
 /// One train that may leave now: whose, when and how big.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Due {
     /// The flow, `0..flows`.
     pub flow: usize,
@@ -542,6 +611,7 @@ impl Scheduler {
 
 /// Who enforces departure times.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum PacingMode {
     /// The kernel: SO_TXTIME with an EDT-aware qdisc (fq or etf).
     Kernel,

@@ -66,6 +66,11 @@ pub struct AttackArgs {
     /// Streams per connection (windows, slow-requests, never-read).
     #[arg(long, default_value_t = 100)]
     pub streams: usize,
+    /// The source address to send from (default: the one the route
+    /// picks), so that a legitimate client on the same host can have an
+    /// address of its own.
+    #[arg(long)]
+    pub source: Option<std::net::IpAddr>,
     /// Output JSON.
     #[arg(long)]
     pub json: bool,
@@ -100,9 +105,9 @@ pub fn run(a: AttackArgs) -> Result<(), Failure> {
         msg: format!("attack: {e}"),
     };
     let done = match a.kind {
-        Kind::Forward => forward(a.server, until).map_err(io)?,
-        Kind::Version => version(a.server, until).map_err(io)?,
-        Kind::Initials => initials(a.server, until).map_err(io)?,
+        Kind::Forward => forward(a.server, a.source, until).map_err(io)?,
+        Kind::Version => version(a.server, a.source, until).map_err(io)?,
+        Kind::Initials => initials(a.server, a.source, until).map_err(io)?,
         k => connections(k, &a, until).map_err(io)?,
     };
     if a.json {
@@ -121,13 +126,18 @@ pub fn run(a: AttackArgs) -> Result<(), Failure> {
     Ok(())
 }
 
-fn bind_for(server: SocketAddr) -> std::io::Result<UdpSocket> {
-    let any: SocketAddr = if server.is_ipv6() {
-        "[::]:0".parse().unwrap_or(server)
-    } else {
-        "0.0.0.0:0".parse().unwrap_or(server)
-    };
-    UdpSocket::bind(any)
+/// The address to bind for `server`: `source` (port 0), or the unspecified
+/// address of its family.
+fn local_for(server: SocketAddr, source: Option<std::net::IpAddr>) -> SocketAddr {
+    match source {
+        Some(ip) => SocketAddr::new(ip, 0),
+        None if server.is_ipv6() => "[::]:0".parse().unwrap_or(server),
+        None => "0.0.0.0:0".parse().unwrap_or(server),
+    }
+}
+
+fn bind_for(server: SocketAddr, source: Option<std::net::IpAddr>) -> std::io::Result<UdpSocket> {
+    UdpSocket::bind(local_for(server, source))
 }
 
 /// A 1,200-byte long header of `version` with an 8-byte DCID starting
@@ -144,13 +154,12 @@ fn long_header(version: u32, dcid0: u8, n: u64) -> [u8; 1200] {
     p
 }
 
-fn forward(server: SocketAddr, until: Instant) -> std::io::Result<Done> {
-    let s = Socket::bind(if server.is_ipv6() {
-        "[::]:0".parse().unwrap_or(server)
-    } else {
-        "0.0.0.0:0".parse().unwrap_or(server)
-    })
-    .map_err(std::io::Error::from)?;
+fn forward(
+    server: SocketAddr,
+    source: Option<std::net::IpAddr>,
+    until: Instant,
+) -> std::io::Result<Done> {
+    let s = Socket::bind(local_for(server, source)).map_err(std::io::Error::from)?;
     let mut d = Done::default();
     let mut train = Vec::with_capacity(50 * 1200);
     let mut n = 0u64;
@@ -170,8 +179,12 @@ fn forward(server: SocketAddr, until: Instant) -> std::io::Result<Done> {
     Ok(d)
 }
 
-fn version(server: SocketAddr, until: Instant) -> std::io::Result<Done> {
-    let s = bind_for(server)?;
+fn version(
+    server: SocketAddr,
+    source: Option<std::net::IpAddr>,
+    until: Instant,
+) -> std::io::Result<Done> {
+    let s = bind_for(server, source)?;
     s.set_nonblocking(true)?;
     let mut d = Done::default();
     let mut n = 0u64;
@@ -203,12 +216,16 @@ fn client_config(transport: Option<TransportConfig>) -> ClientConfig {
     c
 }
 
-fn initials(server: SocketAddr, until: Instant) -> std::io::Result<Done> {
+fn initials(
+    server: SocketAddr,
+    source: Option<std::net::IpAddr>,
+    until: Instant,
+) -> std::io::Result<Done> {
     let cfg = client_config(None);
     let mut ep = Endpoint::new(Arc::new(EndpointConfig::default()), None, false, None);
     let socks = (0..64)
         .map(|_| {
-            let s = bind_for(server)?;
+            let s = bind_for(server, source)?;
             s.set_nonblocking(true)?;
             Ok(s)
         })
@@ -257,8 +274,8 @@ struct Client {
 }
 
 impl Client {
-    fn new(server: SocketAddr) -> std::io::Result<Self> {
-        let sock = bind_for(server)?;
+    fn new(server: SocketAddr, source: Option<std::net::IpAddr>) -> std::io::Result<Self> {
+        let sock = bind_for(server, source)?;
         sock.set_nonblocking(true)?;
         Ok(Client {
             sock,
@@ -372,7 +389,7 @@ fn connections(kind: Kind, a: &AttackArgs, until: Instant) -> std::io::Result<Do
     }
     let cfg = client_config(Some(t));
     let mut d = Done::default();
-    let mut c = Client::new(a.server)?;
+    let mut c = Client::new(a.server, a.source)?;
     for _ in 0..a.connections {
         c.connect(cfg.clone());
     }

@@ -24,6 +24,9 @@ pub mod code {
 }
 /// The application close code of a server shutting down: no error.
 pub const CLOSE_SHUTDOWN: u32 = 0;
+/// The application close code of a connection over its address's share
+/// (`--max-connections-per-ip`).
+pub const CLOSE_ADDRESS_LIMIT: u32 = 0x14;
 
 /// What a request asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

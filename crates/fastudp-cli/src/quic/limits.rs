@@ -24,6 +24,66 @@ pub const SEND_WINDOW: u64 = 8 << 20;
 /// The default deadline for a request line.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Connections one client address (an IPv6 /64) may hold, server-wide,
+/// by default: this fraction of `--max-connections`, at least 1.
+pub const PER_ADDRESS_SHARE: usize = 4;
+
+/// The key a client's address is counted under: the IPv4 address (an
+/// IPv4-mapped IPv6 address as its IPv4 one), or the IPv6 /64 (one host's
+/// or one site's addresses).
+pub fn address_key(ip: std::net::IpAddr) -> std::net::IpAddr {
+    match ip {
+        std::net::IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => v4.into(),
+            None => std::net::Ipv6Addr::from(u128::from(v6) & !((1u128 << 64) - 1)).into(),
+        },
+        v4 => v4,
+    }
+}
+
+/// Connections per client address, server-wide (`--max-connections-per-ip`):
+/// a connection is counted once its address is validated (a Retry token
+/// or a finished handshake), so that Initials from spoofed sources cannot
+/// use up another client's share.
+#[derive(Debug)]
+pub struct PerAddress {
+    max: usize,
+    counts: std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>,
+}
+
+impl PerAddress {
+    /// At most `max` connections from one address.
+    pub fn new(max: usize) -> Self {
+        PerAddress {
+            max,
+            counts: Default::default(),
+        }
+    }
+
+    /// Takes a place for `ip`; false when it holds `max` already.
+    pub fn take(&self, ip: std::net::IpAddr) -> bool {
+        let mut m = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+        let n = m.entry(address_key(ip)).or_insert(0);
+        if *n >= self.max {
+            return false;
+        }
+        *n += 1;
+        true
+    }
+
+    /// Gives back a place taken for `ip`.
+    pub fn give(&self, ip: std::net::IpAddr) {
+        let mut m = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+        let k = address_key(ip);
+        if let Some(n) = m.get_mut(&k) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&k);
+            }
+        }
+    }
+}
+
 /// Stateless replies (Version Negotiation, Retry, stateless reset, close
 /// of a refused connection) a worker queues at most; more are dropped.
 pub const STATELESS_QUEUE: usize = 256;
@@ -36,6 +96,9 @@ pub const PENDING_TRAINS: usize = 64;
 pub const TRAIN_BUF: usize = 40 * 1500;
 /// Spare train buffers a worker keeps for reuse.
 pub const SPARE_TRAINS: usize = 64;
+/// Messages of a worker's receive batch (each of the library's default
+/// capacity, for GRO trains).
+pub const RECV_BATCH: usize = 64;
 /// Bytes quinn-proto may buffer for connections not yet accepted, per
 /// worker (the server decides on each at once, so this is rarely used).
 pub const INCOMING_BUFFER: u64 = 1 << 20;
@@ -69,7 +132,7 @@ pub fn per_worker() -> u64 {
     let stateless = (STATELESS_QUEUE * STATELESS_BUF) as u64;
     let trains =
         ((PENDING_TRAINS + super::serve::TRAINS_PER_TURN + SPARE_TRAINS) * TRAIN_BUF) as u64;
-    let recv = 64 * 64 * K;
+    let recv = (RECV_BATCH * fastudp::DEFAULT_MESSAGE_CAPACITY) as u64;
     forward + stateless + trains + recv + INCOMING_BUFFER + M
 }
 
@@ -158,5 +221,30 @@ mod tests {
         for bad in ["", "-1G", "0", "x", "1T"] {
             assert!(parse_bytes(bad).is_err(), "{bad}");
         }
+    }
+}
+
+#[cfg(test)]
+mod per_address_tests {
+    use super::*;
+    use std::net::IpAddr;
+
+    #[test]
+    fn an_ipv6_64_is_one_address_and_places_come_back() {
+        let p = PerAddress::new(2);
+        let a: IpAddr = "2001:db8::1".parse().unwrap();
+        let b: IpAddr = "2001:db8::ffff:2".parse().unwrap();
+        let other: IpAddr = "2001:db8:0:1::1".parse().unwrap();
+        assert!(p.take(a));
+        assert!(p.take(b));
+        assert!(!p.take(a), "a /64 is one address");
+        assert!(p.take(other));
+        p.give(a);
+        assert!(p.take(b));
+        let v4: IpAddr = "192.0.2.1".parse().unwrap();
+        let mapped: IpAddr = "::ffff:192.0.2.1".parse().unwrap();
+        assert!(p.take(v4));
+        assert!(p.take(mapped));
+        assert!(!p.take(v4), "a v4-mapped address is its IPv4 address");
     }
 }

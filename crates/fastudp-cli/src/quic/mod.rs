@@ -89,6 +89,12 @@ pub struct ServeArgs {
     /// force is printed at start).
     #[arg(long)]
     pub max_connections: Option<usize>,
+    /// Connections at most from one client address (an IPv6 /64),
+    /// server-wide, counted once the address is validated; more are
+    /// refused. Default: a quarter of --max-connections in force, at
+    /// least 1. --stack fastudp only.
+    #[arg(long)]
+    pub max_connections_per_ip: Option<usize>,
     /// The memory the server may need at worst, bytes (k, M, G suffixes):
     /// it bounds --max-connections so that every connection's, worker's
     /// and queue's bound fits (docs/SECURITY.md). Default: a quarter of
@@ -217,6 +223,12 @@ fn check_serve(a: &ServeArgs) -> Result<(), Failure> {
     }
     if a.max_connections == Some(0) {
         return bad("--max-connections 0: at least 1".into());
+    }
+    if a.max_connections_per_ip == Some(0) {
+        return bad("--max-connections-per-ip 0: at least 1".into());
+    }
+    if a.stack != Stack::Fastudp && a.max_connections_per_ip.is_some() {
+        return bad("--max-connections-per-ip needs --stack fastudp".into());
     }
     if !(a.request_timeout.is_finite() && a.request_timeout >= 0.01 && a.request_timeout <= 3600.0)
     {

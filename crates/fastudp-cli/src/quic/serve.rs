@@ -137,6 +137,10 @@ struct Conn {
     lost: u64,
     /// Counted in the worker's handshakes from unvalidated addresses.
     half_open: bool,
+    /// Its client's address, and whether it holds a place of that
+    /// address's share (`--max-connections-per-ip`).
+    address: IpAddr,
+    address_counted: bool,
     /// Responses written in full and finished, waiting for the client to
     /// acknowledge their last byte (quinn-proto's
     /// `StreamEvent::Finished`): their lengths, counted as goodput then.
@@ -231,6 +235,8 @@ struct Setup {
     request_timeout: Duration,
     /// `--max-half-open`.
     max_half_open: usize,
+    /// `--max-connections-per-ip`, server-wide.
+    per_address: Arc<limits::PerAddress>,
     interval: Duration,
     total_rate: Option<u64>,
 }
@@ -239,6 +245,10 @@ struct Setup {
 pub fn run(a: ServeArgs) -> Result<(), Failure> {
     let n = workers(&a);
     let (max_connections, budget) = connection_limit(&a, n)?;
+    let per_ip = a
+        .max_connections_per_ip
+        .unwrap_or((max_connections / limits::PER_ADDRESS_SHARE).max(1));
+    let per_address = Arc::new(limits::PerAddress::new(per_ip));
     let id = tls::identity(a.cert.as_deref(), a.key.as_deref())?;
     let crypto = quinn_proto::crypto::rustls::QuicServerConfig::try_from(tls::server(&id)?)
         .map_err(|e| Failure::usage(format!("TLS set-up: {e}")))?;
@@ -356,6 +366,7 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
             max_connections,
             request_timeout: Duration::from_secs_f64(a.request_timeout),
             max_half_open: a.max_half_open,
+            per_address: per_address.clone(),
             interval: Duration::from_secs_f64(a.interval / 1000.0),
             total_rate: a.total_rate,
         };
@@ -377,7 +388,7 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
         handles.push(h);
     }
     listening("fastudp", addr, n, a.json);
-    announce_limits(&a, n, max_connections, budget);
+    announce_limits(&a, n, (max_connections, per_ip), budget);
     let rep = Reporter::new(&counters, "fastudp", true);
     rep.wait(
         &counters,
@@ -422,7 +433,12 @@ fn connection_limit(a: &ServeArgs, workers: usize) -> Result<(usize, u64), Failu
 }
 
 /// Says what the limits are and what they cost at worst.
-fn announce_limits(a: &ServeArgs, workers: usize, max_connections: usize, budget: u64) {
+fn announce_limits(
+    a: &ServeArgs,
+    workers: usize,
+    (max_connections, per_ip): (usize, usize),
+    budget: u64,
+) {
     let worst = limits::worst_case(workers, max_connections);
     if a.json {
         outln!(
@@ -431,6 +447,7 @@ fn announce_limits(a: &ServeArgs, workers: usize, max_connections: usize, budget
                 "kind": "limits",
                 "max_memory": budget,
                 "max_connections": max_connections,
+                "max_connections_per_ip": per_ip,
                 "per_connection": limits::per_connection(),
                 "per_worker": limits::per_worker(),
                 "worst_case": worst,
@@ -442,7 +459,7 @@ fn announce_limits(a: &ServeArgs, workers: usize, max_connections: usize, budget
         );
     } else {
         outln!(
-            "limits: {max_connections} connections ({} KiB each at most), {workers} workers ({} MiB each), worst case {} MiB of --max-memory {} MiB; request timeout {} s",
+            "limits: {max_connections} connections ({} KiB each at most), {workers} workers ({} MiB each), worst case {} MiB of --max-memory {} MiB; request timeout {} s; {per_ip} connections per client address",
             limits::per_connection() >> 10,
             limits::per_worker() >> 20,
             worst >> 20,
@@ -571,7 +588,11 @@ struct Worker {
     /// Connections accepted whose handshake is not done: above
     /// `--max-half-open`, new clients get a Retry (as with `--retry`), so a
     /// flood of Initials from spoofed addresses costs a stateless reply
-    /// each, not a connection's memory.
+    /// each, not a connection's memory. So do they once handshakes
+    /// under way hold half of `--max-connections` server-wide
+    /// ([`Counters::half_open`]): addresses that never answer can take
+    /// at most half of the places, and a client that answers its Retry
+    /// finds one of the rest.
     half_open: usize,
     zc: Option<ZeroCopySender>,
     /// Train buffers to reuse.
@@ -631,7 +652,7 @@ impl Worker {
             timers: BTreeSet::new(),
             dirty: Vec::new(),
             more: Vec::new(),
-            batch: Some(RecvBatch::new(64)),
+            batch: Some(RecvBatch::new(limits::RECV_BATCH)),
             pending: Vec::new(),
             pacer: s
                 .total_rate
@@ -805,7 +826,9 @@ impl Worker {
                     let t = self.endpoint.refuse(incoming, &mut buf);
                     self.s.counters.refused.fetch_add(1, Relaxed);
                     return self.queue_stateless(&t, buf);
-                } else if (self.s.retry || self.half_open >= self.s.max_half_open)
+                } else if (self.s.retry
+                    || self.half_open >= self.s.max_half_open
+                    || self.s.counters.half_open.load(Relaxed) >= max / 2)
                     && !incoming.remote_address_validated()
                     && incoming.may_retry()
                 {
@@ -818,10 +841,21 @@ impl Worker {
                         Err(e) => self.endpoint.ignore(e.into_incoming()),
                     }
                 } else {
+                    // A validated address (a Retry token) takes its place
+                    // of its share now; others once the handshake is done.
+                    let address = incoming.remote_address().ip();
+                    let address_counted = incoming.remote_address_validated();
+                    if address_counted && !self.s.per_address.take(address) {
+                        self.s.counters.connections.fetch_sub(1, Relaxed);
+                        let t = self.endpoint.refuse(incoming, &mut buf);
+                        self.s.counters.refused.fetch_add(1, Relaxed);
+                        return self.queue_stateless(&t, buf);
+                    }
                     match self.endpoint.accept(incoming, now, &mut buf, None) {
                         Ok((ch, conn)) => {
                             self.s.counters.accepted.fetch_add(1, Relaxed);
                             self.half_open += 1;
+                            self.s.counters.half_open.fetch_add(1, Relaxed);
                             self.conns.insert(
                                 ch,
                                 Box::new(Conn {
@@ -831,6 +865,8 @@ impl Worker {
                                     next_departure: 0,
                                     lost: 0,
                                     half_open: true,
+                                    address,
+                                    address_counted,
                                     finishing: Vec::new(),
                                 }),
                             );
@@ -838,6 +874,9 @@ impl Worker {
                         }
                         Err(e) => {
                             self.s.counters.connections.fetch_sub(1, Relaxed);
+                            if address_counted {
+                                self.s.per_address.give(address);
+                            }
                             if let Some(t) = e.response {
                                 return self.queue_stateless(&t, buf);
                             }
@@ -1040,6 +1079,23 @@ impl Worker {
         if c.half_open && (gone || c.conn.is_drained() || !c.conn.is_handshaking()) {
             c.half_open = false;
             self.half_open -= 1;
+            self.s.counters.half_open.fetch_sub(1, Relaxed);
+            // The handshake validated the address: the connection takes
+            // its place of the address's share, or is closed.
+            if !gone && !c.conn.is_drained() && !c.address_counted {
+                if self.s.per_address.take(c.address) {
+                    c.address_counted = true;
+                } else {
+                    c.conn.close(
+                        now,
+                        VarInt::from_u32(hq::CLOSE_ADDRESS_LIMIT),
+                        Bytes::from_static(b"too many connections from this address"),
+                    );
+                    self.s.counters.refused.fetch_add(1, Relaxed);
+                    // Its close goes out next turn.
+                    self.more.push(ch);
+                }
+            }
         }
         if gone || c.conn.is_drained() {
             if let Some(t) = c.timer {
@@ -1047,6 +1103,9 @@ impl Worker {
             }
             self.lost_closed += c.conn.stats().path.lost_packets.saturating_sub(c.lost);
             self.s.counters.connections.fetch_sub(1, Relaxed);
+            if c.address_counted {
+                self.s.per_address.give(c.address);
+            }
             // The table gives back its room as connections go.
             if self.conns.capacity() > 4 * self.conns.len() + 64 {
                 self.conns.shrink_to_fit();
@@ -1157,6 +1216,7 @@ impl Worker {
         if n > 0 {
             let mut ts: Vec<Transmit<'_>> = q[..n].iter().map(Pending::transmit).collect();
             let mut at = 0;
+            let mut dropped_locally = 0u64;
             while at < ts.len() {
                 match self.s.tx.send(&ts[at..]) {
                     Ok(sent) if sent.transmits == 0 && sent.datagrams == 0 => {
@@ -1168,6 +1228,7 @@ impl Worker {
                         // transmit fails, which the next call says).
                         // Datagrams a full qdisc dropped are done: QUIC
                         // sees them lost and resends.
+                        dropped_locally += sent.dropped_locally as u64;
                         at += sent.transmits;
                         if sent.datagrams > 0 {
                             ts[at] = ts[at].skip_datagrams(sent.datagrams);
@@ -1204,8 +1265,13 @@ impl Worker {
                     p.start += cut;
                 }
             }
+            // `wire_bytes` counts what the kernel was handed, datagrams its
+            // queue then dropped included (their count is apart).
             counters.wire_bytes.fetch_add(bytes, Relaxed);
-            counters.datagrams_sent.fetch_add(datagrams, Relaxed);
+            counters
+                .datagrams_sent
+                .fetch_add(datagrams.saturating_sub(dropped_locally), Relaxed);
+            counters.dropped_locally.fetch_add(dropped_locally, Relaxed);
             for p in q.drain(..at) {
                 self.done_with(p);
             }

@@ -13,6 +13,8 @@ pub struct Counters {
     pub connections: AtomicU64,
     /// Connections accepted so far.
     pub accepted: AtomicU64,
+    /// Connections accepted whose handshake is not done, server-wide.
+    pub half_open: AtomicU64,
     /// Connections refused (--max-connections) so far.
     pub refused: AtomicU64,
     /// Retry packets sent.
@@ -45,6 +47,11 @@ pub struct Counters {
     pub stateless_dropped: AtomicU64,
     /// Requests reset for not being whole within --request-timeout.
     pub request_timeouts: AtomicU64,
+    /// Datagrams the host's own queue (a full qdisc, `ENOBUFS`) dropped
+    /// instead of sending; QUIC's loss recovery sends their frames again.
+    /// Not counted in `datagrams_sent`; their bytes are in `wire_bytes`,
+    /// which counts what the kernel was handed.
+    pub dropped_locally: AtomicU64,
     /// Send errors.
     pub send_errors: AtomicU64,
     /// Receive errors (ICMP errors reported on a receive, say).
@@ -126,6 +133,8 @@ pub struct Report {
     pub request_timeouts: u64,
     /// Response bytes acknowledged, in all (what goodput counts).
     pub goodput_bytes: u64,
+    /// Datagrams the host's own queue dropped (`ENOBUFS`), in all.
+    pub dropped_locally: u64,
     /// Send errors, in all.
     pub send_errors: u64,
     /// Receive errors, in all.
@@ -178,6 +187,7 @@ fn report(
         stateless_dropped: c.stateless_dropped.load(Relaxed),
         request_timeouts: c.request_timeouts.load(Relaxed),
         goodput_bytes: to.app,
+        dropped_locally: c.dropped_locally.load(Relaxed),
         send_errors: c.send_errors.load(Relaxed),
         recv_errors: c.recv_errors.load(Relaxed),
         pacing: pacing.to_string(),
@@ -195,7 +205,7 @@ fn print(r: &Report, json: bool) {
         return;
     }
     outln!(
-        "{}: {:.1} s, {} connections ({} accepted, {} refused, {} retries), goodput {:.3} Gbit/s, wire {:.3} Gbit/s, CPU {} s/Gbit ({:.2} cores), send calls {}/s ({} datagrams each), recv calls {}/s ({} datagrams each), {} retransmissions, {} forwarded, {} dropped, {} forward drops, {} stateless drops, {} request timeouts, pacing: {}",
+        "{}: {:.1} s, {} connections ({} accepted, {} refused, {} retries), goodput {:.3} Gbit/s, wire {:.3} Gbit/s, CPU {} s/Gbit ({:.2} cores), send calls {}/s ({} datagrams each), recv calls {}/s ({} datagrams each), {} retransmissions, {} forwarded, {} dropped, {} forward drops, {} stateless drops, {} request timeouts, {} dropped by the local queue, pacing: {}",
         r.kind,
         r.seconds,
         r.connections,
@@ -216,6 +226,7 @@ fn print(r: &Report, json: bool) {
         r.forward_dropped,
         r.stateless_dropped,
         r.request_timeouts,
+        r.dropped_locally,
         r.pacing
     );
 }

@@ -16,6 +16,8 @@ pub fn mode_byte(m: PacingMode) -> u8 {
         PacingMode::Kernel => 1,
         PacingMode::User => 2,
         PacingMode::None => 3,
+        // A mode this version does not know: `mode_name` says "unknown".
+        _ => 0,
     }
 }
 

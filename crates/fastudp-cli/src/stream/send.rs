@@ -43,16 +43,16 @@ pub fn run_stream(a: StreamArgs) -> Result<(), Failure> {
     }
     let t0 = fastudp::os::monotonic_ns() + 10_000_000;
     let mut sched = Scheduler::new(
-        &SchedulerConfig {
-            flows: a.flows,
-            rate: a.rate,
-            interval: Duration::from_secs_f64(a.interval / 1000.0),
-            max_burst: a.max_burst,
-            segment_size: a.payload,
-            mode,
-            total_rate: a.total_rate,
-            batch_bytes: DEFAULT_BATCH_BYTES,
-        },
+        &SchedulerConfig::new(
+            a.flows,
+            a.rate,
+            Duration::from_secs_f64(a.interval / 1000.0),
+            a.payload,
+        )
+        .max_burst(a.max_burst)
+        .mode(mode)
+        .total_rate(a.total_rate)
+        .batch_bytes(DEFAULT_BATCH_BYTES),
         t0,
     )
     .map_err(|e| Failure::usage(e.to_string()))?;

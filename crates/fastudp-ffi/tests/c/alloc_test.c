@@ -7,6 +7,8 @@
  * Prints "N passed, M failed" at the end; exits 1 when a check failed. */
 #include <fastudp.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -72,8 +74,34 @@ int main(void) {
     CHECK(b == (fastudp_recv_batch *)&passed, "no output on error");
     r = fastudp_coalescer_new(0, FASTUDP_MAX_COALESCER_TRAINS, &c);
     CHECK(r == FASTUDP_OK, "the largest coalescer: %d %s", r, msg());
-    if (r == FASTUDP_OK)
+    if (r == FASTUDP_OK) {
+        /* Its queue may hold 4096 trains of 64 KiB: it runs out of memory
+         * first, and says so for the datagram it could not queue. */
+        fastudp_socket *s = NULL;
+        struct sockaddr_in lo;
+        memset(&lo, 0, sizeof lo);
+        lo.sin_family = AF_INET;
+        lo.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        r = fastudp_socket_bind((struct sockaddr *)&lo, sizeof lo, NULL, &s);
+        CHECK(r == FASTUDP_OK, "bind: %d %s", r, msg());
+        static uint8_t d[1472];
+        lo.sin_port = htons(9);
+        uint64_t n = 0;
+        for (; r == FASTUDP_OK && n < 4096 * 64; n++)
+            r = fastudp_coalescer_push(c, s, (struct sockaddr *)&lo, sizeof lo, d, sizeof d,
+                                       FASTUDP_ECN_NONE, NULL, 0, NULL);
+        CHECK(r == FASTUDP_ERR_NO_MEMORY, "push under 256 MiB: %d after %llu: %s", r,
+              (unsigned long long)n, msg());
+        fastudp_error_info info;
+        fastudp_last_error(&info);
+        CHECK(info.has_index && info.index == n - 1, "the datagram named: %zu", info.index);
+        size_t queued = 0, trains = 0;
+        fastudp_coalescer_queued(c, &queued, &trains);
+        CHECK(queued == n - 1, "every datagram before it still queued: %zu of %llu", queued,
+              (unsigned long long)(n - 1));
         fastudp_coalescer_free(c);
+        fastudp_socket_free(s);
+    }
     if (setrlimit(RLIMIT_AS, &old) != 0) {
         printf("FAIL: setrlimit back\n");
         return 1;

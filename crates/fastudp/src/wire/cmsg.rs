@@ -66,6 +66,7 @@ impl std::fmt::Debug for CmsgBuf {
 
 /// Errors from encoding or decoding a control buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum CmsgError {
     /// The buffer has no room for another control message.
     #[error("control buffer full: {needed} bytes needed, {available} available")]

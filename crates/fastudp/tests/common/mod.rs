@@ -224,6 +224,9 @@ pub struct Transfer {
     pub counters: PathDrops,
     pub resent_unsegmented: u64,
     pub tx_fallbacks: usize,
+    /// Times the sender tried GSO again after a refusal (each may bring
+    /// one more fallback event).
+    pub tx_gso_retries: u64,
 }
 
 /// The kernel's drop counters along a test's path, by name, as differences
@@ -533,6 +536,7 @@ pub fn transfer_on(
         counters,
         resent_unsegmented: ts.resent_unsegmented,
         tx_fallbacks: ts.fallbacks_total as usize,
+        tx_gso_retries: ts.gso_retries,
     }
 }
 
