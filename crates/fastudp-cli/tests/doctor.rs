@@ -29,6 +29,19 @@ fn a_full_standard_output_is_an_error_not_a_panic() {
 }
 
 #[test]
+fn doctor_headings_have_no_trailing_blank() {
+    let o = fastudp(&["doctor", "--dev", "lo"]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // A heading without a device ("SYSCTL") once ended in a blank.
+    assert!(text.lines().any(|l| l == "SYSCTL"), "{text}");
+    assert!(text.lines().any(|l| l == "DEVICE lo"), "{text}");
+    for line in text.lines() {
+        assert_eq!(line, line.trim_end(), "a trailing blank in:\n{text}");
+    }
+}
+
+#[test]
 fn doctor_bad_values_exit_2_with_one_clear_line() {
     assert_refused(&[(vec!["doctor", "--dev", "."], "no such device")]);
 }

@@ -7,7 +7,8 @@
 //! `Socket::send` (one `sendmmsg`, GSO per train) sends each batch.
 
 use fastudp::pacing::{
-    choose_mode, PacingMode, Scheduler, SchedulerConfig, Waiter, DEFAULT_BATCH_BYTES, DEFAULT_SLACK,
+    choose_mode, monotonic_ns, PacingMode, Scheduler, SchedulerConfig, Waiter, DEFAULT_BATCH_BYTES,
+    DEFAULT_SLACK,
 };
 use fastudp::{RecvBatch, Socket, Transmit};
 use std::time::Duration;
@@ -33,7 +34,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .max_burst(16)
             .mode(mode)
             .batch_bytes(DEFAULT_BATCH_BYTES),
-        fastudp::os::monotonic_ns(),
+        monotonic_ns(),
     )?;
     let mut waiter = Waiter::tolerating(DEFAULT_SLACK);
 
@@ -43,19 +44,24 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let mut batch = RecvBatch::new(64);
         while rx.recv(&mut batch).is_ok() {
             for (_, d) in batch.datagrams() {
-                let f = u32::from_be_bytes(d[..4].try_into().expect("4 bytes")) as usize;
-                got[f] += d.len() as u64;
+                // Anything else on the port (not led by a flow id) is skipped.
+                let flow = d
+                    .first_chunk::<4>()
+                    .map(|id| u32::from_be_bytes(*id) as usize);
+                if let Some(bytes) = flow.and_then(|f| got.get_mut(f)) {
+                    *bytes += d.len() as u64;
+                }
             }
         }
         got
     });
 
-    let end = fastudp::os::monotonic_ns() + 1_000_000_000;
+    let end = monotonic_ns() + 1_000_000_000;
     let mut dues = Vec::new();
     let mut buf = Vec::new();
     let mut calls = 0u64;
     loop {
-        let now = fastudp::os::monotonic_ns();
+        let now = monotonic_ns();
         if now >= end {
             break;
         }

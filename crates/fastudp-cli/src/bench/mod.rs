@@ -26,19 +26,19 @@ pub enum TxStrategy {
     /// One datagram per message, `--batch` messages per sendmmsg call.
     Sendmmsg,
     /// The UDP_SEGMENT socket option and one big buffer per sendto (the
-    /// seed's "merge sendto").
+    /// NGINX article's "merge sendto").
     GsoSockopt,
     /// A scatter-gather iovec of datagrams per sendmsg, with the socket
-    /// option set (the seed's "without segment").
+    /// option set (the NGINX article's "without segment").
     GsoIov,
     /// The same, with the UDP_SEGMENT cmsg instead of the option.
     GsoIovCmsg,
-    /// One buffer with the UDP_SEGMENT cmsg per sendmsg (the seed's "merge
+    /// One buffer with the UDP_SEGMENT cmsg per sendmsg (the NGINX article's "merge
     /// sendmsg").
     GsoCmsg,
     /// Several GSO super-buffers, each with its cmsg, per sendmmsg call.
     SendmmsgGso,
-    /// The seed's "sendmmsg + GSO": one datagram per message, each with a
+    /// The NGINX article's "sendmmsg + GSO": one datagram per message, each with a
     /// UDP_SEGMENT cmsg larger than the datagram, so nothing is segmented.
     SendmmsgGsoSeed,
     /// GSO with MSG_ZEROCOPY: the library's zerocopy sender, completions

@@ -106,6 +106,8 @@ pub(super) union RawAddr {
     v6: libc::sockaddr_in6,
 }
 
+// Used by the io_uring backend only.
+#[cfg(feature = "uring")]
 impl RawAddr {
     /// An all-zero address (family `AF_UNSPEC`).
     pub(super) fn zeroed() -> Self {
@@ -116,7 +118,8 @@ impl RawAddr {
 }
 
 /// The socket address in `b`, as the kernel wrote it (`b.len()` bytes of a
-/// `struct sockaddr`).
+/// `struct sockaddr`). Used by the io_uring backend only.
+#[cfg(feature = "uring")]
 pub(super) fn addr_from_bytes(b: &[u8]) -> Option<SocketAddr> {
     let mut a = AddrBuf::default();
     let n = b.len().min(size_of::<libc::sockaddr_storage>());

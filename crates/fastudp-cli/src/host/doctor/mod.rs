@@ -94,7 +94,8 @@ pub fn run_doctor(a: DoctorArgs) -> Result<(), Failure> {
         for c in &checks {
             if c.section != section {
                 let (head, rest) = c.section.split_once(' ').unwrap_or((&c.section, ""));
-                outln!("{} {rest}", head.to_uppercase());
+                // "DEVICE lo", or "SYSCTL" alone (no trailing blank).
+                outln!("{}", format!("{} {rest}", head.to_uppercase()).trim_end());
                 section = c.section.clone();
             }
             outln!("  {:<5} {:<30} {}", c.status.to_string(), c.name, c.detail);
