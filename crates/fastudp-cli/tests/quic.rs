@@ -1068,8 +1068,20 @@ fn attack_report(c: std::process::Child) -> serde_json::Value {
 /// A legitimate client: a fresh connection fetches /bytes/1000 (within
 /// `STALL`, a hang guard, not a speed limit).
 fn legit_fetch(addr: SocketAddr, der: rustls::pki_types::CertificateDer<'static>) {
+    legit_fetch_from(addr, der, None);
+}
+
+/// [`legit_fetch`] from a socket bound to `from`, when given.
+fn legit_fetch_from(
+    addr: SocketAddr,
+    der: rustls::pki_types::CertificateDer<'static>,
+    from: Option<&str>,
+) {
     rt().block_on(async {
         let ep = client(addr, der);
+        if let Some(from) = from {
+            ep.rebind(std::net::UdpSocket::bind(from).unwrap()).unwrap();
+        }
         let r = tokio::time::timeout(common::STALL, async {
             let conn = ep.connect(addr, "localhost").unwrap().await?;
             let body = fetch(&conn, b"GET /bytes/1000\r\n").await;
@@ -1289,22 +1301,7 @@ fn one_address_cannot_take_every_connection_place() {
     // 10 of its own at most, and those being closed.
     assert!(v["connections"].as_u64().unwrap() <= 20, "{v}");
     // A client from another address is served.
-    rt().block_on(async {
-        let ep = client(addr, der);
-        ep.rebind(std::net::UdpSocket::bind("127.0.0.2:0").unwrap())
-            .unwrap();
-        let r = tokio::time::timeout(common::STALL, async {
-            let conn = ep.connect(addr, "localhost").unwrap().await?;
-            let body = fetch(&conn, b"GET /bytes/1000\r\n").await;
-            conn.close(0u32.into(), b"done");
-            Ok::<_, quinn::ConnectionError>(body)
-        })
-        .await
-        .expect("served within the stall guard")
-        .expect("handshake from another address");
-        assert_eq!(r.unwrap().len(), 1000);
-        ep.wait_idle().await;
-    });
+    legit_fetch_from(addr, der, Some("127.0.0.2:0"));
     drop(a);
     srv.interrupt();
     srv.finish();
