@@ -309,7 +309,7 @@ pub mod os {
     pub use crate::caps::kernel_max_segments;
     pub use crate::sys::{
         clock_ticks_per_sec, default_sigpipe, monotonic_ns, pin_to_cpu, process_cpu_time,
-        set_timer_slack, setns_net, thread_cpu_time, wait_readable, MAX_BATCH,
+        set_timer_slack, setns_net, thread_cpu_time, unsent_bytes, wait_readable, MAX_BATCH,
     };
     /// Directory-relative file syscalls (`openat2`, `mkdirat`, `renameat`,
     /// `unlinkat`), for resolving a path without following symbolic links.

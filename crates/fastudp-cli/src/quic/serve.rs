@@ -69,6 +69,11 @@ const MAX_WAIT: Duration = Duration::from_millis(10);
 const SEND_BUFFER: usize = 4 << 20;
 /// How long a worker whose send socket is full waits before it tries again.
 const BLOCKED_WAIT: Duration = Duration::from_millis(1);
+/// Stateless replies wait while more than this many bytes of the send
+/// socket's buffer are not yet sent (`SIOCOUTQ`; a slow link's qdisc holds
+/// them): replies to a flood never put more than this in front of the
+/// connections' own packets in the kernel's queue.
+const STATELESS_OUTQ: usize = 128 << 10;
 /// How long a stopping server waits for its connections to close: the
 /// whole stop takes at most about this, under any flood.
 const CLOSE_WAIT: Duration = Duration::from_secs(1);
@@ -602,6 +607,9 @@ struct Worker {
     /// Stateless replies waiting to be sent (after `pending`), at most
     /// [`STATELESS_QUEUE`].
     stateless_q: Vec<Pending>,
+    /// The last flush held the stateless replies back: more than
+    /// [`STATELESS_OUTQ`] bytes waited in the kernel.
+    stateless_held: bool,
     /// Forwarded datagrams being worked through (swapped with the inbox
     /// when empty).
     fwd_local: Ring,
@@ -664,6 +672,7 @@ impl Worker {
             spare: Vec::new(),
             small_spare: Vec::new(),
             stateless_q: Vec::new(),
+            stateless_held: false,
             fwd_local: Ring::new(SLOTS),
             max_train,
             closing_since: None,
@@ -706,7 +715,7 @@ impl Worker {
             return;
         }
         let now = Instant::now();
-        let cap = if self.tx_blocked {
+        let cap = if self.tx_blocked || self.stateless_held {
             BLOCKED_WAIT
         } else {
             MAX_WAIT
@@ -898,7 +907,7 @@ impl Worker {
     fn queue_stateless(&mut self, t: &quinn_proto::Transmit, buf: Vec<u8>) {
         // Once per turn at most the socket is found full: a flood of
         // triggers then costs no send call each.
-        if self.stateless_q.len() >= STATELESS_QUEUE && !self.tx_blocked {
+        if self.stateless_q.len() >= STATELESS_QUEUE && !self.tx_blocked && !self.stateless_held {
             self.flush();
         }
         if self.stateless_q.len() >= STATELESS_QUEUE {
@@ -1143,7 +1152,11 @@ impl Worker {
         let mut q = std::mem::take(&mut self.pending);
         self.send_queue(&mut q);
         self.pending = q;
-        if !self.tx_blocked {
+        // Stateless replies only while the kernel's queue is short, so
+        // that a flood's replies do not delay real clients' packets there.
+        self.stateless_held = !self.stateless_q.is_empty()
+            && fastudp::os::unsent_bytes(self.s.tx.as_fd()).is_ok_and(|n| n > STATELESS_OUTQ);
+        if !self.tx_blocked && !self.stateless_held {
             let mut q = std::mem::take(&mut self.stateless_q);
             self.send_queue(&mut q);
             self.stateless_q = q;

@@ -711,6 +711,18 @@ pub(crate) fn poll(fd: RawFd, events: i16, timeout: Duration) -> io::Result<bool
     cvt(r).map(|n| n > 0)
 }
 
+/// `ioctl(SIOCOUTQ)`: the bytes of the socket's send buffer in use, that
+/// is datagrams handed to the kernel and not yet sent (for UDP, those
+/// still waiting in a qdisc count too).
+pub fn unsent_bytes(fd: BorrowedFd<'_>) -> io::Result<usize> {
+    let mut n: libc::c_int = 0;
+    // SAFETY: SIOCOUTQ writes one int through the pointer, which points at
+    // a live, writable c_int; the descriptor is borrowed for the call.
+    let r = unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCOUTQ as _, &mut n) };
+    cvt(r)?;
+    Ok(n.max(0) as usize)
+}
+
 /// Waits until `fd` has data to read or `timeout` passes, to the
 /// nanosecond (`ppoll(2)`, where `poll` counts milliseconds); true when it
 /// is readable. A signal ends the wait early with `false`.

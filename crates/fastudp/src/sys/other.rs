@@ -240,6 +240,14 @@ pub(crate) fn poll(_fd: RawFd, _events: i16, timeout: Duration) -> io::Result<bo
     Ok(true)
 }
 
+/// `SIOCOUTQ` is Linux's: unsupported here.
+pub fn unsent_bytes(_fd: std::os::fd::BorrowedFd<'_>) -> io::Result<usize> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "SIOCOUTQ is Linux-only",
+    ))
+}
+
 /// Readiness is not polled here: sleeps up to a millisecond and says
 /// readable.
 pub fn wait_readable(_fd: std::os::fd::BorrowedFd<'_>, timeout: Duration) -> io::Result<bool> {
