@@ -3,6 +3,8 @@
 //! the testbed.
 
 mod common;
+#[path = "../../fastudp/tests/support/skip_check.rs"]
+mod skip_check;
 
 use common::{fastudp, privileged, wait_for_sigint_handler, Running};
 use std::net::{SocketAddr, UdpSocket};
@@ -784,32 +786,10 @@ fn have_aioquic(test: &str) -> bool {
 /// in a child of this test binary with no python3 on its `PATH`.
 #[test]
 fn a_missing_tool_is_a_visible_skip_and_a_failure_in_ci() {
-    let me = std::env::current_exe().expect("the test binary");
-    let run = |require: bool| {
-        let mut c = Command::new(&me);
-        c.args(["aioquic_client_interoperates", "--exact"])
-            .env("PATH", "/nonexistent");
-        if require {
-            c.env("FASTUDP_REQUIRE_PRIVILEGED_TESTS", "1");
-        } else {
-            c.env_remove("FASTUDP_REQUIRE_PRIVILEGED_TESTS");
-        }
-        c.output().expect("run the test binary")
-    };
-    let o = run(false);
-    let (out, err) = (
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr),
+    skip_check::skip_is_visible_and_fails_in_ci(
+        "aioquic_client_interoperates",
+        "needs python3 with aioquic",
     );
-    assert!(o.status.success(), "{out}\n{err}");
-    assert!(
-        err.contains("SKIPPED aioquic_client_interoperates: needs python3 with aioquic"),
-        "the skip is not shown without --nocapture: {out}\n{err}"
-    );
-    let o = run(true);
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(!o.status.success(), "{out}");
-    assert!(out.contains("FASTUDP_REQUIRE_PRIVILEGED_TESTS=1"), "{out}");
 }
 
 /// Another implementation's client (aioquic) talks to the server: QUIC

@@ -2,6 +2,8 @@
 //! These need root, `ip` and `ethtool`; without them they skip and say why.
 
 mod common;
+#[path = "support/skip_check.rs"]
+mod skip_check;
 use common::*;
 use fastudp::{Config, Feature, RecvBatch, Socket, Transmit};
 use std::net::SocketAddr;
@@ -938,32 +940,7 @@ fn full_qdisc_drops_are_reported_not_errors_nonblocking() {
 /// of this test binary with no `ip` or `ethtool` on its `PATH`.
 #[test]
 fn a_test_without_its_tools_says_so_and_fails_in_ci() {
-    let me = std::env::current_exe().expect("the test binary");
-    let run = |require: bool| {
-        let mut c = std::process::Command::new(&me);
-        c.args(["gro_receiver_through_a_cutting_veth", "--exact"])
-            .env("PATH", "/nonexistent");
-        if require {
-            c.env("FASTUDP_REQUIRE_PRIVILEGED_TESTS", "1");
-        } else {
-            c.env_remove("FASTUDP_REQUIRE_PRIVILEGED_TESTS");
-        }
-        c.output().expect("run the test binary")
-    };
-    let o = run(false);
-    let (out, err) = (
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr),
-    );
-    assert!(o.status.success(), "{out}\n{err}");
-    assert!(
-        err.contains("SKIPPED gro_receiver_through_a_cutting_veth: needs"),
-        "the skip is not shown without --nocapture: {out}\n{err}"
-    );
-    let o = run(true);
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(!o.status.success(), "{out}");
-    assert!(out.contains("FASTUDP_REQUIRE_PRIVILEGED_TESTS=1"), "{out}");
+    skip_check::skip_is_visible_and_fails_in_ci("gro_receiver_through_a_cutting_veth", "needs");
 }
 
 /// Loss at a device is counted by the device alone: a receiving veth with
