@@ -33,7 +33,6 @@ use super::{tls, workers, PacingArg, ServeArgs};
 use crate::{interrupt, Failure};
 use bytes::{Bytes, BytesMut};
 use fastudp::pacing::{choose_mode, PacingMode, DEFAULT_BATCH_BYTES};
-use fastudp::wire::bpf::quic_cid_index;
 use fastudp::{
     Config, EcnCodepoint, RecvBatch, ReuseportGroup, SendMeta, Socket, Steering, Transmit,
     ZeroCopySender,
@@ -44,7 +43,6 @@ use quinn_proto::{
 };
 use std::collections::{BTreeSet, HashMap};
 use std::net::{IpAddr, SocketAddr};
-use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -650,7 +648,7 @@ impl Worker {
         if s.total_rate.is_some() {
             // Pacing is made of waits that end on time; without this they
             // may end 50 us late. Best effort.
-            let _ = fastudp::os::set_timer_slack(1_000);
+            let _ = fastudp::pacing::set_timer_slack(1_000);
             // A train is one burst: no longer than a batch.
             max_train = max_train.clamp(1, DEFAULT_BATCH_BYTES / 1452);
         }
@@ -731,7 +729,7 @@ impl Worker {
             until = until.min(b.positive_at());
         }
         if until > now {
-            let _ = fastudp::os::wait_readable(self.s.rx.as_fd(), until - now);
+            let _ = self.s.rx.wait_readable(until - now);
         }
     }
 
@@ -772,7 +770,9 @@ impl Worker {
             };
             for (meta, d) in batch.datagrams() {
                 self.s.counters.datagrams_recv.fetch_add(1, Relaxed);
-                let owner = quic_cid_index(d, self.s.workers as u32) as usize;
+                let owner = Steering::QuicCid
+                    .owner(d, self.s.workers)
+                    .unwrap_or(self.s.id);
                 if owner != self.s.id && !d.is_empty() {
                     let c = &self.s.counters;
                     if self.s.inboxes[owner].push(meta.source, meta.destination, meta.ecn, d) {
@@ -1155,7 +1155,7 @@ impl Worker {
         // Stateless replies only while the kernel's queue is short, so
         // that a flood's replies do not delay real clients' packets there.
         self.stateless_held = !self.stateless_q.is_empty()
-            && fastudp::os::unsent_bytes(self.s.tx.as_fd()).is_ok_and(|n| n > STATELESS_OUTQ);
+            && self.s.tx.unsent_bytes().is_ok_and(|n| n > STATELESS_OUTQ);
         if !self.tx_blocked && !self.stateless_held {
             let mut q = std::mem::take(&mut self.stateless_q);
             self.send_queue(&mut q);
@@ -1341,7 +1341,7 @@ impl Worker {
 /// earlier than now, and after the previous train has left at the
 /// connection's rate (its window over its RTT).
 fn departure(c: &mut Conn, bytes: usize) -> u64 {
-    let now = fastudp::os::monotonic_ns();
+    let now = fastudp::pacing::monotonic_ns();
     let at = c.next_departure.max(now);
     let rtt = c.conn.rtt().as_nanos().max(1_000) as u64;
     let window = c.conn.congestion_state().window().max(1);
