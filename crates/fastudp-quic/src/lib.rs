@@ -8,3 +8,13 @@
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
+
+mod config;
+#[doc(hidden)]
+pub mod forward;
+pub mod hq;
+pub mod limits;
+mod stats;
+
+pub use config::transport;
+pub use stats::Counters;

@@ -11,7 +11,7 @@
 //!   DCID, to one fixed worker, which is the one that computes the same
 //!   index in user space and so accepts it. A datagram steered elsewhere
 //!   (a group without the program, say, or a client that makes it so) is
-//!   copied into a fixed ring of its owner's ([`super::forward`]); a full
+//!   copied into a fixed ring of its owner's (`fastudp_quic`'s forward); a full
 //!   ring drops it and counts the drop.
 //! - Each worker sends from its own unconnected socket on the same port
 //!   (it joins the reuseport group after the receive sockets, so the
@@ -23,11 +23,9 @@
 //! - Every queue is bounded, and each loop turn bounds the forwarded,
 //!   received and stateless work it does, so that a flood of any kind
 //!   leaves room for established connections, new handshakes and the stop
-//!   flag: [`super::limits`] has the memory model.
+//!   flag: [`limits`] has the memory model.
 
-use super::forward::{Inbox, Ring, SLOTS};
 use super::hq::{self, Frames, Request};
-use super::limits::{self, PENDING_TRAINS, SPARE_TRAINS, STATELESS_BUF, STATELESS_QUEUE};
 use super::stats::{listening, Counters, Reporter};
 use super::{tls, workers, PacingArg, ServeArgs};
 use crate::{interrupt, Failure};
@@ -37,9 +35,13 @@ use fastudp::{
     Config, EcnCodepoint, RecvBatch, ReuseportGroup, SendMeta, Socket, Steering, Transmit,
     ZeroCopySender,
 };
+use fastudp_quic::forward::{Inbox, Ring, SLOTS};
+use fastudp_quic::limits::{
+    self, PENDING_TRAINS, SPARE_TRAINS, STATELESS_BUF, STATELESS_QUEUE, TRAINS_PER_TURN,
+};
 use quinn_proto::{
     ConnectionHandle, ConnectionId, ConnectionIdGenerator, DatagramEvent, Dir, Endpoint,
-    EndpointConfig, Event, ServerConfig, StreamEvent, StreamId, TransportConfig, VarInt,
+    EndpointConfig, Event, ServerConfig, StreamEvent, StreamId, VarInt,
 };
 use std::collections::{BTreeSet, HashMap};
 use std::net::{IpAddr, SocketAddr};
@@ -52,9 +54,6 @@ const CID_LEN: usize = 8;
 /// Datagrams per GSO train at most: 40 of quinn-proto's largest (1452
 /// bytes) fit the 64 KB a train may hold.
 const MAX_TRAIN: usize = 40;
-/// Trains one connection may queue in one loop turn; one with more to send
-/// goes on in the next turn, after the others had theirs.
-pub(super) const TRAINS_PER_TURN: usize = 8;
 /// Forwarded datagrams a worker hands to quinn-proto in one loop turn at
 /// most; the rest wait in its ring (or are dropped when it is full).
 const FORWARDED_PER_TURN: usize = 128;
@@ -256,7 +255,9 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
     let crypto = quinn_proto::crypto::rustls::QuicServerConfig::try_from(tls::server(&id)?)
         .map_err(|e| Failure::usage(format!("TLS set-up: {e}")))?;
     let mut server = ServerConfig::with_crypto(Arc::new(crypto));
-    server.transport_config(Arc::new(transport(&a)));
+    server.transport_config(Arc::new(fastudp_quic::transport(Duration::from_secs_f64(
+        a.idle_timeout,
+    ))));
     // Memory held for connections not yet accepted stays small whatever a
     // flood of Initials does.
     server.max_incoming(4096);
@@ -475,28 +476,6 @@ fn announce_limits(
 /// quinn-proto's HMAC key for stateless resets, from ring.
 fn ring_hmac(k: &[u8]) -> ring::hmac::Key {
     ring::hmac::Key::new(ring::hmac::HMAC_SHA256, k)
-}
-
-/// The transport settings every stack shares.
-pub fn transport(a: &ServeArgs) -> TransportConfig {
-    let mut t = TransportConfig::default();
-    t.max_idle_timeout(Some(
-        VarInt::from_u64((a.idle_timeout * 1000.0) as u64)
-            .unwrap_or(VarInt::from_u32(10_000))
-            .into(),
-    ));
-    // Sized for the application (see [`limits`]): a request is one line
-    // of at most 1 KiB; quinn-proto's defaults (1.25 MB per stream, no
-    // bound per connection) would let one client park 125 MB.
-    t.max_concurrent_bidi_streams(VarInt::from_u32(limits::STREAMS));
-    t.max_concurrent_uni_streams(VarInt::from_u32(0));
-    t.stream_receive_window(VarInt::from_u32(limits::STREAM_WINDOW));
-    t.receive_window(VarInt::from_u32(limits::CONN_WINDOW));
-    t.crypto_buffer_size(limits::CRYPTO_BUFFER);
-    t.send_window(limits::SEND_WINDOW);
-    t.datagram_receive_buffer_size(None);
-    t.datagram_send_buffer_size(0);
-    t
 }
 
 /// An unconnected send socket on `addr`, in the reuseport group after its
