@@ -9,12 +9,16 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+mod cid;
 mod config;
-#[doc(hidden)]
-pub mod forward;
+mod engine;
+mod forward;
 pub mod hq;
 pub mod limits;
 mod stats;
+mod worker;
 
-pub use config::transport;
+pub use config::{transport, EngineConfig, Pacing, DEFAULT_MAX_CONNECTIONS};
+pub use engine::{Engine, Error, STOP_WAIT};
+pub use fastudp::pacing::PacingMode;
 pub use stats::Counters;

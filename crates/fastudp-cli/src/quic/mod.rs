@@ -135,7 +135,7 @@ pub struct ServeArgs {
 
 /// Connections at most when neither --max-connections nor --max-memory
 /// says fewer.
-pub const MAX_CONNECTIONS: usize = 100_000;
+pub const MAX_CONNECTIONS: usize = fastudp_quic::DEFAULT_MAX_CONNECTIONS;
 
 /// Which client.
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

@@ -4,7 +4,7 @@
 use crate::interrupt;
 pub use fastudp_quic::Counters;
 use serde::Serialize;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
 /// A snapshot of the counters and the process CPU time.
@@ -192,14 +192,7 @@ pub fn baseline_run(
 ) -> Reporter {
     listening(stack, addr, workers, a.json);
     let rep = Reporter::new(c, stack, false);
-    rep.wait(
-        c,
-        a.duration,
-        a.stats,
-        a.json,
-        pacing,
-        &AtomicBool::new(false),
-    );
+    rep.wait(c, a.duration, a.stats, a.json, pacing, &|| false);
     rep
 }
 
@@ -235,7 +228,7 @@ impl Reporter {
     }
 
     /// Waits, printing `--stats` lines, until the run should end: Ctrl-C,
-    /// the end of `--duration`, or `failed` set (a worker that stopped).
+    /// the end of `--duration`, or `failed` true (a worker that stopped).
     pub fn wait(
         &self,
         c: &Counters,
@@ -243,13 +236,13 @@ impl Reporter {
         stats: bool,
         json: bool,
         pacing: &str,
-        failed: &AtomicBool,
+        failed: &dyn Fn() -> bool,
     ) {
         let t0 = Instant::now();
         let mut last = Snap::take(c);
         let mut next = t0 + Duration::from_secs(1);
         loop {
-            if interrupt::requested() || failed.load(Relaxed) {
+            if interrupt::requested() || failed() {
                 return;
             }
             if let Some(d) = duration {
