@@ -17,7 +17,11 @@ pub fn transport(idle_timeout: Duration) -> TransportConfig {
     // of at most 1 KiB; quinn-proto's defaults (1.25 MB per stream, no
     // bound per connection) would let one client park 125 MB.
     t.max_concurrent_bidi_streams(VarInt::from_u32(limits::STREAMS));
-    t.max_concurrent_uni_streams(VarInt::from_u32(0));
+    // HTTP/3 needs three of the client's (control, QPACK encoder and
+    // decoder; RFC 9114 6.2), and the transport parameters are sent before
+    // the ALPN is known: every protocol allows them (hq-interop stops
+    // them at once).
+    t.max_concurrent_uni_streams(VarInt::from_u32(limits::UNI_STREAMS));
     t.stream_receive_window(VarInt::from_u32(limits::STREAM_WINDOW));
     t.receive_window(VarInt::from_u32(limits::CONN_WINDOW));
     t.crypto_buffer_size(limits::CRYPTO_BUFFER);
@@ -73,8 +77,9 @@ pub struct EngineConfig {
     /// Worker threads, each with its own socket of a reuseport group:
     /// 1 to 256. Default: one per CPU.
     pub workers: usize,
-    /// The TLS configuration: TLS 1.3, its certificate, and the ALPN
-    /// protocols the application speaks.
+    /// The TLS configuration: TLS 1.3 and the certificate. Its ALPN
+    /// protocols are replaced by the application's
+    /// ([`crate::app::Application::alpn`]).
     pub tls: std::sync::Arc<rustls::ServerConfig>,
     /// Pacing. Default: [`Pacing::Quic`].
     pub pacing: Pacing,
@@ -99,11 +104,6 @@ pub struct EngineConfig {
     /// Time without a packet after which a connection is dropped.
     /// Default: 10 s.
     pub idle_timeout: Duration,
-    /// The time a client has to send a whole request line. Default:
-    /// [`limits::REQUEST_TIMEOUT`].
-    pub request_timeout: Duration,
-    /// Time between the frames of a `/video` response. Default: 40 ms.
-    pub frame_interval: Duration,
 }
 
 impl EngineConfig {
@@ -124,8 +124,6 @@ impl EngineConfig {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_connections_per_ip: None,
             idle_timeout: Duration::from_secs(10),
-            request_timeout: limits::REQUEST_TIMEOUT,
-            frame_interval: Duration::from_millis(40),
         }
     }
 
@@ -183,18 +181,6 @@ impl EngineConfig {
         self
     }
 
-    /// Sets [`EngineConfig::request_timeout`].
-    pub fn request_timeout(mut self, d: Duration) -> Self {
-        self.request_timeout = d;
-        self
-    }
-
-    /// Sets [`EngineConfig::frame_interval`].
-    pub fn frame_interval(mut self, d: Duration) -> Self {
-        self.frame_interval = d;
-        self
-    }
-
     /// Connections per client address in force.
     pub fn per_ip(&self) -> usize {
         self.max_connections_per_ip
@@ -214,9 +200,6 @@ impl EngineConfig {
         }
         if self.max_half_open == 0 {
             return Err("max_half_open 0: at least 1".into());
-        }
-        if self.frame_interval.is_zero() {
-            return Err("frame_interval 0: more than 0".into());
         }
         Ok(())
     }

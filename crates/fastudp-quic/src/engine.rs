@@ -1,6 +1,7 @@
 //! The engine: binds the reuseport group, sets up pacing, keys and the
 //! shared state, and runs one [`crate::worker`] thread per socket.
 
+use crate::app::Application;
 use crate::cid::{ring_hmac, WorkerCids};
 use crate::config::{EngineConfig, Pacing};
 use crate::forward::{Inbox, SLOTS};
@@ -64,13 +65,21 @@ impl std::fmt::Debug for Engine {
 }
 
 impl Engine {
-    /// Binds the address and starts the workers.
-    pub fn start(cfg: EngineConfig) -> Result<Engine, Error> {
+    /// Binds the address and starts the workers, serving `app`.
+    pub fn start(cfg: EngineConfig, app: Arc<dyn Application>) -> Result<Engine, Error> {
         cfg.check().map_err(Error::Config)?;
+        let alpn = app.alpn();
+        if alpn.is_empty() {
+            return Err(Error::Config(
+                "the application names no ALPN protocol".into(),
+            ));
+        }
+        let mut tls = (*cfg.tls).clone();
+        tls.alpn_protocols = alpn;
         let n = cfg.workers;
         let max_connections = cfg.max_connections;
         let per_address = Arc::new(limits::PerAddress::new(cfg.per_ip()));
-        let crypto = quinn_proto::crypto::rustls::QuicServerConfig::try_from(cfg.tls.clone())
+        let crypto = quinn_proto::crypto::rustls::QuicServerConfig::try_from(tls)
             .map_err(|e| Error::Tls(e.to_string()))?;
         let mut server = ServerConfig::with_crypto(Arc::new(crypto));
         server.transport_config(Arc::new(crate::transport(cfg.idle_timeout)));
@@ -182,10 +191,9 @@ impl Engine {
                 zc,
                 retry: cfg.retry,
                 max_connections,
-                request_timeout: cfg.request_timeout,
                 max_half_open: cfg.max_half_open,
                 per_address: per_address.clone(),
-                interval: cfg.frame_interval,
+                app: app.clone(),
                 total_rate: cfg.total_rate,
             };
             let h = std::thread::Builder::new()

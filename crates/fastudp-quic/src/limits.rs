@@ -15,8 +15,11 @@ const M: u64 = 1024 * K;
 pub const STREAM_WINDOW: u32 = 4 * 1024;
 /// Concurrent bidirectional streams (requests) a client may open.
 pub const STREAMS: u32 = 16;
+/// Concurrent unidirectional streams a client may open (HTTP/3's
+/// control and QPACK streams).
+pub const UNI_STREAMS: u32 = 3;
 /// The receive window of a whole connection: every stream's window.
-pub const CONN_WINDOW: u32 = STREAMS * STREAM_WINDOW;
+pub const CONN_WINDOW: u32 = (STREAMS + UNI_STREAMS) * STREAM_WINDOW;
 /// Bytes of the handshake (CRYPTO frames) buffered per packet space.
 pub const CRYPTO_BUFFER: usize = 16 * 1024;
 /// Bytes a connection may have sent and not yet had acknowledged.
@@ -116,13 +119,16 @@ pub const INCOMING_BUFFER: u64 = 1 << 20;
 /// - [`STREAMS`] x ([`STREAM_WINDOW`] + 32 KiB + 1 KiB of request line +
 ///   1 KiB of stream state): request bytes, held out of order by
 ///   quinn-proto or in order by the server until the line is whole.
+/// - [`UNI_STREAMS`] x ([`STREAM_WINDOW`] + 32 KiB): a client's
+///   unidirectional streams (HTTP/3's control and QPACK streams).
 /// - [`SEND_WINDOW`] / 1,200 x 160 B: quinn-proto's record of each
 ///   packet in flight (response bytes are a static pattern quinn-proto
 ///   refers to, not copies).
 pub fn per_connection() -> u64 {
     let base = 64 * K;
     let crypto = 3 * (CRYPTO_BUFFER as u64 + 32 * K);
-    let streams = u64::from(STREAMS) * (u64::from(STREAM_WINDOW) + 32 * K + 2 * K);
+    let streams = u64::from(STREAMS) * (u64::from(STREAM_WINDOW) + 32 * K + 2 * K)
+        + u64::from(UNI_STREAMS) * (u64::from(STREAM_WINDOW) + 32 * K);
     let in_flight = SEND_WINDOW / 1200 * 160;
     base + crypto + streams + in_flight
 }

@@ -25,8 +25,9 @@
 //!   leaves room for established connections, new handshakes and the stop
 //!   flag: [`crate::limits`] has the memory model.
 
+use crate::app::{quinn_dir, AppCx, AppEvent, Closed, ConnApp, ConnInfo, Dir, WorkerApp, REFUSED};
 use crate::forward::{Inbox, Ring, SLOTS};
-use crate::hq::wire::{self as hq, Frames, Request};
+use crate::hq::wire as hq;
 use crate::limits::{
     self, PENDING_TRAINS, SPARE_TRAINS, STATELESS_BUF, STATELESS_QUEUE, TRAINS_PER_TURN,
 };
@@ -37,11 +38,13 @@ use fastudp::{
     Config, EcnCodepoint, RecvBatch, SendMeta, Socket, Steering, Transmit, ZeroCopySender,
 };
 use quinn_proto::{
-    ConnectionHandle, DatagramEvent, Dir, Endpoint, EndpointConfig, Event, ServerConfig,
-    StreamEvent, StreamId, VarInt,
+    ConnectionHandle, DatagramEvent, Endpoint, EndpointConfig, Event, ServerConfig, StreamEvent,
+    VarInt,
 };
+use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
 use std::net::{IpAddr, SocketAddr};
+use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -70,24 +73,16 @@ const STATELESS_OUTQ: usize = 128 << 10;
 /// whole stop takes at most about this, under any flood.
 pub(crate) const CLOSE_WAIT: Duration = Duration::from_secs(1);
 
-/// A response in progress on one stream.
-enum Resp {
-    /// Reading the request line, until `deadline`.
-    Reading { buf: Vec<u8>, deadline: Instant },
-    /// `/bytes/N`: `off` of `len` written.
-    Bytes { off: u64, len: u64 },
-    /// `/video/...`: frames released by time; `off` bytes written.
-    Video {
-        frames: Frames,
-        start: Instant,
-        off: u64,
-    },
-}
-
-/// One connection and its streams.
+/// One connection and its application.
 struct Conn {
-    conn: quinn_proto::Connection,
-    streams: HashMap<StreamId, Resp>,
+    /// Shared with the application's handles that outlive one call (the
+    /// HTTP/3 backend's); the worker never holds a borrow of it while it
+    /// calls the application.
+    conn: Rc<RefCell<quinn_proto::Connection>>,
+    /// None until the handshake names the ALPN (and after a refusal).
+    app: Option<Box<dyn ConnApp>>,
+    /// Why it ended, once quinn-proto has said.
+    closed: Option<Closed>,
     /// Its key in the timer set.
     timer: Option<Instant>,
     /// Earliest departure of its next train (`--pacing kernel`), ns.
@@ -103,7 +98,7 @@ struct Conn {
     /// Responses written in full and finished, waiting for the client to
     /// acknowledge their last byte (quinn-proto's
     /// `StreamEvent::Finished`): their lengths, counted as goodput then.
-    finishing: Vec<(StreamId, u64)>,
+    finishing: Vec<(quinn_proto::StreamId, u64)>,
 }
 
 /// A transmit waiting for the end of the loop turn.
@@ -191,14 +186,12 @@ pub(crate) struct Setup {
     pub(crate) retry: bool,
     /// Server-wide: the counter is `counters.connections`.
     pub(crate) max_connections: usize,
-    /// The deadline of a request line.
-    pub(crate) request_timeout: Duration,
     /// Handshakes from unvalidated addresses the worker keeps open at most.
     pub(crate) max_half_open: usize,
     /// Connections per client address, server-wide.
     pub(crate) per_address: Arc<limits::PerAddress>,
-    /// Time between the frames of a video response.
-    pub(crate) interval: Duration,
+    /// The application.
+    pub(crate) app: Arc<dyn crate::app::Application>,
     /// All workers' rate together, bytes/s.
     pub(crate) total_rate: Option<u64>,
 }
@@ -274,6 +267,10 @@ impl Bucket {
 /// One worker.
 pub(crate) struct Worker {
     s: Setup,
+    /// The application's part on this worker.
+    app: Box<dyn WorkerApp>,
+    /// A connection's events, between quinn-proto and the application.
+    events: Vec<Event>,
     endpoint: Endpoint,
     conns: HashMap<ConnectionHandle, Box<Conn>>,
     timers: BTreeSet<(Instant, ConnectionHandle)>,
@@ -345,6 +342,8 @@ impl Worker {
             max_train = max_train.clamp(1, DEFAULT_BATCH_BYTES / 1452);
         }
         Ok(Worker {
+            app: s.app.worker(s.id),
+            events: Vec::new(),
             endpoint,
             conns: HashMap::new(),
             timers: BTreeSet::new(),
@@ -508,7 +507,7 @@ impl Worker {
         match ev {
             Some(DatagramEvent::ConnectionEvent(ch, ev)) => {
                 if let Some(c) = self.conns.get_mut(&ch) {
-                    c.conn.handle_event(ev);
+                    c.conn.borrow_mut().handle_event(ev);
                     self.dirty.push(ch);
                 }
             }
@@ -560,8 +559,9 @@ impl Worker {
                             self.conns.insert(
                                 ch,
                                 Box::new(Conn {
-                                    conn,
-                                    streams: HashMap::new(),
+                                    conn: Rc::new(RefCell::new(conn)),
+                                    app: None,
+                                    closed: None,
                                     timer: None,
                                     next_departure: 0,
                                     lost: 0,
@@ -649,8 +649,9 @@ impl Worker {
             self.timers.pop_first();
             if let Some(c) = self.conns.get_mut(&ch) {
                 c.timer = None;
-                if c.conn.poll_timeout().is_some_and(|q| q <= now) {
-                    c.conn.handle_timeout(now);
+                let mut conn = c.conn.borrow_mut();
+                if conn.poll_timeout().is_some_and(|q| q <= now) {
+                    conn.handle_timeout(now);
                 }
                 self.dirty.push(ch);
             }
@@ -674,8 +675,8 @@ impl Worker {
         self.dirty = dirty;
     }
 
-    /// Lets one connection do all it can now: endpoint events, stream
-    /// events, responses, transmits; then sets its timer.
+    /// Lets one connection do all it can now: endpoint events, its
+    /// events to the application, transmits; then sets its timer.
     fn drive(&mut self, ch: ConnectionHandle, now: Instant) {
         let Some(mut c) = self.conns.remove(&ch) else {
             return;
@@ -683,71 +684,48 @@ impl Worker {
         let counters = self.s.counters.clone();
         let mut trains = 0;
         let mut gone = false;
+        let mut events = std::mem::take(&mut self.events);
         loop {
             let mut again = false;
-            while let Some(ev) = c.conn.poll_endpoint_events() {
-                let drained = ev.is_drained();
-                if let Some(back) = self.endpoint.handle_event(ch, ev) {
-                    c.conn.handle_event(back);
-                    again = true;
+            {
+                let mut conn = c.conn.borrow_mut();
+                while let Some(ev) = conn.poll_endpoint_events() {
+                    let drained = ev.is_drained();
+                    if let Some(back) = self.endpoint.handle_event(ch, ev) {
+                        conn.handle_event(back);
+                        again = true;
+                    }
+                    if drained {
+                        // The endpoint has forgotten the handle: nothing more
+                        // of this connection may reach it.
+                        gone = true;
+                        break;
+                    }
                 }
-                if drained {
-                    // The endpoint has forgotten the handle: nothing more
-                    // of this connection may reach it.
-                    gone = true;
-                    break;
+                if !gone {
+                    while let Some(ev) = conn.poll() {
+                        events.push(ev);
+                    }
                 }
             }
             if gone {
                 break;
             }
-            while let Some(ev) = c.conn.poll() {
-                if let Event::Stream(se) = ev {
-                    match se {
-                        StreamEvent::Opened { dir: Dir::Bi } => {
-                            while let Some(id) = c.conn.streams().accept(Dir::Bi) {
-                                let deadline = now + self.s.request_timeout;
-                                c.streams.insert(
-                                    id,
-                                    Resp::Reading {
-                                        buf: Vec::new(),
-                                        deadline,
-                                    },
-                                );
-                                read_request(&mut c, id, now, self.s.interval);
-                            }
-                        }
-                        StreamEvent::Finished { id } => {
-                            // Every byte of the response is acknowledged.
-                            if let Some(i) = c.finishing.iter().position(|f| f.0 == id) {
-                                let (_, len) = c.finishing.swap_remove(i);
-                                counters.app_bytes.fetch_add(len, Relaxed);
-                            }
-                        }
-                        StreamEvent::Readable { id } => {
-                            read_request(&mut c, id, now, self.s.interval)
-                        }
-                        StreamEvent::Stopped { id, error_code } => {
-                            // RFC 9000 3.5: a STOP_SENDING is answered with
-                            // a RESET_STREAM, which also gives the stream's
-                            // credit back.
-                            let _ = c.conn.send_stream(id).reset(error_code);
-                            c.streams.remove(&id);
-                            c.finishing.retain(|f| f.0 != id);
-                        }
-                        _ => {}
-                    }
+            again |= !events.is_empty();
+            for ev in events.drain(..) {
+                self.dispatch(&mut c, ev, now);
+            }
+            let timeout_due = c
+                .app
+                .as_ref()
+                .and_then(|a| a.timeout())
+                .is_some_and(|t| t <= now);
+            if let Some(app) = c.app.as_mut() {
+                let mut cx = AppCx::new(&c.conn, now, &mut c.finishing, &counters);
+                if timeout_due {
+                    app.on_event(&mut cx, AppEvent::Timeout);
                 }
-                again = true;
-            }
-            let timed_out = expire_requests(&mut c, now);
-            if timed_out > 0 {
-                counters.request_timeouts.fetch_add(timed_out, Relaxed);
-                again = true;
-            }
-            let ids: Vec<StreamId> = c.streams.keys().copied().collect();
-            for id in ids {
-                respond(&mut c, id, now);
+                app.poll(&mut cx);
             }
             // Transmits: quinn-proto's pacer says when to stop.
             loop {
@@ -760,7 +738,11 @@ impl Worker {
                 }
                 trains += 1;
                 let mut buf = self.take_buf();
-                let Some(t) = c.conn.poll_transmit(now, self.max_train, &mut buf) else {
+                let t = c
+                    .conn
+                    .borrow_mut()
+                    .poll_transmit(now, self.max_train, &mut buf);
+                let Some(t) = t else {
                     self.give_buf(buf);
                     break;
                 };
@@ -777,17 +759,22 @@ impl Worker {
                 break;
             }
         }
-        if c.half_open && (gone || c.conn.is_drained() || !c.conn.is_handshaking()) {
+        self.events = events;
+        let (drained, handshaking) = {
+            let conn = c.conn.borrow();
+            (conn.is_drained(), conn.is_handshaking())
+        };
+        if c.half_open && (gone || drained || !handshaking) {
             c.half_open = false;
             self.half_open -= 1;
             self.s.counters.half_open.fetch_sub(1, Relaxed);
             // The handshake validated the address: the connection takes
             // its place of the address's share, or is closed.
-            if !gone && !c.conn.is_drained() && !c.address_counted {
+            if !gone && !drained && !c.address_counted {
                 if self.s.per_address.take(c.address) {
                     c.address_counted = true;
                 } else {
-                    c.conn.close(
+                    c.conn.borrow_mut().close(
                         now,
                         VarInt::from_u32(hq::CLOSE_ADDRESS_LIMIT),
                         Bytes::from_static(b"too many connections from this address"),
@@ -798,14 +785,23 @@ impl Worker {
                 }
             }
         }
-        if gone || c.conn.is_drained() {
+        if gone || drained {
             if let Some(t) = c.timer {
                 self.timers.remove(&(t, ch));
             }
-            self.lost_closed += c.conn.stats().path.lost_packets.saturating_sub(c.lost);
+            self.lost_closed += c
+                .conn
+                .borrow()
+                .stats()
+                .path
+                .lost_packets
+                .saturating_sub(c.lost);
             self.s.counters.connections.fetch_sub(1, Relaxed);
             if c.address_counted {
                 self.s.per_address.give(c.address);
+            }
+            if let Some(mut app) = c.app.take() {
+                app.on_closed(c.closed.take().unwrap_or(Closed::Locally));
             }
             // The table gives back its room as connections go.
             if self.conns.capacity() > 4 * self.conns.len() + 64 {
@@ -814,9 +810,8 @@ impl Worker {
             return;
         }
         let next = [
-            c.conn.poll_timeout(),
-            next_frame(&c, now),
-            next_deadline(&c),
+            c.conn.borrow_mut().poll_timeout(),
+            c.app.as_ref().and_then(|a| a.timeout()),
         ]
         .into_iter()
         .flatten()
@@ -831,6 +826,106 @@ impl Worker {
             c.timer = next;
         }
         self.conns.insert(ch, c);
+    }
+
+    /// Hands one of a connection's events to its application (accepting
+    /// its streams, counting goodput, answering STOP_SENDING first).
+    fn dispatch(&mut self, c: &mut Conn, ev: Event, now: Instant) {
+        let counters = &*self.s.counters;
+        let app_ev = match ev {
+            Event::HandshakeDataReady => {
+                self.accept(c, now);
+                return;
+            }
+            Event::ConnectionLost { reason } => {
+                c.closed = Some(Closed::from(&reason));
+                return;
+            }
+            Event::Stream(StreamEvent::Opened { dir }) => {
+                let d = match dir {
+                    quinn_proto::Dir::Bi => Dir::Bi,
+                    quinn_proto::Dir::Uni => Dir::Uni,
+                };
+                loop {
+                    let id = c.conn.borrow_mut().streams().accept(quinn_dir(d));
+                    let Some(id) = id else { break };
+                    match c.app.as_mut() {
+                        Some(app) => {
+                            let mut cx = AppCx::new(&c.conn, now, &mut c.finishing, counters);
+                            app.on_event(&mut cx, AppEvent::Opened(id.into()));
+                        }
+                        None => {
+                            // No application (refused): the stream is
+                            // given back at once.
+                            let mut conn = c.conn.borrow_mut();
+                            let _ = conn.recv_stream(id).stop(VarInt::from_u32(REFUSED));
+                            if d == Dir::Bi {
+                                let _ = conn.send_stream(id).reset(VarInt::from_u32(REFUSED));
+                            }
+                        }
+                    }
+                }
+                return;
+            }
+            Event::Stream(StreamEvent::Readable { id }) => AppEvent::Readable(id.into()),
+            Event::Stream(StreamEvent::Writable { id }) => AppEvent::Writable(id.into()),
+            Event::Stream(StreamEvent::Finished { id }) => {
+                // Every byte of the stream is acknowledged.
+                if let Some(i) = c.finishing.iter().position(|f| f.0 == id) {
+                    let (_, len) = c.finishing.swap_remove(i);
+                    counters.app_bytes.fetch_add(len, Relaxed);
+                }
+                AppEvent::Finished(id.into())
+            }
+            Event::Stream(StreamEvent::Stopped { id, error_code }) => {
+                // RFC 9000 3.5: a STOP_SENDING is answered with a
+                // RESET_STREAM, which also gives the stream's credit back.
+                let _ = c.conn.borrow_mut().send_stream(id).reset(error_code);
+                c.finishing.retain(|f| f.0 != id);
+                AppEvent::Stopped(id.into(), error_code.into_inner())
+            }
+            Event::Stream(StreamEvent::Available { dir }) => AppEvent::CanOpen(match dir {
+                quinn_proto::Dir::Bi => Dir::Bi,
+                quinn_proto::Dir::Uni => Dir::Uni,
+            }),
+            _ => return,
+        };
+        if let Some(app) = c.app.as_mut() {
+            let mut cx = AppCx::new(&c.conn, now, &mut c.finishing, counters);
+            app.on_event(&mut cx, app_ev);
+        }
+    }
+
+    /// The handshake has named the ALPN: the application takes the
+    /// connection, or it is closed with [`REFUSED`].
+    fn accept(&mut self, c: &mut Conn, now: Instant) {
+        let (alpn, server_name, remote, local_ip) = {
+            let conn = c.conn.borrow();
+            let hd = conn.crypto_session().handshake_data().and_then(|d| {
+                d.downcast::<quinn_proto::crypto::rustls::HandshakeData>()
+                    .ok()
+            });
+            let (alpn, name) = match hd {
+                Some(h) => (h.protocol.unwrap_or_default(), h.server_name),
+                None => (Vec::new(), None),
+            };
+            (alpn, name, conn.remote_address(), conn.local_ip())
+        };
+        let info = ConnInfo {
+            remote,
+            local_ip,
+            server_name,
+            worker: self.s.id,
+        };
+        c.app = self.app.accept(&alpn, &info);
+        if c.app.is_none() {
+            self.s.counters.refused.fetch_add(1, Relaxed);
+            c.conn.borrow_mut().close(
+                now,
+                VarInt::from_u32(REFUSED),
+                Bytes::from_static(b"no application for this protocol"),
+            );
+        }
     }
 
     /// Sends this turn's transmits: the batch in as few calls as the
@@ -983,19 +1078,18 @@ impl Worker {
         }
     }
 
-    /// Closes every connection (Ctrl-C or the end of --duration).
+    /// Closes every connection (the engine stopping): each application
+    /// hears of it first.
     fn close_all(&mut self, now: Instant) {
         self.closing_since = Some(now);
+        let counters = self.s.counters.clone();
         for (ch, c) in self.conns.iter_mut() {
-            for id in c.streams.keys() {
-                let _ = c
-                    .conn
-                    .send_stream(*id)
-                    .reset(VarInt::from_u32(hq::code::SHUTDOWN));
+            if let Some(app) = c.app.as_mut() {
+                let mut cx = AppCx::new(&c.conn, now, &mut c.finishing, &counters);
+                app.on_shutdown(&mut cx);
             }
-            c.streams.clear();
             c.finishing.clear();
-            c.conn.close(
+            c.conn.borrow_mut().close(
                 now,
                 VarInt::from_u32(hq::CLOSE_SHUTDOWN),
                 Bytes::from_static(b"server shutting down"),
@@ -1017,7 +1111,7 @@ impl Worker {
         if last || self.published_lost.elapsed() > Duration::from_secs(1) {
             let mut lost = 0;
             for conn in self.conns.values_mut() {
-                let l = conn.conn.stats().path.lost_packets;
+                let l = conn.conn.borrow().stats().path.lost_packets;
                 lost += l.saturating_sub(conn.lost);
                 conn.lost = l;
             }
@@ -1035,164 +1129,15 @@ impl Worker {
 fn departure(c: &mut Conn, bytes: usize) -> u64 {
     let now = fastudp::pacing::monotonic_ns();
     let at = c.next_departure.max(now);
-    let rtt = c.conn.rtt().as_nanos().max(1_000) as u64;
-    let window = c.conn.congestion_state().window().max(1);
+    let (rtt, window) = {
+        let conn = c.conn.borrow();
+        (
+            conn.rtt().as_nanos().max(1_000) as u64,
+            conn.congestion_state().window().max(1),
+        )
+    };
     // ns per byte at 1.25 window per RTT.
     let ns = (bytes as u128 * rtt as u128 * 4 / (window as u128 * 5)) as u64;
     c.next_departure = at + ns;
     at
-}
-
-/// The earliest video frame due on a connection after `now`. A frame due
-/// already (by the same count [`respond`] writes by, so it was offered)
-/// that could not be written waits for the stream's credit (the peer's
-/// MAX_STREAM_DATA marks the connection to be driven), not for a timer: a
-/// timer in the past would never let the worker sleep.
-fn next_frame(c: &Conn, now: Instant) -> Option<Instant> {
-    c.streams
-        .values()
-        .filter_map(|r| match r {
-            Resp::Video { frames, start, off } => {
-                let sent_frames = off / frames.bytes;
-                (sent_frames < frames.count && off % frames.bytes == 0)
-                    .then(|| frames.due_at(*start, sent_frames))
-            }
-            _ => None,
-        })
-        .filter(|&t| t > now)
-        .min()
-}
-
-/// The earliest deadline of a request line still being read.
-fn next_deadline(c: &Conn) -> Option<Instant> {
-    c.streams
-        .values()
-        .filter_map(|r| match r {
-            Resp::Reading { deadline, .. } => Some(*deadline),
-            _ => None,
-        })
-        .min()
-}
-
-/// Resets every stream whose request line is not whole by its deadline
-/// (`--request-timeout`), with [`hq::code::REQUEST_TIMEOUT`]; how many.
-fn expire_requests(c: &mut Conn, now: Instant) -> u64 {
-    if next_deadline(c).is_none_or(|d| d > now) {
-        return 0;
-    }
-    let late: Vec<StreamId> = c
-        .streams
-        .iter()
-        .filter_map(|(id, r)| match r {
-            Resp::Reading { deadline, .. } if *deadline <= now => Some(*id),
-            _ => None,
-        })
-        .collect();
-    let code = VarInt::from_u32(hq::code::REQUEST_TIMEOUT);
-    for id in &late {
-        let _ = c.conn.send_stream(*id).reset(code);
-        let _ = c.conn.recv_stream(*id).stop(code);
-        c.streams.remove(id);
-    }
-    late.len() as u64
-}
-
-/// Reads what arrived of a request; starts the response once it is whole,
-/// or resets the stream when it is bad.
-fn read_request(c: &mut Conn, id: StreamId, now: Instant, interval: Duration) {
-    let Some(Resp::Reading { buf, .. }) = c.streams.get_mut(&id) else {
-        return;
-    };
-    let mut fin = false;
-    let mut reset = None;
-    if let Ok(mut chunks) = c.conn.recv_stream(id).read(true) {
-        loop {
-            match chunks.next(hq::MAX_REQUEST + 2 - buf.len().min(hq::MAX_REQUEST + 1)) {
-                Ok(Some(ch)) => {
-                    buf.extend_from_slice(&ch.bytes);
-                    if buf.len() > hq::MAX_REQUEST + 1 {
-                        break;
-                    }
-                }
-                Ok(None) => {
-                    fin = true;
-                    break;
-                }
-                Err(quinn_proto::ReadError::Blocked) => break,
-                Err(quinn_proto::ReadError::Reset(code)) => {
-                    reset = Some(code);
-                    break;
-                }
-            }
-        }
-        let _ = chunks.finalize();
-    }
-    if let Some(code) = reset {
-        // The client gave up on its request: the response side closes too
-        // (else the stream would hold one of its slots for ever).
-        let _ = c.conn.send_stream(id).reset(code);
-        c.streams.remove(&id);
-        return;
-    }
-    match hq::parse(buf, fin) {
-        Ok(None) => {}
-        Ok(Some(Request::Bytes(len))) => {
-            c.streams.insert(id, Resp::Bytes { off: 0, len });
-            let _ = c.conn.recv_stream(id).stop(VarInt::from_u32(0));
-        }
-        Ok(Some(Request::Video { rate, seconds })) => {
-            c.streams.insert(
-                id,
-                Resp::Video {
-                    frames: Frames::new(rate, seconds, interval),
-                    start: now,
-                    off: 0,
-                },
-            );
-            let _ = c.conn.recv_stream(id).stop(VarInt::from_u32(0));
-        }
-        Err(bad) => {
-            let code = VarInt::from_u32(bad.code());
-            let _ = c.conn.send_stream(id).reset(code);
-            let _ = c.conn.recv_stream(id).stop(code);
-            c.streams.remove(&id);
-        }
-    }
-}
-
-/// Writes what a response may write now.
-fn respond(c: &mut Conn, id: StreamId, now: Instant) {
-    let (off, limit, total) = match c.streams.get(&id) {
-        Some(Resp::Bytes { off, len }) => (*off, *len, *len),
-        Some(Resp::Video { frames, start, off }) => {
-            (*off, frames.due(*start, now) * frames.bytes, frames.total())
-        }
-        _ => return,
-    };
-    let mut at = off;
-    let mut s = c.conn.send_stream(id);
-    while at < limit {
-        // The pattern is static: quinn-proto keeps a reference to it
-        // rather than a copy.
-        let mut piece = [Bytes::from_static(hq::pattern(at, limit - at))];
-        match s.write_chunks(&mut piece) {
-            Ok(w) if w.bytes > 0 => at += w.bytes as u64,
-            _ => break,
-        }
-    }
-    let mut done = false;
-    if at == total {
-        let _ = s.finish();
-        done = true;
-    }
-    if done {
-        c.streams.remove(&id);
-        // Counted as goodput once the client has acknowledged it all.
-        c.finishing.push((id, total));
-    } else {
-        match c.streams.get_mut(&id) {
-            Some(Resp::Bytes { off, .. }) | Some(Resp::Video { off, .. }) => *off = at,
-            _ => {}
-        }
-    }
 }

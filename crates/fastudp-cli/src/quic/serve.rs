@@ -1,13 +1,15 @@
 //! `fastudp quic serve --stack fastudp`: the command's front end of
 //! [`fastudp_quic::Engine`]. It turns the arguments into an
-//! [`EngineConfig`], loads or makes the certificate, prints where the
-//! server listens and its limits, and reports until `--duration` ends or
-//! Ctrl-C; the engine does the rest.
+//! [`EngineConfig`], picks the application (hq-interop, by ALPN), loads or
+//! makes the certificate, prints where the server listens and its limits,
+//! and reports until `--duration` ends or Ctrl-C; the engine does the
+//! rest.
 
 use super::stats::{listening, Reporter};
 use super::{tls, workers, PacingArg, ServeArgs};
 use crate::{interrupt, Failure};
 use fastudp::pacing::PacingMode;
+use fastudp_quic::app::{hq::HqApp, Router};
 use fastudp_quic::{limits, Engine, EngineConfig, Pacing};
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -41,11 +43,13 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
         .max_half_open(a.max_half_open)
         .max_connections(max_connections)
         .max_connections_per_ip(Some(per_ip))
-        .idle_timeout(Duration::from_secs_f64(a.idle_timeout))
+        .idle_timeout(Duration::from_secs_f64(a.idle_timeout));
+    let hq = HqApp::default()
         .request_timeout(Duration::from_secs_f64(a.request_timeout))
         .frame_interval(Duration::from_secs_f64(a.interval / 1000.0));
+    let app = Router::new().with(super::hq::ALPN, hq);
     interrupt::watch();
-    let engine = Engine::start(cfg).map_err(|e| match e {
+    let engine = Engine::start(cfg, Arc::new(app)).map_err(|e| match e {
         fastudp_quic::Error::Listen { addr, source } => {
             Failure::usage(format!("--listen {addr}: {source}"))
         }
