@@ -25,7 +25,9 @@
 //!   leaves room for established connections, new handshakes and the stop
 //!   flag: [`crate::limits`] has the memory model.
 
-use crate::app::{quinn_dir, AppCx, AppEvent, Closed, ConnApp, ConnInfo, Dir, WorkerApp, REFUSED};
+use crate::app::{
+    quinn_dir, AppCx, AppEvent, Closed, ConnApp, ConnInfo, Dir, Wakes, WorkerApp, REFUSED,
+};
 use crate::forward::{Inbox, Ring, SLOTS};
 use crate::hq::wire as hq;
 use crate::limits::{
@@ -271,6 +273,8 @@ pub(crate) struct Worker {
     app: Box<dyn WorkerApp>,
     /// A connection's events, between quinn-proto and the application.
     events: Vec<Event>,
+    /// Connections the application's wakers asked to drive again.
+    wakes: Wakes,
     endpoint: Endpoint,
     conns: HashMap<ConnectionHandle, Box<Conn>>,
     timers: BTreeSet<(Instant, ConnectionHandle)>,
@@ -344,6 +348,7 @@ impl Worker {
         Ok(Worker {
             app: s.app.worker(s.id),
             events: Vec::new(),
+            wakes: Wakes::default(),
             endpoint,
             conns: HashMap::new(),
             timers: BTreeSet::new(),
@@ -383,12 +388,21 @@ impl Worker {
                 if self.conns.is_empty() || now.duration_since(t) > CLOSE_WAIT {
                     self.flush();
                     self.publish(true);
+                    // Connections whose close was not acknowledged in
+                    // time end here.
+                    for (_, mut c) in self.conns.drain() {
+                        if let Some(mut app) = c.app.take() {
+                            app.on_closed(c.closed.take().unwrap_or(Closed::Locally));
+                        }
+                    }
                     return Ok(());
                 }
             }
             self.forwarded(now);
             self.receive(now)?;
             self.fire_timers(now);
+            self.dirty
+                .append(&mut self.wakes.lock().unwrap_or_else(|e| e.into_inner()));
             self.drive_dirty(now);
             self.flush();
             if now.duration_since(self.published) > Duration::from_millis(100) {
@@ -401,6 +415,14 @@ impl Worker {
     /// Waits for a datagram, the next timer, or at most [`MAX_WAIT`].
     fn wait(&mut self) {
         if (!self.dirty.is_empty() && !self.tx_blocked) || !self.fwd_local.is_empty() {
+            return;
+        }
+        if !self
+            .wakes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
+        {
             return;
         }
         let now = Instant::now();
@@ -713,7 +735,7 @@ impl Worker {
             }
             again |= !events.is_empty();
             for ev in events.drain(..) {
-                self.dispatch(&mut c, ev, now);
+                self.dispatch(ch, &mut c, ev, now);
             }
             let timeout_due = c
                 .app
@@ -721,7 +743,8 @@ impl Worker {
                 .and_then(|a| a.timeout())
                 .is_some_and(|t| t <= now);
             if let Some(app) = c.app.as_mut() {
-                let mut cx = AppCx::new(&c.conn, now, &mut c.finishing, &counters);
+                let mut cx =
+                    AppCx::new(&c.conn, now, &mut c.finishing, &counters, (&self.wakes, ch));
                 if timeout_due {
                     app.on_event(&mut cx, AppEvent::Timeout);
                 }
@@ -830,7 +853,7 @@ impl Worker {
 
     /// Hands one of a connection's events to its application (accepting
     /// its streams, counting goodput, answering STOP_SENDING first).
-    fn dispatch(&mut self, c: &mut Conn, ev: Event, now: Instant) {
+    fn dispatch(&mut self, ch: ConnectionHandle, c: &mut Conn, ev: Event, now: Instant) {
         let counters = &*self.s.counters;
         let app_ev = match ev {
             Event::HandshakeDataReady => {
@@ -851,7 +874,13 @@ impl Worker {
                     let Some(id) = id else { break };
                     match c.app.as_mut() {
                         Some(app) => {
-                            let mut cx = AppCx::new(&c.conn, now, &mut c.finishing, counters);
+                            let mut cx = AppCx::new(
+                                &c.conn,
+                                now,
+                                &mut c.finishing,
+                                counters,
+                                (&self.wakes, ch),
+                            );
                             app.on_event(&mut cx, AppEvent::Opened(id.into()));
                         }
                         None => {
@@ -891,7 +920,7 @@ impl Worker {
             _ => return,
         };
         if let Some(app) = c.app.as_mut() {
-            let mut cx = AppCx::new(&c.conn, now, &mut c.finishing, counters);
+            let mut cx = AppCx::new(&c.conn, now, &mut c.finishing, counters, (&self.wakes, ch));
             app.on_event(&mut cx, app_ev);
         }
     }
@@ -1085,7 +1114,13 @@ impl Worker {
         let counters = self.s.counters.clone();
         for (ch, c) in self.conns.iter_mut() {
             if let Some(app) = c.app.as_mut() {
-                let mut cx = AppCx::new(&c.conn, now, &mut c.finishing, &counters);
+                let mut cx = AppCx::new(
+                    &c.conn,
+                    now,
+                    &mut c.finishing,
+                    &counters,
+                    (&self.wakes, *ch),
+                );
                 app.on_shutdown(&mut cx);
             }
             c.finishing.clear();
