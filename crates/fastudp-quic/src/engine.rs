@@ -44,7 +44,7 @@ pub enum Error {
 }
 
 /// A running QUIC server: one worker thread per socket of a reuseport
-/// group, until [`Engine::stop`].
+/// group, until [`Engine::stop`] (or until it is dropped).
 pub struct Engine {
     threads: Vec<JoinHandle<Result<(), String>>>,
     counters: Arc<Counters>,
@@ -275,9 +275,9 @@ impl Engine {
 
     /// Waits for the workers to end (after [`Engine::stop`], or a failure).
     /// The error of a worker that failed, if one did.
-    pub fn join(self) -> Result<(), Error> {
+    pub fn join(mut self) -> Result<(), Error> {
         let mut err = None;
-        for h in self.threads {
+        for h in std::mem::take(&mut self.threads) {
             match h.join() {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => err = Some(e),
@@ -288,6 +288,14 @@ impl Engine {
             Some(e) => Err(Error::Worker(e)),
             None => Ok(()),
         }
+    }
+}
+
+impl Drop for Engine {
+    /// An engine dropped without [`Engine::join`] stops its workers; they
+    /// end on their own within [`STOP_WAIT`].
+    fn drop(&mut self) {
+        self.stop();
     }
 }
 

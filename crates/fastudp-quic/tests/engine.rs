@@ -456,3 +456,17 @@ fn connections_are_counted_while_open() {
     });
     stop(engine);
 }
+
+/// An engine dropped without `join` stops: its workers end and the port
+/// is free again.
+#[test]
+fn a_dropped_engine_stops_its_workers() {
+    let (engine, _) = start(writer(10), |c| c);
+    let addr = engine.local_addr();
+    assert!(
+        std::net::UdpSocket::bind(addr).is_err(),
+        "the port is taken"
+    );
+    drop(engine);
+    eventually("the port free", || std::net::UdpSocket::bind(addr).is_ok());
+}
