@@ -63,6 +63,7 @@ mod forward;
 pub mod hq;
 pub mod limits;
 mod stats;
+mod tx;
 mod worker;
 
 pub use config::{transport, EngineConfig, Pacing, DEFAULT_MAX_CONNECTIONS};
