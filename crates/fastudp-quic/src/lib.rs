@@ -8,3 +8,5 @@
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
+
+pub mod files;
