@@ -59,6 +59,7 @@ pub mod app;
 mod cid;
 mod config;
 mod engine;
+pub mod files;
 mod forward;
 pub mod hq;
 pub mod limits;
