@@ -324,6 +324,14 @@ impl Pending {
         }
     }
 
+    /// Its datagrams, what is left of them (tests take them from the
+    /// queue instead of the socket).
+    #[cfg(test)]
+    pub(crate) fn datagrams(&self) -> Vec<&[u8]> {
+        let c = &self.buf[self.start..self.len];
+        c.chunks(self.segment.unwrap_or(c.len()).max(1)).collect()
+    }
+
     /// What is left of it to send.
     fn transmit(&self) -> Transmit<'_> {
         let c = &self.buf[self.start..self.len];

@@ -791,3 +791,325 @@ fn departure(c: &mut Conn, bytes: usize) -> u64 {
     c.next_departure = at + ns;
     at
 }
+
+/// The worker without its sockets: datagrams go in through
+/// [`Worker::datagram`] and come out of the send side's queues, and time
+/// is a virtual clock, against quinn-proto clients in the same thread.
+#[cfg(test)]
+mod harness {
+    use super::*;
+    use crate::app::hq::HqApp;
+    use crate::app::Router;
+    use quinn_proto::{ClientConfig, ConnectionHandle as Ch};
+
+    const SERVER: &str = "10.0.0.1:4433";
+    const CLIENT: &str = "10.0.0.2:5000";
+
+    struct Net {
+        w: Worker,
+        client: Endpoint,
+        conns: HashMap<Ch, quinn_proto::Connection>,
+        now: Instant,
+        cert: rustls::pki_types::CertificateDer<'static>,
+    }
+
+    fn tls() -> (
+        rustls::ServerConfig,
+        rustls::pki_types::CertificateDer<'static>,
+    ) {
+        let c = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+        let key = rustls::pki_types::PrivatePkcs8KeyDer::from(c.key_pair.serialize_der());
+        let tls = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![c.cert.der().clone()], key.into())
+        .unwrap();
+        (tls, c.cert.der().clone())
+    }
+
+    impl Net {
+        /// A worker serving hq-interop (the sockets are bound on loopback
+        /// and never used), and a client endpoint.
+        fn new(f: impl FnOnce(&mut Setup)) -> Net {
+            let (mut tls, cert) = tls();
+            tls.alpn_protocols = vec![hq::ALPN.to_vec()];
+            let crypto = quinn_proto::crypto::rustls::QuicServerConfig::try_from(tls).unwrap();
+            let mut server = ServerConfig::with_crypto(Arc::new(crypto));
+            server.transport_config(Arc::new(crate::transport(Duration::from_secs(10))));
+            let counters = Arc::new(Counters::default());
+            let mut s = Setup {
+                id: 0,
+                workers: 1,
+                rx: Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap(),
+                server: Arc::new(server),
+                endpoint: Arc::new(EndpointConfig::default()),
+                inboxes: Arc::new(vec![Inbox::new(SLOTS)]),
+                counters: counters.clone(),
+                stop: Arc::default(),
+                failed: Arc::default(),
+                pacing: PacingMode::User,
+                retry: false,
+                max_connections: 100,
+                max_half_open: 100,
+                per_address: Arc::new(limits::PerAddress::new(100)),
+                app: Arc::new(Router::new().with(hq::ALPN, HqApp::default())),
+                total_rate: None,
+            };
+            f(&mut s);
+            let sock = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+            let tx = Tx::new(sock, None, counters, None).unwrap();
+            let w = Worker::new(s, tx).unwrap();
+            let client = Endpoint::new(Arc::new(EndpointConfig::default()), None, true, None);
+            Net {
+                w,
+                client,
+                conns: HashMap::new(),
+                now: Instant::now(),
+                cert,
+            }
+        }
+
+        fn connect(&mut self) -> Ch {
+            let mut roots = rustls::RootCertStore::empty();
+            roots.add(self.cert.clone()).unwrap();
+            let mut tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+                rustls::crypto::ring::default_provider(),
+            ))
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+            tls.alpn_protocols = vec![hq::ALPN.to_vec()];
+            let cfg = ClientConfig::new(Arc::new(
+                quinn_proto::crypto::rustls::QuicClientConfig::try_from(tls).unwrap(),
+            ));
+            let (ch, conn) = self
+                .client
+                .connect(self.now, cfg, SERVER.parse().unwrap(), "localhost")
+                .unwrap();
+            self.conns.insert(ch, conn);
+            ch
+        }
+
+        /// Moves every datagram both ways until neither side has one,
+        /// then lets the earliest timer fire (advancing the clock to it,
+        /// at most `max` ahead). False when nothing was left to do.
+        fn step(&mut self, max: Duration) -> bool {
+            let mut moved = false;
+            // Client to server.
+            let chs: Vec<Ch> = self.conns.keys().copied().collect();
+            for ch in chs {
+                loop {
+                    let mut buf = Vec::new();
+                    let c = self.conns.get_mut(&ch).unwrap();
+                    let Some(t) = c.poll_transmit(self.now, 1, &mut buf) else {
+                        break;
+                    };
+                    moved = true;
+                    let d = buf[..t.size].to_vec();
+                    self.w
+                        .datagram(self.now, CLIENT.parse().unwrap(), None, None, &d);
+                }
+            }
+            self.w.fire_timers(self.now);
+            self.w.drive_dirty(self.now);
+            // Server to client.
+            let q: Vec<Pending> = std::mem::take(&mut self.w.tx.pending)
+                .into_iter()
+                .chain(std::mem::take(&mut self.w.tx.stateless_q))
+                .collect();
+            for p in q {
+                for d in p.datagrams() {
+                    moved = true;
+                    let mut out = Vec::new();
+                    let ev = self.client.handle(
+                        self.now,
+                        SERVER.parse().unwrap(),
+                        None,
+                        None,
+                        BytesMut::from(d),
+                        &mut out,
+                    );
+                    if let Some(DatagramEvent::ConnectionEvent(ch, ev)) = ev {
+                        if let Some(c) = self.conns.get_mut(&ch) {
+                            c.handle_event(ev);
+                        }
+                    }
+                }
+            }
+            let chs: Vec<Ch> = self.conns.keys().copied().collect();
+            for ch in chs {
+                let c = self.conns.get_mut(&ch).unwrap();
+                while let Some(ev) = c.poll_endpoint_events() {
+                    if let Some(back) = self.client.handle_event(ch, ev) {
+                        c.handle_event(back);
+                    }
+                }
+            }
+            if moved {
+                return true;
+            }
+            // Idle: the clock moves to the next timer of either side.
+            let next = self
+                .conns
+                .values_mut()
+                .filter_map(|c| c.poll_timeout())
+                .chain(self.w.timers.first().map(|&(t, _)| t))
+                .min();
+            match next {
+                Some(t) if t <= self.now + max => {
+                    self.now = self.now.max(t);
+                    for c in self.conns.values_mut() {
+                        if c.poll_timeout().is_some_and(|t| t <= self.now) {
+                            c.handle_timeout(self.now);
+                        }
+                    }
+                    true
+                }
+                _ => false,
+            }
+        }
+
+        /// Steps until `done`, at most 10,000 times.
+        fn run_until(&mut self, mut done: impl FnMut(&mut Net) -> bool) {
+            for _ in 0..10_000 {
+                if done(self) {
+                    return;
+                }
+                if !self.step(Duration::from_secs(60)) {
+                    break;
+                }
+            }
+            assert!(done(self), "not reached");
+        }
+    }
+
+    /// Reads what `id` holds: its bytes, and whether it ended (or its
+    /// reset code).
+    fn read_all(
+        c: &mut quinn_proto::Connection,
+        id: quinn_proto::StreamId,
+        into: &mut Vec<u8>,
+    ) -> Option<Result<(), u64>> {
+        let mut s = c.recv_stream(id);
+        let mut chunks = s.read(true).ok()?;
+        let r = loop {
+            match chunks.next(usize::MAX) {
+                Ok(Some(ch)) => into.extend_from_slice(&ch.bytes),
+                Ok(None) => break Some(Ok(())),
+                Err(quinn_proto::ReadError::Blocked) => break None,
+                Err(quinn_proto::ReadError::Reset(code)) => break Some(Err(code.into_inner())),
+            }
+        };
+        let _ = chunks.finalize();
+        r
+    }
+
+    fn request(n: &mut Net, ch: Ch, line: &[u8], fin: bool) -> quinn_proto::StreamId {
+        let c = n.conns.get_mut(&ch).unwrap();
+        let id = c.streams().open(quinn_proto::Dir::Bi).unwrap();
+        c.send_stream(id).write(line).unwrap();
+        if fin {
+            c.send_stream(id).finish().unwrap();
+        }
+        id
+    }
+
+    /// The handshake, then `/bytes/N` on 4 streams, byte-exact, without a
+    /// socket: the worker's own receive path, its application and its
+    /// send queue, on a virtual clock.
+    #[test]
+    fn hq_bytes_without_sockets() {
+        let mut n = Net::new(|_| {});
+        let ch = n.connect();
+        n.run_until(|n| !n.conns[&ch].is_handshaking());
+        let ids: Vec<_> = (0..4u64)
+            .map(|i| {
+                request(
+                    &mut n,
+                    ch,
+                    format!("GET /bytes/{}\r\n", 100_000 + i).as_bytes(),
+                    true,
+                )
+            })
+            .collect();
+        let mut bodies = vec![Vec::new(); 4];
+        let mut ended = [false; 4];
+        n.run_until(|n| {
+            let c = n.conns.get_mut(&ch).unwrap();
+            for (i, id) in ids.iter().enumerate() {
+                if !ended[i] {
+                    if let Some(r) = read_all(c, *id, &mut bodies[i]) {
+                        assert_eq!(r, Ok(()));
+                        ended[i] = true;
+                    }
+                }
+            }
+            ended.iter().all(|&e| e)
+        });
+        for (i, b) in bodies.iter().enumerate() {
+            assert_eq!(b.len() as u64, 100_000 + i as u64);
+            assert_eq!(hq::check(0, b), Ok(()));
+        }
+        n.run_until(|n| n.w.s.counters.app_bytes.load(Relaxed) == 400_006);
+    }
+
+    /// A request line not whole within the deadline (5 s of the virtual
+    /// clock) is reset with REQUEST_TIMEOUT and counted; one sent in
+    /// time on the same connection is served.
+    #[test]
+    fn a_request_line_times_out_on_the_virtual_clock() {
+        let mut n = Net::new(|_| {});
+        let ch = n.connect();
+        n.run_until(|n| !n.conns[&ch].is_handshaking());
+        let start = n.now;
+        let slow = request(&mut n, ch, b"GET /by", false);
+        let mut got = Vec::new();
+        let mut end = None;
+        n.run_until(|n| {
+            end = end.or_else(|| read_all(n.conns.get_mut(&ch).unwrap(), slow, &mut got));
+            end.is_some()
+        });
+        assert_eq!(end, Some(Err(u64::from(hq::code::REQUEST_TIMEOUT))));
+        assert!(
+            n.now >= start + limits::REQUEST_TIMEOUT,
+            "reset before the deadline"
+        );
+        assert_eq!(n.w.s.counters.request_timeouts.load(Relaxed), 1);
+        let ok = request(&mut n, ch, b"GET /bytes/10\r\n", true);
+        let mut body = Vec::new();
+        let mut end = None;
+        n.run_until(|n| {
+            end = end.or_else(|| read_all(n.conns.get_mut(&ch).unwrap(), ok, &mut body));
+            end.is_some()
+        });
+        assert_eq!((end, body.len()), (Some(Ok(())), 10));
+    }
+
+    /// The admission policy: above `max_half_open` handshakes a new client
+    /// gets a Retry (and, its address validated, a connection); with
+    /// `max_connections` full it is refused.
+    #[test]
+    fn admission_retries_then_refuses() {
+        let mut n = Net::new(|s| {
+            s.max_half_open = 1;
+            s.max_connections = 2;
+        });
+        let a = n.connect();
+        // The first Initial is accepted: one handshake under way.
+        n.step(Duration::ZERO);
+        assert_eq!(n.w.half_open, 1);
+        let b = n.connect();
+        n.run_until(|n| !n.conns[&a].is_handshaking() && !n.conns[&b].is_handshaking());
+        let c = &n.w.s.counters;
+        assert_eq!(c.retries.load(Relaxed), 1, "the second client was retried");
+        assert_eq!(c.accepted.load(Relaxed), 2);
+        let third = n.connect();
+        n.run_until(|n| n.conns[&third].is_closed());
+        assert_eq!(n.w.s.counters.refused.load(Relaxed), 1);
+        assert_eq!(n.w.s.counters.connections.load(Relaxed), 2);
+    }
+}
