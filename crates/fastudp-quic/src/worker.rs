@@ -119,25 +119,15 @@ fn to_quinn_ecn(e: Option<EcnCodepoint>) -> Option<quinn_proto::EcnCodepoint> {
     e.and_then(|e| quinn_proto::EcnCodepoint::from_bits(e as u8))
 }
 
-/// One worker.
-pub(crate) struct Worker {
-    s: Setup,
-    /// The application's part on this worker.
-    app: Box<dyn WorkerApp>,
-    /// A connection's events, between quinn-proto and the application.
-    events: Vec<Event>,
-    /// Connections the application's wakers asked to drive again.
-    wakes: Wakes,
+/// The endpoint side of a worker: quinn-proto's endpoint, the receive
+/// batch, the datagrams other workers forwarded, and the admission
+/// policy (which connections it takes, retries or refuses).
+pub(crate) struct EndpointDriver {
     endpoint: Endpoint,
-    conns: HashMap<ConnectionHandle, Box<Conn>>,
-    timers: BTreeSet<(Instant, ConnectionHandle)>,
-    dirty: Vec<ConnectionHandle>,
-    /// Connections that stopped at [`TRAINS_PER_TURN`].
-    more: Vec<ConnectionHandle>,
     batch: Option<RecvBatch>,
-    /// The send side: this turn's transmits, the stateless replies, the
-    /// socket.
-    tx: Tx,
+    /// Forwarded datagrams being worked through (swapped with the inbox
+    /// when empty).
+    fwd_local: Ring,
     /// Connections accepted whose handshake is not done: above
     /// `--max-half-open`, new clients get a Retry (as with `--retry`), so a
     /// flood of Initials from spoofed addresses costs a stateless reply
@@ -146,15 +136,41 @@ pub(crate) struct Worker {
     /// ([`Counters::half_open`]): addresses that never answer can take
     /// at most half of the places, and a client that answers its Retry
     /// finds one of the rest.
-    half_open: usize,
-    /// Forwarded datagrams being worked through (swapped with the inbox
-    /// when empty).
-    fwd_local: Ring,
+    pub(crate) half_open: usize,
+}
+
+/// A worker's connections: the table, their timers, and the lists of
+/// those to drive; it drives them and hands their events to the
+/// application.
+pub(crate) struct ConnTable {
+    conns: HashMap<ConnectionHandle, Box<Conn>>,
+    pub(crate) timers: BTreeSet<(Instant, ConnectionHandle)>,
+    dirty: Vec<ConnectionHandle>,
+    /// Connections that stopped at [`TRAINS_PER_TURN`].
+    more: Vec<ConnectionHandle>,
+    /// A connection's events, between quinn-proto and the application.
+    events: Vec<Event>,
+    /// Connections the application's wakers asked to drive again.
+    wakes: Wakes,
+    /// Packets lost by connections that have ended, not yet published.
+    lost_closed: u64,
+}
+
+/// One worker: its endpoint, its connections, its send side and its
+/// part of the application.
+pub(crate) struct Worker {
+    s: Setup,
+    /// The application's part on this worker.
+    app: Box<dyn WorkerApp>,
+    pub(crate) ep: EndpointDriver,
+    pub(crate) table: ConnTable,
+    /// The send side: this turn's transmits, the stateless replies, the
+    /// socket.
+    pub(crate) tx: Tx,
     closing_since: Option<Instant>,
     published: Instant,
     published_lost: Instant,
     calls_seen: (u64, u64),
-    lost_closed: u64,
 }
 
 impl Worker {
@@ -171,22 +187,26 @@ impl Worker {
         }
         Ok(Worker {
             app: s.app.worker(s.id),
-            events: Vec::new(),
-            wakes: Wakes::default(),
-            endpoint,
-            conns: HashMap::new(),
-            timers: BTreeSet::new(),
-            dirty: Vec::new(),
-            more: Vec::new(),
-            batch: Some(RecvBatch::new(limits::RECV_BATCH)),
+            ep: EndpointDriver {
+                endpoint,
+                batch: Some(RecvBatch::new(limits::RECV_BATCH)),
+                fwd_local: Ring::new(SLOTS),
+                half_open: 0,
+            },
+            table: ConnTable {
+                conns: HashMap::new(),
+                timers: BTreeSet::new(),
+                dirty: Vec::new(),
+                more: Vec::new(),
+                events: Vec::new(),
+                wakes: Wakes::default(),
+                lost_closed: 0,
+            },
             tx,
-            half_open: 0,
-            fwd_local: Ring::new(SLOTS),
             closing_since: None,
             published: Instant::now(),
             published_lost: Instant::now(),
             calls_seen: (0, 0),
-            lost_closed: 0,
             s,
         })
     }
@@ -195,15 +215,16 @@ impl Worker {
         loop {
             let now = Instant::now();
             if self.s.stop.load(Relaxed) && self.closing_since.is_none() {
-                self.close_all(now);
+                self.closing_since = Some(now);
+                self.table.close_all(now, &self.s);
             }
             if let Some(t) = self.closing_since {
-                if self.conns.is_empty() || now.duration_since(t) > CLOSE_WAIT {
+                if self.table.conns.is_empty() || now.duration_since(t) > CLOSE_WAIT {
                     self.tx.flush();
                     self.publish(true);
                     // Connections whose close was not acknowledged in
                     // time end here.
-                    for (_, mut c) in self.conns.drain() {
+                    for (_, mut c) in self.table.conns.drain() {
                         if let Some(mut app) = c.app.take() {
                             app.on_closed(c.closed.take().unwrap_or(Closed::Locally));
                         }
@@ -211,12 +232,12 @@ impl Worker {
                     return Ok(());
                 }
             }
-            self.forwarded(now);
-            self.receive(now)?;
-            self.fire_timers(now);
-            self.dirty
-                .append(&mut self.wakes.lock().unwrap_or_else(|e| e.into_inner()));
-            self.drive_dirty(now);
+            let closing = self.closing_since.is_some();
+            self.ep
+                .forwarded(now, &self.s, &mut self.table, &mut self.tx, closing);
+            self.ep
+                .receive(now, &self.s, &mut self.table, &mut self.tx, closing)?;
+            self.turn(now);
             self.tx.flush();
             if now.duration_since(self.published) > Duration::from_millis(100) {
                 self.publish(false);
@@ -225,12 +246,24 @@ impl Worker {
         }
     }
 
+    /// Fires the timers due and drives every connection that has
+    /// something to do (the application's wakes included).
+    pub(crate) fn turn(&mut self, now: Instant) {
+        self.table.fire_timers(now);
+        let woken =
+            std::mem::take(&mut *self.table.wakes.lock().unwrap_or_else(|e| e.into_inner()));
+        self.table.dirty.extend(woken);
+        self.table
+            .drive_dirty(now, &mut self.ep, &mut self.tx, &mut *self.app, &self.s);
+    }
+
     /// Waits for a datagram, the next timer, or at most [`MAX_WAIT`].
     fn wait(&mut self) {
-        if (!self.dirty.is_empty() && !self.tx.blocked) || !self.fwd_local.is_empty() {
+        if (!self.table.dirty.is_empty() && !self.tx.blocked) || !self.ep.fwd_local.is_empty() {
             return;
         }
         if !self
+            .table
             .wakes
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -245,6 +278,7 @@ impl Worker {
             MAX_WAIT
         };
         let mut until = self
+            .table
             .timers
             .first()
             .map(|&(t, _)| t)
@@ -259,24 +293,74 @@ impl Worker {
         }
     }
 
+    /// Publishes the socket counters (and, at most once a second, the
+    /// connections' losses).
+    fn publish(&mut self, last: bool) {
+        let c = &self.s.counters;
+        let (tx, rx) = (self.tx.socket.stats(), self.s.rx.stats());
+        c.send_calls
+            .fetch_add(tx.send_calls.saturating_sub(self.calls_seen.0), Relaxed);
+        c.recv_calls
+            .fetch_add(rx.recv_calls.saturating_sub(self.calls_seen.1), Relaxed);
+        self.calls_seen = (tx.send_calls, rx.recv_calls);
+        if last || self.published_lost.elapsed() > Duration::from_secs(1) {
+            let mut lost = 0;
+            for conn in self.table.conns.values_mut() {
+                let l = conn.conn.borrow().stats().path.lost_packets;
+                lost += l.saturating_sub(conn.lost);
+                conn.lost = l;
+            }
+            let closed = std::mem::take(&mut self.table.lost_closed);
+            c.lost_packets.fetch_add(lost + closed, Relaxed);
+            self.published_lost = Instant::now();
+        }
+        self.published = Instant::now();
+    }
+}
+
+impl EndpointDriver {
     /// Hands at most [`FORWARDED_PER_TURN`] datagrams other workers
     /// forwarded to quinn-proto.
-    fn forwarded(&mut self, now: Instant) {
-        self.s.inboxes[self.s.id].take_into(&mut self.fwd_local);
+    fn forwarded(
+        &mut self,
+        now: Instant,
+        s: &Setup,
+        table: &mut ConnTable,
+        tx: &mut Tx,
+        closing: bool,
+    ) {
+        s.inboxes[s.id].take_into(&mut self.fwd_local);
         let mut local = std::mem::replace(&mut self.fwd_local, Ring::new(0));
         for _ in 0..FORWARDED_PER_TURN {
             let Some((m, d)) = local.pop() else { break };
-            self.datagram(now, m.source, m.destination, m.ecn, d);
+            self.datagram(
+                now,
+                m.source,
+                m.destination,
+                m.ecn,
+                d,
+                s,
+                table,
+                tx,
+                closing,
+            );
         }
         self.fwd_local = local;
     }
 
     /// Reads what is queued (a few batches at most, so that sends are not
     /// starved) and hands each datagram to quinn-proto.
-    fn receive(&mut self, now: Instant) -> Result<(), String> {
+    fn receive(
+        &mut self,
+        now: Instant,
+        s: &Setup,
+        table: &mut ConnTable,
+        tx: &mut Tx,
+        closing: bool,
+    ) -> Result<(), String> {
         for _ in 0..8 {
             let Some(b) = self.batch.as_mut() else { break };
-            match self.s.rx.recv(b) {
+            match s.rx.recv(b) {
                 Ok(0) => break,
                 Ok(_) => {}
                 Err(e) => {
@@ -286,7 +370,7 @@ impl Worker {
                         // went away) fail receives on the group's
                         // sockets; the library reads them off, and the
                         // worker goes on.
-                        self.s.counters.recv_errors.fetch_add(1, Relaxed);
+                        s.counters.recv_errors.fetch_add(1, Relaxed);
                     }
                     break;
                 }
@@ -295,20 +379,28 @@ impl Worker {
                 break;
             };
             for (meta, d) in batch.datagrams() {
-                self.s.counters.datagrams_recv.fetch_add(1, Relaxed);
-                let owner = Steering::QuicCid
-                    .owner(d, self.s.workers)
-                    .unwrap_or(self.s.id);
-                if owner != self.s.id && !d.is_empty() {
-                    let c = &self.s.counters;
-                    if self.s.inboxes[owner].push(meta.source, meta.destination, meta.ecn, d) {
+                s.counters.datagrams_recv.fetch_add(1, Relaxed);
+                let owner = Steering::QuicCid.owner(d, s.workers).unwrap_or(s.id);
+                if owner != s.id && !d.is_empty() {
+                    let c = &s.counters;
+                    if s.inboxes[owner].push(meta.source, meta.destination, meta.ecn, d) {
                         c.forwarded.fetch_add(1, Relaxed);
                     } else {
                         c.forward_dropped.fetch_add(1, Relaxed);
                     }
                     continue;
                 }
-                self.datagram(now, meta.source, meta.destination, meta.ecn, d);
+                self.datagram(
+                    now,
+                    meta.source,
+                    meta.destination,
+                    meta.ecn,
+                    d,
+                    s,
+                    table,
+                    tx,
+                    closing,
+                );
             }
             let full = batch.len() == batch.capacity();
             self.batch = Some(batch);
@@ -319,16 +411,21 @@ impl Worker {
         Ok(())
     }
 
-    fn datagram(
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn datagram(
         &mut self,
         now: Instant,
         source: SocketAddr,
         destination: Option<IpAddr>,
         ecn: Option<EcnCodepoint>,
         d: &[u8],
+        s: &Setup,
+        table: &mut ConnTable,
+        tx: &mut Tx,
+        closing: bool,
     ) {
         // What quinn-proto writes here is a stateless reply, one datagram.
-        let mut buf = self.tx.small_spare.pop().unwrap_or_default();
+        let mut buf = tx.small_spare.pop().unwrap_or_default();
         buf.clear();
         buf.reserve(STATELESS_BUF);
         let ev = self.endpoint.handle(
@@ -341,37 +438,35 @@ impl Worker {
         );
         match ev {
             Some(DatagramEvent::ConnectionEvent(ch, ev)) => {
-                if let Some(c) = self.conns.get_mut(&ch) {
+                if let Some(c) = table.conns.get_mut(&ch) {
                     c.conn.borrow_mut().handle_event(ev);
-                    self.dirty.push(ch);
+                    table.dirty.push(ch);
                 }
             }
             Some(DatagramEvent::NewConnection(incoming)) => {
                 // A place among the server's connections, taken now and
                 // given back when the connection goes (or is not made).
-                let max = self.s.max_connections as u64;
-                let placed = self.closing_since.is_none()
-                    && self
-                        .s
-                        .counters
+                let max = s.max_connections as u64;
+                let placed = !closing
+                    && s.counters
                         .connections
                         .fetch_update(Relaxed, Relaxed, |c| (c < max).then_some(c + 1))
                         .is_ok();
                 if !placed {
                     let t = self.endpoint.refuse(incoming, &mut buf);
-                    self.s.counters.refused.fetch_add(1, Relaxed);
-                    return self.tx.stateless(&t, buf);
-                } else if (self.s.retry
-                    || self.half_open >= self.s.max_half_open
-                    || self.s.counters.half_open.load(Relaxed) >= max / 2)
+                    s.counters.refused.fetch_add(1, Relaxed);
+                    return tx.stateless(&t, buf);
+                } else if (s.retry
+                    || self.half_open >= s.max_half_open
+                    || s.counters.half_open.load(Relaxed) >= max / 2)
                     && !incoming.remote_address_validated()
                     && incoming.may_retry()
                 {
-                    self.s.counters.connections.fetch_sub(1, Relaxed);
+                    s.counters.connections.fetch_sub(1, Relaxed);
                     match self.endpoint.retry(incoming, &mut buf) {
                         Ok(t) => {
-                            self.s.counters.retries.fetch_add(1, Relaxed);
-                            return self.tx.stateless(&t, buf);
+                            s.counters.retries.fetch_add(1, Relaxed);
+                            return tx.stateless(&t, buf);
                         }
                         Err(e) => self.endpoint.ignore(e.into_incoming()),
                     }
@@ -380,18 +475,18 @@ impl Worker {
                     // of its share now; others once the handshake is done.
                     let address = incoming.remote_address().ip();
                     let address_counted = incoming.remote_address_validated();
-                    if address_counted && !self.s.per_address.take(address) {
-                        self.s.counters.connections.fetch_sub(1, Relaxed);
+                    if address_counted && !s.per_address.take(address) {
+                        s.counters.connections.fetch_sub(1, Relaxed);
                         let t = self.endpoint.refuse(incoming, &mut buf);
-                        self.s.counters.refused.fetch_add(1, Relaxed);
-                        return self.tx.stateless(&t, buf);
+                        s.counters.refused.fetch_add(1, Relaxed);
+                        return tx.stateless(&t, buf);
                     }
                     match self.endpoint.accept(incoming, now, &mut buf, None) {
                         Ok((ch, conn)) => {
-                            self.s.counters.accepted.fetch_add(1, Relaxed);
+                            s.counters.accepted.fetch_add(1, Relaxed);
                             self.half_open += 1;
-                            self.s.counters.half_open.fetch_add(1, Relaxed);
-                            self.conns.insert(
+                            s.counters.half_open.fetch_add(1, Relaxed);
+                            table.conns.insert(
                                 ch,
                                 Box::new(Conn {
                                     conn: Rc::new(RefCell::new(conn)),
@@ -406,29 +501,31 @@ impl Worker {
                                     finishing: Vec::new(),
                                 }),
                             );
-                            self.dirty.push(ch);
+                            table.dirty.push(ch);
                         }
                         Err(e) => {
-                            self.s.counters.connections.fetch_sub(1, Relaxed);
+                            s.counters.connections.fetch_sub(1, Relaxed);
                             if address_counted {
-                                self.s.per_address.give(address);
+                                s.per_address.give(address);
                             }
                             if let Some(t) = e.response {
-                                return self.tx.stateless(&t, buf);
+                                return tx.stateless(&t, buf);
                             }
                         }
                     }
                 }
             }
-            Some(DatagramEvent::Response(t)) => return self.tx.stateless(&t, buf),
+            Some(DatagramEvent::Response(t)) => return tx.stateless(&t, buf),
             None => {
-                self.s.counters.dropped.fetch_add(1, Relaxed);
+                s.counters.dropped.fetch_add(1, Relaxed);
             }
         }
-        keep_spare(&mut self.tx.small_spare, buf, STATELESS_QUEUE);
+        keep_spare(&mut tx.small_spare, buf, STATELESS_QUEUE);
     }
+}
 
-    fn fire_timers(&mut self, now: Instant) {
+impl ConnTable {
+    pub(crate) fn fire_timers(&mut self, now: Instant) {
         while let Some(&(t, ch)) = self.timers.first() {
             if t > now {
                 break;
@@ -445,16 +542,23 @@ impl Worker {
         }
     }
 
-    fn drive_dirty(&mut self, now: Instant) {
+    fn drive_dirty(
+        &mut self,
+        now: Instant,
+        ep: &mut EndpointDriver,
+        tx: &mut Tx,
+        app: &mut dyn WorkerApp,
+        s: &Setup,
+    ) {
         let mut dirty = std::mem::take(&mut self.dirty);
         dirty.sort_unstable_by_key(|h| h.0);
         dirty.dedup();
         for ch in dirty.drain(..) {
-            self.drive(ch, now);
+            self.drive(ch, now, ep, tx, app, s);
             // The queue of trains stays short: what it holds goes out
             // before more connections add to it.
-            if self.tx.pending.len() + self.tx.zc_pending.len() >= PENDING_TRAINS {
-                self.tx.flush();
+            if tx.pending.len() + tx.zc_pending.len() >= PENDING_TRAINS {
+                tx.flush();
             }
         }
         // Connections that have more to send go on next turn.
@@ -464,11 +568,19 @@ impl Worker {
 
     /// Lets one connection do all it can now: endpoint events, its
     /// events to the application, transmits; then sets its timer.
-    fn drive(&mut self, ch: ConnectionHandle, now: Instant) {
+    fn drive(
+        &mut self,
+        ch: ConnectionHandle,
+        now: Instant,
+        ep: &mut EndpointDriver,
+        tx: &mut Tx,
+        app: &mut dyn WorkerApp,
+        s: &Setup,
+    ) {
         let Some(mut c) = self.conns.remove(&ch) else {
             return;
         };
-        let counters = self.s.counters.clone();
+        let counters = s.counters.clone();
         let mut trains = 0;
         let mut gone = false;
         let mut events = std::mem::take(&mut self.events);
@@ -478,7 +590,7 @@ impl Worker {
                 let mut conn = c.conn.borrow_mut();
                 while let Some(ev) = conn.poll_endpoint_events() {
                     let drained = ev.is_drained();
-                    if let Some(back) = self.endpoint.handle_event(ch, ev) {
+                    if let Some(back) = ep.endpoint.handle_event(ch, ev) {
                         conn.handle_event(back);
                         again = true;
                     }
@@ -500,7 +612,7 @@ impl Worker {
             }
             again |= !events.is_empty();
             for ev in events.drain(..) {
-                self.dispatch(ch, &mut c, ev, now);
+                self.dispatch(ch, &mut c, ev, now, app, s);
             }
             let timeout_due = c
                 .app
@@ -518,29 +630,28 @@ impl Worker {
             // Transmits: quinn-proto's pacer says when to stop.
             loop {
                 if trains == TRAINS_PER_TURN
-                    || self.tx.blocked
-                    || self.tx.pending.len() + self.tx.zc_pending.len() >= PENDING_TRAINS
+                    || tx.blocked
+                    || tx.pending.len() + tx.zc_pending.len() >= PENDING_TRAINS
                 {
                     self.more.push(ch);
                     break;
                 }
                 trains += 1;
-                let mut buf = self.tx.take_buf();
+                let mut buf = tx.take_buf();
                 let t = c
                     .conn
                     .borrow_mut()
-                    .poll_transmit(now, self.tx.max_train, &mut buf);
+                    .poll_transmit(now, tx.max_train, &mut buf);
                 let Some(t) = t else {
-                    self.tx.give_buf(buf);
+                    tx.give_buf(buf);
                     break;
                 };
-                let txtime =
-                    (self.s.pacing == PacingMode::Kernel).then(|| departure(&mut c, t.size));
-                if self.tx.zc.is_some() && t.size >= ZEROCOPY_MIN {
+                let txtime = (s.pacing == PacingMode::Kernel).then(|| departure(&mut c, t.size));
+                if tx.zc.is_some() && t.size >= ZEROCOPY_MIN {
                     buf.truncate(t.size);
-                    self.tx.zc_pending.push(Pending::new(&t, buf, txtime));
+                    tx.zc_pending.push(Pending::new(&t, buf, txtime));
                 } else {
-                    self.tx.queue(&t, buf, txtime);
+                    tx.queue(&t, buf, txtime);
                 }
             }
             if !again {
@@ -554,12 +665,12 @@ impl Worker {
         };
         if c.half_open && (gone || drained || !handshaking) {
             c.half_open = false;
-            self.half_open -= 1;
-            self.s.counters.half_open.fetch_sub(1, Relaxed);
+            ep.half_open -= 1;
+            s.counters.half_open.fetch_sub(1, Relaxed);
             // The handshake validated the address: the connection takes
             // its place of the address's share, or is closed.
             if !gone && !drained && !c.address_counted {
-                if self.s.per_address.take(c.address) {
+                if s.per_address.take(c.address) {
                     c.address_counted = true;
                 } else {
                     c.conn.borrow_mut().close(
@@ -567,7 +678,7 @@ impl Worker {
                         VarInt::from_u32(hq::CLOSE_ADDRESS_LIMIT),
                         Bytes::from_static(b"too many connections from this address"),
                     );
-                    self.s.counters.refused.fetch_add(1, Relaxed);
+                    s.counters.refused.fetch_add(1, Relaxed);
                     // Its close goes out next turn.
                     self.more.push(ch);
                 }
@@ -584,9 +695,9 @@ impl Worker {
                 .path
                 .lost_packets
                 .saturating_sub(c.lost);
-            self.s.counters.connections.fetch_sub(1, Relaxed);
+            s.counters.connections.fetch_sub(1, Relaxed);
             if c.address_counted {
-                self.s.per_address.give(c.address);
+                s.per_address.give(c.address);
             }
             if let Some(mut app) = c.app.take() {
                 app.on_closed(c.closed.take().unwrap_or(Closed::Locally));
@@ -618,11 +729,19 @@ impl Worker {
 
     /// Hands one of a connection's events to its application (accepting
     /// its streams, counting goodput, answering STOP_SENDING first).
-    fn dispatch(&mut self, ch: ConnectionHandle, c: &mut Conn, ev: Event, now: Instant) {
-        let counters = &*self.s.counters;
+    fn dispatch(
+        &mut self,
+        ch: ConnectionHandle,
+        c: &mut Conn,
+        ev: Event,
+        now: Instant,
+        app: &mut dyn WorkerApp,
+        s: &Setup,
+    ) {
+        let counters = &*s.counters;
         let app_ev = match ev {
             Event::HandshakeDataReady => {
-                self.accept(c, now);
+                Self::accept(c, now, app, s);
                 return;
             }
             Event::ConnectionLost { reason } => {
@@ -692,7 +811,7 @@ impl Worker {
 
     /// The handshake has named the ALPN: the application takes the
     /// connection, or it is closed with [`REFUSED`].
-    fn accept(&mut self, c: &mut Conn, now: Instant) {
+    fn accept(c: &mut Conn, now: Instant, app: &mut dyn WorkerApp, s: &Setup) {
         let (alpn, server_name, remote, local_ip) = {
             let conn = c.conn.borrow();
             let hd = conn.crypto_session().handshake_data().and_then(|d| {
@@ -709,11 +828,11 @@ impl Worker {
             remote,
             local_ip,
             server_name,
-            worker: self.s.id,
+            worker: s.id,
         };
-        c.app = self.app.accept(&alpn, &info);
+        c.app = app.accept(&alpn, &info);
         if c.app.is_none() {
-            self.s.counters.refused.fetch_add(1, Relaxed);
+            s.counters.refused.fetch_add(1, Relaxed);
             c.conn.borrow_mut().close(
                 now,
                 VarInt::from_u32(REFUSED),
@@ -724,9 +843,8 @@ impl Worker {
 
     /// Closes every connection (the engine stopping): each application
     /// hears of it first.
-    fn close_all(&mut self, now: Instant) {
-        self.closing_since = Some(now);
-        let counters = self.s.counters.clone();
+    fn close_all(&mut self, now: Instant, s: &Setup) {
+        let counters = s.counters.clone();
         for (ch, c) in self.conns.iter_mut() {
             if let Some(app) = c.app.as_mut() {
                 let mut cx = AppCx::new(
@@ -746,30 +864,6 @@ impl Worker {
             );
             self.dirty.push(*ch);
         }
-    }
-
-    /// Publishes the socket counters (and, at most once a second, the
-    /// connections' losses).
-    fn publish(&mut self, last: bool) {
-        let c = &self.s.counters;
-        let (tx, rx) = (self.tx.socket.stats(), self.s.rx.stats());
-        c.send_calls
-            .fetch_add(tx.send_calls.saturating_sub(self.calls_seen.0), Relaxed);
-        c.recv_calls
-            .fetch_add(rx.recv_calls.saturating_sub(self.calls_seen.1), Relaxed);
-        self.calls_seen = (tx.send_calls, rx.recv_calls);
-        if last || self.published_lost.elapsed() > Duration::from_secs(1) {
-            let mut lost = 0;
-            for conn in self.conns.values_mut() {
-                let l = conn.conn.borrow().stats().path.lost_packets;
-                lost += l.saturating_sub(conn.lost);
-                conn.lost = l;
-            }
-            let closed = std::mem::take(&mut self.lost_closed);
-            c.lost_packets.fetch_add(lost + closed, Relaxed);
-            self.published_lost = Instant::now();
-        }
-        self.published = Instant::now();
     }
 }
 
@@ -912,12 +1006,21 @@ mod harness {
                     };
                     moved = true;
                     let d = buf[..t.size].to_vec();
-                    self.w
-                        .datagram(self.now, CLIENT.parse().unwrap(), None, None, &d);
+                    let w = &mut self.w;
+                    w.ep.datagram(
+                        self.now,
+                        CLIENT.parse().unwrap(),
+                        None,
+                        None,
+                        &d,
+                        &w.s,
+                        &mut w.table,
+                        &mut w.tx,
+                        false,
+                    );
                 }
             }
-            self.w.fire_timers(self.now);
-            self.w.drive_dirty(self.now);
+            self.w.turn(self.now);
             // Server to client.
             let q: Vec<Pending> = std::mem::take(&mut self.w.tx.pending)
                 .into_iter()
@@ -959,7 +1062,7 @@ mod harness {
                 .conns
                 .values_mut()
                 .filter_map(|c| c.poll_timeout())
-                .chain(self.w.timers.first().map(|&(t, _)| t))
+                .chain(self.w.table.timers.first().map(|&(t, _)| t))
                 .min();
             match next {
                 Some(t) if t <= self.now + max => {
@@ -1103,7 +1206,7 @@ mod harness {
         let a = n.connect();
         // The first Initial is accepted: one handshake under way.
         n.step(Duration::ZERO);
-        assert_eq!(n.w.half_open, 1);
+        assert_eq!(n.w.ep.half_open, 1);
         let b = n.connect();
         n.run_until(|n| !n.conns[&a].is_handshaking() && !n.conns[&b].is_handshaking());
         let c = &n.w.s.counters;
