@@ -10,6 +10,7 @@ use super::{tls, workers, PacingArg, ServeArgs};
 use crate::{interrupt, Failure};
 use fastudp::pacing::PacingMode;
 use fastudp_quic::app::{hq::HqApp, Router};
+use fastudp_quic::files::{FileStats, Root};
 use fastudp_quic::{limits, Engine, EngineConfig, Pacing};
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -44,9 +45,20 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
         .max_connections(max_connections)
         .max_connections_per_ip(Some(per_ip))
         .idle_timeout(Duration::from_secs_f64(a.idle_timeout));
-    let hq = HqApp::default()
+    let files = match &a.www {
+        Some(dir) => {
+            Some(Arc::new(Root::open(dir).map_err(|e| {
+                Failure::usage(format!("--www {}: {e}", dir.display()))
+            })?))
+        }
+        None => None,
+    };
+    let mut hq = HqApp::default()
         .request_timeout(Duration::from_secs_f64(a.request_timeout))
         .frame_interval(Duration::from_secs_f64(a.interval / 1000.0));
+    if let Some(root) = &files {
+        hq = hq.files(root.clone());
+    }
     let app = Router::new().with(super::hq::ALPN, hq);
     interrupt::watch();
     let engine = Engine::start(cfg, Arc::new(app)).map_err(|e| match e {
@@ -82,6 +94,9 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
     engine.stop();
     let r = engine.join();
     rep.summary(&counters, a.json, &pacing_desc);
+    if let Some(root) = &files {
+        files_summary(&root.stats(), a.json);
+    }
     if let Err(e) = r {
         return Err(Failure {
             code: 1,
@@ -142,6 +157,37 @@ fn announce_limits(
             worst >> 20,
             budget >> 20,
             a.request_timeout
+        );
+    }
+}
+
+/// The file requests of `--www`, by outcome: a `files` line after the
+/// summary.
+fn files_summary(s: &FileStats, json: bool) {
+    if json {
+        outln!(
+            "{}",
+            serde_json::json!({
+                "kind": "files",
+                "requests": s.requests,
+                "served": s.served,
+                "not_found": s.not_found,
+                "escapes_refused": s.escapes_refused,
+                "forbidden": s.forbidden,
+                "bad_requests": s.bad_requests,
+                "errors": s.errors,
+            })
+        );
+    } else {
+        outln!(
+            "files: {} requests, {} served, {} not found, {} escapes refused, {} forbidden, {} bad, {} errors",
+            s.requests,
+            s.served,
+            s.not_found,
+            s.escapes_refused,
+            s.forbidden,
+            s.bad_requests,
+            s.errors
         );
     }
 }
