@@ -1015,6 +1015,22 @@ fn www_serves_files_byte_exact_and_refuses_escapes() {
     assert_eq!(files["served"], 3, "{files}");
     assert_eq!(files["not_found"], 1, "{files}");
     assert_eq!(files["bad_requests"], 1, "{files}");
+    // The memory model counts what a file-serving connection holds.
+    let limits: serde_json::Value = end
+        .stdout
+        .lines()
+        .find_map(|l| {
+            serde_json::from_str::<serde_json::Value>(l)
+                .ok()
+                .filter(|v| v["kind"] == "limits")
+        })
+        .unwrap_or_else(|| panic!("no limits line: {}", end.stdout));
+    use fastudp_quic::limits::{per_connection, per_connection_files};
+    assert_eq!(
+        limits["per_connection"],
+        per_connection() + per_connection_files(),
+        "{limits}"
+    );
 }
 
 /// CPU time (user + system) of a process so far, seconds.

@@ -91,6 +91,7 @@ impl WorkerApp for HqApp {
             interval: self.interval,
             request_timeout: self.request_timeout,
             files: self.files.clone(),
+            file_window: false,
             now: None,
         }))
     }
@@ -118,6 +119,9 @@ struct HqConn {
     interval: Duration,
     request_timeout: Duration,
     files: Option<Arc<Root>>,
+    /// Whether the send window is [`limits::FILE_SEND_WINDOW`] yet (from
+    /// the first file response on).
+    file_window: bool,
     /// The time of the last call, for [`ConnApp::timeout`].
     now: Option<Instant>,
 }
@@ -300,6 +304,13 @@ impl HqConn {
                 let r = root.respond(Method::Get, target, None);
                 match (r.status, r.body) {
                     (Status::Ok, Some(body)) => {
+                        if !self.file_window {
+                            // File bytes are copies held until
+                            // acknowledged: the memory model counts this
+                            // window for them.
+                            cx.set_send_window(limits::FILE_SEND_WINDOW);
+                            self.file_window = true;
+                        }
                         let len = r.content_length;
                         self.streams.insert(id, Resp::File { body, len });
                         cx.stop(id, 0);
