@@ -997,6 +997,11 @@ fn www_serves_files_byte_exact_and_refuses_escapes() {
         assert!(e.contains("21"), "reset with NOT_FOUND (0x15): {e}");
         let e = fetch(&conn, b"GET /a%zz\r\n").await.unwrap_err();
         assert!(e.contains("16"), "reset with BAD_REQUEST (0x10): {e}");
+        // Not a GET: refused, not looked up (nor taken for "/").
+        for r in [&b"POST /sub/\r\n"[..], b"HEAD /sub/\r\n", b"\r\n"] {
+            let e = fetch(&conn, r).await.unwrap_err();
+            assert!(e.contains("16"), "reset with BAD_REQUEST (0x10): {e}");
+        }
     });
     srv.interrupt();
     let end = srv.finish();

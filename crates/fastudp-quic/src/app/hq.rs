@@ -299,8 +299,14 @@ impl HqConn {
                 self.respond(cx, id);
             }
             Err(BadRequest::Invalid) if self.files.is_some() => {
-                let target = hq::request_target(buf, fin).unwrap_or_default();
-                let root = self.files.as_ref().expect("checked");
+                let (Some(root), Some(target)) = (&self.files, hq::request_target(buf, fin)) else {
+                    // Not a GET: nothing to look up.
+                    let code = u64::from(hq::code::BAD_REQUEST);
+                    cx.reset(id, code);
+                    cx.stop(id, code);
+                    self.streams.remove(&id);
+                    return;
+                };
                 let r = root.respond(Method::Get, target, None);
                 match (r.status, r.body) {
                     (Status::Ok, Some(body)) => {
