@@ -1038,6 +1038,66 @@ fn www_serves_files_byte_exact_and_refuses_escapes() {
     );
 }
 
+/// `--www` with another implementation's client (aioquic): a 2 MB file
+/// whose bytes are the server's pattern, so the client's own pattern check
+/// makes the comparison byte-exact; a directory's index; escapes reset
+/// with NOT_FOUND (0x15).
+#[test]
+fn aioquic_client_fetches_files_from_www() {
+    if !have_aioquic("aioquic_client_fetches_files_from_www") {
+        return;
+    }
+    let base = std::env::temp_dir().join(format!("fastudp-www-aioquic-{}", std::process::id()));
+    let www = base.join("www");
+    std::fs::create_dir_all(www.join("sub")).unwrap();
+    std::fs::write(base.join("secret"), b"outside").unwrap();
+    let data: Vec<u8> = (0..2_000_000u64).map(pattern).collect();
+    std::fs::write(www.join("pattern.bin"), &data).unwrap();
+    std::fs::write(www.join("sub/index.html"), b"<p>sub</p>").unwrap();
+    std::os::unix::fs::symlink("../secret", www.join("link-out")).unwrap();
+    let (srv, addr) = serve(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--workers",
+        "2",
+        "--www",
+        www.to_str().unwrap(),
+    ]);
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/aioquic_client.py");
+    let o = Command::new("python3")
+        .args([
+            script,
+            "127.0.0.1",
+            &addr.port().to_string(),
+            "/pattern.bin",
+            "/sub/",
+            "/%2e%2e/secret",
+            "/link-out",
+            "/bytes/1000",
+        ])
+        .output()
+        .unwrap();
+    srv.interrupt();
+    let end = srv.finish();
+    let _ = std::fs::remove_dir_all(&base);
+    let err = String::from_utf8_lossy(&o.stderr);
+    let v: serde_json::Value =
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {err}"));
+    let r = &v["responses"];
+    assert_eq!(r[0]["bytes"], 2_000_000, "{v}");
+    assert_eq!(r[0]["pattern"], true, "{v}");
+    assert_eq!(r[1]["bytes"], 10, "{v}");
+    assert_eq!(r[2]["reset"], 0x15, "{v}");
+    assert_eq!(r[3]["reset"], 0x15, "{v}");
+    assert_eq!(r[4]["pattern"], true, "{v}");
+    assert!(!end.stderr.contains("panicked"), "{}", end.stderr);
+    assert!(
+        end.stdout.contains("\"escapes_refused\":2"),
+        "{}",
+        end.stdout
+    );
+}
+
 /// CPU time (user + system) of a process so far, seconds.
 fn cpu_seconds(pid: u32) -> f64 {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
