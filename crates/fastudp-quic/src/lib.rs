@@ -8,3 +8,6 @@
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
+
+#[cfg(feature = "h3")]
+pub mod h3;
