@@ -13,15 +13,17 @@
 //! `Blocked`. [`H3Send::poll_ready`] therefore writes until everything is
 //! taken or the write is refused, and only then waits.
 //!
-//! Bounds: h3 buffers a whole frame before it decodes it, so the bytes
-//! handed to h3 on a peer's stream are capped here ([`Limits`]): a request
-//! stream beyond its cap is refused with `H3_EXCESSIVE_LOAD`, a
-//! unidirectional stream beyond its cap closes the connection with it.
+//! Bounds: h3 buffers a whole frame before it decodes it, so what is
+//! handed to h3 on a peer's stream is bounded here ([`Limits`]): a request
+//! stream beyond its byte cap is refused with `H3_EXCESSIVE_LOAD`, and a
+//! control-stream frame longer than its limit closes the connection with
+//! it.
 //!
 //! A borrow of the connection that fails (which the engine's discipline
 //! rules out) is counted, makes the operation fail with an internal error,
 //! and the task closes the connection: never a panic.
 
+use super::guard::{FrameGuard, Verdict};
 use ::h3::quic::{self, ConnectionErrorIncoming, StreamErrorIncoming, WriteBuf};
 use bytes::{Buf, Bytes};
 use quinn_proto::{
@@ -51,15 +53,16 @@ pub(crate) struct Limits {
     /// On a bidirectional (request) stream; `None`: unbounded (a client's
     /// response streams).
     pub(crate) request_stream: Option<u64>,
-    /// On a unidirectional stream (control, QPACK), over its whole life.
-    pub(crate) uni_stream: Option<u64>,
+    /// The longest frame on the peer's control stream
+    /// ([`super::guard::FrameGuard`]).
+    pub(crate) control_frame: Option<u64>,
 }
 
 impl Limits {
     /// No caps (a client).
     pub(crate) const NONE: Limits = Limits {
         request_stream: None,
-        uni_stream: None,
+        control_frame: None,
     };
 }
 
@@ -70,8 +73,8 @@ pub(crate) struct BackendStats {
     pub(crate) borrow_faults: u64,
     /// Request streams refused for sending more than their cap.
     pub(crate) request_streams_over_cap: u64,
-    /// Connections closed for a unidirectional stream over its cap.
-    pub(crate) uni_streams_over_cap: u64,
+    /// Connections closed for a control-stream frame over its limit.
+    pub(crate) control_frames_too_long: u64,
 }
 
 /// The per-connection state the handles and the event forwarding share.
@@ -362,8 +365,10 @@ impl<B: Buf> quic::Connection<B> for H3Conn {
         &mut self,
         cx: &mut Context<'_>,
     ) -> Poll<Result<H3Recv, ConnectionErrorIncoming>> {
-        self.poll_accept(Dir::Uni, cx)
-            .map_ok(|id| H3Recv::new(self.link.clone(), id, self.link.limits.uni_stream, true))
+        self.poll_accept(Dir::Uni, cx).map_ok(|id| {
+            let guard = self.link.limits.control_frame.map(FrameGuard::new);
+            H3Recv::new(self.link.clone(), id, None, guard)
+        })
     }
 
     fn poll_accept_bidi(
@@ -372,12 +377,7 @@ impl<B: Buf> quic::Connection<B> for H3Conn {
     ) -> Poll<Result<H3Bidi<B>, ConnectionErrorIncoming>> {
         self.poll_accept(Dir::Bi, cx).map_ok(|id| H3Bidi {
             send: H3Send::new(self.link.clone(), id),
-            recv: H3Recv::new(
-                self.link.clone(),
-                id,
-                self.link.limits.request_stream,
-                false,
-            ),
+            recv: H3Recv::new(self.link.clone(), id, self.link.limits.request_stream, None),
         })
     }
 
@@ -459,7 +459,7 @@ impl<B: Buf> quic::OpenStreams<B> for H3Opener {
         self.poll_open(Dir::Bi, cx).map_ok(|id| H3Bidi {
             send: H3Send::new(self.link.clone(), id),
             // Our own request stream: what comes back is a response.
-            recv: H3Recv::new(self.link.clone(), id, None, false),
+            recv: H3Recv::new(self.link.clone(), id, None, None),
         })
     }
 
@@ -605,8 +605,8 @@ pub(crate) struct H3Recv {
     taken: u64,
     /// The most it may be handed.
     cap: Option<u64>,
-    /// A unidirectional stream (over its cap: close the connection).
-    uni: bool,
+    /// The frame-length guard of a peer's unidirectional stream.
+    guard: Option<FrameGuard>,
     /// Read to its end, reset, stopped or gone: nothing to do on drop.
     closed: bool,
 }
@@ -625,27 +625,27 @@ impl Drop for H3Recv {
 }
 
 impl H3Recv {
-    fn new(link: Rc<Link>, id: Ids, cap: Option<u64>, uni: bool) -> Self {
+    fn new(link: Rc<Link>, id: Ids, cap: Option<u64>, guard: Option<FrameGuard>) -> Self {
         H3Recv {
             link,
             id,
             taken: 0,
             cap,
-            uni,
+            guard,
             closed: false,
         }
     }
 
     /// The peer sent more than the cap: refuse the stream (or, for a
-    /// unidirectional stream, the connection).
+    /// control-stream frame, the connection).
     fn over_cap(&mut self, conn: &mut Connection) -> StreamErrorIncoming {
         let code = varint(H3_EXCESSIVE_LOAD);
-        if self.uni {
-            self.link.count(|s| s.uni_streams_over_cap += 1);
+        if self.guard.is_some() {
+            self.link.count(|s| s.control_frames_too_long += 1);
             conn.close(
                 self.link.now(),
                 code,
-                Bytes::from_static(b"stream over its cap"),
+                Bytes::from_static(b"control frame too long"),
             );
             StreamErrorIncoming::ConnectionErrorIncoming {
                 connection_error: ConnectionErrorIncoming::ApplicationClose {
@@ -701,7 +701,11 @@ impl quic::RecvStream for H3Recv {
         match r {
             Ok(Some(chunk)) => {
                 self.taken += chunk.bytes.len() as u64;
-                if self.cap.is_some_and(|cap| self.taken > cap) {
+                let too_long = self
+                    .guard
+                    .as_mut()
+                    .is_some_and(|g| g.feed(&chunk.bytes) != Verdict::Fine);
+                if too_long || self.cap.is_some_and(|cap| self.taken > cap) {
                     self.closed = true;
                     return Poll::Ready(Err(self.over_cap(&mut conn)));
                 }

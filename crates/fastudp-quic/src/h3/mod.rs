@@ -11,8 +11,9 @@
 //! What a connection makes h3 hold, beyond the transport's windows: one
 //! frame (at most [`CHUNK`] bytes of body plus its header) per stream
 //! being written, the header block of each request being read (at most
-//! [`REQUEST_STREAM_CAP`]), what each of the peer's unidirectional streams
-//! sent (at most [`UNI_STREAM_CAP`] each, three streams), a sleeping
+//! [`REQUEST_STREAM_CAP`]), the frame being read on the peer's control
+//! stream (at most [`CONTROL_FRAME_MAX`]), the type of each of its QPACK
+//! streams (their bytes wait in the transport window), a sleeping
 //! timer per request, and one finished-stream id per request until the
 //! accept loop takes it. h3's QPACK is stateless (no dynamic table), so
 //! no decoder state grows.
@@ -22,13 +23,14 @@
 #![cfg_attr(not(test), allow(dead_code))]
 
 pub(crate) mod backend;
+mod guard;
 pub mod handler;
 pub(crate) mod task;
 #[cfg(test)]
 mod tests;
 
 pub use handler::{Body, Builtin, Content, Handler, Next, Reply, Route, CHUNK};
-pub use task::{MAX_FIELD_SECTION, REQUEST_STREAM_CAP, UNI_STREAM_CAP};
+pub use task::{CONTROL_FRAME_MAX, MAX_FIELD_SECTION, REQUEST_STREAM_CAP};
 
 /// The ALPN token of HTTP/3.
 pub const ALPN: &[u8] = b"h3";

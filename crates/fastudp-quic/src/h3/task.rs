@@ -31,11 +31,13 @@ pub const MAX_FIELD_SECTION: u64 = 16 * 1024;
 /// sections. h3 reads a HEADERS frame whole before it checks its size, so
 /// beyond this the stream is refused with `H3_EXCESSIVE_LOAD`.
 pub const REQUEST_STREAM_CAP: u64 = 2 * MAX_FIELD_SECTION;
-/// The most bytes h3 is handed on one of the peer's unidirectional streams
-/// (control, QPACK encoder and decoder) over the connection's life; a
-/// client sends a few dozen. Beyond it the connection is closed with
-/// `H3_EXCESSIVE_LOAD`.
-pub const UNI_STREAM_CAP: u64 = 64 * 1024;
+/// The longest frame taken on the peer's control stream (SETTINGS,
+/// GOAWAY, PRIORITY_UPDATE and the like are a few dozen bytes). h3 reads
+/// a frame whole before it decodes it; a longer one closes the connection
+/// with `H3_EXCESSIVE_LOAD`. The QPACK streams are not read by h3 beyond
+/// their type (its QPACK is stateless), so the transport window bounds
+/// them.
+pub const CONTROL_FRAME_MAX: u64 = 16 * 1024;
 /// How often one [`H3Task::poll`] re-polls a task that woke itself before
 /// it leaves the rest to the next drive (through [`H3Task::timeout`]).
 const REPOLLS: usize = 4;
@@ -175,7 +177,7 @@ impl H3Task {
     ) -> H3Task {
         let limits = Limits {
             request_stream: Some(REQUEST_STREAM_CAP),
-            uni_stream: Some(UNI_STREAM_CAP),
+            control_frame: Some(CONTROL_FRAME_MAX),
         };
         let link = Link::new(conn, limits, now);
         let clock = Rc::new(Clock {

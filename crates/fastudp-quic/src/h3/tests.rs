@@ -966,3 +966,48 @@ fn a_failed_borrow_is_counted_and_closes() {
         other => panic!("client saw {other:?}"),
     }
 }
+
+/// A frame on the client's control stream longer than
+/// [`super::CONTROL_FRAME_MAX`] closes the connection with
+/// H3_EXCESSIVE_LOAD before h3 buffers it; frames within it are fine.
+#[test]
+fn a_long_control_frame_closes_the_connection() {
+    let mut p = Pair::new(None);
+    let mut idle: Driven<()> = Driven::new(std::future::pending());
+    p.idle(&mut idle, Duration::from_millis(200));
+    let id = p.client.borrow_mut().streams().open(Dir::Uni).expect("uni");
+    // Control stream, SETTINGS (empty), a reserved frame type 0x21 of
+    // 1 KiB (fine), then one of 100 KiB.
+    let mut data = vec![0x00, 0x04, 0x00];
+    varint_bytes(&mut data, 0x21);
+    varint_bytes(&mut data, 1024);
+    data.extend(std::iter::repeat_n(7u8, 1024));
+    let fine = data.len();
+    varint_bytes(&mut data, 0x21);
+    varint_bytes(&mut data, 100 * 1024);
+    data.extend(std::iter::repeat_n(7u8, 100 * 1024));
+    let mut written = 0;
+    for _ in 0..400 {
+        {
+            let mut c = p.client.borrow_mut();
+            while written < data.len() {
+                match c.send_stream(id).write(&data[written..]) {
+                    Ok(n) => written += n,
+                    Err(_) => break,
+                }
+            }
+        }
+        p.idle(&mut idle, Duration::from_millis(5));
+        if p.client_link.error().is_some() {
+            break;
+        }
+    }
+    assert!(written > fine);
+    match p.client_link.error() {
+        Some(::h3::quic::ConnectionErrorIncoming::ApplicationClose { error_code }) => {
+            assert_eq!(error_code, super::backend::H3_EXCESSIVE_LOAD)
+        }
+        other => panic!("client saw {other:?}"),
+    }
+    assert_eq!(p.server().task.link().stats().control_frames_too_long, 1);
+}
