@@ -1,6 +1,6 @@
 //! `fastudp quic serve --stack fastudp`: the command's front end of
 //! [`fastudp_quic::Engine`]. It turns the arguments into an
-//! [`EngineConfig`], picks the application (hq-interop, by ALPN), loads or
+//! [`EngineConfig`], picks the applications (HTTP/3 and hq-interop, by ALPN), loads or
 //! makes the certificate, prints where the server listens and its limits,
 //! and reports until `--duration` ends or Ctrl-C; the engine does the
 //! rest.
@@ -10,6 +10,7 @@ use super::{tls, workers, PacingArg, ServeArgs};
 use crate::{interrupt, Failure};
 use fastudp::pacing::PacingMode;
 use fastudp_quic::app::{hq::HqApp, Router};
+use fastudp_quic::h3::H3App;
 use fastudp_quic::{limits, Engine, EngineConfig, Pacing};
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -44,10 +45,14 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
         .max_connections(max_connections)
         .max_connections_per_ip(Some(per_ip))
         .idle_timeout(Duration::from_secs_f64(a.idle_timeout));
+    let interval = Duration::from_secs_f64(a.interval / 1000.0);
     let hq = HqApp::default()
         .request_timeout(Duration::from_secs_f64(a.request_timeout))
-        .frame_interval(Duration::from_secs_f64(a.interval / 1000.0));
-    let app = Router::new().with(super::hq::ALPN, hq);
+        .frame_interval(interval);
+    // HTTP/3 and hq-interop on one port; the ALPN picks.
+    let app = Router::new()
+        .with(fastudp_quic::h3::ALPN, H3App::builtin_with(interval, None))
+        .with(super::hq::ALPN, hq);
     interrupt::watch();
     let engine = Engine::start(cfg, Arc::new(app)).map_err(|e| match e {
         fastudp_quic::Error::Listen { addr, source } => {
@@ -68,7 +73,7 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
         eprintln!("fastudp: note: --zerocopy: {e}; sending with copies");
     }
     let counters = engine.counters().clone();
-    listening("fastudp", engine.local_addr(), n, a.json);
+    listening("fastudp", engine.local_addr(), n, "h3, hq-interop", a.json);
     announce_limits(&a, n, (max_connections, per_ip), budget);
     let rep = Reporter::new(&counters, "fastudp", true);
     rep.wait(

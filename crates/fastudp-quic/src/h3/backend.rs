@@ -27,8 +27,7 @@ use super::guard::{FrameGuard, Verdict};
 use ::h3::quic::{self, ConnectionErrorIncoming, StreamErrorIncoming, WriteBuf};
 use bytes::{Buf, Bytes};
 use quinn_proto::{
-    Connection, ConnectionError, Dir, FinishError, ReadError, StreamEvent, StreamId, VarInt,
-    WriteError,
+    Connection, ConnectionError, Dir, FinishError, ReadError, StreamId, VarInt, WriteError,
 };
 use std::cell::{Cell, RefCell, RefMut};
 use std::collections::{HashMap, VecDeque};
@@ -60,6 +59,7 @@ pub(crate) struct Limits {
 
 impl Limits {
     /// No caps (a client).
+    #[cfg(test)]
     pub(crate) const NONE: Limits = Limits {
         request_stream: None,
         control_frame: None,
@@ -145,6 +145,7 @@ impl Link {
     }
 
     /// The counts.
+    #[cfg(test)]
     pub(crate) fn stats(&self) -> BackendStats {
         self.stats.get()
     }
@@ -248,9 +249,11 @@ impl Link {
     /// quinn-proto's `Event`, turned into wakes: quinn's
     /// `forward_app_events`. For a driver that hands the raw events over
     /// (tests); it accepts the opened streams itself. Call it with no
-    /// borrow of the connection held.
+    /// borrow of the connection held. (The engine hands over its own
+    /// events instead, through `H3App`.)
+    #[cfg(test)]
     pub(crate) fn forward(&self, event: &quinn_proto::Event) {
-        use quinn_proto::Event;
+        use quinn_proto::{Event, StreamEvent};
         match event {
             Event::Stream(StreamEvent::Opened { dir }) => loop {
                 let id = match self.conn_mut() {

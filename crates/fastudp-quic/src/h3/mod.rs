@@ -5,6 +5,8 @@
 //!   connection driver would give.
 //! - `task`: one future per connection runs h3's server and its requests,
 //!   polled by the engine when woken, with no runtime and no spawn.
+//! - [`H3App`]: the engine's application for ALPN `h3`; register it in a
+//!   [`crate::app::Router`] beside hq-interop to serve both on one port.
 //! - [`handler`]: the [`Handler`] seam that answers requests, and the
 //!   built-in `/bytes/N` and `/video/RATE/SECONDS` endpoints.
 //!
@@ -18,10 +20,7 @@
 //! accept loop takes it. h3's QPACK is stateless (no dynamic table), so
 //! no decoder state grows.
 
-// The engine's application glue drives `backend` and `task`; until then
-// only the tests do.
-#![cfg_attr(not(test), allow(dead_code))]
-
+mod app;
 pub(crate) mod backend;
 mod guard;
 pub mod handler;
@@ -29,6 +28,7 @@ pub(crate) mod task;
 #[cfg(test)]
 mod tests;
 
+pub use app::{H3App, MakeHandler, PatternContent};
 pub use handler::{Body, Builtin, Content, Handler, Next, Reply, Route, CHUNK};
 pub use task::{CONTROL_FRAME_MAX, MAX_FIELD_SECTION, REQUEST_STREAM_CAP};
 

@@ -268,11 +268,13 @@ impl H3Task {
     }
 
     /// Times the task was polled.
+    #[cfg(test)]
     pub(crate) fn polls(&self) -> u64 {
         self.polls
     }
 
     /// Times the task was woken.
+    #[cfg(test)]
     pub(crate) fn wakes(&self) -> u64 {
         self.flag.wakes.load(Ordering::Relaxed)
     }
@@ -283,6 +285,7 @@ impl H3Task {
     }
 
     /// Whether the task has ended.
+    #[cfg(test)]
     pub(crate) fn is_done(&self) -> bool {
         self.fut.is_none()
     }
