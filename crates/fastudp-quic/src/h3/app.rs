@@ -104,9 +104,12 @@ struct H3Connection {
 }
 
 impl H3Connection {
-    fn task(&mut self, cx: &AppCx<'_>) -> &mut H3Task {
+    fn task(&mut self, cx: &mut AppCx<'_>) -> &mut H3Task {
         let handler = &self.handler;
         self.task.get_or_insert_with(|| {
+            // quinn-proto holds a copy of what h3 sends: bound it
+            // (`limits::h3_per_connection`).
+            cx.set_send_window(limits::H3_SEND_WINDOW);
             H3Task::server(
                 cx.conn().clone(),
                 handler.clone(),

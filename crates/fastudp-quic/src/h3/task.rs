@@ -27,10 +27,13 @@ use std::time::Instant;
 /// The largest header section taken (h3's `max_field_section_size`; its
 /// default is unbounded). A larger one is answered 431.
 pub const MAX_FIELD_SECTION: u64 = 16 * 1024;
-/// The most bytes h3 is handed on one request stream: two header
-/// sections. h3 reads a HEADERS frame whole before it checks its size, so
-/// beyond this the stream is refused with `H3_EXCESSIVE_LOAD`.
-pub const REQUEST_STREAM_CAP: u64 = 2 * MAX_FIELD_SECTION;
+/// The most bytes h3 is handed on one request stream: a header section of
+/// [`MAX_FIELD_SECTION`] and its encoding's overhead (QPACK's encoding is
+/// at most a few bytes a field longer than the size it is judged by, which
+/// counts 32 bytes a field). h3 reads a HEADERS frame whole before it
+/// checks its size, so beyond this the stream is refused with
+/// `H3_EXCESSIVE_LOAD`; between the two, h3 answers 431.
+pub const REQUEST_STREAM_CAP: u64 = MAX_FIELD_SECTION + 4 * 1024;
 /// The longest frame taken on the peer's control stream (SETTINGS,
 /// GOAWAY, PRIORITY_UPDATE and the like are a few dozen bytes). h3 reads
 /// a frame whole before it decodes it; a longer one closes the connection
