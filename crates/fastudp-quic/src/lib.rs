@@ -13,6 +13,7 @@ pub mod app;
 mod cid;
 mod config;
 mod engine;
+pub mod files;
 mod forward;
 #[cfg(feature = "h3")]
 pub mod h3;
