@@ -22,6 +22,7 @@
 
 mod app;
 pub(crate) mod backend;
+mod files;
 mod guard;
 pub mod handler;
 pub(crate) mod task;
@@ -29,6 +30,7 @@ pub(crate) mod task;
 mod tests;
 
 pub use app::{H3App, MakeHandler, PatternContent};
+pub use files::FilesHandler;
 pub use handler::{Body, Builtin, Content, Handler, Next, Reply, Route, CHUNK};
 pub use task::{CONTROL_FRAME_MAX, MAX_FIELD_SECTION, REQUEST_STREAM_CAP};
 
