@@ -895,6 +895,15 @@ fn aioquic_h3_client_fetches_in_parallel() {
         v["h3_requests"] == want && v["accepted"] == 2 && v["connections"] == 0
     });
     assert_eq!(s["h3_refused"], 0, "{s}");
+    // Goodput counts the responses whose every byte was acknowledged
+    // (HTTP/3 framing included) before the clients closed: HTTP/3's too,
+    // not only hq-interop's 300,000 bytes.
+    let body: u64 = sizes.iter().sum::<u64>() + 200_000 + 300_000;
+    let g = s["goodput_bytes"].as_u64().unwrap();
+    assert!(
+        (1_000_000..body + 65_536).contains(&g),
+        "goodput {g} of {body}: {s}"
+    );
     srv.interrupt();
     srv.finish();
 }

@@ -171,6 +171,11 @@ impl ConnApp for H3Connection {
             lost(task.link());
         }
         task.poll(now);
+        // Goodput: the engine counts each finished stream's bytes once
+        // the peer has acknowledged them.
+        for (id, len) in task.take_finished() {
+            cx.count_finished(id, len);
+        }
         self.report(cx);
     }
 

@@ -111,6 +111,10 @@ pub(crate) struct Link {
     /// Set when the connection must be closed with `H3_INTERNAL_ERROR`
     /// (a failed borrow).
     fault: Cell<bool>,
+    /// Streams finished since the driver last took them, with the bytes
+    /// written on each (HTTP/3 framing included): the engine counts them
+    /// as goodput once acknowledged. At most one entry per stream.
+    finished: RefCell<Vec<(StreamId, u64)>>,
 }
 
 /// A failed borrow: counted, and the connection is to be closed.
@@ -126,6 +130,7 @@ impl Link {
             now: Cell::new(now),
             stats: Cell::default(),
             fault: Cell::new(false),
+            finished: RefCell::default(),
         })
     }
 
@@ -173,6 +178,20 @@ impl Link {
 
     fn shared_mut(&self) -> Result<RefMut<'_, H3Shared>, Fault> {
         self.shared.try_borrow_mut().map_err(|_| self.fault())
+    }
+
+    /// Takes the streams finished since the last call.
+    pub(crate) fn take_finished(&self) -> Vec<(StreamId, u64)> {
+        self.finished
+            .try_borrow_mut()
+            .map(|mut f| std::mem::take(&mut *f))
+            .unwrap_or_default()
+    }
+
+    fn finished(&self, id: StreamId, written: u64) {
+        if let Ok(mut f) = self.finished.try_borrow_mut() {
+            f.push((id, written));
+        }
     }
 
     /// The connection's error, if it ended.
@@ -489,6 +508,8 @@ pub(crate) struct H3Send<B: Buf> {
     link: Rc<Link>,
     id: Ids,
     writing: Option<WriteBuf<B>>,
+    /// Bytes written so far.
+    written: u64,
     /// Finished or reset: nothing to do on drop.
     closed: bool,
 }
@@ -501,8 +522,12 @@ impl<B: Buf> Drop for H3Send<B> {
     /// the peer has it all.
     fn drop(&mut self) {
         if !self.closed {
-            if let Ok(mut c) = self.link.conn.try_borrow_mut() {
-                let _ = c.send_stream(self.id.quic).finish();
+            let ok = match self.link.conn.try_borrow_mut() {
+                Ok(mut c) => c.send_stream(self.id.quic).finish().is_ok(),
+                Err(_) => false,
+            };
+            if ok {
+                self.link.finished(self.id.quic, self.written);
             }
         }
     }
@@ -514,6 +539,7 @@ impl<B: Buf> H3Send<B> {
             link,
             id,
             writing: None,
+            written: 0,
             closed: false,
         }
     }
@@ -537,7 +563,10 @@ impl<B: Buf> quic::SendStream<B> for H3Send<B> {
         // (`Blocked`) is followed by `StreamEvent::Writable`.
         while data.has_remaining() {
             match conn.send_stream(self.id.quic).write(data.chunk()) {
-                Ok(n) => data.advance(n),
+                Ok(n) => {
+                    data.advance(n);
+                    self.written += n as u64;
+                }
                 Err(WriteError::Blocked) => {
                     drop(conn);
                     return match self.link.shared_mut() {
@@ -580,7 +609,10 @@ impl<B: Buf> quic::SendStream<B> for H3Send<B> {
         };
         self.closed = true;
         Poll::Ready(match r {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                self.link.finished(self.id.quic, self.written);
+                Ok(())
+            }
             Err(FinishError::Stopped(code)) => Err(StreamErrorIncoming::StreamTerminated {
                 error_code: code.into_inner(),
             }),

@@ -211,6 +211,11 @@ impl H3Task {
         }
     }
 
+    /// Streams finished since the last call, with their bytes.
+    pub(crate) fn take_finished(&self) -> Vec<(quinn_proto::StreamId, u64)> {
+        self.link.take_finished()
+    }
+
     /// Where the connection's events go (`Link::forward`, `Link::on_*`).
     pub(crate) fn link(&self) -> &Link {
         &self.link

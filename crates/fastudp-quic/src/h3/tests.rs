@@ -569,6 +569,11 @@ fn get_bytes_is_byte_exact() {
     let s = p.server().task.stats();
     assert_eq!((s.requests, s.refused, s.cut), (1, 0, 0));
     assert_eq!(p.server().task.link().stats().borrow_faults, 0);
+    // The finished stream is handed over for goodput: the body and its
+    // framing.
+    let f = p.server().task.take_finished();
+    assert_eq!(f.len(), 1, "{f:?}");
+    assert!((300_000..301_000).contains(&f[0].1), "{f:?}");
 }
 
 #[test]
