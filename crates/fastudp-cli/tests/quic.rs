@@ -851,6 +851,136 @@ fn aioquic_client_interoperates() {
     }
 }
 
+/// aioquic's HTTP/3 client (its H3 layer, ALPN `h3`) fetches `/bytes/N`
+/// byte-exact, many in parallel on one connection (more than the 16
+/// request streams the server allows at once), a 404 and a video stream;
+/// hq-interop answers on the same port; the server counts the HTTP/3
+/// requests.
+#[test]
+fn aioquic_h3_client_fetches_in_parallel() {
+    if !have_aioquic("aioquic_h3_client_fetches_in_parallel") {
+        return;
+    }
+    let h3 = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/aioquic_h3_client.py");
+    let hq = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/aioquic_client.py");
+    let (mut srv, addr) = serve(&["--listen", "127.0.0.1:0", "--workers", "2"]);
+    let port = addr.port().to_string();
+    let sizes: Vec<u64> = (0..20u64)
+        .map(|i| [0, 1, 65_535, 65_536, 65_537, 1_000_003][i as usize % 6] + i * 7919)
+        .chain([3_000_000])
+        .collect();
+    let mut paths: Vec<String> = sizes.iter().map(|n| format!("/bytes/{n}")).collect();
+    paths.push("/not/served".into());
+    paths.push("/video/200000/1".into());
+    let mut args = vec![h3, "127.0.0.1", &port];
+    args.extend(paths.iter().map(String::as_str));
+    let o = Command::new("python3").args(&args).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let v: serde_json::Value =
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {err}"));
+    assert_eq!(v["alpn"], "h3", "{v}");
+    let r = v["responses"].as_array().unwrap();
+    assert_eq!(r.len(), paths.len(), "{v}");
+    for (i, n) in sizes.iter().enumerate() {
+        assert_eq!(r[i]["status"], 200, "{}: {v}", paths[i]);
+        assert_eq!(r[i]["content_length"], *n, "{}", paths[i]);
+        assert_eq!(r[i]["bytes"], *n, "{}", paths[i]);
+        assert_eq!(r[i]["pattern"], true, "{}", paths[i]);
+    }
+    let k = sizes.len();
+    assert_eq!(r[k]["status"], 404, "{v}");
+    assert_eq!(r[k + 1]["status"], 200, "{v}");
+    assert_eq!(r[k + 1]["bytes"], 200_000, "{v}");
+    assert_eq!(r[k + 1]["pattern"], true, "{v}");
+    // hq-interop on the same port.
+    let o = Command::new("python3")
+        .args([hq, "127.0.0.1", &port, "/bytes/300000"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["alpn"], "hq-interop", "{v}");
+    assert_eq!(v["responses"][0]["pattern"], true, "{v}");
+    let want = paths.len() as u64;
+    let s = stats_until(&mut srv, |v| {
+        v["h3_requests"] == want && v["accepted"] == 2 && v["connections"] == 0
+    });
+    assert_eq!(s["h3_refused"], 0, "{s}");
+    // Goodput counts the responses whose every byte was acknowledged
+    // (HTTP/3 framing included) before the clients closed: HTTP/3's too,
+    // not only hq-interop's 300,000 bytes.
+    let body: u64 = sizes.iter().sum::<u64>() + 200_000 + 300_000;
+    let g = s["goodput_bytes"].as_u64().unwrap();
+    assert!(
+        (1_000_000..body + 65_536).contains(&g),
+        "goodput {g} of {body}: {s}"
+    );
+    srv.interrupt();
+    srv.finish();
+}
+
+/// `--www` over HTTP/3 with aioquic's H3 client: files whose bytes are
+/// the pattern (so the client checks them) byte-exact and in parallel, a
+/// directory's index.html, escapes and a missing file answered 404.
+#[test]
+fn aioquic_h3_client_fetches_files() {
+    if !have_aioquic("aioquic_h3_client_fetches_files") {
+        return;
+    }
+    let base = std::env::temp_dir().join(format!("fastudp-h3www-{}", std::process::id()));
+    let www = base.join("www");
+    std::fs::create_dir_all(www.join("sub")).unwrap();
+    std::fs::write(base.join("secret"), b"outside").unwrap();
+    let pattern = |n: usize| -> Vec<u8> { (0..n).map(|i| (i % 251) as u8).collect() };
+    let sizes = [0usize, 1, 65_536, 65_537, 1_000_003, 3_000_000];
+    for n in sizes {
+        std::fs::write(www.join(format!("f{n}.bin")), pattern(n)).unwrap();
+    }
+    std::fs::write(www.join("sub/index.html"), pattern(1000)).unwrap();
+    let (mut srv, addr) = serve(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--workers",
+        "1",
+        "--www",
+        www.to_str().unwrap(),
+    ]);
+    let port = addr.port().to_string();
+    let mut paths: Vec<String> = sizes.iter().map(|n| format!("/f{n}.bin")).collect();
+    paths.push("/sub/".into());
+    for p in ["/../secret", "/%2e%2e/secret", "/missing"] {
+        paths.push(p.into());
+    }
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/aioquic_h3_client.py");
+    let mut args = vec![script, "127.0.0.1", &port];
+    args.extend(paths.iter().map(String::as_str));
+    let o = Command::new("python3").args(&args).output().unwrap();
+    let _ = std::fs::remove_dir_all(&base);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let v: serde_json::Value =
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {err}"));
+    let r = &v["responses"];
+    for (i, n) in sizes.iter().enumerate() {
+        assert_eq!(r[i]["status"], 200, "{v}");
+        assert_eq!(r[i]["content_length"], *n as u64, "{v}");
+        assert_eq!(r[i]["bytes"], *n as u64, "{v}");
+        assert_eq!(r[i]["pattern"], true, "{v}");
+    }
+    let k = sizes.len();
+    assert_eq!(r[k]["status"], 200, "{v}");
+    assert_eq!(r[k]["bytes"], 1000, "{v}");
+    for j in 1..=3 {
+        assert_eq!(r[k + j]["status"], 404, "{}: {v}", paths[k + j]);
+        assert_eq!(r[k + j]["bytes"], 0, "{v}");
+    }
+    let want = paths.len() as u64;
+    stats_until(&mut srv, |v| v["h3_requests"] == want);
+    srv.interrupt();
+    srv.finish();
+}
+
 /// A one-worker server on loopback with a certificate the client can
 /// trust (`tag` names its files), plus `extra` arguments.
 fn serve_one_worker(

@@ -61,6 +61,8 @@ mod config;
 mod engine;
 pub mod files;
 mod forward;
+#[cfg(feature = "h3")]
+pub mod h3;
 pub mod hq;
 pub mod limits;
 mod stats;

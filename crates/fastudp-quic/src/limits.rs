@@ -24,6 +24,11 @@ pub const CONN_WINDOW: u32 = (STREAMS + UNI_STREAMS) * STREAM_WINDOW;
 pub const CRYPTO_BUFFER: usize = 16 * 1024;
 /// Bytes a connection may have sent and not yet had acknowledged.
 pub const SEND_WINDOW: u64 = 8 << 20;
+/// Bytes an HTTP/3 connection may have sent and not yet had acknowledged
+/// (one bandwidth-delay product at 1 Gbit/s x 16 ms). h3 hands the
+/// backend its frames as slices, so quinn-proto holds a copy of each
+/// byte in flight: this window bounds the copies.
+pub const H3_SEND_WINDOW: u64 = 2 << 20;
 /// The send window of a connection once it serves a file (`--www`): file
 /// bytes are copies quinn-proto holds until they are acknowledged (the
 /// `/bytes` pattern is static and only referred to), so the window is
@@ -129,13 +134,43 @@ pub const INCOMING_BUFFER: u64 = 1 << 20;
 /// - [`SEND_WINDOW`] / 1,200 x 160 B: quinn-proto's record of each
 ///   packet in flight (response bytes are a static pattern quinn-proto
 ///   refers to, not copies).
+/// - With the `h3` feature, what an HTTP/3 connection holds beyond that
+///   ([`h3_per_connection`]).
 pub fn per_connection() -> u64 {
     let base = 64 * K;
     let crypto = 3 * (CRYPTO_BUFFER as u64 + 32 * K);
     let streams = u64::from(STREAMS) * (u64::from(STREAM_WINDOW) + 32 * K + 2 * K)
         + u64::from(UNI_STREAMS) * (u64::from(STREAM_WINDOW) + 32 * K);
     let in_flight = SEND_WINDOW / 1200 * 160;
-    base + crypto + streams + in_flight
+    base + crypto + streams + in_flight + h3_per_connection()
+}
+
+/// What an HTTP/3 connection holds beyond the transport's terms, bytes
+/// (0 without the `h3` feature):
+///
+/// - [`H3_SEND_WINDOW`]: quinn-proto's copies of the response bytes in
+///   flight.
+/// - [`STREAMS`] x (64 KiB + 32 B): the body chunk h3 holds per stream
+///   until the stream takes it, with its frame header.
+/// - [`STREAMS`] x the request stream's byte cap
+///   ([`crate::h3::REQUEST_STREAM_CAP`]): h3 reads a header section whole
+///   before it decodes it.
+/// - [`crate::h3::CONTROL_FRAME_MAX`]: the frame h3 is reading on the
+///   client's control stream.
+/// - 4 KiB: h3's connection state, the task, its timers and wakers.
+pub fn h3_per_connection() -> u64 {
+    #[cfg(feature = "h3")]
+    {
+        use crate::h3;
+        H3_SEND_WINDOW
+            + u64::from(STREAMS) * (h3::CHUNK as u64 + 32 + h3::REQUEST_STREAM_CAP)
+            + h3::CONTROL_FRAME_MAX
+            + 4 * K
+    }
+    #[cfg(not(feature = "h3"))]
+    {
+        0
+    }
 }
 
 /// What a connection serving files (`--www`) may hold beyond

@@ -44,6 +44,11 @@ pub struct Counters {
     pub stateless_dropped: AtomicU64,
     /// Requests reset for not being whole within --request-timeout.
     pub request_timeouts: AtomicU64,
+    /// HTTP/3 requests answered (their head read and a response begun).
+    pub h3_requests: AtomicU64,
+    /// HTTP/3 requests refused before an answer: a malformed or oversized
+    /// header section (431), a request stream over its byte cap, a reset.
+    pub h3_refused: AtomicU64,
     /// Datagrams the host's own queue (a full qdisc, `ENOBUFS`) dropped
     /// instead of sending; QUIC's loss recovery sends their frames again.
     /// Not counted in `datagrams_sent`; their bytes are in `wire_bytes`,

@@ -1,6 +1,6 @@
 //! `fastudp quic serve --stack fastudp`: the command's front end of
 //! [`fastudp_quic::Engine`]. It turns the arguments into an
-//! [`EngineConfig`], picks the application (hq-interop, by ALPN), loads or
+//! [`EngineConfig`], picks the applications (HTTP/3 and hq-interop, by ALPN), loads or
 //! makes the certificate, prints where the server listens and its limits,
 //! and reports until `--duration` ends or Ctrl-C; the engine does the
 //! rest.
@@ -11,8 +11,10 @@ use crate::{interrupt, Failure};
 use fastudp::pacing::PacingMode;
 use fastudp_quic::app::{hq::HqApp, Router};
 use fastudp_quic::files::{FileStats, Root};
+use fastudp_quic::h3::{FilesHandler, H3App, Handler, MakeHandler};
 use fastudp_quic::{limits, Engine, EngineConfig, Pacing};
 use std::net::IpAddr;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -56,13 +58,24 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
         }
         None => None,
     };
+    let interval = Duration::from_secs_f64(a.interval / 1000.0);
     let mut hq = HqApp::default()
         .request_timeout(Duration::from_secs_f64(a.request_timeout))
-        .frame_interval(Duration::from_secs_f64(a.interval / 1000.0));
+        .frame_interval(interval);
+    let h3_files: Option<Arc<MakeHandler>> = files.clone().map(|root| {
+        Arc::new(move |_worker: usize| Rc::new(FilesHandler::new(root.clone())) as Rc<dyn Handler>)
+            as Arc<MakeHandler>
+    });
     if let Some(root) = &files {
         hq = hq.files(root.clone());
     }
-    let app = Router::new().with(super::hq::ALPN, hq);
+    // HTTP/3 and hq-interop on one port; the ALPN picks.
+    let app = Router::new()
+        .with(
+            fastudp_quic::h3::ALPN,
+            H3App::builtin_with(interval, h3_files),
+        )
+        .with(super::hq::ALPN, hq);
     interrupt::watch();
     let engine = Engine::start(cfg, Arc::new(app)).map_err(|e| match e {
         fastudp_quic::Error::Listen { addr, source } => {
@@ -83,7 +96,7 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
         eprintln!("fastudp: note: --zerocopy: {e}; sending with copies");
     }
     let counters = engine.counters().clone();
-    listening("fastudp", engine.local_addr(), n, a.json);
+    listening("fastudp", engine.local_addr(), n, "h3, hq-interop", a.json);
     announce_limits(&a, n, (max_connections, per_ip), budget);
     let rep = Reporter::new(&counters, "fastudp", true);
     rep.wait(

@@ -80,6 +80,10 @@ pub struct Report {
     pub stateless_dropped: u64,
     /// Requests reset for their deadline, in all.
     pub request_timeouts: u64,
+    /// HTTP/3 requests answered, in all.
+    pub h3_requests: u64,
+    /// HTTP/3 requests refused before an answer, in all.
+    pub h3_refused: u64,
     /// Response bytes acknowledged, in all (what goodput counts).
     pub goodput_bytes: u64,
     /// Datagrams the host's own queue dropped (`ENOBUFS`), in all.
@@ -135,6 +139,8 @@ fn report(
         forward_dropped: c.forward_dropped.load(Relaxed),
         stateless_dropped: c.stateless_dropped.load(Relaxed),
         request_timeouts: c.request_timeouts.load(Relaxed),
+        h3_requests: c.h3_requests.load(Relaxed),
+        h3_refused: c.h3_refused.load(Relaxed),
         goodput_bytes: to.app,
         dropped_locally: c.dropped_locally.load(Relaxed),
         send_errors: c.send_errors.load(Relaxed),
@@ -190,21 +196,21 @@ pub fn baseline_run(
     a: &super::ServeArgs,
     pacing: &str,
 ) -> Reporter {
-    listening(stack, addr, workers, a.json);
+    listening(stack, addr, workers, "hq-interop", a.json);
     let rep = Reporter::new(c, stack, false);
     rep.wait(c, a.duration, a.stats, a.json, pacing, &|| false);
     rep
 }
 
 /// Prints the line that says where the server listens.
-pub fn listening(stack: &str, addr: std::net::SocketAddr, workers: usize, json: bool) {
+pub fn listening(stack: &str, addr: std::net::SocketAddr, workers: usize, alpn: &str, json: bool) {
     if json {
         outln!(
             "{}",
-            serde_json::json!({"kind": "listening", "stack": stack, "addr": addr.to_string(), "workers": workers})
+            serde_json::json!({"kind": "listening", "stack": stack, "addr": addr.to_string(), "workers": workers, "alpn": alpn})
         );
     } else {
-        outln!("listening on {addr} ({stack}, {workers} workers, ALPN hq-interop)");
+        outln!("listening on {addr} ({stack}, {workers} workers, ALPN {alpn})");
     }
 }
 

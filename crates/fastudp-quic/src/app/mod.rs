@@ -393,6 +393,14 @@ impl<'a> AppCx<'a> {
         ok
     }
 
+    /// Counts `len` for `id`, a stream finished through the shared
+    /// connection (the HTTP/3 backend finishes its streams itself), as
+    /// [`AppCx::finish`] does: once the peer has acknowledged everything.
+    #[cfg_attr(not(feature = "h3"), allow(dead_code))]
+    pub(crate) fn count_finished(&mut self, id: quinn_proto::StreamId, len: u64) {
+        self.finishing.push((id, len));
+    }
+
     /// Abandons `id`'s sending side with `code` (RESET_STREAM).
     pub fn reset(&mut self, id: StreamId, code: u64) {
         let _ = self

@@ -1,0 +1,263 @@
+//! HTTP/3 as an application of the engine ([`H3App`]).
+
+use super::backend::Link;
+use super::handler::{Builtin, Content, Handler, Route};
+use super::task::{H3Task, TaskStats};
+use crate::app::{AppCx, AppEvent, Application, ConnApp, ConnInfo, Dir, WorkerApp};
+use crate::hq::wire::{self as hq, Frames, Request};
+use crate::limits;
+use bytes::Bytes;
+use std::rc::Rc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Makes a worker's request handler, on that worker's thread, from the
+/// worker's number.
+pub type MakeHandler = dyn Fn(usize) -> Rc<dyn Handler> + Send + Sync;
+
+/// HTTP/3 (ALPN `h3`) with the `h3` crate: one task per connection,
+/// driven by the engine's events, answering requests with a [`Handler`]
+/// made once per worker thread.
+///
+/// ```
+/// use fastudp_quic::app::{hq::HqApp, Router};
+/// use fastudp_quic::h3::H3App;
+/// let app = Router::new()
+///     .with(fastudp_quic::h3::ALPN, H3App::builtin())
+///     .with(b"hq-interop", HqApp::default());
+/// # use fastudp_quic::app::Application;
+/// assert_eq!(app.alpn(), vec![b"h3".to_vec(), b"hq-interop".to_vec()]);
+/// ```
+#[derive(Clone)]
+pub struct H3App {
+    make: Arc<MakeHandler>,
+}
+
+impl std::fmt::Debug for H3App {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("H3App")
+    }
+}
+
+impl H3App {
+    /// HTTP/3 answering with the handler `make(worker)` gives each worker.
+    pub fn new(make: impl Fn(usize) -> Rc<dyn Handler> + Send + Sync + 'static) -> Self {
+        H3App {
+            make: Arc::new(make),
+        }
+    }
+
+    /// `/bytes/N` and `/video/RATE/SECONDS` as hq-interop serves them
+    /// (frames every 40 ms), 404 for any other path.
+    pub fn builtin() -> Self {
+        H3App::builtin_with(Duration::from_millis(40), None)
+    }
+
+    /// The built-in endpoints with `/video` frames every `interval`, and
+    /// other paths given to `fallback` (static files) instead of 404.
+    pub fn builtin_with(interval: Duration, fallback: Option<Arc<MakeHandler>>) -> Self {
+        H3App::new(move |worker| {
+            let b = Builtin::new(PatternContent::new(interval));
+            match &fallback {
+                Some(f) => Rc::new(b.with_fallback(f(worker))),
+                None => Rc::new(b),
+            }
+        })
+    }
+}
+
+impl Application for H3App {
+    fn alpn(&self) -> Vec<Vec<u8>> {
+        vec![super::ALPN.to_vec()]
+    }
+
+    fn worker(&self, worker: usize) -> Box<dyn WorkerApp> {
+        Box::new(H3Worker {
+            handler: (self.make)(worker),
+        })
+    }
+}
+
+/// HTTP/3 on one worker.
+struct H3Worker {
+    handler: Rc<dyn Handler>,
+}
+
+impl WorkerApp for H3Worker {
+    fn accept(&mut self, _alpn: &[u8], _info: &ConnInfo) -> Option<Box<dyn ConnApp>> {
+        Some(Box::new(H3Connection {
+            handler: self.handler.clone(),
+            task: None,
+            reported: TaskStats::default(),
+        }))
+    }
+}
+
+/// One connection: its task, made at the first call (the connection is
+/// reached through [`AppCx`]).
+struct H3Connection {
+    handler: Rc<dyn Handler>,
+    task: Option<H3Task>,
+    /// What was added to the engine's counters so far.
+    reported: TaskStats,
+}
+
+impl H3Connection {
+    fn task(&mut self, cx: &mut AppCx<'_>) -> &mut H3Task {
+        let handler = &self.handler;
+        self.task.get_or_insert_with(|| {
+            // quinn-proto holds a copy of what h3 sends: bound it
+            // (`limits::h3_per_connection`).
+            cx.set_send_window(limits::H3_SEND_WINDOW);
+            H3Task::server(
+                cx.conn().clone(),
+                handler.clone(),
+                limits::STREAMS as usize,
+                cx.now(),
+            )
+        })
+    }
+
+    fn report(&mut self, cx: &AppCx<'_>) {
+        let Some(t) = &self.task else { return };
+        let s = t.stats();
+        let c = cx.counters();
+        c.h3_requests
+            .fetch_add(s.requests - self.reported.requests, Relaxed);
+        c.h3_refused
+            .fetch_add(s.refused - self.reported.refused, Relaxed);
+        self.reported = s;
+    }
+}
+
+fn quinn_dir(d: Dir) -> quinn_proto::Dir {
+    match d {
+        Dir::Bi => quinn_proto::Dir::Bi,
+        Dir::Uni => quinn_proto::Dir::Uni,
+    }
+}
+
+/// The connection ended before the engine said why (it tells only once
+/// the connection is drained).
+fn lost(link: &Link) {
+    if link.error().is_none() {
+        link.on_lost(&quinn_proto::ConnectionError::LocallyClosed);
+    }
+}
+
+impl ConnApp for H3Connection {
+    fn on_event(&mut self, cx: &mut AppCx<'_>, ev: AppEvent) {
+        let link = self.task(cx).link();
+        match ev {
+            AppEvent::Opened(id) => link.on_opened(quinn_dir(id.dir()), id.quinn()),
+            AppEvent::Readable(id) => link.on_readable(id.quinn()),
+            AppEvent::Writable(id) | AppEvent::Stopped(id, _) => link.on_writable(id.quinn()),
+            AppEvent::CanOpen(d) => link.on_available(quinn_dir(d)),
+            // Timers are fired by `poll`, which follows.
+            _ => {}
+        }
+    }
+
+    fn poll(&mut self, cx: &mut AppCx<'_>) {
+        let now = cx.now();
+        let closed = cx
+            .conn()
+            .try_borrow()
+            .map(|c| c.is_closed())
+            .unwrap_or(false);
+        let task = self.task(cx);
+        if closed {
+            lost(task.link());
+        }
+        task.poll(now);
+        // Goodput: the engine counts each finished stream's bytes once
+        // the peer has acknowledged them.
+        for (id, len) in task.take_finished() {
+            cx.count_finished(id, len);
+        }
+        self.report(cx);
+    }
+
+    fn timeout(&self) -> Option<Instant> {
+        self.task.as_ref().and_then(H3Task::timeout)
+    }
+
+    fn on_shutdown(&mut self, cx: &mut AppCx<'_>) {
+        // H3_NO_ERROR: the server is going away.
+        cx.close(super::backend::H3_NO_ERROR, b"server stopping");
+    }
+
+    fn on_closed(&mut self, _reason: crate::app::Closed) {
+        if let Some(t) = &self.task {
+            lost(t.link());
+        }
+        // The task and its handles go with it.
+        self.task = None;
+    }
+}
+
+/// The content of the built-in endpoints as hq-interop serves it
+/// ([`crate::hq::wire`]): the same paths, limits and pattern.
+#[derive(Debug, Clone, Copy)]
+pub struct PatternContent {
+    interval: Duration,
+}
+
+impl PatternContent {
+    /// With `/video` frames every `interval` (more than 0).
+    pub fn new(interval: Duration) -> Self {
+        PatternContent {
+            interval: interval.max(Duration::from_nanos(1)),
+        }
+    }
+}
+
+impl Content for PatternContent {
+    fn route(&self, path: &str) -> Option<Route> {
+        let mut line = Vec::with_capacity(path.len() + 4);
+        line.extend_from_slice(b"GET ");
+        line.extend_from_slice(path.as_bytes());
+        match hq::parse(&line, true) {
+            Ok(Some(Request::Bytes(n))) => Some(Route::Bytes(n)),
+            Ok(Some(Request::Video { rate, seconds })) => {
+                let f = Frames::new(rate, seconds, self.interval);
+                Some(Route::Video {
+                    bytes: f.bytes,
+                    count: f.count,
+                    interval: f.interval,
+                })
+            }
+            _ => None,
+        }
+    }
+
+    fn pattern(&self, off: u64, len: usize) -> Bytes {
+        Bytes::from_static(hq::pattern(off, len as u64))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pattern_content_routes_as_hq_does() {
+        let c = PatternContent::new(Duration::from_millis(40));
+        assert_eq!(c.route("/bytes/10"), Some(Route::Bytes(10)));
+        assert_eq!(
+            c.route("/video/125000/3"),
+            Some(Route::Video {
+                bytes: 5000,
+                count: 75,
+                interval: Duration::from_millis(40)
+            })
+        );
+        for bad in ["/", "/bytes/", "/bytes/-1", "/index.html", "/bytes/10/x"] {
+            assert_eq!(c.route(bad), None, "{bad}");
+        }
+        let p = c.pattern(1000, 70_000);
+        assert_eq!(p.len(), hq::CHUNK);
+        assert_eq!(hq::check(1000, &p), Ok(()));
+    }
+}

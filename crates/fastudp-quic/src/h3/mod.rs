@@ -1,0 +1,38 @@
+//! HTTP/3 with the `h3` crate over the engine's connections.
+//!
+//! - `backend`: h3's QUIC traits (`h3::quic`) over the
+//!   `quinn_proto::Connection` the engine drives, with the wakes quinn's
+//!   connection driver would give.
+//! - `task`: one future per connection runs h3's server and its requests,
+//!   polled by the engine when woken, with no runtime and no spawn.
+//! - [`H3App`]: the engine's application for ALPN `h3`; register it in a
+//!   [`crate::app::Router`] beside hq-interop to serve both on one port.
+//! - [`handler`]: the [`Handler`] seam that answers requests, and the
+//!   built-in `/bytes/N` and `/video/RATE/SECONDS` endpoints.
+//!
+//! What a connection makes h3 hold, beyond the transport's windows: one
+//! frame (at most [`CHUNK`] bytes of body plus its header) per stream
+//! being written, the header block of each request being read (at most
+//! [`REQUEST_STREAM_CAP`]), the frame being read on the peer's control
+//! stream (at most [`CONTROL_FRAME_MAX`]), the type of each of its QPACK
+//! streams (their bytes wait in the transport window), a sleeping
+//! timer per request, and one finished-stream id per request until the
+//! accept loop takes it. h3's QPACK is stateless (no dynamic table), so
+//! no decoder state grows.
+
+mod app;
+pub(crate) mod backend;
+mod files;
+mod guard;
+pub mod handler;
+pub(crate) mod task;
+#[cfg(test)]
+mod tests;
+
+pub use app::{H3App, MakeHandler, PatternContent};
+pub use files::FilesHandler;
+pub use handler::{Body, Builtin, Content, Handler, Next, Reply, Route, CHUNK};
+pub use task::{CONTROL_FRAME_MAX, MAX_FIELD_SECTION, REQUEST_STREAM_CAP};
+
+/// The ALPN token of HTTP/3.
+pub const ALPN: &[u8] = b"h3";

@@ -1,0 +1,415 @@
+//! The per-connection HTTP/3 task and how the engine drives it.
+//!
+//! One future per connection runs h3's server: it accepts requests and
+//! keeps their futures in a `FuturesUnordered` bounded by the stream limit.
+//! Nothing is spawned and there is no runtime: the driver calls
+//! [`H3Task::poll`] once per drive, after the connection's events were
+//! forwarded to the [`Link`] and before it polls transmits, and the task is
+//! polled only when something woke it. Video frames sleep on a
+//! per-connection timer registry; its earliest deadline is
+//! [`H3Task::timeout`], part of the connection's timer.
+
+use super::backend::{ConnRef, H3Conn, Limits, Link, H3_INTERNAL_ERROR};
+use super::handler::{Handler, Next, CHUNK};
+use bytes::Bytes;
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use quinn_proto::VarInt;
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::Instant;
+
+/// The largest header section taken (h3's `max_field_section_size`; its
+/// default is unbounded). A larger one is answered 431.
+pub const MAX_FIELD_SECTION: u64 = 16 * 1024;
+/// The most bytes h3 is handed on one request stream: a header section of
+/// [`MAX_FIELD_SECTION`] and its encoding's overhead (QPACK's encoding is
+/// at most a few bytes a field longer than the size it is judged by, which
+/// counts 32 bytes a field). h3 reads a HEADERS frame whole before it
+/// checks its size, so beyond this the stream is refused with
+/// `H3_EXCESSIVE_LOAD`; between the two, h3 answers 431.
+pub const REQUEST_STREAM_CAP: u64 = MAX_FIELD_SECTION + 4 * 1024;
+/// The longest frame taken on the peer's control stream (SETTINGS,
+/// GOAWAY, PRIORITY_UPDATE and the like are a few dozen bytes). h3 reads
+/// a frame whole before it decodes it; a longer one closes the connection
+/// with `H3_EXCESSIVE_LOAD`. The QPACK streams are not read by h3 beyond
+/// their type (its QPACK is stateless), so the transport window bounds
+/// them.
+pub const CONTROL_FRAME_MAX: u64 = 16 * 1024;
+/// How often one [`H3Task::poll`] re-polls a task that woke itself before
+/// it leaves the rest to the next drive (through [`H3Task::timeout`]).
+const REPOLLS: usize = 4;
+
+/// The task's waker: marks the task as due. Waking from another thread is
+/// harmless (the flag is atomic), though only the worker wakes it.
+#[derive(Default)]
+pub(crate) struct TaskWaker {
+    pub(crate) queued: AtomicBool,
+    wakes: AtomicU64,
+}
+
+impl Wake for TaskWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref()
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.queued.store(true, Ordering::Relaxed);
+        self.wakes.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// The deadlines the task's sleepers wait for: at most one per request
+/// future, so bounded by the stream limit.
+#[derive(Default)]
+pub(crate) struct Timers {
+    next_key: u64,
+    due: BTreeMap<(Instant, u64), Waker>,
+}
+
+impl Timers {
+    /// The earliest deadline.
+    fn first(&self) -> Option<Instant> {
+        self.due.keys().next().map(|(t, _)| *t)
+    }
+
+    /// Wakes (and forgets) every sleeper due at `now`.
+    fn fire(&mut self, now: Instant) {
+        while let Some(e) = self.due.first_entry() {
+            if e.key().0 > now {
+                break;
+            }
+            e.remove().wake();
+        }
+    }
+}
+
+/// What the request futures share with the driver: the clock and the
+/// timers.
+pub(crate) struct Clock {
+    link: Rc<Link>,
+    timers: RefCell<Timers>,
+}
+
+impl Clock {
+    fn now(&self) -> Instant {
+        self.link.now()
+    }
+}
+
+/// Sleeps until `at` on the connection's timers.
+struct Sleep {
+    clock: Rc<Clock>,
+    at: Instant,
+    key: Option<u64>,
+}
+
+impl Future for Sleep {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = &mut *self;
+        let Ok(mut timers) = this.clock.timers.try_borrow_mut() else {
+            // Never: the timers are borrowed only inside this crate's
+            // short, non-reentrant calls. Waking through now is safe.
+            return Poll::Ready(());
+        };
+        if let Some(k) = this.key.take() {
+            timers.due.remove(&(this.at, k));
+        }
+        if this.clock.now() >= this.at {
+            return Poll::Ready(());
+        }
+        let k = timers.next_key;
+        timers.next_key += 1;
+        timers.due.insert((this.at, k), cx.waker().clone());
+        this.key = Some(k);
+        Poll::Pending
+    }
+}
+
+impl Drop for Sleep {
+    fn drop(&mut self) {
+        if let (Some(k), Ok(mut t)) = (self.key, self.clock.timers.try_borrow_mut()) {
+            t.due.remove(&(self.at, k));
+        }
+    }
+}
+
+/// What one connection's task did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TaskStats {
+    /// Requests whose head was read and answered.
+    pub(crate) requests: u64,
+    /// Requests refused before an answer (bad or oversized head, reset).
+    pub(crate) refused: u64,
+    /// Responses cut short (reset, stopped, connection lost).
+    pub(crate) cut: u64,
+}
+
+/// The connection's HTTP/3 server task.
+pub(crate) struct H3Task {
+    link: Rc<Link>,
+    clock: Rc<Clock>,
+    fut: Option<Pin<Box<dyn Future<Output = ()>>>>,
+    flag: Arc<TaskWaker>,
+    waker: Waker,
+    stats: Rc<RefCell<TaskStats>>,
+    polls: u64,
+    /// A failed borrow ended the task; the connection is still to be
+    /// closed.
+    close_pending: bool,
+    /// A failed borrow was seen (and handled).
+    faulted: bool,
+}
+
+impl H3Task {
+    /// The server task of `conn`, answering with `handler`, at most
+    /// `max_requests` at once (the connection's bidirectional stream
+    /// limit).
+    pub(crate) fn server(
+        conn: ConnRef,
+        handler: Rc<dyn Handler>,
+        max_requests: usize,
+        now: Instant,
+    ) -> H3Task {
+        let limits = Limits {
+            request_stream: Some(REQUEST_STREAM_CAP),
+            control_frame: Some(CONTROL_FRAME_MAX),
+        };
+        let link = Link::new(conn, limits, now);
+        let clock = Rc::new(Clock {
+            link: link.clone(),
+            timers: RefCell::default(),
+        });
+        let stats = Rc::new(RefCell::new(TaskStats::default()));
+        let fut = serve_connection(
+            H3Conn::new(link.clone()),
+            handler,
+            clock.clone(),
+            stats.clone(),
+            max_requests.max(1),
+        );
+        let flag = Arc::new(TaskWaker::default());
+        // Due at once: the first poll opens h3's control streams.
+        flag.queued.store(true, Ordering::Relaxed);
+        H3Task {
+            waker: Waker::from(flag.clone()),
+            flag,
+            link,
+            clock,
+            fut: Some(Box::pin(fut)),
+            stats,
+            polls: 0,
+            close_pending: false,
+            faulted: false,
+        }
+    }
+
+    /// Streams finished since the last call, with their bytes.
+    pub(crate) fn take_finished(&self) -> Vec<(quinn_proto::StreamId, u64)> {
+        self.link.take_finished()
+    }
+
+    /// Where the connection's events go (`Link::forward`, `Link::on_*`).
+    pub(crate) fn link(&self) -> &Link {
+        &self.link
+    }
+
+    /// Polls the task if it was woken or a timer of it is due. Call with no
+    /// borrow of the connection held. Returns `true` once the task ended.
+    pub(crate) fn poll(&mut self, now: Instant) -> bool {
+        self.link.set_now(now);
+        if let Ok(mut t) = self.clock.timers.try_borrow_mut() {
+            t.fire(now);
+        }
+        for _ in 0..REPOLLS {
+            let Some(fut) = self.fut.as_mut() else {
+                break;
+            };
+            if !self.flag.queued.swap(false, Ordering::Relaxed) {
+                break;
+            }
+            self.polls += 1;
+            let mut cx = Context::from_waker(&self.waker);
+            if fut.as_mut().poll(&mut cx).is_ready() {
+                self.fut = None;
+            }
+        }
+        if self.link.faulted() && !self.faulted {
+            self.faulted = true;
+            // A borrow failed: end the task, and the connection as soon as
+            // it can be borrowed (`timeout()` asks for the next drive).
+            self.fut = None;
+            self.close_pending = true;
+        }
+        if self.close_pending {
+            if let Ok(mut c) = self.link.conn().try_borrow_mut() {
+                c.close(
+                    now,
+                    VarInt::from_u64(H3_INTERNAL_ERROR).unwrap_or(VarInt::MAX),
+                    Bytes::from_static(b"internal error"),
+                );
+                self.close_pending = false;
+            }
+        }
+        self.fut.is_none()
+    }
+
+    /// When the task must be polled next without a wake: its earliest
+    /// sleeper, or at once when it woke itself and was left for the next
+    /// drive.
+    pub(crate) fn timeout(&self) -> Option<Instant> {
+        if self.close_pending {
+            return Some(self.link.now());
+        }
+        self.fut.as_ref()?;
+        if self.flag.queued.load(Ordering::Relaxed) {
+            return Some(self.link.now());
+        }
+        self.clock.timers.try_borrow().ok().and_then(|t| t.first())
+    }
+
+    /// Times the task was polled.
+    #[cfg(test)]
+    pub(crate) fn polls(&self) -> u64 {
+        self.polls
+    }
+
+    /// Times the task was woken.
+    #[cfg(test)]
+    pub(crate) fn wakes(&self) -> u64 {
+        self.flag.wakes.load(Ordering::Relaxed)
+    }
+
+    /// The task's counts.
+    pub(crate) fn stats(&self) -> TaskStats {
+        self.stats.try_borrow().map(|s| *s).unwrap_or_default()
+    }
+
+    /// Whether the task has ended.
+    #[cfg(test)]
+    pub(crate) fn is_done(&self) -> bool {
+        self.fut.is_none()
+    }
+}
+
+fn count(stats: &RefCell<TaskStats>, f: impl FnOnce(&mut TaskStats)) {
+    if let Ok(mut s) = stats.try_borrow_mut() {
+        f(&mut s);
+    }
+}
+
+type Resolver = ::h3::server::RequestResolver<H3Conn, Bytes>;
+
+/// The connection's future: h3's server, its accept loop, and the request
+/// futures (at most `max_requests`).
+async fn serve_connection(
+    conn: H3Conn,
+    handler: Rc<dyn Handler>,
+    clock: Rc<Clock>,
+    stats: Rc<RefCell<TaskStats>>,
+    max_requests: usize,
+) {
+    // Grease streams are not sent: h3 opens its grease stream from the
+    // control stream's poll and waits there for stream credit, so a client
+    // that grants just the three required unidirectional streams would
+    // stall our control stream.
+    let Ok(mut h3) = ::h3::server::builder()
+        .max_field_section_size(MAX_FIELD_SECTION)
+        .send_grease(false)
+        .build::<_, Bytes>(conn)
+        .await
+    else {
+        return;
+    };
+    let mut requests = FuturesUnordered::new();
+    let mut accepting = true;
+    loop {
+        let accepted = {
+            let accept = h3.accept();
+            futures_util::pin_mut!(accept);
+            std::future::poll_fn(|cx| {
+                while let Poll::Ready(Some(())) = requests.poll_next_unpin(cx) {}
+                if accepting && requests.len() < max_requests {
+                    if let Poll::Ready(r) = accept.as_mut().poll(cx) {
+                        return Poll::Ready(Some(r));
+                    }
+                }
+                if !accepting && requests.is_empty() {
+                    return Poll::Ready(None);
+                }
+                Poll::Pending
+            })
+            .await
+        };
+        match accepted {
+            Some(Ok(Some(resolver))) => requests.push(serve_request(
+                resolver,
+                handler.clone(),
+                clock.clone(),
+                stats.clone(),
+            )),
+            // The peer's GOAWAY, or the connection ended: finish what runs.
+            Some(Ok(None)) | Some(Err(_)) => accepting = false,
+            None => return,
+        }
+    }
+}
+
+/// One request: read the head, answer it, send the body.
+async fn serve_request(
+    resolver: Resolver,
+    handler: Rc<dyn Handler>,
+    clock: Rc<Clock>,
+    stats: Rc<RefCell<TaskStats>>,
+) {
+    let (req, mut stream) = match resolver.resolve_request().await {
+        Ok(r) => r,
+        Err(_) => {
+            // h3 already answered (431) or reset the stream.
+            count(&stats, |s| s.refused += 1);
+            return;
+        }
+    };
+    count(&stats, |s| s.requests += 1);
+    let reply = handler.handle(&req, clock.now());
+    if stream.send_response(reply.head).await.is_err() {
+        count(&stats, |s| s.cut += 1);
+        return;
+    }
+    if let Some(mut body) = reply.body {
+        loop {
+            match body.next(clock.now(), CHUNK) {
+                Ok(Next::Data(b)) => {
+                    if stream.send_data(b).await.is_err() {
+                        count(&stats, |s| s.cut += 1);
+                        return;
+                    }
+                }
+                Ok(Next::Wait(at)) => {
+                    Sleep {
+                        clock: clock.clone(),
+                        at,
+                        key: None,
+                    }
+                    .await
+                }
+                Ok(Next::End) => break,
+                Err(_) => {
+                    stream.stop_stream(::h3::error::Code::H3_INTERNAL_ERROR);
+                    count(&stats, |s| s.cut += 1);
+                    return;
+                }
+            }
+        }
+    }
+    if stream.finish().await.is_err() {
+        count(&stats, |s| s.cut += 1);
+    }
+}
