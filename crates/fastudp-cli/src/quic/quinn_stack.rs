@@ -126,7 +126,7 @@ pub fn runtime(n: usize) -> Result<tokio::runtime::Runtime, Failure> {
 pub fn run(a: ServeArgs) -> Result<(), Failure> {
     let n = workers(&a);
     let id = tls::identity(a.cert.as_deref(), a.key.as_deref())?;
-    let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls::server(&id)?)
+    let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls::server(&id, a.zero_rtt)?)
         .map_err(|e| Failure::usage(format!("TLS set-up: {e}")))?;
     let mut cfg = quinn::ServerConfig::with_crypto(Arc::new(crypto));
     cfg.transport_config(Arc::new(transport(&a)));
@@ -172,7 +172,7 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
         });
     }
     let pacing = "quinn's pacer, in user space";
-    let rep = baseline_run(&counters, "quinn", addr, n, &a, pacing);
+    let rep = baseline_run(&counters, "quinn", addr, n, &a, pacing, &id);
     ep.close(
         quinn::VarInt::from_u32(hq::CLOSE_SHUTDOWN),
         b"server shutting down",

@@ -255,8 +255,9 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
         .unwrap_or((max_connections / limits::PER_ADDRESS_SHARE).max(1));
     let per_address = Arc::new(limits::PerAddress::new(per_ip));
     let id = tls::identity(a.cert.as_deref(), a.key.as_deref())?;
-    let crypto = quinn_proto::crypto::rustls::QuicServerConfig::try_from(tls::server(&id)?)
-        .map_err(|e| Failure::usage(format!("TLS set-up: {e}")))?;
+    let crypto =
+        quinn_proto::crypto::rustls::QuicServerConfig::try_from(tls::server(&id, a.zero_rtt)?)
+            .map_err(|e| Failure::usage(format!("TLS set-up: {e}")))?;
     let mut server = ServerConfig::with_crypto(Arc::new(crypto));
     server.transport_config(Arc::new(transport(&a)));
     // Memory held for connections not yet accepted stays small whatever a
@@ -393,6 +394,7 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
         handles.push(h);
     }
     listening("fastudp", addr, n, a.json);
+    tls::announce(&id, a.json);
     announce_limits(&a, n, (max_connections, per_ip), budget);
     let rep = Reporter::new(&counters, "fastudp", true);
     rep.wait(
