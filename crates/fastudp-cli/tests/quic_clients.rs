@@ -1,0 +1,424 @@
+//! `fastudp quic serve` against clients the project did not write: its
+//! certificates (RSA and ECDSA in every PEM key form, made by openssl,
+//! verified by aioquic and quic-go), and byte-exact parallel transfers
+//! with quic-go and aioquic. The helpers are in tests/common/clients.rs.
+
+mod common;
+#[path = "../../fastudp/tests/support/skip_check.rs"]
+mod skip_check;
+
+use common::clients::{self, Fetched, Trust};
+use common::{skip, Running};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// A server started with `args` (plus `--json --stats`): the process, its
+/// address, and the SPKI SHA-256 of its certificate from its start-up
+/// lines.
+fn serve(args: &[&str]) -> (Running, SocketAddr, String) {
+    let mut all = vec!["quic", "serve", "--json", "--stats"];
+    all.extend_from_slice(args);
+    let mut r = Running::start(&all);
+    let l = r.wait_for_line(|l| l.contains("\"listening\""));
+    let v: serde_json::Value = serde_json::from_str(&l).expect("JSON line");
+    let addr = v["addr"].as_str().unwrap().parse().unwrap();
+    let l = r.wait_for_line(|l| l.contains("\"certificate\""));
+    let v: serde_json::Value = serde_json::from_str(&l).expect("JSON line");
+    let spki = v["spki_sha256"].as_str().unwrap().to_string();
+    (r, addr, spki)
+}
+
+/// The next `--stats` line of a server that satisfies `want`.
+fn stats_until(r: &mut Running, want: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+    let l = r.wait_for_line(|l| {
+        serde_json::from_str::<serde_json::Value>(l)
+            .map(|v| v["kind"] == "stats" && want(&v))
+            .unwrap_or(false)
+    });
+    serde_json::from_str(&l).unwrap()
+}
+
+/// Stops a server with Ctrl-C; it must end cleanly.
+fn stop(srv: Running) {
+    srv.interrupt();
+    let end = srv.finish();
+    assert!(!end.stderr.contains("panicked"), "{}", end.stderr);
+}
+
+/// The key forms a certificate test covers: openssl's arguments for the
+/// key, and whether to rewrite the key in its traditional form (PKCS#1
+/// for RSA, SEC1 for EC) instead of PKCS#8.
+const KEY_FORMS: &[(&str, &[&str], bool)] = &[
+    ("rsa-pkcs8", &["-newkey", "rsa:2048"], false),
+    ("rsa-pkcs1", &["-newkey", "rsa:2048"], true),
+    (
+        "p256-pkcs8",
+        &["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"],
+        false,
+    ),
+    (
+        "p256-sec1",
+        &["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"],
+        true,
+    ),
+    (
+        "p384-pkcs8",
+        &["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:secp384r1"],
+        false,
+    ),
+];
+
+/// A certificate for localhost made by openssl in `dir`, its key in the
+/// form `name` says: (cert, key, the SPKI SHA-256 that openssl computes).
+fn openssl_cert(
+    dir: &Path,
+    name: &str,
+    newkey: &[&str],
+    traditional: bool,
+) -> (PathBuf, PathBuf, String) {
+    let (c, k) = (
+        dir.join(format!("{name}.crt")),
+        dir.join(format!("{name}.key")),
+    );
+    let o = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=localhost",
+        ])
+        .args(["-addext", "subjectAltName=DNS:localhost"])
+        .args(newkey)
+        .arg("-keyout")
+        .arg(&k)
+        .arg("-out")
+        .arg(&c)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    if traditional {
+        let kind = if name.starts_with("rsa") { "rsa" } else { "ec" };
+        let t = dir.join(format!("{name}.trad.key"));
+        let mut cmd = Command::new("openssl");
+        cmd.arg(kind).arg("-in").arg(&k).arg("-out").arg(&t);
+        if kind == "rsa" {
+            cmd.arg("-traditional");
+        }
+        let o = cmd.output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        std::fs::rename(&t, &k).unwrap();
+    }
+    let head = std::fs::read_to_string(&k).unwrap();
+    let want = match (name.starts_with("rsa"), traditional) {
+        (_, false) => "-----BEGIN PRIVATE KEY-----",
+        (true, true) => "-----BEGIN RSA PRIVATE KEY-----",
+        (false, true) => "-----BEGIN EC PRIVATE KEY-----",
+    };
+    assert!(head.starts_with(want), "{name}: {head}");
+    let spki = common::sh(&[
+        "sh",
+        "-c",
+        &format!(
+            "openssl x509 -in '{}' -pubkey -noout | openssl pkey -pubin -outform der | openssl dgst -sha256 -binary | base64",
+            c.display()
+        ),
+    ]);
+    (c, k, spki.trim().to_string())
+}
+
+/// Whether openssl is here; otherwise says why `test` skips.
+fn openssl(test: &str) -> bool {
+    let ok = Command::new("openssl").arg("version").output().is_ok();
+    if !ok {
+        skip(
+            test,
+            "needs openssl (apt-get install openssl; .ci/run installs it)",
+        );
+    }
+    ok
+}
+
+/// Serves each key form of [`KEY_FORMS`] in turn and has `client` fetch
+/// /bytes/100000 from it, trusting only that certificate; a client that
+/// trusts another certificate must fail. The server's SPKI line must be
+/// what openssl computes.
+fn each_certificate(
+    tag: &str,
+    client: impl Fn(SocketAddr, Trust<'_>) -> Result<Vec<Fetched>, String>,
+) {
+    let dir = clients::tempdir(tag);
+    let (other, _, _) = openssl_cert(&dir, "other", KEY_FORMS[2].1, false);
+    let want = clients::sha256_hex(&clients::bytes_body(100_000));
+    for (name, newkey, traditional) in KEY_FORMS {
+        let (c, k, spki) = openssl_cert(&dir, name, newkey, *traditional);
+        let (srv, addr, printed) = serve(&[
+            "--listen",
+            "127.0.0.1:0",
+            "--workers",
+            "1",
+            "--cert",
+            c.to_str().unwrap(),
+            "--key",
+            k.to_str().unwrap(),
+        ]);
+        assert_eq!(printed, spki, "{name}: the printed SPKI is openssl's");
+        let got = client(addr, Trust::Ca(&c)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(got.len(), 1, "{name}: {got:?}");
+        assert_eq!((got[0].status, got[0].bytes), (200, 100_000), "{name}");
+        assert_eq!(got[0].sha256, want, "{name}");
+        let e = client(addr, Trust::Ca(&other)).expect_err("a client trusting another certificate");
+        assert!(!e.is_empty(), "{name}");
+        stop(srv);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// RSA (PKCS#8 and PKCS#1 keys) and ECDSA (P-256 PKCS#8 and SEC1, P-384)
+/// certificates made by openssl are served, and aioquic verifies each.
+#[test]
+fn rsa_and_ecdsa_certificates_verify_with_aioquic() {
+    let test = "rsa_and_ecdsa_certificates_verify_with_aioquic";
+    if !openssl(test) || !clients::aioquic(test) {
+        return;
+    }
+    each_certificate("cert-aioquic", |addr, trust| {
+        let v = clients::aioquic_fetch(false, trust, addr, &["/bytes/100000"])?;
+        Ok(clients::aioquic_fetched(&v))
+    });
+}
+
+/// The same certificates, verified by quic-go (Go's crypto/x509).
+#[test]
+fn rsa_and_ecdsa_certificates_verify_with_quic_go() {
+    let test = "rsa_and_ecdsa_certificates_verify_with_quic_go";
+    if !openssl(test) {
+        return;
+    }
+    let Some(bin) = clients::quic_go_client(test) else {
+        return;
+    };
+    each_certificate("cert-quic-go", |addr, trust| {
+        clients::quic_go_fetch(
+            &bin,
+            "hq-interop",
+            trust,
+            &clients::urls(addr, &["/bytes/100000"]),
+        )
+        .map(|(f, _)| f)
+    });
+}
+
+/// Bad certificate files stop the server at start with exit status 2
+/// and a message that names the file and the fault.
+#[test]
+fn bad_certificate_files_are_refused_with_clear_errors() {
+    let dir = clients::tempdir("cert-bad");
+    let w = |name: &str, text: &str| {
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    let a = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+    let b = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+    let cert = w("cert.pem", &a.cert.pem());
+    let key = w("key.pem", &a.key_pair.serialize_pem());
+    let other = w("other.pem", &b.key_pair.serialize_pem());
+    let empty = w("empty.pem", "");
+    let missing = dir.join("missing.pem").to_str().unwrap().to_string();
+    let serve = |c: &str, k: &str| {
+        vec![
+            "quic",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--workers",
+            "1",
+            "--cert",
+            c,
+            "--key",
+            k,
+        ]
+        .into_iter()
+        .map(|s| s.to_string())
+        .collect::<Vec<String>>()
+    };
+    let cases: Vec<(Vec<String>, String)> = vec![
+        (
+            serve(&cert, &other),
+            format!("--key {other} does not belong to --cert {cert}"),
+        ),
+        (
+            serve(&empty, &key),
+            format!("--cert {empty}: the file is empty"),
+        ),
+        (
+            serve(&cert, &empty),
+            format!("--key {empty}: the file is empty"),
+        ),
+        (
+            serve(&missing, &key),
+            format!("--cert {missing}: No such file"),
+        ),
+        (
+            serve(&key, &key),
+            format!("--cert {key}: no certificate in it"),
+        ),
+        (
+            serve(&cert, &cert),
+            format!("--key {cert}: no private key in it"),
+        ),
+        (
+            ["quic", "serve", "--stack", "tls-tcp", "--0rtt"]
+                .map(String::from)
+                .to_vec(),
+            "--0rtt is for the QUIC stacks".into(),
+        ),
+    ];
+    let cases: Vec<(Vec<&str>, &str)> = cases
+        .iter()
+        .map(|(a, n)| (a.iter().map(String::as_str).collect(), n.as_str()))
+        .collect();
+    common::assert_refused(&cases);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The self-signed certificate's SPKI SHA-256 that the server prints is
+/// the one of the certificate a client is served (computed by aioquic
+/// from what it received), in the base64 form Chromium takes.
+#[test]
+fn the_printed_spki_is_the_served_certificates() {
+    let test = "the_printed_spki_is_the_served_certificates";
+    if !clients::aioquic(test) {
+        return;
+    }
+    let (srv, addr, printed) = serve(&["--listen", "127.0.0.1:0", "--workers", "1"]);
+    let v = clients::aioquic_fetch(false, Trust::Insecure, addr, &["/bytes/10"]).unwrap();
+    assert_eq!(v["peer_spki_sha256"], printed.as_str(), "{v}");
+    assert_eq!(printed.len(), 44, "{printed}");
+    stop(srv);
+}
+
+/// The /bytes sizes of a parallel fetch: empty, one byte, around packet
+/// and window sizes, and a few megabytes.
+const SIZES: &[usize] = &[0, 1, 1200, 65_536, 100_003, 1_000_000, 3_000_000, 250];
+
+fn size_paths() -> Vec<String> {
+    SIZES.iter().map(|n| format!("/bytes/{n}")).collect()
+}
+
+/// Asserts that `got` holds the /bytes responses of [`SIZES`], in order,
+/// each complete, status 200 and byte-exact (by SHA-256).
+fn assert_sizes(got: &[Fetched]) {
+    assert_eq!(got.len(), SIZES.len(), "{got:?}");
+    for (f, &n) in got.iter().zip(SIZES) {
+        assert_eq!((f.status, f.bytes), (200, n as u64), "{f:?}");
+        assert_eq!(
+            f.sha256,
+            clients::sha256_hex(&clients::bytes_body(n)),
+            "{f:?}"
+        );
+    }
+}
+
+/// quic-go's hq-interop client fetches 8 /bytes responses in parallel on
+/// one connection, byte-exact; a path the server does not serve is a
+/// failure the client reports (reset with 0x10).
+#[test]
+fn quic_go_fetches_bytes_byte_exact_over_hq_interop() {
+    let Some(bin) = clients::quic_go_client("quic_go_fetches_bytes_byte_exact_over_hq_interop")
+    else {
+        return;
+    };
+    let (mut srv, addr, _) = serve(&["--listen", "127.0.0.1:0", "--workers", "2"]);
+    let paths = size_paths();
+    let paths: Vec<&str> = paths.iter().map(String::as_str).collect();
+    let (got, summary) = clients::quic_go_fetch(
+        &bin,
+        "hq-interop",
+        Trust::Insecure,
+        &clients::urls(addr, &paths),
+    )
+    .unwrap();
+    assert_sizes(&got);
+    assert_eq!(summary["alpn"], "hq-interop", "{summary}");
+    let s = stats_until(&mut srv, |v| v["connections"] == 0 && v["accepted"] == 1);
+    assert_eq!(s["accepted"], 1, "one connection: {s}");
+    let e = clients::quic_go_fetch(
+        &bin,
+        "hq-interop",
+        Trust::Insecure,
+        &clients::urls(addr, &["/bytes/5", "/not/served"]),
+    )
+    .unwrap_err();
+    assert!(e.contains("error code 16"), "{e}");
+    stop(srv);
+}
+
+/// aioquic fetches the same 8 responses in parallel on one connection,
+/// byte-exact, verifying the server's certificate.
+#[test]
+fn aioquic_fetches_bytes_byte_exact_over_hq_interop() {
+    let test = "aioquic_fetches_bytes_byte_exact_over_hq_interop";
+    if !clients::aioquic(test) {
+        return;
+    }
+    let dir = clients::tempdir("aioquic-hq");
+    let c = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+    let (cp, kp) = (dir.join("c.pem"), dir.join("k.pem"));
+    std::fs::write(&cp, c.cert.pem()).unwrap();
+    std::fs::write(&kp, c.key_pair.serialize_pem()).unwrap();
+    let (mut srv, addr, _) = serve(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--workers",
+        "2",
+        "--cert",
+        cp.to_str().unwrap(),
+        "--key",
+        kp.to_str().unwrap(),
+    ]);
+    let paths = size_paths();
+    let paths: Vec<&str> = paths.iter().map(String::as_str).collect();
+    let v = clients::aioquic_fetch(false, Trust::Ca(&cp), addr, &paths).unwrap();
+    assert_eq!(v["alpn"], "hq-interop", "{v}");
+    assert_sizes(&clients::aioquic_fetched(&v));
+    let s = stats_until(&mut srv, |v| v["connections"] == 0 && v["accepted"] == 1);
+    assert_eq!(s["accepted"], 1, "one connection: {s}");
+    stop(srv);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The Chromium helper reports a failed load as an error with Chromium's
+/// reason (Chromium itself exits 0 and prints no DOM then), and does not
+/// hang: here nothing listens on the port.
+#[test]
+fn chromium_reports_a_failed_load() {
+    let Some(bin) = clients::chromium("chromium_reports_a_failed_load") else {
+        return;
+    };
+    let port = common::free_port();
+    let e = clients::chromium_dump_dom(
+        &bin,
+        "127.0.0.1",
+        port,
+        "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=",
+        "/",
+    )
+    .unwrap_err();
+    assert!(e.contains("net::ERR_"), "{e}");
+}
+
+/// A test whose client is missing says so where `cargo test` shows it,
+/// and fails under `FASTUDP_REQUIRE_PRIVILEGED_TESTS=1`: the Chromium
+/// test run with no `PATH`.
+#[test]
+fn a_missing_client_is_a_visible_skip_and_a_failure_in_ci() {
+    if std::env::var_os("FASTUDP_CHROMIUM").is_some() {
+        return;
+    }
+    skip_check::skip_is_visible_and_fails_in_ci("chromium_reports_a_failed_load", "needs chromium");
+}
