@@ -200,7 +200,15 @@ async fn connection(conn: quinn::Connection, interval: Duration, counters: &Arc<
                 tokio::spawn(async move {
                     match read_request(&mut recv).await {
                         Ok(req) => {
-                            let _ = recv.stop(quinn::VarInt::from_u32(0));
+                            // The FIN after the request line is read, not
+                            // pre-empted by a STOP_SENDING that would race
+                            // it (quic-go's client fails the request then);
+                            // bytes past the line are refused.
+                            tokio::spawn(async move {
+                                if recv.read_to_end(0).await.is_err() {
+                                    let _ = recv.stop(quinn::VarInt::from_u32(0));
+                                }
+                            });
                             if let Ok(len) = respond(&mut send, req, interval, &counters).await {
                                 let _ = send.finish();
                                 // Ok(None): the client acknowledged it all.

@@ -1411,6 +1411,7 @@ fn expire_requests(c: &mut Conn, now: Instant) -> u64 {
 /// or resets the stream when it is bad.
 fn read_request(c: &mut Conn, id: StreamId, now: Instant, interval: Duration) {
     let Some(Resp::Reading { buf, .. }) = c.streams.get_mut(&id) else {
+        after_request(c, id);
         return;
     };
     let mut fin = false;
@@ -1444,11 +1445,23 @@ fn read_request(c: &mut Conn, id: StreamId, now: Instant, interval: Duration) {
         c.streams.remove(&id);
         return;
     }
+    // Bytes past the request line (a second request, garbage) are refused
+    // with STOP_SENDING; a request line alone waits for its FIN, which
+    // `after_request` reads. A STOP_SENDING sent as soon as the line is in
+    // would race the client's FIN, and clients such as quic-go's fail the
+    // request when it wins.
+    let extra = buf
+        .iter()
+        .position(|&b| b == b'\n')
+        .is_some_and(|i| i + 1 < buf.len());
+    let stop = !fin && extra;
     match hq::parse(buf, fin) {
         Ok(None) => {}
         Ok(Some(Request::Bytes(len))) => {
             c.streams.insert(id, Resp::Bytes { off: 0, len });
-            let _ = c.conn.recv_stream(id).stop(VarInt::from_u32(0));
+            if stop {
+                let _ = c.conn.recv_stream(id).stop(VarInt::from_u32(0));
+            }
         }
         Ok(Some(Request::Video { rate, seconds })) => {
             c.streams.insert(
@@ -1459,7 +1472,9 @@ fn read_request(c: &mut Conn, id: StreamId, now: Instant, interval: Duration) {
                     off: 0,
                 },
             );
-            let _ = c.conn.recv_stream(id).stop(VarInt::from_u32(0));
+            if stop {
+                let _ = c.conn.recv_stream(id).stop(VarInt::from_u32(0));
+            }
         }
         Err(bad) => {
             let code = VarInt::from_u32(bad.code());
@@ -1467,6 +1482,24 @@ fn read_request(c: &mut Conn, id: StreamId, now: Instant, interval: Duration) {
             let _ = c.conn.recv_stream(id).stop(code);
             c.streams.remove(&id);
         }
+    }
+}
+
+/// Reads what arrives on a stream whose request is in: its FIN, which
+/// gives the stream's credit back once the response is done too, or
+/// bytes past the request, refused with STOP_SENDING. Either way the
+/// stream holds nothing: the request's stream window bounds what waits
+/// unread.
+fn after_request(c: &mut Conn, id: StreamId) {
+    let mut extra = false;
+    if let Ok(mut chunks) = c.conn.recv_stream(id).read(true) {
+        while let Ok(Some(_)) = chunks.next(usize::MAX) {
+            extra = true;
+        }
+        let _ = chunks.finalize();
+    }
+    if extra {
+        let _ = c.conn.recv_stream(id).stop(VarInt::from_u32(0));
     }
 }
 
