@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds tools/quic-go-client (quic-go's HTTP/3 and hq-interop clients,
-# pinned in its go.mod) into target/quic-go-client, for the tests that
+# pinned in its go.mod) into target/quic-go-client, and quic-go's interop
+# client into target/quic-go-client-interop, for the tests that
 # point an independent QUIC implementation at `fastudp quic serve`
 # (crates/fastudp-cli/tests/quic_clients.rs).
 #
@@ -43,7 +44,15 @@ if [ "$(printf '%s\n%s\n' "$need" "$have" | sort -V | head -n1)" != "$need" ]; t
 fi
 
 mkdir -p "$(dirname "$out")"
-(cd "$src" && GOPROXY=${GOPROXY:-https://proxy.golang.org} GOFLAGS=-mod=readonly \
-  "$go" build -trimpath -o "$out.tmp" .)
+export GOPROXY=${GOPROXY:-https://proxy.golang.org} GOFLAGS=-mod=readonly
+(cd "$src" && "$go" build -trimpath -o "$out.tmp" .)
 mv "$out.tmp" "$out"
 echo "$out"
+# quic-go's own interop-runner client (TESTCASE=handshake, transfer,
+# retry, resumption, zerortt, chacha20, keyupdate, multiplexing, http3),
+# the `tool` of go.mod. Static, so that scripts/interop.sh can run it in
+# a chroot whose /downloads and /logs are its own.
+(cd "$src" && CGO_ENABLED=0 "$go" build -trimpath -o "$out-interop.tmp" \
+  github.com/quic-go/quic-go/interop/client)
+mv "$out-interop.tmp" "$out-interop"
+echo "$out-interop"

@@ -13,8 +13,14 @@ exits 1 if any request fails, is reset, or is not answered 200.
 
 Without --ca the server's certificate is not verified; with it, the
 certificate must chain to FILE and name --server-name (default localhost).
+The interop runner's cases: --chacha20 offers only ChaCha20-Poly1305,
+--key-update updates the keys before the requests, --resume fetches the
+first path on one connection and the rest on a second that resumes its
+session, --0rtt does so with the second's requests in 0-RTT data.
 Prints one JSON line: {"alpn", "version", "peer_spki_sha256" (the
-server certificate's SPKI SHA-256, base64), "responses": [...]}.
+server certificate's SPKI SHA-256, base64), "responses": [...],
+"connections": [{"cipher_suite", "resumed", "early_data_accepted",
+"key_phase", ...}]}.
 """
 
 import argparse
@@ -31,6 +37,7 @@ from aioquic.h3.connection import H3_ALPN, H3Connection
 from aioquic.h3.events import DataReceived, HeadersReceived
 from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.events import StreamDataReceived, StreamReset
+from aioquic.tls import CipherSuite, Epoch
 
 
 class Hq(QuicConnectionProtocol):
@@ -128,6 +135,49 @@ def pattern_ok(data):
     return data == full[: len(data)]
 
 
+async def fetch(a, cfg, paths, ticket_handler=None, early=False):
+    """One connection: every path in parallel. Returns the raw responses
+    and what the connection negotiated."""
+    proto = H3 if a.h3 else Hq
+    authority = f"{a.server_name}:{a.port}"
+    ticket = asyncio.get_running_loop().create_future() if ticket_handler else None
+
+    def on_ticket(t):
+        if ticket is not None and not ticket.done():
+            ticket.set_result(t)
+
+    async with connect(
+        a.host,
+        a.port,
+        configuration=cfg,
+        create_protocol=proto,
+        session_ticket_handler=on_ticket if ticket_handler else None,
+        wait_connected=not early,
+    ) as c:
+        if a.key_update:
+            # Sent once the handshake is confirmed; the transfer then runs
+            # under the next keys, so the server must follow.
+            c._quic.request_key_update()
+            c.transmit()
+        got = await asyncio.wait_for(
+            asyncio.gather(*(c.get(authority, p) for p in paths)), a.timeout
+        )
+        tls_ = c._quic.tls
+        info = {
+            "alpn": tls_.alpn_negotiated,
+            "version": c._quic._version,
+            "peer_spki_sha256": spki_sha256(tls_._peer_certificate),
+            "cipher_suite": tls_.key_schedule.cipher_suite.name if tls_.key_schedule else None,
+            "resumed": tls_.session_resumed,
+            "early_data_accepted": tls_.early_data_accepted,
+            "key_phase": c._quic._cryptos[Epoch.ONE_RTT].key_phase,
+        }
+        if ticket is not None:
+            ticket_handler(await asyncio.wait_for(ticket, 10))
+        c.close(error_code=0x100 if a.h3 else 0)
+    return got, info
+
+
 async def main(a):
     alpn = H3_ALPN if a.h3 else ["hq-interop"]
     cfg = QuicConfiguration(is_client=True, alpn_protocols=alpn)
@@ -136,32 +186,42 @@ async def main(a):
     else:
         cfg.verify_mode = ssl.CERT_NONE
     cfg.server_name = a.server_name
-    authority = f"{a.server_name}:{a.port}"
-    out = {"responses": []}
+    if a.chacha20:
+        cfg.cipher_suites = [CipherSuite.CHACHA20_POLY1305_SHA256]
+    out = {"responses": [], "connections": []}
     failed = False
-    async with connect(a.host, a.port, configuration=cfg, create_protocol=H3 if a.h3 else Hq) as c:
-        got = await asyncio.wait_for(
-            asyncio.gather(*(c.get(authority, p) for p in a.paths)), a.timeout
-        )
-        for p, r in zip(a.paths, got):
-            row = {"path": p}
-            if "reset" in r:
-                row["reset"] = r["reset"]
-                failed = True
-            else:
-                body = r["body"]
-                row["bytes"] = len(body)
-                row["sha256"] = hashlib.sha256(body).hexdigest()
-                row["pattern"] = pattern_ok(body)
-                if a.h3:
-                    row["status"] = int(r["headers"].get(":status", "0"))
-                    row["headers"] = {k: v for k, v in r["headers"].items() if k != ":status"}
-                    failed |= row["status"] != 200
-            out["responses"].append(row)
-        out["alpn"] = c._quic.tls.alpn_negotiated
-        out["peer_spki_sha256"] = spki_sha256(c._quic.tls._peer_certificate)
-        out["version"] = c._quic._version
-        c.close(error_code=0x100 if a.h3 else 0)
+    if a.resume or a.zero_rtt:
+        # The first path on one connection, which must leave a session
+        # ticket; the others on a second one that resumes with it (and
+        # sends its requests as 0-RTT data with --0rtt).
+        if len(a.paths) < 2:
+            raise SystemExit("--resume and --0rtt need at least 2 paths")
+        tickets = []
+        got1, info1 = await fetch(a, cfg, a.paths[:1], ticket_handler=tickets.append)
+        cfg.session_ticket = tickets[0]
+        got2, info2 = await fetch(a, cfg, a.paths[1:], early=a.zero_rtt)
+        got, out["connections"] = got1 + got2, [info1, info2]
+    else:
+        got, info = await fetch(a, cfg, a.paths)
+        out["connections"] = [info]
+    for p, r in zip(a.paths, got):
+        row = {"path": p}
+        if "reset" in r:
+            row["reset"] = r["reset"]
+            failed = True
+        else:
+            body = r["body"]
+            row["bytes"] = len(body)
+            row["sha256"] = hashlib.sha256(body).hexdigest()
+            row["pattern"] = pattern_ok(body)
+            if a.h3:
+                row["status"] = int(r["headers"].get(":status", "0"))
+                row["headers"] = {k: v for k, v in r["headers"].items() if k != ":status"}
+                failed |= row["status"] != 200
+        out["responses"].append(row)
+    last = out["connections"][-1]
+    for k in ("alpn", "version", "peer_spki_sha256"):
+        out[k] = last[k]
     print(json.dumps(out))
     return 1 if a.h3 and failed else 0
 
@@ -172,6 +232,10 @@ if __name__ == "__main__":
     ap.add_argument("--ca", help="PEM certificate(s) to verify the server against")
     ap.add_argument("--server-name", default="localhost", help="SNI and name to verify")
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds for all requests")
+    ap.add_argument("--chacha20", action="store_true", help="offer only TLS_CHACHA20_POLY1305_SHA256")
+    ap.add_argument("--key-update", action="store_true", help="update the 1-RTT keys before the requests")
+    ap.add_argument("--resume", action="store_true", help="a second connection resumes the first's session")
+    ap.add_argument("--0rtt", dest="zero_rtt", action="store_true", help="as --resume, requests sent as 0-RTT data")
     ap.add_argument("host")
     ap.add_argument("port", type=int)
     ap.add_argument("paths", nargs="+")

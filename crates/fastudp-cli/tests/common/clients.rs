@@ -359,3 +359,91 @@ pub fn aioquic_fetched(v: &serde_json::Value) -> Vec<Fetched> {
         })
         .unwrap_or_default()
 }
+
+// ------------------------------------------------- quic-go's interop client
+
+/// quic-go's interop-runner client, built next to [`quic_go_client`]
+/// (target/quic-go-client-interop); `None` after saying why `test` skips.
+/// It runs in a chroot (root only), as it writes to /downloads and /logs.
+pub fn quic_go_interop_client(test: &str) -> Option<PathBuf> {
+    if !super::root() {
+        skip(
+            test,
+            "needs root (quic-go's interop client runs in a chroot)",
+        );
+        return None;
+    }
+    let p = quic_go_client(test)?;
+    let mut name = p.into_os_string();
+    name.push("-interop");
+    Some(PathBuf::from(name))
+}
+
+/// What a run of quic-go's interop client left: its chroot, holding
+/// `downloads/` (the files, named by their URL paths) and `logs/`
+/// (`keys.log`: the TLS secrets it derived).
+pub struct InteropRun {
+    /// The chroot directory.
+    pub root: PathBuf,
+}
+
+impl InteropRun {
+    /// The downloaded file of `path`, if any.
+    pub fn file(&self, path: &str) -> Option<Vec<u8>> {
+        std::fs::read(
+            self.root
+                .join("downloads")
+                .join(path.trim_start_matches('/')),
+        )
+        .ok()
+    }
+
+    /// The TLS key log (NSS format) the client wrote.
+    pub fn keylog(&self) -> String {
+        std::fs::read_to_string(self.root.join("logs/keys.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for InteropRun {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+/// Runs quic-go's interop client with `TESTCASE=case` against
+/// `https://{addr}{path}` for each path, in a chroot of its own. `Ok` when
+/// it exits 0 (its files still to be checked); `Err` with its output when
+/// it fails, or exits 127 (a case it does not have).
+pub fn quic_go_interop(
+    bin: &Path,
+    case: &str,
+    addr: SocketAddr,
+    paths: &[&str],
+) -> Result<InteropRun, String> {
+    let root = tempdir("quic-go-interop");
+    std::fs::create_dir_all(root.join("logs")).unwrap();
+    for p in paths {
+        let f = root.join("downloads").join(p.trim_start_matches('/'));
+        std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+    }
+    std::fs::copy(bin, root.join("client")).map_err(|e| format!("{}: {e}", bin.display()))?;
+    let run = InteropRun { root };
+    let chroot = in_path(&["chroot"]).ok_or("no chroot on PATH")?;
+    let (ok, out, err) = run_bounded(
+        Command::new(chroot)
+            .arg(&run.root)
+            .arg("/client")
+            .args(urls(addr, paths))
+            .env_clear()
+            .env("TESTCASE", case)
+            .env("SSLKEYLOGFILE", "/logs/keys.log"),
+    )?;
+    if !ok {
+        let log = std::fs::read_to_string(run.root.join("logs/log.txt")).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(5).collect();
+        return Err(format!(
+            "quic-go interop client, {case}: {out}{err} (log ends: {tail:?})"
+        ));
+    }
+    Ok(run)
+}
