@@ -661,6 +661,12 @@ fn aioquic_case(name: &'static str) {
             "chacha20" => assert_eq!(last["cipher_suite"], "CHACHA20_POLY1305_SHA256", "{v}"),
             // The client's update, the small file under the new keys.
             "keyupdate" => assert_eq!(last["key_phase"], 1, "{v}"),
+            // No update without one asked for: the keyupdate check
+            // means something.
+            "handshake" => assert!(
+                last["resumed"] == false && last["key_phase"] == 0,
+                "{name}: {v}"
+            ),
             _ => assert_eq!(last["resumed"], false, "{name}: {v}"),
         }
         let resp = v["responses"].as_array().unwrap();
