@@ -777,3 +777,234 @@ fn interop_quic_go_chacha20() {
 fn interop_quic_go_keyupdate() {
     quic_go_case("keyupdate");
 }
+
+// ------------------------------------------------------- cases with loss
+
+/// The port the server listens on inside a [`Lossy`] namespace.
+const LOSSY_PORT: u16 = 4433;
+
+/// A network namespace of this test's own holding only loopback, where
+/// nftables drops `loss` percent of the UDP datagrams to and from
+/// [`LOSSY_PORT`] at random (`numgen random`: netem is absent here), and
+/// counts them. Removed when dropped.
+struct Lossy {
+    ns: String,
+}
+
+impl Lossy {
+    fn new(tag: &str, loss: u32) -> Self {
+        let ns = format!("fu-iop-{tag}-{}", std::process::id());
+        let _ = Command::new("ip")
+            .args(["netns", "del", &ns])
+            .stderr(std::process::Stdio::null())
+            .status();
+        common::sh(&["ip", "netns", "add", &ns]);
+        let l = Lossy { ns };
+        common::sh(&["ip", "-n", &l.ns, "link", "set", "lo", "up"]);
+        let rules = format!(
+            "table inet fu_loss {{\n chain input {{\n  type filter hook input priority 0; policy accept;\n  \
+             udp dport {LOSSY_PORT} numgen random mod 100 < {loss} counter drop\n  \
+             udp sport {LOSSY_PORT} numgen random mod 100 < {loss} counter drop\n }}\n}}\n"
+        );
+        let f = clients::tempdir("nft").join("loss.nft");
+        std::fs::write(&f, rules).unwrap();
+        common::sh(&[
+            "ip",
+            "netns",
+            "exec",
+            &l.ns,
+            "nft",
+            "-f",
+            f.to_str().unwrap(),
+        ]);
+        let _ = std::fs::remove_dir_all(f.parent().unwrap());
+        l
+    }
+
+    /// Datagrams the rules dropped so far.
+    fn dropped(&self) -> u64 {
+        let out = common::sh(&["ip", "netns", "exec", &self.ns, "nft", "list", "ruleset"]);
+        out.split_whitespace()
+            .collect::<Vec<_>>()
+            .windows(2)
+            .filter(|w| w[0] == "packets")
+            .filter_map(|w| w[1].parse::<u64>().ok())
+            .sum()
+    }
+
+    /// A server in the namespace, on 127.0.0.1:[`LOSSY_PORT`]. Without
+    /// GSO: loopback carries a GSO train as one packet, which the rule
+    /// would drop whole; the runner's loss is per datagram.
+    fn serve(&self) -> Running {
+        let bin = server_bin();
+        let port = format!("127.0.0.1:{LOSSY_PORT}");
+        let mut r = Running::start_with(
+            "ip",
+            &[
+                "netns",
+                "exec",
+                &self.ns,
+                "env",
+                "FASTUDP_DISABLE=gso",
+                &bin,
+                "quic",
+                "serve",
+                "--json",
+                "--stats",
+                "--listen",
+                &port,
+                "--workers",
+                "2",
+            ],
+        );
+        r.wait_for_line(|l| l.contains("\"listening\""));
+        r
+    }
+}
+
+impl Drop for Lossy {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.ns]).status();
+    }
+}
+
+/// The runner's handshakeloss (30% of datagrams lost each way; many
+/// connections, one small file each) and transferloss (2%; one connection,
+/// a larger file), with `client` fetching `paths` one connection per path
+/// (handshakeloss) or all on one (transferloss). Every file byte-exact,
+/// every connection accepted, and datagrams were dropped.
+fn lossy_case(
+    test: &str,
+    name: &str,
+    client: impl FnOnce(&Lossy, SocketAddr, &[&str]) -> Vec<(String, Vec<u8>)>,
+) {
+    if !common::privileged(test, &["ip", "nft"]) {
+        return;
+    }
+    let (loss, paths, connections): (u32, Vec<String>, u64) = match name {
+        "handshakeloss" => (
+            30,
+            (1000..1010).map(|n| format!("/bytes/{n}")).collect(),
+            10,
+        ),
+        "transferloss" => (2, vec!["/bytes/2000000".into()], 1),
+        _ => panic!("no case {name}"),
+    };
+    // One namespace per test: the tests of this binary run at once.
+    let tag = format!(
+        "{}{}",
+        if test.contains("aioquic") { "a" } else { "g" },
+        &name[..3]
+    );
+    let l = Lossy::new(&tag, loss);
+    let mut srv = l.serve();
+    let addr: SocketAddr = format!("127.0.0.1:{LOSSY_PORT}").parse().unwrap();
+    let p: Vec<&str> = paths.iter().map(String::as_str).collect();
+    let files = client(&l, addr, &p);
+    assert_eq!(files.len(), paths.len(), "{name}");
+    for ((path, body), want) in files.iter().zip(&paths) {
+        assert_eq!(path, want);
+        let n: usize = path.trim_start_matches("/bytes/").parse().unwrap();
+        assert!(
+            *body == clients::bytes_body(n),
+            "{name}: {path} is not byte-exact ({} bytes)",
+            body.len()
+        );
+    }
+    stats_until(&mut srv, |v| {
+        v["connections"] == 0 && v["accepted"] == connections
+    });
+    assert!(
+        l.dropped() > 0,
+        "{name}: nothing was dropped: the test proved nothing"
+    );
+    stop(srv);
+}
+
+/// aioquic in the lossy namespace: one connection per path for
+/// handshakeloss, one for all of them for transferloss.
+fn aioquic_lossy(test: &str, name: &str) {
+    if !clients::aioquic(test) {
+        return;
+    }
+    lossy_case(test, name, |l, addr, paths| {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/aioquic_client.py");
+        let groups: Vec<Vec<&str>> = if name == "handshakeloss" {
+            paths.iter().map(|p| vec![*p]).collect()
+        } else {
+            vec![paths.to_vec()]
+        };
+        let mut files = Vec::new();
+        for g in groups {
+            let (ok, out, err) = clients::run_bounded(
+                Command::new("ip")
+                    .args(["netns", "exec", &l.ns, "python3", script])
+                    .arg(addr.ip().to_string())
+                    .arg(addr.port().to_string())
+                    .args(&g),
+            )
+            .unwrap();
+            assert!(ok, "{name}: {out}{err}");
+            let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+            for r in v["responses"].as_array().unwrap() {
+                let path = r["path"].as_str().unwrap().to_string();
+                let n: usize = path.trim_start_matches("/bytes/").parse().unwrap();
+                let exact = r["bytes"] == n
+                    && r["sha256"] == clients::sha256_hex(&clients::bytes_body(n)).as_str();
+                files.push((
+                    path,
+                    if exact {
+                        clients::bytes_body(n)
+                    } else {
+                        Vec::new()
+                    },
+                ));
+            }
+        }
+        files
+    });
+}
+
+/// quic-go's interop client in the lossy namespace: `multiconnect` (one
+/// connection per file) for handshakeloss, `transfer` for transferloss,
+/// as the runner runs them.
+fn quic_go_lossy(test: &str, name: &str) {
+    let Some(bin) = clients::quic_go_interop_client(test) else {
+        return;
+    };
+    lossy_case(test, name, |l, addr, paths| {
+        let testcase = if name == "handshakeloss" {
+            "multiconnect"
+        } else {
+            "transfer"
+        };
+        let run = clients::quic_go_interop_in(Some(&l.ns), &bin, testcase, addr, paths).unwrap();
+        paths
+            .iter()
+            .map(|p| (p.to_string(), run.file(p).unwrap_or_default()))
+            .collect()
+    });
+}
+
+#[test]
+fn interop_aioquic_handshakeloss() {
+    aioquic_lossy("interop_aioquic_handshakeloss", "handshakeloss");
+}
+#[test]
+fn interop_aioquic_transferloss() {
+    aioquic_lossy("interop_aioquic_transferloss", "transferloss");
+}
+/// quic-go's client gives up a handshake after 5 s without a packet
+/// (its HandshakeIdleTimeout, which the runner's client leaves at the
+/// default). Under 30% loss each way that happened here in 1 of 6 runs of
+/// 10 connections, and in 4 of 6 against plain quinn (`--stack quinn`):
+/// a pass is likely, not certain, so CI does not run it.
+#[test]
+#[ignore = "flaky by design: quic-go's 5 s handshake timeout under 30% loss (docs/INTEROP.md)"]
+fn interop_quic_go_handshakeloss() {
+    quic_go_lossy("interop_quic_go_handshakeloss", "handshakeloss");
+}
+#[test]
+fn interop_quic_go_transferloss() {
+    quic_go_lossy("interop_quic_go_transferloss", "transferloss");
+}

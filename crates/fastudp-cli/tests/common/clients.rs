@@ -420,6 +420,17 @@ pub fn quic_go_interop(
     addr: SocketAddr,
     paths: &[&str],
 ) -> Result<InteropRun, String> {
+    quic_go_interop_in(None, bin, case, addr, paths)
+}
+
+/// [`quic_go_interop`], in network namespace `netns` if given.
+pub fn quic_go_interop_in(
+    netns: Option<&str>,
+    bin: &Path,
+    case: &str,
+    addr: SocketAddr,
+    paths: &[&str],
+) -> Result<InteropRun, String> {
     let root = tempdir("quic-go-interop");
     std::fs::create_dir_all(root.join("logs")).unwrap();
     for p in paths {
@@ -429,9 +440,16 @@ pub fn quic_go_interop(
     std::fs::copy(bin, root.join("client")).map_err(|e| format!("{}: {e}", bin.display()))?;
     let run = InteropRun { root };
     let chroot = in_path(&["chroot"]).ok_or("no chroot on PATH")?;
+    let mut cmd = match netns {
+        Some(ns) => {
+            let mut c = Command::new(in_path(&["ip"]).ok_or("no ip on PATH")?);
+            c.args(["netns", "exec", ns]).arg(chroot);
+            c
+        }
+        None => Command::new(chroot),
+    };
     let (ok, out, err) = run_bounded(
-        Command::new(chroot)
-            .arg(&run.root)
+        cmd.arg(&run.root)
             .arg("/client")
             .args(urls(addr, paths))
             .env_clear()
