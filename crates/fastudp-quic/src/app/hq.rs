@@ -347,4 +347,3 @@ fn after_request(cx: &mut AppCx<'_>, id: StreamId) {
         cx.stop(id, 0);
     }
 }
-
