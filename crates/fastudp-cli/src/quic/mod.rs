@@ -138,6 +138,13 @@ pub struct ServeArgs {
     /// data can be replayed (docs/SECURITY.md). QUIC stacks only.
     #[arg(long = "0rtt")]
     pub zero_rtt: bool,
+    /// Serve the files beneath DIR (hq-interop `GET /path`): regular
+    /// files only, `index.html` for a directory, no symbolic links, no
+    /// way out of DIR (docs/SECURITY.md, "Static files"). `/bytes/N` and
+    /// `/video/RATE/SECONDS` keep their meaning and come first. Needs
+    /// openat2(2) (Linux 5.6+). --stack fastudp only.
+    #[arg(long, value_name = "DIR")]
+    pub www: Option<PathBuf>,
 }
 
 /// Connections at most when neither --max-connections nor --max-memory
@@ -246,6 +253,9 @@ fn check_serve(a: &ServeArgs) -> Result<(), Failure> {
     }
     if a.stack == Stack::TlsTcp && a.zero_rtt {
         return bad("--0rtt is for the QUIC stacks (--stack fastudp or quinn)".into());
+    }
+    if a.stack != Stack::Fastudp && a.www.is_some() {
+        return bad("--www needs --stack fastudp".into());
     }
     if a.stack != Stack::Fastudp && a.max_memory.is_some() {
         return bad("--max-memory needs --stack fastudp".into());
