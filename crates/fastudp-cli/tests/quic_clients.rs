@@ -801,8 +801,14 @@ impl Lossy {
         common::sh(&["ip", "netns", "add", &ns]);
         let l = Lossy { ns };
         common::sh(&["ip", "-n", &l.ns, "link", "set", "lo", "up"]);
+        // The first four counters count datagrams by direction and ECN
+        // mark (for the ecn case); the drops follow.
         let rules = format!(
             "table inet fu_loss {{\n chain input {{\n  type filter hook input priority 0; policy accept;\n  \
+             udp dport {LOSSY_PORT} ip ecn ect0 counter\n  \
+             udp dport {LOSSY_PORT} counter\n  \
+             udp sport {LOSSY_PORT} ip ecn ect0 counter\n  \
+             udp sport {LOSSY_PORT} counter\n  \
              udp dport {LOSSY_PORT} numgen random mod 100 < {loss} counter drop\n  \
              udp sport {LOSSY_PORT} numgen random mod 100 < {loss} counter drop\n }}\n}}\n"
         );
@@ -821,15 +827,27 @@ impl Lossy {
         l
     }
 
-    /// Datagrams the rules dropped so far.
-    fn dropped(&self) -> u64 {
+    /// The rules' packet counters, in rule order.
+    fn counters(&self) -> Vec<u64> {
         let out = common::sh(&["ip", "netns", "exec", &self.ns, "nft", "list", "ruleset"]);
         out.split_whitespace()
             .collect::<Vec<_>>()
             .windows(2)
             .filter(|w| w[0] == "packets")
             .filter_map(|w| w[1].parse::<u64>().ok())
-            .sum()
+            .collect()
+    }
+
+    /// Datagrams the rules dropped so far.
+    fn dropped(&self) -> u64 {
+        self.counters()[4..].iter().sum()
+    }
+
+    /// Datagrams seen so far: (to the server marked ECT(0), to the server,
+    /// from the server marked ECT(0), from the server).
+    fn ecn(&self) -> (u64, u64, u64, u64) {
+        let c = self.counters();
+        (c[0], c[1], c[2], c[3])
     }
 
     /// A server in the namespace, on 127.0.0.1:[`LOSSY_PORT`]. Without
@@ -1076,4 +1094,70 @@ fn www_files_are_fetched_byte_exact_by_quic_go_and_aioquic() {
     }
     stop(srv);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The runner's ecn case. quic-go marks its datagrams ECT(0) and stops
+/// unless the server's ACKs count the marks (its ECN validation); the
+/// server marks its own and stops unless the client's ACKs count them
+/// (quinn-proto's). Over a 3 MB transfer in the namespace (no loss), both
+/// directions stay marked: each side's ACKs carry ECN counts. Counted
+/// by nftables (`ip ecn ect0`), not from a capture.
+#[test]
+fn interop_quic_go_ecn() {
+    let test = "interop_quic_go_ecn";
+    let Some(bin) = clients::quic_go_interop_client(test) else {
+        return;
+    };
+    if !common::privileged(test, &["ip", "nft"]) {
+        return;
+    }
+    let l = Lossy::new("gecn", 0);
+    let srv = l.serve();
+    let addr: SocketAddr = format!("127.0.0.1:{LOSSY_PORT}").parse().unwrap();
+    let run = clients::quic_go_interop_in(Some(&l.ns), &bin, "transfer", addr, &["/bytes/3000000"])
+        .unwrap();
+    assert!(run.file("/bytes/3000000").unwrap() == clients::bytes_body(3_000_000));
+    let (to_marked, to_all, from_marked, from_all) = l.ecn();
+    // All but a few of each direction's datagrams: a side that failed
+    // validation stops marking after its first ones.
+    assert!(
+        to_all > 50 && to_marked * 10 >= to_all * 9,
+        "client's: {to_marked} of {to_all} marked"
+    );
+    assert!(
+        from_all > 1000 && from_marked * 10 >= from_all * 9,
+        "server's: {from_marked} of {from_all} marked"
+    );
+    stop(srv);
+}
+
+/// aioquic neither marks nor counts ECN: the server's ECN validation must
+/// fail and it must stop marking (RFC 9000 13.4.2), so that a path or
+/// peer without ECN is not sent marks that nobody reports.
+#[test]
+fn interop_aioquic_ecn_falls_back_without_ecn_counts() {
+    let test = "interop_aioquic_ecn_falls_back_without_ecn_counts";
+    if !clients::aioquic(test) || !common::privileged(test, &["ip", "nft"]) {
+        return;
+    }
+    let l = Lossy::new("aecn", 0);
+    let srv = l.serve();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/aioquic_client.py");
+    let (ok, out, err) = clients::run_bounded(
+        Command::new("ip")
+            .args(["netns", "exec", &l.ns, "python3", script, "127.0.0.1"])
+            .arg(LOSSY_PORT.to_string())
+            .arg("/bytes/3000000"),
+    )
+    .unwrap();
+    assert!(ok, "{out}{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["responses"][0]["pattern"], true, "{v}");
+    let (to_marked, _, from_marked, from_all) = l.ecn();
+    assert_eq!(to_marked, 0, "aioquic marks nothing");
+    assert!(
+        from_all > 1000 && from_marked <= 20,
+        "server's: {from_marked} of {from_all} still marked"
+    );
+    stop(srv);
 }
