@@ -45,14 +45,18 @@ fi
 
 mkdir -p "$(dirname "$out")"
 export GOPROXY=${GOPROXY:-https://proxy.golang.org} GOFLAGS=-mod=readonly
-(cd "$src" && "$go" build -trimpath -o "$out.tmp" .)
-mv "$out.tmp" "$out"
+# Each binary is built to a file of its own and renamed into place, so
+# that runs at once (test binaries of one `cargo test`) do not clash.
+tmp=$(mktemp "$out.XXXXXX")
+(cd "$src" && "$go" build -trimpath -o "$tmp" .)
+mv "$tmp" "$out"
 echo "$out"
 # quic-go's own interop-runner client (TESTCASE=handshake, transfer,
 # retry, resumption, zerortt, chacha20, keyupdate, multiplexing, http3),
 # the `tool` of go.mod. Static, so that scripts/interop.sh can run it in
 # a chroot whose /downloads and /logs are its own.
-(cd "$src" && CGO_ENABLED=0 "$go" build -trimpath -o "$out-interop.tmp" \
+tmp=$(mktemp "$out-interop.XXXXXX")
+(cd "$src" && CGO_ENABLED=0 "$go" build -trimpath -o "$tmp" \
   github.com/quic-go/quic-go/interop/client)
-mv "$out-interop.tmp" "$out-interop"
+mv "$tmp" "$out-interop"
 echo "$out-interop"

@@ -206,7 +206,7 @@ pub fn tempdir(tag: &str) -> PathBuf {
 // ----------------------------------------------------------------- quic-go
 
 /// The quic-go client (`FASTUDP_QUIC_GO_CLIENT`, else
-/// target/quic-go-client), built once per test binary by
+/// target/tmp/quic-go-client), built once per test binary by
 /// scripts/build-quic-go-client.sh (the Go build cache makes that about a
 /// second once built); `None` after saying why `test` skips.
 pub fn quic_go_client(test: &str) -> Option<PathBuf> {
@@ -216,13 +216,14 @@ pub fn quic_go_client(test: &str) -> Option<PathBuf> {
             return Ok(PathBuf::from(p));
         }
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-        let out = std::env::temp_dir().join(format!("fastudp-quic-go-client-{}", std::process::id()));
+        let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("quic-go-client");
         let have_go = in_path(&["go"]).is_some() || Path::new("/usr/local/go/bin/go").exists();
         if !have_go {
             return Err("needs Go 1.26+ to build tools/quic-go-client (.ci/run builds it with scripts/build-quic-go-client.sh)".into());
         }
-        // Built to a file of this process, so that test binaries running
-        // at once do not replace each other's.
+        // In cargo's scratch directory for tests; the script renames each
+        // binary into place, so test binaries building at once do not
+        // clash.
         match run_bounded(
             Command::new(root.join("scripts/build-quic-go-client.sh"))
                 .arg(&out)
