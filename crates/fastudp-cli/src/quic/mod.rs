@@ -125,12 +125,19 @@ pub struct ServeArgs {
     /// Output JSON lines.
     #[arg(long)]
     pub json: bool,
-    /// Certificate chain (PEM); with --key. Default: a self-signed one.
+    /// Certificate chain (PEM, leaf first; RSA or ECDSA); with --key.
+    /// Default: a self-signed one for localhost, whose SPKI SHA-256 is
+    /// printed at start.
     #[arg(long)]
     pub cert: Option<PathBuf>,
-    /// Private key (PEM); with --cert.
+    /// Private key (PEM: PKCS#8, SEC1 or PKCS#1, unencrypted); with
+    /// --cert.
     #[arg(long)]
     pub key: Option<PathBuf>,
+    /// Accept 0-RTT data from resuming clients. Off by default: early
+    /// data can be replayed (docs/SECURITY.md). QUIC stacks only.
+    #[arg(long = "0rtt")]
+    pub zero_rtt: bool,
     /// Serve the files beneath DIR (hq-interop `GET /path`): regular
     /// files only, `index.html` for a directory, no symbolic links, no
     /// way out of DIR (docs/SECURITY.md, "Static files"). `/bytes/N` and
@@ -243,6 +250,9 @@ fn check_serve(a: &ServeArgs) -> Result<(), Failure> {
             "--request-timeout {}: between 0.01 and 3600 s",
             a.request_timeout
         ));
+    }
+    if a.stack == Stack::TlsTcp && a.zero_rtt {
+        return bad("--0rtt is for the QUIC stacks (--stack fastudp or quinn)".into());
     }
     if a.stack != Stack::Fastudp && a.www.is_some() {
         return bad("--www needs --stack fastudp".into());

@@ -127,7 +127,7 @@ pub fn runtime(n: usize) -> Result<tokio::runtime::Runtime, Failure> {
 pub fn run(a: ServeArgs) -> Result<(), Failure> {
     let n = workers(&a);
     let id = tls::identity(a.cert.as_deref(), a.key.as_deref())?;
-    let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls::server(&id)?)
+    let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls::server(&id, a.zero_rtt)?)
         .map_err(|e| Failure::usage(format!("TLS set-up: {e}")))?;
     let mut cfg = quinn::ServerConfig::with_crypto(Arc::new(crypto));
     cfg.transport_config(Arc::new(transport(std::time::Duration::from_secs_f64(
@@ -175,7 +175,7 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
         });
     }
     let pacing = "quinn's pacer, in user space";
-    let rep = baseline_run(&counters, "quinn", addr, n, &a, pacing);
+    let rep = baseline_run(&counters, "quinn", addr, n, &a, pacing, &id);
     ep.close(
         quinn::VarInt::from_u32(hq::CLOSE_SHUTDOWN),
         b"server shutting down",
@@ -203,7 +203,15 @@ async fn connection(conn: quinn::Connection, interval: Duration, counters: &Arc<
                 tokio::spawn(async move {
                     match read_request(&mut recv).await {
                         Ok(req) => {
-                            let _ = recv.stop(quinn::VarInt::from_u32(0));
+                            // The FIN after the request line is read, not
+                            // pre-empted by a STOP_SENDING that would race
+                            // it (quic-go's client fails the request then);
+                            // bytes past the line are refused.
+                            tokio::spawn(async move {
+                                if recv.read_to_end(0).await.is_err() {
+                                    let _ = recv.stop(quinn::VarInt::from_u32(0));
+                                }
+                            });
                             if let Ok(len) = respond(&mut send, req, interval, &counters).await {
                                 let _ = send.finish();
                                 // Ok(None): the client acknowledged it all.

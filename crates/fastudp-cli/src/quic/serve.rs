@@ -29,7 +29,7 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
         .max_connections_per_ip
         .unwrap_or((max_connections / limits::PER_ADDRESS_SHARE).max(1));
     let id = tls::identity(a.cert.as_deref(), a.key.as_deref())?;
-    let tls = Arc::new(tls::server(&id)?);
+    let tls = Arc::new(tls::server(&id, a.zero_rtt)?);
     let pacing = match a.pacing {
         PacingArg::Quic => Pacing::Quic,
         PacingArg::Kernel => Pacing::Kernel {
@@ -97,6 +97,7 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
     }
     let counters = engine.counters().clone();
     listening("fastudp", engine.local_addr(), n, "h3, hq-interop", a.json);
+    tls::announce(&id, a.json);
     announce_limits(&a, n, (max_connections, per_ip), budget);
     let rep = Reporter::new(&counters, "fastudp", true);
     rep.wait(

@@ -186,7 +186,7 @@ fn print(r: &Report, json: bool) {
     );
 }
 
-/// A baseline stack's run: says where it listens, then prints `--stats`
+/// A baseline stack's run: says where it listens and its certificate, then prints `--stats`
 /// lines until `--duration` ends or Ctrl-C; the reporter, for the summary.
 pub fn baseline_run(
     c: &Counters,
@@ -195,8 +195,10 @@ pub fn baseline_run(
     workers: usize,
     a: &super::ServeArgs,
     pacing: &str,
+    cert: &super::tls::Identity,
 ) -> Reporter {
     listening(stack, addr, workers, "hq-interop", a.json);
+    super::tls::announce(cert, a.json);
     let rep = Reporter::new(c, stack, false);
     rep.wait(c, a.duration, a.stats, a.json, pacing, &|| false);
     rep

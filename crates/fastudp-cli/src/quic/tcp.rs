@@ -29,7 +29,7 @@ pub fn retrans_segs() -> Option<u64> {
 pub fn run(a: ServeArgs) -> Result<(), Failure> {
     let n = workers(&a);
     let id = tls::identity(a.cert.as_deref(), a.key.as_deref())?;
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls::server(&id)?));
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls::server(&id, false)?));
     let rt = runtime(n)?;
     let listener = rt
         .block_on(tokio::net::TcpListener::bind(a.listen))
@@ -90,7 +90,7 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
         });
     }
     let pacing = "none (TCP: the kernel's congestion control and qdisc)";
-    let rep = baseline_run(&counters, "tls-tcp", addr, n, &a, pacing);
+    let rep = baseline_run(&counters, "tls-tcp", addr, n, &a, pacing, &id);
     if let (Some(a), Some(b)) = (retrans0, retrans_segs()) {
         counters.lost_packets.store(b.saturating_sub(a), Relaxed);
     }

@@ -2,7 +2,7 @@
 //! given) and the rustls configurations of the servers and clients.
 
 use super::hq::ALPN;
-use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::pem::{self, PemObject, SectionKind};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName, UnixTime};
 use std::path::Path;
 use std::sync::Arc;
@@ -13,33 +13,183 @@ pub struct Identity {
     pub chain: Vec<CertificateDer<'static>>,
     /// Its private key.
     pub key: PrivateKeyDer<'static>,
+    /// SHA-256 of the leaf's SubjectPublicKeyInfo, base64: the form
+    /// Chromium's `--ignore-certificate-errors-spki-list` takes.
+    pub spki_sha256: String,
+    /// Whether the certificate was made here (no `--cert`/`--key`).
+    pub self_signed: bool,
 }
+
+/// The names a self-signed certificate is made for.
+pub const SELF_SIGNED_NAMES: &[&str] = &["localhost"];
 
 /// Loads `--cert`/`--key` (PEM), or makes a self-signed certificate for
 /// `localhost` when neither is given.
+///
+/// The certificate file holds one or more `CERTIFICATE` blocks, leaf
+/// first (RSA, ECDSA P-256/P-384 or Ed25519 keys). The key file holds one
+/// unencrypted key: PKCS#8 (`PRIVATE KEY`), SEC1 (`EC PRIVATE KEY`) or
+/// PKCS#1 (`RSA PRIVATE KEY`). A missing file, a file with no such block,
+/// an encrypted key, or a key that is not the certificate's is an error
+/// that names the file.
 pub fn identity(cert: Option<&Path>, key: Option<&Path>) -> Result<Identity, String> {
-    match (cert, key) {
-        (Some(c), Some(k)) => {
-            let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(c)
-                .map_err(|e| format!("--cert {}: {e}", c.display()))?
-                .collect::<Result<_, _>>()
-                .map_err(|e| format!("--cert {}: {e}", c.display()))?;
-            if chain.is_empty() {
-                return Err(format!("--cert {}: no certificate in it", c.display()));
-            }
-            let key = PrivateKeyDer::from_pem_file(k)
-                .map_err(|e| format!("--key {}: {e}", k.display()))?;
-            Ok(Identity { chain, key })
-        }
+    let (chain, der, self_signed) = match (cert, key) {
+        (Some(c), Some(k)) => (read_chain(c)?, read_key(k)?, false),
         (None, None) => {
-            let c = rcgen::generate_simple_self_signed(vec!["localhost".into()])
+            let names: Vec<String> = SELF_SIGNED_NAMES.iter().map(|n| n.to_string()).collect();
+            let c = rcgen::generate_simple_self_signed(names)
                 .map_err(|e| format!("cannot make a certificate: {e}"))?;
-            Ok(Identity {
-                chain: vec![c.cert.der().clone()],
-                key: PrivatePkcs8KeyDer::from(c.key_pair.serialize_der()).into(),
-            })
+            let der = PrivatePkcs8KeyDer::from(c.key_pair.serialize_der()).into();
+            (vec![c.cert.der().clone()], der, true)
         }
-        _ => Err("--cert and --key go together".into()),
+        _ => return Err("--cert and --key go together".into()),
+    };
+    let cert_name = || match cert {
+        Some(c) => format!("--cert {}", c.display()),
+        None => "the self-signed certificate".into(),
+    };
+    let key_name = || match key {
+        Some(k) => format!("--key {}", k.display()),
+        None => "the self-signed certificate's key".into(),
+    };
+    let leaf = rustls::server::ParsedCertificate::try_from(&chain[0])
+        .map_err(|e| format!("{}: its first certificate: {e}", cert_name()))?;
+    let spki = ring::digest::digest(
+        &ring::digest::SHA256,
+        leaf.subject_public_key_info().as_ref(),
+    );
+    // The key must be the certificate's: rustls compares the key's public
+    // half with the leaf's (a mismatch would fail every handshake).
+    rustls::sign::CertifiedKey::from_der(chain.clone(), der.clone_key(), &provider()).map_err(
+        |e| match e {
+            rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch) => format!(
+                "{} does not belong to {}: their public keys differ",
+                key_name(),
+                cert_name()
+            ),
+            e => format!("{}: unusable key: {e}", key_name()),
+        },
+    )?;
+    Ok(Identity {
+        chain,
+        key: der,
+        spki_sha256: base64(spki.as_ref()),
+        self_signed,
+    })
+}
+
+/// Reads a whole PEM file, naming it (by its option) in the error.
+fn read_pem(opt: &str, path: &Path) -> Result<Vec<u8>, String> {
+    let data = std::fs::read(path).map_err(|e| format!("{opt} {}: {e}", path.display()))?;
+    if data.iter().all(u8::is_ascii_whitespace) {
+        return Err(format!("{opt} {}: the file is empty", path.display()));
+    }
+    Ok(data)
+}
+
+/// The sections of a PEM file, each with its kind; what is not PEM is an
+/// error.
+fn sections(opt: &str, path: &Path, data: &[u8]) -> Result<Vec<(SectionKind, Vec<u8>)>, String> {
+    let mut out = Vec::new();
+    let mut rest = data;
+    loop {
+        match pem::from_buf(&mut rest) {
+            Ok(Some(section)) => out.push(section),
+            Ok(None) => break,
+            Err(e) => return Err(format!("{opt} {}: not valid PEM: {e}", path.display())),
+        }
+    }
+    Ok(out)
+}
+
+/// `--cert`: every `CERTIFICATE` block, in order.
+fn read_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+    let data = read_pem("--cert", path)?;
+    let chain: Vec<CertificateDer<'static>> = sections("--cert", path, &data)?
+        .into_iter()
+        .filter(|(k, _)| *k == SectionKind::Certificate)
+        .map(|(_, der)| CertificateDer::from(der))
+        .collect();
+    if chain.is_empty() {
+        return Err(format!(
+            "--cert {}: no certificate in it (a PEM file with \"-----BEGIN CERTIFICATE-----\" blocks, leaf first)",
+            path.display()
+        ));
+    }
+    Ok(chain)
+}
+
+/// `--key`: the one private key, PKCS#8, SEC1 or PKCS#1.
+fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
+    let data = read_pem("--key", path)?;
+    if String::from_utf8_lossy(&data).contains("ENCRYPTED") {
+        return Err(format!(
+            "--key {}: the key is encrypted; give it unencrypted (openssl pkey -in FILE -out PLAIN)",
+            path.display()
+        ));
+    }
+    let mut keys: Vec<PrivateKeyDer<'static>> = Vec::new();
+    for (kind, der) in sections("--key", path, &data)? {
+        if let Some(k) = PrivateKeyDer::from_pem(kind, der) {
+            keys.push(k);
+        }
+    }
+    match keys.len() {
+        1 => Ok(keys.remove(0)),
+        0 => Err(format!(
+            "--key {}: no private key in it (a PEM \"PRIVATE KEY\", \"EC PRIVATE KEY\" or \"RSA PRIVATE KEY\" block)",
+            path.display()
+        )),
+        n => Err(format!(
+            "--key {}: {n} private keys in it; give the one of the certificate",
+            path.display()
+        )),
+    }
+}
+
+/// Standard base64 with padding (RFC 4648 section 4).
+fn base64(data: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut s = String::with_capacity(data.len().div_ceil(3) * 4);
+    for c in data.chunks(3) {
+        let n = (u32::from(c[0]) << 16)
+            | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
+            | u32::from(*c.get(2).unwrap_or(&0));
+        for i in 0..4 {
+            if i <= c.len() {
+                s.push(A[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                s.push('=');
+            }
+        }
+    }
+    s
+}
+
+/// Prints the certificate in force on the server's start-up lines: its
+/// SPKI SHA-256 lets a browser trust it (Chromium's
+/// `--ignore-certificate-errors-spki-list`), and, when self-signed, the
+/// names it is made for.
+pub fn announce(id: &Identity, json: bool) {
+    if json {
+        outln!(
+            "{}",
+            serde_json::json!({
+                "kind": "certificate",
+                "self_signed": id.self_signed,
+                "names": if id.self_signed { SELF_SIGNED_NAMES } else { &[] },
+                "spki_sha256": id.spki_sha256,
+            })
+        );
+    } else if id.self_signed {
+        outln!(
+            "certificate: self-signed for {}; SPKI SHA-256 {} (chromium --ignore-certificate-errors-spki-list={})",
+            SELF_SIGNED_NAMES.join(", "),
+            id.spki_sha256,
+            id.spki_sha256
+        );
+    } else {
+        outln!("certificate: SPKI SHA-256 {}", id.spki_sha256);
     }
 }
 
@@ -48,8 +198,11 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 }
 
 /// The rustls server configuration: TLS 1.3, ALPN `hq-interop` (for TLS
-/// over TCP too, so both carry the same protocol).
-pub fn server(id: &Identity) -> Result<rustls::ServerConfig, String> {
+/// over TCP too, so both carry the same protocol). With `early_data`, a
+/// resuming client may send 0-RTT data (QUIC only: quinn-proto requires
+/// `max_early_data_size` to be 0 or `u32::MAX`); see docs/SECURITY.md on
+/// replay.
+pub fn server(id: &Identity, early_data: bool) -> Result<rustls::ServerConfig, String> {
     let mut c = rustls::ServerConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(|e| e.to_string())?
@@ -57,7 +210,7 @@ pub fn server(id: &Identity) -> Result<rustls::ServerConfig, String> {
         .with_single_cert(id.chain.clone(), id.key.clone_key())
         .map_err(|e| format!("the certificate and key do not fit: {e}"))?;
     c.alpn_protocols = vec![ALPN.to_vec()];
-    c.max_early_data_size = 0;
+    c.max_early_data_size = if early_data { u32::MAX } else { 0 };
     Ok(c)
 }
 
@@ -122,5 +275,169 @@ impl rustls::client::danger::ServerCertVerifier for AnyCert {
 
     fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
         self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fresh directory for one test's files.
+    fn dir(tag: &str) -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("fastudp-tls-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    /// An ECDSA P-256 certificate for localhost, as PEM: (cert, key, the
+    /// key's SubjectPublicKeyInfo).
+    fn ecdsa() -> (String, String, Vec<u8>) {
+        let c = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+        (
+            c.cert.pem(),
+            c.key_pair.serialize_pem(),
+            c.key_pair.public_key_der(),
+        )
+    }
+
+    fn write(d: &Path, name: &str, text: &str) -> std::path::PathBuf {
+        let p = d.join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    fn sha256_b64(data: &[u8]) -> String {
+        base64(ring::digest::digest(&ring::digest::SHA256, data).as_ref())
+    }
+
+    #[test]
+    fn base64_matches_rfc_4648_vectors() {
+        for (raw, enc) in [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foob", "Zm9vYg=="),
+            ("fooba", "Zm9vYmE="),
+            ("foobar", "Zm9vYmFy"),
+        ] {
+            assert_eq!(base64(raw.as_bytes()), enc, "{raw:?}");
+        }
+        assert_eq!(base64(&[0xfb, 0xff, 0xbf]), "+/+/");
+    }
+
+    #[test]
+    fn given_files_load_and_the_spki_hash_is_the_keys() {
+        let d = dir("ok");
+        let (cert, key, spki) = ecdsa();
+        let id = identity(
+            Some(&write(&d, "c.pem", &cert)),
+            Some(&write(&d, "k.pem", &key)),
+        )
+        .unwrap();
+        assert!(!id.self_signed);
+        assert_eq!(id.chain.len(), 1);
+        assert_eq!(id.spki_sha256, sha256_b64(&spki));
+        // 32 bytes: 44 characters with one '='.
+        assert_eq!(id.spki_sha256.len(), 44);
+        server(&id, false).unwrap();
+    }
+
+    #[test]
+    fn a_chain_keeps_its_order() {
+        let d = dir("chain");
+        let (leaf, key, _) = ecdsa();
+        let (other, _, _) = ecdsa();
+        let id = identity(
+            Some(&write(&d, "c.pem", &format!("{leaf}\n{other}"))),
+            Some(&write(&d, "k.pem", &key)),
+        )
+        .unwrap();
+        assert_eq!(id.chain.len(), 2);
+        assert_eq!(
+            id.chain[0],
+            CertificateDer::from_pem_slice(leaf.as_bytes()).unwrap()
+        );
+    }
+
+    #[test]
+    fn self_signed_prints_the_spki_of_its_own_key() {
+        let id = identity(None, None).unwrap();
+        assert!(id.self_signed);
+        let leaf = rustls::server::ParsedCertificate::try_from(&id.chain[0]).unwrap();
+        assert_eq!(
+            id.spki_sha256,
+            sha256_b64(leaf.subject_public_key_info().as_ref())
+        );
+        // Two runs make two keys.
+        assert_ne!(id.spki_sha256, identity(None, None).unwrap().spki_sha256);
+    }
+
+    #[test]
+    fn bad_inputs_give_clear_errors() {
+        let d = dir("bad");
+        let (cert, key, _) = ecdsa();
+        let (_, other_key, _) = ecdsa();
+        let c = write(&d, "c.pem", &cert);
+        let k = write(&d, "k.pem", &key);
+        let cases: Vec<(Option<std::path::PathBuf>, Option<std::path::PathBuf>, &str)> = vec![
+            (Some(c.clone()), None, "--cert and --key go together"),
+            (None, Some(k.clone()), "--cert and --key go together"),
+            (Some(d.join("missing.pem")), Some(k.clone()), "No such file"),
+            (Some(c.clone()), Some(d.join("missing.pem")), "No such file"),
+            (Some(write(&d, "empty.pem", "\n \n")), Some(k.clone()), "the file is empty"),
+            (Some(k.clone()), Some(k.clone()), "no certificate in it"),
+            (Some(c.clone()), Some(c.clone()), "no private key in it"),
+            (
+                Some(c.clone()),
+                Some(write(&d, "other.pem", &other_key)),
+                "does not belong to --cert",
+            ),
+            (
+                Some(c.clone()),
+                Some(write(&d, "two.pem", &format!("{key}{other_key}"))),
+                "2 private keys",
+            ),
+            (
+                Some(c.clone()),
+                Some(write(
+                    &d,
+                    "enc.pem",
+                    "-----BEGIN ENCRYPTED PRIVATE KEY-----\nMIIB\n-----END ENCRYPTED PRIVATE KEY-----\n",
+                )),
+                "encrypted",
+            ),
+            (
+                Some(write(
+                    &d,
+                    "broken.pem",
+                    "-----BEGIN CERTIFICATE-----\n!!!!\n-----END CERTIFICATE-----\n",
+                )),
+                Some(k.clone()),
+                "not valid PEM",
+            ),
+            (
+                Some(write(&d, "text.pem", "not a certificate\n")),
+                Some(k.clone()),
+                "no certificate in it",
+            ),
+        ];
+        for (c, k, want) in cases {
+            let e = match identity(c.as_deref(), k.as_deref()) {
+                Ok(_) => panic!("{c:?} {k:?}: accepted"),
+                Err(e) => e,
+            };
+            assert!(e.contains(want), "{c:?} {k:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn zero_rtt_is_opt_in_and_uses_the_value_quic_requires() {
+        let id = identity(None, None).unwrap();
+        assert_eq!(server(&id, false).unwrap().max_early_data_size, 0);
+        let c = server(&id, true).unwrap();
+        assert_eq!(c.max_early_data_size, u32::MAX);
+        // quinn-proto takes it (it refuses values other than 0 and MAX).
+        quinn_proto::crypto::rustls::QuicServerConfig::try_from(c).unwrap();
     }
 }

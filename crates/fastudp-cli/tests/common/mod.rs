@@ -5,6 +5,8 @@
 
 #![allow(dead_code)]
 
+pub mod clients;
+
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};

@@ -249,6 +249,7 @@ impl HqConn {
     /// whole, or resets the stream when it is bad.
     fn read_request(&mut self, cx: &mut AppCx<'_>, id: StreamId) {
         let Some(Resp::Reading { buf, .. }) = self.streams.get_mut(&id) else {
+            after_request(cx, id);
             return;
         };
         let mut fin = false;
@@ -279,11 +280,23 @@ impl HqConn {
             self.streams.remove(&id);
             return;
         }
+        // Bytes past the request line (a second request, garbage) are
+        // refused with STOP_SENDING; a request line alone waits for its FIN,
+        // which `after_request` reads. A STOP_SENDING sent as soon as the
+        // line is in would race the client's FIN, and clients such as
+        // quic-go's (Write, then Close) fail the request when it wins.
+        let extra = buf
+            .iter()
+            .position(|&b| b == b'\n')
+            .is_some_and(|i| i + 1 < buf.len());
+        let stop = !fin && extra;
         match hq::parse(buf, fin) {
             Ok(None) => {}
             Ok(Some(Request::Bytes(len))) => {
                 self.streams.insert(id, Resp::Bytes { off: 0, len });
-                cx.stop(id, 0);
+                if stop {
+                    cx.stop(id, 0);
+                }
                 self.respond(cx, id);
             }
             Ok(Some(Request::Video { rate, seconds })) => {
@@ -295,7 +308,9 @@ impl HqConn {
                         off: 0,
                     },
                 );
-                cx.stop(id, 0);
+                if stop {
+                    cx.stop(id, 0);
+                }
                 self.respond(cx, id);
             }
             Err(BadRequest::Invalid) if self.files.is_some() => {
@@ -319,7 +334,9 @@ impl HqConn {
                         }
                         let len = r.content_length;
                         self.streams.insert(id, Resp::File { body, len });
-                        cx.stop(id, 0);
+                        if stop {
+                            cx.stop(id, 0);
+                        }
                         self.respond(cx, id);
                     }
                     (status, _) => {
@@ -418,5 +435,19 @@ impl HqConn {
                 _ => {}
             }
         }
+    }
+}
+
+/// Reads what arrives on a stream whose request is in: its FIN, which
+/// gives the stream's credit back once the response is done too, or bytes
+/// past the request, refused with STOP_SENDING. The stream holds nothing
+/// either way: the request's stream window bounds what waits unread.
+fn after_request(cx: &mut AppCx<'_>, id: StreamId) {
+    let mut extra = false;
+    while let Read::Data(_) = cx.read(id, usize::MAX) {
+        extra = true;
+    }
+    if extra {
+        cx.stop(id, 0);
     }
 }

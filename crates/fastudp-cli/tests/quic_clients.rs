@@ -1,0 +1,1163 @@
+//! `fastudp quic serve` against clients the project did not write: its
+//! certificates (RSA and ECDSA in every PEM key form, made by openssl,
+//! verified by aioquic and quic-go), and byte-exact parallel transfers
+//! with quic-go and aioquic. The helpers are in tests/common/clients.rs.
+
+mod common;
+#[path = "../../fastudp/tests/support/skip_check.rs"]
+mod skip_check;
+
+use common::clients::{self, Fetched, Trust};
+use common::{skip, Running};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The server binary: this build's, or `FASTUDP_QUIC_SERVER_BIN` (to run
+/// a test against another build, as when checking that a test fails
+/// without its fix).
+fn server_bin() -> String {
+    std::env::var("FASTUDP_QUIC_SERVER_BIN")
+        .ok()
+        .filter(|b| !b.is_empty())
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_fastudp").to_string())
+}
+
+/// A server started with `args` (plus `--json --stats`), and its address.
+fn serve_bare(args: &[&str]) -> (Running, SocketAddr) {
+    let mut all = vec!["quic", "serve", "--json", "--stats"];
+    all.extend_from_slice(args);
+    let mut r = Running::start_with(&server_bin(), &all);
+    let l = r.wait_for_line(|l| l.contains("\"listening\""));
+    let v: serde_json::Value = serde_json::from_str(&l).expect("JSON line");
+    (r, v["addr"].as_str().unwrap().parse().unwrap())
+}
+
+/// A server started with `args` (plus `--json --stats`): the process, its
+/// address, and the SPKI SHA-256 of its certificate from its start-up
+/// lines.
+fn serve(args: &[&str]) -> (Running, SocketAddr, String) {
+    let (mut r, addr) = serve_bare(args);
+    let l = r.wait_for_line(|l| l.contains("\"certificate\""));
+    let v: serde_json::Value = serde_json::from_str(&l).expect("JSON line");
+    let spki = v["spki_sha256"].as_str().unwrap().to_string();
+    (r, addr, spki)
+}
+
+/// The next `--stats` line of a server that satisfies `want`.
+fn stats_until(r: &mut Running, want: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+    let l = r.wait_for_line(|l| {
+        serde_json::from_str::<serde_json::Value>(l)
+            .map(|v| v["kind"] == "stats" && want(&v))
+            .unwrap_or(false)
+    });
+    serde_json::from_str(&l).unwrap()
+}
+
+/// Stops a server with Ctrl-C; it must end cleanly.
+fn stop(srv: Running) {
+    srv.interrupt();
+    let end = srv.finish();
+    assert!(!end.stderr.contains("panicked"), "{}", end.stderr);
+}
+
+/// The key forms a certificate test covers: openssl's arguments for the
+/// key, and whether to rewrite the key in its traditional form (PKCS#1
+/// for RSA, SEC1 for EC) instead of PKCS#8.
+const KEY_FORMS: &[(&str, &[&str], bool)] = &[
+    ("rsa-pkcs8", &["-newkey", "rsa:2048"], false),
+    ("rsa-pkcs1", &["-newkey", "rsa:2048"], true),
+    (
+        "p256-pkcs8",
+        &["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"],
+        false,
+    ),
+    (
+        "p256-sec1",
+        &["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"],
+        true,
+    ),
+    (
+        "p384-pkcs8",
+        &["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:secp384r1"],
+        false,
+    ),
+];
+
+/// A certificate for localhost made by openssl in `dir`, its key in the
+/// form `name` says: (cert, key, the SPKI SHA-256 that openssl computes).
+fn openssl_cert(
+    dir: &Path,
+    name: &str,
+    newkey: &[&str],
+    traditional: bool,
+) -> (PathBuf, PathBuf, String) {
+    let (c, k) = (
+        dir.join(format!("{name}.crt")),
+        dir.join(format!("{name}.key")),
+    );
+    let o = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=localhost",
+        ])
+        .args(["-addext", "subjectAltName=DNS:localhost"])
+        .args(newkey)
+        .arg("-keyout")
+        .arg(&k)
+        .arg("-out")
+        .arg(&c)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    if traditional {
+        let kind = if name.starts_with("rsa") { "rsa" } else { "ec" };
+        let t = dir.join(format!("{name}.trad.key"));
+        let mut cmd = Command::new("openssl");
+        cmd.arg(kind).arg("-in").arg(&k).arg("-out").arg(&t);
+        if kind == "rsa" {
+            cmd.arg("-traditional");
+        }
+        let o = cmd.output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        std::fs::rename(&t, &k).unwrap();
+    }
+    let head = std::fs::read_to_string(&k).unwrap();
+    let want = match (name.starts_with("rsa"), traditional) {
+        (_, false) => "-----BEGIN PRIVATE KEY-----",
+        (true, true) => "-----BEGIN RSA PRIVATE KEY-----",
+        (false, true) => "-----BEGIN EC PRIVATE KEY-----",
+    };
+    assert!(head.starts_with(want), "{name}: {head}");
+    let spki = common::sh(&[
+        "sh",
+        "-c",
+        &format!(
+            "openssl x509 -in '{}' -pubkey -noout | openssl pkey -pubin -outform der | openssl dgst -sha256 -binary | base64",
+            c.display()
+        ),
+    ]);
+    (c, k, spki.trim().to_string())
+}
+
+/// Whether openssl is here; otherwise says why `test` skips.
+fn openssl(test: &str) -> bool {
+    let ok = Command::new("openssl").arg("version").output().is_ok();
+    if !ok {
+        skip(
+            test,
+            "needs openssl (apt-get install openssl; .ci/run installs it)",
+        );
+    }
+    ok
+}
+
+/// Serves each key form of [`KEY_FORMS`] in turn and has `client` fetch
+/// /bytes/100000 from it, trusting only that certificate; a client that
+/// trusts another certificate must fail. The server's SPKI line must be
+/// what openssl computes.
+fn each_certificate(
+    tag: &str,
+    client: impl Fn(SocketAddr, Trust<'_>) -> Result<Vec<Fetched>, String>,
+) {
+    let dir = clients::tempdir(tag);
+    let (other, _, _) = openssl_cert(&dir, "other", KEY_FORMS[2].1, false);
+    let want = clients::sha256_hex(&clients::bytes_body(100_000));
+    for (name, newkey, traditional) in KEY_FORMS {
+        let (c, k, spki) = openssl_cert(&dir, name, newkey, *traditional);
+        let (srv, addr, printed) = serve(&[
+            "--listen",
+            "127.0.0.1:0",
+            "--workers",
+            "1",
+            "--cert",
+            c.to_str().unwrap(),
+            "--key",
+            k.to_str().unwrap(),
+        ]);
+        assert_eq!(printed, spki, "{name}: the printed SPKI is openssl's");
+        let got = client(addr, Trust::Ca(&c)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(got.len(), 1, "{name}: {got:?}");
+        assert_eq!((got[0].status, got[0].bytes), (200, 100_000), "{name}");
+        assert_eq!(got[0].sha256, want, "{name}");
+        let e = client(addr, Trust::Ca(&other)).expect_err("a client trusting another certificate");
+        assert!(!e.is_empty(), "{name}");
+        stop(srv);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// RSA (PKCS#8 and PKCS#1 keys) and ECDSA (P-256 PKCS#8 and SEC1, P-384)
+/// certificates made by openssl are served, and aioquic verifies each.
+#[test]
+fn rsa_and_ecdsa_certificates_verify_with_aioquic() {
+    let test = "rsa_and_ecdsa_certificates_verify_with_aioquic";
+    if !openssl(test) || !clients::aioquic(test) {
+        return;
+    }
+    each_certificate("cert-aioquic", |addr, trust| {
+        let v = clients::aioquic_fetch(false, trust, addr, &["/bytes/100000"])?;
+        Ok(clients::aioquic_fetched(&v))
+    });
+}
+
+/// The same certificates, verified by quic-go (Go's crypto/x509).
+#[test]
+fn rsa_and_ecdsa_certificates_verify_with_quic_go() {
+    let test = "rsa_and_ecdsa_certificates_verify_with_quic_go";
+    if !openssl(test) {
+        return;
+    }
+    let Some(bin) = clients::quic_go_client(test) else {
+        return;
+    };
+    each_certificate("cert-quic-go", |addr, trust| {
+        clients::quic_go_fetch(
+            &bin,
+            "hq-interop",
+            trust,
+            &clients::urls(addr, &["/bytes/100000"]),
+        )
+        .map(|(f, _)| f)
+    });
+}
+
+/// Bad certificate files stop the server at start with exit status 2
+/// and a message that names the file and the fault.
+#[test]
+fn bad_certificate_files_are_refused_with_clear_errors() {
+    let dir = clients::tempdir("cert-bad");
+    let w = |name: &str, text: &str| {
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    let a = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+    let b = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+    let cert = w("cert.pem", &a.cert.pem());
+    let key = w("key.pem", &a.key_pair.serialize_pem());
+    let other = w("other.pem", &b.key_pair.serialize_pem());
+    let empty = w("empty.pem", "");
+    let missing = dir.join("missing.pem").to_str().unwrap().to_string();
+    let serve = |c: &str, k: &str| {
+        vec![
+            "quic",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--workers",
+            "1",
+            "--cert",
+            c,
+            "--key",
+            k,
+        ]
+        .into_iter()
+        .map(|s| s.to_string())
+        .collect::<Vec<String>>()
+    };
+    let cases: Vec<(Vec<String>, String)> = vec![
+        (
+            serve(&cert, &other),
+            format!("--key {other} does not belong to --cert {cert}"),
+        ),
+        (
+            serve(&empty, &key),
+            format!("--cert {empty}: the file is empty"),
+        ),
+        (
+            serve(&cert, &empty),
+            format!("--key {empty}: the file is empty"),
+        ),
+        (
+            serve(&missing, &key),
+            format!("--cert {missing}: No such file"),
+        ),
+        (
+            serve(&key, &key),
+            format!("--cert {key}: no certificate in it"),
+        ),
+        (
+            serve(&cert, &cert),
+            format!("--key {cert}: no private key in it"),
+        ),
+        (
+            ["quic", "serve", "--stack", "tls-tcp", "--0rtt"]
+                .map(String::from)
+                .to_vec(),
+            "--0rtt is for the QUIC stacks".into(),
+        ),
+    ];
+    let cases: Vec<(Vec<&str>, &str)> = cases
+        .iter()
+        .map(|(a, n)| (a.iter().map(String::as_str).collect(), n.as_str()))
+        .collect();
+    common::assert_refused(&cases);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The self-signed certificate's SPKI SHA-256 that the server prints is
+/// the one of the certificate a client is served (computed by aioquic
+/// from what it received), in the base64 form Chromium takes.
+#[test]
+fn the_printed_spki_is_the_served_certificates() {
+    let test = "the_printed_spki_is_the_served_certificates";
+    if !clients::aioquic(test) {
+        return;
+    }
+    let (srv, addr, printed) = serve(&["--listen", "127.0.0.1:0", "--workers", "1"]);
+    let v = clients::aioquic_fetch(false, Trust::Insecure, addr, &["/bytes/10"]).unwrap();
+    assert_eq!(v["peer_spki_sha256"], printed.as_str(), "{v}");
+    assert_eq!(printed.len(), 44, "{printed}");
+    stop(srv);
+}
+
+/// The /bytes sizes of a parallel fetch: empty, one byte, around packet
+/// and window sizes, and a few megabytes.
+const SIZES: &[usize] = &[0, 1, 1200, 65_536, 100_003, 1_000_000, 3_000_000, 250];
+
+fn size_paths() -> Vec<String> {
+    SIZES.iter().map(|n| format!("/bytes/{n}")).collect()
+}
+
+/// Asserts that `got` holds the /bytes responses of [`SIZES`], in order,
+/// each complete, status 200 and byte-exact (by SHA-256).
+fn assert_sizes(got: &[Fetched]) {
+    assert_eq!(got.len(), SIZES.len(), "{got:?}");
+    for (f, &n) in got.iter().zip(SIZES) {
+        assert_eq!((f.status, f.bytes), (200, n as u64), "{f:?}");
+        assert_eq!(
+            f.sha256,
+            clients::sha256_hex(&clients::bytes_body(n)),
+            "{f:?}"
+        );
+    }
+}
+
+/// quic-go's hq-interop client fetches 8 /bytes responses in parallel on
+/// one connection, byte-exact; a path the server does not serve is a
+/// failure the client reports (reset with 0x10).
+#[test]
+fn quic_go_fetches_bytes_byte_exact_over_hq_interop() {
+    let Some(bin) = clients::quic_go_client("quic_go_fetches_bytes_byte_exact_over_hq_interop")
+    else {
+        return;
+    };
+    let (mut srv, addr, _) = serve(&["--listen", "127.0.0.1:0", "--workers", "2"]);
+    let paths = size_paths();
+    let paths: Vec<&str> = paths.iter().map(String::as_str).collect();
+    let (got, summary) = clients::quic_go_fetch(
+        &bin,
+        "hq-interop",
+        Trust::Insecure,
+        &clients::urls(addr, &paths),
+    )
+    .unwrap();
+    assert_sizes(&got);
+    assert_eq!(summary["alpn"], "hq-interop", "{summary}");
+    let s = stats_until(&mut srv, |v| v["connections"] == 0 && v["accepted"] == 1);
+    assert_eq!(s["accepted"], 1, "one connection: {s}");
+    let e = clients::quic_go_fetch(
+        &bin,
+        "hq-interop",
+        Trust::Insecure,
+        &clients::urls(addr, &["/bytes/5", "/not/served"]),
+    )
+    .unwrap_err();
+    assert!(e.contains("error code 16"), "{e}");
+    stop(srv);
+}
+
+/// aioquic fetches the same 8 responses in parallel on one connection,
+/// byte-exact, verifying the server's certificate.
+#[test]
+fn aioquic_fetches_bytes_byte_exact_over_hq_interop() {
+    let test = "aioquic_fetches_bytes_byte_exact_over_hq_interop";
+    if !clients::aioquic(test) {
+        return;
+    }
+    let dir = clients::tempdir("aioquic-hq");
+    let c = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+    let (cp, kp) = (dir.join("c.pem"), dir.join("k.pem"));
+    std::fs::write(&cp, c.cert.pem()).unwrap();
+    std::fs::write(&kp, c.key_pair.serialize_pem()).unwrap();
+    let (mut srv, addr, _) = serve(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--workers",
+        "2",
+        "--cert",
+        cp.to_str().unwrap(),
+        "--key",
+        kp.to_str().unwrap(),
+    ]);
+    let paths = size_paths();
+    let paths: Vec<&str> = paths.iter().map(String::as_str).collect();
+    let v = clients::aioquic_fetch(false, Trust::Ca(&cp), addr, &paths).unwrap();
+    assert_eq!(v["alpn"], "hq-interop", "{v}");
+    assert_sizes(&clients::aioquic_fetched(&v));
+    let s = stats_until(&mut srv, |v| v["connections"] == 0 && v["accepted"] == 1);
+    assert_eq!(s["accepted"], 1, "one connection: {s}");
+    stop(srv);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The Chromium helper reports a failed load as an error with Chromium's
+/// reason (Chromium itself exits 0 and prints no DOM then), and does not
+/// hang: here nothing listens on the port.
+#[test]
+fn chromium_reports_a_failed_load() {
+    let Some(bin) = clients::chromium("chromium_reports_a_failed_load") else {
+        return;
+    };
+    let port = common::free_port();
+    let e = clients::chromium_dump_dom(
+        &bin,
+        "127.0.0.1",
+        port,
+        "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=",
+        "/",
+    )
+    .unwrap_err();
+    assert!(e.contains("net::ERR_"), "{e}");
+}
+
+/// A test whose client is missing says so where `cargo test` shows it,
+/// and fails under `FASTUDP_REQUIRE_PRIVILEGED_TESTS=1`: the Chromium
+/// test run with no `PATH`.
+#[test]
+fn a_missing_client_is_a_visible_skip_and_a_failure_in_ci() {
+    if std::env::var_os("FASTUDP_CHROMIUM").is_some() {
+        return;
+    }
+    skip_check::skip_is_visible_and_fails_in_ci("chromium_reports_a_failed_load", "needs chromium");
+}
+
+/// A quinn client for hq-interop that does not verify the certificate
+/// (the handshake's signature is still checked by rustls).
+fn quinn_client() -> quinn::Endpoint {
+    #[derive(Debug)]
+    struct AnyCert(Arc<rustls::crypto::CryptoProvider>);
+    impl rustls::client::danger::ServerCertVerifier for AnyCert {
+        fn verify_server_cert(
+            &self,
+            _: &rustls::pki_types::CertificateDer<'_>,
+            _: &[rustls::pki_types::CertificateDer<'_>],
+            _: &rustls::pki_types::ServerName<'_>,
+            _: &[u8],
+            _: rustls::pki_types::UnixTime,
+        ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+            Ok(rustls::client::danger::ServerCertVerified::assertion())
+        }
+        fn verify_tls12_signature(
+            &self,
+            m: &[u8],
+            c: &rustls::pki_types::CertificateDer<'_>,
+            d: &rustls::DigitallySignedStruct,
+        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+            rustls::crypto::verify_tls12_signature(
+                m,
+                c,
+                d,
+                &self.0.signature_verification_algorithms,
+            )
+        }
+        fn verify_tls13_signature(
+            &self,
+            m: &[u8],
+            c: &rustls::pki_types::CertificateDer<'_>,
+            d: &rustls::DigitallySignedStruct,
+        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+            rustls::crypto::verify_tls13_signature(
+                m,
+                c,
+                d,
+                &self.0.signature_verification_algorithms,
+            )
+        }
+        fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+            self.0.signature_verification_algorithms.supported_schemes()
+        }
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut tls = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AnyCert(provider)))
+        .with_no_client_auth();
+    tls.alpn_protocols = vec![b"hq-interop".to_vec()];
+    let cfg = quinn::ClientConfig::new(Arc::new(
+        quinn::crypto::rustls::QuicClientConfig::try_from(tls).unwrap(),
+    ));
+    let mut ep = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
+    ep.set_default_client_config(cfg);
+    ep
+}
+
+/// A client that sends its request line, and its FIN only later (as
+/// quic-go's does, with a separate `Close` after the `Write`), is not
+/// sent STOP_SENDING in between: quic-go fails a request whose `Close`
+/// meets one ("close called for canceled stream"), which broke the
+/// interop runner's transfer case. The late FIN is read, so the stream's
+/// credit comes back: 40 such requests, one after another, go through a
+/// connection that allows 16 at once.
+#[test]
+fn a_late_fin_after_the_request_line_is_not_stopped() {
+    let (srv, addr) = serve_bare(&["--listen", "127.0.0.1:0", "--workers", "1"]);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let ep = quinn_client();
+        let conn = tokio::time::timeout(common::STALL, ep.connect(addr, "localhost").unwrap())
+            .await
+            .expect("handshake in time")
+            .expect("handshake");
+        for i in 0..40 {
+            let (mut send, mut recv) = tokio::time::timeout(common::STALL, conn.open_bi())
+                .await
+                .unwrap_or_else(|_| panic!("request {i}: no stream credit: the stream of an earlier one was not given back"))
+                .unwrap();
+            send.write_all(b"GET /bytes/100000\r\n").await.unwrap();
+            // The first response bytes: the server has parsed the request.
+            let mut first = [0u8; 1];
+            recv.read_exact(&mut first).await.unwrap();
+            if i == 0 {
+                // Time for a STOP_SENDING to arrive, were one sent.
+                let stopped = tokio::time::timeout(Duration::from_millis(300), send.stopped()).await;
+                assert!(stopped.is_err(), "request {i}: STOP_SENDING before the FIN: {stopped:?}");
+            }
+            send.finish().unwrap();
+            let rest = recv.read_to_end(1 << 20).await.unwrap();
+            assert_eq!(rest.len() + 1, 100_000, "request {i}");
+        }
+        conn.close(0u32.into(), b"done");
+        ep.wait_idle().await;
+    });
+    stop(srv);
+}
+
+// ------------------------------------------------------------ interop cases
+
+/// A case of the QUIC interop runner (quic-interop-runner's testcases.py)
+/// as the server can serve it today: hq-interop, /bytes responses in
+/// place of the runner's random files.
+struct Case {
+    /// The server's options for it.
+    server: &'static [&'static str],
+    /// The paths fetched.
+    paths: Vec<String>,
+    /// The connections the server accepts for it.
+    connections: u64,
+}
+
+fn case(name: &'static str) -> Case {
+    let p = |v: &[usize]| v.iter().map(|n| format!("/bytes/{n}")).collect::<Vec<_>>();
+    let (server, paths, connections): (&'static [&'static str], Vec<String>, u64) = match name {
+        "handshake" | "retry" => (
+            if name == "retry" { &["--retry"] } else { &[] },
+            p(&[1000]),
+            1,
+        ),
+        "transfer" => (&[], p(&[2_000_000, 3_000_000, 5_000_000]), 1),
+        // Many more streams than the 16 the server allows at once.
+        "multiplexing" => (
+            &[],
+            (1000..1200).map(|n| format!("/bytes/{n}")).collect(),
+            1,
+        ),
+        "resumption" => (&[], p(&[1000, 2000, 3000]), 2),
+        "zerortt" => (&["--0rtt"], p(&[1000, 2000, 3000]), 2),
+        "chacha20" => (&[], p(&[1_000_000, 3000]), 1),
+        "keyupdate" => (&[], p(&[1_000_000]), 1),
+        _ => panic!("no case {name}"),
+    };
+    Case {
+        server,
+        paths,
+        connections,
+    }
+}
+
+/// Runs `case` with `client` against a fresh server, then checks what
+/// every case shares: each file byte-exact, the connections the case
+/// makes, Retry used for `retry`. `client` returns the files it got, by
+/// path.
+fn interop(name: &'static str, client: impl FnOnce(&Case, SocketAddr) -> Vec<(String, Vec<u8>)>) {
+    let c = case(name);
+    let mut args = vec!["--listen", "127.0.0.1:0", "--workers", "2"];
+    args.extend_from_slice(c.server);
+    let (mut srv, addr) = serve_bare(&args);
+    let files = client(&c, addr);
+    assert_eq!(files.len(), c.paths.len(), "{name}");
+    for ((path, body), want) in files.iter().zip(&c.paths) {
+        assert_eq!(path, want, "{name}");
+        let n: usize = path.trim_start_matches("/bytes/").parse().unwrap();
+        assert!(
+            body.len() == n && *body == clients::bytes_body(n),
+            "{name}: {path} is not byte-exact ({} bytes)",
+            body.len()
+        );
+    }
+    let s = stats_until(&mut srv, |v| {
+        v["connections"] == 0 && v["accepted"] == c.connections
+    });
+    if name == "retry" {
+        assert!(s["retries"].as_u64().unwrap() >= 1, "{name}: {s}");
+    } else {
+        assert_eq!(s["retries"], 0, "{name}: {s}");
+    }
+    stop(srv);
+}
+
+/// An interop case run with aioquic, which reports what its connections
+/// negotiated: the checks the runner makes on its packet captures are
+/// made on that report here.
+fn aioquic_case(name: &'static str) {
+    if !clients::aioquic(&format!("interop_aioquic_{name}")) {
+        return;
+    }
+    interop(name, |c, addr| {
+        let paths: Vec<&str> = c.paths.iter().map(String::as_str).collect();
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/aioquic_client.py");
+        let mut cmd = Command::new("python3");
+        cmd.arg(script);
+        cmd.args(match name {
+            "resumption" => &["--resume"][..],
+            "zerortt" => &["--0rtt"],
+            "chacha20" => &["--chacha20"],
+            "keyupdate" => &["--key-update"],
+            _ => &[],
+        });
+        cmd.arg("127.0.0.1")
+            .arg(addr.port().to_string())
+            .args(&paths);
+        let (ok, out, err) = clients::run_bounded(&mut cmd).unwrap();
+        assert!(ok, "{name}: {out}{err}");
+        let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        let conns = v["connections"].as_array().unwrap();
+        assert!(
+            conns
+                .iter()
+                .all(|k| k["version"] == 1 && k["alpn"] == "hq-interop"),
+            "{name}: {v}"
+        );
+        let last = &conns[conns.len() - 1];
+        match name {
+            "resumption" => assert!(last["resumed"] == true, "{name}: {v}"),
+            "zerortt" => assert!(
+                last["resumed"] == true && last["early_data_accepted"] == true,
+                "{name}: {v}"
+            ),
+            "chacha20" => assert_eq!(last["cipher_suite"], "CHACHA20_POLY1305_SHA256", "{v}"),
+            // The client's update, the small file under the new keys.
+            "keyupdate" => assert_eq!(last["key_phase"], 1, "{v}"),
+            // No update without one asked for: the keyupdate check
+            // means something.
+            "handshake" => assert!(
+                last["resumed"] == false && last["key_phase"] == 0,
+                "{name}: {v}"
+            ),
+            _ => assert_eq!(last["resumed"], false, "{name}: {v}"),
+        }
+        let resp = v["responses"].as_array().unwrap();
+        let mut files = Vec::new();
+        for r in resp {
+            let path = r["path"].as_str().unwrap().to_string();
+            let n: usize = path.trim_start_matches("/bytes/").parse().unwrap();
+            // aioquic reports hashes; a body of the right hash is the
+            // pattern's.
+            let body = if r["sha256"] == clients::sha256_hex(&clients::bytes_body(n)).as_str()
+                && r["bytes"] == n
+            {
+                clients::bytes_body(n)
+            } else {
+                Vec::new()
+            };
+            files.push((path, body));
+        }
+        files
+    });
+}
+
+/// An interop case run with quic-go's own interop-runner client.
+fn quic_go_case(name: &'static str) {
+    let Some(bin) = clients::quic_go_interop_client(&format!("interop_quic_go_{name}")) else {
+        return;
+    };
+    interop(name, |c, addr| {
+        let paths: Vec<&str> = c.paths.iter().map(String::as_str).collect();
+        // The runner gives quic-go's client "transfer" for multiplexing
+        // (the files differ, not the client). Whether the server accepted
+        // 0-RTT is not visible from this client (Go's key log leaves out
+        // the early secret in QUIC): the aioquic case checks that.
+        let testcase = if name == "multiplexing" {
+            "transfer"
+        } else {
+            name
+        };
+        let run = clients::quic_go_interop(&bin, testcase, addr, &paths).unwrap();
+        paths
+            .iter()
+            .map(|p| (p.to_string(), run.file(p).unwrap_or_default()))
+            .collect()
+    });
+}
+
+#[test]
+fn interop_aioquic_handshake() {
+    aioquic_case("handshake");
+}
+#[test]
+fn interop_aioquic_transfer() {
+    aioquic_case("transfer");
+}
+#[test]
+fn interop_aioquic_multiplexing() {
+    aioquic_case("multiplexing");
+}
+#[test]
+fn interop_aioquic_retry() {
+    aioquic_case("retry");
+}
+#[test]
+fn interop_aioquic_resumption() {
+    aioquic_case("resumption");
+}
+#[test]
+fn interop_aioquic_zerortt() {
+    aioquic_case("zerortt");
+}
+#[test]
+fn interop_aioquic_chacha20() {
+    aioquic_case("chacha20");
+}
+#[test]
+fn interop_aioquic_keyupdate() {
+    aioquic_case("keyupdate");
+}
+#[test]
+fn interop_quic_go_handshake() {
+    quic_go_case("handshake");
+}
+#[test]
+fn interop_quic_go_transfer() {
+    quic_go_case("transfer");
+}
+#[test]
+fn interop_quic_go_multiplexing() {
+    quic_go_case("multiplexing");
+}
+#[test]
+fn interop_quic_go_retry() {
+    quic_go_case("retry");
+}
+#[test]
+fn interop_quic_go_resumption() {
+    quic_go_case("resumption");
+}
+#[test]
+fn interop_quic_go_zerortt() {
+    quic_go_case("zerortt");
+}
+#[test]
+fn interop_quic_go_chacha20() {
+    quic_go_case("chacha20");
+}
+#[test]
+fn interop_quic_go_keyupdate() {
+    quic_go_case("keyupdate");
+}
+
+// ------------------------------------------------------- cases with loss
+
+/// The port the server listens on inside a [`Lossy`] namespace.
+const LOSSY_PORT: u16 = 4433;
+
+/// A network namespace of this test's own holding only loopback, where
+/// nftables drops `loss` percent of the UDP datagrams to and from
+/// [`LOSSY_PORT`] at random (`numgen random`: netem is absent here), and
+/// counts them. Removed when dropped.
+struct Lossy {
+    ns: String,
+}
+
+impl Lossy {
+    fn new(tag: &str, loss: u32) -> Self {
+        let ns = format!("fu-iop-{tag}-{}", std::process::id());
+        let _ = Command::new("ip")
+            .args(["netns", "del", &ns])
+            .stderr(std::process::Stdio::null())
+            .status();
+        common::sh(&["ip", "netns", "add", &ns]);
+        let l = Lossy { ns };
+        common::sh(&["ip", "-n", &l.ns, "link", "set", "lo", "up"]);
+        // The first four counters count datagrams by direction and ECN
+        // mark (for the ecn case); the drops follow.
+        let rules = format!(
+            "table inet fu_loss {{\n chain input {{\n  type filter hook input priority 0; policy accept;\n  \
+             udp dport {LOSSY_PORT} ip ecn ect0 counter\n  \
+             udp dport {LOSSY_PORT} counter\n  \
+             udp sport {LOSSY_PORT} ip ecn ect0 counter\n  \
+             udp sport {LOSSY_PORT} counter\n  \
+             udp dport {LOSSY_PORT} numgen random mod 100 < {loss} counter drop\n  \
+             udp sport {LOSSY_PORT} numgen random mod 100 < {loss} counter drop\n }}\n}}\n"
+        );
+        let f = clients::tempdir("nft").join("loss.nft");
+        std::fs::write(&f, rules).unwrap();
+        common::sh(&[
+            "ip",
+            "netns",
+            "exec",
+            &l.ns,
+            "nft",
+            "-f",
+            f.to_str().unwrap(),
+        ]);
+        let _ = std::fs::remove_dir_all(f.parent().unwrap());
+        l
+    }
+
+    /// The rules' packet counters, in rule order.
+    fn counters(&self) -> Vec<u64> {
+        let out = common::sh(&["ip", "netns", "exec", &self.ns, "nft", "list", "ruleset"]);
+        out.split_whitespace()
+            .collect::<Vec<_>>()
+            .windows(2)
+            .filter(|w| w[0] == "packets")
+            .filter_map(|w| w[1].parse::<u64>().ok())
+            .collect()
+    }
+
+    /// Datagrams the rules dropped so far.
+    fn dropped(&self) -> u64 {
+        self.counters()[4..].iter().sum()
+    }
+
+    /// Datagrams seen so far: (to the server marked ECT(0), to the server,
+    /// from the server marked ECT(0), from the server).
+    fn ecn(&self) -> (u64, u64, u64, u64) {
+        let c = self.counters();
+        (c[0], c[1], c[2], c[3])
+    }
+
+    /// A server in the namespace, on 127.0.0.1:[`LOSSY_PORT`]. Without
+    /// GSO: loopback carries a GSO train as one packet, which the rule
+    /// would drop whole; the runner's loss is per datagram.
+    fn serve(&self) -> Running {
+        let bin = server_bin();
+        let port = format!("127.0.0.1:{LOSSY_PORT}");
+        let mut r = Running::start_with(
+            "ip",
+            &[
+                "netns",
+                "exec",
+                &self.ns,
+                "env",
+                "FASTUDP_DISABLE=gso",
+                &bin,
+                "quic",
+                "serve",
+                "--json",
+                "--stats",
+                "--listen",
+                &port,
+                "--workers",
+                "2",
+            ],
+        );
+        r.wait_for_line(|l| l.contains("\"listening\""));
+        r
+    }
+}
+
+impl Drop for Lossy {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.ns]).status();
+    }
+}
+
+/// The runner's handshakeloss (30% of datagrams lost each way; many
+/// connections, one small file each) and transferloss (2%; one connection,
+/// a larger file), with `client` fetching `paths` one connection per path
+/// (handshakeloss) or all on one (transferloss). Every file byte-exact,
+/// every connection accepted, and datagrams were dropped.
+fn lossy_case(
+    test: &str,
+    name: &str,
+    client: impl FnOnce(&Lossy, SocketAddr, &[&str]) -> Vec<(String, Vec<u8>)>,
+) {
+    if !common::privileged(test, &["ip", "nft"]) {
+        return;
+    }
+    let (loss, paths, connections): (u32, Vec<String>, u64) = match name {
+        "handshakeloss" => (
+            30,
+            (1000..1010).map(|n| format!("/bytes/{n}")).collect(),
+            10,
+        ),
+        "transferloss" => (2, vec!["/bytes/2000000".into()], 1),
+        _ => panic!("no case {name}"),
+    };
+    // One namespace per test: the tests of this binary run at once.
+    let tag = format!(
+        "{}{}",
+        if test.contains("aioquic") { "a" } else { "g" },
+        &name[..3]
+    );
+    let l = Lossy::new(&tag, loss);
+    let mut srv = l.serve();
+    let addr: SocketAddr = format!("127.0.0.1:{LOSSY_PORT}").parse().unwrap();
+    let p: Vec<&str> = paths.iter().map(String::as_str).collect();
+    let files = client(&l, addr, &p);
+    assert_eq!(files.len(), paths.len(), "{name}");
+    for ((path, body), want) in files.iter().zip(&paths) {
+        assert_eq!(path, want);
+        let n: usize = path.trim_start_matches("/bytes/").parse().unwrap();
+        assert!(
+            *body == clients::bytes_body(n),
+            "{name}: {path} is not byte-exact ({} bytes)",
+            body.len()
+        );
+    }
+    stats_until(&mut srv, |v| {
+        v["connections"] == 0 && v["accepted"] == connections
+    });
+    assert!(
+        l.dropped() > 0,
+        "{name}: nothing was dropped: the test proved nothing"
+    );
+    stop(srv);
+}
+
+/// aioquic in the lossy namespace: one connection per path for
+/// handshakeloss, one for all of them for transferloss.
+fn aioquic_lossy(test: &str, name: &str) {
+    if !clients::aioquic(test) {
+        return;
+    }
+    lossy_case(test, name, |l, addr, paths| {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/aioquic_client.py");
+        let groups: Vec<Vec<&str>> = if name == "handshakeloss" {
+            paths.iter().map(|p| vec![*p]).collect()
+        } else {
+            vec![paths.to_vec()]
+        };
+        let mut files = Vec::new();
+        for g in groups {
+            let (ok, out, err) = clients::run_bounded(
+                Command::new("ip")
+                    .args(["netns", "exec", &l.ns, "python3", script])
+                    .arg(addr.ip().to_string())
+                    .arg(addr.port().to_string())
+                    .args(&g),
+            )
+            .unwrap();
+            assert!(ok, "{name}: {out}{err}");
+            let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+            for r in v["responses"].as_array().unwrap() {
+                let path = r["path"].as_str().unwrap().to_string();
+                let n: usize = path.trim_start_matches("/bytes/").parse().unwrap();
+                let exact = r["bytes"] == n
+                    && r["sha256"] == clients::sha256_hex(&clients::bytes_body(n)).as_str();
+                files.push((
+                    path,
+                    if exact {
+                        clients::bytes_body(n)
+                    } else {
+                        Vec::new()
+                    },
+                ));
+            }
+        }
+        files
+    });
+}
+
+/// quic-go's interop client in the lossy namespace: `multiconnect` (one
+/// connection per file) for handshakeloss, `transfer` for transferloss,
+/// as the runner runs them.
+fn quic_go_lossy(test: &str, name: &str) {
+    let Some(bin) = clients::quic_go_interop_client(test) else {
+        return;
+    };
+    lossy_case(test, name, |l, addr, paths| {
+        let testcase = if name == "handshakeloss" {
+            "multiconnect"
+        } else {
+            "transfer"
+        };
+        let run = clients::quic_go_interop_in(Some(&l.ns), &bin, testcase, addr, paths).unwrap();
+        paths
+            .iter()
+            .map(|p| (p.to_string(), run.file(p).unwrap_or_default()))
+            .collect()
+    });
+}
+
+/// Passed alone every time here (and 30 of 30 single-connection runs of
+/// the same set-up by hand), but 2 of about 6 runs of the whole file
+/// stalled: one connection's request got no answer within aioquic's 60 s.
+/// Not diagnosed yet (docs/INTEROP.md), so CI does not run it.
+#[test]
+#[ignore = "a stall seen under load, not diagnosed (docs/INTEROP.md)"]
+fn interop_aioquic_handshakeloss() {
+    aioquic_lossy("interop_aioquic_handshakeloss", "handshakeloss");
+}
+#[test]
+fn interop_aioquic_transferloss() {
+    aioquic_lossy("interop_aioquic_transferloss", "transferloss");
+}
+/// quic-go's client gives up a handshake after 5 s without a packet
+/// (its HandshakeIdleTimeout, which the runner's client leaves at the
+/// default). Under 30% loss each way that happened here in 1 of 6 runs of
+/// 10 connections, and in 4 of 6 against plain quinn (`--stack quinn`):
+/// a pass is likely, not certain, so CI does not run it.
+#[test]
+#[ignore = "flaky by design: quic-go's 5 s handshake timeout under 30% loss (docs/INTEROP.md)"]
+fn interop_quic_go_handshakeloss() {
+    quic_go_lossy("interop_quic_go_handshakeloss", "handshakeloss");
+}
+#[test]
+fn interop_quic_go_transferloss() {
+    quic_go_lossy("interop_quic_go_transferloss", "transferloss");
+}
+
+/// Files served from `--www`, fetched byte-exact over hq-interop by both
+/// clients, in parallel on one connection each: sizes around a chunk and
+/// a window, a nested path, and `index.html` for the directory itself.
+#[test]
+fn www_files_are_fetched_byte_exact_by_quic_go_and_aioquic() {
+    let test = "www_files_are_fetched_byte_exact_by_quic_go_and_aioquic";
+    let dir = clients::tempdir("www");
+    let mut files: Vec<(String, Vec<u8>)> = Vec::new();
+    for (name, n) in [
+        ("index.html", 300usize),
+        ("a.bin", 1),
+        ("b.bin", 65_536),
+        ("c.bin", 65_537),
+        ("sub/d.bin", 3_000_001),
+    ] {
+        // Content that no pattern elsewhere has: a hash chain.
+        let mut body = Vec::with_capacity(n);
+        let mut seed = ring::digest::digest(&ring::digest::SHA256, name.as_bytes());
+        while body.len() < n {
+            body.extend_from_slice(seed.as_ref());
+            seed = ring::digest::digest(&ring::digest::SHA256, seed.as_ref());
+        }
+        body.truncate(n);
+        let p = dir.join(name);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, &body).unwrap();
+        files.push((format!("/{name}"), body));
+    }
+    files[0].0 = "/".into();
+    let www = dir.to_str().unwrap().to_string();
+    let paths: Vec<&str> = files.iter().map(|(p, _)| p.as_str()).collect();
+    let want: Vec<(u64, String)> = files
+        .iter()
+        .map(|(_, b)| (b.len() as u64, clients::sha256_hex(b)))
+        .collect();
+    let check = |who: &str, got: Vec<Fetched>| {
+        assert_eq!(got.len(), want.len(), "{who}: {got:?}");
+        for (f, w) in got.iter().zip(&want) {
+            assert_eq!(
+                (f.status, f.bytes, &f.sha256),
+                (200, w.0, &w.1),
+                "{who}: {f:?}"
+            );
+        }
+    };
+    let (srv, addr, _) = serve(&["--listen", "127.0.0.1:0", "--workers", "2", "--www", &www]);
+    if let Some(bin) = clients::quic_go_client(test) {
+        let (got, _) = clients::quic_go_fetch(
+            &bin,
+            "hq-interop",
+            Trust::Insecure,
+            &clients::urls(addr, &paths),
+        )
+        .unwrap();
+        check("quic-go", got);
+    }
+    if clients::aioquic(test) {
+        let v = clients::aioquic_fetch(false, Trust::Insecure, addr, &paths).unwrap();
+        check("aioquic", clients::aioquic_fetched(&v));
+    }
+    stop(srv);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The runner's ecn case. quic-go marks its datagrams ECT(0) and stops
+/// unless the server's ACKs count the marks (its ECN validation); the
+/// server marks its own and stops unless the client's ACKs count them
+/// (quinn-proto's). Over a 3 MB transfer in the namespace (no loss), both
+/// directions stay marked: each side's ACKs carry ECN counts. Counted
+/// by nftables (`ip ecn ect0`), not from a capture.
+#[test]
+fn interop_quic_go_ecn() {
+    let test = "interop_quic_go_ecn";
+    let Some(bin) = clients::quic_go_interop_client(test) else {
+        return;
+    };
+    if !common::privileged(test, &["ip", "nft"]) {
+        return;
+    }
+    let l = Lossy::new("gecn", 0);
+    let srv = l.serve();
+    let addr: SocketAddr = format!("127.0.0.1:{LOSSY_PORT}").parse().unwrap();
+    let run = clients::quic_go_interop_in(Some(&l.ns), &bin, "transfer", addr, &["/bytes/3000000"])
+        .unwrap();
+    assert!(run.file("/bytes/3000000").unwrap() == clients::bytes_body(3_000_000));
+    let (to_marked, to_all, from_marked, from_all) = l.ecn();
+    // All but a few of each direction's datagrams: a side that failed
+    // validation stops marking after its first ones.
+    assert!(
+        to_all > 50 && to_marked * 10 >= to_all * 9,
+        "client's: {to_marked} of {to_all} marked"
+    );
+    assert!(
+        from_all > 1000 && from_marked * 10 >= from_all * 9,
+        "server's: {from_marked} of {from_all} marked"
+    );
+    stop(srv);
+}
+
+/// aioquic neither marks nor counts ECN: the server's ECN validation must
+/// fail and it must stop marking (RFC 9000 13.4.2), so that a path or
+/// peer without ECN is not sent marks that nobody reports.
+#[test]
+fn interop_aioquic_ecn_falls_back_without_ecn_counts() {
+    let test = "interop_aioquic_ecn_falls_back_without_ecn_counts";
+    if !clients::aioquic(test) || !common::privileged(test, &["ip", "nft"]) {
+        return;
+    }
+    let l = Lossy::new("aecn", 0);
+    let srv = l.serve();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/aioquic_client.py");
+    let (ok, out, err) = clients::run_bounded(
+        Command::new("ip")
+            .args(["netns", "exec", &l.ns, "python3", script, "127.0.0.1"])
+            .arg(LOSSY_PORT.to_string())
+            .arg("/bytes/3000000"),
+    )
+    .unwrap();
+    assert!(ok, "{out}{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["responses"][0]["pattern"], true, "{v}");
+    let (to_marked, _, from_marked, from_all) = l.ecn();
+    assert_eq!(to_marked, 0, "aioquic marks nothing");
+    assert!(
+        from_all > 1000 && from_marked <= 20,
+        "server's: {from_marked} of {from_all} still marked"
+    );
+    stop(srv);
+}
