@@ -112,8 +112,28 @@ use crate::sys::uring::{self as ring, RecvEvent, RecvRing, SendRing, ZcDone, ZcR
 /// sets up: `uring` or `syscall` (the default).
 pub const BACKEND_ENV: &str = "FASTUDP_BACKEND";
 
-/// Default number of provided receive buffers per socket.
-pub const DEFAULT_RECV_BUFFERS: u16 = 64;
+/// Bytes of provided receive buffers a ring gets by default (see
+/// [`recv_buffers_for`]).
+pub const RECV_RING_BYTES: usize = 1 << 20;
+
+/// The number of provided receive buffers a ring gets by default for
+/// messages of up to `payload` bytes: as many as fit in
+/// [`RECV_RING_BYTES`], rounded down to a power of two, at least 4 and at
+/// most 64 (8 for GRO trains of 96 KiB).
+///
+/// The kernel takes buffers from the ring in order and they come back at
+/// its tail, so every buffer of the ring is written in turn: the fewer
+/// there are, the more of them are still in the CPU's cache when the
+/// kernel copies the next message in and the application reads it. On a
+/// 2-vCPU VM, 4 to 8 buffers of 96 KiB took 0.78-0.87x the receive CPU per
+/// byte of `recvmmsg`, 64 took 1.05-1.07x (docs/BENCHMARKS.md, section
+/// 13). When they are all in use, the kernel stops the receive and the
+/// datagrams wait in the socket's buffer until it is armed again
+/// ([`UringStats::buffer_exhausted`]): nothing is lost to a small ring.
+pub fn recv_buffers_for(payload: usize) -> u16 {
+    let n = (RECV_RING_BYTES / (ring::RECV_OVERHEAD + payload).max(1)).clamp(4, 64);
+    1 << (usize::BITS - 1 - n.leading_zeros())
+}
 
 /// What io_uring offers this process, as probed once.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -343,7 +363,10 @@ impl Backend {
             None
         };
         let recv = if p.receive_ok() {
-            let n = recv_buffers.clamp(1, 1 << 15).next_power_of_two();
+            let n = match recv_buffers {
+                0 => recv_buffers_for(payload),
+                n => n.clamp(1, 1 << 15).next_power_of_two(),
+            };
             Some(RecvRing::new(fd, n, payload).map_err(|e| {
                 off(
                     e.raw_os_error(),

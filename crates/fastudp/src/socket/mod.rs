@@ -188,7 +188,7 @@ impl Socket {
     }
 
     /// The socket, and its state to change.
-    #[cfg(feature = "uring")]
+    #[cfg(all(feature = "uring", target_os = "linux"))]
     pub(crate) fn parts_mut(&mut self) -> (&UdpSocket, &mut UdpState) {
         (&self.inner, &mut self.state)
     }

@@ -60,7 +60,10 @@ pub struct Config {
     #[cfg_attr(docsrs, doc(cfg(feature = "uring")))]
     pub uring: bool,
     /// Provided receive buffers of the io_uring backend (rounded up to a
-    /// power of two; default 64). Each holds one message (a GRO train).
+    /// power of two). Each holds one message (a GRO train). The default,
+    /// 0, sizes the ring from the messages it receives
+    /// ([`crate::uring::recv_buffers_for`]): about 1 MiB of buffers, so
+    /// that the ones the kernel cycles through stay in the CPU's cache.
     #[cfg(feature = "uring")]
     #[cfg_attr(docsrs, doc(cfg(feature = "uring")))]
     pub uring_recv_buffers: u16,
@@ -79,7 +82,7 @@ impl Default for Config {
             #[cfg(feature = "uring")]
             uring: false,
             #[cfg(feature = "uring")]
-            uring_recv_buffers: 64,
+            uring_recv_buffers: 0,
         }
     }
 }
