@@ -18,7 +18,7 @@
 //! each round (order rotated per round); ratios are taken within a round.
 //!
 //! ```sh
-//! cargo run --release -p fastudp --features uring --example uring_copy -- [ROUNDS] [SECONDS] [RING_BUFFERS, 0: the default]
+//! cargo run --release -p fastudp --features uring --example uring_copy -- [ROUNDS] [SECONDS] [RING_BUFFERS, 0: the default] [ONLY_RECEIVER]
 //! ```
 
 use fastudp::{Config, RecvBatch, RecvMeta, Socket, Transmit};
@@ -150,7 +150,15 @@ fn main() {
     let rounds: usize = args.next().map_or(3, |a| a.parse().expect("ROUNDS"));
     let secs: f64 = args.next().map_or(2.0, |a| a.parse().expect("SECONDS"));
     let ring_buffers: u16 = args.next().map_or(0, |a| a.parse().expect("RING_BUFFERS"));
+    let only = args.next();
     let modes = [Mode::Recvmmsg, Mode::RingCopy, Mode::Ring];
+    if let Some(name) = only {
+        // One receiver alone, for a profile.
+        let m = *modes.iter().find(|m| m.name() == name).expect("a receiver name");
+        let (ns, bps) = run(m, secs, ring_buffers);
+        println!("{name}: {ns:.4} rx ns/B, {:.0} MB/s", bps / 1e6);
+        return;
+    }
     println!("round  receiver   rx ns/B  MB/s    ns/B vs recvmmsg  MB/s vs recvmmsg");
     for round in 0..rounds {
         let mut order = modes;
