@@ -154,7 +154,10 @@ fn main() {
     let modes = [Mode::Recvmmsg, Mode::RingCopy, Mode::Ring];
     if let Some(name) = only {
         // One receiver alone, for a profile.
-        let m = *modes.iter().find(|m| m.name() == name).expect("a receiver name");
+        let m = *modes
+            .iter()
+            .find(|m| m.name() == name)
+            .expect("a receiver name");
         let (ns, bps) = run(m, secs, ring_buffers);
         println!("{name}: {ns:.4} rx ns/B, {:.0} MB/s", bps / 1e6);
         return;

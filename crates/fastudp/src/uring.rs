@@ -41,7 +41,10 @@
 //!   still full) is reported as a local drop, in
 //!   [`Sent::dropped_locally`](crate::Sent::dropped_locally), and counted
 //!   in [`UringStats::holes_dropped`]. So nothing is sent twice, and
-//!   nothing is lost without being reported. A blocking socket that must
+//!   nothing is lost without being reported. A datagram larger than any
+//!   the socket sent so far (a path-MTU probe) ends its batch, so that the
+//!   path's refusal (`EMSGSIZE`) names it alone, as on the syscall path,
+//!   with nothing sent after it. A blocking socket that must
 //!   wait for buffer space sends its batch as one chain of linked
 //!   `SENDMSG`s (io_uring would otherwise complete the waiting ones out
 //!   of order), where a failure cancels the rest.
@@ -116,22 +119,22 @@ pub const BACKEND_ENV: &str = "FASTUDP_BACKEND";
 /// [`recv_buffers_for`]).
 pub const RECV_RING_BYTES: usize = 1 << 20;
 
-/// The number of provided receive buffers a ring gets by default for
-/// messages of up to `payload` bytes: as many as fit in
-/// [`RECV_RING_BYTES`], rounded down to a power of two, at least 4 and at
-/// most 64 (8 for GRO trains of 96 KiB).
+/// The number of provided receive buffers a ring gets by default when
+/// the kernel writes about `bytes` into each (a GRO train's 96 KiB, or a
+/// datagram's 1500): as many as fit in [`RECV_RING_BYTES`], rounded down
+/// to a power of two, at least 4 and at most 64 (8 for GRO trains).
 ///
 /// The kernel takes buffers from the ring in order and they come back at
 /// its tail, so every buffer of the ring is written in turn: the fewer
 /// there are, the more of them are still in the CPU's cache when the
 /// kernel copies the next message in and the application reads it. On a
-/// 2-vCPU VM, 4 to 8 buffers of 96 KiB took 0.78-0.87x the receive CPU per
-/// byte of `recvmmsg`, 64 took 1.05-1.07x (docs/BENCHMARKS.md, section
+/// 2-vCPU VM, 8 buffers of 96 KiB took 0.82-0.90x the receive CPU per
+/// byte of `recvmmsg`, 64 took 1.02-1.10x (docs/BENCHMARKS.md, section
 /// 13). When they are all in use, the kernel stops the receive and the
-/// datagrams wait in the socket's buffer until it is armed again
-/// ([`UringStats::buffer_exhausted`]): nothing is lost to a small ring.
-pub fn recv_buffers_for(payload: usize) -> u16 {
-    let n = (RECV_RING_BYTES / (ring::RECV_OVERHEAD + payload).max(1)).clamp(4, 64);
+/// datagrams wait in the socket's buffer, as they would for `recvmmsg`,
+/// until it is armed again ([`UringStats::buffer_exhausted`]).
+pub fn recv_buffers_for(bytes: usize) -> u16 {
+    let n = (RECV_RING_BYTES / (ring::RECV_OVERHEAD + bytes).max(1)).clamp(4, 64);
     1 << (usize::BITS - 1 - n.leading_zeros())
 }
 
@@ -301,7 +304,15 @@ pub(crate) struct Backend {
     arms: AtomicU64,
     holes_resent: AtomicU64,
     holes_dropped: AtomicU64,
+    /// Payload of the largest datagram sent (see `cut_after_growth`).
+    largest_sent: std::sync::atomic::AtomicUsize,
 }
+
+/// Payload every path is taken to carry before the socket sent anything
+/// larger: IPv6's minimum MTU (1280) less 48 bytes of IPv6 and UDP
+/// headers. A larger datagram ends its unlinked batch until one of its
+/// size went (see `Backend::cut_after_growth`).
+const SAFE_DATAGRAM: usize = 1232;
 
 /// Whether `FASTUDP_BACKEND` asks for io_uring.
 pub(crate) fn env_wants_uring() -> Result<bool, Error> {
@@ -388,6 +399,7 @@ impl Backend {
             arms: AtomicU64::new(0),
             holes_resent: AtomicU64::new(0),
             holes_dropped: AtomicU64::new(0),
+            largest_sent: std::sync::atomic::AtomicUsize::new(SAFE_DATAGRAM),
         })
     }
 
@@ -456,6 +468,22 @@ impl Backend {
             }
         }
         Some(out.map(|o| o.sent))
+    }
+
+    /// How many of a batch's `n` transmits go in one unlinked submission:
+    /// up to and including the first whose largest datagram (`size(i)`)
+    /// is larger than any this socket sent so far (and than
+    /// [`SAFE_DATAGRAM`]). A datagram over the
+    /// path MTU then fails (`EMSGSIZE`) as the last of its batch, never
+    /// with sends after it.
+    pub(crate) fn cut_after_growth(&self, n: usize, size: impl Fn(usize) -> usize) -> usize {
+        let max = self.largest_sent.load(Relaxed);
+        (0..n).position(|i| size(i) > max).map_or(n, |p| p + 1)
+    }
+
+    /// Remembers the largest datagram sent so far.
+    pub(crate) fn note_sent_size(&self, size: usize) {
+        self.largest_sent.fetch_max(size, Relaxed);
     }
 
     /// Counts a hole of an unlinked batch: resent (`filled`), or dropped.
@@ -1137,6 +1165,14 @@ mod tests {
         )
         .unwrap();
         assert!(tx.state().uring_stats().unwrap().send_active);
+        // A first datagram as large as any the tests send, elsewhere: a
+        // batch is cut after a datagram larger than any sent before.
+        let sink = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let warm = [0u8; 1472];
+        let sent = tx
+            .send(&[Transmit::new(sink.local_addr().unwrap(), &warm)])
+            .unwrap();
+        assert!(sent.all(1));
         (rx, tx)
     }
 
@@ -1174,6 +1210,49 @@ mod tests {
             .map(|g| u32::from_be_bytes(g[..4].try_into().unwrap()))
             .collect();
         (sent, seqs, tx.state().uring_stats().unwrap(), tx.stats())
+    }
+
+    #[test]
+    fn the_ring_is_sized_from_the_bytes_each_message_writes() {
+        assert_eq!(recv_buffers_for(crate::socket::DEFAULT_MESSAGE_CAPACITY), 8);
+        assert_eq!(recv_buffers_for(1500), 64);
+        assert_eq!(recv_buffers_for(1 << 20), 4);
+    }
+
+    /// A datagram larger than any sent before ends its batch, so that a
+    /// path-MTU refusal is never followed by sends that went.
+    #[test]
+    fn a_batch_ends_after_a_datagram_larger_than_any_sent_before() {
+        if !ring_here() {
+            return;
+        }
+        let (rx, tx) = pair();
+        let b = tx.state().uring.as_ref().unwrap();
+        let sizes = [500, 1472, 1473, 600, 2000];
+        assert_eq!(b.cut_after_growth(5, |i| sizes[i]), 3);
+        b.note_sent_size(1473);
+        assert_eq!(b.cut_after_growth(5, |i| sizes[i]), 5);
+        // Through the send path: the larger datagram goes last in its
+        // ring batch (so the failure injected after it finds nothing).
+        let dest = rx.local_addr().unwrap();
+        let data: Vec<Vec<u8>> = (0..4)
+            .map(|i| datagram(i, if i == 1 { 3000 } else { 500 }))
+            .collect();
+        let ts: Vec<Transmit<'_>> = data.iter().map(|d| Transmit::new(dest, d)).collect();
+        let before = tx.state().uring_stats().unwrap().send_enters;
+        ring::inject::fail_next(&[0, 0b11]);
+        let sent = tx.send(&ts).unwrap();
+        // Batch [0, 1] went whole; the next batch failed whole, and
+        // the call stopped there: an exact prefix, no hole.
+        assert_eq!((sent.transmits, sent.dropped_locally), (2, 0), "{sent:?}");
+        assert!(tx.state().uring_stats().unwrap().send_enters >= before + 2);
+        let rest = tx.send(&ts[2..]).unwrap();
+        assert!(rest.all(2));
+        let got: Vec<u32> = arrivals(&rx)
+            .iter()
+            .map(|g| u32::from_be_bytes(g[..4].try_into().unwrap()))
+            .collect();
+        assert_eq!(got, [0, 1, 2, 3]);
     }
 
     #[test]

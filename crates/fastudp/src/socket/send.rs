@@ -382,6 +382,15 @@ impl UdpState {
                     x.segments() == 1 || gso_for(&x)
                 })
                 .count();
+            // On the io_uring ring a batch is not stopped by a failure: a
+            // transmit with datagrams larger than any sent so far (a
+            // path-MTU probe) ends its batch, so that its EMSGSIZE is
+            // reported for it alone, with nothing sent after it.
+            #[cfg(all(feature = "uring", target_os = "linux"))]
+            let n = match self.uring.as_ref().filter(|b| b.for_fd(fd)) {
+                Some(b) => b.cut_after_growth(n, |i| largest_datagram(&src.get(from + i))),
+                None => n,
+            };
             let allow_ecn = ecn_refused.is_none();
             #[cfg(test)]
             let injected = super::faults::refused(
@@ -406,6 +415,16 @@ impl UdpState {
                 Ok(k) => {
                     let lost = holes.count_ones() as usize;
                     self.c.send_messages.fetch_add((k - lost) as u64, Relaxed);
+                    #[cfg(all(feature = "uring", target_os = "linux"))]
+                    if let Some(b) = self.uring.as_ref().filter(|b| b.for_fd(fd)) {
+                        b.note_sent_size(
+                            (0..k)
+                                .filter(|&i| holes & (1u128 << i) == 0)
+                                .map(|i| largest_datagram(&src.get(from + i)))
+                                .max()
+                                .unwrap_or(0),
+                        );
+                    }
                     if holes & 1 == 0 {
                         if let Some(cause) = ecn_refused {
                             self.disable_ecn(&cause, &t.destination);
@@ -567,6 +586,13 @@ impl UdpState {
         }
         Ok(Step::Whole(1))
     }
+}
+
+/// The payload of a transmit's largest datagram.
+#[cfg(all(feature = "uring", target_os = "linux"))]
+fn largest_datagram(t: &Transmit<'_>) -> usize {
+    t.segment_size
+        .map_or(t.contents.len(), |s| s.min(t.contents.len()))
 }
 
 impl UdpState {

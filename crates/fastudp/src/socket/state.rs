@@ -62,8 +62,10 @@ pub struct Config {
     /// Provided receive buffers of the io_uring backend (rounded up to a
     /// power of two). Each holds one message (a GRO train). The default,
     /// 0, sizes the ring from the messages it receives
-    /// ([`crate::uring::recv_buffers_for`]): about 1 MiB of buffers, so
-    /// that the ones the kernel cycles through stay in the CPU's cache.
+    /// ([`crate::uring::recv_buffers_for`]): 8 buffers for GRO trains, so
+    /// that the memory the kernel cycles through (about 1 MiB) stays in
+    /// the CPU's cache; 64 for single datagrams, which write only the
+    /// first bytes of each.
     #[cfg(feature = "uring")]
     #[cfg_attr(docsrs, doc(cfg(feature = "uring")))]
     pub uring_recv_buffers: u16,
@@ -436,7 +438,14 @@ impl UdpState {
             } else {
                 65536
             };
-            match crate::uring::Backend::new(fd, config.uring_recv_buffers, payload) {
+            let buffers = match config.uring_recv_buffers {
+                // GRO trains fill most of each buffer; single datagrams
+                // only their first bytes.
+                0 if self.caps.gro => crate::uring::recv_buffers_for(payload),
+                0 => crate::uring::recv_buffers_for(1500),
+                n => n,
+            };
+            match crate::uring::Backend::new(fd, buffers, payload) {
                 Ok(b) => self.uring = Some(b),
                 Err(ev) => self.record(ev.feature, ev.errno, ev.reason),
             }
