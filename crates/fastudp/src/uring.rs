@@ -24,14 +24,18 @@
 //!   hands messages straight out of the provided buffers to a callback;
 //!   [`UdpState::recv`](crate::UdpState::recv) copies them into a
 //!   [`RecvBatch`](crate::RecvBatch) as before.
-//! * **Send** submits a batch's `IORING_OP_SENDMSG`s unlinked, with
-//!   `MSG_DONTWAIT`, in one `io_uring_enter`, with the control messages of
-//!   the syscall path (`UDP_SEGMENT`, TOS, PKTINFO, `SCM_TXTIME`); the
-//!   kernel issues each one inline, in order. The completions are
-//!   reconciled by index into the same [`Sent`](crate::Sent) the syscall
-//!   path reports, and every fallback (a GSO refusal, an ECN refusal, ICMP
-//!   errors) is the syscall path's own code. Unlinked, a failed send does
-//!   not stop the ones after it. When the failures are all at the end,
+//! * **Send** goes as one chain of linked `IORING_OP_SENDMSG`s per batch,
+//!   in one `io_uring_enter`, with the control messages of the syscall path
+//!   (`UDP_SEGMENT`, TOS, PKTINFO, `SCM_TXTIME`). A failure cancels the
+//!   rest of the chain, so what went out is a prefix, as with `sendmmsg`,
+//!   and every fallback (a GSO refusal, an ECN refusal, ICMP errors) is the
+//!   syscall path's own code. The kernel issues each linked send after the
+//!   first through task work; with
+//!   [`Config::uring_unlinked_sends`](crate::Config::uring_unlinked_sends)
+//!   the `SENDMSG`s of a batch go unlinked, with `MSG_DONTWAIT`, each
+//!   issued inline, in order, and their completions are reconciled by
+//!   index into the same [`Sent`](crate::Sent). Unlinked, a failed send
+//!   does not stop the ones after it. When the failures are all at the end,
 //!   what went out is a prefix, exactly as `sendmmsg` reports it. When a
 //!   send fails and a later one went (a *hole*), the later ones cannot be
 //!   called back: the call reports everything up to the last send that
@@ -41,7 +45,10 @@
 //!   still full) is reported as a local drop, in
 //!   [`Sent::dropped_locally`](crate::Sent::dropped_locally), and counted
 //!   in [`UringStats::holes_dropped`]. So nothing is sent twice, and
-//!   nothing is lost without being reported. A datagram larger than any
+//!   nothing is lost without being reported, but such a hole is a loss
+//!   where the linked chain would have returned an error or `WouldBlock`:
+//!   under a full socket buffer on a non-blocking socket holes are common,
+//!   which is why the chain stays the default. A datagram larger than any
 //!   the socket sent so far (a path-MTU probe) ends its batch, so that the
 //!   path's refusal (`EMSGSIZE`) names it alone, as on the syscall path,
 //!   with nothing sent after it. A blocking socket that must
@@ -306,6 +313,8 @@ pub(crate) struct Backend {
     holes_dropped: AtomicU64,
     /// Payload of the largest datagram sent (see `cut_after_growth`).
     largest_sent: std::sync::atomic::AtomicUsize,
+    /// Batches go unlinked.
+    unlinked: bool,
 }
 
 /// Payload every path is taken to carry before the socket sent anything
@@ -400,6 +409,7 @@ impl Backend {
             holes_resent: AtomicU64::new(0),
             holes_dropped: AtomicU64::new(0),
             largest_sent: std::sync::atomic::AtomicUsize::new(SAFE_DATAGRAM),
+            unlinked: false,
         })
     }
 
@@ -449,7 +459,7 @@ impl Backend {
         if r.broken() {
             return None;
         }
-        let out = r.send_batch(fd, n, dontwait, fill);
+        let out = r.send_batch(fd, n, dontwait && self.unlinked, dontwait, fill);
         if let Ok(o) = &out {
             *holes = o.holes;
             self.send_enters.fetch_add(o.enters, Relaxed);
@@ -477,6 +487,9 @@ impl Backend {
     /// path MTU then fails (`EMSGSIZE`) as the last of its batch, never
     /// with sends after it.
     pub(crate) fn cut_after_growth(&self, n: usize, size: impl Fn(usize) -> usize) -> usize {
+        if !self.unlinked {
+            return n;
+        }
         let max = self.largest_sent.load(Relaxed);
         (0..n).position(|i| size(i) > max).map_or(n, |p| p + 1)
     }
@@ -484,6 +497,12 @@ impl Backend {
     /// Remembers the largest datagram sent so far.
     pub(crate) fn note_sent_size(&self, size: usize) {
         self.largest_sent.fetch_max(size, Relaxed);
+    }
+
+    /// Sends batches unlinked (see [`crate::Config::uring_unlinked_sends`]).
+    pub(crate) fn unlinked(mut self, on: bool) -> Self {
+        self.unlinked = on;
+        self
     }
 
     /// Counts a hole of an unlinked batch: resent (`filled`), or dropped.
@@ -1161,7 +1180,9 @@ mod tests {
             .unwrap();
         let tx = crate::Socket::bind_with(
             "127.0.0.1:0".parse().unwrap(),
-            crate::Config::default().uring(true),
+            crate::Config::default()
+                .uring(true)
+                .uring_unlinked_sends(true),
         )
         .unwrap();
         assert!(tx.state().uring_stats().unwrap().send_active);
@@ -1253,6 +1274,38 @@ mod tests {
             .map(|g| u32::from_be_bytes(g[..4].try_into().unwrap()))
             .collect();
         assert_eq!(got, [0, 1, 2, 3]);
+    }
+
+    /// By default a batch is one linked chain: a failure in the middle
+    /// cancels the rest, nothing after it goes, and the call goes on from
+    /// there in order; there is never a hole.
+    #[test]
+    fn a_linked_batch_stops_at_a_failure_in_the_middle() {
+        if !ring_here() {
+            return;
+        }
+        let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        rx.set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        let tx = crate::Socket::bind_with(
+            "127.0.0.1:0".parse().unwrap(),
+            crate::Config::default().uring(true),
+        )
+        .unwrap();
+        let dest = rx.local_addr().unwrap();
+        let data: Vec<Vec<u8>> = (0..4).map(|i| datagram(i, 500)).collect();
+        let ts: Vec<Transmit<'_>> = data.iter().map(|d| Transmit::new(dest, d)).collect();
+        ring::inject::fail_next(&[0b0010, 0b1]);
+        let sent = tx.send(&ts).unwrap();
+        assert_eq!((sent.transmits, sent.dropped_locally), (1, 0), "{sent:?}");
+        assert!(tx.send(&ts[1..]).unwrap().all(3));
+        let got: Vec<u32> = arrivals(&rx)
+            .iter()
+            .map(|g| u32::from_be_bytes(g[..4].try_into().unwrap()))
+            .collect();
+        assert_eq!(got, [0, 1, 2, 3]);
+        let u = tx.state().uring_stats().unwrap();
+        assert_eq!((u.holes_resent, u.holes_dropped), (0, 0), "{u:?}");
     }
 
     #[test]

@@ -69,6 +69,17 @@ pub struct Config {
     #[cfg(feature = "uring")]
     #[cfg_attr(docsrs, doc(cfg(feature = "uring")))]
     pub uring_recv_buffers: u16,
+    /// Submit the io_uring backend's `SENDMSG`s unlinked (default false:
+    /// one linked chain per batch). Cheaper in the kernel, but a send that
+    /// fails no longer stops the ones after it: such a *hole* is resent
+    /// at once, after them, and one whose resend fails too (a full socket
+    /// buffer on a non-blocking socket, a datagram over a path MTU that
+    /// shrank) is reported as dropped locally rather than as an error.
+    /// For protocols that recover losses and reordering themselves (QUIC);
+    /// see [`crate::uring`].
+    #[cfg(feature = "uring")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "uring")))]
+    pub uring_unlinked_sends: bool,
 }
 
 impl Default for Config {
@@ -85,6 +96,8 @@ impl Default for Config {
             uring: false,
             #[cfg(feature = "uring")]
             uring_recv_buffers: 0,
+            #[cfg(feature = "uring")]
+            uring_unlinked_sends: false,
         }
     }
 }
@@ -137,6 +150,14 @@ impl Config {
     #[cfg_attr(docsrs, doc(cfg(feature = "uring")))]
     pub fn uring(mut self, on: bool) -> Self {
         self.uring = on;
+        self
+    }
+
+    /// See [`Config::uring_unlinked_sends`](struct.Config.html#structfield.uring_unlinked_sends).
+    #[cfg(feature = "uring")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "uring")))]
+    pub fn uring_unlinked_sends(mut self, on: bool) -> Self {
+        self.uring_unlinked_sends = on;
         self
     }
 
@@ -446,7 +467,7 @@ impl UdpState {
                 n => n,
             };
             match crate::uring::Backend::new(fd, buffers, payload) {
-                Ok(b) => self.uring = Some(b),
+                Ok(b) => self.uring = Some(b.unlinked(config.uring_unlinked_sends)),
                 Err(ev) => self.record(ev.feature, ev.errno, ev.reason),
             }
         }

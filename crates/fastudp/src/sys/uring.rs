@@ -39,9 +39,8 @@
 //! * **Send batches** ([`SendRing::send_batch`]). Headers, addresses,
 //!   iovecs and control data are built in heap slots the ring owns; the
 //!   payloads are the caller's, borrowed for the call. The `SENDMSG`s are
-//!   unlinked, each completing on its own (linked only when a blocking
-//!   socket waits for room), and the call reconciles their completions by
-//!   index. The call does not
+//!   one linked chain, or unlinked, each completing on its own; the call
+//!   reconciles their completions by index. The call does not
 //!   return before every completion of its batch arrived, so nothing it
 //!   borrowed is in use when it returns. The kernel only reads send memory:
 //!   even in the one case where the call gives up early (the ring itself
@@ -684,8 +683,10 @@ impl SendRing {
     /// Sends `n` messages (at most [`MAX_BATCH`]) built by `fill`, as in
     /// [`super::send_batch`], in one `io_uring_enter`.
     ///
-    /// With `dontwait` every send has `MSG_DONTWAIT` and the `SENDMSG`s are
-    /// submitted unlinked: the kernel issues each inline, in order (a
+    /// With `dontwait` every send has `MSG_DONTWAIT` (io_uring waits for
+    /// buffer space otherwise, whatever the socket's mode). With `unlinked`
+    /// (only with `dontwait`) the `SENDMSG`s are submitted unlinked: the
+    /// kernel issues each inline, in order (a
     /// linked one would wait for task work), and each one succeeds or
     /// fails on its own. A failure does not stop the ones after it, so the
     /// completions are reconciled by index ([`SendOutcome`]): `sent` is the
@@ -695,16 +696,16 @@ impl SendRing {
     /// not go although later ones did; the caller must resend or account
     /// for it, never resend the later ones.
     ///
-    /// Without `dontwait` (a blocking socket waiting for buffer space,
-    /// which io_uring would otherwise do in any order) the batch is one
-    /// chain of linked `SENDMSG`s: a failure cancels the rest, so what went
-    /// out is a prefix and there is never a hole.
+    /// Otherwise the batch is one chain of linked `SENDMSG`s: a failure
+    /// cancels the rest, so what went out is a prefix and there is never a
+    /// hole (a chain that waits for buffer space also keeps its order).
     ///
     /// Returns `Err` from `fill` as the outer error.
     pub(crate) fn send_batch<'a, E>(
         &mut self,
         fd: BorrowedFd<'_>,
         n: usize,
+        unlinked: bool,
         dontwait: bool,
         mut fill: impl FnMut(usize, &mut [u8]) -> Result<SendMsg<'a>, E>,
     ) -> Result<SendOutcome, E> {
@@ -739,7 +740,7 @@ impl SendRing {
                 .flags(flags as u32)
                 .build()
                 .user_data(i as u64);
-            if !dontwait && i + 1 < n {
+            if !unlinked && i + 1 < n {
                 e = e.flags(squeue::Flags::IO_LINK);
             }
             // SAFETY: the entry points at slot `i` (owned by self) and, through
