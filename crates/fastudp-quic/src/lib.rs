@@ -8,3 +8,19 @@
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
+
+pub mod app;
+mod cid;
+mod config;
+mod engine;
+pub mod files;
+mod forward;
+pub mod hq;
+pub mod limits;
+mod stats;
+mod worker;
+
+pub use config::{transport, EngineConfig, Pacing, DEFAULT_MAX_CONNECTIONS};
+pub use engine::{Engine, Error, STOP_WAIT};
+pub use fastudp::pacing::PacingMode;
+pub use stats::Counters;

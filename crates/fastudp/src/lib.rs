@@ -253,6 +253,7 @@ struct Readme;
 mod caps;
 mod coalesce;
 mod error;
+pub mod fs;
 #[cfg(feature = "unstable-tools")]
 #[cfg_attr(docsrs, doc(cfg(feature = "unstable-tools")))]
 pub mod host;

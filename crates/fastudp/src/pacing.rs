@@ -15,6 +15,14 @@
 /// `CLOCK_MONOTONIC` now, in ns: the clock of departure times and
 /// `SCM_TXTIME`.
 pub use crate::sys::monotonic_ns;
+
+/// Asks the kernel to end the calling thread's timed waits within `ns`
+/// nanoseconds of their deadline (`PR_SET_TIMERSLACK`; the default slack
+/// is 50 us). A thread that paces by sleeping sets it small so that its
+/// waits end on time. Linux only; elsewhere an `Unsupported` error.
+pub fn set_timer_slack(ns: u64) -> std::io::Result<()> {
+    crate::sys::set_timer_slack(ns)
+}
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::time::Duration;

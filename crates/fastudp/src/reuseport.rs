@@ -36,6 +36,41 @@ pub enum Steering {
 /// the largest UDP payload (65527 bytes).
 pub const MAX_STEERING_OFFSET: u32 = (crate::wire::MAX_PAYLOAD_V6 - 4) as u32;
 
+impl Steering {
+    /// The index of the socket among `n` that this steering gives
+    /// `datagram`, computed in user space exactly as the kernel's run of the
+    /// group's program computes it; `None` for [`Steering::Hash`] and
+    /// [`Steering::Cpu`], which depend on the 4-tuple's hash or the
+    /// receiving CPU, not on the datagram.
+    ///
+    /// A worker that receives a datagram owned by another socket (one
+    /// steered before the program was attached, say) can hand it on. A
+    /// datagram too short for the steering bytes belongs to socket 0, as in
+    /// the kernel; `n` of 0 counts as 1.
+    ///
+    /// ```
+    /// use fastudp::Steering;
+    /// // A QUIC short-header packet whose destination connection ID
+    /// // starts with 7: socket 7 % 4.
+    /// assert_eq!(Steering::QuicCid.owner(&[0x40, 7, 1, 2, 3], 4), Some(3));
+    /// assert_eq!(Steering::Hash.owner(&[0x40, 7], 4), None);
+    /// ```
+    pub fn owner(&self, datagram: &[u8], n: usize) -> Option<usize> {
+        let n = u32::try_from(n).unwrap_or(u32::MAX).max(1);
+        match *self {
+            Steering::Hash | Steering::Cpu => None,
+            Steering::Payload { offset } => {
+                let o = offset as usize;
+                let word = datagram
+                    .get(o..o.saturating_add(4))
+                    .map_or(0, |b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
+                Some((word % n) as usize)
+            }
+            Steering::QuicCid => Some(bpf::quic_cid_index(datagram, n) as usize),
+        }
+    }
+}
+
 /// N sockets bound to one address with `SO_REUSEPORT`, steered by
 /// [`Steering`]. Socket `i` of [`ReuseportGroup::sockets`] is index `i` for
 /// the steering program.
@@ -135,5 +170,37 @@ impl ReuseportGroup {
     /// The steering in force.
     pub fn steering(&self) -> Steering {
         self.steering
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The user-space owner is the socket the kernel's program picks.
+        #[test]
+        fn the_owner_is_what_the_program_picks(
+            d in any::<Vec<u8>>(), n in 1usize..300, offset in 0u32..64,
+        ) {
+            let quic = bpf::run(&bpf::by_quic_cid(n as u32), &d, 0).map(|i| i as usize);
+            prop_assert_eq!(Steering::QuicCid.owner(&d, n), quic);
+            let payload = bpf::run(&bpf::by_payload(offset, n as u32), &d, 0).map(|i| i as usize);
+            prop_assert_eq!(Steering::Payload { offset }.owner(&d, n), payload);
+        }
+    }
+
+    #[test]
+    fn hash_and_cpu_have_no_owner_and_zero_sockets_count_as_one() {
+        assert_eq!(Steering::Hash.owner(&[0; 16], 4), None);
+        assert_eq!(Steering::Cpu.owner(&[0; 16], 4), None);
+        assert_eq!(Steering::QuicCid.owner(&[0x40, 9], 0), Some(0));
+        assert_eq!(Steering::QuicCid.owner(&[], 4), Some(0));
+        // A long header: the DCID's first byte is at offset 6.
+        assert_eq!(
+            Steering::QuicCid.owner(&[0xc0, 0, 0, 0, 1, 8, 5], 4),
+            Some(1)
+        );
     }
 }

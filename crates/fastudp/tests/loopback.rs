@@ -380,3 +380,23 @@ fn v4_mapped_destination_on_an_ipv4_socket_is_a_typed_error() {
     let e = c.push(&t, mapped, b"mapped").unwrap_err();
     assert!(matches!(e, fastudp::Error::AddressFamily { .. }), "{e:?}");
 }
+
+/// `Socket::wait_readable` times out on an empty socket and wakes for a
+/// datagram; `Socket::unsent_bytes` is 0 once loopback has taken a send.
+#[test]
+fn wait_readable_and_unsent_bytes() {
+    use std::time::{Duration, Instant};
+    let r = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let t = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let t0 = Instant::now();
+    assert!(!r.wait_readable(Duration::from_millis(20)).unwrap());
+    assert!(t0.elapsed() >= Duration::from_millis(20));
+    let dest = r.local_addr().unwrap();
+    t.send(&[Transmit::new(dest, b"hello")]).unwrap();
+    assert!(r.wait_readable(Duration::from_secs(5)).unwrap());
+    // Loopback hands the datagram on within the send call.
+    assert_eq!(t.unsent_bytes().unwrap(), 0);
+    let mut b = RecvBatch::new(4);
+    assert_eq!(r.recv(&mut b).unwrap(), 1);
+    assert!(!r.wait_readable(Duration::ZERO).unwrap());
+}

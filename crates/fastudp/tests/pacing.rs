@@ -70,3 +70,12 @@ fn max_pacing_rate_on_a_connected_socket() {
     tx.set_max_pacing_rate(1_000_000).unwrap();
     assert_eq!(tx.max_pacing_rate().unwrap(), 1_000_000);
 }
+
+/// `set_timer_slack` is accepted by the kernel (only the thread group's
+/// leader shows its slack in /proc, so the value is not read back here).
+#[test]
+fn timer_slack_is_accepted() {
+    std::thread::spawn(|| fastudp::pacing::set_timer_slack(1_000).unwrap())
+        .join()
+        .unwrap();
+}

@@ -4,15 +4,15 @@
 //! (`hq-interop`): see [`hq`].
 
 mod attack;
-mod forward;
-pub mod hq;
-mod limits;
 mod load;
 mod quinn_stack;
 mod serve;
 mod stats;
 mod tcp;
 pub mod tls;
+
+pub use fastudp_quic::hq::wire as hq;
+use fastudp_quic::limits;
 
 use crate::Failure;
 use clap::{Args, Subcommand, ValueEnum};
@@ -99,7 +99,7 @@ pub struct ServeArgs {
     /// it bounds --max-connections so that every connection's, worker's
     /// and queue's bound fits (docs/SECURITY.md). Default: a quarter of
     /// the host's memory. --stack fastudp only.
-    #[arg(long, value_parser = limits::parse_bytes)]
+    #[arg(long, value_parser = parse_bytes)]
     pub max_memory: Option<u64>,
     /// Seconds a client has to send a whole request line; a stream
     /// without one by then is reset with code 0x13 and counted.
@@ -135,7 +135,7 @@ pub struct ServeArgs {
 
 /// Connections at most when neither --max-connections nor --max-memory
 /// says fewer.
-pub const MAX_CONNECTIONS: usize = 100_000;
+pub const MAX_CONNECTIONS: usize = fastudp_quic::DEFAULT_MAX_CONNECTIONS;
 
 /// Which client.
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -262,4 +262,38 @@ fn workers(a: &ServeArgs) -> usize {
             .unwrap_or(1)
             .min(256)
     })
+}
+
+/// Parses a byte count with an optional k, M, G suffix (powers of 1024).
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (num, mul) = match t.char_indices().last() {
+        Some((i, 'k' | 'K')) => (&t[..i], 1 << 10),
+        Some((i, 'm' | 'M')) => (&t[..i], 1 << 20),
+        Some((i, 'g' | 'G')) => (&t[..i], 1 << 30),
+        _ => (t, 1),
+    };
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?}: a byte count such as 512M or 2G"))?;
+    if !(v.is_finite() && v > 0.0 && v * mul as f64 <= 1e15) {
+        return Err(format!("{s:?}: a positive byte count up to 1P"));
+    }
+    Ok((v * mul as f64) as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_counts() {
+        assert_eq!(parse_bytes("512M"), Ok(512 << 20));
+        assert_eq!(parse_bytes("1.5k"), Ok(1536));
+        assert_eq!(parse_bytes("2G"), Ok(2 << 30));
+        assert_eq!(parse_bytes("100"), Ok(100));
+        for bad in ["", "-1G", "0", "x", "1T"] {
+            assert!(parse_bytes(bad).is_err(), "{bad}");
+        }
+    }
 }

@@ -5,8 +5,9 @@
 
 use super::hq::{self, Frames, Request};
 use super::stats::{baseline_run, Counters};
-use super::{serve::transport, tls, workers, ServeArgs};
+use super::{tls, workers, ServeArgs};
 use crate::{interrupt, Failure};
+use fastudp_quic::transport;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
@@ -129,7 +130,9 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
     let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls::server(&id)?)
         .map_err(|e| Failure::usage(format!("TLS set-up: {e}")))?;
     let mut cfg = quinn::ServerConfig::with_crypto(Arc::new(crypto));
-    cfg.transport_config(Arc::new(transport(&a)));
+    cfg.transport_config(Arc::new(transport(std::time::Duration::from_secs_f64(
+        a.idle_timeout,
+    ))));
     let rt = runtime(n)?;
     let ep = {
         let _g = rt.enter();

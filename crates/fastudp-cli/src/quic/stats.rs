@@ -2,61 +2,10 @@
 //! final summary.
 
 use crate::interrupt;
+pub use fastudp_quic::Counters;
 use serde::Serialize;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
-
-/// Counters shared by a server's threads.
-#[derive(Debug, Default)]
-pub struct Counters {
-    /// Connections open now.
-    pub connections: AtomicU64,
-    /// Connections accepted so far.
-    pub accepted: AtomicU64,
-    /// Connections accepted whose handshake is not done, server-wide.
-    pub half_open: AtomicU64,
-    /// Connections refused (--max-connections) so far.
-    pub refused: AtomicU64,
-    /// Retry packets sent.
-    pub retries: AtomicU64,
-    /// Response bytes delivered, counted per response when it is whole:
-    /// QUIC stacks when the client has acknowledged its last byte,
-    /// TLS over TCP when the kernel has taken it all and the connection
-    /// shut down cleanly.
-    pub app_bytes: AtomicU64,
-    /// UDP payload bytes sent.
-    pub wire_bytes: AtomicU64,
-    /// Datagrams sent.
-    pub datagrams_sent: AtomicU64,
-    /// Datagrams received.
-    pub datagrams_recv: AtomicU64,
-    /// Send syscalls.
-    pub send_calls: AtomicU64,
-    /// Receive syscalls.
-    pub recv_calls: AtomicU64,
-    /// Packets declared lost (and retransmitted) by the connections.
-    pub lost_packets: AtomicU64,
-    /// Datagrams a worker handed to the worker owning their connection.
-    pub forwarded: AtomicU64,
-    /// Datagrams quinn-proto could not use (garbage, unknown connection).
-    pub dropped: AtomicU64,
-    /// Datagrams for another worker dropped: its forwarding ring was full
-    /// (or the datagram longer than a slot).
-    pub forward_dropped: AtomicU64,
-    /// Stateless replies dropped: a worker's queue of them was full.
-    pub stateless_dropped: AtomicU64,
-    /// Requests reset for not being whole within --request-timeout.
-    pub request_timeouts: AtomicU64,
-    /// Datagrams the host's own queue (a full qdisc, `ENOBUFS`) dropped
-    /// instead of sending; QUIC's loss recovery sends their frames again.
-    /// Not counted in `datagrams_sent`; their bytes are in `wire_bytes`,
-    /// which counts what the kernel was handed.
-    pub dropped_locally: AtomicU64,
-    /// Send errors.
-    pub send_errors: AtomicU64,
-    /// Receive errors (ICMP errors reported on a receive, say).
-    pub recv_errors: AtomicU64,
-}
 
 /// A snapshot of the counters and the process CPU time.
 #[derive(Debug, Clone, Copy, Default)]
@@ -243,14 +192,7 @@ pub fn baseline_run(
 ) -> Reporter {
     listening(stack, addr, workers, a.json);
     let rep = Reporter::new(c, stack, false);
-    rep.wait(
-        c,
-        a.duration,
-        a.stats,
-        a.json,
-        pacing,
-        &AtomicBool::new(false),
-    );
+    rep.wait(c, a.duration, a.stats, a.json, pacing, &|| false);
     rep
 }
 
@@ -286,7 +228,7 @@ impl Reporter {
     }
 
     /// Waits, printing `--stats` lines, until the run should end: Ctrl-C,
-    /// the end of `--duration`, or `failed` set (a worker that stopped).
+    /// the end of `--duration`, or `failed` true (a worker that stopped).
     pub fn wait(
         &self,
         c: &Counters,
@@ -294,13 +236,13 @@ impl Reporter {
         stats: bool,
         json: bool,
         pacing: &str,
-        failed: &AtomicBool,
+        failed: &dyn Fn() -> bool,
     ) {
         let t0 = Instant::now();
         let mut last = Snap::take(c);
         let mut next = t0 + Duration::from_secs(1);
         loop {
-            if interrupt::requested() || failed.load(Relaxed) {
+            if interrupt::requested() || failed() {
                 return;
             }
             if let Some(d) = duration {

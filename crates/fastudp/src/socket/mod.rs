@@ -257,6 +257,24 @@ impl Socket {
     pub fn max_payload_to(&self, dest: &SocketAddr) -> usize {
         self.state.max_payload_to(dest)
     }
+
+    /// Waits until a datagram (or a queued socket error) can be read, or
+    /// `timeout` passes, to the nanosecond (`ppoll(2)`); true when the
+    /// socket is readable. A signal ends the wait early with `false`. The
+    /// wait for a loop that also has timers: it sleeps until the next one
+    /// at most.
+    pub fn wait_readable(&self, timeout: std::time::Duration) -> io::Result<bool> {
+        crate::sys::wait_readable(self.inner.as_fd(), timeout)
+    }
+
+    /// Bytes sent on this socket that the kernel still holds, not yet
+    /// handed to the device (`SIOCOUTQ`): what waits in the socket's send
+    /// buffer and the qdisc in front of a slow link. A sender can hold
+    /// back traffic of low priority while this is high. Linux only;
+    /// elsewhere an `Unsupported` error.
+    pub fn unsent_bytes(&self) -> io::Result<usize> {
+        crate::sys::unsent_bytes(self.inner.as_fd())
+    }
 }
 
 /// A UDP socket together with its fastudp state: what [`crate::Coalescer`]

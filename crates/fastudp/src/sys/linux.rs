@@ -831,6 +831,27 @@ pub fn openat2(
     Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(r as RawFd) })
 }
 
+/// `openat2(dir, path, {O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK, 0,
+/// RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS})`
+/// (Linux 5.6+): opens `path` for reading only if every component of it
+/// resolves inside `dir` and none is a symbolic link. The kernel answers
+/// an escape (`..` above `dir`, an absolute path) with `EXDEV`, a
+/// symbolic or magic link with `ELOOP`. `O_NONBLOCK` makes opening a FIFO
+/// with no writer return at once instead of waiting for one. The one
+/// `unsafe` call is [`openat2`]'s.
+pub(crate) fn open_beneath(
+    dir: BorrowedFd<'_>,
+    path: &std::path::Path,
+) -> io::Result<std::os::fd::OwnedFd> {
+    openat2(
+        dir,
+        path,
+        libc::O_RDONLY | libc::O_NOCTTY | libc::O_NONBLOCK,
+        0,
+        libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS,
+    )
+}
+
 /// `mkdirat(dir, name, mode)`.
 pub fn mkdirat(dir: BorrowedFd<'_>, name: &std::path::Path, mode: u32) -> io::Result<()> {
     let p = c_path(name)?;

@@ -1,4 +1,4 @@
-//! The memory model of `quic serve --stack fastudp`: what one connection,
+//! The engine's memory model (`quic serve --stack fastudp`): what one connection,
 //! one worker and the whole server may hold at most, and the number of
 //! connections a memory budget (`--max-memory`) allows. docs/SECURITY.md
 //! explains each term.
@@ -11,12 +11,15 @@ const K: u64 = 1024;
 const M: u64 = 1024 * K;
 
 /// The stream receive window the server grants a client per stream: a
-/// request line is at most [`super::hq::MAX_REQUEST`] bytes.
+/// request line is at most [`crate::hq::wire::MAX_REQUEST`] bytes.
 pub const STREAM_WINDOW: u32 = 4 * 1024;
 /// Concurrent bidirectional streams (requests) a client may open.
 pub const STREAMS: u32 = 16;
+/// Concurrent unidirectional streams a client may open (HTTP/3's
+/// control and QPACK streams).
+pub const UNI_STREAMS: u32 = 3;
 /// The receive window of a whole connection: every stream's window.
-pub const CONN_WINDOW: u32 = STREAMS * STREAM_WINDOW;
+pub const CONN_WINDOW: u32 = (STREAMS + UNI_STREAMS) * STREAM_WINDOW;
 /// Bytes of the handshake (CRYPTO frames) buffered per packet space.
 pub const CRYPTO_BUFFER: usize = 16 * 1024;
 /// Bytes a connection may have sent and not yet had acknowledged.
@@ -84,6 +87,9 @@ impl PerAddress {
     }
 }
 
+/// Trains one connection may queue in one loop turn; one with more to send
+/// goes on in the next turn, after the others had theirs.
+pub const TRAINS_PER_TURN: usize = 8;
 /// Stateless replies (Version Negotiation, Retry, stateless reset, close
 /// of a refused connection) a worker queues at most; more are dropped.
 pub const STATELESS_QUEUE: usize = 256;
@@ -113,13 +119,16 @@ pub const INCOMING_BUFFER: u64 = 1 << 20;
 /// - [`STREAMS`] x ([`STREAM_WINDOW`] + 32 KiB + 1 KiB of request line +
 ///   1 KiB of stream state): request bytes, held out of order by
 ///   quinn-proto or in order by the server until the line is whole.
+/// - [`UNI_STREAMS`] x ([`STREAM_WINDOW`] + 32 KiB): a client's
+///   unidirectional streams (HTTP/3's control and QPACK streams).
 /// - [`SEND_WINDOW`] / 1,200 x 160 B: quinn-proto's record of each
 ///   packet in flight (response bytes are a static pattern quinn-proto
 ///   refers to, not copies).
 pub fn per_connection() -> u64 {
     let base = 64 * K;
     let crypto = 3 * (CRYPTO_BUFFER as u64 + 32 * K);
-    let streams = u64::from(STREAMS) * (u64::from(STREAM_WINDOW) + 32 * K + 2 * K);
+    let streams = u64::from(STREAMS) * (u64::from(STREAM_WINDOW) + 32 * K + 2 * K)
+        + u64::from(UNI_STREAMS) * (u64::from(STREAM_WINDOW) + 32 * K);
     let in_flight = SEND_WINDOW / 1200 * 160;
     base + crypto + streams + in_flight
 }
@@ -128,10 +137,9 @@ pub fn per_connection() -> u64 {
 /// rings, queued stateless replies and trains, spare buffers, the receive
 /// batch, quinn-proto's buffer for connections not yet accepted.
 pub fn per_worker() -> u64 {
-    let forward = 2 * (super::forward::SLOTS * super::forward::SLOT) as u64;
+    let forward = 2 * (crate::forward::SLOTS * crate::forward::SLOT) as u64;
     let stateless = (STATELESS_QUEUE * STATELESS_BUF) as u64;
-    let trains =
-        ((PENDING_TRAINS + super::serve::TRAINS_PER_TURN + SPARE_TRAINS) * TRAIN_BUF) as u64;
+    let trains = ((PENDING_TRAINS + TRAINS_PER_TURN + SPARE_TRAINS) * TRAIN_BUF) as u64;
     let recv = (RECV_BATCH * fastudp::DEFAULT_MESSAGE_CAPACITY) as u64;
     forward + stateless + trains + recv + INCOMING_BUFFER + M
 }
@@ -175,24 +183,6 @@ pub fn worst_case(workers: usize, connections: usize) -> u64 {
     BASE + workers as u64 * per_worker() + connections as u64 * per_connection()
 }
 
-/// Parses a byte count with an optional k, M, G suffix (powers of 1024).
-pub fn parse_bytes(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let (num, mul) = match t.char_indices().last() {
-        Some((i, 'k' | 'K')) => (&t[..i], K),
-        Some((i, 'm' | 'M')) => (&t[..i], M),
-        Some((i, 'g' | 'G')) => (&t[..i], 1024 * M),
-        _ => (t, 1),
-    };
-    let v: f64 = num
-        .parse()
-        .map_err(|_| format!("{s:?}: a byte count such as 512M or 2G"))?;
-    if !(v.is_finite() && v > 0.0 && v * mul as f64 <= 1e15) {
-        return Err(format!("{s:?}: a positive byte count up to 1P"));
-    }
-    Ok((v * mul as f64) as u64)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -210,17 +200,6 @@ mod tests {
         }
         assert_eq!(max_connections(1 << 30, 2, 10).unwrap(), 10);
         assert!(max_connections(BASE, 2, 10).is_err());
-    }
-
-    #[test]
-    fn byte_counts() {
-        assert_eq!(parse_bytes("512M"), Ok(512 << 20));
-        assert_eq!(parse_bytes("1.5k"), Ok(1536));
-        assert_eq!(parse_bytes("2G"), Ok(2 << 30));
-        assert_eq!(parse_bytes("100"), Ok(100));
-        for bad in ["", "-1G", "0", "x", "1T"] {
-            assert!(parse_bytes(bad).is_err(), "{bad}");
-        }
     }
 }
 

@@ -1,0 +1,320 @@
+//! hq-interop (HTTP/0.9 over QUIC) as an application of the engine:
+//! `GET /bytes/N` and `GET /video/RATE/SECONDS` on bidirectional streams
+//! ([`crate::hq::wire`] has the protocol).
+//!
+//! A response is written when its request is whole, then on
+//! [`AppEvent::Writable`] (the stream's credit came back) and on
+//! [`AppEvent::Timeout`] (a video frame fell due, or a request line's
+//! deadline passed): no stream is looked at unless something happened to
+//! it. Unidirectional streams are stopped at once (hq-interop uses none;
+//! the engine allows three per connection for HTTP/3).
+
+use super::{
+    AppCx, AppEvent, Application, ConnApp, ConnInfo, Dir, Read, StreamId, WorkerApp, Write,
+};
+use crate::hq::wire::{self as hq, Frames, Request};
+use crate::limits;
+use bytes::Bytes;
+use std::collections::HashMap;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::{Duration, Instant};
+
+/// The hq-interop application.
+#[derive(Debug, Clone)]
+pub struct HqApp {
+    interval: Duration,
+    request_timeout: Duration,
+}
+
+impl Default for HqApp {
+    /// Frames every 40 ms; [`limits::REQUEST_TIMEOUT`] for a request line.
+    fn default() -> Self {
+        HqApp {
+            interval: Duration::from_millis(40),
+            request_timeout: limits::REQUEST_TIMEOUT,
+        }
+    }
+}
+
+impl HqApp {
+    /// Sets the time between the frames of a `/video` response (more
+    /// than 0).
+    pub fn frame_interval(mut self, d: Duration) -> Self {
+        self.interval = d.max(Duration::from_nanos(1));
+        self
+    }
+
+    /// Sets the time a client has to send a whole request line; a stream
+    /// without one by then is reset with [`hq::code::REQUEST_TIMEOUT`] and
+    /// counted in [`crate::Counters::request_timeouts`].
+    pub fn request_timeout(mut self, d: Duration) -> Self {
+        self.request_timeout = d;
+        self
+    }
+}
+
+impl Application for HqApp {
+    fn alpn(&self) -> Vec<Vec<u8>> {
+        vec![hq::ALPN.to_vec()]
+    }
+
+    fn worker(&self, _worker: usize) -> Box<dyn WorkerApp> {
+        Box::new(self.clone())
+    }
+}
+
+impl WorkerApp for HqApp {
+    fn accept(&mut self, _alpn: &[u8], _info: &ConnInfo) -> Option<Box<dyn ConnApp>> {
+        Some(Box::new(HqConn {
+            streams: HashMap::new(),
+            interval: self.interval,
+            request_timeout: self.request_timeout,
+            now: None,
+        }))
+    }
+}
+
+/// A response in progress on one stream.
+enum Resp {
+    /// Reading the request line, until `deadline`.
+    Reading { buf: Vec<u8>, deadline: Instant },
+    /// `/bytes/N`: `off` of `len` written.
+    Bytes { off: u64, len: u64 },
+    /// `/video/...`: frames released by time; `off` bytes written.
+    Video {
+        frames: Frames,
+        start: Instant,
+        off: u64,
+    },
+}
+
+/// One connection's requests.
+struct HqConn {
+    streams: HashMap<StreamId, Resp>,
+    interval: Duration,
+    request_timeout: Duration,
+    /// The time of the last call, for [`ConnApp::timeout`].
+    now: Option<Instant>,
+}
+
+impl ConnApp for HqConn {
+    fn on_event(&mut self, cx: &mut AppCx<'_>, ev: AppEvent) {
+        let now = cx.now();
+        self.now = Some(now);
+        match ev {
+            AppEvent::Opened(id) if id.dir() == Dir::Uni => {
+                cx.stop(id, 0);
+            }
+            AppEvent::Opened(id) => {
+                let deadline = now + self.request_timeout;
+                self.streams.insert(
+                    id,
+                    Resp::Reading {
+                        buf: Vec::new(),
+                        deadline,
+                    },
+                );
+                self.read_request(cx, id);
+            }
+            AppEvent::Readable(id) => self.read_request(cx, id),
+            AppEvent::Writable(id) => self.respond(cx, id),
+            AppEvent::Stopped(id, _) => {
+                self.streams.remove(&id);
+            }
+            AppEvent::Timeout => {
+                let timed_out = self.expire_requests(cx);
+                if timed_out > 0 {
+                    cx.counters().request_timeouts.fetch_add(timed_out, Relaxed);
+                }
+                let due: Vec<StreamId> = self
+                    .streams
+                    .iter()
+                    .filter(|(_, r)| matches!(r, Resp::Video { .. }))
+                    .map(|(id, _)| *id)
+                    .collect();
+                for id in due {
+                    self.respond(cx, id);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn poll(&mut self, cx: &mut AppCx<'_>) {
+        self.now = Some(cx.now());
+    }
+
+    fn timeout(&self) -> Option<Instant> {
+        let now = self.now?;
+        [self.next_frame(now), self.next_deadline()]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    fn on_shutdown(&mut self, cx: &mut AppCx<'_>) {
+        for id in self.streams.keys() {
+            cx.reset(*id, hq::code::SHUTDOWN.into());
+        }
+        self.streams.clear();
+    }
+}
+
+impl HqConn {
+    /// The earliest video frame due after `now`. A frame due already (by
+    /// the same count [`HqConn::respond`] writes by, so it was offered)
+    /// that could not be written waits for the stream's credit
+    /// ([`AppEvent::Writable`]), not for a timer: a timer in the past
+    /// would never let the worker sleep.
+    fn next_frame(&self, now: Instant) -> Option<Instant> {
+        self.streams
+            .values()
+            .filter_map(|r| match r {
+                Resp::Video { frames, start, off } => {
+                    let sent_frames = off / frames.bytes;
+                    (sent_frames < frames.count && off % frames.bytes == 0)
+                        .then(|| frames.due_at(*start, sent_frames))
+                }
+                _ => None,
+            })
+            .filter(|&t| t > now)
+            .min()
+    }
+
+    /// The earliest deadline of a request line still being read.
+    fn next_deadline(&self) -> Option<Instant> {
+        self.streams
+            .values()
+            .filter_map(|r| match r {
+                Resp::Reading { deadline, .. } => Some(*deadline),
+                _ => None,
+            })
+            .min()
+    }
+
+    /// Resets every stream whose request line is not whole by its deadline,
+    /// with [`hq::code::REQUEST_TIMEOUT`]; how many.
+    fn expire_requests(&mut self, cx: &mut AppCx<'_>) -> u64 {
+        let now = cx.now();
+        if self.next_deadline().is_none_or(|d| d > now) {
+            return 0;
+        }
+        let late: Vec<StreamId> = self
+            .streams
+            .iter()
+            .filter_map(|(id, r)| match r {
+                Resp::Reading { deadline, .. } if *deadline <= now => Some(*id),
+                _ => None,
+            })
+            .collect();
+        let code = u64::from(hq::code::REQUEST_TIMEOUT);
+        for id in &late {
+            cx.reset(*id, code);
+            cx.stop(*id, code);
+            self.streams.remove(id);
+        }
+        late.len() as u64
+    }
+
+    /// Reads what arrived of a request; starts the response once it is
+    /// whole, or resets the stream when it is bad.
+    fn read_request(&mut self, cx: &mut AppCx<'_>, id: StreamId) {
+        let Some(Resp::Reading { buf, .. }) = self.streams.get_mut(&id) else {
+            return;
+        };
+        let mut fin = false;
+        let mut reset = None;
+        loop {
+            match cx.read(id, hq::MAX_REQUEST + 2 - buf.len().min(hq::MAX_REQUEST + 1)) {
+                Read::Data(ch) => {
+                    buf.extend_from_slice(&ch);
+                    if buf.len() > hq::MAX_REQUEST + 1 {
+                        break;
+                    }
+                }
+                Read::Fin => {
+                    fin = true;
+                    break;
+                }
+                Read::Reset(code) => {
+                    reset = Some(code);
+                    break;
+                }
+                _ => break,
+            }
+        }
+        if let Some(code) = reset {
+            // The client gave up on its request: the response side closes
+            // too (else the stream would hold one of its slots for ever).
+            cx.reset(id, code);
+            self.streams.remove(&id);
+            return;
+        }
+        match hq::parse(buf, fin) {
+            Ok(None) => {}
+            Ok(Some(Request::Bytes(len))) => {
+                self.streams.insert(id, Resp::Bytes { off: 0, len });
+                cx.stop(id, 0);
+                self.respond(cx, id);
+            }
+            Ok(Some(Request::Video { rate, seconds })) => {
+                self.streams.insert(
+                    id,
+                    Resp::Video {
+                        frames: Frames::new(rate, seconds, self.interval),
+                        start: cx.now(),
+                        off: 0,
+                    },
+                );
+                cx.stop(id, 0);
+                self.respond(cx, id);
+            }
+            Err(bad) => {
+                let code = u64::from(bad.code());
+                cx.reset(id, code);
+                cx.stop(id, code);
+                self.streams.remove(&id);
+            }
+        }
+    }
+
+    /// Writes what a response may write now: until the stream is blocked
+    /// (a [`AppEvent::Writable`] follows) or what is due is written.
+    fn respond(&mut self, cx: &mut AppCx<'_>, id: StreamId) {
+        let now = cx.now();
+        let (off, limit, total) = match self.streams.get(&id) {
+            Some(Resp::Bytes { off, len }) => (*off, *len, *len),
+            Some(Resp::Video { frames, start, off }) => {
+                (*off, frames.due(*start, now) * frames.bytes, frames.total())
+            }
+            _ => return,
+        };
+        let mut at = off;
+        while at < limit {
+            // The pattern is static: quinn-proto keeps a reference to it
+            // rather than a copy.
+            let mut piece = [Bytes::from_static(hq::pattern(at, limit - at))];
+            match cx.write(id, &mut piece) {
+                Write::All(n) => at += n as u64,
+                Write::Blocked(n) => {
+                    at += n as u64;
+                    break;
+                }
+                Write::Stopped(_) | Write::Closed => {
+                    self.streams.remove(&id);
+                    return;
+                }
+            }
+        }
+        if at == total {
+            self.streams.remove(&id);
+            // Counted as goodput once the client has acknowledged it all.
+            cx.finish(id, total);
+        } else {
+            match self.streams.get_mut(&id) {
+                Some(Resp::Bytes { off, .. }) | Some(Resp::Video { off, .. }) => *off = at,
+                _ => {}
+            }
+        }
+    }
+}

@@ -1,0 +1,398 @@
+//! The application interface: what the engine calls, on the worker thread
+//! that owns the connection, and what the application may do to it.
+//!
+//! - An [`Application`] is shared by all workers. It names the ALPN
+//!   protocols it speaks and makes one [`WorkerApp`] per worker thread.
+//! - A [`WorkerApp`] lives on one worker thread (it need not be `Send`). At
+//!   the end of a connection's handshake it decides whether to take the
+//!   connection, and makes its [`ConnApp`].
+//! - A [`ConnApp`] is told what happened on its connection
+//!   ([`AppEvent`]) and acts through an [`AppCx`]: it reads, writes,
+//!   finishes, resets, opens streams and closes the connection.
+//!
+//! The engine calls synchronously and never re-enters: no call into the
+//! application starts while another one runs. There is no queue between
+//! the engine and the application beyond quinn-proto's own.
+//!
+//! **The rule for writing:** write until [`Write::Blocked`], then wait for
+//! [`AppEvent::Writable`] on that stream. [`AppCx::write`] never returns a
+//! short write without a `Writable` to follow. What a connection holds
+//! unacknowledged is bounded by its send window
+//! ([`crate::limits::SEND_WINDOW`] unless [`AppCx::set_send_window`]
+//! changes it), so a slow reader pins at most that.
+//!
+//! **Goodput:** [`AppCx::finish`] takes the length the application
+//! counts for the stream; the engine adds it to
+//! [`crate::Counters::app_bytes`] once the peer has acknowledged every
+//! byte ([`AppEvent::Finished`]).
+
+pub mod hq;
+mod router;
+
+pub use router::Router;
+
+use crate::stats::Counters;
+use bytes::Bytes;
+use quinn_proto::VarInt;
+use std::cell::RefCell;
+use std::net::{IpAddr, SocketAddr};
+use std::rc::Rc;
+use std::time::Instant;
+
+/// An application the engine serves: shared by all workers.
+pub trait Application: Send + Sync + 'static {
+    /// The ALPN protocols it speaks, in order of preference. The engine
+    /// offers exactly these in TLS.
+    fn alpn(&self) -> Vec<Vec<u8>>;
+    /// The part of the application that runs on worker thread `worker`
+    /// (from 0), made once, on that thread.
+    fn worker(&self, worker: usize) -> Box<dyn WorkerApp>;
+}
+
+/// The application on one worker thread.
+pub trait WorkerApp {
+    /// A connection has finished reading the client's hello: `alpn` is the
+    /// protocol agreed (empty if the client named none). Streams follow,
+    /// 0-RTT ones included. `None` refuses the connection: the engine
+    /// closes it with [`REFUSED`] and counts it in
+    /// [`crate::Counters::refused`].
+    fn accept(&mut self, alpn: &[u8], info: &ConnInfo) -> Option<Box<dyn ConnApp>>;
+}
+
+/// One connection's application.
+pub trait ConnApp {
+    /// Something happened on the connection.
+    fn on_event(&mut self, cx: &mut AppCx<'_>, ev: AppEvent);
+    /// Called each time the engine has dispatched a round of the
+    /// connection's events (after [`ConnApp::on_event`], if any), before
+    /// the connection's packets are made: the place for work that is not
+    /// tied to one event. The default does nothing.
+    fn poll(&mut self, cx: &mut AppCx<'_>) {
+        let _ = cx;
+    }
+    /// The next instant at which [`AppEvent::Timeout`] is due (a deadline,
+    /// a frame of a paced response); part of the connection's timer. It
+    /// must not return an instant already past once the event for it has
+    /// been handled, or the worker would never sleep. The default: none.
+    fn timeout(&self) -> Option<Instant> {
+        None
+    }
+    /// The server is stopping: the connection is closed right after this.
+    fn on_shutdown(&mut self, cx: &mut AppCx<'_>) {
+        let _ = cx;
+    }
+    /// The connection is gone; no more calls follow.
+    fn on_closed(&mut self, reason: Closed) {
+        let _ = reason;
+    }
+}
+
+/// The application close code of a connection the application refused
+/// ([`WorkerApp::accept`] gave `None`): 0x0101, as HTTP/3's
+/// H3_GENERAL_PROTOCOL_ERROR.
+pub const REFUSED: u32 = 0x0101;
+
+/// What the engine knows of a new connection.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ConnInfo {
+    /// The client's address.
+    pub remote: SocketAddr,
+    /// The local address the client sent to, where known.
+    pub local_ip: Option<IpAddr>,
+    /// The server name the client asked for (SNI), if any.
+    pub server_name: Option<String>,
+    /// The worker thread that owns the connection.
+    pub worker: usize,
+}
+
+/// A stream's direction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Dir {
+    /// Bidirectional.
+    Bi,
+    /// Unidirectional.
+    Uni,
+}
+
+/// A stream of a connection: its QUIC stream ID (RFC 9000 2.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StreamId(u64);
+
+impl StreamId {
+    /// The stream ID as a number.
+    pub fn value(self) -> u64 {
+        self.0
+    }
+
+    /// Its direction.
+    pub fn dir(self) -> Dir {
+        if self.0 & 2 == 0 {
+            Dir::Bi
+        } else {
+            Dir::Uni
+        }
+    }
+
+    /// Whether the client opened it.
+    pub fn client_initiated(self) -> bool {
+        self.0 & 1 == 0
+    }
+
+    pub(crate) fn quinn(self) -> quinn_proto::StreamId {
+        // Built only from quinn-proto's own ids, which are varints.
+        quinn_proto::StreamId::from(VarInt::from_u64(self.0).unwrap_or(VarInt::MAX))
+    }
+}
+
+impl From<quinn_proto::StreamId> for StreamId {
+    fn from(id: quinn_proto::StreamId) -> Self {
+        StreamId(VarInt::from(id).into_inner())
+    }
+}
+
+impl std::fmt::Display for StreamId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+pub(crate) fn quinn_dir(d: Dir) -> quinn_proto::Dir {
+    match d {
+        Dir::Bi => quinn_proto::Dir::Bi,
+        Dir::Uni => quinn_proto::Dir::Uni,
+    }
+}
+
+/// What happened on a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AppEvent {
+    /// The client opened a stream (one event per stream; the engine has
+    /// accepted it).
+    Opened(StreamId),
+    /// Data (or the end, or a reset) can be read on a stream.
+    Readable(StreamId),
+    /// A stream whose write was [`Write::Blocked`] may be written again.
+    Writable(StreamId),
+    /// Every byte written on a finished stream is acknowledged.
+    Finished(StreamId),
+    /// The client asked the stream's sending side to stop
+    /// (STOP_SENDING) with this code; the engine has already reset it.
+    Stopped(StreamId, u64),
+    /// A stream of this direction can be opened ([`AppCx::open`] gave
+    /// `None` before).
+    CanOpen(Dir),
+    /// [`ConnApp::timeout`] has come.
+    Timeout,
+}
+
+/// Why a connection ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Closed {
+    /// The peer closed it with this application error code.
+    ByPeer(u64),
+    /// The peer closed it with a transport error, or a transport error
+    /// ended it; the message says which.
+    Transport(String),
+    /// No packet for the idle timeout.
+    TimedOut,
+    /// The peer reset it (a stateless reset).
+    Reset,
+    /// This side closed it (the application, a limit, or the server
+    /// stopping).
+    Locally,
+}
+
+impl From<&quinn_proto::ConnectionError> for Closed {
+    fn from(e: &quinn_proto::ConnectionError) -> Self {
+        use quinn_proto::ConnectionError as E;
+        match e {
+            E::ApplicationClosed(c) => Closed::ByPeer(c.error_code.into_inner()),
+            E::TimedOut => Closed::TimedOut,
+            E::Reset => Closed::Reset,
+            E::LocallyClosed => Closed::Locally,
+            e => Closed::Transport(e.to_string()),
+        }
+    }
+}
+
+/// What [`AppCx::read`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Read {
+    /// Bytes, in order.
+    Data(Bytes),
+    /// Nothing now; [`AppEvent::Readable`] follows when there is.
+    Blocked,
+    /// The stream ended: everything was read.
+    Fin,
+    /// The peer reset the stream with this code.
+    Reset(u64),
+    /// The stream is not open for reading (never was, or is done).
+    Closed,
+}
+
+/// What [`AppCx::write`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Write {
+    /// Every byte was taken: this many.
+    All(usize),
+    /// This many bytes were taken (perhaps 0), then flow control or the
+    /// send window refused more: [`AppEvent::Writable`] follows.
+    Blocked(usize),
+    /// The peer stopped the stream with this code.
+    Stopped(u64),
+    /// The stream is not open for writing.
+    Closed,
+}
+
+/// What the application may do to its connection, during one call.
+pub struct AppCx<'a> {
+    conn: &'a Rc<RefCell<quinn_proto::Connection>>,
+    now: Instant,
+    finishing: &'a mut Vec<(quinn_proto::StreamId, u64)>,
+    counters: &'a Counters,
+}
+
+fn varint(v: u64) -> VarInt {
+    VarInt::from_u64(v).unwrap_or(VarInt::MAX)
+}
+
+impl<'a> AppCx<'a> {
+    pub(crate) fn new(
+        conn: &'a Rc<RefCell<quinn_proto::Connection>>,
+        now: Instant,
+        finishing: &'a mut Vec<(quinn_proto::StreamId, u64)>,
+        counters: &'a Counters,
+    ) -> Self {
+        AppCx {
+            conn,
+            now,
+            finishing,
+            counters,
+        }
+    }
+
+    /// The connection, shared with handles that outlive one call (the
+    /// HTTP/3 backend's). The engine holds no borrow of it while it calls
+    /// the application; a borrow must not outlive the call that took it.
+    #[allow(dead_code)]
+    pub(crate) fn conn(&self) -> &Rc<RefCell<quinn_proto::Connection>> {
+        self.conn
+    }
+
+    /// The worker's counters.
+    pub(crate) fn counters(&self) -> &Counters {
+        self.counters
+    }
+
+    /// The time of this turn of the worker's loop.
+    pub fn now(&self) -> Instant {
+        self.now
+    }
+
+    /// Reads at most `max` bytes of `id`, in order.
+    pub fn read(&mut self, id: StreamId, max: usize) -> Read {
+        let mut c = self.conn.borrow_mut();
+        let mut s = c.recv_stream(id.quinn());
+        let Ok(mut chunks) = s.read(true) else {
+            return Read::Closed;
+        };
+        let r = match chunks.next(max) {
+            Ok(Some(ch)) => Read::Data(ch.bytes),
+            Ok(None) => Read::Fin,
+            Err(quinn_proto::ReadError::Blocked) => Read::Blocked,
+            Err(quinn_proto::ReadError::Reset(code)) => Read::Reset(code.into_inner()),
+        };
+        // Any credit it gives back goes out with the connection's next
+        // packets: the engine makes them after this call.
+        let _ = chunks.finalize();
+        r
+    }
+
+    /// Writes `data` on `id`, taking from the front of the slice (the
+    /// pieces taken whole are left empty), until all is taken or the
+    /// stream is blocked. Pieces are kept by reference, not copied.
+    pub fn write(&mut self, id: StreamId, data: &mut [Bytes]) -> Write {
+        let mut c = self.conn.borrow_mut();
+        let mut s = c.send_stream(id.quinn());
+        let mut n = 0;
+        loop {
+            if data.iter().all(|b| b.is_empty()) {
+                return Write::All(n);
+            }
+            match s.write_chunks(data) {
+                Ok(w) => n += w.bytes,
+                Err(quinn_proto::WriteError::Blocked) => return Write::Blocked(n),
+                Err(quinn_proto::WriteError::Stopped(code)) => {
+                    return Write::Stopped(code.into_inner())
+                }
+                Err(quinn_proto::WriteError::ClosedStream) => return Write::Closed,
+            }
+        }
+    }
+
+    /// Ends `id`'s sending side after what was written. `len` is what the
+    /// application counts as delivered for it (its goodput), added to
+    /// [`crate::Counters::app_bytes`] once the peer has acknowledged
+    /// everything. False when the stream is not open for writing.
+    pub fn finish(&mut self, id: StreamId, len: u64) -> bool {
+        let ok = self
+            .conn
+            .borrow_mut()
+            .send_stream(id.quinn())
+            .finish()
+            .is_ok();
+        if ok {
+            self.finishing.push((id.quinn(), len));
+        }
+        ok
+    }
+
+    /// Abandons `id`'s sending side with `code` (RESET_STREAM).
+    pub fn reset(&mut self, id: StreamId, code: u64) {
+        let _ = self
+            .conn
+            .borrow_mut()
+            .send_stream(id.quinn())
+            .reset(varint(code));
+        self.finishing.retain(|f| f.0 != id.quinn());
+    }
+
+    /// Asks the peer to stop sending on `id` with `code` (STOP_SENDING);
+    /// what arrives of it is discarded.
+    pub fn stop(&mut self, id: StreamId, code: u64) {
+        let _ = self
+            .conn
+            .borrow_mut()
+            .recv_stream(id.quinn())
+            .stop(varint(code));
+    }
+
+    /// Opens a stream of the server's, if the peer's limit allows one now
+    /// (else [`AppEvent::CanOpen`] follows when it does).
+    pub fn open(&mut self, dir: Dir) -> Option<StreamId> {
+        self.conn
+            .borrow_mut()
+            .streams()
+            .open(quinn_dir(dir))
+            .map(StreamId::from)
+    }
+
+    /// Closes the connection with an application error code and reason.
+    pub fn close(&mut self, code: u64, reason: &[u8]) {
+        self.conn
+            .borrow_mut()
+            .close(self.now, varint(code), Bytes::copy_from_slice(reason));
+    }
+
+    /// Sets the bytes the connection may have sent and not yet had
+    /// acknowledged (default [`crate::limits::SEND_WINDOW`]); count a
+    /// larger one in the server's memory budget.
+    pub fn set_send_window(&mut self, bytes: u64) {
+        self.conn.borrow_mut().set_send_window(bytes);
+    }
+}

@@ -1,0 +1,206 @@
+//! The engine's configuration.
+
+use crate::limits;
+use quinn_proto::{TransportConfig, VarInt};
+use std::time::Duration;
+
+/// The transport settings every stack shares, with `idle_timeout` (whole
+/// milliseconds; 10 s where it does not fit a QUIC varint).
+pub fn transport(idle_timeout: Duration) -> TransportConfig {
+    let mut t = TransportConfig::default();
+    t.max_idle_timeout(Some(
+        VarInt::from_u64(idle_timeout.as_millis().min(u128::from(u64::MAX)) as u64)
+            .unwrap_or(VarInt::from_u32(10_000))
+            .into(),
+    ));
+    // Sized for the application (see [`limits`]): a request is one line
+    // of at most 1 KiB; quinn-proto's defaults (1.25 MB per stream, no
+    // bound per connection) would let one client park 125 MB.
+    t.max_concurrent_bidi_streams(VarInt::from_u32(limits::STREAMS));
+    // HTTP/3 needs three of the client's (control, QPACK encoder and
+    // decoder; RFC 9114 6.2), and the transport parameters are sent before
+    // the ALPN is known: every protocol allows them (hq-interop stops
+    // them at once).
+    t.max_concurrent_uni_streams(VarInt::from_u32(limits::UNI_STREAMS));
+    t.stream_receive_window(VarInt::from_u32(limits::STREAM_WINDOW));
+    t.receive_window(VarInt::from_u32(limits::CONN_WINDOW));
+    t.crypto_buffer_size(limits::CRYPTO_BUFFER);
+    t.send_window(limits::SEND_WINDOW);
+    t.datagram_receive_buffer_size(None);
+    t.datagram_send_buffer_size(0);
+    t
+}
+
+/// How the engine paces its connections.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Pacing {
+    /// quinn-proto's own pacer decides when each connection sends.
+    Quic,
+    /// quinn-proto's pacer, and each train's departure time passed down as
+    /// `SCM_TXTIME` where the egress qdisc honours it (fq, etf). Where it
+    /// does not, the engine falls back to [`Pacing::Quic`] and says why
+    /// ([`crate::Engine::pacing`]).
+    Kernel {
+        /// The root qdisc of the interface the engine sends on (`fq`,
+        /// `pfifo_fast`, ...), as the caller found it; `None` if unknown.
+        /// The engine reads no host state itself.
+        qdisc: Option<String>,
+    },
+}
+
+/// Connections at most, server-wide, unless the configuration says fewer.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 100_000;
+
+/// What an [`crate::Engine`] runs with.
+///
+/// Built with [`EngineConfig::new`] and the builder methods; the fields
+/// can be read, and more will be added.
+///
+/// ```
+/// # fn tls() -> std::sync::Arc<rustls::ServerConfig> { unimplemented!() }
+/// # fn _f() {
+/// use fastudp_quic::{EngineConfig, Pacing};
+/// use std::time::Duration;
+/// let cfg = EngineConfig::new("[::]:4433".parse().unwrap(), tls())
+///     .workers(4)
+///     .pacing(Pacing::Quic)
+///     .idle_timeout(Duration::from_secs(30));
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct EngineConfig {
+    /// The address to listen on (port 0 picks one:
+    /// [`crate::Engine::local_addr`]).
+    pub listen: std::net::SocketAddr,
+    /// Worker threads, each with its own socket of a reuseport group:
+    /// 1 to 256. Default: one per CPU.
+    pub workers: usize,
+    /// The TLS configuration: TLS 1.3 and the certificate. Its ALPN
+    /// protocols are replaced by the application's
+    /// ([`crate::app::Application::alpn`]).
+    pub tls: std::sync::Arc<rustls::ServerConfig>,
+    /// Pacing. Default: [`Pacing::Quic`].
+    pub pacing: Pacing,
+    /// The most all connections together may send, bytes/s, in batches of
+    /// at most 16 KiB. Default: no limit.
+    pub total_rate: Option<u64>,
+    /// Send large trains with `MSG_ZEROCOPY` where the socket can.
+    pub zerocopy: bool,
+    /// Validate every client address with a Retry before accepting.
+    pub retry: bool,
+    /// Handshakes from unvalidated addresses a worker keeps open at most;
+    /// above it new clients get a Retry first. Default: 1024.
+    pub max_half_open: usize,
+    /// Connections at most, server-wide; more are refused. Default:
+    /// [`DEFAULT_MAX_CONNECTIONS`]. [`crate::limits::max_connections`]
+    /// derives it from a memory budget.
+    pub max_connections: usize,
+    /// Connections at most from one client address (an IPv6 /64),
+    /// counted once the address is validated. Default: `None`, a quarter
+    /// of `max_connections`, at least 1.
+    pub max_connections_per_ip: Option<usize>,
+    /// Time without a packet after which a connection is dropped.
+    /// Default: 10 s.
+    pub idle_timeout: Duration,
+}
+
+impl EngineConfig {
+    /// The defaults, listening on `listen` with `tls`.
+    pub fn new(listen: std::net::SocketAddr, tls: std::sync::Arc<rustls::ServerConfig>) -> Self {
+        EngineConfig {
+            listen,
+            workers: std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
+                .min(256),
+            tls,
+            pacing: Pacing::Quic,
+            total_rate: None,
+            zerocopy: false,
+            retry: false,
+            max_half_open: 1024,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_connections_per_ip: None,
+            idle_timeout: Duration::from_secs(10),
+        }
+    }
+
+    /// Sets [`EngineConfig::workers`].
+    pub fn workers(mut self, n: usize) -> Self {
+        self.workers = n;
+        self
+    }
+
+    /// Sets [`EngineConfig::pacing`].
+    pub fn pacing(mut self, p: Pacing) -> Self {
+        self.pacing = p;
+        self
+    }
+
+    /// Sets [`EngineConfig::total_rate`].
+    pub fn total_rate(mut self, bytes_per_sec: Option<u64>) -> Self {
+        self.total_rate = bytes_per_sec;
+        self
+    }
+
+    /// Sets [`EngineConfig::zerocopy`].
+    pub fn zerocopy(mut self, on: bool) -> Self {
+        self.zerocopy = on;
+        self
+    }
+
+    /// Sets [`EngineConfig::retry`].
+    pub fn retry(mut self, on: bool) -> Self {
+        self.retry = on;
+        self
+    }
+
+    /// Sets [`EngineConfig::max_half_open`].
+    pub fn max_half_open(mut self, n: usize) -> Self {
+        self.max_half_open = n;
+        self
+    }
+
+    /// Sets [`EngineConfig::max_connections`].
+    pub fn max_connections(mut self, n: usize) -> Self {
+        self.max_connections = n;
+        self
+    }
+
+    /// Sets [`EngineConfig::max_connections_per_ip`].
+    pub fn max_connections_per_ip(mut self, n: Option<usize>) -> Self {
+        self.max_connections_per_ip = n;
+        self
+    }
+
+    /// Sets [`EngineConfig::idle_timeout`].
+    pub fn idle_timeout(mut self, d: Duration) -> Self {
+        self.idle_timeout = d;
+        self
+    }
+
+    /// Connections per client address in force.
+    pub fn per_ip(&self) -> usize {
+        self.max_connections_per_ip
+            .unwrap_or((self.max_connections / limits::PER_ADDRESS_SHARE).max(1))
+    }
+
+    /// Checks the values; what is wrong, said plainly.
+    pub(crate) fn check(&self) -> Result<(), String> {
+        if self.workers == 0 || self.workers > 256 {
+            return Err(format!("workers {}: between 1 and 256", self.workers));
+        }
+        if self.max_connections == 0 {
+            return Err("max_connections 0: at least 1".into());
+        }
+        if self.max_connections_per_ip == Some(0) {
+            return Err("max_connections_per_ip 0: at least 1".into());
+        }
+        if self.max_half_open == 0 {
+            return Err("max_half_open 0: at least 1".into());
+        }
+        Ok(())
+    }
+}

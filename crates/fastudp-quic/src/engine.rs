@@ -1,0 +1,295 @@
+//! The engine: binds the reuseport group, sets up pacing, keys and the
+//! shared state, and runs one [`crate::worker`] thread per socket.
+
+use crate::app::Application;
+use crate::cid::{ring_hmac, WorkerCids};
+use crate::config::{EngineConfig, Pacing};
+use crate::forward::{Inbox, SLOTS};
+use crate::limits;
+use crate::stats::Counters;
+use crate::worker::{send_socket, Setup, Worker};
+use fastudp::pacing::{choose_mode, PacingMode};
+use fastudp::{Config, ReuseportGroup, Steering, ZeroCopySender};
+use quinn_proto::{EndpointConfig, ServerConfig};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// What can stop an engine from starting, or end it.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The configuration is not valid.
+    #[error("{0}")]
+    Config(String),
+    /// The TLS configuration does not suit QUIC (it must offer TLS 1.3).
+    #[error("TLS set-up: {0}")]
+    Tls(String),
+    /// The listening address cannot be bound.
+    #[error("{addr}: {source}")]
+    Listen {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: fastudp::Error,
+    },
+    /// A socket, the random generator or a thread could not be set up.
+    #[error("{0}")]
+    Setup(String),
+    /// A worker stopped on an error (or panicked); the engine stopped.
+    #[error("{0}")]
+    Worker(String),
+}
+
+/// A running QUIC server: one worker thread per socket of a reuseport
+/// group, until [`Engine::stop`].
+pub struct Engine {
+    threads: Vec<JoinHandle<Result<(), String>>>,
+    counters: Arc<Counters>,
+    stop: Arc<AtomicBool>,
+    failed: Arc<AtomicBool>,
+    local_addr: SocketAddr,
+    pacing: (PacingMode, String),
+    zerocopy_error: Option<String>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("local_addr", &self.local_addr)
+            .field("workers", &self.threads.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Engine {
+    /// Binds the address and starts the workers, serving `app`.
+    pub fn start(cfg: EngineConfig, app: Arc<dyn Application>) -> Result<Engine, Error> {
+        cfg.check().map_err(Error::Config)?;
+        let alpn = app.alpn();
+        if alpn.is_empty() {
+            return Err(Error::Config(
+                "the application names no ALPN protocol".into(),
+            ));
+        }
+        let mut tls = (*cfg.tls).clone();
+        tls.alpn_protocols = alpn;
+        let n = cfg.workers;
+        let max_connections = cfg.max_connections;
+        let per_address = Arc::new(limits::PerAddress::new(cfg.per_ip()));
+        let crypto = quinn_proto::crypto::rustls::QuicServerConfig::try_from(tls)
+            .map_err(|e| Error::Tls(e.to_string()))?;
+        let mut server = ServerConfig::with_crypto(Arc::new(crypto));
+        server.transport_config(Arc::new(crate::transport(cfg.idle_timeout)));
+        // Memory held for connections not yet accepted stays small whatever a
+        // flood of Initials does.
+        server.max_incoming(4096);
+        server.incoming_buffer_size(64 * 1024);
+        server.incoming_buffer_size_total(limits::INCOMING_BUFFER);
+        let server = Arc::new(server);
+
+        let group = ReuseportGroup::bind(
+            cfg.listen,
+            n,
+            Steering::QuicCid,
+            Config::default().recv_buffer(4 << 20),
+        )
+        .map_err(|source| Error::Listen {
+            addr: cfg.listen,
+            source,
+        })?;
+        let addr = group
+            .local_addr()
+            .map_err(|e| Error::Setup(format!("getsockname: {e}")))?;
+        let mut txs = Vec::with_capacity(n);
+        for _ in 0..n {
+            txs.push(send_socket(addr).map_err(Error::Setup)?);
+        }
+        let (pacing, why) = match &cfg.pacing {
+            Pacing::Quic => (
+                PacingMode::User,
+                "quinn-proto's pacer, in user space".to_string(),
+            ),
+            Pacing::Kernel { qdisc } => choose_mode(
+                PacingMode::Kernel,
+                txs[0].capabilities().txtime,
+                qdisc.as_deref(),
+            ),
+        };
+        if pacing == PacingMode::Kernel {
+            for s in &txs {
+                s.enable_txtime(false)
+                    .map_err(|e| Error::Setup(format!("SO_TXTIME: {e}")))?;
+            }
+        }
+
+        let counters = Arc::new(Counters::default());
+        let stop = Arc::new(AtomicBool::new(false));
+        let failed = Arc::new(AtomicBool::new(false));
+        let inboxes: Arc<Vec<Inbox>> = Arc::new((0..n).map(|_| Inbox::new(SLOTS)).collect());
+        let reset_key = {
+            let mut k = [0u8; 64];
+            rustls::crypto::ring::default_provider()
+                .secure_random
+                .fill(&mut k)
+                .map_err(|_| Error::Setup("the system random generator failed".into()))?;
+            Arc::new(ring_hmac(&k))
+        };
+        let cid_fallback = {
+            let mut k = [0u8; 32];
+            rustls::crypto::ring::default_provider()
+                .secure_random
+                .fill(&mut k)
+                .map_err(|_| Error::Setup("the system random generator failed".into()))?;
+            Arc::new((ring_hmac(&k), std::sync::atomic::AtomicU64::new(0)))
+        };
+        let mut zerocopy_error = None;
+        let mut handles = Vec::with_capacity(n);
+        for (i, (rx, tx)) in group.into_sockets().into_iter().zip(txs).enumerate() {
+            let mut ep = EndpointConfig::new(reset_key.clone());
+            // QUIC version 1 only (RFC 9000), not the drafts quinn-proto also
+            // speaks by default.
+            ep.supported_versions(vec![1]);
+            let fallback = cid_fallback.clone();
+            let rng = rustls::crypto::ring::default_provider().secure_random;
+            // 256 workers wrap to 0 in a byte: every byte value is then its own
+            // worker's, as `byte % 256` says.
+            let (w, nn) = (i as u8, n as u8);
+            ep.cid_generator(move || {
+                Box::new(WorkerCids {
+                    worker: w,
+                    workers: nn,
+                    rng,
+                    fallback: fallback.clone(),
+                })
+            });
+            let zc = if cfg.zerocopy {
+                match ZeroCopySender::new(&tx) {
+                    Ok(z) => Some(z),
+                    Err(e) => {
+                        zerocopy_error.get_or_insert(e.to_string());
+                        None
+                    }
+                }
+            } else {
+                None
+            };
+            let setup = Setup {
+                id: i,
+                workers: n,
+                rx,
+                tx,
+                server: server.clone(),
+                endpoint: Arc::new(ep),
+                inboxes: inboxes.clone(),
+                counters: counters.clone(),
+                stop: stop.clone(),
+                failed: failed.clone(),
+                pacing,
+                zc,
+                retry: cfg.retry,
+                max_connections,
+                max_half_open: cfg.max_half_open,
+                per_address: per_address.clone(),
+                app: app.clone(),
+                total_rate: cfg.total_rate,
+            };
+            let h = std::thread::Builder::new()
+                .name(format!("quic-worker-{i}"))
+                .spawn(move || {
+                    let failed = setup.failed.clone();
+                    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        Worker::new(setup).and_then(|mut w| w.run())
+                    }))
+                    .unwrap_or_else(|_| Err(format!("worker {i} panicked")));
+                    if r.is_err() {
+                        // The server stops rather than go on without a worker.
+                        failed.store(true, Relaxed);
+                    }
+                    r
+                });
+            match h {
+                Ok(h) => handles.push(h),
+                Err(e) => {
+                    // The workers started so far stop before the error
+                    // is returned.
+                    stop.store(true, Relaxed);
+                    for h in handles {
+                        let _ = h.join();
+                    }
+                    return Err(Error::Setup(format!("cannot start a worker: {e}")));
+                }
+            }
+        }
+        Ok(Engine {
+            threads: handles,
+            counters,
+            stop,
+            failed,
+            local_addr: addr,
+            pacing: (pacing, why),
+            zerocopy_error,
+        })
+    }
+
+    /// The address the engine listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// The number of workers.
+    pub fn workers(&self) -> usize {
+        self.threads.len()
+    }
+
+    /// The engine's counters, live.
+    pub fn counters(&self) -> &Arc<Counters> {
+        &self.counters
+    }
+
+    /// The pacing in force, and why (for [`Pacing::Kernel`]: whether the
+    /// qdisc honours `SCM_TXTIME`, or why the engine fell back).
+    pub fn pacing(&self) -> (PacingMode, &str) {
+        (self.pacing.0, &self.pacing.1)
+    }
+
+    /// Why `MSG_ZEROCOPY` is not used although the configuration asked
+    /// for it: the engine sends with copies then.
+    pub fn zerocopy_error(&self) -> Option<&str> {
+        self.zerocopy_error.as_deref()
+    }
+
+    /// A worker stopped on an error: the engine should be stopped, and
+    /// [`Engine::join`] says why.
+    pub fn failed(&self) -> bool {
+        self.failed.load(Relaxed)
+    }
+
+    /// Asks every worker to close its connections (within about a second,
+    /// under any load) and stop. Returns at once; [`Engine::join`] waits.
+    pub fn stop(&self) {
+        self.stop.store(true, Relaxed);
+    }
+
+    /// Waits for the workers to end (after [`Engine::stop`], or a failure).
+    /// The error of a worker that failed, if one did.
+    pub fn join(self) -> Result<(), Error> {
+        let mut err = None;
+        for h in self.threads {
+            match h.join() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => err = Some(e),
+                Err(_) => err = Some("a worker panicked".to_string()),
+            }
+        }
+        match err {
+            Some(e) => Err(Error::Worker(e)),
+            None => Ok(()),
+        }
+    }
+}
+
+/// How long [`Engine::stop`] takes at most, about.
+pub const STOP_WAIT: Duration = crate::worker::CLOSE_WAIT;

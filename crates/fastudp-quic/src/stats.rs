@@ -1,0 +1,56 @@
+//! The counters the engine keeps (and the baseline servers of the
+//! `fastudp` command keep too, so that one report fits all).
+
+use std::sync::atomic::AtomicU64;
+
+/// Counters shared by a server's threads.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Connections open now.
+    pub connections: AtomicU64,
+    /// Connections accepted so far.
+    pub accepted: AtomicU64,
+    /// Connections accepted whose handshake is not done, server-wide.
+    pub half_open: AtomicU64,
+    /// Connections refused (--max-connections) so far.
+    pub refused: AtomicU64,
+    /// Retry packets sent.
+    pub retries: AtomicU64,
+    /// Response bytes delivered, counted per response when it is whole:
+    /// QUIC stacks when the client has acknowledged its last byte,
+    /// TLS over TCP when the kernel has taken it all and the connection
+    /// shut down cleanly.
+    pub app_bytes: AtomicU64,
+    /// UDP payload bytes sent.
+    pub wire_bytes: AtomicU64,
+    /// Datagrams sent.
+    pub datagrams_sent: AtomicU64,
+    /// Datagrams received.
+    pub datagrams_recv: AtomicU64,
+    /// Send syscalls.
+    pub send_calls: AtomicU64,
+    /// Receive syscalls.
+    pub recv_calls: AtomicU64,
+    /// Packets declared lost (and retransmitted) by the connections.
+    pub lost_packets: AtomicU64,
+    /// Datagrams a worker handed to the worker owning their connection.
+    pub forwarded: AtomicU64,
+    /// Datagrams quinn-proto could not use (garbage, unknown connection).
+    pub dropped: AtomicU64,
+    /// Datagrams for another worker dropped: its forwarding ring was full
+    /// (or the datagram longer than a slot).
+    pub forward_dropped: AtomicU64,
+    /// Stateless replies dropped: a worker's queue of them was full.
+    pub stateless_dropped: AtomicU64,
+    /// Requests reset for not being whole within --request-timeout.
+    pub request_timeouts: AtomicU64,
+    /// Datagrams the host's own queue (a full qdisc, `ENOBUFS`) dropped
+    /// instead of sending; QUIC's loss recovery sends their frames again.
+    /// Not counted in `datagrams_sent`; their bytes are in `wire_bytes`,
+    /// which counts what the kernel was handed.
+    pub dropped_locally: AtomicU64,
+    /// Send errors.
+    pub send_errors: AtomicU64,
+    /// Receive errors (ICMP errors reported on a receive, say).
+    pub recv_errors: AtomicU64,
+}
