@@ -8,16 +8,18 @@
 #    every rustdoc warning (a broken link, a bad code block) an error.
 #    `feature(doc_cfg)` is a nightly feature: RUSTC_BOOTSTRAP=1 lets the
 #    stable rustdoc accept it, as docs.rs's nightly does.
-# 2. `cargo publish --dry-run` of the publishable crates, fastudp and
-#    fastudp-cli (fastudp-ffi is `publish = false`): each is packaged and
-#    the package built alone, as crates.io would, with the CLI built
-#    against the packaged library. Any warning of cargo's fails the check.
+# 2. `cargo publish --dry-run` of the publishable crates, fastudp,
+#    fastudp-quic and fastudp-cli (fastudp-ffi is `publish = false`):
+#    each is packaged and the package built alone, as crates.io would,
+#    with the CLI built against the packaged libraries. Any warning of
+#    cargo's fails the check.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 RUSTC_BOOTSTRAP=1 RUSTDOCFLAGS="--cfg docsrs -D warnings" \
     cargo doc -p fastudp --all-features --no-deps --locked
 RUSTDOCFLAGS="-D warnings" cargo doc -p fastudp --no-deps --locked
+RUSTDOCFLAGS="-D warnings" cargo doc -p fastudp-quic --no-deps --locked
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
@@ -27,11 +29,11 @@ trap 'rm -f "$log"' EXIT
 # version is the same: a second run would build the CLI against the first
 # run's library. Remove those stale copies first.
 cargo_home=${CARGO_HOME:-$HOME/.cargo}
-for d in "$cargo_home"/registry/src/-*/fastudp-[0-9]*; do
+for d in "$cargo_home"/registry/src/-*/fastudp-[0-9]* "$cargo_home"/registry/src/-*/fastudp-quic-[0-9]*; do
     [ -d "$d" ] && rm -rf "$d"
 done
 # --allow-dirty: CI checks a tree that may hold build products.
-cargo publish --dry-run --locked --allow-dirty -p fastudp -p fastudp-cli 2>&1 | tee "$log"
+cargo publish --dry-run --locked --allow-dirty -p fastudp -p fastudp-quic -p fastudp-cli 2>&1 | tee "$log"
 # Warnings known and explained (docs/DEVELOPMENT.md, "Publishing"); any
 # other fails the check:
 # - every dry run says it aborts the upload;
@@ -44,4 +46,4 @@ if grep '^warning' "$log" | grep -Evq "$known"; then
     echo "publish-check.sh: cargo publish warned (above)" >&2
     exit 1
 fi
-echo "publish-check.sh: the documentation builds clean and both crates package and build"
+echo "publish-check.sh: the documentation builds clean and the crates package and build"

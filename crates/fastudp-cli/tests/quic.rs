@@ -631,6 +631,18 @@ fn bad_arguments_are_refused() {
             "--stack fastudp",
         ),
         (
+            vec!["quic", "serve", "--www", "/nonexistent-www"],
+            "--www /nonexistent-www",
+        ),
+        (
+            vec!["quic", "serve", "--www", "/etc/passwd"],
+            "--www /etc/passwd",
+        ),
+        (
+            vec!["quic", "serve", "--stack", "quinn", "--www", "/tmp"],
+            "--www needs --stack fastudp",
+        ),
+        (
             vec!["quic", "load", "127.0.0.1:1", "--request", "/x"],
             "--request",
         ),
@@ -920,6 +932,110 @@ fn stopped_and_reset_requests_give_their_streams_back() {
     srv.interrupt();
     let end = srv.finish();
     assert!(!end.stderr.contains("panicked"), "{}", end.stderr);
+}
+
+/// `--www`: a quinn client fetches files byte-exact over hq-interop,
+/// four at once on one connection: a 3 MB file through a 100 KB stream
+/// window (so the server writes it chunk by chunk as credit comes back),
+/// a directory's `index.html`, a percent-encoded name, and `/bytes/N`,
+/// which keeps its meaning. Every way out of the directory (`..`, encoded
+/// `..`, absolute, a symbolic link out or in) is reset with NOT_FOUND
+/// (0x15) and counted as an escape; a missing file is a plain 404.
+#[test]
+fn www_serves_files_byte_exact_and_refuses_escapes() {
+    let base = std::env::temp_dir().join(format!("fastudp-www-{}", std::process::id()));
+    let www = base.join("www");
+    std::fs::create_dir_all(www.join("sub")).unwrap();
+    std::fs::write(base.join("secret"), b"outside the directory").unwrap();
+    // Not the /bytes pattern: a file's own bytes (xorshift).
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let big: Vec<u8> = (0..3_000_000)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    std::fs::write(www.join("big.bin"), &big).unwrap();
+    std::fs::write(www.join("sub/index.html"), b"<p>sub</p>").unwrap();
+    std::fs::write(www.join("a b.txt"), b"spaced").unwrap();
+    std::os::unix::fs::symlink("../secret", www.join("link-out")).unwrap();
+    std::os::unix::fs::symlink("big.bin", www.join("link-in")).unwrap();
+    let escapes = [
+        "/../secret",
+        "/%2e%2e/secret",
+        "/sub/%2E%2E/../secret",
+        "/%2Fetc/passwd",
+        "//etc/passwd",
+        "/link-out",
+        "/link-in",
+    ];
+    let (srv, addr, der) = serve_one_worker("www", &["--www", www.to_str().unwrap()]);
+    with_connection(addr, der, Some(100_000), |conn| async move {
+        let (a, b, c, d) = tokio::join!(
+            fetch(&conn, b"GET /big.bin\r\n"),
+            fetch(&conn, b"GET /sub/\r\n"),
+            fetch(&conn, b"GET /a%20b.txt?v=1\r\n"),
+            fetch(&conn, b"GET /bytes/5\r\n"),
+        );
+        let a = a.unwrap();
+        assert_eq!(a.len(), big.len());
+        if let Some(i) = (0..a.len()).find(|&i| a[i] != big[i]) {
+            panic!("byte {i} of big.bin is wrong");
+        }
+        assert_eq!(b.unwrap(), b"<p>sub</p>");
+        assert_eq!(c.unwrap(), b"spaced");
+        assert_eq!(d.unwrap(), [0, 1, 2, 3, 4]);
+        for t in escapes {
+            let e = fetch(&conn, format!("GET {t}\r\n").as_bytes())
+                .await
+                .expect_err(t);
+            assert!(e.contains("21"), "{t}: reset with NOT_FOUND (0x15): {e}");
+        }
+        let e = fetch(&conn, b"GET /missing.html\r\n").await.unwrap_err();
+        assert!(e.contains("21"), "reset with NOT_FOUND (0x15): {e}");
+        let e = fetch(&conn, b"GET /a%zz\r\n").await.unwrap_err();
+        assert!(e.contains("16"), "reset with BAD_REQUEST (0x10): {e}");
+        // Not a GET: refused, not looked up (nor taken for "/").
+        for r in [&b"POST /sub/\r\n"[..], b"HEAD /sub/\r\n", b"\r\n"] {
+            let e = fetch(&conn, r).await.unwrap_err();
+            assert!(e.contains("16"), "reset with BAD_REQUEST (0x10): {e}");
+        }
+    });
+    srv.interrupt();
+    let end = srv.finish();
+    let _ = std::fs::remove_dir_all(&base);
+    assert!(!end.stderr.contains("panicked"), "{}", end.stderr);
+    let files: serde_json::Value = end
+        .stdout
+        .lines()
+        .find_map(|l| {
+            serde_json::from_str::<serde_json::Value>(l)
+                .ok()
+                .filter(|v| v["kind"] == "files")
+        })
+        .unwrap_or_else(|| panic!("no files line: {}", end.stdout));
+    assert_eq!(files["escapes_refused"], escapes.len() as u64, "{files}");
+    assert_eq!(files["served"], 3, "{files}");
+    assert_eq!(files["not_found"], 1, "{files}");
+    assert_eq!(files["bad_requests"], 1, "{files}");
+    // The memory model counts what a file-serving connection holds.
+    let limits: serde_json::Value = end
+        .stdout
+        .lines()
+        .find_map(|l| {
+            serde_json::from_str::<serde_json::Value>(l)
+                .ok()
+                .filter(|v| v["kind"] == "limits")
+        })
+        .unwrap_or_else(|| panic!("no limits line: {}", end.stdout));
+    use fastudp_quic::limits::{per_connection, per_connection_files};
+    assert_eq!(
+        limits["per_connection"],
+        per_connection() + per_connection_files(),
+        "{limits}"
+    );
 }
 
 /// CPU time (user + system) of a process so far, seconds.

@@ -7,7 +7,8 @@ use crate::config::{EngineConfig, Pacing};
 use crate::forward::{Inbox, SLOTS};
 use crate::limits;
 use crate::stats::Counters;
-use crate::worker::{send_socket, Setup, Worker};
+use crate::tx::{send_socket, Tx};
+use crate::worker::{Setup, Worker};
 use fastudp::pacing::{choose_mode, PacingMode};
 use fastudp::{Config, ReuseportGroup, Steering, ZeroCopySender};
 use quinn_proto::{EndpointConfig, ServerConfig};
@@ -44,7 +45,7 @@ pub enum Error {
 }
 
 /// A running QUIC server: one worker thread per socket of a reuseport
-/// group, until [`Engine::stop`].
+/// group, until [`Engine::stop`] (or until it is dropped).
 pub struct Engine {
     threads: Vec<JoinHandle<Result<(), String>>>,
     counters: Arc<Counters>,
@@ -176,11 +177,17 @@ impl Engine {
             } else {
                 None
             };
+            let tx = Tx::new(
+                tx,
+                zc,
+                counters.clone(),
+                cfg.total_rate.map(|r| r as f64 / n as f64),
+            )
+            .map_err(Error::Setup)?;
             let setup = Setup {
                 id: i,
                 workers: n,
                 rx,
-                tx,
                 server: server.clone(),
                 endpoint: Arc::new(ep),
                 inboxes: inboxes.clone(),
@@ -188,7 +195,6 @@ impl Engine {
                 stop: stop.clone(),
                 failed: failed.clone(),
                 pacing,
-                zc,
                 retry: cfg.retry,
                 max_connections,
                 max_half_open: cfg.max_half_open,
@@ -201,7 +207,7 @@ impl Engine {
                 .spawn(move || {
                     let failed = setup.failed.clone();
                     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        Worker::new(setup).and_then(|mut w| w.run())
+                        Worker::new(setup, tx).and_then(|mut w| w.run())
                     }))
                     .unwrap_or_else(|_| Err(format!("worker {i} panicked")));
                     if r.is_err() {
@@ -275,9 +281,9 @@ impl Engine {
 
     /// Waits for the workers to end (after [`Engine::stop`], or a failure).
     /// The error of a worker that failed, if one did.
-    pub fn join(self) -> Result<(), Error> {
+    pub fn join(mut self) -> Result<(), Error> {
         let mut err = None;
-        for h in self.threads {
+        for h in std::mem::take(&mut self.threads) {
             match h.join() {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => err = Some(e),
@@ -288,6 +294,14 @@ impl Engine {
             Some(e) => Err(Error::Worker(e)),
             None => Ok(()),
         }
+    }
+}
+
+impl Drop for Engine {
+    /// An engine dropped without [`Engine::join`] stops its workers; they
+    /// end on their own within [`STOP_WAIT`].
+    fn drop(&mut self) {
+        self.stop();
     }
 }
 

@@ -5,6 +5,52 @@
 //! connection's packets in as few `sendmmsg` calls as it can, paces, and
 //! bounds everything a client can make it hold. Applications (hq-interop,
 //! HTTP/3, static files, or your own) sit on top of it.
+//!
+//! # Shape
+//!
+//! - [`Engine`] runs the workers: [`Engine::start`] with an
+//!   [`EngineConfig`] and an [`app::Application`], [`Engine::stop`] and
+//!   [`Engine::join`] to end. It reads no host state and prints nothing:
+//!   what it decided (the pacing in force, a zerocopy fallback) it says
+//!   through its methods, and what it counts is in [`Counters`].
+//! - Each worker owns a socket of the group, a quinn-proto endpoint, its
+//!   connections and their timers. A client's datagrams reach the worker
+//!   that owns its connection: connection IDs start with the worker's
+//!   index, and the group's BPF program steers on that byte
+//!   ([`fastudp::Steering::QuicCid`]); a datagram steered elsewhere is
+//!   handed over through a fixed ring, or dropped and counted.
+//! - The application ([`app`]) is called synchronously on the worker
+//!   thread that owns the connection, with its events, and acts through
+//!   an [`app::AppCx`]. [`app::Router`] picks the application by ALPN, so
+//!   that several protocols share one port; [`app::hq::HqApp`] serves
+//!   hq-interop (HTTP/0.9 over QUIC, as the QUIC interop runner uses).
+//! - [`limits`] is the memory model: what a connection and a worker may
+//!   hold at most, and how many connections a memory budget allows.
+//!
+//! # Example
+//!
+//! Serving hq-interop on port 4433 until Ctrl-C would stop the process
+//! (`examples/embed.rs` is a whole server with an application of its own):
+//!
+//! ```no_run
+//! use fastudp_quic::app::{hq::HqApp, Router};
+//! use fastudp_quic::{Engine, EngineConfig};
+//! use std::sync::Arc;
+//!
+//! # fn tls() -> Arc<rustls::ServerConfig> { unimplemented!() }
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // A TLS 1.3 configuration with the server's certificate; the engine
+//! // sets its ALPN protocols from the application.
+//! let tls: Arc<rustls::ServerConfig> = tls();
+//! let app = Router::new().with(b"hq-interop", HqApp::default());
+//! let engine = Engine::start(EngineConfig::new("[::]:4433".parse()?, tls), Arc::new(app))?;
+//! println!("listening on {}", engine.local_addr());
+//! std::thread::sleep(std::time::Duration::from_secs(60));
+//! engine.stop();
+//! engine.join()?;
+//! # Ok(())
+//! # }
+//! ```
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
@@ -18,6 +64,7 @@ mod forward;
 pub mod hq;
 pub mod limits;
 mod stats;
+mod tx;
 mod worker;
 
 pub use config::{transport, EngineConfig, Pacing, DEFAULT_MAX_CONNECTIONS};

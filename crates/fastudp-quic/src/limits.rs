@@ -24,6 +24,11 @@ pub const CONN_WINDOW: u32 = (STREAMS + UNI_STREAMS) * STREAM_WINDOW;
 pub const CRYPTO_BUFFER: usize = 16 * 1024;
 /// Bytes a connection may have sent and not yet had acknowledged.
 pub const SEND_WINDOW: u64 = 8 << 20;
+/// The send window of a connection once it serves a file (`--www`): file
+/// bytes are copies quinn-proto holds until they are acknowledged (the
+/// `/bytes` pattern is static and only referred to), so the window is
+/// their bound. 2 MiB: one bandwidth-delay product at 1 Gbit/s x 16 ms.
+pub const FILE_SEND_WINDOW: u64 = 2 << 20;
 /// The default deadline for a request line.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -133,6 +138,14 @@ pub fn per_connection() -> u64 {
     base + crypto + streams + in_flight
 }
 
+/// What a connection serving files (`--www`) may hold beyond
+/// [`per_connection`], bytes: [`FILE_SEND_WINDOW`] of file bytes written
+/// and not yet acknowledged, and one chunk read ahead
+/// ([`crate::files::CHUNK`]) per stream.
+pub fn per_connection_files() -> u64 {
+    FILE_SEND_WINDOW + u64::from(STREAMS) * crate::files::CHUNK as u64
+}
+
 /// What one worker holds whatever its connections, bytes: the forwarding
 /// rings, queued stateless replies and trains, spare buffers, the receive
 /// batch, quinn-proto's buffer for connections not yet accepted.
@@ -165,22 +178,38 @@ pub fn default_budget() -> u64 {
 /// `asked`; an error when the budget does not cover the workers and one
 /// connection.
 pub fn max_connections(budget: u64, workers: usize, asked: usize) -> Result<usize, String> {
+    max_connections_with(budget, workers, asked, per_connection())
+}
+
+/// [`max_connections`], for connections that may hold `each` bytes (as
+/// [`per_connection`] + [`per_connection_files`] with `--www`).
+pub fn max_connections_with(
+    budget: u64,
+    workers: usize,
+    asked: usize,
+    each: u64,
+) -> Result<usize, String> {
     let fixed = BASE + workers as u64 * per_worker();
-    let need = fixed + per_connection();
+    let need = fixed + each;
     if budget < need {
         return Err(format!(
             "--max-memory {budget}: {workers} workers and one connection need {need} bytes ({} MiB)",
             need.div_ceil(M)
         ));
     }
-    let n = (budget - fixed) / per_connection();
+    let n = (budget - fixed) / each;
     Ok(usize::try_from(n).unwrap_or(usize::MAX).min(asked))
 }
 
 /// The worst case of a server with `workers` workers and `connections`
 /// connections, bytes.
 pub fn worst_case(workers: usize, connections: usize) -> u64 {
-    BASE + workers as u64 * per_worker() + connections as u64 * per_connection()
+    worst_case_with(workers, connections, per_connection())
+}
+
+/// [`worst_case`], for connections that may hold `each` bytes.
+pub fn worst_case_with(workers: usize, connections: usize, each: u64) -> u64 {
+    BASE + workers as u64 * per_worker() + connections as u64 * each
 }
 
 #[cfg(test)]
@@ -200,6 +229,12 @@ mod tests {
         }
         assert_eq!(max_connections(1 << 30, 2, 10).unwrap(), 10);
         assert!(max_connections(BASE, 2, 10).is_err());
+        // Serving files costs more per connection: fewer fit.
+        let each = per_connection() + per_connection_files();
+        let n = max_connections_with(1 << 30, 2, usize::MAX, each).unwrap();
+        assert!(n < max_connections(1 << 30, 2, usize::MAX).unwrap());
+        assert!(worst_case_with(2, n, each) <= 1 << 30);
+        assert!(worst_case_with(2, n + 1, each) > 1 << 30);
     }
 }
 

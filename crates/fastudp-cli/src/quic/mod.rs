@@ -131,6 +131,13 @@ pub struct ServeArgs {
     /// Private key (PEM); with --cert.
     #[arg(long)]
     pub key: Option<PathBuf>,
+    /// Serve the files beneath DIR (hq-interop `GET /path`): regular
+    /// files only, `index.html` for a directory, no symbolic links, no
+    /// way out of DIR (docs/SECURITY.md, "Static files"). `/bytes/N` and
+    /// `/video/RATE/SECONDS` keep their meaning and come first. Needs
+    /// openat2(2) (Linux 5.6+). --stack fastudp only.
+    #[arg(long, value_name = "DIR")]
+    pub www: Option<PathBuf>,
 }
 
 /// Connections at most when neither --max-connections nor --max-memory
@@ -236,6 +243,9 @@ fn check_serve(a: &ServeArgs) -> Result<(), Failure> {
             "--request-timeout {}: between 0.01 and 3600 s",
             a.request_timeout
         ));
+    }
+    if a.stack != Stack::Fastudp && a.www.is_some() {
+        return bad("--www needs --stack fastudp".into());
     }
     if a.stack != Stack::Fastudp && a.max_memory.is_some() {
         return bad("--max-memory needs --stack fastudp".into());

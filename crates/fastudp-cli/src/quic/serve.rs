@@ -10,6 +10,7 @@ use super::{tls, workers, PacingArg, ServeArgs};
 use crate::{interrupt, Failure};
 use fastudp::pacing::PacingMode;
 use fastudp_quic::app::{hq::HqApp, Router};
+use fastudp_quic::files::{FileStats, Root};
 use fastudp_quic::{limits, Engine, EngineConfig, Pacing};
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -19,6 +20,9 @@ use std::time::Duration;
 pub fn run(a: ServeArgs) -> Result<(), Failure> {
     let n = workers(&a);
     let (max_connections, budget) = connection_limit(&a, n)?;
+    if a.www.is_some() {
+        check_open_files(max_connections);
+    }
     let per_ip = a
         .max_connections_per_ip
         .unwrap_or((max_connections / limits::PER_ADDRESS_SHARE).max(1));
@@ -44,9 +48,20 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
         .max_connections(max_connections)
         .max_connections_per_ip(Some(per_ip))
         .idle_timeout(Duration::from_secs_f64(a.idle_timeout));
-    let hq = HqApp::default()
+    let files = match &a.www {
+        Some(dir) => {
+            Some(Arc::new(Root::open(dir).map_err(|e| {
+                Failure::usage(format!("--www {}: {e}", dir.display()))
+            })?))
+        }
+        None => None,
+    };
+    let mut hq = HqApp::default()
         .request_timeout(Duration::from_secs_f64(a.request_timeout))
         .frame_interval(Duration::from_secs_f64(a.interval / 1000.0));
+    if let Some(root) = &files {
+        hq = hq.files(root.clone());
+    }
     let app = Router::new().with(super::hq::ALPN, hq);
     interrupt::watch();
     let engine = Engine::start(cfg, Arc::new(app)).map_err(|e| match e {
@@ -82,6 +97,9 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
     engine.stop();
     let r = engine.join();
     rep.summary(&counters, a.json, &pacing_desc);
+    if let Some(root) = &files {
+        files_summary(&root.stats(), a.json);
+    }
     if let Err(e) = r {
         return Err(Failure {
             code: 1,
@@ -99,7 +117,8 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
 fn connection_limit(a: &ServeArgs, workers: usize) -> Result<(usize, u64), Failure> {
     let budget = a.max_memory.unwrap_or_else(limits::default_budget);
     let asked = a.max_connections.unwrap_or(super::MAX_CONNECTIONS);
-    let n = limits::max_connections(budget, workers, asked).map_err(Failure::usage)?;
+    let n = limits::max_connections_with(budget, workers, asked, per_connection(a))
+        .map_err(Failure::usage)?;
     if a.max_connections.is_some_and(|m| m > n) {
         eprintln!(
             "fastudp: note: --max-connections {asked}: {n} at most within --max-memory {} MiB",
@@ -109,6 +128,38 @@ fn connection_limit(a: &ServeArgs, workers: usize) -> Result<(usize, u64), Failu
     Ok((n, budget))
 }
 
+/// Says so when the open-file limit (`ulimit -n`, read from
+/// /proc/self/limits) is below the files `--www` may hold open at once:
+/// one per stream, [`limits::STREAMS`] per connection. Past the limit a
+/// file request fails (EMFILE) and is reset with 0x17 and counted.
+fn check_open_files(max_connections: usize) {
+    let soft = std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Max open files"))
+                .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        });
+    let need = max_connections as u64 * u64::from(limits::STREAMS);
+    if let Some(soft) = soft.filter(|&s| s < need) {
+        eprintln!(
+            "fastudp: note: --www: {max_connections} connections may hold {need} files open, \
+             above the open-file limit {soft} (ulimit -n); past it file requests are reset \
+             with 0x17 and counted as errors"
+        );
+    }
+}
+
+/// What one connection may hold at most: more when it may serve files.
+fn per_connection(a: &ServeArgs) -> u64 {
+    limits::per_connection()
+        + if a.www.is_some() {
+            limits::per_connection_files()
+        } else {
+            0
+        }
+}
+
 /// Says what the limits are and what they cost at worst.
 fn announce_limits(
     a: &ServeArgs,
@@ -116,7 +167,7 @@ fn announce_limits(
     (max_connections, per_ip): (usize, usize),
     budget: u64,
 ) {
-    let worst = limits::worst_case(workers, max_connections);
+    let worst = limits::worst_case_with(workers, max_connections, per_connection(a));
     if a.json {
         outln!(
             "{}",
@@ -125,7 +176,7 @@ fn announce_limits(
                 "max_memory": budget,
                 "max_connections": max_connections,
                 "max_connections_per_ip": per_ip,
-                "per_connection": limits::per_connection(),
+                "per_connection": per_connection(a),
                 "per_worker": limits::per_worker(),
                 "worst_case": worst,
                 "request_timeout_s": a.request_timeout,
@@ -137,11 +188,42 @@ fn announce_limits(
     } else {
         outln!(
             "limits: {max_connections} connections ({} KiB each at most), {workers} workers ({} MiB each), worst case {} MiB of --max-memory {} MiB; request timeout {} s; {per_ip} connections per client address",
-            limits::per_connection() >> 10,
+            per_connection(a) >> 10,
             limits::per_worker() >> 20,
             worst >> 20,
             budget >> 20,
             a.request_timeout
+        );
+    }
+}
+
+/// The file requests of `--www`, by outcome: a `files` line after the
+/// summary.
+fn files_summary(s: &FileStats, json: bool) {
+    if json {
+        outln!(
+            "{}",
+            serde_json::json!({
+                "kind": "files",
+                "requests": s.requests,
+                "served": s.served,
+                "not_found": s.not_found,
+                "escapes_refused": s.escapes_refused,
+                "forbidden": s.forbidden,
+                "bad_requests": s.bad_requests,
+                "errors": s.errors,
+            })
+        );
+    } else {
+        outln!(
+            "files: {} requests, {} served, {} not found, {} escapes refused, {} forbidden, {} bad, {} errors",
+            s.requests,
+            s.served,
+            s.not_found,
+            s.escapes_refused,
+            s.forbidden,
+            s.bad_requests,
+            s.errors
         );
     }
 }

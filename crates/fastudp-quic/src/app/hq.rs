@@ -8,15 +8,27 @@
 //! deadline passed): no stream is looked at unless something happened to
 //! it. Unidirectional streams are stopped at once (hq-interop uses none;
 //! the engine allows three per connection for HTTP/3).
+//!
+//! With [`HqApp::files`], every other `GET` is a file beneath a directory
+//! ([`crate::files`]). The two endpoints come first: `/bytes/N` and
+//! `/video/RATE/SECONDS` are answered as always, even if the directory
+//! holds a file of that name, so a benchmark's requests never touch the
+//! file system; any other target is a file. A file is read in chunks of
+//! at most [`crate::files::CHUNK`] as the stream's credit allows. HTTP/0.9
+//! has no status line: a refused file request is reset with
+//! [`hq::code::NOT_FOUND`] (also for an escape), [`hq::code::FORBIDDEN`],
+//! [`hq::code::BAD_REQUEST`] or [`hq::code::FILE_ERROR`].
 
 use super::{
     AppCx, AppEvent, Application, ConnApp, ConnInfo, Dir, Read, StreamId, WorkerApp, Write,
 };
-use crate::hq::wire::{self as hq, Frames, Request};
+use crate::files::{FileBody, Method, Root, Status};
+use crate::hq::wire::{self as hq, BadRequest, Frames, Request};
 use crate::limits;
 use bytes::Bytes;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The hq-interop application.
@@ -24,6 +36,7 @@ use std::time::{Duration, Instant};
 pub struct HqApp {
     interval: Duration,
     request_timeout: Duration,
+    files: Option<Arc<Root>>,
 }
 
 impl Default for HqApp {
@@ -32,6 +45,7 @@ impl Default for HqApp {
         HqApp {
             interval: Duration::from_millis(40),
             request_timeout: limits::REQUEST_TIMEOUT,
+            files: None,
         }
     }
 }
@@ -49,6 +63,13 @@ impl HqApp {
     /// counted in [`crate::Counters::request_timeouts`].
     pub fn request_timeout(mut self, d: Duration) -> Self {
         self.request_timeout = d;
+        self
+    }
+
+    /// Serves files beneath `root` for every `GET` that is not `/bytes/N`
+    /// or `/video/RATE/SECONDS` (see the module's documentation).
+    pub fn files(mut self, root: Arc<Root>) -> Self {
+        self.files = Some(root);
         self
     }
 }
@@ -69,6 +90,8 @@ impl WorkerApp for HqApp {
             streams: HashMap::new(),
             interval: self.interval,
             request_timeout: self.request_timeout,
+            files: self.files.clone(),
+            file_window: false,
             now: None,
         }))
     }
@@ -86,6 +109,8 @@ enum Resp {
         start: Instant,
         off: u64,
     },
+    /// A file (`--www`): what is left of it, and its length.
+    File { body: FileBody, len: u64 },
 }
 
 /// One connection's requests.
@@ -93,6 +118,10 @@ struct HqConn {
     streams: HashMap<StreamId, Resp>,
     interval: Duration,
     request_timeout: Duration,
+    files: Option<Arc<Root>>,
+    /// Whether the send window is [`limits::FILE_SEND_WINDOW`] yet (from
+    /// the first file response on).
+    file_window: bool,
     /// The time of the last call, for [`ConnApp::timeout`].
     now: Option<Instant>,
 }
@@ -269,11 +298,83 @@ impl HqConn {
                 cx.stop(id, 0);
                 self.respond(cx, id);
             }
+            Err(BadRequest::Invalid) if self.files.is_some() => {
+                let (Some(root), Some(target)) = (&self.files, hq::request_target(buf, fin)) else {
+                    // Not a GET: nothing to look up.
+                    let code = u64::from(hq::code::BAD_REQUEST);
+                    cx.reset(id, code);
+                    cx.stop(id, code);
+                    self.streams.remove(&id);
+                    return;
+                };
+                let r = root.respond(Method::Get, target, None);
+                match (r.status, r.body) {
+                    (Status::Ok, Some(body)) => {
+                        if !self.file_window {
+                            // File bytes are copies held until
+                            // acknowledged: the memory model counts this
+                            // window for them.
+                            cx.set_send_window(limits::FILE_SEND_WINDOW);
+                            self.file_window = true;
+                        }
+                        let len = r.content_length;
+                        self.streams.insert(id, Resp::File { body, len });
+                        cx.stop(id, 0);
+                        self.respond(cx, id);
+                    }
+                    (status, _) => {
+                        let code = u64::from(match status {
+                            Status::NotFound => hq::code::NOT_FOUND,
+                            Status::Forbidden => hq::code::FORBIDDEN,
+                            Status::BadRequest => hq::code::BAD_REQUEST,
+                            _ => hq::code::FILE_ERROR,
+                        });
+                        cx.reset(id, code);
+                        cx.stop(id, code);
+                        self.streams.remove(&id);
+                    }
+                }
+            }
             Err(bad) => {
                 let code = u64::from(bad.code());
                 cx.reset(id, code);
                 cx.stop(id, code);
                 self.streams.remove(&id);
+            }
+        }
+    }
+
+    /// Writes what a file response may write now: chunk by chunk until
+    /// the stream is blocked (a [`AppEvent::Writable`] follows) or the
+    /// file is written.
+    fn respond_file(&mut self, cx: &mut AppCx<'_>, id: StreamId) {
+        let Some(Resp::File { body, len }) = self.streams.get_mut(&id) else {
+            return;
+        };
+        let len = *len;
+        loop {
+            let chunk = match body.chunk() {
+                Ok(c) => c,
+                Err(_) => {
+                    // Read failed or the file shrank: the length cannot be
+                    // met, so the client must not take it as whole.
+                    cx.reset(id, u64::from(hq::code::FILE_ERROR));
+                    self.streams.remove(&id);
+                    return;
+                }
+            };
+            if chunk.is_empty() {
+                self.streams.remove(&id);
+                cx.finish(id, len);
+                return;
+            }
+            match cx.write(id, std::slice::from_mut(chunk)) {
+                Write::All(_) => {}
+                Write::Blocked(_) => return,
+                Write::Stopped(_) | Write::Closed => {
+                    self.streams.remove(&id);
+                    return;
+                }
             }
         }
     }
@@ -287,6 +388,7 @@ impl HqConn {
             Some(Resp::Video { frames, start, off }) => {
                 (*off, frames.due(*start, now) * frames.bytes, frames.total())
             }
+            Some(Resp::File { .. }) => return self.respond_file(cx, id),
             _ => return,
         };
         let mut at = off;

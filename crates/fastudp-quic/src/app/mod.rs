@@ -37,6 +37,7 @@ use quinn_proto::VarInt;
 use std::cell::RefCell;
 use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 /// An application the engine serves: shared by all workers.
@@ -249,12 +250,40 @@ pub enum Write {
     Closed,
 }
 
+/// A worker's list of connections to drive again, filled by
+/// [`ConnWaker`]s.
+pub(crate) type Wakes = Arc<Mutex<Vec<quinn_proto::ConnectionHandle>>>;
+
+/// Marks one connection to be driven again in its worker's next loop
+/// turn (with [`ConnApp::poll`] called): the waker of a task that runs on
+/// the connection's behalf (the HTTP/3 backend's). A `std::task::Wake`,
+/// so `Waker::from(Arc::new(waker))` makes a `Waker` of it.
+#[allow(dead_code)]
+pub(crate) struct ConnWaker {
+    wakes: Wakes,
+    ch: quinn_proto::ConnectionHandle,
+}
+
+impl std::task::Wake for ConnWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.wakes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(self.ch);
+    }
+}
+
 /// What the application may do to its connection, during one call.
 pub struct AppCx<'a> {
     conn: &'a Rc<RefCell<quinn_proto::Connection>>,
     now: Instant,
     finishing: &'a mut Vec<(quinn_proto::StreamId, u64)>,
     counters: &'a Counters,
+    wake: (&'a Wakes, quinn_proto::ConnectionHandle),
 }
 
 fn varint(v: u64) -> VarInt {
@@ -267,12 +296,24 @@ impl<'a> AppCx<'a> {
         now: Instant,
         finishing: &'a mut Vec<(quinn_proto::StreamId, u64)>,
         counters: &'a Counters,
+        wake: (&'a Wakes, quinn_proto::ConnectionHandle),
     ) -> Self {
         AppCx {
             conn,
             now,
             finishing,
             counters,
+            wake,
+        }
+    }
+
+    /// A waker that has the engine drive this connection again (and call
+    /// [`ConnApp::poll`]) in the worker's next loop turn.
+    #[allow(dead_code)]
+    pub(crate) fn waker(&self) -> ConnWaker {
+        ConnWaker {
+            wakes: self.wake.0.clone(),
+            ch: self.wake.1,
         }
     }
 
@@ -394,5 +435,131 @@ impl<'a> AppCx<'a> {
     /// larger one in the server's memory budget.
     pub fn set_send_window(&mut self, bytes: u64) {
         self.conn.borrow_mut().set_send_window(bytes);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Engine, EngineConfig};
+    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+    use std::sync::mpsc;
+    use std::task::Wake;
+    use std::time::Duration;
+
+    /// Answers a request only once `go` is set and its waker has woken the
+    /// connection: what a task woken from outside the engine's events
+    /// (the HTTP/3 backend's) relies on.
+    struct Woken {
+        go: Arc<AtomicBool>,
+        tx: mpsc::Sender<Arc<ConnWaker>>,
+    }
+
+    impl Application for Woken {
+        fn alpn(&self) -> Vec<Vec<u8>> {
+            vec![b"test".to_vec()]
+        }
+        fn worker(&self, _: usize) -> Box<dyn WorkerApp> {
+            Box::new(Woken {
+                go: self.go.clone(),
+                tx: self.tx.clone(),
+            })
+        }
+    }
+
+    impl WorkerApp for Woken {
+        fn accept(&mut self, _: &[u8], _: &ConnInfo) -> Option<Box<dyn ConnApp>> {
+            Some(Box::new(WokenConn {
+                go: self.go.clone(),
+                tx: self.tx.clone(),
+                stream: None,
+            }))
+        }
+    }
+
+    struct WokenConn {
+        go: Arc<AtomicBool>,
+        tx: mpsc::Sender<Arc<ConnWaker>>,
+        stream: Option<StreamId>,
+    }
+
+    impl ConnApp for WokenConn {
+        fn on_event(&mut self, cx: &mut AppCx<'_>, ev: AppEvent) {
+            if let AppEvent::Opened(id) = ev {
+                self.stream = Some(id);
+                let _ = self.tx.send(Arc::new(cx.waker()));
+            }
+        }
+        fn poll(&mut self, cx: &mut AppCx<'_>) {
+            if let (Some(id), true) = (self.stream, self.go.load(Relaxed)) {
+                assert_eq!(
+                    cx.write(id, &mut [Bytes::from_static(b"woken")]),
+                    Write::All(5)
+                );
+                assert!(cx.finish(id, 5));
+                self.stream = None;
+            }
+        }
+    }
+
+    #[test]
+    fn a_waker_has_the_connection_driven_again() {
+        let c = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+        let key = rustls::pki_types::PrivatePkcs8KeyDer::from(c.key_pair.serialize_der());
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let tls = rustls::ServerConfig::builder_with_provider(provider.clone())
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![c.cert.der().clone()], key.into())
+            .unwrap();
+        let (tx, rx) = mpsc::channel();
+        let go = Arc::new(AtomicBool::new(false));
+        let app = Woken { go: go.clone(), tx };
+        let cfg = EngineConfig::new("127.0.0.1:0".parse().unwrap(), Arc::new(tls)).workers(1);
+        let engine = Engine::start(cfg, Arc::new(app)).unwrap();
+        let addr = engine.local_addr();
+
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(c.cert.der().clone()).unwrap();
+        let mut ctls = rustls::ClientConfig::builder_with_provider(provider)
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        ctls.alpn_protocols = vec![b"test".to_vec()];
+        let cfg = quinn::ClientConfig::new(Arc::new(
+            quinn::crypto::rustls::QuicClientConfig::try_from(ctls).unwrap(),
+        ));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let mut ep = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
+            ep.set_default_client_config(cfg);
+            let conn = ep.connect(addr, "localhost").unwrap().await.unwrap();
+            let (mut send, mut recv) = conn.open_bi().await.unwrap();
+            send.write_all(b"?").await.unwrap();
+            let waker = tokio::task::spawn_blocking(move || rx.recv().unwrap())
+                .await
+                .unwrap();
+            // Nothing comes before the wake.
+            let early =
+                tokio::time::timeout(Duration::from_millis(100), recv.read_to_end(100)).await;
+            assert!(early.is_err(), "an answer before the wake: {early:?}");
+            go.store(true, Relaxed);
+            waker.wake();
+            // Within a few of the worker's turns, not at some later
+            // timer of the connection's.
+            let body = tokio::time::timeout(Duration::from_secs(2), recv.read_to_end(100))
+                .await
+                .expect("the answer soon after the wake")
+                .unwrap();
+            assert_eq!(body, b"woken");
+            conn.close(0u32.into(), b"");
+        });
+        engine.stop();
+        engine.join().unwrap();
     }
 }

@@ -13,7 +13,8 @@ pub const MAX_REQUEST: usize = 1024;
 pub const MAX_BYTES: u64 = 1 << 40;
 /// Stream error codes a refused request is reset with.
 pub mod code {
-    /// The request was not `GET /bytes/N` or `GET /video/RATE/SECONDS`.
+    /// The request was not `GET /bytes/N` or `GET /video/RATE/SECONDS`
+    /// (nor, with `--www`, a well-formed file path).
     pub const BAD_REQUEST: u32 = 0x10;
     /// The request line was longer than [`super::MAX_REQUEST`].
     pub const TOO_LONG: u32 = 0x11;
@@ -21,6 +22,13 @@ pub mod code {
     pub const SHUTDOWN: u32 = 0x12;
     /// The request line was not whole within `--request-timeout`.
     pub const REQUEST_TIMEOUT: u32 = 0x13;
+    /// A file request (`--www`): no such regular file, or a path that
+    /// tried to leave the directory (HTTP's 404).
+    pub const NOT_FOUND: u32 = 0x15;
+    /// A file request: the file may not be read (HTTP's 403).
+    pub const FORBIDDEN: u32 = 0x16;
+    /// A file request: the file could not be opened or read (HTTP's 500).
+    pub const FILE_ERROR: u32 = 0x17;
 }
 /// The application close code of a server shutting down: no error.
 pub const CLOSE_SHUTDOWN: u32 = 0;
@@ -100,6 +108,23 @@ pub fn parse(buf: &[u8], fin: bool) -> Result<Option<Request>, BadRequest> {
         }
         _ => Err(BadRequest::Invalid),
     }
+}
+
+/// The target of a whole request line `GET TARGET` (CR LF or LF ended,
+/// or ended by the stream), as bytes, for a request [`parse`] does not
+/// serve itself (a file, with `--www`). `None` when the line is not whole
+/// yet, too long, or not a `GET`.
+pub fn request_target(buf: &[u8], fin: bool) -> Option<&[u8]> {
+    let line = match buf.iter().position(|&b| b == b'\n') {
+        Some(i) => &buf[..i],
+        None if fin => buf,
+        None => return None,
+    };
+    if line.len() > MAX_REQUEST {
+        return None;
+    }
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    line.strip_prefix(b"GET ")
 }
 
 /// The byte at offset `i` of every response: a pattern a client checks.
@@ -227,6 +252,24 @@ mod tests {
         }
         let long = vec![b'a'; MAX_REQUEST + 1];
         assert_eq!(parse(&long, false), Err(BadRequest::TooLong));
+    }
+
+    #[test]
+    fn request_targets() {
+        fn t(b: &[u8], fin: bool) -> Option<&[u8]> {
+            request_target(b, fin)
+        }
+        assert_eq!(t(b"GET /index.html\r\n", false), Some(&b"/index.html"[..]));
+        assert_eq!(t(b"GET /a%20b?x\nrest", false), Some(&b"/a%20b?x"[..]));
+        assert_eq!(t(b"GET /a", true), Some(&b"/a"[..]));
+        assert_eq!(t(b"GET /\xff\r\n", false), Some(&b"/\xff"[..]));
+        assert_eq!(t(b"GET /a", false), None);
+        assert_eq!(t(b"HEAD /a\r\n", false), None);
+        assert_eq!(t(b"get /a\r\n", false), None);
+        let mut long = b"GET /".to_vec();
+        long.resize(MAX_REQUEST + 1, b'a');
+        long.push(b'\n');
+        assert_eq!(t(&long, false), None);
     }
 
     #[test]
