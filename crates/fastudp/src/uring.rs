@@ -15,8 +15,13 @@
 //!   in use the kernel ends it with `ENOBUFS`: the datagrams stay in the
 //!   socket's queue, nothing is lost, the event is counted
 //!   ([`UringStats::buffer_exhausted`]) and the request re-armed once
-//!   buffers are back. [`UdpState::recv_with`](crate::UdpState::recv_with)
-//!   hands messages straight out of the provided buffers;
+//!   buffers are back.
+//!   [`UdpState::recv_borrowed`](crate::UdpState::recv_borrowed) (and
+//!   [`Socket::recv_borrowed`](crate::Socket::recv_borrowed)) lends a
+//!   batch of messages in place in the provided buffers, a [`RecvView`]
+//!   whose buffers go back to the kernel when it is dropped;
+//!   [`UdpState::recv_with`](crate::UdpState::recv_with)
+//!   hands messages straight out of the provided buffers to a callback;
 //!   [`UdpState::recv`](crate::UdpState::recv) copies them into a
 //!   [`RecvBatch`](crate::RecvBatch) as before.
 //! * **Send** goes as one chain of linked `IORING_OP_SENDMSG`s per batch,
@@ -24,7 +29,32 @@
 //!   (`UDP_SEGMENT`, TOS, PKTINFO, `SCM_TXTIME`). A failure cancels the
 //!   rest of the chain, so what went out is a prefix, as with `sendmmsg`,
 //!   and every fallback (a GSO refusal, an ECN refusal, ICMP errors) is the
-//!   syscall path's own code.
+//!   syscall path's own code. The kernel issues each linked send after the
+//!   first through task work; with
+//!   [`Config::uring_unlinked_sends`](crate::Config::uring_unlinked_sends)
+//!   the `SENDMSG`s of a batch go unlinked, with `MSG_DONTWAIT`, each
+//!   issued inline, in order, and their completions are reconciled by
+//!   index into the same [`Sent`](crate::Sent). Unlinked, a failed send
+//!   does not stop the ones after it. When the failures are all at the end,
+//!   what went out is a prefix, exactly as `sendmmsg` reports it. When a
+//!   send fails and a later one went (a *hole*), the later ones cannot be
+//!   called back: the call reports everything up to the last send that
+//!   went, and resends each hole at once, alone, through the whole send
+//!   path with its fallbacks (so it goes out after the ones behind it). A
+//!   hole whose resend fails too (on a non-blocking socket: the buffer
+//!   still full) is reported as a local drop, in
+//!   [`Sent::dropped_locally`](crate::Sent::dropped_locally), and counted
+//!   in [`UringStats::holes_dropped`]. So nothing is sent twice, and
+//!   nothing is lost without being reported, but such a hole is a loss
+//!   where the linked chain would have returned an error or `WouldBlock`:
+//!   under a full socket buffer on a non-blocking socket holes are common,
+//!   which is why the chain stays the default. A datagram larger than any
+//!   the socket sent so far (a path-MTU probe) ends its batch, so that the
+//!   path's refusal (`EMSGSIZE`) names it alone, as on the syscall path,
+//!   with nothing sent after it. A blocking socket that must
+//!   wait for buffer space sends its batch as one chain of linked
+//!   `SENDMSG`s (io_uring would otherwise complete the waiting ones out
+//!   of order), where a failure cancels the rest.
 //! * **Zerocopy** sends go with `IORING_OP_SENDMSG_ZC`
 //!   ([`UringZeroCopySender`]): the buffer comes back on the notification
 //!   completion, not through the error queue, and
@@ -92,8 +122,28 @@ use crate::sys::uring::{self as ring, RecvEvent, RecvRing, SendRing, ZcDone, ZcR
 /// sets up: `uring` or `syscall` (the default).
 pub const BACKEND_ENV: &str = "FASTUDP_BACKEND";
 
-/// Default number of provided receive buffers per socket.
-pub const DEFAULT_RECV_BUFFERS: u16 = 64;
+/// Bytes of provided receive buffers a ring gets by default (see
+/// [`recv_buffers_for`]).
+pub const RECV_RING_BYTES: usize = 1 << 20;
+
+/// The number of provided receive buffers a ring gets by default when
+/// the kernel writes about `bytes` into each (a GRO train's 96 KiB, or a
+/// datagram's 1500): as many as fit in [`RECV_RING_BYTES`], rounded down
+/// to a power of two, at least 4 and at most 64 (8 for GRO trains).
+///
+/// The kernel takes buffers from the ring in order and they come back at
+/// its tail, so every buffer of the ring is written in turn: the fewer
+/// there are, the more of them are still in the CPU's cache when the
+/// kernel copies the next message in and the application reads it. On a
+/// 2-vCPU VM, 8 buffers of 96 KiB took 0.82-0.90x the receive CPU per
+/// byte of `recvmmsg`, 64 took 1.02-1.10x (docs/BENCHMARKS.md, section
+/// 13). When they are all in use, the kernel stops the receive and the
+/// datagrams wait in the socket's buffer, as they would for `recvmmsg`,
+/// until it is armed again ([`UringStats::buffer_exhausted`]).
+pub fn recv_buffers_for(bytes: usize) -> u16 {
+    let n = (RECV_RING_BYTES / (ring::RECV_OVERHEAD + bytes).max(1)).clamp(4, 64);
+    1 << (usize::BITS - 1 - n.leading_zeros())
+}
 
 /// What io_uring offers this process, as probed once.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -234,6 +284,15 @@ pub struct UringStats {
     /// Times the kernel found no free receive buffer (`ENOBUFS`); the data
     /// stayed queued in the socket and was received after the re-arm.
     pub buffer_exhausted: u64,
+    /// Sends of an unlinked batch that failed while a later one went out,
+    /// and were resent at once (through every fallback of the syscall
+    /// path) and went.
+    pub holes_resent: u64,
+    /// Such sends whose resend failed too: their datagrams are counted in
+    /// [`crate::Sent::dropped_locally`] and
+    /// [`crate::Stats::dropped_locally`], and the reason recorded in
+    /// [`crate::Stats::fallbacks`].
+    pub holes_dropped: u64,
 }
 
 /// The backend's state inside a [`UdpState`].
@@ -250,7 +309,19 @@ pub(crate) struct Backend {
     rearms: AtomicU64,
     exhausted: AtomicU64,
     arms: AtomicU64,
+    holes_resent: AtomicU64,
+    holes_dropped: AtomicU64,
+    /// Payload of the largest datagram sent (see `cut_after_growth`).
+    largest_sent: std::sync::atomic::AtomicUsize,
+    /// Batches go unlinked.
+    unlinked: bool,
 }
+
+/// Payload every path is taken to carry before the socket sent anything
+/// larger: IPv6's minimum MTU (1280) less 48 bytes of IPv6 and UDP
+/// headers. A larger datagram ends its unlinked batch until one of its
+/// size went (see `Backend::cut_after_growth`).
+const SAFE_DATAGRAM: usize = 1232;
 
 /// Whether `FASTUDP_BACKEND` asks for io_uring.
 pub(crate) fn env_wants_uring() -> Result<bool, Error> {
@@ -312,7 +383,10 @@ impl Backend {
             None
         };
         let recv = if p.receive_ok() {
-            let n = recv_buffers.clamp(1, 1 << 15).next_power_of_two();
+            let n = match recv_buffers {
+                0 => recv_buffers_for(payload),
+                n => n.clamp(1, 1 << 15).next_power_of_two(),
+            };
             Some(RecvRing::new(fd, n, payload).map_err(|e| {
                 off(
                     e.raw_os_error(),
@@ -332,6 +406,10 @@ impl Backend {
             rearms: AtomicU64::new(0),
             exhausted: AtomicU64::new(0),
             arms: AtomicU64::new(0),
+            holes_resent: AtomicU64::new(0),
+            holes_dropped: AtomicU64::new(0),
+            largest_sent: std::sync::atomic::AtomicUsize::new(SAFE_DATAGRAM),
+            unlinked: false,
         })
     }
 
@@ -359,6 +437,8 @@ impl Backend {
             recv_messages: self.recv_messages.load(Relaxed),
             rearms: self.rearms.load(Relaxed),
             buffer_exhausted: self.exhausted.load(Relaxed),
+            holes_resent: self.holes_resent.load(Relaxed),
+            holes_dropped: self.holes_dropped.load(Relaxed),
         }
     }
 
@@ -371,6 +451,7 @@ impl Backend {
         fd: BorrowedFd<'_>,
         n: usize,
         dontwait: bool,
+        holes: &mut u128,
         fill: impl FnMut(usize, &mut [u8]) -> Result<sys::SendMsg<'a>, Error>,
     ) -> Option<Result<io::Result<usize>, Error>> {
         let mut g = self.send.lock().ok()?;
@@ -378,12 +459,13 @@ impl Backend {
         if r.broken() {
             return None;
         }
-        let out = r.send_batch(fd, n, dontwait, fill);
-        if let Ok((res, enters)) = &out {
-            self.send_enters.fetch_add(*enters, Relaxed);
+        let out = r.send_batch(fd, n, dontwait && self.unlinked, dontwait, fill);
+        if let Ok(o) = &out {
+            *holes = o.holes;
+            self.send_enters.fetch_add(o.enters, Relaxed);
             self.send_sqes.fetch_add(n as u64, Relaxed);
             if r.broken() {
-                let e = res.as_ref().err();
+                let e = o.sent.as_ref().err();
                 state.record(
                     Feature::Uring,
                     e.and_then(|e| e.raw_os_error()),
@@ -395,7 +477,41 @@ impl Backend {
                 *g = None;
             }
         }
-        Some(out.map(|(r, _)| r))
+        Some(out.map(|o| o.sent))
+    }
+
+    /// How many of a batch's `n` transmits go in one unlinked submission:
+    /// up to and including the first whose largest datagram (`size(i)`)
+    /// is larger than any this socket sent so far (and than
+    /// [`SAFE_DATAGRAM`]). A datagram over the
+    /// path MTU then fails (`EMSGSIZE`) as the last of its batch, never
+    /// with sends after it.
+    pub(crate) fn cut_after_growth(&self, n: usize, size: impl Fn(usize) -> usize) -> usize {
+        if !self.unlinked {
+            return n;
+        }
+        let max = self.largest_sent.load(Relaxed);
+        (0..n).position(|i| size(i) > max).map_or(n, |p| p + 1)
+    }
+
+    /// Remembers the largest datagram sent so far.
+    pub(crate) fn note_sent_size(&self, size: usize) {
+        self.largest_sent.fetch_max(size, Relaxed);
+    }
+
+    /// Sends batches unlinked (see [`crate::Config::uring_unlinked_sends`]).
+    pub(crate) fn unlinked(mut self, on: bool) -> Self {
+        self.unlinked = on;
+        self
+    }
+
+    /// Counts a hole of an unlinked batch: resent (`filled`), or dropped.
+    pub(crate) fn note_hole(&self, filled: bool) {
+        if filled {
+            self.holes_resent.fetch_add(1, Relaxed);
+        } else {
+            self.holes_dropped.fetch_add(1, Relaxed);
+        }
     }
 
     /// Receives up to `max` messages from the ring: message `i` is handed
@@ -411,10 +527,30 @@ impl Backend {
         fd: BorrowedFd<'_>,
         max: usize,
         room: impl Fn(usize) -> usize,
-        mut f: impl FnMut(usize, &RecvMeta, &[u8]),
+        f: impl FnMut(usize, &RecvMeta, &[u8]),
     ) -> Option<Result<usize, Error>> {
         let mut g = self.recv.lock().ok()?;
+        self.recv_in(&mut g, state, fd, max, room, false, f)
+    }
+
+    /// [`Backend::recv`] on the locked ring `g`; with `hold`, the messages'
+    /// buffers stay out of the ring (for [`RecvView`]) until the next
+    /// receive or [`sys::uring::RecvRing::release_held`]. Buffers still
+    /// held from an earlier receive go back first.
+    #[allow(clippy::too_many_arguments)]
+    #[cfg(target_os = "linux")]
+    fn recv_in(
+        &self,
+        g: &mut Option<RecvRing>,
+        state: &UdpState,
+        fd: BorrowedFd<'_>,
+        max: usize,
+        room: impl Fn(usize) -> usize,
+        hold: bool,
+        mut f: impl FnMut(usize, &RecvMeta, &[u8]),
+    ) -> Option<Result<usize, Error>> {
         let r = g.as_mut()?;
+        r.release_held();
         let mut started: Option<(Instant, Option<Duration>)> = None;
         let mut retries = 0;
         loop {
@@ -434,7 +570,7 @@ impl Backend {
             }
             let mut got = 0;
             let mut err: Option<io::Error> = None;
-            r.drain(max, |ev| match ev {
+            r.drain(max, hold, |ev| match ev {
                 RecvEvent::Message(m) => {
                     let cap = room(got);
                     let truncated = m.payload.len() > cap;
@@ -538,6 +674,213 @@ impl UdpState {
             f(m, p);
         }
         Ok(n)
+    }
+}
+
+#[cfg_attr(docsrs, doc(cfg(feature = "uring")))]
+impl UdpState {
+    /// Receives a batch of messages and lends them to the caller in place:
+    /// on the io_uring backend, each payload is read where the kernel
+    /// wrote it, in the ring's provided buffer, with no copy. The buffers
+    /// go back to the kernel when the returned [`RecvView`] is dropped (or
+    /// at the latest when the next receive starts, if it was leaked).
+    ///
+    /// The view borrows the state mutably, so the borrow checker, not a
+    /// convention, keeps a buffer from going back while a view of it
+    /// lives: no other receive (or anything else) can run on this state
+    /// until the view is gone. One that tries does not compile:
+    ///
+    /// ```compile_fail,E0499
+    /// use fastudp::{Config, RecvBatch, Socket};
+    /// let mut rx = Socket::bind_with("127.0.0.1:0".parse().unwrap(), Config::default().uring(true))?;
+    /// let (mut a, mut b) = (RecvBatch::new(8), RecvBatch::new(8));
+    /// let first = rx.recv_borrowed(&mut a)?;
+    /// let second = rx.recv_borrowed(&mut b)?; // `rx` is still lent to `first`
+    /// println!("{} {}", first.len(), second.len());
+    /// # Ok::<(), fastudp::Error>(())
+    /// ```
+    ///
+    /// Up to `scratch.capacity()` messages. Waits, truncation (never,
+    /// beyond the ring's buffers), counters and errors as
+    /// [`UdpState::recv`]; a GRO train is one message, split in place by
+    /// [`RecvView::datagrams`]. When every provided buffer is in use
+    /// (lent out in views, or filled and not yet received) the kernel ends
+    /// its multishot receive: the datagrams stay queued in the socket,
+    /// the event is counted in [`UringStats::buffer_exhausted`], and the
+    /// receive is armed again once buffers are back; nothing is lost.
+    /// Without the ring (io_uring unavailable or refused, another socket's
+    /// state, a platform without it) it receives into `scratch` with
+    /// [`UdpState::recv`] and the view lends out `scratch`'s messages.
+    pub fn recv_borrowed<'a>(
+        &'a mut self,
+        sock: impl std::os::fd::AsFd,
+        scratch: &'a mut crate::RecvBatch,
+    ) -> Result<RecvView<'a>, Error> {
+        let fd = sock.as_fd();
+        #[cfg(target_os = "linux")]
+        if let Some(n) = self.recv_held(fd, scratch) {
+            let n = n?;
+            let ring = self
+                .uring
+                .as_mut()
+                .and_then(|b| b.recv.get_mut().unwrap_or_else(|e| e.into_inner()).as_mut());
+            let inner = match ring {
+                Some(ring) => ViewInner::Ring {
+                    metas: &scratch.metas_for_view()[..n],
+                    ring,
+                },
+                // Cannot happen: the ring receive just ran.
+                None => ViewInner::Batch(scratch),
+            };
+            return Ok(RecvView { inner });
+        }
+        self.recv(fd, scratch)?;
+        Ok(RecvView {
+            inner: ViewInner::Batch(scratch),
+        })
+    }
+
+    /// The ring half of [`UdpState::recv_borrowed`]: receives with the
+    /// buffers held, metadata into `scratch`; `None` without the ring.
+    #[cfg(target_os = "linux")]
+    fn recv_held(
+        &self,
+        fd: BorrowedFd<'_>,
+        scratch: &mut crate::RecvBatch,
+    ) -> Option<Result<usize, Error>> {
+        let b = self.uring.as_ref().filter(|b| b.for_fd(fd))?;
+        let metas = scratch.metas_for_view();
+        let max = metas.len().min(sys::MAX_BATCH);
+        let mut g = b.recv.lock().unwrap_or_else(|e| e.into_inner());
+        b.recv_in(
+            &mut g,
+            self,
+            fd,
+            max,
+            |_| usize::MAX,
+            true,
+            |i, m, _| {
+                metas[i] = *m;
+            },
+        )
+    }
+}
+
+#[cfg_attr(docsrs, doc(cfg(feature = "uring")))]
+impl crate::Socket {
+    /// See [`UdpState::recv_borrowed`].
+    ///
+    /// ```
+    /// use fastudp::{Config, RecvBatch, Socket, Transmit};
+    ///
+    /// let mut rx = Socket::bind_with("127.0.0.1:0".parse().unwrap(), Config::default().uring(true))?;
+    /// let tx = Socket::bind("127.0.0.1:0".parse().unwrap())?;
+    /// tx.send(&[Transmit::train(rx.local_addr()?, &[7u8; 3 * 1000], 1000)])?;
+    /// let mut scratch = RecvBatch::new(16);
+    /// let mut seen = 0;
+    /// while seen < 3 {
+    ///     let view = rx.recv_borrowed(&mut scratch)?;
+    ///     for (meta, datagram) in view.datagrams() {
+    ///         assert_eq!((meta.stride, datagram), (1000, &[7u8; 1000][..]));
+    ///         seen += 1;
+    ///     }
+    ///     // `view` is dropped here, and its buffers go back to the kernel.
+    /// }
+    /// # Ok::<(), fastudp::Error>(())
+    /// ```
+    pub fn recv_borrowed<'a>(
+        &'a mut self,
+        scratch: &'a mut crate::RecvBatch,
+    ) -> Result<RecvView<'a>, Error> {
+        let (sock, state) = self.parts_mut();
+        let fd = std::os::fd::AsFd::as_fd(sock);
+        state.recv_borrowed(fd, scratch)
+    }
+}
+
+/// Messages lent by [`UdpState::recv_borrowed`]: each one's metadata and
+/// payload, read in place in the io_uring ring's provided buffers (or in
+/// the scratch batch without the ring). Dropping the view gives the
+/// buffers back to the kernel.
+pub struct RecvView<'a> {
+    inner: ViewInner<'a>,
+}
+
+enum ViewInner<'a> {
+    #[cfg(target_os = "linux")]
+    Ring {
+        metas: &'a [RecvMeta],
+        ring: &'a mut RecvRing,
+    },
+    Batch(&'a crate::RecvBatch),
+}
+
+impl std::fmt::Debug for RecvView<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecvView")
+            .field("len", &self.len())
+            .field("in_ring", &self.in_ring())
+            .finish()
+    }
+}
+
+impl RecvView<'_> {
+    /// Messages in the view.
+    pub fn len(&self) -> usize {
+        match &self.inner {
+            #[cfg(target_os = "linux")]
+            ViewInner::Ring { metas, .. } => metas.len(),
+            ViewInner::Batch(b) => b.len(),
+        }
+    }
+
+    /// True when the receive got nothing.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// True when the payloads are read in place in the ring's buffers;
+    /// false when they were received into the scratch batch (no ring).
+    pub fn in_ring(&self) -> bool {
+        match &self.inner {
+            #[cfg(target_os = "linux")]
+            ViewInner::Ring { .. } => true,
+            ViewInner::Batch(_) => false,
+        }
+    }
+
+    /// Message `i`: its metadata and payload (a GRO train whole).
+    pub fn get(&self, i: usize) -> Option<(&RecvMeta, &[u8])> {
+        match &self.inner {
+            #[cfg(target_os = "linux")]
+            ViewInner::Ring { metas, ring } => metas.get(i).map(|m| {
+                let p = ring.held_payload(i);
+                (m, &p[..m.len.min(p.len())])
+            }),
+            ViewInner::Batch(b) => b.get(i),
+        }
+    }
+
+    /// The messages, in the order received.
+    pub fn iter(&self) -> impl Iterator<Item = (&RecvMeta, &[u8])> + '_ {
+        (0..self.len()).filter_map(move |i| self.get(i))
+    }
+
+    /// Every datagram of every message, GRO trains split in place (each
+    /// datagram a slice of the buffer the train arrived in), with its
+    /// message's metadata.
+    pub fn datagrams(&self) -> impl Iterator<Item = (&RecvMeta, &[u8])> + '_ {
+        self.iter()
+            .flat_map(|(m, p)| m.datagrams(p).map(move |d| (m, d)))
+    }
+}
+
+impl Drop for RecvView<'_> {
+    fn drop(&mut self) {
+        #[cfg(target_os = "linux")]
+        if let ViewInner::Ring { ring, .. } = &mut self.inner {
+            ring.release_held();
+        }
     }
 }
 
@@ -805,6 +1148,305 @@ mod tests {
         let b = Backend::with_probe(sock.as_fd(), 4, 1500, &sends).unwrap();
         let st = b.stats();
         assert!(st.send_active && !st.recv_active, "{st:?}");
+    }
+
+    /// Whether ring sends and receives run here; says why not (and fails
+    /// under `FASTUDP_REQUIRE_PRIVILEGED_TESTS=1`) when they do not.
+    fn ring_here() -> bool {
+        let p = probe();
+        if p.send_ok() && p.receive_ok() {
+            return true;
+        }
+        let why = format!("io_uring unavailable: {:?}", p.why_not());
+        assert!(
+            std::env::var_os("FASTUDP_REQUIRE_PRIVILEGED_TESTS").is_none(),
+            "{why}"
+        );
+        eprintln!("skipped: {why}");
+        false
+    }
+
+    /// Datagram `seq`: its number, then filler, `len` bytes.
+    fn datagram(seq: u32, len: usize) -> Vec<u8> {
+        let mut d = seq.to_be_bytes().to_vec();
+        d.extend((4..len).map(|i| (seq as usize * 7 + i) as u8));
+        d
+    }
+
+    /// A plain receiver, and a sender on the ring.
+    fn pair() -> (std::net::UdpSocket, crate::Socket) {
+        let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        rx.set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        let tx = crate::Socket::bind_with(
+            "127.0.0.1:0".parse().unwrap(),
+            crate::Config::default()
+                .uring(true)
+                .uring_unlinked_sends(true),
+        )
+        .unwrap();
+        assert!(tx.state().uring_stats().unwrap().send_active);
+        // A first datagram as large as any the tests send, elsewhere: a
+        // batch is cut after a datagram larger than any sent before.
+        let sink = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let warm = [0u8; 1472];
+        let sent = tx
+            .send(&[Transmit::new(sink.local_addr().unwrap(), &warm)])
+            .unwrap();
+        assert!(sent.all(1));
+        (rx, tx)
+    }
+
+    /// Every datagram that arrives, in arrival order.
+    fn arrivals(rx: &std::net::UdpSocket) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        let mut buf = [0u8; 2048];
+        while let Ok(n) = rx.recv(&mut buf) {
+            out.push(buf[..n].to_vec());
+        }
+        out
+    }
+
+    /// Sends `n` datagrams of 500 bytes in one call with the ring batches'
+    /// failures `masks` injected (the kernel really fails those sends):
+    /// what the call reported, what arrived (by number, in order), and the
+    /// ring's counters.
+    fn send_with_failures(
+        masks: &[u128],
+        n: u32,
+    ) -> (crate::Sent, Vec<u32>, UringStats, crate::Stats) {
+        let (rx, tx) = pair();
+        let dest = rx.local_addr().unwrap();
+        let data: Vec<Vec<u8>> = (0..n).map(|i| datagram(i, 500)).collect();
+        let ts: Vec<Transmit<'_>> = data.iter().map(|d| Transmit::new(dest, d)).collect();
+        ring::inject::fail_next(masks);
+        let sent = tx.send(&ts).unwrap();
+        let got = arrivals(&rx);
+        for g in &got {
+            let seq = u32::from_be_bytes(g[..4].try_into().unwrap());
+            assert_eq!(g, &data[seq as usize], "datagram {seq} intact");
+        }
+        let seqs = got
+            .iter()
+            .map(|g| u32::from_be_bytes(g[..4].try_into().unwrap()))
+            .collect();
+        (sent, seqs, tx.state().uring_stats().unwrap(), tx.stats())
+    }
+
+    #[test]
+    fn the_ring_is_sized_from_the_bytes_each_message_writes() {
+        assert_eq!(recv_buffers_for(crate::socket::DEFAULT_MESSAGE_CAPACITY), 8);
+        assert_eq!(recv_buffers_for(1500), 64);
+        assert_eq!(recv_buffers_for(1 << 20), 4);
+    }
+
+    /// A datagram larger than any sent before ends its batch, so that a
+    /// path-MTU refusal is never followed by sends that went.
+    #[test]
+    fn a_batch_ends_after_a_datagram_larger_than_any_sent_before() {
+        if !ring_here() {
+            return;
+        }
+        let (rx, tx) = pair();
+        let b = tx.state().uring.as_ref().unwrap();
+        let sizes = [500, 1472, 1473, 600, 2000];
+        assert_eq!(b.cut_after_growth(5, |i| sizes[i]), 3);
+        b.note_sent_size(1473);
+        assert_eq!(b.cut_after_growth(5, |i| sizes[i]), 5);
+        // Through the send path: the larger datagram goes last in its
+        // ring batch (so the failure injected after it finds nothing).
+        let dest = rx.local_addr().unwrap();
+        let data: Vec<Vec<u8>> = (0..4)
+            .map(|i| datagram(i, if i == 1 { 3000 } else { 500 }))
+            .collect();
+        let ts: Vec<Transmit<'_>> = data.iter().map(|d| Transmit::new(dest, d)).collect();
+        let before = tx.state().uring_stats().unwrap().send_enters;
+        ring::inject::fail_next(&[0, 0b11]);
+        let sent = tx.send(&ts).unwrap();
+        // Batch [0, 1] went whole; the next batch failed whole, and
+        // the call stopped there: an exact prefix, no hole.
+        assert_eq!((sent.transmits, sent.dropped_locally), (2, 0), "{sent:?}");
+        assert!(tx.state().uring_stats().unwrap().send_enters >= before + 2);
+        let rest = tx.send(&ts[2..]).unwrap();
+        assert!(rest.all(2));
+        let got: Vec<u32> = arrivals(&rx)
+            .iter()
+            .map(|g| u32::from_be_bytes(g[..4].try_into().unwrap()))
+            .collect();
+        assert_eq!(got, [0, 1, 2, 3]);
+    }
+
+    /// By default a batch is one linked chain: a failure in the middle
+    /// cancels the rest, nothing after it goes, and the call goes on from
+    /// there in order; there is never a hole.
+    #[test]
+    fn a_linked_batch_stops_at_a_failure_in_the_middle() {
+        if !ring_here() {
+            return;
+        }
+        let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        rx.set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        let tx = crate::Socket::bind_with(
+            "127.0.0.1:0".parse().unwrap(),
+            crate::Config::default().uring(true),
+        )
+        .unwrap();
+        let dest = rx.local_addr().unwrap();
+        let data: Vec<Vec<u8>> = (0..4).map(|i| datagram(i, 500)).collect();
+        let ts: Vec<Transmit<'_>> = data.iter().map(|d| Transmit::new(dest, d)).collect();
+        ring::inject::fail_next(&[0b0010, 0b1]);
+        let sent = tx.send(&ts).unwrap();
+        assert_eq!((sent.transmits, sent.dropped_locally), (1, 0), "{sent:?}");
+        assert!(tx.send(&ts[1..]).unwrap().all(3));
+        let got: Vec<u32> = arrivals(&rx)
+            .iter()
+            .map(|g| u32::from_be_bytes(g[..4].try_into().unwrap()))
+            .collect();
+        assert_eq!(got, [0, 1, 2, 3]);
+        let u = tx.state().uring_stats().unwrap();
+        assert_eq!((u.holes_resent, u.holes_dropped), (0, 0), "{u:?}");
+    }
+
+    #[test]
+    fn reconcile_reports_the_last_send_that_went_and_the_holes_before_it() {
+        assert_eq!(ring::reconcile(&[1, 1, 1]), (3, 0));
+        assert_eq!(ring::reconcile(&[1, 1, -11, -11]), (2, 0));
+        assert_eq!(ring::reconcile(&[-11, -11]), (0, 0));
+        assert_eq!(ring::reconcile(&[1, -95, 1, -11]), (3, 0b10));
+        assert_eq!(ring::reconcile(&[-95, -95, 1]), (3, 0b11));
+    }
+
+    /// Failures at the end of an unlinked batch: exactly the prefix before
+    /// them went and is reported, as `sendmmsg` reports it; the caller
+    /// resumes there and nothing is sent twice.
+    #[test]
+    fn failures_at_the_end_of_an_unlinked_batch_are_an_exact_prefix() {
+        if !ring_here() {
+            return;
+        }
+        let (rx, tx) = pair();
+        let dest = rx.local_addr().unwrap();
+        let data: Vec<Vec<u8>> = (0..6).map(|i| datagram(i, 500)).collect();
+        let ts: Vec<Transmit<'_>> = data.iter().map(|d| Transmit::new(dest, d)).collect();
+        // The call goes on after a short batch (as after a short
+        // `sendmmsg`): its next batch fails whole, and it stops there.
+        ring::inject::fail_next(&[0b111000, 0b111]);
+        let sent = tx.send(&ts).unwrap();
+        assert_eq!(
+            (sent.transmits, sent.datagrams, sent.dropped_locally),
+            (3, 0, 0)
+        );
+        let rest = tx.send(&ts[sent.transmits..]).unwrap();
+        assert!(rest.all(3), "{rest:?}");
+        let got: Vec<u32> = arrivals(&rx)
+            .iter()
+            .map(|g| u32::from_be_bytes(g[..4].try_into().unwrap()))
+            .collect();
+        assert_eq!(got, [0, 1, 2, 3, 4, 5]);
+        let u = tx.state().uring_stats().unwrap();
+        assert_eq!((u.holes_resent, u.holes_dropped), (0, 0), "{u:?}");
+    }
+
+    /// A send in the middle fails and the ones after it go out: the call
+    /// resends it at once, alone, and reports the whole batch; every
+    /// datagram arrives exactly once (the resent one last).
+    #[test]
+    fn a_hole_in_an_unlinked_batch_is_resent_and_reported_whole() {
+        if !ring_here() {
+            return;
+        }
+        let (sent, got, u, _) = send_with_failures(&[0b0010], 4);
+        assert_eq!(
+            (sent.transmits, sent.datagrams, sent.dropped_locally),
+            (4, 0, 0)
+        );
+        // The hole really happened: 2 and 3 went before 1 was resent.
+        assert_eq!(got, [0, 2, 3, 1]);
+        assert_eq!((u.holes_resent, u.holes_dropped), (1, 0), "{u:?}");
+        // The first send failing, the rest going: the same.
+        let (sent, got, u, _) = send_with_failures(&[0b0001], 3);
+        assert!(sent.all(3) && sent.dropped_locally == 0, "{sent:?}");
+        assert_eq!(got, [1, 2, 0]);
+        assert_eq!(u.holes_resent, 1, "{u:?}");
+    }
+
+    /// A hole whose resend fails too: the sends after it are on the wire,
+    /// so it is neither reported unsent (the caller would send those
+    /// again) nor lost silently: it is a local drop, counted and explained.
+    #[test]
+    fn a_hole_whose_resend_fails_is_reported_as_dropped() {
+        if !ring_here() {
+            return;
+        }
+        let (sent, got, u, st) = send_with_failures(&[0b0010, 0b1], 4);
+        assert_eq!(
+            (sent.transmits, sent.datagrams, sent.dropped_locally),
+            (4, 0, 1)
+        );
+        assert_eq!(got, [0, 2, 3]);
+        assert_eq!((u.holes_resent, u.holes_dropped), (0, 1), "{u:?}");
+        assert_eq!(st.dropped_locally, 1);
+        assert!(
+            st.fallbacks
+                .iter()
+                .any(|f| f.feature == Feature::Uring && f.reason.contains("1 datagrams")),
+            "{:?}",
+            st.fallbacks
+        );
+    }
+
+    /// A hole among GSO trains: the train is resent whole, and every
+    /// datagram of every train arrives exactly once.
+    #[test]
+    fn a_hole_among_gso_trains_is_resent_whole() {
+        if !ring_here() {
+            return;
+        }
+        let (rx, tx) = pair();
+        let dest = rx.local_addr().unwrap();
+        let trains: Vec<Vec<u8>> = (0..3)
+            .map(|t| (0..4).flat_map(|d| datagram(t * 4 + d, 500)).collect())
+            .collect();
+        let ts: Vec<Transmit<'_>> = trains
+            .iter()
+            .map(|b| Transmit::train(dest, b, 500))
+            .collect();
+        ring::inject::fail_next(&[0b010]);
+        let sent = tx.send(&ts).unwrap();
+        assert!(sent.all(3) && sent.dropped_locally == 0, "{sent:?}");
+        let mut got: Vec<u32> = arrivals(&rx)
+            .iter()
+            .map(|g| u32::from_be_bytes(g[..4].try_into().unwrap()))
+            .collect();
+        assert_eq!(&got[4..8], [8, 9, 10, 11], "train 2 went before train 1");
+        got.sort_unstable();
+        assert_eq!(got, (0..12).collect::<Vec<_>>());
+        assert_eq!(tx.state().uring_stats().unwrap().holes_resent, 1);
+    }
+
+    /// A state whose ring receive was refused (here: a probe without the
+    /// receive's pieces) lends out the scratch batch's messages instead.
+    #[test]
+    fn borrowed_receive_falls_back_when_the_ring_receive_is_refused() {
+        let (sock, mut state) = crate::Socket::bind("127.0.0.1:0".parse().unwrap())
+            .unwrap()
+            .into_parts();
+        let sends_only = UringProbe {
+            available: true,
+            sendmsg: true,
+            ..UringProbe::default()
+        };
+        state.uring = Some(Backend::with_probe(sock.as_fd(), 4, 1500, &sends_only).unwrap());
+        sock.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        tx.send_to(&datagram(7, 300), sock.local_addr().unwrap())
+            .unwrap();
+        let mut scratch = crate::RecvBatch::new(4);
+        let view = state.recv_borrowed(&sock, &mut scratch).unwrap();
+        assert!(!view.in_ring());
+        assert_eq!(view.len(), 1);
+        assert_eq!(view.get(0).unwrap().1, &datagram(7, 300)[..]);
     }
 
     #[test]

@@ -295,3 +295,144 @@ fn a_blocking_sender_waits_for_room_in_the_ring() {
     assert!(rx.state().uring_stats().unwrap().recv_messages > 0);
     assert!(tx.stats().fallbacks.is_empty(), "{:?}", tx.stats());
 }
+
+/// GRO trains read in place: each datagram of a train is a slice of the
+/// provided buffer the train landed in (no copy), byte for byte what was
+/// sent, a short last segment included.
+#[test]
+fn borrowed_receive_splits_gro_trains_in_place_byte_exact() {
+    if !uring_here(false) {
+        return;
+    }
+    let mut rx = bind(Config::default().recv_buffer(4 << 20));
+    let tx = bind(Config::default());
+    let dest = rx.local_addr().unwrap();
+    // 10 trains of 9 full datagrams and a short tenth one.
+    let trains: Vec<Vec<u8>> = (0..10u8)
+        .map(|t| {
+            (0..9 * 1200 + 300)
+                .map(|i| t.wrapping_mul(31).wrapping_add((i / 1200) as u8 ^ i as u8))
+                .collect()
+        })
+        .collect();
+    let ts: Vec<Transmit<'_>> = trains
+        .iter()
+        .map(|b| Transmit::train(dest, b, 1200))
+        .collect();
+    assert!(tx.send(&ts).unwrap().all(ts.len()));
+    let mut expected: Vec<&[u8]> = trains.iter().flat_map(|b| b.chunks(1200)).collect();
+    let mut scratch = RecvBatch::new(8);
+    let mut trains_seen = 0;
+    while !expected.is_empty() {
+        let view = rx.recv_borrowed(&mut scratch).unwrap();
+        assert!(view.in_ring());
+        for (m, p) in view.iter() {
+            trains_seen += usize::from(m.datagram_count() > 1);
+            let range = p.as_ptr_range();
+            for d in m.datagrams(p) {
+                // In place: a sub-slice of the message's buffer.
+                assert!(range.start <= d.as_ptr() && d.as_ptr_range().end <= range.end);
+                let i = expected
+                    .iter()
+                    .position(|e| *e == d)
+                    .expect("a datagram that was sent, once");
+                expected.remove(i);
+            }
+        }
+        // Same datagrams through `datagrams()`.
+        let n: usize = view.iter().map(|(m, _)| m.datagram_count()).sum();
+        assert_eq!(view.datagrams().count(), n);
+    }
+    assert!(
+        trains_seen > 0,
+        "GRO never coalesced: the test proved nothing"
+    );
+    let u = rx.state().uring_stats().unwrap();
+    assert!(u.recv_active && u.recv_messages >= 1, "{u:?}");
+}
+
+/// A view holds its buffers: while it lives the kernel cannot write into
+/// them (more data arriving does not change what the view shows), the
+/// ring runs out of buffers (counted), and once the view is dropped the
+/// receive is re-armed and every datagram arrives exactly once.
+#[test]
+fn borrowed_views_hold_their_buffers_and_exhaustion_is_counted_and_recovered() {
+    if !uring_here(false) {
+        return;
+    }
+    let mut rx = bind(
+        Config::default()
+            .gro(false)
+            .recv_buffer(4 << 20)
+            .uring_recv_buffers(4),
+    );
+    let tx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let dest = rx.local_addr().unwrap();
+    let mut data = Vec::new();
+    for s in 0..304 {
+        fill(s, 500, &mut data);
+    }
+    let ts: Vec<Transmit<'_>> = data.chunks(500).map(|c| Transmit::new(dest, c)).collect();
+    let mut scratch = RecvBatch::new(4);
+    let mut checker = Checker::uniform(304, 500);
+    // Arm the receive, then fill all four buffers.
+    rx.as_std().set_nonblocking(true).unwrap();
+    assert!(rx.recv_borrowed(&mut scratch).unwrap_err().is_would_block());
+    rx.as_std().set_nonblocking(false).unwrap();
+    assert!(tx.send(&ts[..4]).unwrap().all(4));
+    std::thread::sleep(Duration::from_millis(50));
+    {
+        let view = rx.recv_borrowed(&mut scratch).unwrap();
+        assert!(view.in_ring());
+        let before: Vec<Vec<u8>> = view.iter().map(|(_, p)| p.to_vec()).collect();
+        assert!(!before.is_empty());
+        // 300 more arrive while the view holds its buffers.
+        let mut k = 4;
+        while k < ts.len() {
+            k += tx.send(&ts[k..]).unwrap().transmits;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        let after: Vec<Vec<u8>> = view.iter().map(|(_, p)| p.to_vec()).collect();
+        assert_eq!(before, after, "the kernel wrote into a lent buffer");
+        for (_, d) in view.datagrams() {
+            checker.check(d);
+        }
+    }
+    while checker.received < 304 {
+        let view = rx.recv_borrowed(&mut scratch).unwrap();
+        for (_, d) in view.datagrams() {
+            checker.check(d);
+        }
+    }
+    checker.finish(0);
+    let u = rx.state().uring_stats().unwrap();
+    assert!(u.buffer_exhausted >= 1, "{u:?}");
+    assert!(u.rearms >= 1, "{u:?}");
+    assert_eq!(rx.stats().kernel_drops, 0);
+}
+
+/// Without io_uring on the socket (unless `FASTUDP_BACKEND=uring` puts
+/// every socket on it), the same call receives into the scratch batch and
+/// lends its messages out.
+#[test]
+fn borrowed_receive_without_the_ring_lends_the_scratch_batch() {
+    let mut rx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    rx.as_std()
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .unwrap();
+    let tx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let payload: Vec<u8> = (0..3 * 1000).map(|i| (i % 251) as u8).collect();
+    tx.send(&[Transmit::train(rx.local_addr().unwrap(), &payload, 1000)])
+        .unwrap();
+    let mut scratch = RecvBatch::new(8);
+    let mut got = Vec::new();
+    while got.len() < payload.len() {
+        let on_ring = rx.state().uring_stats().is_some_and(|u| u.recv_active);
+        let view = rx.recv_borrowed(&mut scratch).unwrap();
+        assert_eq!(view.in_ring(), on_ring);
+        for (_, d) in view.datagrams() {
+            got.extend_from_slice(d);
+        }
+    }
+    assert_eq!(got, payload);
+}

@@ -86,7 +86,12 @@ fn timed_out(e: &io::Error) -> bool {
 }
 
 /// Receives until the sender is done and the queue is drained.
-pub fn udp(r: RxStrategy, sock: RxSock, w: &Workload, live: &Live) -> Result<RxOutcome, String> {
+pub fn udp(
+    r: RxStrategy,
+    mut sock: RxSock,
+    w: &Workload,
+    live: &Live,
+) -> Result<RxOutcome, String> {
     let (mut dgrams, mut bytes, mut calls) = (0u64, 0u64, 0u64);
     let cpu0 = fastudp::os::thread_cpu_time();
     let hard_stop = Instant::now() + w.duration + Duration::from_secs(10);
@@ -98,24 +103,21 @@ pub fn udp(r: RxStrategy, sock: RxSock, w: &Workload, live: &Live) -> Result<RxO
     let mut drops = 0;
     let mut seq = super::seq::Verifier::default();
     loop {
-        let got: io::Result<(u64, u64)> = match &sock {
+        let got: io::Result<(u64, u64)> = match &mut sock {
             RxSock::Std(s) => s.recv_from(&mut buf).map(|(n, from)| {
                 seq.datagram(from, &buf[..n]);
                 (1, n as u64)
             }),
-            // Straight out of the ring's buffers.
-            RxSock::Fast(s) if r == RxStrategy::UringGro => {
-                let mut n = (0, 0);
-                s.state()
-                    .recv_with(s.as_std(), &mut batch, |m, p| {
-                        for dg in m.datagrams(p) {
-                            seq.datagram(m.source, dg);
-                            n = (n.0 + 1, n.1 + dg.len() as u64);
-                        }
+            // Read in place in the ring's buffers (a borrowed receive).
+            RxSock::Fast(s) if r == RxStrategy::UringGro => s
+                .recv_borrowed(&mut batch)
+                .map(|view| {
+                    view.datagrams().fold((0, 0), |(d, b), (m, dg)| {
+                        seq.datagram(m.source, dg);
+                        (d + 1, b + dg.len() as u64)
                     })
-                    .map(|_| n)
-                    .map_err(io::Error::from)
-            }
+                })
+                .map_err(io::Error::from),
             // Every datagram is looked at, as an application would.
             RxSock::Fast(s) => match s.recv(&mut batch) {
                 Ok(_) => Ok(batch.datagrams().fold((0, 0), |(d, b), (m, dg)| {

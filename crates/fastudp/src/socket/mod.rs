@@ -187,6 +187,12 @@ impl Socket {
         self.state.send(&self.inner, transmits)
     }
 
+    /// The socket, and its state to change.
+    #[cfg(all(feature = "uring", target_os = "linux"))]
+    pub(crate) fn parts_mut(&mut self) -> (&UdpSocket, &mut UdpState) {
+        (&self.inner, &mut self.state)
+    }
+
     /// See [`UdpState::recv`].
     pub fn recv(&self, batch: &mut RecvBatch) -> Result<usize, Error> {
         self.state.recv(&self.inner, batch)

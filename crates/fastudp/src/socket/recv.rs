@@ -263,6 +263,14 @@ impl RecvBatch {
         self.len == 0
     }
 
+    /// Message metadata slots, for a receive that fills them itself; the
+    /// batch then holds no messages of its own.
+    #[cfg(all(feature = "uring", target_os = "linux"))]
+    pub(crate) fn metas_for_view(&mut self) -> &mut [RecvMeta] {
+        self.len = 0;
+        &mut self.metas
+    }
+
     /// Capacity in messages.
     pub fn capacity(&self) -> usize {
         self.metas.len()

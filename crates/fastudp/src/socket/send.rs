@@ -276,18 +276,24 @@ impl UdpState {
     /// One batch of at most `n` messages built by `fill` ([`sys::send_batch`]):
     /// on the io_uring ring when this socket has one, else with one
     /// `sendmmsg`/`sendmsg`. All fallbacks around it are the same.
+    ///
+    /// On the ring, bit `i` of `holes` is set when message `i` failed while
+    /// a later one went out (see `sys::uring::SendRing::send_batch`): the
+    /// count returned then reaches past it, and the caller resends it.
     fn send_batch<'a>(
         &self,
         fd: BorrowedFd<'_>,
         n: usize,
+        holes: &mut u128,
         fill: impl FnMut(usize, &mut [u8]) -> Result<SendMsg<'a>, Error>,
     ) -> Result<io::Result<usize>, Error> {
+        *holes = 0;
         #[cfg(all(feature = "uring", target_os = "linux"))]
         let fill = {
             let mut fill = fill;
             if let Some(b) = self.uring.as_ref().filter(|b| b.for_fd(fd)) {
                 let n = if self.caps.mmsg { n } else { n.min(1) };
-                match b.send_batch(self, fd, n, true, &mut fill) {
+                match b.send_batch(self, fd, n, true, holes, &mut fill) {
                     // The ring sends never wait. A blocking socket whose
                     // buffer is full waits for room: on the ring, or with
                     // the syscall below when it has a send timeout, which
@@ -298,7 +304,7 @@ impl UdpState {
                     {
                         let timeout = socket2::SockRef::from(&fd).write_timeout();
                         if let Ok(None) = timeout {
-                            if let Some(r) = b.send_batch(self, fd, n, false, &mut fill) {
+                            if let Some(r) = b.send_batch(self, fd, n, false, holes, &mut fill) {
                                 return r;
                             }
                         }
@@ -376,6 +382,15 @@ impl UdpState {
                     x.segments() == 1 || gso_for(&x)
                 })
                 .count();
+            // On the io_uring ring a batch is not stopped by a failure: a
+            // transmit with datagrams larger than any sent so far (a
+            // path-MTU probe) ends its batch, so that its EMSGSIZE is
+            // reported for it alone, with nothing sent after it.
+            #[cfg(all(feature = "uring", target_os = "linux"))]
+            let n = match self.uring.as_ref().filter(|b| b.for_fd(fd)) {
+                Some(b) => b.cut_after_growth(n, |i| largest_datagram(&src.get(from + i))),
+                None => n,
+            };
             let allow_ecn = ecn_refused.is_none();
             #[cfg(test)]
             let injected = super::faults::refused(
@@ -385,9 +400,10 @@ impl UdpState {
             );
             #[cfg(not(test))]
             let injected: Option<io::Error> = None;
+            let mut holes = 0u128;
             let r = match injected {
                 Some(e) => Err(e),
-                None => self.send_batch(fd, n, |i, ctl| {
+                None => self.send_batch(fd, n, &mut holes, |i, ctl| {
                     let ti = src.get(from + i);
                     // Only single datagrams and trains that go with GSO now
                     // were taken into the batch.
@@ -397,12 +413,31 @@ impl UdpState {
             self.c.send_calls.fetch_add(1, Relaxed);
             let e = match r {
                 Ok(k) => {
-                    self.c.send_messages.fetch_add(k as u64, Relaxed);
-                    if let Some(cause) = ecn_refused {
-                        self.disable_ecn(&cause, &t.destination);
+                    let lost = holes.count_ones() as usize;
+                    self.c.send_messages.fetch_add((k - lost) as u64, Relaxed);
+                    #[cfg(all(feature = "uring", target_os = "linux"))]
+                    if let Some(b) = self.uring.as_ref().filter(|b| b.for_fd(fd)) {
+                        b.note_sent_size(
+                            (0..k)
+                                .filter(|&i| holes & (1u128 << i) == 0)
+                                .map(|i| largest_datagram(&src.get(from + i)))
+                                .max()
+                                .unwrap_or(0),
+                        );
                     }
-                    if gso && t.segments() > 1 {
-                        self.gso_worked(&t.destination);
+                    if holes & 1 == 0 {
+                        if let Some(cause) = ecn_refused {
+                            self.disable_ecn(&cause, &t.destination);
+                        }
+                        if gso && t.segments() > 1 {
+                            self.gso_worked(&t.destination);
+                        }
+                    }
+                    for i in (0..k).filter(|&i| holes & (1u128 << i) != 0) {
+                        let ti = src.get(from + i);
+                        let one = [ti];
+                        let r = self.send_from(fd, &&one[..]);
+                        self.hole_done(&ti, r, dropped);
                     }
                     return Ok(Step::Whole(k));
                 }
@@ -487,14 +522,26 @@ impl UdpState {
         while sent < total {
             let n = (total - sent).min(if self.caps.mmsg { MAX_BATCH } else { 1 });
             let allow_ecn = ecn_refused.is_none();
-            let r = self.send_batch(fd, n, |i, ctl| {
+            let mut holes = 0u128;
+            let r = self.send_batch(fd, n, &mut holes, |i, ctl| {
                 self.message(t, chunk(sent + i), false, ctl, allow_ecn)
             })?;
             self.c.send_calls.fetch_add(1, Relaxed);
             let e = match r {
                 Ok(k) => {
+                    let lost = holes.count_ones() as usize;
+                    self.c.send_messages.fetch_add((k - lost) as u64, Relaxed);
+                    for i in (0..k).filter(|&i| holes & (1u128 << i) != 0) {
+                        // The datagram alone, through the whole send path.
+                        let one = [Transmit {
+                            contents: chunk(sent + i),
+                            segment_size: None,
+                            ..*t
+                        }];
+                        let r = self.send_from(fd, &&one[..]);
+                        self.hole_done(&one[0], r, dropped);
+                    }
                     sent += k;
-                    self.c.send_messages.fetch_add(k as u64, Relaxed);
                     if let Some(cause) = ecn_refused.take() {
                         self.disable_ecn(&cause, &t.destination);
                     }
@@ -541,7 +588,56 @@ impl UdpState {
     }
 }
 
+/// The payload of a transmit's largest datagram.
+#[cfg(all(feature = "uring", target_os = "linux"))]
+fn largest_datagram(t: &Transmit<'_>) -> usize {
+    t.segment_size
+        .map_or(t.contents.len(), |s| s.min(t.contents.len()))
+}
+
 impl UdpState {
+    /// Accounts for the resend of a hole (a send of an unlinked io_uring
+    /// batch that failed while a later one went out): `r` is what the
+    /// resend of transmit `t` did. Its datagrams that still did not go are
+    /// counted as dropped locally, with the reason recorded: the transmits
+    /// after it went out, so it can be neither reported unsent nor sent
+    /// again later.
+    fn hole_done(&self, t: &Transmit<'_>, r: Result<Sent, Error>, dropped: &mut usize) {
+        let segs = t.segments();
+        let (left, why) = match r {
+            Ok(s) => {
+                *dropped += s.dropped_locally;
+                if s.transmits >= 1 {
+                    (0, None)
+                } else {
+                    (segs.saturating_sub(s.datagrams), None)
+                }
+            }
+            Err(e) => (segs, Some(e)),
+        };
+        #[cfg(all(feature = "uring", target_os = "linux"))]
+        if let Some(b) = self.uring.as_ref() {
+            b.note_hole(left == 0);
+        }
+        if left > 0 {
+            self.dropped_locally(left, dropped);
+            #[cfg(feature = "uring")]
+            self.record(
+                crate::Feature::Uring,
+                why.as_ref().and_then(|e| match e {
+                    Error::Io(e) => e.raw_os_error(),
+                    _ => None,
+                }),
+                format!(
+                    "a send of an unlinked io_uring batch failed after later ones went out, and its resend failed too ({}): {left} datagrams to {} counted as dropped locally",
+                    why.as_ref().map_or_else(|| "the socket buffer is full".to_string(), |e| e.to_string()),
+                    t.destination
+                ),
+            );
+        }
+        let _ = why;
+    }
+
     /// Counts `n` datagrams dropped by the local queue, in the stats and in
     /// the call's `dropped`.
     pub(crate) fn dropped_locally(&self, n: usize, dropped: &mut usize) {

@@ -60,10 +60,26 @@ pub struct Config {
     #[cfg_attr(docsrs, doc(cfg(feature = "uring")))]
     pub uring: bool,
     /// Provided receive buffers of the io_uring backend (rounded up to a
-    /// power of two; default 64). Each holds one message (a GRO train).
+    /// power of two). Each holds one message (a GRO train). The default,
+    /// 0, sizes the ring from the messages it receives
+    /// ([`crate::uring::recv_buffers_for`]): 8 buffers for GRO trains, so
+    /// that the memory the kernel cycles through (about 1 MiB) stays in
+    /// the CPU's cache; 64 for single datagrams, which write only the
+    /// first bytes of each.
     #[cfg(feature = "uring")]
     #[cfg_attr(docsrs, doc(cfg(feature = "uring")))]
     pub uring_recv_buffers: u16,
+    /// Submit the io_uring backend's `SENDMSG`s unlinked (default false:
+    /// one linked chain per batch). Cheaper in the kernel, but a send that
+    /// fails no longer stops the ones after it: such a *hole* is resent
+    /// at once, after them, and one whose resend fails too (a full socket
+    /// buffer on a non-blocking socket, a datagram over a path MTU that
+    /// shrank) is reported as dropped locally rather than as an error.
+    /// For protocols that recover losses and reordering themselves (QUIC);
+    /// see [`crate::uring`].
+    #[cfg(feature = "uring")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "uring")))]
+    pub uring_unlinked_sends: bool,
 }
 
 impl Default for Config {
@@ -79,7 +95,9 @@ impl Default for Config {
             #[cfg(feature = "uring")]
             uring: false,
             #[cfg(feature = "uring")]
-            uring_recv_buffers: 64,
+            uring_recv_buffers: 0,
+            #[cfg(feature = "uring")]
+            uring_unlinked_sends: false,
         }
     }
 }
@@ -132,6 +150,14 @@ impl Config {
     #[cfg_attr(docsrs, doc(cfg(feature = "uring")))]
     pub fn uring(mut self, on: bool) -> Self {
         self.uring = on;
+        self
+    }
+
+    /// See [`Config::uring_unlinked_sends`](struct.Config.html#structfield.uring_unlinked_sends).
+    #[cfg(feature = "uring")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "uring")))]
+    pub fn uring_unlinked_sends(mut self, on: bool) -> Self {
+        self.uring_unlinked_sends = on;
         self
     }
 
@@ -433,8 +459,15 @@ impl UdpState {
             } else {
                 65536
             };
-            match crate::uring::Backend::new(fd, config.uring_recv_buffers, payload) {
-                Ok(b) => self.uring = Some(b),
+            let buffers = match config.uring_recv_buffers {
+                // GRO trains fill most of each buffer; single datagrams
+                // only their first bytes.
+                0 if self.caps.gro => crate::uring::recv_buffers_for(payload),
+                0 => crate::uring::recv_buffers_for(1500),
+                n => n,
+            };
+            match crate::uring::Backend::new(fd, buffers, payload) {
+                Ok(b) => self.uring = Some(b.unlinked(config.uring_unlinked_sends)),
                 Err(ev) => self.record(ev.feature, ev.errno, ev.reason),
             }
         }

@@ -20,6 +20,12 @@
 //!   callback, whose lifetime ends with the call, and only then write its
 //!   entry back into the ring and publish the new tail with a release store.
 //!   So a buffer is never both referenced by Rust and owned by the kernel.
+//!   A borrowed receive (`hold`) keeps the buffers of a batch out of the
+//!   ring after the callback, in `RecvRing::held`; slices of them are lent
+//!   only through `&self` (`RecvRing::held_payload`), and they go back
+//!   only in `RecvRing::release_held`, which takes `&mut self`, so no such
+//!   slice outlives its buffer's return. Every receive releases what an
+//!   earlier one held first.
 //!   The `msghdr` the multishot request was built from lives in a `Box` as
 //!   long as the ring.
 //! * **Teardown with a receive in flight.** Dropping a [`RecvRing`] cancels
@@ -32,7 +38,9 @@
 //!   its own reference to the file.
 //! * **Send batches** ([`SendRing::send_batch`]). Headers, addresses,
 //!   iovecs and control data are built in heap slots the ring owns; the
-//!   payloads are the caller's, borrowed for the call. The call does not
+//!   payloads are the caller's, borrowed for the call. The `SENDMSG`s are
+//!   one linked chain, or unlinked, each completing on its own; the call
+//!   reconciles their completions by index. The call does not
 //!   return before every completion of its batch arrived, so nothing it
 //!   borrowed is in use when it returns. The kernel only reads send memory:
 //!   even in the one case where the call gives up early (the ring itself
@@ -257,6 +265,13 @@ impl BufRingMem {
     /// Gives buffer `bid` (one we own) to the kernel: writes its entry at
     /// the tail, then publishes the tail.
     fn put(&mut self, bid: u16) {
+        self.write_entry(bid);
+        self.publish();
+    }
+
+    /// Writes buffer `bid`'s entry (one we own) at the tail, without
+    /// publishing it: the kernel sees it after [`BufRingMem::publish`].
+    fn write_entry(&mut self, bid: u16) {
         let slot = (self.tail & (self.nbufs - 1)) as usize;
         let base = self.ring.ptr as *mut RawBuf;
         // SAFETY: `slot < nbufs`, inside the ring mapping. The kernel reads
@@ -271,11 +286,29 @@ impl BufRingMem {
             std::ptr::addr_of_mut!((*e).bid).write(bid);
         }
         self.tail = self.tail.wrapping_add(1);
+    }
+
+    /// Publishes the entries written so far with one release store of the
+    /// tail.
+    fn publish(&mut self) {
+        let base = self.ring.ptr as *mut RawBuf;
         // SAFETY: the tail field is a naturally aligned u16 in the mapping,
         // which the kernel reads with an acquire load; AtomicU16 has the
         // layout of u16.
         let tail = unsafe { &*(std::ptr::addr_of_mut!((*base).resv) as *const AtomicU16) };
         tail.store(self.tail, Ordering::Release);
+    }
+
+    /// Buffer `bid`'s bytes `off..off + len` (cut to the buffer).
+    ///
+    /// # Safety
+    /// As [`BufRingMem::buffer`].
+    unsafe fn buffer_range(&self, bid: u16, off: usize, len: usize) -> &[u8] {
+        // SAFETY: the caller's contract is `buffer`'s; the range is cut to
+        // the buffer's own bytes.
+        let whole = unsafe { self.buffer(bid, self.buf_len) };
+        let off = off.min(whole.len());
+        &whole[off..(off + len).min(whole.len())]
     }
 
     /// Buffer `bid`'s first `len` bytes.
@@ -330,6 +363,18 @@ pub(crate) struct RecvRing {
     mem: Option<BufRingMem>,
     msg: Box<libc::msghdr>,
     armed: bool,
+    /// Buffers handed out by [`RecvRing::drain`] with `hold`, and where
+    /// each one's payload lies in it: out of the ring (the kernel does not
+    /// write them) until [`RecvRing::release_held`].
+    held: Vec<Held>,
+}
+
+/// A received message whose buffer is held out of the ring.
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    bid: u16,
+    off: u32,
+    len: u32,
 }
 
 // SAFETY: the raw pointers in `msg` point at nothing (only its lengths are
@@ -361,7 +406,37 @@ impl RecvRing {
             mem: Some(mem),
             msg,
             armed: false,
+            held: Vec::new(),
         })
+    }
+
+    /// The payload of held message `i` (in the order `drain` handed them
+    /// out), read in place in its provided buffer; empty past the end.
+    pub(crate) fn held_payload(&self, i: usize) -> &[u8] {
+        match (self.held.get(i), self.mem.as_ref()) {
+            // SAFETY: a buffer in `held` was handed to us by its completion
+            // and is out of the ring: it goes back only in `release_held`,
+            // which takes `&mut self`, so no slice borrowed from `&self`
+            // here outlives its return to the kernel.
+            (Some(h), Some(mem)) => unsafe {
+                mem.buffer_range(h.bid, h.off as usize, h.len as usize)
+            },
+            _ => &[],
+        }
+    }
+
+    /// Gives every held buffer back to the kernel, with one tail update.
+    pub(crate) fn release_held(&mut self) {
+        if self.held.is_empty() {
+            return;
+        }
+        if let Some(mem) = self.mem.as_mut() {
+            for h in self.held.drain(..) {
+                mem.write_entry(h.bid);
+            }
+            mem.publish();
+        }
+        self.held.clear();
     }
 
     /// True while a multishot receive is armed.
@@ -408,10 +483,17 @@ impl RecvRing {
     }
 
     /// Hands up to `max` completions to `f`, giving each message's buffer
-    /// back to the kernel after `f` returns. A completion without
+    /// back to the kernel after `f` returns, or, with `hold`, keeping it
+    /// out of the ring for [`RecvRing::held_payload`] until
+    /// [`RecvRing::release_held`]. A completion without
     /// `IORING_CQE_F_MORE` disarms (see [`RecvRing::armed`]). Returns the
     /// number of completions handed over.
-    pub(crate) fn drain(&mut self, max: usize, mut f: impl FnMut(RecvEvent<'_>)) -> usize {
+    pub(crate) fn drain(
+        &mut self,
+        max: usize,
+        hold: bool,
+        mut f: impl FnMut(RecvEvent<'_>),
+    ) -> usize {
         let mut n = 0;
         while n < max {
             let Some(cqe) = self.ring.completion().next() else {
@@ -462,18 +544,29 @@ impl RecvRing {
                 )));
                 continue;
             };
+            let payload = out.payload_data();
+            let off = payload.as_ptr() as usize - buf.as_ptr() as usize;
+            let held = Held {
+                bid,
+                off: off as u32,
+                len: payload.len() as u32,
+            };
             {
                 let source = addr_from_bytes(out.name_data());
                 n += 1;
                 f(RecvEvent::Message(RecvOut {
                     source,
                     control: out.control_data(),
-                    payload: out.payload_data(),
+                    payload,
                     len: out.incoming_payload_len() as usize,
                     flags: out.flags() as i32,
                 }));
             }
-            mem.put(bid);
+            if hold {
+                self.held.push(held);
+            } else {
+                mem.put(bid);
+            }
         }
         n
     }
@@ -492,7 +585,7 @@ impl Drop for RecvRing {
             if wait_cqe(&self.ring, Some(Duration::from_millis(50))).is_err() {
                 break;
             }
-            self.drain(usize::MAX, |_| {});
+            self.drain(usize::MAX, false, |_| {});
         }
         if self.armed {
             // The kernel may still write into the buffers: never unmap them.
@@ -588,27 +681,46 @@ impl SendRing {
     }
 
     /// Sends `n` messages (at most [`MAX_BATCH`]) built by `fill`, as in
-    /// [`super::send_batch`], as one chain of linked `SENDMSG`s in one
-    /// `io_uring_enter`: a failure cancels the rest, so what went out is a
-    /// prefix. With `dontwait` every send has `MSG_DONTWAIT` (io_uring
-    /// waits for buffer space otherwise, whatever the socket's mode): a full
-    /// socket buffer ends the chain with `EAGAIN`, and the caller decides
-    /// whether to wait. Returns `Err` from `fill` as the outer error, else the number
-    /// of messages sent, or the first one's error when none was; the second
-    /// element is the number of `io_uring_enter` calls made.
+    /// [`super::send_batch`], in one `io_uring_enter`.
+    ///
+    /// With `dontwait` every send has `MSG_DONTWAIT` (io_uring waits for
+    /// buffer space otherwise, whatever the socket's mode). With `unlinked`
+    /// (only with `dontwait`) the `SENDMSG`s are submitted unlinked: the
+    /// kernel issues each inline, in order (a
+    /// linked one would wait for task work), and each one succeeds or
+    /// fails on its own. A failure does not stop the ones after it, so the
+    /// completions are reconciled by index ([`SendOutcome`]): `sent` is the
+    /// number of messages up to and including the last one that went, and
+    /// `holes` marks those before it that failed. With no hole, `sent` is
+    /// an exact prefix, as `sendmmsg` reports. A hole is a message that did
+    /// not go although later ones did; the caller must resend or account
+    /// for it, never resend the later ones.
+    ///
+    /// Otherwise the batch is one chain of linked `SENDMSG`s: a failure
+    /// cancels the rest, so what went out is a prefix and there is never a
+    /// hole (a chain that waits for buffer space also keeps its order).
+    ///
+    /// Returns `Err` from `fill` as the outer error.
     pub(crate) fn send_batch<'a, E>(
         &mut self,
         fd: BorrowedFd<'_>,
         n: usize,
+        unlinked: bool,
         dontwait: bool,
         mut fill: impl FnMut(usize, &mut [u8]) -> Result<SendMsg<'a>, E>,
-    ) -> Result<(io::Result<usize>, u64), E> {
+    ) -> Result<SendOutcome, E> {
         let n = n.min(MAX_BATCH);
+        let mut out = SendOutcome {
+            sent: Ok(0),
+            holes: 0,
+            enters: 0,
+        };
         if n == 0 {
-            return Ok((Ok(0), 0));
+            return Ok(out);
         }
         if self.broken {
-            return Ok((Err(io::Error::other("io_uring send ring failed")), 0));
+            out.sent = Err(io::Error::other("io_uring send ring failed"));
+            return Ok(out);
         }
         for i in 0..n {
             let s = &mut self.slots[i];
@@ -616,16 +728,19 @@ impl SendRing {
             let m = fill(i, &mut s.ctl.0)?;
             s.set(&m);
         }
+        let inject = inject::take();
         for i in 0..n {
+            let mut flags = if dontwait { libc::MSG_DONTWAIT } else { 0 };
+            if inject & (1u128 << i) != 0 {
+                // A failure the kernel itself reports (udp_sendmsg refuses
+                // MSG_OOB with EOPNOTSUPP): only in the crate's tests.
+                flags |= libc::MSG_OOB;
+            }
             let mut e = opcode::SendMsg::new(types::Fd(fd.as_raw_fd()), &self.slots[i].hdr)
-                .flags(if dontwait {
-                    libc::MSG_DONTWAIT as u32
-                } else {
-                    0
-                })
+                .flags(flags as u32)
                 .build()
                 .user_data(i as u64);
-            if i + 1 < n {
+            if !unlinked && i + 1 < n {
                 e = e.flags(squeue::Flags::IO_LINK);
             }
             // SAFETY: the entry points at slot `i` (owned by self) and, through
@@ -635,14 +750,14 @@ impl SendRing {
                 // Cannot happen: the queue has MAX_BATCH entries and is
                 // empty between calls.
                 self.broken = true;
-                return Ok((Err(io::Error::other("io_uring submission queue full")), 0));
+                out.sent = Err(io::Error::other("io_uring submission queue full"));
+                return Ok(out);
             }
         }
         let mut res = [0i32; MAX_BATCH];
         let mut seen = 0;
-        let mut enters = 0;
         while seen < n {
-            enters += 1;
+            out.enters += 1;
             match self.ring.submit_and_wait(n - seen) {
                 Ok(_) => {}
                 Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR) | Some(libc::EBUSY)) => {}
@@ -651,7 +766,8 @@ impl SendRing {
                     // still queued are never seen by the kernel, and those it
                     // took only read memory (module docs).
                     self.broken = true;
-                    return Ok((Err(e), enters));
+                    out.sent = Err(e);
+                    return Ok(out);
                 }
             }
             for cqe in self.ring.completion() {
@@ -662,13 +778,64 @@ impl SendRing {
                 }
             }
         }
-        let ok = res[..n].iter().take_while(|&&r| r >= 0).count();
-        let r = if ok > 0 {
-            Ok(ok)
+        let (sent, holes) = reconcile(&res[..n]);
+        out.holes = holes;
+        out.sent = if sent > 0 {
+            Ok(sent)
         } else {
             Err(io::Error::from_raw_os_error(-res[0]))
         };
-        Ok((r, enters))
+        Ok(out)
+    }
+}
+
+/// What a batch on the [`SendRing`] did.
+#[derive(Debug)]
+pub(crate) struct SendOutcome {
+    /// Messages up to and including the last one sent, or the first
+    /// one's error when none was.
+    pub sent: io::Result<usize>,
+    /// Bit `i` set: message `i` (below `sent`) failed while a later one
+    /// went out.
+    pub holes: u128,
+    /// `io_uring_enter` calls made.
+    pub enters: u64,
+}
+
+/// Reconciles per-message results (`>= 0` sent, else `-errno`) into the
+/// number of messages up to the last one sent, and the failed ones before
+/// it (bit `i` for message `i`, at most 128).
+pub(crate) fn reconcile(res: &[i32]) -> (usize, u128) {
+    let sent = res.iter().rposition(|&r| r >= 0).map_or(0, |q| q + 1);
+    let holes = res[..sent]
+        .iter()
+        .enumerate()
+        .filter(|(_, &r)| r < 0)
+        .fold(0u128, |m, (i, _)| m | 1u128 << i);
+    (sent, holes)
+}
+
+/// Send failures injected by the crate's tests; nothing outside them.
+pub(crate) mod inject {
+    #[cfg(test)]
+    thread_local! {
+        static MASKS: std::cell::RefCell<std::collections::VecDeque<u128>> =
+            Default::default();
+    }
+
+    /// Queues one mask per coming ring batch on this thread: bit `i`
+    /// makes the kernel fail that batch's message `i`.
+    #[cfg(test)]
+    pub(crate) fn fail_next(masks: &[u128]) {
+        MASKS.with(|m| m.borrow_mut().extend(masks.iter().copied()));
+    }
+
+    /// The mask for this batch (0 outside the tests).
+    pub(super) fn take() -> u128 {
+        #[cfg(test)]
+        return MASKS.with(|m| m.borrow_mut().pop_front().unwrap_or(0));
+        #[cfg(not(test))]
+        0
     }
 }
 
