@@ -8,8 +8,9 @@
 #   tcp-h2    the same server, HTTP/2
 # all loaded by the same client (tools/quic-go-client/filebench: quic-go's
 # http3 client, or net/http over TLS for TCP). Two workloads: `1MB`, CONNS1
-# connections fetching 1 MB files one after the other; `100MB`, CONNS100
-# connections fetching 100 MB files; each for SECONDS.
+# (100) connections fetching 1 MB files (64 of them) one after the other
+# for SECONDS1 (10) s; `100MB`, CONNS100 (10) connections fetching 100 MB
+# files (4 of them) for SECONDS100 (20) s.
 #
 # On the `offload` testbed: the server in namespace fastudp-tx on CPU 1
 # (one worker, one tokio worker thread, GOMAXPROCS 1 by affinity), the
@@ -26,14 +27,17 @@
 #
 #   scripts/bench-files.sh [OUT.csv]               (root; builds what it needs)
 #   SMOKE=1 scripts/bench-files.sh
-#   SECONDS_=10 CONNS1=100 CONNS100=20 SERVERS="fastudp quinn" WORKLOADS=1MB scripts/bench-files.sh
+#   SECONDS1=10 CONNS1=100 SERVERS="fastudp quinn" WORKLOADS=1MB scripts/bench-files.sh
+#   LOGDIR=DIR scripts/bench-files.sh   (keeps each server's and client's output)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-}
 SMOKE=${SMOKE:-0}
-DUR=${SECONDS_:-10}
+DUR1=${SECONDS1:-10}
+DUR100=${SECONDS100:-20}
 CONNS1=${CONNS1:-100}
-CONNS100=${CONNS100:-20}
+CONNS100=${CONNS100:-10}
+LOGDIR=${LOGDIR:-}
 SERVERS=${SERVERS:-fastudp quinn quic-go tcp-h1 tcp-h2}
 WORKLOADS=${WORKLOADS:-1MB 100MB}
 T=${CARGO_TARGET_DIR:-target}
@@ -84,8 +88,12 @@ fail=0
 rows=()
 
 one() { # one SERVER WORKLOAD
-    local server=$1 w=$2 dir=$TMP/www-$2 conns proto=h3 h2= cmd
-    case $w in 1MB) conns=$CONNS1 ;; 100MB) conns=$CONNS100 ;; *) conns=4 ;; esac
+    local server=$1 w=$2 dir=$TMP/www-$2 conns dur proto=h3 h2= cmd
+    case $w in
+    1MB) conns=$CONNS1 dur=$DUR1 ;;
+    100MB) conns=$CONNS100 dur=$DUR100 ;;
+    *) conns=4 dur=2 ;;
+    esac
     PORT=$((PORT + 1))
     local addr=$HOST:$PORT
     case $server in
@@ -113,11 +121,15 @@ one() { # one SERVER WORKLOAD
     t0=$(ticks "$srv")
     # shellcheck disable=SC2086
     $NS_C $PIN_C "$GOB" load -proto $proto $h2 -dir "$dir" $verify -insecure \
-        -connections "$conns" -duration "${DUR}s" "https://$addr" >"$TMP/load.json" 2>"$TMP/load.err" || rc=$?
+        -connections "$conns" -duration "${dur}s" "https://$addr" >"$TMP/load.json" 2>"$TMP/load.err" || rc=$?
     t1=$(ticks "$srv")
     kill -INT "$srv" 2>/dev/null || true
     wait "$srv" || true
     srv=
+    if [ -n "$LOGDIR" ]; then
+        mkdir -p "$LOGDIR"
+        for f in srv.out srv.err load.json load.err; do cp "$TMP/$f" "$LOGDIR/$w-$server-$f"; done
+    fi
     if [ "$rc" != 0 ]; then
         echo "bench-files: $server $w: the client reported errors (exit $rc):" >&2
         cat "$TMP/load.json" "$TMP/load.err" >&2
@@ -148,7 +160,6 @@ run_all() {
 }
 
 if [ "$SMOKE" = 1 ]; then
-    DUR=2
     run_all
     if [ "$fail" = 0 ]; then echo "bench-files: smoke: every server returned every file byte-exact"; fi
     exit "$fail"
