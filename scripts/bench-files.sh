@@ -38,6 +38,7 @@ DUR100=${SECONDS100:-20}
 CONNS1=${CONNS1:-100}
 CONNS100=${CONNS100:-10}
 LOGDIR=${LOGDIR:-}
+RUN=smoke
 SERVERS=${SERVERS:-fastudp quinn quic-go tcp-h1 tcp-h2}
 WORKLOADS=${WORKLOADS:-1MB 100MB}
 T=${CARGO_TARGET_DIR:-target}
@@ -148,11 +149,11 @@ print(",".join(str(x) for x in [w, server, l["proto"], l["connections"], round(l
     l["errors"], round(l["client_cpu_s"], 2), round(l["client_cpu_s"] / gbit, 4) if gbit else ""]))
 EOF
 )
-    rows+=("$row")
+    rows+=("$RUN,$row")
     echo "$row" >&2
 }
 
-HEADER="workload,server,proto,connections,seconds,bytes,goodput_gbit_s,server_cpu_s,server_cpu_s_per_gbit,completed,errors,client_cpu_s,client_cpu_s_per_gbit"
+HEADER="run,workload,server,proto,connections,seconds,bytes,goodput_gbit_s,server_cpu_s,server_cpu_s_per_gbit,completed,errors,client_cpu_s,client_cpu_s_per_gbit"
 run_all() {
     for w in $WORKLOADS; do
         for s in $SERVERS; do one "$s" "$w"; done
@@ -171,7 +172,8 @@ exec 9>/tmp/fastudp-netns.lock
 flock 9
 TESTBED=1
 "$FASTUDP" testbed up offload >/dev/null
-echo "start $(date -u +%FT%TZ), load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+RUN=$(date -u +%FT%TZ)
+echo "start $RUN, load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 run_all
 echo "end $(date -u +%FT%TZ), load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 "$FASTUDP" testbed down >/dev/null
