@@ -260,11 +260,14 @@ typedef struct fastudp_config {
    */
   uint32_t disabled;
   /**
-   * `SO_RCVBUF` to request in bytes; 0 leaves the system's default.
+   * `SO_RCVBUF` to request in bytes; 0 leaves the system's default. At
+   * most `INT_MAX`, the kernel's type for it (more is
+   * `FASTUDP_ERR_INVALID`).
    */
   size_t recv_buffer;
   /**
-   * `SO_SNDBUF` to request in bytes; 0 leaves the system's default.
+   * `SO_SNDBUF` to request in bytes; 0 leaves the system's default. At
+   * most `INT_MAX` (more is `FASTUDP_ERR_INVALID`).
    */
   size_t send_buffer;
   /**

@@ -8,6 +8,7 @@
 #include <fastudp.h>
 
 #include <arpa/inet.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -54,6 +55,32 @@ int main(void) {
     r = fastudp_recv_batch_new(1, SIZE_MAX, &b);
     CHECK(r == FASTUDP_ERR_INVALID, "batch SIZE_MAX bytes: %d %s", r, msg());
     CHECK(b == (fastudp_recv_batch *)&passed, "no output on error");
+
+    /* Socket buffer sizes are ints to the kernel: a larger one is refused,
+     * not cut to its low 32 bits (4 GiB + 5 would have asked for 5). */
+    {
+        struct sockaddr_in any;
+        memset(&any, 0, sizeof any);
+        any.sin_family = AF_INET;
+        any.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        fastudp_socket *s = (fastudp_socket *)&passed;
+        const size_t sizes[] = {(size_t)INT_MAX + 1, ((size_t)1 << 32) + 5, SIZE_MAX};
+        for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+            for (int which = 0; which < 2; which++) {
+                fastudp_config cfg;
+                fastudp_config_init(&cfg);
+                if (which)
+                    cfg.send_buffer = sizes[i];
+                else
+                    cfg.recv_buffer = sizes[i];
+                const char *name = which ? "send_buffer" : "recv_buffer";
+                r = fastudp_socket_bind((struct sockaddr *)&any, sizeof any, &cfg, &s);
+                CHECK(r == FASTUDP_ERR_INVALID, "%s %zu: %d %s", name, sizes[i], r, msg());
+                CHECK(strstr(msg(), name) != NULL, "%s", msg());
+            }
+        }
+        CHECK(s == (fastudp_socket *)&passed, "no output on error");
+    }
 
     /* The documented maximums, under a memory limit they do not fit: an
      * error code, not an abort. */
