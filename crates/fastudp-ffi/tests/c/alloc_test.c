@@ -1,6 +1,7 @@
 /* Sizes out of range and allocation failures come back from libfastudp
  * as error codes, never as an abort or a panic, and print nothing: a
- * library must not write to its host's stderr. Run by tests/c.rs without
+ * library must not write to its host's stderr (nor does a panic, which
+ * the test hooks provoke). Run by tests/c.rs without
  * sanitizers (they reserve address space of their own), which checks that
  * stderr stays empty.
  *
@@ -80,6 +81,21 @@ int main(void) {
             }
         }
         CHECK(s == (fastudp_socket *)&passed, "no output on error");
+    }
+
+    /* A bug that panics inside the library comes back as
+     * FASTUDP_ERR_PANIC with the panic's message and place in the last
+     * error, and prints nothing either (the harness checks stderr). */
+    {
+        fastudp_config cfg;
+        r = fastudp_test_panic_next();
+        CHECK(r == FASTUDP_OK, "arm the panic: %d", r);
+        r = fastudp_config_init(&cfg);
+        CHECK(r == FASTUDP_ERR_PANIC, "a panic: %d %s", r, msg());
+        CHECK(strstr(msg(), "panic requested by fastudp_test_panic_next") != NULL, "%s", msg());
+        CHECK(strstr(msg(), "(at ") != NULL && strstr(msg(), "abi.rs:") != NULL, "where: %s",
+              msg());
+        CHECK(fastudp_config_init(&cfg) == FASTUDP_OK, "the next call works");
     }
 
     /* The documented maximums, under a memory limit they do not fit: an
