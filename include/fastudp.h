@@ -779,7 +779,9 @@ typedef struct fastudp_socket_error {
 #define FASTUDP_ERR_DATAGRAM_EXCEEDS_MTU 10
 
 /**
- * An IPv6 destination on an IPv4 socket.
+ * An IPv6 destination on an IPv4 socket, a v4-mapped one
+ * (`::ffff:a.b.c.d`) included: send to the plain IPv4 address, or bind
+ * to `[::]` for dual stack. Nothing was sent.
  */
 #define FASTUDP_ERR_ADDRESS_FAMILY 11
 
