@@ -622,7 +622,7 @@ mod tests {
             Config::default().gso_retry(Duration::from_secs(18_446_744_074)),
         )
         .unwrap();
-        if tx.capabilities().max_gso_segments <= 1 {
+        if !gso_here(&tx) {
             return;
         }
         let dest = rx.local_addr().unwrap();
