@@ -73,7 +73,8 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
     let app = Router::new()
         .with(
             fastudp_quic::h3::ALPN,
-            H3App::builtin_with(interval, h3_files),
+            H3App::builtin_with(interval, h3_files)
+                .request_timeout(Duration::from_secs_f64(a.request_timeout)),
         )
         .with(super::hq::ALPN, hq);
     interrupt::watch();

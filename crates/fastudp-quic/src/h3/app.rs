@@ -32,6 +32,7 @@ pub type MakeHandler = dyn Fn(usize) -> Rc<dyn Handler> + Send + Sync;
 #[derive(Clone)]
 pub struct H3App {
     make: Arc<MakeHandler>,
+    request_timeout: Duration,
 }
 
 impl std::fmt::Debug for H3App {
@@ -45,7 +46,18 @@ impl H3App {
     pub fn new(make: impl Fn(usize) -> Rc<dyn Handler> + Send + Sync + 'static) -> Self {
         H3App {
             make: Arc::new(make),
+            request_timeout: limits::REQUEST_TIMEOUT,
         }
+    }
+
+    /// How long a request stream may take to deliver its whole header
+    /// section (default [`limits::REQUEST_TIMEOUT`], as hq-interop's request
+    /// line): a stream without one by then is reset and stopped with
+    /// `H3_REQUEST_INCOMPLETE` and counted in
+    /// [`crate::Counters::request_timeouts`].
+    pub fn request_timeout(mut self, d: Duration) -> Self {
+        self.request_timeout = d;
+        self
     }
 
     /// `/bytes/N` and `/video/RATE/SECONDS` as hq-interop serves them
@@ -75,6 +87,7 @@ impl Application for H3App {
     fn worker(&self, worker: usize) -> Box<dyn WorkerApp> {
         Box::new(H3Worker {
             handler: (self.make)(worker),
+            request_timeout: self.request_timeout,
         })
     }
 }
@@ -82,12 +95,14 @@ impl Application for H3App {
 /// HTTP/3 on one worker.
 struct H3Worker {
     handler: Rc<dyn Handler>,
+    request_timeout: Duration,
 }
 
 impl WorkerApp for H3Worker {
     fn accept(&mut self, _alpn: &[u8], _info: &ConnInfo) -> Option<Box<dyn ConnApp>> {
         Some(Box::new(H3Connection {
             handler: self.handler.clone(),
+            request_timeout: self.request_timeout,
             task: None,
             reported: TaskStats::default(),
         }))
@@ -98,6 +113,7 @@ impl WorkerApp for H3Worker {
 /// reached through [`AppCx`]).
 struct H3Connection {
     handler: Rc<dyn Handler>,
+    request_timeout: Duration,
     task: Option<H3Task>,
     /// What was added to the engine's counters so far.
     reported: TaskStats,
@@ -106,6 +122,7 @@ struct H3Connection {
 impl H3Connection {
     fn task(&mut self, cx: &mut AppCx<'_>) -> &mut H3Task {
         let handler = &self.handler;
+        let request_timeout = self.request_timeout;
         self.task.get_or_insert_with(|| {
             // quinn-proto holds a copy of what h3 sends: bound it
             // (`limits::h3_per_connection`).
@@ -114,6 +131,7 @@ impl H3Connection {
                 cx.conn().clone(),
                 handler.clone(),
                 limits::STREAMS as usize,
+                request_timeout,
                 cx.now(),
             )
         })
@@ -127,6 +145,8 @@ impl H3Connection {
             .fetch_add(s.requests - self.reported.requests, Relaxed);
         c.h3_refused
             .fetch_add(s.refused - self.reported.refused, Relaxed);
+        c.request_timeouts
+            .fetch_add(s.timeouts - self.reported.timeouts, Relaxed);
         self.reported = s;
     }
 }

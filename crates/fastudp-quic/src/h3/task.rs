@@ -13,7 +13,7 @@ use super::backend::{ConnRef, H3Conn, Limits, Link, H3_INTERNAL_ERROR};
 use super::handler::{Handler, Next, CHUNK};
 use bytes::Bytes;
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use quinn_proto::VarInt;
+use quinn_proto::{StreamId, VarInt};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -22,7 +22,7 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// The largest header section taken (h3's `max_field_section_size`; its
 /// default is unbounded). A larger one is answered 431.
@@ -44,6 +44,9 @@ pub const CONTROL_FRAME_MAX: u64 = 16 * 1024;
 /// How often one [`H3Task::poll`] re-polls a task that woke itself before
 /// it leaves the rest to the next drive (through [`H3Task::timeout`]).
 const REPOLLS: usize = 4;
+/// `H3_REQUEST_INCOMPLETE` (RFC 9114 section 8.1): a request stream whose
+/// header section did not arrive in time is reset and stopped with it.
+pub(crate) const H3_REQUEST_INCOMPLETE: u64 = 0x10d;
 
 /// The task's waker: marks the task as due. Waking from another thread is
 /// harmless (the flag is atomic), though only the worker wakes it.
@@ -150,6 +153,9 @@ pub(crate) struct TaskStats {
     pub(crate) refused: u64,
     /// Responses cut short (reset, stopped, connection lost).
     pub(crate) cut: u64,
+    /// Request streams whose header section was not whole by the request
+    /// deadline (reset with `H3_REQUEST_INCOMPLETE`).
+    pub(crate) timeouts: u64,
 }
 
 /// The connection's HTTP/3 server task.
@@ -171,11 +177,13 @@ pub(crate) struct H3Task {
 impl H3Task {
     /// The server task of `conn`, answering with `handler`, at most
     /// `max_requests` at once (the connection's bidirectional stream
-    /// limit).
+    /// limit); a request stream whose header section is not whole within
+    /// `request_timeout` of its acceptance is reset.
     pub(crate) fn server(
         conn: ConnRef,
         handler: Rc<dyn Handler>,
         max_requests: usize,
+        request_timeout: Duration,
         now: Instant,
     ) -> H3Task {
         let limits = Limits {
@@ -194,6 +202,7 @@ impl H3Task {
             clock.clone(),
             stats.clone(),
             max_requests.max(1),
+            request_timeout,
         );
         let flag = Arc::new(TaskWaker::default());
         // Due at once: the first poll opens h3's control streams.
@@ -315,6 +324,7 @@ async fn serve_connection(
     clock: Rc<Clock>,
     stats: Rc<RefCell<TaskStats>>,
     max_requests: usize,
+    request_timeout: Duration,
 ) {
     // Grease streams are not sent: h3 opens its grease stream from the
     // control stream's poll and waits there for stream credit, so a client
@@ -354,6 +364,7 @@ async fn serve_connection(
                 handler.clone(),
                 clock.clone(),
                 stats.clone(),
+                request_timeout,
             )),
             // The peer's GOAWAY, or the connection ended: finish what runs.
             Some(Ok(None)) | Some(Err(_)) => accepting = false,
@@ -362,14 +373,47 @@ async fn serve_connection(
     }
 }
 
-/// One request: read the head, answer it, send the body.
+/// One request: read the head (by `clock.now() + request_timeout`),
+/// answer it, send the body.
 async fn serve_request(
     resolver: Resolver,
     handler: Rc<dyn Handler>,
     clock: Rc<Clock>,
     stats: Rc<RefCell<TaskStats>>,
+    request_timeout: Duration,
 ) {
-    let (req, mut stream) = match resolver.resolve_request().await {
+    let id = StreamId::from(
+        VarInt::from_u64(resolver.frame_stream.id().into_inner()).unwrap_or(VarInt::MAX),
+    );
+    let mut deadline = Sleep {
+        clock: clock.clone(),
+        at: clock.now() + request_timeout,
+        key: None,
+    };
+    let resolve = resolver.resolve_request();
+    futures_util::pin_mut!(resolve);
+    let resolved = std::future::poll_fn(|cx| {
+        if let Poll::Ready(r) = resolve.as_mut().poll(cx) {
+            return Poll::Ready(Some(r));
+        }
+        if Pin::new(&mut deadline).poll(cx).is_ready() {
+            // Refused before h3 lets go of the stream (which would finish
+            // it: an empty, malformed response).
+            if let Ok(mut c) = clock.link.conn().try_borrow_mut() {
+                let code = VarInt::from_u64(H3_REQUEST_INCOMPLETE).unwrap_or(VarInt::MAX);
+                let _ = c.recv_stream(id).stop(code);
+                let _ = c.send_stream(id).reset(code);
+            }
+            return Poll::Ready(None);
+        }
+        Poll::Pending
+    })
+    .await;
+    let Some(resolved) = resolved else {
+        count(&stats, |s| s.timeouts += 1);
+        return;
+    };
+    let (req, mut stream) = match resolved {
         Ok(r) => r,
         Err(_) => {
             // h3 already answered (431) or reset the stream.

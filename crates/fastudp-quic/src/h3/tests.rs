@@ -275,8 +275,13 @@ impl Pair {
                         .accept(inc, now, &mut buf, None)
                         .expect("accept");
                     let conn = Rc::new(RefCell::new(conn));
-                    let task =
-                        H3Task::server(conn.clone(), self.handler.clone(), STREAMS as usize, now);
+                    let task = H3Task::server(
+                        conn.clone(),
+                        self.handler.clone(),
+                        STREAMS as usize,
+                        crate::limits::REQUEST_TIMEOUT,
+                        now,
+                    );
                     self.server = Some(ServerConn {
                         ch,
                         conn,
@@ -819,6 +824,63 @@ fn oversized_header_sections_are_refused() {
     assert_eq!((s.requests, s.refused), (0, 2));
     assert_eq!(p.server().task.link().stats().request_streams_over_cap, 1);
     // The connection still serves.
+    let mut c = client(p.h3_client(), vec!["/bytes/1000".into()]);
+    let r = p
+        .run(&mut c, Duration::from_secs(10))
+        .expect("finished")
+        .expect("ok");
+    check_pattern(&r[0].1, 1000);
+}
+
+/// A request stream whose header section never completes (half a
+/// HEADERS frame, or nothing at all, without FIN) is reset and stopped
+/// with `H3_REQUEST_INCOMPLETE` at the request deadline and counted; it
+/// does not hold its place until the connection's idle timeout. The
+/// connection still serves.
+#[test]
+fn an_unfinished_request_head_has_a_deadline() {
+    let mut p = Pair::new(None);
+    let mut idle: Driven<()> = Driven::new(std::future::pending());
+    p.idle(&mut idle, Duration::from_millis(200));
+    let frame = big_request(10);
+    let (half, empty) = {
+        let mut c = p.client.borrow_mut();
+        let half = c.streams().open(Dir::Bi).unwrap();
+        let n = c
+            .send_stream(half)
+            .write(&frame[..frame.len() / 2])
+            .unwrap();
+        assert_eq!(n, frame.len() / 2);
+        let empty = c.streams().open(Dir::Bi).unwrap();
+        // A stream is opened on the wire by its first frame: one byte of
+        // a frame type that never ends (a 2-byte varint).
+        c.send_stream(empty).write(&[0x40]).unwrap();
+        (half, empty)
+    };
+    let reset = |p: &Pair, id| -> Option<u64> {
+        let mut c = p.client.borrow_mut();
+        let mut s = c.recv_stream(id);
+        let mut chunks = s.read(true).ok()?;
+        let r = match chunks.next(usize::MAX) {
+            Err(quinn_proto::ReadError::Reset(code)) => Some(code.into_inner()),
+            _ => None,
+        };
+        let _ = chunks.finalize();
+        r
+    };
+    p.idle(
+        &mut idle,
+        crate::limits::REQUEST_TIMEOUT - Duration::from_millis(500),
+    );
+    assert_eq!(reset(&p, half), None, "reset before the deadline");
+    p.idle(&mut idle, Duration::from_secs(1));
+    assert_eq!(reset(&p, half), Some(super::task::H3_REQUEST_INCOMPLETE));
+    assert_eq!(reset(&p, empty), Some(super::task::H3_REQUEST_INCOMPLETE));
+    assert_eq!(p.server().task.stats().timeouts, 2);
+    assert!(
+        p.client.borrow_mut().send_stream(half).write(b"x").is_err(),
+        "not stopped"
+    );
     let mut c = client(p.h3_client(), vec!["/bytes/1000".into()]);
     let r = p
         .run(&mut c, Duration::from_secs(10))
