@@ -409,6 +409,8 @@ async fn serve_request(
         Poll::Pending
     })
     .await;
+    // Its timer is not needed past the head.
+    drop(deadline);
     let Some(resolved) = resolved else {
         count(&stats, |s| s.timeouts += 1);
         return;
