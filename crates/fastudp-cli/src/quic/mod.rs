@@ -101,8 +101,9 @@ pub struct ServeArgs {
     /// the host's memory. --stack fastudp only.
     #[arg(long, value_parser = parse_bytes)]
     pub max_memory: Option<u64>,
-    /// Seconds a client has to send a whole request line; a stream
-    /// without one by then is reset with code 0x13 and counted.
+    /// Seconds a client has to send a whole request line (hq-interop) or
+    /// request header section (HTTP/3); a stream without one by then is
+    /// reset with code 0x13 (HTTP/3: H3_REQUEST_INCOMPLETE) and counted.
     #[arg(long, default_value_t = limits::REQUEST_TIMEOUT.as_secs_f64())]
     pub request_timeout: f64,
     /// Handshakes from unvalidated addresses a worker keeps open at most;
