@@ -881,12 +881,19 @@ fn an_unfinished_request_head_has_a_deadline() {
         p.client.borrow_mut().send_stream(half).write(b"x").is_err(),
         "not stopped"
     );
-    let mut c = client(p.h3_client(), vec!["/bytes/1000".into()]);
+    // The deadline is the head's only: a response that lasts longer (7 s
+    // of video) is whole.
+    let mut c = client(
+        p.h3_client(),
+        vec!["/bytes/1000".into(), "/video/10000/7".into()],
+    );
     let r = p
-        .run(&mut c, Duration::from_secs(10))
+        .run(&mut c, Duration::from_secs(20))
         .expect("finished")
         .expect("ok");
     check_pattern(&r[0].1, 1000);
+    check_pattern(&r[1].1, 70_000);
+    assert_eq!(p.server().task.stats().timeouts, 2);
 }
 
 /// The task is polled only when woken, and an idle connection's task is
