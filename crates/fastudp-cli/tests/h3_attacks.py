@@ -551,7 +551,34 @@ async def a_shrink():
         }
 
 
+async def a_critical():
+    """The critical streams closed: the client's control stream ended with
+    FIN or reset, the server's control or QPACK stream stopped. Each is
+    H3_CLOSED_CRITICAL_STREAM (RFC 9114 6.2.1), never a hang."""
+    out = {}
+    for label in ["control FIN", "control reset", "stop server control", "stop server QPACK encoder"]:
+        async with await session() as c:
+            c.h3_open()
+            s = c.request(b"/f1m.bin", method=b"HEAD")
+            await c.wait([s], 3)
+            if label == "control FIN":
+                c.send(c.ctrl, b"", True)
+            elif label == "control reset":
+                c._quic.reset_stream(c.ctrl, 0x100)
+            elif label == "stop server control":
+                c._quic.stop_stream(3, 0x100)
+            else:
+                c._quic.stop_stream(7, 0x100)
+            c.transmit()
+            t0 = c._loop.time()
+            while c.closed is None and c._loop.time() - t0 < 5:
+                await c.changed(5 - (c._loop.time() - t0))
+            out[label] = {"first": summary(c.response(s)), "closed": c.closed}
+    return out
+
+
 ATTACKS = {
+    "critical": a_critical,
     "shrink": a_shrink,
     "escapes": a_escapes,
     "ranges": a_ranges,

@@ -259,7 +259,7 @@ fn h3_ranges_heads_and_header_sections_are_bounded() {
 
 /// Frames on the wrong stream, duplicate SETTINGS, HTTP/2 frame types,
 /// GOAWAY and push frames from the client, extra control and push
-/// streams, bad QPACK, hq requests over h3 and h3 frames over hq,
+/// streams, either side's control or QPACK stream closed, bad QPACK, hq requests over h3 and h3 frames over hq,
 /// cancelled responses: each is a clear close or reset with an HTTP/3
 /// code (or ignored where RFC 9114 says so), never a hang, and the server
 /// serves the next connection.
@@ -279,6 +279,7 @@ fn h3_protocol_misbehaviour_gets_a_clear_answer() {
             "request_stream_frames",
             "alpn_confusion",
             "cancel",
+            "critical",
             "head_large",
         ],
     );
@@ -350,6 +351,11 @@ fn h3_protocol_misbehaviour_gets_a_clear_answer() {
         "{}",
         v["cancel"]
     );
+    // H3_CLOSED_CRITICAL_STREAM, whichever side's critical stream ends.
+    for (k, x) in v["critical"].as_object().unwrap() {
+        assert_eq!(x["first"]["status"], 200, "{k}: {x}");
+        assert_eq!(code(x), Some(0x104), "{k}: {x}");
+    }
     // A fresh connection after all that.
     assert_eq!(v["head_large"]["/f1m.bin"]["status"], 200, "{v}");
     srv.interrupt();

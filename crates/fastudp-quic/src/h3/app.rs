@@ -172,7 +172,8 @@ impl ConnApp for H3Connection {
         match ev {
             AppEvent::Opened(id) => link.on_opened(quinn_dir(id.dir()), id.quinn()),
             AppEvent::Readable(id) => link.on_readable(id.quinn()),
-            AppEvent::Writable(id) | AppEvent::Stopped(id, _) => link.on_writable(id.quinn()),
+            AppEvent::Writable(id) => link.on_writable(id.quinn()),
+            AppEvent::Stopped(id, _) => link.on_stopped(id.quinn()),
             AppEvent::CanOpen(d) => link.on_available(quinn_dir(d)),
             // Timers are fired by `poll`, which follows.
             _ => {}

@@ -45,6 +45,8 @@ pub(crate) const H3_INTERNAL_ERROR: u64 = 0x102;
 pub(crate) const H3_NO_ERROR: u64 = 0x100;
 /// `H3_EXCESSIVE_LOAD` (RFC 9114 section 8.1).
 pub(crate) const H3_EXCESSIVE_LOAD: u64 = 0x107;
+/// `H3_CLOSED_CRITICAL_STREAM` (RFC 9114 section 8.1).
+pub(crate) const H3_CLOSED_CRITICAL_STREAM: u64 = 0x104;
 
 /// The most bytes handed to h3 on one stream the peer opened.
 #[derive(Debug, Clone, Copy)]
@@ -75,6 +77,9 @@ pub(crate) struct BackendStats {
     pub(crate) request_streams_over_cap: u64,
     /// Connections closed for a control-stream frame over its limit.
     pub(crate) control_frames_too_long: u64,
+    /// Connections closed because the peer stopped our control or QPACK
+    /// stream.
+    pub(crate) critical_streams_stopped: u64,
 }
 
 /// The per-connection state the handles and the event forwarding share.
@@ -243,6 +248,28 @@ impl Link {
         wake(w);
     }
 
+    /// The peer stopped `id` (STOP_SENDING). One of our unidirectional
+    /// streams is a critical one (the control stream or a QPACK stream;
+    /// no push streams are opened): that is a connection error of type
+    /// `H3_CLOSED_CRITICAL_STREAM` (RFC 9114 6.2.1), and the connection is
+    /// closed with it. Any other stream's writer is woken to see the
+    /// error.
+    pub(crate) fn on_stopped(&self, id: StreamId) {
+        if id.dir() == Dir::Uni {
+            if let Ok(mut c) = self.conn_mut() {
+                if id.initiator() == c.side() {
+                    self.count(|s| s.critical_streams_stopped += 1);
+                    c.close(
+                        self.now(),
+                        varint(H3_CLOSED_CRITICAL_STREAM),
+                        Bytes::from_static(b"critical stream stopped"),
+                    );
+                }
+            }
+        }
+        self.on_writable(id);
+    }
+
     /// Credit to open streams of `dir` arrived.
     pub(crate) fn on_available(&self, dir: Dir) {
         let w = self
@@ -285,8 +312,8 @@ impl Link {
                 }
             },
             Event::Stream(StreamEvent::Readable { id }) => self.on_readable(*id),
-            Event::Stream(StreamEvent::Writable { id })
-            | Event::Stream(StreamEvent::Stopped { id, .. }) => self.on_writable(*id),
+            Event::Stream(StreamEvent::Writable { id }) => self.on_writable(*id),
+            Event::Stream(StreamEvent::Stopped { id, .. }) => self.on_stopped(*id),
             Event::Stream(StreamEvent::Available { dir }) => self.on_available(*dir),
             Event::ConnectionLost { reason } => self.on_lost(reason),
             // The peer's stream limits arrive with its transport
@@ -519,11 +546,22 @@ impl<B: Buf> Drop for H3Send<B> {
     /// finished, as quinn's `SendStream` does on drop and h3 expects (h3
     /// drops the stream of a 431 answer, and of a response whose body
     /// failed after resetting it). quinn-proto then frees the stream once
-    /// the peer has it all.
+    /// the peer has it all. A stream the peer stopped (STOP_SENDING) is
+    /// reset with the peer's code, as quinn's `SendStream` does: quinn-proto
+    /// frees a stopped stream only once it is reset, so without it the
+    /// stream, and the peer's credit for it, would be held for the rest of
+    /// the connection.
     fn drop(&mut self) {
         if !self.closed {
             let ok = match self.link.conn.try_borrow_mut() {
-                Ok(mut c) => c.send_stream(self.id.quic).finish().is_ok(),
+                Ok(mut c) => match c.send_stream(self.id.quic).finish() {
+                    Ok(()) => true,
+                    Err(FinishError::Stopped(code)) => {
+                        let _ = c.send_stream(self.id.quic).reset(code);
+                        false
+                    }
+                    Err(FinishError::ClosedStream) => false,
+                },
                 Err(_) => false,
             };
             if ok {
@@ -604,7 +642,14 @@ impl<B: Buf> quic::SendStream<B> for H3Send<B> {
 
     fn poll_finish(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), StreamErrorIncoming>> {
         let r = match self.link.conn_mut() {
-            Ok(mut c) => c.send_stream(self.id.quic).finish(),
+            Ok(mut c) => {
+                let r = c.send_stream(self.id.quic).finish();
+                if let Err(FinishError::Stopped(code)) = r {
+                    // Freed only once reset (see `drop`).
+                    let _ = c.send_stream(self.id.quic).reset(code);
+                }
+                r
+            }
             Err(Fault) => return Poll::Ready(Err(stream_internal("connection busy"))),
         };
         self.closed = true;

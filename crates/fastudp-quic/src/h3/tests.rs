@@ -896,6 +896,86 @@ fn an_unfinished_request_head_has_a_deadline() {
     assert_eq!(p.server().task.stats().timeouts, 2);
 }
 
+/// A client that stops the server's control stream (STOP_SENDING)
+/// closes the connection with H3_CLOSED_CRITICAL_STREAM (RFC 9114 6.2.1),
+/// counted; before, the server went on without its control stream.
+#[test]
+fn a_stopped_control_stream_closes_the_connection() {
+    let mut p = Pair::new(None);
+    let mut idle: Driven<()> = Driven::new(std::future::pending());
+    p.idle(&mut idle, Duration::from_millis(200));
+    // The server's first unidirectional stream (id 3): its control stream.
+    let ctrl = quinn_proto::StreamId::from(VarInt::from_u32(3));
+    p.client
+        .borrow_mut()
+        .recv_stream(ctrl)
+        .stop(VarInt::from_u32(0x100))
+        .expect("the server's control stream is open");
+    p.idle(&mut idle, Duration::from_secs(1));
+    assert_eq!(p.server().task.link().stats().critical_streams_stopped, 1);
+    assert!(p.server().conn.borrow().is_closed(), "server did not close");
+    assert!(p.client.borrow().is_closed(), "client saw no close");
+}
+
+/// Responses the client stops (STOP_SENDING) free their streams: more
+/// than the stream limit of them, one after another, and the connection
+/// still serves. Before, a stopped stream was never reset, so quinn-proto
+/// never freed it nor gave the client its credit back: after 16 the
+/// connection could open no request.
+#[test]
+fn stopped_responses_free_their_streams() {
+    let mut p = Pair::new(None);
+    let mut idle: Driven<()> = Driven::new(std::future::pending());
+    p.idle(&mut idle, Duration::from_millis(200));
+    let frame = {
+        let mut block = vec![0, 0, 0xC0 | 17, 0xC0 | 23];
+        prefix_int(&mut block, 0x50, 4, 1);
+        let path = b"/bytes/1000000000";
+        prefix_int(&mut block, 0, 7, path.len() as u64);
+        block.extend_from_slice(path);
+        prefix_int(&mut block, 0x50, 4, 0);
+        prefix_int(&mut block, 0, 7, 9);
+        block.extend_from_slice(b"localhost");
+        let mut f = Vec::new();
+        varint_bytes(&mut f, 1);
+        varint_bytes(&mut f, block.len() as u64);
+        f.extend_from_slice(&block);
+        f
+    };
+    for i in 0..(2 * STREAMS) {
+        let start = p.now;
+        let id = loop {
+            if let Some(id) = p.client.borrow_mut().streams().open(Dir::Bi) {
+                break id;
+            }
+            assert!(
+                p.now - start < Duration::from_secs(5),
+                "no stream credit after {i} stopped responses"
+            );
+            p.idle(&mut idle, Duration::from_millis(50));
+        };
+        {
+            let mut c = p.client.borrow_mut();
+            assert_eq!(c.send_stream(id).write(&frame).unwrap(), frame.len());
+            c.send_stream(id).finish().unwrap();
+        }
+        // Some of the response, then STOP_SENDING.
+        p.idle(&mut idle, Duration::from_millis(50));
+        p.client
+            .borrow_mut()
+            .recv_stream(id)
+            .stop(VarInt::from_u32(0x10c))
+            .unwrap();
+        p.idle(&mut idle, Duration::from_millis(50));
+    }
+    let mut c = client(p.h3_client(), vec!["/bytes/1000".into()]);
+    let r = p
+        .run(&mut c, Duration::from_secs(10))
+        .expect("finished")
+        .expect("ok");
+    check_pattern(&r[0].1, 1000);
+}
+
 /// The task is polled only when woken, and an idle connection's task is
 /// not polled at all.
 #[test]
