@@ -242,8 +242,6 @@
 #![deny(unsafe_code)]
 // Every `unsafe` block says why it is sound, in a `// SAFETY:` comment.
 #![deny(clippy::undocumented_unsafe_blocks)]
-// Without `unstable-tools`, helpers only the tool modules call are unused.
-#![cfg_attr(not(feature = "unstable-tools"), allow(dead_code))]
 
 // The crate's README (the crates.io page): its example runs as a doctest.
 #[cfg(doctest)]
