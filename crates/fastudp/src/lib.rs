@@ -279,9 +279,11 @@ pub mod wire;
 mod wire;
 mod zerocopy;
 
-pub use caps::{Capabilities, Disabled, DISABLE_ENV, FEATURE_NAMES};
+pub use caps::{Capabilities, Disabled};
 pub use coalesce::{Coalescer, DEFAULT_MTU};
-pub use error::{AllocError, ConfigError, Error, FallbackEvent, Feature};
+pub use error::{
+    AllocError, ConfigError, Error, FallbackEvent, Feature, DISABLE_ENV, FEATURE_NAMES,
+};
 pub use reuseport::{ReuseportGroup, Steering, MAX_STEERING_OFFSET};
 pub use socket::{
     Config, RecvBatch, RecvMeta, Sent, Socket, Stats, Transmit, UdpIo, UdpState, DEFAULT_GSO_RETRY,
