@@ -248,6 +248,8 @@
 #[doc = include_str!("../README.md")]
 struct Readme;
 
+#[cfg(feature = "uring")]
+mod backend;
 mod caps;
 mod coalesce;
 mod error;
