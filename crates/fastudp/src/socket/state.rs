@@ -64,7 +64,7 @@ pub struct Config {
     /// Provided receive buffers of the io_uring backend (rounded up to a
     /// power of two). Each holds one message (a GRO train). The default,
     /// 0, sizes the ring from the messages it receives
-    /// ([`crate::uring::recv_buffers_for`]): 8 buffers for GRO trains, so
+    /// (`fastudp::uring::recv_buffers_for`): 8 buffers for GRO trains, so
     /// that the memory the kernel cycles through (about 1 MiB) stays in
     /// the CPU's cache; 64 for single datagrams, which write only the
     /// first bytes of each.
@@ -78,7 +78,7 @@ pub struct Config {
     /// buffer on a non-blocking socket, a datagram over a path MTU that
     /// shrank) is reported as dropped locally rather than as an error.
     /// For protocols that recover losses and reordering themselves (QUIC);
-    /// see [`crate::uring`].
+    /// see the `fastudp::uring` module.
     #[cfg(feature = "uring")]
     #[cfg_attr(docsrs, doc(cfg(feature = "uring")))]
     pub uring_unlinked_sends: bool,
