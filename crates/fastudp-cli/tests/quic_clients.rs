@@ -548,9 +548,8 @@ fn a_late_fin_after_the_request_line_is_not_stopped() {
 
 // ------------------------------------------------------------ interop cases
 
-/// A case of the QUIC interop runner (quic-interop-runner's testcases.py)
-/// as the server can serve it today: hq-interop, /bytes responses in
-/// place of the runner's random files.
+/// A case of the QUIC interop runner (quic-interop-runner's testcases.py):
+/// /bytes responses in place of the runner's random files.
 struct Case {
     /// The server's options for it.
     server: &'static [&'static str],
@@ -579,6 +578,8 @@ fn case(name: &'static str) -> Case {
         "zerortt" => (&["--0rtt"], p(&[1000, 2000, 3000]), 2),
         "chacha20" => (&[], p(&[1_000_000, 3000]), 1),
         "keyupdate" => (&[], p(&[1_000_000]), 1),
+        // The runner's sizes: 5, 10 and 500 KiB, over HTTP/3.
+        "http3" => (&[], p(&[5 << 10, 10 << 10, 500 << 10]), 1),
         _ => panic!("no case {name}"),
     };
     Case {
@@ -590,9 +591,14 @@ fn case(name: &'static str) -> Case {
 
 /// Runs `case` with `client` against a fresh server, then checks what
 /// every case shares: each file byte-exact, the connections the case
-/// makes, Retry used for `retry`. `client` returns the files it got, by
-/// path.
-fn interop(name: &'static str, client: impl FnOnce(&Case, SocketAddr) -> Vec<(String, Vec<u8>)>) {
+/// makes, Retry used for `retry`, and every request answered over HTTP/3
+/// (the server's `h3_requests`) if `h3`, none otherwise. `client` returns
+/// the files it got, by path.
+fn interop(
+    name: &'static str,
+    h3: bool,
+    client: impl FnOnce(&Case, SocketAddr) -> Vec<(String, Vec<u8>)>,
+) {
     let c = case(name);
     let mut args = vec!["--listen", "127.0.0.1:0", "--workers", "2"];
     args.extend_from_slice(c.server);
@@ -616,21 +622,35 @@ fn interop(name: &'static str, client: impl FnOnce(&Case, SocketAddr) -> Vec<(St
     } else {
         assert_eq!(s["retries"], 0, "{name}: {s}");
     }
+    let h3_requests = if h3 { c.paths.len() as u64 } else { 0 };
+    assert_eq!(s["h3_requests"], h3_requests, "{name}: {s}");
+    assert_eq!(s["h3_refused"], 0, "{name}: {s}");
     stop(srv);
 }
 
 /// An interop case run with aioquic, which reports what its connections
 /// negotiated: the checks the runner makes on its packet captures are
-/// made on that report here.
-fn aioquic_case(name: &'static str) {
-    if !clients::aioquic(&format!("interop_aioquic_{name}")) {
+/// made on that report here. Over HTTP/3 (aioquic's H3 layer) if `h3`
+/// (the `http3` case always), hq-interop otherwise.
+fn aioquic_case(name: &'static str, h3: bool) {
+    let h3 = h3 || name == "http3";
+    let test = if h3 && name != "http3" {
+        format!("interop_aioquic_h3_{name}")
+    } else {
+        format!("interop_aioquic_{name}")
+    };
+    if !clients::aioquic(&test) {
         return;
     }
-    interop(name, |c, addr| {
+    let alpn = if h3 { "h3" } else { "hq-interop" };
+    interop(name, h3, |c, addr| {
         let paths: Vec<&str> = c.paths.iter().map(String::as_str).collect();
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/aioquic_client.py");
         let mut cmd = Command::new("python3");
         cmd.arg(script);
+        if h3 {
+            cmd.arg("--h3");
+        }
         cmd.args(match name {
             "resumption" => &["--resume"][..],
             "zerortt" => &["--0rtt"],
@@ -646,9 +666,7 @@ fn aioquic_case(name: &'static str) {
         let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
         let conns = v["connections"].as_array().unwrap();
         assert!(
-            conns
-                .iter()
-                .all(|k| k["version"] == 1 && k["alpn"] == "hq-interop"),
+            conns.iter().all(|k| k["version"] == 1 && k["alpn"] == alpn),
             "{name}: {v}"
         );
         let last = &conns[conns.len() - 1];
@@ -694,7 +712,7 @@ fn quic_go_case(name: &'static str) {
     let Some(bin) = clients::quic_go_interop_client(&format!("interop_quic_go_{name}")) else {
         return;
     };
-    interop(name, |c, addr| {
+    interop(name, name == "http3", |c, addr| {
         let paths: Vec<&str> = c.paths.iter().map(String::as_str).collect();
         // The runner gives quic-go's client "transfer" for multiplexing
         // (the files differ, not the client). Whether the server accepted
@@ -715,35 +733,71 @@ fn quic_go_case(name: &'static str) {
 
 #[test]
 fn interop_aioquic_handshake() {
-    aioquic_case("handshake");
+    aioquic_case("handshake", false);
 }
 #[test]
 fn interop_aioquic_transfer() {
-    aioquic_case("transfer");
+    aioquic_case("transfer", false);
 }
 #[test]
 fn interop_aioquic_multiplexing() {
-    aioquic_case("multiplexing");
+    aioquic_case("multiplexing", false);
 }
 #[test]
 fn interop_aioquic_retry() {
-    aioquic_case("retry");
+    aioquic_case("retry", false);
 }
 #[test]
 fn interop_aioquic_resumption() {
-    aioquic_case("resumption");
+    aioquic_case("resumption", false);
 }
 #[test]
 fn interop_aioquic_zerortt() {
-    aioquic_case("zerortt");
+    aioquic_case("zerortt", false);
 }
 #[test]
 fn interop_aioquic_chacha20() {
-    aioquic_case("chacha20");
+    aioquic_case("chacha20", false);
 }
 #[test]
 fn interop_aioquic_keyupdate() {
-    aioquic_case("keyupdate");
+    aioquic_case("keyupdate", false);
+}
+#[test]
+fn interop_aioquic_http3() {
+    aioquic_case("http3", true);
+}
+#[test]
+fn interop_aioquic_h3_handshake() {
+    aioquic_case("handshake", true);
+}
+#[test]
+fn interop_aioquic_h3_transfer() {
+    aioquic_case("transfer", true);
+}
+#[test]
+fn interop_aioquic_h3_multiplexing() {
+    aioquic_case("multiplexing", true);
+}
+#[test]
+fn interop_aioquic_h3_retry() {
+    aioquic_case("retry", true);
+}
+#[test]
+fn interop_aioquic_h3_resumption() {
+    aioquic_case("resumption", true);
+}
+#[test]
+fn interop_aioquic_h3_zerortt() {
+    aioquic_case("zerortt", true);
+}
+#[test]
+fn interop_aioquic_h3_chacha20() {
+    aioquic_case("chacha20", true);
+}
+#[test]
+fn interop_aioquic_h3_keyupdate() {
+    aioquic_case("keyupdate", true);
 }
 #[test]
 fn interop_quic_go_handshake() {
@@ -776,6 +830,60 @@ fn interop_quic_go_chacha20() {
 #[test]
 fn interop_quic_go_keyupdate() {
     quic_go_case("keyupdate");
+}
+/// An interop case over HTTP/3 with quic-go's `http3` client
+/// (tools/quic-go-client; quic-go's interop client speaks HTTP/3 only in
+/// its `http3` case): every path in parallel on the one connection it
+/// dials.
+fn quic_go_h3_case(name: &'static str) {
+    let Some(bin) = clients::quic_go_client(&format!("interop_quic_go_h3_{name}")) else {
+        return;
+    };
+    interop(name, true, |c, addr| {
+        let paths: Vec<&str> = c.paths.iter().map(String::as_str).collect();
+        let (got, summary) =
+            clients::quic_go_fetch(&bin, "h3", Trust::Insecure, &clients::urls(addr, &paths))
+                .unwrap();
+        assert_eq!(summary["connections"], 1, "{name}: {summary}");
+        got.iter()
+            .zip(&paths)
+            .map(|(f, p)| {
+                let n: usize = p.trim_start_matches("/bytes/").parse().unwrap();
+                // A body of the pattern's hash is the pattern.
+                let exact = f.status == 200
+                    && f.bytes == n as u64
+                    && f.sha256 == clients::sha256_hex(&clients::bytes_body(n));
+                let body = if exact {
+                    clients::bytes_body(n)
+                } else {
+                    Vec::new()
+                };
+                (p.to_string(), body)
+            })
+            .collect()
+    });
+}
+#[test]
+fn interop_quic_go_h3_handshake() {
+    quic_go_h3_case("handshake");
+}
+#[test]
+fn interop_quic_go_h3_transfer() {
+    quic_go_h3_case("transfer");
+}
+#[test]
+fn interop_quic_go_h3_multiplexing() {
+    quic_go_h3_case("multiplexing");
+}
+#[test]
+fn interop_quic_go_h3_retry() {
+    quic_go_h3_case("retry");
+}
+
+/// quic-go's interop client runs `http3` with its `http3` package.
+#[test]
+fn interop_quic_go_http3() {
+    quic_go_case("http3");
 }
 
 // ------------------------------------------------------- cases with loss
@@ -890,10 +998,12 @@ impl Drop for Lossy {
 /// connections, one small file each) and transferloss (2%; one connection,
 /// a larger file), with `client` fetching `paths` one connection per path
 /// (handshakeloss) or all on one (transferloss). Every file byte-exact,
-/// every connection accepted, and datagrams were dropped.
+/// every connection accepted, every request answered over HTTP/3 if `h3`
+/// (none otherwise), and datagrams were dropped.
 fn lossy_case(
     test: &str,
     name: &str,
+    h3: bool,
     client: impl FnOnce(&Lossy, SocketAddr, &[&str]) -> Vec<(String, Vec<u8>)>,
 ) {
     if !common::privileged(test, &["ip", "nft"]) {
@@ -910,9 +1020,10 @@ fn lossy_case(
     };
     // One namespace per test: the tests of this binary run at once.
     let tag = format!(
-        "{}{}",
+        "{}{}{}",
         if test.contains("aioquic") { "a" } else { "g" },
-        &name[..3]
+        &name[..3],
+        if h3 { "h" } else { "" }
     );
     let l = Lossy::new(&tag, loss);
     let mut srv = l.serve();
@@ -929,9 +1040,11 @@ fn lossy_case(
             body.len()
         );
     }
-    stats_until(&mut srv, |v| {
+    let s = stats_until(&mut srv, |v| {
         v["connections"] == 0 && v["accepted"] == connections
     });
+    let h3_requests = if h3 { paths.len() as u64 } else { 0 };
+    assert_eq!(s["h3_requests"], h3_requests, "{name}: {s}");
     assert!(
         l.dropped() > 0,
         "{name}: nothing was dropped: the test proved nothing"
@@ -940,12 +1053,13 @@ fn lossy_case(
 }
 
 /// aioquic in the lossy namespace: one connection per path for
-/// handshakeloss, one for all of them for transferloss.
-fn aioquic_lossy(test: &str, name: &str) {
+/// handshakeloss, one for all of them for transferloss; over HTTP/3 if
+/// `h3`.
+fn aioquic_lossy(test: &str, name: &str, h3: bool) {
     if !clients::aioquic(test) {
         return;
     }
-    lossy_case(test, name, |l, addr, paths| {
+    lossy_case(test, name, h3, |l, addr, paths| {
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/aioquic_client.py");
         let groups: Vec<Vec<&str>> = if name == "handshakeloss" {
             paths.iter().map(|p| vec![*p]).collect()
@@ -957,6 +1071,7 @@ fn aioquic_lossy(test: &str, name: &str) {
             let (ok, out, err) = clients::run_bounded(
                 Command::new("ip")
                     .args(["netns", "exec", &l.ns, "python3", script])
+                    .args(if h3 { &["--h3"][..] } else { &[] })
                     .arg(addr.ip().to_string())
                     .arg(addr.port().to_string())
                     .args(&g),
@@ -990,7 +1105,7 @@ fn quic_go_lossy(test: &str, name: &str) {
     let Some(bin) = clients::quic_go_interop_client(test) else {
         return;
     };
-    lossy_case(test, name, |l, addr, paths| {
+    lossy_case(test, name, false, |l, addr, paths| {
         let testcase = if name == "handshakeloss" {
             "multiconnect"
         } else {
@@ -1011,11 +1126,15 @@ fn quic_go_lossy(test: &str, name: &str) {
 #[test]
 #[ignore = "a stall seen under load, not diagnosed (docs/INTEROP.md)"]
 fn interop_aioquic_handshakeloss() {
-    aioquic_lossy("interop_aioquic_handshakeloss", "handshakeloss");
+    aioquic_lossy("interop_aioquic_handshakeloss", "handshakeloss", false);
 }
 #[test]
 fn interop_aioquic_transferloss() {
-    aioquic_lossy("interop_aioquic_transferloss", "transferloss");
+    aioquic_lossy("interop_aioquic_transferloss", "transferloss", false);
+}
+#[test]
+fn interop_aioquic_h3_transferloss() {
+    aioquic_lossy("interop_aioquic_h3_transferloss", "transferloss", true);
 }
 /// quic-go's client gives up a handshake after 5 s without a packet
 /// (its HandshakeIdleTimeout, which the runner's client leaves at the
