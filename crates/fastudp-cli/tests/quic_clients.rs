@@ -1132,6 +1132,13 @@ fn interop_aioquic_handshakeloss() {
 fn interop_aioquic_transferloss() {
     aioquic_lossy("interop_aioquic_transferloss", "transferloss", false);
 }
+/// As `interop_aioquic_handshakeloss`, over HTTP/3: 1 of 9 runs stalled
+/// here (docs/INTEROP.md, note 4), so CI does not run it.
+#[test]
+#[ignore = "a stall under 30% loss, as interop_aioquic_handshakeloss (docs/INTEROP.md)"]
+fn interop_aioquic_h3_handshakeloss() {
+    aioquic_lossy("interop_aioquic_h3_handshakeloss", "handshakeloss", true);
+}
 #[test]
 fn interop_aioquic_h3_transferloss() {
     aioquic_lossy("interop_aioquic_h3_transferloss", "transferloss", true);
