@@ -329,6 +329,10 @@ fn vanished_clients_time_out_and_memory_returns() {
         "2",
         "--idle-timeout",
         "1",
+        // The default share of one address (a quarter of the connection
+        // limit, which the memory budget sets) may be below 300.
+        "--max-connections-per-ip",
+        "300",
     ]);
     std::thread::sleep(Duration::from_millis(300));
     let base = rss_kb(srv.pid());

@@ -1244,10 +1244,12 @@ fn interop_quic_go_ecn() {
         .unwrap();
     assert!(run.file("/bytes/3000000").unwrap() == clients::bytes_body(3_000_000));
     let (to_marked, to_all, from_marked, from_all) = l.ecn();
-    // All but a few of each direction's datagrams: a side that failed
-    // validation stops marking after its first ones.
+    // Most of each direction's datagrams: a side that failed validation
+    // stops marking after its first ones (quic-go: 10). quic-go sends its
+    // first datagrams unmarked until validation completes, which on a busy
+    // machine can be a fifth of the client's few (about 130) datagrams.
     assert!(
-        to_all > 50 && to_marked * 10 >= to_all * 9,
+        to_all > 50 && to_marked * 2 >= to_all,
         "client's: {to_marked} of {to_all} marked"
     );
     assert!(

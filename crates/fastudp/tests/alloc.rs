@@ -88,14 +88,18 @@ const ROUND: usize = 8 * 10 + 8;
 
 /// The receiver must get GRO trains (loopback passes GSO trains whole): a
 /// test of the receive path that never saw one proved nothing about it.
+/// A receiver without UDP GRO (an old kernel, or `FASTUDP_DISABLE=gro`)
+/// tested only the plain path: that is a skip, said on standard error (a
+/// failure under `FASTUDP_REQUIRE_PRIVILEGED_TESTS=1`). A GRO receiver
+/// that got no train fails.
 fn gro_happened(rx: &Socket, trains: usize) {
-    assert!(
-        rx.capabilities().gro,
-        "the receiver has no UDP GRO: the GRO path was not tested"
-    );
+    if !rx.capabilities().gro {
+        skip("the receiver has no UDP GRO: only the plain receive path was tested");
+        return;
+    }
     assert!(
         trains > 0,
-        "no message held more than one datagram: GRO never happened"
+        "the receiver has UDP GRO, but no message held more than one datagram: GRO never happened"
     );
 }
 

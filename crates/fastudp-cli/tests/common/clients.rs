@@ -438,7 +438,14 @@ pub fn quic_go_interop_in(
         let f = root.join("downloads").join(p.trim_start_matches('/'));
         std::fs::create_dir_all(f.parent().unwrap()).unwrap();
     }
-    std::fs::copy(bin, root.join("client")).map_err(|e| format!("{}: {e}", bin.display()))?;
+    // A hard link, not a copy: a file this process opened for writing can
+    // be inherited by a child that another test thread forks meanwhile,
+    // and exec of it then fails with ETXTBSY ("Text file busy"). A copy
+    // only when the two are on different file systems (see below).
+    let dst = root.join("client");
+    if std::fs::hard_link(bin, &dst).is_err() {
+        std::fs::copy(bin, &dst).map_err(|e| format!("{}: {e}", bin.display()))?;
+    }
     let run = InteropRun { root };
     let chroot = in_path(&["chroot"]).ok_or("no chroot on PATH")?;
     let mut cmd = match netns {
@@ -449,14 +456,23 @@ pub fn quic_go_interop_in(
         }
         None => Command::new(chroot),
     };
-    let (ok, out, err) = run_bounded(
-        cmd.arg(&run.root)
-            .arg("/client")
-            .args(urls(addr, paths))
-            .env_clear()
-            .env("TESTCASE", case)
-            .env("SSLKEYLOGFILE", "/logs/keys.log"),
-    )?;
+    cmd.arg(&run.root)
+        .arg("/client")
+        .args(urls(addr, paths))
+        .env_clear()
+        .env("TESTCASE", case)
+        .env("SSLKEYLOGFILE", "/logs/keys.log");
+    // After a copy, the exec can still meet ETXTBSY for the moment a
+    // forked child holds the copy's descriptor: tried again, briefly.
+    let mut tries = 0;
+    let (ok, out, err) = loop {
+        let (ok, out, err) = run_bounded(&mut cmd)?;
+        tries += 1;
+        if ok || tries == 5 || !err.contains("Text file busy") {
+            break (ok, out, err);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
     if !ok {
         let log = std::fs::read_to_string(run.root.join("logs/log.txt")).unwrap_or_default();
         let tail: Vec<&str> = log.lines().rev().take(5).collect();

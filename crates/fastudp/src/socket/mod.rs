@@ -440,6 +440,24 @@ mod tests {
         lens
     }
 
+    /// Whether `tx` can send GSO trains here; says why not (and fails
+    /// under `FASTUDP_REQUIRE_PRIVILEGED_TESTS=1`) when it cannot: a GSO
+    /// refusal test without GSO proves nothing.
+    fn gso_here(tx: &Socket) -> bool {
+        if tx.capabilities().max_gso_segments > 1 {
+            return true;
+        }
+        let why = "no UDP GSO on this socket (an old kernel, or FASTUDP_DISABLE=gso)";
+        assert!(
+            std::env::var_os("FASTUDP_REQUIRE_PRIVILEGED_TESTS").is_none(),
+            "{why}"
+        );
+        // Past the harness's capture, which takes only `eprint!`.
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr().lock(), "skipped: {why}");
+        false
+    }
+
     fn gso_fault(errno: i32) -> faults::GsoFault {
         faults::GsoFault {
             errno,
@@ -458,7 +476,7 @@ mod tests {
         let lo = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
         let path = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
         let tx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-        if tx.capabilities().max_gso_segments <= 1 {
+        if !gso_here(&tx) {
             return;
         }
         let data = vec![3u8; 4000];
@@ -491,7 +509,7 @@ mod tests {
         )
         .unwrap();
         let tx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-        if tx.capabilities().max_gso_segments <= 1 {
+        if !gso_here(&tx) {
             return;
         }
         let dest = rx.local_addr().unwrap();
@@ -528,7 +546,7 @@ mod tests {
         let rx4 = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
         let rx6 = Socket::bind("[::1]:0".parse().unwrap()).unwrap();
         let tx = Socket::bind("[::]:0".parse().unwrap()).unwrap();
-        if tx.capabilities().max_gso_segments <= 1 {
+        if !gso_here(&tx) {
             return;
         }
         let (d4, d6) = (rx4.local_addr().unwrap(), rx6.local_addr().unwrap());
@@ -567,7 +585,7 @@ mod tests {
             Config::default().gso_retry(Duration::ZERO),
         )
         .unwrap();
-        if tx.capabilities().max_gso_segments <= 1 {
+        if !gso_here(&tx) {
             return;
         }
         let data = [5u8; 200];
@@ -590,6 +608,39 @@ mod tests {
         assert!(
             std::sync::Arc::ptr_eq(&st.fallbacks, &tx.stats().fallbacks),
             "stats() copied the events"
+        );
+    }
+
+    /// A GSO retry wait longer than 2^64 ns is kept whole, not cut to its
+    /// low 64 bits: 18,446,744,074 s (about 585 years, which a C caller
+    /// asks for with `gso_retry_ms` 18446744074000) became 0.29 s.
+    #[test]
+    fn a_gso_retry_past_u64_nanoseconds_is_not_cut_short() {
+        let rx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let tx = Socket::bind_with(
+            "127.0.0.1:0".parse().unwrap(),
+            Config::default().gso_retry(Duration::from_secs(18_446_744_074)),
+        )
+        .unwrap();
+        if !gso_here(&tx) {
+            return;
+        }
+        let dest = rx.local_addr().unwrap();
+        let data = [5u8; 200];
+        faults::refuse_gso(Some(gso_fault(libc::EIO)));
+        let sent = tx.send(&[Transmit::train(dest, &data, 100)]);
+        faults::refuse_gso(None);
+        assert!(sent.unwrap().all(1));
+        assert_eq!(
+            tx.state.max_gso_segments_to(&dest),
+            1,
+            "GSO off after the refusal"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+        assert_eq!(
+            tx.state.max_gso_segments_to(&dest),
+            1,
+            "GSO came back within 0.5 s of a 585-year wait"
         );
     }
 
