@@ -1553,8 +1553,10 @@ fn chromium_renders_a_page_with_images_over_http3() {
         });
         std::fs::write(dir.join(format!("img/{i}.png")), img).unwrap();
     }
-    let (_, big) = &www_dir("chromium-big", &[("big.bin", 4_000_000)]).1[0];
-    std::fs::write(dir.join("big.bin"), big).unwrap();
+    let (big_dir, mut big) = www_dir("chromium-big", &[("big.bin", 4_000_000)]);
+    let _ = std::fs::remove_dir_all(&big_dir);
+    let big = big.remove(0).1;
+    std::fs::write(dir.join("big.bin"), &big).unwrap();
     let www = dir.to_str().unwrap().to_string();
     let (mut srv, addr, spki) =
         serve(&["--listen", "127.0.0.1:0", "--workers", "2", "--www", &www]);
@@ -1572,7 +1574,7 @@ fn chromium_renders_a_page_with_images_over_http3() {
     );
     assert_eq!(
         element_text(&dom, "big"),
-        format!("big 200 {} {:x}", big.len(), fnv1a32(big)),
+        format!("big 200 {} {:x}", big.len(), fnv1a32(&big)),
         "{dom}"
     );
     // The page, its images and the file.
