@@ -34,7 +34,9 @@
 # its stream (from `quic load --timeline 100`).
 #
 # The report goes to stdout and, as JSON, to $QUIC_SOAK_JSON (default
-# target/quic-soak/quic-soak-<ROUNDS>rounds.json).
+# target/quic-soak/quic-soak-<ROUNDS>rounds.json). $QUIC_SOAK_DOWN sets the
+# link-down's length in seconds (default 2): past the idle timeout (say
+# 12), the connections are lost and the run fails, as it must.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -71,6 +73,13 @@ rate=62500
 secs=15
 strike=5
 idle=10
+down=${QUIC_SOAK_DOWN:-2}
+case $down in
+  '' | *[!0-9]* | 0)
+    echo "error: QUIC_SOAK_DOWN=$down: a whole number of seconds, at least 1" >&2
+    exit 2
+    ;;
+esac
 request=/video/$rate/$secs
 srv=fuqsoak-$$-srv
 cli=fuqsoak-$$-cli
@@ -94,7 +103,7 @@ cleanup() {
 }
 trap cleanup EXIT
 # The whole run's cap: phases of at most secs+40 s plus 30 s of drain.
-cap=$((rounds * 3 * (secs + 70) + 60))
+cap=$((rounds * 3 * (secs + 70 + down) + 60))
 (
   sleep "$cap"
   echo "quic-soak: the ${cap}-second cap passed; stopping" >&2
@@ -186,7 +195,7 @@ for r in $(seq "$rounds"); do
     case $fault in
       link-down)
         ip -n "$srv" link set "$sdev" down
-        sleep 2
+        sleep "$down"
         ip -n "$srv" link set "$sdev" up
         ;;
       mtu-1280)
