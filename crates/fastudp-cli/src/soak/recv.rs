@@ -100,15 +100,30 @@ fn bind(r: RxStrategy, addr: std::net::SocketAddr) -> Result<RxSock, String> {
     Err(last)
 }
 
-/// The receive-buffer overflows of the calling thread's namespace (UDP,
-/// `RcvbufErrors` of `/proc/thread-self/net/snmp`).
+/// The receive-buffer overflows of the calling thread's namespace, IPv4
+/// and IPv6 (`RcvbufErrors` of `/proc/thread-self/net/snmp` plus
+/// `Udp6RcvbufErrors` of `snmp6`: IPv6 drops are counted only there).
 fn rcvbuf_errors() -> u64 {
-    std::fs::read_to_string("/proc/thread-self/net/snmp")
+    let v4 = std::fs::read_to_string("/proc/thread-self/net/snmp")
         .map(|s| {
             crate::procfs::parse_snmp(&s, "Udp:")
                 .get("RcvbufErrors")
                 .copied()
                 .unwrap_or(0)
+        })
+        .unwrap_or(0);
+    let v6 = std::fs::read_to_string("/proc/thread-self/net/snmp6")
+        .map(|s| snmp6(&s, "Udp6RcvbufErrors"))
+        .unwrap_or(0);
+    v4 + v6
+}
+
+/// One counter of `/proc/net/snmp6` (lines of a name and a value).
+fn snmp6(s: &str, name: &str) -> u64 {
+    s.lines()
+        .find_map(|l| {
+            let mut it = l.split_whitespace();
+            (it.next() == Some(name)).then(|| it.next()?.parse().ok())?
         })
         .unwrap_or(0)
 }
@@ -231,4 +246,17 @@ pub fn run(
     counters(r, &sock, &mut out)?;
     out.rcvbuf_errors = rcvbuf_errors().saturating_sub(overflows0);
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_snmp6_counter_is_read_by_its_name() {
+        let s = "Udp6InDatagrams                 \t120\nUdp6RcvbufErrors                \t42\nUdplite6RcvbufErrors\t7\n";
+        assert_eq!(snmp6(s, "Udp6RcvbufErrors"), 42);
+        assert_eq!(snmp6(s, "Udp6InDatagrams"), 120);
+        assert_eq!(snmp6(s, "Udp6NoPorts"), 0);
+    }
 }
