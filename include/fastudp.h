@@ -260,11 +260,14 @@ typedef struct fastudp_config {
    */
   uint32_t disabled;
   /**
-   * `SO_RCVBUF` to request in bytes; 0 leaves the system's default.
+   * `SO_RCVBUF` to request in bytes; 0 leaves the system's default. At
+   * most `INT_MAX`, the kernel's type for it (more is
+   * `FASTUDP_ERR_INVALID`).
    */
   size_t recv_buffer;
   /**
-   * `SO_SNDBUF` to request in bytes; 0 leaves the system's default.
+   * `SO_SNDBUF` to request in bytes; 0 leaves the system's default. At
+   * most `INT_MAX` (more is `FASTUDP_ERR_INVALID`).
    */
   size_t send_buffer;
   /**
@@ -776,7 +779,9 @@ typedef struct fastudp_socket_error {
 #define FASTUDP_ERR_DATAGRAM_EXCEEDS_MTU 10
 
 /**
- * An IPv6 destination on an IPv4 socket.
+ * An IPv6 destination on an IPv4 socket, a v4-mapped one
+ * (`::ffff:a.b.c.d`) included: send to the plain IPv4 address, or bind
+ * to `[::]` for dual stack. Nothing was sent.
  */
 #define FASTUDP_ERR_ADDRESS_FAMILY 11
 

@@ -3,7 +3,9 @@
 # pinned in its go.mod) into target/quic-go-client, and quic-go's interop
 # client into target/quic-go-client-interop, for the tests that
 # point an independent QUIC implementation at `fastudp quic serve`
-# (crates/fastudp-cli/tests/quic_clients.rs).
+# (crates/fastudp-cli/tests/quic_clients.rs), and its file-serving load
+# client and reference servers (tools/quic-go-client/filebench) into
+# target/quic-go-filebench, for scripts/bench-files.sh.
 #
 # quic-go v0.65 needs Go 1.26 or later (the `go` line of its go.mod).
 # A Go in PATH or /usr/local/go is used; with none and as root, Debian's
@@ -60,3 +62,8 @@ tmp=$(mktemp "$out-interop.XXXXXX")
   github.com/quic-go/quic-go/interop/client)
 mv "$tmp" "$out-interop"
 echo "$out-interop"
+# The file-serving benchmark's load client and quic-go/net/http servers.
+tmp=$(mktemp "$out-filebench.XXXXXX")
+(cd "$src" && "$go" build -trimpath -o "$tmp" ./filebench)
+mv "$tmp" "$(dirname "$out")/quic-go-filebench"
+echo "$(dirname "$out")/quic-go-filebench"

@@ -1163,3 +1163,102 @@ fn interop_aioquic_ecn_falls_back_without_ecn_counts() {
     );
     stop(srv);
 }
+
+/// The load client of the file-serving benchmark (scripts/bench-files.sh),
+/// built next to quic-go's client by scripts/build-quic-go-client.sh.
+fn quic_go_filebench(test: &str) -> Option<PathBuf> {
+    let client = clients::quic_go_client(test)?;
+    let bin = client.with_file_name("quic-go-filebench");
+    if bin.exists() {
+        Some(bin)
+    } else {
+        skip(
+            test,
+            &format!(
+                "{} is missing (scripts/build-quic-go-client.sh builds it)",
+                bin.display()
+            ),
+        );
+        None
+    }
+}
+
+/// Runs `quic-go-filebench load` against `addr` for 2 s, fetching the
+/// files of `dir` with every byte compared; its exit success and JSON.
+fn filebench_load(bin: &Path, addr: SocketAddr, dir: &Path) -> (bool, serde_json::Value) {
+    let (ok, out, err) = clients::run_bounded(Command::new(bin).args([
+        "load",
+        "-proto",
+        "h3",
+        "-verify",
+        "-insecure",
+        "-connections",
+        "20",
+        "-duration",
+        "2s",
+        "-dir",
+        dir.to_str().unwrap(),
+        &format!("https://{addr}"),
+    ]))
+    .unwrap();
+    let v = serde_json::from_str(out.trim())
+        .unwrap_or_else(|e| panic!("load output {out:?} ({e}); stderr {err}"));
+    (ok, v)
+}
+
+/// The benchmark's workload in small: 20 quic-go HTTP/3 connections
+/// fetch files from `--www` one after the other for 2 s, every byte
+/// compared with the file; and the comparison is real: against a copy of
+/// the directory with one byte changed, the same load reports errors.
+#[test]
+fn quic_go_loads_files_byte_exact_over_many_connections() {
+    let test = "quic_go_loads_files_byte_exact_over_many_connections";
+    let Some(bin) = quic_go_filebench(test) else {
+        return;
+    };
+    let base =
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("filebench-{}", std::process::id()));
+    let (www, other) = (base.join("www"), base.join("changed"));
+    for d in [&www, &other] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    for n in [0usize, 1, 1000, 65536, 65537, 1_048_577] {
+        // Bytes that differ from chunk to chunk, so a chunk served twice
+        // or out of order shows.
+        let body: Vec<u8> = (0..n)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        std::fs::write(www.join(format!("f{n}.bin")), &body).unwrap();
+        let mut changed = body;
+        if n == 1_048_577 {
+            changed[700_000] ^= 1;
+        }
+        std::fs::write(other.join(format!("f{n}.bin")), &changed).unwrap();
+    }
+    let (srv, addr, _) = serve(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--workers",
+        "2",
+        "--www",
+        www.to_str().unwrap(),
+    ]);
+    let (ok, v) = filebench_load(&bin, addr, &www);
+    assert!(ok, "{v}");
+    assert_eq!(v["errors"], 0, "{v}");
+    assert!(
+        v["completed"].as_u64().unwrap() >= 6,
+        "every file at least once: {v}"
+    );
+    let (ok, v) = filebench_load(&bin, addr, &other);
+    assert!(!ok, "a changed byte must fail the load: {v}");
+    assert!(
+        v["first_error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("body differs"),
+        "{v}"
+    );
+    stop(srv);
+    let _ = std::fs::remove_dir_all(&base);
+}

@@ -20,19 +20,22 @@ use crate::result::*;
 use crate::types::*;
 use fastudp::{Coalescer, RecvBatch, Transmit, UdpState};
 use libc::{sockaddr, sockaddr_in, sockaddr_in6, sockaddr_storage, socklen_t};
+use std::cell::{Cell, RefCell};
 use std::ffi::{c_char, c_int, c_void};
 use std::mem::size_of;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
+use std::sync::Once;
 
 // ------------------------------------------------------------- the guard
 
 /// Runs one exported function's body: a panic becomes `FASTUDP_ERR_PANIC`,
 /// a failure its code; either is recorded as the thread's last error.
+/// Nothing is printed: the panic's message and place go to the last error.
 fn call(function: &'static str, body: impl FnOnce() -> Res<()>) -> fastudp_result {
-    let r = catch_unwind(AssertUnwindSafe(|| {
+    let r = quietly(AssertUnwindSafe(|| {
         #[cfg(feature = "test-hooks")]
         hooks::panic_if_asked(function);
         body()
@@ -40,18 +43,54 @@ fn call(function: &'static str, body: impl FnOnce() -> Res<()>) -> fastudp_resul
     match r {
         Ok(Ok(())) => FASTUDP_OK,
         Ok(Err(f)) => record(function, f),
-        Err(payload) => {
-            let msg = payload
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| payload.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "(a panic without a message)".to_string());
-            // The payload's destructor could itself panic: keep it from
-            // unwinding out of this frame.
-            let _ = catch_unwind(AssertUnwindSafe(move || drop(payload)));
-            record(function, Failure::Panic(msg))
-        }
+        Err(msg) => record(function, Failure::Panic(msg)),
     }
+}
+
+thread_local! {
+    /// Calls into the library running on this thread: while one is, a
+    /// panic prints nothing.
+    static IN_CALL: Cell<u32> = const { Cell::new(0) };
+    /// Where the last panic inside a call happened (`file:line`).
+    static PANIC_AT: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+/// Runs `f`, stopping a panic at this frame: `Err` with the panic's
+/// message and place. While `f` runs, the panic hook prints nothing (a
+/// library does not write to its host's stderr); panics elsewhere in the
+/// process go to the hook that was there before.
+fn quietly<R>(f: impl FnOnce() -> R + std::panic::UnwindSafe) -> Result<R, String> {
+    static HOOK: Once = Once::new();
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if IN_CALL.try_with(Cell::get).unwrap_or(0) > 0 {
+                let at = info
+                    .location()
+                    .map(|l| format!("{}:{}", l.file(), l.line()));
+                let _ = PANIC_AT.try_with(|p| *p.borrow_mut() = at);
+            } else {
+                previous(info);
+            }
+        }));
+    });
+    let _ = IN_CALL.try_with(|d| d.set(d.get() + 1));
+    let r = catch_unwind(f);
+    let _ = IN_CALL.try_with(|d| d.set(d.get().saturating_sub(1)));
+    r.map_err(|payload| {
+        let msg = payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "(a panic without a message)".to_string());
+        // The payload's destructor could itself panic: keep it from
+        // unwinding out of this frame.
+        let _ = catch_unwind(AssertUnwindSafe(move || drop(payload)));
+        match PANIC_AT.try_with(|p| p.borrow_mut().take()).ok().flatten() {
+            Some(at) => format!("{msg} (at {at})"),
+            None => msg,
+        }
+    })
 }
 
 #[cfg(feature = "test-hooks")]
@@ -288,7 +327,7 @@ pub unsafe extern "C" fn fastudp_last_error(out: *mut fastudp_error_info) -> fas
         // Reported without overwriting the error the caller asks about.
         return FASTUDP_ERR_NULL;
     }
-    let info = match catch_unwind(last) {
+    let info = match quietly(last) {
         Ok(Some((code, error_number, index))) => fastudp_error_info {
             code,
             error_number,
@@ -322,7 +361,7 @@ pub unsafe extern "C" fn fastudp_last_error_message(
     if buf.is_null() && cap > 0 {
         return FASTUDP_ERR_NULL;
     }
-    let msg = match catch_unwind(last_message) {
+    let msg = match quietly(last_message) {
         Ok(m) => m.unwrap_or_default(),
         Err(_) => return FASTUDP_ERR_PANIC,
     };
@@ -1369,6 +1408,7 @@ mod tests {
         let m = last_message().unwrap();
         assert!(m.starts_with("fastudp_example: internal error"), "{m}");
         assert!(m.contains("boom 7"), "{m}");
+        assert!(m.contains("(at crates/fastudp-ffi/src/abi.rs:"), "{m}");
         // The guard still works after a panic.
         assert_eq!(call("fastudp_example", || Ok(())), FASTUDP_OK);
     }

@@ -12,7 +12,9 @@
 //!   [`fastudp_last_error`](abi::fastudp_last_error) details (errno,
 //!   transmit index, a sentence); the exceptions are `fastudp_strerror`
 //!   and `fastudp_version`, which cannot fail and return a string;
-//! - a panic never crosses the boundary: it becomes `FASTUDP_ERR_PANIC`;
+//! - a panic never crosses the boundary: it becomes `FASTUDP_ERR_PANIC`,
+//!   prints nothing, and leaves its message and place in the last error;
+//! - nothing is printed: a failed allocation is `FASTUDP_ERR_NO_MEMORY`;
 //! - every pointer is checked for NULL and every length against what it
 //!   describes, and each pointer's ownership is documented.
 //!

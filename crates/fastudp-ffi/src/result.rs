@@ -48,7 +48,9 @@ pub const FASTUDP_ERR_SEGMENT_EXCEEDS_MTU: fastudp_result = 9;
 /// A single datagram is larger than the path MTU and don't-fragment is on
 /// (`EMSGSIZE`); it was not sent.
 pub const FASTUDP_ERR_DATAGRAM_EXCEEDS_MTU: fastudp_result = 10;
-/// An IPv6 destination on an IPv4 socket.
+/// An IPv6 destination on an IPv4 socket, a v4-mapped one
+/// (`::ffff:a.b.c.d`) included: send to the plain IPv4 address, or bind
+/// to `[::]` for dual stack. Nothing was sent.
 pub const FASTUDP_ERR_ADDRESS_FAMILY: fastudp_result = 11;
 /// Control data could not be encoded (such as an IPv6 source address for
 /// an IPv4 destination).

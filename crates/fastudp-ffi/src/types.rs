@@ -85,9 +85,12 @@ pub struct fastudp_config {
     /// `FASTUDP_FEATURE_*` bits to switch off, on top of the
     /// `FASTUDP_DISABLE` environment variable (default 0).
     pub disabled: u32,
-    /// `SO_RCVBUF` to request in bytes; 0 leaves the system's default.
+    /// `SO_RCVBUF` to request in bytes; 0 leaves the system's default. At
+    /// most `INT_MAX`, the kernel's type for it (more is
+    /// `FASTUDP_ERR_INVALID`).
     pub recv_buffer: usize,
-    /// `SO_SNDBUF` to request in bytes; 0 leaves the system's default.
+    /// `SO_SNDBUF` to request in bytes; 0 leaves the system's default. At
+    /// most `INT_MAX` (more is `FASTUDP_ERR_INVALID`).
     pub send_buffer: usize,
     /// On a blocking socket, how long a train sent one datagram at a time
     /// (GSO off) may wait for buffer space once its first datagram is out,
@@ -125,6 +128,19 @@ impl fastudp_config {
                 self.disabled & !FASTUDP_FEATURE_ALL,
                 FASTUDP_FEATURE_ALL
             ));
+        }
+        for (name, v) in [
+            ("recv_buffer", self.recv_buffer),
+            ("send_buffer", self.send_buffer),
+        ] {
+            // The kernel takes an int: a larger value would be cut to its
+            // low 32 bits (4 GiB + 5 would ask for 5 bytes).
+            if v > i32::MAX as usize {
+                return Err(format!(
+                    "config.{name} {v}: at most {} (INT_MAX) bytes, 0 for the system's default",
+                    i32::MAX
+                ));
+            }
         }
         let mut c = fastudp::Config::default()
             .gro(self.gro)

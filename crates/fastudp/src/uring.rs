@@ -1100,10 +1100,13 @@ impl UringZeroCopySender {
     /// Waits until every buffer in flight came back, up to `timeout`;
     /// returns how many are still in flight.
     pub fn drain(&mut self, timeout: Duration) -> Result<usize, Error> {
-        let deadline = Instant::now() + timeout;
+        // No deadline when the wait is longer than an `Instant` holds.
+        let deadline = Instant::now().checked_add(timeout);
         #[cfg(target_os = "linux")]
         while self.ring.in_flight() > 0 {
-            let left = deadline.saturating_duration_since(Instant::now());
+            let left = deadline.map_or(Duration::MAX, |d| {
+                d.saturating_duration_since(Instant::now())
+            });
             if left.is_zero() {
                 break;
             }

@@ -400,3 +400,38 @@ fn wait_readable_and_unsent_bytes() {
     assert_eq!(r.recv(&mut b).unwrap(), 1);
     assert!(!r.wait_readable(Duration::ZERO).unwrap());
 }
+
+/// Any wait the configuration names is taken, however long: a train sent
+/// one datagram at a time that stops half-way (here on the port-unreachable
+/// errors of a closed port, more than the send absorbs) with
+/// `split_wait(Duration::MAX)` reports what went out instead of
+/// panicking on the deadline's arithmetic (`Instant + Duration::MAX`).
+#[test]
+fn the_longest_split_wait_is_no_panic() {
+    let closed = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let dest = closed.local_addr().unwrap();
+    drop(closed);
+    let t = Socket::bind_with(
+        "127.0.0.1:0".parse().unwrap(),
+        Config::default()
+            .disabled(fastudp::Disabled::parse("gso,mmsg").unwrap())
+            .split_wait(std::time::Duration::MAX)
+            .gso_retry(std::time::Duration::MAX),
+    )
+    .unwrap();
+    let payload = vec![7u8; 40 * 1000];
+    let mut partial = false;
+    for _ in 0..4 {
+        match t.send(&[Transmit::train(dest, &payload, 1000)]) {
+            Ok(s) => partial |= s.transmits == 0 && s.datagrams > 0,
+            Err(e) => assert!(
+                e.to_string().contains("refused"),
+                "only the closed port's error: {e:?}"
+            ),
+        }
+    }
+    assert!(
+        partial,
+        "the test proved nothing: no train stopped half-way"
+    );
+}

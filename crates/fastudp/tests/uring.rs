@@ -436,3 +436,16 @@ fn borrowed_receive_without_the_ring_lends_the_scratch_batch() {
     }
     assert_eq!(got, payload);
 }
+
+/// `drain` takes any timeout: `Duration::MAX` (wait without end) returns at
+/// once when nothing is in flight instead of panicking on the deadline's
+/// arithmetic (`Instant + Duration::MAX`).
+#[test]
+fn zerocopy_drain_takes_the_longest_timeout() {
+    if !uring_here(true) {
+        return;
+    }
+    let tx = bind(Config::default());
+    let mut zc = UringZeroCopySender::new(&tx).unwrap();
+    assert_eq!(zc.drain(Duration::MAX).unwrap(), 0);
+}

@@ -303,3 +303,15 @@ fn send_with_keeps_source_address_and_ecn() {
         zc.drain(&tx, Duration::from_secs(2)).unwrap();
     }
 }
+
+/// `drain` takes any timeout: `Duration::MAX` (wait without end) returns at
+/// once when nothing is in flight instead of panicking on the deadline's
+/// arithmetic (`Instant + Duration::MAX`).
+#[test]
+fn drain_takes_the_longest_timeout() {
+    let Some((tx, _rx, _)) = zerocopy_pair() else {
+        return;
+    };
+    let mut zc = ZeroCopySender::new(&tx).unwrap();
+    assert_eq!(zc.drain(&tx, Duration::MAX).unwrap(), 0);
+}

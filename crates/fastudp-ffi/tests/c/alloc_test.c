@@ -1,6 +1,7 @@
 /* Sizes out of range and allocation failures come back from libfastudp
  * as error codes, never as an abort or a panic, and print nothing: a
- * library must not write to its host's stderr. Run by tests/c.rs without
+ * library must not write to its host's stderr (nor does a panic, which
+ * the test hooks provoke). Run by tests/c.rs without
  * sanitizers (they reserve address space of their own), which checks that
  * stderr stays empty.
  *
@@ -8,6 +9,7 @@
 #include <fastudp.h>
 
 #include <arpa/inet.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -54,6 +56,47 @@ int main(void) {
     r = fastudp_recv_batch_new(1, SIZE_MAX, &b);
     CHECK(r == FASTUDP_ERR_INVALID, "batch SIZE_MAX bytes: %d %s", r, msg());
     CHECK(b == (fastudp_recv_batch *)&passed, "no output on error");
+
+    /* Socket buffer sizes are ints to the kernel: a larger one is refused,
+     * not cut to its low 32 bits (4 GiB + 5 would have asked for 5). */
+    {
+        struct sockaddr_in any;
+        memset(&any, 0, sizeof any);
+        any.sin_family = AF_INET;
+        any.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        fastudp_socket *s = (fastudp_socket *)&passed;
+        const size_t sizes[] = {(size_t)INT_MAX + 1, ((size_t)1 << 32) + 5, SIZE_MAX};
+        for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+            for (int which = 0; which < 2; which++) {
+                fastudp_config cfg;
+                fastudp_config_init(&cfg);
+                if (which)
+                    cfg.send_buffer = sizes[i];
+                else
+                    cfg.recv_buffer = sizes[i];
+                const char *name = which ? "send_buffer" : "recv_buffer";
+                r = fastudp_socket_bind((struct sockaddr *)&any, sizeof any, &cfg, &s);
+                CHECK(r == FASTUDP_ERR_INVALID, "%s %zu: %d %s", name, sizes[i], r, msg());
+                CHECK(strstr(msg(), name) != NULL, "%s", msg());
+            }
+        }
+        CHECK(s == (fastudp_socket *)&passed, "no output on error");
+    }
+
+    /* A bug that panics inside the library comes back as
+     * FASTUDP_ERR_PANIC with the panic's message and place in the last
+     * error, and prints nothing either (the harness checks stderr). */
+    {
+        fastudp_config cfg;
+        r = fastudp_test_panic_next();
+        CHECK(r == FASTUDP_OK, "arm the panic: %d", r);
+        r = fastudp_config_init(&cfg);
+        CHECK(r == FASTUDP_ERR_PANIC, "a panic: %d %s", r, msg());
+        CHECK(strstr(msg(), "panic requested by fastudp_test_panic_next") != NULL, "%s", msg());
+        CHECK(strstr(msg(), "(at ") != NULL && strstr(msg(), "abi.rs:") != NULL, "where: %s",
+              msg());
+        CHECK(fastudp_config_init(&cfg) == FASTUDP_OK, "the next call works");
+    }
 
     /* The documented maximums, under a memory limit they do not fit: an
      * error code, not an abort. */

@@ -232,6 +232,12 @@ static void test_send_errors_name_the_transmit(void) {
     CHECK(fastudp_send(s, t, 3, &sent) == FASTUDP_ERR_ADDRESS_FAMILY, "v6 on v4");
     fastudp_last_error(&info);
     CHECK(info.has_index && info.index == 1, "index %zu", info.index);
+    /* A v4-mapped address too: the typed error, not EAFNOSUPPORT. */
+    inet_pton(AF_INET6, "::ffff:127.0.0.1", &six.sin6_addr);
+    CHECK(fastudp_send(s, t, 3, &sent) == FASTUDP_ERR_ADDRESS_FAMILY, "v4-mapped on v4");
+    fastudp_last_error(&info);
+    CHECK(info.has_index && info.index == 1 && info.error_number == 0, "index %zu errno %d",
+          info.index, info.error_number);
 
     /* Every transmit is checked before any is sent, however many: with
      * 100 transmits and #70 oversized, none goes out. */

@@ -611,6 +611,39 @@ mod tests {
         );
     }
 
+    /// A GSO retry wait longer than 2^64 ns is kept whole, not cut to its
+    /// low 64 bits: 18,446,744,074 s (about 585 years, which a C caller
+    /// asks for with `gso_retry_ms` 18446744074000) became 0.29 s.
+    #[test]
+    fn a_gso_retry_past_u64_nanoseconds_is_not_cut_short() {
+        let rx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let tx = Socket::bind_with(
+            "127.0.0.1:0".parse().unwrap(),
+            Config::default().gso_retry(Duration::from_secs(18_446_744_074)),
+        )
+        .unwrap();
+        if !gso_here(&tx) {
+            return;
+        }
+        let dest = rx.local_addr().unwrap();
+        let data = [5u8; 200];
+        faults::refuse_gso(Some(gso_fault(libc::EIO)));
+        let sent = tx.send(&[Transmit::train(dest, &data, 100)]);
+        faults::refuse_gso(None);
+        assert!(sent.unwrap().all(1));
+        assert_eq!(
+            tx.state.max_gso_segments_to(&dest),
+            1,
+            "GSO off after the refusal"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+        assert_eq!(
+            tx.state.max_gso_segments_to(&dest),
+            1,
+            "GSO came back within 0.5 s of a 585-year wait"
+        );
+    }
+
     /// Field bug (old kernels, Android): ECN refused with EIO. The
     /// datagrams still go, ECN is off, and the fallback says EIO.
     #[test]

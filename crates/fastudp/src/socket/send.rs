@@ -516,7 +516,9 @@ impl UdpState {
             &t.contents[at..(at + seg).min(t.contents.len())]
         };
         let mut sent = 0;
-        let mut deadline: Option<Instant> = None;
+        // Set at the first stop: `Some(None)` when the wait is too long for
+        // an `Instant` (no deadline at all).
+        let mut deadline: Option<Option<Instant>> = None;
         let mut ecn_refused: Option<io::Error> = None;
         let mut retries = 0;
         while sent < total {
@@ -573,8 +575,8 @@ impl UdpState {
             }
             let would_block = e.kind() == io::ErrorKind::WouldBlock;
             let blocking = !sys::is_nonblocking(fd).unwrap_or(true);
-            let dl = *deadline.get_or_insert_with(|| Instant::now() + self.split_wait);
-            if !would_block || !blocking || Instant::now() >= dl {
+            let dl = *deadline.get_or_insert_with(|| Instant::now().checked_add(self.split_wait));
+            if !would_block || !blocking || dl.is_some_and(|dl| Instant::now() >= dl) {
                 return Ok(Step::Partial(sent));
             }
             // A blocking socket with a send timeout (SO_SNDTIMEO).

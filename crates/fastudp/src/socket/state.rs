@@ -35,13 +35,16 @@ pub struct Config {
     pub gro: bool,
     /// Features to switch off in code, on top of [`crate::DISABLE_ENV`].
     pub disabled: Disabled,
-    /// `SO_RCVBUF` to request, in bytes.
+    /// `SO_RCVBUF` to request, in bytes (the kernel takes at most
+    /// `i32::MAX`; a larger request asks for that).
     pub recv_buffer: Option<usize>,
-    /// `SO_SNDBUF` to request, in bytes.
+    /// `SO_SNDBUF` to request, in bytes (at most `i32::MAX`, as above).
     pub send_buffer: Option<usize>,
     /// On a *blocking* socket, how long a train sent one datagram at a time
     /// (GSO off) may wait for buffer space once its first datagram is out
     /// (default [`DEFAULT_SPLIT_WAIT`]). A non-blocking socket never waits.
+    /// Any length is taken: one past what an `Instant` holds
+    /// (`Duration::MAX`) waits without end.
     pub split_wait: Duration,
     /// How long GSO stays off after a path refused it before it is tried
     /// again (default [`DEFAULT_GSO_RETRY`], doubling per refusal in a row).
@@ -352,11 +355,14 @@ impl UdpState {
         let raw = fd.as_raw_fd();
         // SO_RCVBUF/SO_SNDBUF are capped at net.core.rmem_max/wmem_max; with
         // CAP_NET_ADMIN the FORCE variants go past the cap.
-        if let Some(n) = config.recv_buffer {
+        // The kernel's type is an int: a larger request asks for the most
+        // it takes, never for its low 32 bits.
+        let int = |n: usize| n.min(i32::MAX as usize);
+        if let Some(n) = config.recv_buffer.map(int) {
             sref.set_recv_buffer_size(n).map_err(setup("SO_RCVBUF"))?;
             force_buffer(raw, sref.recv_buffer_size(), n, sys::SO_RCVBUFFORCE);
         }
-        if let Some(n) = config.send_buffer {
+        if let Some(n) = config.send_buffer.map(int) {
             sref.set_send_buffer_size(n).map_err(setup("SO_SNDBUF"))?;
             force_buffer(raw, sref.send_buffer_size(), n, sys::SO_SNDBUFFORCE);
         }
@@ -707,7 +713,7 @@ impl UdpState {
                 .saturating_mul(1 << n.min(6))
                 .min(MAX_GSO_RETRY.max(self.gso_retry));
             let until = sys::monotonic_ns()
-                .saturating_add(wait.as_nanos() as u64)
+                .saturating_add(u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX))
                 .max(1);
             g.off_until.store(until, Relaxed);
             let fam = if family(dest) == 0 { "IPv4" } else { "IPv6" };

@@ -1,0 +1,204 @@
+#!/usr/bin/env bash
+# The file-serving comparison of docs/BENCHMARKS.md (section 16): a
+# directory of files served over HTTP/3 to many connections, by
+#   fastudp   fastudp quic serve --www (the engine of crates/fastudp-quic)
+#   quinn     quinn + h3-quinn on quinn-udp (examples/h3_quinn_files.rs)
+#   quic-go   quic-go's http3 server (http.FileServer)
+#   tcp-h1    Go net/http over TLS on TCP, HTTP/1.1 (http.FileServer)
+#   tcp-h2    the same server, HTTP/2
+# all loaded by the same client (tools/quic-go-client/filebench: quic-go's
+# http3 client, or net/http over TLS for TCP). Two workloads: `1MB`, CONNS1
+# (100) connections fetching 1 MB files (64 of them) one after the other
+# for SECONDS1 (10) s; `100MB`, CONNS100 (10) connections fetching 100 MB
+# files (4 of them) for SECONDS100 (20) s.
+#
+# On the `offload` testbed: the server in namespace fastudp-tx on CPU 1
+# (one worker, one tokio worker thread, GOMAXPROCS 1 by affinity), the
+# client in fastudp-rx on CPU 0. Server CPU: utime + stime of the server
+# process (/proc/PID/stat, all threads) from the start to the end of the
+# load; goodput: the body bytes the client read over the load's time. The
+# testbed is built and used under `flock /tmp/fastudp-netns.lock`, held for
+# the measurement only.
+#
+# SMOKE=1: no testbed, no root: every server on 127.0.0.1 with small files
+# (0 B to 1 MB + 1), 2 s of load by 4 connections comparing every byte of
+# every body with the file (-verify); exits 1 if any server sent a wrong
+# byte, a wrong length or an error status. No figures are printed then.
+#
+#   scripts/bench-files.sh [OUT.csv]               (root; builds what it needs)
+#   SMOKE=1 scripts/bench-files.sh
+#   SECONDS1=10 CONNS1=100 SERVERS="fastudp quinn" WORKLOADS=1MB scripts/bench-files.sh
+#   LOGDIR=DIR scripts/bench-files.sh   (keeps each server's and client's output)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${1:-}
+SMOKE=${SMOKE:-0}
+DUR1=${SECONDS1:-10}
+DUR100=${SECONDS100:-20}
+CONNS1=${CONNS1:-100}
+CONNS100=${CONNS100:-10}
+LOGDIR=${LOGDIR:-}
+RUN=smoke
+SERVERS=${SERVERS:-fastudp quinn quic-go tcp-h1 tcp-h2}
+WORKLOADS=${WORKLOADS:-1MB 100MB}
+T=${CARGO_TARGET_DIR:-target}
+FASTUDP=$T/release/fastudp
+QUINN=$T/release/examples/h3_quinn_files
+GOB=$T/quic-go-filebench
+
+echo "building ..." >&2
+cargo build --release -q -p fastudp-cli --bin fastudp --example h3_quinn_files
+scripts/build-quic-go-client.sh >/dev/null
+
+TMP=$(mktemp -d)
+srv=
+cleanup() {
+    if [ -n "$srv" ]; then kill -INT "$srv" 2>/dev/null || true; wait "$srv" 2>/dev/null || true; fi
+    if [ "$SMOKE" != 1 ] && [ -n "${TESTBED:-}" ]; then "$FASTUDP" testbed down >/dev/null 2>&1 || true; fi
+    rm -rf "$TMP"
+}
+trap cleanup EXIT INT TERM
+
+# The files: random bytes, so nothing compresses or repeats.
+if [ "$SMOKE" = 1 ]; then
+    mkdir -p "$TMP/www-smoke"
+    for n in 0 1 1000 65536 65537 100000 1048577; do
+        head -c "$n" /dev/urandom >"$TMP/www-smoke/f$n.bin"
+    done
+    WORKLOADS=smoke
+else
+    mkdir -p "$TMP/www-1MB" "$TMP/www-100MB"
+    for i in $(seq -w 1 64); do head -c 1000000 /dev/urandom >"$TMP/www-1MB/f$i.bin"; done
+    for i in 1 2 3 4; do head -c 100000000 /dev/urandom >"$TMP/www-100MB/f$i.bin"; done
+fi
+
+ticks() { # ticks PID: utime + stime of the process, in clock ticks
+    awk '{ print $14 + $15 }' "/proc/$1/stat"
+}
+
+NS_S= NS_C= PIN_S= PIN_C= HOST=127.0.0.1
+if [ "$SMOKE" != 1 ]; then
+    NS_S="ip netns exec fastudp-tx" NS_C="ip netns exec fastudp-rx" HOST=10.200.0.1
+    if command -v taskset >/dev/null 2>&1 && [ "$(nproc)" -ge 2 ]; then
+        PIN_S="taskset -c 1" PIN_C="taskset -c 0"
+    fi
+fi
+HZ=$(getconf CLK_TCK)
+PORT=$((20000 + RANDOM % 20000))
+fail=0
+rows=()
+
+one() { # one SERVER WORKLOAD
+    local server=$1 w=$2 dir=$TMP/www-$2 conns dur proto=h3 h2= cmd
+    case $w in
+    1MB) conns=$CONNS1 dur=$DUR1 ;;
+    100MB) conns=$CONNS100 dur=$DUR100 ;;
+    *) conns=4 dur=2 ;;
+    esac
+    PORT=$((PORT + 1))
+    local addr=$HOST:$PORT
+    case $server in
+    fastudp) cmd="$FASTUDP quic serve --listen $addr --www $dir --workers 1 --json" ;;
+    quinn) cmd="$QUINN --listen $addr --www $dir --workers 1" ;;
+    quic-go) cmd="$GOB serve -proto h3 -listen $addr -www $dir" ;;
+    tcp-h1) cmd="$GOB serve -proto https -listen $addr -www $dir"; proto=https ;;
+    tcp-h2) cmd="$GOB serve -proto https -listen $addr -www $dir"; proto=https h2=-h2 ;;
+    *) echo "bench-files: unknown server $server" >&2; exit 2 ;;
+    esac
+    # shellcheck disable=SC2086
+    $NS_S $PIN_S $cmd >"$TMP/srv.out" 2>"$TMP/srv.err" &
+    srv=$!
+    for _ in $(seq 100); do
+        grep -q listening "$TMP/srv.out" 2>/dev/null && break
+        kill -0 "$srv" 2>/dev/null || break
+        sleep 0.05
+    done
+    if ! grep -q listening "$TMP/srv.out" 2>/dev/null; then
+        echo "bench-files: $server did not start:" >&2; cat "$TMP/srv.err" >&2
+        exit 1
+    fi
+    local verify= t0 t1 rc=0
+    [ "$SMOKE" = 1 ] && verify=-verify
+    t0=$(ticks "$srv")
+    # shellcheck disable=SC2086
+    $NS_C $PIN_C "$GOB" load -proto $proto $h2 -dir "$dir" $verify -insecure \
+        -connections "$conns" -duration "${dur}s" "https://$addr" >"$TMP/load.json" 2>"$TMP/load.err" || rc=$?
+    t1=$(ticks "$srv")
+    kill -INT "$srv" 2>/dev/null || true
+    wait "$srv" || true
+    srv=
+    if [ -n "$LOGDIR" ]; then
+        mkdir -p "$LOGDIR"
+        for f in srv.out srv.err load.json load.err; do cp "$TMP/$f" "$LOGDIR/$w-$server-$f"; done
+    fi
+    if [ "$rc" != 0 ]; then
+        echo "bench-files: $server $w: the client reported errors (exit $rc):" >&2
+        cat "$TMP/load.json" "$TMP/load.err" >&2
+        fail=1
+    fi
+    [ -s "$TMP/load.json" ] || return 0
+    local row
+    row=$(python3 - "$TMP/load.json" "$server" "$w" "$t0" "$t1" "$HZ" <<'EOF'
+import json, sys
+l = json.loads(open(sys.argv[1]).read())
+server, w, t0, t1, hz = sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
+cpu = (t1 - t0) / hz
+gbit = l["bytes"] * 8 / 1e9
+print(",".join(str(x) for x in [w, server, l["proto"], l["connections"], round(l["seconds"], 3), l["bytes"],
+    round(l["goodput_gbit"], 3), round(cpu, 2), round(cpu / gbit, 4) if gbit else "", l["completed"],
+    l["errors"], round(l["client_cpu_s"], 2), round(l["client_cpu_s"] / gbit, 4) if gbit else ""]))
+EOF
+)
+    rows+=("$RUN,$row")
+    echo "$row" >&2
+}
+
+HEADER="run,workload,server,proto,connections,seconds,bytes,goodput_gbit_s,server_cpu_s,server_cpu_s_per_gbit,completed,errors,client_cpu_s,client_cpu_s_per_gbit"
+run_all() {
+    for w in $WORKLOADS; do
+        for s in $SERVERS; do one "$s" "$w"; done
+    done
+}
+
+if [ "$SMOKE" = 1 ]; then
+    run_all
+    if [ "$fail" = 0 ]; then echo "bench-files: smoke: every server returned every file byte-exact"; fi
+    exit "$fail"
+fi
+
+[ "$(id -u)" = 0 ] || { echo "bench-files: needs root (testbed namespaces)" >&2; exit 1; }
+echo "waiting for /tmp/fastudp-netns.lock ..." >&2
+exec 9>/tmp/fastudp-netns.lock
+flock 9
+TESTBED=1
+"$FASTUDP" testbed up offload >/dev/null
+RUN=$(date -u +%FT%TZ)
+echo "start $RUN, load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+run_all
+echo "end $(date -u +%FT%TZ), load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+"$FASTUDP" testbed down >/dev/null
+TESTBED=
+flock -u 9
+
+if [ -n "$OUT" ]; then
+    [ -f "$OUT" ] || echo "$HEADER" >"$OUT"
+    printf '%s\n' "${rows[@]}" >>"$OUT"
+fi
+# The table: each server's CPU per Gbit and goodput against fastudp's in
+# the same workload.
+printf '%s\n' "$HEADER" "${rows[@]}" | python3 -c '
+import csv, sys
+rows = list(csv.DictReader(sys.stdin))
+base = {r["workload"]: r for r in rows if r["server"] == "fastudp"}
+print("| workload | server | connections | goodput Gbit/s | server CPU s | CPU s/Gbit | CPU/Gbit vs fastudp | goodput vs fastudp | completed | errors | client CPU s/Gbit |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
+for r in rows:
+    b = base.get(r["workload"])
+    def ratio(k):
+        try: return "%.2f" % (float(r[k]) / float(b[k]))
+        except Exception: return "-"
+    print("| %s | %s (%s) | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (r["workload"], r["server"], r["proto"],
+        r["connections"], r["goodput_gbit_s"], r["server_cpu_s"], r["server_cpu_s_per_gbit"],
+        ratio("server_cpu_s_per_gbit"), ratio("goodput_gbit_s"), r["completed"], r["errors"], r["client_cpu_s_per_gbit"]))
+'
+exit "$fail"
