@@ -3,19 +3,23 @@
 #
 #   sudo scripts/soak.sh [MINUTES]      (default 30; CI runs 1)
 #
-# Runs `fastudp soak` for MINUTES: every send strategy and every receive
-# strategy in turn, 10,000 datagrams/s of 1400 bytes, across a veth pair
-# between two network namespaces of its own (fusoak-<pid>-tx/rx, veth
-# fsk<pid>t/r; the shared testbed is not touched). Once per slot a fault
-# strikes and heals: link down/up, MTU 1500 -> 1280 -> 1500, tx checksum
-# offload off/on, tx-udp-segmentation off/on, a receiver restart, or a GSO
-# refusal (SO_NO_CHECK on the sending socket). Every datagram carries a
-# sequence number and a checksum. The run fails (non-zero exit) on a
-# duplicate or damaged datagram, loss outside a fault's window, a fault
-# the library did not report as an error or a counted fallback, a sender
-# that stalled or whose GSO did not come back on, a hang, or memory or
-# descriptors that grow. Rates never fail it: the rate after each heal is
-# reported against the slot's own rate before the fault.
+# Runs `fastudp soak` for MINUTES: every send strategy (the io_uring ones
+# included) and every receive strategy in turn, over IPv4 and IPv6,
+# 10,000 datagrams/s of 1400 bytes, across a veth pair between two network
+# namespaces of its own (fusoak-<pid>-tx/rx, veth fsk<pid>t/r; the shared
+# testbed is not touched). Once per slot a fault strikes and heals. On the
+# sending link: link down/up, MTU 1500 -> 1280 -> 1500, tx checksum
+# offload off/on, tx-udp-segmentation off/on, a GSO refusal (no UDP
+# checksum on the sending socket). On the receiving side: a receiver
+# restart, link down/up, its MTU alone to 1280 and back, GRO toggled and
+# back, and a receive-buffer squeeze. Every datagram carries a sequence
+# number and a checksum. The run fails (non-zero exit) on a duplicate or
+# damaged datagram, loss outside a fault's window, a fault the library did
+# not report as an error or a counted fallback, a squeeze's loss the kernel
+# did not count, an io_uring strategy that did not run on its ring, a
+# sender that stalled or whose GSO did not come back on, a hang, or memory
+# or descriptors that grow. Rates never fail it: the rate after each heal
+# is reported against the slot's own rate before the fault.
 #
 # The report goes to stdout and, as JSON, to $SOAK_JSON (default
 # target/soak/soak-<MINUTES>min.json). A hard wall-clock cap of MINUTES+2

@@ -1,15 +1,17 @@
 """A client on aioquic, another QUIC implementation than the server's:
 fetches every PATH from HOST PORT in parallel on one connection.
 
-    python3 aioquic_client.py [--h3] [--ca FILE] [--server-name NAME] HOST PORT PATH...
+    python3 aioquic_client.py [--h3 [--any-status]] [--ca FILE] [--server-name NAME] HOST PORT PATH...
 
 Without --h3 it speaks hq-interop (HTTP/0.9 over QUIC) and checks each body
 against the server's /bytes pattern (byte i is i % 251); a stream reset is
 reported with its code, and the exit status is 0 (the caller judges).
 
 With --h3 it speaks HTTP/3 through aioquic's own H3Connection (QPACK and
-framing are aioquic's): each response's status, length and SHA-256. It
-exits 1 if any request fails, is reset, or is not answered 200.
+framing are aioquic's): each response's status, its content-length header,
+length, SHA-256 and pattern check. It exits 1 if any request fails, is
+reset, or is not answered 200 (with --any-status: any status is an
+answer, and only a failure or a reset exits 1).
 
 Without --ca the server's certificate is not verified; with it, the
 certificate must chain to FILE and name --server-name (default localhost).
@@ -217,7 +219,9 @@ async def main(a):
             if a.h3:
                 row["status"] = int(r["headers"].get(":status", "0"))
                 row["headers"] = {k: v for k, v in r["headers"].items() if k != ":status"}
-                failed |= row["status"] != 200
+                cl = row["headers"].get("content-length")
+                row["content_length"] = int(cl) if cl is not None else None
+                failed |= row["status"] != 200 and not a.any_status
         out["responses"].append(row)
     last = out["connections"][-1]
     for k in ("alpn", "version", "peer_spki_sha256"):
@@ -229,6 +233,7 @@ async def main(a):
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--h3", action="store_true", help="HTTP/3 (default: hq-interop)")
+    ap.add_argument("--any-status", action="store_true", help="with --h3: exit 0 whatever the statuses")
     ap.add_argument("--ca", help="PEM certificate(s) to verify the server against")
     ap.add_argument("--server-name", default="localhost", help="SNI and name to verify")
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds for all requests")

@@ -865,8 +865,7 @@ fn aioquic_h3_client_fetches_in_parallel() {
     if !have_aioquic("aioquic_h3_client_fetches_in_parallel") {
         return;
     }
-    let h3 = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/aioquic_h3_client.py");
-    let hq = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/aioquic_client.py");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/aioquic_client.py");
     let (mut srv, addr) = serve(&["--listen", "127.0.0.1:0", "--workers", "2"]);
     let port = addr.port().to_string();
     let sizes: Vec<u64> = (0..20u64)
@@ -876,7 +875,7 @@ fn aioquic_h3_client_fetches_in_parallel() {
     let mut paths: Vec<String> = sizes.iter().map(|n| format!("/bytes/{n}")).collect();
     paths.push("/not/served".into());
     paths.push("/video/200000/1".into());
-    let mut args = vec![h3, "127.0.0.1", &port];
+    let mut args = vec![script, "--h3", "--any-status", "127.0.0.1", &port];
     args.extend(paths.iter().map(String::as_str));
     let o = Command::new("python3").args(&args).output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
@@ -899,7 +898,7 @@ fn aioquic_h3_client_fetches_in_parallel() {
     assert_eq!(r[k + 1]["pattern"], true, "{v}");
     // hq-interop on the same port.
     let o = Command::new("python3")
-        .args([hq, "127.0.0.1", &port, "/bytes/300000"])
+        .args([script, "127.0.0.1", &port, "/bytes/300000"])
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -956,8 +955,8 @@ fn aioquic_h3_client_fetches_files() {
     for p in ["/../secret", "/%2e%2e/secret", "/missing"] {
         paths.push(p.into());
     }
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/aioquic_h3_client.py");
-    let mut args = vec![script, "127.0.0.1", &port];
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/aioquic_client.py");
+    let mut args = vec![script, "--h3", "--any-status", "127.0.0.1", &port];
     args.extend(paths.iter().map(String::as_str));
     let o = Command::new("python3").args(&args).output().unwrap();
     let _ = std::fs::remove_dir_all(&base);

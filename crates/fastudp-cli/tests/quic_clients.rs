@@ -548,9 +548,8 @@ fn a_late_fin_after_the_request_line_is_not_stopped() {
 
 // ------------------------------------------------------------ interop cases
 
-/// A case of the QUIC interop runner (quic-interop-runner's testcases.py)
-/// as the server can serve it today: hq-interop, /bytes responses in
-/// place of the runner's random files.
+/// A case of the QUIC interop runner (quic-interop-runner's testcases.py):
+/// /bytes responses in place of the runner's random files.
 struct Case {
     /// The server's options for it.
     server: &'static [&'static str],
@@ -579,6 +578,8 @@ fn case(name: &'static str) -> Case {
         "zerortt" => (&["--0rtt"], p(&[1000, 2000, 3000]), 2),
         "chacha20" => (&[], p(&[1_000_000, 3000]), 1),
         "keyupdate" => (&[], p(&[1_000_000]), 1),
+        // The runner's sizes: 5, 10 and 500 KiB, over HTTP/3.
+        "http3" => (&[], p(&[5 << 10, 10 << 10, 500 << 10]), 1),
         _ => panic!("no case {name}"),
     };
     Case {
@@ -590,9 +591,14 @@ fn case(name: &'static str) -> Case {
 
 /// Runs `case` with `client` against a fresh server, then checks what
 /// every case shares: each file byte-exact, the connections the case
-/// makes, Retry used for `retry`. `client` returns the files it got, by
-/// path.
-fn interop(name: &'static str, client: impl FnOnce(&Case, SocketAddr) -> Vec<(String, Vec<u8>)>) {
+/// makes, Retry used for `retry`, and every request answered over HTTP/3
+/// (the server's `h3_requests`) if `h3`, none otherwise. `client` returns
+/// the files it got, by path.
+fn interop(
+    name: &'static str,
+    h3: bool,
+    client: impl FnOnce(&Case, SocketAddr) -> Vec<(String, Vec<u8>)>,
+) {
     let c = case(name);
     let mut args = vec!["--listen", "127.0.0.1:0", "--workers", "2"];
     args.extend_from_slice(c.server);
@@ -616,21 +622,35 @@ fn interop(name: &'static str, client: impl FnOnce(&Case, SocketAddr) -> Vec<(St
     } else {
         assert_eq!(s["retries"], 0, "{name}: {s}");
     }
+    let h3_requests = if h3 { c.paths.len() as u64 } else { 0 };
+    assert_eq!(s["h3_requests"], h3_requests, "{name}: {s}");
+    assert_eq!(s["h3_refused"], 0, "{name}: {s}");
     stop(srv);
 }
 
 /// An interop case run with aioquic, which reports what its connections
 /// negotiated: the checks the runner makes on its packet captures are
-/// made on that report here.
-fn aioquic_case(name: &'static str) {
-    if !clients::aioquic(&format!("interop_aioquic_{name}")) {
+/// made on that report here. Over HTTP/3 (aioquic's H3 layer) if `h3`
+/// (the `http3` case always), hq-interop otherwise.
+fn aioquic_case(name: &'static str, h3: bool) {
+    let h3 = h3 || name == "http3";
+    let test = if h3 && name != "http3" {
+        format!("interop_aioquic_h3_{name}")
+    } else {
+        format!("interop_aioquic_{name}")
+    };
+    if !clients::aioquic(&test) {
         return;
     }
-    interop(name, |c, addr| {
+    let alpn = if h3 { "h3" } else { "hq-interop" };
+    interop(name, h3, |c, addr| {
         let paths: Vec<&str> = c.paths.iter().map(String::as_str).collect();
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/aioquic_client.py");
         let mut cmd = Command::new("python3");
         cmd.arg(script);
+        if h3 {
+            cmd.arg("--h3");
+        }
         cmd.args(match name {
             "resumption" => &["--resume"][..],
             "zerortt" => &["--0rtt"],
@@ -646,9 +666,7 @@ fn aioquic_case(name: &'static str) {
         let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
         let conns = v["connections"].as_array().unwrap();
         assert!(
-            conns
-                .iter()
-                .all(|k| k["version"] == 1 && k["alpn"] == "hq-interop"),
+            conns.iter().all(|k| k["version"] == 1 && k["alpn"] == alpn),
             "{name}: {v}"
         );
         let last = &conns[conns.len() - 1];
@@ -694,7 +712,7 @@ fn quic_go_case(name: &'static str) {
     let Some(bin) = clients::quic_go_interop_client(&format!("interop_quic_go_{name}")) else {
         return;
     };
-    interop(name, |c, addr| {
+    interop(name, name == "http3", |c, addr| {
         let paths: Vec<&str> = c.paths.iter().map(String::as_str).collect();
         // The runner gives quic-go's client "transfer" for multiplexing
         // (the files differ, not the client). Whether the server accepted
@@ -715,35 +733,71 @@ fn quic_go_case(name: &'static str) {
 
 #[test]
 fn interop_aioquic_handshake() {
-    aioquic_case("handshake");
+    aioquic_case("handshake", false);
 }
 #[test]
 fn interop_aioquic_transfer() {
-    aioquic_case("transfer");
+    aioquic_case("transfer", false);
 }
 #[test]
 fn interop_aioquic_multiplexing() {
-    aioquic_case("multiplexing");
+    aioquic_case("multiplexing", false);
 }
 #[test]
 fn interop_aioquic_retry() {
-    aioquic_case("retry");
+    aioquic_case("retry", false);
 }
 #[test]
 fn interop_aioquic_resumption() {
-    aioquic_case("resumption");
+    aioquic_case("resumption", false);
 }
 #[test]
 fn interop_aioquic_zerortt() {
-    aioquic_case("zerortt");
+    aioquic_case("zerortt", false);
 }
 #[test]
 fn interop_aioquic_chacha20() {
-    aioquic_case("chacha20");
+    aioquic_case("chacha20", false);
 }
 #[test]
 fn interop_aioquic_keyupdate() {
-    aioquic_case("keyupdate");
+    aioquic_case("keyupdate", false);
+}
+#[test]
+fn interop_aioquic_http3() {
+    aioquic_case("http3", true);
+}
+#[test]
+fn interop_aioquic_h3_handshake() {
+    aioquic_case("handshake", true);
+}
+#[test]
+fn interop_aioquic_h3_transfer() {
+    aioquic_case("transfer", true);
+}
+#[test]
+fn interop_aioquic_h3_multiplexing() {
+    aioquic_case("multiplexing", true);
+}
+#[test]
+fn interop_aioquic_h3_retry() {
+    aioquic_case("retry", true);
+}
+#[test]
+fn interop_aioquic_h3_resumption() {
+    aioquic_case("resumption", true);
+}
+#[test]
+fn interop_aioquic_h3_zerortt() {
+    aioquic_case("zerortt", true);
+}
+#[test]
+fn interop_aioquic_h3_chacha20() {
+    aioquic_case("chacha20", true);
+}
+#[test]
+fn interop_aioquic_h3_keyupdate() {
+    aioquic_case("keyupdate", true);
 }
 #[test]
 fn interop_quic_go_handshake() {
@@ -776,6 +830,60 @@ fn interop_quic_go_chacha20() {
 #[test]
 fn interop_quic_go_keyupdate() {
     quic_go_case("keyupdate");
+}
+/// An interop case over HTTP/3 with quic-go's `http3` client
+/// (tools/quic-go-client; quic-go's interop client speaks HTTP/3 only in
+/// its `http3` case): every path in parallel on the one connection it
+/// dials.
+fn quic_go_h3_case(name: &'static str) {
+    let Some(bin) = clients::quic_go_client(&format!("interop_quic_go_h3_{name}")) else {
+        return;
+    };
+    interop(name, true, |c, addr| {
+        let paths: Vec<&str> = c.paths.iter().map(String::as_str).collect();
+        let (got, summary) =
+            clients::quic_go_fetch(&bin, "h3", Trust::Insecure, &clients::urls(addr, &paths))
+                .unwrap();
+        assert_eq!(summary["connections"], 1, "{name}: {summary}");
+        got.iter()
+            .zip(&paths)
+            .map(|(f, p)| {
+                let n: usize = p.trim_start_matches("/bytes/").parse().unwrap();
+                // A body of the pattern's hash is the pattern.
+                let exact = f.status == 200
+                    && f.bytes == n as u64
+                    && f.sha256 == clients::sha256_hex(&clients::bytes_body(n));
+                let body = if exact {
+                    clients::bytes_body(n)
+                } else {
+                    Vec::new()
+                };
+                (p.to_string(), body)
+            })
+            .collect()
+    });
+}
+#[test]
+fn interop_quic_go_h3_handshake() {
+    quic_go_h3_case("handshake");
+}
+#[test]
+fn interop_quic_go_h3_transfer() {
+    quic_go_h3_case("transfer");
+}
+#[test]
+fn interop_quic_go_h3_multiplexing() {
+    quic_go_h3_case("multiplexing");
+}
+#[test]
+fn interop_quic_go_h3_retry() {
+    quic_go_h3_case("retry");
+}
+
+/// quic-go's interop client runs `http3` with its `http3` package.
+#[test]
+fn interop_quic_go_http3() {
+    quic_go_case("http3");
 }
 
 // ------------------------------------------------------- cases with loss
@@ -890,10 +998,12 @@ impl Drop for Lossy {
 /// connections, one small file each) and transferloss (2%; one connection,
 /// a larger file), with `client` fetching `paths` one connection per path
 /// (handshakeloss) or all on one (transferloss). Every file byte-exact,
-/// every connection accepted, and datagrams were dropped.
+/// every connection accepted, every request answered over HTTP/3 if `h3`
+/// (none otherwise), and datagrams were dropped.
 fn lossy_case(
     test: &str,
     name: &str,
+    h3: bool,
     client: impl FnOnce(&Lossy, SocketAddr, &[&str]) -> Vec<(String, Vec<u8>)>,
 ) {
     if !common::privileged(test, &["ip", "nft"]) {
@@ -910,9 +1020,10 @@ fn lossy_case(
     };
     // One namespace per test: the tests of this binary run at once.
     let tag = format!(
-        "{}{}",
+        "{}{}{}",
         if test.contains("aioquic") { "a" } else { "g" },
-        &name[..3]
+        &name[..3],
+        if h3 { "h" } else { "" }
     );
     let l = Lossy::new(&tag, loss);
     let mut srv = l.serve();
@@ -929,9 +1040,11 @@ fn lossy_case(
             body.len()
         );
     }
-    stats_until(&mut srv, |v| {
+    let s = stats_until(&mut srv, |v| {
         v["connections"] == 0 && v["accepted"] == connections
     });
+    let h3_requests = if h3 { paths.len() as u64 } else { 0 };
+    assert_eq!(s["h3_requests"], h3_requests, "{name}: {s}");
     assert!(
         l.dropped() > 0,
         "{name}: nothing was dropped: the test proved nothing"
@@ -940,12 +1053,13 @@ fn lossy_case(
 }
 
 /// aioquic in the lossy namespace: one connection per path for
-/// handshakeloss, one for all of them for transferloss.
-fn aioquic_lossy(test: &str, name: &str) {
+/// handshakeloss, one for all of them for transferloss; over HTTP/3 if
+/// `h3`.
+fn aioquic_lossy(test: &str, name: &str, h3: bool) {
     if !clients::aioquic(test) {
         return;
     }
-    lossy_case(test, name, |l, addr, paths| {
+    lossy_case(test, name, h3, |l, addr, paths| {
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/aioquic_client.py");
         let groups: Vec<Vec<&str>> = if name == "handshakeloss" {
             paths.iter().map(|p| vec![*p]).collect()
@@ -957,6 +1071,7 @@ fn aioquic_lossy(test: &str, name: &str) {
             let (ok, out, err) = clients::run_bounded(
                 Command::new("ip")
                     .args(["netns", "exec", &l.ns, "python3", script])
+                    .args(if h3 { &["--h3"][..] } else { &[] })
                     .arg(addr.ip().to_string())
                     .arg(addr.port().to_string())
                     .args(&g),
@@ -990,7 +1105,7 @@ fn quic_go_lossy(test: &str, name: &str) {
     let Some(bin) = clients::quic_go_interop_client(test) else {
         return;
     };
-    lossy_case(test, name, |l, addr, paths| {
+    lossy_case(test, name, false, |l, addr, paths| {
         let testcase = if name == "handshakeloss" {
             "multiconnect"
         } else {
@@ -1006,16 +1121,29 @@ fn quic_go_lossy(test: &str, name: &str) {
 
 /// Passed alone every time here (and 30 of 30 single-connection runs of
 /// the same set-up by hand), but 2 of about 6 runs of the whole file
-/// stalled: one connection's request got no answer within aioquic's 60 s.
-/// Not diagnosed yet (docs/INTEROP.md), so CI does not run it.
+/// stalled: one connection got no answer within aioquic's 60 s. When all
+/// the server's ServerHello datagrams are lost, its idle timeout (10 s)
+/// ends its side before its next probe while the client still waits
+/// (docs/INTEROP.md, note 4), so CI does not run it.
 #[test]
-#[ignore = "a stall seen under load, not diagnosed (docs/INTEROP.md)"]
+#[ignore = "a handshake stall under 30% loss: the server's idle timeout ends it first (docs/INTEROP.md, note 4)"]
 fn interop_aioquic_handshakeloss() {
-    aioquic_lossy("interop_aioquic_handshakeloss", "handshakeloss");
+    aioquic_lossy("interop_aioquic_handshakeloss", "handshakeloss", false);
 }
 #[test]
 fn interop_aioquic_transferloss() {
-    aioquic_lossy("interop_aioquic_transferloss", "transferloss");
+    aioquic_lossy("interop_aioquic_transferloss", "transferloss", false);
+}
+/// As `interop_aioquic_handshakeloss`, over HTTP/3: 1 of 9 runs stalled
+/// here (docs/INTEROP.md, note 4), so CI does not run it.
+#[test]
+#[ignore = "a handshake stall under 30% loss, as interop_aioquic_handshakeloss (docs/INTEROP.md, note 4)"]
+fn interop_aioquic_h3_handshakeloss() {
+    aioquic_lossy("interop_aioquic_h3_handshakeloss", "handshakeloss", true);
+}
+#[test]
+fn interop_aioquic_h3_transferloss() {
+    aioquic_lossy("interop_aioquic_h3_transferloss", "transferloss", true);
 }
 /// quic-go's client gives up a handshake after 5 s without a packet
 /// (its HandshakeIdleTimeout, which the runner's client leaves at the
@@ -1162,6 +1290,309 @@ fn interop_aioquic_ecn_falls_back_without_ecn_counts() {
         "server's: {from_marked} of {from_all} still marked"
     );
     stop(srv);
+}
+
+// ------------------------------------------------------------------ HTTP/3
+
+/// Files of `sizes` in a fresh directory, each of bytes that no other
+/// file or pattern here has (a SHA-256 chain seeded by its name): their
+/// URL paths and contents, in order. `index.html` is served as `/`.
+fn www_dir(tag: &str, sizes: &[(&str, usize)]) -> (PathBuf, Vec<(String, Vec<u8>)>) {
+    let dir = clients::tempdir(tag);
+    let mut files = Vec::new();
+    for &(name, n) in sizes {
+        let mut body = Vec::with_capacity(n + 32);
+        let mut seed = ring::digest::digest(&ring::digest::SHA256, name.as_bytes());
+        while body.len() < n {
+            body.extend_from_slice(seed.as_ref());
+            seed = ring::digest::digest(&ring::digest::SHA256, seed.as_ref());
+        }
+        body.truncate(n);
+        let p = dir.join(name);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, &body).unwrap();
+        let path = if name == "index.html" {
+            "/".to_string()
+        } else {
+            format!("/{name}")
+        };
+        files.push((path, body));
+    }
+    (dir, files)
+}
+
+/// The files an HTTP/3 fetch from `--www` asks for: sizes around a chunk
+/// and a window, a nested path, `index.html` for `/`, and an 8 MB file,
+/// more than any stream window of either client (quic-go auto-tunes its
+/// stream window up to 6 MB, aioquic keeps 1 MB).
+const H3_WWW: &[(&str, usize)] = &[
+    ("index.html", 300),
+    ("a.bin", 1),
+    ("b.bin", 65_536),
+    ("c.bin", 65_537),
+    ("sub/d.bin", 3_000_001),
+    ("e.bin", 8_000_000),
+];
+
+/// `/bytes/N` and `/video/RATE/SECONDS` fetched with the files, and their
+/// bodies (the video's bytes are the /bytes pattern too).
+fn h3_generated() -> Vec<(String, Vec<u8>)> {
+    [0usize, 1, 100_003, 3_000_000]
+        .iter()
+        .map(|&n| (format!("/bytes/{n}"), clients::bytes_body(n)))
+        .chain([("/video/200000/1".to_string(), clients::bytes_body(200_000))])
+        .collect()
+}
+
+/// Serves [`H3_WWW`] and has `client` fetch those files and
+/// [`h3_generated`] in parallel on one connection over HTTP/3. Each
+/// response must be 200 and byte-exact (by SHA-256), the server must have
+/// accepted one connection and answered every request over HTTP/3 (its
+/// `h3_requests` counter; an hq-interop answer does not count).
+fn h3_www_case(tag: &str, client: impl FnOnce(SocketAddr, &[&str]) -> Vec<Fetched>) {
+    let (dir, mut files) = www_dir(tag, H3_WWW);
+    files.extend(h3_generated());
+    let www = dir.to_str().unwrap().to_string();
+    let (mut srv, addr, _) = serve(&["--listen", "127.0.0.1:0", "--workers", "2", "--www", &www]);
+    let paths: Vec<&str> = files.iter().map(|(p, _)| p.as_str()).collect();
+    let got = client(addr, &paths);
+    assert_eq!(got.len(), files.len(), "{got:?}");
+    for (f, (path, body)) in got.iter().zip(&files) {
+        assert!(f.what.ends_with(path.as_str()), "{f:?} for {path}");
+        assert_eq!(
+            (f.status, f.bytes, &f.sha256),
+            (200, body.len() as u64, &clients::sha256_hex(body)),
+            "{path}: {f:?}"
+        );
+    }
+    let n = files.len() as u64;
+    let s = stats_until(&mut srv, |v| v["connections"] == 0 && v["accepted"] == 1);
+    assert_eq!(s["h3_requests"], n, "every request over HTTP/3: {s}");
+    assert_eq!(s["h3_refused"], 0, "{s}");
+    stop(srv);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// quic-go's `http3` client fetches files from `--www` (one of 8 MB),
+/// `/bytes/N` and a `/video` stream, all in parallel on one connection,
+/// byte-exact. The client dialled one QUIC connection and the server
+/// accepted one: the requests were multiplexed, not spread.
+#[test]
+fn quic_go_fetches_www_files_over_h3_in_parallel_on_one_connection() {
+    let test = "quic_go_fetches_www_files_over_h3_in_parallel_on_one_connection";
+    let Some(bin) = clients::quic_go_client(test) else {
+        return;
+    };
+    h3_www_case("h3-quic-go", |addr, paths| {
+        let (got, summary) =
+            clients::quic_go_fetch(&bin, "h3", Trust::Insecure, &clients::urls(addr, paths))
+                .unwrap();
+        assert_eq!(summary["alpn"], "h3", "{summary}");
+        assert_eq!(summary["connections"], 1, "one connection: {summary}");
+        got
+    });
+}
+
+/// The same with aioquic's H3 layer (`aioquic_client.py --h3`), which
+/// opens one connection for all requests.
+#[test]
+fn aioquic_fetches_www_files_over_h3_in_parallel_on_one_connection() {
+    let test = "aioquic_fetches_www_files_over_h3_in_parallel_on_one_connection";
+    if !clients::aioquic(test) {
+        return;
+    }
+    h3_www_case("h3-aioquic", |addr, paths| {
+        let v = clients::aioquic_fetch(true, Trust::Insecure, addr, paths).unwrap();
+        assert_eq!(v["alpn"], "h3", "{v}");
+        assert_eq!(v["connections"].as_array().map(Vec::len), Some(1), "{v}");
+        clients::aioquic_fetched(&v)
+    });
+}
+
+/// CRC-32 (IEEE, as PNG and zlib's gzip use), bit by bit.
+fn crc32(data: &[u8]) -> u32 {
+    let mut c = !0u32;
+    for &b in data {
+        c ^= b as u32;
+        for _ in 0..8 {
+            c = if c & 1 != 0 {
+                (c >> 1) ^ 0xedb8_8320
+            } else {
+                c >> 1
+            };
+        }
+    }
+    !c
+}
+
+/// A PNG of `w` x `h` RGB pixels from `px(x, y)`, its zlib stream made of
+/// stored (uncompressed) deflate blocks: about 3*w*h bytes.
+fn png(w: u32, h: u32, mut px: impl FnMut(u32, u32) -> [u8; 3]) -> Vec<u8> {
+    let mut raw = Vec::with_capacity(((3 * w + 1) * h) as usize);
+    for y in 0..h {
+        raw.push(0); // filter: none
+        for x in 0..w {
+            raw.extend_from_slice(&px(x, y));
+        }
+    }
+    let mut z = vec![0x78, 0x01];
+    let blocks: Vec<&[u8]> = raw.chunks(65_535).collect();
+    for (i, b) in blocks.iter().enumerate() {
+        z.push((i + 1 == blocks.len()) as u8);
+        z.extend_from_slice(&(b.len() as u16).to_le_bytes());
+        z.extend_from_slice(&(!(b.len() as u16)).to_le_bytes());
+        z.extend_from_slice(b);
+    }
+    let (mut a, mut b) = (1u32, 0u32);
+    for &x in &raw {
+        a = (a + x as u32) % 65_521;
+        b = (b + a) % 65_521;
+    }
+    z.extend_from_slice(&((b << 16) | a).to_be_bytes());
+    let mut out = b"\x89PNG\r\n\x1a\n".to_vec();
+    let mut chunk = |kind: &[u8], data: &[u8]| {
+        out.extend_from_slice(&(data.len() as u32).to_be_bytes());
+        let mut c = kind.to_vec();
+        c.extend_from_slice(data);
+        out.extend_from_slice(&c);
+        out.extend_from_slice(&crc32(&c).to_be_bytes());
+    };
+    let mut ihdr = Vec::new();
+    ihdr.extend_from_slice(&w.to_be_bytes());
+    ihdr.extend_from_slice(&h.to_be_bytes());
+    ihdr.extend_from_slice(&[8, 2, 0, 0, 0]); // 8-bit RGB
+    chunk(b"IHDR", &ihdr);
+    chunk(b"IDAT", &z);
+    chunk(b"IEND", &[]);
+    out
+}
+
+/// FNV-1a, 32 bits: what the page's script computes over the large file.
+fn fnv1a32(data: &[u8]) -> u32 {
+    data.iter().fold(0x811c_9dc5u32, |h, &b| {
+        (h ^ b as u32).wrapping_mul(0x0100_0193)
+    })
+}
+
+/// The images of the Chromium page: (width, height); the last is a large
+/// one of noise (about 1 MB, incompressible).
+const PAGE_IMAGES: &[(u32, u32)] = &[(3, 5), (7, 2), (16, 9), (1, 1), (33, 20), (600, 560)];
+
+/// The page: each image records whether it loaded (`onload`/`onerror`
+/// set at parse time); a synchronous request reads a 4 MB file and writes
+/// its status, length and FNV-1a hash; after the `load` event a script
+/// writes each image's natural size and state. `--dump-dom` prints the
+/// DOM after that event, so a missing or broken image, or a short file,
+/// shows in what it prints.
+fn page_html() -> String {
+    let mut s = String::from(
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>fastudp h3</title></head><body>\n",
+    );
+    for i in 0..PAGE_IMAGES.len() {
+        s += &format!(
+            "<img id=\"i{i}\" src=\"/img/{i}.png\" onload=\"this.dataset.s='load'\" onerror=\"this.dataset.s='error'\">\n"
+        );
+    }
+    s += r#"<p id="big">big not read</p><p id="out">no load event</p>
+<script>
+(function () {
+  var x = new XMLHttpRequest();
+  x.open('GET', '/big.bin', false);
+  x.overrideMimeType('text/plain; charset=x-user-defined');
+  x.send();
+  var t = x.responseText, h = 0x811c9dc5;
+  for (var i = 0; i < t.length; i++) {
+    h = Math.imul(h ^ (t.charCodeAt(i) & 0xff), 0x01000193);
+  }
+  document.getElementById('big').textContent =
+    'big ' + x.status + ' ' + t.length + ' ' + (h >>> 0).toString(16);
+})();
+window.addEventListener('load', function () {
+  var r = Array.prototype.map.call(document.images, function (i) {
+    return i.id + '=' + i.naturalWidth + 'x' + i.naturalHeight + ':' + (i.dataset.s || 'pending');
+  });
+  document.getElementById('out').textContent = 'images ' + r.join(' ');
+});
+</script>
+</body></html>
+"#;
+    s
+}
+
+/// The text of the element of id `id` in Chromium's dumped DOM.
+fn element_text<'a>(dom: &'a str, id: &str) -> &'a str {
+    let open = format!("id=\"{id}\">");
+    let at = dom
+        .find(&open)
+        .unwrap_or_else(|| panic!("no #{id} in {dom}"));
+    let rest = &dom[at + open.len()..];
+    &rest[..rest.find('<').unwrap_or(rest.len())]
+}
+
+/// Headless Chromium loads a page from `--www` over HTTP/3 (forced onto
+/// QUIC for the origin, trusting the printed SPKI): every image decoded at
+/// its size (one of about 1 MB) and a 4 MB file read whole (its hash
+/// computed in the page), as the rendered DOM shows. The server answered
+/// at least that many requests over HTTP/3 (Chromium also asks for
+/// `/favicon.ico`). A server speaking hq-interop only (`--stack quinn`)
+/// fails the same load: Chromium offers `h3` alone.
+#[test]
+fn chromium_renders_a_page_with_images_over_http3() {
+    let test = "chromium_renders_a_page_with_images_over_http3";
+    let Some(bin) = clients::chromium(test) else {
+        return;
+    };
+    let dir = clients::tempdir("chromium-www");
+    std::fs::create_dir_all(dir.join("img")).unwrap();
+    std::fs::write(dir.join("index.html"), page_html()).unwrap();
+    for (i, &(w, h)) in PAGE_IMAGES.iter().enumerate() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ i as u64;
+        let img = png(w, h, |_, _| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            [x as u8, (x >> 8) as u8, (x >> 16) as u8]
+        });
+        std::fs::write(dir.join(format!("img/{i}.png")), img).unwrap();
+    }
+    let (big_dir, mut big) = www_dir("chromium-big", &[("big.bin", 4_000_000)]);
+    let _ = std::fs::remove_dir_all(&big_dir);
+    let big = big.remove(0).1;
+    std::fs::write(dir.join("big.bin"), &big).unwrap();
+    let www = dir.to_str().unwrap().to_string();
+    let (mut srv, addr, spki) =
+        serve(&["--listen", "127.0.0.1:0", "--workers", "2", "--www", &www]);
+    let dom = clients::chromium_dump_dom(&bin, "127.0.0.1", addr.port(), &spki, "/")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let want: Vec<String> = PAGE_IMAGES
+        .iter()
+        .enumerate()
+        .map(|(i, (w, h))| format!("i{i}={w}x{h}:load"))
+        .collect();
+    assert_eq!(
+        element_text(&dom, "out"),
+        format!("images {}", want.join(" ")),
+        "{dom}"
+    );
+    assert_eq!(
+        element_text(&dom, "big"),
+        format!("big 200 {} {:x}", big.len(), fnv1a32(&big)),
+        "{dom}"
+    );
+    // The page, its images and the file.
+    let resources = 1 + PAGE_IMAGES.len() as u64 + 1;
+    let s = stats_until(&mut srv, |v| {
+        v["h3_requests"].as_u64().unwrap_or(0) >= resources
+    });
+    assert_eq!(s["h3_refused"], 0, "{s}");
+    stop(srv);
+    // The same page from a server that speaks hq-interop only.
+    let (srv, addr, spki) = serve(&["--listen", "127.0.0.1:0", "--stack", "quinn"]);
+    let e = clients::chromium_dump_dom(&bin, "127.0.0.1", addr.port(), &spki, "/")
+        .expect_err("an hq-interop-only server");
+    assert!(e.contains("net::ERR_"), "{e}");
+    stop(srv);
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The load client of the file-serving benchmark (scripts/bench-files.sh),

@@ -1,6 +1,6 @@
 //! Run-time capability probing and the `FASTUDP_DISABLE` override.
 
-use crate::error::ConfigError;
+use crate::error::{ConfigError, DISABLE_ENV};
 use crate::sys;
 use crate::wire::cmsg::CmsgBuf;
 use crate::wire::consts::*;
@@ -9,10 +9,6 @@ use std::io::IoSlice;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::OnceLock;
-
-/// The environment variable that switches features off, e.g.
-/// `FASTUDP_DISABLE=gso,gro,mmsg,ecn`.
-pub const DISABLE_ENV: &str = "FASTUDP_DISABLE";
 
 /// Features switched off by the user (through [`DISABLE_ENV`] or code).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -33,9 +29,6 @@ pub struct Disabled {
     /// No SO_TXTIME.
     pub txtime: bool,
 }
-
-/// Names accepted in [`DISABLE_ENV`].
-pub const FEATURE_NAMES: [&str; 7] = ["gso", "gro", "mmsg", "ecn", "pktinfo", "zerocopy", "txtime"];
 
 impl Disabled {
     /// Parses a comma-separated list such as `"gso,ecn"`. Spaces are

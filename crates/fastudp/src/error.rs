@@ -4,6 +4,16 @@ use crate::wire::cmsg::CmsgError;
 use std::io;
 use std::net::SocketAddr;
 
+// The names of the switches live here, with `Feature`, so that the errors
+// about them need nothing from the modules that read them (`caps`).
+
+/// The environment variable that switches features off, e.g.
+/// `FASTUDP_DISABLE=gso,gro,mmsg,ecn`.
+pub const DISABLE_ENV: &str = "FASTUDP_DISABLE";
+
+/// Names accepted in [`DISABLE_ENV`].
+pub const FEATURE_NAMES: [&str; 7] = ["gso", "gro", "mmsg", "ecn", "pktinfo", "zerocopy", "txtime"];
+
 /// A feature fastudp can turn off at run time, or the user can switch off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -61,17 +71,17 @@ pub struct FallbackEvent {
 #[non_exhaustive]
 pub enum ConfigError {
     /// An unknown name in `FASTUDP_DISABLE`.
-    #[error("{env}: unknown feature '{name}' (known: {known})", env = crate::DISABLE_ENV, known = crate::caps::FEATURE_NAMES.join(", "))]
+    #[error("{env}: unknown feature '{name}' (known: {known})", env = DISABLE_ENV, known = FEATURE_NAMES.join(", "))]
     UnknownFeature {
         /// The name given.
         name: String,
     },
     /// `FASTUDP_DISABLE` is not valid Unicode.
-    #[error("{}: not valid Unicode", crate::DISABLE_ENV)]
+    #[error("{}: not valid Unicode", DISABLE_ENV)]
     EnvNotUnicode,
     /// A feature the call needs is switched off (`FASTUDP_DISABLE` or
     /// [`crate::Config::disabled`]).
-    #[error("{0} is switched off ({env} or Config::disabled)", env = crate::DISABLE_ENV)]
+    #[error("{0} is switched off ({env} or Config::disabled)", env = DISABLE_ENV)]
     SwitchedOff(Feature),
     /// A transmit has a departure time, but `SO_TXTIME` is off.
     #[error(

@@ -242,14 +242,14 @@
 #![deny(unsafe_code)]
 // Every `unsafe` block says why it is sound, in a `// SAFETY:` comment.
 #![deny(clippy::undocumented_unsafe_blocks)]
-// Without `unstable-tools`, helpers only the tool modules call are unused.
-#![cfg_attr(not(feature = "unstable-tools"), allow(dead_code))]
 
 // The crate's README (the crates.io page): its example runs as a doctest.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct Readme;
 
+#[cfg(feature = "uring")]
+mod backend;
 mod caps;
 mod coalesce;
 mod error;
@@ -281,9 +281,11 @@ pub mod wire;
 mod wire;
 mod zerocopy;
 
-pub use caps::{Capabilities, Disabled, DISABLE_ENV, FEATURE_NAMES};
+pub use caps::{Capabilities, Disabled};
 pub use coalesce::{Coalescer, DEFAULT_MTU};
-pub use error::{AllocError, ConfigError, Error, FallbackEvent, Feature};
+pub use error::{
+    AllocError, ConfigError, Error, FallbackEvent, Feature, DISABLE_ENV, FEATURE_NAMES,
+};
 pub use reuseport::{ReuseportGroup, Steering, MAX_STEERING_OFFSET};
 pub use socket::{
     Config, RecvBatch, RecvMeta, Sent, Socket, Stats, Transmit, UdpIo, UdpState, DEFAULT_GSO_RETRY,

@@ -2,9 +2,9 @@
 //! [`UdpState`] and [`Socket`](crate::Socket), driven by
 //! io_uring instead of one syscall per batch.
 //!
-//! Turn it on per socket with [`Config::uring`](crate::Config::uring), or
-//! for a whole process with `FASTUDP_BACKEND=uring` ([`BACKEND_ENV`]).
-//! Then:
+//! Turn it on per socket with [`Config::uring`](crate::Config::uring)
+//! (the environment plays no part: a program that wants a switch, such as
+//! the `fastudp` command's `--backend`, maps it to the config). Then:
 //!
 //! * **Receive** is one multishot `IORING_OP_RECVMSG` into a ring of
 //!   provided buffers: the kernel receives as data arrives, and each
@@ -104,8 +104,9 @@
 //! Every safety argument about memory the kernel holds is written down in
 //! the private `sys::uring` module.
 
+use crate::backend::{BackendChoice, Deliver, Fill, Host, RingBackend, RingParams};
 use crate::error::{Error, FallbackEvent, Feature};
-use crate::socket::{RecvMeta, Transmit, UdpIo, UdpState};
+use crate::socket::{Config, RecvMeta, Transmit, UdpIo, UdpState};
 use crate::sys::{self, InMeta};
 use crate::zerocopy::{checked, send_copy, SendMeta, ZeroCopyStats};
 use std::collections::VecDeque;
@@ -117,10 +118,6 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::sys::uring::{self as ring, RecvEvent, RecvRing, SendRing, ZcDone, ZcRing};
-
-/// Environment variable that picks the backend of every socket fastudp
-/// sets up: `uring` or `syscall` (the default).
-pub const BACKEND_ENV: &str = "FASTUDP_BACKEND";
 
 /// Bytes of provided receive buffers a ring gets by default (see
 /// [`recv_buffers_for`]).
@@ -323,27 +320,39 @@ pub(crate) struct Backend {
 /// size went (see `Backend::cut_after_growth`).
 const SAFE_DATAGRAM: usize = 1232;
 
-/// Whether `FASTUDP_BACKEND` asks for io_uring.
-pub(crate) fn env_wants_uring() -> Result<bool, Error> {
-    parse_backend(std::env::var(BACKEND_ENV).ok().as_deref())
+#[cfg_attr(docsrs, doc(cfg(feature = "uring")))]
+impl Config {
+    /// Drive the socket with io_uring (default false): see
+    /// [`crate::uring`]. Where io_uring cannot be used the socket falls
+    /// back to syscalls and says why in
+    /// [`Stats::fallbacks`](crate::Stats::fallbacks). This is the only
+    /// switch: fastudp reads no environment variable to pick a backend.
+    pub fn uring(mut self, on: bool) -> Self {
+        self.backend = on.then_some(BackendChoice {
+            name: "uring",
+            open,
+        });
+        self
+    }
 }
 
-/// Whether a `FASTUDP_BACKEND` value asks for io_uring.
-fn parse_backend(v: Option<&str>) -> Result<bool, Error> {
-    match v {
-        Some(v) => match v.trim().to_ascii_lowercase().as_str() {
-            "uring" | "io_uring" => Ok(true),
-            "" | "syscall" | "syscalls" => Ok(false),
-            other => Err(Error::Setup {
-                what: "FASTUDP_BACKEND",
-                source: io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    format!("{BACKEND_ENV}: unknown backend '{other}' (known: uring, syscall)"),
-                ),
-            }),
-        },
-        None => Ok(false),
-    }
+/// Opens the io_uring backend for socket `fd` (what [`Config::uring`]
+/// chooses), or says why it cannot be used.
+fn open(fd: BorrowedFd<'_>, p: &RingParams) -> Result<Box<dyn RingBackend>, FallbackEvent> {
+    let payload = if p.gro {
+        crate::socket::DEFAULT_MESSAGE_CAPACITY
+    } else {
+        65536
+    };
+    let buffers = match p.recv_buffers {
+        // GRO trains fill most of each buffer; single datagrams only
+        // their first bytes.
+        0 if p.gro => recv_buffers_for(payload),
+        0 => recv_buffers_for(1500),
+        n => n,
+    };
+    let b = Backend::new(fd, buffers, payload)?.unlinked(p.unlinked);
+    Ok(Box::new(b))
 }
 
 impl Backend {
@@ -444,15 +453,14 @@ impl Backend {
 
     /// Sends a batch on the ring, as [`sys::send_batch`]; `None` when ring
     /// sends are off (the caller uses the syscall).
-    #[cfg(target_os = "linux")]
-    pub(crate) fn send_batch<'a>(
+    fn send_on_ring<'a>(
         &self,
-        state: &UdpState,
+        state: &dyn Host,
         fd: BorrowedFd<'_>,
         n: usize,
         dontwait: bool,
         holes: &mut u128,
-        fill: impl FnMut(usize, &mut [u8]) -> Result<sys::SendMsg<'a>, Error>,
+        fill: &mut Fill<'_, 'a>,
     ) -> Option<Result<io::Result<usize>, Error>> {
         let mut g = self.send.lock().ok()?;
         let r = g.as_mut()?;
@@ -486,7 +494,7 @@ impl Backend {
     /// [`SAFE_DATAGRAM`]). A datagram over the
     /// path MTU then fails (`EMSGSIZE`) as the last of its batch, never
     /// with sends after it.
-    pub(crate) fn cut_after_growth(&self, n: usize, size: impl Fn(usize) -> usize) -> usize {
+    pub(crate) fn cut_after_growth(&self, n: usize, size: &dyn Fn(usize) -> usize) -> usize {
         if !self.unlinked {
             return n;
         }
@@ -520,14 +528,13 @@ impl Backend {
     /// a receive into a buffer of that size would be). Waits as the socket
     /// says (blocking, `SO_RCVTIMEO`, or not at all). `None` when the ring
     /// receive is off: the caller uses syscalls.
-    #[cfg(target_os = "linux")]
-    pub(crate) fn recv(
+    fn recv_on_ring(
         &self,
-        state: &UdpState,
+        state: &dyn Host,
         fd: BorrowedFd<'_>,
         max: usize,
-        room: impl Fn(usize) -> usize,
-        f: impl FnMut(usize, &RecvMeta, &[u8]),
+        room: &dyn Fn(usize) -> usize,
+        f: &mut Deliver<'_>,
     ) -> Option<Result<usize, Error>> {
         let mut g = self.recv.lock().ok()?;
         self.recv_in(&mut g, state, fd, max, room, false, f)
@@ -538,16 +545,15 @@ impl Backend {
     /// receive or [`sys::uring::RecvRing::release_held`]. Buffers still
     /// held from an earlier receive go back first.
     #[allow(clippy::too_many_arguments)]
-    #[cfg(target_os = "linux")]
     fn recv_in(
         &self,
         g: &mut Option<RecvRing>,
-        state: &UdpState,
+        state: &dyn Host,
         fd: BorrowedFd<'_>,
         max: usize,
-        room: impl Fn(usize) -> usize,
+        room: &dyn Fn(usize) -> usize,
         hold: bool,
-        mut f: impl FnMut(usize, &RecvMeta, &[u8]),
+        f: &mut Deliver<'_>,
     ) -> Option<Result<usize, Error>> {
         let r = g.as_mut()?;
         r.release_held();
@@ -580,8 +586,7 @@ impl Backend {
                         source: m.source,
                         control_len: m.control.len(),
                     };
-                    let meta = state.decode(raw, m.control, m.payload.len().min(cap));
-                    f(got, &meta, &m.payload[..meta.len]);
+                    f(got, raw, m.control, &m.payload[..m.payload.len().min(cap)]);
                     got += 1;
                 }
                 RecvEvent::Failed(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
@@ -641,11 +646,72 @@ impl Backend {
     }
 }
 
+impl RingBackend for Backend {
+    fn for_fd(&self, fd: BorrowedFd<'_>) -> bool {
+        Backend::for_fd(self, fd)
+    }
+
+    fn send_batch<'a>(
+        &self,
+        host: &dyn Host,
+        fd: BorrowedFd<'_>,
+        n: usize,
+        dontwait: bool,
+        holes: &mut u128,
+        fill: &mut Fill<'_, 'a>,
+    ) -> Option<Result<io::Result<usize>, Error>> {
+        self.send_on_ring(host, fd, n, dontwait, holes, fill)
+    }
+
+    fn cut_after_growth(&self, n: usize, size: &dyn Fn(usize) -> usize) -> usize {
+        Backend::cut_after_growth(self, n, size)
+    }
+
+    fn note_sent_size(&self, size: usize) {
+        Backend::note_sent_size(self, size);
+    }
+
+    fn note_hole(&self, filled: bool) {
+        Backend::note_hole(self, filled);
+    }
+
+    fn recv(
+        &self,
+        host: &dyn Host,
+        fd: BorrowedFd<'_>,
+        max: usize,
+        room: &dyn Fn(usize) -> usize,
+        f: &mut Deliver<'_>,
+    ) -> Option<Result<usize, Error>> {
+        self.recv_on_ring(host, fd, max, room, f)
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self
+    }
+}
+
+impl UdpState {
+    /// This state's io_uring backend, if it has one.
+    fn ring(&self) -> Option<&Backend> {
+        self.backend.as_deref()?.as_any().downcast_ref()
+    }
+
+    /// This state's io_uring backend for socket `fd`, if it has one.
+    fn ring_for(&self, fd: BorrowedFd<'_>) -> Option<&Backend> {
+        self.ring().filter(|b| b.for_fd(fd))
+    }
+}
+
 #[cfg_attr(docsrs, doc(cfg(feature = "uring")))]
 impl UdpState {
     /// The io_uring backend's counters, when this socket uses it.
     pub fn uring_stats(&self) -> Option<UringStats> {
-        self.uring.as_ref().map(Backend::stats)
+        self.ring().map(Backend::stats)
     }
 
     /// Receives messages and hands each to `f` with its metadata, without
@@ -662,10 +728,9 @@ impl UdpState {
         mut f: impl FnMut(&RecvMeta, &[u8]),
     ) -> Result<usize, Error> {
         let fd = sock.as_fd();
-        #[cfg(target_os = "linux")]
-        if let Some(b) = self.uring.as_ref().filter(|b| b.for_fd(fd)) {
+        if let Some(b) = self.backend_for(fd) {
             let max = scratch.capacity();
-            if let Some(r) = b.recv(self, fd, max, |_| usize::MAX, |_, m, p| f(m, p)) {
+            if let Some(r) = self.ring_recv(b, fd, max, &|_| usize::MAX, |_, m, p| f(m, p)) {
                 return r;
             }
         }
@@ -721,8 +786,9 @@ impl UdpState {
         if let Some(n) = self.recv_held(fd, scratch) {
             let n = n?;
             let ring = self
-                .uring
+                .backend
                 .as_mut()
+                .and_then(|b| b.as_any_mut().downcast_mut::<Backend>())
                 .and_then(|b| b.recv.get_mut().unwrap_or_else(|e| e.into_inner()).as_mut());
             let inner = match ring {
                 Some(ring) => ViewInner::Ring {
@@ -748,7 +814,7 @@ impl UdpState {
         fd: BorrowedFd<'_>,
         scratch: &mut crate::RecvBatch,
     ) -> Option<Result<usize, Error>> {
-        let b = self.uring.as_ref().filter(|b| b.for_fd(fd))?;
+        let b = self.ring_for(fd)?;
         let metas = scratch.metas_for_view();
         let max = metas.len().min(sys::MAX_BATCH);
         let mut g = b.recv.lock().unwrap_or_else(|e| e.into_inner());
@@ -757,10 +823,10 @@ impl UdpState {
             self,
             fd,
             max,
-            |_| usize::MAX,
+            &|_| usize::MAX,
             true,
-            |i, m, _| {
-                metas[i] = *m;
+            &mut |i, raw, control, payload| {
+                metas[i] = self.decode(raw, control, payload.len());
             },
         )
     }
@@ -1251,11 +1317,11 @@ mod tests {
             return;
         }
         let (rx, tx) = pair();
-        let b = tx.state().uring.as_ref().unwrap();
+        let b = tx.state().ring().unwrap();
         let sizes = [500, 1472, 1473, 600, 2000];
-        assert_eq!(b.cut_after_growth(5, |i| sizes[i]), 3);
+        assert_eq!(b.cut_after_growth(5, &|i| sizes[i]), 3);
         b.note_sent_size(1473);
-        assert_eq!(b.cut_after_growth(5, |i| sizes[i]), 5);
+        assert_eq!(b.cut_after_growth(5, &|i| sizes[i]), 5);
         // Through the send path: the larger datagram goes last in its
         // ring batch (so the failure injected after it finds nothing).
         let dest = rx.local_addr().unwrap();
@@ -1440,7 +1506,9 @@ mod tests {
             sendmsg: true,
             ..UringProbe::default()
         };
-        state.uring = Some(Backend::with_probe(sock.as_fd(), 4, 1500, &sends_only).unwrap());
+        state.backend = Some(Box::new(
+            Backend::with_probe(sock.as_fd(), 4, 1500, &sends_only).unwrap(),
+        ));
         sock.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
         let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         tx.send_to(&datagram(7, 300), sock.local_addr().unwrap())
@@ -1450,14 +1518,5 @@ mod tests {
         assert!(!view.in_ring());
         assert_eq!(view.len(), 1);
         assert_eq!(view.get(0).unwrap().1, &datagram(7, 300)[..]);
-    }
-
-    #[test]
-    fn an_unknown_backend_name_is_an_error() {
-        assert!(parse_backend(Some("uring")).unwrap());
-        assert!(!parse_backend(Some("syscall")).unwrap());
-        assert!(!parse_backend(None).unwrap());
-        let e = parse_backend(Some("bogus")).unwrap_err().to_string();
-        assert!(e.contains("bogus") && e.contains("uring, syscall"), "{e}");
     }
 }

@@ -52,7 +52,7 @@ fn allocations(f: impl FnOnce()) -> u64 {
 }
 
 fn pair() -> (Socket, Socket) {
-    let rx = Socket::bind_with(
+    let rx = common::bind_with(
         "127.0.0.1:0".parse().unwrap(),
         Config::default().recv_buffer(32 << 20),
     )
@@ -60,7 +60,7 @@ fn pair() -> (Socket, Socket) {
     rx.as_std()
         .set_read_timeout(Some(Duration::from_secs(2)))
         .unwrap();
-    let tx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let tx = common::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     (tx, rx)
 }
 

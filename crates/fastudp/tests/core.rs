@@ -7,7 +7,7 @@ mod common;
 
 use common::*;
 use fastudp::{
-    Config, ConfigError, Error, RecvBatch, ReuseportGroup, Socket, SocketError, Steering, Transmit,
+    Config, ConfigError, Error, RecvBatch, ReuseportGroup, SocketError, Steering, Transmit,
     UdpState, Unreachable,
 };
 use std::net::{SocketAddr, UdpSocket};
@@ -25,10 +25,10 @@ fn closed_port(addr: &str) -> SocketAddr {
 fn core_runs_on_a_caller_owned_non_blocking_socket() {
     let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
     rx.set_nonblocking(true).unwrap();
-    let rx_state = UdpState::new(&rx, Config::default()).unwrap();
+    let rx_state = common::state(&rx, Config::default()).unwrap();
     let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
     tx.set_nonblocking(true).unwrap();
-    let tx_state = UdpState::new(&tx, Config::default()).unwrap();
+    let tx_state = common::state(&tx, Config::default()).unwrap();
     let dest = rx.local_addr().unwrap();
     let mut batch = RecvBatch::new(8);
     // Nothing queued: WouldBlock at once, never a wait.
@@ -72,12 +72,12 @@ fn core_runs_on_a_caller_owned_non_blocking_socket() {
 /// out, or WouldBlock, and never waits.
 #[test]
 fn a_full_non_blocking_socket_never_waits() {
-    let rx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let rx = common::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let dest = rx.local_addr().unwrap();
     let c = Config::default()
         .send_buffer(4096)
         .disabled(fastudp::Disabled::parse("gso").unwrap());
-    let tx = Socket::bind_with("127.0.0.1:0".parse().unwrap(), c).unwrap();
+    let tx = common::bind_with("127.0.0.1:0".parse().unwrap(), c).unwrap();
     tx.as_std().set_nonblocking(true).unwrap();
     let payload = vec![3u8; 60 * 1000];
     let t0 = Instant::now();
@@ -101,10 +101,10 @@ fn a_full_non_blocking_socket_never_waits() {
 }
 
 fn port_unreachable_names_the_destination(bind: &str) {
-    let tx = Socket::bind(bind.parse().unwrap()).unwrap();
+    let tx = common::bind(bind.parse().unwrap()).unwrap();
     assert!(tx.capabilities().recverr);
     let gone = closed_port(bind);
-    let alive = Socket::bind(bind.parse().unwrap()).unwrap();
+    let alive = common::bind(bind.parse().unwrap()).unwrap();
     let alive_addr = alive.local_addr().unwrap();
     tx.send(&[Transmit::new(gone, b"anyone there?")]).unwrap();
     // The ICMP error comes back at once on loopback; the next send to
@@ -155,8 +155,8 @@ fn v6_port_unreachable_names_the_destination() {
 #[test]
 fn icmp_errors_and_receive() {
     let gone = closed_port("127.0.0.1:0");
-    let server = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let peer = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let server = common::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let peer = common::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     server.send(&[Transmit::new(gone, b"x")]).unwrap();
     std::thread::sleep(Duration::from_millis(50));
     peer.send(&[Transmit::new(server.local_addr().unwrap(), b"data")])
@@ -176,7 +176,7 @@ fn icmp_errors_and_receive() {
         })
     ));
 
-    let client = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let client = common::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     client.as_std().connect(gone).unwrap();
     client
         .as_std()
@@ -196,9 +196,9 @@ fn icmp_errors_and_receive() {
 /// for a while, not for good.
 #[test]
 fn gso_comes_back_after_a_refusal() {
-    let rx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let rx = common::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let dest = rx.local_addr().unwrap();
-    let tx = Socket::bind_with(
+    let tx = common::bind_with(
         "127.0.0.1:0".parse().unwrap(),
         Config::default().gso_retry(Duration::from_millis(50)),
     )
@@ -232,12 +232,12 @@ fn gso_comes_back_after_a_refusal() {
 /// also proves that trains were cut half-way.)
 #[test]
 fn threads_sharing_a_socket_while_gso_flips_send_every_datagram_once() {
-    let rx = Socket::bind_with(
+    let rx = common::bind_with(
         "127.0.0.1:0".parse().unwrap(),
         Config::default().recv_buffer(64 << 20),
     )
     .unwrap();
-    let tx = Socket::bind_with(
+    let tx = common::bind_with(
         "127.0.0.1:0".parse().unwrap(),
         Config::default()
             .send_buffer(16 * 1024)
@@ -266,7 +266,7 @@ fn payload_steering_offset_must_address_the_payload() {
             "127.0.0.1:0".parse().unwrap(),
             2,
             Steering::Payload { offset },
-            Config::default(),
+            common::backend(Config::default()),
         )
         .unwrap_err();
         assert!(
@@ -283,7 +283,7 @@ fn payload_steering_offset_must_address_the_payload() {
         Steering::Payload {
             offset: fastudp::MAX_STEERING_OFFSET,
         },
-        Config::default(),
+        common::backend(Config::default()),
     )
     .unwrap();
 }

@@ -152,12 +152,12 @@ fn v6_oversize_in_a_batch_costs_only_itself() {
 /// loopback, and the receiver's address; `None` (the test skipped) where
 /// the kernel has no GSO or GRO.
 fn gso_gro_pair(recv_buffer: usize) -> Option<(Socket, Socket, SocketAddr)> {
-    let rx = Socket::bind_with(
+    let rx = common::bind_with(
         "127.0.0.1:0".parse().unwrap(),
         Config::default().recv_buffer(recv_buffer),
     )
     .unwrap();
-    let tx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let tx = common::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     if !rx.capabilities().gro || tx.capabilities().max_gso_segments <= 1 {
         skip("needs GSO and GRO");
         return None;

@@ -26,7 +26,7 @@ fn pair_at(a: SocketAddr, ns: Option<&str>) -> Pair {
             bind_in(ns, a, rc),
             bind_in(ns, a, fastudp::Config::default()),
         ),
-        None => (Socket::bind_with(a, rc).unwrap(), Socket::bind(a).unwrap()),
+        None => (common::bind_with(a, rc).unwrap(), common::bind(a).unwrap()),
     };
     rx.as_std()
         .set_read_timeout(Some(Duration::from_millis(500)))

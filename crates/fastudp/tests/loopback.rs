@@ -10,8 +10,8 @@ const TOTAL: u64 = 100_000;
 const G: usize = 1200;
 
 fn pair(tx: TxMode, rx: RxMode, bind: &str) -> (Socket, Socket, SocketAddr) {
-    let r = Socket::bind_with(bind.parse().unwrap(), rx_config(rx)).unwrap();
-    let t = Socket::bind_with(bind.parse().unwrap(), tx_config(tx)).unwrap();
+    let r = common::bind_with(bind.parse().unwrap(), rx_config(rx)).unwrap();
+    let t = common::bind_with(bind.parse().unwrap(), tx_config(tx)).unwrap();
     let dest = r.local_addr().unwrap();
     (t, r, dest)
 }
@@ -116,10 +116,10 @@ fn ipv6_gso_into_gro() {
 /// fragments it and it arrives whole.
 #[test]
 fn datagram_over_the_mtu_is_refused_unless_fragmenting_is_allowed() {
-    let rx = Socket::bind("[::1]:0".parse().unwrap()).unwrap();
+    let rx = common::bind("[::1]:0".parse().unwrap()).unwrap();
     let dest = rx.local_addr().unwrap();
     let big = vec![6u8; fastudp::MAX_PAYLOAD_V6];
-    let df = Socket::bind("[::1]:0".parse().unwrap()).unwrap();
+    let df = common::bind("[::1]:0".parse().unwrap()).unwrap();
     assert!(!df.may_fragment() && df.capabilities().dont_fragment);
     match df.send(&[Transmit::new(dest, b"small"), Transmit::new(dest, &big)]) {
         Ok(s) => {
@@ -134,7 +134,7 @@ fn datagram_over_the_mtu_is_refused_unless_fragmenting_is_allowed() {
         }
         other => panic!("expected a short send, got {other:?}"),
     }
-    let frag = Socket::bind_with(
+    let frag = common::bind_with(
         "[::1]:0".parse().unwrap(),
         Config::default().may_fragment(true),
     )
@@ -158,9 +158,9 @@ fn datagram_over_the_mtu_is_refused_unless_fragmenting_is_allowed() {
 
 #[test]
 fn dual_stack_socket_serves_v4_mapped_peers() {
-    let server = Socket::bind("[::]:0".parse().unwrap()).unwrap();
+    let server = common::bind("[::]:0".parse().unwrap()).unwrap();
     let port = server.local_addr().unwrap().port();
-    let client = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let client = common::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let to: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let payload = vec![5u8; 3000];
     let mut t = Transmit::train(to, &payload, 1000);
@@ -230,8 +230,8 @@ fn dual_stack_socket_serves_v4_mapped_peers() {
 
 #[test]
 fn source_address_via_pktinfo() {
-    let r = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let t = Socket::bind("0.0.0.0:0".parse().unwrap()).unwrap();
+    let r = common::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let t = common::bind("0.0.0.0:0".parse().unwrap()).unwrap();
     let dest = r.local_addr().unwrap();
     let mut tr = Transmit::new(dest, b"hello");
     tr.src_ip = Some("127.0.0.5".parse().unwrap());
@@ -251,8 +251,8 @@ fn source_address_via_pktinfo() {
 
 #[test]
 fn truncation_is_reported_not_silent() {
-    let r = Socket::bind_with("127.0.0.1:0".parse().unwrap(), Config::default()).unwrap();
-    let t = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let r = common::bind_with("127.0.0.1:0".parse().unwrap(), Config::default()).unwrap();
+    let t = common::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let dest = r.local_addr().unwrap();
     t.send(&[Transmit::new(dest, &[1u8; 5000])]).unwrap();
     r.as_std()
@@ -268,8 +268,8 @@ fn truncation_is_reported_not_silent() {
 
 #[test]
 fn coalescer_packs_equal_datagrams_into_trains() {
-    let r = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let t = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let r = common::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let t = common::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     if t.capabilities().max_gso_segments <= 1 {
         skip("no GSO");
         return;
@@ -295,8 +295,8 @@ fn coalescer_packs_equal_datagrams_into_trains() {
 
 #[test]
 fn truncated_gro_train_yields_only_whole_datagrams() {
-    let rx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let tx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let rx = common::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let tx = common::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     if !rx.capabilities().gro || tx.capabilities().max_gso_segments <= 1 {
         skip("needs GSO and GRO");
         return;
@@ -322,8 +322,8 @@ fn truncated_gro_train_yields_only_whole_datagrams() {
 
 #[test]
 fn coalescer_refuses_what_the_socket_would_refuse() {
-    let t = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let r = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let t = common::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let r = common::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let mut c = fastudp::Coalescer::new();
     c.push(&t, r.local_addr().unwrap(), b"fine").unwrap();
     let e = c
@@ -336,8 +336,8 @@ fn coalescer_refuses_what_the_socket_would_refuse() {
 
 #[test]
 fn a_refusal_gso_is_not_to_blame_for_leaves_gso_on() {
-    let t = Socket::bind("[::1]:0".parse().unwrap()).unwrap();
-    let r = Socket::bind("[::1]:0".parse().unwrap()).unwrap();
+    let t = common::bind("[::1]:0".parse().unwrap()).unwrap();
+    let r = common::bind("[::1]:0".parse().unwrap()).unwrap();
     if t.capabilities().max_gso_segments <= 1 {
         skip("no UDP GSO");
         return;
@@ -358,8 +358,8 @@ fn a_refusal_gso_is_not_to_blame_for_leaves_gso_on() {
 /// naming the transmit, and nothing of the batch goes out.
 #[test]
 fn v4_mapped_destination_on_an_ipv4_socket_is_a_typed_error() {
-    let t = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let r = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let t = common::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let r = common::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let to = r.local_addr().unwrap();
     let mapped = SocketAddr::new(
         std::net::Ipv4Addr::LOCALHOST.to_ipv6_mapped().into(),
@@ -386,8 +386,8 @@ fn v4_mapped_destination_on_an_ipv4_socket_is_a_typed_error() {
 #[test]
 fn wait_readable_and_unsent_bytes() {
     use std::time::{Duration, Instant};
-    let r = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let t = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let r = common::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let t = common::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let t0 = Instant::now();
     assert!(!r.wait_readable(Duration::from_millis(20)).unwrap());
     assert!(t0.elapsed() >= Duration::from_millis(20));
@@ -408,10 +408,10 @@ fn wait_readable_and_unsent_bytes() {
 /// panicking on the deadline's arithmetic (`Instant + Duration::MAX`).
 #[test]
 fn the_longest_split_wait_is_no_panic() {
-    let closed = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let closed = common::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let dest = closed.local_addr().unwrap();
     drop(closed);
-    let t = Socket::bind_with(
+    let t = common::bind_with(
         "127.0.0.1:0".parse().unwrap(),
         Config::default()
             .disabled(fastudp::Disabled::parse("gso,mmsg").unwrap())

@@ -559,7 +559,7 @@ fn offer_burst(
     }
     let sock = std_bind_in(&p.a, SocketAddr::new(p.addr_a.into(), 0));
     sock.set_nonblocking(nonblocking).unwrap();
-    let state = fastudp::UdpState::new(&sock, cfg).unwrap();
+    let state = common::state(&sock, cfg).unwrap();
     let bufs = self_checking_trains(trains, segs, SEG);
     let ts: Vec<Transmit<'_>> = bufs
         .iter()
@@ -599,9 +599,7 @@ fn offer_burst(
     // Under FASTUDP_BACKEND=uring (see .ci/run) the sends went through the
     // ring, whose chains stop at a drop as sendmmsg does.
     #[cfg(all(feature = "uring", target_os = "linux"))]
-    if matches!(std::env::var("FASTUDP_BACKEND").as_deref(), Ok("uring"))
-        && fastudp::uring::probe().why_not().is_none()
-    {
+    if common::uring_run() && fastudp::uring::probe().why_not().is_none() {
         let u = state
             .uring_stats()
             .expect("FASTUDP_BACKEND=uring but the state has no ring");

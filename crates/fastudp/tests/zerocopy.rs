@@ -8,7 +8,7 @@ use fastudp::{Socket, ZeroCopyMode, ZeroCopySender};
 use std::time::Duration;
 
 fn receiver() -> Socket {
-    let r = Socket::bind_with("127.0.0.1:0".parse().unwrap(), rx_config(RxMode::Gro)).unwrap();
+    let r = common::bind_with("127.0.0.1:0".parse().unwrap(), rx_config(RxMode::Gro)).unwrap();
     r.as_std()
         .set_read_timeout(Some(Duration::from_secs(2)))
         .unwrap();
@@ -18,7 +18,7 @@ fn receiver() -> Socket {
 /// A sender and a GRO receiver on loopback, or `None` (and why) where the
 /// kernel has no MSG_ZEROCOPY.
 fn zerocopy_pair() -> Option<(Socket, Socket, std::net::SocketAddr)> {
-    let tx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let tx = common::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     if !tx.capabilities().zerocopy {
         skip("no MSG_ZEROCOPY here");
         return None;
@@ -118,14 +118,14 @@ fn adaptive_sender_falls_back_to_copying_on_loopback() {
 #[test]
 fn disabled_zerocopy_is_a_clear_error() {
     let c = fastudp::Config::default().disabled(fastudp::Disabled::parse("zerocopy").unwrap());
-    let tx = Socket::bind_with("127.0.0.1:0".parse().unwrap(), c).unwrap();
+    let tx = common::bind_with("127.0.0.1:0".parse().unwrap(), c).unwrap();
     let e = ZeroCopySender::new(&tx).unwrap_err();
     assert!(e.to_string().contains("zerocopy"), "{e}");
 }
 
 #[test]
 fn oversized_buffer_comes_back_with_the_error() {
-    let tx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let tx = common::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     if !tx.capabilities().zerocopy {
         return;
     }
@@ -248,7 +248,7 @@ fn a_send_without_a_route_uses_no_completion_id() {
 #[test]
 fn send_with_keeps_source_address_and_ecn() {
     use fastudp::{EcnCodepoint, RecvBatch, SendMeta};
-    if !Socket::bind("127.0.0.1:0".parse().unwrap())
+    if !common::bind("127.0.0.1:0".parse().unwrap())
         .unwrap()
         .capabilities()
         .zerocopy
@@ -266,7 +266,7 @@ fn send_with_keeps_source_address_and_ecn() {
     for adaptive_copy in [false, true] {
         // One sender per socket: the kernel numbers a socket's zerocopy
         // sends from 0 once.
-        let tx = Socket::bind("0.0.0.0:0".parse().unwrap()).unwrap();
+        let tx = common::bind("0.0.0.0:0".parse().unwrap()).unwrap();
         let mut zc = ZeroCopySender::new(&tx).unwrap().adaptive(false);
         if adaptive_copy {
             // 64 completions on loopback (always copied) switch an

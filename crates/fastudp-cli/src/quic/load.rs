@@ -139,7 +139,15 @@ struct Outcome {
     lost_packets: u64,
     sent_packets: u64,
     rx_datagrams: u64,
+    /// The load's start and the bucket length, when a timeline is kept.
+    timeline_at: Option<(Instant, Duration)>,
+    /// Bytes received per bucket from the load's start.
+    timeline: Vec<u64>,
 }
+
+/// The most buckets a connection's timeline keeps (bytes later than that
+/// go in the last one).
+const TIMELINE_BUCKETS: usize = 100_000;
 
 /// The summary.
 #[derive(Debug, Serialize)]
@@ -178,6 +186,15 @@ struct Summary {
     client_cpu_s_per_gbit: Option<f64>,
     /// The first few errors.
     errors: Vec<String>,
+    /// When the load started, ms since 1970.
+    started_unix_ms: u64,
+    /// The timelines' bucket, ms (with --timeline).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    timeline_ms: Option<f64>,
+    /// Each connection's bytes per bucket from the load's start (with
+    /// --timeline), in connection order.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    timelines: Option<Vec<Vec<u64>>>,
 }
 
 /// Minimum, 10th percentile, median, mean and maximum.
@@ -248,7 +265,17 @@ pub fn run(a: LoadArgs) -> Result<(), Failure> {
         )));
     }
     let timeout = Duration::from_secs_f64(timeout);
+    let bucket = match a.timeline {
+        None => None,
+        Some(ms) if ms.is_finite() && (10.0..=10_000.0).contains(&ms) => {
+            Some(Duration::from_secs_f64(ms / 1000.0))
+        }
+        Some(ms) => return Err(Failure::usage(format!("--timeline {ms}: 10 to 10000 ms"))),
+    };
     let target = resolve(&a.server)?;
+    let started_unix_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
     let answered = Arc::new(AtomicBool::new(false));
     interrupt::watch();
     let rt = runtime(a.threads)?;
@@ -284,7 +311,10 @@ pub fn run(a: LoadArgs) -> Result<(), Failure> {
                     let answered = Arc::clone(&answered);
                     tasks.push(tokio::spawn(async move {
                         tokio::time::sleep(start).await;
-                        let mut o = Outcome::default();
+                        let mut o = Outcome {
+                            timeline_at: bucket.map(|b| (t0, b)),
+                            ..Outcome::default()
+                        };
                         let r = tokio::time::timeout(
                             timeout,
                             quic_one(&ep, &target, &answered, &request, interval, &mut o),
@@ -317,7 +347,10 @@ pub fn run(a: LoadArgs) -> Result<(), Failure> {
                     let answered = Arc::clone(&answered);
                     tasks.push(tokio::spawn(async move {
                         tokio::time::sleep(start).await;
-                        let mut o = Outcome::default();
+                        let mut o = Outcome {
+                            timeline_at: bucket.map(|b| (t0, b)),
+                            ..Outcome::default()
+                        };
                         let r = tokio::time::timeout(
                             timeout,
                             tcp_one(&connector, &target, &answered, &request, interval, &mut o),
@@ -347,7 +380,12 @@ pub fn run(a: LoadArgs) -> Result<(), Failure> {
         .saturating_sub(cpu0)
         .as_secs_f64();
     rt.shutdown_timeout(Duration::from_millis(200));
-    let s = summarize(&a, &target, req, interval, &outcomes, secs, cpu);
+    let mut s = summarize(&a, &target, req, interval, &outcomes, secs, cpu);
+    s.started_unix_ms = started_unix_ms;
+    if bucket.is_some() {
+        s.timeline_ms = a.timeline;
+        s.timelines = Some(outcomes.iter().map(|o| o.timeline.clone()).collect());
+    }
     print(&s, a.json);
     if interrupt::requested() {
         return Err(interrupt::summarized());
@@ -435,6 +473,14 @@ impl Reader {
             }
         }
         o.bytes += d.len() as u64;
+        if let Some((t0, b)) = o.timeline_at {
+            let i = ((now - t0).as_nanos() / b.as_nanos().max(1)) as usize;
+            let i = i.min(TIMELINE_BUCKETS - 1);
+            if o.timeline.len() <= i {
+                o.timeline.resize(i + 1, 0);
+            }
+            o.timeline[i] += d.len() as u64;
+        }
     }
 }
 
@@ -621,6 +667,9 @@ fn summarize(
         client_cpu_s: cpu,
         client_cpu_s_per_gbit: (gbit > 1e-3).then(|| cpu / gbit),
         errors,
+        started_unix_ms: 0,
+        timeline_ms: None,
+        timelines: None,
     }
 }
 

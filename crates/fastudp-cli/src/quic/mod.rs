@@ -197,6 +197,12 @@ pub struct LoadArgs {
     /// Output JSON.
     #[arg(long)]
     pub json: bool,
+    /// With --json: each connection's bytes received per bucket of this
+    /// many ms from the load's start (`timelines`, with `started_unix_ms`),
+    /// to see when each connection stalled and when it came back (10 to
+    /// 10000 ms).
+    #[arg(long, value_name = "MS")]
+    pub timeline: Option<f64>,
 }
 
 /// Runs `fastudp quic ...`.

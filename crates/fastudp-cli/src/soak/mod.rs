@@ -35,7 +35,7 @@ pub struct SoakArgs {
     #[arg(long, default_value_t = 10_000.0, allow_negative_numbers = true)]
     pub rate: f64,
     /// Datagram payload in bytes (over 1280 - 28, so that the MTU fault
-    /// bites; at most 1472).
+    /// bites; at most 1452, which fits a 1500-byte MTU over IPv6).
     #[arg(long, default_value_t = 1400)]
     pub payload: usize,
     /// Write the report as JSON into this file.
@@ -63,6 +63,9 @@ pub struct Shared {
     pub no_check: AtomicBool,
     /// Asks the receiver to restart; it clears it when bound again.
     pub restart_rx: AtomicBool,
+    /// Asks the receiver to squeeze its receive buffer (and stall once);
+    /// cleared, to restore it.
+    pub squeeze_rx: AtomicBool,
     /// The first number sent after a heal (`u64::MAX`: none armed).
     pub resume_after: AtomicU64,
     /// When that number, or a later one, arrived (ns from `origin`; 0: not yet).
@@ -97,6 +100,7 @@ impl Shared {
             rx_ready: AtomicBool::new(false),
             no_check: AtomicBool::new(false),
             restart_rx: AtomicBool::new(false),
+            squeeze_rx: AtomicBool::new(false),
             resume_after: AtomicU64::new(u64::MAX),
             resumed_ns: AtomicU64::new(0),
             last_sent_ns: AtomicU64::new(0),
@@ -145,6 +149,7 @@ impl Shared {
             &self.rx_ready,
             &self.no_check,
             &self.restart_rx,
+            &self.squeeze_rx,
         ] {
             f.store(false, Release);
         }
@@ -217,9 +222,9 @@ fn validate(a: &SoakArgs) -> Result<(), String> {
             a.rate
         ));
     }
-    if !(1253..=1472).contains(&a.payload) {
+    if !(1253..=1452).contains(&a.payload) {
         return Err(format!(
-            "--payload {} is out of range: 1253 to 1472 bytes (over an MTU of 1280, within 1500)",
+            "--payload {} is out of range: 1253 to 1452 bytes (over an MTU of 1280, within 1500 over IPv6)",
             a.payload
         ));
     }
@@ -232,11 +237,12 @@ fn validate(a: &SoakArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// The slot plan for a run of `total`: at least 10 slots (every send
-/// strategy, every receive strategy, every fault), of 6 to 20 s.
+/// The slot plan for a run of `total`: at least 12 slots (every send
+/// strategy, every receive strategy, every fault, both address families),
+/// of 6 to 20 s.
 fn slot_plan(total: Duration) -> (usize, Duration) {
     let secs = total.as_secs_f64();
-    let n = ((secs / 20.0).ceil() as usize).max(10);
+    let n = ((secs / 20.0).ceil() as usize).max(send::STRATEGIES.len());
     (n, Duration::from_secs_f64((secs / n as f64).max(6.0)))
 }
 
@@ -306,19 +312,21 @@ fn soak(a: &SoakArgs, net: &net::Net, report: &mut Report) -> Result<(), String>
         if interrupt::requested() {
             break;
         }
-        let (t, r, k) = plan(i, send::STRATEGIES.len(), recv::STRATEGIES.len());
+        let (t, r, k, v6) = plan(i, send::STRATEGIES.len(), recv::STRATEGIES.len());
         let (t, r, kind) = (send::STRATEGIES[t], recv::STRATEGIES[r], FAULTS[k]);
-        let (slot, back) = run_slot(i, t, r, kind, slot_len, a, net, &sh, ledger, cap)?;
+        let dest = net::rx_addr(v6);
+        let (slot, back) = run_slot(i, t, r, kind, dest, slot_len, a, net, &sh, ledger, cap)?;
         ledger = back;
         let secs = sh.origin.elapsed().as_secs_f64();
         report.memory.rss_kb.push((secs, slot.rss_kb));
         report.memory.fds.push(slot.fds);
         eprintln!(
-            "fastudp: soak slot {i} ({}/{}): {} -> {}, {}: sent {}, lost {} ({} outside), resume {}, GSO back {}",
+            "fastudp: soak slot {i} ({}/{}): {} -> {} ({}), {}: sent {}, lost {} ({} outside), resume {}, GSO back {}",
             done + 1,
             order.len(),
             slot.tx,
             slot.rx,
+            slot.family,
             slot.fault.kind,
             slot.sent,
             slot.lost,
@@ -380,10 +388,23 @@ fn join<T>(h: std::thread::JoinHandle<T>, limit: Duration, what: &str) -> Result
     h.join().map_err(|_| format!("the {what} panicked"))
 }
 
+/// The offloads of both ends, and the MTUs, to check that a heal restored
+/// them.
 fn offloads(net: &net::Net) -> String {
     let n = &net.names;
-    capture(&["ip", "netns", "exec", &n.tx_ns, "ethtool", "-k", &n.tx_dev])
-        .lines()
+    let mut out = String::new();
+    for (ns, dev) in [(&n.tx_ns, &n.tx_dev), (&n.rx_ns, &n.rx_dev)] {
+        out.push_str(&capture(&["ip", "netns", "exec", ns, "ethtool", "-k", dev]));
+        out.push_str(&capture(&[
+            "ip",
+            "netns",
+            "exec",
+            ns,
+            "cat",
+            &format!("/sys/class/net/{dev}/mtu"),
+        ]));
+    }
+    out.lines()
         .filter(|l| !l.contains("[fixed]"))
         .collect::<Vec<_>>()
         .join("\n")
@@ -395,6 +416,7 @@ fn run_slot(
     t: crate::bench::TxStrategy,
     r: crate::bench::RxStrategy,
     kind: FaultKind,
+    dest: std::net::SocketAddr,
     slot_len: Duration,
     a: &SoakArgs,
     net: &net::Net,
@@ -411,8 +433,8 @@ fn run_slot(
         let sh = Arc::clone(sh);
         let ns = names.rx_ns.clone();
         std::thread::spawn(move || {
-            let r =
-                crate::testbed::enter(&ns).and_then(|()| recv::run(r, payload, &mut ledger, &sh));
+            let r = crate::testbed::enter(&ns)
+                .and_then(|()| recv::run(r, dest, payload, &mut ledger, &sh));
             if r.is_err() {
                 sh.rx_ready.store(true, Release);
             }
@@ -438,7 +460,8 @@ fn run_slot(
         let ns = names.tx_ns.clone();
         let rate = a.rate;
         std::thread::spawn(move || {
-            let r = crate::testbed::enter(&ns).and_then(|()| send::run(t, payload, rate, &sh));
+            let r =
+                crate::testbed::enter(&ns).and_then(|()| send::run(t, dest, payload, rate, &sh));
             sh.sender_done.store(true, Release);
             r
         })
@@ -469,6 +492,11 @@ fn run_slot(
         .then(|| sh.next_seq.load(Acquire).saturating_sub(seq_at_start) as f64 / before_dt);
     let at_s = sh.origin.elapsed().as_secs_f64();
     let mut gso_went_off = false;
+    let rx_gro = if kind == FaultKind::RxGroToggle {
+        net.rx_gro()?
+    } else {
+        false
+    };
     match kind {
         FaultKind::GsoRefused => sh.no_check.store(true, Release),
         FaultKind::LinkDown => net.link(false)?,
@@ -476,6 +504,10 @@ fn run_slot(
         FaultKind::TxCsumOff => net.offload("tx", false)?,
         FaultKind::TxUdpSegOff => net.offload("tx-udp-segmentation", false)?,
         FaultKind::RxRestart => sh.restart_rx.store(true, Release),
+        FaultKind::RxLinkDown => net.rx_link(false)?,
+        FaultKind::RxMtu1280 => net.rx_mtu(1280)?,
+        FaultKind::RxGroToggle => net.rx_offload("gro", !rx_gro)?,
+        FaultKind::RxRcvbufSqueeze => sh.squeeze_rx.store(true, Release),
     }
     // Held, watching the library's GSO.
     let hold_until = struck
@@ -507,6 +539,10 @@ fn run_slot(
                 std::thread::sleep(Duration::from_millis(1));
             }
         }
+        FaultKind::RxLinkDown => net.rx_link(true)?,
+        FaultKind::RxMtu1280 => net.rx_mtu(1500)?,
+        FaultKind::RxGroToggle => net.rx_offload("gro", rx_gro)?,
+        FaultKind::RxRcvbufSqueeze => sh.squeeze_rx.store(false, Release),
     }
     let healed = Instant::now();
     let healed_ns = sh.now_ns();
@@ -607,6 +643,7 @@ fn run_slot(
     };
     let slot = SlotReport {
         slot: i,
+        family: if dest.is_ipv6() { "ipv6" } else { "ipv4" }.into(),
         tx: crate::bench::name(t),
         rx: crate::bench::rname(r),
         library: send::is_library(t),
@@ -639,7 +676,7 @@ mod tests {
     #[test]
     fn slots_cover_everything_even_in_a_minute() {
         let (n, len) = slot_plan(Duration::from_secs(60));
-        assert_eq!(n, 10);
+        assert_eq!(n, 12);
         assert_eq!(len, Duration::from_secs(6));
         let (n, len) = slot_plan(Duration::from_secs(1800));
         assert_eq!(n, 90);
@@ -664,6 +701,7 @@ mod tests {
             (a(1.0, 0.0, 1400), "--rate"),
             (a(1.0, 10_000.0, 1200), "--payload"),
             (a(1.0, 10_000.0, 1500), "--payload"),
+            (a(1.0, 10_000.0, 1453), "--payload"),
         ] {
             assert!(validate(&bad).unwrap_err().contains(want), "{want}");
         }

@@ -9,6 +9,10 @@ use std::net::SocketAddr;
 pub const TX_ADDR: &str = "10.77.0.1";
 /// The receiver's address inside its namespace.
 pub const RX_ADDR: &str = "10.77.0.2";
+/// The sender's IPv6 address inside its namespace.
+pub const TX_ADDR6: &str = "fd77::1";
+/// The receiver's IPv6 address inside its namespace.
+pub const RX_ADDR6: &str = "fd77::2";
 /// The receiver's port.
 pub const RX_PORT: u16 = 4991;
 
@@ -37,9 +41,10 @@ impl Names {
     }
 }
 
-/// Where the receiver listens.
-pub fn rx_addr() -> SocketAddr {
-    SocketAddr::new(RX_ADDR.parse().expect("literal"), RX_PORT)
+/// Where the receiver listens, over IPv6 or IPv4.
+pub fn rx_addr(v6: bool) -> SocketAddr {
+    let a = if v6 { RX_ADDR6 } else { RX_ADDR };
+    SocketAddr::new(a.parse().expect("literal"), RX_PORT)
 }
 
 /// The pair, removed when dropped.
@@ -90,10 +95,32 @@ impl Net {
             "ip", "-n", &n.tx_ns, "link", "add", &n.tx_dev, "type", "veth", "peer", "name",
             &n.rx_dev, "netns", &n.rx_ns,
         ])?;
-        for (ns, dev, a) in [
-            (&n.tx_ns, &n.tx_dev, TX_ADDR),
-            (&n.rx_ns, &n.rx_dev, RX_ADDR),
+        for (ns, dev, a, a6) in [
+            (&n.tx_ns, &n.tx_dev, TX_ADDR, TX_ADDR6),
+            (&n.rx_ns, &n.rx_dev, RX_ADDR, RX_ADDR6),
         ] {
+            // IPv6 addresses survive a link flap (by default a link that
+            // goes down loses them), and need no duplicate detection.
+            run(&[
+                "ip",
+                "netns",
+                "exec",
+                ns,
+                "sysctl",
+                "-qw",
+                "net.ipv6.conf.all.keep_addr_on_down=1",
+            ])?;
+            run(&[
+                "ip",
+                "-n",
+                ns,
+                "addr",
+                "add",
+                &format!("{a6}/64"),
+                "dev",
+                dev,
+                "nodad",
+            ])?;
             run(&[
                 "ip",
                 "-n",
@@ -123,19 +150,74 @@ impl Net {
             "cat",
             &format!("/sys/class/net/{}/address", n.rx_dev),
         ])?;
+        for a in [RX_ADDR, RX_ADDR6] {
+            run(&[
+                "ip",
+                "-n",
+                &n.tx_ns,
+                "neigh",
+                "replace",
+                a,
+                "lladdr",
+                mac.trim(),
+                "dev",
+                &n.tx_dev,
+                "nud",
+                "permanent",
+            ])?;
+        }
+        Ok(())
+    }
+
+    /// Sets the receiving link down or up (up again pins the sender's
+    /// neighbour, in case the carrier's loss took it).
+    pub fn rx_link(&self, up: bool) -> Result<(), String> {
+        let n = &self.names;
         run(&[
             "ip",
             "-n",
-            &n.tx_ns,
-            "neigh",
-            "replace",
-            RX_ADDR,
-            "lladdr",
-            mac.trim(),
-            "dev",
-            &n.tx_dev,
-            "nud",
-            "permanent",
+            &n.rx_ns,
+            "link",
+            "set",
+            &n.rx_dev,
+            if up { "up" } else { "down" },
+        ])?;
+        if up {
+            self.pin_neighbour()?;
+        }
+        Ok(())
+    }
+
+    /// Sets the MTU of the receiving end alone.
+    pub fn rx_mtu(&self, mtu: u32) -> Result<(), String> {
+        let n = &self.names;
+        let m = mtu.to_string();
+        run(&["ip", "-n", &n.rx_ns, "link", "set", &n.rx_dev, "mtu", &m]).map(|_| ())
+    }
+
+    /// Whether GRO is on on the receiving end.
+    pub fn rx_gro(&self) -> Result<bool, String> {
+        let n = &self.names;
+        let k = run(&["ip", "netns", "exec", &n.rx_ns, "ethtool", "-k", &n.rx_dev])?;
+        k.lines()
+            .find_map(|l| l.trim().strip_prefix("generic-receive-offload:"))
+            .map(|v| v.trim().starts_with("on"))
+            .ok_or_else(|| format!("ethtool -k {}: no generic-receive-offload line", n.rx_dev))
+    }
+
+    /// Turns an offload of the receiving end on or off (`gro`).
+    pub fn rx_offload(&self, feature: &str, on: bool) -> Result<(), String> {
+        let n = &self.names;
+        run(&[
+            "ip",
+            "netns",
+            "exec",
+            &n.rx_ns,
+            "ethtool",
+            "-K",
+            &n.rx_dev,
+            feature,
+            if on { "on" } else { "off" },
         ])
         .map(|_| ())
     }

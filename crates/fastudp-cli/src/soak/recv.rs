@@ -10,14 +10,20 @@ use std::io;
 use std::sync::atomic::Ordering::*;
 use std::time::{Duration, Instant};
 
-/// The receive strategies the soak cycles through (io_uring left out, as
-/// in the send strategies).
-pub const STRATEGIES: [RxStrategy; 4] = [
+/// The receive strategies the soak cycles through.
+pub const STRATEGIES: [RxStrategy; 5] = [
     RxStrategy::Recvmmsg,
     RxStrategy::Recvfrom,
     RxStrategy::Gro,
     RxStrategy::GroRecvmmsg,
+    RxStrategy::UringGro,
 ];
+
+/// The receive buffer while squeezed (the kernel doubles it).
+const SQUEEZED: i32 = 4096;
+/// How long the reader stalls when its buffer is squeezed, so that it
+/// overflows.
+const SQUEEZE_STALL: Duration = Duration::from_millis(100);
 
 /// How long the receiver stays away when restarted.
 pub const RESTART_GAP: Duration = Duration::from_millis(300);
@@ -40,6 +46,10 @@ pub struct RxResult {
     /// Datagrams the receiver's namespace dropped for a full receive
     /// buffer while this slot ran (`RcvbufErrors`).
     pub rcvbuf_errors: u64,
+    /// Times the receive buffer was squeezed.
+    pub squeezes: u64,
+    /// Reads that returned data on the current socket.
+    received_here: u64,
 }
 
 /// The receiving socket's buffer (forced past `rmem_max`: the soak runs
@@ -48,24 +58,39 @@ pub struct RxResult {
 /// losing datagrams.
 pub const RCVBUF: usize = 64 << 20;
 
-fn bind(r: RxStrategy) -> Result<RxSock, String> {
-    let addr = super::net::rx_addr();
+fn fd(s: &RxSock) -> &std::net::UdpSocket {
+    match s {
+        RxSock::Std(u) => u,
+        RxSock::Fast(f) => f.as_std(),
+    }
+}
+
+fn bind(r: RxStrategy, addr: std::net::SocketAddr) -> Result<RxSock, String> {
     // A restart may find the port still held for a moment: retry briefly.
     let mut last = String::new();
     for _ in 0..50 {
         match rx::bind(r, addr) {
             Ok(s) => {
-                let fd = match &s {
-                    RxSock::Std(u) => u,
-                    RxSock::Fast(f) => f.as_std(),
-                };
                 fastudp::raw::set_option_int(
-                    fd,
+                    fd(&s),
                     libc::SOL_SOCKET,
                     libc::SO_RCVBUFFORCE,
                     RCVBUF as i32,
                 )
                 .map_err(|e| format!("SO_RCVBUFFORCE: {e}"))?;
+                if addr.is_ipv6() {
+                    // The GSO-refusal fault sends without UDP checksums
+                    // (`UDP_NO_CHECK6_TX`), which an IPv6 receiver drops
+                    // unless told to take them: the datagrams still carry
+                    // the soak's own checksum.
+                    fastudp::raw::set_option_int(
+                        fd(&s),
+                        fastudp::wire::consts::SOL_UDP,
+                        libc::UDP_NO_CHECK6_RX,
+                        1,
+                    )
+                    .map_err(|e| format!("UDP_NO_CHECK6_RX: {e}"))?;
+                }
                 return Ok(s);
             }
             Err(e) => last = e,
@@ -75,25 +100,48 @@ fn bind(r: RxStrategy) -> Result<RxSock, String> {
     Err(last)
 }
 
-/// The receive-buffer overflows of the calling thread's namespace (UDP,
-/// `RcvbufErrors` of `/proc/thread-self/net/snmp`).
+/// The receive-buffer overflows of the calling thread's namespace, IPv4
+/// and IPv6 (`RcvbufErrors` of `/proc/thread-self/net/snmp` plus
+/// `Udp6RcvbufErrors` of `snmp6`: IPv6 drops are counted only there).
 fn rcvbuf_errors() -> u64 {
-    std::fs::read_to_string("/proc/thread-self/net/snmp")
+    let v4 = std::fs::read_to_string("/proc/thread-self/net/snmp")
         .map(|s| {
             crate::procfs::parse_snmp(&s, "Udp:")
                 .get("RcvbufErrors")
                 .copied()
                 .unwrap_or(0)
         })
+        .unwrap_or(0);
+    let v6 = std::fs::read_to_string("/proc/thread-self/net/snmp6")
+        .map(|s| snmp6(&s, "Udp6RcvbufErrors"))
+        .unwrap_or(0);
+    v4 + v6
+}
+
+/// One counter of `/proc/net/snmp6` (lines of a name and a value).
+fn snmp6(s: &str, name: &str) -> u64 {
+    s.lines()
+        .find_map(|l| {
+            let mut it = l.split_whitespace();
+            (it.next() == Some(name)).then(|| it.next()?.parse().ok())?
+        })
         .unwrap_or(0)
 }
 
-fn counters(s: &RxSock, out: &mut RxResult) {
+fn counters(r: RxStrategy, s: &RxSock, out: &mut RxResult) -> Result<(), String> {
     if let RxSock::Fast(f) = s {
         let st = f.stats();
         out.kernel_drops += st.kernel_drops;
         out.truncated += st.truncated;
+        // An io_uring strategy that fell back to syscalls must not pass
+        // for io_uring.
+        if out.received_here > 0 {
+            crate::bench::uring::check_rx(r, f)
+                .map_err(|e| format!("{}: {e}", crate::bench::rname(r)))?;
+        }
     }
+    out.received_here = 0;
+    Ok(())
 }
 
 /// Receives with strategy `r` into `ledger` until the sender has stopped
@@ -101,13 +149,15 @@ fn counters(s: &RxSock, out: &mut RxResult) {
 /// thread is in the receiver's namespace. `ready` is set once bound.
 pub fn run(
     r: RxStrategy,
+    addr: std::net::SocketAddr,
     payload: usize,
     ledger: &mut Ledger,
     sh: &Shared,
 ) -> Result<RxResult, String> {
     let mut out = RxResult::default();
     let overflows0 = rcvbuf_errors();
-    let mut sock = bind(r)?;
+    let mut sock = bind(r, addr)?;
+    let mut squeezed = false;
     sh.rx_ready.store(true, Release);
     let mut batch = match r {
         RxStrategy::Recvmmsg => RecvBatch::with_capacity(32, payload),
@@ -118,12 +168,27 @@ pub fn run(
     loop {
         sh.rx_beat();
         if sh.restart_rx.load(Acquire) {
-            counters(&sock, &mut out);
+            counters(r, &sock, &mut out)?;
             drop(sock);
             std::thread::sleep(RESTART_GAP);
-            sock = bind(r)?;
+            sock = bind(r, addr)?;
             out.restarts += 1;
             sh.restart_rx.store(false, Release);
+        }
+        let squeeze = sh.squeeze_rx.load(Acquire);
+        if squeeze != squeezed {
+            let (opt, size) = if squeeze {
+                (libc::SO_RCVBUF, SQUEEZED)
+            } else {
+                (libc::SO_RCVBUFFORCE, RCVBUF as i32)
+            };
+            fastudp::raw::set_option_int(fd(&sock), libc::SOL_SOCKET, opt, size)
+                .map_err(|e| format!("receive buffer to {size}: {e}"))?;
+            squeezed = squeeze;
+            if squeeze {
+                out.squeezes += 1;
+                std::thread::sleep(SQUEEZE_STALL);
+            }
         }
         let mut see = |d: &[u8]| match check(d, payload) {
             Some(seq) => {
@@ -135,8 +200,17 @@ pub fn run(
             }
             None => out.damaged += 1,
         };
-        let got: io::Result<()> = match &sock {
+        let got: io::Result<()> = match &mut sock {
             RxSock::Std(s) => s.recv_from(&mut buf).map(|(n, _)| see(&buf[..n])),
+            // Read in place in the ring's buffers (a borrowed receive).
+            RxSock::Fast(s) if r == RxStrategy::UringGro => s
+                .recv_borrowed(&mut batch)
+                .map(|view| {
+                    for (_, dg) in view.datagrams() {
+                        see(dg);
+                    }
+                })
+                .map_err(io::Error::from),
             RxSock::Fast(s) => match s.recv(&mut batch) {
                 Ok(_) => {
                     for (_, dg) in batch.datagrams() {
@@ -148,7 +222,7 @@ pub fn run(
             },
         };
         match got {
-            Ok(()) => {}
+            Ok(()) => out.received_here += 1,
             Err(e)
                 if matches!(
                     e.kind(),
@@ -169,7 +243,20 @@ pub fn run(
             }
         }
     }
-    counters(&sock, &mut out);
+    counters(r, &sock, &mut out)?;
     out.rcvbuf_errors = rcvbuf_errors().saturating_sub(overflows0);
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_snmp6_counter_is_read_by_its_name() {
+        let s = "Udp6InDatagrams                 \t120\nUdp6RcvbufErrors                \t42\nUdplite6RcvbufErrors\t7\n";
+        assert_eq!(snmp6(s, "Udp6RcvbufErrors"), 42);
+        assert_eq!(snmp6(s, "Udp6InDatagrams"), 120);
+        assert_eq!(snmp6(s, "Udp6NoPorts"), 0);
+    }
 }

@@ -21,16 +21,34 @@ pub enum FaultKind {
     TxUdpSegOff,
     /// The receiver's socket closed and bound again.
     RxRestart,
+    /// The receiving link down, then up: the sender is not told (its
+    /// link stays up; the peer's carrier goes), so datagrams are lost in
+    /// silence until it comes back.
+    RxLinkDown,
+    /// The receiving end's MTU from 1500 to 1280, the sending end's left
+    /// at 1500: a veth drops frames over its peer's MTU, in silence.
+    RxMtu1280,
+    /// GRO of the receiving veth switched from its state to the other
+    /// (on: NAPI mode, with a ring of its own), then back.
+    RxGroToggle,
+    /// The receiving socket's buffer squeezed to a few kB while its
+    /// reader stalls for 100 ms, then restored: overflows, counted by the
+    /// kernel as `RcvbufErrors`.
+    RxRcvbufSqueeze,
 }
 
 /// Every fault, in the injector's order.
-pub const FAULTS: [FaultKind; 6] = [
+pub const FAULTS: [FaultKind; 10] = [
     FaultKind::GsoRefused,
     FaultKind::LinkDown,
     FaultKind::Mtu1280,
     FaultKind::TxCsumOff,
     FaultKind::TxUdpSegOff,
     FaultKind::RxRestart,
+    FaultKind::RxLinkDown,
+    FaultKind::RxMtu1280,
+    FaultKind::RxGroToggle,
+    FaultKind::RxRcvbufSqueeze,
 ];
 
 impl FaultKind {
@@ -43,6 +61,10 @@ impl FaultKind {
             FaultKind::TxCsumOff => "tx-csum-off",
             FaultKind::TxUdpSegOff => "tx-udp-seg-off",
             FaultKind::RxRestart => "rx-restart",
+            FaultKind::RxLinkDown => "rx-link-down",
+            FaultKind::RxMtu1280 => "rx-mtu-1280",
+            FaultKind::RxGroToggle => "rx-gro-toggle",
+            FaultKind::RxRcvbufSqueeze => "rx-rcvbuf-squeeze",
         }
     }
 
@@ -57,14 +79,18 @@ impl FaultKind {
     }
 }
 
-/// Slot `i`'s send strategy, receive strategy and fault: every send
-/// strategy in 10 slots, every pairing in 40, and each send strategy meets
-/// every fault within 60.
-pub fn plan(i: usize, n_tx: usize, n_rx: usize) -> (usize, usize, usize) {
+/// Slot `i`'s send strategy, receive strategy, fault and address family
+/// (`true`: IPv6): with 12 send and 5 receive strategies, every send
+/// strategy, every fault and both families in 12 slots, every send
+/// strategy in both families in 24, every pairing and every fault in
+/// both families in 60, and each send strategy meets every fault within
+/// 120.
+pub fn plan(i: usize, n_tx: usize, n_rx: usize) -> (usize, usize, usize, bool) {
     let tx = i % n_tx;
-    let rx = (i + i / (n_tx * 2)) % n_rx;
+    let rx = (i + i / (n_tx * n_rx)) % n_rx;
     let fault = (i + i / n_tx) % FAULTS.len();
-    (tx, rx, fault)
+    let v6 = (i / 2 + i / n_tx) % 2 == 1;
+    (tx, rx, fault, v6)
 }
 
 /// One fault and what it did.
@@ -114,6 +140,8 @@ pub struct FaultReport {
 pub struct SlotReport {
     /// Its index.
     pub slot: usize,
+    /// The address family: `ipv4` or `ipv6`.
+    pub family: String,
     /// The send strategy.
     pub tx: String,
     /// The receive strategy.
@@ -406,7 +434,17 @@ pub fn verdict(r: &Report) -> Vec<String> {
                 "{id}: the path refused sends but the library reported no error and no fallback"
             ));
         }
-        if s.library && gso_refused && s.tx == "fastudp" && (k.fallbacks == 0 || k.lost > 0) {
+        if k.kind == FaultKind::RxRcvbufSqueeze.name() && k.lost > 0 && s.rcvbuf_errors == 0 {
+            f.push(format!(
+                "{id}: {} datagrams lost to a squeezed receive buffer that the kernel did not count (RcvbufErrors 0)",
+                k.lost
+            ));
+        }
+        if s.library
+            && gso_refused
+            && (s.tx == "fastudp" || s.tx == "uring-gso")
+            && (k.fallbacks == 0 || k.lost > 0)
+        {
             f.push(format!(
                 "{id}: a GSO refusal must be a counted fallback with nothing lost ({} fallbacks, {} lost)",
                 k.fallbacks, k.lost
@@ -541,26 +579,31 @@ mod tests {
     #[test]
     fn the_plan_covers_every_strategy_pairing_and_fault() {
         use std::collections::HashSet;
-        let ten: HashSet<usize> = (0..10).map(|i| plan(i, 10, 4).0).collect();
-        assert_eq!(ten.len(), 10);
-        let rx: HashSet<usize> = (0..10).map(|i| plan(i, 10, 4).1).collect();
-        assert_eq!(rx.len(), 4);
-        let faults: HashSet<usize> = (0..10).map(|i| plan(i, 10, 4).2).collect();
-        assert_eq!(faults.len(), 6);
-        let pairs: HashSet<(usize, usize)> = (0..40)
-            .map(|i| (plan(i, 10, 4).0, plan(i, 10, 4).1))
-            .collect();
-        assert_eq!(pairs.len(), 40);
-        for tx in 0..10 {
-            let met: HashSet<usize> = (0..60)
-                .map(|i| plan(i, 10, 4))
-                .filter(|p| p.0 == tx)
-                .map(|p| p.2)
-                .collect();
-            assert_eq!(met.len(), 6, "send strategy {tx}");
+        let p = |i| plan(i, 12, 5);
+        // The shortest run (12 slots): every send strategy, every receive
+        // strategy, every fault, both families.
+        let tx: HashSet<usize> = (0..12).map(|i| p(i).0).collect();
+        assert_eq!(tx.len(), 12);
+        let rx: HashSet<usize> = (0..12).map(|i| p(i).1).collect();
+        assert_eq!(rx.len(), 5);
+        let faults: HashSet<usize> = (0..12).map(|i| p(i).2).collect();
+        assert_eq!(faults.len(), FAULTS.len());
+        let v6 = (0..12).filter(|&i| p(i).3).count();
+        assert_eq!(v6, 6);
+        // Each send strategy in both families within 24.
+        let fam: HashSet<(usize, bool)> = (0..24).map(|i| (p(i).0, p(i).3)).collect();
+        assert_eq!(fam.len(), 24);
+        let pairs: HashSet<(usize, usize)> = (0..60).map(|i| (p(i).0, p(i).1)).collect();
+        assert_eq!(pairs.len(), 60);
+        for tx in 0..12 {
+            let met: HashSet<usize> = (0..120).map(p).filter(|p| p.0 == tx).map(|p| p.2).collect();
+            assert_eq!(met.len(), FAULTS.len(), "send strategy {tx}");
         }
+        // Every fault in both families within 60.
+        let kf: HashSet<(usize, bool)> = (0..60).map(|i| (p(i).2, p(i).3)).collect();
+        assert_eq!(kf.len(), 2 * FAULTS.len());
         // The first slot: the library's sender against a GSO refusal.
-        assert_eq!(plan(0, 10, 4), (0, 0, 0));
+        assert_eq!(p(0), (0, 0, 0, false));
         assert_eq!(FAULTS[0], FaultKind::GsoRefused);
     }
 
@@ -638,6 +681,13 @@ mod tests {
             ("twice", Box::new(|s| s.duplicates = 1)),
             ("damaged", Box::new(|s| s.damaged = 2)),
             ("outside", Box::new(|s| s.lost_outside = 1)),
+            (
+                "did not count",
+                Box::new(|s| {
+                    s.fault.kind = "rx-rcvbuf-squeeze".into();
+                    s.rcvbuf_errors = 0;
+                }),
+            ),
             (
                 "overflowed 5 times",
                 Box::new(|s| {

@@ -1,5 +1,5 @@
-//! The soak's sender: every send strategy of `fastudp bench` (but TCP and
-//! the io_uring ones), paced, numbering datagrams across the whole run,
+//! The soak's sender: every send strategy of `fastudp bench` but TCP,
+//! the io_uring ones included, paced, numbering datagrams across the whole run,
 //! carrying on through faults: an error is counted and the call retried a
 //! millisecond later with the same numbers, so that only what the kernel
 //! took counts as sent.
@@ -7,18 +7,19 @@
 use super::account::{fill, Pacer};
 use super::Shared;
 use crate::bench::tx::send_trains;
+use crate::bench::uring::ZcSender;
 use crate::bench::TxStrategy;
 use fastudp::raw::{self, OutMsg};
 use fastudp::wire::cmsg::Encoder;
 use fastudp::wire::consts::{SOL_UDP, UDP_SEGMENT};
-use fastudp::{Transmit, ZeroCopySender};
+use fastudp::Transmit;
 use std::io::{self, IoSlice};
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::Ordering::*;
 use std::time::{Duration, Instant};
 
 /// The send strategies the soak cycles through, the library's own first.
-pub const STRATEGIES: [TxStrategy; 10] = [
+pub const STRATEGIES: [TxStrategy; 12] = [
     TxStrategy::Fastudp,
     TxStrategy::Sendto,
     TxStrategy::Sendmmsg,
@@ -29,6 +30,8 @@ pub const STRATEGIES: [TxStrategy; 10] = [
     TxStrategy::SendmmsgGso,
     TxStrategy::SendmmsgGsoSeed,
     TxStrategy::GsoZerocopy,
+    TxStrategy::UringGso,
+    TxStrategy::UringZc,
 ];
 
 /// Datagrams per call: per GSO train, per sendmmsg; two trains of
@@ -38,7 +41,16 @@ pub const SEGS: usize = 20;
 /// The library's strategies, whose faults must come back as an error or
 /// a counted fallback.
 pub fn is_library(t: TxStrategy) -> bool {
-    matches!(t, TxStrategy::Fastudp | TxStrategy::GsoZerocopy)
+    matches!(
+        t,
+        TxStrategy::Fastudp | TxStrategy::GsoZerocopy | TxStrategy::UringGso | TxStrategy::UringZc
+    )
+}
+
+/// Whether a strategy's buffers go out zerocopy (kept until the kernel
+/// is done with them).
+fn zerocopy(t: TxStrategy) -> bool {
+    matches!(t, TxStrategy::GsoZerocopy | TxStrategy::UringZc)
 }
 
 /// Whether a strategy sends GSO trains.
@@ -92,7 +104,7 @@ struct Sender {
     t: TxStrategy,
     sock: UdpSocket,
     fast: Option<fastudp::Socket>,
-    zc: Option<ZeroCopySender>,
+    zc: Option<Box<dyn ZcSender>>,
     pool: Vec<Vec<u8>>,
     dest: SocketAddr,
     addr: socket2::SockAddr,
@@ -112,21 +124,27 @@ fn segment_cmsg(size: usize) -> Result<Vec<u8>, String> {
 
 impl Sender {
     fn new(t: TxStrategy, dest: SocketAddr, payload: usize) -> Result<Self, String> {
-        let sock = UdpSocket::bind("0.0.0.0:0").map_err(|e| format!("bind sender: {e}"))?;
+        let any = if dest.is_ipv6() {
+            "[::]:0"
+        } else {
+            "0.0.0.0:0"
+        };
+        let sock = UdpSocket::bind(any).map_err(|e| format!("bind sender: {e}"))?;
         let (fast, zc) = match t {
-            TxStrategy::Fastudp => (
+            TxStrategy::Fastudp | TxStrategy::UringGso => (
                 Some(
-                    fastudp::Socket::from_std(sock.try_clone().map_err(|e| e.to_string())?)
-                        .map_err(|e| e.to_string())?,
+                    fastudp::Socket::from_std_with(
+                        sock.try_clone().map_err(|e| e.to_string())?,
+                        crate::bench::uring::config(t),
+                    )
+                    .map_err(|e| e.to_string())?,
                 ),
                 None,
             ),
-            TxStrategy::GsoZerocopy => {
+            TxStrategy::GsoZerocopy | TxStrategy::UringZc => {
                 let f = fastudp::Socket::from_std(sock.try_clone().map_err(|e| e.to_string())?)
                     .map_err(|e| e.to_string())?;
-                let z = ZeroCopySender::new(&f)
-                    .map_err(|e| format!("gso-zerocopy is not available here: {e}"))?
-                    .adaptive(false);
+                let z = crate::bench::uring::zc_sender(t, &f)?;
                 (Some(f), Some(z))
             }
             _ => (None, None),
@@ -149,10 +167,15 @@ impl Sender {
         })
     }
 
-    /// Sets or clears `SO_NO_CHECK` (no UDP checksum), with which the
-    /// kernel refuses every GSO send with `EINVAL`.
+    /// Sets or clears `SO_NO_CHECK` (IPv4) or `UDP_NO_CHECK6_TX` (IPv6):
+    /// no UDP checksum, with which the kernel refuses every GSO send with
+    /// `EINVAL` (`SO_NO_CHECK` does nothing to an IPv6 send).
     fn set_no_check(&self, on: bool) -> io::Result<()> {
-        raw::set_option_int(&self.sock, libc::SOL_SOCKET, libc::SO_NO_CHECK, on as i32)
+        if self.dest.is_ipv6() {
+            raw::set_option_int(&self.sock, SOL_UDP, libc::UDP_NO_CHECK6_TX, on as i32)
+        } else {
+            raw::set_option_int(&self.sock, libc::SOL_SOCKET, libc::SO_NO_CHECK, on as i32)
+        }
     }
 
     /// Sends datagrams `seq..seq + SEGS`; returns how many went out and
@@ -180,7 +203,7 @@ impl Sender {
             fill(d, seq + i as u64);
         }
         let (n, err) = self.send(&mut buf);
-        if self.t == TxStrategy::GsoZerocopy {
+        if zerocopy(self.t) {
             let zc = self.zc.as_mut().expect("zerocopy sender");
             let f = self.fast.as_ref().expect("zerocopy socket");
             if let Err(e) = zc.reap(f) {
@@ -286,7 +309,7 @@ impl Sender {
                 self.pool.push(std::mem::take(buf));
                 r
             }
-            TxStrategy::Fastudp => {
+            TxStrategy::Fastudp | TxStrategy::UringGso => {
                 let f = self.fast.as_ref().expect("fastudp socket");
                 let (n, e) = {
                     let mut ts: Vec<Transmit<'_>> = buf
@@ -298,7 +321,7 @@ impl Sender {
                 self.pool.push(std::mem::take(buf));
                 (n, e.map(|e| error_name(&e)))
             }
-            TxStrategy::GsoZerocopy => {
+            TxStrategy::GsoZerocopy | TxStrategy::UringZc => {
                 let zc = self.zc.as_mut().expect("zerocopy sender");
                 let f = self.fast.as_ref().expect("zerocopy socket");
                 match zc.send(f, dest, std::mem::take(buf), Some(p)) {
@@ -313,10 +336,7 @@ impl Sender {
                     }
                 }
             }
-            TxStrategy::Tcp
-            | TxStrategy::TcpZerocopy
-            | TxStrategy::UringGso
-            | TxStrategy::UringZc => {
+            TxStrategy::Tcp | TxStrategy::TcpZerocopy => {
                 unreachable!("not in the soak's strategies")
             }
         }
@@ -336,15 +356,21 @@ impl Sender {
         }
     }
 
-    /// Waits for the zerocopy buffers still with the kernel.
+    /// Waits for the zerocopy buffers still with the kernel, and checks
+    /// that an io_uring strategy really sent through its ring.
     fn finish(&mut self) -> Result<(), String> {
+        if let Some(f) = &self.fast {
+            crate::bench::uring::check_tx(self.t, f)
+                .map_err(|e| format!("{}: {e}", crate::bench::name(self.t)))?;
+        }
         if let (Some(zc), Some(f)) = (self.zc.as_mut(), self.fast.as_ref()) {
             let left = zc
                 .drain(f, Duration::from_secs(2))
-                .map_err(|e| format!("gso-zerocopy drain: {e}"))?;
+                .map_err(|e| format!("{} drain: {e}", crate::bench::name(self.t)))?;
             if left > 0 {
                 return Err(format!(
-                    "gso-zerocopy: {left} completions did not arrive within 2 s"
+                    "{}: {left} completions did not arrive within 2 s",
+                    crate::bench::name(self.t)
                 ));
             }
         }
@@ -355,8 +381,13 @@ impl Sender {
 /// Sends with strategy `t` at `rate` datagrams per second until `sh.stop`;
 /// the caller's thread is in the sender's namespace. Returns the fallback
 /// reasons the library recorded.
-pub fn run(t: TxStrategy, payload: usize, rate: f64, sh: &Shared) -> Result<Vec<String>, String> {
-    let dest = super::net::rx_addr();
+pub fn run(
+    t: TxStrategy,
+    dest: SocketAddr,
+    payload: usize,
+    rate: f64,
+    sh: &Shared,
+) -> Result<Vec<String>, String> {
     let mut s = Sender::new(t, dest, payload)?;
     let origin = Instant::now();
     let mut pacer = Pacer::new(rate, 2 * SEGS, Duration::ZERO);
@@ -367,7 +398,7 @@ pub fn run(t: TxStrategy, payload: usize, rate: f64, sh: &Shared) -> Result<Vec<
         let want = sh.no_check.load(Acquire);
         if want != no_check {
             s.set_no_check(want)
-                .map_err(|e| format!("SO_NO_CHECK: {e}"))?;
+                .map_err(|e| format!("no UDP checksum: {e}"))?;
             no_check = want;
         }
         let wait = pacer.wait(SEGS, origin.elapsed());

@@ -315,20 +315,14 @@ impl UdpState {
         let fd = sock.as_fd();
         batch.len = 0;
         let stride = batch.stride;
-        #[cfg(all(feature = "uring", target_os = "linux"))]
-        if let Some(b) = self.uring.as_ref().filter(|b| b.for_fd(fd)) {
+        #[cfg(feature = "uring")]
+        if let Some(b) = self.backend_for(fd) {
             let (buf, metas) = (&mut batch.buf, &mut batch.metas);
             let max = metas.len();
-            let r = b.recv(
-                self,
-                fd,
-                max,
-                |_| stride,
-                |i, m, p| {
-                    buf[i * stride..i * stride + p.len()].copy_from_slice(p);
-                    metas[i] = *m;
-                },
-            );
+            let r = self.ring_recv(b, fd, max, &|_| stride, |i, m, p| {
+                buf[i * stride..i * stride + p.len()].copy_from_slice(p);
+                metas[i] = *m;
+            });
             if let Some(r) = r {
                 batch.len = *r.as_ref().unwrap_or(&0);
                 return r;
@@ -397,22 +391,16 @@ impl UdpState {
         if n == 0 {
             return Ok(0);
         }
-        #[cfg(all(feature = "uring", target_os = "linux"))]
-        if let Some(b) = self.uring.as_ref().filter(|b| b.for_fd(fd)) {
+        #[cfg(feature = "uring")]
+        if let Some(b) = self.backend_for(fd) {
             let mut lens = [0usize; sys::MAX_BATCH];
             for (l, b) in lens.iter_mut().zip(bufs.iter()) {
                 *l = b.len();
             }
-            let r = b.recv(
-                self,
-                fd,
-                n.min(sys::MAX_BATCH),
-                |i| lens[i],
-                |i, m, p| {
-                    bufs[i][..p.len()].copy_from_slice(p);
-                    meta[i] = *m;
-                },
-            );
+            let r = self.ring_recv(b, fd, n.min(sys::MAX_BATCH), &|i| lens[i], |i, m, p| {
+                bufs[i][..p.len()].copy_from_slice(p);
+                meta[i] = *m;
+            });
             if let Some(r) = r {
                 return r;
             }
@@ -442,6 +430,24 @@ impl UdpState {
                 }
             }
         }
+    }
+
+    /// Receives through backend `b` (see `RingBackend::recv`), decoding
+    /// each message's metadata as the syscall path does: `f(i, meta,
+    /// payload)`.
+    #[cfg(feature = "uring")]
+    pub(crate) fn ring_recv(
+        &self,
+        b: &dyn crate::backend::RingBackend,
+        fd: std::os::fd::BorrowedFd<'_>,
+        max: usize,
+        room: &dyn Fn(usize) -> usize,
+        mut f: impl FnMut(usize, &RecvMeta, &[u8]),
+    ) -> Option<Result<usize, Error>> {
+        b.recv(self, fd, max, room, &mut |i, raw, control, payload| {
+            let meta = self.decode(raw, control, payload.len());
+            f(i, &meta, &payload[..meta.len]);
+        })
     }
 
     /// Turns one received message's raw metadata and control data into a

@@ -288,10 +288,10 @@ impl UdpState {
         fill: impl FnMut(usize, &mut [u8]) -> Result<SendMsg<'a>, Error>,
     ) -> Result<io::Result<usize>, Error> {
         *holes = 0;
-        #[cfg(all(feature = "uring", target_os = "linux"))]
+        #[cfg(feature = "uring")]
         let fill = {
             let mut fill = fill;
-            if let Some(b) = self.uring.as_ref().filter(|b| b.for_fd(fd)) {
+            if let Some(b) = self.backend_for(fd) {
                 let n = if self.caps.mmsg { n } else { n.min(1) };
                 match b.send_batch(self, fd, n, true, holes, &mut fill) {
                     // The ring sends never wait. A blocking socket whose
@@ -386,9 +386,9 @@ impl UdpState {
             // transmit with datagrams larger than any sent so far (a
             // path-MTU probe) ends its batch, so that its EMSGSIZE is
             // reported for it alone, with nothing sent after it.
-            #[cfg(all(feature = "uring", target_os = "linux"))]
-            let n = match self.uring.as_ref().filter(|b| b.for_fd(fd)) {
-                Some(b) => b.cut_after_growth(n, |i| largest_datagram(&src.get(from + i))),
+            #[cfg(feature = "uring")]
+            let n = match self.backend_for(fd) {
+                Some(b) => b.cut_after_growth(n, &|i| largest_datagram(&src.get(from + i))),
                 None => n,
             };
             let allow_ecn = ecn_refused.is_none();
@@ -415,8 +415,8 @@ impl UdpState {
                 Ok(k) => {
                     let lost = holes.count_ones() as usize;
                     self.c.send_messages.fetch_add((k - lost) as u64, Relaxed);
-                    #[cfg(all(feature = "uring", target_os = "linux"))]
-                    if let Some(b) = self.uring.as_ref().filter(|b| b.for_fd(fd)) {
+                    #[cfg(feature = "uring")]
+                    if let Some(b) = self.backend_for(fd) {
                         b.note_sent_size(
                             (0..k)
                                 .filter(|&i| holes & (1u128 << i) == 0)
@@ -591,7 +591,7 @@ impl UdpState {
 }
 
 /// The payload of a transmit's largest datagram.
-#[cfg(all(feature = "uring", target_os = "linux"))]
+#[cfg(feature = "uring")]
 fn largest_datagram(t: &Transmit<'_>) -> usize {
     t.segment_size
         .map_or(t.contents.len(), |s| s.min(t.contents.len()))
@@ -617,8 +617,8 @@ impl UdpState {
             }
             Err(e) => (segs, Some(e)),
         };
-        #[cfg(all(feature = "uring", target_os = "linux"))]
-        if let Some(b) = self.uring.as_ref() {
+        #[cfg(feature = "uring")]
+        if let Some(b) = self.backend.as_deref() {
             b.note_hole(left == 0);
         }
         if left > 0 {

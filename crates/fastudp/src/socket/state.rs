@@ -3,6 +3,8 @@
 //! socket itself.
 
 use super::errqueue::ErrorRing;
+#[cfg(feature = "uring")]
+use crate::backend::{Host, RingBackend, RingParams};
 use crate::caps::{self, Capabilities, Disabled};
 use crate::error::{ConfigError, Error, FallbackEvent, Feature};
 use crate::sys;
@@ -55,17 +57,14 @@ pub struct Config {
     /// the kernel neither fragments nor shrinks it, as datagram path-MTU
     /// discovery (DPLPMTUD, RFC 8899; QUIC) requires.
     pub may_fragment: bool,
-    /// Drive the socket with io_uring (feature `uring`; default false, or
-    /// true when `FASTUDP_BACKEND=uring`): see [`crate::uring`]. Where
-    /// io_uring cannot be used the socket falls back to syscalls and says
-    /// why in [`Stats::fallbacks`].
+    /// The backend that moves the socket's datagrams instead of the
+    /// syscall path, if any: set by [`Config::uring`].
     #[cfg(feature = "uring")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "uring")))]
-    pub uring: bool,
+    pub(crate) backend: Option<crate::backend::BackendChoice>,
     /// Provided receive buffers of the io_uring backend (rounded up to a
     /// power of two). Each holds one message (a GRO train). The default,
     /// 0, sizes the ring from the messages it receives
-    /// ([`crate::uring::recv_buffers_for`]): 8 buffers for GRO trains, so
+    /// (`fastudp::uring::recv_buffers_for`): 8 buffers for GRO trains, so
     /// that the memory the kernel cycles through (about 1 MiB) stays in
     /// the CPU's cache; 64 for single datagrams, which write only the
     /// first bytes of each.
@@ -79,7 +78,7 @@ pub struct Config {
     /// buffer on a non-blocking socket, a datagram over a path MTU that
     /// shrank) is reported as dropped locally rather than as an error.
     /// For protocols that recover losses and reordering themselves (QUIC);
-    /// see [`crate::uring`].
+    /// see the `fastudp::uring` module.
     #[cfg(feature = "uring")]
     #[cfg_attr(docsrs, doc(cfg(feature = "uring")))]
     pub uring_unlinked_sends: bool,
@@ -96,7 +95,7 @@ impl Default for Config {
             gso_retry: DEFAULT_GSO_RETRY,
             may_fragment: false,
             #[cfg(feature = "uring")]
-            uring: false,
+            backend: None,
             #[cfg(feature = "uring")]
             uring_recv_buffers: 0,
             #[cfg(feature = "uring")]
@@ -148,11 +147,26 @@ impl Config {
         self
     }
 
-    /// See [`Config::uring`](struct.Config.html#structfield.uring).
-    #[cfg(feature = "uring")]
+    /// Drive the socket with io_uring (default false): see the `uring`
+    /// module. On this platform io_uring does not exist: the socket uses
+    /// syscalls and says why in [`Stats::fallbacks`].
+    #[cfg(all(feature = "uring", not(target_os = "linux")))]
     #[cfg_attr(docsrs, doc(cfg(feature = "uring")))]
     pub fn uring(mut self, on: bool) -> Self {
-        self.uring = on;
+        fn linux_only(
+            _: BorrowedFd<'_>,
+            _: &crate::backend::RingParams,
+        ) -> Result<Box<dyn crate::backend::RingBackend>, FallbackEvent> {
+            Err(FallbackEvent {
+                feature: Feature::Uring,
+                errno: None,
+                reason: "io_uring is Linux-only; using syscalls".into(),
+            })
+        }
+        self.backend = on.then_some(crate::backend::BackendChoice {
+            name: "uring",
+            open: linux_only,
+        });
         self
     }
 
@@ -306,9 +320,10 @@ pub struct UdpState {
     pub(super) c: Counters,
     fallbacks: Mutex<FallbackLog>,
     pub(super) errors: Mutex<ErrorRing>,
-    /// The io_uring backend, when on.
-    #[cfg(all(feature = "uring", target_os = "linux"))]
-    pub(crate) uring: Option<crate::uring::Backend>,
+    /// The backend that sends and receives instead of the syscall path,
+    /// when the config chose one and it could be opened.
+    #[cfg(feature = "uring")]
+    pub(crate) backend: Option<Box<dyn RingBackend>>,
 }
 
 /// The counters behind [`Stats`].
@@ -435,82 +450,52 @@ impl UdpState {
             c: Counters::default(),
             fallbacks: Mutex::new(FallbackLog::default()),
             errors: Mutex::new(ErrorRing::default()),
-            #[cfg(all(feature = "uring", target_os = "linux"))]
-            uring: None,
+            #[cfg(feature = "uring")]
+            backend: None,
         };
         #[cfg(feature = "uring")]
-        let state = state.with_uring(fd, &config)?;
+        let state = state.with_backend(fd, &config);
         Ok(state)
     }
 
-    /// Sets the io_uring backend up when the config or `FASTUDP_BACKEND`
-    /// asks for it, or records why it cannot be.
+    /// Opens the backend the config chose, if any, or records why it
+    /// cannot be used (the socket then uses syscalls).
     #[cfg(feature = "uring")]
-    fn with_uring(
-        #[allow(unused_mut)] mut self,
-        fd: BorrowedFd<'_>,
-        config: &Config,
-    ) -> Result<Self, Error> {
-        #[cfg(target_os = "linux")]
-        let want = config.uring || crate::uring::env_wants_uring()?;
-        #[cfg(not(target_os = "linux"))]
-        let want = config.uring;
-        if !want {
-            return Ok(self);
+    fn with_backend(mut self, fd: BorrowedFd<'_>, config: &Config) -> Self {
+        let Some(choice) = config.backend else {
+            return self;
+        };
+        let params = RingParams {
+            gro: self.caps.gro,
+            recv_buffers: config.uring_recv_buffers,
+            unlinked: config.uring_unlinked_sends,
+        };
+        match (choice.open)(fd, &params) {
+            Ok(b) => self.backend = Some(b),
+            Err(ev) => self.record(ev.feature, ev.errno, ev.reason),
         }
-        #[cfg(target_os = "linux")]
-        {
-            let payload = if self.caps.gro {
-                crate::socket::DEFAULT_MESSAGE_CAPACITY
-            } else {
-                65536
-            };
-            let buffers = match config.uring_recv_buffers {
-                // GRO trains fill most of each buffer; single datagrams
-                // only their first bytes.
-                0 if self.caps.gro => crate::uring::recv_buffers_for(payload),
-                0 => crate::uring::recv_buffers_for(1500),
-                n => n,
-            };
-            match crate::uring::Backend::new(fd, buffers, payload) {
-                Ok(b) => self.uring = Some(b.unlinked(config.uring_unlinked_sends)),
-                Err(ev) => self.record(ev.feature, ev.errno, ev.reason),
-            }
-        }
-        #[cfg(not(target_os = "linux"))]
-        {
-            let _ = fd;
-            self.record(
-                Feature::Uring,
-                None,
-                "io_uring is Linux-only; using syscalls".into(),
-            );
-        }
-        Ok(self)
+        self
     }
 
     /// Takes the io_uring backend down, if there is one, for a wrapper
     /// that waits on the socket's own readiness (tokio's reactor), which
     /// a ring receive would never make readable; records why.
     #[cfg(all(feature = "uring", feature = "tokio"))]
-    pub(crate) fn without_uring(#[allow(unused_mut)] mut self, wrapper: &str) -> Self {
-        #[cfg(target_os = "linux")]
-        if self.uring.take().is_some() {
+    pub(crate) fn without_uring(mut self, wrapper: &str) -> Self {
+        if self.backend.take().is_some() {
             self.record(
                 Feature::Uring,
                 None,
                 format!("the io_uring backend does not run under {wrapper}, which waits on the socket's readiness; using syscalls"),
             );
         }
-        let _ = wrapper;
         self
     }
 
-    /// Counts messages received outside the syscall path.
-    #[cfg(all(feature = "uring", target_os = "linux"))]
-    pub(crate) fn count_recv(&self, messages: usize) {
-        self.c.recv_calls.fetch_add(1, Relaxed);
-        self.c.recv_messages.fetch_add(messages as u64, Relaxed);
+    /// The backend for socket `fd`, when this state has one for it.
+    #[cfg(feature = "uring")]
+    pub(crate) fn backend_for(&self, fd: BorrowedFd<'_>) -> Option<&dyn RingBackend> {
+        self.backend.as_deref().filter(|b| b.for_fd(fd))
     }
 
     /// What was probed when the socket was set up.
@@ -802,5 +787,21 @@ pub(super) fn is_v4_dest(d: &SocketAddr) -> bool {
     match d {
         SocketAddr::V4(_) => true,
         SocketAddr::V6(v6) => v6.ip().to_ipv4_mapped().is_some(),
+    }
+}
+
+#[cfg(feature = "uring")]
+impl Host for UdpState {
+    fn record(&self, feature: Feature, errno: Option<i32>, reason: String) {
+        UdpState::record(self, feature, errno, reason);
+    }
+
+    fn count_recv(&self, messages: usize) {
+        self.c.recv_calls.fetch_add(1, Relaxed);
+        self.c.recv_messages.fetch_add(messages as u64, Relaxed);
+    }
+
+    fn absorb_async_error(&self, fd: BorrowedFd<'_>, e: &io::Error) -> bool {
+        UdpState::absorb_async_error(self, fd, e)
     }
 }

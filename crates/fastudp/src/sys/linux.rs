@@ -64,6 +64,7 @@ pub(super) fn empty_msghdr() -> libc::msghdr {
 
 /// `sendmmsg(2)` of gathered messages: sends up to [`MAX_BATCH`] in one
 /// call and returns how many were sent. Only the headers used are built.
+#[cfg(feature = "unstable-tools")]
 pub(crate) fn sendmmsg(fd: BorrowedFd<'_>, msgs: &[OutMsg<'_>], flags: i32) -> io::Result<usize> {
     let n = msgs.len().min(MAX_BATCH);
     let mut hdrs = [const { MaybeUninit::<libc::mmsghdr>::uninit() }; MAX_BATCH];
@@ -527,6 +528,7 @@ pub(crate) fn setsockopt_bytes(fd: RawFd, level: i32, name: i32, value: &[u8]) -
 }
 
 /// `getsockopt(2)` of an `int` option.
+#[cfg(feature = "unstable-tools")]
 pub(crate) fn getsockopt_int(fd: RawFd, level: i32, name: i32) -> io::Result<i32> {
     let mut v: libc::c_int = 0;
     let mut len = size_of::<libc::c_int>() as libc::socklen_t;
@@ -755,6 +757,7 @@ pub(crate) const POLLOUT: i16 = libc::POLLOUT;
 
 /// `setns(fd, CLONE_NEWNET)`: moves the calling thread into a network
 /// namespace.
+#[cfg(feature = "unstable-tools")]
 pub fn setns_net(fd: BorrowedFd<'_>) -> io::Result<()> {
     // SAFETY: a plain syscall on a borrowed, open descriptor.
     let r = unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) };
@@ -772,6 +775,7 @@ pub fn set_timer_slack(ns: u64) -> io::Result<()> {
 }
 
 /// `sched_setaffinity(0, {cpu})`: pins the calling thread to one CPU.
+#[cfg(feature = "unstable-tools")]
 pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
     if cpu >= libc::CPU_SETSIZE as usize {
         return Err(io::Error::new(
@@ -853,6 +857,7 @@ pub(crate) fn open_beneath(
 }
 
 /// `mkdirat(dir, name, mode)`.
+#[cfg(feature = "unstable-tools")]
 pub fn mkdirat(dir: BorrowedFd<'_>, name: &std::path::Path, mode: u32) -> io::Result<()> {
     let p = c_path(name)?;
     // SAFETY: p is a NUL-terminated string that outlives the call.
@@ -861,6 +866,7 @@ pub fn mkdirat(dir: BorrowedFd<'_>, name: &std::path::Path, mode: u32) -> io::Re
 
 /// `renameat(dir, from, dir, to)`: a rename within one directory (it
 /// replaces `to` and never follows a symbolic link there).
+#[cfg(feature = "unstable-tools")]
 pub fn renameat(
     dir: BorrowedFd<'_>,
     from: &std::path::Path,
@@ -873,6 +879,7 @@ pub fn renameat(
 }
 
 /// `unlinkat(dir, name, 0)`: removes a file (not a directory).
+#[cfg(feature = "unstable-tools")]
 pub fn unlinkat(dir: BorrowedFd<'_>, name: &std::path::Path) -> io::Result<()> {
     let p = c_path(name)?;
     // SAFETY: p is a NUL-terminated string that outlives the call.

@@ -149,6 +149,7 @@ impl<'a> Encoder<'a> {
     }
 
     /// True when no control message was written.
+    #[cfg(feature = "unstable-tools")]
     pub fn is_empty(&self) -> bool {
         self.used == 0
     }

@@ -70,12 +70,14 @@ pub mod consts {
     /// `IP_RECVERR`: queue extended errors; also the error cmsg type.
     pub const IP_RECVERR: i32 = 11;
     /// `IP_MTU`: the path MTU of a connected socket.
+    #[cfg(feature = "unstable-tools")]
     pub const IP_MTU: i32 = 14;
     /// `IPV6_MTU_DISCOVER`.
     pub const IPV6_MTU_DISCOVER: i32 = 23;
     /// `IPV6_PMTUDISC_PROBE`.
     pub const IPV6_PMTUDISC_PROBE: i32 = 3;
     /// `IPV6_MTU`: the path MTU of a connected socket.
+    #[cfg(feature = "unstable-tools")]
     pub const IPV6_MTU: i32 = 24;
     /// `IPV6_RECVERR`: queue extended errors; also the error cmsg type.
     pub const IPV6_RECVERR: i32 = 25;

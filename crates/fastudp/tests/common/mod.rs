@@ -9,6 +9,59 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// Whether this run of the tests asks for the io_uring backend:
+/// `FASTUDP_BACKEND=uring` (the uring feature's second pass of the
+/// integrity tests, see .ci/run). The library reads no such variable; this
+/// test hook maps it to [`Config::uring`] for every socket the tests make
+/// ([`backend`], [`bind`], [`bind_with`], [`from_std`], [`state`]).
+pub fn uring_run() -> bool {
+    match std::env::var("FASTUDP_BACKEND") {
+        Err(_) => false,
+        Ok(v) => match v.trim().to_ascii_lowercase().as_str() {
+            "uring" | "io_uring" => true,
+            "" | "syscall" | "syscalls" => false,
+            other => panic!("FASTUDP_BACKEND: unknown backend '{other}' (known: uring, syscall)"),
+        },
+    }
+}
+
+/// `config` on the backend this run asks for ([`uring_run`]).
+pub fn backend(config: Config) -> Config {
+    #[cfg(feature = "uring")]
+    if uring_run() {
+        return config.uring(true);
+    }
+    config
+}
+
+/// `Socket::bind` on this run's backend.
+pub fn bind(addr: SocketAddr) -> Result<Socket, fastudp::Error> {
+    Socket::bind_with(addr, backend(Config::default()))
+}
+
+/// `Socket::bind_with` on this run's backend.
+pub fn bind_with(addr: SocketAddr, config: Config) -> Result<Socket, fastudp::Error> {
+    Socket::bind_with(addr, backend(config))
+}
+
+/// `Socket::from_std` on this run's backend.
+pub fn from_std(sock: std::net::UdpSocket) -> Result<Socket, fastudp::Error> {
+    Socket::from_std_with(sock, backend(Config::default()))
+}
+
+/// `Socket::from_std_with` on this run's backend.
+pub fn from_std_with(sock: std::net::UdpSocket, config: Config) -> Result<Socket, fastudp::Error> {
+    Socket::from_std_with(sock, backend(config))
+}
+
+/// `UdpState::new` on this run's backend.
+pub fn state(
+    sock: impl std::os::fd::AsFd,
+    config: Config,
+) -> Result<fastudp::UdpState, fastudp::Error> {
+    fastudp::UdpState::new(sock, backend(config))
+}
+
 /// Bytes of header a self-checking datagram carries (seq, len, checksum).
 pub const HDR: usize = 16;
 
@@ -709,7 +762,7 @@ pub fn bind_in(ns: &str, addr: SocketAddr, config: Config) -> Socket {
         s.spawn(|| {
             let f = std::fs::File::open(&path).expect("open netns");
             fastudp::os::setns_net(std::os::fd::AsFd::as_fd(&f)).expect("setns");
-            Socket::bind_with(addr, config).expect("bind in namespace")
+            Socket::bind_with(addr, backend(config)).expect("bind in namespace")
         })
         .join()
         .expect("namespace thread")
@@ -781,7 +834,7 @@ pub fn receive_exactly(rx: &Socket, total: u64, seg: usize, timeout: Duration) {
 pub fn used_backend(s: &Socket, rx: bool) {
     #[cfg(all(feature = "uring", target_os = "linux"))]
     {
-        if !matches!(std::env::var("FASTUDP_BACKEND").as_deref(), Ok("uring")) {
+        if !uring_run() {
             return;
         }
         if let Some(why) = fastudp::uring::probe().why_not() {

@@ -3,7 +3,7 @@
 use super::check::{check, Check, Status};
 
 /// The kernel's version and UDP features.
-pub fn kernel_checks(out: &mut Vec<Check>) {
+pub fn kernel_checks(out: &mut Vec<Check>, uring: bool) {
     let s = "kernel";
     let ver = std::fs::read_to_string("/proc/sys/kernel/osrelease").map(|v| v.trim().to_string());
     out.push(match &ver {
@@ -106,5 +106,5 @@ pub fn kernel_checks(out: &mut Vec<Check>) {
         "destination and source addresses per datagram",
         "not available",
     ));
-    out.push(super::uring::uring_check_now());
+    out.push(super::uring::uring_check_now(uring));
 }

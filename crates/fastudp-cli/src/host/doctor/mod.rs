@@ -32,6 +32,12 @@ pub struct DoctorArgs {
     /// and print their rates.
     #[arg(long, value_name = "SECS")]
     pub watch: Option<u64>,
+    /// Judge the io_uring check for a program that turns the library's
+    /// io_uring backend on (`Config::uring`, or `bench`'s `uring-*`
+    /// strategies): a host where it cannot run is then a warning, with the
+    /// fix when a sysctl is the cause.
+    #[arg(long)]
+    pub uring: bool,
 }
 
 /// Runs every check.
@@ -52,7 +58,7 @@ pub fn diagnose(a: &DoctorArgs) -> Result<Vec<Check>, Failure> {
         (None, None) => up_devices(),
     };
     let mut out = Vec::new();
-    kernel_checks(&mut out);
+    kernel_checks(&mut out, a.uring);
     let qdiscs = netlink::qdiscs().map_err(|e| e.to_string());
     for d in &devs {
         device_checks(d, &qdiscs, &mut out);

@@ -2,7 +2,7 @@
 //! when it would not.
 
 use super::check::{check, Check, Status};
-use fastudp::uring::{probe, UringProbe, BACKEND_ENV};
+use fastudp::uring::{probe, UringProbe};
 
 /// What a socket set up for io_uring got: ring sends, the ring receive,
 /// and the fallbacks it recorded.
@@ -16,11 +16,9 @@ pub struct Tried {
     pub fallbacks: Vec<String>,
 }
 
-/// The check, with what this host offers now.
-pub fn uring_check_now() -> Check {
-    let asked = std::env::var(BACKEND_ENV)
-        .map(|v| v.trim().eq_ignore_ascii_case("uring"))
-        .unwrap_or(false);
+/// The check, with what this host offers now; `asked`: judged for a
+/// program that turns the io_uring backend on (`doctor --uring`).
+pub fn uring_check_now(asked: bool) -> Check {
     let p = probe();
     let tried = if p.available {
         try_socket()
@@ -65,8 +63,8 @@ fn yes(b: bool) -> &'static str {
 }
 
 /// The finding: which opcodes the kernel has, which backend fastudp picks
-/// (syscalls unless asked for io_uring with `FASTUDP_BACKEND=uring` or
-/// `Config::uring`), and why not io_uring. Loosening
+/// (syscalls unless a program asks for io_uring with `Config::uring`;
+/// `doctor --uring` judges for such a program), and why not io_uring. Loosening
 /// `kernel.io_uring_disabled` is advised only when io_uring was asked for:
 /// fastudp's default path does not need it.
 pub fn uring_check(asked: bool, p: &UringProbe, t: &Tried) -> Check {
@@ -107,7 +105,7 @@ pub fn uring_check(asked: bool, p: &UringProbe, t: &Tried) -> Check {
             s,
             name,
             Status::Warn,
-            format!("{BACKEND_ENV}=uring asks for io_uring, but {why}; backend: syscalls{tail}"),
+            format!("io_uring asked for (--uring), but {why}; backend: syscalls{tail}"),
             fix,
         ));
     }
@@ -133,7 +131,9 @@ pub fn uring_check(asked: bool, p: &UringProbe, t: &Tried) -> Check {
             s,
             name,
             Status::Pass,
-            format!("{ops}; backend: syscalls (the default); with {BACKEND_ENV}=uring or Config::uring: {chosen}{why_not}"),
+            format!(
+                "{ops}; backend: syscalls (the default); with Config::uring: {chosen}{why_not}"
+            ),
             None,
         ));
     }
@@ -143,7 +143,7 @@ pub fn uring_check(asked: bool, p: &UringProbe, t: &Tried) -> Check {
         name,
         if full { Status::Pass } else { Status::Warn },
         format!(
-            "{ops}; backend ({BACKEND_ENV}=uring): {chosen}{why_not}{}",
+            "{ops}; backend (Config::uring, asked for with --uring): {chosen}{why_not}{}",
             if full {
                 ""
             } else {
