@@ -58,7 +58,7 @@ enum Cmd {
     /// Soak with fault injection (root; run it through scripts/soak.sh).
     #[command(hide = true)]
     Soak(soak::SoakArgs),
-    /// A QUIC server on fastudp in the paper's architecture (hq-interop),
+    /// A QUIC server on fastudp in the paper's architecture (HTTP/3 and hq-interop),
     /// its baselines, and a load generator.
     Quic {
         #[command(subcommand)]

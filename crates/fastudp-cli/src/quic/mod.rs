@@ -1,7 +1,8 @@
 //! `fastudp quic`: a QUIC server on fastudp in the paper's architecture
 //! (`serve`), its baselines (plain quinn, TLS over TCP), and a load
-//! generator (`load`). The application is HTTP/0.9 over QUIC
-//! (`hq-interop`): see [`hq`].
+//! generator (`load`). The server's engine is the `fastudp-quic` crate;
+//! it answers HTTP/3 (ALPN `h3`) and HTTP/0.9 over QUIC (`hq-interop`,
+//! see [`hq`]) on one port. The load generator speaks hq-interop.
 
 mod attack;
 mod load;
@@ -22,8 +23,8 @@ use std::path::PathBuf;
 /// `fastudp quic ...`.
 #[derive(Subcommand, Debug)]
 pub enum QuicCmd {
-    /// Serve hq-interop (HTTP/0.9 over QUIC): /bytes/N and
-    /// /video/RATE/SECONDS.
+    /// Serve HTTP/3 and hq-interop (HTTP/0.9 over QUIC) on one port:
+    /// /bytes/N, /video/RATE/SECONDS, and files with --www DIR.
     Serve(ServeArgs),
     /// Open many client connections to a server and report per-connection
     /// goodput, rate, stalls, loss and client CPU.
