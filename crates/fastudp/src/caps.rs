@@ -135,7 +135,7 @@ fn probe_segments_on(addr: SocketAddr, segs: usize) -> std::io::Result<()> {
 /// The kernel's `UDP_MAX_SEGMENTS` (128 since 2024, 64 before), probed once
 /// per process by sending a train of 1-byte segments to a throwaway
 /// loopback socket; 0 when the kernel refuses GSO outright.
-pub fn kernel_max_segments() -> usize {
+pub(crate) fn kernel_max_segments() -> usize {
     static MAX: OnceLock<usize> = OnceLock::new();
     *MAX.get_or_init(|| {
         for addr in ["127.0.0.1:0", "[::1]:0"] {

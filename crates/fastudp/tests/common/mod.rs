@@ -746,7 +746,7 @@ pub fn std_bind_in(ns: &str, addr: SocketAddr) -> std::net::UdpSocket {
     std::thread::scope(|s| {
         s.spawn(|| {
             let f = std::fs::File::open(&path).expect("open netns");
-            fastudp::os::setns_net(std::os::fd::AsFd::as_fd(&f)).expect("setns");
+            fastudp_tools::os::setns_net(std::os::fd::AsFd::as_fd(&f)).expect("setns");
             std::net::UdpSocket::bind(addr).expect("bind in namespace")
         })
         .join()
@@ -761,7 +761,7 @@ pub fn bind_in(ns: &str, addr: SocketAddr, config: Config) -> Socket {
     std::thread::scope(|s| {
         s.spawn(|| {
             let f = std::fs::File::open(&path).expect("open netns");
-            fastudp::os::setns_net(std::os::fd::AsFd::as_fd(&f)).expect("setns");
+            fastudp_tools::os::setns_net(std::os::fd::AsFd::as_fd(&f)).expect("setns");
             Socket::bind_with(addr, backend(config)).expect("bind in namespace")
         })
         .join()
@@ -865,7 +865,7 @@ pub fn used_backend(s: &Socket, rx: bool) {
 /// Sets or clears `SO_NO_CHECK`, with which the kernel refuses GSO sends
 /// (EINVAL from udp_send_skb): a real refusal on any kernel.
 pub fn set_no_check(s: &Socket, on: bool) {
-    fastudp::raw::set_option_int(
+    fastudp_tools::raw::set_option_int(
         s.as_std(),
         libc::SOL_SOCKET,
         libc::SO_NO_CHECK,
