@@ -104,6 +104,9 @@ pub struct EngineConfig {
     /// Time without a packet after which a connection is dropped.
     /// Default: 10 s.
     pub idle_timeout: Duration,
+    /// Socket features to switch off on every socket of the engine
+    /// ([`fastudp::Config::disabled`]). Default: none.
+    pub disabled: fastudp::Disabled,
 }
 
 impl EngineConfig {
@@ -124,7 +127,14 @@ impl EngineConfig {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_connections_per_ip: None,
             idle_timeout: Duration::from_secs(10),
+            disabled: fastudp::Disabled::default(),
         }
+    }
+
+    /// Sets [`EngineConfig::disabled`].
+    pub fn disabled(mut self, d: fastudp::Disabled) -> Self {
+        self.disabled = d;
+        self
     }
 
     /// Sets [`EngineConfig::workers`].

@@ -191,9 +191,11 @@
 //!   refused with `EINVAL`/`EIO` is dropped for a retry, and turned off
 //!   only if the retry works. Each is recorded in [`Stats::fallbacks`] with
 //!   the errno and a sentence.
-//! - **Switches**: `FASTUDP_DISABLE=gso,gro,mmsg,ecn,pktinfo,zerocopy,txtime`
-//!   ([`DISABLE_ENV`]) turns features off (an unknown name is an error that
-//!   lists the known ones); [`Config::disabled`] does the same in code.
+//! - **Switches**: [`Config::disabled`] turns features off;
+//!   [`Disabled::parse`] reads a list such as `"gso,gro,mmsg,ecn,pktinfo,zerocopy,txtime"`
+//!   (an unknown name is an error that lists the known ones). The library
+//!   reads no environment variable; the `fastudp` command maps
+//!   `FASTUDP_DISABLE` to this setting.
 //! - **Zerocopy** ([`ZeroCopySender`]): `MSG_ZEROCOPY` sends, with GSO,
 //!   that take ownership of each buffer and hand it back only after its
 //!   completion was read from the error queue, so a buffer can never be
@@ -271,9 +273,7 @@ mod zerocopy;
 
 pub use caps::{Capabilities, Disabled};
 pub use coalesce::{Coalescer, DEFAULT_MTU};
-pub use error::{
-    AllocError, ConfigError, Error, FallbackEvent, Feature, DISABLE_ENV, FEATURE_NAMES,
-};
+pub use error::{AllocError, ConfigError, Error, FallbackEvent, Feature};
 pub use reuseport::{ReuseportGroup, Steering, MAX_STEERING_OFFSET};
 pub use socket::{
     Config, RecvBatch, RecvMeta, Sent, Socket, Stats, Transmit, UdpIo, UdpState, DEFAULT_GSO_RETRY,

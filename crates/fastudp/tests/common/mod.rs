@@ -25,8 +25,17 @@ pub fn uring_run() -> bool {
     }
 }
 
-/// `config` on the backend this run asks for ([`uring_run`]).
+/// `config` on the backend this run asks for ([`uring_run`]), with the
+/// features `FASTUDP_DISABLE` (such as `gso,gro`) switches off added to
+/// its own. The library reads no environment variable; this test hook maps
+/// the variable to [`Config::disabled`] for every socket the tests make.
 pub fn backend(config: Config) -> Config {
+    let env = match std::env::var("FASTUDP_DISABLE") {
+        Ok(v) => Disabled::parse(&v).expect("FASTUDP_DISABLE"),
+        Err(_) => Disabled::default(),
+    };
+    let disabled = config.disabled.union(env);
+    let config = config.disabled(disabled);
     #[cfg(feature = "uring")]
     if uring_run() {
         return config.uring(true);
