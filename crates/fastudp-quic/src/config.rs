@@ -106,6 +106,9 @@ pub struct EngineConfig {
     /// during its handshake (quinn-proto takes the longer of this and 3
     /// probe timeouts). Default: [`crate::limits::IDLE_TIMEOUT`], 30 s.
     pub idle_timeout: Duration,
+    /// Socket features to switch off on every socket of the engine
+    /// ([`fastudp::Config::disabled`]). Default: none.
+    pub disabled: fastudp::Disabled,
 }
 
 impl EngineConfig {
@@ -126,7 +129,14 @@ impl EngineConfig {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_connections_per_ip: None,
             idle_timeout: limits::IDLE_TIMEOUT,
+            disabled: fastudp::Disabled::default(),
         }
+    }
+
+    /// Sets [`EngineConfig::disabled`].
+    pub fn disabled(mut self, d: fastudp::Disabled) -> Self {
+        self.disabled = d;
+        self
     }
 
     /// Sets [`EngineConfig::workers`].

@@ -49,7 +49,8 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
         .max_half_open(a.max_half_open)
         .max_connections(max_connections)
         .max_connections_per_ip(Some(per_ip))
-        .idle_timeout(Duration::from_secs_f64(a.idle_timeout));
+        .idle_timeout(Duration::from_secs_f64(a.idle_timeout))
+        .disabled(crate::args::disabled_from_env().map_err(Failure::usage)?);
     let files = match &a.www {
         Some(dir) => {
             Some(Arc::new(Root::open(dir).map_err(|e| {
