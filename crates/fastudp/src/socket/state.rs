@@ -356,7 +356,6 @@ impl UdpState {
     /// changes that.
     pub fn new(sock: impl AsFd, config: Config) -> Result<Self, Error> {
         let fd = sock.as_fd();
-        let disabled = config.disabled;
         let sref = socket2::SockRef::from(&fd);
         let ipv6 = sref
             .local_addr()
@@ -367,76 +366,10 @@ impl UdpState {
                 source: io::Error::new(io::ErrorKind::InvalidInput, "not an IP socket"),
             })?
             .is_ipv6();
-        let raw = fd.as_raw_fd();
-        // SO_RCVBUF/SO_SNDBUF are capped at net.core.rmem_max/wmem_max; with
-        // CAP_NET_ADMIN the FORCE variants go past the cap.
-        // The kernel's type is an int: a larger request asks for the most
-        // it takes, never for its low 32 bits.
-        let int = |n: usize| n.min(i32::MAX as usize);
-        if let Some(n) = config.recv_buffer.map(int) {
-            sref.set_recv_buffer_size(n).map_err(setup("SO_RCVBUF"))?;
-            force_buffer(raw, sref.recv_buffer_size(), n, sys::SO_RCVBUFFORCE);
-        }
-        if let Some(n) = config.send_buffer.map(int) {
-            sref.set_send_buffer_size(n).map_err(setup("SO_SNDBUF"))?;
-            force_buffer(raw, sref.send_buffer_size(), n, sys::SO_SNDBUFFORCE);
-        }
-        let linux = cfg!(any(target_os = "linux", target_os = "android"));
-        let on = |level, name| sys::setsockopt_int(raw, level, name, 1).is_ok();
-        // An option for each family a dual-stack socket serves: the IPv6
-        // one decides, the IPv4 one covers v4-mapped peers.
-        let both = |v4: (i32, i32, i32), v6: (i32, i32, i32)| {
-            if ipv6 {
-                let ok = sys::setsockopt_int(raw, v6.0, v6.1, v6.2).is_ok();
-                let _ = sys::setsockopt_int(raw, v4.0, v4.1, v4.2);
-                ok
-            } else {
-                sys::setsockopt_int(raw, v4.0, v4.1, v4.2).is_ok()
-            }
-        };
-
-        // GSO: the option must be accepted; reset it to 0 so that sends
-        // without a cmsg are never segmented.
-        let kernel_max = caps::kernel_max_segments();
-        let gso_ok = sys::setsockopt_int(raw, SOL_UDP, UDP_SEGMENT, 1472).is_ok();
-        if gso_ok {
-            sys::setsockopt_int(raw, SOL_UDP, UDP_SEGMENT, 0)
-                .map_err(setup("UDP_SEGMENT reset"))?;
-        }
-        let max_gso_segments = if gso_ok && !disabled.gso && kernel_max > 1 {
-            kernel_max
-        } else {
-            1
-        };
-        let gro = config.gro && !disabled.gro && on(SOL_UDP, UDP_GRO);
-        let ecn = !disabled.ecn && both((SOL_IP, IP_RECVTOS, 1), (SOL_IPV6, IPV6_RECVTCLASS, 1));
-        let pktinfo =
-            !disabled.pktinfo && both((SOL_IP, IP_PKTINFO, 1), (SOL_IPV6, IPV6_RECVPKTINFO, 1));
-        let rxq_ovfl = on(SOL_SOCKET, SO_RXQ_OVFL);
-        let recverr = both((SOL_IP, IP_RECVERR, 1), (SOL_IPV6, IPV6_RECVERR, 1));
-        let dont_fragment = !config.may_fragment && {
-            let probe = both(
-                (SOL_IP, IP_MTU_DISCOVER, IP_PMTUDISC_PROBE),
-                (SOL_IPV6, IPV6_MTU_DISCOVER, IPV6_PMTUDISC_PROBE),
-            );
-            let df = !ipv6 || sys::setsockopt_int(raw, SOL_IPV6, IPV6_DONTFRAG, 1).is_ok();
-            probe && df
-        };
-        let (zc, txtime) = caps::zerocopy_and_txtime();
-        let caps = Capabilities {
-            max_gso_segments,
-            kernel_max_segments: kernel_max.max(1),
-            gro,
-            ecn,
-            pktinfo,
-            mmsg: linux && !disabled.mmsg,
-            rxq_ovfl,
-            recverr,
-            dont_fragment,
-            zerocopy: zc && !disabled.zerocopy,
-            txtime: txtime && !disabled.txtime,
-            disabled,
-        };
+        set_buffers(&sref, &config)?;
+        let caps = probe_capabilities(fd.as_raw_fd(), ipv6, &config)?;
+        let (max_gso_segments, ecn, dont_fragment) =
+            (caps.max_gso_segments, caps.ecn, caps.dont_fragment);
         let state = UdpState {
             ipv6,
             caps,
@@ -772,6 +705,88 @@ fn family(dest: &SocketAddr) -> usize {
 /// True when the socket has a peer (`getpeername` succeeds).
 pub(super) fn is_connected(fd: BorrowedFd<'_>) -> bool {
     socket2::SockRef::from(&fd).peer_addr().is_ok()
+}
+
+/// Asks for the buffer sizes in `config` (`SO_RCVBUF`, `SO_SNDBUF`, and
+/// their FORCE variants past the system's cap where allowed).
+fn set_buffers(sref: &socket2::SockRef<'_>, config: &Config) -> Result<(), Error> {
+    let raw = sref.as_raw_fd();
+    // SO_RCVBUF/SO_SNDBUF are capped at net.core.rmem_max/wmem_max; with
+    // CAP_NET_ADMIN the FORCE variants go past the cap.
+    // The kernel's type is an int: a larger request asks for the most
+    // it takes, never for its low 32 bits.
+    let int = |n: usize| n.min(i32::MAX as usize);
+    if let Some(n) = config.recv_buffer.map(int) {
+        sref.set_recv_buffer_size(n).map_err(setup("SO_RCVBUF"))?;
+        force_buffer(raw, sref.recv_buffer_size(), n, sys::SO_RCVBUFFORCE);
+    }
+    if let Some(n) = config.send_buffer.map(int) {
+        sref.set_send_buffer_size(n).map_err(setup("SO_SNDBUF"))?;
+        force_buffer(raw, sref.send_buffer_size(), n, sys::SO_SNDBUFFORCE);
+    }
+    Ok(())
+}
+
+/// Turns on what the socket should use (GRO, ECN and PKTINFO reporting,
+/// `SO_RXQ_OVFL`, `IP_RECVERR`, don't-fragment) and probes what it
+/// accepts, less what `config` switches off.
+fn probe_capabilities(raw: RawFd, ipv6: bool, config: &Config) -> Result<Capabilities, Error> {
+    let disabled = config.disabled;
+    let linux = cfg!(any(target_os = "linux", target_os = "android"));
+    let on = |level, name| sys::setsockopt_int(raw, level, name, 1).is_ok();
+    // An option for each family a dual-stack socket serves: the IPv6
+    // one decides, the IPv4 one covers v4-mapped peers.
+    let both = |v4: (i32, i32, i32), v6: (i32, i32, i32)| {
+        if ipv6 {
+            let ok = sys::setsockopt_int(raw, v6.0, v6.1, v6.2).is_ok();
+            let _ = sys::setsockopt_int(raw, v4.0, v4.1, v4.2);
+            ok
+        } else {
+            sys::setsockopt_int(raw, v4.0, v4.1, v4.2).is_ok()
+        }
+    };
+
+    // GSO: the option must be accepted; reset it to 0 so that sends
+    // without a cmsg are never segmented.
+    let kernel_max = caps::kernel_max_segments();
+    let gso_ok = sys::setsockopt_int(raw, SOL_UDP, UDP_SEGMENT, 1472).is_ok();
+    if gso_ok {
+        sys::setsockopt_int(raw, SOL_UDP, UDP_SEGMENT, 0).map_err(setup("UDP_SEGMENT reset"))?;
+    }
+    let max_gso_segments = if gso_ok && !disabled.gso && kernel_max > 1 {
+        kernel_max
+    } else {
+        1
+    };
+    let gro = config.gro && !disabled.gro && on(SOL_UDP, UDP_GRO);
+    let ecn = !disabled.ecn && both((SOL_IP, IP_RECVTOS, 1), (SOL_IPV6, IPV6_RECVTCLASS, 1));
+    let pktinfo =
+        !disabled.pktinfo && both((SOL_IP, IP_PKTINFO, 1), (SOL_IPV6, IPV6_RECVPKTINFO, 1));
+    let rxq_ovfl = on(SOL_SOCKET, SO_RXQ_OVFL);
+    let recverr = both((SOL_IP, IP_RECVERR, 1), (SOL_IPV6, IPV6_RECVERR, 1));
+    let dont_fragment = !config.may_fragment && {
+        let probe = both(
+            (SOL_IP, IP_MTU_DISCOVER, IP_PMTUDISC_PROBE),
+            (SOL_IPV6, IPV6_MTU_DISCOVER, IPV6_PMTUDISC_PROBE),
+        );
+        let df = !ipv6 || sys::setsockopt_int(raw, SOL_IPV6, IPV6_DONTFRAG, 1).is_ok();
+        probe && df
+    };
+    let (zc, txtime) = caps::zerocopy_and_txtime();
+    Ok(Capabilities {
+        max_gso_segments,
+        kernel_max_segments: kernel_max.max(1),
+        gro,
+        ecn,
+        pktinfo,
+        mmsg: linux && !disabled.mmsg,
+        rxq_ovfl,
+        recverr,
+        dont_fragment,
+        zerocopy: zc && !disabled.zerocopy,
+        txtime: txtime && !disabled.txtime,
+        disabled,
+    })
 }
 
 /// Asks for `want` bytes with a FORCE option when the plain one was capped
