@@ -23,11 +23,11 @@ pub const DEFAULT_SPLIT_WAIT: Duration = Duration::from_secs(5);
 
 /// How long GSO stays off after a path refused it, unless
 /// [`Config::gso_retry`] says otherwise. Each refusal in a row doubles it,
-/// up to [`MAX_GSO_RETRY`].
+/// up to 64 s.
 pub const DEFAULT_GSO_RETRY: Duration = Duration::from_secs(1);
 
 /// The longest GSO stays off after refusals in a row.
-pub const MAX_GSO_RETRY: Duration = Duration::from_secs(64);
+pub(crate) const MAX_GSO_RETRY: Duration = Duration::from_secs(64);
 
 /// Options applied when fastudp sets up a socket.
 #[derive(Debug, Clone, Copy)]
@@ -228,7 +228,7 @@ pub struct Stats {
     /// Times GSO was tried again after a refusal had turned it off.
     pub gso_retries: u64,
     /// The most recent features the socket turned off at run time, and
-    /// why: at most [`FALLBACK_EVENTS_KEPT`] events, oldest first. A path
+    /// why: at most 32 events, oldest first. A path
     /// whose GSO refusals come and go records one event per refusal, so
     /// older events are only counted ([`Stats::fallbacks_total`]). Shared:
     /// [`UdpState::stats`] does not copy them.
@@ -241,12 +241,12 @@ pub struct Stats {
 /// How many recent fallback events a socket keeps ([`Stats::fallbacks`]);
 /// older ones are counted in [`Stats::fallbacks_total`] only, so a socket's
 /// memory stays bounded however often a path flaps.
-pub const FALLBACK_EVENTS_KEPT: usize = 32;
+pub(crate) const FALLBACK_EVENTS_KEPT: usize = 32;
 
 /// The recent fallback events of a socket and how many there were.
 #[derive(Debug, Default)]
 struct FallbackLog {
-    /// The last [`FALLBACK_EVENTS_KEPT`] events, oldest first; replaced
+    /// The last 32 events, oldest first; replaced
     /// (copied) on each new event, which is rare, so that a snapshot is
     /// a reference count.
     recent: Arc<[FallbackEvent]>,
