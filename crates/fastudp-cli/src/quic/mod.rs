@@ -80,7 +80,7 @@ pub struct ServeArgs {
     /// suffixes): batches of at most 16 KiB leave no faster than this.
     /// Set it just under a bottleneck's rate. Default: no limit (each
     /// connection's own pacer only).
-    #[arg(long, value_parser = crate::stream::parse_rate)]
+    #[arg(long, value_parser = crate::args::parse_rate)]
     pub total_rate: Option<u64>,
     /// Validate client addresses with Retry packets before accepting.
     #[arg(long)]

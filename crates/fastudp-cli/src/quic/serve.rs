@@ -33,7 +33,7 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
     let pacing = match a.pacing {
         PacingArg::Quic => Pacing::Quic,
         PacingArg::Kernel => Pacing::Kernel {
-            qdisc: crate::stream::egress_qdisc(if a.listen.ip().is_unspecified() {
+            qdisc: crate::host::routes::egress_qdisc(if a.listen.ip().is_unspecified() {
                 IpAddr::from([127, 0, 0, 1])
             } else {
                 a.listen.ip()
