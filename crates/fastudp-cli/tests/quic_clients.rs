@@ -1156,7 +1156,7 @@ fn interop_aioquic_h3_transferloss() {
 /// (its HandshakeIdleTimeout, which the runner's client leaves at the
 /// default) or not done within twice that. Under 30% loss each way that
 /// happened here in 1 of 6 runs of 10 connections, and in 4 of 6 against
-/// plain quinn (`--stack quinn`); 0 of 20 with the server's 30 s idle
+/// plain quinn (`--stack quinn`); 0 of 23 with the server's 30 s idle
 /// timeout, which does not move the client's limits (docs/INTEROP.md,
 /// note 3): a pass is likely, not certain, so CI does not run it.
 #[test]
