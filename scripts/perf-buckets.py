@@ -15,10 +15,13 @@ BUCKETS = [
                r"rustls|header_protection|hkdf|sha256|x25519|p256|ecdsa|_sha|bn_"),
     ("copies", r"memmove|memcpy|copy_user|_copy_to_iter|_copy_from_iter|"
                r"copy_page|rep_movs|skb_copy|csum_partial_copy"),
-    ("allocation", r"malloc|free|realloc|calloc|_int_|cfree|tcache|alloc|"
+    # quinn-proto's sent-packet and ACK-range maps are BTreeMaps: theirs.
+    ("quinn-proto", r"quinn_proto|quinn::|quinn_udp|btree|BTree"),
+    ("allocation", r"malloc|free|realloc|calloc|_int_|cfree|tcache|"
+                   r"__rust_alloc|__rdl_alloc|__rust_dealloc|kmalloc|page_alloc|"
+                   r"alloc_pages|alloc_skb|"
                    r"kmem_cache|slab|__slab|slub|memcg|page_frag|kfree|mmap|"
                    r"munmap|brk|memset"),
-    ("quinn-proto", r"quinn_proto|quinn::|quinn_udp"),
     ("sleep/wake", r"schedule|finish_task_switch|ppoll|epoll|futex|"
                    r"do_sys_poll|hrtimer|try_to_wake|idle|pick_next|enqueue_task|"
                    r"dequeue_task|update_curr|psi_"),
@@ -51,7 +54,11 @@ def main():
                 b = name
                 break
         tot[b] = tot.get(b, 0.0) + pct
-    for name in [b for b, _ in BUCKETS] + ["other"]:
+    names = []
+    for b, _ in BUCKETS:
+        if b not in names:
+            names.append(b)
+    for name in names + ["other"]:
         share = 100 * tot.get(name, 0.0) / total if total else 0.0
         print(f"{name}\t{share:.1f}%")
 

@@ -19,7 +19,7 @@
 #
 # CONFIGS (default "a b c d") may also name the ablation's configs
 # (BENCHMARKS section 17), each (a) or (c)/(d) with one switch changed:
-#   a-arena  --no-recv-arena: one allocation per received datagram
+#   a-arena  --recv-arena: received datagrams share 64 KiB blocks
 #   a-aws    --crypto aws-lc-rs on server and client (c-aws, d-aws likewise)
 #   a-ack10  --ack-every 10 on server and client (c-ack10 likewise)
 #   a-train20 --max-train 20; a-turn2 / a-turn32: --trains-per-turn 2 / 32
@@ -60,7 +60,7 @@ one() { # one PROFILE WORKLOAD CONFIG ROUND
     *) echo "unknown config $3" >&2; exit 2 ;;
     esac
     case $3 in
-    *-arena) extra="$extra --no-recv-arena" ;;
+    *-arena) extra="$extra --recv-arena" ;;
     *-aws) extra="$extra --crypto aws-lc-rs" cextra="--crypto aws-lc-rs" ;;
     *-ack10) extra="$extra --ack-every 10" cextra="--ack-every 10" ;;
     *-train20) extra="$extra --max-train 20" ;;

@@ -47,6 +47,21 @@ pub fn bad_value_line(e: &clap::Error) -> Option<String> {
     })
 }
 
+/// The features `FASTUDP_DISABLE` (a list such as `gso,gro,mmsg`) switches
+/// off. The library reads no environment variable: `doctor` and
+/// `quic serve` map this one to `fastudp::Config::disabled` for their
+/// sockets (docs/CLI.md). Unset or empty switches nothing off; an unknown
+/// name is an error that lists the known ones.
+pub fn disabled_from_env() -> Result<fastudp::Disabled, String> {
+    match std::env::var("FASTUDP_DISABLE") {
+        Ok(v) => fastudp::Disabled::parse(&v).map_err(|e| format!("FASTUDP_DISABLE: {e}")),
+        Err(std::env::VarError::NotPresent) => Ok(fastudp::Disabled::default()),
+        Err(std::env::VarError::NotUnicode(_)) => {
+            Err("FASTUDP_DISABLE: not valid Unicode".to_string())
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -299,7 +299,7 @@ impl Limits {
             return Err("a mode name longer than 64 bytes".into());
         }
         if let Some(rev) = &r.reverse {
-            let kmax = fastudp::os::kernel_max_segments().max(1);
+            let kmax = fastudp_tools::os::kernel_max_segments().max(1);
             if rev.port == 0 {
                 return Err("reverse: port 0".into());
             }
@@ -367,7 +367,7 @@ fn receive(
     let (mut bytes, mut dgrams, mut calls, mut messages, mut foreign) = (0u64, 0, 0, 0, 0);
     let mut first: Option<Instant> = None;
     let mut last = Instant::now();
-    let cpu0 = fastudp::os::thread_cpu_time();
+    let cpu0 = fastudp_tools::os::thread_cpu_time();
     let same = |a: IpAddr| {
         let canon = |ip: IpAddr| match ip {
             IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
@@ -385,7 +385,7 @@ fn receive(
         }
         match sock.recv(&mut batch) {
             Ok(_) => {
-                let at = fastudp::os::monotonic_ns();
+                let at = fastudp_tools::os::monotonic_ns();
                 let now = Instant::now();
                 calls += 1;
                 for (m, buf) in batch.iter() {
@@ -419,7 +419,7 @@ fn receive(
             Err(_) => std::thread::sleep(Duration::from_millis(10)),
         }
     }
-    let cpu = fastudp::os::thread_cpu_time().saturating_sub(cpu0);
+    let cpu = fastudp_tools::os::thread_cpu_time().saturating_sub(cpu0);
     let t = v.totals();
     Outcome {
         datagrams: dgrams,

@@ -83,7 +83,7 @@ enum TestbedCmd {
 }
 
 fn main() -> ExitCode {
-    fastudp::os::default_sigpipe();
+    fastudp_tools::os::default_sigpipe();
     let matches = match args::allow_negative_numbers(Cli::command()).try_get_matches() {
         Ok(m) => m,
         Err(e) => match args::bad_value_line(&e) {

@@ -538,8 +538,8 @@ pub fn run_tx(a: TxArgs) -> Result<(), Failure> {
             )));
         }
     }
-    let max = fastudp::wire::max_payload(ipv6);
-    let kmax = fastudp::os::kernel_max_segments().max(1);
+    let max = fastudp_tools::wire::max_payload(ipv6);
+    let kmax = fastudp_tools::os::kernel_max_segments().max(1);
     let (t, payload, segs) = if a.tcp {
         let s = a.size.unwrap_or(64 * 1024);
         if s == 0 || s > 1 << 24 {
@@ -551,7 +551,7 @@ pub fn run_tx(a: TxArgs) -> Result<(), Failure> {
         (TxStrategy::Tcp, s, 1)
     } else if let Some(g) = a.gso {
         let mtu = probe_mtu(dest)?;
-        let fit = fastudp::wire::max_segment_for_mtu(mtu, ipv6);
+        let fit = fastudp_tools::wire::max_segment_for_mtu(mtu, ipv6);
         if g == 0 || g > fit {
             return Err(Failure::usage(format!(
                 "-S {g}: a GSO segment to {dest} must be 1 to {fit} bytes (path MTU {mtu} minus {} bytes of headers)",
@@ -585,7 +585,7 @@ pub fn run_tx(a: TxArgs) -> Result<(), Failure> {
     } else {
         let s = a
             .size
-            .unwrap_or(fastudp::wire::max_segment_for_mtu(1500, ipv6));
+            .unwrap_or(fastudp_tools::wire::max_segment_for_mtu(1500, ipv6));
         if s == 0 || s > max {
             return Err(Failure::usage(format!(
                 "-s {s} is out of range: a UDP payload is 1 to {max} bytes"
@@ -923,7 +923,7 @@ fn probe_mtu(dest: SocketAddr) -> Result<usize, Failure> {
     let s = std::net::UdpSocket::bind(bench::unspecified(dest.is_ipv6()))
         .and_then(|s| s.connect(dest).map(|()| s))
         .map_err(|e| Failure::usage(format!("no route to {dest}: {e}")))?;
-    fastudp::raw::path_mtu(&s)
+    fastudp_tools::raw::path_mtu(&s)
         .map_err(|e| Failure::usage(format!("cannot read the path MTU to {dest}: {e}")))
 }
 
@@ -966,7 +966,7 @@ pub fn run_rx(a: RxArgs) -> Result<(), Failure> {
     let mut peer = None;
     let mut tick = 1u32;
     let mut last = (0u64, 0u64, 0u64);
-    let mut cpu0 = fastudp::os::thread_cpu_time();
+    let mut cpu0 = fastudp_tools::os::thread_cpu_time();
     if !a.quiet && !a.json {
         outln!("rx: listening on {addr} ({})", bench::rname(strategy));
     }
@@ -979,7 +979,7 @@ pub fn run_rx(a: RxArgs) -> Result<(), Failure> {
                 let now = Instant::now();
                 if first.is_none() {
                     first = Some(now);
-                    cpu0 = fastudp::os::thread_cpu_time();
+                    cpu0 = fastudp_tools::os::thread_cpu_time();
                 }
                 last_data = now;
                 calls += 1;
@@ -1039,7 +1039,7 @@ pub fn run_rx(a: RxArgs) -> Result<(), Failure> {
             }
         }
     }
-    let cpu = fastudp::os::thread_cpu_time().saturating_sub(cpu0);
+    let cpu = fastudp_tools::os::thread_cpu_time().saturating_sub(cpu0);
     let secs = match first {
         Some(f) => last_data.duration_since(f).as_secs_f64().max(1e-3),
         None => 0.0,
@@ -1174,7 +1174,7 @@ fn rx_tcp(a: &RxArgs, addr: SocketAddr) -> Result<(), Failure> {
     let mut buf = vec![0u8; 256 * 1024];
     let (mut bytes, mut calls) = (0u64, 0u64);
     let start = Instant::now();
-    let cpu0 = fastudp::os::thread_cpu_time();
+    let cpu0 = fastudp_tools::os::thread_cpu_time();
     let mut tick = 1u32;
     let mut last = (0u64, 0u64);
     loop {
@@ -1207,7 +1207,7 @@ fn rx_tcp(a: &RxArgs, addr: SocketAddr) -> Result<(), Failure> {
             tick += 1;
         }
     }
-    let cpu = fastudp::os::thread_cpu_time().saturating_sub(cpu0);
+    let cpu = fastudp_tools::os::thread_cpu_time().saturating_sub(cpu0);
     let secs = start.elapsed().as_secs_f64().max(1e-3);
     finish(
         &Summary {

@@ -146,8 +146,8 @@ pub fn validate(a: &BenchArgs) -> Result<(), String> {
 /// Datagrams of `payload` bytes in a full GSO train: as many as fit the
 /// 65507 bytes of a UDP datagram, within the kernel's segment limit.
 pub fn full_train(payload: usize) -> usize {
-    let kmax = fastudp::os::kernel_max_segments().max(1);
-    (fastudp::wire::MAX_PAYLOAD_V4 / payload.max(1))
+    let kmax = fastudp_tools::os::kernel_max_segments().max(1);
+    (fastudp_tools::wire::MAX_PAYLOAD_V4 / payload.max(1))
         .min(kmax)
         .max(1)
 }

@@ -293,9 +293,9 @@ pub struct Measurement {
 
 fn validate(a: &BenchArgs) -> Result<Workload, String> {
     let max = if a.ipv6 {
-        fastudp::wire::MAX_PAYLOAD_V6
+        fastudp_tools::wire::MAX_PAYLOAD_V6
     } else {
-        fastudp::wire::MAX_PAYLOAD_V4
+        fastudp_tools::wire::MAX_PAYLOAD_V4
     };
     if a.payload == 0 || a.payload > max {
         return Err(format!(
@@ -303,11 +303,11 @@ fn validate(a: &BenchArgs) -> Result<Workload, String> {
             a.payload
         ));
     }
-    if a.batch == 0 || a.batch > fastudp::os::MAX_BATCH {
+    if a.batch == 0 || a.batch > fastudp_tools::os::MAX_BATCH {
         return Err(format!(
             "--batch {} is out of range: 1 to {}",
             a.batch,
-            fastudp::os::MAX_BATCH
+            fastudp_tools::os::MAX_BATCH
         ));
     }
     if !(a.duration >= 0.01 && a.duration <= 3600.0) {
@@ -325,7 +325,7 @@ fn validate(a: &BenchArgs) -> Result<Workload, String> {
     if a.repeat == 0 || a.repeat > 100 {
         return Err(format!("--repeat {} is out of range: 1 to 100", a.repeat));
     }
-    let kmax = fastudp::os::kernel_max_segments().max(1);
+    let kmax = fastudp_tools::os::kernel_max_segments().max(1);
     let segs = a.batch.min(max / a.payload).min(kmax).max(1);
     if let Some(p) = &a.plot {
         let dir = std::path::Path::new(p)
@@ -344,7 +344,7 @@ fn validate(a: &BenchArgs) -> Result<Workload, String> {
             .ok()
             .and_then(|s| s.trim().parse().ok())
             .unwrap_or(65_536);
-        let fit = fastudp::wire::max_segment_for_mtu(lo_mtu, a.ipv6);
+        let fit = fastudp_tools::wire::max_segment_for_mtu(lo_mtu, a.ipv6);
         if a.payload > fit {
             return Err(format!(
                 "--payload {} does not fit loopback's MTU of {lo_mtu}: at most {fit} bytes over {}",
@@ -353,7 +353,7 @@ fn validate(a: &BenchArgs) -> Result<Workload, String> {
             ));
         }
     }
-    let mtu_seg = fastudp::wire::max_segment_for_mtu(1500, a.ipv6);
+    let mtu_seg = fastudp_tools::wire::max_segment_for_mtu(1500, a.ipv6);
     if a.testbed.is_some() && a.payload > mtu_seg {
         return Err(format!(
             "--payload {} is over the testbed's MTU: a GSO segment on a 1500-byte MTU holds at most {mtu_seg} bytes",
@@ -574,7 +574,7 @@ fn pin(w: &Workload, cpu: usize) {
             .unwrap_or(1)
             >= 2
     {
-        let _ = fastudp::os::pin_to_cpu(cpu);
+        let _ = fastudp_tools::os::pin_to_cpu(cpu);
     }
 }
 
@@ -855,9 +855,9 @@ fn busy_poll(s: &impl std::os::fd::AsRawFd, w: &Workload) -> Result<(), String> 
     let Some(us) = w.busy_poll else {
         return Ok(());
     };
-    fastudp::raw::set_option_int(s, libc::SOL_SOCKET, libc::SO_BUSY_POLL, us as i32).map_err(|e| {
-        format!("--busy-poll {us}: SO_BUSY_POLL: {e} (above net.core.busy_read it needs root)")
-    })
+    fastudp_tools::raw::set_option_int(s, libc::SOL_SOCKET, libc::SO_BUSY_POLL, us as i32).map_err(
+        |e| format!("--busy-poll {us}: SO_BUSY_POLL: {e} (above net.core.busy_read it needs root)"),
+    )
 }
 
 /// The command-line name of a send strategy.

@@ -115,8 +115,10 @@ pub struct ServeArgs {
     /// Milliseconds between the frames of a /video stream.
     #[arg(long, default_value_t = 40.0)]
     pub interval: f64,
-    /// Seconds without a packet after which a connection is dropped.
-    #[arg(long, default_value_t = 10.0)]
+    /// Seconds without a packet after which a connection is dropped,
+    /// also during its handshake (30 s, as quinn and quic-go: under heavy
+    /// loss a handshake can go that long between packets).
+    #[arg(long, default_value_t = limits::IDLE_TIMEOUT.as_secs_f64())]
     pub idle_timeout: f64,
     /// Stop after this many seconds (default: run until Ctrl-C).
     #[arg(long)]
@@ -156,11 +158,11 @@ pub struct ServeArgs {
     /// fastudp only.
     #[arg(long, default_value_t = fastudp_quic::Tuning::default().trains_per_turn)]
     pub trains_per_turn: usize,
-    /// Allocate each received datagram on its own instead of copying
-    /// datagrams into shared 64 KiB blocks (for comparison). --stack
-    /// fastudp only.
+    /// Copy received datagrams into shared 64 KiB blocks instead of one
+    /// allocation each (no saving measured: docs/BENCHMARKS.md section
+    /// 17). --stack fastudp only.
     #[arg(long)]
-    pub no_recv_arena: bool,
+    pub recv_arena: bool,
     /// Serve the files beneath DIR (hq-interop `GET /path`): regular
     /// files only, `index.html` for a directory, no symbolic links, no
     /// way out of DIR (docs/SECURITY.md, "Static files"). `/bytes/N` and

@@ -71,7 +71,7 @@ fn bind(r: RxStrategy, addr: std::net::SocketAddr) -> Result<RxSock, String> {
     for _ in 0..50 {
         match rx::bind(r, addr) {
             Ok(s) => {
-                fastudp::raw::set_option_int(
+                fastudp_tools::raw::set_option_int(
                     fd(&s),
                     libc::SOL_SOCKET,
                     libc::SO_RCVBUFFORCE,
@@ -83,9 +83,9 @@ fn bind(r: RxStrategy, addr: std::net::SocketAddr) -> Result<RxSock, String> {
                     // (`UDP_NO_CHECK6_TX`), which an IPv6 receiver drops
                     // unless told to take them: the datagrams still carry
                     // the soak's own checksum.
-                    fastudp::raw::set_option_int(
+                    fastudp_tools::raw::set_option_int(
                         fd(&s),
-                        fastudp::wire::consts::SOL_UDP,
+                        fastudp_tools::wire::consts::SOL_UDP,
                         libc::UDP_NO_CHECK6_RX,
                         1,
                     )
@@ -182,7 +182,7 @@ pub fn run(
             } else {
                 (libc::SO_RCVBUFFORCE, RCVBUF as i32)
             };
-            fastudp::raw::set_option_int(fd(&sock), libc::SOL_SOCKET, opt, size)
+            fastudp_tools::raw::set_option_int(fd(&sock), libc::SOL_SOCKET, opt, size)
                 .map_err(|e| format!("receive buffer to {size}: {e}"))?;
             squeezed = squeeze;
             if squeeze {

@@ -447,7 +447,7 @@ mod tests {
         if tx.capabilities().max_gso_segments > 1 {
             return true;
         }
-        let why = "no UDP GSO on this socket (an old kernel, or FASTUDP_DISABLE=gso)";
+        let why = "no UDP GSO on this socket (an old kernel, or Config::disabled with gso)";
         assert!(
             std::env::var_os("FASTUDP_REQUIRE_PRIVILEGED_TESTS").is_none(),
             "{why}"

@@ -35,7 +35,7 @@ pub const MAX_GSO_RETRY: Duration = Duration::from_secs(64);
 pub struct Config {
     /// Turn UDP GRO on for receive (default true).
     pub gro: bool,
-    /// Features to switch off in code, on top of [`crate::DISABLE_ENV`].
+    /// Features to switch off (the library reads no environment variable).
     pub disabled: Disabled,
     /// `SO_RCVBUF` to request, in bytes (the kernel takes at most
     /// `i32::MAX`; a larger request asks for that).
@@ -356,7 +356,7 @@ impl UdpState {
     /// changes that.
     pub fn new(sock: impl AsFd, config: Config) -> Result<Self, Error> {
         let fd = sock.as_fd();
-        let disabled = Disabled::from_env()?.union(config.disabled);
+        let disabled = config.disabled;
         let sref = socket2::SockRef::from(&fd);
         let ipv6 = sref
             .local_addr()

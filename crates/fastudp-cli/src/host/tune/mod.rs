@@ -71,7 +71,7 @@ pub fn plan(devs: &[String]) -> Plan {
         }
     }
     for dev in devs {
-        let feats = match fastudp::host::features(dev) {
+        let feats = match fastudp_tools::host::features(dev) {
             Ok(f) => f,
             Err(e) => {
                 p.skipped
@@ -79,7 +79,7 @@ pub fn plan(devs: &[String]) -> Plan {
                 continue;
             }
         };
-        let veth = fastudp::host::driver(dev).is_ok_and(|d| d == "veth");
+        let veth = fastudp_tools::host::driver(dev).is_ok_and(|d| d == "veth");
         let want = TUNE_FEATURES
             .iter()
             .filter(|w| veth || **w != "rx-udp-gro-forwarding");
@@ -105,7 +105,7 @@ pub fn plan(devs: &[String]) -> Plan {
             let ncpu = std::thread::available_parallelism()
                 .map(|n| n.get())
                 .unwrap_or(1) as u32;
-            match fastudp::host::channels(dev) {
+            match fastudp_tools::host::channels(dev) {
                 Ok(c) if c.rx < 2 && c.max_rx >= 2 => {
                     let n = c.max_rx.min(ncpu.max(2));
                     p.changes.push(Change::Channels {
