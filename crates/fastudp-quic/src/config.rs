@@ -5,12 +5,13 @@ use quinn_proto::{TransportConfig, VarInt};
 use std::time::Duration;
 
 /// The transport settings every stack shares, with `idle_timeout` (whole
-/// milliseconds; 10 s where it does not fit a QUIC varint).
+/// milliseconds; [`limits::IDLE_TIMEOUT`] where it does not fit a QUIC
+/// varint).
 pub fn transport(idle_timeout: Duration) -> TransportConfig {
     let mut t = TransportConfig::default();
     t.max_idle_timeout(Some(
         VarInt::from_u64(idle_timeout.as_millis().min(u128::from(u64::MAX)) as u64)
-            .unwrap_or(VarInt::from_u32(10_000))
+            .unwrap_or(VarInt::from_u32(limits::IDLE_TIMEOUT.as_millis() as u32))
             .into(),
     ));
     // Sized for the application (see [`limits`]): a request is one line
@@ -65,7 +66,7 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 100_000;
 /// let cfg = EngineConfig::new("[::]:4433".parse().unwrap(), tls())
 ///     .workers(4)
 ///     .pacing(Pacing::Quic)
-///     .idle_timeout(Duration::from_secs(30));
+///     .idle_timeout(Duration::from_secs(60));
 /// # }
 /// ```
 #[derive(Debug, Clone)]
@@ -101,9 +102,13 @@ pub struct EngineConfig {
     /// counted once the address is validated. Default: `None`, a quarter
     /// of `max_connections`, at least 1.
     pub max_connections_per_ip: Option<usize>,
-    /// Time without a packet after which a connection is dropped.
-    /// Default: 10 s.
+    /// Time without a packet after which a connection is dropped, also
+    /// during its handshake (quinn-proto takes the longer of this and 3
+    /// probe timeouts). Default: [`crate::limits::IDLE_TIMEOUT`], 30 s.
     pub idle_timeout: Duration,
+    /// Socket features to switch off on every socket of the engine
+    /// ([`fastudp::Config::disabled`]). Default: none.
+    pub disabled: fastudp::Disabled,
 }
 
 impl EngineConfig {
@@ -123,8 +128,15 @@ impl EngineConfig {
             max_half_open: 1024,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_connections_per_ip: None,
-            idle_timeout: Duration::from_secs(10),
+            idle_timeout: limits::IDLE_TIMEOUT,
+            disabled: fastudp::Disabled::default(),
         }
+    }
+
+    /// Sets [`EngineConfig::disabled`].
+    pub fn disabled(mut self, d: fastudp::Disabled) -> Self {
+        self.disabled = d;
+        self
     }
 
     /// Sets [`EngineConfig::workers`].

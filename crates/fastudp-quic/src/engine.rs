@@ -95,7 +95,9 @@ impl Engine {
             cfg.listen,
             n,
             Steering::QuicCid,
-            Config::default().recv_buffer(4 << 20),
+            Config::default()
+                .recv_buffer(4 << 20)
+                .disabled(cfg.disabled),
         )
         .map_err(|source| Error::Listen {
             addr: cfg.listen,
@@ -106,7 +108,7 @@ impl Engine {
             .map_err(|e| Error::Setup(format!("getsockname: {e}")))?;
         let mut txs = Vec::with_capacity(n);
         for _ in 0..n {
-            txs.push(send_socket(addr).map_err(Error::Setup)?);
+            txs.push(send_socket(addr, cfg.disabled).map_err(Error::Setup)?);
         }
         let (pacing, why) = match &cfg.pacing {
             Pacing::Quic => (

@@ -365,8 +365,9 @@ fn send_buffer_full(e: &fastudp::Error) -> bool {
 }
 
 /// An unconnected send socket on `addr`, in the reuseport group after its
-/// receive sockets (the steering program never picks it).
-pub(crate) fn send_socket(addr: SocketAddr) -> Result<Socket, String> {
+/// receive sockets (the steering program never picks it), with the
+/// features `disabled` switches off.
+pub(crate) fn send_socket(addr: SocketAddr, disabled: fastudp::Disabled) -> Result<Socket, String> {
     let s = socket2::Socket::new(
         socket2::Domain::for_address(addr),
         socket2::Type::DGRAM,
@@ -384,8 +385,13 @@ pub(crate) fn send_socket(addr: SocketAddr) -> Result<Socket, String> {
     // The socket is non-blocking: a buffer that holds a whole turn's
     // trains of many connections keeps `EAGAIN` (and the retry calls
     // after it) rare (capped at net.core.wmem_max without CAP_NET_ADMIN).
-    Socket::from_std_with(s.into(), Config::default().send_buffer(SEND_BUFFER))
-        .map_err(|e| format!("send socket on {addr}: {e}"))
+    Socket::from_std_with(
+        s.into(),
+        Config::default()
+            .send_buffer(SEND_BUFFER)
+            .disabled(disabled),
+    )
+    .map_err(|e| format!("send socket on {addr}: {e}"))
 }
 
 fn from_quinn_ecn(e: Option<quinn_proto::EcnCodepoint>) -> Option<EcnCodepoint> {

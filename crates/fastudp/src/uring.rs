@@ -995,7 +995,7 @@ enum PoolFill {
 impl UringZeroCopySender {
     /// A sender with its own ring. Fails when io_uring or
     /// `IORING_OP_SENDMSG_ZC` is not available (see [`probe`]), or
-    /// `FASTUDP_DISABLE` has `zerocopy`.
+    /// `Config::disabled` has `zerocopy`.
     pub fn new(sock: &impl UdpIo) -> Result<Self, Error> {
         if sock.state().capabilities().disabled.zerocopy {
             return Err(crate::ConfigError::SwitchedOff(Feature::Zerocopy).into());

@@ -279,7 +279,7 @@ pub fn run(a: LoadArgs) -> Result<(), Failure> {
     let answered = Arc::new(AtomicBool::new(false));
     interrupt::watch();
     let rt = runtime(a.threads)?;
-    let cpu0 = fastudp::os::process_cpu_time();
+    let cpu0 = fastudp_tools::os::process_cpu_time();
     let t0 = Instant::now();
     let request = format!("GET {}\r\n", a.request);
     let outcomes: Option<Vec<Outcome>> = rt.block_on(async {
@@ -376,7 +376,7 @@ pub fn run(a: LoadArgs) -> Result<(), Failure> {
         return Err(no_answer(&target, a.stack));
     };
     let secs = t0.elapsed().as_secs_f64();
-    let cpu = fastudp::os::process_cpu_time()
+    let cpu = fastudp_tools::os::process_cpu_time()
         .saturating_sub(cpu0)
         .as_secs_f64();
     rt.shutdown_timeout(Duration::from_millis(200));

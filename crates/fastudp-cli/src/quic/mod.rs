@@ -80,7 +80,7 @@ pub struct ServeArgs {
     /// suffixes): batches of at most 16 KiB leave no faster than this.
     /// Set it just under a bottleneck's rate. Default: no limit (each
     /// connection's own pacer only).
-    #[arg(long, value_parser = crate::stream::parse_rate)]
+    #[arg(long, value_parser = crate::args::parse_rate)]
     pub total_rate: Option<u64>,
     /// Validate client addresses with Retry packets before accepting.
     #[arg(long)]
@@ -115,8 +115,10 @@ pub struct ServeArgs {
     /// Milliseconds between the frames of a /video stream.
     #[arg(long, default_value_t = 40.0)]
     pub interval: f64,
-    /// Seconds without a packet after which a connection is dropped.
-    #[arg(long, default_value_t = 10.0)]
+    /// Seconds without a packet after which a connection is dropped,
+    /// also during its handshake (30 s, as quinn and quic-go: under heavy
+    /// loss a handshake can go that long between packets).
+    #[arg(long, default_value_t = limits::IDLE_TIMEOUT.as_secs_f64())]
     pub idle_timeout: f64,
     /// Stop after this many seconds (default: run until Ctrl-C).
     #[arg(long)]

@@ -1,10 +1,10 @@
 //! The send strategies.
 
 use super::{unspecified, Live, TxOutcome, TxStrategy, Workload};
-use fastudp::raw::{self, OutMsg};
-use fastudp::wire::cmsg::Encoder;
-use fastudp::wire::consts::{SOL_UDP, UDP_SEGMENT};
 use fastudp::Transmit;
+use fastudp_tools::raw::{self, OutMsg};
+use fastudp_tools::wire::cmsg::Encoder;
+use fastudp_tools::wire::consts::{SOL_UDP, UDP_SEGMENT};
 use std::io::{self, IoSlice, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::sync::atomic::Ordering::Relaxed;
@@ -80,7 +80,7 @@ impl Ring {
 /// only differences of transit times count, so the two hosts' clocks need
 /// not agree).
 fn stamp(buf: &mut [u8], payload: usize, seq: &mut u64) {
-    let now = fastudp::os::monotonic_ns().to_le_bytes();
+    let now = fastudp_tools::os::monotonic_ns().to_le_bytes();
     for d in buf.chunks_mut(payload) {
         if d.len() >= 8 {
             d[..8].copy_from_slice(&seq.to_le_bytes());
@@ -312,7 +312,7 @@ pub fn udp(
     let (mut calls, mut dgrams, mut bytes) = (0u64, 0u64, 0u64);
     let start = Instant::now();
     let deadline = start + w.duration;
-    let cpu0 = fastudp::os::thread_cpu_time();
+    let cpu0 = fastudp_tools::os::thread_cpu_time();
     while Instant::now() < deadline && !stop_requested() {
         if !pace(w.rate, start, bytes, (p * per_call) as u64, deadline) {
             break;
@@ -427,7 +427,7 @@ pub fn udp(
     if let Some(f) = &fast {
         peer_gone(f.state(), f.as_std(), dest, dgrams)?;
     }
-    let cpu = fastudp::os::thread_cpu_time().saturating_sub(cpu0);
+    let cpu = fastudp_tools::os::thread_cpu_time().saturating_sub(cpu0);
     if let Some(f) = &fast {
         let s = f.stats();
         calls = s.send_calls;
@@ -490,7 +490,7 @@ pub fn tcp(mut s: TcpStream, w: &Workload, live: &Live) -> Result<TxOutcome, Str
     let (mut calls, mut bytes) = (0u64, 0u64);
     let start = Instant::now();
     let deadline = start + w.duration;
-    let cpu0 = fastudp::os::thread_cpu_time();
+    let cpu0 = fastudp_tools::os::thread_cpu_time();
     while Instant::now() < deadline && !stop_requested() {
         if !pace(w.rate, start, bytes, (p * w.segs) as u64, deadline) {
             break;
@@ -501,7 +501,7 @@ pub fn tcp(mut s: TcpStream, w: &Workload, live: &Live) -> Result<TxOutcome, Str
         bytes += buf.len() as u64;
         live.tx_calls.store(calls, Relaxed);
     }
-    let cpu = fastudp::os::thread_cpu_time().saturating_sub(cpu0);
+    let cpu = fastudp_tools::os::thread_cpu_time().saturating_sub(cpu0);
     let seconds = start.elapsed().as_secs_f64();
     drop(s);
     Ok(TxOutcome {
@@ -551,7 +551,7 @@ pub fn zerocopy(
     let (mut calls, mut dgrams, mut bytes) = (0u64, 0u64, 0u64);
     let start = Instant::now();
     let deadline = start + w.duration;
-    let cpu0 = fastudp::os::thread_cpu_time();
+    let cpu0 = fastudp_tools::os::thread_cpu_time();
     while Instant::now() < deadline && !stop_requested() {
         if !pace(w.rate, start, bytes, call_len as u64, deadline) {
             break;
@@ -586,7 +586,7 @@ pub fn zerocopy(
         }
         zc.reap(&sock).map_err(|e| send_err(t, e.into()))?;
     }
-    let cpu = fastudp::os::thread_cpu_time().saturating_sub(cpu0);
+    let cpu = fastudp_tools::os::thread_cpu_time().saturating_sub(cpu0);
     let seconds = start.elapsed().as_secs_f64();
     let left = zc
         .drain(&sock, Duration::from_secs(2))
@@ -648,7 +648,7 @@ pub fn zerocopy_fixed(dest: SocketAddr, w: &Workload, live: &Live) -> Result<TxO
     let (mut calls, mut dgrams, mut bytes) = (0u64, 0u64, 0u64);
     let start = Instant::now();
     let deadline = start + w.duration;
-    let cpu0 = fastudp::os::thread_cpu_time();
+    let cpu0 = fastudp_tools::os::thread_cpu_time();
     while Instant::now() < deadline && !stop_requested() {
         if !pace(w.rate, start, bytes, call_len as u64, deadline) {
             break;
@@ -679,7 +679,7 @@ pub fn zerocopy_fixed(dest: SocketAddr, w: &Workload, live: &Live) -> Result<TxO
         }
         zc.reap();
     }
-    let cpu = fastudp::os::thread_cpu_time().saturating_sub(cpu0);
+    let cpu = fastudp_tools::os::thread_cpu_time().saturating_sub(cpu0);
     let seconds = start.elapsed().as_secs_f64();
     let left = zc
         .drain(Duration::from_secs(2))
@@ -706,7 +706,7 @@ pub fn zerocopy_fixed(dest: SocketAddr, w: &Workload, live: &Live) -> Result<TxO
 /// this host, every one is (the stack copies the pages before handing
 /// them over, so that a local reader cannot see a buffer that changes).
 pub fn tcp_zerocopy(s: TcpStream, w: &Workload, live: &Live) -> Result<TxOutcome, String> {
-    use fastudp::wire::consts::{SOL_SOCKET, SO_ZEROCOPY};
+    use fastudp_tools::wire::consts::{SOL_SOCKET, SO_ZEROCOPY};
     use std::collections::{BTreeSet, VecDeque};
     let t = TxStrategy::TcpZerocopy;
     raw::set_option_int(&s, SOL_SOCKET, SO_ZEROCOPY, 1)
@@ -729,7 +729,11 @@ pub fn tcp_zerocopy(s: TcpStream, w: &Workload, live: &Live) -> Result<TxOutcome
      -> Result<(), String> {
         loop {
             match raw::recv_error(&s) {
-                Ok(Some(fastudp::SocketError::ZeroCopy { lo, hi, copied: c })) => {
+                Ok(Some(fastudp_tools::wire::errqueue::SocketError::ZeroCopy {
+                    lo,
+                    hi,
+                    copied: c,
+                })) => {
                     let n = u64::from(hi.wrapping_sub(lo)) + 1;
                     completions += n;
                     if c {
@@ -781,7 +785,7 @@ pub fn tcp_zerocopy(s: TcpStream, w: &Workload, live: &Live) -> Result<TxOutcome
     let (mut calls, mut bytes) = (0u64, 0u64);
     let start = Instant::now();
     let deadline = start + w.duration;
-    let cpu0 = fastudp::os::thread_cpu_time();
+    let cpu0 = fastudp_tools::os::thread_cpu_time();
     while Instant::now() < deadline && !stop_requested() {
         if !pace(w.rate, start, bytes, call_len as u64, deadline) {
             break;
@@ -828,7 +832,7 @@ pub fn tcp_zerocopy(s: TcpStream, w: &Workload, live: &Live) -> Result<TxOutcome
         live.tx_calls.store(calls, Relaxed);
         reap(&mut flight, &mut pool, &mut done)?;
     }
-    let cpu = fastudp::os::thread_cpu_time().saturating_sub(cpu0);
+    let cpu = fastudp_tools::os::thread_cpu_time().saturating_sub(cpu0);
     let seconds = start.elapsed().as_secs_f64();
     // The last completions come when the receiver has acknowledged.
     let until = Instant::now() + Duration::from_secs(2);
