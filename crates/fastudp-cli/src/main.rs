@@ -8,11 +8,12 @@
 mod output;
 mod args;
 mod bench;
-mod control;
+mod engine;
 mod failure;
 mod host;
 mod interrupt;
-mod out;
+#[cfg(test)]
+mod layers;
 mod procfs;
 mod quic;
 mod soak;

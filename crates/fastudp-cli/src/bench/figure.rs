@@ -500,7 +500,7 @@ pub fn run(a: &BenchArgs, w: Workload) -> Result<(), crate::Failure> {
         .and_then(|v| v.parse().ok());
     interrupt::watch();
     interrupt::at_forced_exit(restore_saved);
-    let host = super::report::host_info();
+    let host = crate::engine::report::host_info();
     if !a.json {
         outln!(
             "fastudp bench --figure {n}: {}, payload {} B, batch {}, {} datagrams per GSO buffer, {:.1} s per row{}",

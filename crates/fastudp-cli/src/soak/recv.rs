@@ -3,8 +3,8 @@
 
 use super::account::{check, Arrival, Ledger};
 use super::Shared;
-use crate::bench::rx::{self, RxSock};
-use crate::bench::RxStrategy;
+use crate::engine::rx::{self, RxSock};
+use crate::engine::RxStrategy;
 use fastudp::RecvBatch;
 use std::io;
 use std::sync::atomic::Ordering::*;
@@ -136,8 +136,8 @@ fn counters(r: RxStrategy, s: &RxSock, out: &mut RxResult) -> Result<(), String>
         // An io_uring strategy that fell back to syscalls must not pass
         // for io_uring.
         if out.received_here > 0 {
-            crate::bench::uring::check_rx(r, f)
-                .map_err(|e| format!("{}: {e}", crate::bench::rname(r)))?;
+            crate::engine::uring::check_rx(r, f)
+                .map_err(|e| format!("{}: {e}", crate::engine::rname(r)))?;
         }
     }
     out.received_here = 0;
@@ -230,7 +230,7 @@ pub fn run(
                         | io::ErrorKind::TimedOut
                         | io::ErrorKind::Interrupted
                 ) => {}
-            Err(e) => return Err(format!("{} receive failed: {e}", crate::bench::rname(r))),
+            Err(e) => return Err(format!("{} receive failed: {e}", crate::engine::rname(r))),
         }
         if sh.sender_done.load(Acquire) {
             let end = sh.next_seq.load(Acquire);

@@ -3,7 +3,7 @@
 use super::args::{check_common, PacingArg, StreamArgs};
 use super::header::{mode_byte, HDR, MAGIC};
 use super::summary::{bits_per_sec, finish, steal_since, StreamSummary};
-use crate::host::{netlink, routes};
+use crate::host::routes::egress_qdisc;
 use crate::procfs::CpuTicks;
 use crate::{interrupt, Failure};
 use fastudp::pacing::{
@@ -165,22 +165,6 @@ fn open_sockets(a: &StreamArgs) -> Result<Vec<Socket>, Failure> {
                 .map_err(|e| Failure::usage(e.to_string()))
         })
         .collect()
-}
-
-/// The kind of the root qdisc of the device that carries traffic to
-/// `dest`, if it can be read.
-pub fn egress_qdisc(dest: IpAddr) -> Option<String> {
-    let dev = routes::device_for(dest).ok()?;
-    let idx: i32 = std::fs::read_to_string(format!("/sys/class/net/{dev}/ifindex"))
-        .ok()?
-        .trim()
-        .parse()
-        .ok()?;
-    netlink::qdiscs()
-        .ok()?
-        .into_iter()
-        .find(|q| q.ifindex == idx && q.parent == netlink::TC_H_ROOT)
-        .map(|q| q.kind)
 }
 
 /// One train of a batch: where its bytes are in the batch buffer, where it

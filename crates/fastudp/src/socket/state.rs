@@ -324,7 +324,15 @@ pub struct UdpState {
     /// when the config chose one and it could be opened.
     #[cfg(feature = "uring")]
     pub(crate) backend: Option<Box<dyn RingBackend>>,
+    /// Unique in the process: tells this state from another one that
+    /// got the same descriptor number later (a ring's registered file).
+    #[cfg(feature = "uring")]
+    pub(crate) id: u64,
 }
+
+/// The next [`UdpState`] id.
+#[cfg(feature = "uring")]
+static NEXT_STATE_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 /// The counters behind [`Stats`].
 #[derive(Debug, Default)]
@@ -385,6 +393,8 @@ impl UdpState {
             errors: Mutex::new(ErrorRing::default()),
             #[cfg(feature = "uring")]
             backend: None,
+            #[cfg(feature = "uring")]
+            id: NEXT_STATE_ID.fetch_add(1, Relaxed),
         };
         #[cfg(feature = "uring")]
         let state = state.with_backend(fd, &config);

@@ -266,7 +266,7 @@ fn veth_checks(
             "0: a NAPI poll for every few packets the sender puts on the veth; deferred to the gro_flush_timeout timer, UDP GSO+GRO took a quarter less CPU per byte on the testbed (BENCHMARKS section 15)",
             Some(format!(
                 "echo {} > /sys/class/net/{dev}/napi_defer_hard_irqs",
-                crate::host::tune::NAPI_DEFER
+                crate::host::devices::NAPI_DEFER
             )),
         )
         .with("value", 0),

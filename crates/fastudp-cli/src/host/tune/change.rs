@@ -8,6 +8,7 @@
 //! input like any other, so [`Change::checked`] refuses anything else, and
 //! any value out of its type's range, before anything is written.
 
+pub use crate::host::devices::valid_dev_name;
 use crate::host::sysctl::{read_sysctl, SYSCTLS};
 use serde::{Deserialize, Serialize};
 use std::io::Write;
@@ -143,17 +144,6 @@ impl std::fmt::Display for Value {
             Value::Pair(rx, tx) => write!(f, "rx {rx} tx {tx}"),
         }
     }
-}
-
-/// A kernel interface name as the kernel accepts it (`dev_valid_name`):
-/// 1 to 15 bytes, not `.` or `..`, no `/`, `:` or white space.
-pub fn valid_dev_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() < 16
-        && name != "."
-        && name != ".."
-        && !name.contains(['/', ':'])
-        && !name.chars().any(|c| c.is_whitespace() || c.is_control())
 }
 
 fn check_dev(dev: &str) -> Result<(), String> {
