@@ -984,6 +984,7 @@ pub struct UringZeroCopySender {
     stats: ZeroCopyStats,
     /// The [`UdpState::id`] of the socket registered as the ring's fixed
     /// file.
+    #[cfg(target_os = "linux")]
     file_state: Option<u64>,
 }
 

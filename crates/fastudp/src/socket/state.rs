@@ -326,12 +326,12 @@ pub struct UdpState {
     pub(crate) backend: Option<Box<dyn RingBackend>>,
     /// Unique in the process: tells this state from another one that
     /// got the same descriptor number later (a ring's registered file).
-    #[cfg(feature = "uring")]
+    #[cfg(all(feature = "uring", target_os = "linux"))]
     pub(crate) id: u64,
 }
 
 /// The next [`UdpState`] id.
-#[cfg(feature = "uring")]
+#[cfg(all(feature = "uring", target_os = "linux"))]
 static NEXT_STATE_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 /// The counters behind [`Stats`].
@@ -393,7 +393,7 @@ impl UdpState {
             errors: Mutex::new(ErrorRing::default()),
             #[cfg(feature = "uring")]
             backend: None,
-            #[cfg(feature = "uring")]
+            #[cfg(all(feature = "uring", target_os = "linux"))]
             id: NEXT_STATE_ID.fetch_add(1, Relaxed),
         };
         #[cfg(feature = "uring")]
