@@ -255,8 +255,8 @@ typedef struct fastudp_config {
    */
   bool gro;
   /**
-   * `FASTUDP_FEATURE_*` bits to switch off, on top of the
-   * `FASTUDP_DISABLE` environment variable (default 0).
+   * `FASTUDP_FEATURE_*` bits to switch off (default 0). The library
+   * reads no environment variable.
    */
   uint32_t disabled;
   /**
@@ -792,7 +792,7 @@ typedef struct fastudp_socket_error {
 #define FASTUDP_ERR_CONTROL 12
 
 /**
- * A setting cannot work as asked: an unknown name in `FASTUDP_DISABLE`, a
+ * A setting cannot work as asked: a
  * departure time while `SO_TXTIME` is off, a feature switched off.
  */
 #define FASTUDP_ERR_CONFIG 13

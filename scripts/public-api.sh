@@ -8,8 +8,7 @@
 #   scripts/public-api.sh --bless   accept a deliberate change: rewrite the file
 #
 # The API is the library with its default features plus `tokio` and
-# `quinn`. Not `unstable-tools` (the command's modules, no promise), and
-# not `uring`, whose API (`fastudp::uring`, `Config::uring`,
+# `quinn`. Not `uring`, whose API (`fastudp::uring`, `Config::uring`,
 # `UdpState::recv_with`, `Feature::Uring`) is new and Linux-only and may
 # still change. Blanket impls (`impl<T> From<T> for T`...) are left out;
 # auto-trait impls (Send, Sync, Unpin) stay: losing one breaks callers.

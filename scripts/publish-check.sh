@@ -8,11 +8,11 @@
 #    every rustdoc warning (a broken link, a bad code block) an error.
 #    `feature(doc_cfg)` is a nightly feature: RUSTC_BOOTSTRAP=1 lets the
 #    stable rustdoc accept it, as docs.rs's nightly does.
-# 2. `cargo publish --dry-run` of the publishable crates, fastudp,
-#    fastudp-quic and fastudp-cli (fastudp-ffi is `publish = false`):
-#    each is packaged and the package built alone, as crates.io would,
-#    with the CLI built against the packaged libraries. Any warning of
-#    cargo's fails the check.
+# 2. `cargo publish --dry-run` of the publishable crates, fastudp and
+#    fastudp-quic (fastudp-ffi, fastudp-tools and fastudp-cli, which uses
+#    fastudp-tools, are `publish = false`): each is packaged and the
+#    package built alone, as crates.io would, fastudp-quic against the
+#    packaged library. Any warning of cargo's fails the check.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,22 +23,21 @@ RUSTDOCFLAGS="-D warnings" cargo doc -p fastudp-quic --no-deps --locked
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-# cargo verifies the CLI against the packaged library through a local
+# cargo verifies fastudp-quic against the packaged library through a local
 # registry, which it unpacks under $CARGO_HOME/registry/src/-<hash>/ (a
 # local registry has no host name) and never unpacks again while the
-# version is the same: a second run would build the CLI against the first
+# version is the same: a second run would build it against the first
 # run's library. Remove those stale copies first.
 cargo_home=${CARGO_HOME:-$HOME/.cargo}
 for d in "$cargo_home"/registry/src/-*/fastudp-[0-9]* "$cargo_home"/registry/src/-*/fastudp-quic-[0-9]*; do
     [ -d "$d" ] && rm -rf "$d"
 done
 # --allow-dirty: CI checks a tree that may hold build products.
-cargo publish --dry-run --locked --allow-dirty -p fastudp -p fastudp-quic -p fastudp-cli 2>&1 | tee "$log"
+cargo publish --dry-run --locked --allow-dirty -p fastudp -p fastudp-quic 2>&1 | tee "$log"
 # Warnings known and explained (docs/DEVELOPMENT.md, "Publishing"); any
 # other fails the check:
 # - every dry run says it aborts the upload;
-# - fastudp-cli has no documentation, homepage or repository URL: there
-#   is no public repository yet, and docs.rs documents no binary;
+# - no repository URL: there is no public repository yet;
 # - the name `fastudp` on crates.io belongs to another project, whose
 #   yanked 0.1.0 has our version number.
 known='aborting upload due to dry run|manifest has no documentation, homepage or repository|package `fastudp v0.1.0` in Cargo.lock is yanked'

@@ -14,7 +14,9 @@
 #   client-restart  5 s in, the load (the receiver) is killed and a new
 #                   load of 100 connections starts at once
 #
-# The server's idle timeout is 10 s, longer than every fault. The run
+# The server runs with --idle-timeout 10 (the default is 30 s): longer
+# than every fault, and short enough that a killed client's connections
+# are gone soon after the kill. The run
 # fails (non-zero exit) on:
 #   - a connection lost to the link or MTU fault (every one of the 100
 #     must complete, with the right bytes), or a failed connection of the

@@ -10,8 +10,8 @@
 
 #![no_main]
 
-use fastudp::wire::cmsg::{self, CmsgError, Decoder, Encoder};
-use fastudp::wire::control::decode_recv;
+use fastudp_tools::wire::cmsg::{self, CmsgError, Decoder, Encoder};
+use fastudp_tools::wire::control::decode_recv;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -14,9 +14,9 @@
 
 #![no_main]
 
-use fastudp::wire::cmsg::{Decoder, Encoder};
-use fastudp::wire::consts::{IPV6_RECVERR, IP_RECVERR, SOL_IP, SOL_IPV6};
-use fastudp::wire::errqueue::{parse, SocketError};
+use fastudp_tools::wire::cmsg::{Decoder, Encoder};
+use fastudp_tools::wire::consts::{IPV6_RECVERR, IP_RECVERR, SOL_IP, SOL_IPV6};
+use fastudp_tools::wire::errqueue::{parse, SocketError};
 use fastudp_fuzz::input::Input;
 use libfuzzer_sys::fuzz_target;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -75,7 +75,7 @@ fuzz_target!(|data: &[u8]| {
     } else {
         (SOL_IP, IP_RECVERR)
     };
-    let mut buf = vec![0u8; fastudp::wire::cmsg::space(rest.len())];
+    let mut buf = vec![0u8; fastudp_tools::wire::cmsg::space(rest.len())];
     let mut enc = Encoder::new(&mut buf);
     enc.push(level, ty, rest).expect("room for the message");
     match parse(&buf, destination) {

@@ -11,7 +11,7 @@
 
 #![no_main]
 
-use fastudp::wire::gro::Datagrams;
+use fastudp_tools::wire::gro::Datagrams;
 use fastudp_fuzz::input::Input;
 use libfuzzer_sys::fuzz_target;
 

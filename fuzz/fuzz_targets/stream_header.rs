@@ -16,7 +16,7 @@
 
 #![no_main]
 
-use fastudp_fuzz::bench::seq::MAX_JUMP;
+use fastudp_fuzz::engine::seq::MAX_JUMP;
 use fastudp_fuzz::input::Input;
 use fastudp_fuzz::stream::flows::{percentile, RxOut, Tally};
 use fastudp_fuzz::stream::header::mode_name;

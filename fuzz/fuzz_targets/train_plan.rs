@@ -12,7 +12,7 @@
 
 #![no_main]
 
-use fastudp::wire::plan::{plan, segments, Limits, Oversized};
+use fastudp_tools::wire::plan::{plan, segments, Limits, Oversized};
 use fastudp_fuzz::input::Input;
 use libfuzzer_sys::fuzz_target;
 

@@ -4,6 +4,9 @@
 
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::Command;
+use std::net::{IpAddr, SocketAddr};
+
+use crate::Failure;
 
 /// Lets every option (and argument) that takes a value take one that
 /// starts with `-` and a digit. Without this clap reads `--payload -1` as
@@ -45,6 +48,83 @@ pub fn bad_value_line(e: &clap::Error) -> Option<String> {
     } else {
         format!("{opt} {value}: {why}")
     })
+}
+
+/// Resolves `host` (a name or an address, the value of option `opt`) to
+/// an address of the family asked for (`v4`/`v6`), or of either when
+/// neither -4 nor -6 was given.
+pub fn resolve_as(
+    opt: &str,
+    host: &str,
+    port: u16,
+    v4: bool,
+    v6: bool,
+) -> Result<SocketAddr, Failure> {
+    use std::net::ToSocketAddrs;
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        if (v6 && ip.is_ipv4()) || (v4 && ip.is_ipv6()) {
+            return Err(Failure::usage(format!(
+                "{opt} {host} is not an {} address",
+                if v6 { "IPv6" } else { "IPv4" }
+            )));
+        }
+        return Ok(SocketAddr::new(ip, port));
+    }
+    let all: Vec<SocketAddr> = (host, port)
+        .to_socket_addrs()
+        .map_err(|e| Failure::usage(format!("{opt} {host}: cannot resolve it: {e}")))?
+        .collect();
+    all.iter()
+        .copied()
+        .find(|a| {
+            if v6 {
+                a.is_ipv6()
+            } else if v4 {
+                a.is_ipv4()
+            } else {
+                true
+            }
+        })
+        .ok_or_else(|| {
+            Failure::usage(format!(
+                "{opt} {host} has no {} address",
+                if v6 { "IPv6" } else { "IPv4" }
+            ))
+        })
+}
+
+/// Parses a rate such as `125000`, `125k`, `1M` or `1.5M` (bytes per second).
+pub fn parse_rate(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (num, mult) = match t.chars().last() {
+        Some('k' | 'K') => (&t[..t.len() - 1], 1e3),
+        Some('m' | 'M') => (&t[..t.len() - 1], 1e6),
+        Some('g' | 'G') => (&t[..t.len() - 1], 1e9),
+        _ => (t, 1.0),
+    };
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a rate in bytes per second (like 125000, 125k, 1M)"))?;
+    let r = v * mult;
+    if !(r.is_finite() && (1.0..=1e12).contains(&r)) {
+        return Err(format!("{s:?}: a rate must be 1 byte/s to 1 TB/s"));
+    }
+    Ok(r as u64)
+}
+
+/// The features `FASTUDP_DISABLE` (a list such as `gso,gro,mmsg`) switches
+/// off. The library reads no environment variable: `doctor` and
+/// `quic serve` map this one to `fastudp::Config::disabled` for their
+/// sockets (docs/CLI.md). Unset or empty switches nothing off; an unknown
+/// name is an error that lists the known ones.
+pub fn disabled_from_env() -> Result<fastudp::Disabled, String> {
+    match std::env::var("FASTUDP_DISABLE") {
+        Ok(v) => fastudp::Disabled::parse(&v).map_err(|e| format!("FASTUDP_DISABLE: {e}")),
+        Err(std::env::VarError::NotPresent) => Ok(fastudp::Disabled::default()),
+        Err(std::env::VarError::NotUnicode(_)) => {
+            Err("FASTUDP_DISABLE: not valid Unicode".to_string())
+        }
+    }
 }
 
 #[cfg(test)]

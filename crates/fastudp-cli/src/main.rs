@@ -8,11 +8,12 @@
 mod output;
 mod args;
 mod bench;
-mod control;
+mod engine;
 mod failure;
 mod host;
 mod interrupt;
-mod out;
+#[cfg(test)]
+mod layers;
 mod procfs;
 mod quic;
 mod soak;
@@ -83,7 +84,7 @@ enum TestbedCmd {
 }
 
 fn main() -> ExitCode {
-    fastudp::os::default_sigpipe();
+    fastudp_tools::os::default_sigpipe();
     let matches = match args::allow_negative_numbers(Cli::command()).try_get_matches() {
         Ok(m) => m,
         Err(e) => match args::bad_value_line(&e) {

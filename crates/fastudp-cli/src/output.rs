@@ -1,4 +1,5 @@
-//! Writing results: standard output that may fail (a full disk), and
+//! Writing results: standard output (or the file of `--logfile`, appended
+//! to, as iperf3 does) that may fail (a full disk, a closed pipe), and
 //! output files checked before a run.
 
 /// Prints a line to standard output (or the file of `--logfile`) like
@@ -11,10 +12,42 @@ macro_rules! outln {
         outln!("")
     };
     ($($t:tt)*) => {{
-        if let Err(e) = $crate::out::line(format_args!($($t)*)) {
+        if let Err(e) = $crate::output::line(format_args!($($t)*)) {
             $crate::output::stdout_failed(e)
         }
     }};
+}
+
+use std::fmt;
+use std::io::Write;
+use std::sync::{Mutex, OnceLock};
+
+static LOG: OnceLock<Mutex<std::fs::File>> = OnceLock::new();
+
+/// Sends every later output line to `path` (appended; created if missing,
+/// never through a symbolic link at `path`).
+pub fn to_file(opt: &str, path: &str) -> Result<(), String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    check_output_path(opt, path)?;
+    let f = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|e| format!("{opt} {path}: cannot write there: {e}"))?;
+    LOG.set(Mutex::new(f))
+        .map_err(|_| format!("{opt}: output already goes to a file"))
+}
+
+/// Writes one line to the output.
+pub fn line(args: fmt::Arguments<'_>) -> std::io::Result<()> {
+    match LOG.get() {
+        Some(f) => {
+            let mut f = f.lock().unwrap_or_else(|e| e.into_inner());
+            writeln!(f, "{args}")
+        }
+        None => writeln!(std::io::stdout(), "{args}"),
+    }
 }
 
 /// Checks before a run that `path` (the value of option `opt`) can be

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 /// `/proc/stat` (the seventh field, in clock ticks).
 pub fn softirq_ns() -> Option<u64> {
     let s = std::fs::read_to_string("/proc/stat").ok()?;
-    parse_softirq_ticks(&s).map(|t| t * 1_000_000_000 / fastudp::os::clock_ticks_per_sec())
+    parse_softirq_ticks(&s).map(|t| t * 1_000_000_000 / fastudp_tools::os::clock_ticks_per_sec())
 }
 
 /// The softirq ticks of the aggregate `cpu` line.
@@ -50,7 +50,7 @@ impl CpuTicks {
 /// of `/proc/stat`'s `cpu` line; not idle, iowait or steal), in ns.
 pub fn busy_ns() -> Option<u64> {
     parse_busy_ticks(&std::fs::read_to_string("/proc/stat").ok()?)
-        .map(|t| t * 1_000_000_000 / fastudp::os::clock_ticks_per_sec().max(1))
+        .map(|t| t * 1_000_000_000 / fastudp_tools::os::clock_ticks_per_sec().max(1))
 }
 
 /// The busy ticks of `/proc/stat`'s `cpu` line: user, nice, system, irq

@@ -340,7 +340,7 @@ pub fn down() -> Result<(), String> {
 pub fn enter(name: &str) -> Result<(), String> {
     let f = std::fs::File::open(format!("/var/run/netns/{name}"))
         .map_err(|e| format!("open namespace {name}: {e}"))?;
-    fastudp::os::setns_net(std::os::fd::AsFd::as_fd(&f))
+    fastudp_tools::os::setns_net(std::os::fd::AsFd::as_fd(&f))
         .map_err(|e| format!("enter namespace {name}: {e}"))
 }
 

@@ -137,6 +137,40 @@ fn table_and_interval_lines() {
     assert!(!String::from_utf8_lossy(&q.stdout).contains("0-1 "));
 }
 
+/// `fastudp bench | head -1`: once the reader has gone, the next line
+/// ends the program as SIGPIPE ends any Unix tool (status 141 in a shell),
+/// with nothing on standard error: no panic, no "cannot write" message.
+#[test]
+fn a_closed_stdout_ends_quietly() {
+    use std::io::BufRead;
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_fastudp"))
+        .args(["bench", "--duration", "1.2", "--tx", "sendto"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("fastudp starts");
+    let mut first = String::new();
+    {
+        let mut out = std::io::BufReader::new(child.stdout.take().expect("piped"));
+        out.read_line(&mut first).expect("a first line");
+        // Dropping the reader closes the pipe, as `head -1` does.
+    }
+    assert!(!first.is_empty(), "bench printed nothing");
+    let o = child.wait_with_output().expect("fastudp ends");
+    let err = String::from_utf8_lossy(&o.stderr);
+    // The table comes after the reader left, so the program does meet the
+    // closed pipe: ended by SIGPIPE, not by status 1 and a message.
+    assert_eq!(
+        o.status.signal(),
+        Some(libc::SIGPIPE),
+        "{:?}: {err}",
+        o.status
+    );
+    assert!(err.trim().is_empty(), "standard error: {err}");
+}
+
 #[test]
 fn plot_draws_an_svg_of_every_run() {
     let path = std::env::temp_dir().join(format!("fastudp-plot-{}.svg", std::process::id()));

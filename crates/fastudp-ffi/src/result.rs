@@ -55,7 +55,7 @@ pub const FASTUDP_ERR_ADDRESS_FAMILY: fastudp_result = 11;
 /// Control data could not be encoded (such as an IPv6 source address for
 /// an IPv4 destination).
 pub const FASTUDP_ERR_CONTROL: fastudp_result = 12;
-/// A setting cannot work as asked: an unknown name in `FASTUDP_DISABLE`, a
+/// A setting cannot work as asked: a
 /// departure time while `SO_TXTIME` is off, a feature switched off.
 pub const FASTUDP_ERR_CONFIG: fastudp_result = 13;
 /// Binding the address failed; `fastudp_last_error` gives the errno.

@@ -82,8 +82,8 @@ pub fn feature_bit(f: fastudp::Feature) -> u32 {
 pub struct fastudp_config {
     /// Turn UDP GRO on for receive (default true).
     pub gro: bool,
-    /// `FASTUDP_FEATURE_*` bits to switch off, on top of the
-    /// `FASTUDP_DISABLE` environment variable (default 0).
+    /// `FASTUDP_FEATURE_*` bits to switch off (default 0). The library
+    /// reads no environment variable.
     pub disabled: u32,
     /// `SO_RCVBUF` to request in bytes; 0 leaves the system's default. At
     /// most `INT_MAX`, the kernel's type for it (more is

@@ -36,6 +36,13 @@ pub const H3_SEND_WINDOW: u64 = 2 << 20;
 pub const FILE_SEND_WINDOW: u64 = 2 << 20;
 /// The default deadline for a request line.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// The default idle timeout: a connection that receives no packet for
+/// this long is dropped. 30 s, as quinn's and quic-go's defaults: a
+/// handshake whose server flights are all lost must outlast both sides'
+/// backed-off probes (under 30% loss, a client's next probe after one
+/// at 9.8 s came at 34.2 s), and a place is bounded by the connection
+/// limits, not by this time (docs/SECURITY.md).
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Connections one client address (an IPv6 /64) may hold, server-wide,
 /// by default: this fraction of `--max-connections`, at least 1.

@@ -60,18 +60,21 @@ impl Tx {
     /// The send side of a worker on `socket` (made non-blocking: a full
     /// send buffer must not stop the worker's receives and timers; the
     /// tail waits in `pending` instead), with `rate` bytes/s of
-    /// --total-rate's.
+    /// --total-rate's, and trains of at most `max_train` datagrams.
     pub(crate) fn new(
         socket: Socket,
         zc: Option<ZeroCopySender>,
         counters: Arc<Counters>,
         rate: Option<f64>,
+        max_train: usize,
     ) -> Result<Self, String> {
         socket
             .as_std()
             .set_nonblocking(true)
             .map_err(|e| format!("send socket: {e}"))?;
-        let mut max_train = socket.max_gso_segments().clamp(1, MAX_TRAIN);
+        let mut max_train = socket
+            .max_gso_segments()
+            .clamp(1, max_train.clamp(1, crate::MAX_TRAIN_LIMIT));
         if rate.is_some() {
             // A train is one burst: no longer than a batch.
             max_train = max_train.clamp(1, DEFAULT_BATCH_BYTES / 1452);
@@ -117,7 +120,7 @@ impl Tx {
         b.clear();
         // Room for the largest train, so that quinn-proto never grows
         // (and so copies) it.
-        b.reserve(MAX_TRAIN * 1500);
+        b.reserve(self.max_train * 1500);
         b
     }
 
@@ -365,8 +368,9 @@ fn send_buffer_full(e: &fastudp::Error) -> bool {
 }
 
 /// An unconnected send socket on `addr`, in the reuseport group after its
-/// receive sockets (the steering program never picks it).
-pub(crate) fn send_socket(addr: SocketAddr) -> Result<Socket, String> {
+/// receive sockets (the steering program never picks it), with the
+/// features `disabled` switches off.
+pub(crate) fn send_socket(addr: SocketAddr, disabled: fastudp::Disabled) -> Result<Socket, String> {
     let s = socket2::Socket::new(
         socket2::Domain::for_address(addr),
         socket2::Type::DGRAM,
@@ -384,8 +388,13 @@ pub(crate) fn send_socket(addr: SocketAddr) -> Result<Socket, String> {
     // The socket is non-blocking: a buffer that holds a whole turn's
     // trains of many connections keeps `EAGAIN` (and the retry calls
     // after it) rare (capped at net.core.wmem_max without CAP_NET_ADMIN).
-    Socket::from_std_with(s.into(), Config::default().send_buffer(SEND_BUFFER))
-        .map_err(|e| format!("send socket on {addr}: {e}"))
+    Socket::from_std_with(
+        s.into(),
+        Config::default()
+            .send_buffer(SEND_BUFFER)
+            .disabled(disabled),
+    )
+    .map_err(|e| format!("send socket on {addr}: {e}"))
 }
 
 fn from_quinn_ecn(e: Option<quinn_proto::EcnCodepoint>) -> Option<EcnCodepoint> {

@@ -182,11 +182,11 @@ struct CpuClock(Duration);
 
 impl CpuClock {
     fn start() -> Self {
-        CpuClock(fastudp::os::thread_cpu_time())
+        CpuClock(fastudp_tools::os::thread_cpu_time())
     }
 
     fn elapsed(&self) -> Duration {
-        fastudp::os::thread_cpu_time().saturating_sub(self.0)
+        fastudp_tools::os::thread_cpu_time().saturating_sub(self.0)
     }
 }
 
@@ -378,7 +378,7 @@ where
     thread::scope(|s| {
         let rx = s.spawn(move || {
             if pin {
-                let _ = fastudp::os::pin_to_cpu(1);
+                let _ = fastudp_tools::os::pin_to_cpu(1);
             }
             barrier.wait();
             let stop = Stop {
@@ -389,7 +389,7 @@ where
         });
         let tx = s.spawn(move || {
             if pin {
-                let _ = fastudp::os::pin_to_cpu(0);
+                let _ = fastudp_tools::os::pin_to_cpu(0);
             }
             barrier.wait();
             let r = send(Instant::now() + dur);
@@ -798,7 +798,7 @@ fn on_sender_thread<T: Send>(pin: bool, f: impl FnOnce() -> T + Send) -> Result<
     thread::scope(|s| {
         s.spawn(move || {
             if pin {
-                let _ = fastudp::os::pin_to_cpu(0);
+                let _ = fastudp_tools::os::pin_to_cpu(0);
             }
             f()
         })

@@ -5,12 +5,12 @@
 //! faster, rougher run).
 
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use fastudp::wire::cmsg::{CmsgBuf, Encoder};
-use fastudp::wire::consts::{IP_PKTINFO, IP_TOS, SOL_IP, SOL_UDP, UDP_GRO};
-use fastudp::wire::control::{decode_recv, encode_send, SendControl};
-use fastudp::wire::gro::Datagrams;
-use fastudp::wire::plan::{plan, Limits};
-use fastudp::EcnCodepoint;
+use fastudp_tools::wire::cmsg::{CmsgBuf, Encoder};
+use fastudp_tools::wire::consts::{IP_PKTINFO, IP_TOS, SOL_IP, SOL_UDP, UDP_GRO};
+use fastudp_tools::wire::control::EcnCodepoint;
+use fastudp_tools::wire::control::{decode_recv, encode_send, SendControl};
+use fastudp_tools::wire::gro::Datagrams;
+use fastudp_tools::wire::plan::{plan, Limits};
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! `cargo run -p fastudp --example features -- lo`.
 fn main() {
     let dev = std::env::args().nth(1).unwrap_or_else(|| "lo".into());
-    match fastudp::host::features(&dev) {
+    match fastudp_tools::host::features(&dev) {
         Ok(fs) => {
             println!("{} features", fs.len());
             for f in fs {
@@ -12,6 +12,6 @@ fn main() {
         }
         Err(e) => eprintln!("{dev}: {e}"),
     }
-    println!("driver: {:?}", fastudp::host::driver(&dev));
-    println!("channels: {:?}", fastudp::host::channels(&dev));
+    println!("driver: {:?}", fastudp_tools::host::driver(&dev));
+    println!("channels: {:?}", fastudp_tools::host::channels(&dev));
 }

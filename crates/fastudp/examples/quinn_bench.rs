@@ -157,7 +157,7 @@ fn current_thread() -> tokio::runtime::Runtime {
 
 /// This thread's CPU time, in seconds.
 fn cpu() -> f64 {
-    fastudp::os::thread_cpu_time().as_secs_f64()
+    fastudp_tools::os::thread_cpu_time().as_secs_f64()
 }
 
 /// One run: `conns` connections of `each` bytes from one client endpoint

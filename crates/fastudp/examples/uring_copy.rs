@@ -67,7 +67,7 @@ fn run(mode: Mode, secs: f64, ring_buffers: u16) -> (f64, f64) {
     let sender = {
         let stop = stop.clone();
         std::thread::spawn(move || {
-            let _ = fastudp::os::pin_to_cpu(0);
+            let _ = fastudp_tools::os::pin_to_cpu(0);
             let tx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
             let payload = vec![0x5au8; SEG * SEGS];
             let ts: Vec<Transmit<'_>> = (0..8)
@@ -78,13 +78,13 @@ fn run(mode: Mode, secs: f64, ring_buffers: u16) -> (f64, f64) {
             }
         })
     };
-    let _ = fastudp::os::pin_to_cpu(1);
+    let _ = fastudp_tools::os::pin_to_cpu(1);
     let mut bufs: Vec<Vec<u8>> = (0..BATCH).map(|_| vec![0u8; BUF]).collect();
     let mut metas = [RecvMeta::default(); BATCH];
     let mut scratch = RecvBatch::new(BATCH);
     let (mut bytes, mut sum) = (0u64, 0u64);
     let t0 = Instant::now();
-    let cpu0 = fastudp::os::thread_cpu_time();
+    let cpu0 = fastudp_tools::os::thread_cpu_time();
     while t0.elapsed().as_secs_f64() < secs {
         match mode {
             Mode::Recvmmsg => {
@@ -129,7 +129,7 @@ fn run(mode: Mode, secs: f64, ring_buffers: u16) -> (f64, f64) {
             }
         }
     }
-    let cpu = fastudp::os::thread_cpu_time() - cpu0;
+    let cpu = fastudp_tools::os::thread_cpu_time() - cpu0;
     let wall = t0.elapsed().as_secs_f64();
     stop.store(true, Ordering::Relaxed);
     sender.join().unwrap();

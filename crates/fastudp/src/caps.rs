@@ -1,6 +1,6 @@
-//! Run-time capability probing and the `FASTUDP_DISABLE` override.
+//! Run-time capability probing, and the features a `Config` switches off.
 
-use crate::error::{ConfigError, DISABLE_ENV};
+use crate::error::ConfigError;
 use crate::sys;
 use crate::wire::cmsg::CmsgBuf;
 use crate::wire::consts::*;
@@ -10,7 +10,11 @@ use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::OnceLock;
 
-/// Features switched off by the user (through [`DISABLE_ENV`] or code).
+/// Features switched off by the user ([`crate::Config::disabled`]).
+///
+/// The library reads no environment variable: a program that wants a
+/// switch such as the `fastudp` command's `FASTUDP_DISABLE=gso,ecn` parses
+/// it with [`Disabled::parse`] and puts it in its `Config`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Disabled {
@@ -52,15 +56,6 @@ impl Disabled {
             }
         }
         Ok(d)
-    }
-
-    /// Reads [`DISABLE_ENV`]; unset means nothing is disabled.
-    pub fn from_env() -> Result<Self, ConfigError> {
-        match std::env::var(DISABLE_ENV) {
-            Ok(v) => Disabled::parse(&v),
-            Err(std::env::VarError::NotPresent) => Ok(Disabled::default()),
-            Err(std::env::VarError::NotUnicode(_)) => Err(ConfigError::EnvNotUnicode),
-        }
     }
 
     /// Merges two sets: a feature is off if either switches it off.
@@ -135,7 +130,7 @@ fn probe_segments_on(addr: SocketAddr, segs: usize) -> std::io::Result<()> {
 /// The kernel's `UDP_MAX_SEGMENTS` (128 since 2024, 64 before), probed once
 /// per process by sending a train of 1-byte segments to a throwaway
 /// loopback socket; 0 when the kernel refuses GSO outright.
-pub fn kernel_max_segments() -> usize {
+pub(crate) fn kernel_max_segments() -> usize {
     static MAX: OnceLock<usize> = OnceLock::new();
     *MAX.get_or_init(|| {
         for addr in ["127.0.0.1:0", "[::1]:0"] {

@@ -5,14 +5,11 @@ use std::io;
 use std::net::SocketAddr;
 
 // The names of the switches live here, with `Feature`, so that the errors
-// about them need nothing from the modules that read them (`caps`).
+// about them need nothing from the module that parses them (`caps`).
 
-/// The environment variable that switches features off, e.g.
-/// `FASTUDP_DISABLE=gso,gro,mmsg,ecn`.
-pub const DISABLE_ENV: &str = "FASTUDP_DISABLE";
-
-/// Names accepted in [`DISABLE_ENV`].
-pub const FEATURE_NAMES: [&str; 7] = ["gso", "gro", "mmsg", "ecn", "pktinfo", "zerocopy", "txtime"];
+/// Names [`crate::Disabled::parse`] accepts.
+pub(crate) const FEATURE_NAMES: [&str; 7] =
+    ["gso", "gro", "mmsg", "ecn", "pktinfo", "zerocopy", "txtime"];
 
 /// A feature fastudp can turn off at run time, or the user can switch off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -70,18 +67,15 @@ pub struct FallbackEvent {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConfigError {
-    /// An unknown name in `FASTUDP_DISABLE`.
-    #[error("{env}: unknown feature '{name}' (known: {known})", env = DISABLE_ENV, known = FEATURE_NAMES.join(", "))]
+    /// An unknown name given to [`crate::Disabled::parse`].
+    #[error("unknown feature '{name}' (known: {known})", known = FEATURE_NAMES.join(", "))]
     UnknownFeature {
         /// The name given.
         name: String,
     },
-    /// `FASTUDP_DISABLE` is not valid Unicode.
-    #[error("{}: not valid Unicode", DISABLE_ENV)]
-    EnvNotUnicode,
-    /// A feature the call needs is switched off (`FASTUDP_DISABLE` or
-    /// [`crate::Config::disabled`]).
-    #[error("{0} is switched off ({env} or Config::disabled)", env = DISABLE_ENV)]
+    /// A feature the call needs is switched off
+    /// ([`crate::Config::disabled`]).
+    #[error("{0} is switched off (Config::disabled)")]
     SwitchedOff(Feature),
     /// A transmit has a departure time, but `SO_TXTIME` is off.
     #[error(

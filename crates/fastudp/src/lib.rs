@@ -156,8 +156,7 @@
 //! - **A stable surface.** Public structs and enums that will grow are
 //!   `#[non_exhaustive]` (build [`Config`] and [`Transmit`] with their
 //!   methods), configuration errors are typed ([`ConfigError`]), and the
-//!   public API is checked against a snapshot in CI. The modules behind
-//!   the `unstable-tools` feature are not part of it (below).
+//!   public API is checked against a snapshot in CI.
 //!
 //! # What the socket does
 //!
@@ -192,9 +191,11 @@
 //!   refused with `EINVAL`/`EIO` is dropped for a retry, and turned off
 //!   only if the retry works. Each is recorded in [`Stats::fallbacks`] with
 //!   the errno and a sentence.
-//! - **Switches**: `FASTUDP_DISABLE=gso,gro,mmsg,ecn,pktinfo,zerocopy,txtime`
-//!   ([`DISABLE_ENV`]) turns features off (an unknown name is an error that
-//!   lists the known ones); [`Config::disabled`] does the same in code.
+//! - **Switches**: [`Config::disabled`] turns features off;
+//!   [`Disabled::parse`] reads a list such as `"gso,gro,mmsg,ecn,pktinfo,zerocopy,txtime"`
+//!   (an unknown name is an error that lists the known ones). The library
+//!   reads no environment variable; the `fastudp` command maps
+//!   `FASTUDP_DISABLE` to this setting.
 //! - **Zerocopy** ([`ZeroCopySender`]): `MSG_ZEROCOPY` sends, with GSO,
 //!   that take ownership of each buffer and hand it back only after its
 //!   completion was read from the error queue, so a buffer can never be
@@ -222,8 +223,7 @@
 //! | `tokio` | `tokio::UdpSocket`: the core as `async` calls on tokio's reactor | stable |
 //! | `quinn` | `quinn::Socket`: fastudp as the UDP socket of the quinn QUIC stack (implies `tokio`) | stable |
 //! | `uring` | `uring`: an io_uring backend for the same sockets (Linux; elsewhere nothing) | new: may still change |
-//! | `unstable-tools` | `host`, `raw`, `os`, `wire`: what the `fastudp` command and the benchmarks share | **unstable**: may change in any release |
-//!
+//! //!
 //! Each feature-gated item is marked with its feature in this
 //! documentation. Complete programs: `examples/tokio_gso.rs` (tokio),
 //! `examples/quinn_on_fastudp.rs` (a quinn client and server moving 8 MB),
@@ -254,16 +254,10 @@ mod caps;
 mod coalesce;
 mod error;
 pub mod fs;
-#[cfg(feature = "unstable-tools")]
-#[cfg_attr(docsrs, doc(cfg(feature = "unstable-tools")))]
-pub mod host;
 pub mod pacing;
 #[cfg(feature = "quinn")]
 #[cfg_attr(docsrs, doc(cfg(feature = "quinn")))]
 pub mod quinn;
-#[cfg(feature = "unstable-tools")]
-#[cfg_attr(docsrs, doc(cfg(feature = "unstable-tools")))]
-pub mod raw;
 mod reuseport;
 mod socket;
 #[allow(unsafe_code)]
@@ -274,48 +268,20 @@ pub mod tokio;
 #[cfg(all(feature = "uring", target_os = "linux"))]
 #[cfg_attr(docsrs, doc(cfg(all(feature = "uring", target_os = "linux"))))]
 pub mod uring;
-#[cfg(feature = "unstable-tools")]
-#[cfg_attr(docsrs, doc(cfg(feature = "unstable-tools")))]
-pub mod wire;
-#[cfg(not(feature = "unstable-tools"))]
 mod wire;
 mod zerocopy;
 
 pub use caps::{Capabilities, Disabled};
 pub use coalesce::{Coalescer, DEFAULT_MTU};
-pub use error::{
-    AllocError, ConfigError, Error, FallbackEvent, Feature, DISABLE_ENV, FEATURE_NAMES,
-};
+pub use error::{AllocError, ConfigError, Error, FallbackEvent, Feature};
 pub use reuseport::{ReuseportGroup, Steering, MAX_STEERING_OFFSET};
 pub use socket::{
     Config, RecvBatch, RecvMeta, Sent, Socket, Stats, Transmit, UdpIo, UdpState, DEFAULT_GSO_RETRY,
-    DEFAULT_MESSAGE_CAPACITY, DEFAULT_RECV_BUDGET, DEFAULT_SPLIT_WAIT, FALLBACK_EVENTS_KEPT,
-    MAX_GSO_RETRY,
+    DEFAULT_MESSAGE_CAPACITY, DEFAULT_SPLIT_WAIT,
 };
 pub use wire::cmsg::CmsgError;
 pub use wire::control::EcnCodepoint;
 pub use wire::errqueue::{SocketError, Unreachable};
 pub use wire::gro::Datagrams;
-pub use wire::{
-    max_payload, max_segment_for_mtu, GRO_MAX_SEGMENTS, HEADER_V4, HEADER_V6, MAX_PAYLOAD_V4,
-    MAX_PAYLOAD_V6,
-};
+pub use wire::{max_payload, max_segment_for_mtu, MAX_PAYLOAD_V4, MAX_PAYLOAD_V6};
 pub use zerocopy::{SendMeta, ZeroCopyMode, ZeroCopySender, ZeroCopyStats};
-
-/// Operating-system helpers the benchmark and test tools share.
-///
-/// **Unstable** (feature `unstable-tools`): not part of the stable API; it
-/// exists for the `fastudp` command and may change in any release.
-#[cfg(feature = "unstable-tools")]
-#[cfg_attr(docsrs, doc(cfg(feature = "unstable-tools")))]
-pub mod os {
-    pub use crate::caps::kernel_max_segments;
-    pub use crate::sys::{
-        clock_ticks_per_sec, default_sigpipe, monotonic_ns, pin_to_cpu, process_cpu_time,
-        set_timer_slack, setns_net, thread_cpu_time, unsent_bytes, wait_readable, MAX_BATCH,
-    };
-    /// Directory-relative file syscalls (`openat2`, `mkdirat`, `renameat`,
-    /// `unlinkat`), for resolving a path without following symbolic links.
-    #[cfg(any(target_os = "linux", target_os = "android"))]
-    pub use crate::sys::{mkdirat, openat2, renameat, unlinkat};
-}

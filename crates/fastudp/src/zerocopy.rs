@@ -109,7 +109,7 @@ pub struct ZeroCopySender {
 
 impl ZeroCopySender {
     /// Turns `SO_ZEROCOPY` on for `sock`. Fails when the kernel does not
-    /// support it (or `FASTUDP_DISABLE` has `zerocopy`).
+    /// support it (or `Config::disabled` has `zerocopy`).
     pub fn new(sock: &impl UdpIo) -> Result<Self, Error> {
         if sock.state().capabilities().disabled.zerocopy {
             return Err(ConfigError::SwitchedOff(Feature::Zerocopy).into());

@@ -88,7 +88,7 @@ const ROUND: usize = 8 * 10 + 8;
 
 /// The receiver must get GRO trains (loopback passes GSO trains whole): a
 /// test of the receive path that never saw one proved nothing about it.
-/// A receiver without UDP GRO (an old kernel, or `FASTUDP_DISABLE=gro`)
+/// A receiver without UDP GRO (an old kernel, or `Config::disabled` with `gro`)
 /// tested only the plain path: that is a skip, said on standard error (a
 /// failure under `FASTUDP_REQUIRE_PRIVILEGED_TESTS=1`). A GRO receiver
 /// that got no train fails.

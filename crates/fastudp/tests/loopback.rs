@@ -23,7 +23,15 @@ fn run_combo(tx: TxMode, rx: RxMode) {
         skip(format!("{tx:?}: the kernel has no UDP GSO"));
         return;
     }
-    let res = transfer(t, r, dest, tx, TOTAL, G, fastudp::wire::MAX_PAYLOAD_V4);
+    let res = transfer(
+        t,
+        r,
+        dest,
+        tx,
+        TOTAL,
+        G,
+        fastudp_tools::wire::MAX_PAYLOAD_V4,
+    );
     eprintln!("{tx:?} -> {rx:?}: {res:?}");
     assert_eq!(res.received + res.lost, TOTAL);
     // Each strategy really uses the syscalls it names.

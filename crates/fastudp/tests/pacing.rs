@@ -12,7 +12,7 @@ use std::time::Duration;
 fn departure_time_without_so_txtime_is_a_clear_error() {
     let tx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let t = Transmit::new("127.0.0.1:9".parse().unwrap(), b"x")
-        .with_txtime(Some(fastudp::os::monotonic_ns()));
+        .with_txtime(Some(fastudp_tools::os::monotonic_ns()));
     match tx.send(&[t]) {
         Err(e @ Error::Config(ConfigError::TxtimeOff { index: 0 })) => {
             assert!(e.to_string().contains("enable_txtime"), "{e}")
@@ -37,7 +37,7 @@ fn paced_trains_with_scm_txtime_are_delivered() {
     let mut pacer = Pacer::new(10_000_000, Duration::from_millis(2), 16).unwrap();
     let payload = vec![3u8; 1200 * 16];
     let mut sent = 0;
-    let now = fastudp::os::monotonic_ns();
+    let now = fastudp_tools::os::monotonic_ns();
     for _ in 0..10 {
         let d = pacer.next(now, 1200, 16);
         let t =

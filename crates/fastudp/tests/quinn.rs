@@ -244,7 +244,7 @@ fn a_gso_fallback_mid_connection_does_not_stop_the_transfer_v4() {
         bound("127.0.0.1:0"),
         "v4 loopback",
         |c| {
-            fastudp::raw::set_option_int(
+            fastudp_tools::raw::set_option_int(
                 &std::os::fd::AsFd::as_fd(c),
                 libc::SOL_SOCKET,
                 libc::SO_NO_CHECK,
@@ -266,9 +266,9 @@ fn a_gso_fallback_mid_connection_does_not_stop_the_transfer_v6() {
         return;
     }
     let srv = bound("[::1]:0");
-    fastudp::raw::set_option_int(&srv, libc::SOL_UDP, 102, 1).expect("UDP_NO_CHECK6_RX");
+    fastudp_tools::raw::set_option_int(&srv, libc::SOL_UDP, 102, 1).expect("UDP_NO_CHECK6_RX");
     gso_fallback_mid_connection(srv, bound("[::1]:0"), "v6 loopback", |c| {
-        fastudp::raw::set_option_int(&std::os::fd::AsFd::as_fd(c), libc::SOL_UDP, 101, 1)
+        fastudp_tools::raw::set_option_int(&std::os::fd::AsFd::as_fd(c), libc::SOL_UDP, 101, 1)
             .expect("UDP_NO_CHECK6_TX");
     });
 }

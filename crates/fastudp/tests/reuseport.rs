@@ -155,7 +155,7 @@ fn quic_cid_steering_reads_long_and_short_headers() {
                 total += 1;
                 assert_eq!(*d.last().unwrap() as usize, i, "{d:?} on socket {i}");
                 assert_eq!(
-                    fastudp::wire::bpf::quic_cid_index(d, N as u32) as usize,
+                    fastudp_tools::wire::bpf::quic_cid_index(d, N as u32) as usize,
                     i,
                     "the direct computation agrees"
                 );

@@ -91,7 +91,7 @@ fn trains_and_a_coalescer_through_a_small_send_buffer_arrive_exactly_once() {
 
 /// CPU time of this process.
 fn cpu() -> Duration {
-    fastudp::os::process_cpu_time()
+    fastudp_tools::os::process_cpu_time()
 }
 
 #[test]

@@ -146,8 +146,8 @@ pub fn validate(a: &BenchArgs) -> Result<(), String> {
 /// Datagrams of `payload` bytes in a full GSO train: as many as fit the
 /// 65507 bytes of a UDP datagram, within the kernel's segment limit.
 pub fn full_train(payload: usize) -> usize {
-    let kmax = fastudp::os::kernel_max_segments().max(1);
-    (fastudp::wire::MAX_PAYLOAD_V4 / payload.max(1))
+    let kmax = fastudp_tools::os::kernel_max_segments().max(1);
+    (fastudp_tools::wire::MAX_PAYLOAD_V4 / payload.max(1))
         .min(kmax)
         .max(1)
 }
@@ -500,7 +500,7 @@ pub fn run(a: &BenchArgs, w: Workload) -> Result<(), crate::Failure> {
         .and_then(|v| v.parse().ok());
     interrupt::watch();
     interrupt::at_forced_exit(restore_saved);
-    let host = super::report::host_info();
+    let host = crate::engine::report::host_info();
     if !a.json {
         outln!(
             "fastudp bench --figure {n}: {}, payload {} B, batch {}, {} datagrams per GSO buffer, {:.1} s per row{}",

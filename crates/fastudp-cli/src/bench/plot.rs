@@ -195,7 +195,7 @@ pub fn svg_labeled(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::TxStrategy;
+    use crate::engine::TxStrategy;
 
     fn run(tx: TxStrategy, lost: Option<u64>) -> Measurement {
         Measurement {

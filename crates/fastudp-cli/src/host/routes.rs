@@ -27,6 +27,22 @@ pub fn device_for(ip: IpAddr) -> Result<String, String> {
     })
 }
 
+/// The kind of the root qdisc of the device that carries traffic to
+/// `dest`, if it can be read.
+pub fn egress_qdisc(dest: IpAddr) -> Option<String> {
+    let dev = device_for(dest).ok()?;
+    let idx: i32 = std::fs::read_to_string(format!("/sys/class/net/{dev}/ifindex"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    netlink::qdiscs()
+        .ok()?
+        .into_iter()
+        .find(|q| q.ifindex == idx && q.parent == netlink::TC_H_ROOT)
+        .map(|q| q.kind)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -279,7 +279,7 @@ pub fn run(a: LoadArgs) -> Result<(), Failure> {
     let answered = Arc::new(AtomicBool::new(false));
     interrupt::watch();
     let rt = runtime(a.threads)?;
-    let cpu0 = fastudp::os::process_cpu_time();
+    let cpu0 = fastudp_tools::os::process_cpu_time();
     let t0 = Instant::now();
     let request = format!("GET {}\r\n", a.request);
     let outcomes: Option<Vec<Outcome>> = rt.block_on(async {
@@ -299,6 +299,9 @@ pub fn run(a: LoadArgs) -> Result<(), Failure> {
                 t.max_idle_timeout(Some(Duration::from_secs(30).try_into().unwrap()));
                 t.stream_receive_window(quinn::VarInt::from_u32(8 << 20));
                 t.receive_window(quinn::VarInt::from_u32(16 << 20));
+                if let Some(n) = a.ack_every {
+                    fastudp_quic::ack_every(&mut t, n);
+                }
                 cfg.transport_config(Arc::new(t));
                 for _ in 0..a.endpoints {
                     let mut ep = client_endpoint(bind)?;
@@ -376,7 +379,7 @@ pub fn run(a: LoadArgs) -> Result<(), Failure> {
         return Err(no_answer(&target, a.stack));
     };
     let secs = t0.elapsed().as_secs_f64();
-    let cpu = fastudp::os::process_cpu_time()
+    let cpu = fastudp_tools::os::process_cpu_time()
         .saturating_sub(cpu0)
         .as_secs_f64();
     rt.shutdown_timeout(Duration::from_millis(200));

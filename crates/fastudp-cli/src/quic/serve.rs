@@ -34,7 +34,7 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
     let pacing = match a.pacing {
         PacingArg::Quic => Pacing::Quic,
         PacingArg::Kernel => Pacing::Kernel {
-            qdisc: crate::stream::egress_qdisc(if a.listen.ip().is_unspecified() {
+            qdisc: crate::host::routes::egress_qdisc(if a.listen.ip().is_unspecified() {
                 IpAddr::from([127, 0, 0, 1])
             } else {
                 a.listen.ip()
@@ -50,7 +50,16 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
         .max_half_open(a.max_half_open)
         .max_connections(max_connections)
         .max_connections_per_ip(Some(per_ip))
-        .idle_timeout(Duration::from_secs_f64(a.idle_timeout));
+        .idle_timeout(Duration::from_secs_f64(a.idle_timeout))
+        .tuning({
+            let mut t = fastudp_quic::Tuning::default();
+            t.recv_arena = a.recv_arena;
+            t.ack_every = a.ack_every;
+            t.max_train = a.max_train;
+            t.trains_per_turn = a.trains_per_turn;
+            t
+        })
+        .disabled(crate::args::disabled_from_env().map_err(Failure::usage)?);
     let files = match &a.www {
         Some(dir) => {
             Some(Arc::new(Root::open(dir).map_err(|e| {
@@ -220,6 +229,7 @@ fn announce_limits(
                 "per_worker": limits::per_worker(),
                 "worst_case": worst,
                 "request_timeout_s": a.request_timeout,
+                "idle_timeout_s": a.idle_timeout,
                 "streams_per_connection": limits::STREAMS,
                 "stream_window": limits::STREAM_WINDOW,
                 "connection_window": limits::CONN_WINDOW,
@@ -227,12 +237,13 @@ fn announce_limits(
         );
     } else {
         outln!(
-            "limits: {max_connections} connections ({} KiB each at most), {workers} workers ({} MiB each), worst case {} MiB of --max-memory {} MiB; request timeout {} s; {per_ip} connections per client address",
+            "limits: {max_connections} connections ({} KiB each at most), {workers} workers ({} MiB each), worst case {} MiB of --max-memory {} MiB; request timeout {} s; idle timeout {} s; {per_ip} connections per client address",
             per_connection(a) >> 10,
             limits::per_worker() >> 20,
             worst >> 20,
             budget >> 20,
-            a.request_timeout
+            a.request_timeout,
+            a.idle_timeout
         );
     }
 }

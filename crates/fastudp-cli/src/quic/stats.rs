@@ -24,7 +24,7 @@ impl Snap {
     fn take(c: &Counters) -> Self {
         Snap {
             at: Some(Instant::now()),
-            cpu: fastudp::os::process_cpu_time(),
+            cpu: fastudp_tools::os::process_cpu_time(),
             app: c.app_bytes.load(Relaxed),
             wire: c.wire_bytes.load(Relaxed),
             dg_sent: c.datagrams_sent.load(Relaxed),

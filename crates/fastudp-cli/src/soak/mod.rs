@@ -413,8 +413,8 @@ fn offloads(net: &net::Net) -> String {
 #[allow(clippy::too_many_arguments)]
 fn run_slot(
     i: usize,
-    t: crate::bench::TxStrategy,
-    r: crate::bench::RxStrategy,
+    t: crate::engine::TxStrategy,
+    r: crate::engine::RxStrategy,
     kind: FaultKind,
     dest: std::net::SocketAddr,
     slot_len: Duration,
@@ -637,15 +637,15 @@ fn run_slot(
             (Some(b), Some(a)) if b > 0.0 => Some(a / b),
             _ => None,
         },
-        datagrams_per_message_after: (t == crate::bench::TxStrategy::Fastudp && msgs1 > msgs0)
+        datagrams_per_message_after: (t == crate::engine::TxStrategy::Fastudp && msgs1 > msgs0)
             .then(|| (rate_s1 - rate_s0) as f64 / (msgs1 - msgs0) as f64),
         offloads_restored,
     };
     let slot = SlotReport {
         slot: i,
         family: if dest.is_ipv6() { "ipv6" } else { "ipv4" }.into(),
-        tx: crate::bench::name(t),
-        rx: crate::bench::rname(r),
+        tx: crate::engine::name(t),
+        rx: crate::engine::rname(r),
         library: send::is_library(t),
         gso: send::uses_gso(t),
         seconds: sh.origin.elapsed().as_secs_f64() - t0,

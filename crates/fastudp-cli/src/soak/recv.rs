@@ -3,8 +3,8 @@
 
 use super::account::{check, Arrival, Ledger};
 use super::Shared;
-use crate::bench::rx::{self, RxSock};
-use crate::bench::RxStrategy;
+use crate::engine::rx::{self, RxSock};
+use crate::engine::RxStrategy;
 use fastudp::RecvBatch;
 use std::io;
 use std::sync::atomic::Ordering::*;
@@ -71,7 +71,7 @@ fn bind(r: RxStrategy, addr: std::net::SocketAddr) -> Result<RxSock, String> {
     for _ in 0..50 {
         match rx::bind(r, addr) {
             Ok(s) => {
-                fastudp::raw::set_option_int(
+                fastudp_tools::raw::set_option_int(
                     fd(&s),
                     libc::SOL_SOCKET,
                     libc::SO_RCVBUFFORCE,
@@ -83,9 +83,9 @@ fn bind(r: RxStrategy, addr: std::net::SocketAddr) -> Result<RxSock, String> {
                     // (`UDP_NO_CHECK6_TX`), which an IPv6 receiver drops
                     // unless told to take them: the datagrams still carry
                     // the soak's own checksum.
-                    fastudp::raw::set_option_int(
+                    fastudp_tools::raw::set_option_int(
                         fd(&s),
-                        fastudp::wire::consts::SOL_UDP,
+                        fastudp_tools::wire::consts::SOL_UDP,
                         libc::UDP_NO_CHECK6_RX,
                         1,
                     )
@@ -136,8 +136,8 @@ fn counters(r: RxStrategy, s: &RxSock, out: &mut RxResult) -> Result<(), String>
         // An io_uring strategy that fell back to syscalls must not pass
         // for io_uring.
         if out.received_here > 0 {
-            crate::bench::uring::check_rx(r, f)
-                .map_err(|e| format!("{}: {e}", crate::bench::rname(r)))?;
+            crate::engine::uring::check_rx(r, f)
+                .map_err(|e| format!("{}: {e}", crate::engine::rname(r)))?;
         }
     }
     out.received_here = 0;
@@ -182,7 +182,7 @@ pub fn run(
             } else {
                 (libc::SO_RCVBUFFORCE, RCVBUF as i32)
             };
-            fastudp::raw::set_option_int(fd(&sock), libc::SOL_SOCKET, opt, size)
+            fastudp_tools::raw::set_option_int(fd(&sock), libc::SOL_SOCKET, opt, size)
                 .map_err(|e| format!("receive buffer to {size}: {e}"))?;
             squeezed = squeeze;
             if squeeze {
@@ -230,7 +230,7 @@ pub fn run(
                         | io::ErrorKind::TimedOut
                         | io::ErrorKind::Interrupted
                 ) => {}
-            Err(e) => return Err(format!("{} receive failed: {e}", crate::bench::rname(r))),
+            Err(e) => return Err(format!("{} receive failed: {e}", crate::engine::rname(r))),
         }
         if sh.sender_done.load(Acquire) {
             let end = sh.next_seq.load(Acquire);

@@ -6,13 +6,13 @@
 
 use super::account::{fill, Pacer};
 use super::Shared;
-use crate::bench::tx::send_trains;
-use crate::bench::uring::ZcSender;
-use crate::bench::TxStrategy;
-use fastudp::raw::{self, OutMsg};
-use fastudp::wire::cmsg::Encoder;
-use fastudp::wire::consts::{SOL_UDP, UDP_SEGMENT};
+use crate::engine::tx::send_trains;
+use crate::engine::uring::ZcSender;
+use crate::engine::TxStrategy;
 use fastudp::Transmit;
+use fastudp_tools::raw::{self, OutMsg};
+use fastudp_tools::wire::cmsg::Encoder;
+use fastudp_tools::wire::consts::{SOL_UDP, UDP_SEGMENT};
 use std::io::{self, IoSlice};
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::Ordering::*;
@@ -135,7 +135,7 @@ impl Sender {
                 Some(
                     fastudp::Socket::from_std_with(
                         sock.try_clone().map_err(|e| e.to_string())?,
-                        crate::bench::uring::config(t),
+                        crate::engine::uring::config(t),
                     )
                     .map_err(|e| e.to_string())?,
                 ),
@@ -144,7 +144,7 @@ impl Sender {
             TxStrategy::GsoZerocopy | TxStrategy::UringZc => {
                 let f = fastudp::Socket::from_std(sock.try_clone().map_err(|e| e.to_string())?)
                     .map_err(|e| e.to_string())?;
-                let z = crate::bench::uring::zc_sender(t, &f)?;
+                let z = crate::engine::uring::zc_sender(t, &f)?;
                 (Some(f), Some(z))
             }
             _ => (None, None),
@@ -336,7 +336,7 @@ impl Sender {
                     }
                 }
             }
-            TxStrategy::Tcp | TxStrategy::TcpZerocopy => {
+            TxStrategy::Tcp | TxStrategy::TcpZerocopy | TxStrategy::UringZcFixed => {
                 unreachable!("not in the soak's strategies")
             }
         }
@@ -360,17 +360,17 @@ impl Sender {
     /// that an io_uring strategy really sent through its ring.
     fn finish(&mut self) -> Result<(), String> {
         if let Some(f) = &self.fast {
-            crate::bench::uring::check_tx(self.t, f)
-                .map_err(|e| format!("{}: {e}", crate::bench::name(self.t)))?;
+            crate::engine::uring::check_tx(self.t, f)
+                .map_err(|e| format!("{}: {e}", crate::engine::name(self.t)))?;
         }
         if let (Some(zc), Some(f)) = (self.zc.as_mut(), self.fast.as_ref()) {
             let left = zc
                 .drain(f, Duration::from_secs(2))
-                .map_err(|e| format!("{} drain: {e}", crate::bench::name(self.t)))?;
+                .map_err(|e| format!("{} drain: {e}", crate::engine::name(self.t)))?;
             if left > 0 {
                 return Err(format!(
                     "{}: {left} completions did not arrive within 2 s",
-                    crate::bench::name(self.t)
+                    crate::engine::name(self.t)
                 ));
             }
         }

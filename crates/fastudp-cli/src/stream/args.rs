@@ -1,5 +1,6 @@
 //! The options of `stream` and `stream-rx`, and the checks they share.
 
+use crate::args::parse_rate;
 use crate::Failure;
 use clap::{Args, ValueEnum};
 use std::net::IpAddr;
@@ -14,25 +15,6 @@ pub enum PacingArg {
     User,
     /// Every flow sends its interval's budget at the same instant.
     None,
-}
-
-/// Parses a rate such as `125000`, `125k`, `1M` or `1.5M` (bytes per second).
-pub fn parse_rate(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let (num, mult) = match t.chars().last() {
-        Some('k' | 'K') => (&t[..t.len() - 1], 1e3),
-        Some('m' | 'M') => (&t[..t.len() - 1], 1e6),
-        Some('g' | 'G') => (&t[..t.len() - 1], 1e9),
-        _ => (t, 1.0),
-    };
-    let v: f64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a rate in bytes per second (like 125000, 125k, 1M)"))?;
-    let r = v * mult;
-    if !(r.is_finite() && (1.0..=1e12).contains(&r)) {
-        return Err(format!("{s:?}: a rate must be 1 byte/s to 1 TB/s"));
-    }
-    Ok(r as u64)
 }
 
 /// Options of `fastudp stream`.

@@ -4,7 +4,7 @@
 //! forged headers can neither grow the receiver nor spoil its report.
 
 use super::{HDR, MAGIC};
-use crate::bench::seq::{Arrival, SeqWindow};
+use crate::engine::seq::{Arrival, SeqWindow};
 use std::collections::HashMap;
 use std::time::Duration;
 

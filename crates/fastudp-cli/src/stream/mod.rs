@@ -12,7 +12,7 @@ mod recv;
 mod send;
 mod summary;
 
-pub use args::{parse_rate, StreamArgs, StreamRxArgs};
+pub use args::{StreamArgs, StreamRxArgs};
 pub use header::{HDR, MAGIC};
 pub use recv::run_stream_rx;
-pub use send::{egress_qdisc, run_stream};
+pub use send::run_stream;

@@ -18,12 +18,12 @@ fn rx_thread(sock: Socket, limit: u32, stop: Arc<AtomicBool>, started: Arc<Atomi
         .as_std()
         .set_read_timeout(Some(Duration::from_millis(50)));
     let mut batch = RecvBatch::new(32);
-    let cpu0 = fastudp::os::thread_cpu_time();
+    let cpu0 = fastudp_tools::os::thread_cpu_time();
     while !stop.load(Relaxed) {
         if sock.recv(&mut batch).is_err() {
             continue;
         }
-        let now = fastudp::os::monotonic_ns();
+        let now = fastudp_tools::os::monotonic_ns();
         out.calls += 1;
         let mut stream = false;
         for (_, d) in batch.datagrams() {
@@ -34,7 +34,7 @@ fn rx_thread(sock: Socket, limit: u32, stop: Arc<AtomicBool>, started: Arc<Atomi
             started.store(true, Relaxed);
         }
     }
-    out.cpu = fastudp::os::thread_cpu_time().saturating_sub(cpu0);
+    out.cpu = fastudp_tools::os::thread_cpu_time().saturating_sub(cpu0);
     out
 }
 

@@ -3,7 +3,7 @@
 use super::args::{check_common, PacingArg, StreamArgs};
 use super::header::{mode_byte, HDR, MAGIC};
 use super::summary::{bits_per_sec, finish, steal_since, StreamSummary};
-use crate::host::{netlink, routes};
+use crate::host::routes::egress_qdisc;
 use crate::procfs::CpuTicks;
 use crate::{interrupt, Failure};
 use fastudp::pacing::{
@@ -39,9 +39,9 @@ pub fn run_stream(a: StreamArgs) -> Result<(), Failure> {
     if mode == PacingMode::User {
         // Sleeps that end on time are what user-space pacing is made of;
         // without this they may end 50 us late. Best effort.
-        let _ = fastudp::os::set_timer_slack(1_000);
+        let _ = fastudp_tools::os::set_timer_slack(1_000);
     }
-    let t0 = fastudp::os::monotonic_ns() + 10_000_000;
+    let t0 = fastudp_tools::os::monotonic_ns() + 10_000_000;
     let mut sched = Scheduler::new(
         &SchedulerConfig::new(
             a.flows,
@@ -58,11 +58,11 @@ pub fn run_stream(a: StreamArgs) -> Result<(), Failure> {
     .map_err(|e| Failure::usage(e.to_string()))?;
     let end = t0 + (a.duration * 1e9) as u64;
     let mut tx = Sender::new(&a, socks, mode)?;
-    let cpu0 = fastudp::os::thread_cpu_time();
+    let cpu0 = fastudp_tools::os::thread_cpu_time();
     let ticks0 = CpuTicks::now();
     tx.stream(&mut sched, end)?;
-    let stopped = fastudp::os::monotonic_ns();
-    let cpu = fastudp::os::thread_cpu_time().saturating_sub(cpu0);
+    let stopped = fastudp_tools::os::monotonic_ns();
+    let cpu = fastudp_tools::os::thread_cpu_time().saturating_sub(cpu0);
     let steal = steal_since(ticks0);
     tx.wind_up();
     // Cut short by Ctrl-C, or by every port refusing, the run lasted until
@@ -127,7 +127,7 @@ fn validate(a: &StreamArgs) -> Result<(), Failure> {
             a.duration
         )));
     }
-    let max = fastudp::wire::max_payload(a.dest.is_ipv6());
+    let max = fastudp_tools::wire::max_payload(a.dest.is_ipv6());
     if a.payload < HDR || a.payload > 1472 {
         return Err(Failure::usage(format!(
             "--payload {} is out of range: {HDR} to 1472 bytes (one MTU-sized segment)",
@@ -165,22 +165,6 @@ fn open_sockets(a: &StreamArgs) -> Result<Vec<Socket>, Failure> {
                 .map_err(|e| Failure::usage(e.to_string()))
         })
         .collect()
-}
-
-/// The kind of the root qdisc of the device that carries traffic to
-/// `dest`, if it can be read.
-pub fn egress_qdisc(dest: IpAddr) -> Option<String> {
-    let dev = routes::device_for(dest).ok()?;
-    let idx: i32 = std::fs::read_to_string(format!("/sys/class/net/{dev}/ifindex"))
-        .ok()?
-        .trim()
-        .parse()
-        .ok()?;
-    netlink::qdiscs()
-        .ok()?
-        .into_iter()
-        .find(|q| q.ifindex == idx && q.parent == netlink::TC_H_ROOT)
-        .map(|q| q.kind)
 }
 
 /// One train of a batch: where its bytes are in the batch buffer, where it
@@ -266,7 +250,7 @@ impl<'a> Sender<'a> {
         let (mut tick, mut last_total) = (1u64, 0u64);
         let mut waiter = Waiter::tolerating(DEFAULT_SLACK);
         loop {
-            let now = fastudp::os::monotonic_ns();
+            let now = fastudp_tools::os::monotonic_ns();
             if now >= end || interrupt::requested() {
                 return Ok(());
             }
@@ -282,7 +266,7 @@ impl<'a> Sender<'a> {
                 } else {
                     // Unpaced flows and kernel pacing need no precise
                     // wake-up: sleep, and do not spin.
-                    let left = due.saturating_sub(fastudp::os::monotonic_ns());
+                    let left = due.saturating_sub(fastudp_tools::os::monotonic_ns());
                     std::thread::sleep(Duration::from_nanos(left));
                 }
                 continue;

@@ -64,7 +64,7 @@ pub(super) fn empty_msghdr() -> libc::msghdr {
 
 /// `sendmmsg(2)` of gathered messages: sends up to [`MAX_BATCH`] in one
 /// call and returns how many were sent. Only the headers used are built.
-#[cfg(feature = "unstable-tools")]
+#[cfg(fastudp_tools)]
 pub(crate) fn sendmmsg(fd: BorrowedFd<'_>, msgs: &[OutMsg<'_>], flags: i32) -> io::Result<usize> {
     let n = msgs.len().min(MAX_BATCH);
     let mut hdrs = [const { MaybeUninit::<libc::mmsghdr>::uninit() }; MAX_BATCH];
@@ -528,7 +528,7 @@ pub(crate) fn setsockopt_bytes(fd: RawFd, level: i32, name: i32, value: &[u8]) -
 }
 
 /// `getsockopt(2)` of an `int` option.
-#[cfg(feature = "unstable-tools")]
+#[cfg(fastudp_tools)]
 pub(crate) fn getsockopt_int(fd: RawFd, level: i32, name: i32) -> io::Result<i32> {
     let mut v: libc::c_int = 0;
     let mut len = size_of::<libc::c_int>() as libc::socklen_t;
@@ -570,12 +570,12 @@ pub(crate) fn socket_drops(fd: RawFd) -> io::Result<u32> {
     Ok(v[i])
 }
 
-#[cfg(feature = "unstable-tools")]
+#[cfg(fastudp_tools)]
 /// `ioctl(SIOCETHTOOL)` on device `ifname` with the request in `data`,
 /// which the kernel reads and overwrites with its reply.
 ///
 /// Only for requests whose reply is never longer than the request (every
-/// layout in [`crate::wire::ethtool`] is sized so, the string reply from
+/// layout in `fastudp-tools`' `ethtool` module is sized so, the string reply from
 /// the count the kernel gave just before).
 pub(crate) fn ethtool_ioctl(ifname: &str, data: &mut [u8]) -> io::Result<()> {
     #[repr(C)]
@@ -593,7 +593,7 @@ pub(crate) fn ethtool_ioctl(ifname: &str, data: &mut [u8]) -> io::Result<()> {
     }
     // The kernel writes as much as the command's reply needs: refuse any
     // request whose buffer is shorter than that, and any other command.
-    use crate::wire::ethtool as et;
+    use crate::ethtool as et; // the fastudp-tools crate's module
     let u32_at = |o: usize| {
         data.get(o..o + 4)
             .map(|b| u32::from_ne_bytes(b.try_into().expect("4 bytes")))
@@ -628,13 +628,7 @@ pub(crate) fn ethtool_ioctl(ifname: &str, data: &mut [u8]) -> io::Result<()> {
     // of the command, checked above to fit `data`; for GSTRINGS, kernels
     // since 6.19 write nothing unless the count matches, and older ones
     // write the string set's size, which the caller read just before.
-    let r = unsafe {
-        libc::ioctl(
-            sock.as_raw_fd(),
-            crate::wire::ethtool::SIOCETHTOOL as _,
-            &mut req,
-        )
-    };
+    let r = unsafe { libc::ioctl(sock.as_raw_fd(), crate::ethtool::SIOCETHTOOL as _, &mut req) };
     cvt(r).map(drop)
 }
 
@@ -757,7 +751,7 @@ pub(crate) const POLLOUT: i16 = libc::POLLOUT;
 
 /// `setns(fd, CLONE_NEWNET)`: moves the calling thread into a network
 /// namespace.
-#[cfg(feature = "unstable-tools")]
+#[cfg(fastudp_tools)]
 pub fn setns_net(fd: BorrowedFd<'_>) -> io::Result<()> {
     // SAFETY: a plain syscall on a borrowed, open descriptor.
     let r = unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) };
@@ -775,7 +769,7 @@ pub fn set_timer_slack(ns: u64) -> io::Result<()> {
 }
 
 /// `sched_setaffinity(0, {cpu})`: pins the calling thread to one CPU.
-#[cfg(feature = "unstable-tools")]
+#[cfg(fastudp_tools)]
 pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
     if cpu >= libc::CPU_SETSIZE as usize {
         return Err(io::Error::new(
@@ -857,7 +851,7 @@ pub(crate) fn open_beneath(
 }
 
 /// `mkdirat(dir, name, mode)`.
-#[cfg(feature = "unstable-tools")]
+#[cfg(fastudp_tools)]
 pub fn mkdirat(dir: BorrowedFd<'_>, name: &std::path::Path, mode: u32) -> io::Result<()> {
     let p = c_path(name)?;
     // SAFETY: p is a NUL-terminated string that outlives the call.
@@ -866,7 +860,7 @@ pub fn mkdirat(dir: BorrowedFd<'_>, name: &std::path::Path, mode: u32) -> io::Re
 
 /// `renameat(dir, from, dir, to)`: a rename within one directory (it
 /// replaces `to` and never follows a symbolic link there).
-#[cfg(feature = "unstable-tools")]
+#[cfg(fastudp_tools)]
 pub fn renameat(
     dir: BorrowedFd<'_>,
     from: &std::path::Path,
@@ -879,7 +873,7 @@ pub fn renameat(
 }
 
 /// `unlinkat(dir, name, 0)`: removes a file (not a directory).
-#[cfg(feature = "unstable-tools")]
+#[cfg(fastudp_tools)]
 pub fn unlinkat(dir: BorrowedFd<'_>, name: &std::path::Path) -> io::Result<()> {
     let p = c_path(name)?;
     // SAFETY: p is a NUL-terminated string that outlives the call.

@@ -67,7 +67,7 @@ pub(crate) struct InMeta {
 pub(crate) type InControl = CmsgBuf;
 
 /// CPU time the calling thread has used (`CLOCK_THREAD_CPUTIME_ID`).
-#[cfg(feature = "unstable-tools")]
+#[cfg(fastudp_tools)]
 pub fn thread_cpu_time() -> std::time::Duration {
     clock(libc::CLOCK_THREAD_CPUTIME_ID)
 }
@@ -78,7 +78,7 @@ pub fn monotonic_ns() -> u64 {
 }
 
 /// CPU time the whole process has used (`CLOCK_PROCESS_CPUTIME_ID`).
-#[cfg(feature = "unstable-tools")]
+#[cfg(fastudp_tools)]
 pub fn process_cpu_time() -> std::time::Duration {
     clock(libc::CLOCK_PROCESS_CPUTIME_ID)
 }
@@ -95,7 +95,7 @@ fn clock(id: libc::clockid_t) -> std::time::Duration {
 }
 
 /// Clock ticks per second for `/proc/stat` times (`sysconf(_SC_CLK_TCK)`).
-#[cfg(feature = "unstable-tools")]
+#[cfg(fastudp_tools)]
 pub fn clock_ticks_per_sec() -> u64 {
     // SAFETY: sysconf only reads a system constant.
     let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
@@ -110,7 +110,7 @@ pub fn clock_ticks_per_sec() -> u64 {
 /// command-line tools expect when their output goes to `head` and the pipe
 /// closes. Rust programs start with SIGPIPE ignored, which turns every later
 /// print into a panic.
-#[cfg(feature = "unstable-tools")]
+#[cfg(fastudp_tools)]
 pub fn default_sigpipe() {
     // SAFETY: signal(2) with SIG_DFL for SIGPIPE installs no handler code;
     // it is called once at start-up, before any thread exists.

@@ -36,7 +36,7 @@ fn send_one(fd: BorrowedFd<'_>, dest: Option<SocketAddr>, payload: &[u8]) -> io:
 }
 
 /// Sends the messages one at a time; returns how many were sent.
-#[cfg(feature = "unstable-tools")]
+#[cfg(fastudp_tools)]
 pub(crate) fn sendmmsg(fd: BorrowedFd<'_>, msgs: &[OutMsg<'_>], flags: i32) -> io::Result<usize> {
     let mut sent = 0;
     for m in msgs.iter().take(MAX_BATCH) {
@@ -170,7 +170,7 @@ pub(crate) fn setsockopt_int(_fd: RawFd, _level: i32, _name: i32, _value: i32) -
 }
 
 /// Not available here.
-#[cfg(feature = "unstable-tools")]
+#[cfg(fastudp_tools)]
 pub(crate) fn getsockopt_int(_fd: RawFd, _level: i32, _name: i32) -> io::Result<i32> {
     Err(unsupported())
 }
@@ -199,7 +199,7 @@ pub(crate) fn socket_drops(_fd: RawFd) -> io::Result<u32> {
     Err(unsupported())
 }
 
-#[cfg(feature = "unstable-tools")]
+#[cfg(fastudp_tools)]
 /// ethtool exists only on Linux.
 pub(crate) fn ethtool_ioctl(_ifname: &str, _data: &mut [u8]) -> io::Result<()> {
     Err(unsupported())
@@ -266,7 +266,7 @@ pub(crate) const SO_SNDBUFFORCE: i32 = -1;
 pub(crate) const POLLOUT: i16 = 4;
 
 /// Network namespaces exist only on Linux.
-#[cfg(feature = "unstable-tools")]
+#[cfg(fastudp_tools)]
 pub fn setns_net(_fd: BorrowedFd<'_>) -> io::Result<()> {
     Err(unsupported())
 }
@@ -277,7 +277,7 @@ pub fn set_timer_slack(_ns: u64) -> io::Result<()> {
 }
 
 /// Not available here.
-#[cfg(feature = "unstable-tools")]
+#[cfg(fastudp_tools)]
 pub fn pin_to_cpu(_cpu: usize) -> io::Result<()> {
     Err(unsupported())
 }

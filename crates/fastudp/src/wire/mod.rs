@@ -1,7 +1,9 @@
 //! Pure wire logic: no syscalls, no `unsafe`.
 //!
-//! **Unstable** (feature `unstable-tools`): not part of the stable API; it
-//! exists for the `fastudp` command and may change in any release.
+//! Private to the library. The `fastudp-tools` crate (not published)
+//! compiles this same source as its public `wire` module, for the command,
+//! the tests, the benchmarks and the fuzz targets; items only those use
+//! are compiled there only (`cfg(fastudp_tools)`, set by its build script).
 //!
 //! Everything here works on plain byte buffers and numbers, so it can be
 //! unit-tested, property-tested and fuzzed without a kernel:
@@ -19,8 +21,6 @@ pub mod bpf;
 pub mod cmsg;
 pub mod control;
 pub mod errqueue;
-#[cfg(feature = "unstable-tools")]
-pub mod ethtool;
 pub mod gro;
 pub mod plan;
 pub mod zerocopy;
@@ -70,14 +70,14 @@ pub mod consts {
     /// `IP_RECVERR`: queue extended errors; also the error cmsg type.
     pub const IP_RECVERR: i32 = 11;
     /// `IP_MTU`: the path MTU of a connected socket.
-    #[cfg(feature = "unstable-tools")]
+    #[cfg(fastudp_tools)]
     pub const IP_MTU: i32 = 14;
     /// `IPV6_MTU_DISCOVER`.
     pub const IPV6_MTU_DISCOVER: i32 = 23;
     /// `IPV6_PMTUDISC_PROBE`.
     pub const IPV6_PMTUDISC_PROBE: i32 = 3;
     /// `IPV6_MTU`: the path MTU of a connected socket.
-    #[cfg(feature = "unstable-tools")]
+    #[cfg(fastudp_tools)]
     pub const IPV6_MTU: i32 = 24;
     /// `IPV6_RECVERR`: queue extended errors; also the error cmsg type.
     pub const IPV6_RECVERR: i32 = 25;

@@ -111,7 +111,7 @@ impl<T> CompletionTracker<T> {
     }
 
     /// The id the next send will get.
-    #[cfg(feature = "unstable-tools")]
+    #[cfg(any(test, fastudp_tools))]
     pub fn next_id(&self) -> u32 {
         self.next_id
     }

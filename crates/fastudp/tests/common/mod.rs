@@ -25,8 +25,17 @@ pub fn uring_run() -> bool {
     }
 }
 
-/// `config` on the backend this run asks for ([`uring_run`]).
+/// `config` on the backend this run asks for ([`uring_run`]), with the
+/// features `FASTUDP_DISABLE` (such as `gso,gro`) switches off added to
+/// its own. The library reads no environment variable; this test hook maps
+/// the variable to [`Config::disabled`] for every socket the tests make.
 pub fn backend(config: Config) -> Config {
+    let env = match std::env::var("FASTUDP_DISABLE") {
+        Ok(v) => Disabled::parse(&v).expect("FASTUDP_DISABLE"),
+        Err(_) => Disabled::default(),
+    };
+    let disabled = config.disabled.union(env);
+    let config = config.disabled(disabled);
     #[cfg(feature = "uring")]
     if uring_run() {
         return config.uring(true);
@@ -746,7 +755,7 @@ pub fn std_bind_in(ns: &str, addr: SocketAddr) -> std::net::UdpSocket {
     std::thread::scope(|s| {
         s.spawn(|| {
             let f = std::fs::File::open(&path).expect("open netns");
-            fastudp::os::setns_net(std::os::fd::AsFd::as_fd(&f)).expect("setns");
+            fastudp_tools::os::setns_net(std::os::fd::AsFd::as_fd(&f)).expect("setns");
             std::net::UdpSocket::bind(addr).expect("bind in namespace")
         })
         .join()
@@ -761,7 +770,7 @@ pub fn bind_in(ns: &str, addr: SocketAddr, config: Config) -> Socket {
     std::thread::scope(|s| {
         s.spawn(|| {
             let f = std::fs::File::open(&path).expect("open netns");
-            fastudp::os::setns_net(std::os::fd::AsFd::as_fd(&f)).expect("setns");
+            fastudp_tools::os::setns_net(std::os::fd::AsFd::as_fd(&f)).expect("setns");
             Socket::bind_with(addr, backend(config)).expect("bind in namespace")
         })
         .join()
@@ -865,7 +874,7 @@ pub fn used_backend(s: &Socket, rx: bool) {
 /// Sets or clears `SO_NO_CHECK`, with which the kernel refuses GSO sends
 /// (EINVAL from udp_send_skb): a real refusal on any kernel.
 pub fn set_no_check(s: &Socket, on: bool) {
-    fastudp::raw::set_option_int(
+    fastudp_tools::raw::set_option_int(
         s.as_std(),
         libc::SOL_SOCKET,
         libc::SO_NO_CHECK,

@@ -10,10 +10,10 @@ pub fn device_checks(
     qdiscs: &Result<Vec<netlink::Qdisc>, String>,
     out: &mut Vec<Check>,
 ) {
-    let veth = fastudp::host::driver(dev).is_ok_and(|d| d == "veth");
+    let veth = fastudp_tools::host::driver(dev).is_ok_and(|d| d == "veth");
     let s = format!("device {dev}");
     out.push(mtu_check(dev, &s));
-    let feats = match fastudp::host::features(dev) {
+    let feats = match fastudp_tools::host::features(dev) {
         Ok(f) => f,
         Err(e) => {
             out.push(check(
@@ -39,8 +39,8 @@ fn mtu_check(dev: &str, s: &str) -> Check {
     match &mtu {
         Ok(m) => {
             let mtu: usize = m.parse().unwrap_or(0);
-            let seg =
-                fastudp::wire::max_segment_for_mtu(mtu, false).min(fastudp::wire::MAX_PAYLOAD_V4);
+            let seg = fastudp_tools::wire::max_segment_for_mtu(mtu, false)
+                .min(fastudp_tools::wire::MAX_PAYLOAD_V4);
             check(
                 s,
                 "MTU",
@@ -59,7 +59,7 @@ fn mtu_check(dev: &str, s: &str) -> Check {
 fn offload_checks(
     dev: &str,
     s: &str,
-    feats: &[fastudp::host::NicFeature],
+    feats: &[fastudp_tools::host::NicFeature],
     veth: bool,
     out: &mut Vec<Check>,
 ) {
@@ -175,13 +175,18 @@ fn offload_checks(
 }
 
 /// A veth's queues and NAPI GRO: what aggregates the datagrams crossing it.
-fn veth_checks(dev: &str, s: &str, feats: &[fastudp::host::NicFeature], out: &mut Vec<Check>) {
+fn veth_checks(
+    dev: &str,
+    s: &str,
+    feats: &[fastudp_tools::host::NicFeature],
+    out: &mut Vec<Check>,
+) {
     let get = |n: &str| feats.iter().find(|f| f.name == n);
     let on = |n: &str| get(n).is_some_and(|f| f.active);
     let ncpu = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1) as u32;
-    match fastudp::host::channels(dev) {
+    match fastudp_tools::host::channels(dev) {
         Ok(c) => {
             let want = c.max_rx.min(ncpu).max(1);
             let found = if c.rx >= 2 || c.rx >= c.max_rx {
@@ -261,7 +266,7 @@ fn veth_checks(dev: &str, s: &str, feats: &[fastudp::host::NicFeature], out: &mu
             "0: a NAPI poll for every few packets the sender puts on the veth; deferred to the gro_flush_timeout timer, UDP GSO+GRO took a quarter less CPU per byte on the testbed (BENCHMARKS section 15)",
             Some(format!(
                 "echo {} > /sys/class/net/{dev}/napi_defer_hard_irqs",
-                crate::host::tune::NAPI_DEFER
+                crate::host::devices::NAPI_DEFER
             )),
         )
         .with("value", 0),

@@ -16,7 +16,14 @@ pub fn kernel_checks(out: &mut Vec<Check>, uring: bool) {
             None,
         ),
     });
-    let caps = match fastudp::Socket::bind("127.0.0.1:0".parse().expect("literal")) {
+    let probe = crate::args::disabled_from_env().and_then(|d| {
+        fastudp::Socket::bind_with(
+            "127.0.0.1:0".parse().expect("literal"),
+            fastudp::Config::default().disabled(d),
+        )
+        .map_err(|e| e.to_string())
+    });
+    let caps = match probe {
         Ok(sock) => sock.capabilities(),
         Err(e) => {
             out.push(check(

@@ -52,7 +52,7 @@ pub fn diagnose(a: &DoctorArgs) -> Result<Vec<Check>, Failure> {
             vec![d.clone()]
         }
         (None, Some(host)) => {
-            let ip = crate::txrx::resolve_as("--dest", host, 0, false, false)?.ip();
+            let ip = crate::args::resolve_as("--dest", host, 0, false, false)?.ip();
             vec![routes::device_for(ip).map_err(Failure::usage)?]
         }
         (None, None) => up_devices(),

@@ -8,6 +8,7 @@
 //! input like any other, so [`Change::checked`] refuses anything else, and
 //! any value out of its type's range, before anything is written.
 
+pub use crate::host::devices::valid_dev_name;
 use crate::host::sysctl::{read_sysctl, SYSCTLS};
 use serde::{Deserialize, Serialize};
 use std::io::Write;
@@ -143,17 +144,6 @@ impl std::fmt::Display for Value {
             Value::Pair(rx, tx) => write!(f, "rx {rx} tx {tx}"),
         }
     }
-}
-
-/// A kernel interface name as the kernel accepts it (`dev_valid_name`):
-/// 1 to 15 bytes, not `.` or `..`, no `/`, `:` or white space.
-pub fn valid_dev_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() < 16
-        && name != "."
-        && name != ".."
-        && !name.contains(['/', ':'])
-        && !name.chars().any(|c| c.is_whitespace() || c.is_control())
 }
 
 fn check_dev(dev: &str) -> Result<(), String> {
@@ -435,7 +425,7 @@ impl Change {
     pub fn feasible(&self) -> Result<(), String> {
         match self.clone().checked()? {
             Change::Feature { dev, name, .. } => {
-                let all = fastudp::host::features(&dev).map_err(|e| format!("{dev}: {e}"))?;
+                let all = fastudp_tools::host::features(&dev).map_err(|e| format!("{dev}: {e}"))?;
                 match all.iter().find(|f| f.name == name) {
                     Some(f) if f.changeable => Ok(()),
                     Some(_) => Err(format!("{dev}: feature {name} cannot be changed")),
@@ -443,7 +433,7 @@ impl Change {
                 }
             }
             Change::Channels { dev, new, .. } => {
-                let c = fastudp::host::channels(&dev).map_err(|e| format!("{dev}: {e}"))?;
+                let c = fastudp_tools::host::channels(&dev).map_err(|e| format!("{dev}: {e}"))?;
                 if new.0 > c.max_rx || new.1 > c.max_tx {
                     return Err(format!(
                         "{dev}: channels rx {} tx {} exceed the device's maximum (rx {} tx {})",
@@ -461,13 +451,13 @@ impl Change {
         match self {
             Change::Sysctl { name, .. } => read_sysctl(name).map(Value::Num),
             Change::Feature { dev, name, .. } => {
-                let all = fastudp::host::features(dev).map_err(|e| format!("{dev}: {e}"))?;
+                let all = fastudp_tools::host::features(dev).map_err(|e| format!("{dev}: {e}"))?;
                 all.iter()
                     .find(|f| f.name == *name)
                     .map(|f| Value::Bool(f.active))
                     .ok_or_else(|| format!("{dev}: the kernel has no feature {name}"))
             }
-            Change::Channels { dev, .. } => fastudp::host::channels(dev)
+            Change::Channels { dev, .. } => fastudp_tools::host::channels(dev)
                 .map(|c| Value::Pair(c.rx, c.tx))
                 .map_err(|e| format!("{dev}: {e}")),
             Change::GroFlushTimeout { dev, .. } => read_gro_flush(dev).map(Value::Num),
@@ -487,10 +477,10 @@ impl Change {
                 write_existing(&p, &new.to_string())
             }
             Change::Feature { dev, name, new, .. } => {
-                fastudp::host::set_features(&dev, &[(&name, new)])
+                fastudp_tools::host::set_features(&dev, &[(&name, new)])
                     .map_err(|e| format!("{dev}: {e}"))?;
                 // The kernel may accept the request and still not turn it on.
-                let now = fastudp::host::features(&dev).map_err(|e| format!("{dev}: {e}"))?;
+                let now = fastudp_tools::host::features(&dev).map_err(|e| format!("{dev}: {e}"))?;
                 match now.iter().find(|f| f.name == *name) {
                     Some(f) if f.active == new => Ok(()),
                     _ => Err(format!(
@@ -500,7 +490,8 @@ impl Change {
                 }
             }
             Change::Channels { dev, new, .. } => {
-                let mut c = fastudp::host::channels(&dev).map_err(|e| format!("{dev}: {e}"))?;
+                let mut c =
+                    fastudp_tools::host::channels(&dev).map_err(|e| format!("{dev}: {e}"))?;
                 if new.0 > c.max_rx || new.1 > c.max_tx {
                     return Err(format!(
                         "{dev}: channels rx {} tx {} exceed the device's maximum (rx {} tx {})",
@@ -509,7 +500,7 @@ impl Change {
                 }
                 c.rx = new.0;
                 c.tx = new.1;
-                fastudp::host::set_channels(&dev, &c)
+                fastudp_tools::host::set_channels(&dev, &c)
                     .map_err(|e| format!("{dev}: setting channels: {e}"))
             }
             Change::GroFlushTimeout { dev, new, .. } => {

@@ -4,7 +4,7 @@
 pub mod change;
 pub mod state;
 
-use super::devices::{is_device, up_devices};
+use super::devices::{is_device, up_devices, GRO_FLUSH_NS, NAPI_DEFER};
 use super::sysctl::{read_sysctl, SYSCTLS};
 use crate::Failure;
 pub use change::{Change, Value, TUNE_FEATURES};
@@ -14,13 +14,6 @@ use std::path::Path;
 
 /// Where `tune --apply` keeps the previous values unless `--state` says.
 pub const DEFAULT_STATE: &str = "/var/lib/fastudp/tune-state.json";
-/// The gro_flush_timeout `tune` sets on a veth, in ns.
-pub const GRO_FLUSH_NS: u64 = 50_000;
-/// The `napi_defer_hard_irqs` tune sets on a veth: with
-/// `gro_flush_timeout`, the NAPI poll waits for the timer instead of
-/// running for every few packets (BENCHMARKS §15: UDP GSO+GRO at equal
-/// segmentation).
-pub const NAPI_DEFER: u64 = 2;
 
 /// Options of `fastudp tune`.
 #[derive(Args, Debug, Clone)]
@@ -71,7 +64,7 @@ pub fn plan(devs: &[String]) -> Plan {
         }
     }
     for dev in devs {
-        let feats = match fastudp::host::features(dev) {
+        let feats = match fastudp_tools::host::features(dev) {
             Ok(f) => f,
             Err(e) => {
                 p.skipped
@@ -79,7 +72,7 @@ pub fn plan(devs: &[String]) -> Plan {
                 continue;
             }
         };
-        let veth = fastudp::host::driver(dev).is_ok_and(|d| d == "veth");
+        let veth = fastudp_tools::host::driver(dev).is_ok_and(|d| d == "veth");
         let want = TUNE_FEATURES
             .iter()
             .filter(|w| veth || **w != "rx-udp-gro-forwarding");
@@ -105,7 +98,7 @@ pub fn plan(devs: &[String]) -> Plan {
             let ncpu = std::thread::available_parallelism()
                 .map(|n| n.get())
                 .unwrap_or(1) as u32;
-            match fastudp::host::channels(dev) {
+            match fastudp_tools::host::channels(dev) {
                 Ok(c) if c.rx < 2 && c.max_rx >= 2 => {
                     let n = c.max_rx.min(ncpu.max(2));
                     p.changes.push(Change::Channels {

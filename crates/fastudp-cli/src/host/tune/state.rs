@@ -21,7 +21,7 @@
 //!   written.
 
 use super::change::Change;
-use fastudp::os;
+use fastudp_tools::os;
 use serde::{Deserialize, Serialize};
 use std::ffi::OsString;
 use std::io::{Read, Write};

@@ -2,11 +2,11 @@
 //! driver through the `SIOCETHTOOL` ioctl (no ethtool program), in the
 //! network namespace of the calling thread.
 //!
-//! **Unstable** (feature `unstable-tools`): not part of the stable API; it
-//! exists for the `fastudp` command and may change in any release.
+//! Not part of the library's API: it exists for the `fastudp` command
+//! and may change at any time.
 
+use crate::ethtool::{self as et, Channels};
 use crate::sys;
-use crate::wire::ethtool::{self as et, Channels};
 use std::io;
 
 /// One netdev feature, as `ethtool -k` shows it (by its kernel name, such

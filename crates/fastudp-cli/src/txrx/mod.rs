@@ -1,8 +1,11 @@
 //! `fastudp tx` and `fastudp rx`: the bench strategies between two hosts,
 //! with flags after the kernel's udpgso_bench_tx/rx.
 
-use crate::bench::seq::{SenderCounts, Verifier, MAX_SENDERS};
-use crate::bench::{self, report, rx, tx, Live, TxStrategy, Workload};
+mod control;
+
+use crate::args::resolve_as;
+use crate::engine::seq::{SenderCounts, Verifier, MAX_SENDERS};
+use crate::engine::{self, report, rx, tx, Live, TxStrategy, Workload};
 use crate::{interrupt, Failure};
 use clap::Args;
 use serde::Serialize;
@@ -78,7 +81,7 @@ pub struct TxArgs {
     #[arg(short = 'R', requires = "control", conflicts_with_all = ["zerocopy", "parallel", "bind"])]
     pub reverse: bool,
     /// The server's control port (with -C).
-    #[arg(long, default_value_t = crate::control::DEFAULT_CONTROL_PORT)]
+    #[arg(long, default_value_t = control::DEFAULT_CONTROL_PORT)]
     pub control_port: u16,
     /// Parallel streams: this many sockets, each on a thread of its own
     /// (-b is per stream, as in iperf3).
@@ -135,7 +138,7 @@ pub struct RxArgs {
     #[arg(long, conflicts_with_all = ["tcp", "secs"])]
     pub server: bool,
     /// The control port (with --server).
-    #[arg(long, default_value_t = crate::control::DEFAULT_CONTROL_PORT)]
+    #[arg(long, default_value_t = control::DEFAULT_CONTROL_PORT)]
     pub control_port: u16,
     /// Longest test a client may ask for, seconds (with --server).
     #[arg(long, default_value_t = 60.0, allow_negative_numbers = true)]
@@ -182,49 +185,6 @@ pub fn parse_rate(opt: &str, v: &str) -> Result<u64, Failure> {
         )));
     }
     Ok((bits / 8.0) as u64)
-}
-
-/// Resolves `host` (a name or an address, the value of option `opt`) to
-/// an address of the family asked for (`v4`/`v6`), or of either when
-/// neither -4 nor -6 was given.
-pub(crate) fn resolve_as(
-    opt: &str,
-    host: &str,
-    port: u16,
-    v4: bool,
-    v6: bool,
-) -> Result<SocketAddr, Failure> {
-    use std::net::ToSocketAddrs;
-    if let Ok(ip) = host.parse::<IpAddr>() {
-        if (v6 && ip.is_ipv4()) || (v4 && ip.is_ipv6()) {
-            return Err(Failure::usage(format!(
-                "{opt} {host} is not an {} address",
-                if v6 { "IPv6" } else { "IPv4" }
-            )));
-        }
-        return Ok(SocketAddr::new(ip, port));
-    }
-    let all: Vec<SocketAddr> = (host, port)
-        .to_socket_addrs()
-        .map_err(|e| Failure::usage(format!("{opt} {host}: cannot resolve it: {e}")))?
-        .collect();
-    all.iter()
-        .copied()
-        .find(|a| {
-            if v6 {
-                a.is_ipv6()
-            } else if v4 {
-                a.is_ipv4()
-            } else {
-                true
-            }
-        })
-        .ok_or_else(|| {
-            Failure::usage(format!(
-                "{opt} {host} has no {} address",
-                if v6 { "IPv6" } else { "IPv4" }
-            ))
-        })
 }
 
 /// The summary of a `tx` or `rx` run.
@@ -280,7 +240,7 @@ pub struct Summary {
     /// Ctrl-C ended the run: the figures cover it until then.
     pub interrupted: bool,
     /// `tx -C` only: what the server received.
-    pub server: Option<crate::control::Outcome>,
+    pub server: Option<control::Outcome>,
     /// `tx -C -R` only: datagrams the server says it sent.
     pub sent_by_server: Option<u64>,
     /// The interval lines (bytes, datagrams, calls in each), with -i.
@@ -433,7 +393,7 @@ fn print_summary(s: &Summary, json: bool) -> Result<(), Failure> {
             o.lost,
             o.duplicates,
             o.reordered,
-            crate::control::show_jitter(o.jitter_ms),
+            control::show_jitter(o.jitter_ms),
             o.cpu_ns_per_byte,
             o.calls,
             o.messages
@@ -500,7 +460,7 @@ fn finish(s: &Summary, json: bool) -> Result<(), Failure> {
 /// Runs `fastudp tx`.
 pub fn run_tx(a: TxArgs) -> Result<(), Failure> {
     if let Some(f) = &a.logfile {
-        crate::out::to_file("--logfile", f).map_err(Failure::usage)?;
+        crate::output::to_file("--logfile", f).map_err(Failure::usage)?;
     }
     in_range("-l", a.secs, 86_400.0)?;
     if a.secs < 0.01 {
@@ -538,8 +498,8 @@ pub fn run_tx(a: TxArgs) -> Result<(), Failure> {
             )));
         }
     }
-    let max = fastudp::wire::max_payload(ipv6);
-    let kmax = fastudp::os::kernel_max_segments().max(1);
+    let max = fastudp_tools::wire::max_payload(ipv6);
+    let kmax = fastudp_tools::os::kernel_max_segments().max(1);
     let (t, payload, segs) = if a.tcp {
         let s = a.size.unwrap_or(64 * 1024);
         if s == 0 || s > 1 << 24 {
@@ -551,7 +511,7 @@ pub fn run_tx(a: TxArgs) -> Result<(), Failure> {
         (TxStrategy::Tcp, s, 1)
     } else if let Some(g) = a.gso {
         let mtu = probe_mtu(dest)?;
-        let fit = fastudp::wire::max_segment_for_mtu(mtu, ipv6);
+        let fit = fastudp_tools::wire::max_segment_for_mtu(mtu, ipv6);
         if g == 0 || g > fit {
             return Err(Failure::usage(format!(
                 "-S {g}: a GSO segment to {dest} must be 1 to {fit} bytes (path MTU {mtu} minus {} bytes of headers)",
@@ -585,7 +545,7 @@ pub fn run_tx(a: TxArgs) -> Result<(), Failure> {
     } else {
         let s = a
             .size
-            .unwrap_or(fastudp::wire::max_segment_for_mtu(1500, ipv6));
+            .unwrap_or(fastudp_tools::wire::max_segment_for_mtu(1500, ipv6));
         if s == 0 || s > max {
             return Err(Failure::usage(format!(
                 "-s {s} is out of range: a UDP payload is 1 to {max} bytes"
@@ -606,14 +566,14 @@ pub fn run_tx(a: TxArgs) -> Result<(), Failure> {
     // With a server on the other side: ask for the test, and send to the
     // data port it opens.
     let control = if a.control {
-        let (r, w, port) = crate::control::request(
+        let (r, w, port) = control::request(
             SocketAddr::new(dest.ip(), a.control_port),
             a.bind,
-            &crate::control::Request {
-                fastudp: crate::control::PROTOCOL,
+            &control::Request {
+                fastudp: control::PROTOCOL,
                 seconds: a.secs,
                 rate,
-                mode: bench::name(t),
+                mode: engine::name(t),
                 reverse: None,
                 streams: a.parallel as u32,
             },
@@ -659,14 +619,14 @@ pub fn run_tx(a: TxArgs) -> Result<(), Failure> {
                     })
                 })
                 .collect();
-            let mut total: Option<bench::TxOutcome> = None;
+            let mut total: Option<engine::TxOutcome> = None;
             for h in hs {
                 let o = h
                     .join()
                     .map_err(|_| "a sender thread panicked".to_string())??;
                 total = Some(match total {
                     None => o,
-                    Some(t) => bench::TxOutcome {
+                    Some(t) => engine::TxOutcome {
                         datagrams: t.datagrams + o.datagrams,
                         bytes: t.bytes + o.bytes,
                         calls: t.calls + o.calls,
@@ -683,9 +643,9 @@ pub fn run_tx(a: TxArgs) -> Result<(), Failure> {
         })
     });
     let label = if a.parallel > 1 {
-        format!("tx {} x{} -> {dest}", bench::name(t), a.parallel)
+        format!("tx {} x{} -> {dest}", engine::name(t), a.parallel)
     } else {
-        format!("tx {} -> {dest}", bench::name(t))
+        format!("tx {} -> {dest}", engine::name(t))
     };
     let totals = || {
         lives.iter().fold((0u64, 0u64), |(d, c), l| {
@@ -736,10 +696,10 @@ pub fn run_tx(a: TxArgs) -> Result<(), Failure> {
     let secs = o.seconds.max(1e-9);
     let server = match control {
         Some((r, w)) => {
-            let mut out = crate::control::finish(
+            let mut out = control::finish(
                 r,
                 w,
-                crate::control::Done {
+                control::Done {
                     datagrams: o.datagrams,
                     bytes: o.bytes,
                 },
@@ -765,7 +725,7 @@ pub fn run_tx(a: TxArgs) -> Result<(), Failure> {
                     "seconds": a.secs,
                     "payload": payload,
                     "segments_per_send": segs,
-                    "strategy": bench::name(t),
+                    "strategy": engine::name(t),
                     "rate_bits_per_sec": rate.map(|r| r * 8),
                     "bind": a.bind.map(|b| b.to_string()),
                     "interval": a.interval,
@@ -776,7 +736,7 @@ pub fn run_tx(a: TxArgs) -> Result<(), Failure> {
             }),
             ..Summary::new(
                 "tx",
-                bench::name(t),
+                engine::name(t),
                 Some(dest.to_string()),
                 o.bytes,
                 o.datagrams,
@@ -802,20 +762,20 @@ fn run_reverse(
     // interrupted, as for a forward test.
     interrupt::watch();
     let (_, sock) =
-        rx::bind_batched(true, bench::unspecified(server.is_ipv6())).map_err(Failure::usage)?;
+        rx::bind_batched(true, engine::unspecified(server.is_ipv6())).map_err(Failure::usage)?;
     let port = sock
         .local_addr()
         .map_err(|e| Failure::usage(e.to_string()))?
         .port();
-    let (r, w, _) = crate::control::request(
+    let (r, w, _) = control::request(
         SocketAddr::new(server.ip(), a.control_port),
         None,
-        &crate::control::Request {
-            fastudp: crate::control::PROTOCOL,
+        &control::Request {
+            fastudp: control::PROTOCOL,
             seconds: a.secs,
             rate,
-            mode: format!("reverse {}", bench::name(t)),
-            reverse: Some(crate::control::Reverse {
+            mode: format!("reverse {}", engine::name(t)),
+            reverse: Some(control::Reverse {
                 port,
                 payload,
                 segments: segs,
@@ -828,11 +788,11 @@ fn run_reverse(
         outln!(
             "rx: {} sends {} to port {port} for {} s",
             server.ip(),
-            bench::name(t),
+            engine::name(t),
             a.secs
         );
     }
-    let (mut o, sent) = crate::control::receive_reverse(r, w, sock, server.ip(), a.secs)?;
+    let (mut o, sent) = control::receive_reverse(r, w, sock, server.ip(), a.secs)?;
     if o.datagrams > sent.datagrams {
         eprintln!(
             "fastudp: warning: the server says it sent {} datagrams, fewer than the {} that arrived",
@@ -852,7 +812,7 @@ fn run_reverse(
         host: a.json.then(report::host_info),
         ..Summary::new(
             "rx",
-            format!("reverse {}", bench::name(t)),
+            format!("reverse {}", engine::name(t)),
             Some(server.ip().to_string()),
             o.bytes,
             o.datagrams,
@@ -867,7 +827,7 @@ fn run_reverse(
             sent.datagrams,
             o.datagrams,
             o.lost,
-            crate::control::show_jitter(o.jitter_ms)
+            control::show_jitter(o.jitter_ms)
         );
     }
     finish(&s, a.json)
@@ -920,17 +880,17 @@ fn watch_intervals<T>(
 
 /// The path MTU towards `dest`, from a connected probe socket.
 fn probe_mtu(dest: SocketAddr) -> Result<usize, Failure> {
-    let s = std::net::UdpSocket::bind(bench::unspecified(dest.is_ipv6()))
+    let s = std::net::UdpSocket::bind(engine::unspecified(dest.is_ipv6()))
         .and_then(|s| s.connect(dest).map(|()| s))
         .map_err(|e| Failure::usage(format!("no route to {dest}: {e}")))?;
-    fastudp::raw::path_mtu(&s)
+    fastudp_tools::raw::path_mtu(&s)
         .map_err(|e| Failure::usage(format!("cannot read the path MTU to {dest}: {e}")))
 }
 
 /// Runs `fastudp rx`.
 pub fn run_rx(a: RxArgs) -> Result<(), Failure> {
     if let Some(f) = &a.logfile {
-        crate::out::to_file("--logfile", f).map_err(Failure::usage)?;
+        crate::output::to_file("--logfile", f).map_err(Failure::usage)?;
     }
     if let Some(l) = a.secs {
         in_range("-l", l, 86_400.0)?;
@@ -966,9 +926,9 @@ pub fn run_rx(a: RxArgs) -> Result<(), Failure> {
     let mut peer = None;
     let mut tick = 1u32;
     let mut last = (0u64, 0u64, 0u64);
-    let mut cpu0 = fastudp::os::thread_cpu_time();
+    let mut cpu0 = fastudp_tools::os::thread_cpu_time();
     if !a.quiet && !a.json {
-        outln!("rx: listening on {addr} ({})", bench::rname(strategy));
+        outln!("rx: listening on {addr} ({})", engine::rname(strategy));
     }
     loop {
         if interrupt::requested() {
@@ -979,7 +939,7 @@ pub fn run_rx(a: RxArgs) -> Result<(), Failure> {
                 let now = Instant::now();
                 if first.is_none() {
                     first = Some(now);
-                    cpu0 = fastudp::os::thread_cpu_time();
+                    cpu0 = fastudp_tools::os::thread_cpu_time();
                 }
                 last_data = now;
                 calls += 1;
@@ -1039,7 +999,7 @@ pub fn run_rx(a: RxArgs) -> Result<(), Failure> {
             }
         }
     }
-    let cpu = fastudp::os::thread_cpu_time().saturating_sub(cpu0);
+    let cpu = fastudp_tools::os::thread_cpu_time().saturating_sub(cpu0);
     let secs = match first {
         Some(f) => last_data.duration_since(f).as_secs_f64().max(1e-3),
         None => 0.0,
@@ -1077,7 +1037,7 @@ pub fn run_rx(a: RxArgs) -> Result<(), Failure> {
             }),
             ..Summary::new(
                 "rx",
-                bench::rname(strategy),
+                engine::rname(strategy),
                 peer.map(|p| p.to_string()),
                 bytes,
                 dgrams,
@@ -1121,9 +1081,9 @@ fn serve(a: &RxArgs) -> Result<(), Failure> {
     }
     .parse()
     .expect("literal address");
-    crate::control::serve(
+    control::serve(
         control,
-        crate::control::Limits {
+        control::Limits {
             max_seconds: a.max_duration,
             max_rate,
         },
@@ -1174,7 +1134,7 @@ fn rx_tcp(a: &RxArgs, addr: SocketAddr) -> Result<(), Failure> {
     let mut buf = vec![0u8; 256 * 1024];
     let (mut bytes, mut calls) = (0u64, 0u64);
     let start = Instant::now();
-    let cpu0 = fastudp::os::thread_cpu_time();
+    let cpu0 = fastudp_tools::os::thread_cpu_time();
     let mut tick = 1u32;
     let mut last = (0u64, 0u64);
     loop {
@@ -1207,7 +1167,7 @@ fn rx_tcp(a: &RxArgs, addr: SocketAddr) -> Result<(), Failure> {
             tick += 1;
         }
     }
-    let cpu = fastudp::os::thread_cpu_time().saturating_sub(cpu0);
+    let cpu = fastudp_tools::os::thread_cpu_time().saturating_sub(cpu0);
     let secs = start.elapsed().as_secs_f64().max(1e-3);
     finish(
         &Summary {

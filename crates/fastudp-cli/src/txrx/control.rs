@@ -27,8 +27,8 @@
 //!   `--concurrent N`, N tests may each use it;
 //! - text from the other side is printed with control characters escaped.
 
-use crate::bench::rx;
-use crate::bench::seq::Verifier;
+use crate::engine::rx;
+use crate::engine::seq::Verifier;
 use crate::{interrupt, Failure};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -299,7 +299,7 @@ impl Limits {
             return Err("a mode name longer than 64 bytes".into());
         }
         if let Some(rev) = &r.reverse {
-            let kmax = fastudp::os::kernel_max_segments().max(1);
+            let kmax = fastudp_tools::os::kernel_max_segments().max(1);
             if rev.port == 0 {
                 return Err("reverse: port 0".into());
             }
@@ -367,7 +367,7 @@ fn receive(
     let (mut bytes, mut dgrams, mut calls, mut messages, mut foreign) = (0u64, 0, 0, 0, 0);
     let mut first: Option<Instant> = None;
     let mut last = Instant::now();
-    let cpu0 = fastudp::os::thread_cpu_time();
+    let cpu0 = fastudp_tools::os::thread_cpu_time();
     let same = |a: IpAddr| {
         let canon = |ip: IpAddr| match ip {
             IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
@@ -385,7 +385,7 @@ fn receive(
         }
         match sock.recv(&mut batch) {
             Ok(_) => {
-                let at = fastudp::os::monotonic_ns();
+                let at = fastudp_tools::os::monotonic_ns();
                 let now = Instant::now();
                 calls += 1;
                 for (m, buf) in batch.iter() {
@@ -401,7 +401,7 @@ fn receive(
                         dgrams += 1;
                         v.datagram(m.source, d);
                         if let Some(sent) = send_time(d) {
-                            if jitter.len() < crate::bench::seq::MAX_SENDERS
+                            if jitter.len() < crate::engine::seq::MAX_SENDERS
                                 || jitter.contains_key(&m.source)
                             {
                                 jitter.entry(m.source).or_default().datagram(sent, at);
@@ -419,7 +419,7 @@ fn receive(
             Err(_) => std::thread::sleep(Duration::from_millis(10)),
         }
     }
-    let cpu = fastudp::os::thread_cpu_time().saturating_sub(cpu0);
+    let cpu = fastudp_tools::os::thread_cpu_time().saturating_sub(cpu0);
     let t = v.totals();
     Outcome {
         datagrams: dgrams,
@@ -495,7 +495,7 @@ fn run_forward(
     ipv6: bool,
 ) -> Result<String, Refusal> {
     let (_, sock) =
-        rx::bind_batched(gro, crate::bench::unspecified(ipv6)).map_err(Refusal::Before)?;
+        rx::bind_batched(gro, crate::engine::unspecified(ipv6)).map_err(Refusal::Before)?;
     let data_port = sock
         .local_addr()
         .map_err(|e| Refusal::Before(e.to_string()))?
@@ -528,8 +528,8 @@ fn run_forward(
 }
 
 /// The send strategy of a reverse test.
-fn reverse_strategy(rev: &Reverse) -> crate::bench::TxStrategy {
-    use crate::bench::TxStrategy::*;
+fn reverse_strategy(rev: &Reverse) -> crate::engine::TxStrategy {
+    use crate::engine::TxStrategy::*;
     match (rev.segments > 1, rev.mmsg) {
         (true, true) => SendmmsgGso,
         (true, false) => GsoCmsg,
@@ -549,7 +549,7 @@ fn send_reverse(
 ) -> Result<String, String> {
     let dest = SocketAddr::new(peer.ip(), rev.port);
     let t = reverse_strategy(&rev);
-    let work = crate::bench::Workload {
+    let work = crate::engine::Workload {
         payload: rev.payload,
         batch: if rev.mmsg { 32 } else { rev.segments },
         duration: Duration::from_secs_f64(req.seconds),
@@ -587,9 +587,9 @@ fn send_reverse(
             stop.store(true, Release);
         })
     };
-    let live = crate::bench::Live::default();
-    let out = crate::bench::tx::with_stop(stop.clone(), || {
-        crate::bench::tx::udp(t, dest, &work, &live)
+    let live = crate::engine::Live::default();
+    let out = crate::engine::tx::with_stop(stop.clone(), || {
+        crate::engine::tx::udp(t, dest, &work, &live)
     });
     let hung_up = stop.load(Acquire);
     let (datagrams, bytes) = match &out {
@@ -610,7 +610,7 @@ fn send_reverse(
     match out {
         Ok(_) => Ok(format!(
             "reverse test to {dest} ({}, {:.1} s): {datagrams} datagrams sent",
-            crate::bench::name(t),
+            crate::engine::name(t),
             req.seconds
         )),
         Err(e) => Err(format!("reverse test to {dest} stopped: {e}")),

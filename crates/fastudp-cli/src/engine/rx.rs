@@ -93,7 +93,7 @@ pub fn udp(
     live: &Live,
 ) -> Result<RxOutcome, String> {
     let (mut dgrams, mut bytes, mut calls) = (0u64, 0u64, 0u64);
-    let cpu0 = fastudp::os::thread_cpu_time();
+    let cpu0 = fastudp_tools::os::thread_cpu_time();
     let hard_stop = Instant::now() + w.duration + Duration::from_secs(10);
     let mut batch = match r {
         RxStrategy::Recvmmsg => RecvBatch::with_capacity(w.batch, w.payload.max(1)),
@@ -147,7 +147,7 @@ pub fn udp(
             break;
         }
     }
-    let cpu = fastudp::os::thread_cpu_time().saturating_sub(cpu0);
+    let cpu = fastudp_tools::os::thread_cpu_time().saturating_sub(cpu0);
     if let RxSock::Fast(s) = &sock {
         let st = s.stats();
         drops = st.kernel_drops;
@@ -175,7 +175,7 @@ pub fn tcp(l: TcpListener, w: &Workload, live: &Live) -> Result<RxOutcome, Strin
         .map_err(|e| e.to_string())?;
     let mut buf = vec![0u8; 256 * 1024];
     let (mut bytes, mut calls) = (0u64, 0u64);
-    let cpu0 = fastudp::os::thread_cpu_time();
+    let cpu0 = fastudp_tools::os::thread_cpu_time();
     loop {
         match s.read(&mut buf) {
             Ok(0) => break,
@@ -189,7 +189,7 @@ pub fn tcp(l: TcpListener, w: &Workload, live: &Live) -> Result<RxOutcome, Strin
             Err(e) => return Err(format!("TCP receive failed: {e}")),
         }
     }
-    let cpu = fastudp::os::thread_cpu_time().saturating_sub(cpu0);
+    let cpu = fastudp_tools::os::thread_cpu_time().saturating_sub(cpu0);
     Ok(RxOutcome {
         datagrams: bytes / w.payload as u64,
         unique: 0,

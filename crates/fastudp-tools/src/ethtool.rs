@@ -1,6 +1,6 @@
 //! The `SIOCETHTOOL` ioctl's request and reply layouts, as byte buffers.
 //!
-//! Used by [`crate::host`] to read and set device features (the ones
+//! Used by [`crate::host`] (through the library's `sys::ethtool_ioctl`, compiled here) to read and set device features (the ones
 //! `ethtool -k/-K` shows), channels (`ethtool -l/-L`) and the driver name,
 //! without running the ethtool program.
 

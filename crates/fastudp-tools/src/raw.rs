@@ -1,10 +1,10 @@
 //! Thin, safe, one-to-one wrappers over the send and receive syscalls, in
 //! the manner of `socket2`, for tools that compare strategies (such as the
 //! `fastudp bench` command) and for callers that need a call the
-//! [`Socket`](crate::Socket) type does not make. Most users want `Socket`.
+//! [`Socket`](fastudp::Socket) type does not make. Most users want `Socket`.
 //!
-//! **Unstable** (feature `unstable-tools`): not part of the stable API; it
-//! exists for the `fastudp` command and may change in any release.
+//! Not part of the library's API: it exists for the `fastudp` command
+//! and may change at any time.
 
 use crate::sys;
 pub use crate::sys::OutMsg;
@@ -70,7 +70,7 @@ pub fn sendmsg_flags(sock: &impl AsFd, msg: &OutMsg<'_>, flags: i32) -> io::Resu
 /// without waiting, and decodes it: a zerocopy completion, an ICMP error
 /// and so on. `Ok(None)` when the queue is empty; a message the decoder
 /// does not know is skipped. Works on any socket, a TCP stream too.
-pub fn recv_error(sock: &impl AsFd) -> io::Result<Option<crate::SocketError>> {
+pub fn recv_error(sock: &impl AsFd) -> io::Result<Option<crate::wire::errqueue::SocketError>> {
     let mut cb = CmsgBuf::default();
     let mut name = sys::AddrBuf::default();
     loop {

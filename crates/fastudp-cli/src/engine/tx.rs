@@ -1,10 +1,10 @@
 //! The send strategies.
 
 use super::{unspecified, Live, TxOutcome, TxStrategy, Workload};
-use fastudp::raw::{self, OutMsg};
-use fastudp::wire::cmsg::Encoder;
-use fastudp::wire::consts::{SOL_UDP, UDP_SEGMENT};
 use fastudp::Transmit;
+use fastudp_tools::raw::{self, OutMsg};
+use fastudp_tools::wire::cmsg::Encoder;
+use fastudp_tools::wire::consts::{SOL_UDP, UDP_SEGMENT};
 use std::io::{self, IoSlice, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::sync::atomic::Ordering::Relaxed;
@@ -80,7 +80,7 @@ impl Ring {
 /// only differences of transit times count, so the two hosts' clocks need
 /// not agree).
 fn stamp(buf: &mut [u8], payload: usize, seq: &mut u64) {
-    let now = fastudp::os::monotonic_ns().to_le_bytes();
+    let now = fastudp_tools::os::monotonic_ns().to_le_bytes();
     for d in buf.chunks_mut(payload) {
         if d.len() >= 8 {
             d[..8].copy_from_slice(&seq.to_le_bytes());
@@ -242,6 +242,9 @@ pub fn udp(
     if matches!(t, TxStrategy::GsoZerocopy | TxStrategy::UringZc) {
         return zerocopy(t, dest, w, live);
     }
+    if t == TxStrategy::UringZcFixed {
+        return zerocopy_fixed(dest, w, live);
+    }
     let sock = bind_sender(dest, w)?;
     if w.connect {
         sock.connect(dest)
@@ -309,7 +312,7 @@ pub fn udp(
     let (mut calls, mut dgrams, mut bytes) = (0u64, 0u64, 0u64);
     let start = Instant::now();
     let deadline = start + w.duration;
-    let cpu0 = fastudp::os::thread_cpu_time();
+    let cpu0 = fastudp_tools::os::thread_cpu_time();
     while Instant::now() < deadline && !stop_requested() {
         if !pace(w.rate, start, bytes, (p * per_call) as u64, deadline) {
             break;
@@ -392,7 +395,8 @@ pub fn udp(
             TxStrategy::Tcp
             | TxStrategy::TcpZerocopy
             | TxStrategy::GsoZerocopy
-            | TxStrategy::UringZc => {
+            | TxStrategy::UringZc
+            | TxStrategy::UringZcFixed => {
                 unreachable!("handled by tx::tcp and tx::zerocopy")
             }
         };
@@ -423,7 +427,7 @@ pub fn udp(
     if let Some(f) = &fast {
         peer_gone(f.state(), f.as_std(), dest, dgrams)?;
     }
-    let cpu = fastudp::os::thread_cpu_time().saturating_sub(cpu0);
+    let cpu = fastudp_tools::os::thread_cpu_time().saturating_sub(cpu0);
     if let Some(f) = &fast {
         let s = f.stats();
         calls = s.send_calls;
@@ -486,7 +490,7 @@ pub fn tcp(mut s: TcpStream, w: &Workload, live: &Live) -> Result<TxOutcome, Str
     let (mut calls, mut bytes) = (0u64, 0u64);
     let start = Instant::now();
     let deadline = start + w.duration;
-    let cpu0 = fastudp::os::thread_cpu_time();
+    let cpu0 = fastudp_tools::os::thread_cpu_time();
     while Instant::now() < deadline && !stop_requested() {
         if !pace(w.rate, start, bytes, (p * w.segs) as u64, deadline) {
             break;
@@ -497,7 +501,7 @@ pub fn tcp(mut s: TcpStream, w: &Workload, live: &Live) -> Result<TxOutcome, Str
         bytes += buf.len() as u64;
         live.tx_calls.store(calls, Relaxed);
     }
-    let cpu = fastudp::os::thread_cpu_time().saturating_sub(cpu0);
+    let cpu = fastudp_tools::os::thread_cpu_time().saturating_sub(cpu0);
     let seconds = start.elapsed().as_secs_f64();
     drop(s);
     Ok(TxOutcome {
@@ -547,7 +551,7 @@ pub fn zerocopy(
     let (mut calls, mut dgrams, mut bytes) = (0u64, 0u64, 0u64);
     let start = Instant::now();
     let deadline = start + w.duration;
-    let cpu0 = fastudp::os::thread_cpu_time();
+    let cpu0 = fastudp_tools::os::thread_cpu_time();
     while Instant::now() < deadline && !stop_requested() {
         if !pace(w.rate, start, bytes, call_len as u64, deadline) {
             break;
@@ -582,10 +586,103 @@ pub fn zerocopy(
         }
         zc.reap(&sock).map_err(|e| send_err(t, e.into()))?;
     }
-    let cpu = fastudp::os::thread_cpu_time().saturating_sub(cpu0);
+    let cpu = fastudp_tools::os::thread_cpu_time().saturating_sub(cpu0);
     let seconds = start.elapsed().as_secs_f64();
     let left = zc
         .drain(&sock, Duration::from_secs(2))
+        .map_err(|e| send_err(t, e.into()))?;
+    if left > 0 {
+        eprintln!("fastudp: warning: {left} zerocopy completions did not arrive within 2 s");
+    }
+    note_local_drops(sock.stats().dropped_locally);
+    let s = zc.stats();
+    Ok(TxOutcome {
+        datagrams: dgrams,
+        bytes,
+        calls,
+        cpu,
+        seconds,
+        zerocopy: Some((s.completions, s.copied)),
+    })
+}
+
+/// `uring-zc-fixed`: `uring-zc` sending from the sender's pool of
+/// registered buffers ([`fastudp::uring::UringZeroCopySender::with_buffers`]),
+/// as many as `uring-zc`'s buffers: each is stamped in place and sent
+/// again only after its notification. Where the kernel refuses fixed
+/// buffers the pool is ordinary memory, and a note says so.
+pub fn zerocopy_fixed(dest: SocketAddr, w: &Workload, live: &Live) -> Result<TxOutcome, String> {
+    use fastudp::uring::UringZeroCopySender;
+    let t = TxStrategy::UringZcFixed;
+    let std_sock = bind_sender(dest, w)?;
+    if w.connect {
+        std_sock
+            .connect(dest)
+            .map_err(|e| format!("connect to {dest}: {e}"))?;
+    }
+    let sock = fastudp::Socket::from_std(std_sock).map_err(|e| e.to_string())?;
+    let p = w.payload;
+    let call_len = p * w.segs;
+    let count = (ring_len(w, call_len) / call_len)
+        .max(64)
+        .min(((256 << 20) / call_len).max(1));
+    let na = |e: fastudp::Error| format!("uring-zc-fixed is not available here: {e}");
+    let mut zc = UringZeroCopySender::new(&sock)
+        .map_err(na)?
+        .with_buffers(&sock, count, call_len)
+        .map_err(na)?;
+    if !zc.fixed_buffers() || !zc.fixed_file(&sock) {
+        let why: Vec<String> = sock
+            .stats()
+            .fallbacks
+            .iter()
+            .map(|f| f.reason.clone())
+            .collect();
+        eprintln!(
+            "fastudp: note: uring-zc-fixed without its registrations: {}",
+            why.join("; ")
+        );
+    }
+    let segment = (w.segs > 1).then_some(p);
+    let mut seq = 0u64;
+    let (mut calls, mut dgrams, mut bytes) = (0u64, 0u64, 0u64);
+    let start = Instant::now();
+    let deadline = start + w.duration;
+    let cpu0 = fastudp_tools::os::thread_cpu_time();
+    while Instant::now() < deadline && !stop_requested() {
+        if !pace(w.rate, start, bytes, call_len as u64, deadline) {
+            break;
+        }
+        let mut wrote = false;
+        match zc.send_with(&sock, dest, call_len, segment, |b| {
+            wrote = true;
+            stamp(b, p, &mut seq);
+        }) {
+            Ok(()) => {
+                calls += 1;
+                dgrams += w.segs as u64;
+                bytes += call_len as u64;
+                live.tx_calls.store(calls, Relaxed);
+                live.tx_datagrams.store(dgrams, Relaxed);
+            }
+            Err(e) => {
+                if wrote {
+                    // Not sent: its numbers go to the next buffer.
+                    seq -= w.segs as u64;
+                }
+                let e: io::Error = e.into();
+                if !transient(&e) {
+                    return Err(send_err(t, e));
+                }
+                std::thread::yield_now();
+            }
+        }
+        zc.reap();
+    }
+    let cpu = fastudp_tools::os::thread_cpu_time().saturating_sub(cpu0);
+    let seconds = start.elapsed().as_secs_f64();
+    let left = zc
+        .drain(Duration::from_secs(2))
         .map_err(|e| send_err(t, e.into()))?;
     if left > 0 {
         eprintln!("fastudp: warning: {left} zerocopy completions did not arrive within 2 s");
@@ -609,7 +706,7 @@ pub fn zerocopy(
 /// this host, every one is (the stack copies the pages before handing
 /// them over, so that a local reader cannot see a buffer that changes).
 pub fn tcp_zerocopy(s: TcpStream, w: &Workload, live: &Live) -> Result<TxOutcome, String> {
-    use fastudp::wire::consts::{SOL_SOCKET, SO_ZEROCOPY};
+    use fastudp_tools::wire::consts::{SOL_SOCKET, SO_ZEROCOPY};
     use std::collections::{BTreeSet, VecDeque};
     let t = TxStrategy::TcpZerocopy;
     raw::set_option_int(&s, SOL_SOCKET, SO_ZEROCOPY, 1)
@@ -632,7 +729,11 @@ pub fn tcp_zerocopy(s: TcpStream, w: &Workload, live: &Live) -> Result<TxOutcome
      -> Result<(), String> {
         loop {
             match raw::recv_error(&s) {
-                Ok(Some(fastudp::SocketError::ZeroCopy { lo, hi, copied: c })) => {
+                Ok(Some(fastudp_tools::wire::errqueue::SocketError::ZeroCopy {
+                    lo,
+                    hi,
+                    copied: c,
+                })) => {
                     let n = u64::from(hi.wrapping_sub(lo)) + 1;
                     completions += n;
                     if c {
@@ -684,7 +785,7 @@ pub fn tcp_zerocopy(s: TcpStream, w: &Workload, live: &Live) -> Result<TxOutcome
     let (mut calls, mut bytes) = (0u64, 0u64);
     let start = Instant::now();
     let deadline = start + w.duration;
-    let cpu0 = fastudp::os::thread_cpu_time();
+    let cpu0 = fastudp_tools::os::thread_cpu_time();
     while Instant::now() < deadline && !stop_requested() {
         if !pace(w.rate, start, bytes, call_len as u64, deadline) {
             break;
@@ -731,7 +832,7 @@ pub fn tcp_zerocopy(s: TcpStream, w: &Workload, live: &Live) -> Result<TxOutcome
         live.tx_calls.store(calls, Relaxed);
         reap(&mut flight, &mut pool, &mut done)?;
     }
-    let cpu = fastudp::os::thread_cpu_time().saturating_sub(cpu0);
+    let cpu = fastudp_tools::os::thread_cpu_time().saturating_sub(cpu0);
     let seconds = start.elapsed().as_secs_f64();
     // The last completions come when the receiver has acknowledged.
     let until = Instant::now() + Duration::from_secs(2);

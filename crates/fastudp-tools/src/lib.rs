@@ -1,0 +1,55 @@
+//! What the `fastudp` command, the library's tests and benchmarks, and the
+//! fuzz targets share, apart from the library's API: thin wrappers over
+//! raw syscalls ([`raw`]), operating-system helpers ([`os`]), device
+//! features through the ethtool ioctl ([`host`]), and the wire formats
+//! ([`wire`]).
+//!
+//! Not published, and no promise of stability: the published `fastudp`
+//! library exposes none of this. The library's `wire` and `sys` modules
+//! are compiled here from their one source (`crates/fastudp/src/`), so
+//! there is one copy of every parser and of every `unsafe` block: `sys`
+//! stays the only module with `unsafe`, each block with its `// SAFETY:`
+//! comment. Items of those modules that only the tools use are compiled
+//! here only (`cfg(fastudp_tools)`, set by this crate's build script).
+
+#![deny(missing_docs)]
+#![deny(unsafe_code)]
+#![deny(clippy::undocumented_unsafe_blocks)]
+
+pub mod ethtool;
+pub mod host;
+pub mod raw;
+
+// The library's syscall layer; the tools call part of it, the rest is the
+// library's own.
+#[allow(unsafe_code, dead_code, unreachable_pub)]
+#[path = "../../fastudp/src/sys/mod.rs"]
+mod sys;
+
+#[path = "../../fastudp/src/wire/mod.rs"]
+pub mod wire;
+
+/// Operating-system helpers the command and the benchmarks share.
+pub mod os {
+    pub use crate::sys::{
+        clock_ticks_per_sec, default_sigpipe, monotonic_ns, pin_to_cpu, process_cpu_time,
+        set_timer_slack, setns_net, thread_cpu_time, unsent_bytes, wait_readable, MAX_BATCH,
+    };
+    /// Directory-relative file syscalls (`openat2`, `mkdirat`, `renameat`,
+    /// `unlinkat`), for resolving a path without following symbolic links.
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    pub use crate::sys::{mkdirat, openat2, renameat, unlinkat};
+
+    /// The kernel's `UDP_MAX_SEGMENTS` (128 since 2024, 64 before), as the
+    /// library probes it once per process
+    /// ([`fastudp::Capabilities::kernel_max_segments`]); 0 when the kernel
+    /// refuses GSO outright, and the older limit, 64, when no loopback
+    /// socket can be made to ask.
+    pub fn kernel_max_segments() -> usize {
+        ["127.0.0.1:0", "[::1]:0"]
+            .iter()
+            .filter_map(|a| std::net::UdpSocket::bind(a).ok())
+            .find_map(|s| fastudp::UdpState::new(&s, fastudp::Config::default()).ok())
+            .map_or(64, |st| st.capabilities().kernel_max_segments)
+    }
+}
