@@ -55,6 +55,8 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+#[cfg(feature = "h3")]
+pub mod altsvc;
 pub mod app;
 mod cid;
 mod config;

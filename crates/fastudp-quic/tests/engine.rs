@@ -3,6 +3,9 @@
 //! the write rule (write until Blocked, wait for Writable), timeouts,
 //! refusals and the admission policy, and the embedding example.
 
+#[cfg(feature = "h3")]
+#[path = "engine/altsvc.rs"]
+mod altsvc;
 #[path = "../examples/embed.rs"]
 #[allow(dead_code)] // its `main`
 mod embed;

@@ -170,6 +170,14 @@ pub struct ServeArgs {
     /// openat2(2) (Linux 5.6+). --stack fastudp only.
     #[arg(long, value_name = "DIR")]
     pub www: Option<PathBuf>,
+    /// Also listen with TLS over TCP on the same address and port, with
+    /// the same certificate (ALPN http/1.1), and answer HTTP/1.1 with the
+    /// same content plus `Alt-Svc: h3=":PORT"; ma=86400`, so that a
+    /// browser that starts over TCP moves to HTTP/3. Bounded as
+    /// docs/SECURITY.md says ("HTTP/3 discovery over TCP"); uses
+    /// --request-timeout and --idle-timeout. --stack fastudp only.
+    #[arg(long)]
+    pub alt_svc_tcp: bool,
 }
 
 /// Connections at most when neither --max-connections nor --max-memory
@@ -325,6 +333,9 @@ fn check_serve(a: &ServeArgs) -> Result<(), Failure> {
     }
     if a.stack != Stack::Fastudp && a.www.is_some() {
         return bad("--www needs --stack fastudp".into());
+    }
+    if a.stack != Stack::Fastudp && a.alt_svc_tcp {
+        return bad("--alt-svc-tcp needs --stack fastudp".into());
     }
     if a.stack != Stack::Fastudp && a.max_memory.is_some() {
         return bad("--max-memory needs --stack fastudp".into());

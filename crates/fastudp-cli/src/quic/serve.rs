@@ -9,9 +9,10 @@ use super::stats::{listening, Reporter};
 use super::{tls, workers, PacingArg, ServeArgs};
 use crate::{interrupt, Failure};
 use fastudp::pacing::PacingMode;
+use fastudp_quic::altsvc;
 use fastudp_quic::app::{hq::HqApp, Router};
 use fastudp_quic::files::{FileStats, Root};
-use fastudp_quic::h3::{FilesHandler, H3App, Handler, MakeHandler};
+use fastudp_quic::h3::{builtin_handler, FilesHandler, H3App, Handler, MakeHandler};
 use fastudp_quic::{limits, Engine, EngineConfig, Pacing};
 use std::net::IpAddr;
 use std::rc::Rc;
@@ -40,7 +41,7 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
             }),
         },
     };
-    let cfg = EngineConfig::new(a.listen, tls)
+    let cfg = EngineConfig::new(a.listen, tls.clone())
         .workers(n)
         .pacing(pacing)
         .total_rate(a.total_rate)
@@ -78,12 +79,17 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
     if let Some(root) = &files {
         hq = hq.files(root.clone());
     }
+    // One handler for HTTP/3 and for HTTP/1.1 over TCP: the same bytes.
+    let handler = builtin_handler(interval, h3_files);
     // HTTP/3 and hq-interop on one port; the ALPN picks.
     let app = Router::new()
         .with(
             fastudp_quic::h3::ALPN,
-            H3App::builtin_with(interval, h3_files)
-                .request_timeout(Duration::from_secs_f64(a.request_timeout)),
+            H3App::new({
+                let make = handler.clone();
+                move |worker| make(worker)
+            })
+            .request_timeout(Duration::from_secs_f64(a.request_timeout)),
         )
         .with(super::hq::ALPN, hq);
     interrupt::watch();
@@ -106,10 +112,26 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
         eprintln!("fastudp: note: --zerocopy: {e}; sending with copies");
     }
     let counters = engine.counters().clone();
+    let tcp = if a.alt_svc_tcp {
+        match alt_svc_tcp(&a, &engine, tls.clone(), handler) {
+            Ok(l) => Some(l),
+            Err(e) => {
+                engine.stop();
+                let _ = engine.join();
+                return Err(e);
+            }
+        }
+    } else {
+        None
+    };
     listening("fastudp", engine.local_addr(), n, "h3, hq-interop", a.json);
     tls::announce(&id, a.json);
     announce_limits(&a, n, (max_connections, per_ip), budget);
-    let rep = Reporter::new(&counters, "fastudp", true);
+    if let Some(l) = &tcp {
+        announce_tcp(l, a.json);
+    }
+    let rep =
+        Reporter::new(&counters, "fastudp", true).alt_svc(tcp.as_ref().map(|l| l.stats().clone()));
     rep.wait(
         &counters,
         a.duration,
@@ -118,6 +140,9 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
         &pacing_desc,
         &|| engine.failed(),
     );
+    if let Some(l) = tcp {
+        l.stop(fastudp_quic::STOP_WAIT);
+    }
     engine.stop();
     let r = engine.join();
     rep.summary(&counters, a.json, &pacing_desc);
@@ -250,6 +275,49 @@ fn files_summary(s: &FileStats, json: bool) {
             s.forbidden,
             s.bad_requests,
             s.errors
+        );
+    }
+}
+
+/// Starts `--alt-svc-tcp`: TLS over TCP on the engine's address and port,
+/// advertising HTTP/3 there.
+fn alt_svc_tcp(
+    a: &ServeArgs,
+    engine: &Engine,
+    tls: Arc<rustls::ServerConfig>,
+    handler: Arc<MakeHandler>,
+) -> Result<altsvc::Listener, Failure> {
+    let addr = engine.local_addr();
+    let mut cfg = altsvc::Config::new(addr, tls, addr.port(), handler);
+    cfg.request_timeout = Duration::from_secs_f64(a.request_timeout);
+    cfg.idle_timeout = Duration::from_secs_f64(a.idle_timeout);
+    altsvc::Listener::start(cfg)
+        .map_err(|e| Failure::usage(format!("--alt-svc-tcp: TCP {addr}: {e}")))
+}
+
+/// Says where the TCP listener is and what bounds it.
+fn announce_tcp(l: &altsvc::Listener, json: bool) {
+    if json {
+        outln!(
+            "{}",
+            serde_json::json!({
+                "kind": "alt_svc_tcp",
+                "addr": l.local_addr().to_string(),
+                "alpn": "http/1.1",
+                "alt_svc": format!("h3=\":{}\"; ma={}", l.local_addr().port(), altsvc::MAX_AGE),
+                "max_connections": altsvc::MAX_CONNECTIONS,
+                "max_head": altsvc::MAX_HEAD,
+                "max_requests_per_connection": altsvc::MAX_REQUESTS,
+                "send_timeout_s": altsvc::SEND_TIMEOUT.as_secs_f64(),
+            })
+        );
+    } else {
+        outln!(
+            "alt-svc: TLS over TCP on {} (HTTP/1.1, Alt-Svc h3 on port {}), {} connections at most, heads up to {} KiB",
+            l.local_addr(),
+            l.local_addr().port(),
+            altsvc::MAX_CONNECTIONS,
+            altsvc::MAX_HEAD >> 10
         );
     }
 }

@@ -94,6 +94,52 @@ pub struct Report {
     pub recv_errors: u64,
     /// The pacing in force, and why.
     pub pacing: String,
+    /// `--alt-svc-tcp`: the TCP listener's counters, in all.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tcp: Option<TcpReport>,
+}
+
+/// The counters of `--alt-svc-tcp` (HTTP/1.1 over TLS over TCP).
+#[derive(Debug, Serialize)]
+pub struct TcpReport {
+    /// Connections accepted.
+    pub accepted: u64,
+    /// Connections open now.
+    pub open: u64,
+    /// Connections refused (its connection bound).
+    pub refused: u64,
+    /// TLS handshakes that failed.
+    pub tls_failed: u64,
+    /// HTTP/1.1 requests answered.
+    pub requests: u64,
+    /// Requests refused by the parser.
+    pub bad_requests: u64,
+    /// Connections closed for a request head late.
+    pub request_timeouts: u64,
+    /// Connections closed idle.
+    pub idle_closed: u64,
+    /// Responses cut short by a failed or stalled write.
+    pub send_failed: u64,
+    /// Responses cut short by their body's error.
+    pub body_errors: u64,
+}
+
+impl TcpReport {
+    fn from(s: &fastudp_quic::altsvc::Stats) -> Self {
+        let s = s.snapshot();
+        TcpReport {
+            accepted: s.accepted,
+            open: s.open,
+            refused: s.refused,
+            tls_failed: s.tls_failed,
+            requests: s.requests,
+            bad_requests: s.bad_requests,
+            request_timeouts: s.request_timeouts,
+            idle_closed: s.idle_closed,
+            send_failed: s.send_failed,
+            body_errors: s.body_errors,
+        }
+    }
 }
 
 fn report(
@@ -146,6 +192,7 @@ fn report(
         send_errors: c.send_errors.load(Relaxed),
         recv_errors: c.recv_errors.load(Relaxed),
         pacing: pacing.to_string(),
+        tcp: None,
     }
 }
 
@@ -158,6 +205,22 @@ fn print(r: &Report, json: bool) {
     if json {
         outln!("{}", serde_json::to_string(r).unwrap_or_default());
         return;
+    }
+    if let Some(t) = &r.tcp {
+        outln!(
+            "{} tcp: {} connections ({} accepted, {} refused, {} TLS failures), {} requests, {} bad, {} request timeouts, {} idle closed, {} send failures, {} body errors",
+            r.kind,
+            t.open,
+            t.accepted,
+            t.refused,
+            t.tls_failed,
+            t.requests,
+            t.bad_requests,
+            t.request_timeouts,
+            t.idle_closed,
+            t.send_failed,
+            t.body_errors
+        );
     }
     outln!(
         "{}: {:.1} s, {} connections ({} accepted, {} refused, {} retries), goodput {:.3} Gbit/s, wire {:.3} Gbit/s, CPU {} s/Gbit ({:.2} cores), send calls {}/s ({} datagrams each), recv calls {}/s ({} datagrams each), {} retransmissions, {} forwarded, {} dropped, {} forward drops, {} stateless drops, {} request timeouts, {} dropped by the local queue, pacing: {}",
@@ -223,6 +286,7 @@ pub struct Reporter {
     start: Snap,
     stack: &'static str,
     calls_known: bool,
+    tcp: Option<std::sync::Arc<fastudp_quic::altsvc::Stats>>,
 }
 
 impl Reporter {
@@ -232,7 +296,19 @@ impl Reporter {
             start: Snap::take(c),
             stack,
             calls_known,
+            tcp: None,
         }
+    }
+
+    /// Reports the counters of `--alt-svc-tcp` too.
+    pub fn alt_svc(mut self, tcp: Option<std::sync::Arc<fastudp_quic::altsvc::Stats>>) -> Self {
+        self.tcp = tcp;
+        self
+    }
+
+    fn with_tcp(&self, mut r: Report) -> Report {
+        r.tcp = self.tcp.as_deref().map(TcpReport::from);
+        r
     }
 
     /// Waits, printing `--stats` lines, until the run should end: Ctrl-C,
@@ -264,7 +340,15 @@ impl Reporter {
                 let now = Snap::take(c);
                 if stats {
                     print(
-                        &report("stats", self.stack, c, last, now, self.calls_known, pacing),
+                        &self.with_tcp(report(
+                            "stats",
+                            self.stack,
+                            c,
+                            last,
+                            now,
+                            self.calls_known,
+                            pacing,
+                        )),
                         json,
                     );
                 }
@@ -277,7 +361,7 @@ impl Reporter {
     pub fn summary(&self, c: &Counters, json: bool, pacing: &str) {
         let now = Snap::take(c);
         print(
-            &report(
+            &self.with_tcp(report(
                 "summary",
                 self.stack,
                 c,
@@ -285,7 +369,7 @@ impl Reporter {
                 now,
                 self.calls_known,
                 pacing,
-            ),
+            )),
             json,
         );
     }

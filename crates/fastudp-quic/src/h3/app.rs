@@ -69,14 +69,24 @@ impl H3App {
     /// The built-in endpoints with `/video` frames every `interval`, and
     /// other paths given to `fallback` (static files) instead of 404.
     pub fn builtin_with(interval: Duration, fallback: Option<Arc<MakeHandler>>) -> Self {
-        H3App::new(move |worker| {
-            let b = Builtin::new(PatternContent::new(interval));
-            match &fallback {
-                Some(f) => Rc::new(b.with_fallback(f(worker))),
-                None => Rc::new(b),
-            }
-        })
+        let make = builtin_handler(interval, fallback);
+        H3App::new(move |worker| make(worker))
     }
+}
+
+/// The handler of [`H3App::builtin_with`] on its own: `/bytes/N` and
+/// `/video/RATE/SECONDS` with frames every `interval`, other paths given
+/// to `fallback` (or 404). The TCP discovery listener
+/// ([`crate::altsvc`]) answers with the same one, so that both transports
+/// serve the same bytes.
+pub fn builtin_handler(interval: Duration, fallback: Option<Arc<MakeHandler>>) -> Arc<MakeHandler> {
+    Arc::new(move |worker| {
+        let b = Builtin::new(PatternContent::new(interval));
+        match &fallback {
+            Some(f) => Rc::new(b.with_fallback(f(worker))) as Rc<dyn Handler>,
+            None => Rc::new(b),
+        }
+    })
 }
 
 impl Application for H3App {

@@ -29,7 +29,7 @@ pub(crate) mod task;
 #[cfg(test)]
 mod tests;
 
-pub use app::{H3App, MakeHandler, PatternContent};
+pub use app::{builtin_handler, H3App, MakeHandler, PatternContent};
 pub use files::FilesHandler;
 pub use handler::{Body, Builtin, Content, Handler, Next, Reply, Route, CHUNK};
 pub use task::{CONTROL_FRAME_MAX, MAX_FIELD_SECTION, REQUEST_STREAM_CAP};

@@ -1,0 +1,319 @@
+//! The TLS-over-TCP discovery listener (`fastudp_quic::altsvc`) against a
+//! plain rustls client: the `Alt-Svc` header, byte-exact bodies (files
+//! and `/bytes/N`), keep-alive, 404, escapes refused, and every bound: a
+//! client that never sends, one that stops in the middle of a head, one
+//! that idles, a head too large, too many connections, and stop.
+
+use super::{provider, server_tls, Cert};
+use fastudp_quic::altsvc::{self, Config, Listener};
+use fastudp_quic::files::Root;
+use fastudp_quic::h3::{builtin_handler, FilesHandler, Handler, MakeHandler};
+use fastudp_quic::hq::wire as hq;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The HTTP/3 port the listener advertises in these tests.
+const H3_PORT: u16 = 4433;
+
+struct Site {
+    dir: PathBuf,
+    root: Arc<Root>,
+    file: Vec<u8>,
+}
+
+impl Drop for Site {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A directory with `a.bin` (200 kB that are not the pattern),
+/// `index.html`, and a symbolic link that leads out of it.
+fn site(tag: &str) -> Site {
+    let dir = std::env::temp_dir().join(format!("fastudp-altsvc-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("www")).unwrap();
+    let file: Vec<u8> = (0..200_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    std::fs::write(dir.join("www/a.bin"), &file).unwrap();
+    std::fs::write(dir.join("www/index.html"), b"<p>hello</p>").unwrap();
+    std::fs::write(dir.join("secret"), b"outside").unwrap();
+    std::os::unix::fs::symlink(dir.join("secret"), dir.join("www/link")).unwrap();
+    let root = Arc::new(Root::open(&dir.join("www")).unwrap());
+    Site { dir, root, file }
+}
+
+fn start(site: &Site, f: impl FnOnce(&mut Config)) -> (Listener, Cert) {
+    let (tls, cert) = server_tls();
+    let root = site.root.clone();
+    let files: Arc<MakeHandler> =
+        Arc::new(move |_| Rc::new(FilesHandler::new(root.clone())) as Rc<dyn Handler>);
+    let make = builtin_handler(Duration::from_millis(40), Some(files));
+    let mut cfg = Config::new("127.0.0.1:0".parse().unwrap(), tls, H3_PORT, make);
+    f(&mut cfg);
+    (Listener::start(cfg).unwrap(), cert)
+}
+
+type Client = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
+
+/// A TLS connection to `addr` that trusts `cert`, offering http/1.1;
+/// the handshake done.
+fn connect(addr: SocketAddr, cert: &Cert) -> Client {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(cert.clone()).unwrap();
+    let mut tls = rustls::ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let conn =
+        rustls::ClientConnection::new(Arc::new(tls), "localhost".try_into().unwrap()).unwrap();
+    let tcp = TcpStream::connect(addr).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut s = rustls::StreamOwned::new(conn, tcp);
+    while s.conn.is_handshaking() {
+        s.conn.complete_io(&mut s.sock).unwrap();
+    }
+    assert_eq!(s.conn.alpn_protocol(), Some(&b"http/1.1"[..]));
+    s
+}
+
+/// One response: status, header fields (names lower-case), body.
+#[derive(Debug)]
+struct Resp {
+    status: u16,
+    fields: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Resp {
+    fn field(&self, name: &str) -> Option<&str> {
+        self.fields
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Reads one response whose body has a `content-length` (or none, for
+/// HEAD) from `s`.
+fn read_response(s: &mut Client, head_only: bool) -> Resp {
+    let mut buf = Vec::new();
+    let mut b = [0u8; 1];
+    while !buf.ends_with(b"\r\n\r\n") {
+        assert_eq!(s.read(&mut b).unwrap(), 1, "the connection ended in a head");
+        buf.push(b[0]);
+    }
+    let text = String::from_utf8(buf).unwrap();
+    let mut lines = text.split("\r\n");
+    let status_line = lines.next().unwrap();
+    assert!(status_line.starts_with("HTTP/1.1 "), "{status_line}");
+    let status = status_line[9..12].parse().unwrap();
+    let fields: Vec<(String, String)> = lines
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            let (n, v) = l.split_once(": ").unwrap();
+            (n.to_ascii_lowercase(), v.to_string())
+        })
+        .collect();
+    let len: usize = fields
+        .iter()
+        .find(|(n, _)| n == "content-length")
+        .map(|(_, v)| v.parse().unwrap())
+        .expect("content-length");
+    let mut body = vec![0u8; if head_only { 0 } else { len }];
+    s.read_exact(&mut body).unwrap();
+    Resp {
+        status,
+        fields,
+        body,
+    }
+}
+
+fn get(s: &mut Client, path: &str) -> Resp {
+    write!(s, "GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+    s.flush().unwrap();
+    read_response(s, false)
+}
+
+/// True once the server has closed `s` (EOF or reset), within 10 s.
+fn closed_by_server(s: &mut impl Read) -> bool {
+    let mut b = [0u8; 64];
+    loop {
+        match s.read(&mut b) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e) => return e.kind() != std::io::ErrorKind::WouldBlock,
+        }
+    }
+}
+
+#[test]
+fn alt_svc_files_and_bytes_are_served_byte_exact_over_tls_tcp() {
+    let site = site("serve");
+    let (l, cert) = start(&site, |_| {});
+    let mut s = connect(l.local_addr(), &cert);
+    // Three requests on one connection (keep-alive).
+    let r = get(&mut s, "/a.bin");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.field("alt-svc"), Some("h3=\":4433\"; ma=86400"));
+    assert_eq!(r.body, site.file, "the file, byte-exact");
+    assert_eq!(r.field("content-type"), Some("application/octet-stream"));
+    let r = get(&mut s, "/bytes/100000");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body.len(), 100_000);
+    assert_eq!(hq::check(0, &r.body), Ok(()), "the pattern, byte-exact");
+    let r = get(&mut s, "/");
+    assert_eq!((r.status, &r.body[..]), (200, &b"<p>hello</p>"[..]));
+    assert_eq!(r.field("content-type"), Some("text/html; charset=utf-8"));
+    // A range, and HEAD.
+    write!(
+        s,
+        "GET /a.bin HTTP/1.1\r\nHost: localhost\r\nRange: bytes=10-19\r\n\r\n"
+    )
+    .unwrap();
+    let r = read_response(&mut s, false);
+    assert_eq!((r.status, &r.body[..]), (206, &site.file[10..20]));
+    write!(s, "HEAD /a.bin HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+    let r = read_response(&mut s, true);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.field("content-length"), Some("200000"));
+    // 404, and escapes refused (by the parser and by the kernel).
+    for path in ["/missing", "/../secret", "/%2e%2e/secret", "/link"] {
+        let r = get(&mut s, path);
+        assert_eq!(r.status, 404, "{path}");
+        assert!(r.body.is_empty());
+        assert_eq!(r.field("alt-svc"), Some("h3=\":4433\"; ma=86400"));
+    }
+    let fs = site.root.stats();
+    assert_eq!(fs.escapes_refused, 3, "{fs:?}");
+    assert_eq!(fs.not_found, 1, "{fs:?}");
+    // A request that asks to close gets `connection: close`, then EOF.
+    write!(
+        s,
+        "GET /bytes/10 HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let r = read_response(&mut s, false);
+    assert_eq!(r.field("connection"), Some("close"));
+    assert!(closed_by_server(&mut s));
+    let st = l.stats().snapshot();
+    assert_eq!(st.requests, 10, "{st:?}");
+    assert_eq!(st.accepted, 1, "{st:?}");
+    assert_eq!(st.bad_requests, 0, "{st:?}");
+    l.stop(Duration::from_secs(2));
+}
+
+#[test]
+fn alt_svc_malformed_and_oversized_requests_are_refused_and_counted() {
+    let site = site("bad");
+    let (l, cert) = start(&site, |_| {});
+    let mut s = connect(l.local_addr(), &cert);
+    write!(
+        s,
+        "GET http://localhost/a.bin HTTP/1.1\r\nHost: localhost\r\n\r\n"
+    )
+    .unwrap();
+    let r = read_response(&mut s, false);
+    assert_eq!(r.status, 400);
+    assert!(closed_by_server(&mut s));
+    let mut s = connect(l.local_addr(), &cert);
+    let big = "x".repeat(altsvc::MAX_HEAD);
+    // The server answers once it has read MAX_HEAD bytes; it may reset
+    // the connection before the rest is written.
+    let _ = write!(s, "GET / HTTP/1.1\r\nHost: localhost\r\nX: {big}\r\n\r\n");
+    let _ = s.flush();
+    let r = read_response(&mut s, false);
+    assert_eq!(r.status, 431);
+    let mut s = connect(l.local_addr(), &cert);
+    write!(
+        s,
+        "POST / HTTP/1.1\r\nHost: localhost\r\nContent-Length: 4\r\n\r\nabcd"
+    )
+    .unwrap();
+    assert_eq!(read_response(&mut s, false).status, 413);
+    let st = l.stats().snapshot();
+    assert_eq!(st.bad_requests, 3, "{st:?}");
+    assert_eq!(st.requests, 0, "{st:?}");
+    l.stop(Duration::from_secs(2));
+}
+
+#[test]
+fn alt_svc_slow_and_idle_clients_are_closed_at_their_deadlines() {
+    let site = site("slow");
+    let timeout = Duration::from_millis(400);
+    let (l, cert) = start(&site, |c| {
+        c.request_timeout = timeout;
+        c.idle_timeout = Duration::from_millis(600);
+    });
+    // A client that connects and never sends (no TLS handshake).
+    let t0 = Instant::now();
+    let mut silent = TcpStream::connect(l.local_addr()).unwrap();
+    silent
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    assert!(closed_by_server(&mut silent));
+    let took = t0.elapsed();
+    assert!(
+        took >= timeout,
+        "closed after {took:?}, before its deadline"
+    );
+    assert!(took < Duration::from_secs(5), "closed after {took:?}");
+    // One that completes the handshake, sends half a head, then nothing.
+    let t0 = Instant::now();
+    let mut half = connect(l.local_addr(), &cert);
+    write!(half, "GET / HTTP/1.1\r\nHo").unwrap();
+    half.flush().unwrap();
+    assert!(closed_by_server(&mut half));
+    assert!(t0.elapsed() < Duration::from_secs(5));
+    // One that sends a byte every 100 ms: its head is never whole in time.
+    let t0 = Instant::now();
+    let mut drip = connect(l.local_addr(), &cert);
+    let mut closed = false;
+    for b in b"GET / HTTP/1.1\r\nHost: localhost\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" {
+        if drip.write_all(&[*b]).and_then(|_| drip.flush()).is_err() {
+            closed = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(closed || closed_by_server(&mut drip));
+    assert!(t0.elapsed() < Duration::from_secs(8));
+    assert_eq!(l.stats().request_timeouts.load(Relaxed), 3);
+    // One that idles after a request.
+    let mut idle = connect(l.local_addr(), &cert);
+    assert_eq!(get(&mut idle, "/bytes/5").status, 200);
+    assert!(closed_by_server(&mut idle));
+    let st = l.stats().snapshot();
+    assert_eq!(st.idle_closed, 1, "{st:?}");
+    assert_eq!(st.request_timeouts, 3, "{st:?}");
+    assert_eq!(st.open, 0, "{st:?}");
+    l.stop(Duration::from_secs(2));
+}
+
+#[test]
+fn alt_svc_connections_over_the_bound_are_refused_and_stop_closes_the_rest() {
+    let site = site("bound");
+    let (l, cert) = start(&site, |c| c.max_connections = 2);
+    let a = connect(l.local_addr(), &cert);
+    let mut b = connect(l.local_addr(), &cert);
+    super::eventually("two open", || l.stats().open.load(Relaxed) == 2);
+    let mut c = TcpStream::connect(l.local_addr()).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    assert!(closed_by_server(&mut c), "the third is closed at once");
+    assert_eq!(l.stats().refused.load(Relaxed), 1);
+    // Those open still work; stop closes them.
+    assert_eq!(get(&mut b, "/bytes/3").status, 200);
+    let stats = l.stats().clone();
+    l.stop(Duration::from_secs(2));
+    assert_eq!(stats.open.load(Relaxed), 0);
+    assert!(closed_by_server(&mut b));
+    drop(a);
+}
