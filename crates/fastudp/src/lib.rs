@@ -277,15 +277,11 @@ pub use error::{AllocError, ConfigError, Error, FallbackEvent, Feature};
 pub use reuseport::{ReuseportGroup, Steering, MAX_STEERING_OFFSET};
 pub use socket::{
     Config, RecvBatch, RecvMeta, Sent, Socket, Stats, Transmit, UdpIo, UdpState, DEFAULT_GSO_RETRY,
-    DEFAULT_MESSAGE_CAPACITY, DEFAULT_RECV_BUDGET, DEFAULT_SPLIT_WAIT, FALLBACK_EVENTS_KEPT,
-    MAX_GSO_RETRY,
+    DEFAULT_MESSAGE_CAPACITY, DEFAULT_SPLIT_WAIT,
 };
 pub use wire::cmsg::CmsgError;
 pub use wire::control::EcnCodepoint;
 pub use wire::errqueue::{SocketError, Unreachable};
 pub use wire::gro::Datagrams;
-pub use wire::{
-    max_payload, max_segment_for_mtu, GRO_MAX_SEGMENTS, HEADER_V4, HEADER_V6, MAX_PAYLOAD_V4,
-    MAX_PAYLOAD_V6,
-};
+pub use wire::{max_payload, max_segment_for_mtu, MAX_PAYLOAD_V4, MAX_PAYLOAD_V6};
 pub use zerocopy::{SendMeta, ZeroCopyMode, ZeroCopySender, ZeroCopyStats};

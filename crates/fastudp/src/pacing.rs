@@ -135,7 +135,7 @@ impl Pacer {
     /// How many `seg`-byte segments the next train may hold: what one
     /// interval's budget allows, at least 1, at most `max_burst` and
     /// `pending`.
-    pub fn train_segments(&self, seg: usize, pending: usize) -> usize {
+    pub(crate) fn train_segments(&self, seg: usize, pending: usize) -> usize {
         let by_budget = (self.budget() / seg.max(1) as u64).max(1) as usize;
         by_budget.min(self.max_burst).min(pending).max(1)
     }
@@ -259,10 +259,10 @@ impl Default for Waiter {
 
 impl Waiter {
     /// The least the waiter spins, in ns.
-    pub const MIN_SPIN_NS: u64 = 20_000;
+    pub(crate) const MIN_SPIN_NS: u64 = 20_000;
     /// The most the waiter spins, in ns: past this it sleeps and accepts
     /// being late.
-    pub const MAX_SPIN_NS: u64 = 500_000;
+    pub(crate) const MAX_SPIN_NS: u64 = 500_000;
 
     /// A waiter that assumes sleeps overshoot by 50 us until it has seen
     /// otherwise.
@@ -281,14 +281,14 @@ impl Waiter {
     }
 
     /// How long before a deadline the waiter stops sleeping, in ns.
-    pub fn spin_ns(&self) -> u64 {
+    pub(crate) fn spin_ns(&self) -> u64 {
         (self.overshoot_ns + self.overshoot_ns / 4 + 10_000)
             .saturating_sub(self.tolerance_ns)
             .clamp(Self::MIN_SPIN_NS, Self::MAX_SPIN_NS)
     }
 
     /// Records that a sleep ended `late_ns` after it should have.
-    pub fn note_overshoot(&mut self, late_ns: u64) {
+    pub(crate) fn note_overshoot(&mut self, late_ns: u64) {
         let est = self.overshoot_ns;
         self.overshoot_ns = if late_ns > est {
             est + (late_ns.min(Self::MAX_SPIN_NS) - est.min(Self::MAX_SPIN_NS)) / 4
@@ -298,7 +298,7 @@ impl Waiter {
     }
 
     /// Records a wait short enough to spin through without sleeping.
-    pub fn note_spin_only(&mut self) {
+    pub(crate) fn note_spin_only(&mut self) {
         self.overshoot_ns -= self.overshoot_ns / 64;
     }
 

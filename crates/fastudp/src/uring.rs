@@ -959,6 +959,17 @@ impl Drop for RecvView<'_> {
 ///
 /// Dropping it waits up to a second for outstanding notifications; a
 /// buffer the kernel still holds after that is leaked, never freed.
+///
+/// Two registrations make each send cheaper where the kernel takes them:
+/// the socket is registered as the ring's fixed file
+/// (`IORING_REGISTER_FILES`) when the sender is made, and
+/// [`UringZeroCopySender::with_buffers`] sets up a pool of send buffers
+/// registered as fixed buffers (`IORING_REGISTER_BUFFERS`), which
+/// [`UringZeroCopySender::send_with`] fills and sends with
+/// `IORING_RECVSEND_FIXED_BUF`, so the kernel does not pin the pages of
+/// each send. A refused registration is a fallback, recorded in the
+/// socket's [`Stats::fallbacks`](crate::Stats::fallbacks) under
+/// [`Feature::Uring`]: the sends go on without it.
 #[derive(Debug)]
 pub struct UringZeroCopySender {
     #[cfg(target_os = "linux")]
@@ -967,6 +978,18 @@ pub struct UringZeroCopySender {
     done: Vec<ZcDone>,
     ready: VecDeque<Vec<u8>>,
     stats: ZeroCopyStats,
+    /// The [`UdpState::id`] of the socket registered as the ring's fixed
+    /// file.
+    file_state: Option<u64>,
+}
+
+/// Why a pool send's header could not be built.
+#[cfg(target_os = "linux")]
+enum PoolFill {
+    /// The transmit is invalid.
+    Invalid(Error),
+    /// The socket cannot send it with GSO now: its own send must.
+    Copy,
 }
 
 impl UringZeroCopySender {
@@ -989,18 +1012,217 @@ impl UringZeroCopySender {
         }
         #[cfg(target_os = "linux")]
         {
+            let mut ring = ZcRing::new().map_err(|e| Error::Setup {
+                what: "io_uring_setup",
+                source: e,
+            })?;
+            let state = sock.state();
+            let file_state = match ring.register_file(sock.fd().as_raw_fd()) {
+                Ok(()) => Some(state.id),
+                Err(e) => {
+                    state.record(
+                        Feature::Uring,
+                        e.raw_os_error(),
+                        format!("io_uring: registering the socket as a fixed file (IORING_REGISTER_FILES) failed ({e}): SENDMSG_ZC names it by descriptor"),
+                    );
+                    None
+                }
+            };
             Ok(UringZeroCopySender {
-                ring: ZcRing::new().map_err(|e| Error::Setup {
-                    what: "io_uring_setup",
-                    source: e,
-                })?,
+                ring,
                 done: Vec::new(),
                 ready: VecDeque::new(),
                 stats: ZeroCopyStats::default(),
+                file_state,
             })
         }
         #[cfg(not(target_os = "linux"))]
         Err(unsupported("io_uring is Linux-only".into()))
+    }
+
+    /// Sets up a pool of `count` send buffers of `len` bytes each, for
+    /// [`UringZeroCopySender::send_with`], and registers it with the ring
+    /// as fixed buffers, where the kernel takes them for `SENDMSG_ZC`
+    /// (Linux 6.15; probed once, with a send that the kernel refuses
+    /// before anything goes out). Where it does not, or the registration
+    /// is refused (`RLIMIT_MEMLOCK`, an older kernel), the pool is
+    /// ordinary memory, the sends work the same, and the reason is
+    /// recorded in `sock`'s [`Stats::fallbacks`](crate::Stats::fallbacks)
+    /// under [`Feature::Uring`]; [`UringZeroCopySender::fixed_buffers`]
+    /// says which. The pool is pinned memory of at most 256 MiB, and is
+    /// set up once: a second call keeps the first pool.
+    ///
+    /// ```
+    /// use fastudp::{uring::UringZeroCopySender, Socket};
+    ///
+    /// let rx = std::net::UdpSocket::bind("127.0.0.1:0")?;
+    /// let tx = Socket::bind("127.0.0.1:0".parse().unwrap())?;
+    /// let Ok(zc) = UringZeroCopySender::new(&tx) else { return Ok(()) };
+    /// let mut zc = zc.with_buffers(&tx, 16, 4 * 1200)?;
+    /// zc.send_with(&tx, rx.local_addr()?, 4 * 1200, Some(1200), |buf| buf.fill(7))?;
+    /// zc.drain(std::time::Duration::from_secs(1))?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_buffers(
+        #[allow(unused_mut)] mut self,
+        sock: &impl UdpIo,
+        count: usize,
+        len: usize,
+    ) -> Result<Self, Error> {
+        #[cfg(target_os = "linux")]
+        match self.ring.setup_pool(count, len) {
+            Ok(None) => {}
+            Ok(Some(r)) => sock.state().record(
+                Feature::Uring,
+                r.error.raw_os_error(),
+                format!(
+                    "io_uring: {} refused ({}): SENDMSG_ZC sends the pool's buffers as ordinary memory",
+                    r.what, r.error
+                ),
+            ),
+            Err(e) => {
+                return Err(Error::Setup {
+                    what: "io_uring send buffer pool",
+                    source: e,
+                })
+            }
+        }
+        #[cfg(not(target_os = "linux"))]
+        let _ = (sock, count, len);
+        Ok(self)
+    }
+
+    /// True when the pool of [`UringZeroCopySender::with_buffers`] is
+    /// registered and sent from as fixed buffers.
+    pub fn fixed_buffers(&self) -> bool {
+        #[cfg(target_os = "linux")]
+        return self.ring.pool_fixed();
+        #[cfg(not(target_os = "linux"))]
+        false
+    }
+
+    /// True when sends on `sock` name it as the ring's registered file.
+    pub fn fixed_file(&self, sock: &impl UdpIo) -> bool {
+        #[cfg(target_os = "linux")]
+        return self.file_state == Some(sock.state().id)
+            && self.ring.file() == Some(sock.fd().as_raw_fd());
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = sock;
+            false
+        }
+    }
+
+    /// Sends `len` bytes to `dest` from a buffer of the pool
+    /// ([`UringZeroCopySender::with_buffers`]), as a GSO train when
+    /// `segment_size` is smaller than `len`: `write` fills the buffer
+    /// (its bytes are those of an earlier send, or zeros), and the buffer
+    /// goes back to the pool on its notification. Waits for the send's
+    /// own completion, not for the notification; when every buffer or
+    /// slot is in flight it first waits (up to a second) for one to come
+    /// back. The fallbacks are those of [`UringZeroCopySender::send`]: a
+    /// train the socket cannot send with GSO now, or one the path
+    /// refuses, goes through the socket's own (copying) send, and a send
+    /// the local queue dropped (`ENOBUFS`) is done, counted in
+    /// [`ZeroCopyStats::dropped_locally`]. An error when there is no pool
+    /// or `len` is larger than its buffers.
+    pub fn send_with(
+        &mut self,
+        sock: &impl UdpIo,
+        dest: SocketAddr,
+        len: usize,
+        segment_size: Option<usize>,
+        write: impl FnOnce(&mut [u8]),
+    ) -> Result<(), Error> {
+        #[cfg(target_os = "linux")]
+        {
+            let state = sock.state();
+            let mut write = Some(write);
+            let mut write = |b: &mut [u8]| {
+                if let Some(w) = write.take() {
+                    w(b)
+                }
+            };
+            let fixed_file = self.fixed_file(sock);
+            let deadline = Instant::now() + Duration::from_secs(1);
+            loop {
+                let fd = sock.fd();
+                let nonblocking = sys::is_nonblocking(fd).unwrap_or(false);
+                let mut segments = 1;
+                let r = self.ring.send(
+                    fd,
+                    fixed_file,
+                    if nonblocking { libc::MSG_DONTWAIT } else { 0 },
+                    ring::ZcSrc::Pool {
+                        len,
+                        write: &mut write,
+                    },
+                    |b, ctl| {
+                        let t = checked(state, dest, b, segment_size, SendMeta::default())
+                            .map_err(PoolFill::Invalid)?;
+                        segments = t.segments();
+                        if segments > 1 && state.max_gso_segments_to(&dest) <= 1 {
+                            return Err(PoolFill::Copy);
+                        }
+                        state
+                            .message(&t, b, true, ctl, true)
+                            .map_err(PoolFill::Invalid)
+                    },
+                    &mut self.done,
+                );
+                self.collect();
+                match r {
+                    Err((PoolFill::Invalid(e), _)) => return Err(e),
+                    Err((PoolFill::Copy, data)) => {
+                        return self
+                            .copy(sock, dest, data, segment_size)
+                            .map_err(|(e, _)| e)
+                    }
+                    Ok(Ok(())) => {
+                        self.stats.sends += 1;
+                        self.stats.zerocopy_sends += 1;
+                        return Ok(());
+                    }
+                    Ok(Err((e, _)))
+                        if e.kind() == io::ErrorKind::WouldBlock
+                            && (self.ring.in_flight() >= ring::ZC_SLOTS
+                                || (self.ring.pool_free() == 0 && self.ring.pool_len() > 0)) =>
+                    {
+                        if Instant::now() > deadline {
+                            return Err(Error::Io(e));
+                        }
+                        let _ = self.ring.wait(Duration::from_millis(10), &mut self.done);
+                        self.collect();
+                    }
+                    Ok(Err((e, _))) if e.raw_os_error() == Some(libc::ENOBUFS) => {
+                        self.stats.sends += 1;
+                        self.stats.zerocopy_sends += 1;
+                        self.stats.dropped_locally += segments as u64;
+                        state.dropped_locally(segments, &mut 0);
+                        return Ok(());
+                    }
+                    Ok(Err((e, Some(data))))
+                        if segments > 1
+                            && matches!(e.raw_os_error(), Some(libc::EIO) | Some(libc::EINVAL)) =>
+                    {
+                        // The path refused GSO: the socket's own send falls
+                        // back (and records why).
+                        return self
+                            .copy(sock, dest, data, segment_size)
+                            .map_err(|(e, _)| e);
+                    }
+                    Ok(Err((e, _))) => return Err(Error::Io(e)),
+                }
+            }
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = (sock, dest, len, segment_size, write);
+            Err(Error::Io(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "io_uring is Linux-only",
+            )))
+        }
     }
 
     /// Counters so far (`completions` counts notifications).
@@ -1050,10 +1272,12 @@ impl UringZeroCopySender {
             loop {
                 let fd = sock.fd();
                 let nonblocking = sys::is_nonblocking(fd).unwrap_or(false);
+                let fixed_file = self.fixed_file(sock);
                 let r = self.ring.send(
                     fd,
+                    fixed_file,
                     if nonblocking { libc::MSG_DONTWAIT } else { 0 },
-                    buf,
+                    ring::ZcSrc::Owned(buf),
                     |b, ctl| {
                         let t = Transmit {
                             segment_size,
@@ -1131,7 +1355,9 @@ impl UringZeroCopySender {
             if d.copied {
                 self.stats.copied += 1;
             }
-            self.ready.push_back(d.buf);
+            if !d.pooled {
+                self.ready.push_back(d.buf);
+            }
         }
     }
 
@@ -1492,6 +1718,233 @@ mod tests {
         got.sort_unstable();
         assert_eq!(got, (0..12).collect::<Vec<_>>());
         assert_eq!(tx.state().uring_stats().unwrap().holes_resent, 1);
+    }
+
+    /// Whether `SENDMSG_ZC` runs here; says why not (and fails under
+    /// `FASTUDP_REQUIRE_PRIVILEGED_TESTS=1`) when it does not.
+    fn zc_here() -> bool {
+        let p = probe();
+        if p.zerocopy_ok() {
+            return true;
+        }
+        let why = format!("io_uring SENDMSG_ZC unavailable: {:?}", p.why_not());
+        assert!(
+            std::env::var_os("FASTUDP_REQUIRE_PRIVILEGED_TESTS").is_none(),
+            "{why}"
+        );
+        eprintln!("skipped: {why}");
+        false
+    }
+
+    /// Train `t` of `n` datagrams of `len` bytes, each numbered.
+    fn train(t: u32, n: u32, len: usize) -> Vec<u8> {
+        (0..n).flat_map(|d| datagram(t * 100 + d, len)).collect()
+    }
+
+    /// A receiver, and a sender with a zerocopy ring and a pool of
+    /// `count` buffers of 4 x 1000 bytes.
+    fn zc_pair(count: usize) -> (std::net::UdpSocket, crate::Socket, UringZeroCopySender) {
+        let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        rx.set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        let tx = crate::Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let zc = UringZeroCopySender::new(&tx)
+            .unwrap()
+            .with_buffers(&tx, count, 4 * 1000)
+            .unwrap();
+        (rx, tx, zc)
+    }
+
+    /// Trains sent from the registered pool arrive byte for byte, each
+    /// datagram once, in order; the ring names the socket as its fixed
+    /// file and the pool as a fixed buffer where the kernel takes them
+    /// (and says why not where it does not).
+    #[test]
+    fn fixed_buffer_sends_arrive_byte_exact() {
+        if !zc_here() {
+            return;
+        }
+        let (rx, tx, mut zc) = zc_pair(4);
+        assert!(zc.fixed_file(&tx), "{:?}", tx.stats().fallbacks);
+        let fixed_ok = zc.fixed_buffers();
+        if !fixed_ok {
+            // A kernel before 6.15: the refusal is a recorded fallback.
+            assert!(
+                tx.stats()
+                    .fallbacks
+                    .iter()
+                    .any(|f| f.reason.contains("FIXED_BUF")),
+                "{:?}",
+                tx.stats().fallbacks
+            );
+            eprintln!("this kernel refuses fixed buffers for SENDMSG_ZC: ordinary buffers tested");
+        } else if std::env::var_os("FASTUDP_REQUIRE_PRIVILEGED_TESTS").is_some() {
+            assert!(uname_at_least(6, 15) || fixed_ok);
+        }
+        let dest = rx.local_addr().unwrap();
+        let trains: Vec<Vec<u8>> = (0..24).map(|t| train(t, 4, 1000)).collect();
+        for t in &trains {
+            zc.send_with(&tx, dest, t.len(), Some(1000), |b| b.copy_from_slice(t))
+                .unwrap();
+        }
+        // A single datagram, shorter than the buffer.
+        let one = datagram(9999, 700);
+        zc.send_with(&tx, dest, one.len(), None, |b| b.copy_from_slice(&one))
+            .unwrap();
+        assert_eq!(zc.drain(Duration::from_secs(5)).unwrap(), 0);
+        let got = arrivals(&rx);
+        let want: Vec<Vec<u8>> = trains
+            .iter()
+            .flat_map(|t| t.chunks(1000).map(<[u8]>::to_vec))
+            .chain([one])
+            .collect();
+        assert_eq!(got.len(), want.len());
+        assert!(got == want, "datagrams differ");
+        let st = zc.stats();
+        assert_eq!((st.sends, st.completions), (25, 25), "{st:?}");
+        // Pool buffers never come back as the caller's buffers.
+        assert!(zc.pop_done().is_none());
+        assert_eq!(zc.ring.pool_free(), 4);
+    }
+
+    /// The running kernel is at least `major.minor`.
+    fn uname_at_least(major: u32, minor: u32) -> bool {
+        let r = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+        let mut v = r.trim().split(|c: char| !c.is_ascii_digit());
+        let a: u32 = v.next().and_then(|x| x.parse().ok()).unwrap_or(0);
+        let b: u32 = v.next().and_then(|x| x.parse().ok()).unwrap_or(0);
+        (a, b) >= (major, minor)
+    }
+
+    /// A pool buffer is handed out to be written only when no send holds
+    /// it: every buffer written was not in flight at the call, each comes
+    /// back to the pool only with its notification (one per send), and
+    /// with every buffer held a pool send waits instead of writing. On
+    /// loopback the kernel copies at delivery and notifies at once, so
+    /// the buffers are held only between a send and its reap here.
+    #[test]
+    fn a_pool_buffer_is_reused_only_after_its_notification() {
+        if !zc_here() {
+            return;
+        }
+        let (rx, tx, mut zc) = zc_pair(2);
+        let dest = rx.local_addr().unwrap();
+        let mut used = std::collections::HashSet::new();
+        for t in 0..200u32 {
+            let held = zc.ring.pool_in_flight();
+            let mut at = std::ptr::null();
+            let data = train(t, 4, 1000);
+            zc.send_with(&tx, dest, data.len(), Some(1000), |b| {
+                at = b.as_ptr();
+                b.copy_from_slice(&data);
+            })
+            .unwrap();
+            let idx = zc.ring.pool_index_of(at).expect("a pool buffer");
+            used.insert(idx);
+            assert!(!held.contains(&idx), "buffer {idx} written while in flight");
+            assert!(zc.ring.pool_in_flight().len() + zc.ring.pool_free() == 2);
+            if t % 50 == 0 {
+                while rx.recv(&mut [0u8; 2048]).is_ok() {}
+            }
+        }
+        zc.drain(Duration::from_secs(5)).unwrap();
+        let st = zc.stats();
+        assert_eq!((st.sends, st.completions), (200, 200), "{st:?}");
+        assert_eq!(zc.ring.pool_free(), 2);
+        assert!(!used.is_empty() && used.len() <= 2, "{used:?}");
+    }
+
+    /// Registrations the kernel refuses (injected): the socket is named by
+    /// descriptor, the pool is ordinary memory, both refusals are recorded
+    /// as fallbacks, and the data still arrives byte for byte.
+    #[test]
+    fn refused_registrations_fall_back_and_are_recorded() {
+        if !zc_here() {
+            return;
+        }
+        ring::inject::refuse_registrations(2);
+        let (rx, tx, mut zc) = zc_pair(4);
+        assert!(!zc.fixed_file(&tx) && !zc.fixed_buffers());
+        let fb = tx.stats().fallbacks;
+        let uring: Vec<_> = fb.iter().filter(|f| f.feature == Feature::Uring).collect();
+        assert!(
+            uring
+                .iter()
+                .any(|f| f.reason.contains("IORING_REGISTER_FILES"))
+                && uring
+                    .iter()
+                    .any(|f| f.reason.contains("IORING_REGISTER_BUFFERS")
+                        && f.errno == Some(libc::EPERM)),
+            "{fb:?}"
+        );
+        let dest = rx.local_addr().unwrap();
+        let trains: Vec<Vec<u8>> = (0..8).map(|t| train(t, 4, 1000)).collect();
+        for t in &trains {
+            zc.send_with(&tx, dest, t.len(), Some(1000), |b| b.copy_from_slice(t))
+                .unwrap();
+        }
+        zc.drain(Duration::from_secs(5)).unwrap();
+        let got = arrivals(&rx);
+        assert_eq!(got.concat(), trains.concat());
+        // A plain buffer through the same ring, too.
+        zc.send(&tx, dest, datagram(5, 300), None).unwrap();
+        zc.drain(Duration::from_secs(5)).unwrap();
+        assert_eq!(arrivals(&rx), [datagram(5, 300)]);
+        assert_eq!(zc.pop_done().map(|b| b.len()), Some(300));
+    }
+
+    /// A pool send the kernel fails (injected: it refuses MSG_OOB) is
+    /// reported as that send's error, its buffer goes back to the pool,
+    /// and exactly the sends before and after it arrive.
+    #[test]
+    fn a_failed_pool_send_is_reported_and_its_buffer_returns() {
+        if !zc_here() {
+            return;
+        }
+        let (rx, tx, mut zc) = zc_pair(4);
+        let dest = rx.local_addr().unwrap();
+        let trains: Vec<Vec<u8>> = (0..5).map(|t| train(t, 4, 1000)).collect();
+        ring::inject::fail_next(&[0, 0, 1]);
+        let mut results = Vec::new();
+        for t in &trains {
+            results.push(
+                zc.send_with(&tx, dest, t.len(), Some(1000), |b| b.copy_from_slice(t))
+                    .map_err(|e| e.to_string()),
+            );
+        }
+        assert!(results[..2].iter().all(Result::is_ok), "{results:?}");
+        assert!(results[3..].iter().all(Result::is_ok), "{results:?}");
+        let e = results[2].as_ref().unwrap_err();
+        assert!(e.contains("not supported") || e.contains("95"), "{e}");
+        zc.drain(Duration::from_secs(5)).unwrap();
+        assert_eq!(zc.ring.pool_free(), 4);
+        let got = arrivals(&rx);
+        let want: Vec<u8> = [0, 1, 3, 4]
+            .iter()
+            .flat_map(|&i| trains[i].clone())
+            .collect();
+        assert_eq!(got.concat(), want);
+        // A pool send larger than a buffer is an error, nothing sent.
+        assert!(zc.send_with(&tx, dest, 4001, Some(1000), |_| {}).is_err());
+        assert_eq!(zc.ring.pool_free(), 4);
+    }
+
+    /// The socket registered as the ring's file is told apart from another
+    /// one, even with the same descriptor number.
+    #[test]
+    fn the_registered_file_names_only_its_own_socket() {
+        if !zc_here() {
+            return;
+        }
+        let tx = crate::Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let zc = UringZeroCopySender::new(&tx).unwrap();
+        assert!(zc.fixed_file(&tx));
+        let other = crate::Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        assert!(!zc.fixed_file(&other));
+        // The same descriptor under another state.
+        let (std_sock, _) = tx.into_parts();
+        let again = crate::Socket::from_std(std_sock).unwrap();
+        assert!(!zc.fixed_file(&again));
     }
 
     /// A state whose ring receive was refused (here: a probe without the

@@ -11,12 +11,9 @@ pub(crate) mod recv;
 pub(crate) mod send;
 pub(crate) mod state;
 
-pub use recv::{RecvBatch, RecvMeta, DEFAULT_MESSAGE_CAPACITY, DEFAULT_RECV_BUDGET};
+pub use recv::{RecvBatch, RecvMeta, DEFAULT_MESSAGE_CAPACITY};
 pub use send::Sent;
-pub use state::{
-    Config, Stats, UdpState, DEFAULT_GSO_RETRY, DEFAULT_SPLIT_WAIT, FALLBACK_EVENTS_KEPT,
-    MAX_GSO_RETRY,
-};
+pub use state::{Config, Stats, UdpState, DEFAULT_GSO_RETRY, DEFAULT_SPLIT_WAIT};
 
 use crate::caps::Capabilities;
 use crate::error::Error;
@@ -575,7 +572,7 @@ mod tests {
     }
 
     /// A path whose GSO refusals come and go records one event per
-    /// refusal: the socket keeps the most recent [`FALLBACK_EVENTS_KEPT`]
+    /// refusal: the socket keeps the most recent 32
     /// and counts the rest, and `stats()` shares them instead of copying.
     #[test]
     fn fallback_events_are_bounded_and_counted() {
@@ -599,7 +596,7 @@ mod tests {
         assert_eq!(st.fallbacks_total, 100);
         assert_eq!(
             st.fallbacks.len(),
-            FALLBACK_EVENTS_KEPT,
+            state::FALLBACK_EVENTS_KEPT,
             "{:?}",
             st.fallbacks
         );

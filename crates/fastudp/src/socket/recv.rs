@@ -80,7 +80,7 @@ pub const DEFAULT_MESSAGE_CAPACITY: usize = 96 * 1024;
 /// Default bytes one receive call may fill: the batch asks the kernel for
 /// as many messages as the recent message size says fit in this, so that
 /// the buffers written and then read stay in the CPU's cache.
-pub const DEFAULT_RECV_BUDGET: usize = 256 * 1024;
+pub(crate) const DEFAULT_RECV_BUDGET: usize = 256 * 1024;
 
 /// Backlog, in messages per call, from which [`RecvBatch`] asks for more
 /// than one message at a time (see [`RecvBatch::next_request`]).
@@ -94,7 +94,7 @@ const BATCH_MESSAGE_BYTES: usize = 16 * 1024;
 /// needs, allocated once, so that receiving allocates nothing.
 ///
 /// The batch is *adaptive*: each call asks for as many messages as fit in
-/// its byte budget ([`DEFAULT_RECV_BUDGET`]) at the size of recent
+/// its byte budget (256 KiB by default) at the size of recent
 /// messages, and never more than its capacity. Large GRO trains are
 /// received a few at a time into buffers that stay warm in cache; small
 /// datagrams in full batches. A call for one message uses `recvmsg`.
@@ -249,7 +249,7 @@ impl RecvBatch {
     /// average); then about twice that backlog, and at least two. Every 16th call
     /// asks for a full batch, to find a backlog. Never more than fit the
     /// byte budget at the recent message size, or the capacity.
-    pub fn next_request(&self) -> usize {
+    pub(crate) fn next_request(&self) -> usize {
         self.policy.next_request(self.capacity())
     }
 

@@ -23,11 +23,11 @@ pub const DEFAULT_SPLIT_WAIT: Duration = Duration::from_secs(5);
 
 /// How long GSO stays off after a path refused it, unless
 /// [`Config::gso_retry`] says otherwise. Each refusal in a row doubles it,
-/// up to [`MAX_GSO_RETRY`].
+/// up to 64 s.
 pub const DEFAULT_GSO_RETRY: Duration = Duration::from_secs(1);
 
 /// The longest GSO stays off after refusals in a row.
-pub const MAX_GSO_RETRY: Duration = Duration::from_secs(64);
+pub(crate) const MAX_GSO_RETRY: Duration = Duration::from_secs(64);
 
 /// Options applied when fastudp sets up a socket.
 #[derive(Debug, Clone, Copy)]
@@ -228,7 +228,7 @@ pub struct Stats {
     /// Times GSO was tried again after a refusal had turned it off.
     pub gso_retries: u64,
     /// The most recent features the socket turned off at run time, and
-    /// why: at most [`FALLBACK_EVENTS_KEPT`] events, oldest first. A path
+    /// why: at most 32 events, oldest first. A path
     /// whose GSO refusals come and go records one event per refusal, so
     /// older events are only counted ([`Stats::fallbacks_total`]). Shared:
     /// [`UdpState::stats`] does not copy them.
@@ -241,12 +241,12 @@ pub struct Stats {
 /// How many recent fallback events a socket keeps ([`Stats::fallbacks`]);
 /// older ones are counted in [`Stats::fallbacks_total`] only, so a socket's
 /// memory stays bounded however often a path flaps.
-pub const FALLBACK_EVENTS_KEPT: usize = 32;
+pub(crate) const FALLBACK_EVENTS_KEPT: usize = 32;
 
 /// The recent fallback events of a socket and how many there were.
 #[derive(Debug, Default)]
 struct FallbackLog {
-    /// The last [`FALLBACK_EVENTS_KEPT`] events, oldest first; replaced
+    /// The last 32 events, oldest first; replaced
     /// (copied) on each new event, which is rare, so that a snapshot is
     /// a reference count.
     recent: Arc<[FallbackEvent]>,
@@ -324,7 +324,15 @@ pub struct UdpState {
     /// when the config chose one and it could be opened.
     #[cfg(feature = "uring")]
     pub(crate) backend: Option<Box<dyn RingBackend>>,
+    /// Unique in the process: tells this state from another one that
+    /// got the same descriptor number later (a ring's registered file).
+    #[cfg(feature = "uring")]
+    pub(crate) id: u64,
 }
+
+/// The next [`UdpState`] id.
+#[cfg(feature = "uring")]
+static NEXT_STATE_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 /// The counters behind [`Stats`].
 #[derive(Debug, Default)]
@@ -452,6 +460,8 @@ impl UdpState {
             errors: Mutex::new(ErrorRing::default()),
             #[cfg(feature = "uring")]
             backend: None,
+            #[cfg(feature = "uring")]
+            id: NEXT_STATE_ID.fetch_add(1, Relaxed),
         };
         #[cfg(feature = "uring")]
         let state = state.with_backend(fd, &config);

@@ -830,6 +830,31 @@ pub(crate) mod inject {
         MASKS.with(|m| m.borrow_mut().extend(masks.iter().copied()));
     }
 
+    #[cfg(test)]
+    thread_local! {
+        static REFUSE: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+    }
+
+    /// Makes the next `n` registrations (of a send pool or a file) on
+    /// this thread fail as if the kernel refused them (`EPERM`).
+    #[cfg(test)]
+    pub(crate) fn refuse_registrations(n: u32) {
+        REFUSE.with(|r| r.set(n));
+    }
+
+    /// Whether this registration is to be refused (never outside the
+    /// tests).
+    pub(super) fn refuse_register() -> bool {
+        #[cfg(test)]
+        return REFUSE.with(|r| {
+            let n = r.get();
+            r.set(n.saturating_sub(1));
+            n > 0
+        });
+        #[cfg(not(test))]
+        false
+    }
+
     /// The mask for this batch (0 outside the tests).
     pub(super) fn take() -> u128 {
         #[cfg(test)]
@@ -842,12 +867,95 @@ pub(crate) mod inject {
 /// What a zerocopy send's completions said, for one buffer.
 #[derive(Debug)]
 pub(crate) struct ZcDone {
-    /// The buffer, free again.
+    /// The ring slot the send used (unique among the buffers of one reap).
+    pub slot: usize,
+    /// The caller's buffer, free again; empty for a send from the pool,
+    /// whose pool buffer went back to the pool.
     pub buf: Vec<u8>,
+    /// The send was from the pool.
+    pub pooled: bool,
     /// The kernel copied the data rather than sending from the buffer.
     pub copied: bool,
     /// The send's own outcome.
     pub result: io::Result<()>,
+}
+
+/// What a zerocopy send sends.
+pub(crate) enum ZcSrc<'w> {
+    /// A buffer of the caller's, held by the ring until the notification.
+    Owned(Vec<u8>),
+    /// `len` bytes in a free buffer of the ring's pool, written by `write`
+    /// (called once, when a slot and a pool buffer are free).
+    Pool {
+        /// Bytes to send (at most the pool's buffer length).
+        len: usize,
+        /// Writes the payload.
+        write: &'w mut dyn FnMut(&mut [u8]),
+    },
+}
+
+/// The memory a slot in flight sends from.
+#[derive(Debug)]
+enum HeldBuf {
+    Owned(Vec<u8>),
+    /// Pool buffer `idx`, `len` bytes of it.
+    Pool(usize, usize),
+}
+
+/// Send buffers the ring owns: one anonymous mapping cut into `count`
+/// buffers of `len` bytes, registered (where the kernel allows) as fixed
+/// buffer 0 with `IORING_REGISTER_BUFFERS`, so that `SENDMSG_ZC` with
+/// `IORING_RECVSEND_FIXED_BUF` skips pinning the pages on every send.
+///
+/// A pool buffer is either free (in `free`: no request names it, so the
+/// kernel does not read it; the registration only pins its pages), or in
+/// flight (named by a slot in `ZcRing::held` until that slot's
+/// notification). The only `&mut` to a pool buffer is made for a free one
+/// just taken out of `free`, and ends before the send that names it is
+/// pushed; the only `&` ones (the payload of a header) live while the
+/// buffer is in flight, and the kernel only reads send memory.
+struct SendPool {
+    mem: Mapping,
+    len: usize,
+    free: Vec<usize>,
+    /// Registered with the kernel, and fixed sends of it accepted.
+    fixed: bool,
+}
+
+impl SendPool {
+    /// Buffer `idx`'s first `len` bytes.
+    fn buf(&self, idx: usize, len: usize) -> &[u8] {
+        // SAFETY: `idx` names a buffer inside the mapping (the pool hands
+        // out only `idx < count`, and `len` is cut to the buffer length);
+        // the mapping is zero-filled so every byte is initialised, and no
+        // `&mut` to it lives (module docs: only a free buffer is written,
+        // through `&mut self`).
+        unsafe { std::slice::from_raw_parts(self.mem.ptr.add(idx * self.len), len.min(self.len)) }
+    }
+
+    /// Buffer `idx`'s first `len` bytes, to write: `idx` must be free
+    /// (just taken out of `free`, not yet named by a request).
+    fn buf_mut(&mut self, idx: usize, len: usize) -> &mut [u8] {
+        // SAFETY: as `buf`, and exclusive: the buffer is taken out of
+        // `free` and not in flight, so neither the kernel nor another
+        // slice reads it while `&mut self` is held.
+        unsafe {
+            std::slice::from_raw_parts_mut(self.mem.ptr.add(idx * self.len), len.min(self.len))
+        }
+    }
+}
+
+/// `IORING_RECVSEND_FIXED_BUF`: the payload lies in a registered buffer.
+const RECVSEND_FIXED_BUF: u16 = 1 << 2;
+
+/// Why the pool's registration or its fixed sends were refused, with the
+/// errno.
+#[derive(Debug)]
+pub(crate) struct Refused {
+    /// What failed.
+    pub what: &'static str,
+    /// The error.
+    pub error: io::Error,
 }
 
 /// Zerocopy sends (`SENDMSG_ZC`) whose buffers the ring holds until the
@@ -856,23 +964,33 @@ pub(crate) struct ZcRing {
     ring: IoUring,
     slots: Box<[Slot]>,
     /// The buffer of each slot in use, and the send's outcome once known.
-    held: Vec<Option<(Vec<u8>, Option<i32>)>>,
+    held: Vec<Option<(HeldBuf, Option<i32>)>>,
     free: Vec<usize>,
+    pool: Option<SendPool>,
+    /// The socket registered as fixed file 0 (`IORING_REGISTER_FILES`).
+    file: Option<RawFd>,
 }
 
-// SAFETY: as for SendRing; the held buffers are owned `Vec`s.
+// SAFETY: as for SendRing; the held buffers are owned `Vec`s, and the
+// pool's mapping is owned by the ring.
 unsafe impl Send for ZcRing {}
 
 impl std::fmt::Debug for ZcRing {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ZcRing")
             .field("in_flight", &self.in_flight())
+            .field("pool_fixed", &self.pool_fixed())
+            .field("file", &self.file)
             .finish()
     }
 }
 
 /// Most zerocopy sends in flight on one ring.
 pub(crate) const ZC_SLOTS: usize = 64;
+
+/// Largest send pool: one registered buffer holds at most 1 GiB, and a
+/// pool is pinned memory.
+pub(crate) const POOL_MAX_BYTES: usize = 256 << 20;
 
 impl ZcRing {
     /// A ring for up to [`ZC_SLOTS`] sends in flight.
@@ -882,6 +1000,8 @@ impl ZcRing {
             slots: (0..ZC_SLOTS).map(|_| Slot::new()).collect(),
             held: (0..ZC_SLOTS).map(|_| None).collect(),
             free: (0..ZC_SLOTS).rev().collect(),
+            pool: None,
+            file: None,
         })
     }
 
@@ -890,51 +1010,278 @@ impl ZcRing {
         ZC_SLOTS - self.free.len()
     }
 
-    /// Sends `buf` with `SENDMSG_ZC`, its header built by `fill` (control
-    /// data into the given buffer; the payload must be `buf`). Waits for
-    /// the send's own completion (not the notification): `Ok` means it was
-    /// sent, and the ring holds `buf` until the notification, when it goes
-    /// to `done` with the other finished buffers. On an error the buffer
-    /// comes back with it, once the kernel let go of it (`None` only if the
-    /// ring itself failed: it is then kept, and comes back through `done`
-    /// if the kernel ever lets it go). `WouldBlock`, without a send, when
-    /// all slots are in flight. `msg_flags` is `MSG_DONTWAIT` for a non-blocking socket
-    /// (io_uring waits for buffer space otherwise, whatever the socket's
-    /// mode).
+    /// Registers socket `fd` as fixed file 0, used by sends that ask for
+    /// it. The registration holds its own reference to the socket until
+    /// the ring is dropped.
+    pub(crate) fn register_file(&mut self, fd: RawFd) -> io::Result<()> {
+        if inject::refuse_register() {
+            return Err(io::Error::from_raw_os_error(libc::EPERM));
+        }
+        self.ring.submitter().register_files(&[fd])?;
+        self.file = Some(fd);
+        Ok(())
+    }
+
+    /// The socket registered as fixed file 0.
+    pub(crate) fn file(&self) -> Option<RawFd> {
+        self.file
+    }
+
+    /// Sets up a pool of `count` buffers of `len` bytes (a pool already
+    /// there stays). Registers it and checks that the kernel takes fixed
+    /// buffers for `SENDMSG_ZC` (Linux 6.15); where either is refused the
+    /// pool still serves, as ordinary memory, and the refusal is returned
+    /// in `Ok(Some)`. `Err` only when the memory cannot be had, or the
+    /// pool is larger than [`POOL_MAX_BYTES`].
+    pub(crate) fn setup_pool(&mut self, count: usize, len: usize) -> io::Result<Option<Refused>> {
+        if self.pool.is_some() {
+            return Ok(None);
+        }
+        let bytes = count
+            .checked_mul(len)
+            .filter(|&b| b > 0 && b <= POOL_MAX_BYTES)
+            .ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("a send pool of {count} x {len} bytes: it must hold 1 to {POOL_MAX_BYTES} bytes"),
+                )
+            })?;
+        let mem = Mapping::new(bytes)?;
+        let iov = libc::iovec {
+            iov_base: mem.ptr as *mut libc::c_void,
+            iov_len: bytes,
+        };
+        let mut pool = SendPool {
+            mem,
+            len,
+            free: (0..count).rev().collect(),
+            fixed: false,
+        };
+        let refused = if inject::refuse_register() {
+            Some(Refused {
+                what: "IORING_REGISTER_BUFFERS",
+                error: io::Error::from_raw_os_error(libc::EPERM),
+            })
+        } else {
+            // SAFETY: the region is the pool's own mapping, which lives as
+            // long as the ring (the pool is dropped after the ring, or
+            // leaked while the kernel may still read it: `Drop`).
+            match unsafe { self.ring.submitter().register_buffers(&[iov]) } {
+                Err(error) => Some(Refused {
+                    what: "IORING_REGISTER_BUFFERS",
+                    error,
+                }),
+                Ok(()) => match self.probe_fixed(&pool) {
+                    Ok(()) => None,
+                    Err(error) => {
+                        let _ = self.ring.submitter().unregister_buffers();
+                        Some(Refused {
+                            what: "IORING_OP_SENDMSG_ZC with IORING_RECVSEND_FIXED_BUF",
+                            error,
+                        })
+                    }
+                },
+            }
+        };
+        pool.fixed = refused.is_none();
+        self.pool = Some(pool);
+        Ok(refused)
+    }
+
+    /// Asks the kernel whether it takes a registered buffer for
+    /// `SENDMSG_ZC`: one byte of the pool, on a new unbound UDP socket,
+    /// with no destination. A kernel that takes it gets as far as UDP,
+    /// which answers `EDESTADDRREQ` (nothing is sent); one that does not
+    /// refuses the request with `EINVAL` before.
+    fn probe_fixed(&mut self, pool: &SendPool) -> io::Result<()> {
+        let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None)?;
+        let mut iov = libc::iovec {
+            iov_base: pool.mem.ptr as *mut libc::c_void,
+            iov_len: 1,
+        };
+        let mut hdr = empty_msghdr();
+        hdr.msg_iov = &mut iov;
+        hdr.msg_iovlen = 1;
+        let e = opcode::SendMsgZc::new(types::Fd(sock.as_raw_fd()), &hdr)
+            .flags(libc::MSG_DONTWAIT as u32)
+            .ioprio(RECVSEND_FIXED_BUF)
+            .build()
+            .user_data(PROBE_TAG);
+        push(&mut self.ring, &e)?;
+        let deadline = Instant::now() + TEARDOWN_WAIT;
+        let mut result = None;
+        let mut notif_due = false;
+        loop {
+            for cqe in self.ring.completion() {
+                if cqe.user_data() != PROBE_TAG {
+                    continue;
+                }
+                if cqueue::notif(cqe.flags()) {
+                    notif_due = false;
+                } else {
+                    result = Some(cqe.result());
+                    notif_due = cqueue::more(cqe.flags());
+                }
+            }
+            if result.is_some() && !notif_due {
+                break;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                // The header and the iovec live on this stack: the request
+                // must be over before they go. It reads only, and a
+                // kernel that never completes it is a broken ring.
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "the probe send never completed",
+                ));
+            }
+            wait_cqe(&self.ring, Some(left.min(Duration::from_millis(50))))?;
+        }
+        match result {
+            Some(r) if r == -libc::EDESTADDRREQ || r >= 0 => Ok(()),
+            Some(r) => Err(io::Error::from_raw_os_error(-r)),
+            None => Err(io::Error::other("no completion")),
+        }
+    }
+
+    /// The pool is registered and the kernel sends from it as fixed
+    /// buffers.
+    pub(crate) fn pool_fixed(&self) -> bool {
+        self.pool.as_ref().is_some_and(|p| p.fixed)
+    }
+
+    /// Length of each pool buffer (0 without a pool).
+    pub(crate) fn pool_len(&self) -> usize {
+        self.pool.as_ref().map_or(0, |p| p.len)
+    }
+
+    /// Pool buffers free.
+    pub(crate) fn pool_free(&self) -> usize {
+        self.pool.as_ref().map_or(0, |p| p.free.len())
+    }
+
+    /// Pool buffer indices held by sends in flight (for the tests).
+    #[cfg(test)]
+    pub(crate) fn pool_in_flight(&self) -> Vec<usize> {
+        self.held
+            .iter()
+            .filter_map(|h| match h {
+                Some((HeldBuf::Pool(idx, _), _)) => Some(*idx),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The index of the pool buffer that `p` points into (for the tests).
+    #[cfg(test)]
+    pub(crate) fn pool_index_of(&self, p: *const u8) -> Option<usize> {
+        let pool = self.pool.as_ref()?;
+        let off = (p as usize).checked_sub(pool.mem.ptr as usize)?;
+        (off < pool.mem.len).then_some(off / pool.len)
+    }
+
+    /// Sends `src` with `SENDMSG_ZC`, its header built by `fill` (control
+    /// data into the given buffer; the payload must be the one given).
+    /// With `fixed_file`, the socket is named as registered file 0 (the
+    /// caller checked that `fd` is that socket). Waits for the send's own
+    /// completion (not the notification): `Ok` means it was sent, and the
+    /// ring holds the buffer until the notification, when it goes to
+    /// `done` with the other finished buffers (a pool buffer goes back to
+    /// the pool). On an error the caller's buffer comes back with it, once
+    /// the kernel let go of it (for a pool send, a copy of its payload;
+    /// `None` only if the ring itself failed: the buffer is then kept,
+    /// and comes back through `done` if the kernel ever lets it go).
+    /// `WouldBlock`, without a send and without calling a pool send's
+    /// `write`, when all slots or all pool buffers are in flight (or there
+    /// is no pool). `msg_flags` is `MSG_DONTWAIT` for a non-blocking
+    /// socket (io_uring waits for buffer space otherwise, whatever the
+    /// socket's mode).
     #[allow(clippy::type_complexity)]
     pub(crate) fn send<E>(
         &mut self,
         fd: BorrowedFd<'_>,
+        fixed_file: bool,
         msg_flags: i32,
-        buf: Vec<u8>,
+        src: ZcSrc<'_>,
         fill: impl for<'b> FnOnce(&'b [u8], &mut [u8]) -> Result<SendMsg<'b>, E>,
         done: &mut Vec<ZcDone>,
     ) -> Result<Result<(), (io::Error, Option<Vec<u8>>)>, (E, Vec<u8>)> {
+        let would_block = || io::Error::from(io::ErrorKind::WouldBlock);
         let Some(i) = self.free.pop() else {
-            return Ok(Err((io::Error::from(io::ErrorKind::WouldBlock), Some(buf))));
+            return Ok(Err((
+                would_block(),
+                Some(match src {
+                    ZcSrc::Owned(b) => b,
+                    ZcSrc::Pool { .. } => Vec::new(),
+                }),
+            )));
+        };
+        let held = match src {
+            ZcSrc::Owned(b) => HeldBuf::Owned(b),
+            ZcSrc::Pool { len, write } => {
+                let Some(pool) = self.pool.as_mut().filter(|p| len <= p.len) else {
+                    self.free.push(i);
+                    let e = match &self.pool {
+                        None => io::Error::new(io::ErrorKind::Unsupported, "no send pool"),
+                        Some(p) => io::Error::new(
+                            io::ErrorKind::InvalidInput,
+                            format!("{len} bytes do not fit a {}-byte pool buffer", p.len),
+                        ),
+                    };
+                    return Ok(Err((e, Some(Vec::new()))));
+                };
+                let Some(idx) = pool.free.pop() else {
+                    self.free.push(i);
+                    return Ok(Err((would_block(), Some(Vec::new()))));
+                };
+                write(pool.buf_mut(idx, len));
+                HeldBuf::Pool(idx, len)
+            }
+        };
+        let (payload, fixed_buf): (&[u8], bool) = match &held {
+            HeldBuf::Owned(b) => (b, false),
+            HeldBuf::Pool(idx, len) => {
+                let pool = self.pool.as_ref().expect("a pool send has a pool");
+                (pool.buf(*idx, *len), pool.fixed)
+            }
         };
         let s = &mut self.slots[i];
         s.ctl.0.fill(0);
-        match fill(&buf, &mut s.ctl.0) {
+        match fill(payload, &mut s.ctl.0) {
             Ok(m) => s.set(&m),
             Err(e) => {
-                self.free.push(i);
-                return Err((e, buf));
+                let data = payload.to_vec();
+                self.release(i, held);
+                return Err((e, data));
             }
         }
-        let e = opcode::SendMsgZc::new(types::Fd(fd.as_raw_fd()), &self.slots[i].hdr)
-            .flags(msg_flags as u32)
-            .ioprio(SEND_ZC_REPORT_USAGE)
-            .build()
-            .user_data(i as u64);
-        let ptr = buf.as_ptr();
-        // The slot holds `buf` from here until its notification (or a
+        let mut ioprio = SEND_ZC_REPORT_USAGE;
+        if fixed_buf {
+            // Fixed buffer 0 (the whole pool): `buf_index` stays 0.
+            ioprio |= RECVSEND_FIXED_BUF;
+        }
+        let mut flags = msg_flags;
+        if inject::take() & 1 != 0 {
+            // A failure the kernel itself reports (udp_sendmsg refuses
+            // MSG_OOB with EOPNOTSUPP): only in the crate's tests.
+            flags |= libc::MSG_OOB;
+        }
+        let e = match (fixed_file, self.file) {
+            (true, Some(_)) => opcode::SendMsgZc::new(types::Fixed(0), &self.slots[i].hdr),
+            _ => opcode::SendMsgZc::new(types::Fd(fd.as_raw_fd()), &self.slots[i].hdr),
+        }
+        .flags(flags as u32)
+        .ioprio(ioprio)
+        .build()
+        .user_data(i as u64);
+        // The slot holds its buffer from here until its notification (or a
         // completion that says none follows).
-        self.held[i] = Some((buf, None));
+        self.held[i] = Some((held, None));
         if let Err(e) = push(&mut self.ring, &e) {
-            let buf = self.held[i].take().map(|h| h.0);
-            self.free.push(i);
-            return Ok(Err((e, buf)));
+            let h = self.held[i].take().map(|h| h.0);
+            let data = h.map(|h| self.release(i, h));
+            return Ok(Err((e, data)));
         }
         // No deadline: a send without MSG_DONTWAIT on a blocking socket
         // waits for buffer space as the socket would, and giving up while
@@ -943,7 +1290,7 @@ impl ZcRing {
         loop {
             let submitted = self.ring.submit();
             let before = done.len();
-            self.reap(done);
+            self.reap_with_data(done, Some(i));
             match &self.held[i] {
                 Some((_, Some(r))) if outcome.is_none() => {
                     if *r >= 0 {
@@ -955,7 +1302,7 @@ impl ZcRing {
                 Some(_) => {}
                 None => {
                     // Done: its buffer is among those just reaped.
-                    let k = (before..done.len()).find(|&k| done[k].buf.as_ptr() == ptr);
+                    let k = (before..done.len()).find(|&k| done[k].slot == i);
                     let d = k.map(|k| done.remove(k));
                     let r = outcome.or_else(|| {
                         d.as_ref()
@@ -967,8 +1314,11 @@ impl ZcRing {
                         (Some(r), d) if r < 0 => {
                             Err((io::Error::from_raw_os_error(-r), d.map(|d| d.buf)))
                         }
-                        (_, Some(d)) => {
+                        (_, Some(mut d)) => {
                             // Sent, no notification: hand it over as done.
+                            if d.pooled {
+                                d.buf = Vec::new();
+                            }
                             done.push(d);
                             Ok(())
                         }
@@ -989,9 +1339,40 @@ impl ZcRing {
         }
     }
 
+    /// Frees slot `i` and the buffer it held (no request names them):
+    /// the caller's buffer back, or a pool buffer's payload copied out
+    /// (when `copy`) before it goes back to the pool.
+    fn release_with(&mut self, i: usize, h: HeldBuf, copy: bool) -> Vec<u8> {
+        self.free.push(i);
+        match h {
+            HeldBuf::Owned(b) => b,
+            HeldBuf::Pool(idx, len) => {
+                let pool = self.pool.as_mut().expect("a pool send has a pool");
+                let data = if copy {
+                    pool.buf(idx, len).to_vec()
+                } else {
+                    Vec::new()
+                };
+                pool.free.push(idx);
+                data
+            }
+        }
+    }
+
+    fn release(&mut self, i: usize, h: HeldBuf) -> Vec<u8> {
+        self.release_with(i, h, true)
+    }
+
     /// Reads every completion queued now, without waiting; buffers whose
-    /// notification arrived go to `done`.
+    /// notification arrived go to `done` (pool buffers back to the pool).
     pub(crate) fn reap(&mut self, done: &mut Vec<ZcDone>) {
+        self.reap_with_data(done, None);
+    }
+
+    /// As `reap`; a failed pool send in slot `keep` comes with a copy of
+    /// its payload (for the caller's fallback).
+    fn reap_with_data(&mut self, done: &mut Vec<ZcDone>, keep: Option<usize>) {
+        let mut finished: Vec<(usize, i32, bool)> = Vec::new();
         for cqe in self.ring.completion() {
             let i = cqe.user_data() as usize;
             if i >= ZC_SLOTS {
@@ -1000,38 +1381,35 @@ impl ZcRing {
             let flags = cqe.flags();
             let res = cqe.result();
             if cqueue::notif(flags) {
-                if let Some((buf, r)) = self.held[i].take() {
-                    let r = r.unwrap_or(0);
-                    done.push(ZcDone {
-                        buf,
-                        copied: res as u32 & NOTIF_USAGE_ZC_COPIED != 0,
-                        result: if r < 0 {
-                            Err(io::Error::from_raw_os_error(-r))
-                        } else {
-                            Ok(())
-                        },
-                    });
-                    self.free.push(i);
+                if let Some((_, r)) = self.held[i].as_ref() {
+                    finished.push((i, r.unwrap_or(0), res as u32 & NOTIF_USAGE_ZC_COPIED != 0));
                 }
-                continue;
-            }
-            if cqueue::more(flags) {
+            } else if cqueue::more(flags) {
                 if let Some((_, r)) = self.held[i].as_mut() {
                     *r = Some(res);
                 }
-            } else if let Some((buf, _)) = self.held[i].take() {
+            } else if self.held[i].is_some() {
                 // No notification follows: the buffer is free now.
-                done.push(ZcDone {
-                    buf,
-                    copied: false,
-                    result: if res < 0 {
-                        Err(io::Error::from_raw_os_error(-res))
-                    } else {
-                        Ok(())
-                    },
-                });
-                self.free.push(i);
+                finished.push((i, res, false));
             }
+        }
+        for (i, r, copied) in finished {
+            let Some((h, _)) = self.held[i].take() else {
+                continue;
+            };
+            let pooled = matches!(h, HeldBuf::Pool(..));
+            let buf = self.release_with(i, h, r < 0 && keep == Some(i));
+            done.push(ZcDone {
+                slot: i,
+                buf,
+                pooled,
+                copied,
+                result: if r < 0 {
+                    Err(io::Error::from_raw_os_error(-r))
+                } else {
+                    Ok(())
+                },
+            });
         }
     }
 
@@ -1045,6 +1423,9 @@ impl ZcRing {
     }
 }
 
+/// `user_data` of the fixed-buffer probe send.
+const PROBE_TAG: u64 = u64::MAX - 1;
+
 impl Drop for ZcRing {
     fn drop(&mut self) {
         let deadline = Instant::now() + TEARDOWN_WAIT;
@@ -1054,9 +1435,17 @@ impl Drop for ZcRing {
                 break;
             }
         }
-        // Buffers still held may still be read by the kernel: leak them.
+        // Buffers still held may still be read by the kernel: leak them,
+        // and the pool with them when one of its buffers is among them.
+        let mut pool_held = false;
         for h in self.held.iter_mut() {
+            if let Some((HeldBuf::Pool(..), _)) = h {
+                pool_held = true;
+            }
             std::mem::forget(h.take());
+        }
+        if pool_held {
+            std::mem::forget(self.pool.take());
         }
     }
 }

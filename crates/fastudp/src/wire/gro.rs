@@ -92,7 +92,7 @@ mod tests {
     #[test]
     fn empty_datagram_is_still_a_datagram() {
         let v: Vec<&[u8]> = Datagrams::new(&[0u8; 0], 0).collect();
-        assert_eq!(v, vec![&[][..]]);
+        assert_eq!(v, vec![&[0u8; 0][..]]);
     }
 
     proptest! {
