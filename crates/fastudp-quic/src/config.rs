@@ -32,6 +32,9 @@ pub fn transport(idle_timeout: Duration) -> TransportConfig {
     t
 }
 
+/// The most datagrams of 1,472 bytes that fit one GSO train (64 KiB).
+pub const MAX_TRAIN_LIMIT: usize = 44;
+
 /// How the engine paces its connections.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -106,9 +109,55 @@ pub struct EngineConfig {
     /// during its handshake (quinn-proto takes the longer of this and 3
     /// probe timeouts). Default: [`crate::limits::IDLE_TIMEOUT`], 30 s.
     pub idle_timeout: Duration,
+    /// Performance switches, each measured on its own in
+    /// docs/BENCHMARKS.md section 17. Default: [`Tuning::default`].
+    pub tuning: Tuning,
     /// Socket features to switch off on every socket of the engine
     /// ([`fastudp::Config::disabled`]). Default: none.
     pub disabled: fastudp::Disabled,
+}
+
+/// Performance switches of the engine. None changes what a peer sees
+/// beyond its timing, except [`Tuning::ack_every`], which asks peers that
+/// support the ACK-frequency extension to acknowledge less often.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Tuning {
+    /// Received datagrams are copied into one shared buffer (one
+    /// allocation per 64 KiB of datagrams) instead of one allocation each.
+    /// Default: off (no saving measured, docs/BENCHMARKS.md section 17).
+    pub recv_arena: bool,
+    /// Asks the peer (with the ACK-frequency extension,
+    /// draft-ietf-quic-ack-frequency) to acknowledge every `N`th
+    /// ack-eliciting packet instead of every second. `None` (the default)
+    /// leaves the extension off; a peer without it is not affected.
+    pub ack_every: Option<u32>,
+    /// Datagrams per GSO train at most (capped by the socket's GSO limit and
+    /// 44, a train's 64 KiB). Default: 40.
+    pub max_train: usize,
+    /// Trains one connection queues at most per loop turn. Default: 8
+    /// ([`limits::TRAINS_PER_TURN`]).
+    pub trains_per_turn: usize,
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Tuning {
+            recv_arena: false,
+            ack_every: None,
+            max_train: crate::tx::MAX_TRAIN,
+            trains_per_turn: limits::TRAINS_PER_TURN,
+        }
+    }
+}
+
+/// Turns on the ACK-frequency extension in `t`, asking the peer to
+/// acknowledge every `every`th ack-eliciting packet (at least 2).
+pub fn ack_every(t: &mut TransportConfig, every: u32) {
+    let mut f = quinn_proto::AckFrequencyConfig::default();
+    // quinn-proto's threshold counts the packets that may go unacknowledged.
+    f.ack_eliciting_threshold(VarInt::from_u32(every.max(2) - 1));
+    t.ack_frequency_config(Some(f));
 }
 
 impl EngineConfig {
@@ -128,6 +177,7 @@ impl EngineConfig {
             max_half_open: 1024,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_connections_per_ip: None,
+            tuning: Tuning::default(),
             idle_timeout: limits::IDLE_TIMEOUT,
             disabled: fastudp::Disabled::default(),
         }
@@ -193,6 +243,12 @@ impl EngineConfig {
         self
     }
 
+    /// Sets [`EngineConfig::tuning`].
+    pub fn tuning(mut self, t: Tuning) -> Self {
+        self.tuning = t;
+        self
+    }
+
     /// Connections per client address in force.
     pub fn per_ip(&self) -> usize {
         self.max_connections_per_ip
@@ -210,9 +266,84 @@ impl EngineConfig {
         if self.max_connections_per_ip == Some(0) {
             return Err("max_connections_per_ip 0: at least 1".into());
         }
+        if !(1..=MAX_TRAIN_LIMIT).contains(&self.tuning.max_train) {
+            return Err(format!(
+                "max_train {}: between 1 and {MAX_TRAIN_LIMIT}",
+                self.tuning.max_train
+            ));
+        }
+        if self.tuning.trains_per_turn == 0 {
+            return Err("trains_per_turn 0: at least 1".into());
+        }
+        if self.tuning.ack_every.is_some_and(|n| n < 2) {
+            return Err("ack_every: at least 2".into());
+        }
         if self.max_half_open == 0 {
             return Err("max_half_open 0: at least 1".into());
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(t: Tuning) -> EngineConfig {
+        let tls = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .with_no_client_auth()
+        .with_cert_resolver(std::sync::Arc::new(
+            rustls::server::ResolvesServerCertUsingSni::new(),
+        ));
+        EngineConfig::new("127.0.0.1:0".parse().unwrap(), std::sync::Arc::new(tls)).tuning(t)
+    }
+
+    /// Each tuning value out of range is refused with its name.
+    #[test]
+    fn tuning_is_checked() {
+        assert_eq!(cfg(Tuning::default()).check(), Ok(()));
+        for (t, want) in [
+            (
+                Tuning {
+                    max_train: 0,
+                    ..Tuning::default()
+                },
+                "max_train 0",
+            ),
+            (
+                Tuning {
+                    max_train: MAX_TRAIN_LIMIT + 1,
+                    ..Tuning::default()
+                },
+                "max_train 45",
+            ),
+            (
+                Tuning {
+                    trains_per_turn: 0,
+                    ..Tuning::default()
+                },
+                "trains_per_turn 0",
+            ),
+            (
+                Tuning {
+                    ack_every: Some(1),
+                    ..Tuning::default()
+                },
+                "ack_every",
+            ),
+        ] {
+            let e = cfg(t).check().unwrap_err();
+            assert!(e.starts_with(want), "{e}");
+        }
+        let ok = Tuning {
+            max_train: MAX_TRAIN_LIMIT,
+            ack_every: Some(2),
+            ..Tuning::default()
+        };
+        assert_eq!(cfg(ok).check(), Ok(()));
     }
 }

@@ -83,7 +83,11 @@ impl Engine {
         let crypto = quinn_proto::crypto::rustls::QuicServerConfig::try_from(tls)
             .map_err(|e| Error::Tls(e.to_string()))?;
         let mut server = ServerConfig::with_crypto(Arc::new(crypto));
-        server.transport_config(Arc::new(crate::transport(cfg.idle_timeout)));
+        let mut transport = crate::transport(cfg.idle_timeout);
+        if let Some(n) = cfg.tuning.ack_every {
+            crate::ack_every(&mut transport, n);
+        }
+        server.transport_config(Arc::new(transport));
         // Memory held for connections not yet accepted stays small whatever a
         // flood of Initials does.
         server.max_incoming(4096);
@@ -184,6 +188,7 @@ impl Engine {
                 zc,
                 counters.clone(),
                 cfg.total_rate.map(|r| r as f64 / n as f64),
+                cfg.tuning.max_train,
             )
             .map_err(Error::Setup)?;
             let setup = Setup {
@@ -203,6 +208,8 @@ impl Engine {
                 per_address: per_address.clone(),
                 app: app.clone(),
                 total_rate: cfg.total_rate,
+                recv_arena: cfg.tuning.recv_arena,
+                trains_per_turn: cfg.tuning.trains_per_turn,
             };
             let h = std::thread::Builder::new()
                 .name(format!("quic-worker-{i}"))

@@ -69,7 +69,9 @@ mod stats;
 mod tx;
 mod worker;
 
-pub use config::{transport, EngineConfig, Pacing, DEFAULT_MAX_CONNECTIONS};
+pub use config::{
+    ack_every, transport, EngineConfig, Pacing, Tuning, DEFAULT_MAX_CONNECTIONS, MAX_TRAIN_LIMIT,
+};
 pub use engine::{Engine, Error, STOP_WAIT};
 pub use fastudp::pacing::PacingMode;
 pub use stats::Counters;

@@ -60,18 +60,21 @@ impl Tx {
     /// The send side of a worker on `socket` (made non-blocking: a full
     /// send buffer must not stop the worker's receives and timers; the
     /// tail waits in `pending` instead), with `rate` bytes/s of
-    /// --total-rate's.
+    /// --total-rate's, and trains of at most `max_train` datagrams.
     pub(crate) fn new(
         socket: Socket,
         zc: Option<ZeroCopySender>,
         counters: Arc<Counters>,
         rate: Option<f64>,
+        max_train: usize,
     ) -> Result<Self, String> {
         socket
             .as_std()
             .set_nonblocking(true)
             .map_err(|e| format!("send socket: {e}"))?;
-        let mut max_train = socket.max_gso_segments().clamp(1, MAX_TRAIN);
+        let mut max_train = socket
+            .max_gso_segments()
+            .clamp(1, max_train.clamp(1, crate::MAX_TRAIN_LIMIT));
         if rate.is_some() {
             // A train is one burst: no longer than a batch.
             max_train = max_train.clamp(1, DEFAULT_BATCH_BYTES / 1452);
@@ -117,7 +120,7 @@ impl Tx {
         b.clear();
         // Room for the largest train, so that quinn-proto never grows
         // (and so copies) it.
-        b.reserve(MAX_TRAIN * 1500);
+        b.reserve(self.max_train * 1500);
         b
     }
 

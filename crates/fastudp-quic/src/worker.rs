@@ -30,7 +30,7 @@ use crate::app::{
 };
 use crate::forward::{Inbox, Ring, SLOTS};
 use crate::hq::wire as hq;
-use crate::limits::{self, PENDING_TRAINS, STATELESS_BUF, STATELESS_QUEUE, TRAINS_PER_TURN};
+use crate::limits::{self, PENDING_TRAINS, STATELESS_BUF, STATELESS_QUEUE};
 use crate::stats::Counters;
 use crate::tx::{keep_spare, Pending, Tx, ZEROCOPY_MIN};
 use bytes::{Bytes, BytesMut};
@@ -51,6 +51,8 @@ use std::time::{Duration, Instant};
 /// Forwarded datagrams a worker hands to quinn-proto in one loop turn at
 /// most; the rest wait in its ring (or are dropped when it is full).
 const FORWARDED_PER_TURN: usize = 128;
+/// Bytes of the receive arena's blocks ([`EndpointDriver::arena`]).
+const ARENA: usize = 64 * 1024;
 /// The longest a worker sleeps without looking at its forwarding channel
 /// and the stop flag.
 const MAX_WAIT: Duration = Duration::from_millis(10);
@@ -113,6 +115,11 @@ pub(crate) struct Setup {
     pub(crate) app: Arc<dyn crate::app::Application>,
     /// All workers' rate together, bytes/s.
     pub(crate) total_rate: Option<u64>,
+    /// Copy received datagrams into one shared buffer
+    /// ([`crate::Tuning::recv_arena`]).
+    pub(crate) recv_arena: bool,
+    /// [`crate::Tuning::trains_per_turn`].
+    pub(crate) trains_per_turn: usize,
 }
 
 fn to_quinn_ecn(e: Option<EcnCodepoint>) -> Option<quinn_proto::EcnCodepoint> {
@@ -128,6 +135,10 @@ pub(crate) struct EndpointDriver {
     /// Forwarded datagrams being worked through (swapped with the inbox
     /// when empty).
     fwd_local: Ring,
+    /// Received datagrams are copied here and split off, so that many
+    /// share one allocation; a new one is made when the pieces still held
+    /// (quinn-proto keeps stream data until it is read) leave no room.
+    arena: BytesMut,
     /// Connections accepted whose handshake is not done: above
     /// `--max-half-open`, new clients get a Retry (as with `--retry`), so a
     /// flood of Initials from spoofed addresses costs a stateless reply
@@ -146,7 +157,7 @@ pub(crate) struct ConnTable {
     conns: HashMap<ConnectionHandle, Box<Conn>>,
     pub(crate) timers: BTreeSet<(Instant, ConnectionHandle)>,
     dirty: Vec<ConnectionHandle>,
-    /// Connections that stopped at [`TRAINS_PER_TURN`].
+    /// Connections that stopped at [`limits::TRAINS_PER_TURN`].
     more: Vec<ConnectionHandle>,
     /// A connection's events, between quinn-proto and the application.
     events: Vec<Event>,
@@ -191,6 +202,7 @@ impl Worker {
                 endpoint,
                 batch: Some(RecvBatch::new(limits::RECV_BATCH)),
                 fwd_local: Ring::new(SLOTS),
+                arena: BytesMut::new(),
                 half_open: 0,
             },
             table: ConnTable {
@@ -428,14 +440,19 @@ impl EndpointDriver {
         let mut buf = tx.small_spare.pop().unwrap_or_default();
         buf.clear();
         buf.reserve(STATELESS_BUF);
-        let ev = self.endpoint.handle(
-            now,
-            source,
-            destination,
-            to_quinn_ecn(ecn),
-            BytesMut::from(d),
-            &mut buf,
-        );
+        let data = if s.recv_arena {
+            if self.arena.capacity() < d.len() {
+                // Reclaims the old block when nothing holds a piece of it.
+                self.arena.reserve(ARENA.max(d.len()));
+            }
+            self.arena.extend_from_slice(d);
+            self.arena.split()
+        } else {
+            BytesMut::from(d)
+        };
+        let ev = self
+            .endpoint
+            .handle(now, source, destination, to_quinn_ecn(ecn), data, &mut buf);
         match ev {
             Some(DatagramEvent::ConnectionEvent(ch, ev)) => {
                 if let Some(c) = table.conns.get_mut(&ch) {
@@ -629,7 +646,7 @@ impl ConnTable {
             }
             // Transmits: quinn-proto's pacer says when to stop.
             loop {
-                if trains == TRAINS_PER_TURN
+                if trains == s.trains_per_turn
                     || tx.blocked
                     || tx.pending.len() + tx.zc_pending.len() >= PENDING_TRAINS
                 {
@@ -907,6 +924,7 @@ mod harness {
         conns: HashMap<Ch, quinn_proto::Connection>,
         now: Instant,
         cert: rustls::pki_types::CertificateDer<'static>,
+        ack_every: Option<u32>,
     }
 
     fn tls() -> (
@@ -930,11 +948,21 @@ mod harness {
         /// A worker serving hq-interop (the sockets are bound on loopback
         /// and never used), and a client endpoint.
         fn new(f: impl FnOnce(&mut Setup)) -> Net {
+            Net::with_ack_every(None, f)
+        }
+
+        /// As [`Net::new`], with the ACK-frequency extension on both
+        /// sides when `ack_every` is given.
+        fn with_ack_every(ack_every: Option<u32>, f: impl FnOnce(&mut Setup)) -> Net {
             let (mut tls, cert) = tls();
             tls.alpn_protocols = vec![hq::ALPN.to_vec()];
             let crypto = quinn_proto::crypto::rustls::QuicServerConfig::try_from(tls).unwrap();
             let mut server = ServerConfig::with_crypto(Arc::new(crypto));
-            server.transport_config(Arc::new(crate::transport(Duration::from_secs(10))));
+            let mut transport = crate::transport(Duration::from_secs(10));
+            if let Some(k) = ack_every {
+                crate::ack_every(&mut transport, k);
+            }
+            server.transport_config(Arc::new(transport));
             let counters = Arc::new(Counters::default());
             let mut s = Setup {
                 id: 0,
@@ -953,10 +981,12 @@ mod harness {
                 per_address: Arc::new(limits::PerAddress::new(100)),
                 app: Arc::new(Router::new().with(hq::ALPN, HqApp::default())),
                 total_rate: None,
+                recv_arena: true,
+                trains_per_turn: limits::TRAINS_PER_TURN,
             };
             f(&mut s);
             let sock = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-            let tx = Tx::new(sock, None, counters, None).unwrap();
+            let tx = Tx::new(sock, None, counters, None, crate::tx::MAX_TRAIN).unwrap();
             let w = Worker::new(s, tx).unwrap();
             let client = Endpoint::new(Arc::new(EndpointConfig::default()), None, true, None);
             Net {
@@ -965,6 +995,7 @@ mod harness {
                 conns: HashMap::new(),
                 now: Instant::now(),
                 cert,
+                ack_every,
             }
         }
 
@@ -979,9 +1010,14 @@ mod harness {
             .with_root_certificates(roots)
             .with_no_client_auth();
             tls.alpn_protocols = vec![hq::ALPN.to_vec()];
-            let cfg = ClientConfig::new(Arc::new(
+            let mut cfg = ClientConfig::new(Arc::new(
                 quinn_proto::crypto::rustls::QuicClientConfig::try_from(tls).unwrap(),
             ));
+            if let Some(k) = self.ack_every {
+                let mut t = quinn_proto::TransportConfig::default();
+                crate::ack_every(&mut t, k);
+                cfg.transport_config(Arc::new(t));
+            }
             let (ch, conn) = self
                 .client
                 .connect(self.now, cfg, SERVER.parse().unwrap(), "localhost")
@@ -1129,12 +1165,68 @@ mod harness {
     #[test]
     fn hq_bytes_without_sockets() {
         let mut n = Net::new(|_| {});
+        four_bodies(&mut n);
+    }
+
+    /// The same with one allocation per received datagram (the receive
+    /// arena off).
+    #[test]
+    fn hq_bytes_without_the_receive_arena() {
+        let mut n = Net::new(|s| s.recv_arena = false);
+        four_bodies(&mut n);
+    }
+
+    /// The same with the ACK-frequency extension on: the server asks for
+    /// fewer ACKs (an ACK_FREQUENCY frame goes out and arrives), and every
+    /// byte still arrives. quinn-proto announces that it honours the
+    /// extension (`min_ack_delay`) whatever its own configuration, so a
+    /// quinn client is asked too when only the server turns it on.
+    #[test]
+    fn hq_bytes_with_ack_frequency() {
+        let mut n = Net::with_ack_every(Some(10), |_| {});
+        let ch = four_bodies(&mut n);
+        let sent: u64 =
+            n.w.table
+                .conns
+                .values()
+                .map(|c| c.conn.borrow().stats().frame_tx.ack_frequency)
+                .sum();
+        assert!(sent >= 1, "the server sent no ACK_FREQUENCY frame");
+        assert!(n.conns[&ch].stats().frame_rx.ack_frequency >= 1);
+        // The extension on the server only.
+        let mut n = Net::with_ack_every(Some(10), |_| {});
+        n.ack_every = None;
+        let ch = four_bodies(&mut n);
+        assert!(n.conns[&ch].stats().frame_rx.ack_frequency >= 1);
+        // Off on the server: nothing is asked.
+        let mut n = Net::with_ack_every(None, |_| {});
+        n.ack_every = Some(10);
+        four_bodies(&mut n);
+        let sent: u64 =
+            n.w.table
+                .conns
+                .values()
+                .map(|c| c.conn.borrow().stats().frame_tx.ack_frequency)
+                .sum();
+        assert_eq!(sent, 0, "asked for fewer ACKs with the extension off");
+        let sent: u64 =
+            n.w.table
+                .conns
+                .values()
+                .map(|c| c.conn.borrow().stats().frame_tx.ack_frequency)
+                .sum();
+        assert_eq!(sent, 0);
+    }
+
+    /// Connects, then fetches `/bytes/N` on 4 streams and checks every
+    /// byte.
+    fn four_bodies(n: &mut Net) -> Ch {
         let ch = n.connect();
         n.run_until(|n| !n.conns[&ch].is_handshaking());
         let ids: Vec<_> = (0..4u64)
             .map(|i| {
                 request(
-                    &mut n,
+                    n,
                     ch,
                     format!("GET /bytes/{}\r\n", 100_000 + i).as_bytes(),
                     true,
@@ -1160,6 +1252,7 @@ mod harness {
             assert_eq!(hq::check(0, b), Ok(()));
         }
         n.run_until(|n| n.w.s.counters.app_bytes.load(Relaxed) == 400_006);
+        ch
     }
 
     /// A request line not whole within the deadline (5 s of the virtual

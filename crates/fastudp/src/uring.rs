@@ -58,7 +58,11 @@
 //! * **Zerocopy** sends go with `IORING_OP_SENDMSG_ZC`
 //!   ([`UringZeroCopySender`]): the buffer comes back on the notification
 //!   completion, not through the error queue, and
-//!   `IORING_SEND_ZC_REPORT_USAGE` says whether the kernel copied.
+//!   `IORING_SEND_ZC_REPORT_USAGE` says whether the kernel copied. The
+//!   socket is the ring's registered file, and
+//!   [`UringZeroCopySender::with_buffers`] adds a pool of registered send
+//!   buffers (fixed buffers, Linux 6.15 for `SENDMSG_ZC`), each refusal a
+//!   recorded fallback.
 //!
 //! When io_uring cannot be used (`kernel.io_uring_disabled`, seccomp,
 //! `ENOSYS`, `EPERM`, a missing opcode or buffer ring, a multishot receive

@@ -59,6 +59,11 @@ pub enum TxStrategy {
     /// GSO trains with io_uring SENDMSG_ZC: buffers come back on the
     /// notification completion.
     UringZc,
+    /// `uring-zc` from the sender's pool of registered buffers (fixed
+    /// buffers) with the socket as a registered file, where the kernel
+    /// takes them: each buffer stamped in place, reused after its
+    /// notification.
+    UringZcFixed,
 }
 
 impl TxStrategy {

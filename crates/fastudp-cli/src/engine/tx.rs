@@ -242,6 +242,9 @@ pub fn udp(
     if matches!(t, TxStrategy::GsoZerocopy | TxStrategy::UringZc) {
         return zerocopy(t, dest, w, live);
     }
+    if t == TxStrategy::UringZcFixed {
+        return zerocopy_fixed(dest, w, live);
+    }
     let sock = bind_sender(dest, w)?;
     if w.connect {
         sock.connect(dest)
@@ -392,7 +395,8 @@ pub fn udp(
             TxStrategy::Tcp
             | TxStrategy::TcpZerocopy
             | TxStrategy::GsoZerocopy
-            | TxStrategy::UringZc => {
+            | TxStrategy::UringZc
+            | TxStrategy::UringZcFixed => {
                 unreachable!("handled by tx::tcp and tx::zerocopy")
             }
         };
@@ -586,6 +590,99 @@ pub fn zerocopy(
     let seconds = start.elapsed().as_secs_f64();
     let left = zc
         .drain(&sock, Duration::from_secs(2))
+        .map_err(|e| send_err(t, e.into()))?;
+    if left > 0 {
+        eprintln!("fastudp: warning: {left} zerocopy completions did not arrive within 2 s");
+    }
+    note_local_drops(sock.stats().dropped_locally);
+    let s = zc.stats();
+    Ok(TxOutcome {
+        datagrams: dgrams,
+        bytes,
+        calls,
+        cpu,
+        seconds,
+        zerocopy: Some((s.completions, s.copied)),
+    })
+}
+
+/// `uring-zc-fixed`: `uring-zc` sending from the sender's pool of
+/// registered buffers ([`fastudp::uring::UringZeroCopySender::with_buffers`]),
+/// as many as `uring-zc`'s buffers: each is stamped in place and sent
+/// again only after its notification. Where the kernel refuses fixed
+/// buffers the pool is ordinary memory, and a note says so.
+pub fn zerocopy_fixed(dest: SocketAddr, w: &Workload, live: &Live) -> Result<TxOutcome, String> {
+    use fastudp::uring::UringZeroCopySender;
+    let t = TxStrategy::UringZcFixed;
+    let std_sock = bind_sender(dest, w)?;
+    if w.connect {
+        std_sock
+            .connect(dest)
+            .map_err(|e| format!("connect to {dest}: {e}"))?;
+    }
+    let sock = fastudp::Socket::from_std(std_sock).map_err(|e| e.to_string())?;
+    let p = w.payload;
+    let call_len = p * w.segs;
+    let count = (ring_len(w, call_len) / call_len)
+        .max(64)
+        .min(((256 << 20) / call_len).max(1));
+    let na = |e: fastudp::Error| format!("uring-zc-fixed is not available here: {e}");
+    let mut zc = UringZeroCopySender::new(&sock)
+        .map_err(na)?
+        .with_buffers(&sock, count, call_len)
+        .map_err(na)?;
+    if !zc.fixed_buffers() || !zc.fixed_file(&sock) {
+        let why: Vec<String> = sock
+            .stats()
+            .fallbacks
+            .iter()
+            .map(|f| f.reason.clone())
+            .collect();
+        eprintln!(
+            "fastudp: note: uring-zc-fixed without its registrations: {}",
+            why.join("; ")
+        );
+    }
+    let segment = (w.segs > 1).then_some(p);
+    let mut seq = 0u64;
+    let (mut calls, mut dgrams, mut bytes) = (0u64, 0u64, 0u64);
+    let start = Instant::now();
+    let deadline = start + w.duration;
+    let cpu0 = fastudp_tools::os::thread_cpu_time();
+    while Instant::now() < deadline && !stop_requested() {
+        if !pace(w.rate, start, bytes, call_len as u64, deadline) {
+            break;
+        }
+        let mut wrote = false;
+        match zc.send_with(&sock, dest, call_len, segment, |b| {
+            wrote = true;
+            stamp(b, p, &mut seq);
+        }) {
+            Ok(()) => {
+                calls += 1;
+                dgrams += w.segs as u64;
+                bytes += call_len as u64;
+                live.tx_calls.store(calls, Relaxed);
+                live.tx_datagrams.store(dgrams, Relaxed);
+            }
+            Err(e) => {
+                if wrote {
+                    // Not sent: its numbers go to the next buffer.
+                    seq -= w.segs as u64;
+                }
+                let e: io::Error = e.into();
+                if !transient(&e) {
+                    return Err(send_err(t, e));
+                }
+                std::thread::yield_now();
+            }
+        }
+        zc.reap();
+    }
+    let cpu = fastudp_tools::os::thread_cpu_time().saturating_sub(cpu0);
+    let seconds = start.elapsed().as_secs_f64();
+    let left = zc
+        .drain(Duration::from_secs(2))
         .map_err(|e| send_err(t, e.into()))?;
     if left > 0 {
         eprintln!("fastudp: warning: {left} zerocopy completions did not arrive within 2 s");

@@ -10,7 +10,10 @@ use std::time::Duration;
 
 /// The io_uring strategies.
 fn is_uring(t: TxStrategy, r: RxStrategy) -> bool {
-    matches!(t, TxStrategy::UringGso | TxStrategy::UringZc) || r == RxStrategy::UringGro
+    matches!(
+        t,
+        TxStrategy::UringGso | TxStrategy::UringZc | TxStrategy::UringZcFixed
+    ) || r == RxStrategy::UringGro
 }
 
 /// The default plan (every strategy, `all`) without its io_uring pairings

@@ -299,6 +299,9 @@ pub fn run(a: LoadArgs) -> Result<(), Failure> {
                 t.max_idle_timeout(Some(Duration::from_secs(30).try_into().unwrap()));
                 t.stream_receive_window(quinn::VarInt::from_u32(8 << 20));
                 t.receive_window(quinn::VarInt::from_u32(16 << 20));
+                if let Some(n) = a.ack_every {
+                    fastudp_quic::ack_every(&mut t, n);
+                }
                 cfg.transport_config(Arc::new(t));
                 for _ in 0..a.endpoints {
                     let mut ep = client_endpoint(bind)?;

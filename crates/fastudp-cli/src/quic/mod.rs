@@ -142,6 +142,27 @@ pub struct ServeArgs {
     /// data can be replayed (docs/SECURITY.md). QUIC stacks only.
     #[arg(long = "0rtt")]
     pub zero_rtt: bool,
+    /// The cryptography of TLS and QUIC packet protection (AES-GCM, header
+    /// protection), every stack.
+    #[arg(long, value_enum, default_value = "ring")]
+    pub crypto: Crypto,
+    /// Ask clients that support the ACK-frequency extension to acknowledge
+    /// every Nth packet (at least 2; QUIC's default is every second).
+    /// QUIC stacks only.
+    #[arg(long, value_name = "N")]
+    pub ack_every: Option<u32>,
+    /// Datagrams per GSO train at most (1 to 44). --stack fastudp only.
+    #[arg(long, default_value_t = fastudp_quic::Tuning::default().max_train)]
+    pub max_train: usize,
+    /// GSO trains one connection queues at most per loop turn. --stack
+    /// fastudp only.
+    #[arg(long, default_value_t = fastudp_quic::Tuning::default().trains_per_turn)]
+    pub trains_per_turn: usize,
+    /// Copy received datagrams into shared 64 KiB blocks instead of one
+    /// allocation each (no saving measured: docs/BENCHMARKS.md section
+    /// 17). --stack fastudp only.
+    #[arg(long)]
+    pub recv_arena: bool,
     /// Serve the files beneath DIR (hq-interop `GET /path`): regular
     /// files only, `index.html` for a directory, no symbolic links, no
     /// way out of DIR (docs/SECURITY.md, "Static files"). `/bytes/N` and
@@ -154,6 +175,16 @@ pub struct ServeArgs {
 /// Connections at most when neither --max-connections nor --max-memory
 /// says fewer.
 pub const MAX_CONNECTIONS: usize = fastudp_quic::DEFAULT_MAX_CONNECTIONS;
+
+/// A cryptography provider for rustls.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Crypto {
+    /// ring.
+    #[default]
+    Ring,
+    /// aws-lc-rs (AWS-LC).
+    AwsLcRs,
+}
 
 /// Which client.
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -206,6 +237,14 @@ pub struct LoadArgs {
     /// 10000 ms).
     #[arg(long, value_name = "MS")]
     pub timeline: Option<f64>,
+    /// The cryptography of TLS and QUIC packet protection.
+    #[arg(long, value_enum, default_value = "ring")]
+    pub crypto: Crypto,
+    /// Ask the server, if it supports the ACK-frequency extension, to
+    /// acknowledge every Nth packet, and offer the extension to it (at
+    /// least 2). QUIC only.
+    #[arg(long, value_name = "N")]
+    pub ack_every: Option<u32>,
 }
 
 /// Runs `fastudp quic ...`.
@@ -213,13 +252,20 @@ pub fn run(cmd: QuicCmd) -> Result<(), Failure> {
     match cmd {
         QuicCmd::Serve(a) => {
             check_serve(&a)?;
+            tls::use_crypto(a.crypto);
             match a.stack {
                 Stack::Fastudp => serve::run(a),
                 Stack::Quinn => quinn_stack::run(a),
                 Stack::TlsTcp => tcp::run(a),
             }
         }
-        QuicCmd::Load(a) => load::run(a),
+        QuicCmd::Load(a) => {
+            if a.ack_every.is_some_and(|n| n < 2) {
+                return Err(Failure::usage("--ack-every: at least 2".into()));
+            }
+            tls::use_crypto(a.crypto);
+            load::run(a)
+        }
         QuicCmd::Attack(a) => attack::run(a),
     }
 }
@@ -244,6 +290,19 @@ fn check_serve(a: &ServeArgs) -> Result<(), Failure> {
         if !(d.is_finite() && d > 0.0 && d <= 1e6) {
             return bad(format!("--duration {d}: a positive number of seconds"));
         }
+    }
+    if a.ack_every.is_some_and(|n| n < 2) {
+        return bad("--ack-every: at least 2".into());
+    }
+    if !(1..=fastudp_quic::MAX_TRAIN_LIMIT).contains(&a.max_train) {
+        return bad(format!(
+            "--max-train {}: between 1 and {}",
+            a.max_train,
+            fastudp_quic::MAX_TRAIN_LIMIT
+        ));
+    }
+    if a.trains_per_turn == 0 {
+        return bad("--trains-per-turn 0: at least 1".into());
     }
     if a.max_connections == Some(0) {
         return bad("--max-connections 0: at least 1".into());

@@ -130,9 +130,11 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
     let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls::server(&id, a.zero_rtt)?)
         .map_err(|e| Failure::usage(format!("TLS set-up: {e}")))?;
     let mut cfg = quinn::ServerConfig::with_crypto(Arc::new(crypto));
-    cfg.transport_config(Arc::new(transport(std::time::Duration::from_secs_f64(
-        a.idle_timeout,
-    ))));
+    let mut t = transport(std::time::Duration::from_secs_f64(a.idle_timeout));
+    if let Some(n) = a.ack_every {
+        fastudp_quic::ack_every(&mut t, n);
+    }
+    cfg.transport_config(Arc::new(t));
     let rt = runtime(n)?;
     let ep = {
         let _g = rt.enter();

@@ -50,6 +50,14 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
         .max_connections(max_connections)
         .max_connections_per_ip(Some(per_ip))
         .idle_timeout(Duration::from_secs_f64(a.idle_timeout))
+        .tuning({
+            let mut t = fastudp_quic::Tuning::default();
+            t.recv_arena = a.recv_arena;
+            t.ack_every = a.ack_every;
+            t.max_train = a.max_train;
+            t.trains_per_turn = a.trains_per_turn;
+            t
+        })
         .disabled(crate::args::disabled_from_env().map_err(Failure::usage)?);
     let files = match &a.www {
         Some(dir) => {

@@ -193,8 +193,19 @@ pub fn announce(id: &Identity, json: bool) {
     }
 }
 
+static CRYPTO: std::sync::OnceLock<super::Crypto> = std::sync::OnceLock::new();
+
+/// Picks the provider of every configuration made after it (once per
+/// process; ring when never called).
+pub fn use_crypto(c: super::Crypto) {
+    let _ = CRYPTO.set(c);
+}
+
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
+    Arc::new(match CRYPTO.get().copied().unwrap_or_default() {
+        super::Crypto::Ring => rustls::crypto::ring::default_provider(),
+        super::Crypto::AwsLcRs => rustls::crypto::aws_lc_rs::default_provider(),
+    })
 }
 
 /// The rustls server configuration: TLS 1.3, ALPN `hq-interop` (for TLS

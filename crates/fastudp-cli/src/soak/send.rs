@@ -336,7 +336,7 @@ impl Sender {
                     }
                 }
             }
-            TxStrategy::Tcp | TxStrategy::TcpZerocopy => {
+            TxStrategy::Tcp | TxStrategy::TcpZerocopy | TxStrategy::UringZcFixed => {
                 unreachable!("not in the soak's strategies")
             }
         }

@@ -55,6 +55,15 @@
 //!   `IORING_CQE_F_MORE`). Dropping a [`ZcRing`] waits up to a second for
 //!   outstanding notifications and leaks the buffers still held after that,
 //!   the same guarantee as [`crate::ZeroCopySender`].
+//! * **The send pool** (`SendPool`). One anonymous mapping owned by the
+//!   [`ZcRing`], registered as fixed buffer 0. A pool buffer is written
+//!   (through `&mut self`) only while it is free, taken out of the free
+//!   list and named by no request; from its send until that slot's
+//!   notification it is only read, by the kernel and through the shared
+//!   slice its header was built from. The registration pins the pages
+//!   until the ring is closed; the mapping is unmapped after the ring is
+//!   dropped, or leaked with the held buffers when a notification never
+//!   came. The registered file holds its own reference to the socket.
 
 use super::linux::{addr_from_bytes, empty_msghdr, raw_addr, RawAddr};
 use super::{SendMsg, MAX_BATCH, SEND_CONTROL_LEN};

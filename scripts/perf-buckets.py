@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""Sorts a `perf record -e cpu-clock -a -g` profile's samples of one
+process (the server; `PERF=DIR scripts/quic-bench.sh` writes its pid
+beside each profile) into the buckets of BENCHMARKS sections 14, 16 and
+17, by the symbol each sample was taken in.
+
+    scripts/perf-buckets.py PERF.data PID
+"""
+import re
+import subprocess
+import sys
+
+BUCKETS = [
+    ("crypto", r"aes|gcm|ghash|chacha|poly1305|aws_lc|ring_core|gfmul|clmul|"
+               r"rustls|header_protection|hkdf|sha256|x25519|p256|ecdsa|_sha|bn_"),
+    ("copies", r"memmove|memcpy|copy_user|_copy_to_iter|_copy_from_iter|"
+               r"copy_page|rep_movs|skb_copy|csum_partial_copy"),
+    # quinn-proto's sent-packet and ACK-range maps are BTreeMaps: theirs.
+    ("quinn-proto", r"quinn_proto|quinn::|quinn_udp|btree|BTree"),
+    ("allocation", r"malloc|free|realloc|calloc|_int_|cfree|tcache|"
+                   r"__rust_alloc|__rdl_alloc|__rust_dealloc|kmalloc|page_alloc|"
+                   r"alloc_pages|alloc_skb|"
+                   r"kmem_cache|slab|__slab|slub|memcg|page_frag|kfree|mmap|"
+                   r"munmap|brk|memset"),
+    ("sleep/wake", r"schedule|finish_task_switch|ppoll|epoll|futex|"
+                   r"do_sys_poll|hrtimer|try_to_wake|idle|pick_next|enqueue_task|"
+                   r"dequeue_task|update_curr|psi_"),
+    ("kernel net/syscalls", r"udp|tcp|ip_|ipv4|ipv6|inet|skb|sock|veth|"
+                            r"net_|netif|__dev|dev_|napi|gro|gso|sys_|"
+                            r"syscall|entry_|do_syscall|nf_|sk_|__x64|"
+                            r"raw_spin|_raw|fib|dst_|neigh|lock_sock|release_sock"),
+    ("server loop/runtime", r"fastudp|tokio|hashbrown|BTree|btree|hq|h3|"
+                            r"fastudp_quic|bytes::|core::|alloc::|std::"),
+]
+
+
+def main():
+    data, pid = sys.argv[1], sys.argv[2]
+    out = subprocess.run(
+        ["perf", "report", "-i", data, "--no-children", "--pid", pid,
+         "--sort", "sym", "--stdio", "-g", "none", "--percent-limit", "0"],
+        capture_output=True, text=True).stdout
+    tot = {}
+    total = 0.0
+    for line in out.splitlines():
+        m = re.match(r"\s*([\d.]+)%\s+\[(.)\]\s+(.*)", line)
+        if not m:
+            continue
+        pct, sym = float(m.group(1)), m.group(3).strip()
+        total += pct
+        b = "other"
+        for name, rx in BUCKETS:
+            if re.search(rx, sym, re.I):
+                b = name
+                break
+        tot[b] = tot.get(b, 0.0) + pct
+    names = []
+    for b, _ in BUCKETS:
+        if b not in names:
+            names.append(b)
+    for name in names + ["other"]:
+        share = 100 * tot.get(name, 0.0) / total if total else 0.0
+        print(f"{name}\t{share:.1f}%")
+
+
+main()
