@@ -14,10 +14,10 @@
 
 #![no_main]
 
+use fastudp_fuzz::input::Input;
 use fastudp_tools::wire::cmsg::{Decoder, Encoder};
 use fastudp_tools::wire::consts::{IPV6_RECVERR, IP_RECVERR, SOL_IP, SOL_IPV6};
 use fastudp_tools::wire::errqueue::{parse, SocketError};
-use fastudp_fuzz::input::Input;
 use libfuzzer_sys::fuzz_target;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 

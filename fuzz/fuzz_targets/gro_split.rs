@@ -11,8 +11,8 @@
 
 #![no_main]
 
-use fastudp_tools::wire::gro::Datagrams;
 use fastudp_fuzz::input::Input;
+use fastudp_tools::wire::gro::Datagrams;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

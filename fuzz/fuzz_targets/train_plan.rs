@@ -12,8 +12,8 @@
 
 #![no_main]
 
-use fastudp_tools::wire::plan::{plan, segments, Limits, Oversized};
 use fastudp_fuzz::input::Input;
+use fastudp_tools::wire::plan::{plan, segments, Limits, Oversized};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
