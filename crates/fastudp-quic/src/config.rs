@@ -62,14 +62,26 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 100_000;
 /// can be read, and more will be added.
 ///
 /// ```
-/// # fn tls() -> std::sync::Arc<rustls::ServerConfig> { unimplemented!() }
-/// # fn _f() {
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use fastudp_quic::{EngineConfig, Pacing};
+/// use std::sync::Arc;
 /// use std::time::Duration;
-/// let cfg = EngineConfig::new("[::]:4433".parse().unwrap(), tls())
+/// # let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()])?;
+/// # let key = rustls::pki_types::PrivatePkcs8KeyDer::from(cert.key_pair.serialize_der());
+/// # let tls = rustls::ServerConfig::builder_with_provider(Arc::new(
+/// #     rustls::crypto::ring::default_provider(),
+/// # ))
+/// # .with_protocol_versions(&[&rustls::version::TLS13])?
+/// # .with_no_client_auth()
+/// # .with_single_cert(vec![cert.cert.der().clone()], key.into())?;
+/// // `tls`: the server's rustls configuration (TLS 1.3, its certificate).
+/// let cfg = EngineConfig::new("[::]:4433".parse()?, Arc::new(tls))
 ///     .workers(4)
 ///     .pacing(Pacing::Quic)
 ///     .idle_timeout(Duration::from_secs(60));
+/// assert_eq!(cfg.workers, 4);
+/// assert_eq!(cfg.idle_timeout, Duration::from_secs(60));
+/// # Ok(())
 /// # }
 /// ```
 #[derive(Debug, Clone)]

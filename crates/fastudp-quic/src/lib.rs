@@ -37,11 +37,19 @@
 //! use fastudp_quic::{Engine, EngineConfig};
 //! use std::sync::Arc;
 //!
-//! # fn tls() -> Arc<rustls::ServerConfig> { unimplemented!() }
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! // A TLS 1.3 configuration with the server's certificate; the engine
-//! // sets its ALPN protocols from the application.
-//! let tls: Arc<rustls::ServerConfig> = tls();
+//! // A TLS 1.3 configuration with the server's certificate (here a
+//! // self-signed one); the engine sets its ALPN protocols from the
+//! // application.
+//! let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()])?;
+//! let key = rustls::pki_types::PrivatePkcs8KeyDer::from(cert.key_pair.serialize_der());
+//! let tls = rustls::ServerConfig::builder_with_provider(Arc::new(
+//!     rustls::crypto::ring::default_provider(),
+//! ))
+//! .with_protocol_versions(&[&rustls::version::TLS13])?
+//! .with_no_client_auth()
+//! .with_single_cert(vec![cert.cert.der().clone()], key.into())?;
+//! let tls = Arc::new(tls);
 //! let app = Router::new().with(b"hq-interop", HqApp::default());
 //! let engine = Engine::start(EngineConfig::new("[::]:4433".parse()?, tls), Arc::new(app))?;
 //! println!("listening on {}", engine.local_addr());
