@@ -524,13 +524,7 @@ pub fn zerocopy(
     w: &Workload,
     live: &Live,
 ) -> Result<TxOutcome, String> {
-    let std_sock = bind_sender(dest, w)?;
-    if w.connect {
-        std_sock
-            .connect(dest)
-            .map_err(|e| format!("connect to {dest}: {e}"))?;
-    }
-    let sock = fastudp::Socket::from_std(std_sock).map_err(|e| e.to_string())?;
+    let sock = zerocopy_socket(dest, w)?;
     let mut zc = super::uring::zc_sender(t, &sock)?;
     let p = w.payload;
     let call_len = p * w.segs;
@@ -588,16 +582,49 @@ pub fn zerocopy(
     }
     let cpu = fastudp_tools::os::thread_cpu_time().saturating_sub(cpu0);
     let seconds = start.elapsed().as_secs_f64();
-    let left = zc
-        .drain(&sock, Duration::from_secs(2))
-        .map_err(|e| send_err(t, e.into()))?;
+    let drained = zc.drain(&sock, Duration::from_secs(2));
+    zerocopy_outcome(
+        t,
+        &sock,
+        drained,
+        zc.stats(),
+        [dgrams, bytes, calls],
+        cpu,
+        seconds,
+    )
+}
+
+/// The socket of the zerocopy senders: bound as [`bind_sender`] does,
+/// connected when the workload says so.
+fn zerocopy_socket(dest: SocketAddr, w: &Workload) -> Result<fastudp::Socket, String> {
+    let std_sock = bind_sender(dest, w)?;
+    if w.connect {
+        std_sock
+            .connect(dest)
+            .map_err(|e| format!("connect to {dest}: {e}"))?;
+    }
+    fastudp::Socket::from_std(std_sock).map_err(|e| e.to_string())
+}
+
+/// The end of a zerocopy run: `drained` is the final wait for the
+/// kernel's notifications (how many did not come), `s` the sender's
+/// counters after it, `[datagrams, bytes, calls]` what was sent.
+fn zerocopy_outcome(
+    t: TxStrategy,
+    sock: &fastudp::Socket,
+    drained: Result<usize, fastudp::Error>,
+    s: fastudp::ZeroCopyStats,
+    [datagrams, bytes, calls]: [u64; 3],
+    cpu: Duration,
+    seconds: f64,
+) -> Result<TxOutcome, String> {
+    let left = drained.map_err(|e| send_err(t, e.into()))?;
     if left > 0 {
         eprintln!("fastudp: warning: {left} zerocopy completions did not arrive within 2 s");
     }
     note_local_drops(sock.stats().dropped_locally);
-    let s = zc.stats();
     Ok(TxOutcome {
-        datagrams: dgrams,
+        datagrams,
         bytes,
         calls,
         cpu,
@@ -614,13 +641,7 @@ pub fn zerocopy(
 pub fn zerocopy_fixed(dest: SocketAddr, w: &Workload, live: &Live) -> Result<TxOutcome, String> {
     use fastudp::uring::UringZeroCopySender;
     let t = TxStrategy::UringZcFixed;
-    let std_sock = bind_sender(dest, w)?;
-    if w.connect {
-        std_sock
-            .connect(dest)
-            .map_err(|e| format!("connect to {dest}: {e}"))?;
-    }
-    let sock = fastudp::Socket::from_std(std_sock).map_err(|e| e.to_string())?;
+    let sock = zerocopy_socket(dest, w)?;
     let p = w.payload;
     let call_len = p * w.segs;
     let count = (ring_len(w, call_len) / call_len)
@@ -681,22 +702,16 @@ pub fn zerocopy_fixed(dest: SocketAddr, w: &Workload, live: &Live) -> Result<TxO
     }
     let cpu = fastudp_tools::os::thread_cpu_time().saturating_sub(cpu0);
     let seconds = start.elapsed().as_secs_f64();
-    let left = zc
-        .drain(Duration::from_secs(2))
-        .map_err(|e| send_err(t, e.into()))?;
-    if left > 0 {
-        eprintln!("fastudp: warning: {left} zerocopy completions did not arrive within 2 s");
-    }
-    note_local_drops(sock.stats().dropped_locally);
-    let s = zc.stats();
-    Ok(TxOutcome {
-        datagrams: dgrams,
-        bytes,
-        calls,
+    let drained = zc.drain(Duration::from_secs(2));
+    zerocopy_outcome(
+        t,
+        &sock,
+        drained,
+        zc.stats(),
+        [dgrams, bytes, calls],
         cpu,
         seconds,
-        zerocopy: Some((s.completions, s.copied)),
-    })
+    )
 }
 
 /// `tcp-zerocopy`: the TCP stream of [`tcp`], sent with `MSG_ZEROCOPY`
