@@ -1185,13 +1185,10 @@ mod harness {
     fn hq_bytes_with_ack_frequency() {
         let mut n = Net::with_ack_every(Some(10), |_| {});
         let ch = four_bodies(&mut n);
-        let sent: u64 =
-            n.w.table
-                .conns
-                .values()
-                .map(|c| c.conn.borrow().stats().frame_tx.ack_frequency)
-                .sum();
-        assert!(sent >= 1, "the server sent no ACK_FREQUENCY frame");
+        assert!(
+            ack_frequency_sent(&n) >= 1,
+            "the server sent no ACK_FREQUENCY frame"
+        );
         assert!(n.conns[&ch].stats().frame_rx.ack_frequency >= 1);
         // The extension on the server only.
         let mut n = Net::with_ack_every(Some(10), |_| {});
@@ -1202,20 +1199,20 @@ mod harness {
         let mut n = Net::with_ack_every(None, |_| {});
         n.ack_every = Some(10);
         four_bodies(&mut n);
-        let sent: u64 =
-            n.w.table
-                .conns
-                .values()
-                .map(|c| c.conn.borrow().stats().frame_tx.ack_frequency)
-                .sum();
-        assert_eq!(sent, 0, "asked for fewer ACKs with the extension off");
-        let sent: u64 =
-            n.w.table
-                .conns
-                .values()
-                .map(|c| c.conn.borrow().stats().frame_tx.ack_frequency)
-                .sum();
-        assert_eq!(sent, 0);
+        assert_eq!(
+            ack_frequency_sent(&n),
+            0,
+            "asked for fewer ACKs with the extension off"
+        );
+    }
+
+    /// ACK_FREQUENCY frames the server's connections sent.
+    fn ack_frequency_sent(n: &Net) -> u64 {
+        n.w.table
+            .conns
+            .values()
+            .map(|c| c.conn.borrow().stats().frame_tx.ack_frequency)
+            .sum()
     }
 
     /// Connects, then fetches `/bytes/N` on 4 streams and checks every
