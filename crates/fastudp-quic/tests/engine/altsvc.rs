@@ -291,6 +291,9 @@ fn alt_svc_slow_and_idle_clients_are_closed_at_their_deadlines() {
     let mut idle = connect(l.local_addr(), &cert);
     assert_eq!(get(&mut idle, "/bytes/5").status, 200);
     assert!(closed_by_server(&mut idle));
+    // The client sees the close before the connection's thread has ended
+    // and counted it: wait for the count.
+    super::eventually("no connection open", || l.stats().open.load(Relaxed) == 0);
     let st = l.stats().snapshot();
     assert_eq!(st.idle_closed, 1, "{st:?}");
     assert_eq!(st.request_timeouts, 3, "{st:?}");
