@@ -1862,11 +1862,9 @@ fn alt_svc_tcp_chromium_starts_over_tcp_and_moves_to_http3() {
     );
     assert!(h3 > 0, "no image came over HTTP/3: {protos:?}");
     let s = stats_until(&mut srv, |v| v["h3_requests"].as_u64() >= Some(h3));
-    // The page and its script came over TCP in this session too.
-    assert!(
-        s["tcp"]["requests"].as_u64().unwrap() >= tcp_before + 2,
-        "{s}"
-    );
+    // The page came over TCP in this session too. Its script and the
+    // favicon race the QUIC handshake Alt-Svc started: either path.
+    assert!(s["tcp"]["requests"].as_u64().unwrap() > tcp_before, "{s}");
     assert_eq!(s["tcp"]["bad_requests"], 0, "{s}");
     assert_eq!(s["h3_refused"], 0, "{s}");
     stop(srv);
