@@ -1,8 +1,69 @@
-//! A command's failure and its exit status.
+//! A command's failure and its exit status, in the manner of ripgrep's
+//! `main`: every command returns an [`anyhow::Error`]; `main` prints its
+//! chain on one line and picks the status from what the chain holds:
+//!
+//! - [`Usage`] anywhere in the chain (bad input, an option this host or
+//!   combination cannot honour, caught before a run): status 2;
+//! - [`Interrupted`] (Ctrl-C, after the command reported what it had):
+//!   status 130;
+//! - anything else (a run that broke off: a socket that failed, a peer
+//!   that vanished, a file that could not be written): status 1.
+//!
+//! A runtime failure is an ordinary error (`anyhow!`, `bail!`,
+//! `.context(..)`); only usage errors are marked, with [`usage!`] or
+//! [`bail_usage!`].
 
-/// A command's failure: a message and an exit status (2 for bad input and
-/// unusable set-ups, 1 for a run that broke off).
-#[derive(Debug)]
+/// A usage error: bad input, caught before the run. Exit status 2.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Usage(pub String);
+
+/// A command that Ctrl-C cut short after it reported what it had. Exit
+/// status 130 ([`crate::interrupt::EXIT_STATUS`]).
+#[derive(Debug, thiserror::Error)]
+#[error("interrupted (Ctrl-C); {0}")]
+pub struct Interrupted(pub String);
+
+/// A usage error from a message: `usage!("--rate {v}: not a rate")`.
+#[allow(unused_macros)]
+macro_rules! usage {
+    ($($t:tt)*) => {
+        ::anyhow::Error::new($crate::failure::Usage(format!($($t)*)))
+    };
+}
+
+/// Returns a usage error from the enclosing function.
+#[allow(unused_macros)]
+macro_rules! bail_usage {
+    ($($t:tt)*) => {
+        return Err(usage!($($t)*).into())
+    };
+}
+
+/// Turns a message into a usage error (for `map_err`).
+#[allow(dead_code)]
+pub fn usage(msg: impl Into<String>) -> anyhow::Error {
+    anyhow::Error::new(Usage(msg.into()))
+}
+
+/// The exit status for `e`: 2, 130 or 1 (see the module's documentation).
+pub fn exit_status(e: &anyhow::Error) -> u8 {
+    if let Some(f) = e.downcast_ref::<Failure>() {
+        return f.code;
+    }
+    if e.chain().any(|c| c.is::<Interrupted>()) {
+        crate::interrupt::EXIT_STATUS
+    } else if e.chain().any(|c| c.is::<Usage>()) {
+        2
+    } else {
+        1
+    }
+}
+
+/// A command's failure: a message and an exit status. Being replaced by
+/// [`anyhow::Error`] with [`Usage`] and [`Interrupted`] markers.
+#[derive(Debug, thiserror::Error)]
+#[error("{msg}")]
 pub struct Failure {
     /// Exit status.
     pub code: u8,
@@ -20,5 +81,26 @@ impl Failure {
 impl From<String> for Failure {
     fn from(msg: String) -> Self {
         Failure::usage(msg)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use anyhow::Context;
+
+    #[test]
+    fn usage_anywhere_in_the_chain_is_2_interrupt_130_else_1() {
+        assert_eq!(exit_status(&usage!("--rate x: not a rate")), 2);
+        let wrapped = Err::<(), _>(usage("bad")).context("tx").unwrap_err();
+        assert_eq!(exit_status(&wrapped), 2);
+        assert_eq!(format!("{wrapped:#}"), "tx: bad");
+        let int = anyhow::Error::new(Interrupted("summary above".into()));
+        assert_eq!(exit_status(&int), 130);
+        assert_eq!(int.to_string(), "interrupted (Ctrl-C); summary above");
+        let io = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        let runtime = Err::<(), _>(io).context("send").unwrap_err();
+        assert_eq!(exit_status(&runtime), 1);
+        assert_eq!(exit_status(&anyhow::anyhow!("cannot start a worker")), 1);
     }
 }

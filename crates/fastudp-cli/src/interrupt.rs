@@ -53,6 +53,13 @@ pub fn at_forced_exit(f: fn()) {
     }
 }
 
+/// The error an interrupted command returns after its report: status 130
+/// (see [`crate::failure`]), and `what` says what was reported.
+#[allow(dead_code)]
+pub fn interrupted(what: &str) -> anyhow::Error {
+    anyhow::Error::new(crate::failure::Interrupted(what.to_string()))
+}
+
 /// The failure an interrupted command returns after its report: status
 /// 130, and `what` says what was reported.
 pub fn failure(what: &str) -> Failure {

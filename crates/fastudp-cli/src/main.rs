@@ -6,10 +6,11 @@
 
 #[macro_use]
 mod output;
+#[macro_use]
+mod failure;
 mod args;
 mod bench;
 mod engine;
-mod failure;
 mod host;
 mod interrupt;
 #[cfg(test)]
@@ -99,62 +100,62 @@ fn main() -> ExitCode {
     let r = match std::panic::catch_unwind(move || run(cli)) {
         Ok(r) => r,
         Err(payload) => match payload.downcast::<StdoutFailed>() {
-            Ok(e) => Err(Failure {
-                code: 1,
-                msg: format!("cannot write to standard output: {}", e.0),
-            }),
+            Ok(e) => Err(anyhow::Error::new(e.0).context("cannot write to standard output")),
             Err(other) => std::panic::resume_unwind(other),
         },
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
-        Err(f) if f.code == interrupt::EXIT_STATUS => {
-            eprintln!("fastudp: {}", f.msg);
-            ExitCode::from(f.code)
-        }
-        Err(f) => {
-            eprintln!("fastudp: error: {}", f.msg);
-            ExitCode::from(f.code)
+        Err(e) => {
+            let code = failure::exit_status(&e);
+            if code == interrupt::EXIT_STATUS {
+                eprintln!("fastudp: {e:#}");
+            } else {
+                eprintln!("fastudp: error: {e:#}");
+            }
+            ExitCode::from(code)
         }
     }
 }
 
-/// Runs the subcommand.
-fn run(cli: Cli) -> Result<(), Failure> {
+/// Runs the subcommand. Each arm's `?` takes either error type while
+/// the commands move from [`Failure`] to `anyhow`.
+fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.cmd {
-        Cmd::Tx(a) => txrx::run_tx(a),
-        Cmd::Doctor(a) => host::doctor::run_doctor(a),
-        Cmd::Stream(a) => stream::run_stream(a),
-        Cmd::StreamRx(a) => stream::run_stream_rx(a),
-        Cmd::Tune(a) => host::tune::run_tune(a),
-        Cmd::Rx(a) => txrx::run_rx(a),
-        Cmd::Bench(a) => bench::run(a),
-        Cmd::Soak(a) => soak::run(a),
-        Cmd::Quic { action } => quic::run(action),
+        Cmd::Tx(a) => txrx::run_tx(a)?,
+        Cmd::Doctor(a) => host::doctor::run_doctor(a)?,
+        Cmd::Stream(a) => stream::run_stream(a)?,
+        Cmd::StreamRx(a) => stream::run_stream_rx(a)?,
+        Cmd::Tune(a) => host::tune::run_tune(a)?,
+        Cmd::Rx(a) => txrx::run_rx(a)?,
+        Cmd::Bench(a) => bench::run(a)?,
+        Cmd::Soak(a) => soak::run(a)?,
+        Cmd::Quic { action } => quic::run(action)?,
         Cmd::Testbed {
             action: TestbedCmd::Up { profile },
-        } => testbed::up(profile)
-            .map(|()| {
-                let (v4, v6) = (testbed::addrs(false), testbed::addrs(true));
-                outln!(
-                    "testbed up: {} ({}, {}) <-> {} ({}, {}), veth {} <-> {}",
-                    testbed::TX_NS,
-                    v4.tx,
-                    v6.tx,
-                    testbed::RX_NS,
-                    v4.rx,
-                    v6.rx,
-                    testbed::TX_DEV,
-                    testbed::RX_DEV
-                )
-            })
-            .map_err(Failure::from),
+        } => {
+            testbed::up(profile).map_err(Failure::from)?;
+            let (v4, v6) = (testbed::addrs(false), testbed::addrs(true));
+            outln!(
+                "testbed up: {} ({}, {}) <-> {} ({}, {}), veth {} <-> {}",
+                testbed::TX_NS,
+                v4.tx,
+                v6.tx,
+                testbed::RX_NS,
+                v4.rx,
+                v6.rx,
+                testbed::TX_DEV,
+                testbed::RX_DEV
+            )
+        }
         Cmd::Testbed {
             action: TestbedCmd::Down,
-        } => testbed::down()
-            .map(|()| outln!("testbed down"))
-            .map_err(Failure::from),
+        } => {
+            testbed::down().map_err(Failure::from)?;
+            outln!("testbed down")
+        }
     }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -18,6 +18,22 @@ macro_rules! outln {
     }};
 }
 
+/// Prints a line to standard output (or the file of `--logfile`) like
+/// `println!`, and evaluates to an `anyhow::Result<()>`: a failed write (a
+/// full disk, say) is an error for the caller's `?`, with status 1. (A
+/// closed pipe ends the program by SIGPIPE, quietly, as for any Unix
+/// tool.)
+#[allow(unused_macros)]
+macro_rules! out {
+    () => {
+        out!("")
+    };
+    ($($t:tt)*) => {
+        $crate::output::line(format_args!($($t)*))
+            .map_err(|e| ::anyhow::Error::new(e).context("cannot write to standard output"))
+    };
+}
+
 use std::fmt;
 use std::io::Write;
 use std::sync::{Mutex, OnceLock};
