@@ -47,7 +47,7 @@ pub enum Error {
 /// A running QUIC server: one worker thread per socket of a reuseport
 /// group, until [`Engine::stop`] (or until it is dropped).
 pub struct Engine {
-    threads: Vec<JoinHandle<Result<(), String>>>,
+    threads: Vec<JoinHandle<Result<(), Error>>>,
     counters: Arc<Counters>,
     stop: Arc<AtomicBool>,
     failed: Arc<AtomicBool>,
@@ -68,7 +68,7 @@ impl std::fmt::Debug for Engine {
 impl Engine {
     /// Binds the address and starts the workers, serving `app`.
     pub fn start(cfg: EngineConfig, app: Arc<dyn Application>) -> Result<Engine, Error> {
-        cfg.check().map_err(Error::Config)?;
+        cfg.check()?;
         let alpn = app.alpn();
         if alpn.is_empty() {
             return Err(Error::Config(
@@ -112,7 +112,7 @@ impl Engine {
             .map_err(|e| Error::Setup(format!("getsockname: {e}")))?;
         let mut txs = Vec::with_capacity(n);
         for _ in 0..n {
-            txs.push(send_socket(addr, cfg.disabled).map_err(Error::Setup)?);
+            txs.push(send_socket(addr, cfg.disabled)?);
         }
         let (pacing, why) = match &cfg.pacing {
             Pacing::Quic => (
@@ -189,8 +189,7 @@ impl Engine {
                 counters.clone(),
                 cfg.total_rate.map(|r| r as f64 / n as f64),
                 cfg.tuning.max_train,
-            )
-            .map_err(Error::Setup)?;
+            )?;
             let setup = Setup {
                 id: i,
                 workers: n,
@@ -218,7 +217,7 @@ impl Engine {
                     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                         Worker::new(setup, tx).and_then(|mut w| w.run())
                     }))
-                    .unwrap_or_else(|_| Err(format!("worker {i} panicked")));
+                    .unwrap_or_else(|_| Err(Error::Worker(format!("worker {i} panicked"))));
                     if r.is_err() {
                         // The server stops rather than go on without a worker.
                         failed.store(true, Relaxed);
@@ -296,11 +295,11 @@ impl Engine {
             match h.join() {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => err = Some(e),
-                Err(_) => err = Some("a worker panicked".to_string()),
+                Err(_) => err = Some(Error::Worker("a worker panicked".to_string())),
             }
         }
         match err {
-            Some(e) => Err(Error::Worker(e)),
+            Some(e) => Err(e),
             None => Ok(()),
         }
     }

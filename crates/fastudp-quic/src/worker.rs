@@ -33,6 +33,7 @@ use crate::hq::wire as hq;
 use crate::limits::{self, PENDING_TRAINS, STATELESS_BUF, STATELESS_QUEUE};
 use crate::stats::Counters;
 use crate::tx::{keep_spare, Pending, Tx, ZEROCOPY_MIN};
+use crate::Error;
 use bytes::{Bytes, BytesMut};
 use fastudp::pacing::PacingMode;
 use fastudp::{EcnCodepoint, RecvBatch, Socket, Steering};
@@ -185,10 +186,10 @@ pub(crate) struct Worker {
 }
 
 impl Worker {
-    pub(crate) fn new(s: Setup, tx: Tx) -> Result<Self, String> {
+    pub(crate) fn new(s: Setup, tx: Tx) -> Result<Self, Error> {
         s.rx.as_std()
             .set_nonblocking(true)
-            .map_err(|e| format!("worker {}: {e}", s.id))?;
+            .map_err(|e| Error::Worker(format!("worker {}: {e}", s.id)))?;
         let allow_mtud = !tx.socket.may_fragment();
         let endpoint = Endpoint::new(s.endpoint.clone(), Some(s.server.clone()), allow_mtud, None);
         if s.total_rate.is_some() {
@@ -223,7 +224,7 @@ impl Worker {
         })
     }
 
-    pub(crate) fn run(&mut self) -> Result<(), String> {
+    pub(crate) fn run(&mut self) -> Result<(), Error> {
         loop {
             let now = Instant::now();
             if self.s.stop.load(Relaxed) && self.closing_since.is_none() {
@@ -248,7 +249,7 @@ impl Worker {
             self.ep
                 .forwarded(now, &self.s, &mut self.table, &mut self.tx, closing);
             self.ep
-                .receive(now, &self.s, &mut self.table, &mut self.tx, closing)?;
+                .receive(now, &self.s, &mut self.table, &mut self.tx, closing);
             self.turn(now);
             self.tx.flush();
             if now.duration_since(self.published) > Duration::from_millis(100) {
@@ -369,7 +370,7 @@ impl EndpointDriver {
         table: &mut ConnTable,
         tx: &mut Tx,
         closing: bool,
-    ) -> Result<(), String> {
+    ) {
         for _ in 0..8 {
             let Some(b) = self.batch.as_mut() else { break };
             match s.rx.recv(b) {
@@ -420,7 +421,6 @@ impl EndpointDriver {
                 break;
             }
         }
-        Ok(())
     }
 
     #[allow(clippy::too_many_arguments)]

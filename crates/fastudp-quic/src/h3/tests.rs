@@ -498,25 +498,27 @@ async fn get(
 
 /// An h3 client that runs `paths` in parallel on one connection and
 /// returns each status and body.
-fn client(conn: H3Conn, paths: Vec<String>) -> Driven<Result<Responses, String>> {
+fn client(conn: H3Conn, paths: Vec<String>) -> Driven<anyhow::Result<Responses>> {
     Driven::new(async move {
-        let (mut driver, send) = ::h3::client::new(conn).await.map_err(|e| e.to_string())?;
+        let (mut driver, send) = ::h3::client::new(conn).await?;
         let reqs = async move {
             let futs = paths.into_iter().map(|p| {
                 let mut send = send.clone();
-                async move { get(&mut send, &p).await.map_err(|e| e.to_string()) }
+                async move { get(&mut send, &p).await.map_err(|e| anyhow::anyhow!("{e}")) }
             });
             futures_util::future::join_all(futs)
                 .await
                 .into_iter()
-                .collect::<Result<Vec<_>, String>>()
+                .collect::<anyhow::Result<Vec<_>>>()
         };
         let drive = std::future::poll_fn(|cx| driver.poll_close(cx));
         futures_util::pin_mut!(reqs);
         futures_util::pin_mut!(drive);
         match futures_util::future::select(reqs, drive).await {
             futures_util::future::Either::Left((r, _)) => r,
-            futures_util::future::Either::Right((e, _)) => Err(format!("connection ended: {e}")),
+            futures_util::future::Either::Right((e, _)) => {
+                Err(anyhow::anyhow!("connection ended: {e}"))
+            }
         }
     })
 }
