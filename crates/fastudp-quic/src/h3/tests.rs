@@ -254,9 +254,42 @@ impl Pair {
     fn turn<T>(&mut self, client: &mut Driven<T>) -> bool {
         self.turns += 1;
         let now = self.now;
-        let mut busy = false;
         let mut buf = Vec::new();
-        // Datagrams due at the server.
+        let mut busy = self.deliver_to_server(now, &mut buf);
+        busy |= self.deliver_to_client(now, &mut buf);
+        self.timers_and_endpoint_events(now);
+        // Application events, then the applications, then transmits.
+        loop {
+            let Some(ev) = self.client.borrow_mut().poll() else {
+                break;
+            };
+            self.client_link.forward(&ev);
+        }
+        self.client_link.set_now(now);
+        busy |= client.poll();
+        if let Some(s) = &mut self.server {
+            loop {
+                let Some(ev) = s.conn.borrow_mut().poll() else {
+                    break;
+                };
+                if matches!(ev, Event::Stream(StreamEvent::Writable { .. })) {
+                    s.writable += 1;
+                }
+                s.task.link().forward(&ev);
+            }
+            let before = s.task.polls();
+            if !self.hold_task {
+                s.task.poll(now);
+            }
+            busy |= s.task.polls() != before;
+        }
+        busy |= self.transmits(now, &mut buf);
+        busy
+    }
+
+    /// Hands the server the datagrams due at `now`: true if there were any.
+    fn deliver_to_server(&mut self, now: Instant, buf: &mut Vec<u8>) -> bool {
+        let mut busy = false;
         while self.to_server.front().is_some_and(|(t, _)| *t <= now) {
             let (_, d) = self.to_server.pop_front().unwrap();
             busy = true;
@@ -266,14 +299,11 @@ impl Pair {
                 None,
                 None,
                 BytesMut::from(&d[..]),
-                &mut buf,
+                buf,
             );
             match ev {
                 Some(DatagramEvent::NewConnection(inc)) => {
-                    let (ch, conn) = self
-                        .server_ep
-                        .accept(inc, now, &mut buf, None)
-                        .expect("accept");
+                    let (ch, conn) = self.server_ep.accept(inc, now, buf, None).expect("accept");
                     let conn = Rc::new(RefCell::new(conn));
                     let task = H3Task::server(
                         conn.clone(),
@@ -301,7 +331,12 @@ impl Pair {
                 None => {}
             }
         }
-        // Datagrams due at the client.
+        busy
+    }
+
+    /// Hands the client the datagrams due at `now`: true if there were any.
+    fn deliver_to_client(&mut self, now: Instant, buf: &mut Vec<u8>) -> bool {
+        let mut busy = false;
         while self.to_client.front().is_some_and(|(t, _)| *t <= now) {
             let (_, d) = self.to_client.pop_front().unwrap();
             busy = true;
@@ -311,12 +346,16 @@ impl Pair {
                 None,
                 None,
                 BytesMut::from(&d[..]),
-                &mut buf,
+                buf,
             ) {
                 self.client.borrow_mut().handle_event(ev);
             }
         }
-        // Timers.
+        busy
+    }
+
+    /// Both sides' timers due at `now`, then their endpoint events.
+    fn timers_and_endpoint_events(&mut self, now: Instant) {
         {
             let mut c = self.client.borrow_mut();
             if c.poll_timeout().is_some_and(|t| t <= now) {
@@ -348,34 +387,15 @@ impl Pair {
                 }
             }
         }
-        // Application events, then the applications, then transmits.
-        loop {
-            let Some(ev) = self.client.borrow_mut().poll() else {
-                break;
-            };
-            self.client_link.forward(&ev);
-        }
-        self.client_link.set_now(now);
-        busy |= client.poll();
-        if let Some(s) = &mut self.server {
-            loop {
-                let Some(ev) = s.conn.borrow_mut().poll() else {
-                    break;
-                };
-                if matches!(ev, Event::Stream(StreamEvent::Writable { .. })) {
-                    s.writable += 1;
-                }
-                s.task.link().forward(&ev);
-            }
-            let before = s.task.polls();
-            if !self.hold_task {
-                s.task.poll(now);
-            }
-            busy |= s.task.polls() != before;
-        }
+    }
+
+    /// Both sides' transmits, onto the links (some lost, as asked): true
+    /// if there were any.
+    fn transmits(&mut self, now: Instant, buf: &mut Vec<u8>) -> bool {
+        let mut busy = false;
         loop {
             buf.clear();
-            let Some(t) = self.client.borrow_mut().poll_transmit(now, 1, &mut buf) else {
+            let Some(t) = self.client.borrow_mut().poll_transmit(now, 1, buf) else {
                 break;
             };
             busy = true;
@@ -387,7 +407,7 @@ impl Pair {
         if let Some(s) = &self.server {
             loop {
                 buf.clear();
-                let Some(t) = s.conn.borrow_mut().poll_transmit(now, 1, &mut buf) else {
+                let Some(t) = s.conn.borrow_mut().poll_transmit(now, 1, buf) else {
                     break;
                 };
                 busy = true;
