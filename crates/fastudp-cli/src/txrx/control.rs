@@ -448,13 +448,16 @@ enum Refusal {
 }
 
 /// Runs one test on an accepted control connection; returns what the
-/// server says about it (one line for its log).
+/// server says about it (one line for its log). A request it refuses
+/// calls `free_slot` before it answers, so that a client that asks next
+/// finds the slot free rather than the server busy.
 fn run_test(
     conn: TcpStream,
     peer: SocketAddr,
     limits: &Limits,
     gro: bool,
     ipv6: bool,
+    free_slot: &dyn Fn(),
 ) -> Result<String, Refusal> {
     conn.set_read_timeout(Some(REQUEST_TIMEOUT))
         .and_then(|()| conn.set_write_timeout(Some(REQUEST_TIMEOUT)))
@@ -465,12 +468,14 @@ fn run_test(
         Ok(q) => q,
         Err(e) => {
             let e = format!("{e:#}");
+            free_slot();
             let _ = write_msg(&mut w, &Reply::Refused { error: e.clone() });
             return Err(Refusal::Before(anyhow!("{}", clean(&e))));
         }
     };
     if let Err(e) = limits.check(&req) {
         let e = format!("{e:#}");
+        free_slot();
         let _ = write_msg(&mut w, &Reply::Refused { error: e.clone() });
         return Err(Refusal::Before(anyhow!("refused: {}", clean(&e))));
     }
@@ -685,9 +690,7 @@ pub fn serve(
                 .unwrap_or_default()
         )?;
     }
-    let active = Arc::new(AtomicUsize::new(0));
-    let finished = Arc::new(AtomicUsize::new(0));
-    let started = Arc::new(AtomicUsize::new(0));
+    let tally = Arc::new(Tally::default());
     let (log_tx, log_rx) = std::sync::mpsc::channel::<String>();
     loop {
         while let Ok(line) = log_rx.try_recv() {
@@ -698,7 +701,7 @@ pub fn serve(
         if interrupt::requested() {
             return Err(interrupt::interrupted("the server stopped"));
         }
-        if max_tests.is_some_and(|m| finished.load(Acquire) as u64 >= m) {
+        if max_tests.is_some_and(|m| tally.finished.load(Acquire) as u64 >= m) {
             return Ok(());
         }
         let (conn, peer) = match l.accept() {
@@ -715,8 +718,8 @@ pub fn serve(
             }
         };
         let _ = conn.set_nonblocking(false);
-        let all_started = max_tests.is_some_and(|m| started.load(Acquire) as u64 >= m);
-        if all_started || active.load(Acquire) >= concurrent {
+        let all_started = max_tests.is_some_and(|m| tally.started.load(Acquire) as u64 >= m);
+        if all_started || tally.active.load(Acquire) >= concurrent {
             let mut w = conn;
             let _ = w.set_write_timeout(Some(Duration::from_secs(1)));
             let _ = write_msg(
@@ -730,31 +733,55 @@ pub fn serve(
             let _ = log_tx.send(format!("refused {peer}: busy"));
             continue;
         }
-        started.fetch_add(1, AcqRel);
-        active.fetch_add(1, AcqRel);
-        let (active, finished, log, limits, started_tests) = (
-            active.clone(),
-            finished.clone(),
-            log_tx.clone(),
-            limits.clone(),
-            started.clone(),
-        );
+        tally.started.fetch_add(1, AcqRel);
+        tally.active.fetch_add(1, AcqRel);
+        let (tally, log, limits) = (tally.clone(), log_tx.clone(), limits.clone());
         let ipv6 = control.is_ipv6();
-        std::thread::spawn(move || {
-            // A request refused before the test began is not a test.
-            let (ran, line) = match run_test(conn, peer, &limits, gro, ipv6) {
-                Ok(l) => (true, l),
-                Err(Refusal::Before(e)) => (false, format!("{peer}: {e:#}")),
-                Err(Refusal::During(e)) => (true, format!("{peer}: {e:#}")),
-            };
-            let _ = log.send(line);
-            if ran {
-                finished.fetch_add(1, AcqRel);
-            } else {
-                started_tests.fetch_sub(1, AcqRel);
-            }
-            active.fetch_sub(1, AcqRel);
-        });
+        std::thread::spawn(move || serve_one(conn, peer, &limits, gro, ipv6, &tally, &log));
+    }
+}
+
+/// The server's counts of tests, shared with the threads that run them.
+#[derive(Debug, Default)]
+struct Tally {
+    /// Running now.
+    active: AtomicUsize,
+    /// Begun (a request refused is taken back).
+    started: AtomicUsize,
+    /// Run to their end, or cut off after they began.
+    finished: AtomicUsize,
+}
+
+/// Runs the test asked for on `conn` (its own thread), logs it, and gives
+/// its slot back. A request refused before the test began is not a test:
+/// it is taken back from `tally`, once.
+fn serve_one(
+    conn: TcpStream,
+    peer: SocketAddr,
+    limits: &Limits,
+    gro: bool,
+    ipv6: bool,
+    tally: &Tally,
+    log: &std::sync::mpsc::Sender<String>,
+) {
+    let freed = AtomicBool::new(false);
+    let free_slot = || {
+        if !freed.swap(true, AcqRel) {
+            tally.started.fetch_sub(1, AcqRel);
+            tally.active.fetch_sub(1, AcqRel);
+        }
+    };
+    let (ran, line) = match run_test(conn, peer, limits, gro, ipv6, &free_slot) {
+        Ok(l) => (true, l),
+        Err(Refusal::Before(e)) => (false, format!("{peer}: {e:#}")),
+        Err(Refusal::During(e)) => (true, format!("{peer}: {e:#}")),
+    };
+    let _ = log.send(line);
+    if ran {
+        tally.finished.fetch_add(1, AcqRel);
+        tally.active.fetch_sub(1, AcqRel);
+    } else {
+        free_slot();
     }
 }
 
