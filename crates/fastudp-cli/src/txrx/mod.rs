@@ -460,7 +460,7 @@ fn finish(s: &Summary, json: bool) -> Result<(), Failure> {
 /// Runs `fastudp tx`.
 pub fn run_tx(a: TxArgs) -> Result<(), Failure> {
     if let Some(f) = &a.logfile {
-        crate::output::to_file("--logfile", f).map_err(Failure::usage)?;
+        crate::output::to_file("--logfile", f)?;
     }
     in_range("-l", a.secs, 86_400.0)?;
     if a.secs < 0.01 {
@@ -890,7 +890,7 @@ fn probe_mtu(dest: SocketAddr) -> Result<usize, Failure> {
 /// Runs `fastudp rx`.
 pub fn run_rx(a: RxArgs) -> Result<(), Failure> {
     if let Some(f) = &a.logfile {
-        crate::output::to_file("--logfile", f).map_err(Failure::usage)?;
+        crate::output::to_file("--logfile", f)?;
     }
     if let Some(l) = a.secs {
         in_range("-l", l, 86_400.0)?;
