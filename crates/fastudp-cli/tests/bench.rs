@@ -352,6 +352,51 @@ fn receive_rows_compare_with_recvfrom_and_the_verdict_explains_loss() {
     }
 }
 
+/// `--testbed` without root is a usage error (status 2, one line), found
+/// before anything is built or run.
+#[test]
+fn testbed_without_root_is_a_usage_error() {
+    let probe = std::process::Command::new("setpriv")
+        .arg("--version")
+        .output();
+    if probe.is_err() {
+        common::skip(
+            "testbed_without_root_is_a_usage_error",
+            "needs setpriv (util-linux)",
+        );
+        return;
+    }
+    let o = std::process::Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            env!("CARGO_BIN_EXE_fastudp"),
+            "bench",
+            "--testbed",
+            "offload",
+            "--tx",
+            "sendto",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    if err.contains("Permission denied") {
+        common::skip(
+            "testbed_without_root_is_a_usage_error",
+            "the test binary is out of reach of user nobody",
+        );
+        return;
+    }
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("fastudp: error: the testbed needs root"),
+        "{err}"
+    );
+    assert!(o.stdout.is_empty(), "nothing ran");
+}
+
 /// A bad option is a usage error: status 2, one line, and nothing run. A
 /// failure during the run (here: the plot's directory is removed while
 /// the bench runs, so the chart cannot be written) is a runtime failure:
