@@ -836,6 +836,114 @@ mod tests {
         assert_eq!(parse_gso_max_segs("gso_max_segs"), None);
     }
 
+    fn row(label: &str, ct: bool, mbps: f64, tx_ns: f64, rx_ns: f64, rx_calls: f64) -> RowResult {
+        RowResult {
+            label: label.into(),
+            profile: "wire-gro".into(),
+            features: Vec::new(),
+            gso_max_segs: None,
+            cache_thrash: ct,
+            m: Measurement {
+                tx: TxStrategy::Fastudp,
+                rx: "gro".into(),
+                bytes: 1,
+                datagrams: 1,
+                seconds: 1.0,
+                mbytes_per_sec: mbps,
+                gbps: mbps * 8.0 / 1e3,
+                datagrams_per_sec: 0.0,
+                tx_calls_per_sec: 0.0,
+                bytes_per_call: 0.0,
+                rx_calls_per_sec: rx_calls,
+                tx_cpu_ns_per_byte: tx_ns,
+                rx_cpu_ns_per_byte: rx_ns,
+                softirq_ns_per_byte: 0.0,
+                all_cpu_ns_per_byte: tx_ns + rx_ns,
+                sent: 1,
+                lost: Some(0),
+                kernel_drops: 0,
+                speedup_vs_sendto: None,
+                speedup_vs_recvfrom: None,
+                zerocopy_completions: None,
+                zerocopy_copied: None,
+                host_steal: None,
+            },
+        }
+    }
+
+    fn ratio(rat: &[Ratio], what: &str) -> Option<f64> {
+        rat.iter().find(|r| r.what == what).map(|r| r.measured)
+    }
+
+    /// Each figure's ratios come from the rows they name, and only where
+    /// both rows ran.
+    #[test]
+    fn ratios_compare_the_rows_they_name() {
+        let rs = [
+            row("TCP", false, 100.0, 8.0, 1.0, 0.0),
+            row("TCP gso", false, 200.0, 4.0, 2.0, 0.0),
+            row("UDP gso", false, 400.0, 2.0, 1.0, 0.0),
+        ];
+        let rat = ratios(1, &rs);
+        let r = |w| ratio(&rat, w);
+        assert_eq!(
+            r("sender efficiency of TCP gso over TCP without segmentation"),
+            Some(2.0)
+        );
+        assert_eq!(
+            r("sender efficiency of UDP gso over TCP without segmentation"),
+            Some(4.0)
+        );
+        assert_eq!(
+            r("sender efficiency of TCP tso over TCP without segmentation"),
+            None
+        );
+        assert_eq!(
+            r("sender efficiency of UDP gso over TCP gso (both segmenting in software)"),
+            Some(2.0)
+        );
+        assert_eq!(r("receiver efficiency of UDP gso over TCP gso"), Some(2.0));
+        assert_eq!(r("all-CPU efficiency of UDP gso over TCP gso"), Some(2.0));
+        assert_eq!(r("throughput of UDP gso over TCP gso"), Some(2.0));
+        assert_eq!(rat.len(), 6);
+
+        let rs = [
+            row("UDP gso", false, 100.0, 2.0, 0.0, 0.0),
+            row("UDP gso zerocopy", false, 100.0, 1.0, 0.0, 0.0),
+            row("UDP gso", true, 100.0, 3.0, 0.0, 0.0),
+        ];
+        let rat = ratios(3, &rs);
+        assert_eq!(
+            ratio(&rat, "sender efficiency of UDP gso zerocopy over UDP gso"),
+            Some(2.0)
+        );
+        assert_eq!(
+            ratio(&rat, "sender cost of UDP gso, cache thrashing over warm"),
+            Some(1.5)
+        );
+        assert_eq!(rat.len(), 2, "no cache-thrashing zerocopy row");
+
+        let rs = [
+            row("UDP (offload)", false, 100.0, 0.0, 4.0, 1000.0),
+            row("UDP gro (offload)", false, 200.0, 0.0, 1.0, 100.0),
+        ];
+        let rat = ratios(5, &rs);
+        assert_eq!(
+            ratio(&rat, "receive calls per byte, recvfrom over gro (offload)"),
+            Some(20.0)
+        );
+        assert_eq!(
+            ratio(&rat, "throughput, gro over recvfrom (offload)"),
+            Some(2.0)
+        );
+        assert_eq!(
+            ratio(&rat, "receiver efficiency, gro over recvfrom (offload)"),
+            Some(4.0)
+        );
+        assert_eq!(rat.len(), 3, "wire-gro did not run");
+        assert!(ratios(2, &rs).is_empty());
+    }
+
     #[test]
     fn every_figure_has_rows_and_paper_ratios_are_sane() {
         for n in FIGURES {
