@@ -143,7 +143,7 @@ pub struct Measurement {
 
 /// An error of a module that is moving from `String` to `anyhow` (the
 /// engine, the testbed): the same call compiles before and after.
-pub(crate) trait Moving {
+trait Moving {
     /// As a runtime failure: a message, or the error as it is.
     fn runtime(self) -> anyhow::Error;
     /// As a usage error: a message marked as one, or the error as it is
