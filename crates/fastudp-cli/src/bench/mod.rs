@@ -142,7 +142,7 @@ pub struct Measurement {
 }
 
 /// An error of a module that is moving from `String` to `anyhow` (the
-/// engine, the testbed): the same call compiles before and after.
+/// testbed): the same call compiles before and after.
 trait Moving {
     /// As a runtime failure: a message, or the error as it is.
     fn runtime(self) -> anyhow::Error;
@@ -627,7 +627,7 @@ fn run_pair(
             live.rx_datagrams.load(Relaxed),
             live.tx_calls.load(Relaxed),
         )
-    });
+    })?;
     let txo = tx_handle
         .join()
         .map_err(|_| anyhow!("sender thread panicked"))??;
@@ -661,11 +661,11 @@ fn start_receiver(
         let dest = l.local_addr()?;
         let h = std::thread::spawn(move || {
             pin(&w, 1);
-            rx::tcp(l, &w, &live).map_err(Moving::runtime)
+            rx::tcp(l, &w, &live)
         });
         return Ok((h, dest));
     }
-    let sock = on_rx_side(&w, || rx::bind(r, addr).map_err(Moving::runtime))?;
+    let sock = on_rx_side(&w, || rx::bind(r, addr))?;
     match &sock {
         rx::RxSock::Std(s) => busy_poll(s, &w)?,
         rx::RxSock::Fast(f) => busy_poll(f.as_std(), &w)?,
@@ -673,7 +673,7 @@ fn start_receiver(
     let dest = sock.local_addr()?;
     let h = std::thread::spawn(move || {
         pin(&w, 1);
-        rx::udp(r, sock, &w, &live).map_err(Moving::runtime)
+        rx::udp(r, sock, &w, &live)
     });
     Ok((h, dest))
 }
@@ -696,13 +696,13 @@ fn start_sender(
                 .map_err(|e| anyhow!("TCP connect to {dest}: {e}: the destination does not answer"))
                 .and_then(|s| {
                     if t == TxStrategy::TcpZerocopy {
-                        tx::tcp_zerocopy(s, &w, &live).map_err(Moving::runtime)
+                        tx::tcp_zerocopy(s, &w, &live)
                     } else {
-                        tx::tcp(s, &w, &live).map_err(Moving::runtime)
+                        tx::tcp(s, &w, &live)
                     }
                 })
         } else {
-            tx::udp(t, dest, &w, &live).map_err(Moving::runtime)
+            tx::udp(t, dest, &w, &live)
         };
         live.sender_done.store(true, Release);
         out

@@ -136,9 +136,7 @@ fn print(s: &StreamSummary, json: bool) -> anyhow::Result<()> {
 pub fn finish(s: &StreamSummary, json: bool) -> anyhow::Result<()> {
     print(s, json)?;
     if s.interrupted {
-        return Err(interrupt::interrupted(
-            "the summary above covers the run until then",
-        ));
+        return Err(interrupt::summarized_err());
     }
     Ok(())
 }
