@@ -59,7 +59,7 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
             t.trains_per_turn = a.trains_per_turn;
             t
         })
-        .disabled(crate::args::disabled_from_env().map_err(Failure::usage)?);
+        .disabled(crate::args::disabled_from_env()?);
     let files = match &a.www {
         Some(dir) => {
             Some(Arc::new(Root::open(dir).map_err(|e| {

@@ -21,7 +21,7 @@ pub fn kernel_checks(out: &mut Vec<Check>, uring: bool) {
             "127.0.0.1:0".parse().expect("literal"),
             fastudp::Config::default().disabled(d),
         )
-        .map_err(|e| e.to_string())
+        .map_err(anyhow::Error::from)
     });
     let caps = match probe {
         Ok(sock) => sock.capabilities(),
