@@ -4,7 +4,6 @@
 
 use super::hq::{self, Frames, Request};
 use super::quinn_stack::runtime;
-use super::quinn_stack::SUMMARIZED;
 use super::{tls, LoadArgs, LoadStack};
 use crate::interrupt;
 use anyhow::{anyhow, bail};
@@ -437,7 +436,7 @@ async fn tcp_clients(
 fn report(s: &Summary, json: bool) -> anyhow::Result<()> {
     print(s, json)?;
     if interrupt::requested() {
-        return Err(interrupt::interrupted(SUMMARIZED));
+        return Err(interrupt::summarized_err());
     }
     if s.failed > 0 || s.wrong_bytes > 0 {
         bail!(

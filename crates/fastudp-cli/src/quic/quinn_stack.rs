@@ -124,9 +124,6 @@ pub fn runtime(n: usize) -> anyhow::Result<tokio::runtime::Runtime> {
         .context("cannot start the runtime")
 }
 
-/// What the error of a server that Ctrl-C stopped says (status 130).
-pub const SUMMARIZED: &str = "the summary above covers the run until then";
-
 /// Runs `fastudp quic serve --stack quinn`.
 pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     let n = workers(&a);
@@ -189,7 +186,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     rep.summary(&counters, a.json, pacing)?;
     rt.shutdown_timeout(Duration::from_millis(200));
     if interrupt::requested() {
-        return Err(interrupt::interrupted(SUMMARIZED));
+        return Err(interrupt::summarized_err());
     }
     Ok(())
 }

@@ -5,7 +5,6 @@
 //! and reports until `--duration` ends or Ctrl-C; the engine does the
 //! rest.
 
-use super::quinn_stack::SUMMARIZED;
 use super::stats::{listening, Reporter};
 use super::{tls, workers, PacingArg, ServeArgs};
 use crate::failure::usage;
@@ -91,7 +90,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     joined.map_err(|e| anyhow!("{e}"))?;
     reported?;
     if interrupt::requested() {
-        return Err(interrupt::interrupted(SUMMARIZED));
+        return Err(interrupt::summarized_err());
     }
     Ok(())
 }

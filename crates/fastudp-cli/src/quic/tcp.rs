@@ -3,7 +3,7 @@
 //! connection: the client sends `GET /PATH\r\n`, the server answers and
 //! closes.
 
-use super::quinn_stack::{read_request, respond, runtime, Stream, SUMMARIZED};
+use super::quinn_stack::{read_request, respond, runtime, Stream};
 use super::stats::{baseline_run, Counters};
 use super::{tls, workers, ServeArgs};
 use crate::interrupt;
@@ -96,7 +96,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     rep.summary(&counters, a.json, pacing)?;
     rt.shutdown_timeout(Duration::from_millis(200));
     if interrupt::requested() {
-        return Err(interrupt::interrupted(SUMMARIZED));
+        return Err(interrupt::summarized_err());
     }
     Ok(())
 }
