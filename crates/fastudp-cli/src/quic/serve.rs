@@ -220,13 +220,13 @@ fn announce(
 }
 
 /// `--max-connections`, as `--max-memory` (or its default) allows it; and
-/// the budget.
-/// A `--max-memory` too small for one connection is a usage error.
+/// the budget. A `--max-memory` too small for one connection is a usage
+/// error.
 fn connection_limit(a: &ServeArgs, workers: usize) -> anyhow::Result<(usize, u64)> {
     let budget = a.max_memory.unwrap_or_else(limits::default_budget);
     let asked = a.max_connections.unwrap_or(super::MAX_CONNECTIONS);
-    let n =
-        limits::max_connections_with(budget, workers, asked, per_connection(a)).map_err(usage)?;
+    let n = limits::max_connections_with(budget, workers, asked, per_connection(a))
+        .map_err(|e| usage(e.to_string()))?;
     if a.max_connections.is_some_and(|m| m > n) {
         eprintln!(
             "fastudp: note: --max-connections {asked}: {n} at most within --max-memory {} MiB",
