@@ -6,11 +6,12 @@ use super::summary::{bits_per_sec, finish, steal_since, StreamSummary};
 use crate::host::routes::egress_qdisc;
 use crate::procfs::CpuTicks;
 use crate::{interrupt, Failure};
-use fastudp::pacing::{
-    choose_mode, Due, PacingMode, Scheduler, SchedulerConfig, Waiter, DEFAULT_BATCH_BYTES,
-    DEFAULT_SLACK, MAX_TRAINS_PER_BATCH,
-};
+use fastudp::pacing::{choose_mode, PacingMode};
 use fastudp::{Config, Socket, Transmit, ZeroCopySender};
+use fastudp_tools::pacing::{
+    Due, Scheduler, SchedulerConfig, Waiter, DEFAULT_BATCH_BYTES, DEFAULT_SLACK,
+    MAX_TRAINS_PER_BATCH,
+};
 use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};

@@ -15,7 +15,6 @@ pub use recv::{RecvBatch, RecvMeta, DEFAULT_MESSAGE_CAPACITY};
 pub use send::Sent;
 pub use state::{Config, Stats, UdpState, DEFAULT_GSO_RETRY, DEFAULT_SPLIT_WAIT};
 
-use crate::caps::Capabilities;
 use crate::error::Error;
 use crate::wire::control::EcnCodepoint;
 use crate::wire::errqueue::SocketError;
@@ -200,31 +199,6 @@ impl Socket {
         self.state.recv_error(&self.inner)
     }
 
-    /// See [`UdpState::capabilities`].
-    pub fn capabilities(&self) -> Capabilities {
-        self.state.capabilities()
-    }
-
-    /// See [`UdpState::max_gso_segments`].
-    pub fn max_gso_segments(&self) -> usize {
-        self.state.max_gso_segments()
-    }
-
-    /// See [`UdpState::may_fragment`].
-    pub fn may_fragment(&self) -> bool {
-        self.state.may_fragment()
-    }
-
-    /// See [`UdpState::ecn_enabled`].
-    pub fn ecn_enabled(&self) -> bool {
-        self.state.ecn_enabled()
-    }
-
-    /// See [`UdpState::is_ipv6`].
-    pub fn is_ipv6(&self) -> bool {
-        self.state.is_ipv6()
-    }
-
     /// See [`UdpState::kernel_drops`].
     pub fn kernel_drops(&self) -> u64 {
         self.state.kernel_drops(&self.inner)
@@ -248,11 +222,6 @@ impl Socket {
     /// See [`UdpState::stats`].
     pub fn stats(&self) -> Stats {
         self.state.stats(&self.inner)
-    }
-
-    /// See [`UdpState::max_payload_to`].
-    pub fn max_payload_to(&self, dest: &SocketAddr) -> usize {
-        self.state.max_payload_to(dest)
     }
 
     /// Waits until a datagram (or a queued socket error) can be read, or
@@ -283,6 +252,17 @@ pub trait UdpIo {
     fn state(&self) -> &UdpState;
     /// The socket's descriptor.
     fn fd(&self) -> BorrowedFd<'_>;
+}
+
+/// A socket is its state plus its descriptor: the state's methods that
+/// need no descriptor ([`UdpState::capabilities`],
+/// [`UdpState::max_payload_to`], ...) are called on the socket directly.
+impl std::ops::Deref for Socket {
+    type Target = UdpState;
+
+    fn deref(&self) -> &UdpState {
+        &self.state
+    }
 }
 
 impl UdpIo for Socket {
