@@ -34,13 +34,9 @@ pub struct Transmit<'a> {
     /// Bytes per datagram of a train; the last may be shorter. `None` (or a
     /// size not smaller than `contents`) sends one datagram.
     pub segment_size: Option<usize>,
-    /// ECN codepoint for every datagram of this transmit.
-    pub ecn: Option<EcnCodepoint>,
-    /// Source address to send from (`IP_PKTINFO` / `IPV6_PKTINFO`).
-    pub src_ip: Option<IpAddr>,
-    /// Earliest departure time, in ns of `CLOCK_MONOTONIC` (`SCM_TXTIME`;
-    /// see [`UdpState::enable_txtime`]). Every segment of a train shares it.
-    pub txtime: Option<u64>,
+    pub(crate) ecn: Option<EcnCodepoint>,
+    pub(crate) src_ip: Option<IpAddr>,
+    pub(crate) txtime: Option<u64>,
 }
 
 impl<'a> Transmit<'a> {
@@ -64,17 +60,21 @@ impl<'a> Transmit<'a> {
         }
     }
 
-    /// With an ECN codepoint on every datagram.
+    /// With an ECN codepoint on every datagram of this transmit (default
+    /// none: Not-ECT).
     pub fn with_ecn(self, ecn: Option<EcnCodepoint>) -> Self {
         Transmit { ecn, ..self }
     }
 
-    /// Sent from this source address.
+    /// Sent from this source address (`IP_PKTINFO` / `IPV6_PKTINFO`;
+    /// default none: the kernel picks).
     pub fn with_src_ip(self, src_ip: Option<IpAddr>) -> Self {
         Transmit { src_ip, ..self }
     }
 
-    /// With an earliest departure time (ns of `CLOCK_MONOTONIC`).
+    /// With an earliest departure time, in ns of `CLOCK_MONOTONIC`
+    /// (`SCM_TXTIME`; see [`UdpState::enable_txtime`]). Every segment of a
+    /// train shares it.
     pub fn with_txtime(self, txtime: Option<u64>) -> Self {
         Transmit { txtime, ..self }
     }

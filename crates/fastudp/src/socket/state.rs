@@ -526,8 +526,8 @@ impl UdpState {
         now.max(self.c.drops.load(Relaxed))
     }
 
-    /// Turns on `SO_TXTIME` (clock `CLOCK_MONOTONIC`), so that a
-    /// [`crate::Transmit::txtime`] reaches the kernel as `SCM_TXTIME`. With
+    /// Turns on `SO_TXTIME` (clock `CLOCK_MONOTONIC`), so that a departure time
+    /// ([`crate::Transmit::with_txtime`]) reaches the kernel as `SCM_TXTIME`. With
     /// `report_errors`, packets the qdisc drops for a missed or invalid time
     /// are reported on the error queue ([`UdpState::recv_error`]).
     ///
