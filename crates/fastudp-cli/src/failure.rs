@@ -78,6 +78,17 @@ impl Failure {
     }
 }
 
+/// Where a command still returns [`Failure`], an `anyhow` error keeps its
+/// status and its chain on one line.
+impl From<anyhow::Error> for Failure {
+    fn from(e: anyhow::Error) -> Self {
+        Failure {
+            code: exit_status(&e),
+            msg: format!("{e:#}"),
+        }
+    }
+}
+
 impl From<String> for Failure {
     fn from(msg: String) -> Self {
         Failure::usage(msg)

@@ -165,7 +165,7 @@ pub struct DevState {
 fn tx_ns(args: &[&str]) -> Result<String, String> {
     let mut v = vec!["ip", "netns", "exec", testbed::TX_NS];
     v.extend_from_slice(args);
-    crate::testbed::run_cmd(&v)
+    crate::testbed::run_cmd(&v).map_err(|e| format!("{e:#}"))
 }
 
 /// Parses `ethtool -k` output: the features that can be changed.
@@ -214,6 +214,7 @@ fn set_gso_max_segs(n: u32) -> Result<(), String> {
         &n.to_string(),
     ])
     .map(|_| ())
+    .map_err(|e| format!("{e:#}"))
 }
 
 /// Sets the device back to `want`: every feature that differs now, then
@@ -538,7 +539,7 @@ pub fn run(a: &BenchArgs, w: Workload) -> Result<(), crate::Failure> {
                     break;
                 }
                 Err(e) => {
-                    failure = Some(e);
+                    failure = Some(format!("{e:#}"));
                     break;
                 }
             }

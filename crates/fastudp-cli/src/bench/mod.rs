@@ -400,7 +400,8 @@ fn on_rx_side<T: Send>(
     f: impl FnOnce() -> Result<T, String> + Send,
 ) -> Result<T, String> {
     match w.net {
-        Some(_) => testbed::within(testbed::RX_NS, f),
+        Some(_) => testbed::within(testbed::RX_NS, || f().map_err(anyhow::Error::msg))
+            .map_err(|e| format!("{e:#}")),
         None => f(),
     }
 }
@@ -542,7 +543,7 @@ fn run_pair(
     let tx_handle = std::thread::spawn(move || {
         pin(&w3, 0);
         if w3.net.is_some() {
-            testbed::enter(testbed::TX_NS)?;
+            testbed::enter(testbed::TX_NS).map_err(|e| format!("{e:#}"))?;
         }
         let out = if t.is_tcp() {
             TcpStream::connect_timeout(&dest, Duration::from_secs(3))
