@@ -74,7 +74,7 @@ fn bind(r: RxStrategy, addr: std::net::SocketAddr) -> anyhow::Result<RxSock> {
     let s = loop {
         match rx::bind(r, addr) {
             Ok(s) => break s,
-            Err(e) if tries == 50 => return Err(anyhow::Error::msg(e)),
+            Err(e) if tries == 50 => return Err(e),
             Err(_) => tries += 1,
         }
         std::thread::sleep(Duration::from_millis(10));
@@ -137,9 +137,7 @@ fn counters(r: RxStrategy, s: &RxSock, out: &mut RxResult) -> anyhow::Result<()>
         // An io_uring strategy that fell back to syscalls must not pass
         // for io_uring.
         if out.received_here > 0 {
-            crate::engine::uring::check_rx(r, f)
-                .map_err(anyhow::Error::msg)
-                .with_context(|| crate::engine::rname(r))?;
+            crate::engine::uring::check_rx(r, f).with_context(|| crate::engine::rname(r))?;
         }
     }
     out.received_here = 0;

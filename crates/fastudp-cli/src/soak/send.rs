@@ -158,7 +158,7 @@ impl Sender {
                     sock.try_clone().context("clone the sending socket")?,
                 )
                 .map_err(|e| anyhow!("{e}"))?;
-                let z = crate::engine::uring::zc_sender(t, &f).map_err(anyhow::Error::msg)?;
+                let z = crate::engine::uring::zc_sender(t, &f)?;
                 (Some(f), Some(z))
             }
             _ => (None, None),
@@ -380,7 +380,6 @@ impl Sender {
     fn finish(&mut self) -> anyhow::Result<()> {
         if let Some(f) = &self.fast {
             crate::engine::uring::check_tx(self.t, f)
-                .map_err(anyhow::Error::msg)
                 .with_context(|| crate::engine::name(self.t))?;
         }
         if let (Some(zc), Some(f)) = (self.zc.as_mut(), self.fast.as_ref()) {
