@@ -228,7 +228,7 @@ fn validate(a: &SoakArgs) -> anyhow::Result<()> {
         );
     }
     if let Some(p) = &a.json {
-        crate::output::check_output_path("--json", p).map_err(crate::failure::usage)?;
+        crate::output::check_output_path("--json", p)?;
     }
     if a.slots.len() > 10_000 {
         bail_usage!("--slots: {} slots, at most 10000", a.slots.len());
