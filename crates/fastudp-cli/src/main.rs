@@ -134,9 +134,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Testbed {
             action: TestbedCmd::Up { profile },
         } => {
-            testbed::up(profile).map_err(Failure::from)?;
+            testbed::up(profile)?;
             let (v4, v6) = (testbed::addrs(false), testbed::addrs(true));
-            outln!(
+            out!(
                 "testbed up: {} ({}, {}) <-> {} ({}, {}), veth {} <-> {}",
                 testbed::TX_NS,
                 v4.tx,
@@ -146,13 +146,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 v6.rx,
                 testbed::TX_DEV,
                 testbed::RX_DEV
-            )
+            )?
         }
         Cmd::Testbed {
             action: TestbedCmd::Down,
         } => {
-            testbed::down().map_err(Failure::from)?;
-            outln!("testbed down")
+            testbed::down()?;
+            out!("testbed down")?
         }
     }
     Ok(())

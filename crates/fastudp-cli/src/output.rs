@@ -6,7 +6,9 @@
 /// `println!`, but a failed write (a full disk, say) ends the program with
 /// a clear message and status 1 instead of a panic message. The stack
 /// still unwinds, so guards such as the testbed's clean up. (A closed pipe
-/// ends it by SIGPIPE, as for any Unix tool.)
+/// ends it by SIGPIPE, as for any Unix tool.) No command uses it any more:
+/// it goes, with [`stdout_failed`], when `Failure` does.
+#[allow(unused_macros)]
 macro_rules! outln {
     () => {
         outln!("")
@@ -109,6 +111,7 @@ pub struct StdoutFailed(pub std::io::Error);
 
 /// Ends the program after standard output failed: unwinds to `main`,
 /// which says so and exits with status 1.
+#[allow(dead_code)]
 pub fn stdout_failed(e: std::io::Error) -> ! {
     std::panic::resume_unwind(Box::new(StdoutFailed(e)))
 }

@@ -1,6 +1,7 @@
 //! Two network namespaces joined by a veth pair, with named offload
 //! profiles: a real kernel path with real offload switches, on one host.
 
+use anyhow::{anyhow, bail, Context};
 use clap::ValueEnum;
 use serde::Serialize;
 use std::net::IpAddr;
@@ -79,7 +80,11 @@ pub fn is_root() -> bool {
         .unwrap_or(false)
 }
 
-fn run(args: &[&str], input: Option<&str>) -> Result<String, String> {
+/// Runs `args` (with `input` on its standard input) to its end: its
+/// standard output. A program that cannot start, or that fails, is a
+/// runtime error (status 1) quoting the command and its standard error:
+/// what the testbed needs is checked up front by [`preflight`].
+fn run(args: &[&str], input: Option<&str>) -> anyhow::Result<String> {
     let mut c = Command::new(args[0]);
     c.args(&args[1..])
         .stdout(Stdio::piped())
@@ -89,48 +94,52 @@ fn run(args: &[&str], input: Option<&str>) -> Result<String, String> {
     }
     let mut child = c
         .spawn()
-        .map_err(|e| format!("cannot run {}: {e} (is it installed?)", args[0]))?;
+        .map_err(|e| anyhow!("cannot run {}: {e} (is it installed?)", args[0]))?;
     if let (Some(text), Some(mut stdin)) = (input, child.stdin.take()) {
         use std::io::Write;
         stdin
             .write_all(text.as_bytes())
-            .map_err(|e| e.to_string())?;
+            .with_context(|| format!("cannot write to the input of `{}`", args.join(" ")))?;
     }
-    let o = child.wait_with_output().map_err(|e| e.to_string())?;
+    let o = child
+        .wait_with_output()
+        .with_context(|| format!("cannot wait for `{}`", args.join(" ")))?;
     if o.status.success() {
         Ok(String::from_utf8_lossy(&o.stdout).into_owned())
     } else {
-        Err(format!(
+        bail!(
             "`{}` failed: {}",
             args.join(" "),
             String::from_utf8_lossy(&o.stderr).trim()
-        ))
+        )
     }
 }
 
-/// Runs a command to its end; its standard output, or an error that
-/// quotes the command and its standard error.
-pub fn run_cmd(args: &[&str]) -> Result<String, String> {
+/// Runs a command to its end; its standard output, or a runtime error
+/// that quotes the command and its standard error.
+pub fn run_cmd(args: &[&str]) -> anyhow::Result<String> {
     run(args, None)
 }
 
-fn ns(ns: &str, args: &[&str]) -> Result<String, String> {
+fn ns(ns: &str, args: &[&str]) -> anyhow::Result<String> {
     let mut v = vec!["ip", "netns", "exec", ns];
     v.extend_from_slice(args);
     run(&v, None)
 }
 
-/// Checks root and the `ip` and `ethtool` programs.
-pub fn preflight() -> Result<(), String> {
+/// Checks root and the `ip` and `ethtool` programs. Either missing is a
+/// usage error (status 2): this host cannot build the testbed as it is
+/// invoked, and nothing has been built yet.
+pub fn preflight() -> anyhow::Result<()> {
     if !is_root() {
-        return Err("the testbed needs root (it creates network namespaces and a veth pair); run it with sudo".into());
+        bail_usage!("the testbed needs root (it creates network namespaces and a veth pair); run it with sudo");
     }
     for tool in ["ip", "ethtool"] {
         if Command::new(tool).arg("-V").output().is_err() {
-            return Err(format!(
+            bail_usage!(
                 "the testbed needs the `{tool}` program (Debian: apt-get install {})",
                 if tool == "ip" { "iproute2" } else { tool }
-            ));
+            );
         }
     }
     Ok(())
@@ -146,7 +155,9 @@ pub fn exists() -> bool {
 pub const PROFILE_FILE: &str = "/run/fastudp-testbed.profile";
 
 /// Builds the pair with `profile`. On any failure, removes what it built.
-pub fn up(profile: Profile) -> Result<(), String> {
+/// Not root, or a missing program, is a usage error ([`preflight`]); a
+/// command that fails while building is a runtime error (status 1).
+pub fn up(profile: Profile) -> anyhow::Result<()> {
     preflight()?;
     if exists() {
         down()?;
@@ -156,7 +167,7 @@ pub fn up(profile: Profile) -> Result<(), String> {
             .to_possible_value()
             .map(|v| v.get_name().to_string())
             .unwrap_or_default();
-        std::fs::write(PROFILE_FILE, name).map_err(|e| format!("cannot write {PROFILE_FILE}: {e}"))
+        std::fs::write(PROFILE_FILE, name).with_context(|| format!("cannot write {PROFILE_FILE}"))
     });
     if r.is_err() {
         let _ = down();
@@ -164,17 +175,46 @@ pub fn up(profile: Profile) -> Result<(), String> {
     r
 }
 
-/// The profile of the testbed that is up now, if one is.
-pub fn current() -> Result<Profile, String> {
+/// The profile of the testbed that is up now, if one is. No testbed up
+/// is a usage error (the command asked for one that is not there); a
+/// profile file that cannot be read or holds no profile is a runtime
+/// error.
+pub fn current() -> anyhow::Result<Profile> {
     if !exists() {
-        return Err("no testbed is up: run `fastudp testbed up PROFILE` first".into());
+        bail_usage!("no testbed is up: run `fastudp testbed up PROFILE` first");
     }
     let name = std::fs::read_to_string(PROFILE_FILE)
-        .map_err(|e| format!("cannot read {PROFILE_FILE}: {e}"))?;
-    Profile::from_str(name.trim(), true).map_err(|e| format!("{PROFILE_FILE}: {e}"))
+        .with_context(|| format!("cannot read {PROFILE_FILE}"))?;
+    Profile::from_str(name.trim(), true).map_err(|e| anyhow!("{PROFILE_FILE}: {e}"))
 }
 
-fn build(profile: Profile) -> Result<(), String> {
+/// Builds the namespaces, the veth pair and its addresses, then applies
+/// `profile`.
+fn build(profile: Profile) -> anyhow::Result<()> {
+    pair()?;
+    match profile {
+        Profile::Offload => Ok(()),
+        Profile::Wire => cut_trains(),
+        Profile::WireGro => {
+            cut_trains()?;
+            napi_gro()
+        }
+        Profile::Bottleneck => run(
+            &[
+                "ip", "netns", "exec", TX_NS, "tc", "qdisc", "add", "dev", TX_DEV, "root", "tbf",
+                "rate", "500mbit", "burst", "16kb", "limit", "32kb",
+            ],
+            None,
+        )
+        .map(drop),
+        Profile::Nocsum => ns(TX_NS, &["ethtool", "-K", TX_DEV, "tx", "off"]).map(drop),
+        Profile::Sink => blackhole(),
+    }
+}
+
+/// The two namespaces, the veth between them (MTU 1500, up), their
+/// addresses and loopbacks.
+fn pair() -> anyhow::Result<()> {
     run(&["ip", "netns", "add", TX_NS], None)?;
     run(&["ip", "netns", "add", RX_NS], None)?;
     run(
@@ -186,31 +226,10 @@ fn build(profile: Profile) -> Result<(), String> {
     )?;
     let (v4, v6) = (addrs(false), addrs(true));
     for (n, dev, a4, a6) in [(TX_NS, TX_DEV, v4.tx, v6.tx), (RX_NS, RX_DEV, v4.rx, v6.rx)] {
+        let (a4, a6) = (format!("{a4}/24"), format!("{a6}/64"));
+        run(&["ip", "-n", n, "addr", "add", &a4, "dev", dev], None)?;
         run(
-            &[
-                "ip",
-                "-n",
-                n,
-                "addr",
-                "add",
-                &format!("{a4}/24"),
-                "dev",
-                dev,
-            ],
-            None,
-        )?;
-        run(
-            &[
-                "ip",
-                "-n",
-                n,
-                "addr",
-                "add",
-                &format!("{a6}/64"),
-                "dev",
-                dev,
-                "nodad",
-            ],
+            &["ip", "-n", n, "addr", "add", &a6, "dev", dev, "nodad"],
             None,
         )?;
         run(
@@ -219,112 +238,96 @@ fn build(profile: Profile) -> Result<(), String> {
         )?;
         run(&["ip", "-n", n, "link", "set", "lo", "up"], None)?;
     }
-    match profile {
-        Profile::Offload => {}
-        Profile::Wire => {
-            ns(
+    Ok(())
+}
+
+/// tx-udp-segmentation off on the sending veth (`wire`).
+fn cut_trains() -> anyhow::Result<()> {
+    ns(
+        TX_NS,
+        &["ethtool", "-K", TX_DEV, "tx-udp-segmentation", "off"],
+    )
+    .map(drop)
+}
+
+/// NAPI GRO on the receiving veth (`wire-gro`).
+fn napi_gro() -> anyhow::Result<()> {
+    // More than one queue, so the veth runs in NAPI mode with GRO.
+    ns(RX_NS, &["ethtool", "-L", RX_DEV, "rx", "2", "tx", "2"])?;
+    ns(TX_NS, &["ethtool", "-L", TX_DEV, "rx", "2", "tx", "2"])?;
+    ns(
+        RX_NS,
+        &[
+            "ethtool",
+            "-K",
+            RX_DEV,
+            "gro",
+            "on",
+            "rx-udp-gro-forwarding",
+            "on",
+        ],
+    )?;
+    run(
+        &[
+            "ip",
+            "netns",
+            "exec",
+            RX_NS,
+            "tee",
+            &format!("/sys/class/net/{RX_DEV}/gro_flush_timeout"),
+        ],
+        Some("50000\n"),
+    )
+    .map(drop)
+}
+
+/// The sink addresses (`sink`): the sender reaches them without ARP; the
+/// receiver drops them at routing, before any socket work.
+fn blackhole() -> anyhow::Result<()> {
+    let mac = match std::fs::read_to_string(format!("/sys/class/net/{RX_DEV}/address")) {
+        Ok(m) => m,
+        Err(_) => ns(RX_NS, &["cat", &format!("/sys/class/net/{RX_DEV}/address")])?,
+    };
+    let mac = mac.trim();
+    for (a, v6) in [(addrs(false).sink, false), (addrs(true).sink, true)] {
+        let fam = if v6 { "-6" } else { "-4" };
+        let a = a.to_string();
+        run(
+            &[
+                "ip",
+                fam,
+                "-n",
                 TX_NS,
-                &["ethtool", "-K", TX_DEV, "tx-udp-segmentation", "off"],
-            )?;
-        }
-        Profile::WireGro => {
-            ns(
-                TX_NS,
-                &["ethtool", "-K", TX_DEV, "tx-udp-segmentation", "off"],
-            )?;
-            // More than one queue, so the veth runs in NAPI mode with GRO.
-            ns(RX_NS, &["ethtool", "-L", RX_DEV, "rx", "2", "tx", "2"])?;
-            ns(TX_NS, &["ethtool", "-L", TX_DEV, "rx", "2", "tx", "2"])?;
-            ns(
-                RX_NS,
-                &[
-                    "ethtool",
-                    "-K",
-                    RX_DEV,
-                    "gro",
-                    "on",
-                    "rx-udp-gro-forwarding",
-                    "on",
-                ],
-            )?;
-            run(
-                &[
-                    "ip",
-                    "netns",
-                    "exec",
-                    RX_NS,
-                    "tee",
-                    &format!("/sys/class/net/{RX_DEV}/gro_flush_timeout"),
-                ],
-                Some("50000\n"),
-            )?;
-        }
-        Profile::Bottleneck => {
-            run(
-                &[
-                    "ip", "netns", "exec", TX_NS, "tc", "qdisc", "add", "dev", TX_DEV, "root",
-                    "tbf", "rate", "500mbit", "burst", "16kb", "limit", "32kb",
-                ],
-                None,
-            )?;
-        }
-        Profile::Nocsum => {
-            ns(TX_NS, &["ethtool", "-K", TX_DEV, "tx", "off"])?;
-        }
-        Profile::Sink => {
-            // The sender reaches the sink address without ARP; the receiver
-            // drops it at routing, before any socket work.
-            let mac = std::fs::read_to_string(format!("/sys/class/net/{RX_DEV}/address"))
-                .or_else(|_| ns(RX_NS, &["cat", &format!("/sys/class/net/{RX_DEV}/address")]))
-                .map_err(|e| e.to_string())?;
-            let mac = mac.trim();
-            for (a, v6) in [(v4.sink, false), (v6.sink, true)] {
-                let fam = if v6 { "-6" } else { "-4" };
-                run(
-                    &[
-                        "ip",
-                        fam,
-                        "-n",
-                        TX_NS,
-                        "neigh",
-                        "add",
-                        &a.to_string(),
-                        "lladdr",
-                        mac,
-                        "dev",
-                        TX_DEV,
-                        "nud",
-                        "permanent",
-                    ],
-                    None,
-                )?;
-                run(
-                    &[
-                        "ip",
-                        fam,
-                        "-n",
-                        RX_NS,
-                        "route",
-                        "add",
-                        "blackhole",
-                        &a.to_string(),
-                    ],
-                    None,
-                )?;
-            }
-        }
+                "neigh",
+                "add",
+                &a,
+                "lladdr",
+                mac,
+                "dev",
+                TX_DEV,
+                "nud",
+                "permanent",
+            ],
+            None,
+        )?;
+        run(
+            &["ip", fam, "-n", RX_NS, "route", "add", "blackhole", &a],
+            None,
+        )?;
     }
     Ok(())
 }
 
-/// Removes both namespaces (and with them the veth pair).
-pub fn down() -> Result<(), String> {
+/// Removes both namespaces (and with them the veth pair). Not root is a
+/// usage error ([`preflight`]); a namespace that cannot be removed is a
+/// runtime error.
+pub fn down() -> anyhow::Result<()> {
     preflight()?;
     let mut errs = Vec::new();
     for n in [TX_NS, RX_NS] {
         if std::path::Path::new(&format!("/var/run/netns/{n}")).exists() {
             if let Err(e) = run(&["ip", "netns", "del", n], None) {
-                errs.push(e);
+                errs.push(format!("{e:#}"));
             }
         }
     }
@@ -332,31 +335,32 @@ pub fn down() -> Result<(), String> {
     if errs.is_empty() {
         Ok(())
     } else {
-        Err(errs.join("; "))
+        Err(anyhow!(errs.join("; ")))
     }
 }
 
-/// Moves the calling thread into namespace `name`.
-pub fn enter(name: &str) -> Result<(), String> {
+/// Moves the calling thread into namespace `name` (a runtime error if it
+/// cannot).
+pub fn enter(name: &str) -> anyhow::Result<()> {
     let f = std::fs::File::open(format!("/var/run/netns/{name}"))
-        .map_err(|e| format!("open namespace {name}: {e}"))?;
+        .map_err(|e| anyhow!("open namespace {name}: {e}"))?;
     fastudp_tools::os::setns_net(std::os::fd::AsFd::as_fd(&f))
-        .map_err(|e| format!("enter namespace {name}: {e}"))
+        .map_err(|e| anyhow!("enter namespace {name}: {e}"))
 }
 
 /// Runs `f` on a thread inside namespace `name`: sockets it creates stay
 /// in that namespace.
 pub fn within<T: Send>(
     name: &str,
-    f: impl FnOnce() -> Result<T, String> + Send,
-) -> Result<T, String> {
+    f: impl FnOnce() -> anyhow::Result<T> + Send,
+) -> anyhow::Result<T> {
     std::thread::scope(|s| {
         s.spawn(|| {
             enter(name)?;
             f()
         })
         .join()
-        .map_err(|_| "namespace thread panicked".to_string())?
+        .map_err(|_| anyhow!("namespace thread panicked"))?
     })
 }
 
@@ -371,12 +375,38 @@ impl Drop for Guard {
 
 /// Builds the testbed, removed when the guard drops. Ctrl-C ends the
 /// run through the guard too (the caller watches [`crate::interrupt`]); a
-/// second Ctrl-C, which exits at once, removes it on the way out.
-pub fn up_guarded(profile: Profile) -> Result<Guard, String> {
+/// second Ctrl-C, which exits at once, removes it on the way out. Errors
+/// as [`up`].
+pub fn up_guarded(profile: Profile) -> anyhow::Result<Guard> {
     crate::interrupt::at_forced_exit(|| {
         let _ = down();
         eprintln!("fastudp: testbed removed");
     });
     up(profile)?;
     Ok(Guard)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::failure::exit_status;
+
+    /// A command that fails or cannot start while the testbed is built is
+    /// a runtime error (status 1) that quotes it; its input reaches it.
+    #[test]
+    fn a_failing_command_is_a_runtime_error_that_quotes_it() {
+        let e = run_cmd(&["sh", "-c", "echo refused >&2; exit 3"]).unwrap_err();
+        assert_eq!(
+            format!("{e:#}"),
+            "`sh -c echo refused >&2; exit 3` failed: refused"
+        );
+        assert_eq!(exit_status(&e), 1);
+        let e = run_cmd(&["fastudp-no-such-program"]).unwrap_err();
+        assert!(
+            format!("{e:#}").starts_with("cannot run fastudp-no-such-program: "),
+            "{e:#}"
+        );
+        assert_eq!(exit_status(&e), 1);
+        assert_eq!(run(&["cat"], Some("50000\n")).unwrap(), "50000\n");
+    }
 }

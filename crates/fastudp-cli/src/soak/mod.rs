@@ -16,8 +16,8 @@ pub mod report;
 mod send;
 
 use crate::interrupt;
-use crate::Failure;
 use account::{attribute, Ledger, Window};
+use anyhow::{anyhow, bail, Context};
 use clap::Args;
 use report::{plan, FaultKind, FaultReport, Report, SlotReport, FAULTS};
 use std::collections::BTreeMap;
@@ -209,30 +209,29 @@ fn capture(args: &[&str]) -> String {
         .unwrap_or_default()
 }
 
-fn validate(a: &SoakArgs) -> Result<(), String> {
+/// Checks the options before anything is built: a value out of range is
+/// a usage error (status 2).
+fn validate(a: &SoakArgs) -> anyhow::Result<()> {
     if !(a.minutes >= 0.5 && a.minutes <= 1440.0) {
-        return Err(format!(
-            "--minutes {} is out of range: 0.5 to 1440",
-            a.minutes
-        ));
+        bail_usage!("--minutes {} is out of range: 0.5 to 1440", a.minutes);
     }
     if !(a.rate >= 1000.0 && a.rate <= 100_000.0) {
-        return Err(format!(
+        bail_usage!(
             "--rate {} is out of range: 1000 to 100000 datagrams per second",
             a.rate
-        ));
+        );
     }
     if !(1253..=1452).contains(&a.payload) {
-        return Err(format!(
+        bail_usage!(
             "--payload {} is out of range: 1253 to 1452 bytes (over an MTU of 1280, within 1500 over IPv6)",
             a.payload
-        ));
+        );
     }
     if let Some(p) = &a.json {
-        crate::output::check_output_path("--json", p).map_err(|e| format!("{e:#}"))?;
+        crate::output::check_output_path("--json", p)?;
     }
     if a.slots.len() > 10_000 {
-        return Err(format!("--slots: {} slots, at most 10000", a.slots.len()));
+        bail_usage!("--slots: {} slots, at most 10000", a.slots.len());
     }
     Ok(())
 }
@@ -246,8 +245,12 @@ fn slot_plan(total: Duration) -> (usize, Duration) {
     (n, Duration::from_secs_f64((secs / n as f64).max(6.0)))
 }
 
-/// Runs the soak.
-pub fn run(a: SoakArgs) -> Result<(), Failure> {
+/// Runs the soak. Bad options, or a host without root, `ip` or `ethtool`,
+/// are usage errors (status 2), found before anything is built. A pair
+/// that cannot be built, a run that broke off, a report that cannot be
+/// written and a failed verdict are runtime errors (status 1): the last
+/// lists what failed. Ctrl-C reports the slots that ran (status 130).
+pub fn run(a: SoakArgs) -> anyhow::Result<()> {
     validate(&a)?;
     interrupt::watch();
     let net = net::Net::up(net::Names::for_pid(std::process::id()))?;
@@ -268,31 +271,39 @@ pub fn run(a: SoakArgs) -> Result<(), Failure> {
     report.load.push(capture(&["uptime"]));
     drop(net);
     if let Err(e) = &r {
-        report.failures.push(e.clone());
+        report.failures.push(format!("{e:#}"));
     }
     report.finish();
-    outln!("{}", report::text(&report).trim_end());
+    out!("{}", report::text(&report).trim_end())?;
     if let Some(p) = &a.json {
-        let j = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
-        std::fs::write(p, j + "\n").map_err(|e| Failure {
-            code: 1,
-            msg: format!("cannot write {p}: {e}"),
-        })?;
+        let j = serde_json::to_string_pretty(&report).context("the report as JSON")?;
+        std::fs::write(p, j + "\n").map_err(|e| anyhow!("cannot write {p}: {e}"))?;
     }
     if interrupt::requested() {
-        return Err(interrupt::failure("the report covers the slots that ran"));
+        return Err(interrupt::interrupted(
+            "the report covers the slots that ran",
+        ));
     }
-    if report.passed {
-        Ok(())
-    } else {
-        Err(Failure {
-            code: 1,
-            msg: format!("the soak failed: {}", report.failures.join("; ")),
-        })
+    if !report.passed {
+        bail!("the soak failed: {}", report.failures.join("; "));
     }
+    Ok(())
 }
 
-fn soak(a: &SoakArgs, net: &net::Net, report: &mut Report) -> Result<(), String> {
+/// One slot of the plan: its pairing, its fault and its length.
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    i: usize,
+    t: crate::engine::TxStrategy,
+    r: crate::engine::RxStrategy,
+    kind: FaultKind,
+    dest: std::net::SocketAddr,
+    len: Duration,
+}
+
+/// Runs the slots in turn (until Ctrl-C) into `report`; the first slot
+/// that breaks off ends the run with its error.
+fn soak(a: &SoakArgs, net: &net::Net, report: &mut Report) -> anyhow::Result<()> {
     let total = Duration::from_secs_f64(a.minutes * 60.0);
     let (slots, slot_len) = slot_plan(total);
     let order: Vec<usize> = if a.slots.is_empty() {
@@ -313,9 +324,16 @@ fn soak(a: &SoakArgs, net: &net::Net, report: &mut Report) -> Result<(), String>
             break;
         }
         let (t, r, k, v6) = plan(i, send::STRATEGIES.len(), recv::STRATEGIES.len());
-        let (t, r, kind) = (send::STRATEGIES[t], recv::STRATEGIES[r], FAULTS[k]);
-        let dest = net::rx_addr(v6);
-        let (slot, back) = run_slot(i, t, r, kind, dest, slot_len, a, net, &sh, ledger, cap)?;
+        let slot = Slot {
+            i,
+            t: send::STRATEGIES[t],
+            r: recv::STRATEGIES[r],
+            kind: FAULTS[k],
+            dest: net::rx_addr(v6),
+            len: slot_len,
+        };
+        let (slot, back) =
+            run_slot(&slot, a, net, &sh, ledger, cap).with_context(|| format!("slot {i}"))?;
         ledger = back;
         let secs = sh.origin.elapsed().as_secs_f64();
         report.memory.rss_kb.push((secs, slot.rss_kb));
@@ -344,7 +362,7 @@ fn soak(a: &SoakArgs, net: &net::Net, report: &mut Report) -> Result<(), String>
 }
 
 /// Waits until `deadline`, watching for hung threads and Ctrl-C.
-fn watch(sh: &Shared, deadline: Instant, tx_running: bool) -> Result<(), String> {
+fn watch(sh: &Shared, deadline: Instant, tx_running: bool) -> anyhow::Result<()> {
     loop {
         let now = Instant::now();
         if now >= deadline || interrupt::requested() {
@@ -355,37 +373,32 @@ fn watch(sh: &Shared, deadline: Instant, tx_running: bool) -> Result<(), String>
     }
 }
 
-fn check_alive(sh: &Shared, tx_running: bool) -> Result<(), String> {
+/// Fails if the sender (when running) or the receiver has hung.
+fn check_alive(sh: &Shared, tx_running: bool) -> anyhow::Result<()> {
     let now = sh.now_ns();
     let hang = HANG.as_nanos() as u64;
     if tx_running && now.saturating_sub(sh.tx_beat_ns.load(Relaxed)) > hang {
-        return Err(format!(
-            "the sender hung (no progress for {} s)",
-            HANG.as_secs()
-        ));
+        bail!("the sender hung (no progress for {} s)", HANG.as_secs());
     }
     if now.saturating_sub(sh.rx_beat_ns.load(Relaxed)) > hang {
-        return Err(format!(
-            "the receiver hung (no progress for {} s)",
-            HANG.as_secs()
-        ));
+        bail!("the receiver hung (no progress for {} s)", HANG.as_secs());
     }
     Ok(())
 }
 
 /// Joins `h`, failing if it does not end within `limit`.
-fn join<T>(h: std::thread::JoinHandle<T>, limit: Duration, what: &str) -> Result<T, String> {
+fn join<T>(h: std::thread::JoinHandle<T>, limit: Duration, what: &str) -> anyhow::Result<T> {
     let until = Instant::now() + limit;
     while !h.is_finished() {
         if Instant::now() > until {
-            return Err(format!(
+            bail!(
                 "the {what} did not stop within {} s (hung)",
                 limit.as_secs()
-            ));
+            );
         }
         std::thread::sleep(Duration::from_millis(2));
     }
-    h.join().map_err(|_| format!("the {what} panicked"))
+    h.join().map_err(|_| anyhow!("the {what} panicked"))
 }
 
 /// The offloads of both ends, and the MTUs, to check that a heal restored
@@ -410,28 +423,65 @@ fn offloads(net: &net::Net) -> String {
         .join("\n")
 }
 
-#[allow(clippy::too_many_arguments)]
+/// The receiver's thread: its result, and the ledger it filled.
+type RxThread = std::thread::JoinHandle<(anyhow::Result<recv::RxResult>, Ledger)>;
+
+/// Runs one slot: the receiver and the sender start, the fault strikes
+/// after a lead, is held and healed, the slot waits for recovery and runs
+/// to its end; then the ledger says what was lost, and where. Every error
+/// is a runtime error (the caller names the slot).
 fn run_slot(
-    i: usize,
-    t: crate::engine::TxStrategy,
-    r: crate::engine::RxStrategy,
-    kind: FaultKind,
-    dest: std::net::SocketAddr,
-    slot_len: Duration,
+    slot: &Slot,
     a: &SoakArgs,
     net: &net::Net,
     sh: &Arc<Shared>,
     mut ledger: Ledger,
     cap: u64,
-) -> Result<(SlotReport, Ledger), String> {
+) -> anyhow::Result<(SlotReport, Ledger)> {
     sh.reset_slot();
     let base = sh.next_seq.load(Acquire);
     ledger.reset(base, cap);
-    let names = net.names.clone();
-    let payload = a.payload;
+    let rx = start_rx(slot, a.payload, &net.names.rx_ns, sh, ledger)?;
+    let tx = start_tx(slot, a, &net.names.tx_ns, sh);
+    let slot_start = Instant::now();
+    let seq_at_start = sh.next_seq.load(Acquire);
+    let t0 = sh.origin.elapsed().as_secs_f64();
+    let lead = (slot.len / 4).min(Duration::from_secs(3));
+    watch(sh, slot_start + lead, true)?;
+    let fault = strike_and_heal(slot, a.rate, net, sh, slot_start, seq_at_start)?;
+    let after = recover(slot, sh, &fault, slot_start)?;
+    sh.stop.store(true, Release);
+    let fallback_reasons = join(tx, HANG, "sender")?.context("sender")?;
+    sh.sender_done.store(true, Release);
+    let (rres, ledger) = join(rx, HANG, "receiver")?;
+    let rres = rres.context("receiver")?;
+    let report = slot_report(
+        slot,
+        sh,
+        &ledger,
+        rres,
+        fallback_reasons,
+        &fault,
+        &after,
+        base,
+        t0,
+    );
+    Ok((report, ledger))
+}
+
+/// Starts the receiver in its namespace and waits (up to 5 s) until it is
+/// bound; a receiver that ended by then fails the slot with its error.
+fn start_rx(
+    slot: &Slot,
+    payload: usize,
+    rx_ns: &str,
+    sh: &Arc<Shared>,
+    mut ledger: Ledger,
+) -> anyhow::Result<RxThread> {
+    let (r, dest) = (slot.r, slot.dest);
     let rx = {
         let sh = Arc::clone(sh);
-        let ns = names.rx_ns.clone();
+        let ns = rx_ns.to_string();
         std::thread::spawn(move || {
             let r = crate::testbed::enter(&ns)
                 .and_then(|()| recv::run(r, dest, payload, &mut ledger, &sh));
@@ -449,37 +499,83 @@ fn run_slot(
         std::thread::sleep(Duration::from_millis(1));
     }
     if rx.is_finished() {
-        let (res, _) = rx.join().map_err(|_| "the receiver panicked".to_string())?;
-        return Err(format!(
-            "slot {i}: receiver: {}",
-            res.err().unwrap_or_default()
-        ));
+        let (res, _) = rx.join().map_err(|_| anyhow!("the receiver panicked"))?;
+        let e = res
+            .err()
+            .unwrap_or_else(|| anyhow!("it ended before it was bound"));
+        return Err(e.context("receiver"));
     }
-    let tx = {
-        let sh = Arc::clone(sh);
-        let ns = names.tx_ns.clone();
-        let rate = a.rate;
-        std::thread::spawn(move || {
-            let r =
-                crate::testbed::enter(&ns).and_then(|()| send::run(t, dest, payload, rate, &sh));
-            sh.sender_done.store(true, Release);
-            r
-        })
-    };
-    let slot_start = Instant::now();
-    let seq_at_start = sh.next_seq.load(Acquire);
-    let t0 = sh.origin.elapsed().as_secs_f64();
-    let lead = (slot_len / 4).min(Duration::from_secs(3));
-    watch(sh, slot_start + lead, true)?;
-    // The fault.
-    let rate_per = |d: Duration| (a.rate * d.as_secs_f64()) as u64;
+    Ok(rx)
+}
+
+/// Starts the sender in its namespace; it sends until `sh.stop`.
+fn start_tx(
+    slot: &Slot,
+    a: &SoakArgs,
+    tx_ns: &str,
+    sh: &Arc<Shared>,
+) -> std::thread::JoinHandle<anyhow::Result<Vec<String>>> {
+    let sh = Arc::clone(sh);
+    let ns = tx_ns.to_string();
+    let (t, dest, payload, rate) = (slot.t, slot.dest, a.payload, a.rate);
+    std::thread::spawn(move || {
+        let r = crate::testbed::enter(&ns).and_then(|()| send::run(t, dest, payload, rate, &sh));
+        sh.sender_done.store(true, Release);
+        r
+    })
+}
+
+/// The library's counters at one moment.
+#[derive(Debug, Clone, Copy)]
+struct Counters {
+    fallbacks: u64,
+    resent: u64,
+    gso_retries: u64,
+}
+
+impl Counters {
+    fn now(sh: &Shared) -> Self {
+        Counters {
+            fallbacks: sh.fallbacks.load(Acquire),
+            resent: sh.resent.load(Acquire),
+            gso_retries: sh.gso_retries.load(Acquire),
+        }
+    }
+}
+
+/// What the fault phase saw: from just before the fault to its heal.
+#[derive(Debug)]
+struct Fault {
+    /// The first number of the fault's window.
+    first: u64,
+    /// When it struck, in s from the run's start.
+    at_s: f64,
+    struck: Instant,
+    healed: Instant,
+    healed_ns: u64,
+    /// The slot's rate before the fault, datagrams per second.
+    rate_before: Option<f64>,
+    errors: BTreeMap<String, u64>,
+    counters: Counters,
+    gso_went_off: bool,
+    offloads_restored: bool,
+}
+
+/// Strikes the slot's fault, holds it (watching the library's GSO) and
+/// heals it; arms the resume check for the first number sent after.
+fn strike_and_heal(
+    slot: &Slot,
+    rate: f64,
+    net: &net::Net,
+    sh: &Shared,
+    slot_start: Instant,
+    seq_at_start: u64,
+) -> anyhow::Result<Fault> {
+    let kind = slot.kind;
+    let rate_per = |d: Duration| (rate * d.as_secs_f64()) as u64;
     let before = offloads(net);
-    let errors0 = sh.errors();
-    let (fb0, rs0, gr0) = (
-        sh.fallbacks.load(Acquire),
-        sh.resent.load(Acquire),
-        sh.gso_retries.load(Acquire),
-    );
+    let errors = sh.errors();
+    let counters = Counters::now(sh);
     let first = sh
         .next_seq
         .load(Acquire)
@@ -497,18 +593,7 @@ fn run_slot(
     } else {
         false
     };
-    match kind {
-        FaultKind::GsoRefused => sh.no_check.store(true, Release),
-        FaultKind::LinkDown => net.link(false)?,
-        FaultKind::Mtu1280 => net.mtu(1280, true)?,
-        FaultKind::TxCsumOff => net.offload("tx", false)?,
-        FaultKind::TxUdpSegOff => net.offload("tx-udp-segmentation", false)?,
-        FaultKind::RxRestart => sh.restart_rx.store(true, Release),
-        FaultKind::RxLinkDown => net.rx_link(false)?,
-        FaultKind::RxMtu1280 => net.rx_mtu(1280)?,
-        FaultKind::RxGroToggle => net.rx_offload("gro", !rx_gro)?,
-        FaultKind::RxRcvbufSqueeze => sh.squeeze_rx.store(true, Release),
-    }
+    strike(kind, net, sh, rx_gro)?;
     // Held, watching the library's GSO.
     let hold_until = struck
         + if kind == FaultKind::RxRestart {
@@ -521,6 +606,45 @@ fn run_slot(
         gso_went_off |= sh.gso_segments.load(Acquire) == 1;
         std::thread::sleep(Duration::from_millis(1));
     }
+    heal(kind, net, sh, rx_gro)?;
+    let healed = Instant::now();
+    let healed_ns = sh.now_ns();
+    sh.resumed_ns.store(0, Release);
+    sh.resume_after.store(sh.next_seq.load(Acquire), Release);
+    let offloads_restored = offloads(net) == before;
+    Ok(Fault {
+        first,
+        at_s,
+        struck,
+        healed,
+        healed_ns,
+        rate_before,
+        errors,
+        counters,
+        gso_went_off,
+        offloads_restored,
+    })
+}
+
+/// Breaks the path with fault `kind` (`rx_gro`: whether GRO is on now).
+fn strike(kind: FaultKind, net: &net::Net, sh: &Shared, rx_gro: bool) -> anyhow::Result<()> {
+    match kind {
+        FaultKind::GsoRefused => sh.no_check.store(true, Release),
+        FaultKind::LinkDown => net.link(false)?,
+        FaultKind::Mtu1280 => net.mtu(1280, true)?,
+        FaultKind::TxCsumOff => net.offload("tx", false)?,
+        FaultKind::TxUdpSegOff => net.offload("tx-udp-segmentation", false)?,
+        FaultKind::RxRestart => sh.restart_rx.store(true, Release),
+        FaultKind::RxLinkDown => net.rx_link(false)?,
+        FaultKind::RxMtu1280 => net.rx_mtu(1280)?,
+        FaultKind::RxGroToggle => net.rx_offload("gro", !rx_gro)?,
+        FaultKind::RxRcvbufSqueeze => sh.squeeze_rx.store(true, Release),
+    }
+    Ok(())
+}
+
+/// Heals what [`strike`] broke (`rx_gro`: whether GRO was on before).
+fn heal(kind: FaultKind, net: &net::Net, sh: &Shared, rx_gro: bool) -> anyhow::Result<()> {
     match kind {
         FaultKind::GsoRefused => sh.no_check.store(false, Release),
         FaultKind::LinkDown => net.link(true)?,
@@ -531,9 +655,7 @@ fn run_slot(
             let until = Instant::now() + Duration::from_secs(5);
             while sh.restart_rx.load(Acquire) {
                 if Instant::now() > until {
-                    return Err(format!(
-                        "slot {i}: the receiver did not come back within 5 s"
-                    ));
+                    bail!("the receiver did not come back within 5 s");
                 }
                 check_alive(sh, true)?;
                 std::thread::sleep(Duration::from_millis(1));
@@ -544,16 +666,34 @@ fn run_slot(
         FaultKind::RxGroToggle => net.rx_offload("gro", rx_gro)?,
         FaultKind::RxRcvbufSqueeze => sh.squeeze_rx.store(false, Release),
     }
-    let healed = Instant::now();
-    let healed_ns = sh.now_ns();
-    sh.resumed_ns.store(0, Release);
-    sh.resume_after.store(sh.next_seq.load(Acquire), Release);
-    let offloads_restored = offloads(net) == before;
-    // Recovery: a datagram sent after the heal arrives, and the library's
-    // GSO is back on if it went off.
-    let library_gso = send::is_library(t) && send::uses_gso(t);
+    Ok(())
+}
+
+/// What the slot saw after the heal: recovery, then full speed to its end.
+#[derive(Debug)]
+struct After {
+    gso_went_off: bool,
+    /// When the library's GSO came back on (`None`: it did not stay on).
+    gso_back: Option<Instant>,
+    /// The end of the fault's window (numbers before it).
+    window_end: u64,
+    errors: BTreeMap<String, u64>,
+    counters: Counters,
+    /// Datagrams sent and messages from recovery to the slot's end, and
+    /// over how many seconds.
+    sent: u64,
+    messages: u64,
+    seconds: f64,
+}
+
+/// Waits for recovery (a datagram sent after the heal arrives, and the
+/// library's GSO is back on if it went off; at most [`RECOVERY_LIMIT`]),
+/// settles, then runs at full speed to the end of the slot.
+fn recover(slot: &Slot, sh: &Shared, fault: &Fault, slot_start: Instant) -> anyhow::Result<After> {
+    let library_gso = send::is_library(slot.t) && send::uses_gso(slot.t);
+    let mut gso_went_off = fault.gso_went_off;
     let mut gso_back: Option<Instant> = None;
-    let recovery_end = healed + RECOVERY_LIMIT;
+    let recovery_end = fault.healed + RECOVERY_LIMIT;
     loop {
         check_alive(sh, true)?;
         let g = sh.gso_segments.load(Acquire);
@@ -571,42 +711,57 @@ fn run_slot(
     let recovered = Instant::now();
     watch(sh, recovered + SETTLE, true)?;
     let window_end = sh.next_seq.load(Acquire);
-    let errors1 = sh.errors();
-    let (fb1, rs1, gr1) = (
-        sh.fallbacks.load(Acquire),
-        sh.resent.load(Acquire),
-        sh.gso_retries.load(Acquire),
-    );
+    let errors = sh.errors();
+    let counters = Counters::now(sh);
     // Full speed to the end of the slot, with GSO (the library's trains
     // go out as one message each).
-    let (rate_t0, rate_s0, msgs0) = (Instant::now(), window_end, sh.messages.load(Acquire));
+    let (rate_t0, msgs0) = (Instant::now(), sh.messages.load(Acquire));
     watch(
         sh,
-        (slot_start + slot_len).max(rate_t0 + Duration::from_secs(1)),
+        (slot_start + slot.len).max(rate_t0 + Duration::from_secs(1)),
         true,
     )?;
-    let rate_s1 = sh.next_seq.load(Acquire);
-    let msgs1 = sh.messages.load(Acquire);
-    let rate_dt = rate_t0.elapsed().as_secs_f64();
+    let sent = sh.next_seq.load(Acquire) - window_end;
+    let messages = sh.messages.load(Acquire).saturating_sub(msgs0);
+    let seconds = rate_t0.elapsed().as_secs_f64();
     if library_gso && sh.gso_segments.load(Acquire) <= 1 {
         // Off again by the end: it did not stay back.
         gso_back = None;
     }
-    sh.stop.store(true, Release);
-    let fallback_reasons =
-        join(tx, HANG, "sender")?.map_err(|e| format!("slot {i}: sender: {e}"))?;
-    sh.sender_done.store(true, Release);
-    let (rres, ledger) = join(rx, HANG, "receiver")?;
-    let rres = rres.map_err(|e| format!("slot {i}: receiver: {e}"))?;
+    Ok(After {
+        gso_went_off,
+        gso_back,
+        window_end,
+        errors,
+        counters,
+        sent,
+        messages,
+        seconds,
+    })
+}
+
+/// The slot's report, from the ledger and what each phase saw.
+#[allow(clippy::too_many_arguments)]
+fn slot_report(
+    slot: &Slot,
+    sh: &Shared,
+    ledger: &Ledger,
+    rres: recv::RxResult,
+    fallback_reasons: Vec<String>,
+    fault: &Fault,
+    after: &After,
+    base: u64,
+    t0: f64,
+) -> SlotReport {
     let end = sh.next_seq.load(Acquire);
     let windows = [Window {
-        first,
-        end: window_end,
+        first: fault.first,
+        end: after.window_end,
     }];
     let att = attribute(ledger.missing(end), &windows);
     let lost = att.per_window[0] + att.outside;
-    let mut errors = errors1.clone();
-    for (k, v) in &errors0 {
+    let mut errors = after.errors.clone();
+    for (k, v) in &fault.errors {
         if let Some(x) = errors.get_mut(k) {
             *x -= v;
         }
@@ -614,40 +769,45 @@ fn run_slot(
     errors.retain(|_, v| *v > 0);
     let resumed_ns = sh.resumed_ns.load(Acquire);
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
-    let rate_after = (rate_dt >= 0.5).then(|| (rate_s1 - rate_s0) as f64 / rate_dt);
-    let fault = FaultReport {
-        kind: kind.name().into(),
-        at_s,
-        held_ms: ms(healed - struck),
+    let rate_after = (after.seconds >= 0.5).then(|| after.sent as f64 / after.seconds);
+    let (c0, c1) = (fault.counters, after.counters);
+    let fault_report = FaultReport {
+        kind: slot.kind.name().into(),
+        at_s: fault.at_s,
+        held_ms: ms(fault.healed - fault.struck),
         lost: att.per_window[0],
         errors,
-        fallbacks: fb1.saturating_sub(fb0),
-        resent_unsegmented: rs1.saturating_sub(rs0),
-        gso_retries: gr1.saturating_sub(gr0),
-        gso_went_off,
-        resume_ms: (resumed_ns != 0).then(|| resumed_ns.saturating_sub(healed_ns) as f64 / 1e6),
-        gso_back_ms: if gso_went_off {
-            gso_back.map(|b| ms(b.saturating_duration_since(healed)))
+        fallbacks: c1.fallbacks.saturating_sub(c0.fallbacks),
+        resent_unsegmented: c1.resent.saturating_sub(c0.resent),
+        gso_retries: c1.gso_retries.saturating_sub(c0.gso_retries),
+        gso_went_off: after.gso_went_off,
+        resume_ms: (resumed_ns != 0)
+            .then(|| resumed_ns.saturating_sub(fault.healed_ns) as f64 / 1e6),
+        gso_back_ms: if after.gso_went_off {
+            after
+                .gso_back
+                .map(|b| ms(b.saturating_duration_since(fault.healed)))
         } else {
             None
         },
-        rate_before,
+        rate_before: fault.rate_before,
         rate_after,
-        recovery_share: match (rate_before, rate_after) {
+        recovery_share: match (fault.rate_before, rate_after) {
             (Some(b), Some(a)) if b > 0.0 => Some(a / b),
             _ => None,
         },
-        datagrams_per_message_after: (t == crate::engine::TxStrategy::Fastudp && msgs1 > msgs0)
-            .then(|| (rate_s1 - rate_s0) as f64 / (msgs1 - msgs0) as f64),
-        offloads_restored,
+        datagrams_per_message_after: (slot.t == crate::engine::TxStrategy::Fastudp
+            && after.messages > 0)
+            .then(|| after.sent as f64 / after.messages as f64),
+        offloads_restored: fault.offloads_restored,
     };
-    let slot = SlotReport {
-        slot: i,
-        family: if dest.is_ipv6() { "ipv6" } else { "ipv4" }.into(),
-        tx: crate::engine::name(t),
-        rx: crate::engine::rname(r),
-        library: send::is_library(t),
-        gso: send::uses_gso(t),
+    SlotReport {
+        slot: slot.i,
+        family: if slot.dest.is_ipv6() { "ipv6" } else { "ipv4" }.into(),
+        tx: crate::engine::name(slot.t),
+        rx: crate::engine::rname(slot.r),
+        library: send::is_library(slot.t),
+        gso: send::uses_gso(slot.t),
         seconds: sh.origin.elapsed().as_secs_f64() - t0,
         sent: end - base,
         received: ledger.received,
@@ -662,11 +822,10 @@ fn run_slot(
         rcvbuf_errors: rres.rcvbuf_errors,
         dropped_locally: sh.dropped_locally.load(Acquire),
         fallback_reasons,
-        fault,
+        fault: fault_report,
         rss_kb: rss_kb(),
         fds: fd_count(),
-    };
-    Ok((slot, ledger))
+    }
 }
 
 #[cfg(test)]
@@ -703,7 +862,9 @@ mod tests {
             (a(1.0, 10_000.0, 1500), "--payload"),
             (a(1.0, 10_000.0, 1453), "--payload"),
         ] {
-            assert!(validate(&bad).unwrap_err().contains(want), "{want}");
+            let e = validate(&bad).unwrap_err();
+            assert!(format!("{e:#}").contains(want), "{want}: {e:#}");
+            assert_eq!(crate::failure::exit_status(&e), 2, "{want}: a usage error");
         }
     }
 }

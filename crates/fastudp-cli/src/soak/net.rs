@@ -3,6 +3,7 @@
 //! switches the fault injector flips on it.
 
 use crate::testbed::run_cmd as run;
+use anyhow::anyhow;
 use std::net::SocketAddr;
 
 /// The sender's address inside its namespace.
@@ -74,8 +75,11 @@ fn remove(n: &Names) {
 
 impl Net {
     /// Builds the pair: two namespaces, a veth with MTU 1500 between them,
-    /// offloads at their defaults. On failure, removes what it built.
-    pub fn up(names: Names) -> Result<Net, String> {
+    /// offloads at their defaults. On failure, removes what it built. Not
+    /// root, or no `ip` or `ethtool`, is a usage error (status 2, found
+    /// before anything is built); an `ip` command that fails is a runtime
+    /// error (status 1), as is every switch below that fails.
+    pub fn up(names: Names) -> anyhow::Result<Net> {
         crate::testbed::preflight()?;
         if let Ok(mut g) = LIVE.lock() {
             *g = Some(names.clone());
@@ -86,7 +90,7 @@ impl Net {
         Ok(net)
     }
 
-    fn build(&self) -> Result<(), String> {
+    fn build(&self) -> anyhow::Result<()> {
         let n = &self.names;
         remove(n);
         run(&["ip", "netns", "add", &n.tx_ns])?;
@@ -140,7 +144,7 @@ impl Net {
         self.pin_neighbour()
     }
 
-    fn pin_neighbour(&self) -> Result<(), String> {
+    fn pin_neighbour(&self) -> anyhow::Result<()> {
         let n = &self.names;
         let mac = run(&[
             "ip",
@@ -171,7 +175,7 @@ impl Net {
 
     /// Sets the receiving link down or up (up again pins the sender's
     /// neighbour, in case the carrier's loss took it).
-    pub fn rx_link(&self, up: bool) -> Result<(), String> {
+    pub fn rx_link(&self, up: bool) -> anyhow::Result<()> {
         let n = &self.names;
         run(&[
             "ip",
@@ -189,24 +193,24 @@ impl Net {
     }
 
     /// Sets the MTU of the receiving end alone.
-    pub fn rx_mtu(&self, mtu: u32) -> Result<(), String> {
+    pub fn rx_mtu(&self, mtu: u32) -> anyhow::Result<()> {
         let n = &self.names;
         let m = mtu.to_string();
         run(&["ip", "-n", &n.rx_ns, "link", "set", &n.rx_dev, "mtu", &m]).map(|_| ())
     }
 
     /// Whether GRO is on on the receiving end.
-    pub fn rx_gro(&self) -> Result<bool, String> {
+    pub fn rx_gro(&self) -> anyhow::Result<bool> {
         let n = &self.names;
         let k = run(&["ip", "netns", "exec", &n.rx_ns, "ethtool", "-k", &n.rx_dev])?;
         k.lines()
             .find_map(|l| l.trim().strip_prefix("generic-receive-offload:"))
             .map(|v| v.trim().starts_with("on"))
-            .ok_or_else(|| format!("ethtool -k {}: no generic-receive-offload line", n.rx_dev))
+            .ok_or_else(|| anyhow!("ethtool -k {}: no generic-receive-offload line", n.rx_dev))
     }
 
     /// Turns an offload of the receiving end on or off (`gro`).
-    pub fn rx_offload(&self, feature: &str, on: bool) -> Result<(), String> {
+    pub fn rx_offload(&self, feature: &str, on: bool) -> anyhow::Result<()> {
         let n = &self.names;
         run(&[
             "ip",
@@ -223,7 +227,7 @@ impl Net {
     }
 
     /// Sets the sending link down or up (up again pins the neighbour).
-    pub fn link(&self, up: bool) -> Result<(), String> {
+    pub fn link(&self, up: bool) -> anyhow::Result<()> {
         let n = &self.names;
         run(&[
             "ip",
@@ -244,7 +248,7 @@ impl Net {
     /// receiver's first when it grows, so that the receiving end never
     /// takes less than the sending end may send (a veth drops a frame over
     /// its peer's MTU).
-    pub fn mtu(&self, mtu: u32, shrink: bool) -> Result<(), String> {
+    pub fn mtu(&self, mtu: u32, shrink: bool) -> anyhow::Result<()> {
         let n = &self.names;
         let m = mtu.to_string();
         let tx = ["ip", "-n", &n.tx_ns, "link", "set", &n.tx_dev, "mtu", &m];
@@ -257,7 +261,7 @@ impl Net {
 
     /// Turns an offload of the sending end on or off (`tx`,
     /// `tx-udp-segmentation`).
-    pub fn offload(&self, feature: &str, on: bool) -> Result<(), String> {
+    pub fn offload(&self, feature: &str, on: bool) -> anyhow::Result<()> {
         let n = &self.names;
         run(&[
             "ip",

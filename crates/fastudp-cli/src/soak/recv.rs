@@ -5,6 +5,7 @@ use super::account::{check, Arrival, Ledger};
 use super::Shared;
 use crate::engine::rx::{self, RxSock};
 use crate::engine::RxStrategy;
+use anyhow::{anyhow, bail, Context};
 use fastudp::RecvBatch;
 use std::io;
 use std::sync::atomic::Ordering::*;
@@ -65,39 +66,39 @@ fn fd(s: &RxSock) -> &std::net::UdpSocket {
     }
 }
 
-fn bind(r: RxStrategy, addr: std::net::SocketAddr) -> Result<RxSock, String> {
+/// Binds the receiving socket for strategy `r` (a runtime error if it
+/// cannot).
+fn bind(r: RxStrategy, addr: std::net::SocketAddr) -> anyhow::Result<RxSock> {
     // A restart may find the port still held for a moment: retry briefly.
-    let mut last = String::new();
-    for _ in 0..50 {
+    let mut tries = 1;
+    let s = loop {
         match rx::bind(r, addr) {
-            Ok(s) => {
-                fastudp_tools::raw::set_option_int(
-                    fd(&s),
-                    libc::SOL_SOCKET,
-                    libc::SO_RCVBUFFORCE,
-                    RCVBUF as i32,
-                )
-                .map_err(|e| format!("SO_RCVBUFFORCE: {e}"))?;
-                if addr.is_ipv6() {
-                    // The GSO-refusal fault sends without UDP checksums
-                    // (`UDP_NO_CHECK6_TX`), which an IPv6 receiver drops
-                    // unless told to take them: the datagrams still carry
-                    // the soak's own checksum.
-                    fastudp_tools::raw::set_option_int(
-                        fd(&s),
-                        fastudp_tools::wire::consts::SOL_UDP,
-                        libc::UDP_NO_CHECK6_RX,
-                        1,
-                    )
-                    .map_err(|e| format!("UDP_NO_CHECK6_RX: {e}"))?;
-                }
-                return Ok(s);
-            }
-            Err(e) => last = format!("{e:#}"),
+            Ok(s) => break s,
+            Err(e) if tries == 50 => return Err(e),
+            Err(_) => tries += 1,
         }
         std::thread::sleep(Duration::from_millis(10));
+    };
+    fastudp_tools::raw::set_option_int(
+        fd(&s),
+        libc::SOL_SOCKET,
+        libc::SO_RCVBUFFORCE,
+        RCVBUF as i32,
+    )
+    .map_err(|e| anyhow!("SO_RCVBUFFORCE: {e}"))?;
+    if addr.is_ipv6() {
+        // The GSO-refusal fault sends without UDP checksums
+        // (`UDP_NO_CHECK6_TX`), which an IPv6 receiver drops unless told
+        // to take them: the datagrams still carry the soak's own checksum.
+        fastudp_tools::raw::set_option_int(
+            fd(&s),
+            fastudp_tools::wire::consts::SOL_UDP,
+            libc::UDP_NO_CHECK6_RX,
+            1,
+        )
+        .map_err(|e| anyhow!("UDP_NO_CHECK6_RX: {e}"))?;
     }
-    Err(last)
+    Ok(s)
 }
 
 /// The receive-buffer overflows of the calling thread's namespace, IPv4
@@ -128,7 +129,7 @@ fn snmp6(s: &str, name: &str) -> u64 {
         .unwrap_or(0)
 }
 
-fn counters(r: RxStrategy, s: &RxSock, out: &mut RxResult) -> Result<(), String> {
+fn counters(r: RxStrategy, s: &RxSock, out: &mut RxResult) -> anyhow::Result<()> {
     if let RxSock::Fast(f) = s {
         let st = f.stats();
         out.kernel_drops += st.kernel_drops;
@@ -136,24 +137,72 @@ fn counters(r: RxStrategy, s: &RxSock, out: &mut RxResult) -> Result<(), String>
         // An io_uring strategy that fell back to syscalls must not pass
         // for io_uring.
         if out.received_here > 0 {
-            crate::engine::uring::check_rx(r, f)
-                .map_err(|e| format!("{}: {e}", crate::engine::rname(r)))?;
+            crate::engine::uring::check_rx(r, f).with_context(|| crate::engine::rname(r))?;
         }
     }
     out.received_here = 0;
     Ok(())
 }
 
+/// Squeezes the receive buffer (and stalls once, so that it overflows),
+/// or restores it.
+fn set_squeezed(sock: &RxSock, squeeze: bool, out: &mut RxResult) -> anyhow::Result<()> {
+    let (opt, size) = if squeeze {
+        (libc::SO_RCVBUF, SQUEEZED)
+    } else {
+        (libc::SO_RCVBUFFORCE, RCVBUF as i32)
+    };
+    fastudp_tools::raw::set_option_int(fd(sock), libc::SOL_SOCKET, opt, size)
+        .map_err(|e| anyhow!("receive buffer to {size}: {e}"))?;
+    if squeeze {
+        out.squeezes += 1;
+        std::thread::sleep(SQUEEZE_STALL);
+    }
+    Ok(())
+}
+
+/// One read with strategy `r`; `see` takes each datagram.
+fn read(
+    r: RxStrategy,
+    sock: &mut RxSock,
+    batch: &mut RecvBatch,
+    buf: &mut [u8],
+    see: &mut impl FnMut(&[u8]),
+) -> io::Result<()> {
+    match sock {
+        RxSock::Std(s) => s.recv_from(buf).map(|(n, _)| see(&buf[..n])),
+        // Read in place in the ring's buffers (a borrowed receive).
+        RxSock::Fast(s) if r == RxStrategy::UringGro => s
+            .recv_borrowed(batch)
+            .map(|view| {
+                for (_, dg) in view.datagrams() {
+                    see(dg);
+                }
+            })
+            .map_err(io::Error::from),
+        RxSock::Fast(s) => match s.recv(batch) {
+            Ok(_) => {
+                for (_, dg) in batch.datagrams() {
+                    see(dg);
+                }
+                Ok(())
+            }
+            Err(e) => Err(io::Error::from(e)),
+        },
+    }
+}
+
 /// Receives with strategy `r` into `ledger` until the sender has stopped
 /// and everything it sent arrived (or [`DRAIN`] passed); the caller's
 /// thread is in the receiver's namespace. `ready` is set once bound.
+/// Every error is a runtime error: the slot's receiver broke off.
 pub fn run(
     r: RxStrategy,
     addr: std::net::SocketAddr,
     payload: usize,
     ledger: &mut Ledger,
     sh: &Shared,
-) -> Result<RxResult, String> {
+) -> anyhow::Result<RxResult> {
     let mut out = RxResult::default();
     let overflows0 = rcvbuf_errors();
     let mut sock = bind(r, addr)?;
@@ -177,18 +226,8 @@ pub fn run(
         }
         let squeeze = sh.squeeze_rx.load(Acquire);
         if squeeze != squeezed {
-            let (opt, size) = if squeeze {
-                (libc::SO_RCVBUF, SQUEEZED)
-            } else {
-                (libc::SO_RCVBUFFORCE, RCVBUF as i32)
-            };
-            fastudp_tools::raw::set_option_int(fd(&sock), libc::SOL_SOCKET, opt, size)
-                .map_err(|e| format!("receive buffer to {size}: {e}"))?;
+            set_squeezed(&sock, squeeze, &mut out)?;
             squeezed = squeeze;
-            if squeeze {
-                out.squeezes += 1;
-                std::thread::sleep(SQUEEZE_STALL);
-            }
         }
         let mut see = |d: &[u8]| match check(d, payload) {
             Some(seq) => {
@@ -200,28 +239,7 @@ pub fn run(
             }
             None => out.damaged += 1,
         };
-        let got: io::Result<()> = match &mut sock {
-            RxSock::Std(s) => s.recv_from(&mut buf).map(|(n, _)| see(&buf[..n])),
-            // Read in place in the ring's buffers (a borrowed receive).
-            RxSock::Fast(s) if r == RxStrategy::UringGro => s
-                .recv_borrowed(&mut batch)
-                .map(|view| {
-                    for (_, dg) in view.datagrams() {
-                        see(dg);
-                    }
-                })
-                .map_err(io::Error::from),
-            RxSock::Fast(s) => match s.recv(&mut batch) {
-                Ok(_) => {
-                    for (_, dg) in batch.datagrams() {
-                        see(dg);
-                    }
-                    Ok(())
-                }
-                Err(e) => Err(io::Error::from(e)),
-            },
-        };
-        match got {
+        match read(r, &mut sock, &mut batch, &mut buf, &mut see) {
             Ok(()) => out.received_here += 1,
             Err(e)
                 if matches!(
@@ -230,7 +248,7 @@ pub fn run(
                         | io::ErrorKind::TimedOut
                         | io::ErrorKind::Interrupted
                 ) => {}
-            Err(e) => return Err(format!("{} receive failed: {e}", crate::engine::rname(r))),
+            Err(e) => bail!("{} receive failed: {e}", crate::engine::rname(r)),
         }
         if sh.sender_done.load(Acquire) {
             let end = sh.next_seq.load(Acquire);

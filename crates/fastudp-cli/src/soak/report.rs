@@ -368,89 +368,108 @@ pub fn verdict(r: &Report) -> Vec<String> {
     }
     for s in &r.slots {
         let id = format!("slot {} ({} -> {}, {})", s.slot, s.tx, s.rx, s.fault.kind);
-        if s.sent == 0 || s.received == 0 {
+        delivery(s, &id, &mut f);
+        fault_handling(s, &id, &mut f);
+    }
+    leaks(r, &mut f);
+    f
+}
+
+/// What went wrong with the datagrams of slot `s` (`id`): nothing went
+/// through, or some arrived twice, damaged, unsent, or were lost outside
+/// the fault's window.
+fn delivery(s: &SlotReport, id: &str, f: &mut Vec<String>) {
+    if s.sent == 0 || s.received == 0 {
+        f.push(format!(
+            "{id}: nothing went through ({} sent, {} received)",
+            s.sent, s.received
+        ));
+    }
+    if s.duplicates > 0 {
+        f.push(format!("{id}: {} datagrams arrived twice", s.duplicates));
+    }
+    if s.damaged > 0 {
+        f.push(format!("{id}: {} datagrams arrived damaged", s.damaged));
+    }
+    if s.beyond > 0 {
+        f.push(format!(
+            "{id}: {} datagrams carried numbers never sent",
+            s.beyond
+        ));
+    }
+    if s.lost_outside > 0 {
+        let why = if s.rcvbuf_errors > 0 {
+            format!(
+                "; the receive buffer overflowed {} times: the receiver did not keep up",
+                s.rcvbuf_errors
+            )
+        } else if s.dropped_locally > 0 {
+            format!(
+                "; the sending host's queue dropped {} (ENOBUFS: the qdisc was full)",
+                s.dropped_locally
+            )
+        } else {
+            String::new()
+        };
+        f.push(format!(
+            "{id}: {} datagrams lost outside the fault's window (e.g. {:?}){why}",
+            s.lost_outside, s.lost_outside_examples
+        ));
+    }
+}
+
+/// What went wrong with the fault of slot `s` (`id`) and the recovery
+/// from it.
+fn fault_handling(s: &SlotReport, id: &str, f: &mut Vec<String>) {
+    let k = &s.fault;
+    if k.resume_ms.is_none() {
+        f.push(format!("{id}: no datagram sent after the heal arrived"));
+    }
+    if s.library && k.gso_went_off && k.gso_back_ms.is_none() {
+        f.push(format!("{id}: the library's GSO did not come back on"));
+    }
+    if let Some(d) = k.datagrams_per_message_after {
+        if d < MIN_GSO_DATAGRAMS_PER_MESSAGE {
             f.push(format!(
-                "{id}: nothing went through ({} sent, {} received)",
-                s.sent, s.received
-            ));
-        }
-        if s.duplicates > 0 {
-            f.push(format!("{id}: {} datagrams arrived twice", s.duplicates));
-        }
-        if s.damaged > 0 {
-            f.push(format!("{id}: {} datagrams arrived damaged", s.damaged));
-        }
-        if s.beyond > 0 {
-            f.push(format!(
-                "{id}: {} datagrams carried numbers never sent",
-                s.beyond
-            ));
-        }
-        if s.lost_outside > 0 {
-            let why = if s.rcvbuf_errors > 0 {
-                format!(
-                    "; the receive buffer overflowed {} times: the receiver did not keep up",
-                    s.rcvbuf_errors
-                )
-            } else if s.dropped_locally > 0 {
-                format!(
-                    "; the sending host's queue dropped {} (ENOBUFS: the qdisc was full)",
-                    s.dropped_locally
-                )
-            } else {
-                String::new()
-            };
-            f.push(format!(
-                "{id}: {} datagrams lost outside the fault's window (e.g. {:?}){why}",
-                s.lost_outside, s.lost_outside_examples
-            ));
-        }
-        let k = &s.fault;
-        if k.resume_ms.is_none() {
-            f.push(format!("{id}: no datagram sent after the heal arrived"));
-        }
-        if s.library && k.gso_went_off && k.gso_back_ms.is_none() {
-            f.push(format!("{id}: the library's GSO did not come back on"));
-        }
-        if let Some(d) = k.datagrams_per_message_after {
-            if d < MIN_GSO_DATAGRAMS_PER_MESSAGE {
-                f.push(format!(
-                    "{id}: the library sent {d:.1} datagrams per message after recovery: GSO is not back on"
-                ));
-            }
-        }
-        if !k.offloads_restored {
-            f.push(format!(
-                "{id}: the offloads were not as before after the heal"
-            ));
-        }
-        let gso_refused = k.kind == FaultKind::GsoRefused.name();
-        let refused = FAULTS
-            .iter()
-            .find(|x| x.name() == k.kind)
-            .is_some_and(|x| x.refuses_sends(s.gso));
-        if s.library && refused && k.errors.is_empty() && k.fallbacks == 0 {
-            f.push(format!(
-                "{id}: the path refused sends but the library reported no error and no fallback"
-            ));
-        }
-        if k.kind == FaultKind::RxRcvbufSqueeze.name() && k.lost > 0 && s.rcvbuf_errors == 0 {
-            f.push(format!(
-                "{id}: {} datagrams lost to a squeezed receive buffer that the kernel did not count (RcvbufErrors 0)",
-                k.lost
-            ));
-        }
-        if s.library
-            && gso_refused
-            && (s.tx == "fastudp" || s.tx == "uring-gso")
-            && (k.fallbacks == 0 || k.lost > 0)
-        {
-            f.push(format!(
-                "{id}: a GSO refusal must be a counted fallback with nothing lost ({} fallbacks, {} lost)",
-                k.fallbacks, k.lost
+                "{id}: the library sent {d:.1} datagrams per message after recovery: GSO is not back on"
             ));
         }
     }
+    if !k.offloads_restored {
+        f.push(format!(
+            "{id}: the offloads were not as before after the heal"
+        ));
+    }
+    let gso_refused = k.kind == FaultKind::GsoRefused.name();
+    let refused = FAULTS
+        .iter()
+        .find(|x| x.name() == k.kind)
+        .is_some_and(|x| x.refuses_sends(s.gso));
+    if s.library && refused && k.errors.is_empty() && k.fallbacks == 0 {
+        f.push(format!(
+            "{id}: the path refused sends but the library reported no error and no fallback"
+        ));
+    }
+    if k.kind == FaultKind::RxRcvbufSqueeze.name() && k.lost > 0 && s.rcvbuf_errors == 0 {
+        f.push(format!(
+            "{id}: {} datagrams lost to a squeezed receive buffer that the kernel did not count (RcvbufErrors 0)",
+            k.lost
+        ));
+    }
+    if s.library
+        && gso_refused
+        && (s.tx == "fastudp" || s.tx == "uring-gso")
+        && (k.fallbacks == 0 || k.lost > 0)
+    {
+        f.push(format!(
+            "{id}: a GSO refusal must be a counted fallback with nothing lost ({} fallbacks, {} lost)",
+            k.fallbacks, k.lost
+        ));
+    }
+}
+
+/// Descriptors or memory that grew over the run.
+fn leaks(r: &Report, f: &mut Vec<String>) {
     if let Some(&first) = r.memory.fds.first() {
         if let Some(&bad) = r.memory.fds.iter().find(|&&n| n != first) {
             f.push(format!(
@@ -465,7 +484,6 @@ pub fn verdict(r: &Report) -> Vec<String> {
             ));
         }
     }
-    f
 }
 
 /// The report as lines for people.

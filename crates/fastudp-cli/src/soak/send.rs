@@ -9,6 +9,7 @@ use super::Shared;
 use crate::engine::tx::send_trains;
 use crate::engine::uring::ZcSender;
 use crate::engine::TxStrategy;
+use anyhow::{anyhow, bail, Context};
 use fastudp::Transmit;
 use fastudp_tools::raw::{self, OutMsg};
 use fastudp_tools::wire::cmsg::Encoder;
@@ -99,6 +100,15 @@ fn io_name(e: &io::Error) -> String {
     }
 }
 
+/// What a send call returned: datagrams sent, or none and the error's
+/// name.
+fn io_sent(r: io::Result<usize>) -> (usize, Option<String>) {
+    match r {
+        Ok(n) => (n, None),
+        Err(e) => (0, Some(io_name(&e))),
+    }
+}
+
 /// One strategy's socket and buffers.
 struct Sender {
     t: TxStrategy,
@@ -113,45 +123,49 @@ struct Sender {
     seed_cmsg: Vec<u8>,
 }
 
-fn segment_cmsg(size: usize) -> Result<Vec<u8>, String> {
+fn segment_cmsg(size: usize) -> anyhow::Result<Vec<u8>> {
     let mut b = raw::control_buffer();
     let mut enc = Encoder::new(&mut b.0);
     enc.push_u16(SOL_UDP, UDP_SEGMENT, size.min(u16::MAX as usize) as u16)
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| anyhow!("UDP_SEGMENT control message: {e}"))?;
     let n = enc.len();
     Ok(b.0[..n].to_vec())
 }
 
 impl Sender {
-    fn new(t: TxStrategy, dest: SocketAddr, payload: usize) -> Result<Self, String> {
+    /// The socket and buffers of strategy `t` (a runtime error if they
+    /// cannot be set up).
+    fn new(t: TxStrategy, dest: SocketAddr, payload: usize) -> anyhow::Result<Self> {
         let any = if dest.is_ipv6() {
             "[::]:0"
         } else {
             "0.0.0.0:0"
         };
-        let sock = UdpSocket::bind(any).map_err(|e| format!("bind sender: {e}"))?;
+        let sock = UdpSocket::bind(any).map_err(|e| anyhow!("bind sender: {e}"))?;
         let (fast, zc) = match t {
             TxStrategy::Fastudp | TxStrategy::UringGso => (
                 Some(
                     fastudp::Socket::from_std_with(
-                        sock.try_clone().map_err(|e| e.to_string())?,
+                        sock.try_clone().context("clone the sending socket")?,
                         crate::engine::uring::config(t),
                     )
-                    .map_err(|e| e.to_string())?,
+                    .map_err(|e| anyhow!("{e}"))?,
                 ),
                 None,
             ),
             TxStrategy::GsoZerocopy | TxStrategy::UringZc => {
-                let f = fastudp::Socket::from_std(sock.try_clone().map_err(|e| e.to_string())?)
-                    .map_err(|e| e.to_string())?;
-                let z = crate::engine::uring::zc_sender(t, &f).map_err(|e| format!("{e:#}"))?;
+                let f = fastudp::Socket::from_std(
+                    sock.try_clone().context("clone the sending socket")?,
+                )
+                .map_err(|e| anyhow!("{e}"))?;
+                let z = crate::engine::uring::zc_sender(t, &f)?;
                 (Some(f), Some(z))
             }
             _ => (None, None),
         };
         if matches!(t, TxStrategy::GsoSockopt | TxStrategy::GsoIov) {
             raw::set_option_int(&sock, SOL_UDP, UDP_SEGMENT, payload as i32)
-                .map_err(|e| format!("UDP_SEGMENT option: {e}"))?;
+                .map_err(|e| anyhow!("UDP_SEGMENT option: {e}"))?;
         }
         Ok(Sender {
             t,
@@ -216,128 +230,133 @@ impl Sender {
         (n, err)
     }
 
+    /// Sends the datagrams in `buf` with the slot's strategy; returns how
+    /// many went out and the name of the error that stopped the rest. The
+    /// buffer goes back to the pool, or to the kernel when zerocopy.
     fn send(&mut self, buf: &mut Vec<u8>) -> (usize, Option<String>) {
-        let p = self.payload;
-        let io = |r: io::Result<usize>| match r {
-            Ok(n) => (n, None),
-            Err(e) => (0, Some(io_name(&e))),
-        };
-        let (sock, addr, dest) = (&self.sock, &self.addr, self.dest);
-        match self.t {
-            TxStrategy::Sendto => {
-                let mut n = 0;
-                for d in buf.chunks(p) {
-                    if let Err(e) = sock.send_to(d, dest) {
-                        self.pool.push(std::mem::take(buf));
-                        return (n, Some(io_name(&e)));
-                    }
-                    n += 1;
-                }
-                self.pool.push(std::mem::take(buf));
-                (n, None)
-            }
-            TxStrategy::Sendmmsg | TxStrategy::SendmmsgGsoSeed => {
-                let control: &[u8] = if self.t == TxStrategy::SendmmsgGsoSeed {
-                    &self.seed_cmsg
-                } else {
-                    &[]
-                };
-                let iovs: Vec<[IoSlice<'_>; 1]> =
-                    buf.chunks(p).map(|c| [IoSlice::new(c)]).collect();
-                let msgs: Vec<OutMsg<'_>> = iovs
-                    .iter()
-                    .map(|iov| OutMsg {
-                        addr: Some(addr),
-                        iov,
-                        control,
-                    })
-                    .collect();
-                // sendmmsg stops at the first message it cannot send: the
-                // count is exact, the error comes with the next call.
-                let r = io(raw::sendmmsg(sock, &msgs));
-                drop(msgs);
-                drop(iovs);
-                self.pool.push(std::mem::take(buf));
-                r
-            }
-            TxStrategy::GsoSockopt => {
-                let r = io(sock.send_to(buf, dest).map(|_| SEGS));
-                self.pool.push(std::mem::take(buf));
-                r
-            }
-            TxStrategy::GsoIov | TxStrategy::GsoIovCmsg | TxStrategy::GsoCmsg => {
-                let r = {
-                    let iov: Vec<IoSlice<'_>> = if self.t == TxStrategy::GsoCmsg {
-                        vec![IoSlice::new(buf)]
-                    } else {
-                        buf.chunks(p).map(IoSlice::new).collect()
-                    };
-                    let control: &[u8] = if self.t == TxStrategy::GsoIov {
-                        &[]
-                    } else {
-                        &self.cmsg
-                    };
-                    io(raw::sendmsg(
-                        sock,
-                        &OutMsg {
-                            addr: Some(addr),
-                            iov: &iov,
-                            control,
-                        },
-                    )
-                    .map(|_| SEGS))
-                };
-                self.pool.push(std::mem::take(buf));
-                r
-            }
-            TxStrategy::SendmmsgGso => {
-                let r = {
-                    let iovs: Vec<[IoSlice<'_>; 1]> = buf
-                        .chunks(p * SEGS / 2)
-                        .map(|c| [IoSlice::new(c)])
-                        .collect();
-                    let msgs: Vec<OutMsg<'_>> = iovs
-                        .iter()
-                        .map(|iov| OutMsg {
-                            addr: Some(addr),
-                            iov,
-                            control: &self.cmsg,
-                        })
-                        .collect();
-                    io(raw::sendmmsg(sock, &msgs).map(|m| m * SEGS / 2))
-                };
-                self.pool.push(std::mem::take(buf));
-                r
-            }
-            TxStrategy::Fastudp | TxStrategy::UringGso => {
-                let f = self.fast.as_ref().expect("fastudp socket");
-                let (n, e) = {
-                    let mut ts: Vec<Transmit<'_>> = buf
-                        .chunks(p * SEGS / 2)
-                        .map(|c| Transmit::train(dest, c, p))
-                        .collect();
-                    send_trains(&mut ts, |t| f.send(t))
-                };
-                self.pool.push(std::mem::take(buf));
-                (n, e.map(|e| error_name(&e)))
-            }
-            TxStrategy::GsoZerocopy | TxStrategy::UringZc => {
-                let zc = self.zc.as_mut().expect("zerocopy sender");
-                let f = self.fast.as_ref().expect("zerocopy socket");
-                match zc.send(f, dest, std::mem::take(buf), Some(p)) {
-                    Ok(()) => (SEGS, None),
-                    Err((e, b)) => {
-                        self.pool.push(b);
-                        let n = match &e {
-                            fastudp::Error::PartialTrain { sent, .. } => *sent,
-                            _ => 0,
-                        };
-                        (n, Some(error_name(&e)))
-                    }
-                }
-            }
+        let r = match self.t {
+            TxStrategy::GsoZerocopy | TxStrategy::UringZc => return self.send_zerocopy(buf),
+            TxStrategy::Sendto => self.send_each(buf),
+            TxStrategy::Sendmmsg | TxStrategy::SendmmsgGsoSeed => self.send_mmsg(buf),
+            TxStrategy::GsoSockopt => io_sent(self.sock.send_to(buf, self.dest).map(|_| SEGS)),
+            TxStrategy::GsoIov | TxStrategy::GsoIovCmsg | TxStrategy::GsoCmsg => self.send_gso(buf),
+            TxStrategy::SendmmsgGso => self.send_mmsg_gso(buf),
+            TxStrategy::Fastudp | TxStrategy::UringGso => self.send_library(buf),
             TxStrategy::Tcp | TxStrategy::TcpZerocopy | TxStrategy::UringZcFixed => {
                 unreachable!("not in the soak's strategies")
+            }
+        };
+        self.pool.push(std::mem::take(buf));
+        r
+    }
+
+    /// `sendto`, one datagram per call.
+    fn send_each(&self, buf: &[u8]) -> (usize, Option<String>) {
+        let mut n = 0;
+        for d in buf.chunks(self.payload) {
+            if let Err(e) = self.sock.send_to(d, self.dest) {
+                return (n, Some(io_name(&e)));
+            }
+            n += 1;
+        }
+        (n, None)
+    }
+
+    /// `sendmmsg`, one datagram per message (`sendmmsg-gso-seed`: each with
+    /// a `UDP_SEGMENT` larger than the datagram).
+    fn send_mmsg(&self, buf: &[u8]) -> (usize, Option<String>) {
+        let control: &[u8] = if self.t == TxStrategy::SendmmsgGsoSeed {
+            &self.seed_cmsg
+        } else {
+            &[]
+        };
+        let iovs: Vec<[IoSlice<'_>; 1]> = buf
+            .chunks(self.payload)
+            .map(|c| [IoSlice::new(c)])
+            .collect();
+        let msgs: Vec<OutMsg<'_>> = iovs
+            .iter()
+            .map(|iov| OutMsg {
+                addr: Some(&self.addr),
+                iov,
+                control,
+            })
+            .collect();
+        // sendmmsg stops at the first message it cannot send: the count is
+        // exact, the error comes with the next call.
+        io_sent(raw::sendmmsg(&self.sock, &msgs))
+    }
+
+    /// One GSO train by `sendmsg`: one iovec per datagram (`gso-iov`, the
+    /// segment size set as a socket option; `gso-iov-cmsg`) or one for the
+    /// train (`gso-cmsg`), the segment size in a control message.
+    fn send_gso(&self, buf: &[u8]) -> (usize, Option<String>) {
+        let iov: Vec<IoSlice<'_>> = if self.t == TxStrategy::GsoCmsg {
+            vec![IoSlice::new(buf)]
+        } else {
+            buf.chunks(self.payload).map(IoSlice::new).collect()
+        };
+        let control: &[u8] = if self.t == TxStrategy::GsoIov {
+            &[]
+        } else {
+            &self.cmsg
+        };
+        io_sent(
+            raw::sendmsg(
+                &self.sock,
+                &OutMsg {
+                    addr: Some(&self.addr),
+                    iov: &iov,
+                    control,
+                },
+            )
+            .map(|_| SEGS),
+        )
+    }
+
+    /// Two GSO trains in one `sendmmsg`.
+    fn send_mmsg_gso(&self, buf: &[u8]) -> (usize, Option<String>) {
+        let iovs: Vec<[IoSlice<'_>; 1]> = buf
+            .chunks(self.payload * SEGS / 2)
+            .map(|c| [IoSlice::new(c)])
+            .collect();
+        let msgs: Vec<OutMsg<'_>> = iovs
+            .iter()
+            .map(|iov| OutMsg {
+                addr: Some(&self.addr),
+                iov,
+                control: &self.cmsg,
+            })
+            .collect();
+        io_sent(raw::sendmmsg(&self.sock, &msgs).map(|m| m * SEGS / 2))
+    }
+
+    /// Two trains through the library's socket (`fastudp`, `uring-gso`).
+    fn send_library(&self, buf: &[u8]) -> (usize, Option<String>) {
+        let p = self.payload;
+        let f = self.fast.as_ref().expect("fastudp socket");
+        let mut ts: Vec<Transmit<'_>> = buf
+            .chunks(p * SEGS / 2)
+            .map(|c| Transmit::train(self.dest, c, p))
+            .collect();
+        let (n, e) = send_trains(&mut ts, |t| f.send(t));
+        (n, e.map(|e| error_name(&e)))
+    }
+
+    /// One train handed to the zerocopy sender, which keeps the buffer
+    /// until the kernel is done with it (back in the pool on an error).
+    fn send_zerocopy(&mut self, buf: &mut Vec<u8>) -> (usize, Option<String>) {
+        let zc = self.zc.as_mut().expect("zerocopy sender");
+        let f = self.fast.as_ref().expect("zerocopy socket");
+        match zc.send(f, self.dest, std::mem::take(buf), Some(self.payload)) {
+            Ok(()) => (SEGS, None),
+            Err((e, b)) => {
+                self.pool.push(b);
+                let n = match &e {
+                    fastudp::Error::PartialTrain { sent, .. } => *sent,
+                    _ => 0,
+                };
+                (n, Some(error_name(&e)))
             }
         }
     }
@@ -358,20 +377,20 @@ impl Sender {
 
     /// Waits for the zerocopy buffers still with the kernel, and checks
     /// that an io_uring strategy really sent through its ring.
-    fn finish(&mut self) -> Result<(), String> {
+    fn finish(&mut self) -> anyhow::Result<()> {
         if let Some(f) = &self.fast {
             crate::engine::uring::check_tx(self.t, f)
-                .map_err(|e| format!("{}: {e}", crate::engine::name(self.t)))?;
+                .with_context(|| crate::engine::name(self.t))?;
         }
         if let (Some(zc), Some(f)) = (self.zc.as_mut(), self.fast.as_ref()) {
             let left = zc
                 .drain(f, Duration::from_secs(2))
-                .map_err(|e| format!("{} drain: {e}", crate::engine::name(self.t)))?;
+                .map_err(|e| anyhow!("{} drain: {e}", crate::engine::name(self.t)))?;
             if left > 0 {
-                return Err(format!(
+                bail!(
                     "{}: {left} completions did not arrive within 2 s",
                     crate::engine::name(self.t)
-                ));
+                );
             }
         }
         Ok(())
@@ -380,14 +399,15 @@ impl Sender {
 
 /// Sends with strategy `t` at `rate` datagrams per second until `sh.stop`;
 /// the caller's thread is in the sender's namespace. Returns the fallback
-/// reasons the library recorded.
+/// reasons the library recorded. Every error is a runtime error: the
+/// slot's sender broke off (a refused send is counted, not an error).
 pub fn run(
     t: TxStrategy,
     dest: SocketAddr,
     payload: usize,
     rate: f64,
     sh: &Shared,
-) -> Result<Vec<String>, String> {
+) -> anyhow::Result<Vec<String>> {
     let mut s = Sender::new(t, dest, payload)?;
     let origin = Instant::now();
     let mut pacer = Pacer::new(rate, 2 * SEGS, Duration::ZERO);
@@ -398,7 +418,7 @@ pub fn run(
         let want = sh.no_check.load(Acquire);
         if want != no_check {
             s.set_no_check(want)
-                .map_err(|e| format!("no UDP checksum: {e}"))?;
+                .map_err(|e| anyhow!("no UDP checksum: {e}"))?;
             no_check = want;
         }
         let wait = pacer.wait(SEGS, origin.elapsed());
