@@ -25,7 +25,6 @@ pub struct Usage(pub String);
 pub struct Interrupted(pub String);
 
 /// A usage error from a message: `usage!("--rate {v}: not a rate")`.
-#[allow(unused_macros)]
 macro_rules! usage {
     ($($t:tt)*) => {
         ::anyhow::Error::new($crate::failure::Usage(format!($($t)*)))
@@ -33,7 +32,6 @@ macro_rules! usage {
 }
 
 /// Returns a usage error from the enclosing function.
-#[allow(unused_macros)]
 macro_rules! bail_usage {
     ($($t:tt)*) => {
         return Err(usage!($($t)*).into())
@@ -42,57 +40,18 @@ macro_rules! bail_usage {
 
 /// Turns a message (or an error's one line) into a usage error (for
 /// `map_err`).
-#[allow(dead_code)]
 pub fn usage(msg: impl std::fmt::Display) -> anyhow::Error {
     anyhow::Error::new(Usage(msg.to_string()))
 }
 
 /// The exit status for `e`: 2, 130 or 1 (see the module's documentation).
 pub fn exit_status(e: &anyhow::Error) -> u8 {
-    if let Some(f) = e.downcast_ref::<Failure>() {
-        return f.code;
-    }
     if e.chain().any(|c| c.is::<Interrupted>()) {
         crate::interrupt::EXIT_STATUS
     } else if e.chain().any(|c| c.is::<Usage>()) {
         2
     } else {
         1
-    }
-}
-
-/// A command's failure: a message and an exit status. Being replaced by
-/// [`anyhow::Error`] with [`Usage`] and [`Interrupted`] markers.
-#[derive(Debug, thiserror::Error)]
-#[error("{msg}")]
-pub struct Failure {
-    /// Exit status.
-    pub code: u8,
-    /// One line for people.
-    pub msg: String,
-}
-
-impl Failure {
-    /// Bad input or an unusable set-up: exit status 2.
-    pub fn usage(msg: String) -> Self {
-        Failure { code: 2, msg }
-    }
-}
-
-/// Where a command still returns [`Failure`], an `anyhow` error keeps its
-/// status and its chain on one line.
-impl From<anyhow::Error> for Failure {
-    fn from(e: anyhow::Error) -> Self {
-        Failure {
-            code: exit_status(&e),
-            msg: format!("{e:#}"),
-        }
-    }
-}
-
-impl From<String> for Failure {
-    fn from(msg: String) -> Self {
-        Failure::usage(msg)
     }
 }
 

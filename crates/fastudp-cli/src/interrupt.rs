@@ -4,7 +4,6 @@
 //! exits with status 130. A second Ctrl-C stops at once, after the
 //! clean-ups registered with [`at_forced_exit`].
 
-use crate::Failure;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Mutex, Once};
 
@@ -63,20 +62,4 @@ pub fn interrupted(what: &str) -> anyhow::Error {
 /// summary: status 130, and a line saying what the summary covers.
 pub fn summarized_err() -> anyhow::Error {
     interrupted("the summary above covers the run until then")
-}
-
-/// The failure an interrupted command returns after its report: status
-/// 130, and `what` says what was reported.
-pub fn failure(what: &str) -> Failure {
-    Failure {
-        code: EXIT_STATUS,
-        msg: format!("interrupted (Ctrl-C); {what}"),
-    }
-}
-
-/// The failure of a command that Ctrl-C cut short after it printed its
-/// summary: status 130, and a line saying what the summary covers.
-#[allow(dead_code)]
-pub fn summarized() -> Failure {
-    failure("the summary above covers the run until then")
 }

@@ -223,7 +223,7 @@ fn the_check_sees_each_way_of_naming_a_command() {
         ),
         ("host/doctor/kernel.rs", "use super::check::{check, Check};"),
         ("bench/figure.rs", "use super::{plot, run_pair};"),
-        ("txrx/mod.rs", "use crate::{interrupt, Failure};"),
+        ("txrx/mod.rs", "use crate::{interrupt, output};"),
     ];
     for (file, text) in fine {
         assert_eq!(

@@ -22,10 +22,7 @@ mod stream;
 mod testbed;
 mod txrx;
 
-pub use failure::Failure;
-
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
-use output::StdoutFailed;
 use std::process::ExitCode;
 
 /// Measure and compare UDP send/receive strategies on this host.
@@ -97,13 +94,7 @@ fn main() -> ExitCode {
         },
     };
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
-    let r = match std::panic::catch_unwind(move || run(cli)) {
-        Ok(r) => r,
-        Err(payload) => match payload.downcast::<StdoutFailed>() {
-            Ok(e) => Err(anyhow::Error::new(e.0).context("cannot write to standard output")),
-            Err(other) => std::panic::resume_unwind(other),
-        },
-    };
+    let r = run(cli);
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -118,8 +109,7 @@ fn main() -> ExitCode {
     }
 }
 
-/// Runs the subcommand. Each arm's `?` takes either error type while
-/// the commands move from [`Failure`] to `anyhow`.
+/// Runs the subcommand.
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.cmd {
         Cmd::Tx(a) => txrx::run_tx(a)?,

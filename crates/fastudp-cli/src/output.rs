@@ -3,29 +3,10 @@
 //! output files checked before a run.
 
 /// Prints a line to standard output (or the file of `--logfile`) like
-/// `println!`, but a failed write (a full disk, say) ends the program with
-/// a clear message and status 1 instead of a panic message. The stack
-/// still unwinds, so guards such as the testbed's clean up. (A closed pipe
-/// ends it by SIGPIPE, as for any Unix tool.) No command uses it any more:
-/// it goes, with [`stdout_failed`], when `Failure` does.
-#[allow(unused_macros)]
-macro_rules! outln {
-    () => {
-        outln!("")
-    };
-    ($($t:tt)*) => {{
-        if let Err(e) = $crate::output::line(format_args!($($t)*)) {
-            $crate::output::stdout_failed(e)
-        }
-    }};
-}
-
-/// Prints a line to standard output (or the file of `--logfile`) like
 /// `println!`, and evaluates to an `anyhow::Result<()>`: a failed write (a
 /// full disk, say) is an error for the caller's `?`, with status 1. (A
 /// closed pipe ends the program by SIGPIPE, quietly, as for any Unix
 /// tool.)
-#[allow(unused_macros)]
 macro_rules! out {
     () => {
         out!("")
@@ -104,16 +85,6 @@ pub fn check_output_path(opt: &str, path: &str) -> anyhow::Result<()> {
             Ok(())
         }
     }
-}
-
-/// The unwinding payload of a failed write to standard output.
-pub struct StdoutFailed(pub std::io::Error);
-
-/// Ends the program after standard output failed: unwinds to `main`,
-/// which says so and exits with status 1.
-#[allow(dead_code)]
-pub fn stdout_failed(e: std::io::Error) -> ! {
-    std::panic::resume_unwind(Box::new(StdoutFailed(e)))
 }
 
 #[cfg(test)]
