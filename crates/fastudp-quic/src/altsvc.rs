@@ -371,7 +371,49 @@ fn accept_loop(l: TcpListener, shared: Arc<Shared>) {
     }
 }
 
-type Tls = rustls::StreamOwned<rustls::ServerConnection, TcpStream>;
+type Tls = rustls::StreamOwned<rustls::ServerConnection, Sock>;
+
+/// A connection's TCP socket, with the deadline every read must meet.
+///
+/// rustls reads a TLS record, and a handshake flight, in as many reads as
+/// it takes. A receive timeout set once before a rustls call would bound
+/// each of those reads, not their sum: a client that trickles the bytes
+/// of one record (up to 16 KiB), or of its ClientHello, a byte at a time
+/// would renew it with each byte. Here each read sets the kernel's
+/// receive timeout to the time left before [`Sock::deadline`] and fails
+/// with [`io::ErrorKind::TimedOut`] once none is.
+///
+/// Its writes pass `MSG_NOSIGNAL`: rustls writes with `write_vectored`,
+/// which `std` makes a `writev(2)`, and a `writev` to a connection the
+/// client has reset raises SIGPIPE, which ends a process that has not
+/// ignored it (as `fastudp` does not, so that a closed pipe ends it).
+struct Sock {
+    tcp: TcpStream,
+    deadline: Instant,
+}
+
+impl Read for Sock {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if !until(&self.tcp, self.deadline) {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        self.tcp.read(buf)
+    }
+}
+
+impl Write for Sock {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        socket2::SockRef::from(&self.tcp).send_with_flags(buf, libc::MSG_NOSIGNAL)
+    }
+
+    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        socket2::SockRef::from(&self.tcp).send_vectored_with_flags(bufs, libc::MSG_NOSIGNAL)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.tcp.flush()
+    }
+}
 
 /// Why a connection ended before its time.
 enum End {
@@ -410,8 +452,12 @@ fn serve(tcp: TcpStream, shared: &Shared, id: u64) {
         stats.tls_failed.fetch_add(1, Relaxed);
         return;
     };
-    let mut s = rustls::StreamOwned::new(conn, tcp);
     let first = Instant::now() + cfg.request_timeout;
+    let sock = Sock {
+        tcp,
+        deadline: first,
+    };
+    let mut s = rustls::StreamOwned::new(conn, sock);
     match handshake(&mut s, first) {
         Ok(()) => {}
         Err(End::Timeout) => {
@@ -478,10 +524,8 @@ fn serve(tcp: TcpStream, shared: &Shared, id: u64) {
 }
 
 fn handshake(s: &mut Tls, deadline: Instant) -> Result<(), End> {
+    s.sock.deadline = deadline;
     while s.conn.is_handshaking() {
-        if !until(&s.sock, deadline) {
-            return Err(End::Timeout);
-        }
         match s.conn.complete_io(&mut s.sock) {
             Ok((0, 0)) => return Err(End::Closed),
             Ok(_) => {}
@@ -514,10 +558,7 @@ fn read_head(
         if deadline.is_none() && !buf.is_empty() {
             deadline = Some(Instant::now() + cfg.request_timeout);
         }
-        let d = deadline.unwrap_or_else(|| Instant::now() + cfg.idle_timeout);
-        if !until(&s.sock, d) {
-            return Err(Some(End::Timeout));
-        }
+        s.sock.deadline = deadline.unwrap_or_else(|| Instant::now() + cfg.idle_timeout);
         let want = (MAX_HEAD - buf.len()).min(chunk.len());
         match s.read(&mut chunk[..want]) {
             Ok(0) => return Err(Some(End::Closed)),
@@ -643,7 +684,7 @@ fn refuse(s: &mut Tls, code: u16, shared: &Shared) -> io::Result<()> {
     shared.stats.bytes_sent.fetch_add(out.len() as u64, Relaxed);
     s.conn.send_close_notify();
     s.flush()?;
-    linger(&s.sock);
+    linger(&s.sock.tcp);
     Ok(())
 }
 

@@ -60,11 +60,8 @@ fn start(site: &Site, f: impl FnOnce(&mut Config)) -> (Listener, Cert) {
     (Listener::start(cfg).unwrap(), cert)
 }
 
-type Client = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
-
-/// A TLS connection to `addr` that trusts `cert`, offering http/1.1;
-/// the handshake done.
-fn connect(addr: SocketAddr, cert: &Cert) -> Client {
+/// A rustls client for `cert` that has not touched a socket yet.
+fn client_conn(cert: &Cert) -> rustls::ClientConnection {
     let mut roots = rustls::RootCertStore::empty();
     roots.add(cert.clone()).unwrap();
     let mut tls = rustls::ClientConfig::builder_with_provider(provider())
@@ -73,8 +70,15 @@ fn connect(addr: SocketAddr, cert: &Cert) -> Client {
         .with_root_certificates(roots)
         .with_no_client_auth();
     tls.alpn_protocols = vec![b"http/1.1".to_vec()];
-    let conn =
-        rustls::ClientConnection::new(Arc::new(tls), "localhost".try_into().unwrap()).unwrap();
+    rustls::ClientConnection::new(Arc::new(tls), "localhost".try_into().unwrap()).unwrap()
+}
+
+type Client = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
+
+/// A TLS connection to `addr` that trusts `cert`, offering http/1.1;
+/// the handshake done.
+fn connect(addr: SocketAddr, cert: &Cert) -> Client {
+    let conn = client_conn(cert);
     let tcp = TcpStream::connect(addr).unwrap();
     tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let mut s = rustls::StreamOwned::new(conn, tcp);
@@ -298,6 +302,89 @@ fn alt_svc_slow_and_idle_clients_are_closed_at_their_deadlines() {
     assert_eq!(st.idle_closed, 1, "{st:?}");
     assert_eq!(st.request_timeouts, 3, "{st:?}");
     assert_eq!(st.open, 0, "{st:?}");
+    l.stop(Duration::from_secs(2));
+}
+
+/// Sends `bytes` to `tcp` one at a time, `gap` apart, until the server
+/// closes the connection or `limit` passes; how long it stayed open.
+fn trickle(tcp: &mut TcpStream, bytes: &[u8], gap: Duration, limit: Duration) -> Duration {
+    let t0 = Instant::now();
+    tcp.set_nonblocking(true).unwrap();
+    let mut scratch = [0u8; 4096];
+    for b in bytes.iter().cycle() {
+        if t0.elapsed() > limit {
+            break;
+        }
+        if tcp.write_all(&[*b]).is_err() {
+            return t0.elapsed();
+        }
+        std::thread::sleep(gap);
+        // The server's handshake flight is read and dropped; EOF or a
+        // reset is the close.
+        loop {
+            match tcp.read(&mut scratch) {
+                Ok(0) => return t0.elapsed(),
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(_) => return t0.elapsed(),
+            }
+        }
+    }
+    t0.elapsed()
+}
+
+#[test]
+fn alt_svc_a_trickled_tls_handshake_or_record_is_closed_at_its_deadline() {
+    let site = site("trickle");
+    let (l, cert) = start(&site, |c| {
+        c.request_timeout = Duration::from_millis(500);
+        c.idle_timeout = Duration::from_millis(800);
+    });
+    // A ClientHello sent a byte every 100 ms: each byte comes well within
+    // the request timeout, but the handshake is not done by then.
+    let mut conn = client_conn(&cert);
+    let mut hello = Vec::new();
+    conn.write_tls(&mut hello).unwrap();
+    let mut tcp = TcpStream::connect(l.local_addr()).unwrap();
+    let open = trickle(
+        &mut tcp,
+        &hello,
+        Duration::from_millis(100),
+        Duration::from_secs(6),
+    );
+    assert!(
+        open < Duration::from_secs(3),
+        "a trickled handshake held its connection {open:?}"
+    );
+    super::eventually("the handshake counted", || {
+        l.stats().request_timeouts.load(Relaxed) == 1
+    });
+    // After a request, the next one's TLS record a byte every 100 ms: no
+    // byte of the head arrives until the record is whole.
+    let mut s = connect(l.local_addr(), &cert);
+    assert_eq!(get(&mut s, "/bytes/5").status, 200);
+    write!(
+        s.conn.writer(),
+        "GET /bytes/5 HTTP/1.1\r\nHost: localhost\r\n\r\n"
+    )
+    .unwrap();
+    let mut record = Vec::new();
+    while s.conn.wants_write() {
+        s.conn.write_tls(&mut record).unwrap();
+    }
+    let open = trickle(
+        &mut s.sock,
+        &record,
+        Duration::from_millis(100),
+        Duration::from_secs(6),
+    );
+    assert!(
+        open < Duration::from_secs(3),
+        "a trickled record held its connection {open:?}"
+    );
+    super::eventually("no connection open", || l.stats().open.load(Relaxed) == 0);
+    let st = l.stats().snapshot();
+    assert_eq!(st.request_timeouts + st.idle_closed, 2, "{st:?}");
     l.stop(Duration::from_secs(2));
 }
 
