@@ -18,8 +18,9 @@
 //! # Shape and bounds
 //!
 //! One thread accepts; each connection gets a thread of its own, at most
-//! [`Config::max_connections`] at once (more are closed at once and
-//! counted in [`Stats::refused`]). Every way a client can hold a
+//! [`Config::max_connections`] at once, and [`Config::per_ip`] from one
+//! client address (more are closed at once and counted in
+//! [`Stats::refused`]). Every way a client can hold a
 //! connection is bounded:
 //!
 //! | What | Bound | When it is passed |
@@ -86,6 +87,12 @@ pub struct Config {
     make: Arc<MakeHandler>,
     /// Connections open at once, at most (default [`MAX_CONNECTIONS`]).
     pub max_connections: usize,
+    /// Connections open at once from one client address (an IPv6 /64),
+    /// at most; more are closed at once and counted in
+    /// [`Stats::refused`]. `None` (the default): a quarter of
+    /// [`Config::max_connections`], at least 1, so that one address
+    /// cannot hold every place.
+    pub max_connections_per_ip: Option<usize>,
     /// Time for a request head (and, for the first, the TLS handshake)
     /// to arrive whole (default [`crate::limits::REQUEST_TIMEOUT`]).
     pub request_timeout: Duration,
@@ -103,6 +110,7 @@ impl std::fmt::Debug for Config {
             .field("addr", &self.addr)
             .field("h3_port", &self.h3_port)
             .field("max_connections", &self.max_connections)
+            .field("max_connections_per_ip", &self.max_connections_per_ip)
             .field("request_timeout", &self.request_timeout)
             .field("idle_timeout", &self.idle_timeout)
             .field("send_timeout", &self.send_timeout)
@@ -127,10 +135,18 @@ impl Config {
             h3_port,
             make,
             max_connections: MAX_CONNECTIONS,
+            max_connections_per_ip: None,
             request_timeout: crate::limits::REQUEST_TIMEOUT,
             idle_timeout: IDLE_TIMEOUT,
             send_timeout: SEND_TIMEOUT,
         }
+    }
+
+    /// The bound on connections from one address in force:
+    /// [`Config::max_connections_per_ip`] or its default.
+    pub fn per_ip(&self) -> usize {
+        self.max_connections_per_ip
+            .unwrap_or((self.max_connections / 4).max(1))
     }
 }
 
@@ -142,8 +158,9 @@ pub struct Stats {
     pub accepted: AtomicU64,
     /// Connections open now.
     pub open: AtomicU64,
-    /// Connections closed at once: [`Config::max_connections`] were open
-    /// (or no thread could be started).
+    /// Connections closed at once: [`Config::max_connections`] were open,
+    /// or [`Config::per_ip`] from the client's address (or no thread
+    /// could be started).
     pub refused: AtomicU64,
     /// TLS handshakes that failed.
     pub tls_failed: AtomicU64,
@@ -218,6 +235,8 @@ struct Shared {
     tls: Arc<rustls::ServerConfig>,
     alt_svc: HeaderValue,
     stats: Arc<Stats>,
+    /// Connections open per client address.
+    per_address: crate::limits::PerAddress,
     stop: AtomicBool,
     /// The open connections' sockets, to shut them down at stop.
     conns: Mutex<HashMap<u64, TcpStream>>,
@@ -249,6 +268,12 @@ impl Listener {
                 "max_connections: at least 1",
             ));
         }
+        if cfg.max_connections_per_ip == Some(0) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "max_connections_per_ip: at least 1",
+            ));
+        }
         let mut tls = (*cfg.tls).clone();
         tls.alpn_protocols = vec![ALPN.to_vec()];
         tls.max_early_data_size = 0;
@@ -256,11 +281,13 @@ impl Listener {
             .map_err(io::Error::other)?;
         let socket = TcpListener::bind(cfg.addr)?;
         let addr = socket.local_addr()?;
+        let per_address = crate::limits::PerAddress::new(cfg.per_ip());
         let shared = Arc::new(Shared {
             cfg,
             tls: Arc::new(tls),
             alt_svc,
             stats: Arc::new(Stats::default()),
+            per_address,
             stop: AtomicBool::new(false),
             conns: Mutex::new(HashMap::new()),
         });
@@ -279,6 +306,12 @@ impl Listener {
     /// The address it listens on.
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The bound on connections from one address in force
+    /// ([`Config::per_ip`]).
+    pub fn per_ip(&self) -> usize {
+        self.shared.cfg.per_ip()
     }
 
     /// Its counters.
@@ -327,8 +360,8 @@ fn accept_loop(l: TcpListener, shared: Arc<Shared>) {
         if shared.stop.load(SeqCst) {
             return;
         }
-        let tcp = match accepted {
-            Ok((tcp, _)) => tcp,
+        let (tcp, ip) = match accepted {
+            Ok((tcp, peer)) => (tcp, peer.ip()),
             // EMFILE and the like: wait a little rather than spin.
             Err(_) => {
                 std::thread::sleep(Duration::from_millis(10));
@@ -336,11 +369,14 @@ fn accept_loop(l: TcpListener, shared: Arc<Shared>) {
             }
         };
         let stats = &shared.stats;
-        if stats.open.load(Relaxed) >= shared.cfg.max_connections as u64 {
+        if stats.open.load(Relaxed) >= shared.cfg.max_connections as u64
+            || !shared.per_address.take(ip)
+        {
             stats.refused.fetch_add(1, Relaxed);
             continue;
         }
         let Ok(clone) = tcp.try_clone() else {
+            shared.per_address.give(ip);
             stats.refused.fetch_add(1, Relaxed);
             continue;
         };
@@ -359,12 +395,14 @@ fn accept_loop(l: TcpListener, shared: Arc<Shared>) {
                 if let Ok(mut conns) = s.conns.lock() {
                     conns.remove(&id);
                 }
+                s.per_address.give(ip);
                 s.stats.open.fetch_sub(1, Relaxed);
             });
         if spawned.is_err() {
             if let Ok(mut conns) = shared.conns.lock() {
                 conns.remove(&id);
             }
+            shared.per_address.give(ip);
             stats.open.fetch_sub(1, Relaxed);
             stats.refused.fetch_add(1, Relaxed);
         }

@@ -391,7 +391,11 @@ fn alt_svc_a_trickled_tls_handshake_or_record_is_closed_at_its_deadline() {
 #[test]
 fn alt_svc_connections_over_the_bound_are_refused_and_stop_closes_the_rest() {
     let site = site("bound");
-    let (l, cert) = start(&site, |c| c.max_connections = 2);
+    let (l, cert) = start(&site, |c| {
+        c.max_connections = 2;
+        // All from one address: the global bound is what is tested.
+        c.max_connections_per_ip = Some(2);
+    });
     let a = connect(l.local_addr(), &cert);
     let mut b = connect(l.local_addr(), &cert);
     super::eventually("two open", || l.stats().open.load(Relaxed) == 2);
@@ -406,4 +410,43 @@ fn alt_svc_connections_over_the_bound_are_refused_and_stop_closes_the_rest() {
     assert_eq!(stats.open.load(Relaxed), 0);
     assert!(closed_by_server(&mut b));
     drop(a);
+}
+
+/// A TCP connection to `addr` from the local address `from`.
+fn connect_from(from: &str, addr: SocketAddr) -> TcpStream {
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    let from: SocketAddr = format!("{from}:0").parse().unwrap();
+    s.bind(&from.into()).unwrap();
+    s.connect(&addr.into()).unwrap();
+    let s = TcpStream::from(s);
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s
+}
+
+#[test]
+fn alt_svc_one_address_holds_a_quarter_of_the_connections() {
+    let site = site("per-ip");
+    let (l, _cert) = start(&site, |c| c.max_connections = 8);
+    // 127.0.0.2 takes its share, 2 of 8; its third is closed at once.
+    let held: Vec<TcpStream> = (0..2)
+        .map(|_| connect_from("127.0.0.2", l.local_addr()))
+        .collect();
+    super::eventually("two open", || l.stats().open.load(Relaxed) == 2);
+    let mut third = connect_from("127.0.0.2", l.local_addr());
+    assert!(closed_by_server(&mut third), "the third is closed at once");
+    assert_eq!(l.stats().refused.load(Relaxed), 1);
+    // Another address is still let in, up to its own share.
+    let others: Vec<TcpStream> = (0..2)
+        .map(|_| connect_from("127.0.0.3", l.local_addr()))
+        .collect();
+    super::eventually("four open", || l.stats().open.load(Relaxed) == 4);
+    assert_eq!(l.stats().refused.load(Relaxed), 1);
+    // A place given back is a place to take again.
+    drop(held);
+    super::eventually("two open", || l.stats().open.load(Relaxed) == 2);
+    let _again = connect_from("127.0.0.2", l.local_addr());
+    super::eventually("three open", || l.stats().open.load(Relaxed) == 3);
+    assert_eq!(l.stats().refused.load(Relaxed), 1);
+    drop(others);
+    l.stop(Duration::from_secs(2));
 }
