@@ -43,27 +43,31 @@ struct Args {
     duration: Option<Duration>,
 }
 
-fn args() -> Result<Args, String> {
+fn args() -> anyhow::Result<Args> {
     let mut listen = None;
     let mut www = None;
     let mut workers = 1;
     let mut duration = None;
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
-        let mut value = || it.next().ok_or(format!("{a}: a value is expected"));
+        let mut value = || {
+            it.next()
+                .ok_or_else(|| anyhow::anyhow!("{a}: a value is expected"))
+        };
         match a.as_str() {
             "--listen" => {
                 let v = value()?;
-                listen = Some(v.parse().map_err(|e| format!("--listen {v}: {e}"))?);
+                listen = Some(
+                    v.parse()
+                        .map_err(|e| anyhow::anyhow!("--listen {v}: {e}"))?,
+                );
             }
             "--www" => www = Some(PathBuf::from(value()?)),
             "--workers" => {
                 let v = value()?;
-                workers = v
-                    .parse()
-                    .ok()
-                    .filter(|&n| n > 0)
-                    .ok_or(format!("--workers {v}: a positive number is expected"))?;
+                workers = v.parse().ok().filter(|&n| n > 0).ok_or_else(|| {
+                    anyhow::anyhow!("--workers {v}: a positive number is expected")
+                })?;
             }
             "--duration" => {
                 let v = value()?;
@@ -71,15 +75,17 @@ fn args() -> Result<Args, String> {
                     .parse()
                     .ok()
                     .filter(|s: &f64| s.is_finite() && *s > 0.0)
-                    .ok_or(format!("--duration {v}: positive seconds are expected"))?;
+                    .ok_or_else(|| {
+                        anyhow::anyhow!("--duration {v}: positive seconds are expected")
+                    })?;
                 duration = Some(Duration::from_secs_f64(s));
             }
-            _ => return Err(format!("{a}: unknown argument")),
+            _ => return Err(anyhow::anyhow!("{a}: unknown argument")),
         }
     }
     Ok(Args {
-        listen: listen.ok_or("--listen ADDR is required")?,
-        www: www.ok_or("--www DIR is required")?,
+        listen: listen.ok_or_else(|| anyhow::anyhow!("--listen ADDR is required"))?,
+        www: www.ok_or_else(|| anyhow::anyhow!("--www DIR is required"))?,
         workers,
         duration,
     })
@@ -99,23 +105,25 @@ fn main() {
     }
 }
 
-fn run(a: Args) -> Result<(), String> {
-    let root = Arc::new(Root::open(&a.www).map_err(|e| format!("--www {}: {e}", a.www.display()))?);
+fn run(a: Args) -> anyhow::Result<()> {
+    let root = Arc::new(
+        Root::open(&a.www).map_err(|e| anyhow::anyhow!("--www {}: {e}", a.www.display()))?,
+    );
     let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()])
-        .map_err(|e| format!("certificate: {e}"))?;
+        .map_err(|e| anyhow::anyhow!("certificate: {e}"))?;
     let key = rustls::pki_types::PrivateKeyDer::Pkcs8(cert.key_pair.serialize_der().into());
     let mut tls = rustls::ServerConfig::builder_with_provider(Arc::new(
         rustls::crypto::ring::default_provider(),
     ))
     .with_protocol_versions(&[&rustls::version::TLS13])
-    .map_err(|e| format!("TLS: {e}"))?
+    .map_err(|e| anyhow::anyhow!("TLS: {e}"))?
     .with_no_client_auth()
     .with_single_cert(vec![cert.cert.der().clone()], key)
-    .map_err(|e| format!("TLS: {e}"))?;
+    .map_err(|e| anyhow::anyhow!("TLS: {e}"))?;
     tls.alpn_protocols = vec![b"h3".to_vec()];
     tls.max_early_data_size = 0;
-    let crypto =
-        quinn::crypto::rustls::QuicServerConfig::try_from(tls).map_err(|e| format!("TLS: {e}"))?;
+    let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls)
+        .map_err(|e| anyhow::anyhow!("TLS: {e}"))?;
     let mut cfg = quinn::ServerConfig::with_crypto(Arc::new(crypto));
     cfg.transport_config(Arc::new(fastudp_quic::transport(Duration::from_secs(30))));
 
@@ -123,17 +131,19 @@ fn run(a: Args) -> Result<(), String> {
         .worker_threads(a.workers)
         .enable_all()
         .build()
-        .map_err(|e| format!("runtime: {e}"))?;
+        .map_err(|e| anyhow::anyhow!("runtime: {e}"))?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     ctrlc::set_handler(move || {
         let _ = stop_tx.send(true);
     })
-    .map_err(|e| format!("SIGINT handler: {e}"))?;
+    .map_err(|e| anyhow::anyhow!("SIGINT handler: {e}"))?;
     let counts = Arc::new(Counts::default());
     rt.block_on(async {
         let ep = quinn::Endpoint::server(cfg, a.listen)
-            .map_err(|e| format!("--listen {}: {e}", a.listen))?;
-        let addr = ep.local_addr().map_err(|e| format!("getsockname: {e}"))?;
+            .map_err(|e| anyhow::anyhow!("--listen {}: {e}", a.listen))?;
+        let addr = ep
+            .local_addr()
+            .map_err(|e| anyhow::anyhow!("getsockname: {e}"))?;
         println!("listening {addr} (h3, quinn + h3-quinn)");
         let accept = {
             let (ep, counts) = (ep.clone(), counts.clone());
@@ -163,7 +173,7 @@ fn run(a: Args) -> Result<(), String> {
         }
         ep.close(quinn::VarInt::from_u32(0x100), b"shutting down");
         let _ = tokio::time::timeout(Duration::from_secs(1), ep.wait_idle()).await;
-        Ok::<(), String>(())
+        anyhow::Ok(())
     })?;
     rt.shutdown_timeout(Duration::from_millis(200));
     println!(
@@ -204,7 +214,7 @@ async fn respond<S: h3::quic::BidiStream<Bytes>>(
     req: &http::Request<()>,
     stream: &mut h3::server::RequestStream<S, Bytes>,
     root: &Root,
-) -> Result<(), String> {
+) -> anyhow::Result<()> {
     let method = match *req.method() {
         http::Method::GET => Some(Method::Get),
         http::Method::HEAD => Some(Method::Head),
@@ -213,8 +223,8 @@ async fn respond<S: h3::quic::BidiStream<Bytes>>(
     let Some(method) = method else {
         let mut r = Response::new(());
         *r.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
-        stream.send_response(r).await.map_err(|e| e.to_string())?;
-        return stream.finish().await.map_err(|e| e.to_string());
+        stream.send_response(r).await?;
+        return Ok(stream.finish().await?);
     };
     let target = req
         .uri()
@@ -234,18 +244,15 @@ async fn respond<S: h3::quic::BidiStream<Bytes>>(
             head.headers_mut().insert(HeaderName::from_static(name), v);
         }
     }
-    stream
-        .send_response(head)
-        .await
-        .map_err(|e| e.to_string())?;
+    stream.send_response(head).await?;
     if let Some(mut body) = answer.body {
         while let Some(chunk) = body.next_chunk().map_err(|e| {
             // The promised length cannot be met: reset, as `quic serve` does.
             stream.stop_stream(h3::error::Code::H3_INTERNAL_ERROR);
-            e.to_string()
+            anyhow::anyhow!("{e}")
         })? {
-            stream.send_data(chunk).await.map_err(|e| e.to_string())?;
+            stream.send_data(chunk).await?;
         }
     }
-    stream.finish().await.map_err(|e| e.to_string())
+    Ok(stream.finish().await?)
 }

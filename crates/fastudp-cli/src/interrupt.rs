@@ -55,9 +55,14 @@ pub fn at_forced_exit(f: fn()) {
 
 /// The error an interrupted command returns after its report: status 130
 /// (see [`crate::failure`]), and `what` says what was reported.
-#[allow(dead_code)]
 pub fn interrupted(what: &str) -> anyhow::Error {
     anyhow::Error::new(crate::failure::Interrupted(what.to_string()))
+}
+
+/// The error of a command that Ctrl-C cut short after it printed its
+/// summary: status 130, and a line saying what the summary covers.
+pub fn summarized_err() -> anyhow::Error {
+    interrupted("the summary above covers the run until then")
 }
 
 /// The failure an interrupted command returns after its report: status

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{assert_refused, fastudp, fastudp_json, free_port, spawn};
+use common::{assert_fails_with, assert_refused, fastudp, fastudp_json, free_port, spawn};
 use serde_json::Value;
 
 #[test]
@@ -87,26 +87,57 @@ fn tx_interoperates_with_a_plain_receiver() {
 
 #[test]
 fn tx_and_rx_errors_are_clear() {
-    // Nothing listens: the destination does not answer.
+    // Nothing listens: the destination does not answer, a runtime failure.
     let port = free_port().to_string();
-    let o = fastudp(&["tx", "-D", "127.0.0.1", "-p", &port, "-l", "2", "-q"]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("does not answer"));
-    // GSO size beyond the path MTU, a family mismatch.
-    let o = fastudp(&["tx", "-D", "127.0.0.1", "-S", "70000"]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("MTU"));
-    let o = fastudp(&["tx", "-4", "-D", "::1"]);
-    assert_eq!(o.status.code(), Some(2));
-    // A port already in use.
+    assert_fails_with(
+        &["tx", "-D", "127.0.0.1", "-p", &port, "-l", "2", "-q"],
+        1,
+        &format!("127.0.0.1:{port} does not answer: nothing listens on that port"),
+    );
+    // GSO size beyond the path MTU, a family mismatch: usage errors.
+    assert_fails_with(
+        &["tx", "-D", "127.0.0.1", "-S", "70000"],
+        2,
+        "-S 70000: a GSO segment to 127.0.0.1:8000 must be 1 to ",
+    );
+    assert_fails_with(
+        &["tx", "-4", "-D", "::1"],
+        2,
+        "-D ::1 is not an IPv4 address",
+    );
+    // A port already in use: the socket cannot be bound, a runtime failure.
     let busy = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
     let p = busy.local_addr().unwrap().port().to_string();
     let o = fastudp(&["rx", "-p", &p, "--wait", "1"]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(
-        String::from_utf8_lossy(&o.stderr).contains("in use"),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("in use"), "{err}");
+    // So is a TCP port in use.
+    let busy = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+    let p = busy.local_addr().unwrap().port().to_string();
+    assert_fails_with(
+        &["rx", "-t", "-p", &p, "--wait", "1"],
+        1,
+        &format!("cannot listen on 0.0.0.0:{p}: "),
+    );
+    // Nothing arrives within --wait: a runtime failure.
+    let p = free_port().to_string();
+    assert_fails_with(
+        &["rx", "-p", &p, "--wait", "0.3"],
+        1,
+        &format!("no datagram arrived on 0.0.0.0:{p} in 0.3 s"),
+    );
+    // Bad values are usage errors, each one line.
+    assert_fails_with(
+        &["tx", "-D", "127.0.0.1", "-p", "0"],
+        2,
+        "-p 0: give the destination port, 1 to 65535",
+    );
+    assert_fails_with(
+        &["rx", "--wait", "0"],
+        2,
+        "--wait 0 is out of range: more than 0 and at most 86400",
     );
 }
 

@@ -43,7 +43,7 @@ fn call(function: &'static str, body: impl FnOnce() -> Res<()>) -> fastudp_resul
     match r {
         Ok(Ok(())) => FASTUDP_OK,
         Ok(Err(f)) => record(function, f),
-        Err(msg) => record(function, Failure::Panic(msg)),
+        Err(f) => record(function, f),
     }
 }
 
@@ -59,7 +59,7 @@ thread_local! {
 /// message and place. While `f` runs, the panic hook prints nothing (a
 /// library does not write to its host's stderr); panics elsewhere in the
 /// process go to the hook that was there before.
-fn quietly<R>(f: impl FnOnce() -> R + std::panic::UnwindSafe) -> Result<R, String> {
+fn quietly<R>(f: impl FnOnce() -> R + std::panic::UnwindSafe) -> Result<R, Failure> {
     static HOOK: Once = Once::new();
     HOOK.call_once(|| {
         let previous = std::panic::take_hook();
@@ -86,10 +86,12 @@ fn quietly<R>(f: impl FnOnce() -> R + std::panic::UnwindSafe) -> Result<R, Strin
         // The payload's destructor could itself panic: keep it from
         // unwinding out of this frame.
         let _ = catch_unwind(AssertUnwindSafe(move || drop(payload)));
-        match PANIC_AT.try_with(|p| p.borrow_mut().take()).ok().flatten() {
-            Some(at) => format!("{msg} (at {at})"),
-            None => msg,
-        }
+        Failure::Panic(
+            match PANIC_AT.try_with(|p| p.borrow_mut().take()).ok().flatten() {
+                Some(at) => format!("{msg} (at {at})"),
+                None => msg,
+            },
+        )
     })
 }
 
@@ -432,7 +434,7 @@ unsafe fn config_of(config: *const fastudp_config) -> Res<fastudp::Config> {
     }
     // SAFETY: non-NULL; the caller vouches for a readable fastudp_config.
     let c = unsafe { ptr::read(config) };
-    c.to_config().map_err(Failure::Invalid)
+    c.to_config()
 }
 
 /// Creates a UDP socket bound to `addr` (a `sockaddr_in` or `sockaddr_in6`
@@ -783,7 +785,7 @@ unsafe fn transmit_of<'a>(t: &fastudp_transmit, i: usize) -> Res<Transmit<'a>> {
             },
         )
     };
-    let ecn = ecn_from_c(t.ecn).map_err(|s| at(Failure::Invalid(s)))?;
+    let ecn = ecn_from_c(t.ecn).map_err(at)?;
     let base = if t.segment_size > 0 {
         Transmit::train(dest, contents, t.segment_size)
     } else {
@@ -1259,7 +1261,7 @@ pub unsafe extern "C" fn fastudp_coalescer_push(
                 },
             )
         };
-        let ecn = ecn_from_c(ecn).map_err(Failure::Invalid)?;
+        let ecn = ecn_from_c(ecn)?;
         let n = c
             .inner
             .push_with(&(&s.state, s.fd()), dest, data, ecn, src)?;

@@ -137,18 +137,24 @@ fn errno_of(e: &fastudp::Error) -> i32 {
     io.and_then(io::Error::raw_os_error).unwrap_or(0)
 }
 
-/// Why a call failed, before it becomes a code.
-#[derive(Debug)]
+/// Why a call failed, before it becomes a code. Its message is the
+/// sentence [`last_message`] gives after the function's name.
+#[derive(Debug, thiserror::Error)]
 pub enum Failure {
     /// A required pointer was NULL: the argument's name.
+    #[error("argument '{0}' is NULL")]
     Null(&'static str),
     /// A bad argument, with a sentence.
+    #[error("{0}")]
     Invalid(String),
     /// The Rust library's error.
+    #[error("{0}")]
     Lib(fastudp::Error),
     /// A panic, with its message.
+    #[error("internal error (a bug in libfastudp): panic: {0}")]
     Panic(String),
     /// An allocation failed, with a sentence.
+    #[error("{0}")]
     NoMemory(String),
 }
 
@@ -215,15 +221,9 @@ pub fn last() -> Option<(fastudp_result, i32, Option<usize>)> {
 /// This thread's last error as a sentence, naming the function.
 pub fn last_message() -> Option<String> {
     LAST.try_with(|l| {
-        l.borrow().as_ref().map(|last| {
-            let what = match &last.failure {
-                Failure::Null(arg) => format!("argument '{arg}' is NULL"),
-                Failure::Invalid(s) | Failure::NoMemory(s) => s.clone(),
-                Failure::Panic(s) => format!("internal error (a bug in libfastudp): panic: {s}"),
-                Failure::Lib(e) => e.to_string(),
-            };
-            format!("{}: {what}", last.function)
-        })
+        l.borrow()
+            .as_ref()
+            .map(|last| format!("{}: {}", last.function, last.failure))
     })
     .ok()
     .flatten()

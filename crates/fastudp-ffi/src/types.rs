@@ -8,6 +8,7 @@
 #![allow(non_camel_case_types)]
 
 use crate::abi::empty_storage;
+use crate::result::Failure;
 use libc::{sockaddr, sockaddr_storage, socklen_t};
 use std::ffi::c_char;
 use std::time::Duration;
@@ -121,13 +122,13 @@ impl Default for fastudp_config {
 
 impl fastudp_config {
     /// The Rust configuration, or a sentence saying what is wrong.
-    pub fn to_config(&self) -> Result<fastudp::Config, String> {
+    pub fn to_config(&self) -> Result<fastudp::Config, Failure> {
         if self.disabled & !FASTUDP_FEATURE_ALL != 0 {
-            return Err(format!(
+            return Err(Failure::Invalid(format!(
                 "config.disabled has unknown feature bits {:#x} (known: {:#x})",
                 self.disabled & !FASTUDP_FEATURE_ALL,
                 FASTUDP_FEATURE_ALL
-            ));
+            )));
         }
         for (name, v) in [
             ("recv_buffer", self.recv_buffer),
@@ -136,10 +137,10 @@ impl fastudp_config {
             // The kernel takes an int: a larger value would be cut to its
             // low 32 bits (4 GiB + 5 would ask for 5 bytes).
             if v > i32::MAX as usize {
-                return Err(format!(
+                return Err(Failure::Invalid(format!(
                     "config.{name} {v}: at most {} (INT_MAX) bytes, 0 for the system's default",
                     i32::MAX
-                ));
+                )));
             }
         }
         let mut c = fastudp::Config::default()
@@ -231,9 +232,9 @@ pub const FASTUDP_ECN_CE: u8 = 3;
 
 /// The Rust codepoint of a C ECN value (`None` for 0), or an error for a
 /// value over 3.
-pub fn ecn_from_c(v: u8) -> Result<Option<fastudp::EcnCodepoint>, String> {
+pub fn ecn_from_c(v: u8) -> Result<Option<fastudp::EcnCodepoint>, Failure> {
     if v > FASTUDP_ECN_CE {
-        return Err(format!("ECN value {v} is not 0 to 3"));
+        return Err(Failure::Invalid(format!("ECN value {v} is not 0 to 3")));
     }
     Ok(fastudp::EcnCodepoint::from_bits(v))
 }
@@ -728,7 +729,11 @@ mod tests {
             ..c
         };
         let e = bad.to_config().unwrap_err();
-        assert!(e.contains("unknown feature bits 0x100000"), "{e}");
+        assert!(matches!(e, Failure::Invalid(_)), "{e:?}");
+        assert!(
+            e.to_string().contains("unknown feature bits 0x100000"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -746,7 +751,9 @@ mod tests {
             ecn_to_c(Some(fastudp::EcnCodepoint::Ect1)),
             FASTUDP_ECN_ECT1
         );
-        assert!(ecn_from_c(4).unwrap_err().contains("not 0 to 3"));
+        let e = ecn_from_c(4).unwrap_err();
+        assert!(matches!(e, Failure::Invalid(_)), "{e:?}");
+        assert!(e.to_string().contains("not 0 to 3"), "{e}");
     }
 
     #[test]

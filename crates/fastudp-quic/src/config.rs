@@ -1,6 +1,7 @@
 //! The engine's configuration.
 
 use crate::limits;
+use crate::Error;
 use quinn_proto::{TransportConfig, VarInt};
 use std::time::Duration;
 
@@ -268,30 +269,33 @@ impl EngineConfig {
     }
 
     /// Checks the values; what is wrong, said plainly.
-    pub(crate) fn check(&self) -> Result<(), String> {
+    pub(crate) fn check(&self) -> Result<(), Error> {
         if self.workers == 0 || self.workers > 256 {
-            return Err(format!("workers {}: between 1 and 256", self.workers));
+            return Err(Error::Config(format!(
+                "workers {}: between 1 and 256",
+                self.workers
+            )));
         }
         if self.max_connections == 0 {
-            return Err("max_connections 0: at least 1".into());
+            return Err(Error::Config("max_connections 0: at least 1".into()));
         }
         if self.max_connections_per_ip == Some(0) {
-            return Err("max_connections_per_ip 0: at least 1".into());
+            return Err(Error::Config("max_connections_per_ip 0: at least 1".into()));
         }
         if !(1..=MAX_TRAIN_LIMIT).contains(&self.tuning.max_train) {
-            return Err(format!(
+            return Err(Error::Config(format!(
                 "max_train {}: between 1 and {MAX_TRAIN_LIMIT}",
                 self.tuning.max_train
-            ));
+            )));
         }
         if self.tuning.trains_per_turn == 0 {
-            return Err("trains_per_turn 0: at least 1".into());
+            return Err(Error::Config("trains_per_turn 0: at least 1".into()));
         }
         if self.tuning.ack_every.is_some_and(|n| n < 2) {
-            return Err("ack_every: at least 2".into());
+            return Err(Error::Config("ack_every: at least 2".into()));
         }
         if self.max_half_open == 0 {
-            return Err("max_half_open 0: at least 1".into());
+            return Err(Error::Config("max_half_open 0: at least 1".into()));
         }
         Ok(())
     }
@@ -317,7 +321,7 @@ mod tests {
     /// Each tuning value out of range is refused with its name.
     #[test]
     fn tuning_is_checked() {
-        assert_eq!(cfg(Tuning::default()).check(), Ok(()));
+        assert!(cfg(Tuning::default()).check().is_ok());
         for (t, want) in [
             (
                 Tuning {
@@ -349,13 +353,14 @@ mod tests {
             ),
         ] {
             let e = cfg(t).check().unwrap_err();
-            assert!(e.starts_with(want), "{e}");
+            assert!(matches!(e, Error::Config(_)), "{e:?}");
+            assert!(e.to_string().starts_with(want), "{e}");
         }
         let ok = Tuning {
             max_train: MAX_TRAIN_LIMIT,
             ack_every: Some(2),
             ..Tuning::default()
         };
-        assert_eq!(cfg(ok).check(), Ok(()));
+        assert!(cfg(ok).check().is_ok());
     }
 }

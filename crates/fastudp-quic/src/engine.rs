@@ -10,7 +10,7 @@ use crate::stats::Counters;
 use crate::tx::{send_socket, Tx};
 use crate::worker::{Setup, Worker};
 use fastudp::pacing::{choose_mode, PacingMode};
-use fastudp::{Config, ReuseportGroup, Steering, ZeroCopySender};
+use fastudp::{Config, ReuseportGroup, Socket, Steering, ZeroCopySender};
 use quinn_proto::{EndpointConfig, ServerConfig};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -47,7 +47,7 @@ pub enum Error {
 /// A running QUIC server: one worker thread per socket of a reuseport
 /// group, until [`Engine::stop`] (or until it is dropped).
 pub struct Engine {
-    threads: Vec<JoinHandle<Result<(), String>>>,
+    threads: Vec<JoinHandle<Result<(), Error>>>,
     counters: Arc<Counters>,
     stop: Arc<AtomicBool>,
     failed: Arc<AtomicBool>,
@@ -68,110 +68,27 @@ impl std::fmt::Debug for Engine {
 impl Engine {
     /// Binds the address and starts the workers, serving `app`.
     pub fn start(cfg: EngineConfig, app: Arc<dyn Application>) -> Result<Engine, Error> {
-        cfg.check().map_err(Error::Config)?;
-        let alpn = app.alpn();
-        if alpn.is_empty() {
-            return Err(Error::Config(
-                "the application names no ALPN protocol".into(),
-            ));
-        }
-        let mut tls = (*cfg.tls).clone();
-        tls.alpn_protocols = alpn;
+        cfg.check()?;
         let n = cfg.workers;
         let max_connections = cfg.max_connections;
         let per_address = Arc::new(limits::PerAddress::new(cfg.per_ip()));
-        let crypto = quinn_proto::crypto::rustls::QuicServerConfig::try_from(tls)
-            .map_err(|e| Error::Tls(e.to_string()))?;
-        let mut server = ServerConfig::with_crypto(Arc::new(crypto));
-        let mut transport = crate::transport(cfg.idle_timeout);
-        if let Some(n) = cfg.tuning.ack_every {
-            crate::ack_every(&mut transport, n);
-        }
-        server.transport_config(Arc::new(transport));
-        // Memory held for connections not yet accepted stays small whatever a
-        // flood of Initials does.
-        server.max_incoming(4096);
-        server.incoming_buffer_size(64 * 1024);
-        server.incoming_buffer_size_total(limits::INCOMING_BUFFER);
-        let server = Arc::new(server);
-
-        let group = ReuseportGroup::bind(
-            cfg.listen,
-            n,
-            Steering::QuicCid,
-            Config::default()
-                .recv_buffer(4 << 20)
-                .disabled(cfg.disabled),
-        )
-        .map_err(|source| Error::Listen {
-            addr: cfg.listen,
-            source,
-        })?;
-        let addr = group
-            .local_addr()
-            .map_err(|e| Error::Setup(format!("getsockname: {e}")))?;
-        let mut txs = Vec::with_capacity(n);
-        for _ in 0..n {
-            txs.push(send_socket(addr, cfg.disabled).map_err(Error::Setup)?);
-        }
-        let (pacing, why) = match &cfg.pacing {
-            Pacing::Quic => (
-                PacingMode::User,
-                "quinn-proto's pacer, in user space".to_string(),
-            ),
-            Pacing::Kernel { qdisc } => choose_mode(
-                PacingMode::Kernel,
-                txs[0].capabilities().txtime,
-                qdisc.as_deref(),
-            ),
-        };
-        if pacing == PacingMode::Kernel {
-            for s in &txs {
-                s.enable_txtime(false)
-                    .map_err(|e| Error::Setup(format!("SO_TXTIME: {e}")))?;
-            }
-        }
+        let server = server_config(&cfg, app.as_ref())?;
+        let (group, addr, txs) = bind(&cfg)?;
+        let (pacing, why) = choose_pacing(&cfg, &txs)?;
 
         let counters = Arc::new(Counters::default());
         let stop = Arc::new(AtomicBool::new(false));
         let failed = Arc::new(AtomicBool::new(false));
         let inboxes: Arc<Vec<Inbox>> = Arc::new((0..n).map(|_| Inbox::new(SLOTS)).collect());
-        let reset_key = {
-            let mut k = [0u8; 64];
-            rustls::crypto::ring::default_provider()
-                .secure_random
-                .fill(&mut k)
-                .map_err(|_| Error::Setup("the system random generator failed".into()))?;
-            Arc::new(ring_hmac(&k))
-        };
-        let cid_fallback = {
-            let mut k = [0u8; 32];
-            rustls::crypto::ring::default_provider()
-                .secure_random
-                .fill(&mut k)
-                .map_err(|_| Error::Setup("the system random generator failed".into()))?;
-            Arc::new((ring_hmac(&k), std::sync::atomic::AtomicU64::new(0)))
-        };
+        let reset_key = Arc::new(ring_hmac(&random_key::<64>()?));
+        let cid_fallback = Arc::new((
+            ring_hmac(&random_key::<32>()?),
+            std::sync::atomic::AtomicU64::new(0),
+        ));
         let mut zerocopy_error = None;
         let mut handles = Vec::with_capacity(n);
         for (i, (rx, tx)) in group.into_sockets().into_iter().zip(txs).enumerate() {
-            let mut ep = EndpointConfig::new(reset_key.clone());
-            // QUIC version 1 only (RFC 9000), not the drafts quinn-proto also
-            // speaks by default.
-            ep.supported_versions(vec![1]);
-            let fallback = cid_fallback.clone();
-            let rng = rustls::crypto::ring::default_provider().secure_random;
-            // 256 workers wrap to 0 in a byte: every byte value is then its own
-            // worker's, as `byte % 256` says.
-            let (w, nn) = (i as u8, n as u8);
-            ep.cid_generator(move || {
-                Box::new(WorkerCids {
-                    worker: w,
-                    workers: nn,
-                    rng,
-                    fallback: fallback.clone(),
-                })
-            });
+            let ep = endpoint_config(i, n, reset_key.clone(), cid_fallback.clone());
             let zc = if cfg.zerocopy {
                 match ZeroCopySender::new(&tx) {
                     Ok(z) => Some(z),
@@ -189,8 +106,7 @@ impl Engine {
                 counters.clone(),
                 cfg.total_rate.map(|r| r as f64 / n as f64),
                 cfg.tuning.max_train,
-            )
-            .map_err(Error::Setup)?;
+            )?;
             let setup = Setup {
                 id: i,
                 workers: n,
@@ -211,21 +127,7 @@ impl Engine {
                 recv_arena: cfg.tuning.recv_arena,
                 trains_per_turn: cfg.tuning.trains_per_turn,
             };
-            let h = std::thread::Builder::new()
-                .name(format!("quic-worker-{i}"))
-                .spawn(move || {
-                    let failed = setup.failed.clone();
-                    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        Worker::new(setup, tx).and_then(|mut w| w.run())
-                    }))
-                    .unwrap_or_else(|_| Err(format!("worker {i} panicked")));
-                    if r.is_err() {
-                        // The server stops rather than go on without a worker.
-                        failed.store(true, Relaxed);
-                    }
-                    r
-                });
-            match h {
+            match spawn_worker(i, setup, tx) {
                 Ok(h) => handles.push(h),
                 Err(e) => {
                     // The workers started so far stop before the error
@@ -296,11 +198,11 @@ impl Engine {
             match h.join() {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => err = Some(e),
-                Err(_) => err = Some("a worker panicked".to_string()),
+                Err(_) => err = Some(Error::Worker("a worker panicked".to_string())),
             }
         }
         match err {
-            Some(e) => Err(Error::Worker(e)),
+            Some(e) => Err(e),
             None => Ok(()),
         }
     }
@@ -312,6 +214,138 @@ impl Drop for Engine {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// The QUIC server configuration: the application's ALPN protocols on the
+/// TLS configuration, the transport, and the bounds on connections not yet
+/// accepted.
+fn server_config(cfg: &EngineConfig, app: &dyn Application) -> Result<Arc<ServerConfig>, Error> {
+    let alpn = app.alpn();
+    if alpn.is_empty() {
+        return Err(Error::Config(
+            "the application names no ALPN protocol".into(),
+        ));
+    }
+    let mut tls = (*cfg.tls).clone();
+    tls.alpn_protocols = alpn;
+    let crypto = quinn_proto::crypto::rustls::QuicServerConfig::try_from(tls)
+        .map_err(|e| Error::Tls(e.to_string()))?;
+    let mut server = ServerConfig::with_crypto(Arc::new(crypto));
+    let mut transport = crate::transport(cfg.idle_timeout);
+    if let Some(n) = cfg.tuning.ack_every {
+        crate::ack_every(&mut transport, n);
+    }
+    server.transport_config(Arc::new(transport));
+    // Memory held for connections not yet accepted stays small whatever a
+    // flood of Initials does.
+    server.max_incoming(4096);
+    server.incoming_buffer_size(64 * 1024);
+    server.incoming_buffer_size_total(limits::INCOMING_BUFFER);
+    Ok(Arc::new(server))
+}
+
+/// The reuseport group of receive sockets on the listening address, the
+/// address it got, and one send socket per worker.
+fn bind(cfg: &EngineConfig) -> Result<(ReuseportGroup, SocketAddr, Vec<Socket>), Error> {
+    let group = ReuseportGroup::bind(
+        cfg.listen,
+        cfg.workers,
+        Steering::QuicCid,
+        Config::default()
+            .recv_buffer(4 << 20)
+            .disabled(cfg.disabled),
+    )
+    .map_err(|source| Error::Listen {
+        addr: cfg.listen,
+        source,
+    })?;
+    let addr = group
+        .local_addr()
+        .map_err(|e| Error::Setup(format!("getsockname: {e}")))?;
+    let mut txs = Vec::with_capacity(cfg.workers);
+    for _ in 0..cfg.workers {
+        txs.push(send_socket(addr, cfg.disabled)?);
+    }
+    Ok((group, addr, txs))
+}
+
+/// The pacing in force, and why; `SO_TXTIME` on every send socket when
+/// the kernel paces.
+fn choose_pacing(cfg: &EngineConfig, txs: &[Socket]) -> Result<(PacingMode, String), Error> {
+    let (pacing, why) = match &cfg.pacing {
+        Pacing::Quic => (
+            PacingMode::User,
+            "quinn-proto's pacer, in user space".to_string(),
+        ),
+        Pacing::Kernel { qdisc } => choose_mode(
+            PacingMode::Kernel,
+            txs[0].capabilities().txtime,
+            qdisc.as_deref(),
+        ),
+    };
+    if pacing == PacingMode::Kernel {
+        for s in txs {
+            s.enable_txtime(false)
+                .map_err(|e| Error::Setup(format!("SO_TXTIME: {e}")))?;
+        }
+    }
+    Ok((pacing, why))
+}
+
+/// `N` bytes from the system random generator.
+fn random_key<const N: usize>() -> Result<[u8; N], Error> {
+    let mut k = [0u8; N];
+    rustls::crypto::ring::default_provider()
+        .secure_random
+        .fill(&mut k)
+        .map_err(|_| Error::Setup("the system random generator failed".into()))?;
+    Ok(k)
+}
+
+/// Worker `i`'s (of `n`) endpoint configuration: QUIC version 1, the
+/// shared stateless-reset key, and connection IDs that steer to it.
+fn endpoint_config(
+    i: usize,
+    n: usize,
+    reset_key: Arc<ring::hmac::Key>,
+    fallback: Arc<(ring::hmac::Key, std::sync::atomic::AtomicU64)>,
+) -> EndpointConfig {
+    let mut ep = EndpointConfig::new(reset_key);
+    // QUIC version 1 only (RFC 9000), not the drafts quinn-proto also
+    // speaks by default.
+    ep.supported_versions(vec![1]);
+    let rng = rustls::crypto::ring::default_provider().secure_random;
+    // 256 workers wrap to 0 in a byte: every byte value is then its own
+    // worker's, as `byte % 256` says.
+    let (w, nn) = (i as u8, n as u8);
+    ep.cid_generator(move || {
+        Box::new(WorkerCids {
+            worker: w,
+            workers: nn,
+            rng,
+            fallback: fallback.clone(),
+        })
+    });
+    ep
+}
+
+/// Starts worker `i`'s thread. A worker that fails (or panics) marks the
+/// engine failed: the server stops rather than go on without it.
+fn spawn_worker(i: usize, setup: Setup, tx: Tx) -> std::io::Result<JoinHandle<Result<(), Error>>> {
+    std::thread::Builder::new()
+        .name(format!("quic-worker-{i}"))
+        .spawn(move || {
+            let failed = setup.failed.clone();
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                Worker::new(setup, tx).and_then(|mut w| w.run())
+            }))
+            .unwrap_or_else(|_| Err(Error::Worker(format!("worker {i} panicked"))));
+            if r.is_err() {
+                // The server stops rather than go on without a worker.
+                failed.store(true, Relaxed);
+            }
+            r
+        })
 }
 
 /// How long [`Engine::stop`] takes at most, about.

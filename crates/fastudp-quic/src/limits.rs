@@ -216,10 +216,26 @@ pub fn default_budget() -> u64 {
         .unwrap_or(1 << 30)
 }
 
+/// A memory budget too small for the workers and one connection.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "--max-memory {budget}: {workers} workers and one connection need {need} bytes ({} MiB)",
+    need.div_ceil(M)
+)]
+#[non_exhaustive]
+pub struct BudgetError {
+    /// The budget, bytes.
+    pub budget: u64,
+    /// The workers.
+    pub workers: usize,
+    /// What the workers and one connection need, bytes.
+    pub need: u64,
+}
+
 /// The connections `budget` bytes allow with `workers` workers, at most
 /// `asked`; an error when the budget does not cover the workers and one
 /// connection.
-pub fn max_connections(budget: u64, workers: usize, asked: usize) -> Result<usize, String> {
+pub fn max_connections(budget: u64, workers: usize, asked: usize) -> Result<usize, BudgetError> {
     max_connections_with(budget, workers, asked, per_connection())
 }
 
@@ -230,14 +246,15 @@ pub fn max_connections_with(
     workers: usize,
     asked: usize,
     each: u64,
-) -> Result<usize, String> {
+) -> Result<usize, BudgetError> {
     let fixed = BASE + workers as u64 * per_worker();
     let need = fixed + each;
     if budget < need {
-        return Err(format!(
-            "--max-memory {budget}: {workers} workers and one connection need {need} bytes ({} MiB)",
-            need.div_ceil(M)
-        ));
+        return Err(BudgetError {
+            budget,
+            workers,
+            need,
+        });
     }
     let n = (budget - fixed) / each;
     Ok(usize::try_from(n).unwrap_or(usize::MAX).min(asked))

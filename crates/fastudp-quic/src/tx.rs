@@ -5,6 +5,7 @@
 
 use crate::limits::{SPARE_TRAINS, STATELESS_QUEUE};
 use crate::stats::Counters;
+use crate::Error;
 use fastudp::pacing::DEFAULT_BATCH_BYTES;
 use fastudp::{Config, EcnCodepoint, SendMeta, Socket, Transmit, ZeroCopySender};
 use std::net::{IpAddr, SocketAddr};
@@ -67,11 +68,11 @@ impl Tx {
         counters: Arc<Counters>,
         rate: Option<f64>,
         max_train: usize,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, Error> {
         socket
             .as_std()
             .set_nonblocking(true)
-            .map_err(|e| format!("send socket: {e}"))?;
+            .map_err(|e| Error::Setup(format!("send socket: {e}")))?;
         let mut max_train = socket
             .max_gso_segments()
             .clamp(1, max_train.clamp(1, crate::MAX_TRAIN_LIMIT));
@@ -370,7 +371,7 @@ fn send_buffer_full(e: &fastudp::Error) -> bool {
 /// An unconnected send socket on `addr`, in the reuseport group after its
 /// receive sockets (the steering program never picks it), with the
 /// features `disabled` switches off.
-pub(crate) fn send_socket(addr: SocketAddr, disabled: fastudp::Disabled) -> Result<Socket, String> {
+pub(crate) fn send_socket(addr: SocketAddr, disabled: fastudp::Disabled) -> Result<Socket, Error> {
     let s = socket2::Socket::new(
         socket2::Domain::for_address(addr),
         socket2::Type::DGRAM,
@@ -384,7 +385,7 @@ pub(crate) fn send_socket(addr: SocketAddr, disabled: fastudp::Disabled) -> Resu
         s.bind(&addr.into())?;
         Ok(s)
     })
-    .map_err(|e| format!("send socket on {addr}: {e}"))?;
+    .map_err(|e| Error::Setup(format!("send socket on {addr}: {e}")))?;
     // The socket is non-blocking: a buffer that holds a whole turn's
     // trains of many connections keeps `EAGAIN` (and the retry calls
     // after it) rare (capped at net.core.wmem_max without CAP_NET_ADMIN).
@@ -394,7 +395,7 @@ pub(crate) fn send_socket(addr: SocketAddr, disabled: fastudp::Disabled) -> Resu
             .send_buffer(SEND_BUFFER)
             .disabled(disabled),
     )
-    .map_err(|e| format!("send socket on {addr}: {e}"))
+    .map_err(|e| Error::Setup(format!("send socket on {addr}: {e}")))
 }
 
 fn from_quinn_ecn(e: Option<quinn_proto::EcnCodepoint>) -> Option<EcnCodepoint> {

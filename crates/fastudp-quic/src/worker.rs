@@ -33,6 +33,7 @@ use crate::hq::wire as hq;
 use crate::limits::{self, PENDING_TRAINS, STATELESS_BUF, STATELESS_QUEUE};
 use crate::stats::Counters;
 use crate::tx::{keep_spare, Pending, Tx, ZEROCOPY_MIN};
+use crate::Error;
 use bytes::{Bytes, BytesMut};
 use fastudp::pacing::PacingMode;
 use fastudp::{EcnCodepoint, RecvBatch, Socket, Steering};
@@ -185,10 +186,10 @@ pub(crate) struct Worker {
 }
 
 impl Worker {
-    pub(crate) fn new(s: Setup, tx: Tx) -> Result<Self, String> {
+    pub(crate) fn new(s: Setup, tx: Tx) -> Result<Self, Error> {
         s.rx.as_std()
             .set_nonblocking(true)
-            .map_err(|e| format!("worker {}: {e}", s.id))?;
+            .map_err(|e| Error::Worker(format!("worker {}: {e}", s.id)))?;
         let allow_mtud = !tx.socket.may_fragment();
         let endpoint = Endpoint::new(s.endpoint.clone(), Some(s.server.clone()), allow_mtud, None);
         if s.total_rate.is_some() {
@@ -223,7 +224,7 @@ impl Worker {
         })
     }
 
-    pub(crate) fn run(&mut self) -> Result<(), String> {
+    pub(crate) fn run(&mut self) -> Result<(), Error> {
         loop {
             let now = Instant::now();
             if self.s.stop.load(Relaxed) && self.closing_since.is_none() {
@@ -248,7 +249,7 @@ impl Worker {
             self.ep
                 .forwarded(now, &self.s, &mut self.table, &mut self.tx, closing);
             self.ep
-                .receive(now, &self.s, &mut self.table, &mut self.tx, closing)?;
+                .receive(now, &self.s, &mut self.table, &mut self.tx, closing);
             self.turn(now);
             self.tx.flush();
             if now.duration_since(self.published) > Duration::from_millis(100) {
@@ -369,7 +370,7 @@ impl EndpointDriver {
         table: &mut ConnTable,
         tx: &mut Tx,
         closing: bool,
-    ) -> Result<(), String> {
+    ) {
         for _ in 0..8 {
             let Some(b) = self.batch.as_mut() else { break };
             match s.rx.recv(b) {
@@ -420,7 +421,6 @@ impl EndpointDriver {
                 break;
             }
         }
-        Ok(())
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -461,76 +461,7 @@ impl EndpointDriver {
                 }
             }
             Some(DatagramEvent::NewConnection(incoming)) => {
-                // A place among the server's connections, taken now and
-                // given back when the connection goes (or is not made).
-                let max = s.max_connections as u64;
-                let placed = !closing
-                    && s.counters
-                        .connections
-                        .fetch_update(Relaxed, Relaxed, |c| (c < max).then_some(c + 1))
-                        .is_ok();
-                if !placed {
-                    let t = self.endpoint.refuse(incoming, &mut buf);
-                    s.counters.refused.fetch_add(1, Relaxed);
-                    return tx.stateless(&t, buf);
-                } else if (s.retry
-                    || self.half_open >= s.max_half_open
-                    || s.counters.half_open.load(Relaxed) >= max / 2)
-                    && !incoming.remote_address_validated()
-                    && incoming.may_retry()
-                {
-                    s.counters.connections.fetch_sub(1, Relaxed);
-                    match self.endpoint.retry(incoming, &mut buf) {
-                        Ok(t) => {
-                            s.counters.retries.fetch_add(1, Relaxed);
-                            return tx.stateless(&t, buf);
-                        }
-                        Err(e) => self.endpoint.ignore(e.into_incoming()),
-                    }
-                } else {
-                    // A validated address (a Retry token) takes its place
-                    // of its share now; others once the handshake is done.
-                    let address = incoming.remote_address().ip();
-                    let address_counted = incoming.remote_address_validated();
-                    if address_counted && !s.per_address.take(address) {
-                        s.counters.connections.fetch_sub(1, Relaxed);
-                        let t = self.endpoint.refuse(incoming, &mut buf);
-                        s.counters.refused.fetch_add(1, Relaxed);
-                        return tx.stateless(&t, buf);
-                    }
-                    match self.endpoint.accept(incoming, now, &mut buf, None) {
-                        Ok((ch, conn)) => {
-                            s.counters.accepted.fetch_add(1, Relaxed);
-                            self.half_open += 1;
-                            s.counters.half_open.fetch_add(1, Relaxed);
-                            table.conns.insert(
-                                ch,
-                                Box::new(Conn {
-                                    conn: Rc::new(RefCell::new(conn)),
-                                    app: None,
-                                    closed: None,
-                                    timer: None,
-                                    next_departure: 0,
-                                    lost: 0,
-                                    half_open: true,
-                                    address,
-                                    address_counted,
-                                    finishing: Vec::new(),
-                                }),
-                            );
-                            table.dirty.push(ch);
-                        }
-                        Err(e) => {
-                            s.counters.connections.fetch_sub(1, Relaxed);
-                            if address_counted {
-                                s.per_address.give(address);
-                            }
-                            if let Some(t) = e.response {
-                                return tx.stateless(&t, buf);
-                            }
-                        }
-                    }
-                }
+                return self.new_connection(incoming, now, s, table, tx, closing, buf);
             }
             Some(DatagramEvent::Response(t)) => return tx.stateless(&t, buf),
             None => {
@@ -538,6 +469,106 @@ impl EndpointDriver {
             }
         }
         keep_spare(&mut tx.small_spare, buf, STATELESS_QUEUE);
+    }
+
+    /// A client's first datagram: the connection is refused, asked to
+    /// retry (address validation), or accepted. `buf` holds any stateless
+    /// reply, and goes back to the spares otherwise.
+    #[allow(clippy::too_many_arguments)]
+    fn new_connection(
+        &mut self,
+        incoming: quinn_proto::Incoming,
+        now: Instant,
+        s: &Setup,
+        table: &mut ConnTable,
+        tx: &mut Tx,
+        closing: bool,
+        mut buf: Vec<u8>,
+    ) {
+        // A place among the server's connections, taken now and
+        // given back when the connection goes (or is not made).
+        let max = s.max_connections as u64;
+        let placed = !closing
+            && s.counters
+                .connections
+                .fetch_update(Relaxed, Relaxed, |c| (c < max).then_some(c + 1))
+                .is_ok();
+        if !placed {
+            let t = self.endpoint.refuse(incoming, &mut buf);
+            s.counters.refused.fetch_add(1, Relaxed);
+            return tx.stateless(&t, buf);
+        } else if (s.retry
+            || self.half_open >= s.max_half_open
+            || s.counters.half_open.load(Relaxed) >= max / 2)
+            && !incoming.remote_address_validated()
+            && incoming.may_retry()
+        {
+            s.counters.connections.fetch_sub(1, Relaxed);
+            match self.endpoint.retry(incoming, &mut buf) {
+                Ok(t) => {
+                    s.counters.retries.fetch_add(1, Relaxed);
+                    return tx.stateless(&t, buf);
+                }
+                Err(e) => self.endpoint.ignore(e.into_incoming()),
+            }
+        } else if let Some(t) = self.accept(incoming, now, s, table, &mut buf) {
+            return tx.stateless(&t, buf);
+        }
+        keep_spare(&mut tx.small_spare, buf, STATELESS_QUEUE);
+    }
+
+    /// Accepts a connection that has its place among the server's: it
+    /// goes into the table, half open. A stateless reply to send instead
+    /// (a refusal) comes back, written into `buf`.
+    fn accept(
+        &mut self,
+        incoming: quinn_proto::Incoming,
+        now: Instant,
+        s: &Setup,
+        table: &mut ConnTable,
+        buf: &mut Vec<u8>,
+    ) -> Option<quinn_proto::Transmit> {
+        // A validated address (a Retry token) takes its place
+        // of its share now; others once the handshake is done.
+        let address = incoming.remote_address().ip();
+        let address_counted = incoming.remote_address_validated();
+        if address_counted && !s.per_address.take(address) {
+            s.counters.connections.fetch_sub(1, Relaxed);
+            let t = self.endpoint.refuse(incoming, buf);
+            s.counters.refused.fetch_add(1, Relaxed);
+            return Some(t);
+        }
+        match self.endpoint.accept(incoming, now, buf, None) {
+            Ok((ch, conn)) => {
+                s.counters.accepted.fetch_add(1, Relaxed);
+                self.half_open += 1;
+                s.counters.half_open.fetch_add(1, Relaxed);
+                table.conns.insert(
+                    ch,
+                    Box::new(Conn {
+                        conn: Rc::new(RefCell::new(conn)),
+                        app: None,
+                        closed: None,
+                        timer: None,
+                        next_departure: 0,
+                        lost: 0,
+                        half_open: true,
+                        address,
+                        address_counted,
+                        finishing: Vec::new(),
+                    }),
+                );
+                table.dirty.push(ch);
+                None
+            }
+            Err(e) => {
+                s.counters.connections.fetch_sub(1, Relaxed);
+                if address_counted {
+                    s.per_address.give(address);
+                }
+                e.response
+            }
+        }
     }
 }
 
@@ -644,49 +675,81 @@ impl ConnTable {
                 }
                 app.poll(&mut cx);
             }
-            // Transmits: quinn-proto's pacer says when to stop.
-            loop {
-                if trains == s.trains_per_turn
-                    || tx.blocked
-                    || tx.pending.len() + tx.zc_pending.len() >= PENDING_TRAINS
-                {
-                    self.more.push(ch);
-                    break;
-                }
-                trains += 1;
-                let mut buf = tx.take_buf();
-                let t = c
-                    .conn
-                    .borrow_mut()
-                    .poll_transmit(now, tx.max_train, &mut buf);
-                let Some(t) = t else {
-                    tx.give_buf(buf);
-                    break;
-                };
-                let txtime = (s.pacing == PacingMode::Kernel).then(|| departure(&mut c, t.size));
-                if tx.zc.is_some() && t.size >= ZEROCOPY_MIN {
-                    buf.truncate(t.size);
-                    tx.zc_pending.push(Pending::new(&t, buf, txtime));
-                } else {
-                    tx.queue(&t, buf, txtime);
-                }
-            }
+            self.transmits(ch, &mut c, now, tx, s, &mut trains);
             if !again {
                 break;
             }
         }
         self.events = events;
-        let (drained, handshaking) = {
-            let conn = c.conn.borrow();
-            (conn.is_drained(), conn.is_handshaking())
-        };
-        if c.half_open && (gone || drained || !handshaking) {
+        let drained = c.conn.borrow().is_drained();
+        self.settle_half_open(ch, &mut c, now, ep, s, gone || drained);
+        if gone || drained {
+            self.forget(ch, &mut c, s);
+            return;
+        }
+        self.set_timer(ch, &mut c);
+        self.conns.insert(ch, c);
+    }
+
+    /// Queues connection `c`'s transmits (quinn-proto's pacer says when to
+    /// stop), up to the turn's share of trains (`trains` so far) or a full
+    /// queue: it then goes on next turn.
+    fn transmits(
+        &mut self,
+        ch: ConnectionHandle,
+        c: &mut Conn,
+        now: Instant,
+        tx: &mut Tx,
+        s: &Setup,
+        trains: &mut usize,
+    ) {
+        loop {
+            if *trains == s.trains_per_turn
+                || tx.blocked
+                || tx.pending.len() + tx.zc_pending.len() >= PENDING_TRAINS
+            {
+                self.more.push(ch);
+                break;
+            }
+            *trains += 1;
+            let mut buf = tx.take_buf();
+            let t = c
+                .conn
+                .borrow_mut()
+                .poll_transmit(now, tx.max_train, &mut buf);
+            let Some(t) = t else {
+                tx.give_buf(buf);
+                break;
+            };
+            let txtime = (s.pacing == PacingMode::Kernel).then(|| departure(c, t.size));
+            if tx.zc.is_some() && t.size >= ZEROCOPY_MIN {
+                buf.truncate(t.size);
+                tx.zc_pending.push(Pending::new(&t, buf, txtime));
+            } else {
+                tx.queue(&t, buf, txtime);
+            }
+        }
+    }
+
+    /// A half-open connection whose handshake ended (or that is `ending`)
+    /// is no longer counted half open. The handshake validated the
+    /// address: the connection takes its place of the address's share,
+    /// or is closed.
+    fn settle_half_open(
+        &mut self,
+        ch: ConnectionHandle,
+        c: &mut Conn,
+        now: Instant,
+        ep: &mut EndpointDriver,
+        s: &Setup,
+        ending: bool,
+    ) {
+        let handshaking = c.conn.borrow().is_handshaking();
+        if c.half_open && (ending || !handshaking) {
             c.half_open = false;
             ep.half_open -= 1;
             s.counters.half_open.fetch_sub(1, Relaxed);
-            // The handshake validated the address: the connection takes
-            // its place of the address's share, or is closed.
-            if !gone && !drained && !c.address_counted {
+            if !ending && !c.address_counted {
                 if s.per_address.take(c.address) {
                     c.address_counted = true;
                 } else {
@@ -701,30 +764,37 @@ impl ConnTable {
                 }
             }
         }
-        if gone || drained {
-            if let Some(t) = c.timer {
-                self.timers.remove(&(t, ch));
-            }
-            self.lost_closed += c
-                .conn
-                .borrow()
-                .stats()
-                .path
-                .lost_packets
-                .saturating_sub(c.lost);
-            s.counters.connections.fetch_sub(1, Relaxed);
-            if c.address_counted {
-                s.per_address.give(c.address);
-            }
-            if let Some(mut app) = c.app.take() {
-                app.on_closed(c.closed.take().unwrap_or(Closed::Locally));
-            }
-            // The table gives back its room as connections go.
-            if self.conns.capacity() > 4 * self.conns.len() + 64 {
-                self.conns.shrink_to_fit();
-            }
-            return;
+    }
+
+    /// Drops a connection that is gone: its timer, its place among the
+    /// server's and its address's connections, and its application.
+    fn forget(&mut self, ch: ConnectionHandle, c: &mut Conn, s: &Setup) {
+        if let Some(t) = c.timer {
+            self.timers.remove(&(t, ch));
         }
+        self.lost_closed += c
+            .conn
+            .borrow()
+            .stats()
+            .path
+            .lost_packets
+            .saturating_sub(c.lost);
+        s.counters.connections.fetch_sub(1, Relaxed);
+        if c.address_counted {
+            s.per_address.give(c.address);
+        }
+        if let Some(mut app) = c.app.take() {
+            app.on_closed(c.closed.take().unwrap_or(Closed::Locally));
+        }
+        // The table gives back its room as connections go.
+        if self.conns.capacity() > 4 * self.conns.len() + 64 {
+            self.conns.shrink_to_fit();
+        }
+    }
+
+    /// Sets connection `c`'s timer to its next deadline: quinn-proto's or
+    /// its application's, whichever comes first.
+    fn set_timer(&mut self, ch: ConnectionHandle, c: &mut Conn) {
         let next = [
             c.conn.borrow_mut().poll_timeout(),
             c.app.as_ref().and_then(|a| a.timeout()),
@@ -741,7 +811,6 @@ impl ConnTable {
             }
             c.timer = next;
         }
-        self.conns.insert(ch, c);
     }
 
     /// Hands one of a connection's events to its application (accepting

@@ -140,7 +140,7 @@ impl Stop<'_> {
         wait: Wait,
         sock: &UdpSocket,
         idle_since: &mut Option<Instant>,
-    ) -> Result<bool, String> {
+    ) -> anyhow::Result<bool> {
         match wait {
             // The receive has already waited IDLE.
             Wait::Block => Ok(self.sender_done()),
@@ -148,7 +148,7 @@ impl Stop<'_> {
                 // Read before waiting: a sender that finishes during an idle
                 // wait has sent everything before it.
                 let done = self.sender_done();
-                let came = wait_readable(sock).map_err(|e| e.to_string())?;
+                let came = wait_readable(sock)?;
                 Ok(!came && done)
             }
             Wait::Poll => {
@@ -367,10 +367,10 @@ fn keep_pace(pace: Option<f64>, start: Instant, bytes: u64) {
 
 /// Runs `send` and `recv` on two threads, pinned when there are two CPUs.
 /// `send` gets its deadline.
-fn measure<S, R>(run: &Run, send: S, recv: R) -> Result<Measured, String>
+fn measure<S, R>(run: &Run, send: S, recv: R) -> anyhow::Result<Measured>
 where
-    S: FnOnce(Instant) -> Result<Sent, String> + Send,
-    R: FnOnce(&Stop<'_>) -> Result<Tally, String> + Send,
+    S: FnOnce(Instant) -> anyhow::Result<Sent> + Send,
+    R: FnOnce(&Stop<'_>) -> anyhow::Result<Tally> + Send,
 {
     let Run { dur, pin, .. } = *run;
     let barrier = &Barrier::new(2);
@@ -398,12 +398,12 @@ where
         });
         let sent = tx
             .join()
-            .map_err(|_| "sender panicked".to_string())
-            .and_then(|r| r.map_err(|e| format!("sender: {e}")));
+            .map_err(|_| anyhow::anyhow!("sender panicked"))
+            .and_then(|r| r.map_err(|e| anyhow::anyhow!("sender: {e}")));
         let got = rx
             .join()
-            .map_err(|_| "receiver panicked".to_string())
-            .and_then(|r| r.map_err(|e| format!("receiver: {e}")));
+            .map_err(|_| anyhow::anyhow!("receiver panicked"))
+            .and_then(|r| r.map_err(|e| anyhow::anyhow!("receiver: {e}")));
         let (sent, got) = (sent?, got?);
         Ok(Measured {
             bytes: got.bytes,
@@ -443,11 +443,11 @@ fn set_wait(sock: &UdpSocket, wait: Wait) -> io::Result<()> {
     }
 }
 
-fn sendto_recvfrom(run: &Run) -> Result<Measured, String> {
-    let (tx, rx) = std_pair().map_err(|e| e.to_string())?;
-    let dest = rx.local_addr().map_err(|e| e.to_string())?;
+fn sendto_recvfrom(run: &Run) -> anyhow::Result<Measured> {
+    let (tx, rx) = std_pair()?;
+    let dest = rx.local_addr()?;
     let wait = run.std_wait;
-    set_wait(&rx, wait).map_err(|e| e.to_string())?;
+    set_wait(&rx, wait)?;
     measure(
         run,
         |until| {
@@ -463,7 +463,7 @@ fn sendto_recvfrom(run: &Run) -> Result<Measured, String> {
                     }
                     Err(e) if refused(&e) => s.refused += 1,
                     Err(e) if transient(&e) => thread::yield_now(),
-                    Err(e) => return Err(e.to_string()),
+                    Err(e) => return Err(e.into()),
                 }
             }
             s.cpu = cpu.elapsed();
@@ -485,7 +485,7 @@ fn sendto_recvfrom(run: &Run) -> Result<Measured, String> {
                             break;
                         }
                     }
-                    Err(e) => return Err(e.to_string()),
+                    Err(e) => return Err(e.into()),
                 }
             }
             Ok(t.finish())
@@ -495,7 +495,7 @@ fn sendto_recvfrom(run: &Run) -> Result<Measured, String> {
 
 /// Receives with a fastudp socket until the sender is done and the socket
 /// idle, counting every datagram of every (GRO) message.
-fn fastudp_receive(rx: &Socket, wait: Wait, stop: &Stop<'_>) -> Result<Tally, String> {
+fn fastudp_receive(rx: &Socket, wait: Wait, stop: &Stop<'_>) -> anyhow::Result<Tally> {
     let mut batch = RecvBatch::new(BATCH);
     let mut idle_since = None;
     let mut t = Tally::new();
@@ -515,7 +515,7 @@ fn fastudp_receive(rx: &Socket, wait: Wait, stop: &Stop<'_>) -> Result<Tally, St
                     break;
                 }
             }
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(e.into()),
         }
     }
     Ok(t.finish())
@@ -530,7 +530,7 @@ fn fastudp_send_loop(
     transmits: &[Transmit<'_>],
     until: Instant,
     pace: Option<f64>,
-) -> Result<Sent, String> {
+) -> anyhow::Result<Sent> {
     let mut s = Sent::default();
     let start = Instant::now();
     let cpu = CpuClock::start();
@@ -557,7 +557,7 @@ fn fastudp_send_loop(
                     }
                     thread::yield_now();
                 }
-                Err(e) => return Err(e.to_string()),
+                Err(e) => return Err(e.into()),
             }
             keep_pace(pace, start, s.bytes);
         }
@@ -577,21 +577,20 @@ fn train_payload() -> Vec<u8> {
     vec![0x5a_u8; GSO_SEGMENTS * DATAGRAM]
 }
 
-fn fastudp_pair(config: Config, wait: Wait) -> Result<(Socket, Socket), String> {
-    let rx =
-        Socket::bind_with(local(), config.recv_buffer(RECV_BUFFER)).map_err(|e| e.to_string())?;
-    let tx = Socket::bind_with(local(), config).map_err(|e| e.to_string())?;
-    set_wait(rx.as_std(), wait).map_err(|e| e.to_string())?;
+fn fastudp_pair(config: Config, wait: Wait) -> anyhow::Result<(Socket, Socket)> {
+    let rx = Socket::bind_with(local(), config.recv_buffer(RECV_BUFFER))?;
+    let tx = Socket::bind_with(local(), config)?;
+    set_wait(rx.as_std(), wait)?;
     Ok((tx, rx))
 }
 
-fn fastudp_mmsg(run: &Run) -> Result<Measured, String> {
+fn fastudp_mmsg(run: &Run) -> anyhow::Result<Measured> {
     let config = Config::default()
         .disabled(Disabled::parse("gso").expect("known name"))
         .gro(false);
     let wait = run.fastudp_wait;
     let (tx, rx) = fastudp_pair(config, wait)?;
-    let dest = rx.local_addr().map_err(|e| e.to_string())?;
+    let dest = rx.local_addr()?;
     let r = measure(
         run,
         |until| {
@@ -607,10 +606,10 @@ fn fastudp_mmsg(run: &Run) -> Result<Measured, String> {
     r
 }
 
-fn fastudp_gso_gro(run: &Run) -> Result<Measured, String> {
+fn fastudp_gso_gro(run: &Run) -> anyhow::Result<Measured> {
     let wait = run.fastudp_wait;
     let (tx, rx) = fastudp_pair(Config::default(), wait)?;
-    let dest = rx.local_addr().map_err(|e| e.to_string())?;
+    let dest = rx.local_addr()?;
     if tx.max_gso_segments() < GSO_SEGMENTS {
         eprintln!(
             "note: fastudp GSO allows {} segments per send; trains go out split",
@@ -652,13 +651,13 @@ fn report_fastudp(name: &str, tx: &Socket, rx: &Socket) {
 }
 
 /// A quinn-udp sender on a blocking socket, as fastudp's.
-fn quinn_sender() -> Result<(UdpSocket, quinn_udp::UdpSocketState), String> {
-    let tx = UdpSocket::bind(local()).map_err(|e| e.to_string())?;
+fn quinn_sender() -> anyhow::Result<(UdpSocket, quinn_udp::UdpSocketState)> {
+    let tx = UdpSocket::bind(local())?;
     // This makes the socket non-blocking.
-    let state = quinn_udp::UdpSocketState::new((&tx).into()).map_err(|e| e.to_string())?;
-    tx.set_nonblocking(false).map_err(|e| e.to_string())?;
+    let state = quinn_udp::UdpSocketState::new((&tx).into())?;
+    tx.set_nonblocking(false)?;
     if state.max_gso_segments() < GSO_SEGMENTS {
-        return Err(format!(
+        return Err(anyhow::anyhow!(
             "quinn-udp GSO allows {} segments per send",
             state.max_gso_segments()
         ));
@@ -668,18 +667,16 @@ fn quinn_sender() -> Result<(UdpSocket, quinn_udp::UdpSocketState), String> {
 
 /// A quinn-udp receiver set up for `run.quinn_wait`, and how it waits. It
 /// cannot block: quinn-udp's `recvmmsg` would wait for all BATCH messages.
-fn quinn_receiver(run: &Run) -> Result<(UdpSocket, quinn_udp::UdpSocketState, Wait), String> {
-    let rx = UdpSocket::bind(local()).map_err(|e| e.to_string())?;
-    socket2::SockRef::from(&rx)
-        .set_recv_buffer_size(RECV_BUFFER)
-        .map_err(|e| e.to_string())?;
+fn quinn_receiver(run: &Run) -> anyhow::Result<(UdpSocket, quinn_udp::UdpSocketState, Wait)> {
+    let rx = UdpSocket::bind(local())?;
+    socket2::SockRef::from(&rx).set_recv_buffer_size(RECV_BUFFER)?;
     // This makes the socket non-blocking and turns GRO on.
-    let state = quinn_udp::UdpSocketState::new((&rx).into()).map_err(|e| e.to_string())?;
+    let state = quinn_udp::UdpSocketState::new((&rx).into())?;
     let wait = match run.quinn_wait {
         Wait::Block => Wait::Peek,
         w => w,
     };
-    set_wait(&rx, wait).map_err(|e| e.to_string())?;
+    set_wait(&rx, wait)?;
     Ok((rx, state, wait))
 }
 
@@ -691,7 +688,7 @@ fn quinn_send_loop(
     tx: &UdpSocket,
     dest: SocketAddr,
     until: Instant,
-) -> Result<Sent, String> {
+) -> anyhow::Result<Sent> {
     let payload = train_payload();
     let transmit = quinn_udp::Transmit {
         destination: dest,
@@ -724,7 +721,7 @@ fn quinn_send_loop(
                     }
                     thread::yield_now();
                 }
-                Err(e) => return Err(e.to_string()),
+                Err(e) => return Err(e.into()),
             }
         }
     }
@@ -740,7 +737,7 @@ fn quinn_receive(
     rx: &UdpSocket,
     wait: Wait,
     stop: &Stop<'_>,
-) -> Result<Tally, String> {
+) -> anyhow::Result<Tally> {
     let mut bufs = vec![vec![0u8; GRO_MESSAGE]; BATCH];
     let mut slices: Vec<IoSliceMut<'_>> = bufs.iter_mut().map(|b| IoSliceMut::new(b)).collect();
     let mut metas = vec![quinn_udp::RecvMeta::default(); BATCH];
@@ -762,16 +759,16 @@ fn quinn_receive(
                     break;
                 }
             }
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(e.into()),
         }
     }
     Ok(t.finish())
 }
 
-fn quinn_gso_gro(run: &Run) -> Result<Measured, String> {
+fn quinn_gso_gro(run: &Run) -> anyhow::Result<Measured> {
     let (rx, rx_state, wait) = quinn_receiver(run)?;
     let (tx, tx_state) = quinn_sender()?;
-    let dest = rx.local_addr().map_err(|e| e.to_string())?;
+    let dest = rx.local_addr()?;
     if run.verbose {
         println!(
             "  [quinn-udp gso+gro] max_gso_segments {}, gro_segments {}",
@@ -788,13 +785,13 @@ fn quinn_gso_gro(run: &Run) -> Result<Measured, String> {
 
 /// A 127.0.0.1 address with nothing bound on it: a port bound and dropped
 /// at once. Call it while the sender is bound, so the two differ.
-fn closed_port() -> Result<SocketAddr, String> {
-    let probe = UdpSocket::bind(local()).map_err(|e| e.to_string())?;
-    probe.local_addr().map_err(|e| e.to_string())
+fn closed_port() -> anyhow::Result<SocketAddr> {
+    let probe = UdpSocket::bind(local())?;
+    Ok(probe.local_addr()?)
 }
 
 /// Runs `f` on a new thread, pinned to CPU 0 when `pin`.
-fn on_sender_thread<T: Send>(pin: bool, f: impl FnOnce() -> T + Send) -> Result<T, String> {
+fn on_sender_thread<T: Send>(pin: bool, f: impl FnOnce() -> T + Send) -> anyhow::Result<T> {
     thread::scope(|s| {
         s.spawn(move || {
             if pin {
@@ -803,16 +800,16 @@ fn on_sender_thread<T: Send>(pin: bool, f: impl FnOnce() -> T + Send) -> Result<
             f()
         })
         .join()
-        .map_err(|_| "sender panicked".to_string())
+        .map_err(|_| anyhow::anyhow!("sender panicked"))
     })
 }
 
 /// Send side, A: fastudp's sender alone, to a closed port.
-fn fastudp_send_only(run: &Run) -> Result<Sent, String> {
-    let tx = Socket::bind_with(local(), Config::default()).map_err(|e| e.to_string())?;
+fn fastudp_send_only(run: &Run) -> anyhow::Result<Sent> {
+    let tx = Socket::bind_with(local(), Config::default())?;
     let dest = closed_port()?;
     if tx.max_gso_segments() < GSO_SEGMENTS {
-        return Err(format!(
+        return Err(anyhow::anyhow!(
             "fastudp GSO allows {} segments per send",
             tx.max_gso_segments()
         ));
@@ -824,7 +821,7 @@ fn fastudp_send_only(run: &Run) -> Result<Sent, String> {
 }
 
 /// Send side, B: quinn-udp's sender alone, to a closed port.
-fn quinn_send_only(run: &Run) -> Result<Sent, String> {
+fn quinn_send_only(run: &Run) -> anyhow::Result<Sent> {
     let (tx, state) = quinn_sender()?;
     let dest = closed_port()?;
     on_sender_thread(run.pin, || {
@@ -834,16 +831,16 @@ fn quinn_send_only(run: &Run) -> Result<Sent, String> {
 
 /// The receive side's sender, the same for A and B: fastudp, the 8 trains
 /// per call, paced to [`OFFERED_MBS`].
-fn paced_send(tx: &Socket, dest: SocketAddr, until: Instant) -> Result<Sent, String> {
+fn paced_send(tx: &Socket, dest: SocketAddr, until: Instant) -> anyhow::Result<Sent> {
     let payload = train_payload();
     fastudp_send_loop(tx, &trains(dest, &payload), until, Some(OFFERED_MBS * 1e6))
 }
 
 /// Receive side, A: the paced sender into fastudp's receiver.
-fn fastudp_recv_only(run: &Run) -> Result<Measured, String> {
+fn fastudp_recv_only(run: &Run) -> anyhow::Result<Measured> {
     let wait = run.fastudp_wait;
     let (tx, rx) = fastudp_pair(Config::default(), wait)?;
-    let dest = rx.local_addr().map_err(|e| e.to_string())?;
+    let dest = rx.local_addr()?;
     measure(
         run,
         |until| paced_send(&tx, dest, until),
@@ -852,10 +849,10 @@ fn fastudp_recv_only(run: &Run) -> Result<Measured, String> {
 }
 
 /// Receive side, B: the paced sender into quinn-udp's receiver.
-fn quinn_recv_only(run: &Run) -> Result<Measured, String> {
+fn quinn_recv_only(run: &Run) -> anyhow::Result<Measured> {
     let (rx, state, wait) = quinn_receiver(run)?;
-    let tx = Socket::bind_with(local(), Config::default()).map_err(|e| e.to_string())?;
-    let dest = rx.local_addr().map_err(|e| e.to_string())?;
+    let tx = Socket::bind_with(local(), Config::default())?;
+    let dest = rx.local_addr()?;
     measure(
         run,
         |until| paced_send(&tx, dest, until),
@@ -889,7 +886,7 @@ fn bench_rounds() -> usize {
     }
 }
 
-type Strategy = fn(&Run) -> Result<Measured, String>;
+type Strategy = fn(&Run) -> anyhow::Result<Measured>;
 
 fn full_table(run: &Run) {
     let strategies: [(&str, Strategy); 4] = [
@@ -898,7 +895,7 @@ fn full_table(run: &Run) {
         ("fastudp gso+gro", fastudp_gso_gro),
         ("quinn-udp gso+gro", quinn_gso_gro),
     ];
-    let mut results: Vec<(&str, Result<Measured, String>)> = Vec::new();
+    let mut results: Vec<(&str, anyhow::Result<Measured>)> = Vec::new();
     for (name, strategy) in strategies {
         results.push((name, strategy(run)));
     }
@@ -967,8 +964,8 @@ fn median_of<T>(
 /// after `each` printed them, and prints those that failed.
 fn alternate<T>(
     rounds: usize,
-    a: impl Fn() -> Result<T, String>,
-    b: impl Fn() -> Result<T, String>,
+    a: impl Fn() -> anyhow::Result<T>,
+    b: impl Fn() -> anyhow::Result<T>,
     each: impl Fn(usize, &T, &T),
 ) -> Vec<(T, T)> {
     let mut all = Vec::with_capacity(rounds);

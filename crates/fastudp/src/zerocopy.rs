@@ -76,6 +76,18 @@ impl SendMeta {
     }
 }
 
+/// What a zerocopy send does after an error.
+enum After {
+    /// The local queue dropped it: done.
+    Dropped,
+    /// Send it again.
+    Retry,
+    /// Send it with a plain, copying send.
+    Copy,
+    /// Give the buffer back with this error.
+    Fail(Error),
+}
+
 /// Window of completions the adaptive check looks at.
 const ADAPT_WINDOW: u64 = 64;
 
@@ -202,98 +214,128 @@ impl ZeroCopySender {
         let mut deadline: Option<Instant> = None;
         let mut retries = 0;
         loop {
-            match state.send_one_flags(sock.fd(), &t, sys::MSG_ZEROCOPY) {
+            let e = match state.send_one_flags(sock.fd(), &t, sys::MSG_ZEROCOPY) {
                 Ok(()) => {
                     self.stats.sends += 1;
                     self.stats.zerocopy_sends += 1;
                     self.tracker.push(Some(buf));
                     return Ok(());
                 }
-                // ENOBUFS from a full local queue comes after the kernel
-                // built the packet: its completion id is used, and the
-                // completion was queued before the call returned.
-                Err(e)
-                    if e.raw_os_error() == Some(libc::ENOBUFS) && {
-                        match self.dropped_by_queue(sock) {
-                            Ok(d) => d,
-                            Err(re) => return Err((re, buf)),
-                        }
-                    } =>
-                {
-                    let segments = t.segments();
-                    self.stats.sends += 1;
-                    self.stats.zerocopy_sends += 1;
-                    self.stats.dropped_locally += segments as u64;
-                    state.dropped_locally(segments, &mut 0);
-                    // The kernel is done with the buffer: it goes back in
-                    // send order.
-                    if let Err(b) = self.tracker.set_last(Some(buf)) {
-                        self.ready.extend(b);
-                    }
-                    while let Some(b) = self.tracker.pop_done() {
-                        self.ready.extend(b);
-                    }
+                Err(e) => e,
+            };
+            match self.after_error(sock, &t, e, &mut deadline, &mut retries) {
+                After::Dropped => {
+                    self.dropped(state, t.segments(), buf);
                     return Ok(());
                 }
-                // ENOBUFS (optmem) and EAGAIN come before the kernel takes a
-                // completion id.
-                Err(e)
-                    if e.raw_os_error() == Some(libc::ENOBUFS)
-                        && !sys::is_nonblocking(sock.fd()).unwrap_or(true)
-                        && Instant::now()
-                            < *deadline
-                                .get_or_insert_with(|| Instant::now() + Duration::from_secs(1)) =>
-                {
-                    self.stats.enobufs_retries += 1;
-                    if self.tracker.in_flight() == 0 {
-                        // Nothing of ours to wait for: the memory is held elsewhere.
-                        std::thread::sleep(Duration::from_millis(1));
-                    } else if let Err(e) = self.wait(sock, Duration::from_millis(10)) {
-                        return Err((e, buf));
-                    }
-                }
-                Err(e)
-                    if e.kind() == io::ErrorKind::WouldBlock
-                        || e.raw_os_error() == Some(libc::ENOBUFS) =>
-                {
-                    return Err((Error::Io(e), buf));
-                }
-                Err(e) => {
-                    // The kernel may have built the packet, and so used up a
-                    // completion id, before it failed (errors from
-                    // udp_send_skb do): it then freed the packet before the
-                    // call returned, which queued that id's completion.
-                    // Count the id as used and read what is queued. A
-                    // failure before any packet was built (no route, a
-                    // pending ICMP error: the kernel gives the id back
-                    // itself) has no completion: take the id back, or every
-                    // later buffer would come back one completion late, and
-                    // the last ones never. Only errors that can come that
-                    // early are taken back, and only without a completion,
-                    // so a buffer is never handed back early.
-                    self.tracker.push(None);
-                    // (The socket reads the ICMP errors first: it decides
-                    // on a retry by what it finds in the kernel's queue.)
-                    let again = retries < 4 && state.absorb_async_error(sock.fd(), &e);
-                    if before_any_packet(&e) {
-                        if let Err(re) = self.reap(sock) {
-                            return Err((re, buf));
-                        }
-                        self.tracker.unpush();
-                    }
-                    if again {
-                        retries += 1;
-                        continue;
-                    }
-                    let refused = matches!(e.raw_os_error(), Some(libc::EIO) | Some(libc::EINVAL));
-                    if refused && t.segments() > 1 {
-                        // The path refused GSO: the socket's own send falls
-                        // back (and records why).
-                        return self.send_copy(sock, dest, buf, segment_size, meta);
-                    }
-                    return Err((Error::Io(e), buf));
-                }
+                After::Retry => {}
+                After::Copy => return self.send_copy(sock, dest, buf, segment_size, meta),
+                After::Fail(e) => return Err((e, buf)),
             }
+        }
+    }
+
+    /// What to do after a zerocopy send of `t` failed with `e`: `deadline`
+    /// bounds the waits for optmem, `retries` counts the retries after ICMP
+    /// errors.
+    fn after_error(
+        &mut self,
+        sock: &impl UdpIo,
+        t: &Transmit<'_>,
+        e: io::Error,
+        deadline: &mut Option<Instant>,
+        retries: &mut usize,
+    ) -> After {
+        let enobufs = e.raw_os_error() == Some(libc::ENOBUFS);
+        if enobufs {
+            // ENOBUFS from a full local queue comes after the kernel
+            // built the packet: its completion id is used, and the
+            // completion was queued before the call returned.
+            match self.dropped_by_queue(sock) {
+                Ok(true) => return After::Dropped,
+                Ok(false) => {}
+                Err(re) => return After::Fail(re),
+            }
+            // ENOBUFS (optmem) and EAGAIN come before the kernel takes a
+            // completion id.
+            if !sys::is_nonblocking(sock.fd()).unwrap_or(true)
+                && Instant::now()
+                    < *deadline.get_or_insert_with(|| Instant::now() + Duration::from_secs(1))
+            {
+                self.stats.enobufs_retries += 1;
+                if self.tracker.in_flight() == 0 {
+                    // Nothing of ours to wait for: the memory is held elsewhere.
+                    std::thread::sleep(Duration::from_millis(1));
+                } else if let Err(e) = self.wait(sock, Duration::from_millis(10)) {
+                    return After::Fail(e);
+                }
+                return After::Retry;
+            }
+        }
+        if e.kind() == io::ErrorKind::WouldBlock || enobufs {
+            return After::Fail(Error::Io(e));
+        }
+        self.after_failure(sock, t, e, retries)
+    }
+
+    /// [`ZeroCopySender::after_error`] for an error other than `ENOBUFS`
+    /// and `EAGAIN`.
+    fn after_failure(
+        &mut self,
+        sock: &impl UdpIo,
+        t: &Transmit<'_>,
+        e: io::Error,
+        retries: &mut usize,
+    ) -> After {
+        // The kernel may have built the packet, and so used up a
+        // completion id, before it failed (errors from
+        // udp_send_skb do): it then freed the packet before the
+        // call returned, which queued that id's completion.
+        // Count the id as used and read what is queued. A
+        // failure before any packet was built (no route, a
+        // pending ICMP error: the kernel gives the id back
+        // itself) has no completion: take the id back, or every
+        // later buffer would come back one completion late, and
+        // the last ones never. Only errors that can come that
+        // early are taken back, and only without a completion,
+        // so a buffer is never handed back early.
+        self.tracker.push(None);
+        // (The socket reads the ICMP errors first: it decides
+        // on a retry by what it finds in the kernel's queue.)
+        let again = *retries < 4 && sock.state().absorb_async_error(sock.fd(), &e);
+        if before_any_packet(&e) {
+            if let Err(re) = self.reap(sock) {
+                return After::Fail(re);
+            }
+            self.tracker.unpush();
+        }
+        if again {
+            *retries += 1;
+            return After::Retry;
+        }
+        let refused = matches!(e.raw_os_error(), Some(libc::EIO) | Some(libc::EINVAL));
+        if refused && t.segments() > 1 {
+            // The path refused GSO: the socket's own send falls
+            // back (and records why).
+            return After::Copy;
+        }
+        After::Fail(Error::Io(e))
+    }
+
+    /// A zerocopy send of `segments` datagrams in `buf` that the local
+    /// queue dropped: done, counted, and the buffer back in send order.
+    fn dropped(&mut self, state: &crate::UdpState, segments: usize, buf: Vec<u8>) {
+        self.stats.sends += 1;
+        self.stats.zerocopy_sends += 1;
+        self.stats.dropped_locally += segments as u64;
+        state.dropped_locally(segments, &mut 0);
+        // The kernel is done with the buffer: it goes back in
+        // send order.
+        if let Err(b) = self.tracker.set_last(Some(buf)) {
+            self.ready.extend(b);
+        }
+        while let Some(b) = self.tracker.pop_done() {
+            self.ready.extend(b);
         }
     }
 

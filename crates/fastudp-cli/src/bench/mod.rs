@@ -518,12 +518,12 @@ fn run_pair(
         let w2 = *w;
         let h = std::thread::spawn(move || {
             pin(&w2, 1);
-            rx::tcp(l, &w2, &live2)
+            rx::tcp(l, &w2, &live2).map_err(|e| format!("{e:#}"))
         });
         (h, dest)
     } else {
         let addr = rx_addr(w);
-        let sock = on_rx_side(w, || rx::bind(r, addr))?;
+        let sock = on_rx_side(w, || rx::bind(r, addr).map_err(|e| format!("{e:#}")))?;
         match &sock {
             rx::RxSock::Std(s) => busy_poll(s, w)?,
             rx::RxSock::Fast(f) => busy_poll(f.as_std(), w)?,
@@ -533,7 +533,7 @@ fn run_pair(
         let w2 = *w;
         let h = std::thread::spawn(move || {
             pin(&w2, 1);
-            rx::udp(r, sock, &w2, &live2)
+            rx::udp(r, sock, &w2, &live2).map_err(|e| format!("{e:#}"))
         });
         (h, dest)
     };
@@ -549,13 +549,13 @@ fn run_pair(
                 .map_err(|e| format!("TCP connect to {dest}: {e}: the destination does not answer"))
                 .and_then(|s| {
                     if t == TxStrategy::TcpZerocopy {
-                        tx::tcp_zerocopy(s, &w3, &live3)
+                        tx::tcp_zerocopy(s, &w3, &live3).map_err(|e| format!("{e:#}"))
                     } else {
-                        tx::tcp(s, &w3, &live3)
+                        tx::tcp(s, &w3, &live3).map_err(|e| format!("{e:#}"))
                     }
                 })
         } else {
-            tx::udp(t, dest, &w3, &live3)
+            tx::udp(t, dest, &w3, &live3).map_err(|e| format!("{e:#}"))
         };
         live3.sender_done.store(true, Release);
         out
@@ -567,7 +567,8 @@ fn run_pair(
             live.rx_datagrams.load(Relaxed),
             live.tx_calls.load(Relaxed),
         )
-    });
+    })
+    .map_err(|e| format!("{e:#}"))?;
     let txo = tx_handle
         .join()
         .map_err(|_| "sender thread panicked".to_string())??;

@@ -187,13 +187,14 @@ pub fn unspecified(ipv6: bool) -> SocketAddr {
 }
 
 /// Prints one line per second, from `sample` (bytes, datagrams, calls so
-/// far), until `handle`'s thread ends.
+/// far), until `handle`'s thread ends. A line that cannot be written ends
+/// it with the error.
 pub fn monitor<T>(
     label: &str,
     quiet: bool,
     handle: &std::thread::JoinHandle<T>,
     sample: impl Fn() -> (u64, u64, u64),
-) {
+) -> anyhow::Result<()> {
     let start = Instant::now();
     let mut last = (0u64, 0u64, 0u64);
     let mut tick = 1u32;
@@ -202,12 +203,19 @@ pub fn monitor<T>(
         if start.elapsed() >= Duration::from_secs(tick as u64) {
             let now = sample();
             if !quiet {
-                report::print_interval(label, tick, now.0 - last.0, now.1 - last.1, now.2 - last.2);
+                report::print_interval(
+                    label,
+                    tick,
+                    now.0 - last.0,
+                    now.1 - last.1,
+                    now.2 - last.2,
+                )?;
             }
             last = now;
             tick += 1;
         }
     }
+    Ok(())
 }
 
 /// The width of the longest pairing label (of every send and receive

@@ -83,8 +83,14 @@ pub fn host_info() -> Host {
 }
 
 /// One iperf3-style line for one second of one run.
-pub fn print_interval(label: &str, sec: u32, bytes: u64, dgrams: u64, calls: u64) {
-    outln!("{}", interval_line(label, sec, bytes, dgrams, calls));
+pub fn print_interval(
+    label: &str,
+    sec: u32,
+    bytes: u64,
+    dgrams: u64,
+    calls: u64,
+) -> anyhow::Result<()> {
+    out!("{}", interval_line(label, sec, bytes, dgrams, calls))
 }
 
 /// The text of a per-second line: the label padded to the longest pairing

@@ -1,6 +1,7 @@
 //! The receive strategies.
 
 use super::{Live, RxOutcome, RxStrategy, Workload};
+use anyhow::{anyhow, Context};
 use fastudp::{Config, Disabled, RecvBatch};
 use std::io::{self, Read};
 use std::net::{SocketAddr, TcpListener, UdpSocket};
@@ -30,7 +31,7 @@ impl RxSock {
 
 /// Binds a batched receiver at `addr` (`recvmmsg`, with GRO if `gro`):
 /// its strategy and its fastudp socket.
-pub fn bind_batched(gro: bool, addr: SocketAddr) -> Result<(RxStrategy, fastudp::Socket), String> {
+pub fn bind_batched(gro: bool, addr: SocketAddr) -> anyhow::Result<(RxStrategy, fastudp::Socket)> {
     let r = if gro {
         RxStrategy::GroRecvmmsg
     } else {
@@ -42,11 +43,13 @@ pub fn bind_batched(gro: bool, addr: SocketAddr) -> Result<(RxStrategy, fastudp:
     }
 }
 
-/// Binds the receiver for strategy `r` at `addr`.
-pub fn bind(r: RxStrategy, addr: SocketAddr) -> Result<RxSock, String> {
+/// Binds the receiver for strategy `r` at `addr`. A socket that cannot be
+/// bound is a runtime failure; a kernel without GRO, when GRO was asked
+/// for, a usage error.
+pub fn bind(r: RxStrategy, addr: SocketAddr) -> anyhow::Result<RxSock> {
     let s = match r {
         RxStrategy::Recvfrom => {
-            let s = UdpSocket::bind(addr).map_err(|e| format!("bind receiver {addr}: {e}"))?;
+            let s = UdpSocket::bind(addr).with_context(|| format!("bind receiver {addr}"))?;
             let _ = socket2::SockRef::from(&s).set_recv_buffer_size(RCVBUF);
             RxSock::Std(s)
         }
@@ -62,9 +65,9 @@ pub fn bind(r: RxStrategy, addr: SocketAddr) -> Result<RxSock, String> {
                 .disabled(disabled)
                 .recv_buffer(RCVBUF)
                 .uring(r == RxStrategy::UringGro);
-            let s = fastudp::Socket::bind_with(addr, c).map_err(|e| e.to_string())?;
+            let s = fastudp::Socket::bind_with(addr, c).map_err(|e| anyhow!("{e}"))?;
             if gro && !s.capabilities().gro {
-                return Err("this kernel has no UDP GRO (needs Linux 5.0)".into());
+                bail_usage!("this kernel has no UDP GRO (needs Linux 5.0)");
             }
             RxSock::Fast(Box::new(s))
         }
@@ -74,7 +77,7 @@ pub fn bind(r: RxStrategy, addr: SocketAddr) -> Result<RxSock, String> {
         RxSock::Std(u) => u.set_read_timeout(timeout),
         RxSock::Fast(f) => f.as_std().set_read_timeout(timeout),
     }
-    .map_err(|e| e.to_string())?;
+    .context("the receiver's read timeout")?;
     Ok(s)
 }
 
@@ -91,7 +94,7 @@ pub fn udp(
     mut sock: RxSock,
     w: &Workload,
     live: &Live,
-) -> Result<RxOutcome, String> {
+) -> anyhow::Result<RxOutcome> {
     let (mut dgrams, mut bytes, mut calls) = (0u64, 0u64, 0u64);
     let cpu0 = fastudp_tools::os::thread_cpu_time();
     let hard_stop = Instant::now() + w.duration + Duration::from_secs(10);
@@ -141,7 +144,10 @@ pub fn udp(
                     break;
                 }
             }
-            Err(e) => return Err(format!("{} receive failed: {e}", super::rname(r))),
+            Err(e) => {
+                let what = format!("{} receive failed", super::rname(r));
+                return Err(anyhow::Error::new(e).context(what));
+            }
         }
         if Instant::now() > hard_stop {
             break;
@@ -169,10 +175,10 @@ pub fn udp(
 }
 
 /// Accepts one TCP connection and reads it to the end.
-pub fn tcp(l: TcpListener, w: &Workload, live: &Live) -> Result<RxOutcome, String> {
-    let (mut s, _) = l.accept().map_err(|e| format!("TCP accept: {e}"))?;
+pub fn tcp(l: TcpListener, w: &Workload, live: &Live) -> anyhow::Result<RxOutcome> {
+    let (mut s, _) = l.accept().context("TCP accept")?;
     s.set_read_timeout(Some(w.duration + Duration::from_secs(10)))
-        .map_err(|e| e.to_string())?;
+        .context("the TCP receiver's read timeout")?;
     let mut buf = vec![0u8; 256 * 1024];
     let (mut bytes, mut calls) = (0u64, 0u64);
     let cpu0 = fastudp_tools::os::thread_cpu_time();
@@ -186,7 +192,7 @@ pub fn tcp(l: TcpListener, w: &Workload, live: &Live) -> Result<RxOutcome, Strin
                 live.rx_datagrams.store(bytes / w.payload as u64, Relaxed);
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(format!("TCP receive failed: {e}")),
+            Err(e) => return Err(anyhow::Error::new(e).context("TCP receive failed")),
         }
     }
     let cpu = fastudp_tools::os::thread_cpu_time().saturating_sub(cpu0);

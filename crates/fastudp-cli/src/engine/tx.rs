@@ -1,10 +1,12 @@
 //! The send strategies.
 
 use super::{unspecified, Live, TxOutcome, TxStrategy, Workload};
+use anyhow::{anyhow, bail, Context};
 use fastudp::Transmit;
 use fastudp_tools::raw::{self, OutMsg};
-use fastudp_tools::wire::cmsg::Encoder;
+use fastudp_tools::wire::cmsg::{CmsgBuf, Encoder};
 use fastudp_tools::wire::consts::{SOL_UDP, UDP_SEGMENT};
+use std::collections::{BTreeSet, VecDeque};
 use std::io::{self, IoSlice, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::sync::atomic::Ordering::Relaxed;
@@ -169,10 +171,17 @@ fn paced_per_call(rate: Option<u64>, payload: usize, per_call: usize, unit: usiz
 }
 
 /// The sender's socket: bound to `w.bind` if given, else to any address
-/// of `dest`'s family.
-fn bind_sender(dest: SocketAddr, w: &Workload) -> Result<UdpSocket, String> {
+/// of `dest`'s family. A `w.bind` this host does not have is a usage
+/// error; any other failure to bind, a runtime one.
+fn bind_sender(dest: SocketAddr, w: &Workload) -> anyhow::Result<UdpSocket> {
     let at = w.bind.unwrap_or_else(|| unspecified(dest.is_ipv6()));
-    UdpSocket::bind(at).map_err(|e| format!("bind sender to {at}: {e}"))
+    UdpSocket::bind(at).map_err(|e| {
+        if w.bind.is_some() && e.kind() == io::ErrorKind::AddrNotAvailable {
+            usage!("bind sender to {at}: {e}")
+        } else {
+            anyhow::Error::new(e).context(format!("bind sender to {at}"))
+        }
+    })
 }
 
 /// Says how many datagrams the sending host's own queue dropped (the
@@ -193,15 +202,22 @@ fn transient(e: &io::Error) -> bool {
     ) || e.raw_os_error() == Some(libc::ENOBUFS)
 }
 
-fn send_err(t: TxStrategy, e: io::Error) -> String {
+/// A send the destination refused (`ECONNREFUSED`): nothing listens there
+/// (any more). `tx` tells it apart from other failures.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the receiver stopped answering (connection refused: nothing listens on that port any more)"
+)]
+pub struct Refused;
+
+/// The error of a failed send: a runtime failure.
+fn send_err(t: TxStrategy, e: io::Error) -> anyhow::Error {
     match e.kind() {
-        io::ErrorKind::ConnectionRefused => {
-            "the receiver stopped answering (connection refused: nothing listens on that port any more)".into()
-        }
+        io::ErrorKind::ConnectionRefused => anyhow::Error::new(Refused),
         io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe => {
-            format!("the receiver went away ({e})")
+            anyhow!("the receiver went away ({e})")
         }
-        _ => format!("{} send failed: {e}", super::name(t)),
+        _ => anyhow::Error::new(e).context(format!("{} send failed", super::name(t))),
     }
 }
 
@@ -215,110 +231,129 @@ fn peer_gone(
     sock: &UdpSocket,
     dest: SocketAddr,
     dgrams: u64,
-) -> Result<(), String> {
+) -> anyhow::Result<()> {
     while let Ok(Some(e)) = state.recv_error(sock) {
         if let fastudp::SocketError::Unreachable { destination, .. } = e {
             let to_dest = destination.is_none_or(|d| {
                 d.ip().to_canonical() == dest.ip().to_canonical() && d.port() == dest.port()
             });
             if to_dest {
-                return Err(format!(
-                    "the receiver at {dest} is not there: {e} (after {dgrams} datagrams sent)"
-                ));
+                bail!("the receiver at {dest} is not there: {e} (after {dgrams} datagrams sent)");
             }
         }
     }
     Ok(())
 }
 
-/// Runs a UDP send strategy to `dest` until the workload's time is up, or
-/// Ctrl-C.
-pub fn udp(
+/// A UDP send strategy set up for its loop: the socket (with the
+/// library's socket over it for `fastudp` and `uring-gso`), the watch on
+/// its error queue, and what every call passes.
+struct UdpSender {
     t: TxStrategy,
     dest: SocketAddr,
-    w: &Workload,
-    live: &Live,
-) -> Result<TxOutcome, String> {
-    if matches!(t, TxStrategy::GsoZerocopy | TxStrategy::UringZc) {
-        return zerocopy(t, dest, w, live);
-    }
-    if t == TxStrategy::UringZcFixed {
-        return zerocopy_fixed(dest, w, live);
-    }
-    let sock = bind_sender(dest, w)?;
-    if w.connect {
-        sock.connect(dest)
-            .map_err(|e| format!("connect to {dest}: {e}"))?;
-    }
-    let fast = if matches!(t, TxStrategy::Fastudp | TxStrategy::UringGso) {
-        Some(
-            fastudp::Socket::from_std_with(
-                sock.try_clone().map_err(|e| e.to_string())?,
-                super::uring::config(t),
+    sock: UdpSocket,
+    /// The library's socket, for `fastudp` and `uring-gso`.
+    fast: Option<fastudp::Socket>,
+    /// The error queue's reader for the other strategies.
+    watch: Option<fastudp::UdpState>,
+    addr: socket2::SockAddr,
+    /// The UDP_SEGMENT cmsg for a GSO buffer, or the seed's oversized one,
+    /// in its first `seg_len` bytes.
+    seg_cmsg: CmsgBuf,
+    seg_len: usize,
+    /// Payload bytes per datagram.
+    p: usize,
+    /// Datagrams per GSO buffer.
+    segs: usize,
+    /// Datagrams per call.
+    per_call: usize,
+}
+
+impl UdpSender {
+    /// Binds (and connects, if the workload says so) the socket and
+    /// prepares what the calls of strategy `t` pass.
+    fn new(t: TxStrategy, dest: SocketAddr, w: &Workload) -> anyhow::Result<Self> {
+        let sock = bind_sender(dest, w)?;
+        if w.connect {
+            sock.connect(dest)
+                .with_context(|| format!("connect to {dest}"))?;
+        }
+        let fast = if matches!(t, TxStrategy::Fastudp | TxStrategy::UringGso) {
+            let clone = sock.try_clone().context("the sender's socket")?;
+            Some(
+                fastudp::Socket::from_std_with(clone, super::uring::config(t))
+                    .map_err(|e| anyhow!("{e}"))?,
             )
-            .map_err(|e| e.to_string())?,
-        )
-    } else {
-        None
-    };
-    // ICMP errors on the error queue (the fastudp strategy's own state
-    // reads them already); fragments allowed, as a plain socket would (the
-    // sizes were checked against the path MTU already).
-    let watch = match fast {
-        Some(_) => None,
-        None => fastudp::UdpState::new(
-            &sock,
-            fastudp::Config::default().gro(false).may_fragment(true),
-        )
-        .ok(),
-    };
-    let p = w.payload;
-    let segs = w.segs;
-    let per_call = match t {
-        TxStrategy::Sendto => 1,
-        TxStrategy::Sendmmsg | TxStrategy::SendmmsgGsoSeed => w.batch,
-        TxStrategy::SendmmsgGso | TxStrategy::Fastudp | TxStrategy::UringGso => {
-            segs * BUFFERS_PER_MMSG
-        }
-        _ => segs,
-    };
-    // A batched call may carry fewer messages: one datagram, or one train.
-    let unit = match t {
-        TxStrategy::Sendmmsg | TxStrategy::SendmmsgGsoSeed => 1,
-        TxStrategy::SendmmsgGso | TxStrategy::Fastudp | TxStrategy::UringGso => segs,
-        _ => per_call,
-    };
-    let per_call = paced_per_call(w.rate, p, per_call, unit);
-    let mut ring = Ring::new(w, p * per_call);
-    let addr = raw::sockaddr(dest);
-    if matches!(t, TxStrategy::GsoSockopt | TxStrategy::GsoIov) {
-        raw::set_option_int(&sock, SOL_UDP, UDP_SEGMENT, p as i32)
-            .map_err(|e| format!("UDP_SEGMENT option: {e}"))?;
-    }
-    // UDP_SEGMENT cmsg for a GSO buffer, and the seed's oversized one.
-    let mut seg_cmsg = raw::control_buffer();
-    let seg_len = {
-        let mut enc = Encoder::new(&mut seg_cmsg.0);
-        let size = if t == TxStrategy::SendmmsgGsoSeed {
-            1472.max(p)
         } else {
-            p
+            None
         };
-        enc.push_u16(SOL_UDP, UDP_SEGMENT, size.min(u16::MAX as usize) as u16)
-            .map_err(|e| e.to_string())?;
-        enc.len()
-    };
-    let cmsg = &seg_cmsg.0[..seg_len];
-    let (mut calls, mut dgrams, mut bytes) = (0u64, 0u64, 0u64);
-    let start = Instant::now();
-    let deadline = start + w.duration;
-    let cpu0 = fastudp_tools::os::thread_cpu_time();
-    while Instant::now() < deadline && !stop_requested() {
-        if !pace(w.rate, start, bytes, (p * per_call) as u64, deadline) {
-            break;
+        // ICMP errors on the error queue (the fastudp strategy's own state
+        // reads them already); fragments allowed, as a plain socket would
+        // (the sizes were checked against the path MTU already).
+        let watch = match fast {
+            Some(_) => None,
+            None => fastudp::UdpState::new(
+                &sock,
+                fastudp::Config::default().gro(false).may_fragment(true),
+            )
+            .ok(),
+        };
+        let p = w.payload;
+        let segs = w.segs;
+        let per_call = match t {
+            TxStrategy::Sendto => 1,
+            TxStrategy::Sendmmsg | TxStrategy::SendmmsgGsoSeed => w.batch,
+            TxStrategy::SendmmsgGso | TxStrategy::Fastudp | TxStrategy::UringGso => {
+                segs * BUFFERS_PER_MMSG
+            }
+            _ => segs,
+        };
+        // A batched call may carry fewer messages: one datagram, or one train.
+        let unit = match t {
+            TxStrategy::Sendmmsg | TxStrategy::SendmmsgGsoSeed => 1,
+            TxStrategy::SendmmsgGso | TxStrategy::Fastudp | TxStrategy::UringGso => segs,
+            _ => per_call,
+        };
+        let per_call = paced_per_call(w.rate, p, per_call, unit);
+        if matches!(t, TxStrategy::GsoSockopt | TxStrategy::GsoIov) {
+            raw::set_option_int(&sock, SOL_UDP, UDP_SEGMENT, p as i32)
+                .context("UDP_SEGMENT option")?;
         }
-        let buf = ring.next();
-        let sent: io::Result<usize> = match t {
+        let mut seg_cmsg = raw::control_buffer();
+        let seg_len = {
+            let mut enc = Encoder::new(&mut seg_cmsg.0);
+            let size = if t == TxStrategy::SendmmsgGsoSeed {
+                1472.max(p)
+            } else {
+                p
+            };
+            enc.push_u16(SOL_UDP, UDP_SEGMENT, size.min(u16::MAX as usize) as u16)
+                .map_err(|e| anyhow!("{e}"))?;
+            enc.len()
+        };
+        Ok(UdpSender {
+            t,
+            dest,
+            sock,
+            fast,
+            watch,
+            addr: raw::sockaddr(dest),
+            seg_cmsg,
+            seg_len,
+            p,
+            segs,
+            per_call,
+        })
+    }
+
+    /// One call: sends `buf` (`per_call` datagrams) the strategy's way;
+    /// returns the datagrams that went out.
+    #[inline(always)]
+    fn send(&self, buf: &[u8]) -> io::Result<usize> {
+        let (t, dest, sock, addr, p, segs) =
+            (self.t, self.dest, &self.sock, &self.addr, self.p, self.segs);
+        let cmsg = &self.seg_cmsg.0[..self.seg_len];
+        match t {
             TxStrategy::Sendto => sock.send_to(buf, dest).map(|_| 1),
             TxStrategy::Sendmmsg | TxStrategy::SendmmsgGsoSeed => {
                 let iovs: Vec<[IoSlice<'_>; 1]> =
@@ -331,12 +366,12 @@ pub fn udp(
                 let msgs: Vec<OutMsg<'_>> = iovs
                     .iter()
                     .map(|iov| OutMsg {
-                        addr: Some(&addr),
+                        addr: Some(addr),
                         iov,
                         control,
                     })
                     .collect();
-                raw::sendmmsg(&sock, &msgs)
+                raw::sendmmsg(sock, &msgs)
             }
             TxStrategy::GsoSockopt => sock.send_to(buf, dest).map(|_| segs),
             TxStrategy::GsoIov | TxStrategy::GsoIovCmsg => {
@@ -347,9 +382,9 @@ pub fn udp(
                     &[]
                 };
                 raw::sendmsg(
-                    &sock,
+                    sock,
                     &OutMsg {
-                        addr: Some(&addr),
+                        addr: Some(addr),
                         iov: &iov,
                         control,
                     },
@@ -359,9 +394,9 @@ pub fn udp(
             TxStrategy::GsoCmsg => {
                 let iov = [IoSlice::new(buf)];
                 raw::sendmsg(
-                    &sock,
+                    sock,
                     &OutMsg {
-                        addr: Some(&addr),
+                        addr: Some(addr),
                         iov: &iov,
                         control: cmsg,
                     },
@@ -374,15 +409,15 @@ pub fn udp(
                 let msgs: Vec<OutMsg<'_>> = iovs
                     .iter()
                     .map(|iov| OutMsg {
-                        addr: Some(&addr),
+                        addr: Some(addr),
                         iov,
                         control: cmsg,
                     })
                     .collect();
-                raw::sendmmsg(&sock, &msgs).map(|m| m * segs)
+                raw::sendmmsg(sock, &msgs).map(|m| m * segs)
             }
             TxStrategy::Fastudp | TxStrategy::UringGso => {
-                let f = fast.as_ref().expect("fastudp socket");
+                let f = self.fast.as_ref().expect("fastudp socket");
                 let mut ts: Vec<Transmit<'_>> = buf
                     .chunks(p * segs)
                     .map(|c| Transmit::train(dest, c, p))
@@ -399,15 +434,74 @@ pub fn udp(
             | TxStrategy::UringZcFixed => {
                 unreachable!("handled by tx::tcp and tx::zerocopy")
             }
+        }
+    }
+
+    /// Ends the run with an error if the receiver is gone ([`peer_gone`]).
+    fn check_peer(&self, dgrams: u64) -> anyhow::Result<()> {
+        if let Some(w) = &self.watch {
+            peer_gone(w, &self.sock, self.dest, dgrams)?;
+        }
+        if let Some(f) = &self.fast {
+            peer_gone(f.state(), f.as_std(), self.dest, dgrams)?;
+        }
+        Ok(())
+    }
+
+    /// After the loop: the library's socket counts its own send calls
+    /// (`calls` otherwise), says what its queue dropped and where it fell
+    /// back, and `uring-gso` must have sent through its ring.
+    fn finish(&self, calls: u64) -> anyhow::Result<u64> {
+        let Some(f) = &self.fast else {
+            return Ok(calls);
         };
+        let s = f.stats();
+        note_local_drops(s.dropped_locally);
+        super::uring::check_tx(self.t, f)?;
+        if !s.fallbacks.is_empty() {
+            eprintln!(
+                "fastudp: note: {}",
+                s.fallbacks
+                    .iter()
+                    .map(|f| f.reason.clone())
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            );
+        }
+        Ok(s.send_calls)
+    }
+}
+
+/// Runs a UDP send strategy to `dest` until the workload's time is up, or
+/// Ctrl-C.
+pub fn udp(
+    t: TxStrategy,
+    dest: SocketAddr,
+    w: &Workload,
+    live: &Live,
+) -> anyhow::Result<TxOutcome> {
+    if matches!(t, TxStrategy::GsoZerocopy | TxStrategy::UringZc) {
+        return zerocopy(t, dest, w, live);
+    }
+    if t == TxStrategy::UringZcFixed {
+        return zerocopy_fixed(dest, w, live);
+    }
+    let s = UdpSender::new(t, dest, w)?;
+    let (p, per_call) = (s.p, s.per_call);
+    let mut ring = Ring::new(w, p * per_call);
+    let (mut calls, mut dgrams, mut bytes) = (0u64, 0u64, 0u64);
+    let start = Instant::now();
+    let deadline = start + w.duration;
+    let cpu0 = fastudp_tools::os::thread_cpu_time();
+    while Instant::now() < deadline && !stop_requested() {
+        if !pace(w.rate, start, bytes, (p * per_call) as u64, deadline) {
+            break;
+        }
+        let buf = ring.next();
+        let sent: io::Result<usize> = s.send(buf);
         calls += 1;
         if calls % 64 == 0 {
-            if let Some(w) = &watch {
-                peer_gone(w, &sock, dest, dgrams)?;
-            }
-            if let Some(f) = &fast {
-                peer_gone(f.state(), f.as_std(), dest, dgrams)?;
-            }
+            s.check_peer(dgrams)?;
         }
         ring.sent(*sent.as_ref().unwrap_or(&0));
         match sent {
@@ -421,29 +515,9 @@ pub fn udp(
             Err(e) => return Err(send_err(t, e)),
         }
     }
-    if let Some(w) = &watch {
-        peer_gone(w, &sock, dest, dgrams)?;
-    }
-    if let Some(f) = &fast {
-        peer_gone(f.state(), f.as_std(), dest, dgrams)?;
-    }
+    s.check_peer(dgrams)?;
     let cpu = fastudp_tools::os::thread_cpu_time().saturating_sub(cpu0);
-    if let Some(f) = &fast {
-        let s = f.stats();
-        calls = s.send_calls;
-        note_local_drops(s.dropped_locally);
-        super::uring::check_tx(t, f)?;
-        if !s.fallbacks.is_empty() {
-            eprintln!(
-                "fastudp: note: {}",
-                s.fallbacks
-                    .iter()
-                    .map(|f| f.reason.clone())
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            );
-        }
-    }
+    let calls = s.finish(calls)?;
     Ok(TxOutcome {
         datagrams: dgrams,
         bytes,
@@ -484,7 +558,7 @@ pub fn send_trains<'a>(
 }
 
 /// Writes the same bytes over TCP until the workload's time is up, or Ctrl-C.
-pub fn tcp(mut s: TcpStream, w: &Workload, live: &Live) -> Result<TxOutcome, String> {
+pub fn tcp(mut s: TcpStream, w: &Workload, live: &Live) -> anyhow::Result<TxOutcome> {
     let p = w.payload;
     let mut ring = Ring::new(w, p * w.segs);
     let (mut calls, mut bytes) = (0u64, 0u64);
@@ -523,7 +597,7 @@ pub fn zerocopy(
     dest: SocketAddr,
     w: &Workload,
     live: &Live,
-) -> Result<TxOutcome, String> {
+) -> anyhow::Result<TxOutcome> {
     let sock = zerocopy_socket(dest, w)?;
     let mut zc = super::uring::zc_sender(t, &sock)?;
     let p = w.payload;
@@ -596,14 +670,14 @@ pub fn zerocopy(
 
 /// The socket of the zerocopy senders: bound as [`bind_sender`] does,
 /// connected when the workload says so.
-fn zerocopy_socket(dest: SocketAddr, w: &Workload) -> Result<fastudp::Socket, String> {
+fn zerocopy_socket(dest: SocketAddr, w: &Workload) -> anyhow::Result<fastudp::Socket> {
     let std_sock = bind_sender(dest, w)?;
     if w.connect {
         std_sock
             .connect(dest)
-            .map_err(|e| format!("connect to {dest}: {e}"))?;
+            .with_context(|| format!("connect to {dest}"))?;
     }
-    fastudp::Socket::from_std(std_sock).map_err(|e| e.to_string())
+    fastudp::Socket::from_std(std_sock).map_err(|e| anyhow!("{e}"))
 }
 
 /// The end of a zerocopy run: `drained` is the final wait for the
@@ -617,7 +691,7 @@ fn zerocopy_outcome(
     [datagrams, bytes, calls]: [u64; 3],
     cpu: Duration,
     seconds: f64,
-) -> Result<TxOutcome, String> {
+) -> anyhow::Result<TxOutcome> {
     let left = drained.map_err(|e| send_err(t, e.into()))?;
     if left > 0 {
         eprintln!("fastudp: warning: {left} zerocopy completions did not arrive within 2 s");
@@ -638,7 +712,7 @@ fn zerocopy_outcome(
 /// as many as `uring-zc`'s buffers: each is stamped in place and sent
 /// again only after its notification. Where the kernel refuses fixed
 /// buffers the pool is ordinary memory, and a note says so.
-pub fn zerocopy_fixed(dest: SocketAddr, w: &Workload, live: &Live) -> Result<TxOutcome, String> {
+pub fn zerocopy_fixed(dest: SocketAddr, w: &Workload, live: &Live) -> anyhow::Result<TxOutcome> {
     use fastudp::uring::UringZeroCopySender;
     let t = TxStrategy::UringZcFixed;
     let sock = zerocopy_socket(dest, w)?;
@@ -647,7 +721,7 @@ pub fn zerocopy_fixed(dest: SocketAddr, w: &Workload, live: &Live) -> Result<TxO
     let count = (ring_len(w, call_len) / call_len)
         .max(64)
         .min(((256 << 20) / call_len).max(1));
-    let na = |e: fastudp::Error| format!("uring-zc-fixed is not available here: {e}");
+    let na = |e: fastudp::Error| usage!("uring-zc-fixed is not available here: {e}");
     let mut zc = UringZeroCopySender::new(&sock)
         .map_err(na)?
         .with_buffers(&sock, count, call_len)
@@ -714,65 +788,69 @@ pub fn zerocopy_fixed(dest: SocketAddr, w: &Workload, live: &Live) -> Result<TxO
     )
 }
 
-/// `tcp-zerocopy`: the TCP stream of [`tcp`], sent with `MSG_ZEROCOPY`
-/// (`SO_ZEROCOPY` on the socket). A buffer is written again only after
-/// every send that read it completed (the error queue's notifications);
-/// the completions the kernel marks copied are counted: to a receiver on
-/// this host, every one is (the stack copies the pages before handing
-/// them over, so that a local reader cannot see a buffer that changes).
-pub fn tcp_zerocopy(s: TcpStream, w: &Workload, live: &Live) -> Result<TxOutcome, String> {
-    use fastudp_tools::wire::consts::{SOL_SOCKET, SO_ZEROCOPY};
-    use std::collections::{BTreeSet, VecDeque};
-    let t = TxStrategy::TcpZerocopy;
-    raw::set_option_int(&s, SOL_SOCKET, SO_ZEROCOPY, 1)
-        .map_err(|e| format!("SO_ZEROCOPY on the TCP socket: {e}"))?;
-    let p = w.payload;
-    let call_len = p * w.segs;
-    let pool_len = (ring_len(w, call_len) / call_len).max(64);
-    let mut pool: Vec<Vec<u8>> = (0..pool_len)
-        .map(|_| (0..call_len).map(|i| i as u8).collect())
-        .collect();
-    // Buffers in flight, oldest first, with the ids of the sends that read
-    // them (first, last); ids the kernel reported done and not yet matched.
-    let mut flight: VecDeque<(u32, u32, Vec<u8>)> = VecDeque::new();
-    let mut done: BTreeSet<u32> = BTreeSet::new();
-    let mut next_id = 0u32;
-    let (mut completions, mut copied) = (0u64, 0u64);
-    let mut reap = |flight: &mut VecDeque<(u32, u32, Vec<u8>)>,
-                    pool: &mut Vec<Vec<u8>>,
-                    done: &mut BTreeSet<u32>|
-     -> Result<(), String> {
+/// The buffers of `tcp-zerocopy`: the free ones, those in flight with the
+/// ids of the sends that read them, and the completions counted.
+struct TcpZcBuffers {
+    pool: Vec<Vec<u8>>,
+    /// Buffers in flight, oldest first, with the ids of the sends that
+    /// read them (first, last).
+    flight: VecDeque<(u32, u32, Vec<u8>)>,
+    /// Ids the kernel reported done and not yet matched.
+    done: BTreeSet<u32>,
+    completions: u64,
+    copied: u64,
+}
+
+impl TcpZcBuffers {
+    /// A pool of buffers of `call_len` bytes: as many as the workload's
+    /// ring holds, at least 64.
+    fn new(w: &Workload, call_len: usize) -> Self {
+        let pool_len = (ring_len(w, call_len) / call_len).max(64);
+        TcpZcBuffers {
+            pool: (0..pool_len)
+                .map(|_| (0..call_len).map(|i| i as u8).collect())
+                .collect(),
+            flight: VecDeque::new(),
+            done: BTreeSet::new(),
+            completions: 0,
+            copied: 0,
+        }
+    }
+
+    /// Reads the notifications queued on `s`'s error queue, and gives
+    /// back to the pool every buffer whose sends all completed.
+    fn reap(&mut self, s: &TcpStream) -> anyhow::Result<()> {
         loop {
-            match raw::recv_error(&s) {
+            match raw::recv_error(s) {
                 Ok(Some(fastudp_tools::wire::errqueue::SocketError::ZeroCopy {
                     lo,
                     hi,
                     copied: c,
                 })) => {
                     let n = u64::from(hi.wrapping_sub(lo)) + 1;
-                    completions += n;
+                    self.completions += n;
                     if c {
-                        copied += n;
+                        self.copied += n;
                     }
                     let mut id = lo;
                     loop {
-                        done.insert(id);
+                        self.done.insert(id);
                         if id == hi {
                             break;
                         }
                         id = id.wrapping_add(1);
                     }
                 }
-                Ok(Some(e)) => return Err(format!("tcp-zerocopy: the socket reported {e}")),
+                Ok(Some(e)) => bail!("tcp-zerocopy: the socket reported {e}"),
                 Ok(None) => break,
-                Err(e) => return Err(send_err(t, e)),
+                Err(e) => return Err(send_err(TxStrategy::TcpZerocopy, e)),
             }
         }
-        while let Some((first, last, _)) = flight.front() {
+        while let Some((first, last, _)) = self.flight.front() {
             let (first, last) = (*first, *last);
             let mut id = first;
             let all = loop {
-                if !done.contains(&id) {
+                if !self.done.contains(&id) {
                     break false;
                 }
                 if id == last {
@@ -785,17 +863,50 @@ pub fn tcp_zerocopy(s: TcpStream, w: &Workload, live: &Live) -> Result<TxOutcome
             }
             let mut id = first;
             loop {
-                done.remove(&id);
+                self.done.remove(&id);
                 if id == last {
                     break;
                 }
                 id = id.wrapping_add(1);
             }
-            let (_, _, b) = flight.pop_front().expect("front");
-            pool.push(b);
+            let (_, _, b) = self.flight.pop_front().expect("front");
+            self.pool.push(b);
         }
         Ok(())
-    };
+    }
+
+    /// Waits up to 2 s for the last completions, which come when the
+    /// receiver has acknowledged; warns of those that did not.
+    fn drain(&mut self, s: &TcpStream) -> anyhow::Result<()> {
+        let until = Instant::now() + Duration::from_secs(2);
+        while !self.flight.is_empty() && Instant::now() < until {
+            let _ = raw::wait_error(s, Duration::from_millis(10));
+            self.reap(s)?;
+        }
+        if !self.flight.is_empty() {
+            eprintln!(
+                "fastudp: warning: {} zerocopy completions did not arrive within 2 s",
+                self.flight.len()
+            );
+        }
+        Ok(())
+    }
+}
+
+/// `tcp-zerocopy`: the TCP stream of [`tcp`], sent with `MSG_ZEROCOPY`
+/// (`SO_ZEROCOPY` on the socket). A buffer is written again only after
+/// every send that read it completed (the error queue's notifications);
+/// the completions the kernel marks copied are counted: to a receiver on
+/// this host, every one is (the stack copies the pages before handing
+/// them over, so that a local reader cannot see a buffer that changes).
+pub fn tcp_zerocopy(s: TcpStream, w: &Workload, live: &Live) -> anyhow::Result<TxOutcome> {
+    use fastudp_tools::wire::consts::{SOL_SOCKET, SO_ZEROCOPY};
+    let t = TxStrategy::TcpZerocopy;
+    raw::set_option_int(&s, SOL_SOCKET, SO_ZEROCOPY, 1).context("SO_ZEROCOPY on the TCP socket")?;
+    let p = w.payload;
+    let call_len = p * w.segs;
+    let mut bufs = TcpZcBuffers::new(w, call_len);
+    let mut next_id = 0u32;
     let mut seq = 0u64;
     let (mut calls, mut bytes) = (0u64, 0u64);
     let start = Instant::now();
@@ -805,10 +916,10 @@ pub fn tcp_zerocopy(s: TcpStream, w: &Workload, live: &Live) -> Result<TxOutcome
         if !pace(w.rate, start, bytes, call_len as u64, deadline) {
             break;
         }
-        let Some(mut buf) = pool.pop() else {
+        let Some(mut buf) = bufs.pool.pop() else {
             // Every buffer is in flight: wait for a completion.
             let _ = raw::wait_error(&s, Duration::from_millis(10));
-            reap(&mut flight, &mut pool, &mut done)?;
+            bufs.reap(&s)?;
             continue;
         };
         stamp(&mut buf, p, &mut seq);
@@ -831,36 +942,22 @@ pub fn tcp_zerocopy(s: TcpStream, w: &Workload, live: &Live) -> Result<TxOutcome
                 Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
                     // Over the socket's optmem limit of notifications: reap.
                     if Instant::now() > deadline + Duration::from_secs(5) {
-                        return Err(
-                            "tcp-zerocopy: no zerocopy notification for 5 s past the run's end (ENOBUFS)"
-                                .into(),
-                        );
+                        bail!("tcp-zerocopy: no zerocopy notification for 5 s past the run's end (ENOBUFS)");
                     }
                     let _ = raw::wait_error(&s, Duration::from_millis(10));
-                    reap(&mut flight, &mut pool, &mut done)?;
+                    bufs.reap(&s)?;
                 }
                 Err(e) => return Err(send_err(t, e)),
             }
         }
-        flight.push_back((first, next_id.wrapping_sub(1), buf));
+        bufs.flight.push_back((first, next_id.wrapping_sub(1), buf));
         bytes += call_len as u64;
         live.tx_calls.store(calls, Relaxed);
-        reap(&mut flight, &mut pool, &mut done)?;
+        bufs.reap(&s)?;
     }
     let cpu = fastudp_tools::os::thread_cpu_time().saturating_sub(cpu0);
     let seconds = start.elapsed().as_secs_f64();
-    // The last completions come when the receiver has acknowledged.
-    let until = Instant::now() + Duration::from_secs(2);
-    while !flight.is_empty() && Instant::now() < until {
-        let _ = raw::wait_error(&s, Duration::from_millis(10));
-        reap(&mut flight, &mut pool, &mut done)?;
-    }
-    if !flight.is_empty() {
-        eprintln!(
-            "fastudp: warning: {} zerocopy completions did not arrive within 2 s",
-            flight.len()
-        );
-    }
+    bufs.drain(&s)?;
     drop(s);
     Ok(TxOutcome {
         datagrams: bytes / p as u64,
@@ -868,7 +965,7 @@ pub fn tcp_zerocopy(s: TcpStream, w: &Workload, live: &Live) -> Result<TxOutcome
         calls,
         cpu,
         seconds,
-        zerocopy: Some((completions, copied)),
+        zerocopy: Some((bufs.completions, bufs.copied)),
     })
 }
 

@@ -3,6 +3,7 @@
 //! send and receive loops stay as they are.
 
 use super::{RxStrategy, TxStrategy};
+use anyhow::bail;
 use fastudp::uring::UringZeroCopySender;
 use fastudp::{Config, Error, Socket, ZeroCopySender, ZeroCopyStats};
 use std::net::SocketAddr;
@@ -46,17 +47,18 @@ pub fn config(t: TxStrategy) -> Config {
 
 /// Why a strategy's socket did not run on the ring, if it was meant to:
 /// a strategy that fell back to syscalls must not be reported as io_uring.
+/// Found after the run: a runtime failure.
 fn fell_back(
     want: bool,
     s: &Socket,
     active: impl Fn(&fastudp::uring::UringStats) -> bool,
-) -> Result<(), String> {
+) -> anyhow::Result<()> {
     if !want {
         return Ok(());
     }
     match s.state().uring_stats() {
         Some(u) if active(&u) => Ok(()),
-        _ => Err(format!(
+        _ => bail!(
             "io_uring was not used: {}",
             s.stats()
                 .fallbacks
@@ -64,19 +66,19 @@ fn fell_back(
                 .map(|f| f.reason.clone())
                 .collect::<Vec<_>>()
                 .join("; ")
-        )),
+        ),
     }
 }
 
 /// Checks that `uring-gso` really sent through the ring.
-pub fn check_tx(t: TxStrategy, s: &Socket) -> Result<(), String> {
+pub fn check_tx(t: TxStrategy, s: &Socket) -> anyhow::Result<()> {
     fell_back(t == TxStrategy::UringGso, s, |u| {
         u.send_active && u.send_sqes > 0
     })
 }
 
 /// Checks that `uring-gro` really received through the ring.
-pub fn check_rx(r: RxStrategy, s: &Socket) -> Result<(), String> {
+pub fn check_rx(r: RxStrategy, s: &Socket) -> anyhow::Result<()> {
     fell_back(r == RxStrategy::UringGro, s, |u| {
         u.recv_active && u.recv_messages > 0
     })
@@ -159,10 +161,12 @@ impl ZcSender for UringZeroCopySender {
 }
 
 /// The zerocopy sender of `gso-zerocopy` (MSG_ZEROCOPY, not adaptive: this
-/// measures zerocopy itself) or `uring-zc` (SENDMSG_ZC).
-pub fn zc_sender(t: TxStrategy, sock: &Socket) -> Result<Box<dyn ZcSender>, String> {
+/// measures zerocopy itself) or `uring-zc` (SENDMSG_ZC). A kernel without
+/// it is a usage error: a strategy this host cannot run, found before the
+/// run.
+pub fn zc_sender(t: TxStrategy, sock: &Socket) -> anyhow::Result<Box<dyn ZcSender>> {
     let name = super::name(t);
-    let na = |e: Error| format!("{name} is not available here: {e}");
+    let na = |e: Error| usage!("{name} is not available here: {e}");
     Ok(if t == TxStrategy::UringZc {
         Box::new(UringZeroCopySender::new(sock).map_err(na)?)
     } else {

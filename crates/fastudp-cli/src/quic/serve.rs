@@ -167,7 +167,7 @@ fn connection_limit(a: &ServeArgs, workers: usize) -> Result<(usize, u64), Failu
     let budget = a.max_memory.unwrap_or_else(limits::default_budget);
     let asked = a.max_connections.unwrap_or(super::MAX_CONNECTIONS);
     let n = limits::max_connections_with(budget, workers, asked, per_connection(a))
-        .map_err(Failure::usage)?;
+        .map_err(|e| Failure::usage(e.to_string()))?;
     if a.max_connections.is_some_and(|m| m > n) {
         eprintln!(
             "fastudp: note: --max-connections {asked}: {n} at most within --max-memory {} MiB",

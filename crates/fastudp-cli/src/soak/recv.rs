@@ -93,7 +93,7 @@ fn bind(r: RxStrategy, addr: std::net::SocketAddr) -> Result<RxSock, String> {
                 }
                 return Ok(s);
             }
-            Err(e) => last = e,
+            Err(e) => last = format!("{e:#}"),
         }
         std::thread::sleep(Duration::from_millis(10));
     }

@@ -144,7 +144,7 @@ impl Sender {
             TxStrategy::GsoZerocopy | TxStrategy::UringZc => {
                 let f = fastudp::Socket::from_std(sock.try_clone().map_err(|e| e.to_string())?)
                     .map_err(|e| e.to_string())?;
-                let z = crate::engine::uring::zc_sender(t, &f)?;
+                let z = crate::engine::uring::zc_sender(t, &f).map_err(|e| format!("{e:#}"))?;
                 (Some(f), Some(z))
             }
             _ => (None, None),

@@ -29,7 +29,8 @@
 
 use crate::engine::rx;
 use crate::engine::seq::Verifier;
-use crate::{interrupt, Failure};
+use crate::interrupt;
+use anyhow::{anyhow, bail, Context};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -158,34 +159,33 @@ pub fn show_jitter(ms: f64) -> String {
 /// Reads one line of at most [`MAX_LINE`] bytes, all of it before
 /// `deadline`: the read timeout is set to the time left before every read,
 /// so a peer that trickles a byte at a time cannot stretch the wait.
-pub fn read_line_by(r: &mut BufReader<TcpStream>, deadline: Instant) -> Result<String, String> {
+pub fn read_line_by(r: &mut BufReader<TcpStream>, deadline: Instant) -> anyhow::Result<String> {
     let mut buf = Vec::new();
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Err("timed out waiting for the other side".into());
+            bail!("timed out waiting for the other side");
         }
         r.get_ref()
             .set_read_timeout(Some(left))
-            .map_err(|e| format!("control connection: {e}"))?;
+            .context("control connection")?;
         let chunk = match r.fill_buf() {
             Ok(c) => c,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => {
                 return Err(match e.kind() {
                     std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
-                        "timed out waiting for the other side".to_string()
+                        anyhow!("timed out waiting for the other side")
                     }
-                    _ => format!("control connection: {e}"),
+                    _ => anyhow::Error::new(e).context("control connection"),
                 })
             }
         };
         if chunk.is_empty() {
-            return Err(if buf.is_empty() {
-                "the other side closed the control connection".into()
-            } else {
-                "the other side closed the control connection mid-message".into()
-            });
+            if buf.is_empty() {
+                bail!("the other side closed the control connection");
+            }
+            bail!("the other side closed the control connection mid-message");
         }
         let (take, end) = match chunk.iter().position(|&b| b == b'\n') {
             Some(i) => (i + 1, true),
@@ -194,11 +194,11 @@ pub fn read_line_by(r: &mut BufReader<TcpStream>, deadline: Instant) -> Result<S
         buf.extend_from_slice(&chunk[..take]);
         r.consume(take);
         if buf.len() > MAX_LINE {
-            return Err(format!("a control message longer than {MAX_LINE} bytes"));
+            bail!("a control message longer than {MAX_LINE} bytes");
         }
         if end {
             return String::from_utf8(buf)
-                .map_err(|_| "a control message that is not UTF-8".into());
+                .map_err(|_| anyhow!("a control message that is not UTF-8"));
         }
     }
 }
@@ -224,25 +224,25 @@ pub fn clean(s: &str) -> String {
 }
 
 /// Writes `msg` as one JSON line.
-pub fn write_msg(w: &mut impl Write, msg: &impl Serialize) -> Result<(), String> {
-    let mut line = serde_json::to_vec(msg).map_err(|e| e.to_string())?;
+pub fn write_msg(w: &mut impl Write, msg: &impl Serialize) -> anyhow::Result<()> {
+    let mut line = serde_json::to_vec(msg)?;
     line.push(b'\n');
     w.write_all(&line)
         .and_then(|()| w.flush())
-        .map_err(|e| format!("control connection: {e}"))
+        .context("control connection")
 }
 
 /// Parses one JSON line as `T`.
-fn parse_msg<T: for<'de> Deserialize<'de>>(line: &str) -> Result<T, String> {
+fn parse_msg<T: for<'de> Deserialize<'de>>(line: &str) -> anyhow::Result<T> {
     serde_json::from_str(line.trim_end())
-        .map_err(|e| format!("a malformed control message: {}", clean(&e.to_string())))
+        .map_err(|e| anyhow!("a malformed control message: {}", clean(&e.to_string())))
 }
 
 /// Reads one JSON line as `T`, all of it before `deadline`.
 pub fn read_msg_by<T: for<'de> Deserialize<'de>>(
     r: &mut BufReader<TcpStream>,
     deadline: Instant,
-) -> Result<T, String> {
+) -> anyhow::Result<T> {
     parse_msg(&read_line_by(r, deadline)?)
 }
 
@@ -258,65 +258,60 @@ pub struct Limits {
 
 impl Limits {
     /// Checks a request against the limits and the protocol.
-    pub fn check(&self, r: &Request) -> Result<(), String> {
+    pub fn check(&self, r: &Request) -> anyhow::Result<()> {
         if r.fastudp != PROTOCOL {
-            return Err(format!(
+            bail!(
                 "protocol version {} is not this server's ({PROTOCOL})",
                 r.fastudp
-            ));
+            );
         }
         if !(r.seconds > 0.0 && r.seconds <= self.max_seconds) {
-            return Err(format!(
+            bail!(
                 "a test of {} s is not allowed here: at most {} s (--max-duration)",
-                r.seconds, self.max_seconds
-            ));
+                r.seconds,
+                self.max_seconds
+            );
         }
         if r.rate == Some(0) {
-            return Err("a rate of 0 bytes per second".into());
+            bail!("a rate of 0 bytes per second");
         }
         if r.streams == 0 || r.streams > 128 {
-            return Err(format!("{} streams: 1 to 128", r.streams));
+            bail!("{} streams: 1 to 128", r.streams);
         }
         if let Some(max) = self.max_rate {
             match r.rate.map(|x| x.saturating_mul(u64::from(r.streams))) {
-                None => {
-                    return Err(format!(
-                        "this server allows at most {} bit/s (--max-rate): pace the test with -b",
-                        max * 8
-                    ))
-                }
-                Some(rate) if rate > max => {
-                    return Err(format!(
-                        "{} bit/s in all is over this server's limit of {} bit/s (--max-rate)",
-                        rate.saturating_mul(8),
-                        max * 8
-                    ))
-                }
+                None => bail!(
+                    "this server allows at most {} bit/s (--max-rate): pace the test with -b",
+                    max * 8
+                ),
+                Some(rate) if rate > max => bail!(
+                    "{} bit/s in all is over this server's limit of {} bit/s (--max-rate)",
+                    rate.saturating_mul(8),
+                    max * 8
+                ),
                 _ => {}
             }
         }
         if r.mode.len() > 64 {
-            return Err("a mode name longer than 64 bytes".into());
+            bail!("a mode name longer than 64 bytes");
         }
         if let Some(rev) = &r.reverse {
             let kmax = fastudp_tools::os::kernel_max_segments().max(1);
             if rev.port == 0 {
-                return Err("reverse: port 0".into());
+                bail!("reverse: port 0");
             }
             // The family's own limit is checked again against the client's
             // address before sending.
             let max = fastudp::MAX_PAYLOAD_V6;
             if rev.payload == 0 || rev.payload > max {
-                return Err(format!(
-                    "reverse: a payload of {} bytes (1 to {max})",
-                    rev.payload
-                ));
+                bail!("reverse: a payload of {} bytes (1 to {max})", rev.payload);
             }
             if rev.segments == 0 || rev.segments > kmax || rev.payload * rev.segments > max {
-                return Err(format!(
+                bail!(
                     "reverse: {} segments of {} bytes do not fit one send (at most {kmax} segments, {max} bytes)",
-                    rev.segments, rev.payload
-                ));
+                    rev.segments,
+                    rev.payload
+                );
             }
         }
         Ok(())
@@ -447,37 +442,42 @@ fn receive(
 /// Why a test did not run to its end.
 enum Refusal {
     /// Before it began (a bad or refused request): not counted as a test.
-    Before(String),
+    Before(anyhow::Error),
     /// After it began.
-    During(String),
+    During(anyhow::Error),
 }
 
 /// Runs one test on an accepted control connection; returns what the
-/// server says about it (one line for its log).
+/// server says about it (one line for its log). A request it refuses
+/// calls `free_slot` before it answers, so that a client that asks next
+/// finds the slot free rather than the server busy.
 fn run_test(
     conn: TcpStream,
     peer: SocketAddr,
     limits: &Limits,
     gro: bool,
     ipv6: bool,
+    free_slot: &dyn Fn(),
 ) -> Result<String, Refusal> {
     conn.set_read_timeout(Some(REQUEST_TIMEOUT))
         .and_then(|()| conn.set_write_timeout(Some(REQUEST_TIMEOUT)))
-        .map_err(|e| Refusal::Before(e.to_string()))?;
-    let mut w = conn
-        .try_clone()
-        .map_err(|e| Refusal::Before(e.to_string()))?;
+        .map_err(|e| Refusal::Before(e.into()))?;
+    let mut w = conn.try_clone().map_err(|e| Refusal::Before(e.into()))?;
     let mut r = BufReader::new(conn);
     let req: Request = match read_msg_by(&mut r, Instant::now() + REQUEST_TIMEOUT) {
         Ok(q) => q,
         Err(e) => {
+            let e = format!("{e:#}");
+            free_slot();
             let _ = write_msg(&mut w, &Reply::Refused { error: e.clone() });
-            return Err(Refusal::Before(clean(&e)));
+            return Err(Refusal::Before(anyhow!("{}", clean(&e))));
         }
     };
     if let Err(e) = limits.check(&req) {
+        let e = format!("{e:#}");
+        free_slot();
         let _ = write_msg(&mut w, &Reply::Refused { error: e.clone() });
-        return Err(Refusal::Before(format!("refused: {}", clean(&e))));
+        return Err(Refusal::Before(anyhow!("refused: {}", clean(&e))));
     }
     if let Some(rev) = req.reverse {
         return send_reverse(r, w, peer, &req, rev).map_err(Refusal::During);
@@ -498,7 +498,7 @@ fn run_forward(
         rx::bind_batched(gro, crate::engine::unspecified(ipv6)).map_err(Refusal::Before)?;
     let data_port = sock
         .local_addr()
-        .map_err(|e| Refusal::Before(e.to_string()))?
+        .map_err(|e| Refusal::Before(e.into()))?
         .port();
     write_msg(&mut w, &Reply::Ready { data_port }).map_err(Refusal::Before)?;
     let during = Refusal::During;
@@ -509,12 +509,14 @@ fn run_forward(
         std::thread::spawn(move || receive(&sock, peer.ip(), &done, deadline, false))
     };
     // The client's report, no later than its test's end plus the grace.
-    let client_done: Result<Done, String> = read_msg_by(&mut r, deadline);
+    let client_done: anyhow::Result<Done> = read_msg_by(&mut r, deadline);
     done.store(true, Release);
     let outcome = receiver
         .join()
-        .map_err(|_| during("the receiving thread panicked".into()))?;
-    let sent = client_done.map_err(|e| during(format!("test from {peer} abandoned: {e}")))?;
+        .map_err(|_| during(anyhow!("the receiving thread panicked")))?;
+    let sent = client_done
+        .with_context(|| format!("test from {peer} abandoned"))
+        .map_err(during)?;
     write_msg(&mut w, &outcome).map_err(during)?;
     Ok(format!(
         "test from {peer} ({}, {:.1} s): {} of {} datagrams received, {} lost, jitter {}",
@@ -546,7 +548,7 @@ fn send_reverse(
     peer: SocketAddr,
     req: &Request,
     rev: Reverse,
-) -> Result<String, String> {
+) -> anyhow::Result<String> {
     let dest = SocketAddr::new(peer.ip(), rev.port);
     let t = reverse_strategy(&rev);
     let work = crate::engine::Workload {
@@ -571,7 +573,7 @@ fn send_reverse(
             rev.payload * rev.segments
         );
         let _ = write_msg(&mut w, &Reply::Refused { error: e.clone() });
-        return Err(e);
+        return Err(anyhow!(e));
     }
     write_msg(&mut w, &Reply::Ready { data_port: 0 })?;
     // The client hanging up (or saying anything, as its Ctrl-C does) ends
@@ -579,7 +581,7 @@ fn send_reverse(
     let stop = Arc::new(AtomicBool::new(false));
     let watcher = {
         let stop = stop.clone();
-        let conn = r.get_ref().try_clone().map_err(|e| e.to_string())?;
+        let conn = r.get_ref().try_clone().context("control connection")?;
         std::thread::spawn(move || {
             let _ = conn.set_read_timeout(None);
             let mut one = [0u8; 1];
@@ -602,9 +604,9 @@ fn send_reverse(
     let _ = r.get_ref().shutdown(std::net::Shutdown::Both);
     let _ = watcher.join();
     if hung_up {
-        return Err(format!(
+        bail!(
             "reverse test to {dest}: the client hung up or asked to stop; stopped after {datagrams} datagrams"
-        ));
+        );
     }
     reported?;
     match out {
@@ -613,7 +615,7 @@ fn send_reverse(
             crate::engine::name(t),
             req.seconds
         )),
-        Err(e) => Err(format!("reverse test to {dest} stopped: {e}")),
+        Err(e) => Err(e.context(format!("reverse test to {dest} stopped"))),
     }
 }
 
@@ -625,7 +627,7 @@ pub fn receive_reverse(
     sock: fastudp::Socket,
     server: IpAddr,
     seconds: f64,
-) -> Result<(Outcome, Done), Failure> {
+) -> anyhow::Result<(Outcome, Done)> {
     let done = Arc::new(AtomicBool::new(false));
     let deadline = Instant::now() + Duration::from_secs_f64(seconds) + DONE_GRACE;
     let receiver = {
@@ -637,10 +639,7 @@ pub fn receive_reverse(
     // DONE_GRACE is cut off.
     let asker = {
         let done = done.clone();
-        let mut conn = w.try_clone().map_err(|e| Failure {
-            code: 1,
-            msg: format!("control connection: {e}"),
-        })?;
+        let mut conn = w.try_clone().context("control connection")?;
         std::thread::spawn(move || {
             while !done.load(Acquire) {
                 if interrupt::requested() {
@@ -658,18 +657,14 @@ pub fn receive_reverse(
             }
         })
     };
-    let sent: Result<Done, String> = read_msg_by(&mut r, deadline);
+    let sent: anyhow::Result<Done> = read_msg_by(&mut r, deadline);
     done.store(true, Release);
     let _ = asker.join();
-    let got = receiver.join().map_err(|_| Failure {
-        code: 1,
-        msg: "the receiving thread panicked".into(),
-    })?;
+    let got = receiver
+        .join()
+        .map_err(|_| anyhow!("the receiving thread panicked"))?;
     drop(w);
-    let sent = sent.map_err(|e| Failure {
-        code: 1,
-        msg: format!("the server's report: {e}"),
-    })?;
+    let sent = sent.context("the server's report")?;
     Ok((got, sent))
 }
 
@@ -682,35 +677,31 @@ pub fn serve(
     max_tests: Option<u64>,
     gro: bool,
     quiet: bool,
-) -> Result<(), Failure> {
-    let l = TcpListener::bind(control)
-        .map_err(|e| Failure::usage(format!("cannot listen on {control}: {e}")))?;
-    l.set_nonblocking(true)
-        .map_err(|e| Failure::usage(e.to_string()))?;
+) -> anyhow::Result<()> {
+    let l = TcpListener::bind(control).with_context(|| format!("cannot listen on {control}"))?;
+    l.set_nonblocking(true).context("the control socket")?;
     if !quiet {
-        outln!(
+        out!(
             "rx: serving tests on {control} (at most {concurrent} at once, {} s each{})",
             limits.max_seconds,
             limits
                 .max_rate
                 .map(|r| format!(", {} bit/s", r * 8))
                 .unwrap_or_default()
-        );
+        )?;
     }
-    let active = Arc::new(AtomicUsize::new(0));
-    let finished = Arc::new(AtomicUsize::new(0));
-    let started = Arc::new(AtomicUsize::new(0));
+    let tally = Arc::new(Tally::default());
     let (log_tx, log_rx) = std::sync::mpsc::channel::<String>();
     loop {
         while let Ok(line) = log_rx.try_recv() {
             if !quiet {
-                outln!("rx: {line}");
+                out!("rx: {line}")?;
             }
         }
         if interrupt::requested() {
-            return Err(interrupt::failure("the server stopped"));
+            return Err(interrupt::interrupted("the server stopped"));
         }
-        if max_tests.is_some_and(|m| finished.load(Acquire) as u64 >= m) {
+        if max_tests.is_some_and(|m| tally.finished.load(Acquire) as u64 >= m) {
             return Ok(());
         }
         let (conn, peer) = match l.accept() {
@@ -727,8 +718,8 @@ pub fn serve(
             }
         };
         let _ = conn.set_nonblocking(false);
-        let all_started = max_tests.is_some_and(|m| started.load(Acquire) as u64 >= m);
-        if all_started || active.load(Acquire) >= concurrent {
+        let all_started = max_tests.is_some_and(|m| tally.started.load(Acquire) as u64 >= m);
+        if all_started || tally.active.load(Acquire) >= concurrent {
             let mut w = conn;
             let _ = w.set_write_timeout(Some(Duration::from_secs(1)));
             let _ = write_msg(
@@ -742,45 +733,69 @@ pub fn serve(
             let _ = log_tx.send(format!("refused {peer}: busy"));
             continue;
         }
-        started.fetch_add(1, AcqRel);
-        active.fetch_add(1, AcqRel);
-        let (active, finished, log, limits, started_tests) = (
-            active.clone(),
-            finished.clone(),
-            log_tx.clone(),
-            limits.clone(),
-            started.clone(),
-        );
+        tally.started.fetch_add(1, AcqRel);
+        tally.active.fetch_add(1, AcqRel);
+        let (tally, log, limits) = (tally.clone(), log_tx.clone(), limits.clone());
         let ipv6 = control.is_ipv6();
-        std::thread::spawn(move || {
-            // A request refused before the test began is not a test.
-            let (ran, line) = match run_test(conn, peer, &limits, gro, ipv6) {
-                Ok(l) => (true, l),
-                Err(Refusal::Before(e)) => (false, format!("{peer}: {e}")),
-                Err(Refusal::During(e)) => (true, format!("{peer}: {e}")),
-            };
-            let _ = log.send(line);
-            if ran {
-                finished.fetch_add(1, AcqRel);
-            } else {
-                started_tests.fetch_sub(1, AcqRel);
-            }
-            active.fetch_sub(1, AcqRel);
-        });
+        std::thread::spawn(move || serve_one(conn, peer, &limits, gro, ipv6, &tally, &log));
+    }
+}
+
+/// The server's counts of tests, shared with the threads that run them.
+#[derive(Debug, Default)]
+struct Tally {
+    /// Running now.
+    active: AtomicUsize,
+    /// Begun (a request refused is taken back).
+    started: AtomicUsize,
+    /// Run to their end, or cut off after they began.
+    finished: AtomicUsize,
+}
+
+/// Runs the test asked for on `conn` (its own thread), logs it, and gives
+/// its slot back. A request refused before the test began is not a test:
+/// it is taken back from `tally`, once.
+fn serve_one(
+    conn: TcpStream,
+    peer: SocketAddr,
+    limits: &Limits,
+    gro: bool,
+    ipv6: bool,
+    tally: &Tally,
+    log: &std::sync::mpsc::Sender<String>,
+) {
+    let freed = AtomicBool::new(false);
+    let free_slot = || {
+        if !freed.swap(true, AcqRel) {
+            tally.started.fetch_sub(1, AcqRel);
+            tally.active.fetch_sub(1, AcqRel);
+        }
+    };
+    let (ran, line) = match run_test(conn, peer, limits, gro, ipv6, &free_slot) {
+        Ok(l) => (true, l),
+        Err(Refusal::Before(e)) => (false, format!("{peer}: {e:#}")),
+        Err(Refusal::During(e)) => (true, format!("{peer}: {e:#}")),
+    };
+    let _ = log.send(line);
+    if ran {
+        tally.finished.fetch_add(1, AcqRel);
+        tally.active.fetch_sub(1, AcqRel);
+    } else {
+        free_slot();
     }
 }
 
 /// The client's side: asks `server` for a test, returning the connection
-/// and the data port to send to.
+/// and the data port to send to. A server that is not there, or refuses
+/// the test, is a runtime failure; a `bind` address this host does not
+/// have, a usage error.
 pub fn request(
     server: SocketAddr,
     bind: Option<IpAddr>,
     req: &Request,
-) -> Result<(BufReader<TcpStream>, TcpStream, u16), Failure> {
+) -> anyhow::Result<(BufReader<TcpStream>, TcpStream, u16)> {
     let no_server = |e: std::io::Error| {
-        Failure::usage(format!(
-            "no fastudp server at {server} ({e}): start `fastudp rx --server` there"
-        ))
+        anyhow!("no fastudp server at {server} ({e}): start `fastudp rx --server` there")
     };
     // From the data's own address (-B): the server counts only datagrams
     // from the address of the control connection.
@@ -792,9 +807,14 @@ pub fn request(
                 socket2::Type::STREAM,
                 None,
             )
-            .map_err(|e| Failure::usage(e.to_string()))?;
-            s.bind(&SocketAddr::new(ip, 0).into())
-                .map_err(|e| Failure::usage(format!("-B {ip}: {e}")))?;
+            .context("the control connection's socket")?;
+            s.bind(&SocketAddr::new(ip, 0).into()).map_err(|e| {
+                if e.kind() == std::io::ErrorKind::AddrNotAvailable {
+                    usage!("-B {ip}: {e}")
+                } else {
+                    anyhow!("-B {ip}: {e}")
+                }
+            })?;
             s.connect_timeout(&server.into(), Duration::from_secs(3))
                 .map_err(no_server)?;
             s.into()
@@ -802,23 +822,18 @@ pub fn request(
     };
     conn.set_read_timeout(Some(REQUEST_TIMEOUT))
         .and_then(|()| conn.set_write_timeout(Some(REQUEST_TIMEOUT)))
-        .map_err(|e| Failure::usage(e.to_string()))?;
-    let mut w = conn
-        .try_clone()
-        .map_err(|e| Failure::usage(e.to_string()))?;
+        .context("control connection")?;
+    let mut w = conn.try_clone().context("control connection")?;
     let mut r = BufReader::new(conn);
-    write_msg(&mut w, req).map_err(Failure::usage)?;
+    write_msg(&mut w, req)?;
     let reply = read_msg_by::<Reply>(&mut r, Instant::now() + REQUEST_TIMEOUT)
-        .map_err(|e| Failure::usage(format!("{server}: {e}")))?;
+        .with_context(|| server.to_string())?;
     match reply {
-        Reply::Ready { data_port: 0 } if req.reverse.is_none() => Err(Failure::usage(format!(
-            "{server}: the server named data port 0: not a fastudp server?"
-        ))),
+        Reply::Ready { data_port: 0 } if req.reverse.is_none() => {
+            bail!("{server}: the server named data port 0: not a fastudp server?")
+        }
         Reply::Ready { data_port } => Ok((r, w, data_port)),
-        Reply::Refused { error } => Err(Failure::usage(format!(
-            "the server refused the test: {}",
-            clean(&error)
-        ))),
+        Reply::Refused { error } => bail!("the server refused the test: {}", clean(&error)),
     }
 }
 
@@ -828,13 +843,10 @@ pub fn finish(
     mut r: BufReader<TcpStream>,
     mut w: TcpStream,
     done: Done,
-) -> Result<Outcome, Failure> {
-    let fail = |e: String| Failure {
-        code: 1,
-        msg: format!("the server's results: {e}"),
-    };
-    write_msg(&mut w, &done).map_err(fail)?;
-    read_msg_by(&mut r, Instant::now() + DRAIN + Duration::from_secs(10)).map_err(fail)
+) -> anyhow::Result<Outcome> {
+    write_msg(&mut w, &done).context("the server's results")?;
+    read_msg_by(&mut r, Instant::now() + DRAIN + Duration::from_secs(10))
+        .context("the server's results")
 }
 
 #[cfg(test)]
@@ -863,20 +875,15 @@ mod tests {
     fn requests_outside_the_limits_are_refused() {
         let l = limits();
         assert!(l.check(&req(10.0, Some(1_000_000))).is_ok());
-        assert!(l
-            .check(&req(61.0, Some(1)))
-            .unwrap_err()
-            .contains("--max-duration"));
+        let err = |r: &Request| l.check(r).unwrap_err().to_string();
+        assert!(err(&req(61.0, Some(1))).contains("--max-duration"));
         assert!(l.check(&req(0.0, Some(1))).is_err());
         assert!(l.check(&req(f64::NAN, Some(1))).is_err());
-        assert!(l.check(&req(10.0, None)).unwrap_err().contains("-b"));
-        assert!(l
-            .check(&req(10.0, Some(200_000_000)))
-            .unwrap_err()
-            .contains("--max-rate"));
+        assert!(err(&req(10.0, None)).contains("-b"));
+        assert!(err(&req(10.0, Some(200_000_000))).contains("--max-rate"));
         let mut old = req(1.0, Some(1));
         old.fastudp = 99;
-        assert!(l.check(&old).unwrap_err().contains("protocol"));
+        assert!(err(&old).contains("protocol"));
         let rev = |port, payload, segments| {
             let mut q = req(1.0, Some(1000));
             q.reverse = Some(Reverse {
@@ -898,7 +905,7 @@ mod tests {
     #[test]
     fn lines_are_bounded_and_unknown_fields_refused() {
         /// What `read_line_by` makes of `bytes` sent, then the connection closed.
-        fn line_of(bytes: &[u8]) -> Result<String, String> {
+        fn line_of(bytes: &[u8]) -> anyhow::Result<String> {
             let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             let mut c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
             let (server, _) = l.accept().unwrap();
@@ -909,18 +916,16 @@ mod tests {
                 Instant::now() + Duration::from_secs(5),
             )
         }
-        assert!(line_of(&vec![b'x'; MAX_LINE + 10])
-            .unwrap_err()
-            .contains("longer"));
-        assert!(line_of(b"{\"fastudp\":1}")
-            .unwrap_err()
-            .contains("mid-message"));
+        let err = |b: &[u8]| line_of(b).unwrap_err().to_string();
+        assert!(err(&vec![b'x'; MAX_LINE + 10]).contains("longer"));
+        assert!(err(b"{\"fastudp\":1}").contains("mid-message"));
         let line = line_of(
             b"{\"fastudp\":1,\"seconds\":1,\"rate\":null,\"mode\":\"x\",\"to\":\"1.2.3.4\"}\n",
         )
         .unwrap();
         assert!(parse_msg::<Request>(&line)
             .unwrap_err()
+            .to_string()
             .contains("malformed"));
     }
 

@@ -6,7 +6,8 @@ mod control;
 use crate::args::resolve_as;
 use crate::engine::seq::{SenderCounts, Verifier, MAX_SENDERS};
 use crate::engine::{self, report, rx, tx, Live, TxStrategy, Workload};
-use crate::{interrupt, Failure};
+use crate::interrupt;
+use anyhow::{anyhow, bail, Context};
 use clap::Args;
 use serde::Serialize;
 use std::io::Read;
@@ -161,7 +162,8 @@ pub struct RxArgs {
 
 /// Parses a rate in bits per second, as iperf3's `-b`: a number with an
 /// optional k, M or G (powers of 1000). Returns bytes per second.
-pub fn parse_rate(opt: &str, v: &str) -> Result<u64, Failure> {
+/// A bad one is a usage error.
+pub fn parse_rate(opt: &str, v: &str) -> anyhow::Result<u64> {
     let t = v.trim();
     let (num, mul) = match t.char_indices().last() {
         Some((i, 'k' | 'K')) => (&t[..i], 1e3),
@@ -174,15 +176,9 @@ pub fn parse_rate(opt: &str, v: &str) -> Result<u64, Failure> {
         .ok()
         .filter(|b| b.is_finite() && *b > 0.0)
         .map(|b| b * mul)
-        .ok_or_else(|| {
-            Failure::usage(format!(
-                "{opt} {v}: give a rate in bits per second, such as 500M or 2G"
-            ))
-        })?;
+        .ok_or_else(|| usage!("{opt} {v}: give a rate in bits per second, such as 500M or 2G"))?;
     if !(8.0..=1e13).contains(&bits) {
-        return Err(Failure::usage(format!(
-            "{opt} {v} is out of range: 8 bit/s to 10 Tbit/s"
-        )));
+        bail_usage!("{opt} {v} is out of range: 8 bit/s to 10 Tbit/s");
     }
     Ok((bits / 8.0) as u64)
 }
@@ -327,25 +323,21 @@ impl Summary {
     }
 }
 
-fn in_range(name: &str, v: f64, max: f64) -> Result<(), Failure> {
+/// Checks that option `name`'s value `v` is more than 0 and at most
+/// `max`: a usage error if not.
+fn in_range(name: &str, v: f64, max: f64) -> anyhow::Result<()> {
     if v > 0.0 && v <= max {
         Ok(())
     } else {
-        Err(Failure::usage(format!(
-            "{name} {v} is out of range: more than 0 and at most {max}"
-        )))
+        bail_usage!("{name} {v} is out of range: more than 0 and at most {max}")
     }
 }
 
-fn print_summary(s: &Summary, json: bool) -> Result<(), Failure> {
+fn print_summary(s: &Summary, json: bool) -> anyhow::Result<()> {
     if json {
-        outln!(
-            "{}",
-            serde_json::to_string_pretty(s).map_err(|e| Failure::usage(e.to_string()))?
-        );
-        return Ok(());
+        return out!("{}", serde_json::to_string_pretty(s)?);
     }
-    outln!(
+    out!(
         "{} {}: {:.1} MB in {:.2} s = {:.2} Gbit/s, {:.0} datagrams/s, {:.0} calls/s, {:.3} CPU ns/B",
         s.role,
         s.mode,
@@ -355,21 +347,21 @@ fn print_summary(s: &Summary, json: bool) -> Result<(), Failure> {
         s.datagrams_per_sec,
         s.calls_per_sec,
         s.cpu_ns_per_byte
-    );
+    )?;
     if let (Some(done), Some(copied)) = (s.zerocopy_completions, s.zerocopy_copied) {
-        outln!("zerocopy: {done} completions, {copied} copied by the kernel anyway");
+        out!("zerocopy: {done} completions, {copied} copied by the kernel anyway")?;
     }
     if let (Some(l), Some(d), Some(r), Some(la), Some(u)) =
         (s.lost, s.duplicates, s.reordered, s.late, s.unsequenced)
     {
-        outln!("verified: {l} lost, {d} duplicate, {r} reordered, {la} late, {u} without a sequence number");
+        out!("verified: {l} lost, {d} duplicate, {r} reordered, {la} late, {u} without a sequence number")?;
     }
     if let Some(ss) = s.senders.as_ref().filter(|ss| ss.len() > 1) {
         for c in ss {
-            outln!(
+            out!(
                 "  from {}: {} received, {} lost, {} duplicate, {} reordered, {} late, {} without a sequence number",
                 c.source, c.received, c.lost, c.duplicates, c.reordered, c.late, c.unsequenced
-            );
+            )?;
         }
     }
     if let Some(o) = &s.server {
@@ -379,13 +371,13 @@ fn print_summary(s: &Summary, json: bool) -> Result<(), Failure> {
             0.0
         };
         if o.datagrams > s.datagrams {
-            outln!(
+            out!(
                 "server: reports {} datagrams received, more than the {} sent: its figures are not this test's",
                 o.datagrams,
                 s.datagrams
-            );
+            )?;
         }
-        outln!(
+        out!(
             "server: {} of {} datagrams received ({:.1} MB), {} lost ({lost_pct:.3}%), {} duplicate, {} reordered; jitter {}; {:.3} CPU ns/B, {} receive calls for {} messages",
             o.datagrams,
             s.datagrams,
@@ -397,30 +389,30 @@ fn print_summary(s: &Summary, json: bool) -> Result<(), Failure> {
             o.cpu_ns_per_byte,
             o.calls,
             o.messages
-        );
+        )?;
         if o.foreign > 0 {
-            outln!(
+            out!(
                 "server: {} datagrams from other addresses were not counted",
                 o.foreign
-            );
+            )?;
         }
     }
     if let Some(drops) = s.kernel_drops.filter(|&d| d > 0) {
         for l in overrun_hint(drops, s.recv_buffer, s.mode.contains("gro")) {
-            outln!("{l}");
+            out!("{l}")?;
         }
     }
     if let Some(n) = s.unverified.filter(|&n| n > 0) {
-        outln!(
+        out!(
             "{n} datagrams from senders past the first {MAX_SENDERS} were counted but not verified"
-        );
+        )?;
     }
     if s.interrupted {
-        outln!(
+        out!(
             "{}: interrupted (Ctrl-C) after {:.2} s: the figures above cover the run until then",
             s.role,
             s.seconds
-        );
+        )?;
     }
     Ok(())
 }
@@ -449,122 +441,37 @@ pub fn overrun_hint(drops: u64, buffer: Option<u64>, gro: bool) -> Vec<String> {
 }
 
 /// Prints the summary, then ends with status 130 if Ctrl-C cut the run short.
-fn finish(s: &Summary, json: bool) -> Result<(), Failure> {
+fn finish(s: &Summary, json: bool) -> anyhow::Result<()> {
     print_summary(s, json)?;
     if s.interrupted {
-        return Err(interrupt::summarized());
+        return Err(interrupt::summarized_err());
     }
     Ok(())
 }
 
+/// What `tx`'s options come to, once checked.
+struct TxPlan {
+    /// The destination (with -C: the server's address, at the data port
+    /// it names once asked).
+    dest: SocketAddr,
+    t: TxStrategy,
+    /// Payload bytes per datagram (TCP: per write).
+    payload: usize,
+    /// Datagrams per GSO send (1: none).
+    segs: usize,
+    /// Bytes per second per stream, if paced.
+    rate: Option<u64>,
+}
+
 /// Runs `fastudp tx`.
-pub fn run_tx(a: TxArgs) -> Result<(), Failure> {
-    if let Some(f) = &a.logfile {
-        crate::output::to_file("--logfile", f).map_err(Failure::usage)?;
-    }
-    in_range("-l", a.secs, 86_400.0)?;
-    if a.secs < 0.01 {
-        return Err(Failure::usage(format!(
-            "-l {} is too short: at least 0.01 seconds",
-            a.secs
-        )));
-    }
-    in_range("-i", a.interval, 3600.0)?;
-    if a.interval < 0.1 {
-        return Err(Failure::usage(format!(
-            "-i {} is too short: at least 0.1 seconds",
-            a.interval
-        )));
-    }
-    if a.port == 0 {
-        return Err(Failure::usage(
-            "-p 0: give the destination port, 1 to 65535".into(),
-        ));
-    }
-    if !(1..=128).contains(&a.parallel) {
-        return Err(Failure::usage(format!(
-            "-P {} is out of range: 1 to 128 streams",
-            a.parallel
-        )));
-    }
-    let rate = a.rate.as_deref().map(|v| parse_rate("-b", v)).transpose()?;
-    let mut dest = resolve_as("-D", &a.dest, a.port, a.ipv4, a.ipv6)?;
-    let ipv6 = dest.is_ipv6();
-    if let Some(b) = a.bind {
-        if b.is_ipv6() != ipv6 {
-            return Err(Failure::usage(format!(
-                "-B {b} and the destination {} are of different address families",
-                dest.ip()
-            )));
-        }
-    }
-    let max = fastudp_tools::wire::max_payload(ipv6);
-    let kmax = fastudp_tools::os::kernel_max_segments().max(1);
-    let (t, payload, segs) = if a.tcp {
-        let s = a.size.unwrap_or(64 * 1024);
-        if s == 0 || s > 1 << 24 {
-            return Err(Failure::usage(format!(
-                "-s {s} is out of range for TCP: 1 to {}",
-                1 << 24
-            )));
-        }
-        (TxStrategy::Tcp, s, 1)
-    } else if let Some(g) = a.gso {
-        let mtu = probe_mtu(dest)?;
-        let fit = fastudp_tools::wire::max_segment_for_mtu(mtu, ipv6);
-        if g == 0 || g > fit {
-            return Err(Failure::usage(format!(
-                "-S {g}: a GSO segment to {dest} must be 1 to {fit} bytes (path MTU {mtu} minus {} bytes of headers)",
-                mtu - fit
-            )));
-        }
-        let s = a.size.unwrap_or(g * kmax.min(max / g));
-        if !s.is_multiple_of(g) {
-            // The suggestion is one that is accepted: whole segments, no
-            // more than a send may hold.
-            let fits = (s / g).min(kmax).min(max / g).max(1);
-            return Err(Failure::usage(format!(
-                "-s {s} is not a multiple of -S {g}: fastudp tx sends whole segments (try -s {})",
-                fits * g
-            )));
-        }
-        if s < g || s > max || s / g > kmax {
-            return Err(Failure::usage(format!(
-                "-s {s} with -S {g}: a GSO send holds {g} to {} bytes and at most {kmax} segments",
-                max.min(g * kmax)
-            )));
-        }
-        let t = if a.zerocopy {
-            TxStrategy::GsoZerocopy
-        } else if a.mmsg {
-            TxStrategy::SendmmsgGso
-        } else {
-            TxStrategy::GsoCmsg
-        };
-        (t, g, s / g)
-    } else {
-        let s = a
-            .size
-            .unwrap_or(fastudp_tools::wire::max_segment_for_mtu(1500, ipv6));
-        if s == 0 || s > max {
-            return Err(Failure::usage(format!(
-                "-s {s} is out of range: a UDP payload is 1 to {max} bytes"
-            )));
-        }
-        let t = if a.zerocopy {
-            TxStrategy::GsoZerocopy
-        } else if a.mmsg {
-            TxStrategy::Sendmmsg
-        } else {
-            TxStrategy::Sendto
-        };
-        (t, s, 1)
-    };
+pub fn run_tx(a: TxArgs) -> anyhow::Result<()> {
+    let plan = validate_tx(&a)?;
     if a.reverse {
-        return run_reverse(&a, dest, t, payload, segs, rate);
+        return run_reverse(&a, &plan);
     }
     // With a server on the other side: ask for the test, and send to the
     // data port it opens.
+    let mut dest = plan.dest;
     let control = if a.control {
         let (r, w, port) = control::request(
             SocketAddr::new(dest.ip(), a.control_port),
@@ -572,8 +479,8 @@ pub fn run_tx(a: TxArgs) -> Result<(), Failure> {
             &control::Request {
                 fastudp: control::PROTOCOL,
                 seconds: a.secs,
-                rate,
-                mode: engine::name(t),
+                rate: plan.rate,
+                mode: engine::name(plan.t),
                 reverse: None,
                 streams: a.parallel as u32,
             },
@@ -583,65 +490,158 @@ pub fn run_tx(a: TxArgs) -> Result<(), Failure> {
     } else {
         None
     };
-    let w = Workload {
+    interrupt::watch();
+    let (o, intervals) = send_streams(&a, &plan, dest)?;
+    let server = match control {
+        Some((r, w)) => Some(server_outcome(r, w, &o)?),
+        None => None,
+    };
+    finish(&tx_summary(&a, &plan, dest, &o, server, intervals), a.json)
+}
+
+/// Checks `tx`'s options (usage errors) and works out what to send.
+fn validate_tx(a: &TxArgs) -> anyhow::Result<TxPlan> {
+    if let Some(f) = &a.logfile {
+        crate::output::to_file("--logfile", f).map_err(crate::failure::usage)?;
+    }
+    in_range("-l", a.secs, 86_400.0)?;
+    if a.secs < 0.01 {
+        bail_usage!("-l {} is too short: at least 0.01 seconds", a.secs);
+    }
+    in_range("-i", a.interval, 3600.0)?;
+    if a.interval < 0.1 {
+        bail_usage!("-i {} is too short: at least 0.1 seconds", a.interval);
+    }
+    if a.port == 0 {
+        bail_usage!("-p 0: give the destination port, 1 to 65535");
+    }
+    if !(1..=128).contains(&a.parallel) {
+        bail_usage!("-P {} is out of range: 1 to 128 streams", a.parallel);
+    }
+    let rate = a.rate.as_deref().map(|v| parse_rate("-b", v)).transpose()?;
+    let dest = resolve_as("-D", &a.dest, a.port, a.ipv4, a.ipv6)?;
+    if let Some(b) = a.bind {
+        if b.is_ipv6() != dest.is_ipv6() {
+            bail_usage!(
+                "-B {b} and the destination {} are of different address families",
+                dest.ip()
+            );
+        }
+    }
+    let (t, payload, segs) = if a.tcp {
+        let s = a.size.unwrap_or(64 * 1024);
+        if s == 0 || s > 1 << 24 {
+            bail_usage!("-s {s} is out of range for TCP: 1 to {}", 1 << 24);
+        }
+        (TxStrategy::Tcp, s, 1)
+    } else if let Some(g) = a.gso {
+        gso_shape(a, dest, g)?
+    } else {
+        udp_shape(a, dest.is_ipv6())?
+    };
+    Ok(TxPlan {
+        dest,
+        t,
         payload,
-        batch: if a.mmsg { 32 } else { segs },
-        duration: Duration::from_secs_f64(a.secs),
-        ipv6,
         segs,
+        rate,
+    })
+}
+
+/// `tx -S g`: the strategy, the segment size and the segments per send,
+/// checked against the path MTU to `dest` and the kernel's limits.
+fn gso_shape(a: &TxArgs, dest: SocketAddr, g: usize) -> anyhow::Result<(TxStrategy, usize, usize)> {
+    let ipv6 = dest.is_ipv6();
+    let max = fastudp_tools::wire::max_payload(ipv6);
+    let kmax = fastudp_tools::os::kernel_max_segments().max(1);
+    let mtu = probe_mtu(dest)?;
+    let fit = fastudp_tools::wire::max_segment_for_mtu(mtu, ipv6);
+    if g == 0 || g > fit {
+        bail_usage!(
+            "-S {g}: a GSO segment to {dest} must be 1 to {fit} bytes (path MTU {mtu} minus {} bytes of headers)",
+            mtu - fit
+        );
+    }
+    let s = a.size.unwrap_or(g * kmax.min(max / g));
+    if !s.is_multiple_of(g) {
+        // The suggestion is one that is accepted: whole segments, no
+        // more than a send may hold.
+        let fits = (s / g).min(kmax).min(max / g).max(1);
+        bail_usage!(
+            "-s {s} is not a multiple of -S {g}: fastudp tx sends whole segments (try -s {})",
+            fits * g
+        );
+    }
+    if s < g || s > max || s / g > kmax {
+        bail_usage!(
+            "-s {s} with -S {g}: a GSO send holds {g} to {} bytes and at most {kmax} segments",
+            max.min(g * kmax)
+        );
+    }
+    let t = if a.zerocopy {
+        TxStrategy::GsoZerocopy
+    } else if a.mmsg {
+        TxStrategy::SendmmsgGso
+    } else {
+        TxStrategy::GsoCmsg
+    };
+    Ok((t, g, s / g))
+}
+
+/// `tx` without -S or -t: the strategy and the datagram's size.
+fn udp_shape(a: &TxArgs, ipv6: bool) -> anyhow::Result<(TxStrategy, usize, usize)> {
+    let max = fastudp_tools::wire::max_payload(ipv6);
+    let s = a
+        .size
+        .unwrap_or(fastudp_tools::wire::max_segment_for_mtu(1500, ipv6));
+    if s == 0 || s > max {
+        bail_usage!("-s {s} is out of range: a UDP payload is 1 to {max} bytes");
+    }
+    let t = if a.zerocopy {
+        TxStrategy::GsoZerocopy
+    } else if a.mmsg {
+        TxStrategy::Sendmmsg
+    } else {
+        TxStrategy::Sendto
+    };
+    Ok((t, s, 1))
+}
+
+/// The workload of each of `tx`'s streams.
+fn tx_workload(a: &TxArgs, plan: &TxPlan) -> Workload {
+    Workload {
+        payload: plan.payload,
+        batch: if a.mmsg { 32 } else { plan.segs },
+        duration: Duration::from_secs_f64(a.secs),
+        ipv6: plan.dest.is_ipv6(),
+        segs: plan.segs,
         net: None,
         pin: false,
         cache_thrash: a.cache,
         connect: true,
-        rate,
+        rate: plan.rate,
         bind: a.bind.map(|ip| SocketAddr::new(ip, 0)),
         busy_poll: None,
-    };
-    interrupt::watch();
+    }
+}
+
+/// Sends `a.parallel` streams to `dest`, each on a thread of its own,
+/// while printing the interval lines; returns their summed outcome and
+/// the intervals. A stream that fails ends the run: a runtime failure
+/// that says what went out before it, unless nothing could (a usage
+/// error, such as a strategy this host cannot run).
+fn send_streams(
+    a: &TxArgs,
+    plan: &TxPlan,
+    dest: SocketAddr,
+) -> anyhow::Result<(engine::TxOutcome, Vec<Interval>)> {
+    let (t, payload) = (plan.t, plan.payload);
+    let w = tx_workload(a, plan);
     // One Live per stream; the interval lines sum them.
     let lives: Arc<Vec<Live>> = Arc::new((0..a.parallel).map(|_| Live::default()).collect());
     let l2 = lives.clone();
     let start = Instant::now();
-    let h = std::thread::spawn(move || {
-        std::thread::scope(|sc| {
-            let hs: Vec<_> = l2
-                .iter()
-                .map(|live| {
-                    let w = &w;
-                    sc.spawn(move || {
-                        if t == TxStrategy::Tcp {
-                            let s = TcpStream::connect_timeout(&dest, Duration::from_secs(3))
-                                .map_err(|e| format!("{dest} does not answer: {e}"))?;
-                            tx::tcp(s, w, live)
-                        } else {
-                            tx::udp(t, dest, w, live)
-                        }
-                    })
-                })
-                .collect();
-            let mut total: Option<engine::TxOutcome> = None;
-            for h in hs {
-                let o = h
-                    .join()
-                    .map_err(|_| "a sender thread panicked".to_string())??;
-                total = Some(match total {
-                    None => o,
-                    Some(t) => engine::TxOutcome {
-                        datagrams: t.datagrams + o.datagrams,
-                        bytes: t.bytes + o.bytes,
-                        calls: t.calls + o.calls,
-                        cpu: t.cpu + o.cpu,
-                        seconds: t.seconds.max(o.seconds),
-                        zerocopy: match (t.zerocopy, o.zerocopy) {
-                            (Some(x), Some(y)) => Some((x.0 + y.0, x.1 + y.1)),
-                            (x, y) => x.or(y),
-                        },
-                    },
-                });
-            }
-            total.ok_or_else(|| "no stream ran".to_string())
-        })
-    });
+    let h = std::thread::spawn(move || run_streams(t, dest, &w, &l2));
     let label = if a.parallel > 1 {
         format!("tx {} x{} -> {dest}", engine::name(t), a.parallel)
     } else {
@@ -662,135 +662,175 @@ pub fn run_tx(a: TxArgs) -> Result<(), Failure> {
         } else {
             (d * payload as u64, d, c)
         }
-    });
-    let out = h
-        .join()
-        .map_err(|_| Failure::usage("sender thread panicked".into()))?;
-    let o = match out {
-        Ok(o) => o,
-        // Refused at once: nothing listens there. Refused later: it went away.
-        Err(e)
-            if start.elapsed() < Duration::from_millis(500) && e.contains("stopped answering") =>
-        {
-            return Err(Failure::usage(format!(
-                "{dest} does not answer: nothing listens on that port"
-            )));
-        }
-        Err(e) => {
-            // What went out before the failure is reported, not lost.
-            let (d, c) = totals();
-            let sent = if t == TxStrategy::Tcp {
-                format!("{} bytes in {c} writes", c * payload as u64)
-            } else {
-                format!("{d} datagrams ({} bytes) in {c} calls", d * payload as u64)
-            };
-            return Err(Failure {
-                code: 1,
-                msg: format!(
-                    "{e}; stopped after {:.1} s, having sent {sent}",
-                    start.elapsed().as_secs_f64()
-                ),
-            });
-        }
+    })?;
+    let e = match h.join().map_err(|_| anyhow!("sender thread panicked"))? {
+        Ok(o) => return Ok((o, intervals)),
+        Err(e) => e,
     };
-    let secs = o.seconds.max(1e-9);
-    let server = match control {
-        Some((r, w)) => {
-            let mut out = control::finish(
-                r,
-                w,
-                control::Done {
-                    datagrams: o.datagrams,
-                    bytes: o.bytes,
-                },
-            )?;
-            // Datagrams that never arrived are lost too, not only gaps in
-            // the sequence (the tail of a run, or all of it).
-            out.lost = out.lost.max(o.datagrams.saturating_sub(out.datagrams));
-            Some(out)
-        }
-        None => None,
+    // Refused at once: nothing listens there. Refused later: it went away.
+    if start.elapsed() < Duration::from_millis(500) && e.chain().any(|c| c.is::<tx::Refused>()) {
+        bail!("{dest} does not answer: nothing listens on that port");
+    }
+    if e.chain().any(|c| c.is::<crate::failure::Usage>()) {
+        return Err(e);
+    }
+    // What went out before the failure is reported, not lost.
+    let (d, c) = totals();
+    let sent = if t == TxStrategy::Tcp {
+        format!("{} bytes in {c} writes", c * payload as u64)
+    } else {
+        format!("{d} datagrams ({} bytes) in {c} calls", d * payload as u64)
     };
-    finish(
-        &Summary {
-            zerocopy_completions: o.zerocopy.map(|z| z.0),
-            zerocopy_copied: o.zerocopy.map(|z| z.1),
-            interrupted: interrupt::requested(),
-            server,
-            intervals,
-            host: a.json.then(report::host_info),
-            settings: a.json.then(|| {
-                serde_json::json!({
-                    "destination": dest.to_string(),
-                    "seconds": a.secs,
-                    "payload": payload,
-                    "segments_per_send": segs,
-                    "strategy": engine::name(t),
-                    "rate_bits_per_sec": rate.map(|r| r * 8),
-                    "bind": a.bind.map(|b| b.to_string()),
-                    "interval": a.interval,
-                    "parallel": a.parallel,
-                    "control": a.control,
-                    "cache_thrash": a.cache,
-                })
-            }),
-            ..Summary::new(
-                "tx",
-                engine::name(t),
-                Some(dest.to_string()),
-                o.bytes,
-                o.datagrams,
-                o.calls,
-                secs,
-                o.cpu,
-            )
-        },
-        a.json,
+    bail!(
+        "{e:#}; stopped after {:.1} s, having sent {sent}",
+        start.elapsed().as_secs_f64()
     )
 }
 
-/// `tx -C -R`: the server sends, this side receives and reports.
-fn run_reverse(
-    a: &TxArgs,
-    server: SocketAddr,
+/// Runs one sender per entry of `lives` (its counters) to `dest`, each on
+/// a thread of its own; returns their summed outcome, or the first
+/// failure.
+fn run_streams(
     t: TxStrategy,
-    payload: usize,
-    segs: usize,
-    rate: Option<u64>,
-) -> Result<(), Failure> {
+    dest: SocketAddr,
+    w: &Workload,
+    lives: &[Live],
+) -> anyhow::Result<engine::TxOutcome> {
+    std::thread::scope(|sc| {
+        let hs: Vec<_> = lives
+            .iter()
+            .map(|live| {
+                sc.spawn(move || {
+                    if t == TxStrategy::Tcp {
+                        let s = TcpStream::connect_timeout(&dest, Duration::from_secs(3))
+                            .map_err(|e| anyhow!("{dest} does not answer: {e}"))?;
+                        tx::tcp(s, w, live)
+                    } else {
+                        tx::udp(t, dest, w, live)
+                    }
+                })
+            })
+            .collect();
+        let mut total: Option<engine::TxOutcome> = None;
+        for h in hs {
+            let o = h
+                .join()
+                .map_err(|_| anyhow!("a sender thread panicked"))??;
+            total = Some(match total {
+                None => o,
+                Some(t) => engine::TxOutcome {
+                    datagrams: t.datagrams + o.datagrams,
+                    bytes: t.bytes + o.bytes,
+                    calls: t.calls + o.calls,
+                    cpu: t.cpu + o.cpu,
+                    seconds: t.seconds.max(o.seconds),
+                    zerocopy: match (t.zerocopy, o.zerocopy) {
+                        (Some(x), Some(y)) => Some((x.0 + y.0, x.1 + y.1)),
+                        (x, y) => x.or(y),
+                    },
+                },
+            });
+        }
+        total.ok_or_else(|| anyhow!("no stream ran"))
+    })
+}
+
+/// `tx -C`, after sending: what the server received, where datagrams
+/// that never arrived count as lost too, not only gaps in the sequence
+/// (the tail of a run, or all of it).
+fn server_outcome(
+    r: std::io::BufReader<TcpStream>,
+    w: TcpStream,
+    o: &engine::TxOutcome,
+) -> anyhow::Result<control::Outcome> {
+    let mut out = control::finish(
+        r,
+        w,
+        control::Done {
+            datagrams: o.datagrams,
+            bytes: o.bytes,
+        },
+    )?;
+    out.lost = out.lost.max(o.datagrams.saturating_sub(out.datagrams));
+    Ok(out)
+}
+
+/// The summary of a `tx` run to `dest`.
+fn tx_summary(
+    a: &TxArgs,
+    plan: &TxPlan,
+    dest: SocketAddr,
+    o: &engine::TxOutcome,
+    server: Option<control::Outcome>,
+    intervals: Vec<Interval>,
+) -> Summary {
+    Summary {
+        zerocopy_completions: o.zerocopy.map(|z| z.0),
+        zerocopy_copied: o.zerocopy.map(|z| z.1),
+        interrupted: interrupt::requested(),
+        server,
+        intervals,
+        host: a.json.then(report::host_info),
+        settings: a.json.then(|| {
+            serde_json::json!({
+                "destination": dest.to_string(),
+                "seconds": a.secs,
+                "payload": plan.payload,
+                "segments_per_send": plan.segs,
+                "strategy": engine::name(plan.t),
+                "rate_bits_per_sec": plan.rate.map(|r| r * 8),
+                "bind": a.bind.map(|b| b.to_string()),
+                "interval": a.interval,
+                "parallel": a.parallel,
+                "control": a.control,
+                "cache_thrash": a.cache,
+            })
+        }),
+        ..Summary::new(
+            "tx",
+            engine::name(plan.t),
+            Some(dest.to_string()),
+            o.bytes,
+            o.datagrams,
+            o.calls,
+            o.seconds.max(1e-9),
+            o.cpu,
+        )
+    }
+}
+
+/// `tx -C -R`: the server sends, this side receives and reports.
+fn run_reverse(a: &TxArgs, plan: &TxPlan) -> anyhow::Result<()> {
+    let (server, t) = (plan.dest, plan.t);
     // Ctrl-C asks the server to stop, and the summary is printed, marked
     // interrupted, as for a forward test.
     interrupt::watch();
-    let (_, sock) =
-        rx::bind_batched(true, engine::unspecified(server.is_ipv6())).map_err(Failure::usage)?;
-    let port = sock
-        .local_addr()
-        .map_err(|e| Failure::usage(e.to_string()))?
-        .port();
+    let (_, sock) = rx::bind_batched(true, engine::unspecified(server.is_ipv6()))?;
+    let port = sock.local_addr().context("the receiving socket")?.port();
     let (r, w, _) = control::request(
         SocketAddr::new(server.ip(), a.control_port),
         None,
         &control::Request {
             fastudp: control::PROTOCOL,
             seconds: a.secs,
-            rate,
+            rate: plan.rate,
             mode: format!("reverse {}", engine::name(t)),
             reverse: Some(control::Reverse {
                 port,
-                payload,
-                segments: segs,
+                payload: plan.payload,
+                segments: plan.segs,
                 mmsg: a.mmsg,
             }),
             streams: 1,
         },
     )?;
     if !a.quiet && !a.json {
-        outln!(
+        out!(
             "rx: {} sends {} to port {port} for {} s",
             server.ip(),
             engine::name(t),
             a.secs
-        );
+        )?;
     }
     let (mut o, sent) = control::receive_reverse(r, w, sock, server.ip(), a.secs)?;
     if o.datagrams > sent.datagrams {
@@ -822,13 +862,13 @@ fn run_reverse(
         )
     };
     if !a.json {
-        outln!(
+        out!(
             "reverse: the server sent {} datagrams; {} arrived, {} lost, jitter {}",
             sent.datagrams,
             o.datagrams,
             o.lost,
             control::show_jitter(o.jitter_ms)
-        );
+        )?;
     }
     finish(&s, a.json)
 }
@@ -842,7 +882,7 @@ fn watch_intervals<T>(
     every: f64,
     handle: &std::thread::JoinHandle<T>,
     sample: impl Fn() -> (u64, u64, u64),
-) -> Vec<Interval> {
+) -> anyhow::Result<Vec<Interval>> {
     let start = Instant::now();
     let mut out = Vec::new();
     let mut last = (0u64, 0u64, 0u64);
@@ -860,7 +900,7 @@ fn watch_intervals<T>(
                 calls: now.2 - last.2,
             };
             if !quiet {
-                outln!(
+                out!(
                     "[{label}] {:>6.2}-{:<6.2} s  {:>9.1} MB  {:>7.3} Gbit/s  {:>10.0} datagrams/s  {:>9.0} calls/s",
                     i.start,
                     i.end,
@@ -868,29 +908,38 @@ fn watch_intervals<T>(
                     i.bytes as f64 * 8.0 / 1e9 / every,
                     i.datagrams as f64 / every,
                     i.calls as f64 / every
-                );
+                )?;
             }
             out.push(i);
             last = now;
             n += 1;
         }
     }
-    out
+    Ok(out)
 }
 
 /// The path MTU towards `dest`, from a connected probe socket.
-fn probe_mtu(dest: SocketAddr) -> Result<usize, Failure> {
+fn probe_mtu(dest: SocketAddr) -> anyhow::Result<usize> {
     let s = std::net::UdpSocket::bind(engine::unspecified(dest.is_ipv6()))
         .and_then(|s| s.connect(dest).map(|()| s))
-        .map_err(|e| Failure::usage(format!("no route to {dest}: {e}")))?;
-    fastudp_tools::raw::path_mtu(&s)
-        .map_err(|e| Failure::usage(format!("cannot read the path MTU to {dest}: {e}")))
+        .with_context(|| format!("no route to {dest}"))?;
+    fastudp_tools::raw::path_mtu(&s).with_context(|| format!("cannot read the path MTU to {dest}"))
+}
+
+/// The unspecified address of a family at `port`: where `rx` listens.
+fn listen_addr(ipv6: bool, port: u16) -> SocketAddr {
+    let ip: IpAddr = if ipv6 {
+        std::net::Ipv6Addr::UNSPECIFIED.into()
+    } else {
+        std::net::Ipv4Addr::UNSPECIFIED.into()
+    };
+    SocketAddr::new(ip, port)
 }
 
 /// Runs `fastudp rx`.
-pub fn run_rx(a: RxArgs) -> Result<(), Failure> {
+pub fn run_rx(a: RxArgs) -> anyhow::Result<()> {
     if let Some(f) = &a.logfile {
-        crate::output::to_file("--logfile", f).map_err(Failure::usage)?;
+        crate::output::to_file("--logfile", f).map_err(crate::failure::usage)?;
     }
     if let Some(l) = a.secs {
         in_range("-l", l, 86_400.0)?;
@@ -898,25 +947,44 @@ pub fn run_rx(a: RxArgs) -> Result<(), Failure> {
     in_range("--idle", a.idle, 3600.0)?;
     in_range("--wait", a.wait, 86_400.0)?;
     if a.port == 0 {
-        return Err(Failure::usage(
-            "-p 0: give the port to listen on, 1 to 65535".into(),
-        ));
+        bail_usage!("-p 0: give the port to listen on, 1 to 65535");
     }
     interrupt::watch();
     if a.server {
         return serve(&a);
     }
-    let addr: SocketAddr = if a.ipv6 {
-        format!("[::]:{}", a.port)
-    } else {
-        format!("0.0.0.0:{}", a.port)
-    }
-    .parse()
-    .expect("literal address");
+    let addr = listen_addr(a.ipv6, a.port);
     if a.tcp {
         return rx_tcp(&a, addr);
     }
-    let (strategy, sock) = rx::bind_batched(a.gro, addr).map_err(Failure::usage)?;
+    let (strategy, sock) = rx::bind_batched(a.gro, addr)?;
+    if !a.quiet && !a.json {
+        out!("rx: listening on {addr} ({})", engine::rname(strategy))?;
+    }
+    let c = receive_udp(&a, addr, &sock)?;
+    finish(&rx_summary(&a, addr, strategy, &sock, c), a.json)
+}
+
+/// What `rx` counted.
+struct RxCounts {
+    /// The sequence numbers seen (with -v).
+    verifier: Verifier,
+    bytes: u64,
+    datagrams: u64,
+    /// Receive calls that returned data.
+    calls: u64,
+    /// Seconds from the first datagram to the last.
+    seconds: f64,
+    /// The first sender.
+    peer: Option<SocketAddr>,
+    /// The thread's CPU time from the first datagram on.
+    cpu: Duration,
+}
+
+/// Receives on `sock` until `a`'s time is up, the sender falls silent, or
+/// Ctrl-C; prints a line a second (unless quiet). A failed receive, or no
+/// datagram within `--wait`, is a runtime failure.
+fn receive_udp(a: &RxArgs, addr: SocketAddr, sock: &fastudp::Socket) -> anyhow::Result<RxCounts> {
     let mut batch = fastudp::RecvBatch::new(32);
     let mut v = Verifier::default();
     let (mut bytes, mut dgrams, mut calls) = (0u64, 0u64, 0u64);
@@ -927,13 +995,8 @@ pub fn run_rx(a: RxArgs) -> Result<(), Failure> {
     let mut tick = 1u32;
     let mut last = (0u64, 0u64, 0u64);
     let mut cpu0 = fastudp_tools::os::thread_cpu_time();
-    if !a.quiet && !a.json {
-        outln!("rx: listening on {addr} ({})", engine::rname(strategy));
-    }
-    loop {
-        if interrupt::requested() {
-            break;
-        }
+    let lines = !a.quiet && !a.json;
+    while !interrupt::requested() {
         match sock.recv(&mut batch) {
             Ok(_) => {
                 let now = Instant::now();
@@ -960,50 +1023,52 @@ pub fn run_rx(a: RxArgs) -> Result<(), Failure> {
             // A signal (Ctrl-C) interrupted the wait: the loop's check
             // ends the run with its summary.
             Err(e) if e.io_kind() == Some(std::io::ErrorKind::Interrupted) => {}
-            Err(e) => {
-                return Err(Failure {
-                    code: 1,
-                    msg: format!("receive failed: {e}"),
-                })
-            }
+            Err(e) => bail!("receive failed: {e}"),
         }
         let now = Instant::now();
-        match first {
-            None if now.duration_since(waiting).as_secs_f64() > a.wait => {
-                return Err(Failure {
-                    code: 1,
-                    msg: format!("no datagram arrived on {addr} in {} s", a.wait),
-                });
+        let Some(f) = first else {
+            if now.duration_since(waiting).as_secs_f64() > a.wait {
+                bail!("no datagram arrived on {addr} in {} s", a.wait);
             }
-            None => continue,
-            Some(f) => {
-                if now.duration_since(f) >= Duration::from_secs(tick as u64) {
-                    if !a.quiet && !a.json {
-                        report::print_interval(
-                            "rx",
-                            tick,
-                            bytes - last.0,
-                            dgrams - last.1,
-                            calls - last.2,
-                        );
-                    }
-                    last = (bytes, dgrams, calls);
-                    tick += 1;
-                }
-                if a.secs
-                    .is_some_and(|l| now.duration_since(f).as_secs_f64() >= l)
-                    || now.duration_since(last_data).as_secs_f64() >= a.idle
-                {
-                    break;
-                }
+            continue;
+        };
+        if now.duration_since(f) >= Duration::from_secs(tick as u64) {
+            if lines {
+                let (b, d, c) = (bytes - last.0, dgrams - last.1, calls - last.2);
+                report::print_interval("rx", tick, b, d, c)?;
             }
+            last = (bytes, dgrams, calls);
+            tick += 1;
+        }
+        if a.secs
+            .is_some_and(|l| now.duration_since(f).as_secs_f64() >= l)
+            || now.duration_since(last_data).as_secs_f64() >= a.idle
+        {
+            break;
         }
     }
-    let cpu = fastudp_tools::os::thread_cpu_time().saturating_sub(cpu0);
-    let secs = match first {
-        Some(f) => last_data.duration_since(f).as_secs_f64().max(1e-3),
-        None => 0.0,
-    };
+    Ok(RxCounts {
+        verifier: v,
+        bytes,
+        datagrams: dgrams,
+        calls,
+        seconds: match first {
+            Some(f) => last_data.duration_since(f).as_secs_f64().max(1e-3),
+            None => 0.0,
+        },
+        peer,
+        cpu: fastudp_tools::os::thread_cpu_time().saturating_sub(cpu0),
+    })
+}
+
+/// The summary of an `rx` run (UDP) on `sock`, listening at `addr`.
+fn rx_summary(
+    a: &RxArgs,
+    addr: SocketAddr,
+    strategy: engine::RxStrategy,
+    sock: &fastudp::Socket,
+    c: RxCounts,
+) -> Summary {
     let st = sock.stats();
     if st.truncated > 0 {
         eprintln!("fastudp: warning: {} messages were truncated", st.truncated);
@@ -1012,77 +1077,61 @@ pub fn run_rx(a: RxArgs) -> Result<(), Failure> {
         .recv_buffer_size()
         .ok()
         .map(|b| b as u64);
+    let v = &c.verifier;
     let t = v.totals();
-    finish(
-        &Summary {
-            kernel_drops: Some(st.kernel_drops),
-            recv_buffer,
-            lost: a.verify.then_some(t.lost),
-            duplicates: a.verify.then_some(t.duplicates),
-            reordered: a.verify.then_some(t.reordered),
-            late: a.verify.then_some(t.late),
-            unsequenced: a.verify.then_some(t.unsequenced),
-            unverified: a.verify.then_some(v.untracked),
-            senders: a.verify.then(|| v.per_sender()),
-            interrupted: interrupt::requested(),
-            host: a.json.then(report::host_info),
-            settings: a.json.then(|| {
-                serde_json::json!({
-                    "listen": addr.to_string(),
-                    "gro": a.gro,
-                    "verify": a.verify,
-                    "seconds": a.secs,
-                    "idle": a.idle,
-                })
-            }),
-            ..Summary::new(
-                "rx",
-                engine::rname(strategy),
-                peer.map(|p| p.to_string()),
-                bytes,
-                dgrams,
-                calls,
-                secs,
-                cpu,
-            )
-        },
-        a.json,
-    )
+    Summary {
+        kernel_drops: Some(st.kernel_drops),
+        recv_buffer,
+        lost: a.verify.then_some(t.lost),
+        duplicates: a.verify.then_some(t.duplicates),
+        reordered: a.verify.then_some(t.reordered),
+        late: a.verify.then_some(t.late),
+        unsequenced: a.verify.then_some(t.unsequenced),
+        unverified: a.verify.then_some(v.untracked),
+        senders: a.verify.then(|| v.per_sender()),
+        interrupted: interrupt::requested(),
+        host: a.json.then(report::host_info),
+        settings: a.json.then(|| {
+            serde_json::json!({
+                "listen": addr.to_string(),
+                "gro": a.gro,
+                "verify": a.verify,
+                "seconds": a.secs,
+                "idle": a.idle,
+            })
+        }),
+        ..Summary::new(
+            "rx",
+            engine::rname(strategy),
+            c.peer.map(|p| p.to_string()),
+            c.bytes,
+            c.datagrams,
+            c.calls,
+            c.seconds,
+            c.cpu,
+        )
+    }
 }
 
 /// `fastudp rx --server`.
-fn serve(a: &RxArgs) -> Result<(), Failure> {
+fn serve(a: &RxArgs) -> anyhow::Result<()> {
     in_range("--max-duration", a.max_duration, 86_400.0)?;
     if a.control_port == 0 {
-        return Err(Failure::usage(
-            "--control-port 0: give the port to listen on, 1 to 65535".into(),
-        ));
+        bail_usage!("--control-port 0: give the port to listen on, 1 to 65535");
     }
     if a.max_tests == Some(0) {
-        return Err(Failure::usage(
-            "--max-tests 0: give at least 1 (or leave it out to serve until Ctrl-C)".into(),
-        ));
+        bail_usage!("--max-tests 0: give at least 1 (or leave it out to serve until Ctrl-C)");
     }
     if a.concurrent == 0 || a.concurrent > 64 {
-        return Err(Failure::usage(format!(
-            "--concurrent {} is out of range: 1 to 64",
-            a.concurrent
-        )));
+        bail_usage!("--concurrent {} is out of range: 1 to 64", a.concurrent);
     }
     let max_rate = a
         .max_rate
         .as_deref()
         .map(|v| parse_rate("--max-rate", v))
         .transpose()?;
-    let control: SocketAddr = if a.ipv6 {
-        format!("[::]:{}", a.control_port)
-    } else {
-        format!("0.0.0.0:{}", a.control_port)
-    }
-    .parse()
-    .expect("literal address");
     control::serve(
-        control,
+        listen_addr(a.ipv6, a.control_port),
         control::Limits {
             max_seconds: a.max_duration,
             max_rate,
@@ -1094,43 +1143,41 @@ fn serve(a: &RxArgs) -> Result<(), Failure> {
     )
 }
 
-fn rx_tcp(a: &RxArgs, addr: SocketAddr) -> Result<(), Failure> {
-    let l = TcpListener::bind(addr)
-        .map_err(|e| Failure::usage(format!("cannot listen on {addr}: {e}")))?;
-    if !a.quiet && !a.json {
-        outln!("rx: listening on {addr} (tcp)");
-    }
-    l.set_nonblocking(true)
-        .map_err(|e| Failure::usage(e.to_string()))?;
+/// Waits up to `wait` seconds for one connection on `l` (listening at
+/// `addr`), or Ctrl-C.
+fn accept_within(
+    l: &TcpListener,
+    addr: SocketAddr,
+    wait: f64,
+) -> anyhow::Result<(TcpStream, SocketAddr)> {
+    l.set_nonblocking(true).context("the listening socket")?;
     let waiting = Instant::now();
-    let (s, peer) = loop {
+    loop {
         match l.accept() {
-            Ok(c) => break c,
+            Ok(c) => return Ok(c),
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 if interrupt::requested() {
-                    return Err(interrupt::failure("no connection had arrived"));
+                    return Err(interrupt::interrupted("no connection had arrived"));
                 }
-                if waiting.elapsed().as_secs_f64() > a.wait {
-                    return Err(Failure {
-                        code: 1,
-                        msg: format!("no connection arrived on {addr} in {} s", a.wait),
-                    });
+                if waiting.elapsed().as_secs_f64() > wait {
+                    bail!("no connection arrived on {addr} in {wait} s");
                 }
                 std::thread::sleep(Duration::from_millis(20));
             }
-            Err(e) => {
-                return Err(Failure {
-                    code: 1,
-                    msg: format!("accept: {e}"),
-                })
-            }
+            Err(e) => return Err(anyhow::Error::new(e).context("accept")),
         }
-    };
-    let mut s = s;
+    }
+}
+
+fn rx_tcp(a: &RxArgs, addr: SocketAddr) -> anyhow::Result<()> {
+    let l = TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr}"))?;
+    if !a.quiet && !a.json {
+        out!("rx: listening on {addr} (tcp)")?;
+    }
+    let (mut s, peer) = accept_within(&l, addr, a.wait)?;
     s.set_nonblocking(false)
-        .map_err(|e| Failure::usage(e.to_string()))?;
-    s.set_read_timeout(Some(Duration::from_millis(200)))
-        .map_err(|e| Failure::usage(e.to_string()))?;
+        .and_then(|()| s.set_read_timeout(Some(Duration::from_millis(200))))
+        .context("the TCP connection")?;
     let mut buf = vec![0u8; 256 * 1024];
     let (mut bytes, mut calls) = (0u64, 0u64);
     let start = Instant::now();
@@ -1152,16 +1199,11 @@ fn rx_tcp(a: &RxArgs, addr: SocketAddr) -> Result<(), Failure> {
                     e.kind(),
                     std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
                 ) => {}
-            Err(e) => {
-                return Err(Failure {
-                    code: 1,
-                    msg: format!("TCP receive failed: {e}"),
-                })
-            }
+            Err(e) => return Err(anyhow::Error::new(e).context("TCP receive failed")),
         }
         if start.elapsed() >= Duration::from_secs(tick as u64) {
             if !a.quiet && !a.json {
-                report::print_interval("rx tcp", tick, bytes - last.0, 0, calls - last.1);
+                report::print_interval("rx tcp", tick, bytes - last.0, 0, calls - last.1)?;
             }
             last = (bytes, calls);
             tick += 1;

@@ -56,7 +56,7 @@ pub fn bytes_body(n: usize) -> Vec<u8> {
 /// Runs `cmd` with its output captured, killed (with its whole process
 /// group: Chromium starts many) after [`CLIENT_TIMEOUT`]. Returns exit
 /// success, stdout and stderr; `Err` if it could not start or timed out.
-pub fn run_bounded(cmd: &mut Command) -> Result<(bool, String, String), String> {
+pub fn run_bounded(cmd: &mut Command) -> anyhow::Result<(bool, String, String)> {
     use std::io::Read;
     use std::os::unix::process::CommandExt;
     let mut child = cmd
@@ -65,7 +65,7 @@ pub fn run_bounded(cmd: &mut Command) -> Result<(bool, String, String), String> 
         .stderr(Stdio::piped())
         .process_group(0)
         .spawn()
-        .map_err(|e| format!("cannot start {cmd:?}: {e}"))?;
+        .map_err(|e| anyhow::anyhow!("cannot start {cmd:?}: {e}"))?;
     let mut out = child.stdout.take().unwrap();
     let mut err = child.stderr.take().unwrap();
     let o = std::thread::spawn(move || {
@@ -80,7 +80,7 @@ pub fn run_bounded(cmd: &mut Command) -> Result<(bool, String, String), String> 
     });
     let deadline = Instant::now() + CLIENT_TIMEOUT;
     let status = loop {
-        if let Some(s) = child.try_wait().map_err(|e| e.to_string())? {
+        if let Some(s) = child.try_wait()? {
             break Some(s);
         }
         if Instant::now() > deadline {
@@ -97,7 +97,7 @@ pub fn run_bounded(cmd: &mut Command) -> Result<(bool, String, String), String> 
     let (out, err) = (o.join().unwrap_or_default(), e.join().unwrap_or_default());
     match status {
         Some(s) => Ok((s.success(), out, err)),
-        None => Err(format!(
+        None => Err(anyhow::anyhow!(
             "{cmd:?} did not end within {CLIENT_TIMEOUT:?}\nstdout: {out}\nstderr: {err}"
         )),
     }
@@ -156,7 +156,7 @@ pub fn chromium_dump_dom(
     port: u16,
     spki: &str,
     path: &str,
-) -> Result<String, String> {
+) -> anyhow::Result<String> {
     let profile = tempdir("chromium");
     let origin = if host.contains(':') {
         format!("[{host}]:{port}")
@@ -179,11 +179,11 @@ pub fn chromium_dump_dom(
     let _ = std::fs::remove_dir_all(&profile);
     let (ok, out, err) = r?;
     if let Some(l) = err.lines().find(|l| l.contains("Page load failed")) {
-        return Err(l.to_string());
+        return Err(anyhow::anyhow!("{l}"));
     }
     if !ok || out.trim().is_empty() {
         let tail: Vec<&str> = err.lines().rev().take(10).collect();
-        return Err(format!(
+        return Err(anyhow::anyhow!(
             "chromium printed no DOM (success: {ok}); stderr ends: {tail:?}"
         ));
     }
@@ -210,7 +210,7 @@ pub fn tempdir(tag: &str) -> PathBuf {
 /// scripts/build-quic-go-client.sh (the Go build cache makes that about a
 /// second once built); `None` after saying why `test` skips.
 pub fn quic_go_client(test: &str) -> Option<PathBuf> {
-    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    static BUILT: OnceLock<anyhow::Result<PathBuf>> = OnceLock::new();
     let r = BUILT.get_or_init(|| {
         if let Some(p) = std::env::var_os("FASTUDP_QUIC_GO_CLIENT") {
             return Ok(PathBuf::from(p));
@@ -219,7 +219,7 @@ pub fn quic_go_client(test: &str) -> Option<PathBuf> {
         let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("quic-go-client");
         let have_go = in_path(&["go"]).is_some() || Path::new("/usr/local/go/bin/go").exists();
         if !have_go {
-            return Err("needs Go 1.26+ to build tools/quic-go-client (.ci/run builds it with scripts/build-quic-go-client.sh)".into());
+            return Err(anyhow::anyhow!("needs Go 1.26+ to build tools/quic-go-client (.ci/run builds it with scripts/build-quic-go-client.sh)"));
         }
         // In cargo's scratch directory for tests; the script renames each
         // binary into place, so test binaries building at once do not
@@ -230,14 +230,14 @@ pub fn quic_go_client(test: &str) -> Option<PathBuf> {
                 .env_remove("FASTUDP_REQUIRE_PRIVILEGED_TESTS"),
         ) {
             Ok((true, _, _)) => Ok(out),
-            Ok((false, o, e)) => Err(format!("scripts/build-quic-go-client.sh failed: {o}{e}")),
+            Ok((false, o, e)) => Err(anyhow::anyhow!("scripts/build-quic-go-client.sh failed: {o}{e}")),
             Err(e) => Err(e),
         }
     });
     match r {
         Ok(p) => Some(p.clone()),
         Err(why) => {
-            skip(test, why);
+            skip(test, &why.to_string());
             None
         }
     }
@@ -253,7 +253,7 @@ pub fn quic_go_fetch(
     alpn: &str,
     trust: Trust<'_>,
     urls: &[String],
-) -> Result<(Vec<Fetched>, serde_json::Value), String> {
+) -> anyhow::Result<(Vec<Fetched>, serde_json::Value)> {
     let mut cmd = Command::new(bin);
     cmd.args(["-alpn", alpn, "-timeout", "80s"]);
     match trust {
@@ -267,13 +267,15 @@ pub fn quic_go_fetch(
     cmd.args(urls);
     let (ok, out, err) = run_bounded(&mut cmd)?;
     if !ok {
-        return Err(format!("quic-go-client failed:\n{out}{err}"));
+        return Err(anyhow::anyhow!("quic-go-client failed:\n{out}{err}"));
     }
     let lines: Vec<serde_json::Value> = out
         .lines()
-        .map(|l| serde_json::from_str(l).map_err(|e| format!("{e}: {l}")))
+        .map(|l| serde_json::from_str(l).map_err(|e| anyhow::anyhow!("{e}: {l}")))
         .collect::<Result<_, _>>()?;
-    let (summary, rows) = lines.split_last().ok_or("no output")?;
+    let (summary, rows) = lines
+        .split_last()
+        .ok_or_else(|| anyhow::anyhow!("no output"))?;
     let fetched = rows
         .iter()
         .map(|v| Fetched {
@@ -319,7 +321,7 @@ pub fn aioquic_fetch(
     trust: Trust<'_>,
     addr: SocketAddr,
     paths: &[&str],
-) -> Result<serde_json::Value, String> {
+) -> anyhow::Result<serde_json::Value> {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/aioquic_client.py");
     let mut cmd = Command::new("python3");
     cmd.arg(script);
@@ -334,9 +336,9 @@ pub fn aioquic_fetch(
         .args(paths);
     let (ok, out, err) = run_bounded(&mut cmd)?;
     if !ok {
-        return Err(format!("aioquic_client.py failed:\n{out}{err}"));
+        return Err(anyhow::anyhow!("aioquic_client.py failed:\n{out}{err}"));
     }
-    serde_json::from_str(out.trim()).map_err(|e| format!("{e}: {out}{err}"))
+    serde_json::from_str(out.trim()).map_err(|e| anyhow::anyhow!("{e}: {out}{err}"))
 }
 
 /// The responses of an [`aioquic_fetch`] as [`Fetched`] values (status 200
@@ -420,7 +422,7 @@ pub fn quic_go_interop(
     case: &str,
     addr: SocketAddr,
     paths: &[&str],
-) -> Result<InteropRun, String> {
+) -> anyhow::Result<InteropRun> {
     quic_go_interop_in(None, bin, case, addr, paths)
 }
 
@@ -431,7 +433,7 @@ pub fn quic_go_interop_in(
     case: &str,
     addr: SocketAddr,
     paths: &[&str],
-) -> Result<InteropRun, String> {
+) -> anyhow::Result<InteropRun> {
     let root = tempdir("quic-go-interop");
     std::fs::create_dir_all(root.join("logs")).unwrap();
     for p in paths {
@@ -444,13 +446,14 @@ pub fn quic_go_interop_in(
     // only when the two are on different file systems (see below).
     let dst = root.join("client");
     if std::fs::hard_link(bin, &dst).is_err() {
-        std::fs::copy(bin, &dst).map_err(|e| format!("{}: {e}", bin.display()))?;
+        std::fs::copy(bin, &dst).map_err(|e| anyhow::anyhow!("{}: {e}", bin.display()))?;
     }
     let run = InteropRun { root };
-    let chroot = in_path(&["chroot"]).ok_or("no chroot on PATH")?;
+    let chroot = in_path(&["chroot"]).ok_or_else(|| anyhow::anyhow!("no chroot on PATH"))?;
     let mut cmd = match netns {
         Some(ns) => {
-            let mut c = Command::new(in_path(&["ip"]).ok_or("no ip on PATH")?);
+            let mut c =
+                Command::new(in_path(&["ip"]).ok_or_else(|| anyhow::anyhow!("no ip on PATH"))?);
             c.args(["netns", "exec", ns]).arg(chroot);
             c
         }
@@ -476,7 +479,7 @@ pub fn quic_go_interop_in(
     if !ok {
         let log = std::fs::read_to_string(run.root.join("logs/log.txt")).unwrap_or_default();
         let tail: Vec<&str> = log.lines().rev().take(5).collect();
-        return Err(format!(
+        return Err(anyhow::anyhow!(
             "quic-go interop client, {case}: {out}{err} (log ends: {tail:?})"
         ));
     }

@@ -247,6 +247,20 @@ pub fn assert_refused(cases: &[(Vec<&str>, &str)]) {
     }
 }
 
+/// Runs `fastudp args`, which must fail with exit status `status` (2: a
+/// usage error, 1: a runtime failure) and exactly one line on standard
+/// error, `fastudp: error: ` and then one that starts with `line`.
+pub fn assert_fails_with(args: &[&str], status: i32, line: &str) {
+    let o = fastudp(args);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(status), "{args:?}: {err}");
+    assert_eq!(err.lines().count(), 1, "{args:?}: one line: {err}");
+    assert!(
+        err.starts_with(&format!("fastudp: error: {line}")),
+        "{args:?}: want `fastudp: error: {line}...`, got: {err}"
+    );
+}
+
 /// Runs a command, which must succeed; its standard output.
 pub fn sh(args: &[&str]) -> String {
     let o = Command::new(args[0]).args(&args[1..]).output().unwrap();

@@ -252,27 +252,7 @@ impl HqConn {
             after_request(cx, id);
             return;
         };
-        let mut fin = false;
-        let mut reset = None;
-        loop {
-            match cx.read(id, hq::MAX_REQUEST + 2 - buf.len().min(hq::MAX_REQUEST + 1)) {
-                Read::Data(ch) => {
-                    buf.extend_from_slice(&ch);
-                    if buf.len() > hq::MAX_REQUEST + 1 {
-                        break;
-                    }
-                }
-                Read::Fin => {
-                    fin = true;
-                    break;
-                }
-                Read::Reset(code) => {
-                    reset = Some(code);
-                    break;
-                }
-                _ => break,
-            }
-        }
+        let (fin, reset) = read_line(cx, id, buf);
         if let Some(code) = reset {
             // The client gave up on its request: the response side closes
             // too (else the stream would hold one of its slots for ever).
@@ -323,37 +303,49 @@ impl HqConn {
                     return;
                 };
                 let r = root.respond(Method::Get, target, None);
-                match (r.status, r.body) {
-                    (Status::Ok, Some(body)) => {
-                        if !self.file_window {
-                            // File bytes are copies held until
-                            // acknowledged: the memory model counts this
-                            // window for them.
-                            cx.set_send_window(limits::FILE_SEND_WINDOW);
-                            self.file_window = true;
-                        }
-                        let len = r.content_length;
-                        self.streams.insert(id, Resp::File { body, len });
-                        if stop {
-                            cx.stop(id, 0);
-                        }
-                        self.respond(cx, id);
-                    }
-                    (status, _) => {
-                        let code = u64::from(match status {
-                            Status::NotFound => hq::code::NOT_FOUND,
-                            Status::Forbidden => hq::code::FORBIDDEN,
-                            Status::BadRequest => hq::code::BAD_REQUEST,
-                            _ => hq::code::FILE_ERROR,
-                        });
-                        cx.reset(id, code);
-                        cx.stop(id, code);
-                        self.streams.remove(&id);
-                    }
-                }
+                self.start_file(cx, id, r, stop);
             }
             Err(bad) => {
                 let code = u64::from(bad.code());
+                cx.reset(id, code);
+                cx.stop(id, code);
+                self.streams.remove(&id);
+            }
+        }
+    }
+
+    /// Starts the answer to a file request: the file's bytes, or a reset
+    /// with the code of why not. `stop`: bytes came after the request line.
+    fn start_file(
+        &mut self,
+        cx: &mut AppCx<'_>,
+        id: StreamId,
+        r: crate::files::Response,
+        stop: bool,
+    ) {
+        match (r.status, r.body) {
+            (Status::Ok, Some(body)) => {
+                if !self.file_window {
+                    // File bytes are copies held until
+                    // acknowledged: the memory model counts this
+                    // window for them.
+                    cx.set_send_window(limits::FILE_SEND_WINDOW);
+                    self.file_window = true;
+                }
+                let len = r.content_length;
+                self.streams.insert(id, Resp::File { body, len });
+                if stop {
+                    cx.stop(id, 0);
+                }
+                self.respond(cx, id);
+            }
+            (status, _) => {
+                let code = u64::from(match status {
+                    Status::NotFound => hq::code::NOT_FOUND,
+                    Status::Forbidden => hq::code::FORBIDDEN,
+                    Status::BadRequest => hq::code::BAD_REQUEST,
+                    _ => hq::code::FILE_ERROR,
+                });
                 cx.reset(id, code);
                 cx.stop(id, code);
                 self.streams.remove(&id);
@@ -449,5 +441,24 @@ fn after_request(cx: &mut AppCx<'_>, id: StreamId) {
     }
     if extra {
         cx.stop(id, 0);
+    }
+}
+
+/// Reads what stream `id` has of its request line into `buf`, up to one
+/// byte more than the longest request: whether its FIN came, and the code
+/// it was reset with, if it was.
+fn read_line(cx: &mut AppCx<'_>, id: StreamId, buf: &mut Vec<u8>) -> (bool, Option<u64>) {
+    loop {
+        match cx.read(id, hq::MAX_REQUEST + 2 - buf.len().min(hq::MAX_REQUEST + 1)) {
+            Read::Data(ch) => {
+                buf.extend_from_slice(&ch);
+                if buf.len() > hq::MAX_REQUEST + 1 {
+                    return (false, None);
+                }
+            }
+            Read::Fin => return (true, None),
+            Read::Reset(code) => return (false, Some(code)),
+            _ => return (false, None),
+        }
     }
 }

@@ -367,7 +367,17 @@ impl<'a> AppCx<'a> {
             }
             match s.write_chunks(data) {
                 Ok(w) => n += w.bytes,
-                Err(quinn_proto::WriteError::Blocked) => return Write::Blocked(n),
+                // quinn-proto says `Blocked` for a connection without send
+                // credit before it looks at the stream: a stream the peer
+                // stopped is reported as such, not as blocked (its
+                // `Writable` would wait for credit that may never come).
+                Err(quinn_proto::WriteError::Blocked) => {
+                    return match s.stopped() {
+                        Ok(None) => Write::Blocked(n),
+                        Ok(Some(code)) => Write::Stopped(code.into_inner()),
+                        Err(_) => Write::Closed,
+                    }
+                }
                 Err(quinn_proto::WriteError::Stopped(code)) => {
                     return Write::Stopped(code.into_inner())
                 }

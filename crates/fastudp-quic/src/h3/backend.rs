@@ -606,6 +606,26 @@ impl<B: Buf> quic::SendStream<B> for H3Send<B> {
                     self.written += n as u64;
                 }
                 Err(WriteError::Blocked) => {
+                    // quinn-proto answers `Blocked` for a connection
+                    // without send credit before it looks at the stream:
+                    // a stream the peer stopped (and the engine reset) is
+                    // `Blocked` then too, and its only `Writable` would
+                    // come with more connection credit, which a peer that
+                    // stopped everything may never give. So a stopped
+                    // stream ends here, and h3 lets go of it (freeing it
+                    // and the peer's stream credit).
+                    match conn.send_stream(self.id.quic).stopped() {
+                        Ok(None) => {}
+                        Ok(Some(code)) => {
+                            return Poll::Ready(Err(StreamErrorIncoming::StreamTerminated {
+                                error_code: code.into_inner(),
+                            }));
+                        }
+                        Err(e) => {
+                            drop(conn);
+                            return Poll::Ready(Err(self.link.closed_stream(e)));
+                        }
+                    }
                     drop(conn);
                     return match self.link.shared_mut() {
                         Ok(mut s) => {

@@ -254,9 +254,42 @@ impl Pair {
     fn turn<T>(&mut self, client: &mut Driven<T>) -> bool {
         self.turns += 1;
         let now = self.now;
-        let mut busy = false;
         let mut buf = Vec::new();
-        // Datagrams due at the server.
+        let mut busy = self.deliver_to_server(now, &mut buf);
+        busy |= self.deliver_to_client(now, &mut buf);
+        self.timers_and_endpoint_events(now);
+        // Application events, then the applications, then transmits.
+        loop {
+            let Some(ev) = self.client.borrow_mut().poll() else {
+                break;
+            };
+            self.client_link.forward(&ev);
+        }
+        self.client_link.set_now(now);
+        busy |= client.poll();
+        if let Some(s) = &mut self.server {
+            loop {
+                let Some(ev) = s.conn.borrow_mut().poll() else {
+                    break;
+                };
+                if matches!(ev, Event::Stream(StreamEvent::Writable { .. })) {
+                    s.writable += 1;
+                }
+                s.task.link().forward(&ev);
+            }
+            let before = s.task.polls();
+            if !self.hold_task {
+                s.task.poll(now);
+            }
+            busy |= s.task.polls() != before;
+        }
+        busy |= self.transmits(now, &mut buf);
+        busy
+    }
+
+    /// Hands the server the datagrams due at `now`: true if there were any.
+    fn deliver_to_server(&mut self, now: Instant, buf: &mut Vec<u8>) -> bool {
+        let mut busy = false;
         while self.to_server.front().is_some_and(|(t, _)| *t <= now) {
             let (_, d) = self.to_server.pop_front().unwrap();
             busy = true;
@@ -266,14 +299,11 @@ impl Pair {
                 None,
                 None,
                 BytesMut::from(&d[..]),
-                &mut buf,
+                buf,
             );
             match ev {
                 Some(DatagramEvent::NewConnection(inc)) => {
-                    let (ch, conn) = self
-                        .server_ep
-                        .accept(inc, now, &mut buf, None)
-                        .expect("accept");
+                    let (ch, conn) = self.server_ep.accept(inc, now, buf, None).expect("accept");
                     let conn = Rc::new(RefCell::new(conn));
                     let task = H3Task::server(
                         conn.clone(),
@@ -301,7 +331,12 @@ impl Pair {
                 None => {}
             }
         }
-        // Datagrams due at the client.
+        busy
+    }
+
+    /// Hands the client the datagrams due at `now`: true if there were any.
+    fn deliver_to_client(&mut self, now: Instant, buf: &mut Vec<u8>) -> bool {
+        let mut busy = false;
         while self.to_client.front().is_some_and(|(t, _)| *t <= now) {
             let (_, d) = self.to_client.pop_front().unwrap();
             busy = true;
@@ -311,12 +346,16 @@ impl Pair {
                 None,
                 None,
                 BytesMut::from(&d[..]),
-                &mut buf,
+                buf,
             ) {
                 self.client.borrow_mut().handle_event(ev);
             }
         }
-        // Timers.
+        busy
+    }
+
+    /// Both sides' timers due at `now`, then their endpoint events.
+    fn timers_and_endpoint_events(&mut self, now: Instant) {
         {
             let mut c = self.client.borrow_mut();
             if c.poll_timeout().is_some_and(|t| t <= now) {
@@ -348,34 +387,15 @@ impl Pair {
                 }
             }
         }
-        // Application events, then the applications, then transmits.
-        loop {
-            let Some(ev) = self.client.borrow_mut().poll() else {
-                break;
-            };
-            self.client_link.forward(&ev);
-        }
-        self.client_link.set_now(now);
-        busy |= client.poll();
-        if let Some(s) = &mut self.server {
-            loop {
-                let Some(ev) = s.conn.borrow_mut().poll() else {
-                    break;
-                };
-                if matches!(ev, Event::Stream(StreamEvent::Writable { .. })) {
-                    s.writable += 1;
-                }
-                s.task.link().forward(&ev);
-            }
-            let before = s.task.polls();
-            if !self.hold_task {
-                s.task.poll(now);
-            }
-            busy |= s.task.polls() != before;
-        }
+    }
+
+    /// Both sides' transmits, onto the links (some lost, as asked): true
+    /// if there were any.
+    fn transmits(&mut self, now: Instant, buf: &mut Vec<u8>) -> bool {
+        let mut busy = false;
         loop {
             buf.clear();
-            let Some(t) = self.client.borrow_mut().poll_transmit(now, 1, &mut buf) else {
+            let Some(t) = self.client.borrow_mut().poll_transmit(now, 1, buf) else {
                 break;
             };
             busy = true;
@@ -387,7 +407,7 @@ impl Pair {
         if let Some(s) = &self.server {
             loop {
                 buf.clear();
-                let Some(t) = s.conn.borrow_mut().poll_transmit(now, 1, &mut buf) else {
+                let Some(t) = s.conn.borrow_mut().poll_transmit(now, 1, buf) else {
                     break;
                 };
                 busy = true;
@@ -498,25 +518,27 @@ async fn get(
 
 /// An h3 client that runs `paths` in parallel on one connection and
 /// returns each status and body.
-fn client(conn: H3Conn, paths: Vec<String>) -> Driven<Result<Responses, String>> {
+fn client(conn: H3Conn, paths: Vec<String>) -> Driven<anyhow::Result<Responses>> {
     Driven::new(async move {
-        let (mut driver, send) = ::h3::client::new(conn).await.map_err(|e| e.to_string())?;
+        let (mut driver, send) = ::h3::client::new(conn).await?;
         let reqs = async move {
             let futs = paths.into_iter().map(|p| {
                 let mut send = send.clone();
-                async move { get(&mut send, &p).await.map_err(|e| e.to_string()) }
+                async move { get(&mut send, &p).await.map_err(|e| anyhow::anyhow!("{e}")) }
             });
             futures_util::future::join_all(futs)
                 .await
                 .into_iter()
-                .collect::<Result<Vec<_>, String>>()
+                .collect::<anyhow::Result<Vec<_>>>()
         };
         let drive = std::future::poll_fn(|cx| driver.poll_close(cx));
         futures_util::pin_mut!(reqs);
         futures_util::pin_mut!(drive);
         match futures_util::future::select(reqs, drive).await {
             futures_util::future::Either::Left((r, _)) => r,
-            futures_util::future::Either::Right((e, _)) => Err(format!("connection ended: {e}")),
+            futures_util::future::Either::Right((e, _)) => {
+                Err(anyhow::anyhow!("connection ended: {e}"))
+            }
         }
     })
 }

@@ -366,31 +366,11 @@ impl UdpState {
         let t = src.get(from);
         loop {
             let short_tails_off = self.short_tail_refused.load(Relaxed);
-            // Whether transmit `x` goes as one GSO send now.
-            let gso_for = |x: &Transmit<'_>| {
-                self.max_gso_segments_to(&x.destination) > 1 && !(short_tails_off && short_tail(x))
-            };
-            let gso = gso_for(&t);
+            let gso = self.goes_gso(&t, short_tails_off);
             if !gso && t.segments() > 1 {
                 return self.send_split(fd, &t, dropped);
             }
-            let limit = if self.caps.mmsg { MAX_BATCH } else { 1 };
-            let n = (from..src.count())
-                .take(limit)
-                .take_while(|&i| {
-                    let x = src.get(i);
-                    x.segments() == 1 || gso_for(&x)
-                })
-                .count();
-            // On the io_uring ring a batch is not stopped by a failure: a
-            // transmit with datagrams larger than any sent so far (a
-            // path-MTU probe) ends its batch, so that its EMSGSIZE is
-            // reported for it alone, with nothing sent after it.
-            #[cfg(feature = "uring")]
-            let n = match self.backend_for(fd) {
-                Some(b) => b.cut_after_growth(n, &|i| largest_datagram(&src.get(from + i))),
-                None => n,
-            };
+            let n = self.batch_len(fd, src, from, short_tails_off);
             let allow_ecn = ecn_refused.is_none();
             #[cfg(test)]
             let injected = super::faults::refused(
@@ -413,18 +393,7 @@ impl UdpState {
             self.c.send_calls.fetch_add(1, Relaxed);
             let e = match r {
                 Ok(k) => {
-                    let lost = holes.count_ones() as usize;
-                    self.c.send_messages.fetch_add((k - lost) as u64, Relaxed);
-                    #[cfg(feature = "uring")]
-                    if let Some(b) = self.backend_for(fd) {
-                        b.note_sent_size(
-                            (0..k)
-                                .filter(|&i| holes & (1u128 << i) == 0)
-                                .map(|i| largest_datagram(&src.get(from + i)))
-                                .max()
-                                .unwrap_or(0),
-                        );
-                    }
+                    self.count_sent(fd, src, from, k, holes);
                     if holes & 1 == 0 {
                         if let Some(cause) = ecn_refused {
                             self.disable_ecn(&cause, &t.destination);
@@ -433,18 +402,12 @@ impl UdpState {
                             self.gso_worked(&t.destination);
                         }
                     }
-                    for i in (0..k).filter(|&i| holes & (1u128 << i) != 0) {
-                        let ti = src.get(from + i);
-                        let one = [ti];
-                        let r = self.send_from(fd, &&one[..]);
-                        self.hole_done(&ti, r, dropped);
-                    }
+                    self.resend_holes(fd, src, from, k, holes, dropped);
                     return Ok(Step::Whole(k));
                 }
                 Err(e) => e,
             };
-            let errno = e.raw_os_error();
-            let refused = matches!(errno, Some(libc::EIO) | Some(libc::EINVAL));
+            let refused = matches!(e.raw_os_error(), Some(libc::EIO) | Some(libc::EINVAL));
             if refused && t.ecn.is_some() && self.ecn.load(Relaxed) && allow_ecn {
                 ecn_refused = Some(e);
                 continue;
@@ -453,47 +416,149 @@ impl UdpState {
                 retries += 1;
                 continue;
             }
-            if errno == Some(libc::ENOBUFS) {
-                // The first message of the batch was dropped by the local
-                // queue (the messages before it, none here, would have been
-                // counted as sent): it is done, as it would be without
-                // IP_RECVERR. The next step goes on with the one after it.
-                self.dropped_locally(t.segments(), dropped);
-                return Ok(Step::Whole(1));
-            }
-            if refused && t.segments() > 1 {
-                // Is GSO to blame? The same datagrams, one by one: only if
-                // that works is GSO turned off.
-                let step = self.send_split(fd, &t, dropped)?;
-                let k = match step {
-                    Step::Whole(_) => t.segments(),
-                    Step::Partial(k) => k,
-                };
-                self.c.resent.fetch_add(k as u64, Relaxed);
-                if short_tail(&t) && !short_tails_off {
-                    self.disable_short_tail(&e, &t.destination);
-                } else {
-                    self.disable_gso(&e, &t.destination);
-                }
-                return Ok(step);
-            }
-            if errno == Some(libc::EMSGSIZE) {
-                return Err(if t.segments() > 1 {
-                    Error::SegmentExceedsMtu {
-                        index: 0,
-                        segment_size: t.segment_size.unwrap_or(0),
-                        destination: t.destination,
-                    }
-                } else {
-                    Error::DatagramExceedsMtu {
-                        index: 0,
-                        len: t.contents.len(),
-                        destination: t.destination,
-                    }
-                });
-            }
-            return Err(Error::Io(e));
+            return self.batch_failed(fd, &t, e, short_tails_off, dropped);
         }
+    }
+
+    /// Whether transmit `t` goes as one GSO send now (`short_tails_off`:
+    /// trains with a short last datagram were refused).
+    #[inline]
+    fn goes_gso(&self, t: &Transmit<'_>, short_tails_off: bool) -> bool {
+        self.max_gso_segments_to(&t.destination) > 1 && !(short_tails_off && short_tail(t))
+    }
+
+    /// How many transmits from `src[from..]` go in the next batch: single
+    /// datagrams and trains that go with GSO now, up to the batch limit.
+    #[inline]
+    fn batch_len<'a>(
+        &self,
+        fd: BorrowedFd<'_>,
+        src: &impl Source<'a>,
+        from: usize,
+        short_tails_off: bool,
+    ) -> usize {
+        let limit = if self.caps.mmsg { MAX_BATCH } else { 1 };
+        let n = (from..src.count())
+            .take(limit)
+            .take_while(|&i| {
+                let x = src.get(i);
+                x.segments() == 1 || self.goes_gso(&x, short_tails_off)
+            })
+            .count();
+        // On the io_uring ring a batch is not stopped by a failure: a
+        // transmit with datagrams larger than any sent so far (a
+        // path-MTU probe) ends its batch, so that its EMSGSIZE is
+        // reported for it alone, with nothing sent after it.
+        #[cfg(feature = "uring")]
+        let n = match self.backend_for(fd) {
+            Some(b) => b.cut_after_growth(n, &|i| largest_datagram(&src.get(from + i))),
+            None => n,
+        };
+        #[cfg(not(feature = "uring"))]
+        let _ = fd;
+        n
+    }
+
+    /// Counts the messages of a batch that went out: the first `k` from
+    /// `src[from..]`, but for the `holes`.
+    #[inline]
+    fn count_sent<'a>(
+        &self,
+        fd: BorrowedFd<'_>,
+        src: &impl Source<'a>,
+        from: usize,
+        k: usize,
+        holes: u128,
+    ) {
+        let lost = holes.count_ones() as usize;
+        self.c.send_messages.fetch_add((k - lost) as u64, Relaxed);
+        #[cfg(feature = "uring")]
+        if let Some(b) = self.backend_for(fd) {
+            b.note_sent_size(
+                (0..k)
+                    .filter(|&i| holes & (1u128 << i) == 0)
+                    .map(|i| largest_datagram(&src.get(from + i)))
+                    .max()
+                    .unwrap_or(0),
+            );
+        }
+        #[cfg(not(feature = "uring"))]
+        let _ = (fd, src, from);
+    }
+
+    /// Resends each hole of a batch (`holes`, among its first `k` messages
+    /// from `src[from..]`) through the whole send path.
+    #[inline]
+    fn resend_holes<'a>(
+        &self,
+        fd: BorrowedFd<'_>,
+        src: &impl Source<'a>,
+        from: usize,
+        k: usize,
+        holes: u128,
+        dropped: &mut usize,
+    ) {
+        for i in (0..k).filter(|&i| holes & (1u128 << i) != 0) {
+            let ti = src.get(from + i);
+            let one = [ti];
+            let r = self.send_from(fd, &&one[..]);
+            self.hole_done(&ti, r, dropped);
+        }
+    }
+
+    /// What a batch whose first message `t` failed with `e` comes to, once
+    /// the ECN and ICMP retries are spent: a drop by the local queue, a GSO
+    /// refusal resent one datagram at a time, or the error.
+    fn batch_failed(
+        &self,
+        fd: BorrowedFd<'_>,
+        t: &Transmit<'_>,
+        e: io::Error,
+        short_tails_off: bool,
+        dropped: &mut usize,
+    ) -> Result<Step, Error> {
+        let errno = e.raw_os_error();
+        let refused = matches!(errno, Some(libc::EIO) | Some(libc::EINVAL));
+        if errno == Some(libc::ENOBUFS) {
+            // The first message of the batch was dropped by the local
+            // queue (the messages before it, none here, would have been
+            // counted as sent): it is done, as it would be without
+            // IP_RECVERR. The next step goes on with the one after it.
+            self.dropped_locally(t.segments(), dropped);
+            return Ok(Step::Whole(1));
+        }
+        if refused && t.segments() > 1 {
+            // Is GSO to blame? The same datagrams, one by one: only if
+            // that works is GSO turned off.
+            let step = self.send_split(fd, t, dropped)?;
+            let k = match step {
+                Step::Whole(_) => t.segments(),
+                Step::Partial(k) => k,
+            };
+            self.c.resent.fetch_add(k as u64, Relaxed);
+            if short_tail(t) && !short_tails_off {
+                self.disable_short_tail(&e, &t.destination);
+            } else {
+                self.disable_gso(&e, &t.destination);
+            }
+            return Ok(step);
+        }
+        if errno == Some(libc::EMSGSIZE) {
+            return Err(if t.segments() > 1 {
+                Error::SegmentExceedsMtu {
+                    index: 0,
+                    segment_size: t.segment_size.unwrap_or(0),
+                    destination: t.destination,
+                }
+            } else {
+                Error::DatagramExceedsMtu {
+                    index: 0,
+                    len: t.contents.len(),
+                    destination: t.destination,
+                }
+            });
+        }
+        Err(Error::Io(e))
     }
 
     /// Sends every datagram of a train as its own message. Once the first

@@ -903,6 +903,10 @@ pub(crate) enum ZcSrc<'w> {
     },
 }
 
+/// A zerocopy send that failed: the error, and the caller's buffer back
+/// when the kernel let go of it (`None` only if the ring itself failed).
+pub(crate) type ZcFailure = (io::Error, Option<Vec<u8>>);
+
 /// The memory a slot in flight sends from.
 #[derive(Debug)]
 enum HeldBuf {
@@ -1206,7 +1210,6 @@ impl ZcRing {
     /// is no pool). `msg_flags` is `MSG_DONTWAIT` for a non-blocking
     /// socket (io_uring waits for buffer space otherwise, whatever the
     /// socket's mode).
-    #[allow(clippy::type_complexity)]
     pub(crate) fn send<E>(
         &mut self,
         fd: BorrowedFd<'_>,
@@ -1215,16 +1218,30 @@ impl ZcRing {
         src: ZcSrc<'_>,
         fill: impl for<'b> FnOnce(&'b [u8], &mut [u8]) -> Result<SendMsg<'b>, E>,
         done: &mut Vec<ZcDone>,
-    ) -> Result<Result<(), (io::Error, Option<Vec<u8>>)>, (E, Vec<u8>)> {
+    ) -> Result<Result<(), ZcFailure>, (E, Vec<u8>)> {
+        let (i, held) = match self.claim(src) {
+            Ok(c) => c,
+            Err(f) => return Ok(Err(f)),
+        };
+        if let Err(f) = self.post(i, held, fd, fixed_file, msg_flags, fill)? {
+            return Ok(Err(f));
+        }
+        Ok(self.wait_sent(i, done))
+    }
+
+    /// A free slot, and the buffer it will send from: the caller's, or a
+    /// free pool buffer written by the source's `write`. `WouldBlock`
+    /// (the caller's buffer back) when none is free.
+    fn claim(&mut self, src: ZcSrc<'_>) -> Result<(usize, HeldBuf), ZcFailure> {
         let would_block = || io::Error::from(io::ErrorKind::WouldBlock);
         let Some(i) = self.free.pop() else {
-            return Ok(Err((
+            return Err((
                 would_block(),
                 Some(match src {
                     ZcSrc::Owned(b) => b,
                     ZcSrc::Pool { .. } => Vec::new(),
                 }),
-            )));
+            ));
         };
         let held = match src {
             ZcSrc::Owned(b) => HeldBuf::Owned(b),
@@ -1238,16 +1255,32 @@ impl ZcRing {
                             format!("{len} bytes do not fit a {}-byte pool buffer", p.len),
                         ),
                     };
-                    return Ok(Err((e, Some(Vec::new()))));
+                    return Err((e, Some(Vec::new())));
                 };
                 let Some(idx) = pool.free.pop() else {
                     self.free.push(i);
-                    return Ok(Err((would_block(), Some(Vec::new()))));
+                    return Err((would_block(), Some(Vec::new())));
                 };
                 write(pool.buf_mut(idx, len));
                 HeldBuf::Pool(idx, len)
             }
         };
+        Ok((i, held))
+    }
+
+    /// Builds slot `i`'s header around `held` with `fill`, and pushes its
+    /// `SENDMSG_ZC` onto the ring (not yet submitted). From then on the slot
+    /// holds the buffer until its notification. On an error the slot is
+    /// free again, and the buffer comes back with it.
+    fn post<E>(
+        &mut self,
+        i: usize,
+        held: HeldBuf,
+        fd: BorrowedFd<'_>,
+        fixed_file: bool,
+        msg_flags: i32,
+        fill: impl for<'b> FnOnce(&'b [u8], &mut [u8]) -> Result<SendMsg<'b>, E>,
+    ) -> Result<Result<(), ZcFailure>, (E, Vec<u8>)> {
         let (payload, fixed_buf): (&[u8], bool) = match &held {
             HeldBuf::Owned(b) => (b, false),
             HeldBuf::Pool(idx, len) => {
@@ -1292,6 +1325,12 @@ impl ZcRing {
             let data = h.map(|h| self.release(i, h));
             return Ok(Err((e, data)));
         }
+        Ok(Ok(()))
+    }
+
+    /// Submits, and waits for slot `i`'s own completion (and, when it
+    /// failed, for its notification, which brings the buffer back).
+    fn wait_sent(&mut self, i: usize, done: &mut Vec<ZcDone>) -> Result<(), ZcFailure> {
         // No deadline: a send without MSG_DONTWAIT on a blocking socket
         // waits for buffer space as the socket would, and giving up while
         // it is queued could have the caller send it again.
@@ -1303,48 +1342,57 @@ impl ZcRing {
             match &self.held[i] {
                 Some((_, Some(r))) if outcome.is_none() => {
                     if *r >= 0 {
-                        return Ok(Ok(()));
+                        return Ok(());
                     }
                     // Failed, and a notification follows: wait for it.
                     outcome = Some(*r);
                 }
                 Some(_) => {}
-                None => {
-                    // Done: its buffer is among those just reaped.
-                    let k = (before..done.len()).find(|&k| done[k].slot == i);
-                    let d = k.map(|k| done.remove(k));
-                    let r = outcome.or_else(|| {
-                        d.as_ref()
-                            .and_then(|d| d.result.as_ref().err())
-                            .and_then(|e| e.raw_os_error())
-                            .map(|e| -e)
-                    });
-                    return Ok(match (r, d) {
-                        (Some(r), d) if r < 0 => {
-                            Err((io::Error::from_raw_os_error(-r), d.map(|d| d.buf)))
-                        }
-                        (_, Some(mut d)) => {
-                            // Sent, no notification: hand it over as done.
-                            if d.pooled {
-                                d.buf = Vec::new();
-                            }
-                            done.push(d);
-                            Ok(())
-                        }
-                        (_, None) => Ok(()),
-                    });
-                }
+                // Done: its buffer is among those just reaped.
+                None => return Self::finished(i, outcome, before, done),
             }
             if let Err(e) = submitted {
                 if !matches!(e.raw_os_error(), Some(libc::EINTR) | Some(libc::EBUSY)) {
-                    return Ok(Err((e, None)));
+                    return Err((e, None));
                 }
             }
             if let Err(e) = wait_cqe(&self.ring, None) {
                 // The ring itself failed: the buffer stays held (and is
                 // leaked at teardown if the kernel never lets it go).
-                return Ok(Err((e, None)));
+                return Err((e, None));
             }
+        }
+    }
+
+    /// The outcome of slot `i`, whose buffer is among `done[before..]`
+    /// (just reaped): `outcome` is the failure its completion reported, if
+    /// any. A failed send takes its buffer out of `done` and back to the
+    /// caller; a sent one leaves it there, done.
+    fn finished(
+        i: usize,
+        outcome: Option<i32>,
+        before: usize,
+        done: &mut Vec<ZcDone>,
+    ) -> Result<(), ZcFailure> {
+        let k = (before..done.len()).find(|&k| done[k].slot == i);
+        let d = k.map(|k| done.remove(k));
+        let r = outcome.or_else(|| {
+            d.as_ref()
+                .and_then(|d| d.result.as_ref().err())
+                .and_then(|e| e.raw_os_error())
+                .map(|e| -e)
+        });
+        match (r, d) {
+            (Some(r), d) if r < 0 => Err((io::Error::from_raw_os_error(-r), d.map(|d| d.buf))),
+            (_, Some(mut d)) => {
+                // Sent, no notification: hand it over as done.
+                if d.pooled {
+                    d.buf = Vec::new();
+                }
+                done.push(d);
+                Ok(())
+            }
+            (_, None) => Ok(()),
         }
     }
 
