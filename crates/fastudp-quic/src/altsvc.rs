@@ -31,7 +31,7 @@
 //! | Request head size | [`MAX_HEAD`] bytes | 431, closed, [`Stats::bad_requests`] |
 //! | Header fields | [`MAX_FIELDS`] | 431, closed, [`Stats::bad_requests`] |
 //! | Request body | none accepted (`Content-Length` above 0, any `Transfer-Encoding`) | 413 or 501, closed, [`Stats::bad_requests`] |
-//! | A write that makes no progress | [`Config::send_timeout`] | closed, [`Stats::send_failed`] |
+//! | A response piece (head, a body chunk of [`crate::h3::CHUNK`]) the client does not take | [`Config::send_timeout`] | closed, [`Stats::send_failed`] |
 //! | Requests per connection | [`MAX_REQUESTS`] | the last answer says `connection: close` |
 //! | Reading on after a refusal (so the answer is not lost to a reset) | [`LINGER`], [`LINGER_BYTES`] | closed |
 //!
@@ -99,8 +99,8 @@ pub struct Config {
     /// Time a connection may wait for its next request (default
     /// [`IDLE_TIMEOUT`]).
     pub idle_timeout: Duration,
-    /// Time one write may wait for the client to take bytes (default
-    /// [`SEND_TIMEOUT`]).
+    /// Time the client has to take each piece of a response (its head,
+    /// each body chunk), progress or not (default [`SEND_TIMEOUT`]).
     pub send_timeout: Duration,
 }
 
@@ -425,9 +425,50 @@ type Tls = rustls::StreamOwned<rustls::ServerConnection, Sock>;
 /// which `std` makes a `writev(2)`, and a `writev` to a connection the
 /// client has reset raises SIGPIPE, which ends a process that has not
 /// ignored it (as `fastudp` does not, so that a closed pipe ends it).
+///
+/// Writes have a deadline too, `write_deadline`, armed ([`Sock::arm`])
+/// before each piece the server hands to rustls (the head, each body
+/// chunk of at most [`crate::h3::CHUNK`] bytes, a flush): the kernel's
+/// send timeout counts from each `send(2)` and any progress ends it, so
+/// a client that takes a few bytes now and then would hold the
+/// connection for ever. Once the deadline passes the socket is stalled
+/// and every later write fails at once (rustls' `Write` swallows the
+/// error of its own flush and would wait again).
 struct Sock {
     tcp: TcpStream,
     deadline: Instant,
+    write_deadline: Instant,
+    send_timeout: Duration,
+    stalled: bool,
+}
+
+impl Sock {
+    /// Gives the next writes [`Config::send_timeout`] from now.
+    fn arm(&mut self) {
+        self.write_deadline = Instant::now() + self.send_timeout;
+    }
+
+    fn send(
+        &mut self,
+        f: impl FnOnce(&socket2::SockRef<'_>) -> io::Result<usize>,
+    ) -> io::Result<usize> {
+        let left = self
+            .write_deadline
+            .saturating_duration_since(Instant::now());
+        if self.stalled || left.is_zero() {
+            self.stalled = true;
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the client did not take the response within the send timeout",
+            ));
+        }
+        self.tcp.set_write_timeout(Some(left))?;
+        let r = f(&socket2::SockRef::from(&self.tcp));
+        if r.as_ref().is_err_and(timed_out) {
+            self.stalled = true;
+        }
+        r
+    }
 }
 
 impl Read for Sock {
@@ -441,11 +482,11 @@ impl Read for Sock {
 
 impl Write for Sock {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        socket2::SockRef::from(&self.tcp).send_with_flags(buf, libc::MSG_NOSIGNAL)
+        self.send(|t| t.send_with_flags(buf, libc::MSG_NOSIGNAL))
     }
 
     fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
-        socket2::SockRef::from(&self.tcp).send_vectored_with_flags(bufs, libc::MSG_NOSIGNAL)
+        self.send(|t| t.send_vectored_with_flags(bufs, libc::MSG_NOSIGNAL))
     }
 
     fn flush(&mut self) -> io::Result<()> {
@@ -483,9 +524,6 @@ fn serve(tcp: TcpStream, shared: &Shared, id: u64) {
     let stats = &shared.stats;
     let cfg = &shared.cfg;
     let _ = tcp.set_nodelay(true);
-    if tcp.set_write_timeout(Some(cfg.send_timeout)).is_err() {
-        return;
-    }
     let Ok(conn) = rustls::ServerConnection::new(shared.tls.clone()) else {
         stats.tls_failed.fetch_add(1, Relaxed);
         return;
@@ -494,6 +532,9 @@ fn serve(tcp: TcpStream, shared: &Shared, id: u64) {
     let sock = Sock {
         tcp,
         deadline: first,
+        write_deadline: first,
+        send_timeout: cfg.send_timeout,
+        stalled: false,
     };
     let mut s = rustls::StreamOwned::new(conn, sock);
     match handshake(&mut s, first) {
@@ -554,6 +595,7 @@ fn serve(tcp: TcpStream, shared: &Shared, id: u64) {
             Ok(true) if !close => {}
             _ => {
                 s.conn.send_close_notify();
+                s.sock.arm();
                 let _ = s.flush();
                 return;
             }
@@ -563,6 +605,7 @@ fn serve(tcp: TcpStream, shared: &Shared, id: u64) {
 
 fn handshake(s: &mut Tls, deadline: Instant) -> Result<(), End> {
     s.sock.deadline = deadline;
+    s.sock.write_deadline = deadline;
     while s.conn.is_handshaking() {
         match s.conn.complete_io(&mut s.sock) {
             Ok((0, 0)) => return Err(End::Closed),
@@ -597,6 +640,8 @@ fn read_head(
             deadline = Some(Instant::now() + cfg.request_timeout);
         }
         s.sock.deadline = deadline.unwrap_or_else(|| Instant::now() + cfg.idle_timeout);
+        // What rustls may still send while reading (a KeyUpdate's answer).
+        s.sock.arm();
         let want = (MAX_HEAD - buf.len()).min(chunk.len());
         match s.read(&mut chunk[..want]) {
             Ok(0) => return Err(Some(End::Closed)),
@@ -652,6 +697,7 @@ fn respond(
     write_fields(&mut head, reply.head.headers(), &shared.alt_svc, close);
     let mut sent = head.len() as u64;
     let r = (|| -> io::Result<bool> {
+        s.sock.arm();
         s.write_all(&head)?;
         if let Some(b) = body.as_mut() {
             loop {
@@ -660,10 +706,12 @@ fn respond(
                 }
                 match b.next(Instant::now(), crate::h3::CHUNK) {
                     Ok(Next::Data(d)) => {
+                        s.sock.arm();
                         s.write_all(&d)?;
                         sent += d.len() as u64;
                     }
                     Ok(Next::Wait(t)) => {
+                        s.sock.arm();
                         s.flush()?;
                         std::thread::sleep(t.saturating_duration_since(Instant::now()));
                     }
@@ -676,6 +724,7 @@ fn respond(
                 }
             }
         }
+        s.sock.arm();
         s.flush()?;
         Ok(true)
     })();
@@ -718,9 +767,11 @@ fn refuse(s: &mut Tls, code: u16, shared: &Shared) -> io::Result<()> {
         .unwrap_or("");
     let mut out = format!("HTTP/1.1 {code} {reason}\r\ncontent-length: 0\r\n").into_bytes();
     write_fields(&mut out, &HeaderMap::new(), &shared.alt_svc, true);
+    s.sock.arm();
     s.write_all(&out)?;
     shared.stats.bytes_sent.fetch_add(out.len() as u64, Relaxed);
     s.conn.send_close_notify();
+    s.sock.arm();
     s.flush()?;
     linger(&s.sock.tcp);
     Ok(())

@@ -450,3 +450,31 @@ fn alt_svc_one_address_holds_a_quarter_of_the_connections() {
     drop(others);
     l.stop(Duration::from_secs(2));
 }
+
+#[test]
+fn alt_svc_a_client_that_takes_nothing_is_closed_after_one_send_timeout() {
+    let site = site("stall");
+    let send_timeout = Duration::from_secs(1);
+    let (l, cert) = start(&site, |c| c.send_timeout = send_timeout);
+    let mut s = connect(l.local_addr(), &cert);
+    // A response far larger than the socket buffers, never read.
+    write!(
+        s,
+        "GET /bytes/1000000000 HTTP/1.1\r\nHost: localhost\r\n\r\n"
+    )
+    .unwrap();
+    s.flush().unwrap();
+    let t0 = Instant::now();
+    super::eventually("the stalled response counted", || {
+        l.stats().send_failed.load(Relaxed) == 1
+    });
+    let took = t0.elapsed();
+    // The buffers fill within a fraction of a second on loopback; then
+    // one send timeout, not one per write rustls retries.
+    assert!(took >= send_timeout, "cut after {took:?}");
+    assert!(
+        took < send_timeout * 2,
+        "a client that took nothing held its response {took:?}"
+    );
+    l.stop(Duration::from_secs(2));
+}
