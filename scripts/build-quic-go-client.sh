@@ -3,7 +3,7 @@
 # pinned in its go.mod) into target/quic-go-client, and quic-go's interop
 # client into target/quic-go-client-interop, for the tests that
 # point an independent QUIC implementation at `fastudp quic serve`
-# (crates/fastudp-cli/tests/quic_clients.rs), and its file-serving load
+# (crates/fastudp-cli/tests/it/quic_clients.rs), and its file-serving load
 # client and reference servers (tools/quic-go-client/filebench) into
 # target/quic-go-filebench, for scripts/bench-files.sh.
 #

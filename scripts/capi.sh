@@ -105,7 +105,7 @@ check() {
     echo "pkg-config --cflags --libs fastudp: $(pkg-config --cflags --libs fastudp)"
     make -C examples/c clean all check
     # The C API tests against the installed (release) library. The panic
-    # hook is not in a release library; tests/c.rs covers it.
+    # hook is not in a release library; tests/it/c.rs covers it.
     local api=$tmp/api_test
     # shellcheck disable=SC2046
     cc -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Werror -o "$api" \

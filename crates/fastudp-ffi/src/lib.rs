@@ -4,7 +4,7 @@
 //! programs (`scripts/capi.sh install` renames and installs them with
 //! `fastudp.h` and `fastudp.pc`). The header, `include/fastudp.h` at the
 //! repository root, is generated from this crate by cbindgen and checked
-//! in; `tests/header.rs` fails when it differs from what the code says.
+//! in; `tests/it/header.rs` fails when it differs from what the code says.
 //!
 //! The rules every function follows:
 //! - it returns a [`fastudp_result`]: `FASTUDP_OK` (0) or an error code,
@@ -48,7 +48,7 @@ pub const FASTUDP_VERSION_MAJOR: u32 = 0;
 pub const FASTUDP_VERSION_MINOR: u32 = 1;
 /// Patch version of the library (`FASTUDP_VERSION_PATCH`).
 /// (`FASTUDP_VERSION_STRING`, the version as a string, is written into the
-/// header from the package version by `tests/header.rs`: cbindgen exports
+/// header from the package version by `tests/it/header.rs`: cbindgen exports
 /// no string constants.)
 pub const FASTUDP_VERSION_PATCH: u32 = 0;
 /// The version as one number, `major * 10000 + minor * 100 + patch`

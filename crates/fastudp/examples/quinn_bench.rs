@@ -14,7 +14,7 @@
 //! odd rounds), and the table shows per-round ratios fastudp / quinn-udp
 //! and their median, because absolute figures on a shared VM are noisy.
 
-#[path = "../tests/support/quic.rs"]
+#[path = "../tests/it/support/quic.rs"]
 mod quic;
 
 use quinn::udp::{RecvMeta, Transmit};

@@ -6,8 +6,9 @@
 //! ```
 //!
 //! The certificate is self-signed for `localhost`, made at start with
-//! rcgen; the client trusts exactly that certificate. The test `examples`
-//! (`cargo test -p fastudp --all-features --test examples`) runs [`run`].
+//! rcgen; the client trusts exactly that certificate. The tests' module
+//! `examples` (`cargo test -p fastudp --all-features --test it --
+//! examples::`) runs [`run`].
 
 use quinn::rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
 use quinn::{ClientConfig, Endpoint, EndpointConfig, ServerConfig, TokioRuntime};

@@ -4,8 +4,9 @@
 //! cargo run -p fastudp --features tokio --example tokio_gso
 //! ```
 //!
-//! The test `examples` (`cargo test -p fastudp --all-features --test
-//! examples`) runs [`run`] and checks that every datagram arrived.
+//! The tests' module `examples` (`cargo test -p fastudp --all-features
+//! --test it -- examples::`) runs [`run`] and checks that every datagram
+//! arrived.
 
 use fastudp::tokio::UdpSocket;
 use fastudp::{Config, RecvBatch, Transmit};

@@ -117,7 +117,7 @@
 //!   it is not left half sent. `EINTR` is retried.
 //! - **No heap allocation per call.** After warm-up, `send`, `recv`,
 //!   [`Coalescer::push`]/[`Coalescer::flush`] and the zerocopy send and
-//!   reap allocate nothing (`tests/alloc.rs` counts with a global
+//!   reap allocate nothing (`tests/it/alloc.rs` counts with a global
 //!   allocator). Message headers are built on the stack, only as many as
 //!   the batch uses.
 //! - **Path MTU.** Don't-fragment is on by default (`IP_PMTUDISC_PROBE`,

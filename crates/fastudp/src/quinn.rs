@@ -26,7 +26,7 @@
 //! client moving 8 MB each way over fastudp sockets, is
 //! `examples/quinn_on_fastudp.rs` (`cargo run -p fastudp --features quinn
 //! --example quinn_on_fastudp`; the test `examples` runs it).
-//! `tests/quinn.rs` moves 1 GiB with every byte checked, over loopback and
+//! `tests/it/quinn.rs` moves 1 GiB with every byte checked, over loopback and
 //! across a veth pair with and without segmentation offload, and with the
 //! kernel refusing GSO part-way.
 //!

@@ -1,7 +1,7 @@
 /* Sizes out of range and allocation failures come back from libfastudp
  * as error codes, never as an abort or a panic, and print nothing: a
  * library must not write to its host's stderr (nor does a panic, which
- * the test hooks provoke). Run by tests/c.rs without
+ * the test hooks provoke). Run by tests/it/c.rs without
  * sanitizers (they reserve address space of their own), which checks that
  * stderr stays empty.
  *

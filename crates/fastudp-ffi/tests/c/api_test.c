@@ -2,7 +2,7 @@
  * details, send/receive with GSO and GRO, the coalescer, the error queue
  * (ICMP), fallbacks and stats, wrapping a caller's descriptor, and (in a
  * build with FASTUDP_TEST_HOOKS) a panic inside the library coming back
- * as FASTUDP_ERR_PANIC. Built and run by tests/c.rs (also under
+ * as FASTUDP_ERR_PANIC. Built and run by tests/it/c.rs (also under
  * AddressSanitizer and valgrind) and by scripts/capi.sh check.
  *
  * Prints one line per failed check and "N passed, M failed" at the end;
