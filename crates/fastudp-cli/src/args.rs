@@ -6,8 +6,6 @@ use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::Command;
 use std::net::{IpAddr, SocketAddr};
 
-use crate::Failure;
-
 /// Lets every option (and argument) that takes a value take one that
 /// starts with `-` and a digit. Without this clap reads `--payload -1` as
 /// the option `-1` and says "unexpected argument '-1'"; with it the value
@@ -52,27 +50,28 @@ pub fn bad_value_line(e: &clap::Error) -> Option<String> {
 
 /// Resolves `host` (a name or an address, the value of option `opt`) to
 /// an address of the family asked for (`v4`/`v6`), or of either when
-/// neither -4 nor -6 was given.
+/// neither -4 nor -6 was given. A name that does not resolve is a usage
+/// error.
 pub fn resolve_as(
     opt: &str,
     host: &str,
     port: u16,
     v4: bool,
     v6: bool,
-) -> Result<SocketAddr, Failure> {
+) -> anyhow::Result<SocketAddr> {
     use std::net::ToSocketAddrs;
     if let Ok(ip) = host.parse::<IpAddr>() {
         if (v6 && ip.is_ipv4()) || (v4 && ip.is_ipv6()) {
-            return Err(Failure::usage(format!(
+            bail_usage!(
                 "{opt} {host} is not an {} address",
                 if v6 { "IPv6" } else { "IPv4" }
-            )));
+            );
         }
         return Ok(SocketAddr::new(ip, port));
     }
     let all: Vec<SocketAddr> = (host, port)
         .to_socket_addrs()
-        .map_err(|e| Failure::usage(format!("{opt} {host}: cannot resolve it: {e}")))?
+        .map_err(|e| usage!("{opt} {host}: cannot resolve it: {e}"))?
         .collect();
     all.iter()
         .copied()
@@ -86,15 +85,16 @@ pub fn resolve_as(
             }
         })
         .ok_or_else(|| {
-            Failure::usage(format!(
+            usage!(
                 "{opt} {host} has no {} address",
                 if v6 { "IPv6" } else { "IPv4" }
-            ))
+            )
         })
 }
 
-/// Parses a rate such as `125000`, `125k`, `1M` or `1.5M` (bytes per second).
-pub fn parse_rate(s: &str) -> Result<u64, String> {
+/// Parses a rate such as `125000`, `125k`, `1M` or `1.5M` (bytes per
+/// second); a bad one is a usage error. (Also clap's value parser.)
+pub fn parse_rate(s: &str) -> anyhow::Result<u64> {
     let t = s.trim();
     let (num, mult) = match t.chars().last() {
         Some('k' | 'K') => (&t[..t.len() - 1], 1e3),
@@ -104,10 +104,10 @@ pub fn parse_rate(s: &str) -> Result<u64, String> {
     };
     let v: f64 = num
         .parse()
-        .map_err(|_| format!("{s:?} is not a rate in bytes per second (like 125000, 125k, 1M)"))?;
+        .map_err(|_| usage!("{s:?} is not a rate in bytes per second (like 125000, 125k, 1M)"))?;
     let r = v * mult;
     if !(r.is_finite() && (1.0..=1e12).contains(&r)) {
-        return Err(format!("{s:?}: a rate must be 1 byte/s to 1 TB/s"));
+        bail_usage!("{s:?}: a rate must be 1 byte/s to 1 TB/s");
     }
     Ok(r as u64)
 }
@@ -116,14 +116,12 @@ pub fn parse_rate(s: &str) -> Result<u64, String> {
 /// off. The library reads no environment variable: `doctor` and
 /// `quic serve` map this one to `fastudp::Config::disabled` for their
 /// sockets (docs/CLI.md). Unset or empty switches nothing off; an unknown
-/// name is an error that lists the known ones.
-pub fn disabled_from_env() -> Result<fastudp::Disabled, String> {
+/// name is a usage error that lists the known ones.
+pub fn disabled_from_env() -> anyhow::Result<fastudp::Disabled> {
     match std::env::var("FASTUDP_DISABLE") {
-        Ok(v) => fastudp::Disabled::parse(&v).map_err(|e| format!("FASTUDP_DISABLE: {e}")),
+        Ok(v) => fastudp::Disabled::parse(&v).map_err(|e| usage!("FASTUDP_DISABLE: {e}")),
         Err(std::env::VarError::NotPresent) => Ok(fastudp::Disabled::default()),
-        Err(std::env::VarError::NotUnicode(_)) => {
-            Err("FASTUDP_DISABLE: not valid Unicode".to_string())
-        }
+        Err(std::env::VarError::NotUnicode(_)) => Err(usage!("FASTUDP_DISABLE: not valid Unicode")),
     }
 }
 
@@ -178,5 +176,33 @@ mod tests {
         let e = parse(&cmd, &["t", "s", "--quiet", "-1"]).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::UnknownArgument);
         assert!(bad_value_line(&e).is_none());
+    }
+
+    /// A wrong address family, a name that does not resolve and a bad
+    /// rate are usage errors (status 2), each one line.
+    #[test]
+    fn bad_addresses_and_rates_are_usage_errors() {
+        use crate::failure::exit_status;
+        let e = resolve_as("-D", "::1", 9, true, false).unwrap_err();
+        assert_eq!(format!("{e:#}"), "-D ::1 is not an IPv4 address");
+        assert_eq!(exit_status(&e), 2);
+        let e = resolve_as("-D", "127.0.0.1", 9, false, true).unwrap_err();
+        assert_eq!(format!("{e:#}"), "-D 127.0.0.1 is not an IPv6 address");
+        assert_eq!(exit_status(&e), 2);
+        let e = resolve_as("-D", "no-such-host.invalid", 9, false, false).unwrap_err();
+        assert!(format!("{e:#}").contains("cannot resolve it"), "{e:#}");
+        assert_eq!(exit_status(&e), 2);
+        assert_eq!(
+            resolve_as("-D", "127.0.0.1", 9, false, false).unwrap(),
+            "127.0.0.1:9".parse::<SocketAddr>().unwrap()
+        );
+        for bad in ["fast", "0", "-1k", "2T"] {
+            let e = parse_rate(bad).unwrap_err();
+            assert_eq!(exit_status(&e), 2, "{bad}: {e:#}");
+        }
+        assert_eq!(
+            format!("{:#}", parse_rate("fast").unwrap_err()),
+            "\"fast\" is not a rate in bytes per second (like 125000, 125k, 1M)"
+        );
     }
 }

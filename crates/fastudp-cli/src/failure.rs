@@ -40,10 +40,11 @@ macro_rules! bail_usage {
     };
 }
 
-/// Turns a message into a usage error (for `map_err`).
+/// Turns a message (or an error's one line) into a usage error (for
+/// `map_err`).
 #[allow(dead_code)]
-pub fn usage(msg: impl Into<String>) -> anyhow::Error {
-    anyhow::Error::new(Usage(msg.into()))
+pub fn usage(msg: impl std::fmt::Display) -> anyhow::Error {
+    anyhow::Error::new(Usage(msg.to_string()))
 }
 
 /// The exit status for `e`: 2, 130 or 1 (see the module's documentation).
@@ -75,6 +76,17 @@ impl Failure {
     /// Bad input or an unusable set-up: exit status 2.
     pub fn usage(msg: String) -> Self {
         Failure { code: 2, msg }
+    }
+}
+
+/// Where a command still returns [`Failure`], an `anyhow` error keeps its
+/// status and its chain on one line.
+impl From<anyhow::Error> for Failure {
+    fn from(e: anyhow::Error) -> Self {
+        Failure {
+            code: exit_status(&e),
+            msg: format!("{e:#}"),
+        }
     }
 }
 

@@ -76,6 +76,7 @@ pub fn failure(what: &str) -> Failure {
 
 /// The failure of a command that Ctrl-C cut short after it printed its
 /// summary: status 130, and a line saying what the summary covers.
+#[allow(dead_code)]
 pub fn summarized() -> Failure {
     failure("the summary above covers the run until then")
 }

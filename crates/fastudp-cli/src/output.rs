@@ -34,6 +34,8 @@ macro_rules! out {
     };
 }
 
+// `usage!` is defined after this module: the function it calls instead.
+use crate::failure::usage;
 use std::fmt;
 use std::io::Write;
 use std::sync::{Mutex, OnceLock};
@@ -41,8 +43,9 @@ use std::sync::{Mutex, OnceLock};
 static LOG: OnceLock<Mutex<std::fs::File>> = OnceLock::new();
 
 /// Sends every later output line to `path` (appended; created if missing,
-/// never through a symbolic link at `path`).
-pub fn to_file(opt: &str, path: &str) -> Result<(), String> {
+/// never through a symbolic link at `path`). A path that cannot be
+/// written is a usage error.
+pub fn to_file(opt: &str, path: &str) -> anyhow::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
     check_output_path(opt, path)?;
     let f = std::fs::OpenOptions::new()
@@ -50,9 +53,9 @@ pub fn to_file(opt: &str, path: &str) -> Result<(), String> {
         .create(true)
         .custom_flags(libc::O_NOFOLLOW)
         .open(path)
-        .map_err(|e| format!("{opt} {path}: cannot write there: {e}"))?;
+        .map_err(|e| usage(format!("{opt} {path}: cannot write there: {e}")))?;
     LOG.set(Mutex::new(f))
-        .map_err(|_| format!("{opt}: output already goes to a file"))
+        .map_err(|_| usage(format!("{opt}: output already goes to a file")))
 }
 
 /// Writes one line to the output.
@@ -70,28 +73,31 @@ pub fn line(args: fmt::Arguments<'_>) -> std::io::Result<()> {
 /// written, so that a bad path is an error up front rather than after the
 /// run, with its results lost. Only a regular file (or a path where none
 /// exists yet) is probed by opening it; a file the probe creates is removed
-/// again. FIFOs, devices and symbolic links are left as they are.
-pub fn check_output_path(opt: &str, path: &str) -> Result<(), String> {
+/// again. FIFOs, devices and symbolic links are left as they are. A path
+/// that cannot be written is a usage error.
+pub fn check_output_path(opt: &str, path: &str) -> anyhow::Result<()> {
     let p = std::path::Path::new(path);
     if path.is_empty() {
-        return Err(format!("{opt}: give a file name"));
+        return Err(usage(format!("{opt}: give a file name")));
     }
     if p.is_dir() {
-        return Err(format!("{opt} {path}: is a directory; give a file name"));
+        return Err(usage(format!(
+            "{opt} {path}: is a directory; give a file name"
+        )));
     }
     match p.symlink_metadata() {
         Ok(m) if m.is_file() => std::fs::OpenOptions::new()
             .append(true)
             .open(p)
             .map(drop)
-            .map_err(|e| format!("{opt} {path}: cannot write there: {e}")),
+            .map_err(|e| usage(format!("{opt} {path}: cannot write there: {e}"))),
         Ok(_) => Ok(()),
         Err(_) => {
             std::fs::OpenOptions::new()
                 .write(true)
                 .create_new(true)
                 .open(p)
-                .map_err(|e| format!("{opt} {path}: cannot write there: {e}"))?;
+                .map_err(|e| usage(format!("{opt} {path}: cannot write there: {e}")))?;
             let _ = std::fs::remove_file(p);
             Ok(())
         }
@@ -111,15 +117,20 @@ pub fn stdout_failed(e: std::io::Error) -> ! {
 mod tests {
     #[test]
     fn output_paths_are_checked_before_a_run() {
+        use crate::failure::exit_status;
         let dir = std::env::temp_dir();
         let d = dir.to_str().unwrap();
-        assert!(super::check_output_path("--x", d)
-            .unwrap_err()
-            .contains("is a directory"));
-        assert!(super::check_output_path("--x", "").is_err());
-        assert!(super::check_output_path("--x", "/nonexistent-dir/a.csv")
-            .unwrap_err()
-            .contains("cannot write there"));
+        let e = super::check_output_path("--x", d).unwrap_err();
+        assert_eq!(
+            format!("{e:#}"),
+            format!("--x {d}: is a directory; give a file name")
+        );
+        assert_eq!(exit_status(&e), 2, "a usage error");
+        let e = super::check_output_path("--x", "").unwrap_err();
+        assert_eq!(exit_status(&e), 2);
+        let e = super::check_output_path("--x", "/nonexistent-dir/a.csv").unwrap_err();
+        assert!(format!("{e:#}").contains("cannot write there"), "{e:#}");
+        assert_eq!(exit_status(&e), 2);
         let f = dir.join(format!("fastudp-check-{}.csv", std::process::id()));
         super::check_output_path("--x", f.to_str().unwrap()).unwrap();
         assert!(!f.exists(), "the check leaves no file behind");

@@ -8,9 +8,11 @@
 //! row and Ctrl-C too. A second Ctrl-C, which exits at once, sets them
 //! back on the way out.
 
-use super::{plot, run_pair, BenchArgs, Measurement, RxStrategy, TxStrategy, Workload};
+use super::{plot, run_pair, BenchArgs, Measurement, Moving, RxStrategy, TxStrategy, Workload};
+use crate::engine::report::Host;
 use crate::interrupt;
 use crate::testbed::{self, Profile};
+use anyhow::anyhow;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -113,32 +115,29 @@ pub fn rows(n: u8) -> Vec<Row> {
     }
 }
 
-/// Checks `--figure` against the other options.
-pub fn validate(a: &BenchArgs) -> Result<(), String> {
+/// Checks `--figure` against the other options: each failure is a usage
+/// error.
+pub fn validate(a: &BenchArgs) -> anyhow::Result<()> {
     let Some(n) = a.figure else { return Ok(()) };
     if !FIGURES.contains(&n) {
-        return Err(format!(
-            "--figure {n}: the paper's figures reproduced here are 1, 3 and 5"
-        ));
+        bail_usage!("--figure {n}: the paper's figures reproduced here are 1, 3 and 5");
     }
     if !a.tx.is_empty() || !a.rx.is_empty() {
-        return Err("--figure runs the figure's own rows: drop --tx and --rx".into());
+        bail_usage!("--figure runs the figure's own rows: drop --tx and --rx");
     }
     if a.testbed.is_some() {
-        return Err(
-            "--figure builds the testbed profile each row needs: drop --testbed (or use --on-testbed to run every row on the testbed that is up)".into(),
+        bail_usage!(
+            "--figure builds the testbed profile each row needs: drop --testbed (or use --on-testbed to run every row on the testbed that is up)"
         );
     }
     if a.cache_thrash {
-        return Err("--figure sets --cache-thrash per row (figure 3 runs both): drop it".into());
+        bail_usage!("--figure sets --cache-thrash per row (figure 3 runs both): drop it");
     }
     if a.batch != super::DEFAULT_BATCH {
-        return Err(
-            "--figure sends full 64 KB GSO trains, as TCP's GSO packets are: drop --batch".into(),
-        );
+        bail_usage!("--figure sends full 64 KB GSO trains, as TCP's GSO packets are: drop --batch");
     }
     if a.ipv6 {
-        return Err("--figure runs over IPv4, as the paper did: drop --ipv6".into());
+        bail_usage!("--figure runs over IPv4, as the paper did: drop --ipv6");
     }
     Ok(())
 }
@@ -162,10 +161,10 @@ pub struct DevState {
     pub gso_max_segs: u32,
 }
 
-fn tx_ns(args: &[&str]) -> Result<String, String> {
+fn tx_ns(args: &[&str]) -> anyhow::Result<String> {
     let mut v = vec!["ip", "netns", "exec", testbed::TX_NS];
     v.extend_from_slice(args);
-    crate::testbed::run_cmd(&v)
+    crate::testbed::run_cmd(&v).map_err(Moving::runtime)
 }
 
 /// Parses `ethtool -k` output: the features that can be changed.
@@ -192,17 +191,17 @@ pub fn parse_gso_max_segs(s: &str) -> Option<u32> {
 }
 
 /// Reads the sending veth's state now.
-pub fn dev_state() -> Result<DevState, String> {
+pub fn dev_state() -> anyhow::Result<DevState> {
     let k = tx_ns(&["ethtool", "-k", testbed::TX_DEV])?;
     let l = tx_ns(&["ip", "-d", "link", "show", "dev", testbed::TX_DEV])?;
     Ok(DevState {
         features: parse_features(&k),
         gso_max_segs: parse_gso_max_segs(&l)
-            .ok_or_else(|| format!("no gso_max_segs in `ip -d link show {}`", testbed::TX_DEV))?,
+            .ok_or_else(|| anyhow!("no gso_max_segs in `ip -d link show {}`", testbed::TX_DEV))?,
     })
 }
 
-fn set_gso_max_segs(n: u32) -> Result<(), String> {
+fn set_gso_max_segs(n: u32) -> anyhow::Result<()> {
     crate::testbed::run_cmd(&[
         "ip",
         "-n",
@@ -214,11 +213,12 @@ fn set_gso_max_segs(n: u32) -> Result<(), String> {
         &n.to_string(),
     ])
     .map(|_| ())
+    .map_err(Moving::runtime)
 }
 
 /// Sets the device back to `want`: every feature that differs now, then
 /// `gso_max_segs`; then checks that it is back.
-pub fn restore(want: &DevState) -> Result<(), String> {
+pub fn restore(want: &DevState) -> anyhow::Result<()> {
     let now = dev_state()?;
     if now.gso_max_segs != want.gso_max_segs {
         set_gso_max_segs(want.gso_max_segs)?;
@@ -244,7 +244,7 @@ pub fn restore(want: &DevState) -> Result<(), String> {
             .filter(|(k, v)| after.features.get(*k) != Some(*v))
             .map(|(k, v)| format!("{k} should be {v}"))
             .collect();
-        return Err(format!(
+        return Err(anyhow!(
             "the features of {} could not be set back: {}{}",
             testbed::TX_DEV,
             off.join(", "),
@@ -270,7 +270,7 @@ fn restore_saved() {
     if let Some(s) = saved {
         match restore(&s) {
             Ok(()) => eprintln!("fastudp: {} features set back", testbed::TX_DEV),
-            Err(e) => eprintln!("fastudp: {e}"),
+            Err(e) => eprintln!("fastudp: {e:#}"),
         }
     }
 }
@@ -282,7 +282,7 @@ struct Features {
 }
 
 impl Features {
-    fn apply(r: &Row) -> Result<Features, String> {
+    fn apply(r: &Row) -> anyhow::Result<Features> {
         let before = dev_state()?;
         if let Ok(mut s) = SAVED.lock() {
             *s = Some(before.clone());
@@ -304,7 +304,7 @@ impl Features {
         Ok(f)
     }
 
-    fn restore(mut self) -> Result<(), String> {
+    fn restore(mut self) -> anyhow::Result<()> {
         self.restored = true;
         let r = restore(&self.before);
         if let Ok(mut s) = SAVED.lock() {
@@ -318,7 +318,7 @@ impl Drop for Features {
     fn drop(&mut self) {
         if !self.restored {
             if let Err(e) = restore(&self.before) {
-                eprintln!("fastudp: {e}");
+                eprintln!("fastudp: {e:#}");
             }
             if let Ok(mut s) = SAVED.lock() {
                 *s = None;
@@ -362,139 +362,145 @@ fn find<'a>(rs: &'a [RowResult], label: &str, ct: bool) -> Option<&'a Measuremen
         .map(|r| &r.m)
 }
 
+/// Adds a ratio to `out` where it could be measured.
+fn push(out: &mut Vec<Ratio>, what: &str, v: Option<f64>, paper: f64) {
+    if let Some(v) = v.filter(|v| v.is_finite()) {
+        out.push(Ratio {
+            what: what.into(),
+            measured: v,
+            paper,
+        });
+    }
+}
+
+/// Sender CPU per byte of row `b` over row `a`: how many times more
+/// efficient `a` is (the paper's "speed-up").
+fn eff(rs: &[RowResult], a: &str, b: &str, ct: bool) -> Option<f64> {
+    Some(find(rs, b, ct)?.tx_cpu_ns_per_byte / find(rs, a, ct)?.tx_cpu_ns_per_byte)
+}
+
 /// The ratios each figure is compared by, where both rows ran.
 pub fn ratios(n: u8, rs: &[RowResult]) -> Vec<Ratio> {
     let mut out = Vec::new();
-    let mut push = |what: &str, v: Option<f64>, paper: f64| {
-        if let Some(v) = v.filter(|v| v.is_finite()) {
-            out.push(Ratio {
-                what: what.into(),
-                measured: v,
-                paper,
-            });
-        }
-    };
-    // Sender CPU per byte of row b over row a: how many times more
-    // efficient a is (the paper's "speed-up").
-    let eff = |a: &str, b: &str, ct: bool| {
-        Some(find(rs, b, ct)?.tx_cpu_ns_per_byte / find(rs, a, ct)?.tx_cpu_ns_per_byte)
-    };
     match n {
-        1 => {
-            // The paper: Mcycles/s at line rate, so cycles per byte; its
-            // "speed-up" is TCP's cycles per byte over the row's.
-            // The paper's "speed-up" column (TCP without segmentation ran
-            // at 9.3 Gbit/s, the others at line rate, 10).
-            for (label, paper) in [
-                ("TCP gso", 1.62),
-                ("TCP tso", 4.87),
-                ("UDP", 1.07),
-                ("UDP gso", 1.74),
-            ] {
-                push(
-                    &format!("sender efficiency of {label} over TCP without segmentation"),
-                    eff(label, "TCP", false),
-                    paper,
-                );
-            }
-            push(
-                "sender efficiency of UDP gso over TCP gso (both segmenting in software)",
-                eff("UDP gso", "TCP gso", false),
-                1856.0 / 1727.0,
-            );
-            let cost = |f: fn(&Measurement) -> f64| {
-                Some(f(find(rs, "TCP gso", false)?) / f(find(rs, "UDP gso", false)?))
-            };
-            push(
-                "receiver efficiency of UDP gso over TCP gso",
-                cost(|m| m.rx_cpu_ns_per_byte),
-                1.0,
-            );
-            push(
-                "all-CPU efficiency of UDP gso over TCP gso",
-                cost(|m| m.all_cpu_ns_per_byte),
-                1856.0 / 1727.0,
-            );
-            push(
-                "throughput of UDP gso over TCP gso",
-                find(rs, "UDP gso", false)
-                    .zip(find(rs, "TCP gso", false))
-                    .map(|(u, t)| u.mbytes_per_sec / t.mbytes_per_sec),
-                1.0,
-            );
-        }
-        3 => {
-            for (label, zc, ct, paper) in [
-                ("TCP tso", "TCP tso zerocopy", false, 618.0 / 425.0),
-                ("UDP gso", "UDP gso zerocopy", false, 1727.0 / 1690.0),
-                ("UDP gso", "UDP gso zerocopy", true, 1916.0 / 1694.0),
-            ] {
-                push(
-                    &format!(
-                        "sender efficiency of {zc} over {label}{}",
-                        if ct { ", cache thrashing" } else { "" }
-                    ),
-                    eff(zc, label, ct),
-                    paper,
-                );
-            }
-            push(
-                "sender cost of UDP gso, cache thrashing over warm",
-                find(rs, "UDP gso", true)
-                    .zip(find(rs, "UDP gso", false))
-                    .map(|(c, w)| c.tx_cpu_ns_per_byte / w.tx_cpu_ns_per_byte),
-                1916.0 / 1727.0,
-            );
-        }
-        5 => {
-            for p in ["wire-gro", "offload"] {
-                let (a, b) = (format!("UDP ({p})"), format!("UDP gro ({p})"));
-                let (Some(x), Some(g)) = (find(rs, &a, false), find(rs, &b, false)) else {
-                    continue;
-                };
-                push(
-                    &format!("receive calls per byte, recvfrom over gro ({p})"),
-                    Some(
-                        (x.rx_calls_per_sec / x.mbytes_per_sec)
-                            / (g.rx_calls_per_sec / g.mbytes_per_sec),
-                    ),
-                    (568_000.0 / 798.0) / (40_250.0 / 1022.0),
-                );
-                push(
-                    &format!("throughput, gro over recvfrom ({p})"),
-                    Some(g.mbytes_per_sec / x.mbytes_per_sec),
-                    1022.0 / 798.0,
-                );
-                push(
-                    &format!("receiver efficiency, gro over recvfrom ({p})"),
-                    Some(x.rx_cpu_ns_per_byte / g.rx_cpu_ns_per_byte),
-                    (3564.0 / 798.0) / (2498.0 / 1022.0),
-                );
-            }
-        }
+        1 => figure_1_ratios(rs, &mut out),
+        3 => figure_3_ratios(rs, &mut out),
+        5 => figure_5_ratios(rs, &mut out),
         _ => {}
     }
     out
 }
 
+/// Figure 1: the sender's efficiency, TCP and UDP.
+fn figure_1_ratios(rs: &[RowResult], out: &mut Vec<Ratio>) {
+    // The paper: Mcycles/s at line rate, so cycles per byte; its
+    // "speed-up" is TCP's cycles per byte over the row's.
+    // The paper's "speed-up" column (TCP without segmentation ran
+    // at 9.3 Gbit/s, the others at line rate, 10).
+    for (label, paper) in [
+        ("TCP gso", 1.62),
+        ("TCP tso", 4.87),
+        ("UDP", 1.07),
+        ("UDP gso", 1.74),
+    ] {
+        push(
+            out,
+            &format!("sender efficiency of {label} over TCP without segmentation"),
+            eff(rs, label, "TCP", false),
+            paper,
+        );
+    }
+    push(
+        out,
+        "sender efficiency of UDP gso over TCP gso (both segmenting in software)",
+        eff(rs, "UDP gso", "TCP gso", false),
+        1856.0 / 1727.0,
+    );
+    let cost = |f: fn(&Measurement) -> f64| {
+        Some(f(find(rs, "TCP gso", false)?) / f(find(rs, "UDP gso", false)?))
+    };
+    push(
+        out,
+        "receiver efficiency of UDP gso over TCP gso",
+        cost(|m| m.rx_cpu_ns_per_byte),
+        1.0,
+    );
+    push(
+        out,
+        "all-CPU efficiency of UDP gso over TCP gso",
+        cost(|m| m.all_cpu_ns_per_byte),
+        1856.0 / 1727.0,
+    );
+    push(
+        out,
+        "throughput of UDP gso over TCP gso",
+        find(rs, "UDP gso", false)
+            .zip(find(rs, "TCP gso", false))
+            .map(|(u, t)| u.mbytes_per_sec / t.mbytes_per_sec),
+        1.0,
+    );
+}
+
+/// Figure 3: copy avoidance, warm and cache thrashing.
+fn figure_3_ratios(rs: &[RowResult], out: &mut Vec<Ratio>) {
+    for (label, zc, ct, paper) in [
+        ("TCP tso", "TCP tso zerocopy", false, 618.0 / 425.0),
+        ("UDP gso", "UDP gso zerocopy", false, 1727.0 / 1690.0),
+        ("UDP gso", "UDP gso zerocopy", true, 1916.0 / 1694.0),
+    ] {
+        push(
+            out,
+            &format!(
+                "sender efficiency of {zc} over {label}{}",
+                if ct { ", cache thrashing" } else { "" }
+            ),
+            eff(rs, zc, label, ct),
+            paper,
+        );
+    }
+    push(
+        out,
+        "sender cost of UDP gso, cache thrashing over warm",
+        find(rs, "UDP gso", true)
+            .zip(find(rs, "UDP gso", false))
+            .map(|(c, w)| c.tx_cpu_ns_per_byte / w.tx_cpu_ns_per_byte),
+        1916.0 / 1727.0,
+    );
+}
+
+/// Figure 5: the receiver's cost, recvfrom against GRO.
+fn figure_5_ratios(rs: &[RowResult], out: &mut Vec<Ratio>) {
+    for p in ["wire-gro", "offload"] {
+        let (a, b) = (format!("UDP ({p})"), format!("UDP gro ({p})"));
+        let (Some(x), Some(g)) = (find(rs, &a, false), find(rs, &b, false)) else {
+            continue;
+        };
+        push(
+            out,
+            &format!("receive calls per byte, recvfrom over gro ({p})"),
+            Some((x.rx_calls_per_sec / x.mbytes_per_sec) / (g.rx_calls_per_sec / g.mbytes_per_sec)),
+            (568_000.0 / 798.0) / (40_250.0 / 1022.0),
+        );
+        push(
+            out,
+            &format!("throughput, gro over recvfrom ({p})"),
+            Some(g.mbytes_per_sec / x.mbytes_per_sec),
+            1022.0 / 798.0,
+        );
+        push(
+            out,
+            &format!("receiver efficiency, gro over recvfrom ({p})"),
+            Some(x.rx_cpu_ns_per_byte / g.rx_cpu_ns_per_byte),
+            (3564.0 / 798.0) / (2498.0 / 1022.0),
+        );
+    }
+}
+
 /// Runs `fastudp bench --figure N`.
-pub fn run(a: &BenchArgs, w: Workload) -> Result<(), crate::Failure> {
+pub fn run(a: &BenchArgs, w: Workload) -> anyhow::Result<()> {
     let n = a.figure.expect("--figure");
     let all = rows(n);
-    let current = if a.on_testbed {
-        Some(testbed::current()?)
-    } else {
-        None
-    };
-    if current == Some(Profile::Sink) {
-        if let Some(r) = all.iter().find(|r| r.tx.is_tcp()) {
-            return Err(format!(
-                "figure {n}'s row \"{}\" sends TCP, which needs a receiver: the sink profile has none",
-                r.label
-            )
-            .into());
-        }
-    }
+    let current = on_testbed(a, n, &all)?;
     let fail_row: Option<usize> = std::env::var(FAIL_ROW_ENV)
         .ok()
         .and_then(|v| v.parse().ok());
@@ -502,7 +508,7 @@ pub fn run(a: &BenchArgs, w: Workload) -> Result<(), crate::Failure> {
     interrupt::at_forced_exit(restore_saved);
     let host = crate::engine::report::host_info();
     if !a.json {
-        outln!(
+        out!(
             "fastudp bench --figure {n}: {}, payload {} B, batch {}, {} datagrams per GSO buffer, {:.1} s per row{}",
             host.kernel,
             w.payload,
@@ -513,149 +519,235 @@ pub fn run(a: &BenchArgs, w: Workload) -> Result<(), crate::Failure> {
                 Some(p) => format!(", every row on the testbed that is up ({})", super::profile_name(p)),
                 None => String::new(),
             }
-        );
+        )?;
     }
-    let mut guard: Option<testbed::Guard> = None;
-    let mut built: Option<Profile> = None;
-    let mut results: Vec<RowResult> = Vec::new();
-    let mut failure: Option<String> = None;
-    let mut interrupted: Option<String> = None;
-    'rows: for (i, r) in all.iter().enumerate() {
-        let profile = current.unwrap_or(r.profile);
-        if current.is_none() && built != Some(profile) {
-            if interrupt::requested() {
-                interrupted = Some(r.label.into());
-                break;
-            }
-            drop(guard.take());
-            match testbed::up_guarded(profile) {
-                Ok(g) => {
-                    guard = Some(g);
-                    built = Some(profile);
-                }
-                Err(_) if interrupt::requested() => {
-                    interrupted = Some(r.label.into());
-                    break;
-                }
-                Err(e) => {
-                    failure = Some(e);
-                    break;
-                }
-            }
-        }
-        let rw = Workload {
-            net: Some(profile),
-            cache_thrash: r.cache_thrash,
-            ..w
-        };
-        let mut runs = Vec::new();
-        for _ in 0..a.repeat {
-            if interrupt::requested() {
-                interrupted = Some(r.label.into());
-                break 'rows;
-            }
-            let feats = match Features::apply(r) {
-                Ok(f) => f,
-                Err(e) => {
-                    failure = Some(format!("{}: {e}", r.label));
-                    break 'rows;
-                }
-            };
-            let out = if fail_row == Some(i + 1) {
-                Err(format!(
-                    "row {} failed on purpose ({FAIL_ROW_ENV} is set)",
-                    i + 1
-                ))
-            } else {
-                run_pair(r.tx, r.rx, &rw, a.quiet || a.json)
-            };
-            let restored = feats.restore();
-            if interrupt::requested() {
-                interrupted = Some(r.label.into());
-                if let Err(e) = restored {
-                    failure = Some(e);
-                }
-                break 'rows;
-            }
-            match (out, restored) {
-                (Ok(m), Ok(())) => runs.push(m),
-                (Err(e), _) | (_, Err(e)) => {
-                    failure = Some(format!("{}: {e}", r.label));
-                    break 'rows;
-                }
-            }
-        }
-        runs.sort_by_key(|m| m.bytes);
-        let m = runs.swap_remove(runs.len() / 2);
-        results.push(RowResult {
-            label: r.label.into(),
-            profile: super::profile_name(profile),
-            features: r.features.iter().map(|(k, v)| format!("{k} {v}")).collect(),
-            gso_max_segs: r.gso_max_segs,
-            cache_thrash: r.cache_thrash,
-            m,
-        });
-    }
-    let rat = ratios(n, &results);
+    let mut fig = Figure::default();
+    fig.run_rows(a, &w, &all, current, fail_row);
+    let rat = ratios(n, &fig.results);
     if a.json {
         let doc = serde_json::json!({ "schema": 1, "figure": n, "host": host, "workload": {
             "payload": w.payload, "batch": w.batch, "gso_segments": w.segs,
             "duration": a.duration, "repeat": a.repeat, "on_testbed": a.on_testbed },
-            "rows": results, "ratios": rat,
-            "interrupted": interrupted.is_some(), "interrupted_during": interrupted });
-        outln!(
-            "{}",
-            serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?
-        );
+            "rows": fig.results, "ratios": rat,
+            "interrupted": fig.interrupted.is_some(), "interrupted_during": fig.interrupted });
+        out!("{}", serde_json::to_string_pretty(&doc)?)?;
     } else {
-        print_table(&results, &rat);
+        print_table(&fig.results, &rat)?;
     }
-    if let (Some(path), false) = (&a.plot, results.is_empty()) {
-        let ms: Vec<Measurement> = results.iter().map(|r| r.m.clone()).collect();
-        let labels: Vec<String> = results
-            .iter()
-            .map(|r| format!("{}{}", r.label, if r.cache_thrash { " (CT)" } else { "" }))
-            .collect();
-        let title = format!(
-            "fastudp bench --figure {n}: {}, payload {} B, testbed veth",
-            host.kernel, w.payload
-        );
-        plot::svg_labeled(path, &title, &ms, &labels)
-            .map_err(|e| crate::Failure { code: 1, msg: e })?;
-        if a.json {
-            eprintln!("fastudp: plot written to {path}");
-        } else {
-            outln!("plot written to {path}");
+    if let (Some(path), false) = (&a.plot, fig.results.is_empty()) {
+        draw_plot(path, a, n, &w, &host, &fig.results)?;
+    }
+    fig.end()
+}
+
+/// With `--on-testbed`, the profile of the testbed that is up, checked
+/// against the rows (usage errors).
+fn on_testbed(a: &BenchArgs, n: u8, all: &[Row]) -> anyhow::Result<Option<Profile>> {
+    if !a.on_testbed {
+        return Ok(None);
+    }
+    let current = testbed::current().map_err(Moving::usage)?;
+    if current == Profile::Sink {
+        if let Some(r) = all.iter().find(|r| r.tx.is_tcp()) {
+            bail_usage!(
+                "figure {n}'s row \"{}\" sends TCP, which needs a receiver: the sink profile has none",
+                r.label
+            );
         }
     }
-    let removed = guard.take().is_some();
-    if let Some(during) = interrupted {
-        return Err(interrupt::failure(&format!(
-            "during \"{during}\"; {}{} features set back; the rows that finished are reported above",
-            if removed { "testbed removed; " } else { "" },
-            testbed::TX_DEV
-        )));
+    Ok(Some(current))
+}
+
+/// Draws the rows' chart of `--plot` and says where it went. A chart
+/// that cannot be drawn is a runtime failure.
+fn draw_plot(
+    path: &str,
+    a: &BenchArgs,
+    n: u8,
+    w: &Workload,
+    host: &Host,
+    results: &[RowResult],
+) -> anyhow::Result<()> {
+    let ms: Vec<Measurement> = results.iter().map(|r| r.m.clone()).collect();
+    let labels: Vec<String> = results
+        .iter()
+        .map(|r| format!("{}{}", r.label, if r.cache_thrash { " (CT)" } else { "" }))
+        .collect();
+    let title = format!(
+        "fastudp bench --figure {n}: {}, payload {} B, testbed veth",
+        host.kernel, w.payload
+    );
+    plot::svg_labeled(path, &title, &ms, &labels)?;
+    if a.json {
+        eprintln!("fastudp: plot written to {path}");
+        Ok(())
+    } else {
+        out!("plot written to {path}")
     }
-    match failure {
-        None => Ok(()),
-        Some(e) => Err(crate::Failure {
-            code: 1,
-            msg: format!(
-                "{e} ({} features set back{})",
+}
+
+/// A figure's run: the testbed it built, the rows measured, and why it
+/// stopped early, if it did.
+#[derive(Default)]
+struct Figure {
+    /// The testbed built for the current row's profile.
+    guard: Option<testbed::Guard>,
+    /// That profile.
+    built: Option<Profile>,
+    /// The rows that finished.
+    results: Vec<RowResult>,
+    /// The failure that ended the figure early.
+    failure: Option<anyhow::Error>,
+    /// The row Ctrl-C cut short.
+    interrupted: Option<String>,
+}
+
+impl Figure {
+    /// Runs the rows until one fails or Ctrl-C comes, each on its own
+    /// testbed profile (or on `current`, the one that is up).
+    fn run_rows(
+        &mut self,
+        a: &BenchArgs,
+        w: &Workload,
+        all: &[Row],
+        current: Option<Profile>,
+        fail_row: Option<usize>,
+    ) {
+        for (i, r) in all.iter().enumerate() {
+            let profile = current.unwrap_or(r.profile);
+            if current.is_none() && !self.testbed_for(r, profile) {
+                return;
+            }
+            let rw = Workload {
+                net: Some(profile),
+                cache_thrash: r.cache_thrash,
+                ..*w
+            };
+            let fail = fail_row == Some(i + 1);
+            let Some(m) = self.run_row(a, r, &rw, fail.then_some(i + 1)) else {
+                return;
+            };
+            self.results.push(RowResult {
+                label: r.label.into(),
+                profile: super::profile_name(profile),
+                features: r.features.iter().map(|(k, v)| format!("{k} {v}")).collect(),
+                gso_max_segs: r.gso_max_segs,
+                cache_thrash: r.cache_thrash,
+                m,
+            });
+        }
+    }
+
+    /// Builds row `r`'s testbed profile unless it is up already; false
+    /// (with the reason recorded) when it could not be built or Ctrl-C
+    /// came first.
+    fn testbed_for(&mut self, r: &Row, profile: Profile) -> bool {
+        if self.built == Some(profile) {
+            return true;
+        }
+        if interrupt::requested() {
+            self.interrupted = Some(r.label.into());
+            return false;
+        }
+        drop(self.guard.take());
+        match testbed::up_guarded(profile) {
+            Ok(g) => {
+                self.guard = Some(g);
+                self.built = Some(profile);
+                true
+            }
+            Err(_) if interrupt::requested() => {
+                self.interrupted = Some(r.label.into());
+                false
+            }
+            Err(e) => {
+                self.failure = Some(e.runtime());
+                false
+            }
+        }
+    }
+
+    /// Runs row `r` `--repeat` times, each with its features set and set
+    /// back after it; its median run, or `None` (with the reason
+    /// recorded) when a run failed or Ctrl-C came. `fail` is the row's
+    /// number when it is to fail on purpose ([`FAIL_ROW_ENV`]).
+    fn run_row(
+        &mut self,
+        a: &BenchArgs,
+        r: &Row,
+        rw: &Workload,
+        fail: Option<usize>,
+    ) -> Option<Measurement> {
+        let mut runs = Vec::new();
+        for _ in 0..a.repeat {
+            if interrupt::requested() {
+                self.interrupted = Some(r.label.into());
+                return None;
+            }
+            let feats = match Features::apply(r) {
+                Ok(f) => f,
+                Err(e) => {
+                    self.failure = Some(e.context(r.label));
+                    return None;
+                }
+            };
+            let out = match fail {
+                Some(i) => Err(anyhow!("row {i} failed on purpose ({FAIL_ROW_ENV} is set)")),
+                None => run_pair(r.tx, r.rx, rw, a.quiet || a.json),
+            };
+            let restored = feats.restore();
+            if interrupt::requested() {
+                self.interrupted = Some(r.label.into());
+                if let Err(e) = restored {
+                    self.failure = Some(e);
+                }
+                return None;
+            }
+            match (out, restored) {
+                (Ok(m), Ok(())) => runs.push(m),
+                (Err(e), _) | (_, Err(e)) => {
+                    self.failure = Some(e.context(r.label));
+                    return None;
+                }
+            }
+        }
+        runs.sort_by_key(|m| m.bytes);
+        Some(runs.swap_remove(runs.len() / 2))
+    }
+
+    /// Removes the testbed it built, and ends as the figure went: Ctrl-C
+    /// (status 130), a failure (status 1), or done.
+    fn end(mut self) -> anyhow::Result<()> {
+        let removed = self.guard.take().is_some();
+        if let Some(during) = self.interrupted {
+            // Said before the interruption, not lost in it.
+            if let Some(e) = self.failure {
+                eprintln!("fastudp: {e:#}");
+            }
+            return Err(interrupt::interrupted(&format!(
+                "during \"{during}\"; {}{} features set back; the rows that finished are reported above",
+                if removed { "testbed removed; " } else { "" },
+                testbed::TX_DEV
+            )));
+        }
+        match self.failure {
+            None => Ok(()),
+            Some(e) => Err(anyhow!(
+                "{e:#} ({} features set back{})",
                 testbed::TX_DEV,
-                if results.is_empty() {
+                if self.results.is_empty() {
                     String::new()
                 } else {
                     "; the rows that finished before it are reported above".into()
                 }
-            ),
-        }),
+            )),
+        }
     }
 }
 
-fn print_table(rs: &[RowResult], rat: &[Ratio]) {
-    outln!();
-    outln!(
+fn print_table(rs: &[RowResult], rat: &[Ratio]) -> anyhow::Result<()> {
+    out!()?;
+    out!(
         "{:<24} {:<9} {:<28} {:>8} {:>9} {:>8} {:>8} {:>9} {:>8} {:>10} {:>10}",
         "row",
         "profile",
@@ -668,7 +760,7 @@ fn print_table(rs: &[RowResult], rat: &[Ratio]) {
         "all ns/B",
         "rx call/s",
         "zc copied"
-    );
+    )?;
     for r in rs {
         let mut f = r.features.join(", ");
         if let Some(g) = r.gso_max_segs {
@@ -680,7 +772,7 @@ fn print_table(rs: &[RowResult], rat: &[Ratio]) {
         if f.is_empty() {
             f = "as the profile".into();
         }
-        outln!(
+        out!(
             "{:<24} {:<9} {:<28} {:>8.1} {:>9.0} {:>8.3} {:>8.3} {:>9.3} {:>8.3} {:>10.0} {:>10}",
             format!("{}{}", r.label, if r.cache_thrash { " (CT)" } else { "" }),
             r.profile,
@@ -697,23 +789,24 @@ fn print_table(rs: &[RowResult], rat: &[Ratio]) {
                 (Some(_), Some(_)) => "none".into(),
                 _ => "-".into(),
             }
-        );
+        )?;
     }
     for r in rs.iter().filter(|r| r.m.lost.is_some_and(|l| l > 0)) {
-        outln!(
+        out!(
             "{}: {} datagrams lost ({} receive-buffer drops counted by the kernel)",
             r.label,
             r.m.lost.unwrap_or(0),
             r.m.kernel_drops
-        );
+        )?;
     }
     if !rat.is_empty() {
-        outln!();
-        outln!("{:<80} {:>9} {:>7}", "ratio", "measured", "paper");
+        out!()?;
+        out!("{:<80} {:>9} {:>7}", "ratio", "measured", "paper")?;
         for x in rat {
-            outln!("{:<80} {:>8.2}x {:>6.2}x", x.what, x.measured, x.paper);
+            out!("{:<80} {:>8.2}x {:>6.2}x", x.what, x.measured, x.paper)?;
         }
     }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -741,6 +834,114 @@ mod tests {
         assert_eq!(parse_gso_max_segs(l), Some(65535));
         assert_eq!(parse_gso_max_segs("mtu 1500"), None);
         assert_eq!(parse_gso_max_segs("gso_max_segs"), None);
+    }
+
+    fn row(label: &str, ct: bool, mbps: f64, tx_ns: f64, rx_ns: f64, rx_calls: f64) -> RowResult {
+        RowResult {
+            label: label.into(),
+            profile: "wire-gro".into(),
+            features: Vec::new(),
+            gso_max_segs: None,
+            cache_thrash: ct,
+            m: Measurement {
+                tx: TxStrategy::Fastudp,
+                rx: "gro".into(),
+                bytes: 1,
+                datagrams: 1,
+                seconds: 1.0,
+                mbytes_per_sec: mbps,
+                gbps: mbps * 8.0 / 1e3,
+                datagrams_per_sec: 0.0,
+                tx_calls_per_sec: 0.0,
+                bytes_per_call: 0.0,
+                rx_calls_per_sec: rx_calls,
+                tx_cpu_ns_per_byte: tx_ns,
+                rx_cpu_ns_per_byte: rx_ns,
+                softirq_ns_per_byte: 0.0,
+                all_cpu_ns_per_byte: tx_ns + rx_ns,
+                sent: 1,
+                lost: Some(0),
+                kernel_drops: 0,
+                speedup_vs_sendto: None,
+                speedup_vs_recvfrom: None,
+                zerocopy_completions: None,
+                zerocopy_copied: None,
+                host_steal: None,
+            },
+        }
+    }
+
+    fn ratio(rat: &[Ratio], what: &str) -> Option<f64> {
+        rat.iter().find(|r| r.what == what).map(|r| r.measured)
+    }
+
+    /// Each figure's ratios come from the rows they name, and only where
+    /// both rows ran.
+    #[test]
+    fn ratios_compare_the_rows_they_name() {
+        let rs = [
+            row("TCP", false, 100.0, 8.0, 1.0, 0.0),
+            row("TCP gso", false, 200.0, 4.0, 2.0, 0.0),
+            row("UDP gso", false, 400.0, 2.0, 1.0, 0.0),
+        ];
+        let rat = ratios(1, &rs);
+        let r = |w| ratio(&rat, w);
+        assert_eq!(
+            r("sender efficiency of TCP gso over TCP without segmentation"),
+            Some(2.0)
+        );
+        assert_eq!(
+            r("sender efficiency of UDP gso over TCP without segmentation"),
+            Some(4.0)
+        );
+        assert_eq!(
+            r("sender efficiency of TCP tso over TCP without segmentation"),
+            None
+        );
+        assert_eq!(
+            r("sender efficiency of UDP gso over TCP gso (both segmenting in software)"),
+            Some(2.0)
+        );
+        assert_eq!(r("receiver efficiency of UDP gso over TCP gso"), Some(2.0));
+        assert_eq!(r("all-CPU efficiency of UDP gso over TCP gso"), Some(2.0));
+        assert_eq!(r("throughput of UDP gso over TCP gso"), Some(2.0));
+        assert_eq!(rat.len(), 6);
+
+        let rs = [
+            row("UDP gso", false, 100.0, 2.0, 0.0, 0.0),
+            row("UDP gso zerocopy", false, 100.0, 1.0, 0.0, 0.0),
+            row("UDP gso", true, 100.0, 3.0, 0.0, 0.0),
+        ];
+        let rat = ratios(3, &rs);
+        assert_eq!(
+            ratio(&rat, "sender efficiency of UDP gso zerocopy over UDP gso"),
+            Some(2.0)
+        );
+        assert_eq!(
+            ratio(&rat, "sender cost of UDP gso, cache thrashing over warm"),
+            Some(1.5)
+        );
+        assert_eq!(rat.len(), 2, "no cache-thrashing zerocopy row");
+
+        let rs = [
+            row("UDP (offload)", false, 100.0, 0.0, 4.0, 1000.0),
+            row("UDP gro (offload)", false, 200.0, 0.0, 1.0, 100.0),
+        ];
+        let rat = ratios(5, &rs);
+        assert_eq!(
+            ratio(&rat, "receive calls per byte, recvfrom over gro (offload)"),
+            Some(20.0)
+        );
+        assert_eq!(
+            ratio(&rat, "throughput, gro over recvfrom (offload)"),
+            Some(2.0)
+        );
+        assert_eq!(
+            ratio(&rat, "receiver efficiency, gro over recvfrom (offload)"),
+            Some(4.0)
+        );
+        assert_eq!(rat.len(), 3, "wire-gro did not run");
+        assert!(ratios(2, &rs).is_empty());
     }
 
     #[test]

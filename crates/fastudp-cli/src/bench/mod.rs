@@ -4,17 +4,20 @@ pub mod figure;
 mod plot;
 pub mod report;
 
+use crate::engine::report::Host;
 use crate::engine::{
-    monitor, name, pair_label, rname, rx, tx, uring, Live, RxOutcome, RxStrategy, TxStrategy,
-    Workload, DEFAULT_BATCH,
+    monitor, name, pair_label, rname, rx, tx, uring, Live, RxOutcome, RxStrategy, TxOutcome,
+    TxStrategy, Workload, DEFAULT_BATCH,
 };
 use crate::testbed::{self, Profile};
 use crate::{interrupt, procfs};
+use anyhow::{anyhow, Context};
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::Ordering::*;
 use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 /// Options of `fastudp bench`.
@@ -138,39 +141,69 @@ pub struct Measurement {
     pub host_steal: Option<f64>,
 }
 
-fn validate(a: &BenchArgs) -> Result<Workload, String> {
+/// An error of a module that is moving from `String` to `anyhow` (the
+/// testbed): the same call compiles before and after.
+trait Moving {
+    /// As a runtime failure: a message, or the error as it is.
+    fn runtime(self) -> anyhow::Error;
+    /// As a usage error: a message marked as one, or the error as it is
+    /// (a module that has moved marks its own usage errors).
+    fn usage(self) -> anyhow::Error;
+}
+
+impl Moving for String {
+    fn runtime(self) -> anyhow::Error {
+        anyhow::Error::msg(self)
+    }
+    fn usage(self) -> anyhow::Error {
+        crate::failure::usage(self)
+    }
+}
+
+impl Moving for anyhow::Error {
+    fn runtime(self) -> anyhow::Error {
+        self
+    }
+    fn usage(self) -> anyhow::Error {
+        self
+    }
+}
+
+/// Checks the options before anything runs: each failure is a usage
+/// error.
+fn validate(a: &BenchArgs) -> anyhow::Result<Workload> {
     let max = if a.ipv6 {
         fastudp_tools::wire::MAX_PAYLOAD_V6
     } else {
         fastudp_tools::wire::MAX_PAYLOAD_V4
     };
     if a.payload == 0 || a.payload > max {
-        return Err(format!(
+        bail_usage!(
             "--payload {} is out of range: a UDP payload is 1 to {max} bytes",
             a.payload
-        ));
+        );
     }
     if a.batch == 0 || a.batch > fastudp_tools::os::MAX_BATCH {
-        return Err(format!(
+        bail_usage!(
             "--batch {} is out of range: 1 to {}",
             a.batch,
             fastudp_tools::os::MAX_BATCH
-        ));
+        );
     }
     if !(a.duration >= 0.01 && a.duration <= 3600.0) {
-        return Err(format!(
+        bail_usage!(
             "--duration {} is out of range: 0.01 to 3600 seconds",
             a.duration
-        ));
+        );
     }
     if a.busy_poll.is_some_and(|us| us == 0 || us > 1_000_000) {
-        return Err(format!(
+        bail_usage!(
             "--busy-poll {} is out of range: 1 to 1000000 microseconds",
             a.busy_poll.unwrap_or(0)
-        ));
+        );
     }
     if a.repeat == 0 || a.repeat > 100 {
-        return Err(format!("--repeat {} is out of range: 1 to 100", a.repeat));
+        bail_usage!("--repeat {} is out of range: 1 to 100", a.repeat);
     }
     let kmax = fastudp_tools::os::kernel_max_segments().max(1);
     let segs = a.batch.min(max / a.payload).min(kmax).max(1);
@@ -179,34 +212,11 @@ fn validate(a: &BenchArgs) -> Result<Workload, String> {
             .parent()
             .filter(|d| !d.as_os_str().is_empty());
         if dir.is_some_and(|d| !d.is_dir()) {
-            return Err(format!("--plot {p}: the directory does not exist"));
+            bail_usage!("--plot {p}: the directory does not exist");
         }
         crate::output::check_output_path("--plot", p)?;
     }
-    if a.testbed.is_none() {
-        // Loopback: a datagram must fit its MTU, since the GSO strategies
-        // send it as one segment, and a segment over the MTU is refused
-        // (EMSGSIZE) rather than fragmented.
-        let lo_mtu: usize = std::fs::read_to_string("/sys/class/net/lo/mtu")
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-            .unwrap_or(65_536);
-        let fit = fastudp_tools::wire::max_segment_for_mtu(lo_mtu, a.ipv6);
-        if a.payload > fit {
-            return Err(format!(
-                "--payload {} does not fit loopback's MTU of {lo_mtu}: at most {fit} bytes over {}",
-                a.payload,
-                if a.ipv6 { "IPv6" } else { "IPv4" }
-            ));
-        }
-    }
-    let mtu_seg = fastudp_tools::wire::max_segment_for_mtu(1500, a.ipv6);
-    if a.testbed.is_some() && a.payload > mtu_seg {
-        return Err(format!(
-            "--payload {} is over the testbed's MTU: a GSO segment on a 1500-byte MTU holds at most {mtu_seg} bytes",
-            a.payload
-        ));
-    }
+    check_mtu(a)?;
     Ok(Workload {
         rate: None,
         bind: None,
@@ -223,158 +233,250 @@ fn validate(a: &BenchArgs) -> Result<Workload, String> {
     })
 }
 
-/// Runs `fastudp bench`.
-pub fn run(a: BenchArgs) -> Result<(), crate::Failure> {
-    let mut a = a;
-    if a.figure.is_some() {
-        figure::validate(&a).map_err(crate::Failure::usage)?;
-        testbed::preflight()?;
-        // Checked as a testbed run: a segment must fit the veth's MTU.
-        let mut w = validate(&BenchArgs {
-            testbed: Some(Profile::WireGro),
-            ..a.clone()
-        })?;
-        // Full trains: as many datagrams per GSO buffer as fit 64 KB (the
-        // size of TCP's GSO packets), and TCP writes of the same size.
-        w.segs = figure::full_train(w.payload);
-        w.batch = w.segs;
-        return figure::run(&a, w);
+/// Checks that a datagram fits the MTU of the path it takes.
+fn check_mtu(a: &BenchArgs) -> anyhow::Result<()> {
+    if a.testbed.is_none() {
+        // Loopback: a datagram must fit its MTU, since the GSO strategies
+        // send it as one segment, and a segment over the MTU is refused
+        // (EMSGSIZE) rather than fragmented.
+        let lo_mtu: usize = std::fs::read_to_string("/sys/class/net/lo/mtu")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(65_536);
+        let fit = fastudp_tools::wire::max_segment_for_mtu(lo_mtu, a.ipv6);
+        if a.payload > fit {
+            bail_usage!(
+                "--payload {} does not fit loopback's MTU of {lo_mtu}: at most {fit} bytes over {}",
+                a.payload,
+                if a.ipv6 { "IPv6" } else { "IPv4" }
+            );
+        }
     }
+    let mtu_seg = fastudp_tools::wire::max_segment_for_mtu(1500, a.ipv6);
+    if a.testbed.is_some() && a.payload > mtu_seg {
+        bail_usage!(
+            "--payload {} is over the testbed's MTU: a GSO segment on a 1500-byte MTU holds at most {mtu_seg} bytes",
+            a.payload
+        );
+    }
+    Ok(())
+}
+
+/// The pairings of a bench, each a sender and a receiver.
+type Pairs = Vec<(TxStrategy, RxStrategy)>;
+
+/// Runs `fastudp bench`.
+pub fn run(a: BenchArgs) -> anyhow::Result<()> {
+    if a.figure.is_some() {
+        return run_figure(&a);
+    }
+    let (a, w, pairs) = prepare(a)?;
+    interrupt::watch();
+    let mut guard = build_testbed(&a)?;
+    let host = crate::engine::report::host_info();
+    if !a.json {
+        print_header(&a, &w, &host)?;
+    }
+    let runs = run_pairs(&pairs, &w, &a);
+    print_results(&a, &w, &host, &runs)?;
+    // The chart comes after the table, so a failure to draw it loses
+    // nothing; there is none without results.
+    if !runs.results.is_empty() {
+        if let Some(path) = &a.plot {
+            draw_plot(path, &a, &w, &host, &runs)?;
+        }
+    }
+    if runs.interrupted.is_some() {
+        // The testbed goes now, so that the message can say so.
+        let removed = guard.take().is_some();
+        return Err(interrupt::interrupted(&format!(
+            "{}the runs that finished are reported above",
+            if removed { "testbed removed; " } else { "" }
+        )));
+    }
+    match runs.failure {
+        None => Ok(()),
+        Some(e) if runs.results.is_empty() => Err(e),
+        Some(e) => Err(anyhow!(
+            "{e:#} (the runs that finished before it are reported above)"
+        )),
+    }
+}
+
+/// Runs `fastudp bench --figure N`, after its checks: the figure's own,
+/// root, and the workload's as on the testbed.
+fn run_figure(a: &BenchArgs) -> anyhow::Result<()> {
+    figure::validate(a)?;
+    testbed::preflight().map_err(Moving::usage)?;
+    // Checked as a testbed run: a segment must fit the veth's MTU.
+    let mut w = validate(&BenchArgs {
+        testbed: Some(Profile::WireGro),
+        ..a.clone()
+    })?;
+    // Full trains: as many datagrams per GSO buffer as fit 64 KB (the
+    // size of TCP's GSO packets), and TCP writes of the same size.
+    w.segs = figure::full_train(w.payload);
+    w.batch = w.segs;
+    figure::run(a, w)
+}
+
+/// Checks the options (usage errors) and plans the pairings; with
+/// `--on-testbed`, on the profile of the testbed that is up.
+fn prepare(mut a: BenchArgs) -> anyhow::Result<(BenchArgs, Workload, Pairs)> {
     if a.on_testbed {
-        testbed::preflight()?;
-        a.testbed = Some(testbed::current()?);
+        testbed::preflight().map_err(Moving::usage)?;
+        a.testbed = Some(testbed::current().map_err(Moving::usage)?);
     }
     let w = validate(&a)?;
     let pairs = plan_pairs(&a.tx, &a.rx, w.net == Some(Profile::Sink))?;
     let pairs = uring::unless_unavailable(pairs, a.tx.is_empty() && a.rx.is_empty());
-    interrupt::watch();
-    let mut guard = match a.testbed {
+    if a.testbed.is_some() && !a.on_testbed {
+        testbed::preflight().map_err(Moving::usage)?;
+    }
+    Ok((a, w, pairs))
+}
+
+/// Builds the testbed of `--testbed` (not the one `--on-testbed` runs
+/// on, which stays as it is); it goes when the guard drops. A testbed
+/// that cannot be built is a runtime failure.
+fn build_testbed(a: &BenchArgs) -> anyhow::Result<Option<testbed::Guard>> {
+    match a.testbed {
         Some(p) if !a.on_testbed => match testbed::up_guarded(p) {
-            Ok(g) => Some(g),
+            Ok(g) => Ok(Some(g)),
             // A Ctrl-C at the terminal ends the `ip` commands that build
             // it too; `up` removed what they had built.
-            Err(_) if interrupt::requested() => {
-                return Err(interrupt::failure("the testbed was being built; removed"))
-            }
-            Err(e) => return Err(e.into()),
+            Err(_) if interrupt::requested() => Err(interrupt::interrupted(
+                "the testbed was being built; removed",
+            )),
+            Err(e) => Err(e.runtime()),
         },
-        _ => None,
-    };
-    let host = crate::engine::report::host_info();
-    if !a.json {
-        outln!(
-            "fastudp bench: {} on {}, payload {} B, batch {}, {} datagrams per GSO buffer, {:.1} s per run",
-            host.kernel,
-            match w.net {
-                None => (if w.ipv6 { "loopback ::1" } else { "loopback 127.0.0.1" }).to_string(),
-                Some(p) => format!(
-                    "testbed {} (veth between namespaces {} and {})",
-                    profile_name(p),
-                    testbed::TX_NS,
-                    testbed::RX_NS
-                ),
-            },
-            w.payload,
-            w.batch,
-            w.segs,
-            a.duration
-        );
+        _ => Ok(None),
     }
-    let mut results = Vec::new();
-    // A run that fails stops the bench, but the runs before it are still
-    // reported (then the failure, with exit status 1). So does Ctrl-C:
-    // the pairing it cut short is left out (status 130).
-    let mut failure = None;
-    let mut interrupted = None;
-    'pairs: for &(t, r) in &pairs {
+}
+
+/// The line that says what the bench runs, where.
+fn print_header(a: &BenchArgs, w: &Workload, host: &Host) -> anyhow::Result<()> {
+    out!(
+        "fastudp bench: {} on {}, payload {} B, batch {}, {} datagrams per GSO buffer, {:.1} s per run",
+        host.kernel,
+        match w.net {
+            None => (if w.ipv6 { "loopback ::1" } else { "loopback 127.0.0.1" }).to_string(),
+            Some(p) => format!(
+                "testbed {} (veth between namespaces {} and {})",
+                profile_name(p),
+                testbed::TX_NS,
+                testbed::RX_NS
+            ),
+        },
+        w.payload,
+        w.batch,
+        w.segs,
+        a.duration
+    )
+}
+
+/// What the pairings of a bench gave.
+struct Runs {
+    /// The median run of each pairing that finished, with its ratios.
+    results: Vec<Measurement>,
+    /// The failure that ended the bench early.
+    failure: Option<anyhow::Error>,
+    /// The pairing Ctrl-C cut short, which is left out.
+    interrupted: Option<String>,
+}
+
+/// Runs every pairing `--repeat` times and keeps its median run by
+/// throughput. A run that fails stops the bench, but the runs before it
+/// are still reported (then the failure, with exit status 1). So does
+/// Ctrl-C: the pairing it cut short is left out (status 130).
+fn run_pairs(pairs: &[(TxStrategy, RxStrategy)], w: &Workload, a: &BenchArgs) -> Runs {
+    let mut out = Runs {
+        results: Vec::new(),
+        failure: None,
+        interrupted: None,
+    };
+    'pairs: for &(t, r) in pairs {
         let mut runs = Vec::new();
         for _ in 0..a.repeat {
             // Checked before the run too: Ctrl-C may come while the
             // testbed is being built.
-            let out = (!interrupt::requested()).then(|| run_pair(t, r, &w, a.quiet || a.json));
-            let Some(out) = out.filter(|_| !interrupt::requested()) else {
-                interrupted = Some(pair_label(t, r));
+            let run = (!interrupt::requested()).then(|| run_pair(t, r, w, a.quiet || a.json));
+            let Some(run) = run.filter(|_| !interrupt::requested()) else {
+                out.interrupted = Some(pair_label(t, r));
                 break 'pairs;
             };
-            match out {
+            match run {
                 Ok(x) => runs.push(x),
                 Err(e) => {
-                    failure = Some(e);
+                    out.failure = Some(e);
                     break 'pairs;
                 }
             }
         }
         runs.sort_by_key(|r| r.bytes);
-        results.push(runs.swap_remove(runs.len() / 2));
+        out.results.push(runs.swap_remove(runs.len() / 2));
     }
-    report::ratios(&mut results);
-    let verdict = report::verdict(&results, w.net);
+    report::ratios(&mut out.results);
+    out
+}
+
+/// The results as JSON, or as the table with the verdict under it.
+fn print_results(a: &BenchArgs, w: &Workload, host: &Host, runs: &Runs) -> anyhow::Result<()> {
+    let (results, interrupted) = (&runs.results, &runs.interrupted);
+    let verdict = report::verdict(results, w.net);
     if a.json {
         let doc = serde_json::json!({ "schema": 1, "host": host, "workload": {
             "payload": w.payload, "batch": w.batch, "gso_segments": w.segs,
             "duration": a.duration, "ipv6": w.ipv6, "repeat": a.repeat, "cache_thrash": w.cache_thrash,
             "testbed": w.net.map(profile_name) }, "results": results, "verdict": verdict,
             "interrupted": interrupted.is_some(), "interrupted_during": interrupted });
-        outln!(
-            "{}",
-            serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?
-        );
-    } else {
-        if !results.is_empty() {
-            report::print_table(&results);
-            for l in &verdict {
-                outln!("{l}");
-            }
-        }
-        if let Some(during) = &interrupted {
-            report::print_interrupted(during, results.len());
+        return out!("{}", serde_json::to_string_pretty(&doc)?);
+    }
+    if !results.is_empty() {
+        report::print_table(results)?;
+        for l in &verdict {
+            out!("{l}")?;
         }
     }
-    // The chart comes after the table, so a failure to draw it loses
-    // nothing; there is none without results.
-    if let Some(path) = a.plot.as_ref().filter(|_| !results.is_empty()) {
-        let title = format!(
-            "fastudp bench: {} B payload, {}, {}{}",
-            w.payload,
-            w.net
-                .map(|p| format!("testbed {}", profile_name(p)))
-                .unwrap_or_else(|| "loopback".into()),
-            host.kernel,
-            if interrupted.is_some() {
-                " (interrupted)"
-            } else {
-                ""
-            }
-        );
-        if let Err(e) = plot::svg(path, &title, &results) {
-            return Err(crate::Failure { code: 1, msg: e });
-        }
-        // Where it went, as an absolute path; on stderr with --json, so
-        // that standard output stays one JSON document.
-        let at = std::fs::canonicalize(path)
-            .map(|p| p.display().to_string())
-            .unwrap_or_else(|_| path.clone());
-        if a.json {
-            eprintln!("fastudp: plot written to {at}");
+    if let Some(during) = interrupted {
+        report::print_interrupted(during, results.len())?;
+    }
+    Ok(())
+}
+
+/// Draws the chart of `--plot` and says where it went. A chart that
+/// cannot be drawn is a runtime failure.
+fn draw_plot(
+    path: &str,
+    a: &BenchArgs,
+    w: &Workload,
+    host: &Host,
+    runs: &Runs,
+) -> anyhow::Result<()> {
+    let title = format!(
+        "fastudp bench: {} B payload, {}, {}{}",
+        w.payload,
+        w.net
+            .map(|p| format!("testbed {}", profile_name(p)))
+            .unwrap_or_else(|| "loopback".into()),
+        host.kernel,
+        if runs.interrupted.is_some() {
+            " (interrupted)"
         } else {
-            outln!("plot written to {at}");
+            ""
         }
-    }
-    if interrupted.is_some() {
-        // The testbed goes now, so that the message can say so.
-        let removed = guard.take().is_some();
-        return Err(interrupt::failure(&format!(
-            "{}the runs that finished are reported above",
-            if removed { "testbed removed; " } else { "" }
-        )));
-    }
-    match failure {
-        None => Ok(()),
-        Some(e) if results.is_empty() => Err(crate::Failure { code: 1, msg: e }),
-        Some(e) => Err(crate::Failure {
-            code: 1,
-            msg: format!("{e} (the runs that finished before it are reported above)"),
-        }),
+    );
+    plot::svg(path, &title, &runs.results)?;
+    // Where it went, as an absolute path; on stderr with --json, so
+    // that standard output stays one JSON document.
+    let at = std::fs::canonicalize(path)
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| path.to_string());
+    if a.json {
+        eprintln!("fastudp: plot written to {at}");
+        Ok(())
+    } else {
+        out!("plot written to {at}")
     }
 }
 
@@ -397,10 +499,10 @@ fn rx_addr(w: &Workload) -> SocketAddr {
 /// Runs `f` in the receiving namespace when on the testbed.
 fn on_rx_side<T: Send>(
     w: &Workload,
-    f: impl FnOnce() -> Result<T, String> + Send,
-) -> Result<T, String> {
+    f: impl FnOnce() -> anyhow::Result<T> + Send,
+) -> anyhow::Result<T> {
     match w.net {
-        Some(_) => testbed::within(testbed::RX_NS, f),
+        Some(_) => testbed::within(testbed::RX_NS, || Ok(f())).map_err(Moving::runtime)?,
         None => f(),
     }
 }
@@ -433,22 +535,18 @@ fn unique<T: PartialEq + Copy>(v: &[T]) -> Vec<T> {
 /// every receive strategy against the best sender. With one list: that
 /// comparison only. With both: every pair. The receive comparison always
 /// includes its `recvfrom` baseline. In the sink profile only senders run,
-/// and TCP, which needs a peer, cannot.
-pub fn plan_pairs(
-    tx: &[TxStrategy],
-    rx: &[RxStrategy],
-    sink: bool,
-) -> Result<Vec<(TxStrategy, RxStrategy)>, String> {
+/// and TCP, which needs a peer, cannot (a usage error, as is `--rx`).
+pub fn plan_pairs(tx: &[TxStrategy], rx: &[RxStrategy], sink: bool) -> anyhow::Result<Pairs> {
     let best_rx = RxStrategy::GroRecvmmsg;
     let best_tx = TxStrategy::Fastudp;
     // A strategy named twice runs once.
     let (tx, rx) = (&unique(tx)[..], &unique(rx)[..]);
     if sink {
         if tx.iter().any(|t| t.is_tcp()) {
-            return Err("tcp cannot run in the sink profile: TCP needs a peer that answers".into());
+            bail_usage!("tcp cannot run in the sink profile: TCP needs a peer that answers");
         }
         if !rx.is_empty() {
-            return Err("the sink profile measures the transmit side only: drop --rx".into());
+            bail_usage!("the sink profile measures the transmit side only: drop --rx");
         }
         let all: Vec<TxStrategy> = TxStrategy::value_variants()
             .iter()
@@ -465,7 +563,7 @@ pub fn plan_pairs(
         ),
         _ => (tx.to_vec(), rx.to_vec()),
     };
-    let mut pairs: Vec<(TxStrategy, RxStrategy)> = Vec::new();
+    let mut pairs: Pairs = Vec::new();
     if !tx.is_empty() && !rx.is_empty() {
         for &t in &txs {
             // TCP has its own receiver: one run, whatever the UDP receivers.
@@ -489,102 +587,149 @@ pub fn plan_pairs(
     Ok(pairs)
 }
 
-/// Runs one sender/receiver pairing and measures it.
+/// The host's counters before a run, to take the run's share of them.
+struct Counters {
+    drops: u64,
+    softirq_ns: Option<u64>,
+    busy_ns: Option<u64>,
+    ticks: Option<procfs::CpuTicks>,
+}
+
+impl Counters {
+    fn now() -> Counters {
+        Counters {
+            drops: procfs::rcvbuf_errors(),
+            softirq_ns: procfs::softirq_ns(),
+            busy_ns: procfs::busy_ns(),
+            ticks: procfs::CpuTicks::now(),
+        }
+    }
+}
+
+/// The receiving side's thread.
+type Receiver = JoinHandle<anyhow::Result<RxOutcome>>;
+
+/// Runs one sender/receiver pairing and measures it. Every failure is a
+/// runtime failure.
 fn run_pair(
     t: TxStrategy,
     r: RxStrategy,
     w: &Workload,
     quiet: bool,
-) -> Result<Measurement, String> {
+) -> anyhow::Result<Measurement> {
     let live = Arc::new(Live::default());
-    let drops_before = procfs::rcvbuf_errors();
-    let soft_before = procfs::softirq_ns();
-    let busy_before = procfs::busy_ns();
-    let ticks_before = procfs::CpuTicks::now();
-    let sink = w.net == Some(Profile::Sink);
-    let (rx_handle, dest) = if sink {
-        let dest = SocketAddr::new(testbed::addrs(w.ipv6).sink, 9);
-        let h = std::thread::spawn(|| Ok(RxOutcome::default()));
-        (h, dest)
-    } else if t.is_tcp() {
-        let addr = rx_addr(w);
-        let l = on_rx_side(w, || {
-            TcpListener::bind(addr).map_err(|e| format!("TCP listen on {addr}: {e}"))
-        })?;
-        // Accepted sockets inherit the listener's SO_BUSY_POLL.
-        busy_poll(&l, w)?;
-        let dest = l.local_addr().map_err(|e| e.to_string())?;
-        let live2 = live.clone();
-        let w2 = *w;
-        let h = std::thread::spawn(move || {
-            pin(&w2, 1);
-            rx::tcp(l, &w2, &live2).map_err(|e| format!("{e:#}"))
-        });
-        (h, dest)
-    } else {
-        let addr = rx_addr(w);
-        let sock = on_rx_side(w, || rx::bind(r, addr).map_err(|e| format!("{e:#}")))?;
-        match &sock {
-            rx::RxSock::Std(s) => busy_poll(s, w)?,
-            rx::RxSock::Fast(f) => busy_poll(f.as_std(), w)?,
-        }
-        let dest = sock.local_addr().map_err(|e| e.to_string())?;
-        let live2 = live.clone();
-        let w2 = *w;
-        let h = std::thread::spawn(move || {
-            pin(&w2, 1);
-            rx::udp(r, sock, &w2, &live2).map_err(|e| format!("{e:#}"))
-        });
-        (h, dest)
-    };
-    let live3 = live.clone();
-    let w3 = *w;
-    let tx_handle = std::thread::spawn(move || {
-        pin(&w3, 0);
-        if w3.net.is_some() {
-            testbed::enter(testbed::TX_NS)?;
-        }
-        let out = if t.is_tcp() {
-            TcpStream::connect_timeout(&dest, Duration::from_secs(3))
-                .map_err(|e| format!("TCP connect to {dest}: {e}: the destination does not answer"))
-                .and_then(|s| {
-                    if t == TxStrategy::TcpZerocopy {
-                        tx::tcp_zerocopy(s, &w3, &live3).map_err(|e| format!("{e:#}"))
-                    } else {
-                        tx::tcp(s, &w3, &live3).map_err(|e| format!("{e:#}"))
-                    }
-                })
-        } else {
-            tx::udp(t, dest, &w3, &live3).map_err(|e| format!("{e:#}"))
-        };
-        live3.sender_done.store(true, Release);
-        out
-    });
-    let label = pair_label(t, r);
-    monitor(&label, quiet, &tx_handle, || {
+    let before = Counters::now();
+    let (rx_handle, dest) = start_receiver(t, r, w, &live)?;
+    let tx_handle = start_sender(t, dest, w, &live);
+    monitor(&pair_label(t, r), quiet, &tx_handle, || {
         (
             live.rx_bytes.load(Relaxed),
             live.rx_datagrams.load(Relaxed),
             live.tx_calls.load(Relaxed),
         )
-    })
-    .map_err(|e| format!("{e:#}"))?;
+    })?;
     let txo = tx_handle
         .join()
-        .map_err(|_| "sender thread panicked".to_string())??;
+        .map_err(|_| anyhow!("sender thread panicked"))??;
     let rxo = rx_handle
         .join()
-        .map_err(|_| "receiver thread panicked".to_string())??;
-    let soft = match (soft_before, procfs::softirq_ns()) {
+        .map_err(|_| anyhow!("receiver thread panicked"))??;
+    Ok(measurement(t, r, w, &before, &txo, &rxo))
+}
+
+/// Starts the receiving side of a pairing (in the sink profile, none;
+/// for TCP, TCP's own): its thread, and the address to send to.
+fn start_receiver(
+    t: TxStrategy,
+    r: RxStrategy,
+    w: &Workload,
+    live: &Arc<Live>,
+) -> anyhow::Result<(Receiver, SocketAddr)> {
+    if w.net == Some(Profile::Sink) {
+        let dest = SocketAddr::new(testbed::addrs(w.ipv6).sink, 9);
+        let h = std::thread::spawn(|| Ok(RxOutcome::default()));
+        return Ok((h, dest));
+    }
+    let addr = rx_addr(w);
+    let (live, w) = (live.clone(), *w);
+    if t.is_tcp() {
+        let l = on_rx_side(&w, || {
+            TcpListener::bind(addr).with_context(|| format!("TCP listen on {addr}"))
+        })?;
+        // Accepted sockets inherit the listener's SO_BUSY_POLL.
+        busy_poll(&l, &w)?;
+        let dest = l.local_addr()?;
+        let h = std::thread::spawn(move || {
+            pin(&w, 1);
+            rx::tcp(l, &w, &live)
+        });
+        return Ok((h, dest));
+    }
+    let sock = on_rx_side(&w, || rx::bind(r, addr))?;
+    match &sock {
+        rx::RxSock::Std(s) => busy_poll(s, &w)?,
+        rx::RxSock::Fast(f) => busy_poll(f.as_std(), &w)?,
+    }
+    let dest = sock.local_addr()?;
+    let h = std::thread::spawn(move || {
+        pin(&w, 1);
+        rx::udp(r, sock, &w, &live)
+    });
+    Ok((h, dest))
+}
+
+/// Starts the sending side of a pairing, to `dest`.
+fn start_sender(
+    t: TxStrategy,
+    dest: SocketAddr,
+    w: &Workload,
+    live: &Arc<Live>,
+) -> JoinHandle<anyhow::Result<TxOutcome>> {
+    let (live, w) = (live.clone(), *w);
+    std::thread::spawn(move || {
+        pin(&w, 0);
+        if w.net.is_some() {
+            testbed::enter(testbed::TX_NS).map_err(Moving::runtime)?;
+        }
+        let out = if t.is_tcp() {
+            TcpStream::connect_timeout(&dest, Duration::from_secs(3))
+                .map_err(|e| anyhow!("TCP connect to {dest}: {e}: the destination does not answer"))
+                .and_then(|s| {
+                    if t == TxStrategy::TcpZerocopy {
+                        tx::tcp_zerocopy(s, &w, &live)
+                    } else {
+                        tx::tcp(s, &w, &live)
+                    }
+                })
+        } else {
+            tx::udp(t, dest, &w, &live)
+        };
+        live.sender_done.store(true, Release);
+        out
+    })
+}
+
+/// The measurement of a pairing from what its two sides and the host's
+/// counters say.
+fn measurement(
+    t: TxStrategy,
+    r: RxStrategy,
+    w: &Workload,
+    before: &Counters,
+    txo: &TxOutcome,
+    rxo: &RxOutcome,
+) -> Measurement {
+    let sink = w.net == Some(Profile::Sink);
+    let soft = match (before.softirq_ns, procfs::softirq_ns()) {
         (Some(a), Some(b)) => b.saturating_sub(a),
         _ => 0,
     };
-    let busy = match (busy_before, procfs::busy_ns()) {
+    let busy = match (before.busy_ns, procfs::busy_ns()) {
         (Some(a), Some(b)) => b.saturating_sub(a),
         _ => 0,
     };
     let drops = procfs::rcvbuf_errors()
-        .saturating_sub(drops_before)
+        .saturating_sub(before.drops)
         .max(rxo.kernel_drops);
     let secs = txo.seconds.max(1e-9);
     // In the sink profile nothing is received: the transmit side is measured.
@@ -594,7 +739,7 @@ fn run_pair(
         (rxo.bytes, rxo.datagrams)
     };
     let per_byte = |d: f64| if bytes > 0 { d / bytes as f64 } else { 0.0 };
-    Ok(Measurement {
+    Measurement {
         tx: t,
         rx: if sink {
             "sink".into()
@@ -636,19 +781,21 @@ fn run_pair(
         speedup_vs_recvfrom: None,
         zerocopy_completions: txo.zerocopy.map(|z| z.0),
         zerocopy_copied: txo.zerocopy.map(|z| z.1),
-        host_steal: ticks_before
+        host_steal: before
+            .ticks
             .zip(procfs::CpuTicks::now())
             .and_then(|(a, b)| b.steal_since(&a)),
-    })
+    }
 }
 
-/// Sets `--busy-poll` on a receiving socket.
-fn busy_poll(s: &impl std::os::fd::AsRawFd, w: &Workload) -> Result<(), String> {
+/// Sets `--busy-poll` on a receiving socket; refused, a runtime failure
+/// (the socket call failed).
+fn busy_poll(s: &impl std::os::fd::AsRawFd, w: &Workload) -> anyhow::Result<()> {
     let Some(us) = w.busy_poll else {
         return Ok(());
     };
     fastudp_tools::raw::set_option_int(s, libc::SOL_SOCKET, libc::SO_BUSY_POLL, us as i32).map_err(
-        |e| format!("--busy-poll {us}: SO_BUSY_POLL: {e} (above net.core.busy_read it needs root)"),
+        |e| anyhow!("--busy-poll {us}: SO_BUSY_POLL: {e} (above net.core.busy_read it needs root)"),
     )
 }
 
@@ -681,7 +828,8 @@ mod tests {
             (vec!["--busy-poll", "1000001"], "--busy-poll"),
         ] {
             let e = validate(&args(&a)).unwrap_err();
-            assert!(e.contains(needle), "{a:?}: {e}");
+            assert!(e.to_string().contains(needle), "{a:?}: {e}");
+            assert_eq!(crate::failure::exit_status(&e), 2, "{a:?}: a usage error");
         }
         // IPv6 on loopback: the datagram must fit lo's MTU (65536: 65488
         // bytes of payload), below the protocol's 65527.
@@ -694,7 +842,7 @@ mod tests {
         assert!(validate(&args(&["--payload", &fit, "--ipv6"])).is_ok());
         if mtu - 47 <= 65_527 {
             let e = validate(&args(&["--payload", &over, "--ipv6"])).unwrap_err();
-            assert!(e.contains("MTU"), "{e}");
+            assert!(e.to_string().contains("MTU"), "{e}");
         }
     }
 
@@ -740,9 +888,9 @@ mod tests {
         );
         let sink = plan_pairs(&[], &[], true).unwrap();
         assert!(sink.iter().all(|&(t, _)| t != T::Tcp));
-        assert!(plan_pairs(&[T::Tcp], &[], true)
-            .unwrap_err()
-            .contains("sink"));
+        let e = plan_pairs(&[T::Tcp], &[], true).unwrap_err();
+        assert!(e.to_string().contains("sink"), "{e}");
+        assert_eq!(crate::failure::exit_status(&e), 2, "a usage error");
         assert!(plan_pairs(&[], &[R::Gro], true).is_err());
     }
 

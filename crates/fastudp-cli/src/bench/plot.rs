@@ -5,6 +5,9 @@
 //! datagrams is also marked by a pattern and a label, not colour alone.
 
 use super::Measurement;
+use anyhow::{anyhow, bail};
+use plotters::coord::types::RangedCoordf64;
+use plotters::coord::Shift;
 use plotters::prelude::*;
 
 /// Okabe-Ito blue: throughput.
@@ -27,8 +30,9 @@ fn label(r: &Measurement) -> String {
 }
 
 /// Draws one bar per run: Gbit/s on the left, sender and receiver CPU ns
-/// per byte on the right.
-pub fn svg(path: &str, title: &str, rs: &[Measurement]) -> Result<(), String> {
+/// per byte on the right. A chart that cannot be drawn (or written) is a
+/// runtime failure.
+pub fn svg(path: &str, title: &str, rs: &[Measurement]) -> anyhow::Result<()> {
     let names: Vec<String> = rs.iter().map(label).collect();
     svg_labeled(path, title, rs, &names)
 }
@@ -39,19 +43,45 @@ pub fn svg_labeled(
     title: &str,
     rs: &[Measurement],
     names: &[String],
-) -> Result<(), String> {
+) -> anyhow::Result<()> {
     if rs.is_empty() || names.len() != rs.len() {
-        return Err("nothing to plot".into());
+        bail!("nothing to plot");
     }
+    draw(path, title, rs, names).map_err(|e| anyhow!("cannot draw {path}: {e}"))
+}
+
+/// What drawing on the SVG backend gives.
+type Drawn<T = ()> = Result<T, DrawingAreaErrorKind<std::io::Error>>;
+
+/// A chart of one bar per run, run 0 at the top.
+type Chart<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+fn draw(path: &str, title: &str, rs: &[Measurement], names: &[String]) -> Drawn {
     let n = rs.len();
     let height = 110 + 34 * n as u32;
     let root = SVGBackend::new(path, (1280, height)).into_drawing_area();
-    let err = |e: &dyn std::fmt::Display| format!("cannot draw {path}: {e}");
-    root.fill(&WHITE).map_err(|e| err(&e))?;
-    let root = root
-        .titled(title, ("sans-serif", 20))
-        .map_err(|e| err(&e))?;
+    root.fill(&WHITE)?;
+    let root = root.titled(title, ("sans-serif", 20))?;
     let (left, right) = root.split_horizontally(700);
+    throughput_chart(&left, rs, names)?;
+    cpu_chart(&right, rs)?;
+    root.present()?;
+    Ok(())
+}
+
+/// The bar of run `i` of `n`, from `x0` to `x1`.
+fn bar(i: usize, n: usize, x0: f64, x1: f64) -> [(f64, f64); 2] {
+    let y = (n - 1 - i) as f64;
+    [(x0, y + 0.15), (x1, y + 0.85)]
+}
+
+/// Throughput, Gbit/s: the left chart, with the runs' names.
+fn throughput_chart(
+    area: &DrawingArea<SVGBackend<'_>, Shift>,
+    rs: &[Measurement],
+    names: &[String],
+) -> Drawn {
+    let n = rs.len();
     let y_fmt = |y: &f64| {
         let i = y.floor() as usize;
         if (*y - y.floor() - 0.5).abs() < 1e-6 && i < names.len() {
@@ -60,121 +90,107 @@ pub fn svg_labeled(
             String::new()
         }
     };
-
     // Room on the right for the loss labels.
     let gmax = rs.iter().map(|r| r.gbps).fold(0.0, f64::max).max(1e-3) * 1.3;
-    let mut c = ChartBuilder::on(&left)
+    let mut c = ChartBuilder::on(area)
         .margin(10)
         .caption("throughput (Gbit/s)", ("sans-serif", 16))
         .x_label_area_size(30)
         .y_label_area_size(260)
-        .build_cartesian_2d(0.0..gmax, 0.0..n as f64)
-        .map_err(|e| err(&e))?;
+        .build_cartesian_2d(0.0..gmax, 0.0..n as f64)?;
     c.configure_mesh()
         .disable_y_mesh()
         .y_labels(2 * n + 1)
         .y_label_formatter(&y_fmt)
-        .draw()
-        .map_err(|e| err(&e))?;
-    c.draw_series(rs.iter().enumerate().map(|(i, r)| {
-        let y = (n - 1 - i) as f64;
-        Rectangle::new(
-            [(0.0, y + 0.15), (r.gbps, y + 0.85)],
-            BLUE_OI.mix(0.8).filled(),
-        )
-    }))
-    .map_err(|e| err(&e))?
+        .draw()?;
+    c.draw_series(
+        rs.iter()
+            .enumerate()
+            .map(|(i, r)| Rectangle::new(bar(i, n, 0.0, r.gbps), BLUE_OI.mix(0.8).filled())),
+    )?
     .label("throughput")
     .legend(|(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], BLUE_OI.mix(0.8).filled()));
-    // A lossy run: its bar outlined and hatched in vermillion, and the
-    // loss written beside it.
-    let lossy: Vec<(usize, &Measurement, u64, f64)> = rs
-        .iter()
-        .enumerate()
-        .filter_map(|(i, r)| loss(r).map(|(l, f)| (i, r, l, f)))
-        .collect();
-    if !lossy.is_empty() {
-        c.draw_series(lossy.iter().map(|&(i, r, _, _)| {
-            let y = (n - 1 - i) as f64;
-            Rectangle::new(
-                [(0.0, y + 0.15), (r.gbps, y + 0.85)],
-                VERMILLION_OI.stroke_width(3),
-            )
-        }))
-        .map_err(|e| err(&e))?
-        .label("lost datagrams")
-        .legend(|(x, y)| {
-            Rectangle::new([(x, y - 5), (x + 12, y + 5)], VERMILLION_OI.stroke_width(3))
-        });
-        for &(i, r, _, _) in &lossy {
-            let y = (n - 1 - i) as f64;
-            let steps = 12;
-            c.draw_series((1..steps).map(|k| {
-                let x = r.gbps * k as f64 / steps as f64;
-                PathElement::new(
-                    vec![
-                        (x, y + 0.15),
-                        ((x + r.gbps / steps as f64).min(r.gbps), y + 0.85),
-                    ],
-                    VERMILLION_OI.stroke_width(2),
-                )
-            }))
-            .map_err(|e| err(&e))?;
-        }
-        c.draw_series(lossy.iter().map(|&(i, r, lost, frac)| {
-            let y = (n - 1 - i) as f64;
-            Text::new(
-                format!("lost {lost} ({:.2}%)", frac * 100.0),
-                (r.gbps + gmax * 0.01, y + 0.65),
-                ("sans-serif", 13).into_font().color(&BLACK),
-            )
-        }))
-        .map_err(|e| err(&e))?;
-    }
+    mark_losses(&mut c, rs, gmax)?;
     c.configure_series_labels()
         .background_style(WHITE.mix(0.8))
         .border_style(BLACK)
         .position(SeriesLabelPosition::LowerRight)
         .draw()
-        .map_err(|e| err(&e))?;
+}
 
+/// A lossy run: its bar outlined and hatched in vermillion, and the loss
+/// written beside it.
+fn mark_losses(c: &mut Chart<'_, '_>, rs: &[Measurement], gmax: f64) -> Drawn {
+    let n = rs.len();
+    let lossy: Vec<(usize, &Measurement, u64, f64)> = rs
+        .iter()
+        .enumerate()
+        .filter_map(|(i, r)| loss(r).map(|(l, f)| (i, r, l, f)))
+        .collect();
+    if lossy.is_empty() {
+        return Ok(());
+    }
+    c.draw_series(lossy.iter().map(|&(i, r, _, _)| {
+        Rectangle::new(bar(i, n, 0.0, r.gbps), VERMILLION_OI.stroke_width(3))
+    }))?
+    .label("lost datagrams")
+    .legend(|(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], VERMILLION_OI.stroke_width(3)));
+    for &(i, r, _, _) in &lossy {
+        let y = (n - 1 - i) as f64;
+        let steps = 12;
+        c.draw_series((1..steps).map(|k| {
+            let x = r.gbps * k as f64 / steps as f64;
+            PathElement::new(
+                vec![
+                    (x, y + 0.15),
+                    ((x + r.gbps / steps as f64).min(r.gbps), y + 0.85),
+                ],
+                VERMILLION_OI.stroke_width(2),
+            )
+        }))?;
+    }
+    c.draw_series(lossy.iter().map(|&(i, r, lost, frac)| {
+        let y = (n - 1 - i) as f64;
+        Text::new(
+            format!("lost {lost} ({:.2}%)", frac * 100.0),
+            (r.gbps + gmax * 0.01, y + 0.65),
+            ("sans-serif", 13).into_font().color(&BLACK),
+        )
+    }))?;
+    Ok(())
+}
+
+/// CPU ns per byte, sender and receiver stacked: the right chart.
+fn cpu_chart(area: &DrawingArea<SVGBackend<'_>, Shift>, rs: &[Measurement]) -> Drawn {
+    let n = rs.len();
     let cmax = rs
         .iter()
         .map(|r| r.tx_cpu_ns_per_byte + r.rx_cpu_ns_per_byte)
         .fold(0.0, f64::max)
         .max(1e-3)
         * 1.1;
-    let mut c = ChartBuilder::on(&right)
+    let mut c = ChartBuilder::on(area)
         .margin(10)
         .caption("CPU ns per byte (sender + receiver)", ("sans-serif", 16))
         .x_label_area_size(30)
         .y_label_area_size(10)
-        .build_cartesian_2d(0.0..cmax, 0.0..n as f64)
-        .map_err(|e| err(&e))?;
-    c.configure_mesh()
-        .disable_y_mesh()
-        .y_labels(0)
-        .draw()
-        .map_err(|e| err(&e))?;
+        .build_cartesian_2d(0.0..cmax, 0.0..n as f64)?;
+    c.configure_mesh().disable_y_mesh().y_labels(0).draw()?;
     c.draw_series(rs.iter().enumerate().map(|(i, r)| {
-        let y = (n - 1 - i) as f64;
         Rectangle::new(
-            [(0.0, y + 0.15), (r.tx_cpu_ns_per_byte, y + 0.85)],
+            bar(i, n, 0.0, r.tx_cpu_ns_per_byte),
             ORANGE_OI.mix(0.85).filled(),
         )
-    }))
-    .map_err(|e| err(&e))?
+    }))?
     .label("sender")
     .legend(|(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], ORANGE_OI.mix(0.85).filled()));
     c.draw_series(rs.iter().enumerate().map(|(i, r)| {
-        let y = (n - 1 - i) as f64;
         let a = r.tx_cpu_ns_per_byte;
         Rectangle::new(
-            [(a, y + 0.15), (a + r.rx_cpu_ns_per_byte, y + 0.85)],
+            bar(i, n, a, a + r.rx_cpu_ns_per_byte),
             SKY_BLUE_OI.mix(0.85).filled(),
         )
-    }))
-    .map_err(|e| err(&e))?
+    }))?
     .label("receiver")
     .legend(|(x, y)| {
         Rectangle::new(
@@ -187,9 +203,6 @@ pub fn svg_labeled(
         .border_style(BLACK)
         .position(SeriesLabelPosition::LowerRight)
         .draw()
-        .map_err(|e| err(&e))?;
-    root.present().map_err(|e| err(&e))?;
-    Ok(())
 }
 
 #[cfg(test)]

@@ -29,20 +29,20 @@ receiver against recvfrom, and why runs lost datagrams, if they did.";
 
 /// The line under the table of a bench that Ctrl-C cut short during the
 /// pairing `during`, after `finished` pairings.
-pub fn print_interrupted(during: &str, finished: usize) {
+pub fn print_interrupted(during: &str, finished: usize) -> anyhow::Result<()> {
     if finished == 0 {
-        outln!("interrupted (Ctrl-C) during {during}, before any run finished");
+        out!("interrupted (Ctrl-C) during {during}, before any run finished")
     } else {
-        outln!(
+        out!(
             "interrupted (Ctrl-C) during {during}: the {finished} run(s) above finished; {during} is not reported"
-        );
+        )
     }
 }
 
 /// The summary table.
-pub fn print_table(rs: &[Measurement]) {
-    outln!();
-    outln!(
+pub fn print_table(rs: &[Measurement]) -> anyhow::Result<()> {
+    out!()?;
+    out!(
         "{:<18} {:<13} {:>9} {:>7} {:>10} {:>9} {:>8} {:>9} {:>7} {:>7} {:>9} {:>8} {:>8} {:>10}",
         "send",
         "receive",
@@ -58,10 +58,10 @@ pub fn print_table(rs: &[Measurement]) {
         "lost",
         "x sendto",
         "x recvfrom"
-    );
+    )?;
     let x = |v: Option<f64>| v.map(|s| format!("{s:.2}x")).unwrap_or_else(|| "-".into());
     for r in rs {
-        outln!(
+        out!(
             "{:<18} {:<13} {:>9.1} {:>7.2} {:>10.0} {:>9.0} {:>8.0} {:>9.0} {:>7.3} {:>7.3} {:>9.3} {:>8} {:>8} {:>10}",
             name(r.tx),
             r.rx,
@@ -79,30 +79,30 @@ pub fn print_table(rs: &[Measurement]) {
                 .unwrap_or_else(|| "-".into()),
             x(r.speedup_vs_sendto),
             x(r.speedup_vs_recvfrom)
-        );
+        )?;
     }
     for r in rs.iter().filter(|r| r.lost.is_some_and(|l| l > 0)) {
-        outln!(
+        out!(
             "{} -> {}: {} datagrams lost by sequence number; the kernel counted {} receive-buffer drops (RcvbufErrors: messages, a GRO train counts once)",
             name(r.tx),
             r.rx,
             r.lost.unwrap_or(0),
             r.kernel_drops
-        );
+        )?;
     }
     for r in rs {
         if let Some(st) = r.host_steal.filter(|&st| st > crate::procfs::STEAL_WARN) {
-            outln!(
+            out!(
                 "{} -> {}: the hypervisor took {:.0}% of this VM's CPU time during the run (steal); its figures are unreliable",
                 name(r.tx),
                 r.rx,
                 st * 100.0
-            );
+            )?;
         }
     }
     for r in rs {
         if let (Some(done), Some(copied)) = (r.zerocopy_completions, r.zerocopy_copied) {
-            outln!(
+            out!(
                 "{}: {done} zerocopy completions, {copied} of them copied by the kernel anyway ({:.0}%){}",
                 name(r.tx),
                 if done > 0 { copied as f64 * 100.0 / done as f64 } else { 0.0 },
@@ -111,9 +111,10 @@ pub fn print_table(rs: &[Measurement]) {
                 } else {
                     ""
                 }
-            );
+            )?;
         }
     }
+    Ok(())
 }
 
 /// Fills in each row's ratios: against `sendto` into the same receiver
@@ -160,19 +161,26 @@ pub fn ratios(rs: &mut [Measurement]) {
 /// most receivers), TCP where it ran, and why runs lost datagrams when
 /// they did, with what to do about it. Run after [`ratios`].
 pub fn verdict(rs: &[Measurement], net: Option<Profile>) -> Vec<String> {
-    let mut v = Vec::new();
     let udp: Vec<&Measurement> = rs.iter().filter(|r| !r.tx.is_tcp()).collect();
-    let best = |rows: &[&Measurement]| -> Option<Measurement> {
-        rows.iter()
-            .max_by(|a, b| a.mbytes_per_sec.total_cmp(&b.mbytes_per_sec))
-            .map(|r| (*r).clone())
-    };
     if udp.is_empty() {
-        return v;
+        return Vec::new();
     }
-    v.push(String::new());
-    v.push("verdict:".into());
-    if let Some(b) = best(&udp) {
+    let mut v = vec![String::new(), "verdict:".into()];
+    best_lines(rs, &udp, &mut v);
+    loss_lines(&udp, net, &mut v);
+    v
+}
+
+/// The fastest of `rows`.
+fn best(rows: &[&Measurement]) -> Option<Measurement> {
+    rows.iter()
+        .max_by(|a, b| a.mbytes_per_sec.total_cmp(&b.mbytes_per_sec))
+        .map(|r| (*r).clone())
+}
+
+/// The verdict's lines on the best sender, the best receiver and TCP.
+fn best_lines(rs: &[Measurement], udp: &[&Measurement], v: &mut Vec<String>) {
+    if let Some(b) = best(udp) {
         v.push(format!(
             "  best sender:   {} ({:.1} MB/s, {:.2} Gbit/s, into {}): {}",
             name(b.tx),
@@ -187,7 +195,7 @@ pub fn verdict(rs: &[Measurement], net: Option<Profile>) -> Vec<String> {
     }
     // The receivers compared: those of the sender that ran into the most.
     let mut senders: Vec<TxStrategy> = Vec::new();
-    for r in &udp {
+    for r in udp {
         if !senders.contains(&r.tx) {
             senders.push(r.tx);
         }
@@ -213,7 +221,7 @@ pub fn verdict(rs: &[Measurement], net: Option<Profile>) -> Vec<String> {
         rs.iter()
             .filter(|r| r.tx.is_tcp())
             .max_by(|a, b| a.mbytes_per_sec.total_cmp(&b.mbytes_per_sec)),
-        best(&udp),
+        best(udp),
     ) {
         if tcp.mbytes_per_sec > 0.0 {
             v.push(format!(
@@ -224,53 +232,57 @@ pub fn verdict(rs: &[Measurement], net: Option<Profile>) -> Vec<String> {
             ));
         }
     }
+}
+
+/// The verdict's lines on runs that lost datagrams: why, and what to do.
+fn loss_lines(udp: &[&Measurement], net: Option<Profile>, v: &mut Vec<String>) {
     let lossy: Vec<&Measurement> = udp
         .iter()
         .copied()
         .filter(|r| r.lost.is_some_and(|l| l > 0))
         .collect();
-    if !lossy.is_empty() {
-        let why = match net {
-            None => "loopback has no flow control",
-            Some(_) => "a veth pair has no flow control",
-        };
-        let lost: u64 = lossy.iter().filter_map(|r| r.lost).sum();
-        let drops: u64 = lossy.iter().map(|r| r.kernel_drops).sum();
-        let pad = "                 ";
-        v.push(format!(
-            "  loss:          {} of {} UDP runs lost datagrams ({lost} in all; the kernel counted {drops} receive-buffer drops).",
-            lossy.len(),
-            udp.len()
-        ));
-        v.push(format!(
-            "{pad}bench sends unpaced, as fast as it can, and {why}: a sender faster"
-        ));
-        v.push(format!(
-            "{pad}than its receiver fills the receiving socket's buffer, and the kernel drops"
-        ));
-        v.push(format!(
-            "{pad}what does not fit. The receiver fell behind; nothing is broken."
-        ));
-        if net.is_some() {
-            v.push(format!(
-                "{pad}A veth in NAPI mode also drops when its ring is full (`ip -s link`)."
-            ));
-        }
-        let gro_everywhere = lossy.iter().all(|r| r.rx.contains("gro"));
-        v.push(format!(
-            "{pad}To measure without it: pace the sender (`fastudp tx -b RATE` into `fastudp rx`),"
-        ));
-        v.push(format!(
-            "{pad}or give the receiver a larger buffer (raise net.core.rmem_max: `fastudp tune`){}",
-            if gro_everywhere { "." } else { "," }
-        ));
-        if !gro_everywhere {
-            v.push(format!(
-                "{pad}or receive with GRO (--rx gro-recvmmsg), which takes a whole train per read."
-            ));
-        }
+    if lossy.is_empty() {
+        return;
     }
-    v
+    let why = match net {
+        None => "loopback has no flow control",
+        Some(_) => "a veth pair has no flow control",
+    };
+    let lost: u64 = lossy.iter().filter_map(|r| r.lost).sum();
+    let drops: u64 = lossy.iter().map(|r| r.kernel_drops).sum();
+    let pad = "                 ";
+    v.push(format!(
+        "  loss:          {} of {} UDP runs lost datagrams ({lost} in all; the kernel counted {drops} receive-buffer drops).",
+        lossy.len(),
+        udp.len()
+    ));
+    v.push(format!(
+        "{pad}bench sends unpaced, as fast as it can, and {why}: a sender faster"
+    ));
+    v.push(format!(
+        "{pad}than its receiver fills the receiving socket's buffer, and the kernel drops"
+    ));
+    v.push(format!(
+        "{pad}what does not fit. The receiver fell behind; nothing is broken."
+    ));
+    if net.is_some() {
+        v.push(format!(
+            "{pad}A veth in NAPI mode also drops when its ring is full (`ip -s link`)."
+        ));
+    }
+    let gro_everywhere = lossy.iter().all(|r| r.rx.contains("gro"));
+    v.push(format!(
+        "{pad}To measure without it: pace the sender (`fastudp tx -b RATE` into `fastudp rx`),"
+    ));
+    v.push(format!(
+        "{pad}or give the receiver a larger buffer (raise net.core.rmem_max: `fastudp tune`){}",
+        if gro_everywhere { "." } else { "," }
+    ));
+    if !gro_everywhere {
+        v.push(format!(
+            "{pad}or receive with GRO (--rx gro-recvmmsg), which takes a whole train per read."
+        ));
+    }
 }
 
 #[cfg(test)]

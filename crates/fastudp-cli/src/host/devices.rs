@@ -9,11 +9,12 @@ pub const GRO_FLUSH_NS: u64 = 50_000;
 pub const NAPI_DEFER: u64 = 2;
 
 /// Reads `/sys/class/net/<dev>/<file>`, trimmed.
-pub fn sysfs(dev: &str, file: &str) -> Result<String, String> {
+pub fn sysfs(dev: &str, file: &str) -> anyhow::Result<String> {
+    use anyhow::Context;
     let p = format!("/sys/class/net/{dev}/{file}");
     std::fs::read_to_string(&p)
         .map(|v| v.trim().to_string())
-        .map_err(|e| format!("cannot read {p}: {e}"))
+        .with_context(|| format!("cannot read {p}"))
 }
 
 /// Devices that are up in this namespace.

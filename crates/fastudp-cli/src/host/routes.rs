@@ -20,9 +20,10 @@ fn device_name(ifindex: u32) -> Option<String> {
 }
 
 /// The device that carries traffic to `ip` in this network namespace.
-pub fn device_for(ip: IpAddr) -> Result<String, String> {
-    let idx = netlink::route_device(ip).map_err(|e| format!("no route to {ip}: {e}"))?;
-    device_name(idx).ok_or_else(|| {
+pub fn device_for(ip: IpAddr) -> anyhow::Result<String> {
+    use anyhow::Context;
+    let idx = netlink::route_device(ip).with_context(|| format!("no route to {ip}"))?;
+    device_name(idx).with_context(|| {
         format!("the route to {ip} leaves through device {idx}, which sysfs does not list")
     })
 }

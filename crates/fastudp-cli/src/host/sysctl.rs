@@ -30,17 +30,19 @@ pub const SYSCTLS: [(&str, u64, &str); 6] = [
     ),
 ];
 
+use anyhow::{anyhow, Context};
+
 /// Reads a sysctl by its dotted name.
-pub fn read_sysctl(name: &str) -> Result<u64, String> {
+pub fn read_sysctl(name: &str) -> anyhow::Result<u64> {
     let p = format!("/proc/sys/{}", name.replace('.', "/"));
-    let text = std::fs::read_to_string(&p).map_err(|e| format!("cannot read {p}: {e}"))?;
-    parse_sysctl(&text).map_err(|e| format!("{p}: {e}"))
+    let text = std::fs::read_to_string(&p).with_context(|| format!("cannot read {p}"))?;
+    parse_sysctl(&text).with_context(|| p)
 }
 
 /// Parses a numeric sysctl's text (a number and a newline).
-pub fn parse_sysctl(text: &str) -> Result<u64, String> {
+pub fn parse_sysctl(text: &str) -> anyhow::Result<u64> {
     let t = text.trim();
-    t.parse().map_err(|_| format!("not a single number: {t:?}"))
+    t.parse().map_err(|_| anyhow!("not a single number: {t:?}"))
 }
 
 #[cfg(test)]
@@ -49,8 +51,8 @@ mod tests {
 
     #[test]
     fn parses_recorded_sysctls() {
-        assert_eq!(parse_sysctl("212992\n"), Ok(212_992));
-        assert_eq!(parse_sysctl("  4194304 \n"), Ok(4_194_304));
+        assert_eq!(parse_sysctl("212992\n").unwrap(), 212_992);
+        assert_eq!(parse_sysctl("  4194304 \n").unwrap(), 4_194_304);
         assert!(
             parse_sysctl("4096\t131072\t6291456\n").is_err(),
             "a vector is not one number"

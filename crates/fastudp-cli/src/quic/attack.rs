@@ -17,7 +17,7 @@
 //! - `connections`: as many idle connections as the server takes.
 
 use super::tls;
-use crate::Failure;
+use anyhow::Context;
 use bytes::BytesMut;
 use clap::{Args, ValueEnum};
 use fastudp::{Socket, Transmit};
@@ -87,33 +87,25 @@ struct Done {
 }
 
 /// Runs `fastudp quic attack`.
-pub fn run(a: AttackArgs) -> Result<(), Failure> {
+pub fn run(a: AttackArgs) -> anyhow::Result<()> {
     if !(a.duration.is_finite() && a.duration > 0.0 && a.duration <= 600.0) {
-        return Err(Failure::usage(format!(
-            "--duration {}: between 0 and 600 s",
-            a.duration
-        )));
+        bail_usage!("--duration {}: between 0 and 600 s", a.duration);
     }
     if a.connections == 0 || a.connections > 10_000 || a.streams > 10_000 {
-        return Err(Failure::usage(
-            "--connections: 1 to 10000; --streams: at most 10000".into(),
-        ));
+        bail_usage!("--connections: 1 to 10000; --streams: at most 10000");
     }
     let until = Instant::now() + Duration::from_secs_f64(a.duration);
-    let io = |e: std::io::Error| Failure {
-        code: 1,
-        msg: format!("attack: {e}"),
-    };
     let done = match a.kind {
-        Kind::Forward => forward(a.server, a.source, until).map_err(io)?,
-        Kind::Version => version(a.server, a.source, until).map_err(io)?,
-        Kind::Initials => initials(a.server, a.source, until).map_err(io)?,
-        k => connections(k, &a, until).map_err(io)?,
-    };
+        Kind::Forward => forward(a.server, a.source, until),
+        Kind::Version => version(a.server, a.source, until),
+        Kind::Initials => initials(a.server, a.source, until),
+        k => connections(k, &a, until),
+    }
+    .context("attack")?;
     if a.json {
-        outln!("{}", serde_json::to_string(&done).unwrap_or_default());
+        out!("{}", serde_json::to_string(&done).unwrap_or_default())
     } else {
-        outln!(
+        out!(
             "{:?}: {} datagrams ({} bytes) sent, {} received, {} connections, {} streams",
             a.kind,
             done.datagrams_sent,
@@ -121,9 +113,8 @@ pub fn run(a: AttackArgs) -> Result<(), Failure> {
             done.datagrams_received,
             done.connections_established,
             done.streams_opened
-        );
+        )
     }
-    Ok(())
 }
 
 /// The address to bind for `server`: `source` (port 0), or the unspecified

@@ -5,7 +5,8 @@
 use super::hq::{self, Frames, Request};
 use super::quinn_stack::runtime;
 use super::{tls, LoadArgs, LoadStack};
-use crate::{interrupt, Failure};
+use crate::interrupt;
+use anyhow::{anyhow, bail};
 use serde::Serialize;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -31,8 +32,9 @@ struct Target {
     shown: String,
 }
 
-/// Resolves `HOST:PORT` (an address or a name) once.
-fn resolve(server: &str) -> Result<Target, Failure> {
+/// Resolves `HOST:PORT` (an address or a name) once. A server given
+/// without a port, or a name that does not resolve, is a usage error.
+fn resolve(server: &str) -> anyhow::Result<Target> {
     if let Ok(addr) = server.parse::<SocketAddr>() {
         return Ok(Target {
             addr,
@@ -42,9 +44,9 @@ fn resolve(server: &str) -> Result<Target, Failure> {
         });
     }
     let bad = |why: String| {
-        Failure::usage(format!(
+        usage!(
             "{server}: {why} (give HOST:PORT, such as localhost:4433, 127.0.0.1:4433 or [::1]:4433)"
-        ))
+        )
     };
     let (host, port) = server
         .rsplit_once(':')
@@ -73,8 +75,9 @@ fn resolve(server: &str) -> Result<Target, Failure> {
     })
 }
 
-/// The error of a run to which nothing answered within [`ANSWER_WITHIN`].
-fn no_answer(t: &Target, stack: LoadStack) -> Failure {
+/// The error of a run to which nothing answered within [`ANSWER_WITHIN`]
+/// (a runtime error: the arguments were fine).
+fn no_answer(t: &Target, stack: LoadStack) -> anyhow::Error {
     let what = match stack {
         LoadStack::Quic => "no QUIC server answered",
         LoadStack::TlsTcp => "no TLS server answered",
@@ -88,14 +91,11 @@ fn no_answer(t: &Target, stack: LoadStack) -> Failure {
             o.join(", ")
         )
     };
-    Failure {
-        code: 1,
-        msg: format!(
-            "{what} at {} within {} s: is the server running there (`fastudp quic serve`), with this port and protocol?{others}",
-            t.addr,
-            ANSWER_WITHIN.as_secs()
-        ),
-    }
+    anyhow!(
+        "{what} at {} within {} s: is the server running there (`fastudp quic serve`), with this port and protocol?{others}",
+        t.addr,
+        ANSWER_WITHIN.as_secs()
+    )
 }
 
 /// Waits for the clients; gives up on all of them (aborted) when nothing
@@ -222,57 +222,67 @@ fn spread(mut v: Vec<f64>) -> Spread {
     }
 }
 
-/// Runs `fastudp quic load`.
-pub fn run(a: LoadArgs) -> Result<(), Failure> {
-    let req = hq::parse(format!("GET {}\r\n", a.request).as_bytes(), true)
-        .map_err(|_| {
-            Failure::usage(format!(
-                "--request {}: /video/RATE/SECONDS or /bytes/N",
-                a.request
-            ))
-        })?
-        .ok_or_else(|| Failure::usage("--request: empty".into()))?;
-    if a.connections == 0 || a.connections > 1_000_000 {
-        return Err(Failure::usage(format!(
-            "--connections {}: between 1 and 1000000",
-            a.connections
-        )));
-    }
-    if a.threads == 0 || a.threads > 256 || a.endpoints == 0 || a.endpoints > 256 {
-        return Err(Failure::usage(
-            "--threads and --endpoints: between 1 and 256".into(),
-        ));
-    }
-    if !(a.interval.is_finite() && a.interval >= 1.0) {
-        return Err(Failure::usage(format!(
-            "--interval {}: at least 1 ms",
-            a.interval
-        )));
-    }
-    if !(a.ramp.is_finite() && (0.0..=3600.0).contains(&a.ramp)) {
-        return Err(Failure::usage(format!("--ramp {}: 0 to 3600 s", a.ramp)));
-    }
-    let interval = Duration::from_secs_f64(a.interval / 1000.0);
-    let ramp = |i: usize| Duration::from_secs_f64(a.ramp * i as f64 / a.connections as f64);
-    let length = match req {
-        Request::Video { seconds, .. } => seconds as f64,
-        Request::Bytes(_) => 0.0,
-    };
-    let timeout = a.timeout.unwrap_or(length + 30.0);
-    if !(timeout.is_finite() && timeout > 0.0 && timeout <= 1e6) {
-        return Err(Failure::usage(format!(
-            "--timeout {timeout}: positive seconds"
-        )));
-    }
-    let timeout = Duration::from_secs_f64(timeout);
-    let bucket = match a.timeline {
-        None => None,
-        Some(ms) if ms.is_finite() && (10.0..=10_000.0).contains(&ms) => {
-            Some(Duration::from_secs_f64(ms / 1000.0))
+/// What `quic load` was asked to do, checked.
+struct Plan {
+    req: Request,
+    interval: Duration,
+    timeout: Duration,
+    /// The timeline's bucket, with --timeline.
+    bucket: Option<Duration>,
+    target: Target,
+}
+
+/// One client connection's part of the run.
+struct Client {
+    target: Target,
+    /// The request line, `GET /PATH\r\n`.
+    request: String,
+    interval: Duration,
+    timeout: Duration,
+    /// When it starts, from the load's start.
+    start: Duration,
+    /// The load's start and the timeline's bucket, with --timeline.
+    timeline_at: Option<(Instant, Duration)>,
+}
+
+impl Plan {
+    /// Connection `i`'s client, its start spread over `--ramp`.
+    fn client(&self, a: &LoadArgs, i: usize, t0: Instant) -> Client {
+        Client {
+            target: self.target.clone(),
+            request: format!("GET {}\r\n", a.request),
+            interval: self.interval,
+            timeout: self.timeout,
+            start: Duration::from_secs_f64(a.ramp * i as f64 / a.connections as f64),
+            timeline_at: self.bucket.map(|b| (t0, b)),
         }
-        Some(ms) => return Err(Failure::usage(format!("--timeline {ms}: 10 to 10000 ms"))),
-    };
-    let target = resolve(&a.server)?;
+    }
+}
+
+impl Client {
+    /// Runs one connection (`conn`, given this client and an outcome to
+    /// fill) after its start, within its timeout; what it got.
+    async fn run<F>(self, conn: F) -> Outcome
+    where
+        F: AsyncFnOnce(&Client, &mut Outcome) -> anyhow::Result<()>,
+    {
+        tokio::time::sleep(self.start).await;
+        let mut o = Outcome {
+            timeline_at: self.timeline_at,
+            ..Outcome::default()
+        };
+        match tokio::time::timeout(self.timeout, conn(&self, &mut o)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => o.error = Some(format!("{e:#}")),
+            Err(_) => o.error = Some("timed out".into()),
+        }
+        o
+    }
+}
+
+/// Runs `fastudp quic load`.
+pub fn run(a: LoadArgs) -> anyhow::Result<()> {
+    let plan = validate(&a)?;
     let started_unix_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);
@@ -281,135 +291,170 @@ pub fn run(a: LoadArgs) -> Result<(), Failure> {
     let rt = runtime(a.threads)?;
     let cpu0 = fastudp_tools::os::process_cpu_time();
     let t0 = Instant::now();
-    let request = format!("GET {}\r\n", a.request);
-    let outcomes: Option<Vec<Outcome>> = rt.block_on(async {
-        let mut tasks = Vec::with_capacity(a.connections);
+    let outcomes = rt.block_on(async {
         match a.stack {
-            LoadStack::Quic => {
-                let mut eps = Vec::new();
-                let bind: SocketAddr = if target.addr.is_ipv6() {
-                    "[::]:0".parse().unwrap()
-                } else {
-                    "0.0.0.0:0".parse().unwrap()
-                };
-                let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls::client())
-                    .map_err(|e| Failure::usage(format!("TLS set-up: {e}")))?;
-                let mut cfg = quinn::ClientConfig::new(Arc::new(crypto));
-                let mut t = quinn::TransportConfig::default();
-                t.max_idle_timeout(Some(Duration::from_secs(30).try_into().unwrap()));
-                t.stream_receive_window(quinn::VarInt::from_u32(8 << 20));
-                t.receive_window(quinn::VarInt::from_u32(16 << 20));
-                if let Some(n) = a.ack_every {
-                    fastudp_quic::ack_every(&mut t, n);
-                }
-                cfg.transport_config(Arc::new(t));
-                for _ in 0..a.endpoints {
-                    let mut ep = client_endpoint(bind)?;
-                    ep.set_default_client_config(cfg.clone());
-                    eps.push(ep);
-                }
-                for i in 0..a.connections {
-                    let ep = eps[i % eps.len()].clone();
-                    let (target, request, start) = (target.clone(), request.clone(), ramp(i));
-                    let answered = Arc::clone(&answered);
-                    tasks.push(tokio::spawn(async move {
-                        tokio::time::sleep(start).await;
-                        let mut o = Outcome {
-                            timeline_at: bucket.map(|b| (t0, b)),
-                            ..Outcome::default()
-                        };
-                        let r = tokio::time::timeout(
-                            timeout,
-                            quic_one(&ep, &target, &answered, &request, interval, &mut o),
-                        )
-                        .await;
-                        match r {
-                            Ok(Ok(())) => {}
-                            Ok(Err(e)) => o.error = Some(e),
-                            Err(_) => o.error = Some("timed out".into()),
-                        }
-                        o
-                    }));
-                }
-                let out = gather(tasks, &answered).await;
-                for ep in &eps {
-                    ep.close(quinn::VarInt::from_u32(0), b"done");
-                }
-                if out.is_some() {
-                    for ep in &eps {
-                        let _ = tokio::time::timeout(Duration::from_secs(1), ep.wait_idle()).await;
-                    }
-                }
-                Ok::<_, Failure>(out)
-            }
-            LoadStack::TlsTcp => {
-                let connector = tokio_rustls::TlsConnector::from(Arc::new(tls::client()));
-                for i in 0..a.connections {
-                    let (target, request, connector, start) =
-                        (target.clone(), request.clone(), connector.clone(), ramp(i));
-                    let answered = Arc::clone(&answered);
-                    tasks.push(tokio::spawn(async move {
-                        tokio::time::sleep(start).await;
-                        let mut o = Outcome {
-                            timeline_at: bucket.map(|b| (t0, b)),
-                            ..Outcome::default()
-                        };
-                        let r = tokio::time::timeout(
-                            timeout,
-                            tcp_one(&connector, &target, &answered, &request, interval, &mut o),
-                        )
-                        .await;
-                        match r {
-                            Ok(Ok(())) => {}
-                            Ok(Err(e)) => o.error = Some(e),
-                            Err(_) => o.error = Some("timed out".into()),
-                        }
-                        o
-                    }));
-                }
-                Ok(gather(tasks, &answered).await)
-            }
+            LoadStack::Quic => quic_clients(&a, &plan, t0, &answered).await,
+            LoadStack::TlsTcp => Ok(tcp_clients(&a, &plan, t0, &answered).await),
         }
     })?;
     let Some(outcomes) = outcomes else {
         rt.shutdown_timeout(Duration::from_millis(200));
         if interrupt::requested() {
-            return Err(interrupt::failure("before the server answered"));
+            return Err(interrupt::interrupted("before the server answered"));
         }
-        return Err(no_answer(&target, a.stack));
+        return Err(no_answer(&plan.target, a.stack));
     };
     let secs = t0.elapsed().as_secs_f64();
     let cpu = fastudp_tools::os::process_cpu_time()
         .saturating_sub(cpu0)
         .as_secs_f64();
     rt.shutdown_timeout(Duration::from_millis(200));
-    let mut s = summarize(&a, &target, req, interval, &outcomes, secs, cpu);
+    let mut s = summarize(&a, &plan, &outcomes, secs, cpu);
     s.started_unix_ms = started_unix_ms;
-    if bucket.is_some() {
-        s.timeline_ms = a.timeline;
-        s.timelines = Some(outcomes.iter().map(|o| o.timeline.clone()).collect());
+    report(&s, a.json)
+}
+
+/// Checks the options; resolves the server.
+fn validate(a: &LoadArgs) -> anyhow::Result<Plan> {
+    let req = hq::parse(format!("GET {}\r\n", a.request).as_bytes(), true)
+        .map_err(|_| usage!("--request {}: /video/RATE/SECONDS or /bytes/N", a.request))?
+        .ok_or_else(|| usage!("--request: empty"))?;
+    if a.connections == 0 || a.connections > 1_000_000 {
+        bail_usage!("--connections {}: between 1 and 1000000", a.connections);
     }
-    print(&s, a.json);
+    if a.threads == 0 || a.threads > 256 || a.endpoints == 0 || a.endpoints > 256 {
+        bail_usage!("--threads and --endpoints: between 1 and 256");
+    }
+    if !(a.interval.is_finite() && a.interval >= 1.0) {
+        bail_usage!("--interval {}: at least 1 ms", a.interval);
+    }
+    if !(a.ramp.is_finite() && (0.0..=3600.0).contains(&a.ramp)) {
+        bail_usage!("--ramp {}: 0 to 3600 s", a.ramp);
+    }
+    let length = match req {
+        Request::Video { seconds, .. } => seconds as f64,
+        Request::Bytes(_) => 0.0,
+    };
+    let timeout = a.timeout.unwrap_or(length + 30.0);
+    if !(timeout.is_finite() && timeout > 0.0 && timeout <= 1e6) {
+        bail_usage!("--timeout {timeout}: positive seconds");
+    }
+    let bucket = match a.timeline {
+        None => None,
+        Some(ms) if ms.is_finite() && (10.0..=10_000.0).contains(&ms) => {
+            Some(Duration::from_secs_f64(ms / 1000.0))
+        }
+        Some(ms) => bail_usage!("--timeline {ms}: 10 to 10000 ms"),
+    };
+    Ok(Plan {
+        req,
+        interval: Duration::from_secs_f64(a.interval / 1000.0),
+        timeout: Duration::from_secs_f64(timeout),
+        bucket,
+        target: resolve(&a.server)?,
+    })
+}
+
+/// The quinn clients over `--endpoints` sockets; `None` when nothing
+/// answered in time.
+async fn quic_clients(
+    a: &LoadArgs,
+    plan: &Plan,
+    t0: Instant,
+    answered: &Arc<AtomicBool>,
+) -> anyhow::Result<Option<Vec<Outcome>>> {
+    let bind: SocketAddr = if plan.target.addr.is_ipv6() {
+        "[::]:0".parse().unwrap()
+    } else {
+        "0.0.0.0:0".parse().unwrap()
+    };
+    let cfg = client_config(a.ack_every)?;
+    let mut eps = Vec::new();
+    for _ in 0..a.endpoints {
+        let mut ep = client_endpoint(bind)?;
+        ep.set_default_client_config(cfg.clone());
+        eps.push(ep);
+    }
+    let mut tasks = Vec::with_capacity(a.connections);
+    for i in 0..a.connections {
+        let ep = eps[i % eps.len()].clone();
+        let (client, answered) = (plan.client(a, i, t0), Arc::clone(answered));
+        tasks.push(tokio::spawn(client.run(
+            async move |c: &Client, o: &mut Outcome| quic_one(&ep, c, &answered, o).await,
+        )));
+    }
+    let out = gather(tasks, answered).await;
+    for ep in &eps {
+        ep.close(quinn::VarInt::from_u32(0), b"done");
+    }
+    if out.is_some() {
+        for ep in &eps {
+            let _ = tokio::time::timeout(Duration::from_secs(1), ep.wait_idle()).await;
+        }
+    }
+    Ok(out)
+}
+
+/// The quinn client configuration: large windows, and the ACK-frequency
+/// extension with `--ack-every`.
+fn client_config(ack_every: Option<u32>) -> anyhow::Result<quinn::ClientConfig> {
+    let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls::client())
+        .map_err(|e| anyhow!("TLS set-up: {e}"))?;
+    let mut cfg = quinn::ClientConfig::new(Arc::new(crypto));
+    let mut t = quinn::TransportConfig::default();
+    t.max_idle_timeout(Some(Duration::from_secs(30).try_into().unwrap()));
+    t.stream_receive_window(quinn::VarInt::from_u32(8 << 20));
+    t.receive_window(quinn::VarInt::from_u32(16 << 20));
+    if let Some(n) = ack_every {
+        fastudp_quic::ack_every(&mut t, n);
+    }
+    cfg.transport_config(Arc::new(t));
+    Ok(cfg)
+}
+
+/// The clients of TLS over TCP; `None` when nothing answered in time.
+async fn tcp_clients(
+    a: &LoadArgs,
+    plan: &Plan,
+    t0: Instant,
+    answered: &Arc<AtomicBool>,
+) -> Option<Vec<Outcome>> {
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(tls::client()));
+    let mut tasks = Vec::with_capacity(a.connections);
+    for i in 0..a.connections {
+        let (client, connector) = (plan.client(a, i, t0), connector.clone());
+        let answered = Arc::clone(answered);
+        tasks.push(tokio::spawn(client.run(
+            async move |c: &Client, o: &mut Outcome| tcp_one(&connector, c, &answered, o).await,
+        )));
+    }
+    gather(tasks, answered).await
+}
+
+/// Prints the summary; a run where a connection failed or got wrong
+/// bytes is a runtime error after it.
+fn report(s: &Summary, json: bool) -> anyhow::Result<()> {
+    print(s, json)?;
     if interrupt::requested() {
-        return Err(interrupt::summarized());
+        return Err(interrupt::summarized_err());
     }
     if s.failed > 0 || s.wrong_bytes > 0 {
-        return Err(Failure {
-            code: 1,
-            msg: format!(
-                "{} of {} connections failed, {} got wrong bytes",
-                s.failed, s.connections, s.wrong_bytes
-            ),
-        });
+        bail!(
+            "{} of {} connections failed, {} got wrong bytes",
+            s.failed,
+            s.connections,
+            s.wrong_bytes
+        );
     }
     Ok(())
 }
 
 /// A quinn client endpoint on a socket with a large receive buffer (8 MB,
 /// past rmem_max where allowed), so that the clients, not their socket
-/// queue, are what a run measures.
-fn client_endpoint(bind: SocketAddr) -> Result<quinn::Endpoint, Failure> {
-    let bad = |e: &dyn std::fmt::Display| Failure::usage(format!("client socket: {e}"));
+/// queue, are what a run measures. A socket that cannot be had is a
+/// runtime error.
+fn client_endpoint(bind: SocketAddr) -> anyhow::Result<quinn::Endpoint> {
+    let bad = |e: &dyn std::fmt::Display| anyhow!("client socket: {e}");
     let s = fastudp::Socket::bind_with(bind, fastudp::Config::default().recv_buffer(8 << 20))
         .map_err(|e| bad(&e))?;
     let (sock, _) = s.into_parts();
@@ -487,17 +532,16 @@ impl Reader {
     }
 }
 
+/// One quinn connection: its request, and the response read to its end.
 async fn quic_one(
     ep: &quinn::Endpoint,
-    target: &Target,
+    c: &Client,
     answered: &AtomicBool,
-    request: &str,
-    interval: Duration,
     o: &mut Outcome,
-) -> Result<(), String> {
+) -> anyhow::Result<()> {
     let conn = ep
-        .connect(target.addr, &target.sni)
-        .map_err(|e| format!("connect: {e}"))?
+        .connect(c.target.addr, &c.target.sni)
+        .map_err(|e| anyhow!("connect: {e}"))?
         .await
         .map_err(|e| {
             // Anything but silence is an answer: a refusal or a close
@@ -505,16 +549,16 @@ async fn quic_one(
             if !matches!(e, quinn::ConnectionError::TimedOut) {
                 answered.store(true, Relaxed);
             }
-            format!("handshake: {e}")
+            anyhow!("handshake: {e}")
         })?;
     answered.store(true, Relaxed);
     let r = async {
-        let (mut send, mut recv) = conn.open_bi().await.map_err(|e| e.to_string())?;
-        send.write_all(request.as_bytes())
+        let (mut send, mut recv) = conn.open_bi().await.map_err(|e| anyhow!("{e}"))?;
+        send.write_all(c.request.as_bytes())
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| anyhow!("{e}"))?;
         let _ = send.finish();
-        let mut rd = Reader::new(interval);
+        let mut rd = Reader::new(c.interval);
         loop {
             match recv.read_chunk(64 * 1024, true).await {
                 Ok(Some(c)) => rd.data(o, &c.bytes),
@@ -524,8 +568,8 @@ async fn quic_one(
                 }
                 Err(e) => {
                     return Err(match conn.close_reason() {
-                        Some(why) => format!("stream: {e}: {why}"),
-                        None => format!("stream: {e}"),
+                        Some(why) => anyhow!("stream: {e}: {why}"),
+                        None => anyhow!("stream: {e}"),
                     })
                 }
             }
@@ -540,35 +584,35 @@ async fn quic_one(
     r
 }
 
+/// One connection of TLS over TCP: its request, and the response read to
+/// its end.
 async fn tcp_one(
     connector: &tokio_rustls::TlsConnector,
-    target: &Target,
+    c: &Client,
     answered: &AtomicBool,
-    request: &str,
-    interval: Duration,
     o: &mut Outcome,
-) -> Result<(), String> {
-    let tcp = tokio::net::TcpStream::connect(target.addr)
+) -> anyhow::Result<()> {
+    let tcp = tokio::net::TcpStream::connect(c.target.addr)
         .await
-        .map_err(|e| format!("connect: {e}"))?;
-    let name = rustls::pki_types::ServerName::try_from(target.sni.clone())
-        .map_err(|e| format!("server name {}: {e}", target.sni))?;
+        .map_err(|e| anyhow!("connect: {e}"))?;
+    let name = rustls::pki_types::ServerName::try_from(c.target.sni.clone())
+        .map_err(|e| anyhow!("server name {}: {e}", c.target.sni))?;
     let mut s = connector.connect(name, tcp).await.map_err(|e| {
         answered.store(true, Relaxed);
-        format!("handshake: {e}")
+        anyhow!("handshake: {e}")
     })?;
     answered.store(true, Relaxed);
-    s.write_all(request.as_bytes())
+    s.write_all(c.request.as_bytes())
         .await
-        .map_err(|e| e.to_string())?;
-    read_all(&mut s, interval, o).await
+        .map_err(|e| anyhow!("{e}"))?;
+    read_all(&mut s, c.interval, o).await
 }
 
 async fn read_all<R: AsyncRead + Unpin>(
     r: &mut R,
     interval: Duration,
     o: &mut Outcome,
-) -> Result<(), String> {
+) -> anyhow::Result<()> {
     let mut rd = Reader::new(interval);
     let mut buf = vec![0u8; 64 * 1024];
     loop {
@@ -579,20 +623,14 @@ async fn read_all<R: AsyncRead + Unpin>(
             }
             Ok(n) => rd.data(o, &buf[..n]),
             // rustls reports a peer that closed without close_notify.
-            Err(e) => return Err(format!("read: {e}")),
+            Err(e) => return Err(anyhow!("read: {e}")),
         }
     }
 }
 
-fn summarize(
-    a: &LoadArgs,
-    target: &Target,
-    req: Request,
-    interval: Duration,
-    outs: &[Outcome],
-    secs: f64,
-    cpu: f64,
-) -> Summary {
+/// The summary of the outcomes, with the timelines under --timeline.
+fn summarize(a: &LoadArgs, plan: &Plan, outs: &[Outcome], secs: f64, cpu: f64) -> Summary {
+    let (req, interval, target) = (plan.req, plan.interval, &plan.target);
     let (rate, expect) = match req {
         Request::Video { rate, seconds } => {
             let f = Frames::new(rate, seconds, interval);
@@ -671,17 +709,18 @@ fn summarize(
         client_cpu_s_per_gbit: (gbit > 1e-3).then(|| cpu / gbit),
         errors,
         started_unix_ms: 0,
-        timeline_ms: None,
-        timelines: None,
+        timeline_ms: plan.bucket.and(a.timeline),
+        timelines: plan
+            .bucket
+            .map(|_| outs.iter().map(|o| o.timeline.clone()).collect()),
     }
 }
 
-fn print(s: &Summary, json: bool) {
+fn print(s: &Summary, json: bool) -> anyhow::Result<()> {
     if json {
-        outln!("{}", serde_json::to_string(s).unwrap_or_default());
-        return;
+        return out!("{}", serde_json::to_string(s).unwrap_or_default());
     }
-    outln!(
+    out!(
         "{} connections to {} ({}, {}): {} completed, {} failed, {} with wrong bytes",
         s.connections,
         s.server,
@@ -690,26 +729,26 @@ fn print(s: &Summary, json: bool) {
         s.completed,
         s.failed,
         s.wrong_bytes
-    );
+    )?;
     let g = &s.goodput_mbit_s;
-    outln!(
+    out!(
         "goodput per connection, Mbit/s: min {:.3}, p10 {:.3}, median {:.3}, mean {:.3}, max {:.3}",
         g.min,
         g.p10,
         g.median,
         g.mean,
         g.max
-    );
+    )?;
     if let Some(share) = s.on_rate_share {
-        outln!(
+        out!(
             "within 5% of the rate: {:.1}% of connections; {} stalls (gap > 2 frame intervals) on {} connections; longest gap {:.1} ms",
             share * 100.0,
             s.stalls,
             s.stalled_connections,
             s.max_gap_ms
-        );
+        )?;
     }
-    outln!(
+    out!(
         "client: {} packets lost of {} sent, {} datagrams received; {:.3} Gbit/s in all over {:.1} s; CPU {:.2} s ({} s/Gbit)",
         s.client_lost_packets,
         s.client_sent_packets,
@@ -720,8 +759,9 @@ fn print(s: &Summary, json: bool) {
         s.client_cpu_s_per_gbit
             .map(|x| format!("{x:.3}"))
             .unwrap_or_else(|| "-".into())
-    );
+    )?;
     for e in &s.errors {
-        outln!("error: {e}");
+        out!("error: {e}")?;
     }
+    Ok(())
 }

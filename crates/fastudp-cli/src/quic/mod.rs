@@ -15,7 +15,7 @@ pub mod tls;
 pub use fastudp_quic::hq::wire as hq;
 use fastudp_quic::limits;
 
-use crate::Failure;
+use anyhow::anyhow;
 use clap::{Args, Subcommand, ValueEnum};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -256,7 +256,7 @@ pub struct LoadArgs {
 }
 
 /// Runs `fastudp quic ...`.
-pub fn run(cmd: QuicCmd) -> Result<(), Failure> {
+pub fn run(cmd: QuicCmd) -> anyhow::Result<()> {
     match cmd {
         QuicCmd::Serve(a) => {
             check_serve(&a)?;
@@ -269,7 +269,7 @@ pub fn run(cmd: QuicCmd) -> Result<(), Failure> {
         }
         QuicCmd::Load(a) => {
             if a.ack_every.is_some_and(|n| n < 2) {
-                return Err(Failure::usage("--ack-every: at least 2".into()));
+                bail_usage!("--ack-every: at least 2");
             }
             tls::use_crypto(a.crypto);
             load::run(a)
@@ -278,8 +278,10 @@ pub fn run(cmd: QuicCmd) -> Result<(), Failure> {
     }
 }
 
-fn check_serve(a: &ServeArgs) -> Result<(), Failure> {
-    let bad = |m: String| Err(Failure::usage(m));
+/// The options of `quic serve`, alone and together: a value or a
+/// combination that cannot work is a usage error, before anything starts.
+fn check_serve(a: &ServeArgs) -> anyhow::Result<()> {
+    let bad = |m: String| Err(crate::failure::usage(m));
     if let Some(w) = a.workers {
         if w == 0 || w > 256 {
             return bad(format!("--workers {w}: between 1 and 256"));
@@ -365,7 +367,7 @@ fn workers(a: &ServeArgs) -> usize {
 }
 
 /// Parses a byte count with an optional k, M, G suffix (powers of 1024).
-pub fn parse_bytes(s: &str) -> Result<u64, String> {
+pub fn parse_bytes(s: &str) -> anyhow::Result<u64> {
     let t = s.trim();
     let (num, mul) = match t.char_indices().last() {
         Some((i, 'k' | 'K')) => (&t[..i], 1 << 10),
@@ -375,9 +377,9 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
     };
     let v: f64 = num
         .parse()
-        .map_err(|_| format!("{s:?}: a byte count such as 512M or 2G"))?;
+        .map_err(|_| anyhow!("{s:?}: a byte count such as 512M or 2G"))?;
     if !(v.is_finite() && v > 0.0 && v * mul as f64 <= 1e15) {
-        return Err(format!("{s:?}: a positive byte count up to 1P"));
+        return Err(anyhow!("{s:?}: a positive byte count up to 1P"));
     }
     Ok((v * mul as f64) as u64)
 }
@@ -388,10 +390,10 @@ mod tests {
 
     #[test]
     fn byte_counts() {
-        assert_eq!(parse_bytes("512M"), Ok(512 << 20));
-        assert_eq!(parse_bytes("1.5k"), Ok(1536));
-        assert_eq!(parse_bytes("2G"), Ok(2 << 30));
-        assert_eq!(parse_bytes("100"), Ok(100));
+        assert_eq!(parse_bytes("512M").unwrap(), 512 << 20);
+        assert_eq!(parse_bytes("1.5k").unwrap(), 1536);
+        assert_eq!(parse_bytes("2G").unwrap(), 2 << 30);
+        assert_eq!(parse_bytes("100").unwrap(), 100);
         for bad in ["", "-1G", "0", "x", "1T"] {
             assert!(parse_bytes(bad).is_err(), "{bad}");
         }

@@ -6,7 +6,8 @@
 use super::hq::{self, Frames, Request};
 use super::stats::{baseline_run, Counters};
 use super::{tls, workers, ServeArgs};
-use crate::{interrupt, Failure};
+use crate::interrupt;
+use anyhow::{anyhow, Context};
 use fastudp_quic::transport;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -115,20 +116,20 @@ fn piece(counters: &Counters, off: u64, len: u64) -> &'static [u8] {
 }
 
 /// A tokio runtime with `n` worker threads.
-pub fn runtime(n: usize) -> Result<tokio::runtime::Runtime, Failure> {
+pub fn runtime(n: usize) -> anyhow::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(n)
         .enable_all()
         .build()
-        .map_err(|e| Failure::usage(format!("cannot start the runtime: {e}")))
+        .context("cannot start the runtime")
 }
 
 /// Runs `fastudp quic serve --stack quinn`.
-pub fn run(a: ServeArgs) -> Result<(), Failure> {
+pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     let n = workers(&a);
     let id = tls::identity(a.cert.as_deref(), a.key.as_deref())?;
     let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls::server(&id, a.zero_rtt)?)
-        .map_err(|e| Failure::usage(format!("TLS set-up: {e}")))?;
+        .map_err(|e| anyhow!("TLS set-up: {e}"))?;
     let mut cfg = quinn::ServerConfig::with_crypto(Arc::new(crypto));
     let mut t = transport(std::time::Duration::from_secs_f64(a.idle_timeout));
     if let Some(n) = a.ack_every {
@@ -138,12 +139,9 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
     let rt = runtime(n)?;
     let ep = {
         let _g = rt.enter();
-        quinn::Endpoint::server(cfg, a.listen)
-            .map_err(|e| Failure::usage(format!("--listen {}: {e}", a.listen)))?
+        quinn::Endpoint::server(cfg, a.listen).with_context(|| format!("--listen {}", a.listen))?
     };
-    let addr = ep
-        .local_addr()
-        .map_err(|e| Failure::usage(format!("getsockname: {e}")))?;
+    let addr = ep.local_addr().context("getsockname")?;
     let counters = Arc::new(Counters::default());
     interrupt::watch();
     let interval = Duration::from_secs_f64(a.interval / 1000.0);
@@ -177,7 +175,7 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
         });
     }
     let pacing = "quinn's pacer, in user space";
-    let rep = baseline_run(&counters, "quinn", addr, n, &a, pacing, &id);
+    let rep = baseline_run(&counters, "quinn", addr, n, &a, pacing, &id)?;
     ep.close(
         quinn::VarInt::from_u32(hq::CLOSE_SHUTDOWN),
         b"server shutting down",
@@ -185,10 +183,10 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
     rt.block_on(async {
         let _ = tokio::time::timeout(Duration::from_secs(2), ep.wait_idle()).await;
     });
-    rep.summary(&counters, a.json, pacing);
+    rep.summary(&counters, a.json, pacing)?;
     rt.shutdown_timeout(Duration::from_millis(200));
     if interrupt::requested() {
-        return Err(interrupt::summarized());
+        return Err(interrupt::summarized_err());
     }
     Ok(())
 }

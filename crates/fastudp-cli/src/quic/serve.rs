@@ -7,7 +7,9 @@
 
 use super::stats::{listening, Reporter};
 use super::{tls, workers, PacingArg, ServeArgs};
-use crate::{interrupt, Failure};
+use crate::failure::usage;
+use crate::interrupt;
+use anyhow::{anyhow, Context};
 use fastudp::pacing::PacingMode;
 use fastudp_quic::altsvc;
 use fastudp_quic::app::{hq::HqApp, Router};
@@ -20,7 +22,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Runs `fastudp quic serve --stack fastudp`.
-pub fn run(a: ServeArgs) -> Result<(), Failure> {
+pub fn run(a: ServeArgs) -> anyhow::Result<()> {
+    // Validate and set up: nothing runs yet.
     let n = workers(&a);
     let (max_connections, budget) = connection_limit(&a, n)?;
     if a.www.is_some() {
@@ -31,6 +34,74 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
         .unwrap_or((max_connections / limits::PER_ADDRESS_SHARE).max(1));
     let id = tls::identity(a.cert.as_deref(), a.key.as_deref())?;
     let tls = Arc::new(tls::server(&id, a.zero_rtt)?);
+    let cfg = engine_config(&a, n, tls.clone(), (max_connections, per_ip))?;
+    let files = www_root(&a)?;
+    let (app, handler) = applications(&a, files.clone());
+    // Start.
+    interrupt::watch();
+    let engine = Engine::start(cfg, Arc::new(app)).map_err(start_error)?;
+    let pacing = pacing_in_force(&a, &engine);
+    if let Some(e) = engine.zerocopy_error() {
+        eprintln!("fastudp: note: --zerocopy: {e}; sending with copies");
+    }
+    let tcp = if a.alt_svc_tcp {
+        match alt_svc_tcp(&a, &engine, tls.clone(), handler) {
+            Ok(l) => Some(l),
+            Err(e) => {
+                engine.stop();
+                let _ = engine.join();
+                return Err(e);
+            }
+        }
+    } else {
+        None
+    };
+    // Run until --duration, Ctrl-C or a worker's failure; then stop.
+    let counters = engine.counters().clone();
+    let served = announce(
+        &a,
+        &engine,
+        &id,
+        (max_connections, per_ip),
+        budget,
+        tcp.as_ref(),
+    )
+    .and_then(|()| {
+        let rep = Reporter::new(&counters, "fastudp", true)
+            .alt_svc(tcp.as_ref().map(|l| l.stats().clone()));
+        rep.wait(&counters, a.duration, a.stats, a.json, &pacing, &|| {
+            engine.failed()
+        })?;
+        Ok(rep)
+    });
+    if let Some(l) = tcp {
+        l.stop(fastudp_quic::STOP_WAIT);
+    }
+    engine.stop();
+    let joined = engine.join();
+    // Report.
+    let reported = served.and_then(|rep| {
+        rep.summary(&counters, a.json, &pacing)?;
+        match &files {
+            Some(root) => files_summary(&root.stats(), a.json),
+            None => Ok(()),
+        }
+    });
+    joined.map_err(|e| anyhow!("{e}"))?;
+    reported?;
+    if interrupt::requested() {
+        return Err(interrupt::summarized_err());
+    }
+    Ok(())
+}
+
+/// The engine's configuration from the options.
+fn engine_config(
+    a: &ServeArgs,
+    workers: usize,
+    tls: Arc<rustls::ServerConfig>,
+    (max_connections, per_ip): (usize, usize),
+) -> anyhow::Result<EngineConfig> {
     let pacing = match a.pacing {
         PacingArg::Quic => Pacing::Quic,
         PacingArg::Kernel => Pacing::Kernel {
@@ -41,8 +112,9 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
             }),
         },
     };
-    let cfg = EngineConfig::new(a.listen, tls.clone())
-        .workers(n)
+    let disabled = crate::args::disabled_from_env()?;
+    Ok(EngineConfig::new(a.listen, tls)
+        .workers(workers)
         .pacing(pacing)
         .total_rate(a.total_rate)
         .zerocopy(a.zerocopy)
@@ -59,15 +131,23 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
             t.trains_per_turn = a.trains_per_turn;
             t
         })
-        .disabled(crate::args::disabled_from_env().map_err(Failure::usage)?);
-    let files = match &a.www {
-        Some(dir) => {
-            Some(Arc::new(Root::open(dir).map_err(|e| {
-                Failure::usage(format!("--www {}: {e}", dir.display()))
-            })?))
-        }
-        None => None,
-    };
+        .disabled(disabled))
+}
+
+/// `--www DIR`, opened: a path that is not a directory it can open is a
+/// usage error.
+fn www_root(a: &ServeArgs) -> anyhow::Result<Option<Arc<Root>>> {
+    match &a.www {
+        Some(dir) => Root::open(dir)
+            .map(|r| Some(Arc::new(r)))
+            .map_err(|e| usage(format!("--www {}: {e}", dir.display()))),
+        None => Ok(None),
+    }
+}
+
+/// The applications: HTTP/3 and hq-interop on one port (the ALPN picks),
+/// and the handler HTTP/1.1 over TCP shares with HTTP/3.
+fn applications(a: &ServeArgs, files: Option<Arc<Root>>) -> (Router, Arc<MakeHandler>) {
     let interval = Duration::from_secs_f64(a.interval / 1000.0);
     let mut hq = HqApp::default()
         .request_timeout(Duration::from_secs_f64(a.request_timeout))
@@ -81,7 +161,6 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
     }
     // One handler for HTTP/3 and for HTTP/1.1 over TCP: the same bytes.
     let handler = builtin_handler(interval, h3_files);
-    // HTTP/3 and hq-interop on one port; the ALPN picks.
     let app = Router::new()
         .with(
             fastudp_quic::h3::ALPN,
@@ -92,82 +171,62 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
             .request_timeout(Duration::from_secs_f64(a.request_timeout)),
         )
         .with(super::hq::ALPN, hq);
-    interrupt::watch();
-    let engine = Engine::start(cfg, Arc::new(app)).map_err(|e| match e {
-        fastudp_quic::Error::Listen { addr, source } => {
-            Failure::usage(format!("--listen {addr}: {source}"))
-        }
-        e => Failure::usage(e.to_string()),
-    })?;
+    (app, handler)
+}
+
+/// Why the engine did not start: a configuration it refuses is a usage
+/// error; an address it cannot bind, a socket or thread it cannot set up,
+/// a runtime error.
+fn start_error(e: fastudp_quic::Error) -> anyhow::Error {
+    match e {
+        fastudp_quic::Error::Listen { addr, source } => anyhow!("--listen {addr}: {source}"),
+        fastudp_quic::Error::Config(m) => usage(m),
+        e => anyhow!("{e}"),
+    }
+}
+
+/// The pacing in force and why, for the reports; a note when
+/// `--pacing kernel` fell back.
+fn pacing_in_force(a: &ServeArgs, engine: &Engine) -> String {
     let (mode, why) = engine.pacing();
     if a.pacing == PacingArg::Kernel && mode != PacingMode::Kernel {
         eprintln!("fastudp: note: --pacing kernel: {why}; quinn-proto's pacer alone paces");
     }
-    let pacing_desc = match mode {
+    match mode {
         PacingMode::Kernel => format!("kernel (SCM_TXTIME): {why}"),
         _ if a.pacing == PacingArg::Kernel => format!("quic (fallback from kernel: {why})"),
         _ => format!("quic ({why})"),
-    };
-    if let Some(e) = engine.zerocopy_error() {
-        eprintln!("fastudp: note: --zerocopy: {e}; sending with copies");
     }
-    let counters = engine.counters().clone();
-    let tcp = if a.alt_svc_tcp {
-        match alt_svc_tcp(&a, &engine, tls.clone(), handler) {
-            Ok(l) => Some(l),
-            Err(e) => {
-                engine.stop();
-                let _ = engine.join();
-                return Err(e);
-            }
-        }
-    } else {
-        None
-    };
-    listening("fastudp", engine.local_addr(), n, "h3, hq-interop", a.json);
-    tls::announce(&id, a.json);
-    announce_limits(&a, n, (max_connections, per_ip), budget);
-    if let Some(l) = &tcp {
-        announce_tcp(l, a.json);
+}
+
+/// The start-up lines: where the server listens, its certificate, its
+/// limits, and the TCP listener of `--alt-svc-tcp`.
+fn announce(
+    a: &ServeArgs,
+    engine: &Engine,
+    id: &tls::Identity,
+    limits: (usize, usize),
+    budget: u64,
+    tcp: Option<&altsvc::Listener>,
+) -> anyhow::Result<()> {
+    let n = engine.workers();
+    listening("fastudp", engine.local_addr(), n, "h3, hq-interop", a.json)?;
+    tls::announce(id, a.json)?;
+    announce_limits(a, n, limits, budget)?;
+    match tcp {
+        Some(l) => announce_tcp(l, a.json),
+        None => Ok(()),
     }
-    let rep =
-        Reporter::new(&counters, "fastudp", true).alt_svc(tcp.as_ref().map(|l| l.stats().clone()));
-    rep.wait(
-        &counters,
-        a.duration,
-        a.stats,
-        a.json,
-        &pacing_desc,
-        &|| engine.failed(),
-    );
-    if let Some(l) = tcp {
-        l.stop(fastudp_quic::STOP_WAIT);
-    }
-    engine.stop();
-    let r = engine.join();
-    rep.summary(&counters, a.json, &pacing_desc);
-    if let Some(root) = &files {
-        files_summary(&root.stats(), a.json);
-    }
-    if let Err(e) = r {
-        return Err(Failure {
-            code: 1,
-            msg: e.to_string(),
-        });
-    }
-    if interrupt::requested() {
-        return Err(interrupt::summarized());
-    }
-    Ok(())
 }
 
 /// `--max-connections`, as `--max-memory` (or its default) allows it; and
-/// the budget.
-fn connection_limit(a: &ServeArgs, workers: usize) -> Result<(usize, u64), Failure> {
+/// the budget. A `--max-memory` too small for one connection is a usage
+/// error.
+fn connection_limit(a: &ServeArgs, workers: usize) -> anyhow::Result<(usize, u64)> {
     let budget = a.max_memory.unwrap_or_else(limits::default_budget);
     let asked = a.max_connections.unwrap_or(super::MAX_CONNECTIONS);
     let n = limits::max_connections_with(budget, workers, asked, per_connection(a))
-        .map_err(|e| Failure::usage(e.to_string()))?;
+        .map_err(|e| usage(e.to_string()))?;
     if a.max_connections.is_some_and(|m| m > n) {
         eprintln!(
             "fastudp: note: --max-connections {asked}: {n} at most within --max-memory {} MiB",
@@ -215,10 +274,10 @@ fn announce_limits(
     workers: usize,
     (max_connections, per_ip): (usize, usize),
     budget: u64,
-) {
+) -> anyhow::Result<()> {
     let worst = limits::worst_case_with(workers, max_connections, per_connection(a));
     if a.json {
-        outln!(
+        out!(
             "{}",
             serde_json::json!({
                 "kind": "limits",
@@ -234,9 +293,9 @@ fn announce_limits(
                 "stream_window": limits::STREAM_WINDOW,
                 "connection_window": limits::CONN_WINDOW,
             })
-        );
+        )
     } else {
-        outln!(
+        out!(
             "limits: {max_connections} connections ({} KiB each at most), {workers} workers ({} MiB each), worst case {} MiB of --max-memory {} MiB; request timeout {} s; idle timeout {} s; {per_ip} connections per client address",
             per_connection(a) >> 10,
             limits::per_worker() >> 20,
@@ -244,15 +303,15 @@ fn announce_limits(
             budget >> 20,
             a.request_timeout,
             a.idle_timeout
-        );
+        )
     }
 }
 
 /// The file requests of `--www`, by outcome: a `files` line after the
 /// summary.
-fn files_summary(s: &FileStats, json: bool) {
+fn files_summary(s: &FileStats, json: bool) -> anyhow::Result<()> {
     if json {
-        outln!(
+        out!(
             "{}",
             serde_json::json!({
                 "kind": "files",
@@ -264,9 +323,9 @@ fn files_summary(s: &FileStats, json: bool) {
                 "bad_requests": s.bad_requests,
                 "errors": s.errors,
             })
-        );
+        )
     } else {
-        outln!(
+        out!(
             "files: {} requests, {} served, {} not found, {} escapes refused, {} forbidden, {} bad, {} errors",
             s.requests,
             s.served,
@@ -275,30 +334,29 @@ fn files_summary(s: &FileStats, json: bool) {
             s.forbidden,
             s.bad_requests,
             s.errors
-        );
+        )
     }
 }
 
 /// Starts `--alt-svc-tcp`: TLS over TCP on the engine's address and port,
-/// advertising HTTP/3 there.
+/// advertising HTTP/3 there. A port it cannot take is a runtime error.
 fn alt_svc_tcp(
     a: &ServeArgs,
     engine: &Engine,
     tls: Arc<rustls::ServerConfig>,
     handler: Arc<MakeHandler>,
-) -> Result<altsvc::Listener, Failure> {
+) -> anyhow::Result<altsvc::Listener> {
     let addr = engine.local_addr();
     let mut cfg = altsvc::Config::new(addr, tls, addr.port(), handler);
     cfg.request_timeout = Duration::from_secs_f64(a.request_timeout);
     cfg.idle_timeout = Duration::from_secs_f64(a.idle_timeout);
-    altsvc::Listener::start(cfg)
-        .map_err(|e| Failure::usage(format!("--alt-svc-tcp: TCP {addr}: {e}")))
+    altsvc::Listener::start(cfg).with_context(|| format!("--alt-svc-tcp: TCP {addr}"))
 }
 
 /// Says where the TCP listener is and what bounds it.
-fn announce_tcp(l: &altsvc::Listener, json: bool) {
+fn announce_tcp(l: &altsvc::Listener, json: bool) -> anyhow::Result<()> {
     if json {
-        outln!(
+        out!(
             "{}",
             serde_json::json!({
                 "kind": "alt_svc_tcp",
@@ -311,15 +369,15 @@ fn announce_tcp(l: &altsvc::Listener, json: bool) {
                 "max_requests_per_connection": altsvc::MAX_REQUESTS,
                 "send_timeout_s": altsvc::SEND_TIMEOUT.as_secs_f64(),
             })
-        );
+        )
     } else {
-        outln!(
+        out!(
             "alt-svc: TLS over TCP on {} (HTTP/1.1, Alt-Svc h3 on port {}), {} connections at most ({} per address), heads up to {} KiB",
             l.local_addr(),
             l.local_addr().port(),
             altsvc::MAX_CONNECTIONS,
             l.per_ip(),
             altsvc::MAX_HEAD >> 10
-        );
+        )
     }
 }

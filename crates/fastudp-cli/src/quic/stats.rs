@@ -201,13 +201,12 @@ fn opt(v: Option<f64>, prec: usize) -> String {
         .unwrap_or_else(|| "-".into())
 }
 
-fn print(r: &Report, json: bool) {
+fn print(r: &Report, json: bool) -> anyhow::Result<()> {
     if json {
-        outln!("{}", serde_json::to_string(r).unwrap_or_default());
-        return;
+        return out!("{}", serde_json::to_string(r).unwrap_or_default());
     }
     if let Some(t) = &r.tcp {
-        outln!(
+        out!(
             "{} tcp: {} connections ({} accepted, {} refused, {} TLS failures), {} requests, {} bad, {} request timeouts, {} idle closed, {} send failures, {} body errors",
             r.kind,
             t.open,
@@ -220,9 +219,9 @@ fn print(r: &Report, json: bool) {
             t.idle_closed,
             t.send_failed,
             t.body_errors
-        );
+        )?;
     }
-    outln!(
+    out!(
         "{}: {:.1} s, {} connections ({} accepted, {} refused, {} retries), goodput {:.3} Gbit/s, wire {:.3} Gbit/s, CPU {} s/Gbit ({:.2} cores), send calls {}/s ({} datagrams each), recv calls {}/s ({} datagrams each), {} retransmissions, {} forwarded, {} dropped, {} forward drops, {} stateless drops, {} request timeouts, {} dropped by the local queue, pacing: {}",
         r.kind,
         r.seconds,
@@ -246,11 +245,12 @@ fn print(r: &Report, json: bool) {
         r.request_timeouts,
         r.dropped_locally,
         r.pacing
-    );
+    )
 }
 
 /// A baseline stack's run: says where it listens and its certificate, then prints `--stats`
 /// lines until `--duration` ends or Ctrl-C; the reporter, for the summary.
+/// A failed write to standard output ends it with the error.
 pub fn baseline_run(
     c: &Counters,
     stack: &'static str,
@@ -259,23 +259,29 @@ pub fn baseline_run(
     a: &super::ServeArgs,
     pacing: &str,
     cert: &super::tls::Identity,
-) -> Reporter {
-    listening(stack, addr, workers, "hq-interop", a.json);
-    super::tls::announce(cert, a.json);
+) -> anyhow::Result<Reporter> {
+    listening(stack, addr, workers, "hq-interop", a.json)?;
+    super::tls::announce(cert, a.json)?;
     let rep = Reporter::new(c, stack, false);
-    rep.wait(c, a.duration, a.stats, a.json, pacing, &|| false);
-    rep
+    rep.wait(c, a.duration, a.stats, a.json, pacing, &|| false)?;
+    Ok(rep)
 }
 
 /// Prints the line that says where the server listens.
-pub fn listening(stack: &str, addr: std::net::SocketAddr, workers: usize, alpn: &str, json: bool) {
+pub fn listening(
+    stack: &str,
+    addr: std::net::SocketAddr,
+    workers: usize,
+    alpn: &str,
+    json: bool,
+) -> anyhow::Result<()> {
     if json {
-        outln!(
+        out!(
             "{}",
             serde_json::json!({"kind": "listening", "stack": stack, "addr": addr.to_string(), "workers": workers, "alpn": alpn})
-        );
+        )
     } else {
-        outln!("listening on {addr} ({stack}, {workers} workers, ALPN {alpn})");
+        out!("listening on {addr} ({stack}, {workers} workers, ALPN {alpn})")
     }
 }
 
@@ -312,7 +318,8 @@ impl Reporter {
     }
 
     /// Waits, printing `--stats` lines, until the run should end: Ctrl-C,
-    /// the end of `--duration`, or `failed` true (a worker that stopped).
+    /// the end of `--duration`, or `failed` true (a worker that stopped);
+    /// or a `--stats` line that cannot be written, with the error.
     pub fn wait(
         &self,
         c: &Counters,
@@ -321,17 +328,17 @@ impl Reporter {
         json: bool,
         pacing: &str,
         failed: &dyn Fn() -> bool,
-    ) {
+    ) -> anyhow::Result<()> {
         let t0 = Instant::now();
         let mut last = Snap::take(c);
         let mut next = t0 + Duration::from_secs(1);
         loop {
             if interrupt::requested() || failed() {
-                return;
+                return Ok(());
             }
             if let Some(d) = duration {
                 if t0.elapsed().as_secs_f64() >= d {
-                    return;
+                    return Ok(());
                 }
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -350,7 +357,7 @@ impl Reporter {
                             pacing,
                         )),
                         json,
-                    );
+                    )?;
                 }
                 last = now;
             }
@@ -358,7 +365,7 @@ impl Reporter {
     }
 
     /// Prints the summary of the whole run.
-    pub fn summary(&self, c: &Counters, json: bool, pacing: &str) {
+    pub fn summary(&self, c: &Counters, json: bool, pacing: &str) -> anyhow::Result<()> {
         let now = Snap::take(c);
         print(
             &self.with_tcp(report(
@@ -371,6 +378,6 @@ impl Reporter {
                 pacing,
             )),
             json,
-        );
+        )
     }
 }

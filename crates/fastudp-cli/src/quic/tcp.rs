@@ -6,7 +6,8 @@
 use super::quinn_stack::{read_request, respond, runtime, Stream};
 use super::stats::{baseline_run, Counters};
 use super::{tls, workers, ServeArgs};
-use crate::{interrupt, Failure};
+use crate::interrupt;
+use anyhow::Context;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,17 +27,15 @@ pub fn retrans_segs() -> Option<u64> {
 }
 
 /// Runs `fastudp quic serve --stack tls-tcp`.
-pub fn run(a: ServeArgs) -> Result<(), Failure> {
+pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     let n = workers(&a);
     let id = tls::identity(a.cert.as_deref(), a.key.as_deref())?;
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls::server(&id, false)?));
     let rt = runtime(n)?;
     let listener = rt
         .block_on(tokio::net::TcpListener::bind(a.listen))
-        .map_err(|e| Failure::usage(format!("--listen {}: {e}", a.listen)))?;
-    let addr = listener
-        .local_addr()
-        .map_err(|e| Failure::usage(format!("getsockname: {e}")))?;
+        .with_context(|| format!("--listen {}", a.listen))?;
+    let addr = listener.local_addr().context("getsockname")?;
     let counters = Arc::new(Counters::default());
     interrupt::watch();
     let interval = Duration::from_secs_f64(a.interval / 1000.0);
@@ -90,14 +89,14 @@ pub fn run(a: ServeArgs) -> Result<(), Failure> {
         });
     }
     let pacing = "none (TCP: the kernel's congestion control and qdisc)";
-    let rep = baseline_run(&counters, "tls-tcp", addr, n, &a, pacing, &id);
+    let rep = baseline_run(&counters, "tls-tcp", addr, n, &a, pacing, &id)?;
     if let (Some(a), Some(b)) = (retrans0, retrans_segs()) {
         counters.lost_packets.store(b.saturating_sub(a), Relaxed);
     }
-    rep.summary(&counters, a.json, pacing);
+    rep.summary(&counters, a.json, pacing)?;
     rt.shutdown_timeout(Duration::from_millis(200));
     if interrupt::requested() {
-        return Err(interrupt::summarized());
+        return Err(interrupt::summarized_err());
     }
     Ok(())
 }

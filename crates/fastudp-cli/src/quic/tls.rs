@@ -2,6 +2,8 @@
 //! given) and the rustls configurations of the servers and clients.
 
 use super::hq::ALPN;
+use crate::failure::usage;
+use anyhow::anyhow;
 use rustls::pki_types::pem::{self, PemObject, SectionKind};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName, UnixTime};
 use std::path::Path;
@@ -31,18 +33,28 @@ pub const SELF_SIGNED_NAMES: &[&str] = &["localhost"];
 /// unencrypted key: PKCS#8 (`PRIVATE KEY`), SEC1 (`EC PRIVATE KEY`) or
 /// PKCS#1 (`RSA PRIVATE KEY`). A missing file, a file with no such block,
 /// an encrypted key, or a key that is not the certificate's is an error
-/// that names the file.
-pub fn identity(cert: Option<&Path>, key: Option<&Path>) -> Result<Identity, String> {
+/// that names the file: a usage error (the files are input). A
+/// self-signed certificate that cannot be made is a runtime error.
+pub fn identity(cert: Option<&Path>, key: Option<&Path>) -> anyhow::Result<Identity> {
     let (chain, der, self_signed) = match (cert, key) {
         (Some(c), Some(k)) => (read_chain(c)?, read_key(k)?, false),
         (None, None) => {
             let names: Vec<String> = SELF_SIGNED_NAMES.iter().map(|n| n.to_string()).collect();
             let c = rcgen::generate_simple_self_signed(names)
-                .map_err(|e| format!("cannot make a certificate: {e}"))?;
+                .map_err(|e| anyhow!("cannot make a certificate: {e}"))?;
             let der = PrivatePkcs8KeyDer::from(c.key_pair.serialize_der()).into();
             (vec![c.cert.der().clone()], der, true)
         }
-        _ => return Err("--cert and --key go together".into()),
+        _ => bail_usage!("--cert and --key go together"),
+    };
+    // A fault of the files given is theirs; one of the certificate made
+    // here is this program's.
+    let bad = |msg: String| {
+        if self_signed {
+            anyhow!(msg)
+        } else {
+            usage(msg)
+        }
     };
     let cert_name = || match cert {
         Some(c) => format!("--cert {}", c.display()),
@@ -53,7 +65,7 @@ pub fn identity(cert: Option<&Path>, key: Option<&Path>) -> Result<Identity, Str
         None => "the self-signed certificate's key".into(),
     };
     let leaf = rustls::server::ParsedCertificate::try_from(&chain[0])
-        .map_err(|e| format!("{}: its first certificate: {e}", cert_name()))?;
+        .map_err(|e| bad(format!("{}: its first certificate: {e}", cert_name())))?;
     let spki = ring::digest::digest(
         &ring::digest::SHA256,
         leaf.subject_public_key_info().as_ref(),
@@ -62,12 +74,12 @@ pub fn identity(cert: Option<&Path>, key: Option<&Path>) -> Result<Identity, Str
     // half with the leaf's (a mismatch would fail every handshake).
     rustls::sign::CertifiedKey::from_der(chain.clone(), der.clone_key(), &provider()).map_err(
         |e| match e {
-            rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch) => format!(
+            rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch) => bad(format!(
                 "{} does not belong to {}: their public keys differ",
                 key_name(),
                 cert_name()
-            ),
-            e => format!("{}: unusable key: {e}", key_name()),
+            )),
+            e => bad(format!("{}: unusable key: {e}", key_name())),
         },
     )?;
     Ok(Identity {
@@ -78,32 +90,33 @@ pub fn identity(cert: Option<&Path>, key: Option<&Path>) -> Result<Identity, Str
     })
 }
 
-/// Reads a whole PEM file, naming it (by its option) in the error.
-fn read_pem(opt: &str, path: &Path) -> Result<Vec<u8>, String> {
-    let data = std::fs::read(path).map_err(|e| format!("{opt} {}: {e}", path.display()))?;
+/// Reads a whole PEM file, naming it (by its option) in the error; a
+/// file that cannot be read is a usage error, as one that is not PEM.
+fn read_pem(opt: &str, path: &Path) -> anyhow::Result<Vec<u8>> {
+    let data = std::fs::read(path).map_err(|e| usage!("{opt} {}: {e}", path.display()))?;
     if data.iter().all(u8::is_ascii_whitespace) {
-        return Err(format!("{opt} {}: the file is empty", path.display()));
+        bail_usage!("{opt} {}: the file is empty", path.display());
     }
     Ok(data)
 }
 
 /// The sections of a PEM file, each with its kind; what is not PEM is an
 /// error.
-fn sections(opt: &str, path: &Path, data: &[u8]) -> Result<Vec<(SectionKind, Vec<u8>)>, String> {
+fn sections(opt: &str, path: &Path, data: &[u8]) -> anyhow::Result<Vec<(SectionKind, Vec<u8>)>> {
     let mut out = Vec::new();
     let mut rest = data;
     loop {
         match pem::from_buf(&mut rest) {
             Ok(Some(section)) => out.push(section),
             Ok(None) => break,
-            Err(e) => return Err(format!("{opt} {}: not valid PEM: {e}", path.display())),
+            Err(e) => bail_usage!("{opt} {}: not valid PEM: {e}", path.display()),
         }
     }
     Ok(out)
 }
 
 /// `--cert`: every `CERTIFICATE` block, in order.
-fn read_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+fn read_chain(path: &Path) -> anyhow::Result<Vec<CertificateDer<'static>>> {
     let data = read_pem("--cert", path)?;
     let chain: Vec<CertificateDer<'static>> = sections("--cert", path, &data)?
         .into_iter()
@@ -111,22 +124,22 @@ fn read_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
         .map(|(_, der)| CertificateDer::from(der))
         .collect();
     if chain.is_empty() {
-        return Err(format!(
+        bail_usage!(
             "--cert {}: no certificate in it (a PEM file with \"-----BEGIN CERTIFICATE-----\" blocks, leaf first)",
             path.display()
-        ));
+        );
     }
     Ok(chain)
 }
 
 /// `--key`: the one private key, PKCS#8, SEC1 or PKCS#1.
-fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
+fn read_key(path: &Path) -> anyhow::Result<PrivateKeyDer<'static>> {
     let data = read_pem("--key", path)?;
     if String::from_utf8_lossy(&data).contains("ENCRYPTED") {
-        return Err(format!(
+        bail_usage!(
             "--key {}: the key is encrypted; give it unencrypted (openssl pkey -in FILE -out PLAIN)",
             path.display()
-        ));
+        );
     }
     let mut keys: Vec<PrivateKeyDer<'static>> = Vec::new();
     for (kind, der) in sections("--key", path, &data)? {
@@ -136,14 +149,14 @@ fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
     }
     match keys.len() {
         1 => Ok(keys.remove(0)),
-        0 => Err(format!(
+        0 => bail_usage!(
             "--key {}: no private key in it (a PEM \"PRIVATE KEY\", \"EC PRIVATE KEY\" or \"RSA PRIVATE KEY\" block)",
             path.display()
-        )),
-        n => Err(format!(
+        ),
+        n => bail_usage!(
             "--key {}: {n} private keys in it; give the one of the certificate",
             path.display()
-        )),
+        ),
     }
 }
 
@@ -170,9 +183,9 @@ fn base64(data: &[u8]) -> String {
 /// SPKI SHA-256 lets a browser trust it (Chromium's
 /// `--ignore-certificate-errors-spki-list`), and, when self-signed, the
 /// names it is made for.
-pub fn announce(id: &Identity, json: bool) {
+pub fn announce(id: &Identity, json: bool) -> anyhow::Result<()> {
     if json {
-        outln!(
+        out!(
             "{}",
             serde_json::json!({
                 "kind": "certificate",
@@ -180,16 +193,16 @@ pub fn announce(id: &Identity, json: bool) {
                 "names": if id.self_signed { SELF_SIGNED_NAMES } else { &[] },
                 "spki_sha256": id.spki_sha256,
             })
-        );
+        )
     } else if id.self_signed {
-        outln!(
+        out!(
             "certificate: self-signed for {}; SPKI SHA-256 {} (chromium --ignore-certificate-errors-spki-list={})",
             SELF_SIGNED_NAMES.join(", "),
             id.spki_sha256,
             id.spki_sha256
-        );
+        )
     } else {
-        outln!("certificate: SPKI SHA-256 {}", id.spki_sha256);
+        out!("certificate: SPKI SHA-256 {}", id.spki_sha256)
     }
 }
 
@@ -212,14 +225,22 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 /// over TCP too, so both carry the same protocol). With `early_data`, a
 /// resuming client may send 0-RTT data (QUIC only: quinn-proto requires
 /// `max_early_data_size` to be 0 or `u32::MAX`); see docs/SECURITY.md on
-/// replay.
-pub fn server(id: &Identity, early_data: bool) -> Result<rustls::ServerConfig, String> {
+/// replay. A certificate and key given that rustls refuses are a usage
+/// error.
+pub fn server(id: &Identity, early_data: bool) -> anyhow::Result<rustls::ServerConfig> {
     let mut c = rustls::ServerConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13])
-        .map_err(|e| e.to_string())?
+        .map_err(|e| anyhow!("TLS set-up: {e}"))?
         .with_no_client_auth()
         .with_single_cert(id.chain.clone(), id.key.clone_key())
-        .map_err(|e| format!("the certificate and key do not fit: {e}"))?;
+        .map_err(|e| {
+            let msg = format!("the certificate and key do not fit: {e}");
+            if id.self_signed {
+                anyhow!(msg)
+            } else {
+                usage(msg)
+            }
+        })?;
     c.alpn_protocols = vec![ALPN.to_vec()];
     c.max_early_data_size = if early_data { u32::MAX } else { 0 };
     Ok(c)
@@ -438,6 +459,8 @@ mod tests {
                 Ok(_) => panic!("{c:?} {k:?}: accepted"),
                 Err(e) => e,
             };
+            assert_eq!(crate::failure::exit_status(&e), 2, "{c:?} {k:?}: {e:#}");
+            let e = format!("{e:#}");
             assert!(e.contains(want), "{c:?} {k:?}: {e}");
         }
     }

@@ -229,7 +229,7 @@ fn validate(a: &SoakArgs) -> Result<(), String> {
         ));
     }
     if let Some(p) = &a.json {
-        crate::output::check_output_path("--json", p)?;
+        crate::output::check_output_path("--json", p).map_err(|e| format!("{e:#}"))?;
     }
     if a.slots.len() > 10_000 {
         return Err(format!("--slots: {} slots, at most 10000", a.slots.len()));

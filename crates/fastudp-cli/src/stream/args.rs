@@ -1,7 +1,6 @@
 //! The options of `stream` and `stream-rx`, and the checks they share.
 
 use crate::args::parse_rate;
-use crate::Failure;
 use clap::{Args, ValueEnum};
 use std::net::IpAddr;
 
@@ -119,44 +118,33 @@ fn open_files_limit() -> Option<u64> {
 }
 
 /// Checks the options both sides share.
-pub fn check_common(flows: usize, port: u16, ports: u16, sockets: usize) -> Result<(), Failure> {
+/// Each failed check is a usage error.
+pub fn check_common(flows: usize, port: u16, ports: u16, sockets: usize) -> anyhow::Result<()> {
     if port == 0 {
-        return Err(Failure::usage(
-            "--port 0: give the first port, 1 to 65535".into(),
-        ));
+        bail_usage!("--port 0: give the first port, 1 to 65535");
     }
     if ports > 0 && port as u32 + ports as u32 - 1 > 65_535 {
-        return Err(Failure::usage(format!(
-            "--port {port} --ports {ports} runs past port 65535: lower --port or --ports"
-        )));
+        bail_usage!("--port {port} --ports {ports} runs past port 65535: lower --port or --ports");
     }
     if flows == 0 {
-        return Err(Failure::usage(
-            "--flows 0: there must be at least one flow".into(),
-        ));
+        bail_usage!("--flows 0: there must be at least one flow");
     }
     if ports == 0 {
-        return Err(Failure::usage(
-            "--ports 0: there must be at least one port".into(),
-        ));
+        bail_usage!("--ports 0: there must be at least one port");
     }
     if sockets == 0 {
-        return Err(Failure::usage(
-            "--sockets 0: there must be at least one socket".into(),
-        ));
+        bail_usage!("--sockets 0: there must be at least one socket");
     }
     let per_port = flows.div_ceil(ports as usize);
     if per_port > 65_535 {
-        return Err(Failure::usage(format!(
+        bail_usage!(
             "{flows} flows over {ports} ports is {per_port} per port; at most 65535: add --ports"
-        )));
+        );
     }
     let fds = sockets * ports as usize;
     if let Some(max) = open_files_limit() {
         if fds as u64 + 64 > max {
-            return Err(Failure::usage(format!(
-                "{fds} sockets need more file descriptors than this process may open ({max}): raise `ulimit -n` or use fewer sockets"
-            )));
+            bail_usage!("{fds} sockets need more file descriptors than this process may open ({max}): raise `ulimit -n` or use fewer sockets");
         }
     }
     Ok(())
@@ -168,10 +156,10 @@ mod tests {
 
     #[test]
     fn rates() {
-        assert_eq!(parse_rate("125000"), Ok(125_000));
-        assert_eq!(parse_rate("125k"), Ok(125_000));
-        assert_eq!(parse_rate("1.5M"), Ok(1_500_000));
-        assert_eq!(parse_rate("2G"), Ok(2_000_000_000));
+        assert_eq!(parse_rate("125000").unwrap(), 125_000);
+        assert_eq!(parse_rate("125k").unwrap(), 125_000);
+        assert_eq!(parse_rate("1.5M").unwrap(), 1_500_000);
+        assert_eq!(parse_rate("2G").unwrap(), 2_000_000_000);
         assert!(parse_rate("0").is_err());
         assert!(parse_rate("fast").is_err());
         assert!(parse_rate("-1k").is_err());
@@ -179,28 +167,30 @@ mod tests {
 
     #[test]
     fn limits() {
+        let e = check_common(0, 9000, 1, 1).unwrap_err();
+        assert_eq!(crate::failure::exit_status(&e), 2, "a usage error");
         assert!(check_common(0, 9000, 1, 1)
             .unwrap_err()
-            .msg
+            .to_string()
             .contains("--flows 0"));
         assert!(check_common(10, 9000, 0, 1).is_err());
         assert!(check_common(200_000, 9000, 1, 1)
             .unwrap_err()
-            .msg
+            .to_string()
             .contains("--ports"));
         assert!(check_common(200_000, 9000, 4, 1).is_ok());
         assert!(check_common(10, 0, 1, 1)
             .unwrap_err()
-            .msg
+            .to_string()
             .contains("--port 0"));
         assert!(check_common(10, 65_535, 2, 1)
             .unwrap_err()
-            .msg
+            .to_string()
             .contains("past port 65535"));
         assert!(check_common(10, 65_534, 2, 1).is_ok());
         assert!(check_common(10, 9000, 1, 10_000_000)
             .unwrap_err()
-            .msg
+            .to_string()
             .contains("file descriptors"));
     }
 }

@@ -4,8 +4,9 @@ use super::args::{check_common, PacingArg, StreamArgs};
 use super::header::{mode_byte, HDR, MAGIC};
 use super::summary::{bits_per_sec, finish, steal_since, StreamSummary};
 use crate::host::routes::egress_qdisc;
+use crate::interrupt;
 use crate::procfs::CpuTicks;
-use crate::{interrupt, Failure};
+use anyhow::{bail, Context};
 use fastudp::pacing::{
     choose_mode, Due, PacingMode, Scheduler, SchedulerConfig, Waiter, DEFAULT_BATCH_BYTES,
     DEFAULT_SLACK, MAX_TRAINS_PER_BATCH,
@@ -16,7 +17,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 /// Runs `fastudp stream`.
-pub fn run_stream(a: StreamArgs) -> Result<(), Failure> {
+pub fn run_stream(a: StreamArgs) -> anyhow::Result<()> {
     validate(&a)?;
     let socks = open_sockets(&a)?;
     let qdisc = egress_qdisc(a.dest);
@@ -33,7 +34,7 @@ pub fn run_stream(a: StreamArgs) -> Result<(), Failure> {
     if mode == PacingMode::Kernel {
         for s in &socks {
             s.enable_txtime(true)
-                .map_err(|e| Failure::usage(e.to_string()))?;
+                .map_err(|e| usage!("--pacing kernel: {e}"))?;
         }
     }
     if mode == PacingMode::User {
@@ -55,7 +56,7 @@ pub fn run_stream(a: StreamArgs) -> Result<(), Failure> {
         .batch_bytes(DEFAULT_BATCH_BYTES),
         t0,
     )
-    .map_err(|e| Failure::usage(e.to_string()))?;
+    .map_err(|e| usage!("{e}"))?;
     let end = t0 + (a.duration * 1e9) as u64;
     let mut tx = Sender::new(&a, socks, mode)?;
     let cpu0 = fastudp_tools::os::thread_cpu_time();
@@ -87,13 +88,10 @@ pub fn run_stream(a: StreamArgs) -> Result<(), Failure> {
     s.interrupted = interrupted;
     finish(&s, a.json)?;
     if all_refused {
-        return Err(Failure {
-            code: 1,
-            msg: format!(
-                "nothing listens at {}: every port refused the stream (ICMP port unreachable)",
-                destinations(a.dest, &tx.refused)
-            ),
-        });
+        bail!(
+            "nothing listens at {}: every port refused the stream (ICMP port unreachable)",
+            destinations(a.dest, &tx.refused)
+        );
     }
     Ok(())
 }
@@ -113,45 +111,43 @@ pub fn destinations(ip: IpAddr, ports: &BTreeSet<u16>) -> String {
 }
 
 /// Checks the options before anything is opened.
-fn validate(a: &StreamArgs) -> Result<(), Failure> {
+fn validate(a: &StreamArgs) -> anyhow::Result<()> {
     check_common(a.flows, a.port, a.ports, a.sockets)?;
     if !(a.interval > 0.0 && a.interval <= 1000.0) {
-        return Err(Failure::usage(format!(
+        bail_usage!(
             "--interval {} ms is out of range: more than 0, at most 1000",
             a.interval
-        )));
+        );
     }
     if !(a.duration >= 0.01 && a.duration <= 86_400.0) {
-        return Err(Failure::usage(format!(
+        bail_usage!(
             "--duration {} is out of range: 0.01 to 86400 seconds",
             a.duration
-        )));
+        );
     }
     let max = fastudp_tools::wire::max_payload(a.dest.is_ipv6());
     if a.payload < HDR || a.payload > 1472 {
-        return Err(Failure::usage(format!(
+        bail_usage!(
             "--payload {} is out of range: {HDR} to 1472 bytes (one MTU-sized segment)",
             a.payload
-        )));
+        );
     }
     if a.max_burst == 0 || a.max_burst * a.payload > max {
-        return Err(Failure::usage(format!(
+        bail_usage!(
             "--max-burst {} is out of range: 1 to {}",
             a.max_burst,
             max / a.payload
-        )));
+        );
     }
     let sum = a.rate as u128 * a.flows as u128;
     if let Some(t) = a.total_rate.filter(|&t| (t as u128) < sum) {
-        return Err(Failure::usage(format!(
-            "--total-rate {t} is below --flows x --rate = {sum} bytes/s: the flows could not reach their rate"
-        )));
+        bail_usage!("--total-rate {t} is below --flows x --rate = {sum} bytes/s: the flows could not reach their rate");
     }
     Ok(())
 }
 
 /// The unconnected send sockets the flows are spread over.
-fn open_sockets(a: &StreamArgs) -> Result<Vec<Socket>, Failure> {
+fn open_sockets(a: &StreamArgs) -> anyhow::Result<Vec<Socket>> {
     let bind: SocketAddr = if a.dest.is_ipv6() {
         "[::]:0"
     } else {
@@ -162,7 +158,7 @@ fn open_sockets(a: &StreamArgs) -> Result<Vec<Socket>, Failure> {
     (0..a.sockets)
         .map(|_| {
             Socket::bind_with(bind, Config::default().send_buffer(8 << 20))
-                .map_err(|e| Failure::usage(e.to_string()))
+                .with_context(|| format!("cannot open a send socket on {bind}"))
         })
         .collect()
 }
@@ -214,13 +210,13 @@ struct Sender<'a> {
 }
 
 impl<'a> Sender<'a> {
-    fn new(a: &'a StreamArgs, socks: Vec<Socket>, mode: PacingMode) -> Result<Self, Failure> {
+    fn new(a: &'a StreamArgs, socks: Vec<Socket>, mode: PacingMode) -> anyhow::Result<Self> {
         let zcs = if a.zerocopy {
             socks
                 .iter()
                 .map(ZeroCopySender::new)
                 .collect::<Result<_, _>>()
-                .map_err(|e| Failure::usage(e.to_string()))?
+                .map_err(|e| usage!("--zerocopy: {e}"))?
         } else {
             Vec::new()
         };
@@ -244,7 +240,7 @@ impl<'a> Sender<'a> {
 
     /// Sends what `sched` makes due until `end` (monotonic ns) or Ctrl-C,
     /// with a line per second unless quiet.
-    fn stream(&mut self, sched: &mut Scheduler, end: u64) -> Result<(), Failure> {
+    fn stream(&mut self, sched: &mut Scheduler, end: u64) -> anyhow::Result<()> {
         let mut dues = Vec::with_capacity(MAX_TRAINS_PER_BATCH);
         let started = Instant::now();
         let (mut tick, mut last_total) = (1u64, 0u64);
@@ -289,12 +285,12 @@ impl<'a> Sender<'a> {
                 }
             }
             if !self.a.quiet && !self.a.json && started.elapsed() >= Duration::from_secs(tick) {
-                outln!(
+                out!(
                     "[stream] {:>3}-{:<3} s  {:>8.3} Gbit/s",
                     tick - 1,
                     tick,
                     (self.total - last_total) as f64 * 8.0 / 1e9
-                );
+                )?;
                 last_total = self.total;
                 tick += 1;
             }
@@ -338,7 +334,7 @@ impl<'a> Sender<'a> {
     }
 
     /// Sends the batch with MSG_ZEROCOPY on socket `sock`.
-    fn send_zerocopy(&mut self, sock: usize) -> Result<(), Failure> {
+    fn send_zerocopy(&mut self, sock: usize) -> anyhow::Result<()> {
         let zc = &mut self.zcs[sock];
         for t in &self.pending {
             let mut b = zc.pop_done().unwrap_or_default();
@@ -346,18 +342,12 @@ impl<'a> Sender<'a> {
             b.extend_from_slice(&self.buf[t.off..t.off + t.len]);
             let gso = (t.segs > 1).then_some(self.a.payload);
             if let Err((e, _)) = zc.send(&self.socks[sock], t.dest, b, gso) {
-                return Err(Failure {
-                    code: 1,
-                    msg: format!("zerocopy send to {} failed: {e}", t.dest),
-                });
+                bail!("zerocopy send to {} failed: {e}", t.dest);
             }
             self.calls += 1;
             self.total += t.len as u64;
         }
-        zc.reap(&self.socks[sock]).map_err(|e| Failure {
-            code: 1,
-            msg: e.to_string(),
-        })?;
+        zc.reap(&self.socks[sock])?;
         Ok(())
     }
 
@@ -365,7 +355,7 @@ impl<'a> Sender<'a> {
     /// queue drops are done, as the kernel would have it without
     /// `IP_RECVERR`: the run goes on at its pace, and the sockets count
     /// them ([`fastudp::Stats::dropped_locally`]).
-    fn send(&mut self, sock: usize) -> Result<(), Failure> {
+    fn send(&mut self, sock: usize) -> anyhow::Result<()> {
         let p = self.a.payload;
         let mut ts: Vec<Transmit<'_>> = self
             .pending
@@ -397,10 +387,7 @@ impl<'a> Sender<'a> {
                 {
                     std::thread::yield_now()
                 }
-                Err(e) => {
-                    let msg = format!("send failed: {e}");
-                    return Err(Failure { code: 1, msg });
-                }
+                Err(e) => bail!("send failed: {e}"),
             }
         }
         Ok(())

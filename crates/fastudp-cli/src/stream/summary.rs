@@ -1,7 +1,7 @@
 //! The summary both sides print.
 
+use crate::interrupt;
 use crate::procfs::{CpuTicks, STEAL_WARN};
-use crate::{interrupt, Failure};
 use serde::Serialize;
 
 /// The summary of a stream run, either side.
@@ -73,15 +73,11 @@ pub struct StreamSummary {
     pub dropped_locally: Option<u64>,
 }
 
-fn print(s: &StreamSummary, json: bool) -> Result<(), Failure> {
+fn print(s: &StreamSummary, json: bool) -> anyhow::Result<()> {
     if json {
-        outln!(
-            "{}",
-            serde_json::to_string_pretty(s).map_err(|e| Failure::usage(e.to_string()))?
-        );
-        return Ok(());
+        return out!("{}", serde_json::to_string_pretty(s)?);
     }
-    outln!(
+    out!(
         "{}: {} flows, {:.3} Gbit/s in {:.1} s, {:.1}% of flows within 5% of their rate, pacing {} ({}), {:.3} CPU ns/B, {:.0} calls/s",
         s.role,
         s.flows,
@@ -92,12 +88,12 @@ fn print(s: &StreamSummary, json: bool) -> Result<(), Failure> {
         s.pacing_reason,
         s.cpu_ns_per_byte,
         s.calls_per_sec
-    );
+    )?;
     if let Some(st) = s.host_steal.filter(|&st| st > 0.0) {
-        outln!("host steal {:.1}% of CPU time", st * 100.0);
+        out!("host steal {:.1}% of CPU time", st * 100.0)?;
     }
     if let Some(l) = s.loss {
-        outln!(
+        out!(
             "loss {:.3}%, {} duplicate, {} reordered, gaps within a flow p50 <= {:.0} us, p90 <= {:.0} us, p99 <= {:.0} us, longest back-to-back burst {}",
             l * 100.0,
             s.duplicates.unwrap_or(0),
@@ -106,41 +102,41 @@ fn print(s: &StreamSummary, json: bool) -> Result<(), Failure> {
             s.gap_us_p90.unwrap_or(0.0),
             s.gap_us_p99.unwrap_or(0.0),
             s.max_back_to_back.unwrap_or(0)
-        );
+        )?;
     }
     if let (Some(n), Some(d)) = (s.datagrams, s.dropped_locally) {
-        outln!(
+        out!(
             "{}: {n} datagrams, {d} ({:.3}%) dropped by the local queue (the qdisc was full: ENOBUFS); the receiver counts them lost",
             s.role,
             if n > 0 { d as f64 * 100.0 / n as f64 } else { 0.0 }
-        );
+        )?;
     }
     if let (Some(ports), Some(n)) = (&s.refused_ports, s.refused_flows) {
         if !ports.is_empty() {
             let list: Vec<String> = ports.iter().map(u16::to_string).collect();
-            outln!(
+            out!(
                 "{}: {n} of {} flows stopped: nothing listens on port {} (ICMP port unreachable); the rate above counts what was sent before",
                 s.role,
                 s.flows,
                 list.join(", ")
-            );
+            )?;
         }
     }
     if s.interrupted {
-        outln!(
+        out!(
             "{}: interrupted (Ctrl-C) after {:.2} s: the figures above cover the run until then",
             s.role,
             s.seconds
-        );
+        )?;
     }
     Ok(())
 }
 
 /// Prints the summary, then ends with status 130 if Ctrl-C cut the run short.
-pub fn finish(s: &StreamSummary, json: bool) -> Result<(), Failure> {
+pub fn finish(s: &StreamSummary, json: bool) -> anyhow::Result<()> {
     print(s, json)?;
     if s.interrupted {
-        return Err(interrupt::summarized());
+        return Err(interrupt::summarized_err());
     }
     Ok(())
 }

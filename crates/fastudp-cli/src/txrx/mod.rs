@@ -502,7 +502,7 @@ pub fn run_tx(a: TxArgs) -> anyhow::Result<()> {
 /// Checks `tx`'s options (usage errors) and works out what to send.
 fn validate_tx(a: &TxArgs) -> anyhow::Result<TxPlan> {
     if let Some(f) = &a.logfile {
-        crate::output::to_file("--logfile", f).map_err(crate::failure::usage)?;
+        crate::output::to_file("--logfile", f)?;
     }
     in_range("-l", a.secs, 86_400.0)?;
     if a.secs < 0.01 {
@@ -939,7 +939,7 @@ fn listen_addr(ipv6: bool, port: u16) -> SocketAddr {
 /// Runs `fastudp rx`.
 pub fn run_rx(a: RxArgs) -> anyhow::Result<()> {
     if let Some(f) = &a.logfile {
-        crate::output::to_file("--logfile", f).map_err(crate::failure::usage)?;
+        crate::output::to_file("--logfile", f)?;
     }
     if let Some(l) = a.secs {
         in_range("-l", l, 86_400.0)?;

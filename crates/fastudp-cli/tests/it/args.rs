@@ -35,6 +35,36 @@ fn negative_values_are_refused_in_one_line_naming_the_option() {
     }
 }
 
+/// The address, rate and output-file checks the commands share are usage
+/// errors: status 2, one line, nothing run.
+#[test]
+fn shared_checks_are_usage_errors_in_one_line() {
+    for (args, line) in [
+        (
+            vec!["tx", "-D", "::1", "-4"],
+            "-D ::1 is not an IPv4 address",
+        ),
+        (
+            vec!["rx", "--logfile", "/"],
+            "--logfile /: is a directory; give a file name",
+        ),
+        (
+            vec!["stream", "--rate", "fast"],
+            "--rate fast: \"fast\" is not a rate in bytes per second (like 125000, 125k, 1M)",
+        ),
+        (
+            vec!["stream-rx", "--per-flow", "/nonexistent-dir/f.csv"],
+            "--per-flow /nonexistent-dir/f.csv: cannot write there: No such file or directory (os error 2)",
+        ),
+    ] {
+        let o = fastudp(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err, format!("fastudp: error: {line}\n"), "{args:?}");
+        assert!(o.stdout.is_empty(), "{args:?}: nothing runs");
+    }
+}
+
 /// The soak's options are checked before anything is built (so without
 /// root too), and the command stays out of the help.
 #[test]

@@ -351,3 +351,112 @@ fn receive_rows_compare_with_recvfrom_and_the_verdict_explains_loss() {
         assert!(text.contains("fastudp tx -b RATE"), "{text}");
     }
 }
+
+/// `--testbed` without root is a usage error (status 2, one line), found
+/// before anything is built or run.
+#[test]
+fn testbed_without_root_is_a_usage_error() {
+    let probe = std::process::Command::new("setpriv")
+        .arg("--version")
+        .output();
+    if probe.is_err() {
+        common::skip(
+            "testbed_without_root_is_a_usage_error",
+            "needs setpriv (util-linux)",
+        );
+        return;
+    }
+    let o = std::process::Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            env!("CARGO_BIN_EXE_fastudp"),
+            "bench",
+            "--testbed",
+            "offload",
+            "--tx",
+            "sendto",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    if err.contains("Permission denied") {
+        common::skip(
+            "testbed_without_root_is_a_usage_error",
+            "the test binary is out of reach of user nobody",
+        );
+        return;
+    }
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("fastudp: error: the testbed needs root"),
+        "{err}"
+    );
+    assert!(o.stdout.is_empty(), "nothing ran");
+}
+
+/// A bad option is a usage error: status 2, one line, and nothing run. A
+/// failure during the run (here: the plot's directory is removed while
+/// the bench runs, so the chart cannot be written) is a runtime failure:
+/// status 1 and one line, after the table, which is still printed.
+#[test]
+fn usage_errors_exit_2_and_runtime_failures_exit_1_each_in_one_line() {
+    use std::io::{BufRead, Read};
+    use std::process::{Command, Stdio};
+    let o = fastudp(&["bench", "--plot", "/nonexistent/dir/x.svg"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(
+        err,
+        "fastudp: error: --plot /nonexistent/dir/x.svg: the directory does not exist\n"
+    );
+    assert!(o.stdout.is_empty(), "nothing ran");
+
+    let dir = std::env::temp_dir().join(format!("fastudp-plot-gone-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let svg = dir.join("x.svg");
+    let svg = svg.to_str().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_fastudp"))
+        .args([
+            "bench",
+            "--duration",
+            "0.5",
+            "-q",
+            "--tx",
+            "sendto",
+            "--plot",
+            svg,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("fastudp starts");
+    let mut out = std::io::BufReader::new(child.stdout.take().expect("piped"));
+    // The header comes once the options were checked, before the run.
+    let mut header = String::new();
+    out.read_line(&mut header).expect("a header");
+    assert!(header.starts_with("fastudp bench: "), "{header}");
+    std::fs::remove_dir_all(&dir).unwrap();
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).unwrap();
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .expect("piped")
+        .read_to_string(&mut err)
+        .unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with(&format!("fastudp: error: cannot draw {svg}: ")),
+        "{err}"
+    );
+    assert!(
+        rest.contains("sendto") && rest.contains("verdict:"),
+        "{rest}"
+    );
+}

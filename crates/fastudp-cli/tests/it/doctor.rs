@@ -28,6 +28,29 @@ fn a_full_standard_output_is_an_error_not_a_panic() {
     assert!(!err.contains("panicked"), "{err}");
 }
 
+/// Bad input is exit status 2, a run that fails (here its output cannot
+/// be written) exit status 1; each says why in one line.
+#[test]
+fn doctor_exits_2_for_bad_input_and_1_for_a_failed_run() {
+    let o = fastudp(&["doctor", "--watch", "0"]);
+    common::assert_one_line_error(&o, 2, "--watch must be 1 to 86400 seconds");
+    let o = fastudp(&["doctor", "--dev", "no-such-dev0"]);
+    common::assert_one_line_error(&o, 2, "--dev no-such-dev0: no such device");
+    let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") else {
+        common::skip(
+            "doctor_exits_2_for_bad_input_and_1_for_a_failed_run",
+            "no /dev/full here",
+        );
+        return;
+    };
+    let o = Command::new(env!("CARGO_BIN_EXE_fastudp"))
+        .args(["doctor", "--json", "--dev", "lo"])
+        .stdout(full)
+        .output()
+        .expect("run fastudp");
+    common::assert_one_line_error(&o, 1, "cannot write to standard output");
+}
+
 #[test]
 fn doctor_headings_have_no_trailing_blank() {
     let o = fastudp(&["doctor", "--dev", "lo"]);

@@ -662,6 +662,86 @@ fn bad_arguments_are_refused() {
     ]);
 }
 
+/// `quic serve` and `quic load` tell bad input (exit status 2) from a run
+/// that failed (exit status 1), each in one line: a port another socket
+/// holds is the host's state, not the arguments' fault; a missing
+/// certificate file is the arguments'.
+#[test]
+fn serve_and_load_exit_2_for_bad_input_and_1_for_a_failed_run() {
+    use common::assert_one_line_error;
+    let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let held = udp.local_addr().unwrap().to_string();
+    for stack in ["fastudp", "quinn"] {
+        let o = fastudp(&[
+            "quic",
+            "serve",
+            "--stack",
+            stack,
+            "--listen",
+            &held,
+            "--workers",
+            "1",
+        ]);
+        assert_one_line_error(&o, 1, &format!("--listen {held}"));
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("already"),
+            "{stack}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let held_tcp = tcp.local_addr().unwrap().to_string();
+    let o = fastudp(&[
+        "quic",
+        "serve",
+        "--stack",
+        "tls-tcp",
+        "--listen",
+        &held_tcp,
+        "--workers",
+        "1",
+    ]);
+    assert_one_line_error(&o, 1, &format!("--listen {held_tcp}"));
+    let o = fastudp(&[
+        "quic",
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--cert",
+        "/nonexistent/cert.pem",
+        "--key",
+        "/nonexistent/key.pem",
+    ]);
+    assert_one_line_error(&o, 2, "--cert /nonexistent/cert.pem: No such file");
+
+    // Nothing listens on this TCP port: the connection is refused, the
+    // run reports it and fails.
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().to_string()
+    };
+    let o = fastudp(&[
+        "quic",
+        "load",
+        &closed,
+        "--stack",
+        "tls-tcp",
+        "--connections",
+        "1",
+        "--request",
+        "/bytes/10",
+    ]);
+    assert_one_line_error(&o, 1, "1 of 1 connections failed, 0 got wrong bytes");
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("1 failed"),
+        "the summary comes first: {}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    let o = fastudp(&["quic", "load", &closed, "--timeline", "5"]);
+    assert_one_line_error(&o, 2, "--timeline 5: 10 to 10000 ms");
+    drop((udp, tcp));
+}
+
 /// The baselines serve the same protocol: the load generator gets the
 /// same checked bytes from plain quinn and from TLS over TCP.
 #[test]

@@ -38,6 +38,48 @@ fn stream_bad_input_exits_2() {
     ]);
 }
 
+/// Bad input is a usage error (status 2); a receiver that cannot listen,
+/// or that no stream reaches, is a runtime failure (status 1). Each is
+/// one line.
+#[test]
+fn usage_errors_exit_2_and_runtime_failures_exit_1_each_in_one_line() {
+    let o = common::fastudp(&["stream", "--interval", "0"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(
+        err,
+        "fastudp: error: --interval 0 ms is out of range: more than 0, at most 1000\n"
+    );
+    // A port that a socket outside the reuseport group holds.
+    let taken = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port().to_string();
+    let o = common::fastudp(&[
+        "stream-rx",
+        "--bind",
+        "127.0.0.1",
+        "--port",
+        &port,
+        "--wait",
+        "1",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with(&format!(
+            "fastudp: error: cannot listen on 127.0.0.1:{port}: "
+        )),
+        "{err}"
+    );
+    drop(taken);
+    // Nothing sends.
+    let port = free_port().to_string();
+    let o = common::fastudp(&["stream-rx", "--port", &port, "--wait", "0.3"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert_eq!(err, "fastudp: error: no stream arrived in 0.3 s\n");
+}
+
 #[test]
 fn stream_ends_on_time_when_departures_lie_beyond_the_run() {
     // One flow of 100 bytes/s: its second 1200-byte datagram is due 12 s
@@ -179,8 +221,14 @@ fn stream_to_a_port_where_nothing_listens_is_refused() {
         let o = common::fastudp(&args);
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
-        assert!(
-            err.contains(&format!("nothing listens at 127.0.0.1:{port}")),
+        assert_eq!(
+            err.lines().last(),
+            Some(
+                format!(
+                    "fastudp: error: nothing listens at 127.0.0.1:{port}: every port refused the stream (ICMP port unreachable)"
+                )
+                .as_str()
+            ),
             "{args:?}: {err}"
         );
         let v: Value = serde_json::from_slice(&o.stdout).expect("the summary comes first");

@@ -345,6 +345,35 @@ fn apply_never_follows_a_symlinked_state_file_nor_trusts_an_open_directory() {
     assert_eq!(ns.snapshot("vb"), before);
 }
 
+/// Bad input is exit status 2, a run that fails (here the plan cannot be
+/// written out) exit status 1; each says why in one line. Nothing here
+/// changes the host: the run that fails is a dry run.
+#[test]
+fn tune_exits_2_for_bad_input_and_1_for_a_failed_run() {
+    let o = fastudp(&["tune", "--dev", "no-such-dev0"]);
+    common::assert_one_line_error(&o, 2, "--dev no-such-dev0: no such device");
+    let o = fastudp(&["tune", "--revert", "/nonexistent/state.json"]);
+    let why = if common::root() {
+        "/nonexistent/state.json: no such state file"
+    } else {
+        "tune --revert needs root"
+    };
+    common::assert_one_line_error(&o, 2, why);
+    let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") else {
+        common::skip(
+            "tune_exits_2_for_bad_input_and_1_for_a_failed_run",
+            "no /dev/full here",
+        );
+        return;
+    };
+    let o = Command::new(env!("CARGO_BIN_EXE_fastudp"))
+        .args(["tune", "--dev", "lo"])
+        .stdout(full)
+        .output()
+        .expect("run fastudp");
+    common::assert_one_line_error(&o, 1, "cannot write to standard output");
+}
+
 #[test]
 fn tune_without_root_is_a_dry_run_and_a_missing_state_file_is_refused() {
     let o = fastudp(&["tune", "--revert", "/nonexistent/state.json"]);

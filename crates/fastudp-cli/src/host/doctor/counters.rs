@@ -22,7 +22,7 @@ pub fn sysctl_checks(out: &mut Vec<Check>) {
                 "not visible in this network namespace: it is host-wide, check it from the host",
                 None,
             ),
-            Err(e) => check("sysctl", name, Status::NA, e, None),
+            Err(e) => check("sysctl", name, Status::NA, format!("{e:#}"), None),
         });
     }
 }
@@ -137,7 +137,7 @@ fn snapshot() -> Vec<u64> {
 }
 
 /// Prints the counters' rates every second for `secs` seconds.
-pub fn watch(secs: u64, json: bool) {
+pub fn watch(secs: u64, json: bool) -> anyhow::Result<()> {
     let mut last = snapshot();
     for t in 1..=secs {
         std::thread::sleep(Duration::from_secs(1));
@@ -153,15 +153,16 @@ pub fn watch(secs: u64, json: bool) {
                 .zip(&rates)
                 .map(|(k, v)| (format!("{k}_per_sec"), (*v).into()))
                 .collect();
-            outln!("{}", serde_json::json!({ "second": t, "rates": m }));
+            out!("{}", serde_json::json!({ "second": t, "rates": m }))?;
         } else {
             let line: Vec<String> = COUNTERS
                 .iter()
                 .zip(&rates)
                 .map(|(k, v)| format!("{k} {v}/s"))
                 .collect();
-            outln!("[{t:>3} s] {}", line.join("  "));
+            out!("[{t:>3} s] {}", line.join("  "))?;
         }
         last = now;
     }
+    Ok(())
 }

@@ -7,7 +7,7 @@ use crate::host::netlink;
 /// The offloads, channels and egress qdisc of `dev`.
 pub fn device_checks(
     dev: &str,
-    qdiscs: &Result<Vec<netlink::Qdisc>, String>,
+    qdiscs: &std::io::Result<Vec<netlink::Qdisc>>,
     out: &mut Vec<Check>,
 ) {
     let veth = fastudp_tools::host::driver(dev).is_ok_and(|d| d == "veth");
@@ -51,21 +51,59 @@ fn mtu_check(dev: &str, s: &str) -> Check {
             .with("mtu", mtu as u64)
             .with("max_udp_segment_v4", seg as u64)
         }
-        Err(e) => check(s, "MTU", Status::NA, e.clone(), None),
+        Err(e) => check(s, "MTU", Status::NA, format!("{e:#}"), None),
     }
 }
 
+/// The features of a device, by kernel name.
+type Features = [fastudp_tools::host::NicFeature];
+
+/// The feature `name` of `feats`, if the kernel has it.
+fn get<'a>(feats: &'a Features, name: &str) -> Option<&'a fastudp_tools::host::NicFeature> {
+    feats.iter().find(|f| f.name == name)
+}
+
 /// The offloads UDP GSO and GRO depend on.
-fn offload_checks(
-    dev: &str,
-    s: &str,
-    feats: &[fastudp_tools::host::NicFeature],
-    veth: bool,
-    out: &mut Vec<Check>,
-) {
-    let get = |n: &str| feats.iter().find(|f| f.name == n);
-    let on = |n: &str| get(n).is_some_and(|f| f.active);
-    let fixable = |n: &str, cmd: String| get(n).filter(|f| f.changeable).map(|_| cmd);
+fn offload_checks(dev: &str, s: &str, feats: &Features, veth: bool, out: &mut Vec<Check>) {
+    out.push(checksum_check(dev, s, feats));
+    let feature = |kernel: &str, shown: &str, why_off: &str, opt: &str| {
+        offload_check(dev, s, get(feats, kernel), shown, why_off, opt)
+    };
+    out.push(feature(
+        "tx-udp-segmentation",
+        "tx-udp-segmentation",
+        "GSO trains are cut into datagrams before the device",
+        "tx-udp-segmentation",
+    ));
+    out.push(feature(
+        "tx-generic-segmentation",
+        "generic-segmentation-offload",
+        "segmentation happens early, per datagram",
+        "gso",
+    ));
+    out.push(feature(
+        "rx-gro",
+        "generic-receive-offload",
+        "received datagrams are not coalesced",
+        "gro",
+    ));
+    out.push(if veth {
+        feature(
+            "rx-udp-gro-forwarding",
+            "rx-udp-gro-forwarding",
+            "UDP forwarded or tunnelled through this veth is not aggregated",
+            "rx-udp-gro-forwarding",
+        )
+    } else {
+        gro_forwarding_check(s, feats)
+    });
+    out.push(gro_list_check(s, feats));
+}
+
+/// Transmit checksumming, without which GSO trains are checksummed in
+/// software.
+fn checksum_check(dev: &str, s: &str, feats: &Features) -> Check {
+    let on = |n: &str| get(feats, n).is_some_and(|f| f.active);
     let csum = [
         "tx-checksum-ipv4",
         "tx-checksum-ip-generic",
@@ -73,83 +111,74 @@ fn offload_checks(
     ]
     .iter()
     .any(|n| on(n));
-    out.push(if csum {
+    let fixable = get(feats, "tx-checksum-ip-generic")
+        .filter(|f| f.changeable)
+        .map(|_| format!("ethtool -K {dev} tx on"));
+    if csum {
         check(s, "tx-checksumming", Status::Pass, "on", None)
     } else {
-        check(s, "tx-checksumming", Status::Warn, "off: GSO trains are checksummed in software (kernels before 6.11 refuse them with EIO)", fixable("tx-checksum-ip-generic", format!("ethtool -K {dev} tx on")))
-    });
-    let feature = |out: &mut Vec<Check>, kernel: &str, shown: &str, why_off: &str, opt: &str| {
-        out.push(match get(kernel) {
-            None => check(s, shown, Status::NA, "the kernel has no such feature", None),
-            Some(f) if f.active => check(s, shown, Status::Pass, "on", None),
-            Some(f) if !f.changeable => check(
-                s,
-                shown,
-                Status::Warn,
-                format!("off [fixed]: {why_off}; the driver cannot change it"),
-                None,
-            ),
-            Some(_) => check(
-                s,
-                shown,
-                Status::Warn,
-                format!("off: {why_off}"),
-                Some(format!("ethtool -K {dev} {opt} on")),
-            ),
-        })
-    };
-    feature(
-        out,
-        "tx-udp-segmentation",
-        "tx-udp-segmentation",
-        "GSO trains are cut into datagrams before the device",
-        "tx-udp-segmentation",
-    );
-    feature(
-        out,
-        "tx-generic-segmentation",
-        "generic-segmentation-offload",
-        "segmentation happens early, per datagram",
-        "gso",
-    );
-    feature(
-        out,
-        "rx-gro",
-        "generic-receive-offload",
-        "received datagrams are not coalesced",
-        "gro",
-    );
-    if veth {
-        feature(
-            out,
-            "rx-udp-gro-forwarding",
-            "rx-udp-gro-forwarding",
-            "UDP forwarded or tunnelled through this veth is not aggregated",
-            "rx-udp-gro-forwarding",
-        );
-    } else {
-        out.push(match get("rx-udp-gro-forwarding") {
-            Some(f) => check(
-                s,
-                "rx-udp-gro-forwarding",
-                if f.active { Status::Pass } else { Status::NA },
-                if f.active {
-                    "on"
-                } else {
-                    "off (matters only for forwarded or tunnelled UDP)"
-                },
-                None,
-            ),
-            None => check(
-                s,
-                "rx-udp-gro-forwarding",
-                Status::NA,
-                "the kernel has no such feature (needs 5.12)",
-                None,
-            ),
-        });
+        check(s, "tx-checksumming", Status::Warn, "off: GSO trains are checksummed in software (kernels before 6.11 refuse them with EIO)", fixable)
     }
-    out.push(match get("rx-gro-list") {
+}
+
+/// One offload `f`, shown as `shown`: on, or off with why (`why_off`) and
+/// the `ethtool -K` option (`opt`) that turns it on where the driver can.
+fn offload_check(
+    dev: &str,
+    s: &str,
+    f: Option<&fastudp_tools::host::NicFeature>,
+    shown: &str,
+    why_off: &str,
+    opt: &str,
+) -> Check {
+    match f {
+        None => check(s, shown, Status::NA, "the kernel has no such feature", None),
+        Some(f) if f.active => check(s, shown, Status::Pass, "on", None),
+        Some(f) if !f.changeable => check(
+            s,
+            shown,
+            Status::Warn,
+            format!("off [fixed]: {why_off}; the driver cannot change it"),
+            None,
+        ),
+        Some(_) => check(
+            s,
+            shown,
+            Status::Warn,
+            format!("off: {why_off}"),
+            Some(format!("ethtool -K {dev} {opt} on")),
+        ),
+    }
+}
+
+/// `rx-udp-gro-forwarding` on a device that is not a veth: it matters only
+/// for forwarded or tunnelled UDP.
+fn gro_forwarding_check(s: &str, feats: &Features) -> Check {
+    match get(feats, "rx-udp-gro-forwarding") {
+        Some(f) => check(
+            s,
+            "rx-udp-gro-forwarding",
+            if f.active { Status::Pass } else { Status::NA },
+            if f.active {
+                "on"
+            } else {
+                "off (matters only for forwarded or tunnelled UDP)"
+            },
+            None,
+        ),
+        None => check(
+            s,
+            "rx-udp-gro-forwarding",
+            Status::NA,
+            "the kernel has no such feature (needs 5.12)",
+            None,
+        ),
+    }
+}
+
+/// Fraglist GRO: either way is fine, the check says what it means.
+fn gro_list_check(s: &str, feats: &Features) -> Check {
+    match get(feats, "rx-gro-list") {
         Some(f) if f.active => check(
             s,
             "rx-gro-list",
@@ -171,18 +200,19 @@ fn offload_checks(
             "the kernel has no such feature",
             None,
         ),
-    });
+    }
 }
 
 /// A veth's queues and NAPI GRO: what aggregates the datagrams crossing it.
-fn veth_checks(
-    dev: &str,
-    s: &str,
-    feats: &[fastudp_tools::host::NicFeature],
-    out: &mut Vec<Check>,
-) {
-    let get = |n: &str| feats.iter().find(|f| f.name == n);
-    let on = |n: &str| get(n).is_some_and(|f| f.active);
+fn veth_checks(dev: &str, s: &str, feats: &Features, out: &mut Vec<Check>) {
+    out.push(channels_check(dev, s));
+    out.push(gro_flush_check(dev, s));
+    out.push(napi_defer_check(dev, s));
+    out.push(napi_gro_check(dev, s, feats));
+}
+
+/// A veth's channels: one rx queue is one NAPI instance for all flows.
+fn channels_check(dev: &str, s: &str) -> Check {
     let ncpu = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1) as u32;
@@ -209,23 +239,19 @@ fn veth_checks(
                     Some(format!("ethtool -L {dev} rx {want} tx {want}")),
                 )
             };
-            out.push(
-                found
-                    .with("rx", c.rx.into())
-                    .with("tx", c.tx.into())
-                    .with("max_rx", c.max_rx.into())
-                    .with("max_tx", c.max_tx.into()),
-            );
+            found
+                .with("rx", c.rx.into())
+                .with("tx", c.tx.into())
+                .with("max_rx", c.max_rx.into())
+                .with("max_tx", c.max_tx.into())
         }
-        Err(e) => out.push(check(
-            s,
-            "channels",
-            Status::NA,
-            format!("cannot read: {e}"),
-            None,
-        )),
+        Err(e) => check(s, "channels", Status::NA, format!("cannot read: {e}"), None),
     }
-    out.push(match sysfs(dev, "gro_flush_timeout") {
+}
+
+/// `gro_flush_timeout`: 0 flushes GRO at the end of every NAPI poll.
+fn gro_flush_check(dev: &str, s: &str) -> Check {
+    match sysfs(dev, "gro_flush_timeout") {
         Ok(v) if v != "0" => {
             let c = check(
                 s,
@@ -249,9 +275,13 @@ fn veth_checks(
             )),
         )
         .with("ns", 0),
-        Err(e) => check(s, "gro_flush_timeout", Status::NA, e, None),
-    });
-    out.push(match sysfs(dev, "napi_defer_hard_irqs") {
+        Err(e) => check(s, "gro_flush_timeout", Status::NA, format!("{e:#}"), None),
+    }
+}
+
+/// `napi_defer_hard_irqs`: 0 polls for every few packets.
+fn napi_defer_check(dev: &str, s: &str) -> Check {
+    match sysfs(dev, "napi_defer_hard_irqs") {
         Ok(v) if v != "0" => {
             let c = check(s, "napi_defer_hard_irqs", Status::Pass, v.clone(), None);
             match v.parse::<u64>() {
@@ -270,9 +300,13 @@ fn veth_checks(
             )),
         )
         .with("value", 0),
-        Err(e) => check(s, "napi_defer_hard_irqs", Status::NA, e, None),
-    });
-    out.push(if on("rx-gro") {
+        Err(e) => check(s, "napi_defer_hard_irqs", Status::NA, format!("{e:#}"), None),
+    }
+}
+
+/// Whether the veth runs in NAPI mode (it does with GRO on).
+fn napi_gro_check(dev: &str, s: &str, feats: &Features) -> Check {
+    if get(feats, "rx-gro").is_some_and(|f| f.active) {
         check(
             s,
             "NAPI GRO",
@@ -288,11 +322,11 @@ fn veth_checks(
             "off: the veth hands every datagram up alone (no NAPI without GRO or XDP)",
             Some(format!("ethtool -K {dev} gro on")),
         )
-    });
+    }
 }
 
 /// The root qdisc on `dev`: whether it honours SO_TXTIME.
-fn qdisc_check(dev: &str, qdiscs: &Result<Vec<netlink::Qdisc>, String>) -> Check {
+fn qdisc_check(dev: &str, qdiscs: &std::io::Result<Vec<netlink::Qdisc>>) -> Check {
     // Egress qdisc.
     let qs = format!("qdisc {dev}");
     let ifindex = sysfs(dev, "ifindex")

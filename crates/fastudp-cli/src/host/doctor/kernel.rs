@@ -4,77 +4,95 @@ use super::check::{check, Check, Status};
 
 /// The kernel's version and UDP features.
 pub fn kernel_checks(out: &mut Vec<Check>, uring: bool) {
-    let s = "kernel";
-    let ver = std::fs::read_to_string("/proc/sys/kernel/osrelease").map(|v| v.trim().to_string());
-    out.push(match &ver {
-        Ok(v) => check(s, "version", Status::Pass, format!("Linux {v}"), None),
-        Err(e) => check(
-            s,
-            "version",
-            Status::NA,
-            format!("cannot read /proc/sys/kernel/osrelease: {e}"),
-            None,
-        ),
-    });
-    let probe = crate::args::disabled_from_env().and_then(|d| {
-        fastudp::Socket::bind_with(
-            "127.0.0.1:0".parse().expect("literal"),
-            fastudp::Config::default().disabled(d),
-        )
-        .map_err(|e| e.to_string())
-    });
-    let caps = match probe {
+    out.push(version_check());
+    let caps = match probe() {
         Ok(sock) => sock.capabilities(),
         Err(e) => {
             out.push(check(
-                s,
+                S,
                 "capabilities",
                 Status::NA,
-                format!("cannot open a probe socket: {e}"),
+                format!("cannot open a probe socket: {e:#}"),
                 None,
             ));
             return;
         }
     };
-    let yes_no = |ok: bool, name: &str, good: &str, bad: &str| {
-        check(
-            s,
-            name,
-            if ok { Status::Pass } else { Status::Warn },
-            if ok { good } else { bad },
+    out.push(gso_check(&caps));
+    out.push(gro_check(&caps));
+    feature_checks(&caps, out);
+    out.push(super::uring::uring_check_now(uring));
+}
+
+/// The section of these checks.
+const S: &str = "kernel";
+
+/// The kernel's release.
+fn version_check() -> Check {
+    match std::fs::read_to_string("/proc/sys/kernel/osrelease") {
+        Ok(v) => check(
+            S,
+            "version",
+            Status::Pass,
+            format!("Linux {}", v.trim()),
             None,
-        )
-    };
+        ),
+        Err(e) => check(
+            S,
+            "version",
+            Status::NA,
+            format!("cannot read /proc/sys/kernel/osrelease: {e}"),
+            None,
+        ),
+    }
+}
+
+/// A socket of the library, as a program would open it (`FASTUDP_DISABLE`
+/// included), whose capabilities say what the kernel offers.
+fn probe() -> anyhow::Result<fastudp::Socket> {
+    let d = crate::args::disabled_from_env()?;
+    // The library's error says its cause itself: one message, no chain.
+    fastudp::Socket::bind_with(
+        "127.0.0.1:0".parse().expect("literal"),
+        fastudp::Config::default().disabled(d),
+    )
+    .map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+/// UDP GSO, and how many segments a send may carry.
+fn gso_check(caps: &fastudp::Capabilities) -> Check {
     let segs = caps.max_gso_segments as u64;
-    out.push(
-        match caps.max_gso_segments {
-            n if n >= 64 => check(
-                s,
-                "UDP GSO",
-                Status::Pass,
-                format!("{n} segments per send"),
-                None,
-            ),
-            _ if caps.disabled.gso => check(
-                s,
-                "UDP GSO",
-                Status::Warn,
-                "switched off by FASTUDP_DISABLE",
-                None,
-            ),
-            _ => check(
-                s,
-                "UDP GSO",
-                Status::Fail,
-                "not supported: needs Linux 4.18",
-                None,
-            ),
-        }
-        .with("max_segments", segs),
-    );
-    out.push(if caps.gro {
+    match caps.max_gso_segments {
+        n if n >= 64 => check(
+            S,
+            "UDP GSO",
+            Status::Pass,
+            format!("{n} segments per send"),
+            None,
+        ),
+        _ if caps.disabled.gso => check(
+            S,
+            "UDP GSO",
+            Status::Warn,
+            "switched off by FASTUDP_DISABLE",
+            None,
+        ),
+        _ => check(
+            S,
+            "UDP GSO",
+            Status::Fail,
+            "not supported: needs Linux 4.18",
+            None,
+        ),
+    }
+    .with("max_segments", segs)
+}
+
+/// UDP GRO.
+fn gro_check(caps: &fastudp::Capabilities) -> Check {
+    if caps.gro {
         check(
-            s,
+            S,
             "UDP GRO",
             Status::Pass,
             "coalesced receive available",
@@ -82,13 +100,27 @@ pub fn kernel_checks(out: &mut Vec<Check>, uring: bool) {
         )
     } else {
         check(
-            s,
+            S,
             "UDP GRO",
             Status::Warn,
             "not available: needs Linux 5.0 (or FASTUDP_DISABLE has gro)",
             None,
         )
-    });
+    }
+}
+
+/// The features a program can do without: MSG_ZEROCOPY, SO_TXTIME, ECN,
+/// PKTINFO.
+fn feature_checks(caps: &fastudp::Capabilities, out: &mut Vec<Check>) {
+    let yes_no = |ok: bool, name: &str, good: &str, bad: &str| {
+        check(
+            S,
+            name,
+            if ok { Status::Pass } else { Status::Warn },
+            if ok { good } else { bad },
+            None,
+        )
+    };
     out.push(yes_no(
         caps.zerocopy,
         "MSG_ZEROCOPY",
@@ -113,5 +145,4 @@ pub fn kernel_checks(out: &mut Vec<Check>, uring: bool) {
         "destination and source addresses per datagram",
         "not available",
     ));
-    out.push(super::uring::uring_check_now(uring));
 }

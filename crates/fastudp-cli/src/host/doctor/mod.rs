@@ -8,7 +8,8 @@ mod uring;
 
 use super::devices::{is_device, up_devices};
 use super::{netlink, routes};
-use crate::Failure;
+use crate::failure::usage;
+use anyhow::Context;
 use check::{Check, Status};
 use clap::Args;
 use counters::{counter_checks, sysctl_checks, watch, CountersSince};
@@ -41,25 +42,25 @@ pub struct DoctorArgs {
 }
 
 /// Runs every check.
-pub fn diagnose(a: &DoctorArgs) -> Result<Vec<Check>, Failure> {
+pub fn diagnose(a: &DoctorArgs) -> anyhow::Result<Vec<Check>> {
     let devs = match (&a.dev, &a.dest) {
         (Some(d), _) => {
             if !is_device(d) {
-                return Err(Failure::usage(format!(
-                    "--dev {d}: no such device in this network namespace"
-                )));
+                bail_usage!("--dev {d}: no such device in this network namespace");
             }
             vec![d.clone()]
         }
         (None, Some(host)) => {
             let ip = crate::args::resolve_as("--dest", host, 0, false, false)?.ip();
-            vec![routes::device_for(ip).map_err(Failure::usage)?]
+            // The host asked for has no route here: the check cannot be
+            // made, as with a device that does not exist.
+            vec![routes::device_for(ip).map_err(|e| usage(format!("{e:#}")))?]
         }
         (None, None) => up_devices(),
     };
     let mut out = Vec::new();
     kernel_checks(&mut out, a.uring);
-    let qdiscs = netlink::qdiscs().map_err(|e| e.to_string());
+    let qdiscs = netlink::qdiscs();
     for d in &devs {
         device_checks(d, &qdiscs, &mut out);
     }
@@ -73,53 +74,62 @@ pub fn diagnose(a: &DoctorArgs) -> Result<Vec<Check>, Failure> {
 pub const SCHEMA: u32 = 1;
 
 /// Runs `fastudp doctor`.
-pub fn run_doctor(a: DoctorArgs) -> Result<(), Failure> {
+pub fn run_doctor(a: DoctorArgs) -> anyhow::Result<()> {
     if a.watch == Some(0) || a.watch.is_some_and(|w| w > 86_400) {
-        return Err(Failure::usage("--watch must be 1 to 86400 seconds".into()));
+        bail_usage!("--watch must be 1 to 86400 seconds");
     }
     let checks = diagnose(&a)?;
     if a.json {
-        let since = CountersSince::here();
-        let (since, namespace) = since.key();
-        let doc = serde_json::json!({
-            "schema": SCHEMA,
-            "counters_since": since,
-            "namespace": namespace,
-            "checks": checks,
-        });
-        // With --watch the samples follow, one per line: then everything is
-        // JSON Lines, the checks included.
-        let text = if a.watch.is_some() {
-            serde_json::to_string(&doc)
-        } else {
-            serde_json::to_string_pretty(&doc)
-        };
-        outln!("{}", text.map_err(|e| Failure::usage(e.to_string()))?);
+        print_json(&checks, a.watch.is_some())?;
     } else {
-        let mut section = String::new();
-        for c in &checks {
-            if c.section != section {
-                let (head, rest) = c.section.split_once(' ').unwrap_or((&c.section, ""));
-                // "DEVICE lo", or "SYSCTL" alone (no trailing blank).
-                outln!("{}", format!("{} {rest}", head.to_uppercase()).trim_end());
-                section = c.section.clone();
-            }
-            outln!("  {:<5} {:<30} {}", c.status.to_string(), c.name, c.detail);
-            if let Some(f) = &c.fix {
-                outln!("        fix: {f}");
-            }
-        }
-        let count = |s: Status| checks.iter().filter(|c| c.status == s).count();
-        outln!(
-            "{} PASS, {} WARN, {} FAIL, {} N/A",
-            count(Status::Pass),
-            count(Status::Warn),
-            count(Status::Fail),
-            count(Status::NA)
-        );
+        print_text(&checks)?;
     }
     if let Some(secs) = a.watch {
-        watch(secs, a.json);
+        watch(secs, a.json)?;
     }
     Ok(())
+}
+
+/// The findings as one JSON document: pretty, or on one line when
+/// `--watch` samples follow (then everything is JSON Lines).
+fn print_json(checks: &[Check], lines: bool) -> anyhow::Result<()> {
+    let since = CountersSince::here();
+    let (since, namespace) = since.key();
+    let doc = serde_json::json!({
+        "schema": SCHEMA,
+        "counters_since": since,
+        "namespace": namespace,
+        "checks": checks,
+    });
+    let text = if lines {
+        serde_json::to_string(&doc)
+    } else {
+        serde_json::to_string_pretty(&doc)
+    };
+    out!("{}", text.context("the findings as JSON")?)
+}
+
+/// The findings for people, by section, and the count of each verdict.
+fn print_text(checks: &[Check]) -> anyhow::Result<()> {
+    let mut section = String::new();
+    for c in checks {
+        if c.section != section {
+            let (head, rest) = c.section.split_once(' ').unwrap_or((&c.section, ""));
+            // "DEVICE lo", or "SYSCTL" alone (no trailing blank).
+            out!("{}", format!("{} {rest}", head.to_uppercase()).trim_end())?;
+            section = c.section.clone();
+        }
+        out!("  {:<5} {:<30} {}", c.status.to_string(), c.name, c.detail)?;
+        if let Some(f) = &c.fix {
+            out!("        fix: {f}")?;
+        }
+    }
+    let count = |s: Status| checks.iter().filter(|c| c.status == s).count();
+    out!(
+        "{} PASS, {} WARN, {} FAIL, {} N/A",
+        count(Status::Pass),
+        count(Status::Warn),
+        count(Status::Fail),
+        count(Status::NA)
+    )
 }

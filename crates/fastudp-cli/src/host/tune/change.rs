@@ -10,6 +10,7 @@
 
 pub use crate::host::devices::valid_dev_name;
 use crate::host::sysctl::{read_sysctl, SYSCTLS};
+use anyhow::{anyhow, bail, Context};
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
@@ -146,63 +147,65 @@ impl std::fmt::Display for Value {
     }
 }
 
-fn check_dev(dev: &str) -> Result<(), String> {
+/// A device name as the kernel takes it; a usage error otherwise (a state
+/// file is input).
+fn check_dev(dev: &str) -> anyhow::Result<()> {
     if valid_dev_name(dev) {
         Ok(())
     } else {
-        Err(format!("{dev:?} is not a network interface name"))
+        bail_usage!("{dev:?} is not a network interface name")
     }
 }
 
 /// The real path of `dev`'s `gro_flush_timeout`: `/sys/class/net/<dev>`
 /// must resolve to a `net/<dev>` directory under `/sys/devices`, as the
 /// kernel makes it, and nothing else.
-pub fn gro_flush_path(dev: &str) -> Result<PathBuf, String> {
+pub fn gro_flush_path(dev: &str) -> anyhow::Result<PathBuf> {
     dev_sysfs_path(dev, "gro_flush_timeout")
 }
 
 /// The real path of the sysfs attribute `file` of `dev`, checked as
 /// [`gro_flush_path`] checks it.
-pub fn dev_sysfs_path(dev: &str, file: &str) -> Result<PathBuf, String> {
+pub fn dev_sysfs_path(dev: &str, file: &str) -> anyhow::Result<PathBuf> {
     check_dev(dev)?;
     let link = Path::new("/sys/class/net").join(dev);
     let real = std::fs::canonicalize(&link)
-        .map_err(|e| format!("{dev}: no such device in this network namespace ({e})"))?;
+        .map_err(|e| anyhow!("{dev}: no such device in this network namespace ({e})"))?;
     let ok = real.starts_with("/sys/devices/")
         && real.file_name() == Some(std::ffi::OsStr::new(dev))
         && real.parent().and_then(Path::file_name) == Some(std::ffi::OsStr::new("net"));
     if !ok {
-        return Err(format!(
+        bail!(
             "{} resolves to {}, not to a network device under /sys/devices: refusing to write there",
             link.display(),
             real.display()
-        ));
+        );
     }
     Ok(real.join(file))
 }
 
 /// Writes `value` and a newline to an existing file that is not a
 /// symbolic link (sysfs and /proc/sys files are never created).
-fn write_existing(path: &Path, value: &str) -> Result<(), String> {
+fn write_existing(path: &Path, value: &str) -> anyhow::Result<()> {
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .custom_flags(libc::O_NOFOLLOW)
         .open(path)
-        .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+        .with_context(|| format!("cannot open {}", path.display()))?;
     f.write_all(format!("{value}\n").as_bytes())
-        .map_err(|e| format!("cannot write {value} to {}: {e}", path.display()))
+        .with_context(|| format!("cannot write {value} to {}", path.display()))
 }
 
-fn read_gro_flush(dev: &str) -> Result<u64, String> {
+fn read_gro_flush(dev: &str) -> anyhow::Result<u64> {
     read_dev_num(dev, "gro_flush_timeout")
 }
 
-fn read_dev_num(dev: &str, file: &str) -> Result<u64, String> {
+fn read_dev_num(dev: &str, file: &str) -> anyhow::Result<u64> {
     let p = dev_sysfs_path(dev, file)?;
-    let t = std::fs::read_to_string(&p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
+    let t = std::fs::read_to_string(&p).with_context(|| format!("cannot read {}", p.display()))?;
     t.trim()
         .parse()
-        .map_err(|_| format!("{}: not a number: {:?}", p.display(), t.trim()))
+        .map_err(|_| anyhow!("{}: not a number: {:?}", p.display(), t.trim()))
 }
 
 /// Which setting a change is about: two changes with the same key change
@@ -213,21 +216,20 @@ pub struct Key(&'static str, String, String);
 impl Change {
     /// Checks that this is something `tune --apply` could have changed,
     /// with values in range, and returns it in today's form. Does not look
-    /// at the system: a device may be gone (see [`Change::device`]).
-    pub fn checked(self) -> Result<Change, String> {
+    /// at the system: a device may be gone (see [`Change::device`]). A
+    /// refusal is a usage error: the change comes from a file given.
+    pub fn checked(self) -> anyhow::Result<Change> {
         match self {
             Change::Sysctl { name, old, new } => {
                 if !SYSCTLS.iter().any(|(n, _, _)| *n == name) {
-                    return Err(format!(
+                    bail_usage!(
                         "sysctl {name:?} is not one tune changes (it changes only {})",
                         SYSCTLS.map(|s| s.0).join(", ")
-                    ));
+                    );
                 }
                 for v in [old, new] {
                     if v == 0 || v > SYSCTL_MAX {
-                        return Err(format!(
-                            "sysctl {name}: {v} is out of range (1 to {SYSCTL_MAX})"
-                        ));
+                        bail_usage!("sysctl {name}: {v} is out of range (1 to {SYSCTL_MAX})");
                     }
                 }
                 Ok(Change::Sysctl { name, old, new })
@@ -240,10 +242,10 @@ impl Change {
             } => {
                 check_dev(&dev)?;
                 if !TUNE_FEATURES.contains(&name.as_str()) {
-                    return Err(format!(
+                    bail_usage!(
                         "{dev}: feature {name:?} is not one tune changes (it changes only {})",
                         TUNE_FEATURES.join(", ")
-                    ));
+                    );
                 }
                 Ok(Change::Feature {
                     dev,
@@ -256,9 +258,9 @@ impl Change {
                 check_dev(&dev)?;
                 for (rx, tx) in [old, new] {
                     if !(1..=CHANNELS_MAX).contains(&rx) || !(1..=CHANNELS_MAX).contains(&tx) {
-                        return Err(format!(
+                        bail_usage!(
                             "{dev}: channels rx {rx} tx {tx} out of range (1 to {CHANNELS_MAX})"
-                        ));
+                        );
                     }
                 }
                 Ok(Change::Channels { dev, old, new })
@@ -267,9 +269,9 @@ impl Change {
                 check_dev(&dev)?;
                 for v in [old, new] {
                     if v > GRO_FLUSH_MAX {
-                        return Err(format!(
+                        bail_usage!(
                             "{dev}: gro_flush_timeout {v} out of range (0 to {GRO_FLUSH_MAX} ns)"
-                        ));
+                        );
                     }
                 }
                 Ok(Change::GroFlushTimeout { dev, old, new })
@@ -278,9 +280,9 @@ impl Change {
                 check_dev(&dev)?;
                 for v in [old, new] {
                     if v > DEFER_MAX {
-                        return Err(format!(
+                        bail_usage!(
                             "{dev}: napi_defer_hard_irqs {v} out of range (0 to {DEFER_MAX})"
-                        ));
+                        );
                     }
                 }
                 Ok(Change::NapiDeferHardIrqs { dev, old, new })
@@ -291,14 +293,14 @@ impl Change {
                     .and_then(|r| r.strip_suffix("/gro_flush_timeout"))
                     .filter(|d| valid_dev_name(d))
                     .ok_or_else(|| {
-                        format!(
+                        usage!(
                             "{path:?} is not a file tune changes (it writes only /sys/class/net/<device>/gro_flush_timeout)"
                         )
                     })?;
                 let num = |v: &str| {
                     v.trim()
                         .parse::<u64>()
-                        .map_err(|_| format!("{path}: {v:?} is not a number of ns"))
+                        .map_err(|_| usage!("{path}: {v:?} is not a number of ns"))
                 };
                 Change::GroFlushTimeout {
                     dev: dev.to_string(),
@@ -422,23 +424,26 @@ impl Change {
     /// Checks, without writing, that the system can take this change now:
     /// the feature exists and can be changed, the channel counts are
     /// within the device's maximum.
-    pub fn feasible(&self) -> Result<(), String> {
+    pub fn feasible(&self) -> anyhow::Result<()> {
         match self.clone().checked()? {
             Change::Feature { dev, name, .. } => {
-                let all = fastudp_tools::host::features(&dev).map_err(|e| format!("{dev}: {e}"))?;
+                let all = fastudp_tools::host::features(&dev).with_context(|| dev.clone())?;
                 match all.iter().find(|f| f.name == name) {
                     Some(f) if f.changeable => Ok(()),
-                    Some(_) => Err(format!("{dev}: feature {name} cannot be changed")),
-                    None => Err(format!("{dev}: the kernel has no feature {name}")),
+                    Some(_) => bail!("{dev}: feature {name} cannot be changed"),
+                    None => bail!("{dev}: the kernel has no feature {name}"),
                 }
             }
             Change::Channels { dev, new, .. } => {
-                let c = fastudp_tools::host::channels(&dev).map_err(|e| format!("{dev}: {e}"))?;
+                let c = fastudp_tools::host::channels(&dev).with_context(|| dev.clone())?;
                 if new.0 > c.max_rx || new.1 > c.max_tx {
-                    return Err(format!(
+                    bail!(
                         "{dev}: channels rx {} tx {} exceed the device's maximum (rx {} tx {})",
-                        new.0, new.1, c.max_rx, c.max_tx
-                    ));
+                        new.0,
+                        new.1,
+                        c.max_rx,
+                        c.max_tx
+                    );
                 }
                 Ok(())
             }
@@ -447,30 +452,30 @@ impl Change {
     }
 
     /// Reads the setting's value now.
-    pub fn current(&self) -> Result<Value, String> {
+    pub fn current(&self) -> anyhow::Result<Value> {
         match self {
             Change::Sysctl { name, .. } => read_sysctl(name).map(Value::Num),
             Change::Feature { dev, name, .. } => {
-                let all = fastudp_tools::host::features(dev).map_err(|e| format!("{dev}: {e}"))?;
+                let all = fastudp_tools::host::features(dev).with_context(|| dev.clone())?;
                 all.iter()
                     .find(|f| f.name == *name)
                     .map(|f| Value::Bool(f.active))
-                    .ok_or_else(|| format!("{dev}: the kernel has no feature {name}"))
+                    .ok_or_else(|| anyhow!("{dev}: the kernel has no feature {name}"))
             }
             Change::Channels { dev, .. } => fastudp_tools::host::channels(dev)
                 .map(|c| Value::Pair(c.rx, c.tx))
-                .map_err(|e| format!("{dev}: {e}")),
+                .with_context(|| dev.clone()),
             Change::GroFlushTimeout { dev, .. } => read_gro_flush(dev).map(Value::Num),
             Change::NapiDeferHardIrqs { dev, .. } => {
                 read_dev_num(dev, "napi_defer_hard_irqs").map(Value::Num)
             }
-            Change::Sysfs { path, .. } => Err(format!("{path}: an unchecked change")),
+            Change::Sysfs { path, .. } => bail!("{path}: an unchecked change"),
         }
     }
 
     /// Makes the change: the new value is written. Refuses a change that
     /// [`Change::checked`] refuses.
-    pub fn apply(&self) -> Result<(), String> {
+    pub fn apply(&self) -> anyhow::Result<()> {
         match self.clone().checked()? {
             Change::Sysctl { name, new, .. } => {
                 let p = PathBuf::from(format!("/proc/sys/{}", name.replace('.', "/")));
@@ -478,30 +483,32 @@ impl Change {
             }
             Change::Feature { dev, name, new, .. } => {
                 fastudp_tools::host::set_features(&dev, &[(&name, new)])
-                    .map_err(|e| format!("{dev}: {e}"))?;
+                    .with_context(|| dev.clone())?;
                 // The kernel may accept the request and still not turn it on.
-                let now = fastudp_tools::host::features(&dev).map_err(|e| format!("{dev}: {e}"))?;
+                let now = fastudp_tools::host::features(&dev).with_context(|| dev.clone())?;
                 match now.iter().find(|f| f.name == *name) {
                     Some(f) if f.active == new => Ok(()),
-                    _ => Err(format!(
+                    _ => bail!(
                         "{dev}: {name} did not become {} (a feature it needs is off?)",
                         if new { "on" } else { "off" }
-                    )),
+                    ),
                 }
             }
             Change::Channels { dev, new, .. } => {
-                let mut c =
-                    fastudp_tools::host::channels(&dev).map_err(|e| format!("{dev}: {e}"))?;
+                let mut c = fastudp_tools::host::channels(&dev).with_context(|| dev.clone())?;
                 if new.0 > c.max_rx || new.1 > c.max_tx {
-                    return Err(format!(
+                    bail!(
                         "{dev}: channels rx {} tx {} exceed the device's maximum (rx {} tx {})",
-                        new.0, new.1, c.max_rx, c.max_tx
-                    ));
+                        new.0,
+                        new.1,
+                        c.max_rx,
+                        c.max_tx
+                    );
                 }
                 c.rx = new.0;
                 c.tx = new.1;
                 fastudp_tools::host::set_channels(&dev, &c)
-                    .map_err(|e| format!("{dev}: setting channels: {e}"))
+                    .with_context(|| format!("{dev}: setting channels"))
             }
             Change::GroFlushTimeout { dev, new, .. } => {
                 write_existing(&gro_flush_path(&dev)?, &new.to_string())
@@ -540,7 +547,7 @@ mod tests {
         ];
         for b in bad {
             let c: Result<Change, _> = serde_json::from_str(b);
-            let r = c.map_err(|e| e.to_string()).and_then(Change::checked);
+            let r = c.map_err(anyhow::Error::from).and_then(Change::checked);
             assert!(r.is_err(), "accepted: {b}");
         }
         // Unknown fields and kinds are refused while parsing.

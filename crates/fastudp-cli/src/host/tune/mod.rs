@@ -6,7 +6,7 @@ pub mod state;
 
 use super::devices::{is_device, up_devices, GRO_FLUSH_NS, NAPI_DEFER};
 use super::sysctl::{read_sysctl, SYSCTLS};
-use crate::Failure;
+use anyhow::anyhow;
 pub use change::{Change, Value, TUNE_FEATURES};
 use clap::Args;
 use state::State;
@@ -60,7 +60,7 @@ pub fn plan(devs: &[String]) -> Plan {
             Err(_) if !here => p.skipped.push(format!(
                 "sysctl {name} is host-wide and not visible in this network namespace: check it from the host"
             )),
-            Err(e) => p.skipped.push(format!("sysctl {name}: {e}")),
+            Err(e) => p.skipped.push(format!("sysctl {name}: {e:#}")),
         }
     }
     for dev in devs {
@@ -120,7 +120,7 @@ pub fn plan(devs: &[String]) -> Plan {
             match probe.current() {
                 Ok(Value::Num(0)) => p.changes.push(probe),
                 Ok(_) => {}
-                Err(e) => p.skipped.push(e),
+                Err(e) => p.skipped.push(format!("{e:#}")),
             }
             let probe = Change::NapiDeferHardIrqs {
                 dev: dev.clone(),
@@ -130,7 +130,7 @@ pub fn plan(devs: &[String]) -> Plan {
             match probe.current() {
                 Ok(Value::Num(0)) => p.changes.push(probe),
                 Ok(_) => {}
-                Err(e) => p.skipped.push(e),
+                Err(e) => p.skipped.push(format!("{e:#}")),
             }
         }
         p.skipped.push(format!(
@@ -140,28 +140,28 @@ pub fn plan(devs: &[String]) -> Plan {
     p
 }
 
-fn need_root(what: &str) -> Result<(), Failure> {
+/// tune's changes need root: without it, `--apply` and `--revert` are
+/// usage errors (the plan alone needs nothing).
+fn need_root(what: &str) -> anyhow::Result<()> {
     if crate::testbed::is_root() {
         Ok(())
     } else {
-        Err(Failure::usage(format!(
-            "tune {what} needs root: it changes sysctls and device settings"
-        )))
+        bail_usage!("tune {what} needs root: it changes sysctls and device settings")
     }
 }
 
 /// Applies `changes` in order; if one fails, undoes those already made
 /// and returns the error.
-pub fn apply_all(changes: &[Change]) -> Result<(), String> {
+pub fn apply_all(changes: &[Change]) -> anyhow::Result<()> {
     for (i, c) in changes.iter().enumerate() {
         if let Err(e) = c.apply() {
             for done in changes[..i].iter().rev() {
                 if let Err(e2) = done.inverse().apply() {
-                    eprintln!("fastudp: warning: could not undo \"{done}\": {e2}");
+                    eprintln!("fastudp: warning: could not undo \"{done}\": {e2:#}");
                 }
             }
-            return Err(format!(
-                "\"{c}\" failed: {e}; the changes before it were undone"
+            return Err(anyhow!(
+                "\"{c}\" failed: {e:#}; the changes before it were undone"
             ));
         }
     }
@@ -184,11 +184,18 @@ enum Step {
 /// device's maximum); then writes. If a write fails midway, the values
 /// already restored are set back to what they were, and nothing is left
 /// half reverted.
-fn revert(file: &str) -> Result<(), Failure> {
+fn revert(file: &str) -> anyhow::Result<()> {
     need_root("--revert")?;
-    let path = Path::new(file);
-    let st =
-        state::load(path)?.ok_or_else(|| Failure::usage(format!("{file}: no such state file")))?;
+    let st = state::load(Path::new(file))?.ok_or_else(|| usage!("{file}: no such state file"))?;
+    let steps = revert_steps(&st)?;
+    check_restores(&steps)?;
+    restore_all(&steps)?;
+    report_revert(&steps)
+}
+
+/// What to do with each saved change, last first, from the values now.
+/// A value that cannot be read is a runtime error (nothing written yet).
+fn revert_steps(st: &State) -> anyhow::Result<Vec<Step>> {
     let mut steps = Vec::new();
     for c in st.changes.iter().rev() {
         if let Some(d) = c.device() {
@@ -198,69 +205,89 @@ fn revert(file: &str) -> Result<(), Failure> {
             }
         }
         let (old, _) = c.values();
-        let now = c.current().map_err(|e| Failure { code: 1, msg: e })?;
+        let now = c.current()?;
         steps.push(if now == old {
             Step::Already(c.clone())
         } else {
             Step::Restore(c.clone(), now)
         });
     }
-    // Every restore must be possible, and so must setting each value back
-    // to what it is now, before the first write.
-    for s in &steps {
+    Ok(steps)
+}
+
+/// Every restore must be possible, and so must setting each value back to
+/// what it is now, before the first write. The file is valid; it is the
+/// system that cannot take it: a runtime error.
+fn check_restores(steps: &[Step]) -> anyhow::Result<()> {
+    for s in steps {
         if let Step::Restore(c, now) = s {
             let back = c
                 .inverse()
                 .set_to(now)
-                .ok_or_else(|| format!("its value now ({now}) is of another kind"))
+                .ok_or_else(|| anyhow!("its value now ({now}) is of another kind"))
                 .and_then(|b| b.checked().map(drop));
             if let Err(why) = c.inverse().feasible().and(back) {
-                return Err(Failure {
-                    code: 1,
-                    msg: format!("cannot restore {}: {why}; nothing was changed", what(c)),
-                });
+                return Err(anyhow!(
+                    "cannot restore {}: {why:#}; nothing was changed",
+                    what(c)
+                ));
             }
         }
     }
+    Ok(())
+}
+
+/// Writes every original back. If a write fails, the values restored
+/// before it are set back to what they were, and the error says whether
+/// that worked.
+fn restore_all(steps: &[Step]) -> anyhow::Result<()> {
     let mut done: Vec<(&Change, &Value)> = Vec::new();
-    for s in &steps {
+    for s in steps {
         let Step::Restore(c, now) = s else { continue };
         if let Err(e) = c.inverse().apply() {
             let (old, _) = c.values();
-            let mut unsure = 0;
-            for (d, was) in done.iter().rev() {
-                // Writes the value found before the restore again.
-                match d.inverse().set_to(was).map(|b| b.apply()) {
-                    Some(Ok(())) => {}
-                    Some(Err(e2)) => {
-                        unsure += 1;
-                        eprintln!(
-                            "fastudp: warning: could not set {} back to {was}: {e2}",
-                            what(d)
-                        );
-                    }
-                    None => unsure += 1,
-                }
-            }
-            let after = if unsure == 0 {
-                format!(
-                    "the {} values restored before it were set back: nothing was changed",
-                    done.len()
-                )
-            } else {
-                format!("{unsure} values could not be set back (see above)")
-            };
-            return Err(Failure {
-                code: 1,
-                msg: format!(
-                    "could not restore {}: {now} -> {old}: {e}; {after}",
-                    what(c)
-                ),
-            });
+            let after = undo_restores(&done);
+            return Err(anyhow!(
+                "could not restore {}: {now} -> {old}: {e:#}; {after}",
+                what(c)
+            ));
         }
         done.push((c, now));
     }
-    for s in &steps {
+    Ok(())
+}
+
+/// Sets the values of `done` back to what they were before the revert
+/// (last first); what happened, for the error.
+fn undo_restores(done: &[(&Change, &Value)]) -> String {
+    let mut unsure = 0;
+    for (d, was) in done.iter().rev() {
+        // Writes the value found before the restore again.
+        match d.inverse().set_to(was).map(|b| b.apply()) {
+            Some(Ok(())) => {}
+            Some(Err(e2)) => {
+                unsure += 1;
+                eprintln!(
+                    "fastudp: warning: could not set {} back to {was}: {e2:#}",
+                    what(d)
+                );
+            }
+            None => unsure += 1,
+        }
+    }
+    if unsure == 0 {
+        format!(
+            "the {} values restored before it were set back: nothing was changed",
+            done.len()
+        )
+    } else {
+        format!("{unsure} values could not be set back (see above)")
+    }
+}
+
+/// One line per saved change: restored, already so, or its device gone.
+fn report_revert(steps: &[Step]) -> anyhow::Result<()> {
+    for s in steps {
         match s {
             Step::Restore(c, now) => {
                 let (old, new) = c.values();
@@ -269,19 +296,17 @@ fn revert(file: &str) -> Result<(), Failure> {
                 } else {
                     format!(" (changed since tune set {new})")
                 };
-                outln!("restored: {}: {now} -> {old}{since}", what(c));
+                out!("restored: {}: {now} -> {old}{since}", what(c))?;
             }
-            Step::Already(c) => {
-                outln!(
-                    "already at its original value: {}: {}",
-                    what(c),
-                    c.values().0
-                )
-            }
-            Step::Gone(c) => outln!(
+            Step::Already(c) => out!(
+                "already at its original value: {}: {}",
+                what(c),
+                c.values().0
+            )?,
+            Step::Gone(c) => out!(
                 "not restored: {c} ({} is gone from this network namespace)",
                 c.device().unwrap_or_default()
-            ),
+            )?,
         }
     }
     Ok(())
@@ -300,7 +325,7 @@ fn what(c: &Change) -> String {
 }
 
 /// Runs `fastudp tune`.
-pub fn run_tune(a: TuneArgs) -> Result<(), Failure> {
+pub fn run_tune(a: TuneArgs) -> anyhow::Result<()> {
     if let Some(file) = &a.revert {
         return revert(file);
     }
@@ -310,30 +335,39 @@ pub fn run_tune(a: TuneArgs) -> Result<(), Failure> {
     let devs = match &a.dev {
         Some(d) => {
             if !is_device(d) {
-                return Err(Failure::usage(format!(
-                    "--dev {d}: no such device in this network namespace"
-                )));
+                bail_usage!("--dev {d}: no such device in this network namespace");
             }
             vec![d.clone()]
         }
         None => up_devices().into_iter().filter(|d| d != "lo").collect(),
     };
     let p = plan(&devs);
-    if !a.apply {
-        outln!("fastudp tune: the plan (a dry run: --apply makes these changes, as root)");
-    }
-    for c in &p.changes {
-        outln!("  {c}");
-    }
-    if p.changes.is_empty() {
-        outln!("  nothing to change");
-    }
-    for s in &p.skipped {
-        outln!("  not changed: {s}");
-    }
+    print_plan(&p, a.apply)?;
     if !a.apply || p.changes.is_empty() {
         return Ok(());
     }
+    apply(&a, &devs, &p)
+}
+
+/// Prints the plan: the changes, and what tune leaves alone and why.
+fn print_plan(p: &Plan, apply: bool) -> anyhow::Result<()> {
+    if !apply {
+        out!("fastudp tune: the plan (a dry run: --apply makes these changes, as root)")?;
+    }
+    for c in &p.changes {
+        out!("  {c}")?;
+    }
+    if p.changes.is_empty() {
+        out!("  nothing to change")?;
+    }
+    for s in &p.skipped {
+        out!("  not changed: {s}")?;
+    }
+    Ok(())
+}
+
+/// `--apply`: saves the originals, then makes the changes (all or none).
+fn apply(a: &TuneArgs, devs: &[String], p: &Plan) -> anyhow::Result<()> {
     // The state file is checked and written before anything changes, so
     // that whatever happens next, the originals are on disk.
     let path = Path::new(&a.state);
@@ -342,14 +376,14 @@ pub fn run_tune(a: TuneArgs) -> Result<(), Failure> {
         version: state::STATE_VERSION,
         ..State::default()
     });
-    st.merge(&devs, &p.changes);
+    st.merge(devs, &p.changes);
     state::save(path, &st)?;
     if let Err(e) = apply_all(&p.changes) {
         // Everything was undone: put the state file back as it was.
         state::restore(path, previous.as_ref());
-        return Err(Failure { code: 1, msg: e });
+        return Err(e);
     }
-    outln!(
+    out!(
         "applied {} changes; original values in {}{} (undo: fastudp tune --revert {})",
         p.changes.len(),
         a.state,
@@ -359,8 +393,7 @@ pub fn run_tune(a: TuneArgs) -> Result<(), Failure> {
             ""
         },
         a.state
-    );
-    Ok(())
+    )
 }
 
 #[cfg(test)]

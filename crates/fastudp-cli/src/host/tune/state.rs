@@ -21,6 +21,7 @@
 //!   written.
 
 use super::change::Change;
+use anyhow::{anyhow, Context};
 use fastudp_tools::os;
 use serde::{Deserialize, Serialize};
 use std::ffi::OsString;
@@ -57,8 +58,9 @@ enum AnyState {
 
 impl State {
     /// Parses and checks a state file's text: every change must be one
-    /// tune could have made ([`Change::checked`]).
-    pub fn parse(text: &str) -> Result<State, String> {
+    /// tune could have made ([`Change::checked`]). A refusal is a usage
+    /// error: the file is input.
+    pub fn parse(text: &str) -> anyhow::Result<State> {
         let st = match serde_json::from_str::<AnyState>(text) {
             Ok(AnyState::Current(s)) => s,
             Ok(AnyState::List(changes)) => State {
@@ -66,27 +68,25 @@ impl State {
                 devices: Vec::new(),
                 changes,
             },
-            Err(_) => {
-                return Err("not a tune state file (expected what tune --apply writes)".to_string())
-            }
+            Err(_) => bail_usage!("not a tune state file (expected what tune --apply writes)"),
         };
         if st.version == 0 || st.version > STATE_VERSION {
-            return Err(format!(
+            bail_usage!(
                 "state file version {} is not one this fastudp reads (1 to {STATE_VERSION})",
                 st.version
-            ));
+            );
         }
         let mut devices = st.devices;
         for d in &devices {
             if !super::change::valid_dev_name(d) {
-                return Err(format!("{d:?} is not a network interface name"));
+                bail_usage!("{d:?} is not a network interface name");
             }
         }
         let mut changes: Vec<Change> = Vec::with_capacity(st.changes.len());
         for (i, c) in st.changes.into_iter().enumerate() {
-            let c = c.checked().map_err(|e| format!("change {}: {e}", i + 1))?;
+            let c = c.checked().with_context(|| format!("change {}", i + 1))?;
             if changes.iter().any(|o| o.key() == c.key()) {
-                return Err(format!("change {}: \"{c}\" appears twice", i + 1));
+                bail_usage!("change {}: \"{c}\" appears twice", i + 1);
             }
             if let Some(d) = c.device() {
                 if !devices.iter().any(|x| x == d) {
@@ -161,21 +161,23 @@ impl StateDir {
     /// Resolves `path`'s directory (a relative path from the current
     /// directory's real path), creating missing directories (mode 0700)
     /// when `create`. `Ok(None)` when it does not exist and not `create`.
-    fn open(path: &Path, create: bool) -> Result<Option<StateDir>, String> {
+    /// A path refused (a link, a directory of another user, one others can
+    /// write) is a usage error; a failed system call is not.
+    fn open(path: &Path, create: bool) -> anyhow::Result<Option<StateDir>> {
         let shown = path.display();
         let abs = if path.is_absolute() {
             path.to_path_buf()
         } else {
             std::env::current_dir()
-                .map_err(|e| format!("{shown}: the current directory: {e}"))?
+                .with_context(|| format!("{shown}: the current directory"))?
                 .join(path)
         };
         let name = abs
             .file_name()
             .filter(|_| !path.as_os_str().as_encoded_bytes().ends_with(b"/"))
-            .ok_or_else(|| format!("{shown} names no file"))?
+            .ok_or_else(|| usage!("{shown} names no file"))?
             .to_os_string();
-        let root = std::fs::File::open("/").map_err(|e| format!("cannot open /: {e}"))?;
+        let root = std::fs::File::open("/").context("cannot open /")?;
         let mut fd = OwnedFd::from(root);
         let mut at = PathBuf::from("/");
         check_walked(&fd, &at)?;
@@ -183,19 +185,19 @@ impl StateDir {
             let c = match c {
                 Component::RootDir | Component::CurDir => continue,
                 Component::ParentDir => {
-                    return Err(format!(
+                    bail_usage!(
                         "{shown}: a path with '..' is not taken: give the directory's real path"
-                    ))
+                    )
                 }
                 Component::Normal(c) => c,
-                Component::Prefix(_) => return Err(format!("{shown}: not a Unix path")),
+                Component::Prefix(_) => bail_usage!("{shown}: not a Unix path"),
             };
             at.push(c);
             let flags = libc::O_PATH | libc::O_DIRECTORY;
             let next = match os::openat2(fd.as_fd(), Path::new(c), flags, 0, RESOLVE) {
                 Err(e) if e.raw_os_error() == Some(libc::ENOENT) && create => {
                     os::mkdirat(fd.as_fd(), Path::new(c), 0o700)
-                        .map_err(|e| format!("cannot create {}: {e}", at.display()))?;
+                        .with_context(|| format!("cannot create {}", at.display()))?;
                     os::openat2(fd.as_fd(), Path::new(c), flags, 0, RESOLVE)
                 }
                 r => r,
@@ -204,16 +206,17 @@ impl StateDir {
                 Ok(f) => f,
                 Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(None),
                 Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
-                    return Err(format!(
+                    bail_usage!(
                         "{} is a symbolic link: tune never follows one in the state path (give the real path)",
                         at.display()
-                    ))
+                    )
                 }
-                Err(e) => return Err(format!("cannot use {}: {e}", at.display())),
+                // Not a directory, say: the path given cannot be used.
+                Err(e) => bail_usage!("cannot use {}: {e}", at.display()),
             };
             check_walked(&fd, &at)?;
         }
-        let m = stat(&fd).map_err(|e| format!("cannot stat {}: {e}", at.display()))?;
+        let m = stat(&fd).with_context(|| format!("cannot stat {}", at.display()))?;
         Ok(Some(StateDir {
             fd,
             shown: at,
@@ -229,12 +232,12 @@ impl StateDir {
 
     /// Checks that the state file may be kept here: a directory nobody
     /// else can write, or a sticky one when the file is new.
-    fn check(&self, file_exists: bool) -> Result<(), String> {
+    fn check(&self, file_exists: bool) -> anyhow::Result<()> {
         if self.open && file_exists {
-            return Err(format!(
+            bail_usage!(
                 "other users can write in {}, and the file is already there: keep the state file in a directory only you can write (--state)",
                 self.shown.display()
-            ));
+            );
         }
         Ok(())
     }
@@ -248,28 +251,28 @@ fn stat(fd: &OwnedFd) -> std::io::Result<std::fs::Metadata> {
 
 /// Checks one directory of a state path: owned by root or this user, and
 /// writable by others only if sticky.
-fn check_walked(fd: &OwnedFd, at: &Path) -> Result<(), String> {
-    let m = stat(fd).map_err(|e| format!("cannot stat {}: {e}", at.display()))?;
+fn check_walked(fd: &OwnedFd, at: &Path) -> anyhow::Result<()> {
+    let m = stat(fd).with_context(|| format!("cannot stat {}", at.display()))?;
     if m.uid() != 0 && m.uid() != euid() {
-        return Err(format!(
+        bail_usage!(
             "{} belongs to user {}, neither root nor this user: its owner could swap what lies below it; keep the state file elsewhere (--state)",
             at.display(),
             m.uid()
-        ));
+        );
     }
     if others_can_write(&m) && m.permissions().mode() & 0o1000 == 0 {
-        return Err(format!(
+        bail_usage!(
             "other users can write in {} (mode {:o}): keep the state file in a directory only you can write (--state)",
             at.display(),
             m.permissions().mode() & 0o7777
-        ));
+        );
     }
     Ok(())
 }
 
 /// Opens a state file for reading: no symbolic link, a regular file owned
 /// by this user, writable by nobody else. `Ok(None)` when it is absent.
-fn open_existing(dir: &StateDir) -> Result<Option<std::fs::File>, String> {
+fn open_existing(dir: &StateDir) -> anyhow::Result<Option<std::fs::File>> {
     let path = dir.file();
     let shown = path.display();
     let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK;
@@ -277,56 +280,54 @@ fn open_existing(dir: &StateDir) -> Result<Option<std::fs::File>, String> {
         Ok(f) => std::fs::File::from(f),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
-            return Err(format!(
-                "{shown} is a symbolic link: tune never follows one (give the real path)"
-            ))
+            bail_usage!("{shown} is a symbolic link: tune never follows one (give the real path)")
         }
-        Err(e) => return Err(format!("cannot open {shown}: {e}")),
+        Err(e) => return Err(anyhow!(e).context(format!("cannot open {shown}"))),
     };
     let m = f
         .metadata()
-        .map_err(|e| format!("cannot stat {shown}: {e}"))?;
+        .with_context(|| format!("cannot stat {shown}"))?;
     if !m.is_file() {
-        return Err(format!("{shown} is not a regular file"));
+        bail_usage!("{shown} is not a regular file");
     }
     if m.uid() != euid() {
-        return Err(format!(
+        bail_usage!(
             "{shown} belongs to user {}, not to this user: tune did not write it",
             m.uid()
-        ));
+        );
     }
     if others_can_write(&m) {
-        return Err(format!(
+        bail_usage!(
             "{shown} can be written by other users (mode {:o}): refusing to trust it",
             m.permissions().mode() & 0o7777
-        ));
+        );
     }
     if m.len() > MAX_STATE_BYTES {
-        return Err(format!(
+        bail_usage!(
             "{shown} is {} bytes, more than a tune state file ({MAX_STATE_BYTES})",
             m.len()
-        ));
+        );
     }
     Ok(Some(f))
 }
 
 /// Reads and checks the state file in `dir`.
-fn load_in(dir: &StateDir) -> Result<Option<State>, String> {
+fn load_in(dir: &StateDir) -> anyhow::Result<Option<State>> {
     let Some(f) = open_existing(dir)? else {
         return Ok(None);
     };
     let mut text = String::new();
     f.take(MAX_STATE_BYTES + 1)
         .read_to_string(&mut text)
-        .map_err(|e| format!("cannot read {}: {e}", dir.file().display()))?;
+        .with_context(|| format!("cannot read {}", dir.file().display()))?;
     State::parse(&text)
         .map(Some)
-        .map_err(|e| format!("{}: {e}", dir.file().display()))
+        .with_context(|| dir.file().display().to_string())
 }
 
 /// Reads and checks the state file at `path`; `Ok(None)` when there is
 /// none.
-pub fn load(path: &Path) -> Result<Option<State>, String> {
+pub fn load(path: &Path) -> anyhow::Result<Option<State>> {
     match StateDir::open(path, false)? {
         Some(dir) => load_in(&dir),
         None => Ok(None),
@@ -336,9 +337,9 @@ pub fn load(path: &Path) -> Result<Option<State>, String> {
 /// Checks, before anything is changed, that a state file can be written
 /// at `path`, creating its directory (mode 0700) if needed. Returns the
 /// state already saved there, if any.
-pub fn prepare(path: &Path) -> Result<Option<State>, String> {
+pub fn prepare(path: &Path) -> anyhow::Result<Option<State>> {
     let dir = StateDir::open(path, true)?
-        .ok_or_else(|| format!("cannot create the directory of {}", path.display()))?;
+        .ok_or_else(|| anyhow!("cannot create the directory of {}", path.display()))?;
     let existing = load_in(&dir)?;
     dir.check(existing.is_some())?;
     Ok(existing)
@@ -348,10 +349,10 @@ pub fn prepare(path: &Path) -> Result<Option<State>, String> {
 /// in the same directory, synced, then renamed over the file (a rename
 /// never follows a symbolic link), all relative to the directory's
 /// descriptor. [`prepare`] must have passed.
-pub fn save(path: &Path, state: &State) -> Result<(), String> {
+pub fn save(path: &Path, state: &State) -> anyhow::Result<()> {
     let dir = StateDir::open(path, false)?
-        .ok_or_else(|| format!("the directory of {} is gone", path.display()))?;
-    let json = serde_json::to_string_pretty(state).map_err(|e| e.to_string())?;
+        .ok_or_else(|| anyhow!("the directory of {} is gone", path.display()))?;
+    let json = serde_json::to_string_pretty(state).context("the state as JSON")?;
     let mut tmp = OsString::from(".");
     tmp.push(&dir.name);
     tmp.push(format!(".tmp.{}", std::process::id()));
@@ -366,7 +367,7 @@ pub fn save(path: &Path, state: &State) -> Result<(), String> {
     };
     write().map_err(|e| {
         let _ = os::unlinkat(dir.fd.as_fd(), &tmp);
-        format!("cannot write the state file {}: {e}", path.display())
+        anyhow!(e).context(format!("cannot write the state file {}", path.display()))
     })
 }
 
@@ -375,13 +376,13 @@ pub fn restore(path: &Path, previous: Option<&State>) {
     let r = match previous {
         Some(p) => save(path, p),
         None => StateDir::open(path, false).and_then(|d| match d {
-            Some(d) => os::unlinkat(d.fd.as_fd(), Path::new(&d.name)).map_err(|e| e.to_string()),
+            Some(d) => Ok(os::unlinkat(d.fd.as_fd(), Path::new(&d.name))?),
             None => Ok(()),
         }),
     };
     if let Err(e) = r {
         eprintln!(
-            "fastudp: warning: could not restore the state file {}: {e}",
+            "fastudp: warning: could not restore the state file {}: {e:#}",
             path.display()
         );
     }
@@ -391,6 +392,13 @@ pub fn restore(path: &Path, previous: Option<&State>) {
 mod tests {
     use super::*;
     use std::os::unix::fs::DirBuilderExt;
+
+    /// An error's line, as `main` prints it; a refusal must be a usage
+    /// error (exit status 2).
+    fn msg(e: anyhow::Error) -> String {
+        assert_eq!(crate::failure::exit_status(&e), 2, "{e:#}");
+        format!("{e:#}")
+    }
 
     fn private_dir(tag: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("fastudp-state-{tag}-{}", std::process::id()));
@@ -432,9 +440,9 @@ mod tests {
         std::fs::write(&target, "keep me\n").unwrap();
         let p = d.join("state.json");
         std::os::unix::fs::symlink(&target, &p).unwrap();
-        let e = prepare(&p).unwrap_err();
+        let e = msg(prepare(&p).unwrap_err());
         assert!(e.contains("symbolic link"), "{e}");
-        assert!(load(&p).unwrap_err().contains("symbolic link"));
+        assert!(msg(load(&p).unwrap_err()).contains("symbolic link"));
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep me\n");
         std::fs::remove_dir_all(&d).unwrap();
     }
@@ -453,10 +461,10 @@ mod tests {
         // A link in the middle of the path (here root's own): refused.
         std::os::unix::fs::symlink(&real, d.join("link")).unwrap();
         let p = d.join("link").join("state.json");
-        let e = prepare(&p).unwrap_err();
+        let e = msg(prepare(&p).unwrap_err());
         assert!(e.contains("symbolic link"), "{e}");
         assert!(save(&p, &sample()).is_err());
-        assert!(load(&p).unwrap_err().contains("symbolic link"));
+        assert!(msg(load(&p).unwrap_err()).contains("symbolic link"));
         // A directory of another user, with a link in it to root's.
         let other = d.join("other");
         std::fs::DirBuilder::new()
@@ -466,7 +474,7 @@ mod tests {
         if std::os::unix::fs::chown(&other, Some(65534), Some(65534)).is_ok() {
             std::os::unix::fs::symlink(&real, other.join("link")).unwrap();
             for p in [other.join("link/state.json"), other.join("state.json")] {
-                let e = prepare(&p).unwrap_err();
+                let e = msg(prepare(&p).unwrap_err());
                 assert!(e.contains("belongs to user 65534"), "{e}");
             }
         } else {
@@ -478,7 +486,7 @@ mod tests {
             "nothing was written through a link"
         );
         // '..' is not taken either.
-        let e = prepare(&real.join("../real/s.json")).unwrap_err();
+        let e = msg(prepare(&real.join("../real/s.json")).unwrap_err());
         assert!(e.contains(".."), "{e}");
         std::fs::remove_dir_all(&d).unwrap();
     }
@@ -492,13 +500,13 @@ mod tests {
             .create(&open)
             .unwrap();
         std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
-        let e = prepare(&open.join("s.json")).unwrap_err();
+        let e = msg(prepare(&open.join("s.json")).unwrap_err());
         assert!(e.contains("other users can write"), "{e}");
         std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o1777)).unwrap();
         let p = open.join("s.json");
         assert_eq!(prepare(&p).unwrap(), None, "sticky and new: allowed");
         save(&p, &sample()).unwrap();
-        let e = prepare(&p).unwrap_err();
+        let e = msg(prepare(&p).unwrap_err());
         assert!(e.contains("already there"), "{e}");
         std::fs::remove_dir_all(&d).unwrap();
     }
@@ -509,7 +517,7 @@ mod tests {
         let p = d.join("s.json");
         save(&p, &sample()).unwrap();
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o666)).unwrap();
-        assert!(load(&p).unwrap_err().contains("other users"));
+        assert!(msg(load(&p).unwrap_err()).contains("other users"));
         std::fs::remove_dir_all(&d).unwrap();
     }
 
@@ -522,7 +530,7 @@ mod tests {
         assert_eq!(s.changes.len(), 2);
         let evil = r#"[{"kind":"sysctl","name":"net.core.rmem_max","old":212992,"new":7500000},
                        {"kind":"sysfs","path":"/etc/shadow","old":"","new":"x"}]"#;
-        let e = State::parse(evil).unwrap_err();
+        let e = msg(State::parse(evil).unwrap_err());
         assert!(e.contains("change 2"), "{e}");
         assert!(State::parse(r#"{"version":9,"devices":[],"changes":[]}"#).is_err());
         assert!(State::parse("{\"not\": \"a list\"}").is_err());

@@ -247,6 +247,18 @@ pub fn assert_refused(cases: &[(Vec<&str>, &str)]) {
     }
 }
 
+/// Asserts that a finished `fastudp` exited with `code` (2: bad input, 1:
+/// a run that failed) and said why in one line, `fastudp: error: ...`
+/// with `needle` in it, without a panic.
+pub fn assert_one_line_error(o: &Output, code: i32, needle: &str) {
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(code), "{err}");
+    let lines: Vec<&str> = err.trim().lines().collect();
+    assert_eq!(lines.len(), 1, "one line: {err}");
+    assert!(lines[0].starts_with("fastudp: error: "), "{err}");
+    assert!(lines[0].contains(needle), "{needle:?}: {err}");
+}
+
 /// Runs `fastudp args`, which must fail with exit status `status` (2: a
 /// usage error, 1: a runtime failure) and exactly one line on standard
 /// error, `fastudp: error: ` and then one that starts with `line`.
