@@ -18,8 +18,9 @@
 //! # Shape and bounds
 //!
 //! One thread accepts; each connection gets a thread of its own, at most
-//! [`Config::max_connections`] at once (more are closed at once and
-//! counted in [`Stats::refused`]). Every way a client can hold a
+//! [`Config::max_connections`] at once, and [`Config::per_ip`] from one
+//! client address (more are closed at once and counted in
+//! [`Stats::refused`]). Every way a client can hold a
 //! connection is bounded:
 //!
 //! | What | Bound | When it is passed |
@@ -30,7 +31,7 @@
 //! | Request head size | [`MAX_HEAD`] bytes | 431, closed, [`Stats::bad_requests`] |
 //! | Header fields | [`MAX_FIELDS`] | 431, closed, [`Stats::bad_requests`] |
 //! | Request body | none accepted (`Content-Length` above 0, any `Transfer-Encoding`) | 413 or 501, closed, [`Stats::bad_requests`] |
-//! | A write that makes no progress | [`Config::send_timeout`] | closed, [`Stats::send_failed`] |
+//! | A response piece (head, a body chunk of [`crate::h3::CHUNK`]) the client does not take | [`Config::send_timeout`] | closed, [`Stats::send_failed`] |
 //! | Requests per connection | [`MAX_REQUESTS`] | the last answer says `connection: close` |
 //! | Reading on after a refusal (so the answer is not lost to a reset) | [`LINGER`], [`LINGER_BYTES`] | closed |
 //!
@@ -86,14 +87,20 @@ pub struct Config {
     make: Arc<MakeHandler>,
     /// Connections open at once, at most (default [`MAX_CONNECTIONS`]).
     pub max_connections: usize,
+    /// Connections open at once from one client address (an IPv6 /64),
+    /// at most; more are closed at once and counted in
+    /// [`Stats::refused`]. `None` (the default): a quarter of
+    /// [`Config::max_connections`], at least 1, so that one address
+    /// cannot hold every place.
+    pub max_connections_per_ip: Option<usize>,
     /// Time for a request head (and, for the first, the TLS handshake)
     /// to arrive whole (default [`crate::limits::REQUEST_TIMEOUT`]).
     pub request_timeout: Duration,
     /// Time a connection may wait for its next request (default
     /// [`IDLE_TIMEOUT`]).
     pub idle_timeout: Duration,
-    /// Time one write may wait for the client to take bytes (default
-    /// [`SEND_TIMEOUT`]).
+    /// Time the client has to take each piece of a response (its head,
+    /// each body chunk), progress or not (default [`SEND_TIMEOUT`]).
     pub send_timeout: Duration,
 }
 
@@ -103,6 +110,7 @@ impl std::fmt::Debug for Config {
             .field("addr", &self.addr)
             .field("h3_port", &self.h3_port)
             .field("max_connections", &self.max_connections)
+            .field("max_connections_per_ip", &self.max_connections_per_ip)
             .field("request_timeout", &self.request_timeout)
             .field("idle_timeout", &self.idle_timeout)
             .field("send_timeout", &self.send_timeout)
@@ -127,10 +135,18 @@ impl Config {
             h3_port,
             make,
             max_connections: MAX_CONNECTIONS,
+            max_connections_per_ip: None,
             request_timeout: crate::limits::REQUEST_TIMEOUT,
             idle_timeout: IDLE_TIMEOUT,
             send_timeout: SEND_TIMEOUT,
         }
+    }
+
+    /// The bound on connections from one address in force:
+    /// [`Config::max_connections_per_ip`] or its default.
+    pub fn per_ip(&self) -> usize {
+        self.max_connections_per_ip
+            .unwrap_or((self.max_connections / 4).max(1))
     }
 }
 
@@ -142,8 +158,9 @@ pub struct Stats {
     pub accepted: AtomicU64,
     /// Connections open now.
     pub open: AtomicU64,
-    /// Connections closed at once: [`Config::max_connections`] were open
-    /// (or no thread could be started).
+    /// Connections closed at once: [`Config::max_connections`] were open,
+    /// or [`Config::per_ip`] from the client's address (or no thread
+    /// could be started).
     pub refused: AtomicU64,
     /// TLS handshakes that failed.
     pub tls_failed: AtomicU64,
@@ -218,6 +235,8 @@ struct Shared {
     tls: Arc<rustls::ServerConfig>,
     alt_svc: HeaderValue,
     stats: Arc<Stats>,
+    /// Connections open per client address.
+    per_address: crate::limits::PerAddress,
     stop: AtomicBool,
     /// The open connections' sockets, to shut them down at stop.
     conns: Mutex<HashMap<u64, TcpStream>>,
@@ -249,6 +268,12 @@ impl Listener {
                 "max_connections: at least 1",
             ));
         }
+        if cfg.max_connections_per_ip == Some(0) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "max_connections_per_ip: at least 1",
+            ));
+        }
         let mut tls = (*cfg.tls).clone();
         tls.alpn_protocols = vec![ALPN.to_vec()];
         tls.max_early_data_size = 0;
@@ -256,11 +281,13 @@ impl Listener {
             .map_err(io::Error::other)?;
         let socket = TcpListener::bind(cfg.addr)?;
         let addr = socket.local_addr()?;
+        let per_address = crate::limits::PerAddress::new(cfg.per_ip());
         let shared = Arc::new(Shared {
             cfg,
             tls: Arc::new(tls),
             alt_svc,
             stats: Arc::new(Stats::default()),
+            per_address,
             stop: AtomicBool::new(false),
             conns: Mutex::new(HashMap::new()),
         });
@@ -279,6 +306,12 @@ impl Listener {
     /// The address it listens on.
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The bound on connections from one address in force
+    /// ([`Config::per_ip`]).
+    pub fn per_ip(&self) -> usize {
+        self.shared.cfg.per_ip()
     }
 
     /// Its counters.
@@ -327,8 +360,8 @@ fn accept_loop(l: TcpListener, shared: Arc<Shared>) {
         if shared.stop.load(SeqCst) {
             return;
         }
-        let tcp = match accepted {
-            Ok((tcp, _)) => tcp,
+        let (tcp, ip) = match accepted {
+            Ok((tcp, peer)) => (tcp, peer.ip()),
             // EMFILE and the like: wait a little rather than spin.
             Err(_) => {
                 std::thread::sleep(Duration::from_millis(10));
@@ -336,11 +369,14 @@ fn accept_loop(l: TcpListener, shared: Arc<Shared>) {
             }
         };
         let stats = &shared.stats;
-        if stats.open.load(Relaxed) >= shared.cfg.max_connections as u64 {
+        if stats.open.load(Relaxed) >= shared.cfg.max_connections as u64
+            || !shared.per_address.take(ip)
+        {
             stats.refused.fetch_add(1, Relaxed);
             continue;
         }
         let Ok(clone) = tcp.try_clone() else {
+            shared.per_address.give(ip);
             stats.refused.fetch_add(1, Relaxed);
             continue;
         };
@@ -359,19 +395,104 @@ fn accept_loop(l: TcpListener, shared: Arc<Shared>) {
                 if let Ok(mut conns) = s.conns.lock() {
                     conns.remove(&id);
                 }
+                s.per_address.give(ip);
                 s.stats.open.fetch_sub(1, Relaxed);
             });
         if spawned.is_err() {
             if let Ok(mut conns) = shared.conns.lock() {
                 conns.remove(&id);
             }
+            shared.per_address.give(ip);
             stats.open.fetch_sub(1, Relaxed);
             stats.refused.fetch_add(1, Relaxed);
         }
     }
 }
 
-type Tls = rustls::StreamOwned<rustls::ServerConnection, TcpStream>;
+type Tls = rustls::StreamOwned<rustls::ServerConnection, Sock>;
+
+/// A connection's TCP socket, with the deadline every read must meet.
+///
+/// rustls reads a TLS record, and a handshake flight, in as many reads as
+/// it takes. A receive timeout set once before a rustls call would bound
+/// each of those reads, not their sum: a client that trickles the bytes
+/// of one record (up to 16 KiB), or of its ClientHello, a byte at a time
+/// would renew it with each byte. Here each read sets the kernel's
+/// receive timeout to the time left before [`Sock::deadline`] and fails
+/// with [`io::ErrorKind::TimedOut`] once none is.
+///
+/// Its writes pass `MSG_NOSIGNAL`: rustls writes with `write_vectored`,
+/// which `std` makes a `writev(2)`, and a `writev` to a connection the
+/// client has reset raises SIGPIPE, which ends a process that has not
+/// ignored it (as `fastudp` does not, so that a closed pipe ends it).
+///
+/// Writes have a deadline too, `write_deadline`, armed ([`Sock::arm`])
+/// before each piece the server hands to rustls (the head, each body
+/// chunk of at most [`crate::h3::CHUNK`] bytes, a flush): the kernel's
+/// send timeout counts from each `send(2)` and any progress ends it, so
+/// a client that takes a few bytes now and then would hold the
+/// connection for ever. Once the deadline passes the socket is stalled
+/// and every later write fails at once (rustls' `Write` swallows the
+/// error of its own flush and would wait again).
+struct Sock {
+    tcp: TcpStream,
+    deadline: Instant,
+    write_deadline: Instant,
+    send_timeout: Duration,
+    stalled: bool,
+}
+
+impl Sock {
+    /// Gives the next writes [`Config::send_timeout`] from now.
+    fn arm(&mut self) {
+        self.write_deadline = Instant::now() + self.send_timeout;
+    }
+
+    fn send(
+        &mut self,
+        f: impl FnOnce(&socket2::SockRef<'_>) -> io::Result<usize>,
+    ) -> io::Result<usize> {
+        let left = self
+            .write_deadline
+            .saturating_duration_since(Instant::now());
+        if self.stalled || left.is_zero() {
+            self.stalled = true;
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the client did not take the response within the send timeout",
+            ));
+        }
+        self.tcp.set_write_timeout(Some(left))?;
+        let r = f(&socket2::SockRef::from(&self.tcp));
+        if r.as_ref().is_err_and(timed_out) {
+            self.stalled = true;
+        }
+        r
+    }
+}
+
+impl Read for Sock {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if !until(&self.tcp, self.deadline) {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        self.tcp.read(buf)
+    }
+}
+
+impl Write for Sock {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.send(|t| t.send_with_flags(buf, libc::MSG_NOSIGNAL))
+    }
+
+    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        self.send(|t| t.send_vectored_with_flags(bufs, libc::MSG_NOSIGNAL))
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.tcp.flush()
+    }
+}
 
 /// Why a connection ended before its time.
 enum End {
@@ -403,15 +524,19 @@ fn serve(tcp: TcpStream, shared: &Shared, id: u64) {
     let stats = &shared.stats;
     let cfg = &shared.cfg;
     let _ = tcp.set_nodelay(true);
-    if tcp.set_write_timeout(Some(cfg.send_timeout)).is_err() {
-        return;
-    }
     let Ok(conn) = rustls::ServerConnection::new(shared.tls.clone()) else {
         stats.tls_failed.fetch_add(1, Relaxed);
         return;
     };
-    let mut s = rustls::StreamOwned::new(conn, tcp);
     let first = Instant::now() + cfg.request_timeout;
+    let sock = Sock {
+        tcp,
+        deadline: first,
+        write_deadline: first,
+        send_timeout: cfg.send_timeout,
+        stalled: false,
+    };
+    let mut s = rustls::StreamOwned::new(conn, sock);
     match handshake(&mut s, first) {
         Ok(()) => {}
         Err(End::Timeout) => {
@@ -470,6 +595,7 @@ fn serve(tcp: TcpStream, shared: &Shared, id: u64) {
             Ok(true) if !close => {}
             _ => {
                 s.conn.send_close_notify();
+                s.sock.arm();
                 let _ = s.flush();
                 return;
             }
@@ -478,10 +604,9 @@ fn serve(tcp: TcpStream, shared: &Shared, id: u64) {
 }
 
 fn handshake(s: &mut Tls, deadline: Instant) -> Result<(), End> {
+    s.sock.deadline = deadline;
+    s.sock.write_deadline = deadline;
     while s.conn.is_handshaking() {
-        if !until(&s.sock, deadline) {
-            return Err(End::Timeout);
-        }
         match s.conn.complete_io(&mut s.sock) {
             Ok((0, 0)) => return Err(End::Closed),
             Ok(_) => {}
@@ -514,10 +639,9 @@ fn read_head(
         if deadline.is_none() && !buf.is_empty() {
             deadline = Some(Instant::now() + cfg.request_timeout);
         }
-        let d = deadline.unwrap_or_else(|| Instant::now() + cfg.idle_timeout);
-        if !until(&s.sock, d) {
-            return Err(Some(End::Timeout));
-        }
+        s.sock.deadline = deadline.unwrap_or_else(|| Instant::now() + cfg.idle_timeout);
+        // What rustls may still send while reading (a KeyUpdate's answer).
+        s.sock.arm();
         let want = (MAX_HEAD - buf.len()).min(chunk.len());
         match s.read(&mut chunk[..want]) {
             Ok(0) => return Err(Some(End::Closed)),
@@ -573,6 +697,7 @@ fn respond(
     write_fields(&mut head, reply.head.headers(), &shared.alt_svc, close);
     let mut sent = head.len() as u64;
     let r = (|| -> io::Result<bool> {
+        s.sock.arm();
         s.write_all(&head)?;
         if let Some(b) = body.as_mut() {
             loop {
@@ -581,10 +706,12 @@ fn respond(
                 }
                 match b.next(Instant::now(), crate::h3::CHUNK) {
                     Ok(Next::Data(d)) => {
+                        s.sock.arm();
                         s.write_all(&d)?;
                         sent += d.len() as u64;
                     }
                     Ok(Next::Wait(t)) => {
+                        s.sock.arm();
                         s.flush()?;
                         std::thread::sleep(t.saturating_duration_since(Instant::now()));
                     }
@@ -597,6 +724,7 @@ fn respond(
                 }
             }
         }
+        s.sock.arm();
         s.flush()?;
         Ok(true)
     })();
@@ -639,11 +767,13 @@ fn refuse(s: &mut Tls, code: u16, shared: &Shared) -> io::Result<()> {
         .unwrap_or("");
     let mut out = format!("HTTP/1.1 {code} {reason}\r\ncontent-length: 0\r\n").into_bytes();
     write_fields(&mut out, &HeaderMap::new(), &shared.alt_svc, true);
+    s.sock.arm();
     s.write_all(&out)?;
     shared.stats.bytes_sent.fetch_add(out.len() as u64, Relaxed);
     s.conn.send_close_notify();
+    s.sock.arm();
     s.flush()?;
-    linger(&s.sock);
+    linger(&s.sock.tcp);
     Ok(())
 }
 

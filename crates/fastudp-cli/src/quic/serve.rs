@@ -364,6 +364,7 @@ fn announce_tcp(l: &altsvc::Listener, json: bool) -> anyhow::Result<()> {
                 "alpn": "http/1.1",
                 "alt_svc": format!("h3=\":{}\"; ma={}", l.local_addr().port(), altsvc::MAX_AGE),
                 "max_connections": altsvc::MAX_CONNECTIONS,
+                "max_connections_per_ip": l.per_ip(),
                 "max_head": altsvc::MAX_HEAD,
                 "max_requests_per_connection": altsvc::MAX_REQUESTS,
                 "send_timeout_s": altsvc::SEND_TIMEOUT.as_secs_f64(),
@@ -371,10 +372,11 @@ fn announce_tcp(l: &altsvc::Listener, json: bool) -> anyhow::Result<()> {
         )
     } else {
         out!(
-            "alt-svc: TLS over TCP on {} (HTTP/1.1, Alt-Svc h3 on port {}), {} connections at most, heads up to {} KiB",
+            "alt-svc: TLS over TCP on {} (HTTP/1.1, Alt-Svc h3 on port {}), {} connections at most ({} per address), heads up to {} KiB",
             l.local_addr(),
             l.local_addr().port(),
             altsvc::MAX_CONNECTIONS,
+            l.per_ip(),
             altsvc::MAX_HEAD >> 10
         )
     }

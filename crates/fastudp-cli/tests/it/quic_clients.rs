@@ -1944,3 +1944,50 @@ fn alt_svc_tcp_curl_and_quic_go_get_the_same_bytes() {
     stop(srv);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A client that leaves in the middle of a response over TCP (curl,
+/// reading slowly, stopped by its time limit: its close resets the
+/// connection) costs the server that response only: the server, which
+/// does not ignore SIGPIPE, must not be ended by its next write, and
+/// serves the next client.
+#[test]
+fn alt_svc_tcp_a_client_that_resets_mid_response_does_not_end_the_server() {
+    let test = "alt_svc_tcp_a_client_that_resets_mid_response_does_not_end_the_server";
+    if !common::have("curl") {
+        skip(test, "needs curl (apt-get install curl)");
+        return;
+    }
+    let (mut srv, addr, _) = serve(&["--listen", "127.0.0.1:0", "--workers", "1", "--alt-svc-tcp"]);
+    let curl = |path: &str, more: &[&str]| {
+        Command::new("curl")
+            .args([
+                "-sS",
+                "-k",
+                "--http1.1",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+            ])
+            .args(more)
+            .arg(format!("https://{addr}{path}"))
+            .output()
+            .unwrap()
+    };
+    for _ in 0..3 {
+        let o = curl(
+            "/bytes/100000000",
+            &["--limit-rate", "100k", "--max-time", "1"],
+        );
+        assert_eq!(
+            o.status.code(),
+            Some(28),
+            "curl stopped by --max-time (7: the server is gone): {o:?}"
+        );
+    }
+    let s = stats_until(&mut srv, |v| v["tcp"]["open"] == 0);
+    assert_eq!(s["tcp"]["send_failed"], 3, "{s}");
+    let o = curl("/bytes/1000", &["--max-time", "10"]);
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "200", "{o:?}");
+    stop(srv);
+}

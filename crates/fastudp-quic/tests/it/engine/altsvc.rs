@@ -60,11 +60,8 @@ fn start(site: &Site, f: impl FnOnce(&mut Config)) -> (Listener, Cert) {
     (Listener::start(cfg).unwrap(), cert)
 }
 
-type Client = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
-
-/// A TLS connection to `addr` that trusts `cert`, offering http/1.1;
-/// the handshake done.
-fn connect(addr: SocketAddr, cert: &Cert) -> Client {
+/// A rustls client for `cert` that has not touched a socket yet.
+fn client_conn(cert: &Cert) -> rustls::ClientConnection {
     let mut roots = rustls::RootCertStore::empty();
     roots.add(cert.clone()).unwrap();
     let mut tls = rustls::ClientConfig::builder_with_provider(provider())
@@ -73,8 +70,15 @@ fn connect(addr: SocketAddr, cert: &Cert) -> Client {
         .with_root_certificates(roots)
         .with_no_client_auth();
     tls.alpn_protocols = vec![b"http/1.1".to_vec()];
-    let conn =
-        rustls::ClientConnection::new(Arc::new(tls), "localhost".try_into().unwrap()).unwrap();
+    rustls::ClientConnection::new(Arc::new(tls), "localhost".try_into().unwrap()).unwrap()
+}
+
+type Client = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
+
+/// A TLS connection to `addr` that trusts `cert`, offering http/1.1;
+/// the handshake done.
+fn connect(addr: SocketAddr, cert: &Cert) -> Client {
+    let conn = client_conn(cert);
     let tcp = TcpStream::connect(addr).unwrap();
     tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let mut s = rustls::StreamOwned::new(conn, tcp);
@@ -301,10 +305,97 @@ fn alt_svc_slow_and_idle_clients_are_closed_at_their_deadlines() {
     l.stop(Duration::from_secs(2));
 }
 
+/// Sends `bytes` to `tcp` one at a time, `gap` apart, until the server
+/// closes the connection or `limit` passes; how long it stayed open.
+fn trickle(tcp: &mut TcpStream, bytes: &[u8], gap: Duration, limit: Duration) -> Duration {
+    let t0 = Instant::now();
+    tcp.set_nonblocking(true).unwrap();
+    let mut scratch = [0u8; 4096];
+    for b in bytes.iter().cycle() {
+        if t0.elapsed() > limit {
+            break;
+        }
+        if tcp.write_all(&[*b]).is_err() {
+            return t0.elapsed();
+        }
+        std::thread::sleep(gap);
+        // The server's handshake flight is read and dropped; EOF or a
+        // reset is the close.
+        loop {
+            match tcp.read(&mut scratch) {
+                Ok(0) => return t0.elapsed(),
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(_) => return t0.elapsed(),
+            }
+        }
+    }
+    t0.elapsed()
+}
+
+#[test]
+fn alt_svc_a_trickled_tls_handshake_or_record_is_closed_at_its_deadline() {
+    let site = site("trickle");
+    let (l, cert) = start(&site, |c| {
+        c.request_timeout = Duration::from_millis(500);
+        c.idle_timeout = Duration::from_millis(800);
+    });
+    // A ClientHello sent a byte every 100 ms: each byte comes well within
+    // the request timeout, but the handshake is not done by then.
+    let mut conn = client_conn(&cert);
+    let mut hello = Vec::new();
+    conn.write_tls(&mut hello).unwrap();
+    let mut tcp = TcpStream::connect(l.local_addr()).unwrap();
+    let open = trickle(
+        &mut tcp,
+        &hello,
+        Duration::from_millis(100),
+        Duration::from_secs(6),
+    );
+    assert!(
+        open < Duration::from_secs(3),
+        "a trickled handshake held its connection {open:?}"
+    );
+    super::eventually("the handshake counted", || {
+        l.stats().request_timeouts.load(Relaxed) == 1
+    });
+    // After a request, the next one's TLS record a byte every 100 ms: no
+    // byte of the head arrives until the record is whole.
+    let mut s = connect(l.local_addr(), &cert);
+    assert_eq!(get(&mut s, "/bytes/5").status, 200);
+    write!(
+        s.conn.writer(),
+        "GET /bytes/5 HTTP/1.1\r\nHost: localhost\r\n\r\n"
+    )
+    .unwrap();
+    let mut record = Vec::new();
+    while s.conn.wants_write() {
+        s.conn.write_tls(&mut record).unwrap();
+    }
+    let open = trickle(
+        &mut s.sock,
+        &record,
+        Duration::from_millis(100),
+        Duration::from_secs(6),
+    );
+    assert!(
+        open < Duration::from_secs(3),
+        "a trickled record held its connection {open:?}"
+    );
+    super::eventually("no connection open", || l.stats().open.load(Relaxed) == 0);
+    let st = l.stats().snapshot();
+    assert_eq!(st.request_timeouts + st.idle_closed, 2, "{st:?}");
+    l.stop(Duration::from_secs(2));
+}
+
 #[test]
 fn alt_svc_connections_over_the_bound_are_refused_and_stop_closes_the_rest() {
     let site = site("bound");
-    let (l, cert) = start(&site, |c| c.max_connections = 2);
+    let (l, cert) = start(&site, |c| {
+        c.max_connections = 2;
+        // All from one address: the global bound is what is tested.
+        c.max_connections_per_ip = Some(2);
+    });
     let a = connect(l.local_addr(), &cert);
     let mut b = connect(l.local_addr(), &cert);
     super::eventually("two open", || l.stats().open.load(Relaxed) == 2);
@@ -319,4 +410,71 @@ fn alt_svc_connections_over_the_bound_are_refused_and_stop_closes_the_rest() {
     assert_eq!(stats.open.load(Relaxed), 0);
     assert!(closed_by_server(&mut b));
     drop(a);
+}
+
+/// A TCP connection to `addr` from the local address `from`.
+fn connect_from(from: &str, addr: SocketAddr) -> TcpStream {
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    let from: SocketAddr = format!("{from}:0").parse().unwrap();
+    s.bind(&from.into()).unwrap();
+    s.connect(&addr.into()).unwrap();
+    let s = TcpStream::from(s);
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s
+}
+
+#[test]
+fn alt_svc_one_address_holds_a_quarter_of_the_connections() {
+    let site = site("per-ip");
+    let (l, _cert) = start(&site, |c| c.max_connections = 8);
+    // 127.0.0.2 takes its share, 2 of 8; its third is closed at once.
+    let held: Vec<TcpStream> = (0..2)
+        .map(|_| connect_from("127.0.0.2", l.local_addr()))
+        .collect();
+    super::eventually("two open", || l.stats().open.load(Relaxed) == 2);
+    let mut third = connect_from("127.0.0.2", l.local_addr());
+    assert!(closed_by_server(&mut third), "the third is closed at once");
+    assert_eq!(l.stats().refused.load(Relaxed), 1);
+    // Another address is still let in, up to its own share.
+    let others: Vec<TcpStream> = (0..2)
+        .map(|_| connect_from("127.0.0.3", l.local_addr()))
+        .collect();
+    super::eventually("four open", || l.stats().open.load(Relaxed) == 4);
+    assert_eq!(l.stats().refused.load(Relaxed), 1);
+    // A place given back is a place to take again.
+    drop(held);
+    super::eventually("two open", || l.stats().open.load(Relaxed) == 2);
+    let _again = connect_from("127.0.0.2", l.local_addr());
+    super::eventually("three open", || l.stats().open.load(Relaxed) == 3);
+    assert_eq!(l.stats().refused.load(Relaxed), 1);
+    drop(others);
+    l.stop(Duration::from_secs(2));
+}
+
+#[test]
+fn alt_svc_a_client_that_takes_nothing_is_closed_after_one_send_timeout() {
+    let site = site("stall");
+    let send_timeout = Duration::from_secs(1);
+    let (l, cert) = start(&site, |c| c.send_timeout = send_timeout);
+    let mut s = connect(l.local_addr(), &cert);
+    // A response far larger than the socket buffers, never read.
+    write!(
+        s,
+        "GET /bytes/1000000000 HTTP/1.1\r\nHost: localhost\r\n\r\n"
+    )
+    .unwrap();
+    s.flush().unwrap();
+    let t0 = Instant::now();
+    super::eventually("the stalled response counted", || {
+        l.stats().send_failed.load(Relaxed) == 1
+    });
+    let took = t0.elapsed();
+    // The buffers fill within a fraction of a second on loopback; then
+    // one send timeout, not one per write rustls retries.
+    assert!(took >= send_timeout, "cut after {took:?}");
+    assert!(
+        took < send_timeout * 2,
+        "a client that took nothing held its response {took:?}"
+    );
+    l.stop(Duration::from_secs(2));
 }
