@@ -1985,7 +1985,11 @@ fn alt_svc_tcp_a_client_that_resets_mid_response_does_not_end_the_server() {
             "curl stopped by --max-time (7: the server is gone): {o:?}"
         );
     }
-    let s = stats_until(&mut srv, |v| v["tcp"]["open"] == 0);
+    // The stats lines are read in order: the first with all three
+    // connections accepted and closed, not one from between the curls.
+    let s = stats_until(&mut srv, |v| {
+        v["tcp"]["accepted"].as_u64() >= Some(3) && v["tcp"]["open"] == 0
+    });
     assert_eq!(s["tcp"]["send_failed"], 3, "{s}");
     let o = curl("/bytes/1000", &["--max-time", "10"]);
     assert_eq!(String::from_utf8_lossy(&o.stdout), "200", "{o:?}");

@@ -341,7 +341,9 @@ fn alt_svc_a_trickled_tls_handshake_or_record_is_closed_at_its_deadline() {
         c.idle_timeout = Duration::from_millis(800);
     });
     // A ClientHello sent a byte every 100 ms: each byte comes well within
-    // the request timeout, but the handshake is not done by then.
+    // the request timeout, but the handshake is not done by then. Closed
+    // at 0.5 s; the bound below only has to tell that from never (the
+    // trickle gives up after 10 s), on however busy a machine.
     let mut conn = client_conn(&cert);
     let mut hello = Vec::new();
     conn.write_tls(&mut hello).unwrap();
@@ -350,10 +352,10 @@ fn alt_svc_a_trickled_tls_handshake_or_record_is_closed_at_its_deadline() {
         &mut tcp,
         &hello,
         Duration::from_millis(100),
-        Duration::from_secs(6),
+        Duration::from_secs(10),
     );
     assert!(
-        open < Duration::from_secs(3),
+        open < Duration::from_secs(9),
         "a trickled handshake held its connection {open:?}"
     );
     super::eventually("the handshake counted", || {
@@ -376,10 +378,10 @@ fn alt_svc_a_trickled_tls_handshake_or_record_is_closed_at_its_deadline() {
         &mut s.sock,
         &record,
         Duration::from_millis(100),
-        Duration::from_secs(6),
+        Duration::from_secs(10),
     );
     assert!(
-        open < Duration::from_secs(3),
+        open < Duration::from_secs(9),
         "a trickled record held its connection {open:?}"
     );
     super::eventually("no connection open", || l.stats().open.load(Relaxed) == 0);
@@ -470,10 +472,11 @@ fn alt_svc_a_client_that_takes_nothing_is_closed_after_one_send_timeout() {
     });
     let took = t0.elapsed();
     // The buffers fill within a fraction of a second on loopback; then
-    // one send timeout, not one per write rustls retries.
+    // one send timeout, not one per write rustls retries (which took over
+    // 5). The margin is for a busy machine.
     assert!(took >= send_timeout, "cut after {took:?}");
     assert!(
-        took < send_timeout * 2,
+        took < send_timeout * 4,
         "a client that took nothing held its response {took:?}"
     );
     l.stop(Duration::from_secs(2));
