@@ -331,7 +331,8 @@ pub const MAX_TRAINS_PER_BATCH: usize = 64;
 /// working when a field is added:
 ///
 /// ```
-/// use fastudp::pacing::{PacingMode, Scheduler, SchedulerConfig};
+/// use fastudp::pacing::PacingMode;
+/// use fastudp_tools::pacing::{Scheduler, SchedulerConfig};
 /// use std::time::Duration;
 ///
 /// // 25 flows of 2 MB/s, a train per flow every 8 ms, of up to 32
@@ -342,7 +343,7 @@ pub const MAX_TRAINS_PER_BATCH: usize = 64;
 /// assert_eq!(cfg.flows, 25);
 /// let sched = Scheduler::new(&cfg, 0)?;
 /// assert_eq!(sched.total_rate(), 55_000_000); // the flows' sum plus 10%
-/// # Ok::<(), fastudp::pacing::PacingError>(())
+/// # Ok::<(), fastudp_tools::pacing::PacingError>(())
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
