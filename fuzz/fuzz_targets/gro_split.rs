@@ -21,8 +21,8 @@ fuzz_target!(|data: &[u8]| {
     let buf = inp.rest();
 
     let mut it = Datagrams::new(buf, stride);
-    let count = Datagrams::count(&it);
-    assert_eq!(it.len(), count);
+    let count = it.len();
+    assert_eq!(it.size_hint(), (count, Some(count)));
     assert!(count >= 1);
     let mut parts = Vec::new();
     while let Some(d) = it.next() {

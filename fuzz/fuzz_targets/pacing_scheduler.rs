@@ -19,10 +19,10 @@
 
 #![no_main]
 
-use fastudp::pacing::{
+use fastudp_fuzz::input::Input;
+use fastudp_tools::pacing::{
     Due, PacingMode, Scheduler, SchedulerConfig, DEFAULT_SLACK, MAX_TRAINS_PER_BATCH,
 };
-use fastudp_fuzz::input::Input;
 use libfuzzer_sys::fuzz_target;
 use std::time::Duration;
 

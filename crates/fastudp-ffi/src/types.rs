@@ -107,15 +107,16 @@ pub struct fastudp_config {
 
 impl Default for fastudp_config {
     fn default() -> Self {
-        let c = fastudp::Config::default();
+        // `fastudp::Config::default()`'s values, as its setters document
+        // them.
         fastudp_config {
-            gro: c.gro,
-            disabled: mask_from_disabled(&c.disabled),
-            recv_buffer: c.recv_buffer.unwrap_or(0),
-            send_buffer: c.send_buffer.unwrap_or(0),
-            split_wait_ms: c.split_wait.as_millis() as u64,
-            gso_retry_ms: c.gso_retry.as_millis() as u64,
-            may_fragment: c.may_fragment,
+            gro: true,
+            disabled: 0,
+            recv_buffer: 0,
+            send_buffer: 0,
+            split_wait_ms: fastudp::DEFAULT_SPLIT_WAIT.as_millis() as u64,
+            gso_retry_ms: fastudp::DEFAULT_GSO_RETRY.as_millis() as u64,
+            may_fragment: false,
         }
     }
 }
@@ -241,7 +242,7 @@ pub fn ecn_from_c(v: u8) -> Result<Option<fastudp::EcnCodepoint>, Failure> {
 
 /// The C value of an ECN codepoint.
 pub fn ecn_to_c(e: Option<fastudp::EcnCodepoint>) -> u8 {
-    e.map_or(FASTUDP_ECN_NONE, |e| e.bits())
+    e.map_or(FASTUDP_ECN_NONE, |e| e as u8)
 }
 
 /// One send: a payload to a destination, optionally a GSO train. Every

@@ -6,7 +6,6 @@
 use crate::limits::{SPARE_TRAINS, STATELESS_QUEUE};
 use crate::stats::Counters;
 use crate::Error;
-use fastudp::pacing::DEFAULT_BATCH_BYTES;
 use fastudp::{Config, EcnCodepoint, SendMeta, Socket, Transmit, ZeroCopySender};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering::Relaxed;
@@ -25,6 +24,11 @@ pub(crate) const SEND_BUFFER: usize = 4 << 20;
 /// them): replies to a flood never put more than this in front of the
 /// connections' own packets in the kernel's queue.
 const STATELESS_OUTQ: usize = 128 << 10;
+
+/// The most bytes `--total-rate` lets a worker send in one burst: 16 kB,
+/// about what a shallow router buffer absorbs at once (the batch size of
+/// `fastudp stream`'s user-space pacing).
+const DEFAULT_BATCH_BYTES: usize = 16 * 1024;
 
 /// One worker's send side.
 pub(crate) struct Tx {

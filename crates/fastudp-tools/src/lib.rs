@@ -1,7 +1,8 @@
 //! What the `fastudp` command, the library's tests and benchmarks, and the
 //! fuzz targets share, apart from the library's API: thin wrappers over
 //! raw syscalls ([`raw`]), operating-system helpers ([`os`]), device
-//! features through the ethtool ioctl ([`host`]), and the wire formats
+//! features through the ethtool ioctl ([`host`]), the pacing arithmetic
+//! of the command's paced streams ([`pacing`]), and the wire formats
 //! ([`wire`]).
 //!
 //! Not published, and no promise of stability: the published `fastudp`
@@ -18,6 +19,7 @@
 
 pub mod ethtool;
 pub mod host;
+pub mod pacing;
 pub mod raw;
 
 // The library's syscall layer; the tools call part of it, the rest is the

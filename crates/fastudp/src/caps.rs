@@ -59,7 +59,7 @@ impl Disabled {
     }
 
     /// Merges two sets: a feature is off if either switches it off.
-    pub fn union(self, o: Disabled) -> Disabled {
+    pub(crate) fn union(self, o: Disabled) -> Disabled {
         Disabled {
             gso: self.gso || o.gso,
             gro: self.gro || o.gro,

@@ -1,6 +1,5 @@
 //! Errors and fallback events.
 
-use crate::wire::cmsg::CmsgError;
 use std::io;
 use std::net::SocketAddr;
 
@@ -190,9 +189,11 @@ pub enum Error {
         /// What stopped the rest.
         source: io::Error,
     },
-    /// Control data could not be encoded.
+    /// Control data could not be encoded for a send (a source address of
+    /// the other family than the destination: `InvalidInput`), or the
+    /// kernel's could not be parsed (`InvalidData`).
     #[error("control message: {0}")]
-    Control(#[from] CmsgError),
+    Control(io::Error),
     /// A bad setting, or a call that needs one.
     #[error(transparent)]
     Config(#[from] ConfigError),

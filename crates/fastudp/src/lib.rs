@@ -279,7 +279,6 @@ pub use socket::{
     Config, RecvBatch, RecvMeta, Sent, Socket, Stats, Transmit, UdpIo, UdpState, DEFAULT_GSO_RETRY,
     DEFAULT_MESSAGE_CAPACITY, DEFAULT_SPLIT_WAIT,
 };
-pub use wire::cmsg::CmsgError;
 pub use wire::control::EcnCodepoint;
 pub use wire::errqueue::{SocketError, Unreachable};
 pub use wire::gro::Datagrams;

@@ -56,7 +56,7 @@
 //! (`cargo run -p fastudp --features tokio --example tokio_gso`).
 
 use crate::socket::{Config, RecvBatch, RecvMeta, Sent, Stats, Transmit, UdpIo, UdpState};
-use crate::{Capabilities, Coalescer, Error, SocketError};
+use crate::{Coalescer, Error, SocketError};
 use std::future::Future;
 use std::io::{self, IoSliceMut};
 use std::net::SocketAddr;
@@ -126,12 +126,6 @@ impl UdpSocket {
         sock.set_nonblocking(true)?;
         let state = UdpState::new(&sock, config)?;
         Self::from_tokio_state(tokio::net::UdpSocket::from_std(sock)?, state)
-    }
-
-    /// Takes a tokio socket and sets it up.
-    pub fn from_tokio(sock: tokio::net::UdpSocket, config: Config) -> Result<Self, Error> {
-        let state = UdpState::new(&sock, config)?;
-        Self::from_tokio_state(sock, state)
     }
 
     fn from_tokio_state(io: tokio::net::UdpSocket, state: UdpState) -> Result<Self, Error> {
@@ -281,11 +275,6 @@ impl UdpSocket {
         Ok(self.io.local_addr()?)
     }
 
-    /// What was probed when the socket was set up.
-    pub fn capabilities(&self) -> Capabilities {
-        self.state.capabilities()
-    }
-
     /// Counters and fallback events so far.
     pub fn stats(&self) -> Stats {
         self.state.stats(&self.io)
@@ -299,6 +288,17 @@ impl UdpSocket {
     /// The tokio socket underneath, for what fastudp does not wrap.
     pub fn as_tokio(&self) -> &tokio::net::UdpSocket {
         &self.io
+    }
+}
+
+/// The socket's state: its methods that need no descriptor
+/// ([`UdpState::capabilities`], [`UdpState::max_payload_to`], ...) are
+/// called on the socket directly.
+impl std::ops::Deref for UdpSocket {
+    type Target = UdpState;
+
+    fn deref(&self) -> &UdpState {
+        &self.state
     }
 }
 

@@ -46,31 +46,28 @@ pub struct ZeroCopyStats {
 }
 
 /// What a zerocopy send carries besides its destination, payload and
-/// segment size: the [`Transmit`] fields that become control messages.
-/// `SendMeta::default()` carries none of them.
+/// segment size: what becomes control messages, as on a [`Transmit`].
+/// `SendMeta::default()` carries none of it; the setters add it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct SendMeta {
-    /// ECN codepoint of every datagram ([`Transmit::ecn`]).
-    pub ecn: Option<EcnCodepoint>,
-    /// Source address to send from ([`Transmit::src_ip`]).
-    pub src_ip: Option<IpAddr>,
-    /// Earliest departure time ([`Transmit::txtime`]).
-    pub txtime: Option<u64>,
+    pub(crate) ecn: Option<EcnCodepoint>,
+    pub(crate) src_ip: Option<IpAddr>,
+    pub(crate) txtime: Option<u64>,
 }
 
 impl SendMeta {
-    /// With an ECN codepoint on every datagram.
+    /// With an ECN codepoint on every datagram ([`Transmit::with_ecn`]).
     pub fn with_ecn(self, ecn: Option<EcnCodepoint>) -> Self {
         SendMeta { ecn, ..self }
     }
 
-    /// Sent from `src_ip`.
+    /// Sent from `src_ip` ([`Transmit::with_src_ip`]).
     pub fn with_src_ip(self, src_ip: Option<IpAddr>) -> Self {
         SendMeta { src_ip, ..self }
     }
 
-    /// Leaving no earlier than `txtime`.
+    /// Leaving no earlier than `txtime` ([`Transmit::with_txtime`]).
     pub fn with_txtime(self, txtime: Option<u64>) -> Self {
         SendMeta { txtime, ..self }
     }

@@ -7,11 +7,12 @@ use crate::host::routes::egress_qdisc;
 use crate::interrupt;
 use crate::procfs::CpuTicks;
 use anyhow::{bail, Context};
-use fastudp::pacing::{
-    choose_mode, Due, PacingMode, Scheduler, SchedulerConfig, Waiter, DEFAULT_BATCH_BYTES,
-    DEFAULT_SLACK, MAX_TRAINS_PER_BATCH,
-};
+use fastudp::pacing::{choose_mode, PacingMode};
 use fastudp::{Config, Socket, Transmit, ZeroCopySender};
+use fastudp_tools::pacing::{
+    Due, Scheduler, SchedulerConfig, Waiter, DEFAULT_BATCH_BYTES, DEFAULT_SLACK,
+    MAX_TRAINS_PER_BATCH,
+};
 use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};

@@ -14,6 +14,7 @@ use crate::sys::{self, AddrBuf};
 use crate::wire::cmsg::CmsgBuf;
 use crate::wire::errqueue::{self, SocketError};
 use std::collections::VecDeque;
+use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
 
 /// Error-queue messages fastudp read on the caller's behalf.
@@ -97,7 +98,10 @@ impl UdpState {
                 return Ok(None);
             };
             // A message without an extended error (none is known) is skipped.
-            if let Some(e) = errqueue::parse(&cb.0[..len.min(cb.0.len())], dest)? {
+            // Control data the kernel wrote that does not parse.
+            let parsed = errqueue::parse(&cb.0[..len.min(cb.0.len())], dest)
+                .map_err(|e| Error::Control(io::Error::new(io::ErrorKind::InvalidData, e)))?;
+            if let Some(e) = parsed {
                 return Ok(Some(e));
             }
         }

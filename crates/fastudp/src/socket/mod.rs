@@ -15,7 +15,6 @@ pub use recv::{RecvBatch, RecvMeta, DEFAULT_MESSAGE_CAPACITY};
 pub use send::Sent;
 pub use state::{Config, Stats, UdpState, DEFAULT_GSO_RETRY, DEFAULT_SPLIT_WAIT};
 
-use crate::caps::Capabilities;
 use crate::error::Error;
 use crate::wire::control::EcnCodepoint;
 use crate::wire::errqueue::SocketError;
@@ -35,13 +34,9 @@ pub struct Transmit<'a> {
     /// Bytes per datagram of a train; the last may be shorter. `None` (or a
     /// size not smaller than `contents`) sends one datagram.
     pub segment_size: Option<usize>,
-    /// ECN codepoint for every datagram of this transmit.
-    pub ecn: Option<EcnCodepoint>,
-    /// Source address to send from (`IP_PKTINFO` / `IPV6_PKTINFO`).
-    pub src_ip: Option<IpAddr>,
-    /// Earliest departure time, in ns of `CLOCK_MONOTONIC` (`SCM_TXTIME`;
-    /// see [`UdpState::enable_txtime`]). Every segment of a train shares it.
-    pub txtime: Option<u64>,
+    pub(crate) ecn: Option<EcnCodepoint>,
+    pub(crate) src_ip: Option<IpAddr>,
+    pub(crate) txtime: Option<u64>,
 }
 
 impl<'a> Transmit<'a> {
@@ -65,17 +60,21 @@ impl<'a> Transmit<'a> {
         }
     }
 
-    /// With an ECN codepoint on every datagram.
+    /// With an ECN codepoint on every datagram of this transmit (default
+    /// none: Not-ECT).
     pub fn with_ecn(self, ecn: Option<EcnCodepoint>) -> Self {
         Transmit { ecn, ..self }
     }
 
-    /// Sent from this source address.
+    /// Sent from this source address (`IP_PKTINFO` / `IPV6_PKTINFO`;
+    /// default none: the kernel picks).
     pub fn with_src_ip(self, src_ip: Option<IpAddr>) -> Self {
         Transmit { src_ip, ..self }
     }
 
-    /// With an earliest departure time (ns of `CLOCK_MONOTONIC`).
+    /// With an earliest departure time, in ns of `CLOCK_MONOTONIC`
+    /// (`SCM_TXTIME`; see [`UdpState::enable_txtime`]). Every segment of a
+    /// train shares it.
     pub fn with_txtime(self, txtime: Option<u64>) -> Self {
         Transmit { txtime, ..self }
     }
@@ -200,31 +199,6 @@ impl Socket {
         self.state.recv_error(&self.inner)
     }
 
-    /// See [`UdpState::capabilities`].
-    pub fn capabilities(&self) -> Capabilities {
-        self.state.capabilities()
-    }
-
-    /// See [`UdpState::max_gso_segments`].
-    pub fn max_gso_segments(&self) -> usize {
-        self.state.max_gso_segments()
-    }
-
-    /// See [`UdpState::may_fragment`].
-    pub fn may_fragment(&self) -> bool {
-        self.state.may_fragment()
-    }
-
-    /// See [`UdpState::ecn_enabled`].
-    pub fn ecn_enabled(&self) -> bool {
-        self.state.ecn_enabled()
-    }
-
-    /// See [`UdpState::is_ipv6`].
-    pub fn is_ipv6(&self) -> bool {
-        self.state.is_ipv6()
-    }
-
     /// See [`UdpState::kernel_drops`].
     pub fn kernel_drops(&self) -> u64 {
         self.state.kernel_drops(&self.inner)
@@ -248,11 +222,6 @@ impl Socket {
     /// See [`UdpState::stats`].
     pub fn stats(&self) -> Stats {
         self.state.stats(&self.inner)
-    }
-
-    /// See [`UdpState::max_payload_to`].
-    pub fn max_payload_to(&self, dest: &SocketAddr) -> usize {
-        self.state.max_payload_to(dest)
     }
 
     /// Waits until a datagram (or a queued socket error) can be read, or
@@ -283,6 +252,17 @@ pub trait UdpIo {
     fn state(&self) -> &UdpState;
     /// The socket's descriptor.
     fn fd(&self) -> BorrowedFd<'_>;
+}
+
+/// A socket is its state plus its descriptor: the state's methods that
+/// need no descriptor ([`UdpState::capabilities`],
+/// [`UdpState::max_payload_to`], ...) are called on the socket directly.
+impl std::ops::Deref for Socket {
+    type Target = UdpState;
+
+    fn deref(&self) -> &UdpState {
+        &self.state
+    }
 }
 
 impl UdpIo for Socket {

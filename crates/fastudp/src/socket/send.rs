@@ -233,7 +233,8 @@ impl UdpState {
             src_ip: t.src_ip.filter(|_| !self.caps.disabled.pktinfo),
             txtime: t.txtime,
         };
-        encode_send(buf, &ctl, is_v4_dest(&t.destination), self.ipv6).map_err(Error::Control)
+        encode_send(buf, &ctl, is_v4_dest(&t.destination), self.ipv6)
+            .map_err(|e| Error::Control(io::Error::new(io::ErrorKind::InvalidInput, e)))
     }
 
     /// One message of a send, its control data encoded into `ctl`.

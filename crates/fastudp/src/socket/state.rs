@@ -29,34 +29,26 @@ pub const DEFAULT_GSO_RETRY: Duration = Duration::from_secs(1);
 /// The longest GSO stays off after refusals in a row.
 pub(crate) const MAX_GSO_RETRY: Duration = Duration::from_secs(64);
 
-/// Options applied when fastudp sets up a socket.
+/// Options applied when fastudp sets up a socket: `Config::default()` and
+/// the setters below.
+///
+/// ```
+/// use fastudp::{Config, Disabled};
+/// let config = Config::default()
+///     .recv_buffer(8 << 20)
+///     .disabled(Disabled::parse("zerocopy")?);
+/// # Ok::<(), fastudp::ConfigError>(())
+/// ```
 #[derive(Debug, Clone, Copy)]
 #[non_exhaustive]
 pub struct Config {
-    /// Turn UDP GRO on for receive (default true).
-    pub gro: bool,
-    /// Features to switch off (the library reads no environment variable).
-    pub disabled: Disabled,
-    /// `SO_RCVBUF` to request, in bytes (the kernel takes at most
-    /// `i32::MAX`; a larger request asks for that).
-    pub recv_buffer: Option<usize>,
-    /// `SO_SNDBUF` to request, in bytes (at most `i32::MAX`, as above).
-    pub send_buffer: Option<usize>,
-    /// On a *blocking* socket, how long a train sent one datagram at a time
-    /// (GSO off) may wait for buffer space once its first datagram is out
-    /// (default [`DEFAULT_SPLIT_WAIT`]). A non-blocking socket never waits.
-    /// Any length is taken: one past what an `Instant` holds
-    /// (`Duration::MAX`) waits without end.
-    pub split_wait: Duration,
-    /// How long GSO stays off after a path refused it before it is tried
-    /// again (default [`DEFAULT_GSO_RETRY`], doubling per refusal in a row).
-    pub gso_retry: Duration,
-    /// Let the kernel fragment datagrams larger than the path MTU (default
-    /// false). When false, fastudp sets `IP_PMTUDISC_PROBE` and
-    /// `IPV6_DONTFRAG`: every datagram leaves with don't-fragment set and
-    /// the kernel neither fragments nor shrinks it, as datagram path-MTU
-    /// discovery (DPLPMTUD, RFC 8899; QUIC) requires.
-    pub may_fragment: bool,
+    pub(crate) gro: bool,
+    pub(crate) disabled: Disabled,
+    pub(crate) recv_buffer: Option<usize>,
+    pub(crate) send_buffer: Option<usize>,
+    pub(crate) split_wait: Duration,
+    pub(crate) gso_retry: Duration,
+    pub(crate) may_fragment: bool,
     /// The backend that moves the socket's datagrams instead of the
     /// syscall path, if any: set by [`Config::uring`].
     #[cfg(feature = "uring")]
@@ -105,43 +97,56 @@ impl Default for Config {
 }
 
 impl Config {
-    /// UDP GRO on receive, or not.
+    /// UDP GRO on receive, or not (default true).
     pub fn gro(mut self, on: bool) -> Self {
         self.gro = on;
         self
     }
 
-    /// Features to switch off.
+    /// Features to switch off, in addition to those an earlier call
+    /// switched off (default none; the library reads no environment
+    /// variable).
     pub fn disabled(mut self, d: Disabled) -> Self {
-        self.disabled = d;
+        self.disabled = self.disabled.union(d);
         self
     }
 
-    /// `SO_RCVBUF` to request.
+    /// `SO_RCVBUF` to request, in bytes (default the system's; the kernel
+    /// takes at most `i32::MAX`, and a larger request asks for that).
     pub fn recv_buffer(mut self, bytes: usize) -> Self {
         self.recv_buffer = Some(bytes);
         self
     }
 
-    /// `SO_SNDBUF` to request.
+    /// `SO_SNDBUF` to request, in bytes (default the system's; at most
+    /// `i32::MAX`, as above).
     pub fn send_buffer(mut self, bytes: usize) -> Self {
         self.send_buffer = Some(bytes);
         self
     }
 
-    /// See [`Config::split_wait`](struct.Config.html#structfield.split_wait).
+    /// On a *blocking* socket, how long a train sent one datagram at a time
+    /// (GSO off) may wait for buffer space once its first datagram is out
+    /// (default [`DEFAULT_SPLIT_WAIT`]). A non-blocking socket never waits.
+    /// Any length is taken: one past what an `Instant` holds
+    /// (`Duration::MAX`) waits without end.
     pub fn split_wait(mut self, d: Duration) -> Self {
         self.split_wait = d;
         self
     }
 
-    /// See [`Config::gso_retry`](struct.Config.html#structfield.gso_retry).
+    /// How long GSO stays off after a path refused it before it is tried
+    /// again (default [`DEFAULT_GSO_RETRY`], doubling per refusal in a row).
     pub fn gso_retry(mut self, d: Duration) -> Self {
         self.gso_retry = d;
         self
     }
 
-    /// See [`Config::may_fragment`](struct.Config.html#structfield.may_fragment).
+    /// Let the kernel fragment datagrams larger than the path MTU (default
+    /// false). When false, fastudp sets `IP_PMTUDISC_PROBE` and
+    /// `IPV6_DONTFRAG`: every datagram leaves with don't-fragment set and
+    /// the kernel neither fragments nor shrinks it, as datagram path-MTU
+    /// discovery (DPLPMTUD, RFC 8899; QUIC) requires.
     pub fn may_fragment(mut self, on: bool) -> Self {
         self.may_fragment = on;
         self
@@ -521,8 +526,8 @@ impl UdpState {
         now.max(self.c.drops.load(Relaxed))
     }
 
-    /// Turns on `SO_TXTIME` (clock `CLOCK_MONOTONIC`), so that a
-    /// [`crate::Transmit::txtime`] reaches the kernel as `SCM_TXTIME`. With
+    /// Turns on `SO_TXTIME` (clock `CLOCK_MONOTONIC`), so that a departure time
+    /// ([`crate::Transmit::with_txtime`]) reaches the kernel as `SCM_TXTIME`. With
     /// `report_errors`, packets the qdisc drops for a missed or invalid time
     /// are reported on the error queue ([`UdpState::recv_error`]).
     ///

@@ -5,6 +5,8 @@ use super::consts::*;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// An ECN codepoint: the low two bits of the IPv4 TOS / IPv6 traffic class.
+/// `codepoint as u8` gives the two bits; [`EcnCodepoint::from_bits`]
+/// decodes them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum EcnCodepoint {
@@ -25,11 +27,6 @@ impl EcnCodepoint {
             0b11 => Some(EcnCodepoint::Ce),
             _ => None,
         }
-    }
-
-    /// The two ECN bits.
-    pub fn bits(self) -> u8 {
-        self as u8
     }
 }
 
@@ -64,9 +61,9 @@ pub fn encode_send(
     }
     if let Some(ecn) = ctl.ecn {
         if dest_is_v4 {
-            enc.push_i32(SOL_IP, IP_TOS, ecn.bits() as i32)?;
+            enc.push_i32(SOL_IP, IP_TOS, ecn as i32)?;
         } else {
-            enc.push_i32(SOL_IPV6, IPV6_TCLASS, ecn.bits() as i32)?;
+            enc.push_i32(SOL_IPV6, IPV6_TCLASS, ecn as i32)?;
         }
     }
     if let Some(src) = ctl.src_ip {
@@ -301,7 +298,7 @@ mod tests {
     #[test]
     fn ecn_bits_round_trip() {
         for e in [EcnCodepoint::Ect0, EcnCodepoint::Ect1, EcnCodepoint::Ce] {
-            assert_eq!(EcnCodepoint::from_bits(e.bits() | 0xb8), Some(e));
+            assert_eq!(EcnCodepoint::from_bits(e as u8 | 0xb8), Some(e));
         }
         assert_eq!(EcnCodepoint::from_bits(0xb8), None);
     }

@@ -31,8 +31,8 @@ impl<'a> Datagrams<'a> {
         }
     }
 
-    /// How many datagrams the buffer holds.
-    pub fn count(&self) -> usize {
+    /// How many datagrams are left ([`ExactSizeIterator::len`]).
+    fn remaining(&self) -> usize {
         if self.empty_pending {
             1
         } else {
@@ -59,7 +59,7 @@ impl<'a> Iterator for Datagrams<'a> {
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        let n = Datagrams::count(self);
+        let n = self.remaining();
         (n, Some(n))
     }
 }

@@ -171,8 +171,7 @@ fn dual_stack_socket_serves_v4_mapped_peers() {
     let client = common::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let to: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let payload = vec![5u8; 3000];
-    let mut t = Transmit::train(to, &payload, 1000);
-    t.ecn = Some(fastudp::EcnCodepoint::Ect0);
+    let t = Transmit::train(to, &payload, 1000).with_ecn(Some(fastudp::EcnCodepoint::Ect0));
     assert_eq!(client.send(&[t]).unwrap().transmits, 1);
     server
         .as_std()
@@ -241,8 +240,7 @@ fn source_address_via_pktinfo() {
     let r = common::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let t = common::bind("0.0.0.0:0".parse().unwrap()).unwrap();
     let dest = r.local_addr().unwrap();
-    let mut tr = Transmit::new(dest, b"hello");
-    tr.src_ip = Some("127.0.0.5".parse().unwrap());
+    let tr = Transmit::new(dest, b"hello").with_src_ip(Some("127.0.0.5".parse().unwrap()));
     t.send(&[tr]).unwrap();
     r.as_std()
         .set_read_timeout(Some(std::time::Duration::from_secs(2)))
@@ -351,10 +349,10 @@ fn a_refusal_gso_is_not_to_blame_for_leaves_gso_on() {
         return;
     }
     let payload = vec![1u8; 4000];
-    let mut tr = Transmit::train(r.local_addr().unwrap(), &payload, 1000);
+    let tr = Transmit::train(r.local_addr().unwrap(), &payload, 1000);
     // Not an address of this host: the kernel refuses the source, with or
     // without GSO.
-    tr.src_ip = Some("2001:db8::1".parse().unwrap());
+    let tr = tr.with_src_ip(Some("2001:db8::1".parse().unwrap()));
     assert!(t.send(&[tr]).is_err());
     assert!(t.stats().fallbacks.is_empty(), "{:?}", t.stats().fallbacks);
     assert!(t.max_gso_segments() > 1, "GSO stays on");

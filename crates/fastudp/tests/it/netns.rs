@@ -8,12 +8,12 @@ use fastudp::{Config, Feature, RecvBatch, Socket, Transmit};
 use std::net::SocketAddr;
 
 fn sockets(p: &VethPair, rx_gro: bool) -> (Socket, Socket, SocketAddr) {
-    let mut rc = rx_config(if rx_gro {
+    let rc = rx_config(if rx_gro {
         RxMode::Gro
     } else {
         RxMode::Recvmmsg
     });
-    rc.recv_buffer = Some(8 << 20);
+    let rc = rc.recv_buffer(8 << 20);
     let rx = p.bind(&p.b, SocketAddr::new(p.addr_b.into(), 0), rc);
     let tx = p.bind(&p.a, SocketAddr::new(p.addr_a.into(), 0), Config::default());
     let dest = rx.local_addr().unwrap();
@@ -661,8 +661,8 @@ fn full_qdisc(tag: &str, n: u8, nonblocking: bool) {
         "ip netns exec {} tc qdisc add dev va root tbf rate 20mbit burst 64kb limit 32kb",
         p.a
     ));
-    let mut rc = rx_config(RxMode::Recvmmsg);
-    rc.recv_buffer = Some(16 << 20);
+    let rc = rx_config(RxMode::Recvmmsg);
+    let rc = rc.recv_buffer(16 << 20);
     let rx = p.bind(&p.b, SocketAddr::new(p.addr_b.into(), 0), rc);
     let dest = rx.local_addr().unwrap();
     for burst in [Burst::Datagrams, Burst::Trains, Burst::Split] {

@@ -4,8 +4,9 @@
 use crate::common;
 use common::skip;
 
-use fastudp::pacing::{choose_mode, Pacer, PacingMode};
+use fastudp::pacing::{choose_mode, PacingMode};
 use fastudp::{ConfigError, Error, RecvBatch, Socket, Transmit};
+use fastudp_tools::pacing::Pacer;
 use std::time::Duration;
 
 #[test]

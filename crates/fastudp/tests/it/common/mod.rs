@@ -34,8 +34,7 @@ pub fn backend(config: Config) -> Config {
         Ok(v) => Disabled::parse(&v).expect("FASTUDP_DISABLE"),
         Err(_) => Disabled::default(),
     };
-    let disabled = config.disabled.union(env);
-    let config = config.disabled(disabled);
+    let config = config.disabled(env);
     #[cfg(feature = "uring")]
     if uring_run() {
         return config.uring(true);

@@ -1,16 +1,16 @@
-//! Paces many flows from one thread with the library's user-space pacer,
-//! over loopback, and shows what each flow received:
-//! `cargo run --release -p fastudp --example paced -- [FLOWS] [RATE_BYTES_PER_SEC]`.
+//! Paces many flows from one thread in user space, over loopback, and
+//! shows what each flow received:
+//! `cargo run --release -p fastudp-tools --example paced -- [FLOWS] [RATE_BYTES_PER_SEC]`.
 //!
 //! The pieces: a [`Scheduler`] says which flows' trains are due and when
 //! to ask again, a [`Waiter`] waits for that time, and one
 //! `Socket::send` (one `sendmmsg`, GSO per train) sends each batch.
 
-use fastudp::pacing::{
-    choose_mode, monotonic_ns, PacingMode, Scheduler, SchedulerConfig, Waiter, DEFAULT_BATCH_BYTES,
-    DEFAULT_SLACK,
-};
+use fastudp::pacing::{choose_mode, monotonic_ns, PacingMode};
 use fastudp::{RecvBatch, Socket, Transmit};
+use fastudp_tools::pacing::{
+    Scheduler, SchedulerConfig, Waiter, DEFAULT_BATCH_BYTES, DEFAULT_SLACK,
+};
 use std::time::Duration;
 
 const SEGMENT: usize = 1200;
