@@ -18,7 +18,7 @@
 
 use crate::result::*;
 use crate::types::*;
-use fastudp::{Coalescer, RecvBatch, Transmit, UdpState};
+use fastudp::{Coalescer, RecvBatch, Transmit, UdpIo, UdpState};
 use libc::{sockaddr, sockaddr_in, sockaddr_in6, sockaddr_storage, socklen_t};
 use std::cell::{Cell, RefCell};
 use std::ffi::{c_char, c_int, c_void};
@@ -459,7 +459,7 @@ pub unsafe extern "C" fn fastudp_socket_bind(
         }
         // SAFETY: the caller vouches for addr and config.
         let (a, c) = unsafe { (read_addr(addr, addr_len, "addr")?, config_of(config)?) };
-        let s = fastudp::Socket::bind_with(a, c)?;
+        let s = fastudp::Socket::bind(a, c)?;
         let (std, state) = s.into_parts();
         let b = Box::new(fastudp_socket {
             fd: Fd::Owned(OwnedFd::from(std)),
@@ -698,7 +698,7 @@ pub unsafe extern "C" fn fastudp_socket_enable_txtime(
     call("fastudp_socket_enable_txtime", || {
         // SAFETY: the caller vouches for the socket.
         let s = unsafe { get(sock, "sock")? };
-        Ok(s.state.enable_txtime(s.fd(), report_errors)?)
+        Ok((&s.state, s.fd()).enable_txtime(report_errors)?)
     })
 }
 
@@ -718,7 +718,7 @@ pub unsafe extern "C" fn fastudp_socket_stats(
             if out.is_null() {
                 return Err(Failure::Null("out"));
             }
-            put(out, "out", (&s.state.stats(s.fd())).into())
+            put(out, "out", (&(&s.state, s.fd()).stats()).into())
         }
     })
 }
@@ -741,7 +741,7 @@ pub unsafe extern "C" fn fastudp_socket_fallback(
         if out.is_null() {
             return Err(Failure::Null("out"));
         }
-        let st = s.state.stats(s.fd());
+        let st = (&s.state, s.fd()).stats();
         let e = st.fallbacks.get(index).ok_or_else(|| {
             Failure::Invalid(format!(
                 "index {index}: the socket has {} fallback events",
@@ -863,7 +863,7 @@ pub unsafe extern "C" fn fastudp_send(
             // SAFETY: the caller vouches for each transmit's pointers.
             all[i] = unsafe { transmit_of(t, i)? };
         }
-        let r = s.state.send(s.fd(), all)?;
+        let r = (&s.state, s.fd()).send(all)?;
         let result = fastudp_sent {
             transmits: r.transmits,
             datagrams: r.datagrams,
@@ -981,7 +981,7 @@ pub unsafe extern "C" fn fastudp_recv(
             return Err(Failure::Null("messages"));
         }
         b.generation += 1;
-        let got = match s.state.recv(s.fd(), &mut b.inner) {
+        let got = match (&s.state, s.fd()).recv(&mut b.inner) {
             Ok(n) => n,
             Err(e) => {
                 // SAFETY: messages is non-NULL (checked) and writable.
@@ -1364,7 +1364,7 @@ pub unsafe extern "C" fn fastudp_recv_error(
         if got.is_null() {
             return Err(Failure::Null("got"));
         }
-        match s.state.recv_error(s.fd())? {
+        match (&s.state, s.fd()).recv_error()? {
             Some(e) => {
                 let mut c = fastudp_socket_error::scalars(&e);
                 let (dest, reporter) = error_addresses(&e);

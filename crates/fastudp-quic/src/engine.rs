@@ -10,6 +10,7 @@ use crate::stats::Counters;
 use crate::tx::{send_socket, Tx};
 use crate::worker::{Setup, Worker};
 use fastudp::pacing::{choose_mode, PacingMode};
+use fastudp::UdpIo;
 use fastudp::{Config, ReuseportGroup, Socket, Steering, ZeroCopySender};
 use quinn_proto::{EndpointConfig, ServerConfig};
 use std::net::SocketAddr;

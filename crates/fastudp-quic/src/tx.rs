@@ -6,6 +6,7 @@
 use crate::limits::{SPARE_TRAINS, STATELESS_QUEUE};
 use crate::stats::Counters;
 use crate::Error;
+use fastudp::UdpIo;
 use fastudp::{Config, EcnCodepoint, SendMeta, Socket, Transmit, ZeroCopySender};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering::Relaxed;
@@ -393,7 +394,7 @@ pub(crate) fn send_socket(addr: SocketAddr, disabled: fastudp::Disabled) -> Resu
     // The socket is non-blocking: a buffer that holds a whole turn's
     // trains of many connections keeps `EAGAIN` (and the retry calls
     // after it) rare (capped at net.core.wmem_max without CAP_NET_ADMIN).
-    Socket::from_std_with(
+    Socket::from_std(
         s.into(),
         Config::default()
             .send_buffer(SEND_BUFFER)

@@ -36,6 +36,7 @@ use crate::tx::{keep_spare, Pending, Tx, ZEROCOPY_MIN};
 use crate::Error;
 use bytes::{Bytes, BytesMut};
 use fastudp::pacing::PacingMode;
+use fastudp::UdpIo;
 use fastudp::{EcnCodepoint, RecvBatch, Socket, Steering};
 use quinn_proto::{
     ConnectionHandle, DatagramEvent, Endpoint, EndpointConfig, Event, ServerConfig, StreamEvent,
@@ -1036,7 +1037,8 @@ mod harness {
             let mut s = Setup {
                 id: 0,
                 workers: 1,
-                rx: Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap(),
+                rx: Socket::bind("127.0.0.1:0".parse().unwrap(), fastudp::Config::default())
+                    .unwrap(),
                 server: Arc::new(server),
                 endpoint: Arc::new(EndpointConfig::default()),
                 inboxes: Arc::new(vec![Inbox::new(SLOTS)]),
@@ -1054,7 +1056,8 @@ mod harness {
                 trains_per_turn: limits::TRAINS_PER_TURN,
             };
             f(&mut s);
-            let sock = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+            let sock =
+                Socket::bind("127.0.0.1:0".parse().unwrap(), fastudp::Config::default()).unwrap();
             let tx = Tx::new(sock, None, counters, None, crate::tx::MAX_TRAIN).unwrap();
             let w = Worker::new(s, tx).unwrap();
             let client = Endpoint::new(Arc::new(EndpointConfig::default()), None, true, None);

@@ -50,6 +50,7 @@
 //!   the std and fastudp receivers of the full table block (200 ms read
 //!   timeout) and quinn-udp's waits with the `MSG_PEEK` above.
 
+use fastudp::UdpIo;
 use fastudp::{Config, Disabled, RecvBatch, Socket, Transmit};
 use std::io::{self, IoSliceMut};
 use std::net::{SocketAddr, UdpSocket};
@@ -578,8 +579,8 @@ fn train_payload() -> Vec<u8> {
 }
 
 fn fastudp_pair(config: Config, wait: Wait) -> anyhow::Result<(Socket, Socket)> {
-    let rx = Socket::bind_with(local(), config.recv_buffer(RECV_BUFFER))?;
-    let tx = Socket::bind_with(local(), config)?;
+    let rx = Socket::bind(local(), config.recv_buffer(RECV_BUFFER))?;
+    let tx = Socket::bind(local(), config)?;
     set_wait(rx.as_std(), wait)?;
     Ok((tx, rx))
 }
@@ -590,7 +591,7 @@ fn fastudp_mmsg(run: &Run) -> anyhow::Result<Measured> {
         .gro(false);
     let wait = run.fastudp_wait;
     let (tx, rx) = fastudp_pair(config, wait)?;
-    let dest = rx.local_addr()?;
+    let dest = rx.as_std().local_addr()?;
     let r = measure(
         run,
         |until| {
@@ -609,7 +610,7 @@ fn fastudp_mmsg(run: &Run) -> anyhow::Result<Measured> {
 fn fastudp_gso_gro(run: &Run) -> anyhow::Result<Measured> {
     let wait = run.fastudp_wait;
     let (tx, rx) = fastudp_pair(Config::default(), wait)?;
-    let dest = rx.local_addr()?;
+    let dest = rx.as_std().local_addr()?;
     if tx.max_gso_segments() < GSO_SEGMENTS {
         eprintln!(
             "note: fastudp GSO allows {} segments per send; trains go out split",
@@ -806,7 +807,7 @@ fn on_sender_thread<T: Send>(pin: bool, f: impl FnOnce() -> T + Send) -> anyhow:
 
 /// Send side, A: fastudp's sender alone, to a closed port.
 fn fastudp_send_only(run: &Run) -> anyhow::Result<Sent> {
-    let tx = Socket::bind_with(local(), Config::default())?;
+    let tx = Socket::bind(local(), Config::default())?;
     let dest = closed_port()?;
     if tx.max_gso_segments() < GSO_SEGMENTS {
         return Err(anyhow::anyhow!(
@@ -840,7 +841,7 @@ fn paced_send(tx: &Socket, dest: SocketAddr, until: Instant) -> anyhow::Result<S
 fn fastudp_recv_only(run: &Run) -> anyhow::Result<Measured> {
     let wait = run.fastudp_wait;
     let (tx, rx) = fastudp_pair(Config::default(), wait)?;
-    let dest = rx.local_addr()?;
+    let dest = rx.as_std().local_addr()?;
     measure(
         run,
         |until| paced_send(&tx, dest, until),
@@ -851,7 +852,7 @@ fn fastudp_recv_only(run: &Run) -> anyhow::Result<Measured> {
 /// Receive side, B: the paced sender into quinn-udp's receiver.
 fn quinn_recv_only(run: &Run) -> anyhow::Result<Measured> {
     let (rx, state, wait) = quinn_receiver(run)?;
-    let tx = Socket::bind_with(local(), Config::default())?;
+    let tx = Socket::bind(local(), Config::default())?;
     let dest = rx.local_addr()?;
     measure(
         run,

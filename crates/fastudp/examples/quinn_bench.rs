@@ -96,7 +96,8 @@ impl Kind {
     fn socket(self, std: std::net::UdpSocket) -> (Arc<dyn AsyncUdpSocket>, Arc<Counts>) {
         let inner: Arc<dyn AsyncUdpSocket> = match self {
             Kind::Fastudp => Arc::new(
-                fastudp::quinn::Socket::from_std(std, fastudp::Config::default())
+                fastudp::Socket::from_std(std, fastudp::Config::default())
+                    .and_then(fastudp::quinn::Socket::try_from)
                     .expect("fastudp socket"),
             ),
             Kind::QuinnUdp => quinn::Runtime::wrap_udp_socket(&quinn::TokioRuntime, std)

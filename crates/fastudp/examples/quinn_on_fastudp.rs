@@ -10,6 +10,7 @@
 //! `examples` (`cargo test -p fastudp --all-features --test it --
 //! examples::`) runs [`run`].
 
+use fastudp::UdpIo;
 use quinn::rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
 use quinn::{ClientConfig, Endpoint, EndpointConfig, ServerConfig, TokioRuntime};
 use std::error::Error;
@@ -58,7 +59,8 @@ pub async fn run(bytes: usize) -> Result<Outcome, BoxError> {
     let key = PrivateKeyDer::from(PrivatePkcs8KeyDer::from(cert.key_pair.serialize_der()));
 
     // The server's endpoint on a fastudp socket.
-    let server_socket = fastudp::quinn::Socket::bind("127.0.0.1:0".parse()?)?;
+    let server_socket =
+        fastudp::quinn::Socket::bind("127.0.0.1:0".parse()?, fastudp::Config::default())?;
     let server = Endpoint::new_with_abstract_socket(
         EndpointConfig::default(),
         Some(ServerConfig::with_single_cert(vec![cert_der.clone()], key)?),
@@ -83,7 +85,10 @@ pub async fn run(bytes: usize) -> Result<Outcome, BoxError> {
 
     // The client's endpoint on another fastudp socket, trusting the
     // server's certificate.
-    let client_socket = Arc::new(fastudp::quinn::Socket::bind("127.0.0.1:0".parse()?)?);
+    let client_socket = Arc::new(fastudp::quinn::Socket::bind(
+        "127.0.0.1:0".parse()?,
+        fastudp::Config::default(),
+    )?);
     let client = Endpoint::new_with_abstract_socket(
         EndpointConfig::default(),
         None,

@@ -9,6 +9,7 @@
 //! arrived.
 
 use fastudp::tokio::UdpSocket;
+use fastudp::UdpIo;
 use fastudp::{Config, RecvBatch, Transmit};
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -44,9 +45,9 @@ async fn main() -> Result<(), fastudp::Error> {
 pub async fn run() -> Result<Outcome, fastudp::Error> {
     let any: SocketAddr = "127.0.0.1:0".parse().expect("an address");
     // Room for the whole burst: UDP drops what does not fit.
-    let rx = UdpSocket::bind_with(any, Config::default().recv_buffer(4 << 20))?;
-    let tx = UdpSocket::bind(any)?;
-    let dest = rx.local_addr()?;
+    let rx = UdpSocket::bind(any, Config::default().recv_buffer(4 << 20))?;
+    let tx = UdpSocket::bind(any, Config::default())?;
+    let dest = rx.as_tokio().local_addr()?;
 
     // Each train: PER_TRAIN datagrams of SEGMENT bytes in one buffer,
     // datagram i filled with the byte i.
@@ -56,7 +57,7 @@ pub async fn run() -> Result<Outcome, fastudp::Error> {
     let trains: Vec<Transmit<'_>> = (0..TRAINS)
         .map(|_| Transmit::train(dest, &payload, SEGMENT))
         .collect();
-    let source = tx.local_addr()?;
+    let source = tx.as_tokio().local_addr()?;
     let receiver = async {
         let mut batch = RecvBatch::new(32);
         let mut received = 0;

@@ -3,7 +3,7 @@
 //! io_uring backend: the receiver's CPU per byte on loopback for three
 //! receivers of the same GRO trains, in one run.
 //!
-//! * `recvmmsg`: today's `fastudp::quinn` path, `UdpState::recv_slices`
+//! * `recvmmsg`: today's `fastudp::quinn` path, `UdpIo::recv_slices`
 //!   on the syscall backend; the kernel copies each train into the
 //!   caller's buffer.
 //! * `ring+copy`: a borrowed receive on the io_uring backend
@@ -21,6 +21,7 @@
 //! cargo run --release -p fastudp --features uring --example uring_copy -- [ROUNDS] [SECONDS] [RING_BUFFERS, 0: the default] [ONLY_RECEIVER]
 //! ```
 
+use fastudp::UdpIo;
 use fastudp::{Config, RecvBatch, RecvMeta, Socket, Transmit};
 use std::io::IoSliceMut;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -58,17 +59,17 @@ fn run(mode: Mode, secs: f64, ring_buffers: u16) -> (f64, f64) {
         .recv_buffer(8 << 20)
         .uring(mode != Mode::Recvmmsg)
         .uring_recv_buffers(ring_buffers);
-    let mut rx = Socket::bind_with("127.0.0.1:0".parse().unwrap(), c).unwrap();
+    let mut rx = Socket::bind("127.0.0.1:0".parse().unwrap(), c).unwrap();
     rx.as_std()
         .set_read_timeout(Some(Duration::from_millis(100)))
         .unwrap();
-    let dest = rx.local_addr().unwrap();
+    let dest = rx.as_std().local_addr().unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let sender = {
         let stop = stop.clone();
         std::thread::spawn(move || {
             let _ = fastudp_tools::os::pin_to_cpu(0);
-            let tx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+            let tx = Socket::bind("127.0.0.1:0".parse().unwrap(), Config::default()).unwrap();
             let payload = vec![0x5au8; SEG * SEGS];
             let ts: Vec<Transmit<'_>> = (0..8)
                 .map(|_| Transmit::train(dest, &payload, SEG))
@@ -90,7 +91,7 @@ fn run(mode: Mode, secs: f64, ring_buffers: u16) -> (f64, f64) {
             Mode::Recvmmsg => {
                 let mut slices: Vec<IoSliceMut<'_>> =
                     bufs.iter_mut().map(|b| IoSliceMut::new(b)).collect();
-                let Ok(n) = rx.state().recv_slices(rx.as_std(), &mut slices, &mut metas) else {
+                let Ok(n) = rx.recv_slices(&mut slices, &mut metas) else {
                     continue;
                 };
                 for (m, b) in metas[..n].iter().zip(&bufs) {

@@ -243,7 +243,7 @@ impl Coalescer {
 
     /// Sends every queued train. Returns the number of datagrams sent.
     /// Datagrams the local queue dropped (`ENOBUFS`, see
-    /// [`crate::UdpState::send`]) leave the queue as done, are not in that
+    /// [`crate::UdpIo::send`]) leave the queue as done, are not in that
     /// number, and are counted in [`crate::Stats::dropped_locally`].
     ///
     /// On a non-blocking socket the kernel may take only some: the rest stay

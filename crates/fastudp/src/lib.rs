@@ -6,11 +6,11 @@
 //! pacing, probed at run time, with fallbacks that never lose a datagram.
 //!
 //! ```
-//! use fastudp::{Coalescer, RecvBatch, Socket, Transmit};
+//! use fastudp::{Coalescer, Config, RecvBatch, Socket, Transmit, UdpIo};
 //!
-//! let rx = Socket::bind("127.0.0.1:0".parse().unwrap())?; // GRO on by default
-//! let tx = Socket::bind("127.0.0.1:0".parse().unwrap())?;
-//! let to = rx.local_addr()?;
+//! let rx = Socket::bind("127.0.0.1:0".parse().unwrap(), Config::default())?; // GRO on by default
+//! let tx = Socket::bind("127.0.0.1:0".parse().unwrap(), Config::default())?;
+//! let to = rx.as_std().local_addr()?;
 //!
 //! // A GSO train: ten 1200-byte datagrams, one buffer, one syscall.
 //! let payload = vec![7u8; 12_000];
@@ -34,7 +34,7 @@
 //!     rx.recv(&mut batch)?;
 //!     for (meta, datagram) in batch.datagrams() {
 //!         assert_eq!(datagram.len(), 1200);
-//!         assert_eq!(meta.source, tx.local_addr()?);
+//!         assert_eq!(meta.source, tx.as_std().local_addr()?);
 //!         received += 1;
 //!     }
 //! }
@@ -45,11 +45,12 @@
 //! # On your own socket (any runtime, blocking or not)
 //!
 //! The core is [`UdpState`]: capabilities, fallbacks, counters and the error
-//! queue, apart from the socket. Every call takes the caller's socket
-//! (anything with a file descriptor: `std::net::UdpSocket`,
-//! `tokio::net::UdpSocket`, a mio socket, a raw fd), in the manner of
-//! quinn-udp's `UdpSocketState`. [`Socket`] is a `std::net::UdpSocket` with
-//! its `UdpState`. [`Coalescer`] and [`ZeroCopySender`] hold no socket: each
+//! queue, apart from the socket, in the manner of quinn-udp's
+//! `UdpSocketState`. The calls are those of the [`UdpIo`] trait, on a
+//! socket with its state: [`Socket`] is a `std::net::UdpSocket` with its
+//! `UdpState`, and the caller's own socket (anything with a file
+//! descriptor: `std::net::UdpSocket`, `tokio::net::UdpSocket`, a mio
+//! socket, a raw fd) is one as `(&state, &socket)`. [`Coalescer`] and [`ZeroCopySender`] hold no socket: each
 //! call takes one (`&socket`, or `&(&state, &socket)`), so they live in the
 //! same struct as their socket.
 //!
@@ -57,19 +58,20 @@
 //! from there, and nothing is ever sent twice:
 //!
 //! ```
-//! use fastudp::{Config, RecvBatch, Transmit, UdpState};
+//! use fastudp::{Config, RecvBatch, Transmit, UdpIo, UdpState};
 //! use std::net::UdpSocket;
 //!
 //! let peer = UdpSocket::bind("127.0.0.1:0")?;
 //! let sock = UdpSocket::bind("127.0.0.1:0")?;
 //! sock.set_nonblocking(true)?;
 //! let state = UdpState::new(&sock, Config::default())?;
+//! let io = (&state, &sock);
 //! let to = peer.local_addr()?;
 //! let payload = vec![1u8; 10 * 1200];
 //! let mut ts = vec![Transmit::train(to, &payload, 1200)];
 //! let mut k = 0;
 //! while k < ts.len() {
-//!     match state.send(&sock, &ts[k..]) {
+//!     match io.send(&ts[k..]) {
 //!         Ok(sent) => {
 //!             k += sent.transmits; // whole transmits
 //!             if sent.datagrams > 0 {
@@ -94,13 +96,13 @@
 //!
 //! // A non-blocking receive never waits: nothing is queued here.
 //! let mut batch = RecvBatch::new(32);
-//! match state.recv(&sock, &mut batch) {
+//! match io.recv(&mut batch) {
 //!     Ok(n) => println!("{n} messages"),
 //!     Err(e) if e.is_would_block() => {}
 //!     Err(e) => return Err(e.into()),
 //! }
 //! // ICMP errors, txtime drops and zerocopy completions, typed.
-//! while let Some(err) = state.recv_error(&sock)? {
+//! while let Some(err) = io.recv_error()? {
 //!     println!("{err}");
 //! }
 //! # Ok::<(), Box<dyn std::error::Error>>(())
@@ -127,7 +129,7 @@
 //!   train) and never fragmented. [`Config::may_fragment`] restores the
 //!   kernel's fragmenting.
 //! - **ICMP errors, typed.** `IP_RECVERR`/`IPV6_RECVERR` are on.
-//!   [`UdpState::recv_error`] returns [`SocketError`]s: `Unreachable`
+//!   [`UdpIo::recv_error`] returns [`SocketError`]s: `Unreachable`
 //!   (port, host, network, prohibited) with the destination that refused
 //!   and the router that said so; `PacketTooBig` with the MTU; `Txtime`
 //!   drops; `ZeroCopy` completions. The kernel also fails the *next* send
@@ -142,7 +144,7 @@
 //!   answers `ENOBUFS` for a datagram the device's qdisc dropped, where it
 //!   would otherwise count the drop and return success. The send goes on:
 //!   those datagrams are done, and counted in [`Sent::dropped_locally`]
-//!   and [`Stats::dropped_locally`] (see [`UdpState::send`]).
+//!   and [`Stats::dropped_locally`] (see [`UdpIo::send`]).
 //! - **GSO refusals are not for ever, nor for everyone.** A GSO send the
 //!   path refuses (`EIO`, `EINVAL`) is resent one datagram at a time at
 //!   once; GSO stays off for [`Config::gso_retry`] (1 s, doubling per
@@ -160,14 +162,14 @@
 //!
 //! # What the socket does
 //!
-//! - **Send** ([`UdpState::send`]): one `sendmmsg` for many transmits;
+//! - **Send** ([`UdpIo::send`]): one `sendmmsg` for many transmits;
 //!   each message gets its own control messages: `UDP_SEGMENT` only when
 //!   it holds more than one segment, `IP_TOS`/`IPV6_TCLASS` for ECN,
 //!   `IP_PKTINFO`/`IPV6_PKTINFO` for the source address. Every transmit is
 //!   checked first: a payload over 65507 bytes (IPv4) / 65527 (IPv6), a
 //!   zero segment size, or a train over the kernel's segment limit is an
 //!   error that names the transmit, and nothing is sent.
-//! - **Receive** ([`UdpState::recv`]): `recvmmsg` with `UDP_GRO` on; each
+//! - **Receive** ([`UdpIo::recv`]): `recvmmsg` with `UDP_GRO` on; each
 //!   message has its source, destination IP (PKTINFO), ECN bits, stride
 //!   (segment size) and an iterator over its datagrams ([`RecvMeta`]).
 //!   Buffers default to 96 KiB per message, so a 64-segment train of

@@ -7,7 +7,7 @@
 //! in user space. [`choose_mode`] picks the one a socket can keep and says
 //! why; [`set_timer_slack`] makes a user-space pacer's sleeps end on time.
 //! Kernel pacing of a whole socket is
-//! [`UdpState::set_max_pacing_rate`](crate::UdpState::set_max_pacing_rate).
+//! [`UdpIo::set_max_pacing_rate`](crate::UdpIo::set_max_pacing_rate).
 
 /// `CLOCK_MONOTONIC` now, in ns: the clock of departure times and
 /// `SCM_TXTIME`.

@@ -10,7 +10,7 @@
 //!
 //! #[tokio::main(flavor = "current_thread")]
 //! async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//!     let socket = fastudp::quinn::Socket::bind("127.0.0.1:0".parse()?)?;
+//!     let socket = fastudp::quinn::Socket::bind("127.0.0.1:0".parse()?, Config::default())?;
 //!     let endpoint = quinn::Endpoint::new_with_abstract_socket(
 //!         quinn::EndpointConfig::default(),
 //!         None, // a client; pass Some(server_config) to accept connections
@@ -48,9 +48,9 @@
 //! full local queue drops (`ENOBUFS`) are done as well, as the kernel
 //! would report them without `IP_RECVERR`: quinn sees them as sent, and
 //! its loss recovery and congestion control see them lost. They are
-//! counted in [`Stats::dropped_locally`]. ICMP errors
-//! are read into the error queue ([`crate::UdpState::recv_error`]), not
-//! returned by receives.
+//! counted in [`crate::Stats::dropped_locally`]. ICMP errors
+//! are read into the error queue ([`UdpIo::recv_error`]), not
+//! returned by receives. Counters: [`UdpIo::stats`].
 //!
 //! A train split half-way (GSO refused mid-run, then the socket filled) is
 //! never lost or sent twice: its rest is kept (one copy, the only one) and
@@ -66,8 +66,8 @@
 //! that drives `quinn-proto` itself and sees all its connections' transmits
 //! at once.
 
-use crate::socket::{Config, RecvMeta, Transmit, UdpState};
-use crate::{EcnCodepoint, Error, Stats};
+use crate::socket::{Config, RecvMeta, Transmit, UdpIo, UdpState};
+use crate::{EcnCodepoint, Error};
 use std::fmt;
 use std::future::Future;
 use std::io::{self, IoSliceMut};
@@ -164,39 +164,12 @@ enum Outcome {
 }
 
 impl Socket {
-    /// Binds a socket at `addr` with the default [`Config`]. Call it inside
-    /// a tokio runtime.
-    pub fn bind(addr: SocketAddr) -> Result<Self, Error> {
-        Self::bind_with(addr, Config::default())
-    }
-
-    /// Binds a socket at `addr` with `config`.
-    pub fn bind_with(addr: SocketAddr, config: Config) -> Result<Self, Error> {
-        Self::from_std(crate::socket::bind_udp(addr)?, config)
-    }
-
-    /// Takes a bound standard socket (made non-blocking here).
-    pub fn from_std(sock: std::net::UdpSocket, config: Config) -> Result<Self, Error> {
-        sock.set_nonblocking(true)?;
-        let state = UdpState::new(&sock, config)?;
-        #[cfg(feature = "uring")]
-        let state = state.without_uring("quinn");
-        Ok(Socket {
-            io: tokio::net::UdpSocket::from_std(sock)?,
-            state,
-            pending: Mutex::new(Pending::default()),
-            send_errors: AtomicU64::new(0),
-        })
-    }
-
-    /// The fastudp state: capabilities, GSO now, error queue.
-    pub fn state(&self) -> &UdpState {
-        &self.state
-    }
-
-    /// Counters and fallback events so far.
-    pub fn stats(&self) -> Stats {
-        self.state.stats(&self.io)
+    /// Binds a socket at `addr` and sets it up with `config`
+    /// (`Config::default()` for the defaults). Call it inside a tokio
+    /// runtime. To start from a standard socket, make a
+    /// [`crate::Socket`] of it and convert that (`Socket::try_from`).
+    pub fn bind(addr: SocketAddr, config: Config) -> Result<Self, Error> {
+        Self::try_from(crate::Socket::bind(addr, config)?)
     }
 
     /// Sends that failed for a reason other than a full socket and were
@@ -207,7 +180,7 @@ impl Socket {
 
     /// One send of `t`; a train cut half-way keeps its rest in `pending`.
     fn send_one(&self, t: &Transmit<'_>, pending: &mut Pending) -> Outcome {
-        match self.state.send(&self.io, std::slice::from_ref(t)) {
+        match self.state.send_on(&self.io, std::slice::from_ref(t)) {
             Ok(s) if s.transmits == 1 => Outcome::Done,
             Ok(s) if s.datagrams > 0 => {
                 pending.keep(&t.skip_datagrams(s.datagrams));
@@ -227,7 +200,7 @@ impl Socket {
         loop {
             let r = match pending.transmit() {
                 None => return true,
-                Some(t) => self.state.send(&self.io, std::slice::from_ref(&t)),
+                Some(t) => self.state.send_on(&self.io, std::slice::from_ref(&t)),
             };
             match r {
                 Ok(s) if s.transmits == 1 => {
@@ -251,6 +224,38 @@ impl Socket {
                 }
             }
         }
+    }
+}
+
+/// Registers a [`crate::Socket`] (made non-blocking here) with tokio's
+/// reactor, keeping its state: a socket from [`crate::Socket::from_std`]
+/// or one of a [`crate::ReuseportGroup`]. Call it inside a tokio runtime.
+impl TryFrom<crate::Socket> for Socket {
+    type Error = Error;
+
+    fn try_from(socket: crate::Socket) -> Result<Self, Error> {
+        let (sock, state) = socket.into_parts();
+        sock.set_nonblocking(true)?;
+        #[cfg(feature = "uring")]
+        let state = state.without_uring("quinn");
+        Ok(Socket {
+            io: tokio::net::UdpSocket::from_std(sock)?,
+            state,
+            pending: Mutex::new(Pending::default()),
+            send_errors: AtomicU64::new(0),
+        })
+    }
+}
+
+/// fastudp's calls on quinn's socket: `stats()`, `state()`, pacing and
+/// the error queue ([`UdpIo::recv_error`]). Its `send` and `recv` go
+/// around quinn: datagrams received here never reach quinn.
+impl UdpIo for Socket {
+    fn state(&self) -> &UdpState {
+        &self.state
+    }
+    fn fd(&self) -> BorrowedFd<'_> {
+        self.io.as_fd()
     }
 }
 
@@ -333,7 +338,7 @@ impl quinn::AsyncUdpSocket for Socket {
             let want = cap;
             let r = self.io.try_io(Interest::READABLE, || {
                 self.state
-                    .recv_slices(&self.io, &mut bufs[..want], &mut ours[..want])
+                    .recv_slices_on(&self.io, &mut bufs[..want], &mut ours[..want])
                     .map_err(io::Error::from)
             });
             match r {

@@ -130,8 +130,8 @@ impl ReuseportGroup {
                 addr: at,
                 source: e,
             })?;
-            let sock = Socket::from_std_with(s.into(), config)?;
-            at = sock.local_addr().map_err(|e| Error::Setup {
+            let sock = Socket::from_std(s.into(), config)?;
+            at = sock.as_std().local_addr().map_err(|e| Error::Setup {
                 what: "getsockname",
                 source: e,
             })?;
@@ -164,7 +164,7 @@ impl ReuseportGroup {
 
     /// The address all of them are bound to.
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
-        self.sockets[0].local_addr()
+        self.sockets[0].as_std().local_addr()
     }
 
     /// The steering in force.

@@ -4,6 +4,14 @@
 //! same batched sends and receives, GSO, GRO, ECN, fallbacks and counters
 //! as [`crate::Socket`], as `async` calls.
 //!
+//! Its inherent `async fn`s `send`, `recv` and `recv_error` wait on the
+//! reactor. It also implements [`UdpIo`], for [`crate::Coalescer`],
+//! [`crate::ZeroCopySender`] and the calls that do not wait
+//! (`stats()`, `state()`, pacing); the trait's `send`, `recv` and
+//! `recv_error`, which the `async` ones shadow, are reached as
+//! `UdpIo::send(&socket, ..)`: one non-blocking attempt that leaves
+//! tokio's readiness alone.
+//!
 //! Readiness is exact: each call tries the socket, and only a `WouldBlock`
 //! from the kernel clears tokio's readiness and waits for the next edge.
 //! Any other error is returned at once, never retried in a loop; nothing
@@ -17,14 +25,14 @@
 //!
 //! ```
 //! use fastudp::tokio::UdpSocket;
-//! use fastudp::{Config, RecvBatch, Transmit};
+//! use fastudp::{Config, RecvBatch, Transmit, UdpIo};
 //!
 //! #[tokio::main(flavor = "current_thread")]
 //! async fn main() -> Result<(), fastudp::Error> {
 //!     let addr = "127.0.0.1:0".parse().unwrap();
-//!     let rx = UdpSocket::bind_with(addr, Config::default().recv_buffer(4 << 20))?;
-//!     let tx = UdpSocket::bind(addr)?;
-//!     let to = rx.local_addr()?;
+//!     let rx = UdpSocket::bind(addr, Config::default().recv_buffer(4 << 20))?;
+//!     let tx = UdpSocket::bind(addr, Config::default())?;
+//!     let to = rx.as_tokio().local_addr()?;
 //!     let payload = vec![7u8; 10 * 1200];
 //!     let trains: Vec<Transmit<'_>> = (0..10)
 //!         .map(|_| Transmit::train(to, &payload, 1200))
@@ -37,17 +45,17 @@
 //!     while received < 100 {
 //!         rx.recv(&mut batch).await?; // waits for data
 //!         for (meta, datagram) in batch.datagrams() {
-//!             assert_eq!((meta.source, datagram.len()), (tx.local_addr()?, 1200));
+//!             assert_eq!((meta.source, datagram.len()), (tx.as_tokio().local_addr()?, 1200));
 //!             received += 1;
 //!         }
 //!     }
+//!     println!("{:?}", tx.stats()); // a `UdpIo` call: counters, fallbacks
 //!     Ok(())
 //! }
 //! ```
 //!
 //! `send` returns what went out as soon as the kernel took something;
-//! `send_all` waits whenever the socket is full; `recv` and `recv_slices`
-//! wait for data; `flush` empties a [`crate::Coalescer`]; `recv_error`
+//! `send_all` waits whenever the socket is full; `recv` waits for data; `flush` empties a [`crate::Coalescer`]; `recv_error`
 //! waits for the next ICMP error (with the destination that refused, or the
 //! path MTU) or zerocopy completion. `recv` also wakes on `EPOLLERR`: a
 //! connected socket whose peer went away returns `ConnectionRefused`; an
@@ -55,10 +63,10 @@
 //! waiting. A longer program is `examples/tokio_gso.rs`
 //! (`cargo run -p fastudp --features tokio --example tokio_gso`).
 
-use crate::socket::{Config, RecvBatch, RecvMeta, Sent, Stats, Transmit, UdpIo, UdpState};
+use crate::socket::{Config, RecvBatch, Sent, Transmit, UdpIo, UdpState};
 use crate::{Coalescer, Error, SocketError};
 use std::future::Future;
-use std::io::{self, IoSliceMut};
+use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::task::Poll;
@@ -111,31 +119,12 @@ async fn when_ready<R>(
 }
 
 impl UdpSocket {
-    /// Binds a socket at `addr` with the default [`Config`].
-    pub fn bind(addr: SocketAddr) -> Result<Self, Error> {
-        Self::bind_with(addr, Config::default())
-    }
-
-    /// Binds a socket at `addr` with `config`.
-    pub fn bind_with(addr: SocketAddr, config: Config) -> Result<Self, Error> {
-        Self::from_std(crate::socket::bind_udp(addr)?, config)
-    }
-
-    /// Takes a standard socket (made non-blocking here) and sets it up.
-    pub fn from_std(sock: std::net::UdpSocket, config: Config) -> Result<Self, Error> {
-        sock.set_nonblocking(true)?;
-        let state = UdpState::new(&sock, config)?;
-        Self::from_tokio_state(tokio::net::UdpSocket::from_std(sock)?, state)
-    }
-
-    fn from_tokio_state(io: tokio::net::UdpSocket, state: UdpState) -> Result<Self, Error> {
-        #[cfg(feature = "uring")]
-        let state = state.without_uring("tokio");
-        Ok(UdpSocket {
-            io,
-            state,
-            queued: tokio::sync::Notify::new(),
-        })
+    /// Binds a socket at `addr` and sets it up with `config`
+    /// (`Config::default()` for the defaults). Call it inside a tokio
+    /// runtime. To start from a standard socket, make a
+    /// [`crate::Socket`] of it and convert that (`UdpSocket::try_from`).
+    pub fn bind(addr: SocketAddr, config: Config) -> Result<Self, Error> {
+        Self::try_from(crate::Socket::bind(addr, config)?)
     }
 
     /// Runs `op` when the socket is ready for `interest` (see
@@ -155,18 +144,20 @@ impl UdpSocket {
     }
 
     /// Sends transmits, waiting until the socket takes at least part of
-    /// them, and returns exactly what went out (as [`UdpState::send`]).
+    /// them, and returns exactly what went out (as [`UdpIo::send`]).
     /// Resume the rest with [`Transmit::skip_datagrams`], or use
     /// [`UdpSocket::send_all`].
     pub async fn send(&self, transmits: &[Transmit<'_>]) -> Result<Sent, Error> {
-        self.io(Interest::WRITABLE, || self.state.send(&self.io, transmits))
-            .await
+        self.io(Interest::WRITABLE, || {
+            self.state.send_on(&self.io, transmits)
+        })
+        .await
     }
 
     /// Sends every transmit, waiting whenever the socket is full. Returns
     /// the number of datagrams sent: datagrams a full local queue dropped
-    /// (see [`UdpState::send`]) are done, not in that number, and counted
-    /// in [`Stats::dropped_locally`]. On an error, the transmits before the
+    /// (see [`UdpIo::send`]) are done, not in that number, and counted
+    /// in [`crate::Stats::dropped_locally`]. On an error, the transmits before the
     /// one that failed went out, and the error names it (its index in
     /// `transmits`).
     pub async fn send_all(&self, transmits: &[Transmit<'_>]) -> Result<usize, Error> {
@@ -194,26 +185,13 @@ impl UdpSocket {
     }
 
     /// Receives a batch of messages into `batch`, waiting until at least
-    /// one is there (as [`UdpState::recv`]). It also wakes on an ICMP
+    /// one is there (as [`UdpIo::recv`]). It also wakes on an ICMP
     /// error: a connected socket returns it (`ConnectionRefused` when the
     /// peer went away); an unconnected one reads it into the error queue
     /// and goes on waiting.
     pub async fn recv(&self, batch: &mut RecvBatch) -> Result<usize, Error> {
         self.io(Interest::READABLE | Interest::ERROR, || {
-            self.state.recv(&self.io, batch)
-        })
-        .await
-    }
-
-    /// Receives into buffers the caller owns, waiting until at least one
-    /// message is there (as [`UdpState::recv_slices`]).
-    pub async fn recv_slices(
-        &self,
-        bufs: &mut [IoSliceMut<'_>],
-        meta: &mut [RecvMeta],
-    ) -> Result<usize, Error> {
-        self.io(Interest::READABLE | Interest::ERROR, || {
-            self.state.recv_slices(&self.io, bufs, meta)
+            self.state.recv_on(&self.io, batch)
         })
         .await
     }
@@ -233,14 +211,14 @@ impl UdpSocket {
 
     /// Waits for the next error-queue message: an ICMP error (with the
     /// destination that refused, or the path MTU), a departure-time drop,
-    /// or a zerocopy completion (see [`UdpState::recv_error`]).
+    /// or a zerocopy completion (see [`UdpIo::recv_error`]).
     pub async fn recv_error(&self) -> Result<SocketError, Error> {
         loop {
             // Armed before the queue is looked at, so that an error a
             // concurrent receive reads in between still wakes this task.
             let mut queued = std::pin::pin!(self.queued.notified());
             queued.as_mut().enable();
-            if let Some(e) = self.state.recv_error(&self.io)? {
+            if let Some(e) = self.state.recv_error_on(&self.io)? {
                 return Ok(e);
             }
             let mut ready = std::pin::pin!(self.io.ready(Interest::ERROR));
@@ -257,7 +235,7 @@ impl UdpSocket {
                 r?;
                 let got = self.io.try_io(Interest::ERROR, || {
                     self.state
-                        .recv_error(&self.io)
+                        .recv_error_on(&self.io)
                         .map_err(io::Error::from)?
                         .ok_or_else(|| io::Error::from(io::ErrorKind::WouldBlock))
                 });
@@ -270,22 +248,8 @@ impl UdpSocket {
         }
     }
 
-    /// The local address.
-    pub fn local_addr(&self) -> Result<SocketAddr, Error> {
-        Ok(self.io.local_addr()?)
-    }
-
-    /// Counters and fallback events so far.
-    pub fn stats(&self) -> Stats {
-        self.state.stats(&self.io)
-    }
-
-    /// The fastudp state (GSO and GRO now, error queue, pacing).
-    pub fn state(&self) -> &UdpState {
-        &self.state
-    }
-
-    /// The tokio socket underneath, for what fastudp does not wrap.
+    /// The tokio socket underneath, for what fastudp does not wrap (its
+    /// local address, connecting, readiness).
     pub fn as_tokio(&self) -> &tokio::net::UdpSocket {
         &self.io
     }
@@ -299,6 +263,25 @@ impl std::ops::Deref for UdpSocket {
 
     fn deref(&self) -> &UdpState {
         &self.state
+    }
+}
+
+/// Registers a [`crate::Socket`] (made non-blocking here) with tokio's
+/// reactor, keeping its state: a socket from [`crate::Socket::from_std`]
+/// or one of a [`crate::ReuseportGroup`]. Call it inside a tokio runtime.
+impl TryFrom<crate::Socket> for UdpSocket {
+    type Error = Error;
+
+    fn try_from(socket: crate::Socket) -> Result<Self, Error> {
+        let (sock, state) = socket.into_parts();
+        sock.set_nonblocking(true)?;
+        #[cfg(feature = "uring")]
+        let state = state.without_uring("tokio");
+        Ok(UdpSocket {
+            io: tokio::net::UdpSocket::from_std(sock)?,
+            state,
+            queued: tokio::sync::Notify::new(),
+        })
     }
 }
 

@@ -22,7 +22,7 @@
 //!   whose buffers go back to the kernel when it is dropped;
 //!   [`UdpState::recv_with`](crate::UdpState::recv_with)
 //!   hands messages straight out of the provided buffers to a callback;
-//!   [`UdpState::recv`](crate::UdpState::recv) copies them into a
+//!   [`UdpIo::recv`](crate::UdpIo::recv) copies them into a
 //!   [`RecvBatch`](crate::RecvBatch) as before.
 //! * **Send** goes as one chain of linked `IORING_OP_SENDMSG`s per batch,
 //!   in one `io_uring_enter`, with the control messages of the syscall path
@@ -75,8 +75,8 @@
 //! use fastudp::{Config, RecvBatch, Socket, Transmit};
 //!
 //! let addr = "127.0.0.1:0".parse().unwrap();
-//! let rx = Socket::bind_with(addr, Config::default().uring(true))?;
-//! let tx = Socket::bind(addr)?;
+//! let rx = Socket::bind(addr, Config::default().uring(true))?;
+//! let tx = Socket::bind(addr, Config::default())?;
 //! let payload = [1u8; 4 * 1200];
 //! tx.send(&[Transmit::train(rx.local_addr()?, &payload, 1200)])?;
 //! // Datagrams straight out of the ring's provided buffers, no copy (or
@@ -723,8 +723,8 @@ impl UdpState {
     /// buffer it arrived in, which goes back to the kernel when `f`
     /// returns. Up to `scratch.capacity()` messages; waits, truncation
     /// (never, beyond the ring's buffers) and errors as
-    /// [`UdpState::recv`]. Without the ring, receives into `scratch` with
-    /// [`UdpState::recv`] and hands out its messages. Returns how many.
+    /// [`UdpIo::recv`](crate::UdpIo::recv). Without the ring, receives into `scratch` with
+    /// [`UdpIo::recv`](crate::UdpIo::recv) and hands out its messages. Returns how many.
     pub fn recv_with(
         &self,
         sock: impl std::os::fd::AsFd,
@@ -738,7 +738,7 @@ impl UdpState {
                 return r;
             }
         }
-        let n = self.recv(fd, scratch)?;
+        let n = self.recv_on(fd, scratch)?;
         for (m, p) in scratch.iter() {
             f(m, p);
         }
@@ -761,7 +761,7 @@ impl UdpState {
     ///
     /// ```compile_fail,E0499
     /// use fastudp::{Config, RecvBatch, Socket};
-    /// let mut rx = Socket::bind_with("127.0.0.1:0".parse().unwrap(), Config::default().uring(true))?;
+    /// let mut rx = Socket::bind("127.0.0.1:0".parse().unwrap(), Config::default().uring(true))?;
     /// let (mut a, mut b) = (RecvBatch::new(8), RecvBatch::new(8));
     /// let first = rx.recv_borrowed(&mut a)?;
     /// let second = rx.recv_borrowed(&mut b)?; // `rx` is still lent to `first`
@@ -771,7 +771,7 @@ impl UdpState {
     ///
     /// Up to `scratch.capacity()` messages. Waits, truncation (never,
     /// beyond the ring's buffers), counters and errors as
-    /// [`UdpState::recv`]; a GRO train is one message, split in place by
+    /// [`UdpIo::recv`](crate::UdpIo::recv); a GRO train is one message, split in place by
     /// [`RecvView::datagrams`]. When every provided buffer is in use
     /// (lent out in views, or filled and not yet received) the kernel ends
     /// its multishot receive: the datagrams stay queued in the socket,
@@ -779,7 +779,7 @@ impl UdpState {
     /// receive is armed again once buffers are back; nothing is lost.
     /// Without the ring (io_uring unavailable or refused, another socket's
     /// state, a platform without it) it receives into `scratch` with
-    /// [`UdpState::recv`] and the view lends out `scratch`'s messages.
+    /// [`UdpIo::recv`](crate::UdpIo::recv) and the view lends out `scratch`'s messages.
     pub fn recv_borrowed<'a>(
         &'a mut self,
         sock: impl std::os::fd::AsFd,
@@ -804,7 +804,7 @@ impl UdpState {
             };
             return Ok(RecvView { inner });
         }
-        self.recv(fd, scratch)?;
+        self.recv_on(fd, scratch)?;
         Ok(RecvView {
             inner: ViewInner::Batch(scratch),
         })
@@ -843,8 +843,8 @@ impl crate::Socket {
     /// ```
     /// use fastudp::{Config, RecvBatch, Socket, Transmit};
     ///
-    /// let mut rx = Socket::bind_with("127.0.0.1:0".parse().unwrap(), Config::default().uring(true))?;
-    /// let tx = Socket::bind("127.0.0.1:0".parse().unwrap())?;
+    /// let mut rx = Socket::bind("127.0.0.1:0".parse().unwrap(), Config::default().uring(true))?;
+    /// let tx = Socket::bind("127.0.0.1:0".parse().unwrap(), Config::default())?;
     /// tx.send(&[Transmit::train(rx.local_addr()?, &[7u8; 3 * 1000], 1000)])?;
     /// let mut scratch = RecvBatch::new(16);
     /// let mut seen = 0;
@@ -1061,7 +1061,7 @@ impl UringZeroCopySender {
     /// use fastudp::{uring::UringZeroCopySender, Socket};
     ///
     /// let rx = std::net::UdpSocket::bind("127.0.0.1:0")?;
-    /// let tx = Socket::bind("127.0.0.1:0".parse().unwrap())?;
+    /// let tx = Socket::bind("127.0.0.1:0".parse().unwrap(), Config::default())?;
     /// let Ok(zc) = UringZeroCopySender::new(&tx) else { return Ok(()) };
     /// let mut zc = zc.with_buffers(&tx, 16, 4 * 1200)?;
     /// zc.send_with(&tx, rx.local_addr()?, 4 * 1200, Some(1200), |buf| buf.fill(7))?;
@@ -1253,7 +1253,7 @@ impl UringZeroCopySender {
     /// socket cannot send with GSO now, or one the path refuses, goes
     /// through the socket's own (copying) send and its fallbacks. A send
     /// the local queue dropped (`ENOBUFS`) is done, not an error, as in
-    /// [`crate::UdpState::send`]: counted in
+    /// [`crate::UdpIo::send`]: counted in
     /// [`ZeroCopyStats::dropped_locally`], its buffer free at once.
     pub fn send(
         &mut self,
@@ -1314,7 +1314,7 @@ impl UringZeroCopySender {
                     Ok(Err((e, Some(b)))) if e.raw_os_error() == Some(libc::ENOBUFS) => {
                         // The local queue dropped the packet (a ring
                         // zerocopy send has no optmem limit): done, as in
-                        // `UdpState::send`; the buffer is free again.
+                        // `UdpIo::send`; the buffer is free again.
                         self.stats.sends += 1;
                         self.stats.zerocopy_sends += 1;
                         self.stats.dropped_locally += segments as u64;
@@ -1478,7 +1478,7 @@ mod tests {
         let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         rx.set_read_timeout(Some(Duration::from_millis(300)))
             .unwrap();
-        let tx = crate::Socket::bind_with(
+        let tx = crate::Socket::bind(
             "127.0.0.1:0".parse().unwrap(),
             crate::Config::default()
                 .uring(true)
@@ -1587,7 +1587,7 @@ mod tests {
         let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         rx.set_read_timeout(Some(Duration::from_millis(300)))
             .unwrap();
-        let tx = crate::Socket::bind_with(
+        let tx = crate::Socket::bind(
             "127.0.0.1:0".parse().unwrap(),
             crate::Config::default().uring(true),
         )
@@ -1752,7 +1752,7 @@ mod tests {
         let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         rx.set_read_timeout(Some(Duration::from_millis(300)))
             .unwrap();
-        let tx = crate::Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let tx = crate::Socket::bind("127.0.0.1:0".parse().unwrap(), Config::default()).unwrap();
         let zc = UringZeroCopySender::new(&tx)
             .unwrap()
             .with_buffers(&tx, count, 4 * 1000)
@@ -1941,14 +1941,14 @@ mod tests {
         if !zc_here() {
             return;
         }
-        let tx = crate::Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let tx = crate::Socket::bind("127.0.0.1:0".parse().unwrap(), Config::default()).unwrap();
         let zc = UringZeroCopySender::new(&tx).unwrap();
         assert!(zc.fixed_file(&tx));
-        let other = crate::Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let other = crate::Socket::bind("127.0.0.1:0".parse().unwrap(), Config::default()).unwrap();
         assert!(!zc.fixed_file(&other));
         // The same descriptor under another state.
         let (std_sock, _) = tx.into_parts();
-        let again = crate::Socket::from_std(std_sock).unwrap();
+        let again = crate::Socket::from_std(std_sock, Config::default()).unwrap();
         assert!(!zc.fixed_file(&again));
     }
 
@@ -1956,9 +1956,10 @@ mod tests {
     /// receive's pieces) lends out the scratch batch's messages instead.
     #[test]
     fn borrowed_receive_falls_back_when_the_ring_receive_is_refused() {
-        let (sock, mut state) = crate::Socket::bind("127.0.0.1:0".parse().unwrap())
-            .unwrap()
-            .into_parts();
+        let (sock, mut state) =
+            crate::Socket::bind("127.0.0.1:0".parse().unwrap(), Config::default())
+                .unwrap()
+                .into_parts();
         let sends_only = UringProbe {
             available: true,
             sendmsg: true,

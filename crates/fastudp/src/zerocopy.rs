@@ -38,7 +38,7 @@ pub struct ZeroCopyStats {
     pub enobufs_retries: u64,
     /// Datagrams of sends the local queue dropped (`ENOBUFS` after the
     /// kernel built the packet): the send counts as done, as in
-    /// [`crate::UdpState::send`], and the buffer comes back when its
+    /// [`crate::UdpIo::send`], and the buffer comes back when its
     /// completion does. Also in [`crate::Stats::dropped_locally`].
     pub dropped_locally: u64,
     /// Why the sender switched to copying, if it did.
@@ -104,7 +104,7 @@ const ADAPT_WINDOW: u64 = 64;
 /// so it can live next to its socket. After warm-up its sends and reaps
 /// allocate nothing. Error-queue messages that are not its completions
 /// (ICMP errors, say) stay in the socket's queue for
-/// [`crate::UdpState::recv_error`].
+/// [`crate::UdpIo::recv_error`].
 #[derive(Debug)]
 pub struct ZeroCopySender {
     /// `None` marks a completion id a failed send may have used.
@@ -365,7 +365,7 @@ impl ZeroCopySender {
     /// Reads every completion queued now, without waiting (including any
     /// the socket's own calls read on its behalf). Returns how many sends
     /// completed. Every other error-queue message stays queued, in order,
-    /// for [`crate::UdpState::recv_error`].
+    /// for [`crate::UdpIo::recv_error`].
     pub fn reap(&mut self, sock: &impl UdpIo) -> Result<usize, Error> {
         let state = sock.state();
         let mut n = 0;
@@ -495,7 +495,7 @@ pub(crate) fn send_copy(
     meta: SendMeta,
 ) -> Result<Vec<u8>, (Error, Vec<u8>)> {
     let t = transmit(dest, &buf, segment_size, meta);
-    match sock.state().send(sock.fd(), &[t]) {
+    match sock.state().send_on(sock.fd(), &[t]) {
         Ok(s) if s.transmits == 1 => Ok(buf),
         Ok(s) if s.datagrams > 0 => {
             let segments = t.segments();

@@ -50,8 +50,11 @@ pub fn host_info() -> Host {
                 .map(|x| x.1.trim().to_string())
         })
         .unwrap_or_else(|| "unknown".into());
-    let caps =
-        fastudp::Socket::bind("127.0.0.1:0".parse().expect("literal")).map(|s| s.capabilities());
+    let caps = fastudp::Socket::bind(
+        "127.0.0.1:0".parse().expect("literal"),
+        fastudp::Config::default(),
+    )
+    .map(|s| s.capabilities());
     let capabilities = match caps {
         Ok(c) => Caps {
             gso_max_segments: c.max_gso_segments,

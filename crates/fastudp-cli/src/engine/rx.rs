@@ -2,6 +2,7 @@
 
 use super::{Live, RxOutcome, RxStrategy, Workload};
 use anyhow::{anyhow, Context};
+use fastudp::UdpIo;
 use fastudp::{Config, Disabled, RecvBatch};
 use std::io::{self, Read};
 use std::net::{SocketAddr, TcpListener, UdpSocket};
@@ -24,7 +25,7 @@ impl RxSock {
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         match self {
             RxSock::Std(s) => s.local_addr(),
-            RxSock::Fast(s) => s.local_addr(),
+            RxSock::Fast(s) => s.as_std().local_addr(),
         }
     }
 }
@@ -65,7 +66,7 @@ pub fn bind(r: RxStrategy, addr: SocketAddr) -> anyhow::Result<RxSock> {
                 .disabled(disabled)
                 .recv_buffer(RCVBUF)
                 .uring(r == RxStrategy::UringGro);
-            let s = fastudp::Socket::bind_with(addr, c).map_err(|e| anyhow!("{e}"))?;
+            let s = fastudp::Socket::bind(addr, c).map_err(|e| anyhow!("{e}"))?;
             if gro && !s.capabilities().gro {
                 bail_usage!("this kernel has no UDP GRO (needs Linux 5.0)");
             }

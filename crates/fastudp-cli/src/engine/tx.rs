@@ -3,6 +3,7 @@
 use super::{unspecified, Live, TxOutcome, TxStrategy, Workload};
 use anyhow::{anyhow, bail, Context};
 use fastudp::Transmit;
+use fastudp::UdpIo;
 use fastudp_tools::raw::{self, OutMsg};
 use fastudp_tools::wire::cmsg::{CmsgBuf, Encoder};
 use fastudp_tools::wire::consts::{SOL_UDP, UDP_SEGMENT};
@@ -232,7 +233,7 @@ fn peer_gone(
     dest: SocketAddr,
     dgrams: u64,
 ) -> anyhow::Result<()> {
-    while let Ok(Some(e)) = state.recv_error(sock) {
+    while let Ok(Some(e)) = (state, sock).recv_error() {
         if let fastudp::SocketError::Unreachable { destination, .. } = e {
             let to_dest = destination.is_none_or(|d| {
                 d.ip().to_canonical() == dest.ip().to_canonical() && d.port() == dest.port()
@@ -281,7 +282,7 @@ impl UdpSender {
         let fast = if matches!(t, TxStrategy::Fastudp | TxStrategy::UringGso) {
             let clone = sock.try_clone().context("the sender's socket")?;
             Some(
-                fastudp::Socket::from_std_with(clone, super::uring::config(t))
+                fastudp::Socket::from_std(clone, super::uring::config(t))
                     .map_err(|e| anyhow!("{e}"))?,
             )
         } else {
@@ -677,7 +678,7 @@ fn zerocopy_socket(dest: SocketAddr, w: &Workload) -> anyhow::Result<fastudp::So
             .connect(dest)
             .with_context(|| format!("connect to {dest}"))?;
     }
-    fastudp::Socket::from_std(std_sock).map_err(|e| anyhow!("{e}"))
+    fastudp::Socket::from_std(std_sock, fastudp::Config::default()).map_err(|e| anyhow!("{e}"))
 }
 
 /// The end of a zerocopy run: `drained` is the final wait for the

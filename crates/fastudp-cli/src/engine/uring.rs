@@ -5,6 +5,7 @@
 use super::{RxStrategy, TxStrategy};
 use anyhow::bail;
 use fastudp::uring::UringZeroCopySender;
+use fastudp::UdpIo;
 use fastudp::{Config, Error, Socket, ZeroCopySender, ZeroCopyStats};
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -20,6 +20,7 @@ use super::tls;
 use anyhow::Context;
 use bytes::BytesMut;
 use clap::{Args, ValueEnum};
+use fastudp::UdpIo;
 use fastudp::{Socket, Transmit};
 use quinn_proto::{
     ClientConfig, Connection, ConnectionHandle, DatagramEvent, Dir, Endpoint, EndpointConfig,
@@ -150,7 +151,8 @@ fn forward(
     source: Option<std::net::IpAddr>,
     until: Instant,
 ) -> std::io::Result<Done> {
-    let s = Socket::bind(local_for(server, source)).map_err(std::io::Error::from)?;
+    let s = Socket::bind(local_for(server, source), fastudp::Config::default())
+        .map_err(std::io::Error::from)?;
     let mut d = Done::default();
     let mut train = Vec::with_capacity(50 * 1200);
     let mut n = 0u64;

@@ -455,7 +455,7 @@ fn report(s: &Summary, json: bool) -> anyhow::Result<()> {
 /// runtime error.
 fn client_endpoint(bind: SocketAddr) -> anyhow::Result<quinn::Endpoint> {
     let bad = |e: &dyn std::fmt::Display| anyhow!("client socket: {e}");
-    let s = fastudp::Socket::bind_with(bind, fastudp::Config::default().recv_buffer(8 << 20))
+    let s = fastudp::Socket::bind(bind, fastudp::Config::default().recv_buffer(8 << 20))
         .map_err(|e| bad(&e))?;
     let (sock, _) = s.into_parts();
     sock.set_nonblocking(true).map_err(|e| bad(&e))?;

@@ -7,6 +7,7 @@ use crate::engine::rx::{self, RxSock};
 use crate::engine::RxStrategy;
 use anyhow::{anyhow, bail, Context};
 use fastudp::RecvBatch;
+use fastudp::UdpIo;
 use std::io;
 use std::sync::atomic::Ordering::*;
 use std::time::{Duration, Instant};

@@ -11,6 +11,7 @@ use crate::engine::uring::ZcSender;
 use crate::engine::TxStrategy;
 use anyhow::{anyhow, bail, Context};
 use fastudp::Transmit;
+use fastudp::UdpIo;
 use fastudp_tools::raw::{self, OutMsg};
 use fastudp_tools::wire::cmsg::Encoder;
 use fastudp_tools::wire::consts::{SOL_UDP, UDP_SEGMENT};
@@ -145,7 +146,7 @@ impl Sender {
         let (fast, zc) = match t {
             TxStrategy::Fastudp | TxStrategy::UringGso => (
                 Some(
-                    fastudp::Socket::from_std_with(
+                    fastudp::Socket::from_std(
                         sock.try_clone().context("clone the sending socket")?,
                         crate::engine::uring::config(t),
                     )
@@ -156,6 +157,7 @@ impl Sender {
             TxStrategy::GsoZerocopy | TxStrategy::UringZc => {
                 let f = fastudp::Socket::from_std(
                     sock.try_clone().context("clone the sending socket")?,
+                    fastudp::Config::default(),
                 )
                 .map_err(|e| anyhow!("{e}"))?;
                 let z = crate::engine::uring::zc_sender(t, &f)?;

@@ -7,6 +7,7 @@ use super::summary::{finish, steal_since, StreamSummary};
 use crate::interrupt;
 use crate::procfs::CpuTicks;
 use anyhow::{bail, Context};
+use fastudp::UdpIo;
 use fastudp::{Config, RecvBatch, ReuseportGroup, Socket, Steering};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};

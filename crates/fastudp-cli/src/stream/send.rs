@@ -8,6 +8,7 @@ use crate::interrupt;
 use crate::procfs::CpuTicks;
 use anyhow::{bail, Context};
 use fastudp::pacing::{choose_mode, PacingMode};
+use fastudp::UdpIo;
 use fastudp::{Config, Socket, Transmit, ZeroCopySender};
 use fastudp_tools::pacing::{
     Due, Scheduler, SchedulerConfig, Waiter, DEFAULT_BATCH_BYTES, DEFAULT_SLACK,
@@ -158,7 +159,7 @@ fn open_sockets(a: &StreamArgs) -> anyhow::Result<Vec<Socket>> {
     .expect("literal");
     (0..a.sockets)
         .map(|_| {
-            Socket::bind_with(bind, Config::default().send_buffer(8 << 20))
+            Socket::bind(bind, Config::default().send_buffer(8 << 20))
                 .with_context(|| format!("cannot open a send socket on {bind}"))
         })
         .collect()

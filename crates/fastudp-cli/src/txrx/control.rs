@@ -31,6 +31,7 @@ use crate::engine::rx;
 use crate::engine::seq::Verifier;
 use crate::interrupt;
 use anyhow::{anyhow, bail, Context};
+use fastudp::UdpIo;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -497,6 +498,7 @@ fn run_forward(
     let (_, sock) =
         rx::bind_batched(gro, crate::engine::unspecified(ipv6)).map_err(Refusal::Before)?;
     let data_port = sock
+        .as_std()
         .local_addr()
         .map_err(|e| Refusal::Before(e.into()))?
         .port();

@@ -1,6 +1,7 @@
 //! `fastudp tx` and `fastudp rx`: the bench strategies between two hosts,
 //! with flags after the kernel's udpgso_bench_tx/rx.
 
+use fastudp::UdpIo;
 mod control;
 
 use crate::args::resolve_as;
@@ -806,7 +807,11 @@ fn run_reverse(a: &TxArgs, plan: &TxPlan) -> anyhow::Result<()> {
     // interrupted, as for a forward test.
     interrupt::watch();
     let (_, sock) = rx::bind_batched(true, engine::unspecified(server.is_ipv6()))?;
-    let port = sock.local_addr().context("the receiving socket")?.port();
+    let port = sock
+        .as_std()
+        .local_addr()
+        .context("the receiving socket")?
+        .port();
     let (r, w, _) = control::request(
         SocketAddr::new(server.ip(), a.control_port),
         None,

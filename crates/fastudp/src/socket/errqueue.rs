@@ -53,16 +53,9 @@ impl ErrorRing {
 }
 
 impl UdpState {
-    /// The next message from the socket's error queue, without waiting:
-    /// those fastudp already read on the caller's behalf first, then the
-    /// kernel's. `None` when both are empty.
-    ///
-    /// Port and host unreachable come with the destination that refused;
-    /// "fragmentation needed" and "packet too big" with the MTU;
-    /// `SCM_TXTIME` drops with their departure time; zerocopy completions
-    /// as ranges. A [`crate::ZeroCopySender`] on this socket keeps its own
-    /// completions and leaves every other message here.
-    pub fn recv_error(&self, sock: impl AsFd) -> Result<Option<SocketError>, Error> {
+    /// The next error-queue message of `sock` (see
+    /// [`crate::UdpIo::recv_error`]).
+    pub(crate) fn recv_error_on(&self, sock: impl AsFd) -> Result<Option<SocketError>, Error> {
         if let Some(e) = self.pop_queued() {
             return Ok(Some(e));
         }

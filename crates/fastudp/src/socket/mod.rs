@@ -19,7 +19,7 @@ use crate::error::Error;
 use crate::wire::control::EcnCodepoint;
 use crate::wire::errqueue::SocketError;
 use crate::wire::plan;
-use std::io;
+use std::io::{self, IoSliceMut};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 
@@ -73,7 +73,7 @@ impl<'a> Transmit<'a> {
     }
 
     /// With an earliest departure time, in ns of `CLOCK_MONOTONIC`
-    /// (`SCM_TXTIME`; see [`UdpState::enable_txtime`]). Every segment of a
+    /// (`SCM_TXTIME`; see [`UdpIo::enable_txtime`]). Every segment of a
     /// train shares it.
     pub fn with_txtime(self, txtime: Option<u64>) -> Self {
         Transmit { txtime, ..self }
@@ -135,35 +135,23 @@ pub(crate) fn bind_udp(addr: SocketAddr) -> Result<UdpSocket, Error> {
 }
 
 impl Socket {
-    /// Binds a new socket. An IPv6 wildcard address gives a dual-stack
-    /// socket that also serves IPv4 peers (as v4-mapped addresses).
-    pub fn bind(addr: SocketAddr) -> Result<Self, Error> {
-        Self::bind_with(addr, Config::default())
+    /// Binds a new socket at `addr` and sets it up with `config`
+    /// (`Config::default()` for the defaults). An IPv6 wildcard address
+    /// gives a dual-stack socket that also serves IPv4 peers (as v4-mapped
+    /// addresses).
+    pub fn bind(addr: SocketAddr, config: Config) -> Result<Self, Error> {
+        Self::from_std(bind_udp(addr)?, config)
     }
 
-    /// Binds a new socket with options.
-    pub fn bind_with(addr: SocketAddr, config: Config) -> Result<Self, Error> {
-        Self::from_std_with(bind_udp(addr)?, config)
-    }
-
-    /// Wraps an existing bound socket with default options.
-    pub fn from_std(sock: UdpSocket) -> Result<Self, Error> {
-        Self::from_std_with(sock, Config::default())
-    }
-
-    /// Wraps an existing bound socket, probes what it supports and sets it
-    /// up ([`UdpState::new`]).
-    pub fn from_std_with(sock: UdpSocket, config: Config) -> Result<Self, Error> {
+    /// Takes an existing bound socket, probes what it supports and sets it
+    /// up with `config` ([`UdpState::new`]). Blocking or not, as it is.
+    pub fn from_std(sock: UdpSocket, config: Config) -> Result<Self, Error> {
         let state = UdpState::new(&sock, config)?;
         Ok(Socket { inner: sock, state })
     }
 
-    /// The core this socket runs on.
-    pub fn state(&self) -> &UdpState {
-        &self.state
-    }
-
-    /// The wrapped standard socket, e.g. to set timeouts or non-blocking mode.
+    /// The wrapped standard socket: its local address, timeouts,
+    /// non-blocking mode.
     pub fn as_std(&self) -> &UdpSocket {
         &self.inner
     }
@@ -173,64 +161,185 @@ impl Socket {
         (self.inner, self.state)
     }
 
-    /// The local address.
-    pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.inner.local_addr()
-    }
-
-    /// See [`UdpState::send`].
-    pub fn send(&self, transmits: &[Transmit<'_>]) -> Result<Sent, Error> {
-        self.state.send(&self.inner, transmits)
-    }
-
     /// The socket, and its state to change.
     #[cfg(all(feature = "uring", target_os = "linux"))]
     pub(crate) fn parts_mut(&mut self) -> (&UdpSocket, &mut UdpState) {
         (&self.inner, &mut self.state)
     }
 
-    /// See [`UdpState::recv`].
-    pub fn recv(&self, batch: &mut RecvBatch) -> Result<usize, Error> {
-        self.state.recv(&self.inner, batch)
-    }
-
-    /// See [`UdpState::recv_error`].
-    pub fn recv_error(&self) -> Result<Option<SocketError>, Error> {
-        self.state.recv_error(&self.inner)
-    }
-
     /// See [`UdpState::kernel_drops`].
     pub fn kernel_drops(&self) -> u64 {
         self.state.kernel_drops(&self.inner)
     }
+}
 
-    /// See [`UdpState::enable_txtime`].
-    pub fn enable_txtime(&self, report_errors: bool) -> Result<(), Error> {
-        self.state.enable_txtime(&self.inner, report_errors)
+/// A UDP socket together with its fastudp state: the batched calls.
+///
+/// [`Socket`], [`crate::tokio::UdpSocket`] and [`crate::quinn::Socket`]
+/// are one; a caller's own socket is one when paired with its state as
+/// `(&state, &socket)`, for any `socket` with a file descriptor (std,
+/// tokio, mio, a raw fd). [`crate::Coalescer`] and
+/// [`crate::ZeroCopySender`] send on any of them. Import the trait to
+/// call its methods: `use fastudp::UdpIo;`.
+///
+/// Every call works on the socket as it is, blocking or not, and never
+/// changes that. On [`crate::tokio::UdpSocket`], the inherent `async`
+/// methods of the same names (`send`, `recv`, `recv_error`) take
+/// precedence and wait on tokio's reactor; these ones, called as
+/// `UdpIo::send(&socket, ..)`, are single non-blocking attempts that
+/// return `WouldBlock` when the socket is not ready.
+///
+/// ```
+/// use fastudp::{Config, RecvBatch, Transmit, UdpIo, UdpState};
+///
+/// // A socket of one's own, with its state beside it.
+/// let sock = std::net::UdpSocket::bind("127.0.0.1:0")?;
+/// let state = UdpState::new(&sock, Config::default())?;
+/// let io = (&state, &sock);
+/// let to = sock.local_addr()?; // to itself
+/// assert!(io.send(&[Transmit::new(to, b"hello")])?.all(1));
+/// let mut batch = RecvBatch::new(8);
+/// assert_eq!(io.recv(&mut batch)?, 1);
+/// assert_eq!(io.stats().send_calls, 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub trait UdpIo {
+    /// The state.
+    fn state(&self) -> &UdpState;
+    /// The socket's descriptor.
+    fn fd(&self) -> BorrowedFd<'_>;
+
+    /// Sends the transmits in order, in as few syscalls as the features
+    /// allow, on the socket (blocking or not).
+    ///
+    /// Returns what went out ([`Sent`]): fewer than all when the kernel
+    /// stopped early (`EAGAIN` on a non-blocking socket, or an error on the
+    /// next transmit, which the next call reports). The caller resumes from
+    /// there, and nothing is ever sent twice. An error means nothing was
+    /// sent.
+    ///
+    /// A full local queue is not an error. fastudp sets `IP_RECVERR`, with
+    /// which the kernel reports a datagram that the device's qdisc dropped
+    /// (or had no memory for) as `ENOBUFS`; without it, the kernel would
+    /// count the drop and return success. `send` does as the kernel would:
+    /// the dropped datagrams count as done, are reported in
+    /// [`Sent::dropped_locally`] and [`crate::Stats::dropped_locally`], and the
+    /// call goes on with the next transmit. So a burst larger than the
+    /// queue never fails the call; what did not fit is reported dropped,
+    /// and `sent + dropped_locally` is what was offered. A GSO train that
+    /// the queue drops as a whole counts all its datagrams dropped; a queue
+    /// that splits the train and keeps some (tbf does) returns success,
+    /// and its own drops are the qdisc's statistics, as they would be
+    /// without `IP_RECVERR`. Blocking or not, the call never waits for a
+    /// full qdisc: that is back-pressure for the caller's pacing, not for
+    /// the socket buffer.
+    ///
+    /// Every transmit is checked before any is sent: an oversized payload,
+    /// a zero segment size or a train over the kernel's segment limit is an
+    /// error that names the transmit. A GSO send the path refuses (`EIO` or
+    /// `EINVAL`) is resent one datagram at a time at once, and GSO stays off
+    /// for [`crate::Config::gso_retry`]; an ECN mark that is refused is
+    /// dropped and the send retried. Both are reported in
+    /// [`UdpIo::stats`].
+    ///
+    /// On a non-blocking socket no call waits, polls or sleeps. On a
+    /// blocking socket a train split into datagrams waits for buffer space
+    /// up to [`crate::Config::split_wait`], so that it is not left half
+    /// sent. `EINTR` is retried.
+    fn send(&self, transmits: &[Transmit<'_>]) -> Result<Sent, Error> {
+        self.state().send_on(self.fd(), transmits)
     }
 
-    /// See [`UdpState::set_max_pacing_rate`].
-    pub fn set_max_pacing_rate(&self, bytes_per_sec: u64) -> Result<(), Error> {
-        self.state.set_max_pacing_rate(&self.inner, bytes_per_sec)
+    /// Receives a batch of messages into `batch`
+    /// and returns how many.
+    ///
+    /// On a blocking socket, waits until at least one message is there,
+    /// then takes what else is queued without waiting; on a non-blocking
+    /// one, returns `WouldBlock` when nothing is queued. With GRO, one
+    /// message may hold many datagrams: see [`RecvMeta::datagrams`].
+    /// Truncated messages are flagged in their [`RecvMeta`] and counted.
+    ///
+    /// An ICMP error for an earlier send makes the kernel fail the next
+    /// receive; on an unconnected socket fastudp reads it into its error
+    /// queue ([`UdpIo::recv_error`]) and receives again, on a connected
+    /// one it returns the error (such as `ECONNREFUSED`: the peer went
+    /// away). `EINTR` is retried.
+    fn recv(&self, batch: &mut RecvBatch) -> Result<usize, Error> {
+        self.state().recv_on(self.fd(), batch)
     }
 
-    /// See [`UdpState::max_pacing_rate`].
-    pub fn max_pacing_rate(&self) -> Result<u64, Error> {
-        self.state.max_pacing_rate(&self.inner)
+    /// Receives into buffers the caller owns, as quinn and other stacks
+    /// hold them: message `i` into `bufs[i]` and its metadata into
+    /// `meta[i]`, for up to `bufs.len().min(meta.len())` messages (at most
+    /// 128); returns how many.
+    ///
+    /// The same receive as [`UdpIo::recv`] (waiting, errors, GRO,
+    /// truncation and counters), without a [`RecvBatch`]: names and control
+    /// data live on the stack, and nothing is allocated. A buffer should
+    /// hold [`UdpState::max_receive_segments`] datagrams of the largest
+    /// size expected, or GRO trains are truncated (flagged and counted).
+    fn recv_slices(
+        &self,
+        bufs: &mut [IoSliceMut<'_>],
+        meta: &mut [RecvMeta],
+    ) -> Result<usize, Error> {
+        self.state().recv_slices_on(self.fd(), bufs, meta)
     }
 
-    /// See [`UdpState::stats`].
-    pub fn stats(&self) -> Stats {
-        self.state.stats(&self.inner)
+    /// The next message from the socket's error queue, without waiting:
+    /// those fastudp already read on the caller's behalf first, then the
+    /// kernel's. `None` when both are empty.
+    ///
+    /// Port and host unreachable come with the destination that refused;
+    /// "fragmentation needed" and "packet too big" with the MTU;
+    /// `SCM_TXTIME` drops with their departure time; zerocopy completions
+    /// as ranges. A [`crate::ZeroCopySender`] on this socket keeps its own
+    /// completions and leaves every other message here.
+    fn recv_error(&self) -> Result<Option<SocketError>, Error> {
+        self.state().recv_error_on(self.fd())
+    }
+
+    /// Counters and fallback events so far, with the kernel's drop
+    /// counter read now. Cheap: the recent fallback events are shared,
+    /// not copied.
+    fn stats(&self) -> Stats {
+        self.state().stats_on(self.fd())
+    }
+
+    /// Turns on `SO_TXTIME` (clock `CLOCK_MONOTONIC`), so that a departure time
+    /// ([`crate::Transmit::with_txtime`]) reaches the kernel as `SCM_TXTIME`. With
+    /// `report_errors`, packets the qdisc drops for a missed or invalid time
+    /// are reported on the error queue ([`UdpIo::recv_error`]).
+    ///
+    /// The kernel accepts this on any path, but only an EDT-aware egress
+    /// qdisc (fq, etf) holds a packet until its time; elsewhere it leaves at
+    /// once. See [`crate::pacing::choose_mode`].
+    fn enable_txtime(&self, report_errors: bool) -> Result<(), Error> {
+        self.state().enable_txtime_on(self.fd(), report_errors)
+    }
+
+    /// Caps this *connected* socket's rate at `bytes_per_sec`
+    /// (`SO_MAX_PACING_RATE`), for the kernel to pace: honoured by the fq
+    /// qdisc (and by TCP's internal pacing), ignored by other qdiscs. The
+    /// socket must be connected: the rate belongs to one peer.
+    fn set_max_pacing_rate(&self, bytes_per_sec: u64) -> Result<(), Error> {
+        self.state()
+            .set_max_pacing_rate_on(self.fd(), bytes_per_sec)
+    }
+
+    /// The socket's `SO_MAX_PACING_RATE` in bytes per second (`u64::MAX`
+    /// or `u32::MAX` when unlimited).
+    fn max_pacing_rate(&self) -> Result<u64, Error> {
+        self.state().max_pacing_rate_on(self.fd())
     }
 
     /// Waits until a datagram (or a queued socket error) can be read, or
     /// `timeout` passes, to the nanosecond (`ppoll(2)`); true when the
     /// socket is readable. A signal ends the wait early with `false`. The
     /// wait for a loop that also has timers: it sleeps until the next one
-    /// at most.
-    pub fn wait_readable(&self, timeout: std::time::Duration) -> io::Result<bool> {
-        crate::sys::wait_readable(self.inner.as_fd(), timeout)
+    /// at most. It blocks the thread: on tokio, await `recv` instead.
+    fn wait_readable(&self, timeout: std::time::Duration) -> io::Result<bool> {
+        crate::sys::wait_readable(self.fd(), timeout)
     }
 
     /// Bytes sent on this socket that the kernel still holds, not yet
@@ -238,20 +347,9 @@ impl Socket {
     /// buffer and the qdisc in front of a slow link. A sender can hold
     /// back traffic of low priority while this is high. Linux only;
     /// elsewhere an `Unsupported` error.
-    pub fn unsent_bytes(&self) -> io::Result<usize> {
-        crate::sys::unsent_bytes(self.inner.as_fd())
+    fn unsent_bytes(&self) -> io::Result<usize> {
+        crate::sys::unsent_bytes(self.fd())
     }
-}
-
-/// A UDP socket together with its fastudp state: what [`crate::Coalescer`]
-/// and [`crate::ZeroCopySender`] send on. [`Socket`] is one; a caller's own
-/// socket is one when paired with its state as `(&state, &socket)`, for
-/// any `socket` with a file descriptor (std, tokio, mio, a raw fd).
-pub trait UdpIo {
-    /// The state.
-    fn state(&self) -> &UdpState;
-    /// The socket's descriptor.
-    fn fd(&self) -> BorrowedFd<'_>;
 }
 
 /// A socket is its state plus its descriptor: the state's methods that
@@ -373,9 +471,9 @@ mod tests {
 
     #[test]
     fn refused_ecn_mark_is_dropped_and_the_send_retried() {
-        let rx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-        let tx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-        let dest = rx.local_addr().unwrap();
+        let rx = Socket::bind("127.0.0.1:0".parse().unwrap(), Config::default()).unwrap();
+        let tx = Socket::bind("127.0.0.1:0".parse().unwrap(), Config::default()).unwrap();
+        let dest = rx.as_std().local_addr().unwrap();
         let mut t = Transmit::new(dest, b"marked");
         t.ecn = Some(EcnCodepoint::Ect0);
         faults::refuse_ecn(true);
@@ -450,15 +548,15 @@ mod tests {
     /// and the fallback names EIO.
     #[test]
     fn gso_refused_with_eio_on_a_path_after_loopback_worked() {
-        let lo = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-        let path = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-        let tx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let lo = Socket::bind("127.0.0.1:0".parse().unwrap(), Config::default()).unwrap();
+        let path = Socket::bind("127.0.0.1:0".parse().unwrap(), Config::default()).unwrap();
+        let tx = Socket::bind("127.0.0.1:0".parse().unwrap(), Config::default()).unwrap();
         if !gso_here(&tx) {
             return;
         }
         let data = vec![3u8; 4000];
-        let to_lo = Transmit::train(lo.local_addr().unwrap(), &data, 1000);
-        let to_path = Transmit::train(path.local_addr().unwrap(), &data, 1000);
+        let to_lo = Transmit::train(lo.as_std().local_addr().unwrap(), &data, 1000);
+        let to_path = Transmit::train(path.as_std().local_addr().unwrap(), &data, 1000);
         assert!(tx.send(&[to_lo]).unwrap().all(1));
         assert_eq!(recv_lens(&lo, 4), vec![1000; 4]);
         faults::refuse_gso(Some(faults::GsoFault {
@@ -480,16 +578,16 @@ mod tests {
     /// trains, and later short-tailed trains go as datagrams at once.
     #[test]
     fn a_refused_short_last_segment_keeps_gso_for_uniform_trains() {
-        let rx = Socket::bind_with(
+        let rx = Socket::bind(
             "127.0.0.1:0".parse().unwrap(),
             Config::default().recv_buffer(4 << 20),
         )
         .unwrap();
-        let tx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let tx = Socket::bind("127.0.0.1:0".parse().unwrap(), Config::default()).unwrap();
         if !gso_here(&tx) {
             return;
         }
-        let dest = rx.local_addr().unwrap();
+        let dest = rx.as_std().local_addr().unwrap();
         let short = vec![1u8; 3500];
         let uniform = vec![2u8; 4000];
         faults::refuse_gso(Some(faults::GsoFault {
@@ -520,13 +618,16 @@ mod tests {
     /// fallback is per address family: IPv4 keeps GSO.
     #[test]
     fn an_ipv6_gso_refusal_leaves_ipv4_gso_on() {
-        let rx4 = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-        let rx6 = Socket::bind("[::1]:0".parse().unwrap()).unwrap();
-        let tx = Socket::bind("[::]:0".parse().unwrap()).unwrap();
+        let rx4 = Socket::bind("127.0.0.1:0".parse().unwrap(), Config::default()).unwrap();
+        let rx6 = Socket::bind("[::1]:0".parse().unwrap(), Config::default()).unwrap();
+        let tx = Socket::bind("[::]:0".parse().unwrap(), Config::default()).unwrap();
         if !gso_here(&tx) {
             return;
         }
-        let (d4, d6) = (rx4.local_addr().unwrap(), rx6.local_addr().unwrap());
+        let (d4, d6) = (
+            rx4.as_std().local_addr().unwrap(),
+            rx6.as_std().local_addr().unwrap(),
+        );
         let data = vec![4u8; 3000];
         faults::refuse_gso(Some(faults::GsoFault {
             v6_only: true,
@@ -556,8 +657,8 @@ mod tests {
     /// and counts the rest, and `stats()` shares them instead of copying.
     #[test]
     fn fallback_events_are_bounded_and_counted() {
-        let rx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-        let tx = Socket::bind_with(
+        let rx = Socket::bind("127.0.0.1:0".parse().unwrap(), Config::default()).unwrap();
+        let tx = Socket::bind(
             "127.0.0.1:0".parse().unwrap(),
             Config::default().gso_retry(Duration::ZERO),
         )
@@ -566,7 +667,7 @@ mod tests {
             return;
         }
         let data = [5u8; 200];
-        let t = Transmit::train(rx.local_addr().unwrap(), &data, 100);
+        let t = Transmit::train(rx.as_std().local_addr().unwrap(), &data, 100);
         faults::refuse_gso(Some(gso_fault(libc::EIO)));
         for _ in 0..100 {
             assert!(tx.send(&[t]).unwrap().all(1));
@@ -593,8 +694,8 @@ mod tests {
     /// asks for with `gso_retry_ms` 18446744074000) became 0.29 s.
     #[test]
     fn a_gso_retry_past_u64_nanoseconds_is_not_cut_short() {
-        let rx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-        let tx = Socket::bind_with(
+        let rx = Socket::bind("127.0.0.1:0".parse().unwrap(), Config::default()).unwrap();
+        let tx = Socket::bind(
             "127.0.0.1:0".parse().unwrap(),
             Config::default().gso_retry(Duration::from_secs(18_446_744_074)),
         )
@@ -602,7 +703,7 @@ mod tests {
         if !gso_here(&tx) {
             return;
         }
-        let dest = rx.local_addr().unwrap();
+        let dest = rx.as_std().local_addr().unwrap();
         let data = [5u8; 200];
         faults::refuse_gso(Some(gso_fault(libc::EIO)));
         let sent = tx.send(&[Transmit::train(dest, &data, 100)]);
@@ -625,9 +726,9 @@ mod tests {
     /// datagrams still go, ECN is off, and the fallback says EIO.
     #[test]
     fn ecn_refused_with_eio_is_dropped_and_reported() {
-        let rx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-        let tx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-        let t = Transmit::new(rx.local_addr().unwrap(), b"marked")
+        let rx = Socket::bind("127.0.0.1:0".parse().unwrap(), Config::default()).unwrap();
+        let tx = Socket::bind("127.0.0.1:0".parse().unwrap(), Config::default()).unwrap();
+        let t = Transmit::new(rx.as_std().local_addr().unwrap(), b"marked")
             .with_ecn(Some(crate::EcnCodepoint::Ect0));
         faults::refuse_ecn_with(Some(libc::EIO));
         let sent = tx.send(&[t]);
@@ -656,7 +757,7 @@ mod tests {
     #[test]
     fn disabled_features_are_off() {
         let c = Config::default().disabled(Disabled::parse("gso,gro,mmsg,ecn").unwrap());
-        let s = Socket::bind_with("127.0.0.1:0".parse().unwrap(), c).unwrap();
+        let s = Socket::bind("127.0.0.1:0".parse().unwrap(), c).unwrap();
         let caps = s.capabilities();
         assert_eq!(caps.max_gso_segments, 1);
         assert!(!caps.gro && !caps.mmsg && !caps.ecn);

@@ -90,7 +90,7 @@ const BATCH_BACKLOG: usize = 3;
 /// whatever the backlog: a failed try is cheap next to a GRO train.
 const BATCH_MESSAGE_BYTES: usize = 16 * 1024;
 
-/// Reusable receive buffers for [`UdpState::recv`]: everything a receive
+/// Reusable receive buffers for [`UdpIo::recv`](crate::UdpIo::recv): everything a receive
 /// needs, allocated once, so that receiving allocates nothing.
 ///
 /// The batch is *adaptive*: each call asks for as many messages as fit in
@@ -297,21 +297,8 @@ impl RecvBatch {
 }
 
 impl UdpState {
-    /// Receives a batch of messages from the caller's socket into `batch`
-    /// and returns how many.
-    ///
-    /// On a blocking socket, waits until at least one message is there,
-    /// then takes what else is queued without waiting; on a non-blocking
-    /// one, returns `WouldBlock` when nothing is queued. With GRO, one
-    /// message may hold many datagrams: see [`RecvMeta::datagrams`].
-    /// Truncated messages are flagged in their [`RecvMeta`] and counted.
-    ///
-    /// An ICMP error for an earlier send makes the kernel fail the next
-    /// receive; on an unconnected socket fastudp reads it into its error
-    /// queue ([`UdpState::recv_error`]) and receives again, on a connected
-    /// one it returns the error (such as `ECONNREFUSED`: the peer went
-    /// away). `EINTR` is retried.
-    pub fn recv(&self, sock: impl AsFd, batch: &mut RecvBatch) -> Result<usize, Error> {
+    /// Receives from `sock` into `batch` (see [`crate::UdpIo::recv`]).
+    pub(crate) fn recv_on(&self, sock: impl AsFd, batch: &mut RecvBatch) -> Result<usize, Error> {
         let fd = sock.as_fd();
         batch.len = 0;
         let stride = batch.stride;
@@ -369,17 +356,9 @@ impl UdpState {
         Ok(got)
     }
 
-    /// Receives into buffers the caller owns, as quinn and other stacks
-    /// hold them: message `i` into `bufs[i]` and its metadata into
-    /// `meta[i]`, for up to `bufs.len().min(meta.len())` messages (at most
-    /// 128); returns how many.
-    ///
-    /// The same receive as [`UdpState::recv`] (waiting, errors, GRO,
-    /// truncation and counters), without a [`RecvBatch`]: names and control
-    /// data live on the stack, and nothing is allocated. A buffer should
-    /// hold [`UdpState::max_receive_segments`] datagrams of the largest
-    /// size expected, or GRO trains are truncated (flagged and counted).
-    pub fn recv_slices(
+    /// Receives from `sock` into the caller's buffers (see
+    /// [`crate::UdpIo::recv_slices`]).
+    pub(crate) fn recv_slices_on(
         &self,
         sock: impl AsFd,
         bufs: &mut [IoSliceMut<'_>],

@@ -89,48 +89,16 @@ enum Step {
 const ASYNC_RETRIES: usize = 4;
 
 impl UdpState {
-    /// Sends the transmits in order, in as few syscalls as the features
-    /// allow, on the caller's socket `sock` (blocking or not).
-    ///
-    /// Returns what went out ([`Sent`]): fewer than all when the kernel
-    /// stopped early (`EAGAIN` on a non-blocking socket, or an error on the
-    /// next transmit, which the next call reports). The caller resumes from
-    /// there, and nothing is ever sent twice. An error means nothing was
-    /// sent.
-    ///
-    /// A full local queue is not an error. fastudp sets `IP_RECVERR`, with
-    /// which the kernel reports a datagram that the device's qdisc dropped
-    /// (or had no memory for) as `ENOBUFS`; without it, the kernel would
-    /// count the drop and return success. `send` does as the kernel would:
-    /// the dropped datagrams count as done, are reported in
-    /// [`Sent::dropped_locally`] and [`crate::Stats::dropped_locally`], and the
-    /// call goes on with the next transmit. So a burst larger than the
-    /// queue never fails the call; what did not fit is reported dropped,
-    /// and `sent + dropped_locally` is what was offered. A GSO train that
-    /// the queue drops as a whole counts all its datagrams dropped; a queue
-    /// that splits the train and keeps some (tbf does) returns success,
-    /// and its own drops are the qdisc's statistics, as they would be
-    /// without `IP_RECVERR`. Blocking or not, the call never waits for a
-    /// full qdisc: that is back-pressure for the caller's pacing, not for
-    /// the socket buffer.
-    ///
-    /// Every transmit is checked before any is sent: an oversized payload,
-    /// a zero segment size or a train over the kernel's segment limit is an
-    /// error that names the transmit. A GSO send the path refuses (`EIO` or
-    /// `EINVAL`) is resent one datagram at a time at once, and GSO stays off
-    /// for [`crate::Config::gso_retry`]; an ECN mark that is refused is
-    /// dropped and the send retried. Both are reported in
-    /// [`UdpState::stats`].
-    ///
-    /// On a non-blocking socket no call waits, polls or sleeps. On a
-    /// blocking socket a train split into datagrams waits for buffer space
-    /// up to [`crate::Config::split_wait`], so that it is not left half
-    /// sent. `EINTR` is retried.
-    pub fn send(&self, sock: impl AsFd, transmits: &[Transmit<'_>]) -> Result<Sent, Error> {
+    /// Sends on `sock` (see [`crate::UdpIo::send`]).
+    pub(crate) fn send_on(
+        &self,
+        sock: impl AsFd,
+        transmits: &[Transmit<'_>],
+    ) -> Result<Sent, Error> {
         self.send_from(sock.as_fd(), &transmits)
     }
 
-    /// The engine behind [`UdpState::send`] and the coalescer.
+    /// The engine behind `send` and the coalescer.
     pub(crate) fn send_from<'a>(
         &self,
         fd: BorrowedFd<'_>,

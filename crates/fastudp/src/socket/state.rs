@@ -209,7 +209,7 @@ pub struct Stats {
     /// Datagrams the local host dropped instead of sending: the kernel
     /// answered `ENOBUFS` because the device's queue (qdisc) was full or it
     /// had no memory for them. Each send call reports its own in
-    /// [`crate::Sent::dropped_locally`]; see [`UdpState::send`].
+    /// [`crate::Sent::dropped_locally`]; see [`UdpIo::send`](crate::UdpIo::send).
     pub dropped_locally: u64,
     /// Messages received with `MSG_TRUNC`: the buffer was too small and the
     /// tail of the message was lost.
@@ -225,10 +225,10 @@ pub struct Stats {
     pub kernel_drops: u64,
     /// ICMP errors (and other error-queue messages) that interrupted a send
     /// or a receive; fastudp read them into its error queue
-    /// ([`UdpState::recv_error`]) and, on an unconnected socket, retried.
+    /// ([`UdpIo::recv_error`](crate::UdpIo::recv_error)) and, on an unconnected socket, retried.
     pub async_errors: u64,
     /// Error-queue messages dropped because fastudp's queue of 256 was
-    /// full: read them with [`UdpState::recv_error`].
+    /// full: read them with [`UdpIo::recv_error`](crate::UdpIo::recv_error).
     pub errors_lost: u64,
     /// Times GSO was tried again after a refusal had turned it off.
     pub gso_retries: u64,
@@ -236,7 +236,7 @@ pub struct Stats {
     /// why: at most 32 events, oldest first. A path
     /// whose GSO refusals come and go records one event per refusal, so
     /// older events are only counted ([`Stats::fallbacks_total`]). Shared:
-    /// [`UdpState::stats`] does not copy them.
+    /// [`UdpIo::stats`](crate::UdpIo::stats) does not copy them.
     pub fallbacks: Arc<[FallbackEvent]>,
     /// Fallback events recorded since the socket was made, including those
     /// no longer kept in [`Stats::fallbacks`].
@@ -261,26 +261,27 @@ struct FallbackLog {
 
 /// What fastudp knows and keeps about one UDP socket: capabilities,
 /// fallbacks, counters and error-queue messages. It does not own the
-/// socket: every call takes the caller's descriptor (a
-/// `std::net::UdpSocket`, a `tokio::net::UdpSocket`, a raw fd), so the
-/// same core serves any runtime. Use the same state with the same socket
+/// socket: paired with the caller's socket as `(&state, &socket)` (a
+/// `std::net::UdpSocket`, a `tokio::net::UdpSocket`, a raw fd), it makes
+/// the [`crate::UdpIo`] calls, so the same core serves any runtime. Use the same state with the same socket
 /// it was created for.
 ///
 /// All methods take `&self`; one state can be shared by threads.
 ///
 /// ```no_run
-/// use fastudp::{Config, RecvBatch, Transmit, UdpState};
+/// use fastudp::{Config, RecvBatch, Transmit, UdpIo, UdpState};
 /// use std::net::UdpSocket;
 ///
 /// let sock = UdpSocket::bind("127.0.0.1:0")?;
 /// sock.set_nonblocking(true)?;
 /// let state = UdpState::new(&sock, Config::default())?;
+/// let io = (&state, &sock); // the socket with its state: the `UdpIo` calls
 /// let to = "127.0.0.1:4433".parse().unwrap();
 /// let payload = vec![1u8; 10 * 1200];
 /// let mut ts = vec![Transmit::train(to, &payload, 1200)];
 /// let mut k = 0;
 /// while k < ts.len() {
-///     match state.send(&sock, &ts[k..]) {
+///     match io.send(&ts[k..]) {
 ///         Ok(sent) => {
 ///             // Datagrams a full local queue dropped are done too
 ///             // (`sent.dropped_locally`): they are not sent again.
@@ -296,12 +297,12 @@ struct FallbackLog {
 ///     }
 /// }
 /// let mut batch = RecvBatch::new(32);
-/// match state.recv(&sock, &mut batch) {
+/// match io.recv(&mut batch) {
 ///     Ok(n) => println!("{n} messages"),
 ///     Err(e) if e.is_would_block() => {}
 ///     Err(e) => return Err(e.into()),
 /// }
-/// while let Some(err) = state.recv_error(&sock)? {
+/// while let Some(err) = io.recv_error()? {
 ///     println!("{err}"); // port unreachable, packet too big, ...
 /// }
 /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -526,15 +527,12 @@ impl UdpState {
         now.max(self.c.drops.load(Relaxed))
     }
 
-    /// Turns on `SO_TXTIME` (clock `CLOCK_MONOTONIC`), so that a departure time
-    /// ([`crate::Transmit::with_txtime`]) reaches the kernel as `SCM_TXTIME`. With
-    /// `report_errors`, packets the qdisc drops for a missed or invalid time
-    /// are reported on the error queue ([`UdpState::recv_error`]).
-    ///
-    /// The kernel accepts this on any path, but only an EDT-aware egress
-    /// qdisc (fq, etf) holds a packet until its time; elsewhere it leaves at
-    /// once. See [`crate::pacing::choose_mode`].
-    pub fn enable_txtime(&self, sock: impl AsFd, report_errors: bool) -> Result<(), Error> {
+    /// Turns on `SO_TXTIME` on `sock` (see [`crate::UdpIo::enable_txtime`]).
+    pub(crate) fn enable_txtime_on(
+        &self,
+        sock: impl AsFd,
+        report_errors: bool,
+    ) -> Result<(), Error> {
         if self.caps.disabled.txtime {
             return Err(ConfigError::SwitchedOff(Feature::Txtime).into());
         }
@@ -545,11 +543,13 @@ impl UdpState {
         Ok(())
     }
 
-    /// Caps this *connected* socket's rate at `bytes_per_sec`
-    /// (`SO_MAX_PACING_RATE`), for the kernel to pace: honoured by the fq
-    /// qdisc (and by TCP's internal pacing), ignored by other qdiscs. The
-    /// socket must be connected: the rate belongs to one peer.
-    pub fn set_max_pacing_rate(&self, sock: impl AsFd, bytes_per_sec: u64) -> Result<(), Error> {
+    /// Sets `SO_MAX_PACING_RATE` on `sock` (see
+    /// [`crate::UdpIo::set_max_pacing_rate`]).
+    pub(crate) fn set_max_pacing_rate_on(
+        &self,
+        sock: impl AsFd,
+        bytes_per_sec: u64,
+    ) -> Result<(), Error> {
         let fd = sock.as_fd();
         if !is_connected(fd) {
             return Err(ConfigError::NotConnected.into());
@@ -566,9 +566,8 @@ impl UdpState {
         .map_err(setup("SO_MAX_PACING_RATE"))
     }
 
-    /// The socket's `SO_MAX_PACING_RATE` in bytes per second (`u64::MAX`
-    /// or `u32::MAX` when unlimited).
-    pub fn max_pacing_rate(&self, sock: impl AsFd) -> Result<u64, Error> {
+    /// `SO_MAX_PACING_RATE` of `sock` (see [`crate::UdpIo::max_pacing_rate`]).
+    pub(crate) fn max_pacing_rate_on(&self, sock: impl AsFd) -> Result<u64, Error> {
         sys::getsockopt_u64(
             sock.as_fd().as_raw_fd(),
             SOL_SOCKET,
@@ -584,10 +583,8 @@ impl UdpState {
         self.c.async_errors.load(Relaxed)
     }
 
-    /// Counters and fallback events so far (`sock` for the kernel's drop
-    /// counter).
-    /// Cheap: the recent fallback events are shared, not copied.
-    pub fn stats(&self, sock: impl AsFd) -> Stats {
+    /// Counters and fallback events (see [`crate::UdpIo::stats`]).
+    pub(crate) fn stats_on(&self, sock: impl AsFd) -> Stats {
         let (fallbacks, fallbacks_total) = {
             let log = self.fallbacks.lock().unwrap_or_else(|p| p.into_inner());
             (log.recent.clone(), log.total)

@@ -8,6 +8,7 @@
 
 use crate::common;
 use common::{skip, used_backend};
+use fastudp::UdpIo;
 
 use fastudp::{Coalescer, Config, RecvBatch, RecvMeta, Socket, Transmit, ZeroCopySender};
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -106,7 +107,7 @@ fn gro_happened(rx: &Socket, trains: usize) {
 #[test]
 fn send_and_recv_allocate_nothing() {
     let (tx, rx) = pair();
-    let dest = rx.local_addr().unwrap();
+    let dest = rx.as_std().local_addr().unwrap();
     let (train, single) = (vec![7u8; 10 * 1200], vec![8u8; 1200]);
     let ts = mixed(dest, &train, &single);
     let mut batch = RecvBatch::new(32);
@@ -135,7 +136,7 @@ fn send_and_recv_allocate_nothing() {
 #[test]
 fn recv_slices_allocates_nothing() {
     let (tx, rx) = pair();
-    let dest = rx.local_addr().unwrap();
+    let dest = rx.as_std().local_addr().unwrap();
     let (train, single) = (vec![7u8; 10 * 1200], vec![8u8; 1200]);
     let ts = mixed(dest, &train, &single);
     // Room for a 64-datagram GRO train in each of 16 buffers.
@@ -150,10 +151,7 @@ fn recv_slices_allocates_nothing() {
                 let mut it = store.iter_mut();
                 std::array::from_fn(|_| IoSliceMut::new(it.next().expect("16 buffers")))
             };
-            let n = rx
-                .state()
-                .recv_slices(rx.as_std(), &mut bufs, metas)
-                .unwrap();
+            let n = rx.recv_slices(&mut bufs, metas).unwrap();
             for m in &metas[..n] {
                 assert!(!m.truncated);
                 got += m.datagram_count();
@@ -176,7 +174,7 @@ fn recv_slices_allocates_nothing() {
 #[test]
 fn coalescer_allocates_nothing() {
     let (tx, rx) = pair();
-    let dest = rx.local_addr().unwrap();
+    let dest = rx.as_std().local_addr().unwrap();
     let mut c = Coalescer::new();
     let d = [5u8; 1200];
     let mut batch = RecvBatch::new(32);
@@ -212,7 +210,7 @@ fn zerocopy_send_and_reap_allocate_nothing() {
         skip("no MSG_ZEROCOPY");
         return;
     }
-    let dest = rx.local_addr().unwrap();
+    let dest = rx.as_std().local_addr().unwrap();
     let mut zc = ZeroCopySender::new(&tx).unwrap().adaptive(false);
     let mut pool: Vec<Vec<u8>> = (0..64).map(|_| vec![3u8; 8 * 1200]).collect();
     let mut batch = RecvBatch::new(32);

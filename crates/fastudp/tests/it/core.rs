@@ -4,6 +4,7 @@
 //! steering offsets.
 
 use crate::common;
+use fastudp::UdpIo;
 
 use common::*;
 use fastudp::{
@@ -33,18 +34,18 @@ fn core_runs_on_a_caller_owned_non_blocking_socket() {
     let mut batch = RecvBatch::new(8);
     // Nothing queued: WouldBlock at once, never a wait.
     let t0 = Instant::now();
-    let e = rx_state.recv(&rx, &mut batch).unwrap_err();
+    let e = (&rx_state, &rx).recv(&mut batch).unwrap_err();
     assert!(e.is_would_block(), "{e}");
     assert!(t0.elapsed() < Duration::from_secs(1));
     let payload = vec![9u8; 3 * 1000];
-    let sent = tx_state
-        .send(&tx, &[Transmit::train(dest, &payload, 1000)])
+    let sent = (&tx_state, &tx)
+        .send(&[Transmit::train(dest, &payload, 1000)])
         .unwrap();
     assert!(sent.all(1));
     let mut got = 0;
     let deadline = Instant::now() + Duration::from_secs(2);
     while got < 3 && Instant::now() < deadline {
-        match rx_state.recv(&rx, &mut batch) {
+        match (&rx_state, &rx).recv(&mut batch) {
             Ok(_) => got += batch.datagrams().count(),
             Err(e) if e.is_would_block() => std::thread::yield_now(),
             Err(e) => panic!("{e}"),
@@ -73,7 +74,7 @@ fn core_runs_on_a_caller_owned_non_blocking_socket() {
 #[test]
 fn a_full_non_blocking_socket_never_waits() {
     let rx = common::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let dest = rx.local_addr().unwrap();
+    let dest = rx.as_std().local_addr().unwrap();
     let c = Config::default()
         .send_buffer(4096)
         .disabled(fastudp::Disabled::parse("gso").unwrap());
@@ -105,7 +106,7 @@ fn port_unreachable_names_the_destination(bind: &str) {
     assert!(tx.capabilities().recverr);
     let gone = closed_port(bind);
     let alive = common::bind(bind.parse().unwrap()).unwrap();
-    let alive_addr = alive.local_addr().unwrap();
+    let alive_addr = alive.as_std().local_addr().unwrap();
     tx.send(&[Transmit::new(gone, b"anyone there?")]).unwrap();
     // The ICMP error comes back at once on loopback; the next send to
     // someone else must not fail for it.
@@ -159,8 +160,11 @@ fn icmp_errors_and_receive() {
     let peer = common::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     server.send(&[Transmit::new(gone, b"x")]).unwrap();
     std::thread::sleep(Duration::from_millis(50));
-    peer.send(&[Transmit::new(server.local_addr().unwrap(), b"data")])
-        .unwrap();
+    peer.send(&[Transmit::new(
+        server.as_std().local_addr().unwrap(),
+        b"data",
+    )])
+    .unwrap();
     server
         .as_std()
         .set_read_timeout(Some(Duration::from_secs(2)))
@@ -197,7 +201,7 @@ fn icmp_errors_and_receive() {
 #[test]
 fn gso_comes_back_after_a_refusal() {
     let rx = common::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let dest = rx.local_addr().unwrap();
+    let dest = rx.as_std().local_addr().unwrap();
     let tx = common::bind_with(
         "127.0.0.1:0".parse().unwrap(),
         Config::default().gso_retry(Duration::from_millis(50)),

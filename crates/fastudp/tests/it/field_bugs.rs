@@ -4,6 +4,7 @@
 //! injection (`src/socket/mod.rs`, `mod tests`).
 
 use crate::common;
+use fastudp::UdpIo;
 
 use common::*;
 use fastudp::{Config, Error, RecvBatch, Socket, Transmit};
@@ -33,8 +34,8 @@ fn fragments_and_gro_trains_on_one_socket(v6: bool) {
         return;
     }
     let frag = bind_in(&ns.0, a, Config::default().may_fragment(true));
-    let dest = rx.local_addr().unwrap();
-    let frag_from = frag.local_addr().unwrap();
+    let dest = rx.as_std().local_addr().unwrap();
+    let frag_from = frag.as_std().local_addr().unwrap();
     const ROUNDS: u64 = 200;
     const SEGS: u64 = 10;
     const SEG: usize = 1000;
@@ -104,7 +105,7 @@ fn oversize_in_a_batch_costs_only_itself(v6: bool) {
     let a: SocketAddr = if v6 { "[::1]:0" } else { "127.0.0.1:0" }.parse().unwrap();
     let rx = bind_in(&ns.0, a, Config::default().gro(false).recv_buffer(8 << 20));
     let tx = bind_in(&ns.0, a, Config::default());
-    let dest = rx.local_addr().unwrap();
+    let dest = rx.as_std().local_addr().unwrap();
     let mut bufs: Vec<Vec<u8>> = Vec::new();
     for seq in 0..6u64 {
         let mut b = Vec::new();
@@ -162,7 +163,7 @@ fn gso_gro_pair(recv_buffer: usize) -> Option<(Socket, Socket, SocketAddr)> {
         skip("needs GSO and GRO");
         return None;
     }
-    let dest = rx.local_addr().unwrap();
+    let dest = rx.as_std().local_addr().unwrap();
     Some((rx, tx, dest))
 }
 

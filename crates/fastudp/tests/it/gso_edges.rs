@@ -3,6 +3,7 @@
 
 use crate::common;
 use common::*;
+use fastudp::UdpIo;
 use fastudp::{Error, RecvBatch, Socket, Transmit};
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -31,7 +32,7 @@ fn pair_at(a: SocketAddr, ns: Option<&str>) -> Pair {
     rx.as_std()
         .set_read_timeout(Some(Duration::from_millis(500)))
         .unwrap();
-    let dest = rx.local_addr().unwrap();
+    let dest = rx.as_std().local_addr().unwrap();
     Pair { tx, rx, dest }
 }
 

@@ -3,6 +3,7 @@
 
 use crate::common;
 use common::*;
+use fastudp::UdpIo;
 use fastudp::{Config, RecvBatch, Socket, Transmit};
 use std::net::SocketAddr;
 
@@ -12,7 +13,7 @@ const G: usize = 1200;
 fn pair(tx: TxMode, rx: RxMode, bind: &str) -> (Socket, Socket, SocketAddr) {
     let r = common::bind_with(bind.parse().unwrap(), rx_config(rx)).unwrap();
     let t = common::bind_with(bind.parse().unwrap(), tx_config(tx)).unwrap();
-    let dest = r.local_addr().unwrap();
+    let dest = r.as_std().local_addr().unwrap();
     (t, r, dest)
 }
 
@@ -125,7 +126,7 @@ fn ipv6_gso_into_gro() {
 #[test]
 fn datagram_over_the_mtu_is_refused_unless_fragmenting_is_allowed() {
     let rx = common::bind("[::1]:0".parse().unwrap()).unwrap();
-    let dest = rx.local_addr().unwrap();
+    let dest = rx.as_std().local_addr().unwrap();
     let big = vec![6u8; fastudp::MAX_PAYLOAD_V6];
     let df = common::bind("[::1]:0".parse().unwrap()).unwrap();
     assert!(!df.may_fragment() && df.capabilities().dont_fragment);
@@ -167,7 +168,7 @@ fn datagram_over_the_mtu_is_refused_unless_fragmenting_is_allowed() {
 #[test]
 fn dual_stack_socket_serves_v4_mapped_peers() {
     let server = common::bind("[::]:0".parse().unwrap()).unwrap();
-    let port = server.local_addr().unwrap().port();
+    let port = server.as_std().local_addr().unwrap().port();
     let client = common::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let to: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let payload = vec![5u8; 3000];
@@ -239,7 +240,7 @@ fn dual_stack_socket_serves_v4_mapped_peers() {
 fn source_address_via_pktinfo() {
     let r = common::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let t = common::bind("0.0.0.0:0".parse().unwrap()).unwrap();
-    let dest = r.local_addr().unwrap();
+    let dest = r.as_std().local_addr().unwrap();
     let tr = Transmit::new(dest, b"hello").with_src_ip(Some("127.0.0.5".parse().unwrap()));
     t.send(&[tr]).unwrap();
     r.as_std()
@@ -259,7 +260,7 @@ fn source_address_via_pktinfo() {
 fn truncation_is_reported_not_silent() {
     let r = common::bind_with("127.0.0.1:0".parse().unwrap(), Config::default()).unwrap();
     let t = common::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let dest = r.local_addr().unwrap();
+    let dest = r.as_std().local_addr().unwrap();
     t.send(&[Transmit::new(dest, &[1u8; 5000])]).unwrap();
     r.as_std()
         .set_read_timeout(Some(std::time::Duration::from_secs(2)))
@@ -280,7 +281,7 @@ fn coalescer_packs_equal_datagrams_into_trains() {
         skip("no GSO");
         return;
     }
-    let dest = r.local_addr().unwrap();
+    let dest = r.as_std().local_addr().unwrap();
     let mut c = fastudp::Coalescer::new();
     for i in 0..100u8 {
         assert_eq!(c.push(&t, dest, &[i; 1000]).unwrap(), u64::from(i));
@@ -307,7 +308,7 @@ fn truncated_gro_train_yields_only_whole_datagrams() {
         skip("needs GSO and GRO");
         return;
     }
-    let dest = rx.local_addr().unwrap();
+    let dest = rx.as_std().local_addr().unwrap();
     let payload = vec![7u8; 10 * 1200];
     tx.send(&[Transmit::train(dest, &payload, 1200)]).unwrap();
     rx.as_std()
@@ -331,7 +332,8 @@ fn coalescer_refuses_what_the_socket_would_refuse() {
     let t = common::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let r = common::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let mut c = fastudp::Coalescer::new();
-    c.push(&t, r.local_addr().unwrap(), b"fine").unwrap();
+    c.push(&t, r.as_std().local_addr().unwrap(), b"fine")
+        .unwrap();
     let e = c
         .push(&t, "[::1]:9".parse().unwrap(), b"wrong family")
         .unwrap_err();
@@ -349,7 +351,7 @@ fn a_refusal_gso_is_not_to_blame_for_leaves_gso_on() {
         return;
     }
     let payload = vec![1u8; 4000];
-    let tr = Transmit::train(r.local_addr().unwrap(), &payload, 1000);
+    let tr = Transmit::train(r.as_std().local_addr().unwrap(), &payload, 1000);
     // Not an address of this host: the kernel refuses the source, with or
     // without GSO.
     let tr = tr.with_src_ip(Some("2001:db8::1".parse().unwrap()));
@@ -366,7 +368,7 @@ fn a_refusal_gso_is_not_to_blame_for_leaves_gso_on() {
 fn v4_mapped_destination_on_an_ipv4_socket_is_a_typed_error() {
     let t = common::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let r = common::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let to = r.local_addr().unwrap();
+    let to = r.as_std().local_addr().unwrap();
     let mapped = SocketAddr::new(
         std::net::Ipv4Addr::LOCALHOST.to_ipv6_mapped().into(),
         to.port(),
@@ -397,7 +399,7 @@ fn wait_readable_and_unsent_bytes() {
     let t0 = Instant::now();
     assert!(!r.wait_readable(Duration::from_millis(20)).unwrap());
     assert!(t0.elapsed() >= Duration::from_millis(20));
-    let dest = r.local_addr().unwrap();
+    let dest = r.as_std().local_addr().unwrap();
     t.send(&[Transmit::new(dest, b"hello")]).unwrap();
     assert!(r.wait_readable(Duration::from_secs(5)).unwrap());
     // Loopback hands the datagram on within the send call.
@@ -415,7 +417,7 @@ fn wait_readable_and_unsent_bytes() {
 #[test]
 fn the_longest_split_wait_is_no_panic() {
     let closed = common::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let dest = closed.local_addr().unwrap();
+    let dest = closed.as_std().local_addr().unwrap();
     drop(closed);
     let t = common::bind_with(
         "127.0.0.1:0".parse().unwrap(),

@@ -4,6 +4,7 @@
 use crate::common;
 use crate::support::skip_check;
 use common::*;
+use fastudp::UdpIo;
 use fastudp::{Config, Feature, RecvBatch, Socket, Transmit};
 use std::net::SocketAddr;
 
@@ -16,7 +17,7 @@ fn sockets(p: &VethPair, rx_gro: bool) -> (Socket, Socket, SocketAddr) {
     let rc = rc.recv_buffer(8 << 20);
     let rx = p.bind(&p.b, SocketAddr::new(p.addr_b.into(), 0), rc);
     let tx = p.bind(&p.a, SocketAddr::new(p.addr_a.into(), 0), Config::default());
-    let dest = rx.local_addr().unwrap();
+    let dest = rx.as_std().local_addr().unwrap();
     (tx, rx, dest)
 }
 
@@ -220,7 +221,7 @@ fn half_sent_trains_are_reported_exactly_and_resent_once() {
     // The receiver reads only after the sender is done: room for all of it.
     let rc = rx_config(RxMode::Gro).recv_buffer(64 << 20);
     let rx = p.bind(&p.b, SocketAddr::new(p.addr_b.into(), 0), rc);
-    let dest = rx.local_addr().unwrap();
+    let dest = rx.as_std().local_addr().unwrap();
     // A non-blocking socket never waits mid-train: half-sent trains are
     // what this test is about.
     let tx_cfg = Config::default()
@@ -392,7 +393,7 @@ fn packet_too_big_gives_the_mtu(v6: bool) {
     };
     let rx = bind_in(&n.b, b_ip.parse().unwrap(), Config::default());
     let tx = bind_in(&n.a, a_ip.parse().unwrap(), Config::default());
-    let dest = rx.local_addr().unwrap();
+    let dest = rx.as_std().local_addr().unwrap();
     assert!(!tx.may_fragment());
     // Fits the first hop (1500), not the second (1280).
     let big = vec![1u8; 1400];
@@ -578,7 +579,7 @@ fn offer_burst(
         assert!(start.elapsed().as_secs() < 30, "{burst:?}: stalled at {k}");
         let rest = [ts[k].skip_datagrams(skip)];
         let offered: &[Transmit<'_>] = if skip > 0 { &rest } else { &ts[k..] };
-        match state.send(&sock, offered) {
+        match (&state, &sock).send(offered) {
             Ok(s) => {
                 assert!(s.dropped_locally <= s.datagrams_done(offered));
                 done += s.datagrams_done(offered);
@@ -604,7 +605,7 @@ fn offer_burst(
             .expect("FASTUDP_BACKEND=uring but the state has no ring");
         assert!(u.send_sqes > 0, "nothing went through the ring: {u:?}");
     }
-    let stats = state.stats(&sock);
+    let stats = (&state, &sock).stats();
     eprintln!(
         "{burst:?} (non-blocking: {nonblocking}): offered {total}, dropped locally {dropped}, would-block {blocked}, {} send calls",
         stats.send_calls
@@ -664,7 +665,7 @@ fn full_qdisc(tag: &str, n: u8, nonblocking: bool) {
     let rc = rx_config(RxMode::Recvmmsg);
     let rc = rc.recv_buffer(16 << 20);
     let rx = p.bind(&p.b, SocketAddr::new(p.addr_b.into(), 0), rc);
-    let dest = rx.local_addr().unwrap();
+    let dest = rx.as_std().local_addr().unwrap();
     for burst in [Burst::Datagrams, Burst::Trains, Burst::Split] {
         offer_burst(&p, &rx, dest, burst, nonblocking);
     }

@@ -3,6 +3,7 @@
 
 use crate::common;
 use common::skip;
+use fastudp::UdpIo;
 
 use fastudp::pacing::{choose_mode, PacingMode};
 use fastudp::{ConfigError, Error, RecvBatch, Socket, Transmit};
@@ -11,7 +12,7 @@ use std::time::Duration;
 
 #[test]
 fn departure_time_without_so_txtime_is_a_clear_error() {
-    let tx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let tx = Socket::bind("127.0.0.1:0".parse().unwrap(), fastudp::Config::default()).unwrap();
     let t = Transmit::new("127.0.0.1:9".parse().unwrap(), b"x")
         .with_txtime(Some(fastudp_tools::os::monotonic_ns()));
     match tx.send(&[t]) {
@@ -24,8 +25,8 @@ fn departure_time_without_so_txtime_is_a_clear_error() {
 
 #[test]
 fn paced_trains_with_scm_txtime_are_delivered() {
-    let rx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let tx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let rx = Socket::bind("127.0.0.1:0".parse().unwrap(), fastudp::Config::default()).unwrap();
+    let tx = Socket::bind("127.0.0.1:0".parse().unwrap(), fastudp::Config::default()).unwrap();
     if !tx.capabilities().txtime {
         skip("SO_TXTIME is not accepted here");
         return;
@@ -34,7 +35,7 @@ fn paced_trains_with_scm_txtime_are_delivered() {
     // Loopback's qdisc (noqueue) ignores SO_TXTIME: the mode choice says so.
     let (mode, why) = choose_mode(PacingMode::Kernel, true, Some("noqueue"));
     assert_eq!(mode, PacingMode::User, "{why}");
-    let dest = rx.local_addr().unwrap();
+    let dest = rx.as_std().local_addr().unwrap();
     let mut pacer = Pacer::new(10_000_000, Duration::from_millis(2), 16).unwrap();
     let payload = vec![3u8; 1200 * 16];
     let mut sent = 0;
@@ -62,11 +63,13 @@ fn paced_trains_with_scm_txtime_are_delivered() {
 
 #[test]
 fn max_pacing_rate_on_a_connected_socket() {
-    let rx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let tx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let rx = Socket::bind("127.0.0.1:0".parse().unwrap(), fastudp::Config::default()).unwrap();
+    let tx = Socket::bind("127.0.0.1:0".parse().unwrap(), fastudp::Config::default()).unwrap();
     let e = tx.set_max_pacing_rate(1_000_000).unwrap_err();
     assert!(e.to_string().contains("connect"), "{e}");
-    tx.as_std().connect(rx.local_addr().unwrap()).unwrap();
+    tx.as_std()
+        .connect(rx.as_std().local_addr().unwrap())
+        .unwrap();
     assert!(tx.set_max_pacing_rate(0).is_err());
     tx.set_max_pacing_rate(1_000_000).unwrap();
     assert_eq!(tx.max_pacing_rate().unwrap(), 1_000_000);

@@ -6,6 +6,7 @@
 
 use crate::common;
 use crate::support::quic;
+use fastudp::UdpIo;
 
 use common::*;
 use fastudp::quinn::Socket;
@@ -44,8 +45,13 @@ fn transfer(
     let rt = runtime();
     rt.block_on(async move {
         let (cert, key) = quic::certificate();
-        let server = Arc::new(Socket::from_std(server, server_cfg).unwrap());
-        let client = Arc::new(Socket::from_std(client, Config::default()).unwrap());
+        let server = Arc::new(
+            Socket::try_from(fastudp::Socket::from_std(server, server_cfg).unwrap()).unwrap(),
+        );
+        let client = Arc::new(
+            Socket::try_from(fastudp::Socket::from_std(client, Config::default()).unwrap())
+                .unwrap(),
+        );
         let addr = quinn::AsyncUdpSocket::local_addr(&*server).unwrap();
         let srv = quic::endpoint(server.clone(), Some(quic::server_config(cert.clone(), key)));
         let cli = quic::endpoint(client.clone(), None);
@@ -233,7 +239,7 @@ fn gso_fallback_mid_connection(
 /// sends (EINVAL) and still sends single datagrams.
 #[test]
 fn a_gso_fallback_mid_connection_does_not_stop_the_transfer_v4() {
-    let probe = fastudp::Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let probe = fastudp::Socket::bind("127.0.0.1:0".parse().unwrap(), Config::default()).unwrap();
     if probe.capabilities().max_gso_segments <= 1 {
         skip("no GSO here");
         return;
@@ -259,7 +265,7 @@ fn a_gso_fallback_mid_connection_does_not_stop_the_transfer_v4() {
 /// checksum, which the server accepts with `UDP_NO_CHECK6_RX` (102).
 #[test]
 fn a_gso_fallback_mid_connection_does_not_stop_the_transfer_v6() {
-    let probe = fastudp::Socket::bind("[::1]:0".parse().unwrap()).unwrap();
+    let probe = fastudp::Socket::bind("[::1]:0".parse().unwrap(), Config::default()).unwrap();
     if probe.capabilities().max_gso_segments <= 1 {
         skip("no GSO here");
         return;
@@ -305,7 +311,7 @@ fn the_connection_survives_a_receive_buffer_that_overflows_v6() {
 fn quinn_is_told_what_the_socket_does() {
     let rt = runtime();
     rt.block_on(async {
-        let s = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let s = Socket::bind("127.0.0.1:0".parse().unwrap(), Config::default()).unwrap();
         use quinn::AsyncUdpSocket;
         assert!(!s.may_fragment(), "don't-fragment is set by default");
         let gro = s.state().capabilities().gro;
@@ -314,7 +320,7 @@ fn quinn_is_told_what_the_socket_does() {
             s.max_transmit_segments(),
             s.state().capabilities().max_gso_segments.max(1)
         );
-        let f = Socket::bind_with(
+        let f = Socket::bind(
             "127.0.0.1:0".parse().unwrap(),
             Config::default().may_fragment(true),
         )

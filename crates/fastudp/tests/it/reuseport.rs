@@ -1,5 +1,6 @@
 //! Reuseport steering on loopback: each connection ID stays on one socket.
 
+use fastudp::UdpIo;
 use fastudp::{Config, RecvBatch, ReuseportGroup, Socket, Steering};
 use std::collections::HashMap;
 use std::time::Duration;
@@ -17,7 +18,7 @@ fn each_connection_id_lands_on_one_socket() {
     let dest = g.local_addr().unwrap();
     // Several senders (source ports) per connection ID: the source must not matter.
     let senders: Vec<Socket> = (0..6)
-        .map(|_| Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap())
+        .map(|_| Socket::bind("127.0.0.1:0".parse().unwrap(), Config::default()).unwrap())
         .collect();
     let cids: Vec<u32> = (0..32u32).map(|i| i.wrapping_mul(0x9E37_79B9)).collect();
     for (k, &cid) in cids.iter().enumerate() {
@@ -75,7 +76,7 @@ fn cpu_steering_delivers_everything() {
     )
     .unwrap();
     let dest = g.local_addr().unwrap();
-    let s = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let s = Socket::bind("127.0.0.1:0".parse().unwrap(), Config::default()).unwrap();
     for i in 0..100u32 {
         s.send(&[fastudp::Transmit::new(dest, &i.to_be_bytes())])
             .unwrap();
@@ -125,7 +126,7 @@ fn quic_cid_steering_reads_long_and_short_headers() {
     assert_eq!(g.steering(), Steering::QuicCid);
     let dest = g.local_addr().unwrap();
     let senders: Vec<Socket> = (0..4)
-        .map(|_| Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap())
+        .map(|_| Socket::bind("127.0.0.1:0".parse().unwrap(), Config::default()).unwrap())
         .collect();
     // Each datagram carries its expected socket in its last byte.
     let mut sent = 0;

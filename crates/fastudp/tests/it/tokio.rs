@@ -46,17 +46,17 @@ fn trains_and_a_coalescer_through_a_small_send_buffer_arrive_exactly_once() {
         const TRAINS: usize = 400;
         const SEGS: usize = 10;
         const SEG: usize = 1200;
-        let rx = UdpSocket::bind_with(
+        let rx = UdpSocket::bind(
             "127.0.0.1:0".parse().unwrap(),
             Config::default().recv_buffer(64 << 20),
         )
         .unwrap();
-        let tx = UdpSocket::bind_with(
+        let tx = UdpSocket::bind(
             "127.0.0.1:0".parse().unwrap(),
             Config::default().send_buffer(16 << 10),
         )
         .unwrap();
-        let dest = rx.local_addr().unwrap();
+        let dest = rx.as_tokio().local_addr().unwrap();
         let bufs = self_checking_trains(TRAINS, SEGS, SEG);
         let ts: Vec<Transmit<'_>> = bufs.iter().map(|b| Transmit::train(dest, b, SEG)).collect();
         let total = (TRAINS * SEGS) as u64;
@@ -106,7 +106,10 @@ fn an_idle_socket_uses_no_cpu() {
         .build()
         .unwrap()
         .block_on(async {
-            let rx = std::sync::Arc::new(UdpSocket::bind("127.0.0.1:0".parse().unwrap()).unwrap());
+            let rx = std::sync::Arc::new(
+                UdpSocket::bind("127.0.0.1:0".parse().unwrap(), fastudp::Config::default())
+                    .unwrap(),
+            );
             let waiter = {
                 let rx = rx.clone();
                 tokio::spawn(async move {
@@ -130,7 +133,8 @@ fn an_idle_socket_uses_no_cpu() {
                 "idle socket used {used:?} of CPU"
             );
             let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-            tx.send_to(b"wake", rx.local_addr().unwrap()).unwrap();
+            tx.send_to(b"wake", rx.as_tokio().local_addr().unwrap())
+                .unwrap();
             let got = tokio::time::timeout(Duration::from_secs(5), waiter)
                 .await
                 .expect("the datagram woke the receiver")
@@ -147,7 +151,8 @@ fn a_connected_socket_whose_peer_went_away_returns_the_error() {
         let gone = closed_port("127.0.0.1:0");
         let std = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         std.connect(gone).unwrap();
-        let s = UdpSocket::from_std(std, Config::default()).unwrap();
+        let s = UdpSocket::try_from(fastudp::Socket::from_std(std, Config::default()).unwrap())
+            .unwrap();
         s.send_all(&[Transmit::new(gone, b"anyone?")])
             .await
             .unwrap();
@@ -171,7 +176,7 @@ fn an_unconnected_socket_reads_the_icmp_error_naming_the_destination() {
     for bind in ["127.0.0.1:0", "[::1]:0"] {
         runtime().block_on(async {
             let gone = closed_port(bind);
-            let s = UdpSocket::bind(bind.parse().unwrap()).unwrap();
+            let s = UdpSocket::bind(bind.parse().unwrap(), fastudp::Config::default()).unwrap();
             s.send_all(&[Transmit::new(gone, b"anyone?")])
                 .await
                 .unwrap();
@@ -189,7 +194,7 @@ fn an_unconnected_socket_reads_the_icmp_error_naming_the_destination() {
             }
             // Receiving goes on: the error does not come back as a failure.
             let peer = std::net::UdpSocket::bind(bind).unwrap();
-            peer.send_to(b"still here", s.local_addr().unwrap())
+            peer.send_to(b"still here", s.as_tokio().local_addr().unwrap())
                 .unwrap();
             let mut b = RecvBatch::new(8);
             tokio::time::timeout(Duration::from_secs(5), s.recv(&mut b))

@@ -11,6 +11,7 @@
 use crate::common;
 use common::*;
 use fastudp::uring::{probe, UringZeroCopySender};
+use fastudp::UdpIo;
 use fastudp::{Config, Feature, RecvBatch, Socket, Transmit};
 use std::time::{Duration, Instant};
 
@@ -29,7 +30,7 @@ fn uring_here(zerocopy: bool) -> bool {
 }
 
 fn bind(config: Config) -> Socket {
-    let s = Socket::bind_with("127.0.0.1:0".parse().unwrap(), config.uring(true)).unwrap();
+    let s = Socket::bind("127.0.0.1:0".parse().unwrap(), config.uring(true)).unwrap();
     s.as_std()
         .set_read_timeout(Some(Duration::from_secs(2)))
         .unwrap();
@@ -55,7 +56,7 @@ fn trains_go_through_the_ring_with_control_messages() {
     }
     let rx = bind(Config::default().recv_buffer(4 << 20));
     let tx = bind(Config::default());
-    let dest = rx.local_addr().unwrap();
+    let dest = rx.as_std().local_addr().unwrap();
     let trains = self_checking_trains(20, 10, 1200);
     let ts: Vec<Transmit<'_>> = trains
         .iter()
@@ -110,8 +111,8 @@ fn buffer_ring_exhaustion_is_counted_and_loses_nothing() {
             .recv_buffer(4 << 20)
             .uring_recv_buffers(2),
     );
-    let tx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let dest = rx.local_addr().unwrap();
+    let tx = Socket::bind("127.0.0.1:0".parse().unwrap(), Config::default()).unwrap();
+    let dest = rx.as_std().local_addr().unwrap();
     // Arm the receive first, so that the kernel fills the buffers as the
     // datagrams arrive.
     rx.as_std().set_nonblocking(true).unwrap();
@@ -150,12 +151,12 @@ fn teardown_with_a_receive_in_flight() {
     if !uring_here(false) {
         return;
     }
-    let tx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let tx = Socket::bind("127.0.0.1:0".parse().unwrap(), Config::default()).unwrap();
     let payload = vec![9u8; 1000];
     let start = Instant::now();
     for round in 0..50 {
         let rx = bind(Config::default().gro(false).uring_recv_buffers(4));
-        let dest = rx.local_addr().unwrap();
+        let dest = rx.as_std().local_addr().unwrap();
         rx.as_std().set_nonblocking(true).unwrap();
         let mut b = RecvBatch::new(4);
         let _ = rx.recv(&mut b);
@@ -182,8 +183,8 @@ fn zerocopy_buffers_come_back_after_their_notification() {
         return;
     }
     let rx = bind(Config::default().recv_buffer(8 << 20));
-    let tx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let dest = rx.local_addr().unwrap();
+    let tx = Socket::bind("127.0.0.1:0".parse().unwrap(), Config::default()).unwrap();
+    let dest = rx.as_std().local_addr().unwrap();
     let mut zc = UringZeroCopySender::new(&tx).unwrap();
     const N: usize = 100;
     const SEGS: usize = 8;
@@ -231,8 +232,8 @@ fn zerocopy_gso_refusal_falls_back() {
         return;
     }
     let rx = bind(Config::default().recv_buffer(8 << 20));
-    let tx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let dest = rx.local_addr().unwrap();
+    let tx = Socket::bind("127.0.0.1:0".parse().unwrap(), Config::default()).unwrap();
+    let dest = rx.as_std().local_addr().unwrap();
     set_no_check(&tx, true);
     let mut zc = UringZeroCopySender::new(&tx).unwrap();
     let trains = self_checking_trains(10, 5, 1000);
@@ -271,7 +272,7 @@ fn a_blocking_sender_waits_for_room_in_the_ring() {
     ));
     let rc = rx_config(RxMode::Gro).recv_buffer(64 << 20).uring(true);
     let rx = p.bind(&p.b, std::net::SocketAddr::new(p.addr_b.into(), 0), rc);
-    let dest = rx.local_addr().unwrap();
+    let dest = rx.as_std().local_addr().unwrap();
     let tc = Config::default().send_buffer(32 * 1024).uring(true);
     let tx = p.bind(&p.a, std::net::SocketAddr::new(p.addr_a.into(), 0), tc);
     const TRAINS: usize = 300;
@@ -307,7 +308,7 @@ fn borrowed_receive_splits_gro_trains_in_place_byte_exact() {
     }
     let mut rx = bind(Config::default().recv_buffer(4 << 20));
     let tx = bind(Config::default());
-    let dest = rx.local_addr().unwrap();
+    let dest = rx.as_std().local_addr().unwrap();
     // 10 trains of 9 full datagrams and a short tenth one.
     let trains: Vec<Vec<u8>> = (0..10u8)
         .map(|t| {
@@ -367,8 +368,8 @@ fn borrowed_views_hold_their_buffers_and_exhaustion_is_counted_and_recovered() {
             .recv_buffer(4 << 20)
             .uring_recv_buffers(4),
     );
-    let tx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let dest = rx.local_addr().unwrap();
+    let tx = Socket::bind("127.0.0.1:0".parse().unwrap(), Config::default()).unwrap();
+    let dest = rx.as_std().local_addr().unwrap();
     let mut data = Vec::new();
     for s in 0..304 {
         fill(s, 500, &mut data);
@@ -417,14 +418,18 @@ fn borrowed_views_hold_their_buffers_and_exhaustion_is_counted_and_recovered() {
 /// the scratch batch and lends its messages out.
 #[test]
 fn borrowed_receive_without_the_ring_lends_the_scratch_batch() {
-    let mut rx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let mut rx = Socket::bind("127.0.0.1:0".parse().unwrap(), Config::default()).unwrap();
     rx.as_std()
         .set_read_timeout(Some(Duration::from_secs(2)))
         .unwrap();
-    let tx = Socket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let tx = Socket::bind("127.0.0.1:0".parse().unwrap(), Config::default()).unwrap();
     let payload: Vec<u8> = (0..3 * 1000).map(|i| (i % 251) as u8).collect();
-    tx.send(&[Transmit::train(rx.local_addr().unwrap(), &payload, 1000)])
-        .unwrap();
+    tx.send(&[Transmit::train(
+        rx.as_std().local_addr().unwrap(),
+        &payload,
+        1000,
+    )])
+    .unwrap();
     let mut scratch = RecvBatch::new(8);
     let mut got = Vec::new();
     while got.len() < payload.len() {

@@ -4,6 +4,7 @@
 
 use crate::common;
 use common::*;
+use fastudp::UdpIo;
 use fastudp::{Socket, ZeroCopyMode, ZeroCopySender};
 use std::time::Duration;
 
@@ -24,7 +25,7 @@ fn zerocopy_pair() -> Option<(Socket, Socket, std::net::SocketAddr)> {
         return None;
     }
     let rx = receiver();
-    let dest = rx.local_addr().unwrap();
+    let dest = rx.as_std().local_addr().unwrap();
     Some((tx, rx, dest))
 }
 
@@ -162,7 +163,7 @@ fn a_refused_zerocopy_send_keeps_completions_in_step() {
         skip("needs MSG_ZEROCOPY and GSO");
         return;
     }
-    let dest = rx.local_addr().unwrap();
+    let dest = rx.as_std().local_addr().unwrap();
     let mut zc = ZeroCopySender::new(&tx).unwrap().adaptive(false);
     let (e, back) = zc
         .send(&tx, dest, vec![1u8; 3 * 2000], Some(2000))
@@ -225,7 +226,7 @@ fn a_send_without_a_route_uses_no_completion_id() {
             "{e}"
         );
     }
-    let dest = rx.local_addr().unwrap();
+    let dest = rx.as_std().local_addr().unwrap();
     for i in 0..2u64 {
         let mut ok = Vec::new();
         fill(i, 1000, &mut ok);
@@ -257,7 +258,7 @@ fn send_with_keeps_source_address_and_ecn() {
         return;
     }
     let rx = receiver();
-    let dest = rx.local_addr().unwrap();
+    let dest = rx.as_std().local_addr().unwrap();
     let src: std::net::IpAddr = "127.0.0.7".parse().unwrap();
     let meta = SendMeta::default()
         .with_src_ip(Some(src))

@@ -52,7 +52,7 @@ fn version_check() -> Check {
 fn probe() -> anyhow::Result<fastudp::Socket> {
     let d = crate::args::disabled_from_env()?;
     // The library's error says its cause itself: one message, no chain.
-    fastudp::Socket::bind_with(
+    fastudp::Socket::bind(
         "127.0.0.1:0".parse().expect("literal"),
         fastudp::Config::default().disabled(d),
     )

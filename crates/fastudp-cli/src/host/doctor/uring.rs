@@ -3,6 +3,7 @@
 
 use super::check::{check, Check, Status};
 use fastudp::uring::{probe, UringProbe};
+use fastudp::UdpIo;
 
 /// What a socket set up for io_uring got: ring sends, the ring receive,
 /// and the fallbacks it recorded.
@@ -32,7 +33,7 @@ pub fn uring_check_now(asked: bool) -> Check {
 /// asking for it would.
 fn try_socket() -> Tried {
     let c = fastudp::Config::default().uring(true);
-    match fastudp::Socket::bind_with("127.0.0.1:0".parse().expect("literal"), c) {
+    match fastudp::Socket::bind("127.0.0.1:0".parse().expect("literal"), c) {
         Ok(s) => {
             let u = s.state().uring_stats().unwrap_or_default();
             Tried {

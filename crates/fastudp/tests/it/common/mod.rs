@@ -2,6 +2,7 @@
 //! flow-controlled sender/receiver pair, and network-namespace plumbing.
 #![allow(dead_code)]
 
+use fastudp::UdpIo;
 use fastudp::{Coalescer, Config, Disabled, RecvBatch, Socket, Transmit};
 use std::net::SocketAddr;
 use std::process::Command;
@@ -44,22 +45,22 @@ pub fn backend(config: Config) -> Config {
 
 /// `Socket::bind` on this run's backend.
 pub fn bind(addr: SocketAddr) -> Result<Socket, fastudp::Error> {
-    Socket::bind_with(addr, backend(Config::default()))
+    Socket::bind(addr, backend(Config::default()))
 }
 
 /// `Socket::bind_with` on this run's backend.
 pub fn bind_with(addr: SocketAddr, config: Config) -> Result<Socket, fastudp::Error> {
-    Socket::bind_with(addr, backend(config))
+    Socket::bind(addr, backend(config))
 }
 
 /// `Socket::from_std` on this run's backend.
 pub fn from_std(sock: std::net::UdpSocket) -> Result<Socket, fastudp::Error> {
-    Socket::from_std_with(sock, backend(Config::default()))
+    Socket::from_std(sock, backend(Config::default()))
 }
 
 /// `Socket::from_std_with` on this run's backend.
 pub fn from_std_with(sock: std::net::UdpSocket, config: Config) -> Result<Socket, fastudp::Error> {
-    Socket::from_std_with(sock, backend(config))
+    Socket::from_std(sock, backend(config))
 }
 
 /// `UdpState::new` on this run's backend.
@@ -770,7 +771,7 @@ pub fn bind_in(ns: &str, addr: SocketAddr, config: Config) -> Socket {
         s.spawn(|| {
             let f = std::fs::File::open(&path).expect("open netns");
             fastudp_tools::os::setns_net(std::os::fd::AsFd::as_fd(&f)).expect("setns");
-            Socket::bind_with(addr, backend(config)).expect("bind in namespace")
+            Socket::bind(addr, backend(config)).expect("bind in namespace")
         })
         .join()
         .expect("namespace thread")
@@ -900,7 +901,7 @@ pub fn threads_send_while_gso_flips(tx: Socket, rx: Socket, rx_timeout: Duration
     const TRAINS: usize = 300;
     const SEGS: usize = 10;
     const SEG: usize = 1000;
-    let dest = rx.local_addr().unwrap();
+    let dest = rx.as_std().local_addr().unwrap();
     let tx = Arc::new(tx);
     tx.as_std().set_nonblocking(true).unwrap();
     let all = self_checking_trains(THREADS * TRAINS, SEGS, SEG);
