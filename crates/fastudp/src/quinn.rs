@@ -10,7 +10,7 @@
 //!
 //! #[tokio::main(flavor = "current_thread")]
 //! async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//!     let socket = fastudp::quinn::Socket::bind("127.0.0.1:0".parse()?, Config::default())?;
+//!     let socket = fastudp::quinn::Socket::bind("127.0.0.1:0".parse()?, fastudp::Config::default())?;
 //!     let endpoint = quinn::Endpoint::new_with_abstract_socket(
 //!         quinn::EndpointConfig::default(),
 //!         None, // a client; pass Some(server_config) to accept connections

@@ -72,13 +72,13 @@
 //! kernel offers.
 //!
 //! ```
-//! use fastudp::{Config, RecvBatch, Socket, Transmit};
+//! use fastudp::{Config, RecvBatch, Socket, Transmit, UdpIo};
 //!
 //! let addr = "127.0.0.1:0".parse().unwrap();
 //! let rx = Socket::bind(addr, Config::default().uring(true))?;
 //! let tx = Socket::bind(addr, Config::default())?;
 //! let payload = [1u8; 4 * 1200];
-//! tx.send(&[Transmit::train(rx.local_addr()?, &payload, 1200)])?;
+//! tx.send(&[Transmit::train(rx.as_std().local_addr()?, &payload, 1200)])?;
 //! // Datagrams straight out of the ring's provided buffers, no copy (or
 //! // out of `scratch` where io_uring is not allowed).
 //! let mut scratch = RecvBatch::new(32);
@@ -841,11 +841,11 @@ impl crate::Socket {
     /// See [`UdpState::recv_borrowed`].
     ///
     /// ```
-    /// use fastudp::{Config, RecvBatch, Socket, Transmit};
+    /// use fastudp::{Config, RecvBatch, Socket, Transmit, UdpIo};
     ///
     /// let mut rx = Socket::bind("127.0.0.1:0".parse().unwrap(), Config::default().uring(true))?;
     /// let tx = Socket::bind("127.0.0.1:0".parse().unwrap(), Config::default())?;
-    /// tx.send(&[Transmit::train(rx.local_addr()?, &[7u8; 3 * 1000], 1000)])?;
+    /// tx.send(&[Transmit::train(rx.as_std().local_addr()?, &[7u8; 3 * 1000], 1000)])?;
     /// let mut scratch = RecvBatch::new(16);
     /// let mut seen = 0;
     /// while seen < 3 {
@@ -1058,7 +1058,7 @@ impl UringZeroCopySender {
     /// set up once: a second call keeps the first pool.
     ///
     /// ```
-    /// use fastudp::{uring::UringZeroCopySender, Socket};
+    /// use fastudp::{uring::UringZeroCopySender, Config, Socket};
     ///
     /// let rx = std::net::UdpSocket::bind("127.0.0.1:0")?;
     /// let tx = Socket::bind("127.0.0.1:0".parse().unwrap(), Config::default())?;
