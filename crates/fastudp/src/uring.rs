@@ -22,7 +22,7 @@
 //!   whose buffers go back to the kernel when it is dropped;
 //!   [`UdpState::recv_with`](crate::UdpState::recv_with)
 //!   hands messages straight out of the provided buffers to a callback;
-//!   [`UdpIo::recv`](crate::UdpIo::recv) copies them into a
+//!   [`UdpIo::recv`] copies them into a
 //!   [`RecvBatch`](crate::RecvBatch) as before.
 //! * **Send** goes as one chain of linked `IORING_OP_SENDMSG`s per batch,
 //!   in one `io_uring_enter`, with the control messages of the syscall path
