@@ -50,7 +50,7 @@
 //!   the std and fastudp receivers of the full table block (200 ms read
 //!   timeout) and quinn-udp's waits with the `MSG_PEEK` above.
 
-use fastudp::{Config, Disabled, RecvBatch, Socket, Transmit};
+use fastudp::{Config, Feature, RecvBatch, Socket, Transmit};
 use std::io::{self, IoSliceMut};
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -585,9 +585,7 @@ fn fastudp_pair(config: Config, wait: Wait) -> anyhow::Result<(Socket, Socket)> 
 }
 
 fn fastudp_mmsg(run: &Run) -> anyhow::Result<Measured> {
-    let config = Config::default()
-        .disabled(Disabled::parse("gso").expect("known name"))
-        .gro(false);
+    let config = Config::default().disable([Feature::Gso]).gro(false);
     let wait = run.fastudp_wait;
     let (tx, rx) = fastudp_pair(config, wait)?;
     let dest = rx.local_addr()?;
@@ -637,7 +635,7 @@ fn report_fastudp(name: &str, tx: &Socket, rx: &Socket) {
     println!(
         "  [{name}] gso segments {}, gro {}, send calls {}, recv calls {}, recv messages {}, kernel drops {}, truncated {}, fallbacks {}",
         tx.max_gso_segments(),
-        caps.gro,
+        caps.supports(Feature::Gro),
         ts.send_calls,
         rs.recv_calls,
         rs.recv_messages,
