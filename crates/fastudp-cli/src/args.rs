@@ -114,13 +114,13 @@ pub fn parse_rate(s: &str) -> anyhow::Result<u64> {
 
 /// The features `FASTUDP_DISABLE` (a list such as `gso,gro,mmsg`) switches
 /// off. The library reads no environment variable: `doctor` and
-/// `quic serve` map this one to `fastudp::Config::disabled` for their
+/// `quic serve` map this one to `fastudp::Config::disable` for their
 /// sockets (docs/CLI.md). Unset or empty switches nothing off; an unknown
 /// name is a usage error that lists the known ones.
-pub fn disabled_from_env() -> anyhow::Result<fastudp::Disabled> {
+pub fn disabled_from_env() -> anyhow::Result<Vec<fastudp::Feature>> {
     match std::env::var("FASTUDP_DISABLE") {
-        Ok(v) => fastudp::Disabled::parse(&v).map_err(|e| usage!("FASTUDP_DISABLE: {e}")),
-        Err(std::env::VarError::NotPresent) => Ok(fastudp::Disabled::default()),
+        Ok(v) => fastudp::Feature::parse_list(&v).map_err(|e| usage!("FASTUDP_DISABLE: {e}")),
+        Err(std::env::VarError::NotPresent) => Ok(Vec::new()),
         Err(std::env::VarError::NotUnicode(_)) => Err(usage!("FASTUDP_DISABLE: not valid Unicode")),
     }
 }

@@ -32,45 +32,38 @@ pub const FASTUDP_FEATURE_TXTIME: u32 = 1 << 6;
 /// Every feature bit this version knows.
 pub const FASTUDP_FEATURE_ALL: u32 = (1 << 7) - 1;
 
-/// The `Disabled` set of a feature mask.
-pub fn disabled_from_mask(mask: u32) -> fastudp::Disabled {
-    let mut d = fastudp::Disabled::default();
-    d.gso = mask & FASTUDP_FEATURE_GSO != 0;
-    d.gro = mask & FASTUDP_FEATURE_GRO != 0;
-    d.mmsg = mask & FASTUDP_FEATURE_MMSG != 0;
-    d.ecn = mask & FASTUDP_FEATURE_ECN != 0;
-    d.pktinfo = mask & FASTUDP_FEATURE_PKTINFO != 0;
-    d.zerocopy = mask & FASTUDP_FEATURE_ZEROCOPY != 0;
-    d.txtime = mask & FASTUDP_FEATURE_TXTIME != 0;
-    d
+/// Each `FASTUDP_FEATURE_*` bit and the library's feature it names.
+const FEATURE_BITS: [(fastudp::Feature, u32); 7] = [
+    (fastudp::Feature::Gso, FASTUDP_FEATURE_GSO),
+    (fastudp::Feature::Gro, FASTUDP_FEATURE_GRO),
+    (fastudp::Feature::Mmsg, FASTUDP_FEATURE_MMSG),
+    (fastudp::Feature::Ecn, FASTUDP_FEATURE_ECN),
+    (fastudp::Feature::Pktinfo, FASTUDP_FEATURE_PKTINFO),
+    (fastudp::Feature::Zerocopy, FASTUDP_FEATURE_ZEROCOPY),
+    (fastudp::Feature::Txtime, FASTUDP_FEATURE_TXTIME),
+];
+
+/// The features of a feature mask.
+pub fn features_from_mask(mask: u32) -> Vec<fastudp::Feature> {
+    FEATURE_BITS
+        .iter()
+        .filter(|(_, bit)| mask & bit != 0)
+        .map(|(f, _)| *f)
+        .collect()
 }
 
-/// The feature mask of a `Disabled` set.
-pub fn mask_from_disabled(d: &fastudp::Disabled) -> u32 {
-    [
-        (d.gso, FASTUDP_FEATURE_GSO),
-        (d.gro, FASTUDP_FEATURE_GRO),
-        (d.mmsg, FASTUDP_FEATURE_MMSG),
-        (d.ecn, FASTUDP_FEATURE_ECN),
-        (d.pktinfo, FASTUDP_FEATURE_PKTINFO),
-        (d.zerocopy, FASTUDP_FEATURE_ZEROCOPY),
-        (d.txtime, FASTUDP_FEATURE_TXTIME),
-    ]
-    .iter()
-    .filter(|(on, _)| *on)
-    .fold(0, |m, (_, bit)| m | bit)
+/// The feature mask of the features `has` says yes to.
+pub fn mask_of(has: impl Fn(fastudp::Feature) -> bool) -> u32 {
+    FEATURE_BITS
+        .iter()
+        .filter(|(f, _)| has(*f))
+        .fold(0, |m, (_, bit)| m | bit)
 }
 
 /// The feature bit of a feature the socket turned off (0 for one this
 /// version does not know).
 pub fn feature_bit(f: fastudp::Feature) -> u32 {
-    match f {
-        fastudp::Feature::Gso => FASTUDP_FEATURE_GSO,
-        fastudp::Feature::Ecn => FASTUDP_FEATURE_ECN,
-        fastudp::Feature::Zerocopy => FASTUDP_FEATURE_ZEROCOPY,
-        fastudp::Feature::Txtime => FASTUDP_FEATURE_TXTIME,
-        _ => 0,
-    }
+    mask_of(|g| g == f)
 }
 
 // ------------------------------------------------------------------- config
@@ -146,7 +139,7 @@ impl fastudp_config {
         }
         let mut c = fastudp::Config::default()
             .gro(self.gro)
-            .disabled(disabled_from_mask(self.disabled))
+            .disable(features_from_mask(self.disabled))
             .split_wait(Duration::from_millis(self.split_wait_ms))
             .gso_retry(Duration::from_millis(self.gso_retry_ms))
             .may_fragment(self.may_fragment);
@@ -203,19 +196,20 @@ pub struct fastudp_capabilities {
 
 impl From<fastudp::Capabilities> for fastudp_capabilities {
     fn from(c: fastudp::Capabilities) -> Self {
+        use fastudp::Feature;
         fastudp_capabilities {
             max_gso_segments: c.max_gso_segments,
             kernel_max_segments: c.kernel_max_segments,
-            gro: c.gro,
-            ecn: c.ecn,
-            pktinfo: c.pktinfo,
-            mmsg: c.mmsg,
-            rxq_ovfl: c.rxq_ovfl,
-            recverr: c.recverr,
-            dont_fragment: c.dont_fragment,
-            zerocopy: c.zerocopy,
-            txtime: c.txtime,
-            disabled: mask_from_disabled(&c.disabled),
+            gro: c.supports(Feature::Gro),
+            ecn: c.supports(Feature::Ecn),
+            pktinfo: c.supports(Feature::Pktinfo),
+            mmsg: c.supports(Feature::Mmsg),
+            rxq_ovfl: c.supports(Feature::RxqOvfl),
+            recverr: c.supports(Feature::Recverr),
+            dont_fragment: c.supports(Feature::DontFragment),
+            zerocopy: c.supports(Feature::Zerocopy),
+            txtime: c.supports(Feature::Txtime),
+            disabled: mask_of(|f| c.is_disabled(f)),
         }
     }
 }
@@ -348,7 +342,11 @@ impl fastudp_recv_meta {
             ecn: ecn_to_c(m.ecn),
             len: m.len,
             stride: m.stride,
-            datagrams: m.datagram_count(),
+            datagrams: if m.len == 0 {
+                1
+            } else {
+                m.len.div_ceil(m.stride.max(1))
+            },
             truncated: m.truncated,
             control_truncated: m.control_truncated,
             ifindex: m.ifindex.unwrap_or(0),
@@ -703,13 +701,24 @@ mod tests {
     #[test]
     fn feature_masks_round_trip() {
         for mask in 0..=FASTUDP_FEATURE_ALL {
-            assert_eq!(mask_from_disabled(&disabled_from_mask(mask)), mask);
+            let d = features_from_mask(mask);
+            assert_eq!(mask_of(|f| d.contains(&f)), mask);
         }
-        let d = fastudp::Disabled::parse("gso,txtime").unwrap();
+        let d = fastudp::Feature::parse_list("gso,txtime").unwrap();
         assert_eq!(
-            mask_from_disabled(&d),
+            mask_of(|f| d.contains(&f)),
             FASTUDP_FEATURE_GSO | FASTUDP_FEATURE_TXTIME
         );
+        // A socket reports back the bits it was given.
+        let c = fastudp_config {
+            disabled: FASTUDP_FEATURE_GSO | FASTUDP_FEATURE_ECN,
+            ..fastudp_config::default()
+        };
+        let s =
+            fastudp::Socket::bind("127.0.0.1:0".parse().unwrap(), c.to_config().unwrap()).unwrap();
+        let caps = fastudp_capabilities::from(s.capabilities());
+        assert_eq!(caps.disabled, FASTUDP_FEATURE_GSO | FASTUDP_FEATURE_ECN);
+        assert!(caps.max_gso_segments == 1 && !caps.ecn);
     }
 
     #[test]

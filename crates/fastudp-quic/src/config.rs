@@ -126,8 +126,8 @@ pub struct EngineConfig {
     /// docs/BENCHMARKS.md section 17. Default: [`Tuning::default`].
     pub tuning: Tuning,
     /// Socket features to switch off on every socket of the engine
-    /// ([`fastudp::Config::disabled`]). Default: none.
-    pub disabled: fastudp::Disabled,
+    /// ([`fastudp::Config::disable`]). Default: none.
+    pub disabled: Vec<fastudp::Feature>,
 }
 
 /// Performance switches of the engine. None changes what a peer sees
@@ -192,13 +192,13 @@ impl EngineConfig {
             max_connections_per_ip: None,
             tuning: Tuning::default(),
             idle_timeout: limits::IDLE_TIMEOUT,
-            disabled: fastudp::Disabled::default(),
+            disabled: Vec::new(),
         }
     }
 
     /// Sets [`EngineConfig::disabled`].
-    pub fn disabled(mut self, d: fastudp::Disabled) -> Self {
-        self.disabled = d;
+    pub fn disabled(mut self, features: impl IntoIterator<Item = fastudp::Feature>) -> Self {
+        self.disabled = features.into_iter().collect();
         self
     }
 

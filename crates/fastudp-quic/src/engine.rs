@@ -254,7 +254,7 @@ fn bind(cfg: &EngineConfig) -> Result<(ReuseportGroup, SocketAddr, Vec<Socket>),
         Steering::QuicCid,
         Config::default()
             .recv_buffer(4 << 20)
-            .disabled(cfg.disabled),
+            .disable(cfg.disabled.iter().copied()),
     )
     .map_err(|source| Error::Listen {
         addr: cfg.listen,
@@ -265,7 +265,7 @@ fn bind(cfg: &EngineConfig) -> Result<(ReuseportGroup, SocketAddr, Vec<Socket>),
         .map_err(|e| Error::Setup(format!("getsockname: {e}")))?;
     let mut txs = Vec::with_capacity(cfg.workers);
     for _ in 0..cfg.workers {
-        txs.push(send_socket(addr, cfg.disabled)?);
+        txs.push(send_socket(addr, &cfg.disabled)?);
     }
     Ok((group, addr, txs))
 }
@@ -280,7 +280,7 @@ fn choose_pacing(cfg: &EngineConfig, txs: &[Socket]) -> Result<(PacingMode, Stri
         ),
         Pacing::Kernel { qdisc } => choose_mode(
             PacingMode::Kernel,
-            txs[0].capabilities().txtime,
+            txs[0].capabilities().supports(fastudp::Feature::Txtime),
             qdisc.as_deref(),
         ),
     };

@@ -376,7 +376,10 @@ fn send_buffer_full(e: &fastudp::Error) -> bool {
 /// An unconnected send socket on `addr`, in the reuseport group after its
 /// receive sockets (the steering program never picks it), with the
 /// features `disabled` switches off.
-pub(crate) fn send_socket(addr: SocketAddr, disabled: fastudp::Disabled) -> Result<Socket, Error> {
+pub(crate) fn send_socket(
+    addr: SocketAddr,
+    disabled: &[fastudp::Feature],
+) -> Result<Socket, Error> {
     let s = socket2::Socket::new(
         socket2::Domain::for_address(addr),
         socket2::Type::DGRAM,
@@ -398,7 +401,7 @@ pub(crate) fn send_socket(addr: SocketAddr, disabled: fastudp::Disabled) -> Resu
         s.into(),
         Config::default()
             .send_buffer(SEND_BUFFER)
-            .disabled(disabled),
+            .disable(disabled.iter().copied()),
     )
     .map_err(|e| Error::Setup(format!("send socket on {addr}: {e}")))
 }

@@ -28,7 +28,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // Loopback's qdisc ignores SO_TXTIME, so a wish for kernel pacing comes
     // back as user space, with the reason.
-    let (mode, why) = choose_mode(PacingMode::Kernel, tx.capabilities().txtime, None);
+    let (mode, why) = choose_mode(
+        PacingMode::Kernel,
+        tx.capabilities().supports(fastudp::Feature::Txtime),
+        None,
+    );
     println!("pacing: {mode} ({why})");
     let mut sched = Scheduler::new(
         &SchedulerConfig::new(flows, rate, Duration::from_millis(8), SEGMENT)

@@ -51,7 +51,7 @@
 //!   timeout) and quinn-udp's waits with the `MSG_PEEK` above.
 
 use fastudp::UdpIo;
-use fastudp::{Config, Disabled, RecvBatch, Socket, Transmit};
+use fastudp::{Config, Feature, RecvBatch, Socket, Transmit};
 use std::io::{self, IoSliceMut};
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -586,9 +586,7 @@ fn fastudp_pair(config: Config, wait: Wait) -> anyhow::Result<(Socket, Socket)> 
 }
 
 fn fastudp_mmsg(run: &Run) -> anyhow::Result<Measured> {
-    let config = Config::default()
-        .disabled(Disabled::parse("gso").expect("known name"))
-        .gro(false);
+    let config = Config::default().disable([Feature::Gso]).gro(false);
     let wait = run.fastudp_wait;
     let (tx, rx) = fastudp_pair(config, wait)?;
     let dest = rx.as_std().local_addr()?;
@@ -638,7 +636,7 @@ fn report_fastudp(name: &str, tx: &Socket, rx: &Socket) {
     println!(
         "  [{name}] gso segments {}, gro {}, send calls {}, recv calls {}, recv messages {}, kernel drops {}, truncated {}, fallbacks {}",
         tx.max_gso_segments(),
-        caps.gro,
+        caps.supports(Feature::Gro),
         ts.send_calls,
         rs.recv_calls,
         rs.recv_messages,

@@ -1,6 +1,6 @@
 //! Run-time capability probing, and the features a `Config` switches off.
 
-use crate::error::ConfigError;
+use crate::error::{ConfigError, Error, Feature};
 use crate::sys;
 use crate::wire::cmsg::CmsgBuf;
 use crate::wire::consts::*;
@@ -10,70 +10,93 @@ use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::OnceLock;
 
-/// Features switched off by the user ([`crate::Config::disabled`]).
-///
-/// The library reads no environment variable: a program that wants a
-/// switch such as the `fastudp` command's `FASTUDP_DISABLE=gso,ecn` parses
-/// it with [`Disabled::parse`] and puts it in its `Config`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Disabled {
-    /// No UDP GSO: every datagram is its own message.
-    pub gso: bool,
-    /// No UDP GRO on receive.
-    pub gro: bool,
-    /// No sendmmsg/recvmmsg: one message per syscall.
-    pub mmsg: bool,
-    /// No ECN marks on send, none read on receive.
-    pub ecn: bool,
-    /// No PKTINFO on send or receive.
-    pub pktinfo: bool,
-    /// No MSG_ZEROCOPY.
-    pub zerocopy: bool,
-    /// No SO_TXTIME.
-    pub txtime: bool,
+impl Feature {
+    /// Parses a comma-separated list of feature names such as `"gso,ecn"`
+    /// (for [`crate::Config::disable`]). Case and spaces are ignored, and
+    /// so are empty names; an unknown name is an error that lists the
+    /// known ones.
+    ///
+    /// The library reads no environment variable: a program that wants a
+    /// switch such as the `fastudp` command's `FASTUDP_DISABLE=gso,ecn`
+    /// parses it here and puts it in its `Config`.
+    ///
+    /// ```
+    /// use fastudp::Feature;
+    /// assert_eq!(Feature::parse_list(" GSO , ecn,")?, [Feature::Gso, Feature::Ecn]);
+    /// assert!(Feature::parse_list("gso,gsoo").is_err());
+    /// # Ok::<(), fastudp::Error>(())
+    /// ```
+    pub fn parse_list(s: &str) -> Result<Vec<Feature>, Error> {
+        s.split(',')
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .map(str::parse)
+            .collect()
+    }
 }
 
-impl Disabled {
-    /// Parses a comma-separated list such as `"gso,ecn"`. Spaces are
-    /// ignored; an unknown name is an error that lists the known ones.
-    pub fn parse(s: &str) -> Result<Self, ConfigError> {
-        let mut d = Disabled::default();
-        for name in s.split(',').map(str::trim).filter(|n| !n.is_empty()) {
-            match name.to_ascii_lowercase().as_str() {
-                "gso" => d.gso = true,
-                "gro" => d.gro = true,
-                "mmsg" => d.mmsg = true,
-                "ecn" => d.ecn = true,
-                "pktinfo" => d.pktinfo = true,
-                "zerocopy" => d.zerocopy = true,
-                "txtime" => d.txtime = true,
-                other => {
-                    return Err(ConfigError::UnknownFeature {
-                        name: other.to_string(),
-                    })
+impl std::str::FromStr for Feature {
+    type Err = Error;
+
+    /// One feature by its name (as [`Feature`]'s `Display` writes it),
+    /// in any case; an unknown name is an error that lists the known ones.
+    fn from_str(s: &str) -> Result<Self, Error> {
+        Feature::ALL
+            .iter()
+            .copied()
+            .find(|f| f.name().eq_ignore_ascii_case(s.trim()))
+            .ok_or_else(|| {
+                ConfigError::UnknownFeature {
+                    name: s.trim().to_ascii_lowercase(),
                 }
-            }
-        }
-        Ok(d)
+                .into()
+            })
+    }
+}
+
+/// A set of [`Feature`]s, one bit each.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub(crate) struct FeatureSet(u16);
+
+impl FeatureSet {
+    fn bit(f: Feature) -> u16 {
+        1 << (f as u16)
     }
 
-    /// Merges two sets: a feature is off if either switches it off.
-    pub(crate) fn union(self, o: Disabled) -> Disabled {
-        Disabled {
-            gso: self.gso || o.gso,
-            gro: self.gro || o.gro,
-            mmsg: self.mmsg || o.mmsg,
-            ecn: self.ecn || o.ecn,
-            pktinfo: self.pktinfo || o.pktinfo,
-            zerocopy: self.zerocopy || o.zerocopy,
-            txtime: self.txtime || o.txtime,
+    /// Whether `f` is in the set.
+    pub(crate) fn contains(self, f: Feature) -> bool {
+        self.0 & Self::bit(f) != 0
+    }
+
+    /// Adds `f`.
+    pub(crate) fn insert(&mut self, f: Feature) {
+        self.0 |= Self::bit(f);
+    }
+
+    /// Adds `f` if `on`, removes it otherwise.
+    pub(crate) fn set(&mut self, f: Feature, on: bool) {
+        if on {
+            self.0 |= Self::bit(f);
+        } else {
+            self.0 &= !Self::bit(f);
         }
     }
 }
 
 /// What the kernel and this socket support, as probed when the socket was
-/// set up (after [`Disabled`] features are removed).
+/// set up (after the features [`crate::Config::disable`] switched off are
+/// removed): ask with [`Capabilities::supports`] and
+/// [`Capabilities::is_disabled`].
+///
+/// ```
+/// use fastudp::{Config, Feature, UdpState};
+/// let sock = std::net::UdpSocket::bind("127.0.0.1:0")?;
+/// let state = UdpState::new(&sock, Config::default().disable([Feature::Gso]))?;
+/// let caps = state.capabilities();
+/// assert!(caps.is_disabled(Feature::Gso) && !caps.supports(Feature::Gso));
+/// assert_eq!(caps.max_gso_segments, 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Capabilities {
@@ -83,27 +106,34 @@ pub struct Capabilities {
     /// The kernel's segment limit per send (`UDP_MAX_SEGMENTS`), whether or
     /// not this socket uses GSO; trains above it are rejected.
     pub kernel_max_segments: usize,
-    /// UDP GRO is on for receive.
-    pub gro: bool,
-    /// ECN marks are sent and read.
-    pub ecn: bool,
-    /// PKTINFO (destination address on receive, source on send).
-    pub pktinfo: bool,
-    /// sendmmsg/recvmmsg batching.
-    pub mmsg: bool,
-    /// SO_RXQ_OVFL drop counter.
-    pub rxq_ovfl: bool,
-    /// `IP_RECVERR`/`IPV6_RECVERR`: ICMP errors reach the error queue.
-    pub recverr: bool,
-    /// Don't-fragment is set (`IP_PMTUDISC_PROBE`, `IPV6_DONTFRAG`).
-    pub dont_fragment: bool,
-    /// MSG_ZEROCOPY is accepted (SO_ZEROCOPY can be set).
-    pub zerocopy: bool,
-    /// SO_TXTIME is accepted. Whether the egress qdisc honours it is a
-    /// property of the path, not of the socket.
-    pub txtime: bool,
-    /// What the user switched off.
-    pub disabled: Disabled,
+    pub(crate) supported: FeatureSet,
+    pub(crate) disabled: FeatureSet,
+}
+
+impl Capabilities {
+    /// Whether the socket uses `feature`: the kernel accepted it and it is
+    /// not switched off.
+    ///
+    /// - [`Feature::Gso`]: [`Capabilities::max_gso_segments`] is above 1.
+    /// - [`Feature::Ecn`]: ECN marks are sent and read; false once a send
+    ///   with a mark was refused and marks stopped (received marks are
+    ///   still read; the fallback is in [`crate::Stats::fallbacks`]).
+    /// - [`Feature::Txtime`]: the kernel accepts `SO_TXTIME`; whether the
+    ///   egress qdisc honours it is a property of the path, not of the
+    ///   socket. [`crate::UdpState::enable_txtime`] turns it on.
+    /// - [`Feature::Zerocopy`]: the kernel accepts `SO_ZEROCOPY`.
+    /// - [`Feature::RxqOvfl`], [`Feature::Recverr`],
+    ///   [`Feature::DontFragment`]: the option is set.
+    pub fn supports(&self, feature: Feature) -> bool {
+        self.supported.contains(feature)
+    }
+
+    /// Whether `feature` was switched off by [`crate::Config::disable`]
+    /// (or, for [`Feature::DontFragment`], by
+    /// [`crate::Config::may_fragment`]).
+    pub fn is_disabled(&self, feature: Feature) -> bool {
+        self.disabled.contains(feature)
+    }
 }
 
 fn probe_segments_on(addr: SocketAddr, segs: usize) -> std::io::Result<()> {

@@ -3,41 +3,96 @@
 use std::io;
 use std::net::SocketAddr;
 
-// The names of the switches live here, with `Feature`, so that the errors
-// about them need nothing from the module that parses them (`caps`).
+// `Feature` lives here, so that the errors about features need nothing
+// from the module that parses their names (`caps`).
 
-/// Names [`crate::Disabled::parse`] accepts.
-pub(crate) const FEATURE_NAMES: [&str; 7] =
-    ["gso", "gro", "mmsg", "ecn", "pktinfo", "zerocopy", "txtime"];
-
-/// A feature fastudp can turn off at run time, or the user can switch off.
+/// A feature of a socket: one [`crate::Config::disable`] switches off, one
+/// [`crate::Capabilities::supports`] says the socket uses, and one fastudp
+/// turns off at run time when the kernel or the path refuses it
+/// ([`FallbackEvent`]). Its `Display` and `FromStr` use the names below
+/// (lower case), and [`Feature::parse_list`] reads a list of them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Feature {
-    /// UDP generic segmentation offload.
+    /// `gso`: UDP generic segmentation offload on send.
     Gso,
-    /// ECN marks on send.
+    /// `gro`: UDP GRO (receive coalescing).
+    Gro,
+    /// `mmsg`: `sendmmsg`/`recvmmsg` batching (off: one message per
+    /// syscall).
+    Mmsg,
+    /// `ecn`: ECN marks on send, and read on receive.
     Ecn,
-    /// MSG_ZEROCOPY.
+    /// `pktinfo`: PKTINFO (destination address on receive, source on
+    /// send).
+    Pktinfo,
+    /// `zerocopy`: `MSG_ZEROCOPY`.
     Zerocopy,
-    /// SO_TXTIME departure times.
+    /// `txtime`: `SO_TXTIME` departure times.
     Txtime,
-    /// The io_uring backend (feature `uring`).
+    /// `rxq_ovfl`: the `SO_RXQ_OVFL` drop counter on received messages
+    /// (off: [`crate::Stats::kernel_drops`] comes from `SO_MEMINFO` only).
+    RxqOvfl,
+    /// `recverr`: `IP_RECVERR`/`IPV6_RECVERR`, ICMP errors on the error
+    /// queue (off: the kernel's default, where an unconnected socket
+    /// never hears of them).
+    Recverr,
+    /// `dont_fragment`: don't-fragment on every datagram
+    /// (`IP_PMTUDISC_PROBE`, `IPV6_DONTFRAG`); switching it off is
+    /// [`crate::Config::may_fragment`].
+    DontFragment,
+    /// `uring`: the io_uring backend (feature `uring`); switching it off
+    /// overrides [`crate::Config::uring`].
     #[cfg(feature = "uring")]
     #[cfg_attr(docsrs, doc(cfg(feature = "uring")))]
     Uring,
 }
 
-impl std::fmt::Display for Feature {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
+impl Feature {
+    /// Every feature, in declaration order.
+    pub(crate) const ALL: &'static [Feature] = &[
+        Feature::Gso,
+        Feature::Gro,
+        Feature::Mmsg,
+        Feature::Ecn,
+        Feature::Pktinfo,
+        Feature::Zerocopy,
+        Feature::Txtime,
+        Feature::RxqOvfl,
+        Feature::Recverr,
+        Feature::DontFragment,
+        #[cfg(feature = "uring")]
+        Feature::Uring,
+    ];
+
+    /// The feature's name.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
             Feature::Gso => "gso",
+            Feature::Gro => "gro",
+            Feature::Mmsg => "mmsg",
             Feature::Ecn => "ecn",
+            Feature::Pktinfo => "pktinfo",
             Feature::Zerocopy => "zerocopy",
             Feature::Txtime => "txtime",
+            Feature::RxqOvfl => "rxq_ovfl",
+            Feature::Recverr => "recverr",
+            Feature::DontFragment => "dont_fragment",
             #[cfg(feature = "uring")]
             Feature::Uring => "uring",
-        })
+        }
+    }
+}
+
+/// The names [`Feature::parse_list`] accepts, for error messages.
+fn feature_names() -> String {
+    let names: Vec<_> = Feature::ALL.iter().map(|f| f.name()).collect();
+    names.join(", ")
+}
+
+impl std::fmt::Display for Feature {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
     }
 }
 
@@ -66,15 +121,16 @@ pub struct FallbackEvent {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConfigError {
-    /// An unknown name given to [`crate::Disabled::parse`].
-    #[error("unknown feature '{name}' (known: {known})", known = FEATURE_NAMES.join(", "))]
+    /// An unknown name given to [`Feature::parse_list`] or `Feature`'s
+    /// `FromStr`.
+    #[error("unknown feature '{name}' (known: {known})", known = feature_names())]
     UnknownFeature {
         /// The name given.
         name: String,
     },
     /// A feature the call needs is switched off
-    /// ([`crate::Config::disabled`]).
-    #[error("{0} is switched off (Config::disabled)")]
+    /// ([`crate::Config::disable`]).
+    #[error("{0} is switched off (Config::disable)")]
     SwitchedOff(Feature),
     /// A transmit has a departure time, but `SO_TXTIME` is off.
     #[error(

@@ -178,23 +178,24 @@
 //!   trains make calls ask for about twice the backlog, within 256 KiB
 //!   ([`RecvBatch::with_budget`]). `MSG_TRUNC`/`MSG_CTRUNC` are flagged per
 //!   message and counted; the kernel's drop counter is
-//!   [`UdpState::kernel_drops`] (`SO_MEMINFO`, and `SO_RXQ_OVFL` on every
-//!   message queued after a drop, as [`RecvMeta::kernel_drops`]). It
-//!   counts dropped *messages*: a dropped GRO train counts once.
+//!   [`Stats::kernel_drops`] (`SO_MEMINFO`, or the `SO_RXQ_OVFL` count on
+//!   the last message queued after a drop). It counts dropped *messages*:
+//!   a dropped GRO train counts once.
 //! - **Dual stack**: bind `[::]` and IPv4 peers appear as v4-mapped
 //!   addresses; you may send to either form.
 //! - **Capabilities** ([`UdpState::capabilities`]): maximum GSO segments
 //!   (128 on new kernels, 64 on older ones, probed once per process with a
-//!   real send), GRO, ECN, PKTINFO, `SO_RXQ_OVFL`, `IP_RECVERR`,
-//!   don't-fragment, zerocopy and `SO_TXTIME` acceptance.
+//!   real send), and [`Capabilities::supports`] for each [`Feature`]: GRO,
+//!   ECN, PKTINFO, `SO_RXQ_OVFL`, `IP_RECVERR`, don't-fragment, zerocopy
+//!   and `SO_TXTIME` acceptance.
 //!   [`UdpState::max_gso_segments`] drops to 1 while GSO is off after a
 //!   refusal.
 //! - **Fallbacks, none of which lose a datagram**: GSO (above); an ECN mark
 //!   refused with `EINVAL`/`EIO` is dropped for a retry, and turned off
 //!   only if the retry works. Each is recorded in [`Stats::fallbacks`] with
 //!   the errno and a sentence.
-//! - **Switches**: [`Config::disabled`] turns features off;
-//!   [`Disabled::parse`] reads a list such as `"gso,gro,mmsg,ecn,pktinfo,zerocopy,txtime"`
+//! - **Switches**: [`Config::disable`] turns features off;
+//!   [`Feature::parse_list`] reads a list such as `"gso,gro,mmsg,ecn,pktinfo,zerocopy,txtime"`
 //!   (an unknown name is an error that lists the known ones). The library
 //!   reads no environment variable; the `fastudp` command maps
 //!   `FASTUDP_DISABLE` to this setting.
@@ -273,7 +274,7 @@ pub mod uring;
 mod wire;
 mod zerocopy;
 
-pub use caps::{Capabilities, Disabled};
+pub use caps::Capabilities;
 pub use coalesce::{Coalescer, DEFAULT_MTU};
 pub use error::{AllocError, ConfigError, Error, FallbackEvent, Feature};
 pub use reuseport::{ReuseportGroup, Steering, MAX_STEERING_OFFSET};

@@ -1000,9 +1000,9 @@ enum PoolFill {
 impl UringZeroCopySender {
     /// A sender with its own ring. Fails when io_uring or
     /// `IORING_OP_SENDMSG_ZC` is not available (see [`probe`]), or
-    /// `Config::disabled` has `zerocopy`.
+    /// `Config::disable` has `Feature::Zerocopy`.
     pub fn new(sock: &impl UdpIo) -> Result<Self, Error> {
-        if sock.state().capabilities().disabled.zerocopy {
+        if sock.state().capabilities().is_disabled(Feature::Zerocopy) {
             return Err(crate::ConfigError::SwitchedOff(Feature::Zerocopy).into());
         }
         let p = probe();

@@ -118,9 +118,9 @@ pub struct ZeroCopySender {
 
 impl ZeroCopySender {
     /// Turns `SO_ZEROCOPY` on for `sock`. Fails when the kernel does not
-    /// support it (or `Config::disabled` has `zerocopy`).
+    /// support it (or `Config::disable` has `Feature::Zerocopy`).
     pub fn new(sock: &impl UdpIo) -> Result<Self, Error> {
-        if sock.state().capabilities().disabled.zerocopy {
+        if sock.state().capabilities().is_disabled(Feature::Zerocopy) {
             return Err(ConfigError::SwitchedOff(Feature::Zerocopy).into());
         }
         sys::setsockopt_int(sock.fd().as_raw_fd(), SOL_SOCKET, SO_ZEROCOPY, 1).map_err(|e| {

@@ -2,6 +2,7 @@
 //! per-second lines.
 
 use super::label_width;
+use fastudp::Feature;
 use serde::Serialize;
 
 /// Facts about the host, for the JSON output.
@@ -58,12 +59,12 @@ pub fn host_info() -> Host {
     let capabilities = match caps {
         Ok(c) => Caps {
             gso_max_segments: c.max_gso_segments,
-            gro: c.gro,
-            ecn: c.ecn,
-            pktinfo: c.pktinfo,
-            mmsg: c.mmsg,
-            zerocopy: c.zerocopy,
-            txtime: c.txtime,
+            gro: c.supports(Feature::Gro),
+            ecn: c.supports(Feature::Ecn),
+            pktinfo: c.supports(Feature::Pktinfo),
+            mmsg: c.supports(Feature::Mmsg),
+            zerocopy: c.supports(Feature::Zerocopy),
+            txtime: c.supports(Feature::Txtime),
         },
         Err(_) => Caps {
             gso_max_segments: 1,

@@ -3,7 +3,7 @@
 use super::{Live, RxOutcome, RxStrategy, Workload};
 use anyhow::{anyhow, Context};
 use fastudp::UdpIo;
-use fastudp::{Config, Disabled, RecvBatch};
+use fastudp::{Config, Feature, RecvBatch};
 use std::io::{self, Read};
 use std::net::{SocketAddr, TcpListener, UdpSocket};
 use std::sync::atomic::Ordering::*;
@@ -55,19 +55,17 @@ pub fn bind(r: RxStrategy, addr: SocketAddr) -> anyhow::Result<RxSock> {
             RxSock::Std(s)
         }
         _ => {
-            let mut disabled = Disabled::default();
-            disabled.mmsg = r == RxStrategy::Gro;
             let gro = matches!(
                 r,
                 RxStrategy::Gro | RxStrategy::GroRecvmmsg | RxStrategy::UringGro
             );
             let c = Config::default()
                 .gro(gro)
-                .disabled(disabled)
+                .disable((r == RxStrategy::Gro).then_some(Feature::Mmsg))
                 .recv_buffer(RCVBUF)
                 .uring(r == RxStrategy::UringGro);
             let s = fastudp::Socket::bind(addr, c).map_err(|e| anyhow!("{e}"))?;
-            if gro && !s.capabilities().gro {
+            if gro && !s.capabilities().supports(Feature::Gro) {
                 bail_usage!("this kernel has no UDP GRO (needs Linux 5.0)");
             }
             RxSock::Fast(Box::new(s))

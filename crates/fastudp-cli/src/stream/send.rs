@@ -29,7 +29,11 @@ pub fn run_stream(a: StreamArgs) -> anyhow::Result<()> {
         PacingArg::User => PacingMode::User,
         PacingArg::None => PacingMode::None,
     };
-    let (mode, reason) = choose_mode(wanted, socks[0].capabilities().txtime, qdisc.as_deref());
+    let (mode, reason) = choose_mode(
+        wanted,
+        socks[0].capabilities().supports(fastudp::Feature::Txtime),
+        qdisc.as_deref(),
+    );
     if a.total_rate.is_some() && mode != PacingMode::User {
         eprintln!("fastudp: note: --total-rate applies to user-space pacing only; pacing is {mode} here, so it is not used");
     }

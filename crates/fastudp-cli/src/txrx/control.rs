@@ -386,7 +386,7 @@ fn receive(
                 calls += 1;
                 for (m, buf) in batch.iter() {
                     if !same(m.source.ip()) {
-                        foreign += m.datagram_count() as u64;
+                        foreign += m.datagrams(buf).len() as u64;
                         continue;
                     }
                     first.get_or_insert(now);

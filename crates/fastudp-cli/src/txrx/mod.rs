@@ -1020,7 +1020,7 @@ fn receive_udp(a: &RxArgs, addr: SocketAddr, sock: &fastudp::Socket) -> anyhow::
                             dgrams += 1;
                         }
                     } else {
-                        dgrams += m.datagram_count() as u64;
+                        dgrams += m.datagrams(buf).len() as u64;
                     }
                 }
             }

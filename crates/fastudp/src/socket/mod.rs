@@ -166,11 +166,6 @@ impl Socket {
     pub(crate) fn parts_mut(&mut self) -> (&UdpSocket, &mut UdpState) {
         (&self.inner, &mut self.state)
     }
-
-    /// See [`UdpState::kernel_drops`].
-    pub fn kernel_drops(&self) -> u64 {
-        self.state.kernel_drops(&self.inner)
-    }
 }
 
 /// A UDP socket together with its fastudp state: the batched calls.
@@ -465,8 +460,8 @@ mod faults {
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;
-    use crate::caps::Disabled;
     use crate::error::{ConfigError, Feature};
+    use crate::sys;
     use std::time::Duration;
 
     #[test]
@@ -480,7 +475,7 @@ mod tests {
         let sent = tx.send(&[t, t]);
         faults::refuse_ecn(false);
         assert_eq!(sent.unwrap().transmits, 2);
-        assert!(!tx.ecn_enabled());
+        assert!(!tx.capabilities().supports(Feature::Ecn));
         let s = tx.stats();
         assert_eq!(s.fallbacks.len(), 1);
         assert_eq!(s.fallbacks[0].feature, Feature::Ecn);
@@ -522,7 +517,7 @@ mod tests {
         if tx.capabilities().max_gso_segments > 1 {
             return true;
         }
-        let why = "no UDP GSO on this socket (an old kernel, or Config::disabled with gso)";
+        let why = "no UDP GSO on this socket (an old kernel, or Config::disable with Feature::Gso)";
         assert!(
             std::env::var_os("FASTUDP_REQUIRE_PRIVILEGED_TESTS").is_none(),
             "{why}"
@@ -734,32 +729,118 @@ mod tests {
         let sent = tx.send(&[t]);
         faults::refuse_ecn_with(None);
         assert!(sent.unwrap().all(1));
-        assert!(!tx.ecn_enabled());
+        assert!(!tx.capabilities().supports(Feature::Ecn));
         assert_eq!(tx.stats().fallbacks[0].errno, Some(libc::EIO));
         assert_eq!(recv_lens(&rx, 1), vec![6]);
     }
 
     #[test]
     fn unknown_disable_name_is_a_clear_error() {
-        let e = Disabled::parse("gso,gsoo").unwrap_err();
-        assert_eq!(
-            e,
-            ConfigError::UnknownFeature {
-                name: "gsoo".into()
-            }
+        let e = Feature::parse_list("gso,gsoo").unwrap_err();
+        assert!(
+            matches!(&e, Error::Config(ConfigError::UnknownFeature { name }) if name == "gsoo"),
+            "{e:?}"
         );
         let m = e.to_string();
         assert!(m.contains("'gsoo'") && m.contains("known: gso, gro"), "{m}");
-        let d = Disabled::parse(" GSO , ecn,").unwrap();
-        assert!(d.gso && d.ecn && !d.gro);
+        let d = Feature::parse_list(" GSO , ecn,").unwrap();
+        assert_eq!(d, [Feature::Gso, Feature::Ecn]);
+        // Every name reads back as its feature.
+        for f in Feature::ALL {
+            assert_eq!(f.to_string().parse::<Feature>().unwrap(), *f);
+        }
+    }
+
+    /// Overflows `rx` (nobody reads while 200 datagrams arrive), drains
+    /// it, then receives 3 more; returns the socket's `SO_MEMINFO` drop
+    /// count and the `SO_RXQ_OVFL` counts the last messages carried.
+    fn overflow_then_receive(rx: &Socket) -> (u64, Vec<Option<u32>>) {
+        let tx = Socket::bind("127.0.0.1:0".parse().unwrap(), Config::default()).unwrap();
+        let dest = rx.as_std().local_addr().unwrap();
+        let payload = [7u8; 1000];
+        for _ in 0..200 {
+            tx.send(&[Transmit::new(dest, &payload)]).unwrap();
+        }
+        let drops = u64::from(sys::socket_drops(rx.as_std().as_raw_fd()).unwrap());
+        assert!(
+            drops > 0,
+            "the buffer never overflowed: the test proved nothing"
+        );
+        rx.as_std()
+            .set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        let mut b = RecvBatch::new(8);
+        while rx.recv(&mut b).is_ok() {}
+        for _ in 0..3 {
+            tx.send(&[Transmit::new(dest, &payload)]).unwrap();
+        }
+        let mut carried = Vec::new();
+        while carried.len() < 3 {
+            rx.recv(&mut b).expect("the 3 later datagrams arrive");
+            carried.extend(b.iter().map(|(m, _)| m.kernel_drops));
+        }
+        (drops, carried)
+    }
+
+    /// The drop counter that messages queued after drops carry
+    /// (`SO_RXQ_OVFL`) agrees exactly with the socket's own
+    /// (`SO_MEMINFO`), and with `Stats::kernel_drops`.
+    #[test]
+    fn rxq_ovfl_count_agrees_with_meminfo() {
+        let c = Config::default().gro(false).recv_buffer(4096);
+        let rx = Socket::bind("127.0.0.1:0".parse().unwrap(), c).unwrap();
+        assert!(rx.capabilities().supports(Feature::RxqOvfl));
+        let (drops, carried) = overflow_then_receive(&rx);
+        assert!(
+            carried.iter().all(|&c| c.map(u64::from) == Some(drops)),
+            "SO_RXQ_OVFL {carried:?} and SO_MEMINFO {drops} disagree"
+        );
+        assert_eq!(rx.stats().kernel_drops, drops);
+    }
+
+    /// With `SO_RXQ_OVFL` switched off, messages carry no count and the
+    /// drops are still counted (`SO_MEMINFO`).
+    #[test]
+    fn rxq_ovfl_switched_off() {
+        let c = Config::default()
+            .gro(false)
+            .recv_buffer(4096)
+            .disable([Feature::RxqOvfl]);
+        let rx = Socket::bind("127.0.0.1:0".parse().unwrap(), c).unwrap();
+        let caps = rx.capabilities();
+        assert!(!caps.supports(Feature::RxqOvfl) && caps.is_disabled(Feature::RxqOvfl));
+        let (drops, carried) = overflow_then_receive(&rx);
+        assert_eq!(carried, [None; 3]);
+        assert_eq!(rx.stats().kernel_drops, drops);
+    }
+
+    /// `disable(DontFragment)` is `may_fragment(true)`; `Recverr` leaves
+    /// the error queue off.
+    #[test]
+    fn probed_features_can_be_switched_off() {
+        let on = Socket::bind("127.0.0.1:0".parse().unwrap(), Config::default()).unwrap();
+        let caps = on.capabilities();
+        assert!(caps.supports(Feature::DontFragment) && caps.supports(Feature::Recverr));
+        assert!(!on.state().may_fragment());
+        let c = Config::default().disable([Feature::DontFragment, Feature::Recverr]);
+        let off = Socket::bind("127.0.0.1:0".parse().unwrap(), c).unwrap();
+        let caps = off.capabilities();
+        assert!(!caps.supports(Feature::DontFragment) && !caps.supports(Feature::Recverr));
+        assert!(off.state().may_fragment());
+        let mf = Config::default().may_fragment(true);
+        let mf = Socket::bind("127.0.0.1:0".parse().unwrap(), mf).unwrap();
+        assert!(mf.capabilities().is_disabled(Feature::DontFragment));
     }
 
     #[test]
     fn disabled_features_are_off() {
-        let c = Config::default().disabled(Disabled::parse("gso,gro,mmsg,ecn").unwrap());
+        let c = Config::default().disable(Feature::parse_list("gso,gro,mmsg,ecn").unwrap());
         let s = Socket::bind("127.0.0.1:0".parse().unwrap(), c).unwrap();
         let caps = s.capabilities();
         assert_eq!(caps.max_gso_segments, 1);
-        assert!(!caps.gro && !caps.mmsg && !caps.ecn);
+        for f in [Feature::Gso, Feature::Gro, Feature::Mmsg, Feature::Ecn] {
+            assert!(!caps.supports(f) && caps.is_disabled(f), "{f}");
+        }
+        assert!(!caps.is_disabled(Feature::Pktinfo));
     }
 }

@@ -36,8 +36,9 @@ pub struct RecvMeta {
     pub ifindex: Option<u32>,
     /// The socket's drop counter when this message was queued
     /// (`SO_RXQ_OVFL`: messages the kernel dropped on this socket so far; a
-    /// dropped GRO train counts once), when the kernel reports it.
-    pub kernel_drops: Option<u32>,
+    /// dropped GRO train counts once), when the kernel reports it. It
+    /// feeds [`crate::Stats::kernel_drops`].
+    pub(crate) kernel_drops: Option<u32>,
 }
 
 impl Default for RecvMeta {
@@ -58,16 +59,8 @@ impl Default for RecvMeta {
 }
 
 impl RecvMeta {
-    /// Number of datagrams in the message.
-    pub fn datagram_count(&self) -> usize {
-        if self.len == 0 {
-            1
-        } else {
-            self.len.div_ceil(self.stride.max(1))
-        }
-    }
-
-    /// Splits a message's payload into its datagrams.
+    /// Splits a message's payload into its datagrams; the iterator's
+    /// `len()` is their number.
     pub fn datagrams<'a>(&self, payload: &'a [u8]) -> Datagrams<'a> {
         Datagrams::new(payload, self.stride)
     }
@@ -315,7 +308,7 @@ impl UdpState {
                 return r;
             }
         }
-        let want = if self.caps.mmsg {
+        let want = if self.caps.supports(crate::Feature::Mmsg) {
             batch.next_request()
         } else {
             1
@@ -366,7 +359,11 @@ impl UdpState {
     ) -> Result<usize, Error> {
         let fd = sock.as_fd();
         let n = bufs.len().min(meta.len());
-        let n = if self.caps.mmsg { n } else { n.min(1) };
+        let n = if self.caps.supports(crate::Feature::Mmsg) {
+            n
+        } else {
+            n.min(1)
+        };
         if n == 0 {
             return Ok(0);
         }

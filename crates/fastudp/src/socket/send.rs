@@ -198,7 +198,9 @@ impl UdpState {
         let ctl = SendControl {
             segment_size: segment,
             ecn: t.ecn.filter(|_| allow_ecn && self.ecn.load(Relaxed)),
-            src_ip: t.src_ip.filter(|_| !self.caps.disabled.pktinfo),
+            src_ip: t
+                .src_ip
+                .filter(|_| !self.caps.is_disabled(crate::Feature::Pktinfo)),
             txtime: t.txtime,
         };
         encode_send(buf, &ctl, is_v4_dest(&t.destination), self.ipv6)
@@ -261,7 +263,11 @@ impl UdpState {
         let fill = {
             let mut fill = fill;
             if let Some(b) = self.backend_for(fd) {
-                let n = if self.caps.mmsg { n } else { n.min(1) };
+                let n = if self.caps.supports(crate::Feature::Mmsg) {
+                    n
+                } else {
+                    n.min(1)
+                };
                 match b.send_batch(self, fd, n, true, holes, &mut fill) {
                     // The ring sends never wait. A blocking socket whose
                     // buffer is full waits for room: on the ring, or with
@@ -284,7 +290,7 @@ impl UdpState {
             }
             fill
         };
-        sys::send_batch(fd, n, 0, self.caps.mmsg, fill)
+        sys::send_batch(fd, n, 0, self.caps.supports(crate::Feature::Mmsg), fill)
     }
 
     /// The socket's errors from ICMP messages for earlier datagrams come
@@ -406,7 +412,11 @@ impl UdpState {
         from: usize,
         short_tails_off: bool,
     ) -> usize {
-        let limit = if self.caps.mmsg { MAX_BATCH } else { 1 };
+        let limit = if self.caps.supports(crate::Feature::Mmsg) {
+            MAX_BATCH
+        } else {
+            1
+        };
         let n = (from..src.count())
             .take(limit)
             .take_while(|&i| {
@@ -556,7 +566,11 @@ impl UdpState {
         let mut ecn_refused: Option<io::Error> = None;
         let mut retries = 0;
         while sent < total {
-            let n = (total - sent).min(if self.caps.mmsg { MAX_BATCH } else { 1 });
+            let n = (total - sent).min(if self.caps.supports(crate::Feature::Mmsg) {
+                MAX_BATCH
+            } else {
+                1
+            });
             let allow_ecn = ecn_refused.is_none();
             let mut holes = 0u128;
             let r = self.send_batch(fd, n, &mut holes, |i, ctl| {

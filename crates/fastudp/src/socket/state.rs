@@ -5,7 +5,7 @@
 use super::errqueue::ErrorRing;
 #[cfg(feature = "uring")]
 use crate::backend::{Host, RingBackend, RingParams};
-use crate::caps::{self, Capabilities, Disabled};
+use crate::caps::{self, Capabilities, FeatureSet};
 use crate::error::{ConfigError, Error, FallbackEvent, Feature};
 use crate::sys;
 use crate::wire::consts::*;
@@ -33,17 +33,17 @@ pub(crate) const MAX_GSO_RETRY: Duration = Duration::from_secs(64);
 /// the setters below.
 ///
 /// ```
-/// use fastudp::{Config, Disabled};
+/// use fastudp::{Config, Feature};
 /// let config = Config::default()
 ///     .recv_buffer(8 << 20)
-///     .disabled(Disabled::parse("zerocopy")?);
-/// # Ok::<(), fastudp::ConfigError>(())
+///     .disable(Feature::parse_list("zerocopy")?);
+/// # Ok::<(), fastudp::Error>(())
 /// ```
 #[derive(Debug, Clone, Copy)]
 #[non_exhaustive]
 pub struct Config {
     pub(crate) gro: bool,
-    pub(crate) disabled: Disabled,
+    pub(crate) disabled: FeatureSet,
     pub(crate) recv_buffer: Option<usize>,
     pub(crate) send_buffer: Option<usize>,
     pub(crate) split_wait: Duration,
@@ -80,7 +80,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             gro: true,
-            disabled: Disabled::default(),
+            disabled: FeatureSet::default(),
             recv_buffer: None,
             send_buffer: None,
             split_wait: DEFAULT_SPLIT_WAIT,
@@ -105,9 +105,18 @@ impl Config {
 
     /// Features to switch off, in addition to those an earlier call
     /// switched off (default none; the library reads no environment
-    /// variable).
-    pub fn disabled(mut self, d: Disabled) -> Self {
-        self.disabled = self.disabled.union(d);
+    /// variable): `disable([Feature::Gso, Feature::Ecn])`, or a list
+    /// parsed with [`Feature::parse_list`]. A feature switched off is
+    /// neither probed nor used, and a call that needs it (a zero-copy
+    /// sender, [`UdpState::enable_txtime`]) fails with
+    /// [`ConfigError::SwitchedOff`]. [`Feature::DontFragment`] is
+    /// [`Config::may_fragment`]; [`Feature::RxqOvfl`] and
+    /// [`Feature::Recverr`] leave those socket options at the kernel's
+    /// default (off).
+    pub fn disable(mut self, features: impl IntoIterator<Item = Feature>) -> Self {
+        for f in features {
+            self.disabled.insert(f);
+        }
         self
     }
 
@@ -220,8 +229,12 @@ pub struct Stats {
     pub recv_ecn_marked: u64,
     /// Messages received marked CE (congestion experienced).
     pub recv_ecn_ce: u64,
-    /// The kernel's drop counter for this socket, in messages (a GRO train
-    /// counts once): `SO_MEMINFO` now, or `SO_RXQ_OVFL` as last reported.
+    /// The kernel's drop counter for this socket (`sk_drops`), in messages
+    /// (a GRO train counts once, however many datagrams it held): read
+    /// with `SO_MEMINFO` when the stats are taken, or as last reported by
+    /// `SO_RXQ_OVFL` on a received message where `SO_MEMINFO` is not
+    /// available. A drop after the last received message shows up here,
+    /// not in any message.
     pub kernel_drops: u64,
     /// ICMP errors (and other error-queue messages) that interrupted a send
     /// or a receive; fastudp read them into its error queue
@@ -382,8 +395,11 @@ impl UdpState {
             .is_ipv6();
         set_buffers(&sref, &config)?;
         let caps = probe_capabilities(fd.as_raw_fd(), ipv6, &config)?;
-        let (max_gso_segments, ecn, dont_fragment) =
-            (caps.max_gso_segments, caps.ecn, caps.dont_fragment);
+        let (max_gso_segments, ecn, dont_fragment) = (
+            caps.max_gso_segments,
+            caps.supports(Feature::Ecn),
+            caps.supports(Feature::DontFragment),
+        );
         let state = UdpState {
             ipv6,
             caps,
@@ -411,11 +427,14 @@ impl UdpState {
     /// cannot be used (the socket then uses syscalls).
     #[cfg(feature = "uring")]
     fn with_backend(mut self, fd: BorrowedFd<'_>, config: &Config) -> Self {
-        let Some(choice) = config.backend else {
+        let Some(choice) = config
+            .backend
+            .filter(|_| !config.disabled.contains(Feature::Uring))
+        else {
             return self;
         };
         let params = RingParams {
-            gro: self.caps.gro,
+            gro: self.caps.supports(Feature::Gro),
             recv_buffers: config.uring_recv_buffers,
             unlinked: config.uring_unlinked_sends,
         };
@@ -447,9 +466,16 @@ impl UdpState {
         self.backend.as_deref().filter(|b| b.for_fd(fd))
     }
 
-    /// What was probed when the socket was set up.
+    /// What was probed when the socket was set up, and what the user
+    /// switched off; [`Feature::Ecn`] turns false after an ECN fallback,
+    /// and [`Feature::Uring`](Feature) is true while the io_uring backend
+    /// runs.
     pub fn capabilities(&self) -> Capabilities {
-        self.caps
+        let mut c = self.caps;
+        c.supported.set(Feature::Ecn, self.ecn.load(Relaxed));
+        #[cfg(feature = "uring")]
+        c.supported.set(Feature::Uring, self.backend.is_some());
+        c
     }
 
     /// GSO segments per send now: the probed maximum, or 1 while GSO is
@@ -490,7 +516,7 @@ impl UdpState {
     /// The most datagrams one [`crate::RecvMeta`] can hold: 64
     /// (`UDP_GRO_CNT_MAX`) with GRO, else 1.
     pub fn max_receive_segments(&self) -> usize {
-        if self.caps.gro {
+        if self.caps.supports(Feature::Gro) {
             crate::wire::GRO_MAX_SEGMENTS
         } else {
             1
@@ -505,22 +531,12 @@ impl UdpState {
         self.may_fragment
     }
 
-    /// Whether ECN marks are still sent (false after an ECN fallback).
-    pub fn ecn_enabled(&self) -> bool {
-        self.ecn.load(Relaxed)
-    }
-
-    /// True for an `AF_INET6` socket.
-    pub fn is_ipv6(&self) -> bool {
-        self.ipv6
-    }
-
     /// The kernel's count of messages this socket dropped (`sk_drops`;
     /// a dropped GRO train counts once, however many datagrams it held),
     /// read now with `SO_MEMINFO`, or as last reported by `SO_RXQ_OVFL` on a
     /// received message where `SO_MEMINFO` is not available. A drop after
     /// the last received message shows up here, not in any message.
-    pub fn kernel_drops(&self, sock: impl AsFd) -> u64 {
+    pub(crate) fn kernel_drops(&self, sock: impl AsFd) -> u64 {
         let now = sys::socket_drops(sock.as_fd().as_raw_fd())
             .map(u64::from)
             .unwrap_or(0);
@@ -533,7 +549,7 @@ impl UdpState {
         sock: impl AsFd,
         report_errors: bool,
     ) -> Result<(), Error> {
-        if self.caps.disabled.txtime {
+        if self.caps.is_disabled(Feature::Txtime) {
             return Err(ConfigError::SwitchedOff(Feature::Txtime).into());
         }
         let flags = if report_errors { 2 } else { 0 }; // SOF_TXTIME_REPORT_ERRORS
@@ -743,7 +759,11 @@ fn set_buffers(sref: &socket2::SockRef<'_>, config: &Config) -> Result<(), Error
 /// `SO_RXQ_OVFL`, `IP_RECVERR`, don't-fragment) and probes what it
 /// accepts, less what `config` switches off.
 fn probe_capabilities(raw: RawFd, ipv6: bool, config: &Config) -> Result<Capabilities, Error> {
-    let disabled = config.disabled;
+    let mut disabled = config.disabled;
+    if config.may_fragment {
+        disabled.insert(Feature::DontFragment);
+    }
+    let off = |f| disabled.contains(f);
     let linux = cfg!(any(target_os = "linux", target_os = "android"));
     let on = |level, name| sys::setsockopt_int(raw, level, name, 1).is_ok();
     // An option for each family a dual-stack socket serves: the IPv6
@@ -765,18 +785,19 @@ fn probe_capabilities(raw: RawFd, ipv6: bool, config: &Config) -> Result<Capabil
     if gso_ok {
         sys::setsockopt_int(raw, SOL_UDP, UDP_SEGMENT, 0).map_err(setup("UDP_SEGMENT reset"))?;
     }
-    let max_gso_segments = if gso_ok && !disabled.gso && kernel_max > 1 {
+    let max_gso_segments = if gso_ok && !off(Feature::Gso) && kernel_max > 1 {
         kernel_max
     } else {
         1
     };
-    let gro = config.gro && !disabled.gro && on(SOL_UDP, UDP_GRO);
-    let ecn = !disabled.ecn && both((SOL_IP, IP_RECVTOS, 1), (SOL_IPV6, IPV6_RECVTCLASS, 1));
+    let gro = config.gro && !off(Feature::Gro) && on(SOL_UDP, UDP_GRO);
+    let ecn = !off(Feature::Ecn) && both((SOL_IP, IP_RECVTOS, 1), (SOL_IPV6, IPV6_RECVTCLASS, 1));
     let pktinfo =
-        !disabled.pktinfo && both((SOL_IP, IP_PKTINFO, 1), (SOL_IPV6, IPV6_RECVPKTINFO, 1));
-    let rxq_ovfl = on(SOL_SOCKET, SO_RXQ_OVFL);
-    let recverr = both((SOL_IP, IP_RECVERR, 1), (SOL_IPV6, IPV6_RECVERR, 1));
-    let dont_fragment = !config.may_fragment && {
+        !off(Feature::Pktinfo) && both((SOL_IP, IP_PKTINFO, 1), (SOL_IPV6, IPV6_RECVPKTINFO, 1));
+    let rxq_ovfl = !off(Feature::RxqOvfl) && on(SOL_SOCKET, SO_RXQ_OVFL);
+    let recverr =
+        !off(Feature::Recverr) && both((SOL_IP, IP_RECVERR, 1), (SOL_IPV6, IPV6_RECVERR, 1));
+    let dont_fragment = !off(Feature::DontFragment) && {
         let probe = both(
             (SOL_IP, IP_MTU_DISCOVER, IP_PMTUDISC_PROBE),
             (SOL_IPV6, IPV6_MTU_DISCOVER, IPV6_PMTUDISC_PROBE),
@@ -785,18 +806,25 @@ fn probe_capabilities(raw: RawFd, ipv6: bool, config: &Config) -> Result<Capabil
         probe && df
     };
     let (zc, txtime) = caps::zerocopy_and_txtime();
+    let mut supported = FeatureSet::default();
+    for (f, yes) in [
+        (Feature::Gso, max_gso_segments > 1),
+        (Feature::Gro, gro),
+        (Feature::Mmsg, linux && !off(Feature::Mmsg)),
+        (Feature::Ecn, ecn),
+        (Feature::Pktinfo, pktinfo),
+        (Feature::Zerocopy, zc && !off(Feature::Zerocopy)),
+        (Feature::Txtime, txtime && !off(Feature::Txtime)),
+        (Feature::RxqOvfl, rxq_ovfl),
+        (Feature::Recverr, recverr),
+        (Feature::DontFragment, dont_fragment),
+    ] {
+        supported.set(f, yes);
+    }
     Ok(Capabilities {
         max_gso_segments,
         kernel_max_segments: kernel_max.max(1),
-        gro,
-        ecn,
-        pktinfo,
-        mmsg: linux && !disabled.mmsg,
-        rxq_ovfl,
-        recverr,
-        dont_fragment,
-        zerocopy: zc && !disabled.zerocopy,
-        txtime: txtime && !disabled.txtime,
+        supported,
         disabled,
     })
 }

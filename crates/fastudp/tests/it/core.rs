@@ -77,7 +77,7 @@ fn a_full_non_blocking_socket_never_waits() {
     let dest = rx.as_std().local_addr().unwrap();
     let c = Config::default()
         .send_buffer(4096)
-        .disabled(fastudp::Disabled::parse("gso").unwrap());
+        .disable([fastudp::Feature::Gso]);
     let tx = common::bind_with("127.0.0.1:0".parse().unwrap(), c).unwrap();
     tx.as_std().set_nonblocking(true).unwrap();
     let payload = vec![3u8; 60 * 1000];
@@ -103,7 +103,7 @@ fn a_full_non_blocking_socket_never_waits() {
 
 fn port_unreachable_names_the_destination(bind: &str) {
     let tx = common::bind(bind.parse().unwrap()).unwrap();
-    assert!(tx.capabilities().recverr);
+    assert!(tx.capabilities().supports(fastudp::Feature::Recverr));
     let gone = closed_port(bind);
     let alive = common::bind(bind.parse().unwrap()).unwrap();
     let alive_addr = alive.as_std().local_addr().unwrap();

@@ -129,7 +129,7 @@ fn datagram_over_the_mtu_is_refused_unless_fragmenting_is_allowed() {
     let dest = rx.as_std().local_addr().unwrap();
     let big = vec![6u8; fastudp::MAX_PAYLOAD_V6];
     let df = common::bind("[::1]:0".parse().unwrap()).unwrap();
-    assert!(!df.may_fragment() && df.capabilities().dont_fragment);
+    assert!(!df.may_fragment() && df.capabilities().supports(fastudp::Feature::DontFragment));
     match df.send(&[Transmit::new(dest, b"small"), Transmit::new(dest, &big)]) {
         Ok(s) => {
             assert_eq!(s.transmits, 1, "the small one went, the big one did not");
@@ -185,11 +185,11 @@ fn dual_stack_socket_serves_v4_mapped_peers() {
         server.recv(&mut b).unwrap();
         for (m, d) in b.datagrams() {
             assert_eq!(d, &payload[..1000]);
-            if server.capabilities().pktinfo {
+            if server.capabilities().supports(fastudp::Feature::Pktinfo) {
                 // IPv4 traffic on a dual-stack socket reports IP_PKTINFO.
                 assert_eq!(m.destination, Some("127.0.0.1".parse().unwrap()));
             }
-            if server.capabilities().ecn {
+            if server.capabilities().supports(fastudp::Feature::Ecn) {
                 assert_eq!(
                     m.ecn,
                     Some(fastudp::EcnCodepoint::Ect0),
@@ -304,7 +304,8 @@ fn coalescer_packs_equal_datagrams_into_trains() {
 fn truncated_gro_train_yields_only_whole_datagrams() {
     let rx = common::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let tx = common::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    if !rx.capabilities().gro || tx.capabilities().max_gso_segments <= 1 {
+    if !rx.capabilities().supports(fastudp::Feature::Gro) || tx.capabilities().max_gso_segments <= 1
+    {
         skip("needs GSO and GRO");
         return;
     }
@@ -422,7 +423,7 @@ fn the_longest_split_wait_is_no_panic() {
     let t = common::bind_with(
         "127.0.0.1:0".parse().unwrap(),
         Config::default()
-            .disabled(fastudp::Disabled::parse("gso,mmsg").unwrap())
+            .disable([fastudp::Feature::Gso, fastudp::Feature::Mmsg])
             .split_wait(std::time::Duration::MAX)
             .gso_retry(std::time::Duration::MAX),
     )

@@ -226,7 +226,7 @@ fn half_sent_trains_are_reported_exactly_and_resent_once() {
     // what this test is about.
     let tx_cfg = Config::default()
         .send_buffer(32 * 1024)
-        .disabled(fastudp::Disabled::parse("gso").unwrap());
+        .disable([fastudp::Feature::Gso]);
     let tx = p.bind(&p.a, SocketAddr::new(p.addr_a.into(), 0), tx_cfg);
     tx.as_std().set_nonblocking(true).unwrap();
     const TRAINS: usize = 200;
@@ -555,7 +555,7 @@ fn offer_burst(
     };
     let mut cfg = Config::default().send_buffer(8 << 20);
     if matches!(burst, Burst::Split) {
-        cfg = cfg.disabled(fastudp::Disabled::parse("gso").unwrap());
+        cfg = cfg.disable([fastudp::Feature::Gso]);
     }
     let sock = std_bind_in(&p.a, SocketAddr::new(p.addr_a.into(), 0));
     sock.set_nonblocking(nonblocking).unwrap();

@@ -27,7 +27,7 @@ fn departure_time_without_so_txtime_is_a_clear_error() {
 fn paced_trains_with_scm_txtime_are_delivered() {
     let rx = Socket::bind("127.0.0.1:0".parse().unwrap(), fastudp::Config::default()).unwrap();
     let tx = Socket::bind("127.0.0.1:0".parse().unwrap(), fastudp::Config::default()).unwrap();
-    if !tx.capabilities().txtime {
+    if !tx.capabilities().supports(fastudp::Feature::Txtime) {
         skip("SO_TXTIME is not accepted here");
         return;
     }

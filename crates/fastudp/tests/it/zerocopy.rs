@@ -20,7 +20,7 @@ fn receiver() -> Socket {
 /// kernel has no MSG_ZEROCOPY.
 fn zerocopy_pair() -> Option<(Socket, Socket, std::net::SocketAddr)> {
     let tx = common::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    if !tx.capabilities().zerocopy {
+    if !tx.capabilities().supports(fastudp::Feature::Zerocopy) {
         skip("no MSG_ZEROCOPY here");
         return None;
     }
@@ -118,7 +118,7 @@ fn adaptive_sender_falls_back_to_copying_on_loopback() {
 
 #[test]
 fn disabled_zerocopy_is_a_clear_error() {
-    let c = fastudp::Config::default().disabled(fastudp::Disabled::parse("zerocopy").unwrap());
+    let c = fastudp::Config::default().disable([fastudp::Feature::Zerocopy]);
     let tx = common::bind_with("127.0.0.1:0".parse().unwrap(), c).unwrap();
     let e = ZeroCopySender::new(&tx).unwrap_err();
     assert!(e.to_string().contains("zerocopy"), "{e}");
@@ -127,7 +127,7 @@ fn disabled_zerocopy_is_a_clear_error() {
 #[test]
 fn oversized_buffer_comes_back_with_the_error() {
     let tx = common::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    if !tx.capabilities().zerocopy {
+    if !tx.capabilities().supports(fastudp::Feature::Zerocopy) {
         return;
     }
     let mut zc = ZeroCopySender::new(&tx).unwrap();
@@ -159,7 +159,9 @@ fn a_refused_zerocopy_send_keeps_completions_in_step() {
         "127.0.0.1:0".parse().unwrap(),
         rx_config(RxMode::Gro),
     );
-    if !tx.capabilities().zerocopy || tx.capabilities().max_gso_segments <= 1 {
+    if !tx.capabilities().supports(fastudp::Feature::Zerocopy)
+        || tx.capabilities().max_gso_segments <= 1
+    {
         skip("needs MSG_ZEROCOPY and GSO");
         return;
     }
@@ -211,7 +213,7 @@ fn a_send_without_a_route_uses_no_completion_id() {
         "127.0.0.1:0".parse().unwrap(),
         rx_config(RxMode::Gro),
     );
-    if !tx.capabilities().zerocopy {
+    if !tx.capabilities().supports(fastudp::Feature::Zerocopy) {
         skip("needs MSG_ZEROCOPY");
         return;
     }
@@ -252,7 +254,7 @@ fn send_with_keeps_source_address_and_ecn() {
     if !common::bind("127.0.0.1:0".parse().unwrap())
         .unwrap()
         .capabilities()
-        .zerocopy
+        .supports(fastudp::Feature::Zerocopy)
     {
         skip("no MSG_ZEROCOPY here");
         return;

@@ -1,6 +1,7 @@
 //! The kernel's UDP features, from the library's probe.
 
 use super::check::{check, Check, Status};
+use fastudp::Feature;
 
 /// The kernel's version and UDP features.
 pub fn kernel_checks(out: &mut Vec<Check>, uring: bool) {
@@ -54,7 +55,7 @@ fn probe() -> anyhow::Result<fastudp::Socket> {
     // The library's error says its cause itself: one message, no chain.
     fastudp::Socket::bind(
         "127.0.0.1:0".parse().expect("literal"),
-        fastudp::Config::default().disabled(d),
+        fastudp::Config::default().disable(d),
     )
     .map_err(|e| anyhow::anyhow!("{e}"))
 }
@@ -70,7 +71,7 @@ fn gso_check(caps: &fastudp::Capabilities) -> Check {
             format!("{n} segments per send"),
             None,
         ),
-        _ if caps.disabled.gso => check(
+        _ if caps.is_disabled(Feature::Gso) => check(
             S,
             "UDP GSO",
             Status::Warn,
@@ -90,7 +91,7 @@ fn gso_check(caps: &fastudp::Capabilities) -> Check {
 
 /// UDP GRO.
 fn gro_check(caps: &fastudp::Capabilities) -> Check {
-    if caps.gro {
+    if caps.supports(Feature::Gro) {
         check(
             S,
             "UDP GRO",
@@ -122,25 +123,25 @@ fn feature_checks(caps: &fastudp::Capabilities, out: &mut Vec<Check>) {
         )
     };
     out.push(yes_no(
-        caps.zerocopy,
+        caps.supports(Feature::Zerocopy),
         "MSG_ZEROCOPY",
         "available",
         "not available: needs Linux 5.0",
     ));
     out.push(yes_no(
-        caps.txtime,
+        caps.supports(Feature::Txtime),
         "SO_TXTIME",
         "accepted (whether it is honoured depends on the egress qdisc, below)",
         "not accepted: kernel pacing unavailable, fastudp paces in user space",
     ));
     out.push(yes_no(
-        caps.ecn,
+        caps.supports(Feature::Ecn),
         "ECN",
         "marks can be read on receive",
         "ECN marks cannot be read",
     ));
     out.push(yes_no(
-        caps.pktinfo,
+        caps.supports(Feature::Pktinfo),
         "PKTINFO",
         "destination and source addresses per datagram",
         "not available",

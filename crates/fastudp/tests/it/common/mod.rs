@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use fastudp::UdpIo;
-use fastudp::{Coalescer, Config, Disabled, RecvBatch, Socket, Transmit};
+use fastudp::{Coalescer, Config, Feature, RecvBatch, Socket, Transmit};
 use std::net::SocketAddr;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
@@ -29,13 +29,13 @@ pub fn uring_run() -> bool {
 /// `config` on the backend this run asks for ([`uring_run`]), with the
 /// features `FASTUDP_DISABLE` (such as `gso,gro`) switches off added to
 /// its own. The library reads no environment variable; this test hook maps
-/// the variable to [`Config::disabled`] for every socket the tests make.
+/// the variable to [`Config::disable`] for every socket the tests make.
 pub fn backend(config: Config) -> Config {
     let env = match std::env::var("FASTUDP_DISABLE") {
-        Ok(v) => Disabled::parse(&v).expect("FASTUDP_DISABLE"),
-        Err(_) => Disabled::default(),
+        Ok(v) => Feature::parse_list(&v).expect("FASTUDP_DISABLE"),
+        Err(_) => Vec::new(),
     };
-    let config = config.disabled(env);
+    let config = config.disable(env);
     #[cfg(feature = "uring")]
     if uring_run() {
         return config.uring(true);
@@ -250,18 +250,18 @@ pub enum RxMode {
 }
 
 pub fn tx_config(m: TxMode) -> Config {
-    let mut d = Disabled::default();
-    d.gso = matches!(m, TxMode::Plain | TxMode::Mmsg);
-    d.mmsg = matches!(m, TxMode::Plain | TxMode::Gso);
-    Config::default().gro(false).disabled(d)
+    let gso = matches!(m, TxMode::Plain | TxMode::Mmsg).then_some(Feature::Gso);
+    let mmsg = matches!(m, TxMode::Plain | TxMode::Gso).then_some(Feature::Mmsg);
+    Config::default()
+        .gro(false)
+        .disable(gso.into_iter().chain(mmsg))
 }
 
 pub fn rx_config(m: RxMode) -> Config {
-    let mut d = Disabled::default();
-    d.mmsg = m == RxMode::Recvmsg;
+    let mmsg = (m == RxMode::Recvmsg).then_some(Feature::Mmsg);
     Config::default()
         .gro(m == RxMode::Gro)
-        .disabled(d)
+        .disable(mmsg)
         .recv_buffer(8 << 20)
 }
 
@@ -852,7 +852,7 @@ pub fn used_backend(s: &Socket, rx: bool) {
                 s.stats()
                     .fallbacks
                     .iter()
-                    .any(|f| f.feature == fastudp::Feature::Uring),
+                    .any(|f| f.feature == Feature::Uring),
                 "io_uring unavailable but no fallback recorded"
             );
             return;
