@@ -484,7 +484,7 @@ impl fastudp_socket_error {
     /// A C error with the fields of `e` that are not addresses; the
     /// addresses are left empty for [`crate::abi`] to write.
     pub fn scalars(e: &fastudp::SocketError) -> fastudp_socket_error {
-        use fastudp::{SocketError as S, Unreachable as U};
+        use fastudp_tools::wire::errqueue::{SocketError as S, Unreachable as U};
         let mut out = fastudp_socket_error {
             kind: FASTUDP_SOCKET_ERROR_OTHER,
             destination: empty_storage(),
@@ -508,7 +508,7 @@ impl fastudp_socket_error {
             description: [0; FASTUDP_TEXT_LEN],
         };
         fill_text(&mut out.description, &e.to_string());
-        match *e {
+        match detail(e) {
             S::Unreachable { reason, errno, .. } => {
                 out.kind = FASTUDP_SOCKET_ERROR_UNREACHABLE;
                 out.error_number = errno;
@@ -571,17 +571,30 @@ impl fastudp_socket_error {
     }
 }
 
+/// The error decoded in full, from what the library reports (the kernel's
+/// fields and the addresses), by the library's own decoder
+/// (`wire::errqueue`, which `fastudp-tools` compiles from the same source).
+fn detail(e: &fastudp::SocketError) -> fastudp_tools::wire::errqueue::SocketError {
+    let (errno, origin, kind, code, info, data) = e.raw();
+    fastudp_tools::wire::errqueue::Message {
+        errno,
+        origin,
+        kind,
+        code,
+        info,
+        data,
+        destination: e.destination(),
+        offender: e.reporter(),
+    }
+    .decode()
+}
+
 /// The address an error is about (destination) and the reporter's, for
 /// [`crate::abi`] to write.
 pub fn error_addresses(
     e: &fastudp::SocketError,
 ) -> (Option<std::net::SocketAddr>, Option<std::net::IpAddr>) {
-    use fastudp::SocketError as S;
-    let reporter = match *e {
-        S::Unreachable { reporter, .. } | S::PacketTooBig { reporter, .. } => reporter,
-        _ => None,
-    };
-    (e.destination(), reporter)
+    (e.destination(), e.reporter())
 }
 
 // -------------------------------------------------------------------- stats

@@ -102,7 +102,7 @@ impl Coalescer {
     }
 
     /// Changes the path MTU (say, after an ICMP "packet too big", see
-    /// [`crate::SocketError::PacketTooBig`]). Queued trains whose segments
+    /// [`crate::SocketErrorKind::PacketTooBig`]). Queued trains whose segments
     /// no longer fit are re-planned: their datagrams go one by one.
     pub fn set_mtu(&mut self, mtu: usize) {
         let shrank = mtu < self.mtu;

@@ -129,10 +129,10 @@
 //!   train) and never fragmented. [`Config::may_fragment`] restores the
 //!   kernel's fragmenting.
 //! - **ICMP errors, typed.** `IP_RECVERR`/`IPV6_RECVERR` are on.
-//!   [`UdpIo::recv_error`] returns [`SocketError`]s: `Unreachable`
-//!   (port, host, network, prohibited) with the destination that refused
-//!   and the router that said so; `PacketTooBig` with the MTU; `Txtime`
-//!   drops; `ZeroCopy` completions. The kernel also fails the *next* send
+//!   [`UdpIo::recv_error`] returns [`SocketError`]s of a
+//!   [`SocketErrorKind`]: `Unreachable` (port, host, network, prohibited)
+//!   with the destination that refused and the router that said so;
+//!   `PacketTooBig` with the MTU; `Txtime` drops; `ZeroCopy` completions. The kernel also fails the *next* send
 //!   or receive with an ICMP error, even on an unconnected socket where it
 //!   concerns another peer, and queued errors eat the receive buffer:
 //!   fastudp reads them into its own queue (256 kept, overflow counted in
@@ -278,12 +278,12 @@ pub use caps::Capabilities;
 pub use coalesce::{Coalescer, DEFAULT_MTU};
 pub use error::{AllocError, ConfigError, Error, FallbackEvent, Feature};
 pub use reuseport::{ReuseportGroup, Steering, MAX_STEERING_OFFSET};
+pub use socket::errqueue::{SocketError, SocketErrorKind};
 pub use socket::{
     Config, RecvBatch, RecvMeta, Sent, Socket, Stats, Transmit, UdpIo, UdpState, DEFAULT_GSO_RETRY,
     DEFAULT_MESSAGE_CAPACITY, DEFAULT_SPLIT_WAIT,
 };
 pub use wire::control::EcnCodepoint;
-pub use wire::errqueue::{SocketError, Unreachable};
 pub use wire::gro::Datagrams;
 pub use wire::{max_payload, max_segment_for_mtu, MAX_PAYLOAD_V4, MAX_PAYLOAD_V6};
 pub use zerocopy::{SendMeta, ZeroCopyMode, ZeroCopySender, ZeroCopyStats};

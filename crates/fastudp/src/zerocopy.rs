@@ -1,11 +1,12 @@
 //! Zerocopy sends (`MSG_ZEROCOPY`) with a safe buffer lifetime.
 
 use crate::error::{ConfigError, Error, FallbackEvent, Feature};
+use crate::socket::errqueue::SocketError;
 use crate::socket::{Transmit, UdpIo};
 use crate::sys;
 use crate::wire::consts::{SOL_SOCKET, SO_ZEROCOPY};
 use crate::wire::control::EcnCodepoint;
-use crate::wire::errqueue::SocketError;
+use crate::wire::errqueue::SocketError as Detail;
 use crate::wire::zerocopy::CompletionTracker;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -396,7 +397,7 @@ impl ZeroCopySender {
     /// Takes a completion (counting the sends in `n`); hands anything
     /// else back.
     fn own(&mut self, e: SocketError, n: &mut usize) -> Option<SocketError> {
-        let SocketError::ZeroCopy { lo, hi, copied } = e else {
+        let Detail::ZeroCopy { lo, hi, copied } = e.detail() else {
             return Some(e);
         };
         let k = self.tracker.complete(lo, hi) as u64;

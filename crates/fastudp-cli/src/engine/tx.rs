@@ -234,8 +234,8 @@ fn peer_gone(
     dgrams: u64,
 ) -> anyhow::Result<()> {
     while let Ok(Some(e)) = (state, sock).recv_error() {
-        if let fastudp::SocketError::Unreachable { destination, .. } = e {
-            let to_dest = destination.is_none_or(|d| {
+        if e.kind() == fastudp::SocketErrorKind::Unreachable {
+            let to_dest = e.destination().is_none_or(|d| {
                 d.ip().to_canonical() == dest.ip().to_canonical() && d.port() == dest.port()
             });
             if to_dest {

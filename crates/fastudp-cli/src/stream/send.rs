@@ -412,13 +412,12 @@ impl<'a> Sender<'a> {
         let last = first as u32 + self.a.ports as u32 - 1;
         for s in &self.socks {
             while let Ok(Some(e)) = s.recv_error() {
-                match e {
-                    fastudp::SocketError::Txtime { .. } => self.txtime_errors += 1,
-                    fastudp::SocketError::Unreachable {
-                        destination,
-                        reason: fastudp::Unreachable::Port,
-                        ..
-                    } => {
+                let (errno, ..) = e.raw();
+                match e.kind() {
+                    fastudp::SocketErrorKind::Txtime => self.txtime_errors += 1,
+                    // Port unreachable, whose errno is ECONNREFUSED.
+                    fastudp::SocketErrorKind::Unreachable if errno == libc::ECONNREFUSED => {
+                        let destination = e.destination();
                         // Without the destination, only a single port can
                         // be the one.
                         let port = match destination {

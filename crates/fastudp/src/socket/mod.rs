@@ -17,8 +17,8 @@ pub use state::{Config, Stats, UdpState, DEFAULT_GSO_RETRY, DEFAULT_SPLIT_WAIT};
 
 use crate::error::Error;
 use crate::wire::control::EcnCodepoint;
-use crate::wire::errqueue::SocketError;
 use crate::wire::plan;
+use errqueue::SocketError;
 use std::io::{self, IoSliceMut};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};

@@ -239,26 +239,45 @@ fn offender(data: &[u8]) -> Option<IpAddr> {
     }
 }
 
-/// Decodes one error-queue message: its control data and the address its
-/// `msg_name` gave. `Ok(None)` when it holds no `IP_RECVERR` /
-/// `IPV6_RECVERR` control message; an error for a malformed buffer.
-pub fn parse(
-    control: &[u8],
-    destination: Option<SocketAddr>,
-) -> Result<Option<SocketError>, CmsgError> {
-    for c in Decoder::new(control) {
-        let c = c?;
-        let ours = (c.level == SOL_IP && c.ty == IP_RECVERR)
-            || (c.level == SOL_IPV6 && c.ty == IPV6_RECVERR);
-        if !ours || c.data.len() < 16 {
-            continue;
-        }
-        let d = c.data;
-        let u32_at = |o: usize| u32::from_ne_bytes([d[o], d[o + 1], d[o + 2], d[o + 3]]);
-        let (errno, origin, kind, code, info, data) =
-            (u32_at(0) as i32, d[4], d[5], d[6], u32_at(8), u32_at(12));
-        let reporter = offender(d).filter(|a| !a.is_unspecified());
-        let destination = destination.filter(|a| a.port() != 0 || !a.ip().is_unspecified());
+/// One error-queue message as the kernel gave it: the fields of its
+/// `struct sock_extended_err`, the original destination (`msg_name`) and
+/// the offender address (`SO_EE_OFFENDER`). [`Message::decode`] tells what
+/// it means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Message {
+    /// `ee_errno`.
+    pub errno: i32,
+    /// `ee_origin` (`ORIGIN_*`).
+    pub origin: u8,
+    /// `ee_type`: the ICMP type for ICMP errors.
+    pub kind: u8,
+    /// `ee_code`: the ICMP code for ICMP errors.
+    pub code: u8,
+    /// `ee_info`.
+    pub info: u32,
+    /// `ee_data`.
+    pub data: u32,
+    /// The destination of the datagram the message is about; `None` when
+    /// unknown (or the kernel gave the unspecified address and port 0).
+    pub destination: Option<SocketAddr>,
+    /// The host that sent the ICMP message; `None` when unknown or
+    /// unspecified.
+    pub offender: Option<IpAddr>,
+}
+
+impl Message {
+    /// What the message means.
+    pub fn decode(&self) -> SocketError {
+        let Message {
+            errno,
+            origin,
+            kind,
+            code,
+            info,
+            data,
+            destination,
+            offender: reporter,
+        } = *self;
         let reason = match (origin, kind, code) {
             (ORIGIN_ICMP, 3, 3) | (ORIGIN_ICMP6, 1, 4) => Some(Unreachable::Port),
             (ORIGIN_ICMP, 3, 1) | (ORIGIN_ICMP6, 1, 3) => Some(Unreachable::Host),
@@ -273,7 +292,7 @@ pub fn parse(
             (origin, kind, code),
             (ORIGIN_ICMP, 3, 4) | (ORIGIN_ICMP6, 2, _)
         ) || (origin == ORIGIN_LOCAL && errno == libc_emsgsize());
-        return Ok(Some(if let Some(reason) = reason {
+        if let Some(reason) = reason {
             SocketError::Unreachable {
                 destination,
                 reason,
@@ -309,9 +328,48 @@ pub fn parse(
                 info,
                 data,
             }
+        }
+    }
+}
+
+/// Reads one error-queue message: its control data and the address its
+/// `msg_name` gave. `Ok(None)` when it holds no `IP_RECVERR` /
+/// `IPV6_RECVERR` control message; an error for a malformed buffer.
+pub fn parse_message(
+    control: &[u8],
+    destination: Option<SocketAddr>,
+) -> Result<Option<Message>, CmsgError> {
+    for c in Decoder::new(control) {
+        let c = c?;
+        let ours = (c.level == SOL_IP && c.ty == IP_RECVERR)
+            || (c.level == SOL_IPV6 && c.ty == IPV6_RECVERR);
+        if !ours || c.data.len() < 16 {
+            continue;
+        }
+        let d = c.data;
+        let u32_at = |o: usize| u32::from_ne_bytes([d[o], d[o + 1], d[o + 2], d[o + 3]]);
+        return Ok(Some(Message {
+            errno: u32_at(0) as i32,
+            origin: d[4],
+            kind: d[5],
+            code: d[6],
+            info: u32_at(8),
+            data: u32_at(12),
+            destination: destination.filter(|a| a.port() != 0 || !a.ip().is_unspecified()),
+            offender: offender(d).filter(|a| !a.is_unspecified()),
         }));
     }
     Ok(None)
+}
+
+/// Decodes one error-queue message: [`parse_message`], then
+/// [`Message::decode`].
+#[cfg(any(fastudp_tools, test))]
+pub fn parse(
+    control: &[u8],
+    destination: Option<SocketAddr>,
+) -> Result<Option<SocketError>, CmsgError> {
+    Ok(parse_message(control, destination)?.map(|m| m.decode()))
 }
 
 /// `EMSGSIZE` on Linux (the pure layer does not use `libc`).

@@ -403,21 +403,16 @@ fn packet_too_big_gives_the_mtu(v6: bool) {
         tx.send(&[Transmit::new(dest, &big)]).unwrap();
         std::thread::sleep(std::time::Duration::from_millis(20));
         while let Some(e) = tx.recv_error().unwrap() {
-            if let fastudp::SocketError::PacketTooBig { .. } = e {
+            if e.kind() == fastudp::SocketErrorKind::PacketTooBig {
                 found = Some(e);
             }
         }
     }
     let e = found.expect("no packet-too-big error arrived");
-    assert_eq!(
-        e,
-        fastudp::SocketError::PacketTooBig {
-            destination: Some(dest),
-            mtu: 1280,
-            reporter: Some(router.parse().unwrap()),
-            local: false,
-        }
-    );
+    assert_eq!(e.destination(), Some(dest), "{e:?}");
+    assert_eq!(e.mtu(), Some(1280), "{e:?}");
+    // Reported by the router, not raised by this host.
+    assert_eq!(e.reporter(), Some(router.parse().unwrap()), "{e:?}");
     // A datagram that fits still goes, and arrives (the router may first
     // resolve the receiver's address: seconds on a busy host).
     tx.send(&[Transmit::new(dest, &big[..1200])]).unwrap();

@@ -6,7 +6,7 @@ use crate::common;
 
 use common::*;
 use fastudp::tokio::UdpSocket;
-use fastudp::{Coalescer, Config, RecvBatch, SocketError, Transmit, Unreachable};
+use fastudp::{Coalescer, Config, RecvBatch, SocketErrorKind, Transmit};
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -184,14 +184,15 @@ fn an_unconnected_socket_reads_the_icmp_error_naming_the_destination() {
                 .await
                 .expect("the ICMP error was read")
                 .unwrap();
-            match e {
-                SocketError::Unreachable {
-                    destination,
-                    reason: Unreachable::Port,
-                    ..
-                } => assert_eq!(destination, Some(gone)),
-                other => panic!("expected port unreachable, got {other:?}"),
-            }
+            // Port unreachable (ICMP type 3 code 3, ICMPv6 type 1 code 4).
+            let (errno, origin, ty, code, ..) = e.raw();
+            assert_eq!(e.kind(), SocketErrorKind::Unreachable, "{e:?}");
+            assert!(
+                matches!((origin, ty, code), (2, 3, 3) | (3, 1, 4)),
+                "expected port unreachable, got {e:?}"
+            );
+            assert_eq!(errno, libc::ECONNREFUSED);
+            assert_eq!(e.destination(), Some(gone));
             // Receiving goes on: the error does not come back as a failure.
             let peer = std::net::UdpSocket::bind(bind).unwrap();
             peer.send_to(b"still here", s.as_tokio().local_addr().unwrap())
