@@ -37,7 +37,7 @@ pub struct Disabled {
 impl Disabled {
     /// Parses a comma-separated list such as `"gso,ecn"`. Spaces are
     /// ignored; an unknown name is an error that lists the known ones.
-    pub fn parse(s: &str) -> Result<Self, ConfigError> {
+    pub fn parse(s: &str) -> Result<Self, crate::Error> {
         let mut d = Disabled::default();
         for name in s.split(',').map(str::trim).filter(|n| !n.is_empty()) {
             match name.to_ascii_lowercase().as_str() {
@@ -51,7 +51,8 @@ impl Disabled {
                 other => {
                     return Err(ConfigError::UnknownFeature {
                         name: other.to_string(),
-                    })
+                    }
+                    .into())
                 }
             }
         }

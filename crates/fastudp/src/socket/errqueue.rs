@@ -99,8 +99,12 @@ impl UdpState {
             };
             // A message without an extended error (none is known) is skipped.
             // Control data the kernel wrote that does not parse.
-            let parsed = errqueue::parse(&cb.0[..len.min(cb.0.len())], dest)
-                .map_err(|e| Error::Control(io::Error::new(io::ErrorKind::InvalidData, e)))?;
+            let parsed = errqueue::parse(&cb.0[..len.min(cb.0.len())], dest).map_err(|e| {
+                Error::from(crate::error::Detail::Control(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    e,
+                )))
+            })?;
             if let Some(e) = parsed {
                 return Ok(Some(e));
             }

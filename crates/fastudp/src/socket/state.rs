@@ -37,7 +37,7 @@ pub(crate) const MAX_GSO_RETRY: Duration = Duration::from_secs(64);
 /// let config = Config::default()
 ///     .recv_buffer(8 << 20)
 ///     .disabled(Disabled::parse("zerocopy")?);
-/// # Ok::<(), fastudp::ConfigError>(())
+/// # Ok::<(), fastudp::Error>(())
 /// ```
 #[derive(Debug, Clone, Copy)]
 #[non_exhaustive]
@@ -358,7 +358,7 @@ pub(super) struct Counters {
 }
 
 fn setup(what: &'static str) -> impl FnOnce(io::Error) -> Error {
-    move |source| Error::Setup { what, source }
+    move |source| Error::from(crate::error::Detail::Setup { what, source })
 }
 
 impl UdpState {
@@ -374,9 +374,11 @@ impl UdpState {
             .local_addr()
             .map_err(setup("getsockname"))?
             .as_socket()
-            .ok_or_else(|| Error::Setup {
-                what: "getsockname",
-                source: io::Error::new(io::ErrorKind::InvalidInput, "not an IP socket"),
+            .ok_or_else(|| {
+                Error::from(crate::error::Detail::Setup {
+                    what: "getsockname",
+                    source: io::Error::new(io::ErrorKind::InvalidInput, "not an IP socket"),
+                })
             })?
             .is_ipv6();
         set_buffers(&sref, &config)?;
