@@ -549,10 +549,10 @@ fn socket_type(fd: BorrowedFd<'_>) -> Res<c_int> {
         )
     };
     if r < 0 {
-        return Err(Failure::Lib(fastudp::Error::Setup {
+        return Err(Failure::Setup {
             what: "SO_TYPE",
             source: std::io::Error::last_os_error(),
-        }));
+        });
     }
     Ok(ty)
 }

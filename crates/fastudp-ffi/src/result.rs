@@ -101,40 +101,73 @@ pub fn describe(code: fastudp_result) -> &'static CStr {
 }
 
 /// The code for a library error.
+///
+/// The Rust library's [`fastudp::ErrorKind`] is coarser than these codes
+/// (one kind for every malformed transmit, one for both path-MTU
+/// refusals, one for every failed system call). Within a kind, the code
+/// follows the error's message, whose wording the library keeps stable;
+/// `every_library_error_keeps_its_code` checks each one.
 pub fn code_of(e: &fastudp::Error) -> fastudp_result {
-    use fastudp::Error as E;
+    use fastudp::ErrorKind as K;
     if e.is_would_block() {
         return FASTUDP_ERR_WOULD_BLOCK;
     }
-    match e {
-        E::PayloadTooLarge { .. } => FASTUDP_ERR_PAYLOAD_TOO_LARGE,
-        E::TooManySegments { .. } => FASTUDP_ERR_TOO_MANY_SEGMENTS,
-        E::ZeroSegmentSize { .. } => FASTUDP_ERR_ZERO_SEGMENT_SIZE,
-        E::SegmentExceedsMtu { .. } => FASTUDP_ERR_SEGMENT_EXCEEDS_MTU,
-        E::DatagramExceedsMtu { .. } => FASTUDP_ERR_DATAGRAM_EXCEEDS_MTU,
-        E::AddressFamily { .. } => FASTUDP_ERR_ADDRESS_FAMILY,
-        E::Control(_) => FASTUDP_ERR_CONTROL,
-        E::Config(_) => FASTUDP_ERR_CONFIG,
-        E::Bind { .. } => FASTUDP_ERR_BIND,
-        E::Setup { .. } => FASTUDP_ERR_SETUP,
-        E::Io(_) => FASTUDP_ERR_IO,
-        E::Alloc { .. } => FASTUDP_ERR_NO_MEMORY,
+    match e.kind() {
+        K::InvalidTransmit => {
+            let m = e.to_string();
+            if m.starts_with(CONTROL) {
+                FASTUDP_ERR_CONTROL
+            } else if m.contains("is larger than the UDP maximum") {
+                FASTUDP_ERR_PAYLOAD_TOO_LARGE
+            } else if m.contains(": GSO train of ") {
+                FASTUDP_ERR_TOO_MANY_SEGMENTS
+            } else if m.contains(": segment size 0 is invalid") {
+                FASTUDP_ERR_ZERO_SEGMENT_SIZE
+            } else if m.contains("is an IPv6 address but the socket is IPv4") {
+                FASTUDP_ERR_ADDRESS_FAMILY
+            } else {
+                FASTUDP_ERR_OTHER
+            }
+        }
+        K::ExceedsPathMtu => {
+            if e.to_string().contains(": segment size ") {
+                FASTUDP_ERR_SEGMENT_EXCEEDS_MTU
+            } else {
+                FASTUDP_ERR_DATAGRAM_EXCEEDS_MTU
+            }
+        }
+        K::Config => FASTUDP_ERR_CONFIG,
+        K::OutOfMemory => FASTUDP_ERR_NO_MEMORY,
+        K::Io => {
+            let m = e.to_string();
+            if m.starts_with("cannot bind ") {
+                FASTUDP_ERR_BIND
+            } else if m.starts_with(SETUP) {
+                FASTUDP_ERR_SETUP
+            } else if m.starts_with(CONTROL) {
+                FASTUDP_ERR_CONTROL
+            } else {
+                FASTUDP_ERR_IO
+            }
+        }
+        // A partial train, and kinds this version does not name.
         _ => FASTUDP_ERR_OTHER,
     }
 }
 
+/// How the library's messages about control data begin.
+const CONTROL: &str = "control message: ";
+
+/// How the library's messages about a failed set-up step begin (and
+/// [`Failure::Setup`]'s).
+const SETUP: &str = "socket set-up failed at ";
+
 /// The errno inside a library error, if it carries one.
 fn errno_of(e: &fastudp::Error) -> i32 {
-    use fastudp::Error as E;
-    let io: Option<&io::Error> = match e {
-        E::Io(x) | E::Bind { source: x, .. } | E::Setup { source: x, .. } => Some(x),
-        E::PartialTrain { source, .. } => Some(source),
-        E::SegmentExceedsMtu { .. } | E::DatagramExceedsMtu { .. } => {
-            return libc::EMSGSIZE;
-        }
-        _ => None,
-    };
-    io.and_then(io::Error::raw_os_error).unwrap_or(0)
+    if e.kind() == fastudp::ErrorKind::ExceedsPathMtu {
+        return libc::EMSGSIZE;
+    }
+    e.io_error().and_then(io::Error::raw_os_error).unwrap_or(0)
 }
 
 /// Why a call failed, before it becomes a code. Its message is the
@@ -156,6 +189,14 @@ pub enum Failure {
     /// An allocation failed, with a sentence.
     #[error("{0}")]
     NoMemory(String),
+    /// A set-up step of this crate failed: the step, and why.
+    #[error("socket set-up failed at {what}: {source}")]
+    Setup {
+        /// The step.
+        what: &'static str,
+        /// Why.
+        source: io::Error,
+    },
 }
 
 impl From<fastudp::Error> for Failure {
@@ -166,7 +207,7 @@ impl From<fastudp::Error> for Failure {
 
 impl From<io::Error> for Failure {
     fn from(e: io::Error) -> Self {
-        Failure::Lib(fastudp::Error::Io(e))
+        Failure::Lib(fastudp::Error::from(e))
     }
 }
 
@@ -196,6 +237,7 @@ pub fn record(function: &'static str, failure: Failure) -> fastudp_result {
         Failure::Lib(e) => code_of(e),
         Failure::Panic(_) => FASTUDP_ERR_PANIC,
         Failure::NoMemory(_) => FASTUDP_ERR_NO_MEMORY,
+        Failure::Setup { .. } => FASTUDP_ERR_SETUP,
     };
     // A destructor running during thread exit may find the slot gone: the
     // code is still returned.
@@ -212,6 +254,9 @@ pub fn last() -> Option<(fastudp_result, i32, Option<usize>)> {
             Failure::Panic(_) => (FASTUDP_ERR_PANIC, 0, None),
             Failure::NoMemory(_) => (FASTUDP_ERR_NO_MEMORY, libc::ENOMEM, None),
             Failure::Lib(e) => (code_of(e), errno_of(e), e.transmit_index()),
+            Failure::Setup { source, .. } => {
+                (FASTUDP_ERR_SETUP, source.raw_os_error().unwrap_or(0), None)
+            }
         })
     })
     .ok()
@@ -248,31 +293,84 @@ mod tests {
 
     #[test]
     fn library_errors_map_to_codes_with_errno_and_index() {
-        let e = fastudp::Error::Io(io::Error::from_raw_os_error(libc::EAGAIN));
+        use fastudp::UdpIo;
+        let e = fastudp::Error::from(io::Error::from_raw_os_error(libc::EAGAIN));
         assert_eq!(record("f", e.into()), FASTUDP_ERR_WOULD_BLOCK);
         assert_eq!(last(), Some((FASTUDP_ERR_WOULD_BLOCK, libc::EAGAIN, None)));
 
-        let e = fastudp::Error::Io(io::Error::from_raw_os_error(libc::ECONNREFUSED));
+        let e = fastudp::Error::from(io::Error::from_raw_os_error(libc::ECONNREFUSED));
         assert_eq!(record("f", e.into()), FASTUDP_ERR_IO);
         assert_eq!(last(), Some((FASTUDP_ERR_IO, libc::ECONNREFUSED, None)));
 
-        let e = fastudp::Error::TooManySegments {
-            index: 2,
-            segments: 300,
-            max: 128,
-        };
+        let s = fastudp::Socket::bind("127.0.0.1:0".parse().unwrap(), fastudp::Config::default())
+            .unwrap();
+        let to = s.as_std().local_addr().unwrap();
+        let big = vec![0u8; 70_000];
+        let t = fastudp::Transmit::new(to, b"x");
+        let e = s
+            .send(&[t, t, fastudp::Transmit::new(to, &big)])
+            .unwrap_err();
         assert_eq!(
             record("fastudp_send", e.into()),
-            FASTUDP_ERR_TOO_MANY_SEGMENTS
+            FASTUDP_ERR_PAYLOAD_TOO_LARGE
         );
-        assert_eq!(last(), Some((FASTUDP_ERR_TOO_MANY_SEGMENTS, 0, Some(2))));
+        assert_eq!(last(), Some((FASTUDP_ERR_PAYLOAD_TOO_LARGE, 0, Some(2))));
         let m = last_message().unwrap();
         assert!(
-            m.starts_with("fastudp_send: transmit 2: GSO train of 300"),
+            m.starts_with("fastudp_send: transmit 2: payload of 70000 bytes"),
             "{m}"
         );
 
         assert_eq!(record("g", Failure::Null("sock")), FASTUDP_ERR_NULL);
         assert_eq!(last_message().unwrap(), "g: argument 'sock' is NULL");
+    }
+
+    /// Every library error reachable without special privileges keeps
+    /// the code, errno and transmit index it had when each was a variant
+    /// of its own.
+    #[test]
+    fn every_library_error_keeps_its_code() {
+        use fastudp::{Socket, Transmit, UdpIo};
+        let code = |e: fastudp::Error| {
+            record("f", e.into());
+            last().unwrap()
+        };
+        let v4 = Socket::bind("127.0.0.1:0".parse().unwrap(), fastudp::Config::default()).unwrap();
+        let to = v4.as_std().local_addr().unwrap();
+        let x = Transmit::new(to, b"x");
+
+        let e = v4.send(&[x, Transmit::train(to, b"xx", 0)]).unwrap_err();
+        assert_eq!(code(e), (FASTUDP_ERR_ZERO_SEGMENT_SIZE, 0, Some(1)));
+
+        let e = v4
+            .send(&[Transmit::new("[::1]:9".parse().unwrap(), b"x")])
+            .unwrap_err();
+        assert_eq!(code(e), (FASTUDP_ERR_ADDRESS_FAMILY, 0, Some(0)));
+
+        if v4.max_gso_segments() > 1 {
+            let train = vec![0u8; 1000];
+            let e = v4.send(&[x, Transmit::train(to, &train, 1)]).unwrap_err();
+            assert_eq!(code(e), (FASTUDP_ERR_TOO_MANY_SEGMENTS, 0, Some(1)));
+        }
+
+        let e = Socket::bind(to, fastudp::Config::default()).unwrap_err();
+        assert_eq!(code(e), (FASTUDP_ERR_BIND, libc::EADDRINUSE, None));
+
+        let e = v4.set_max_pacing_rate(1 << 20).unwrap_err();
+        assert_eq!(code(e), (FASTUDP_ERR_CONFIG, 0, None));
+
+        let e = Failure::Setup {
+            what: "SO_TYPE",
+            source: io::Error::from_raw_os_error(libc::ENOTSOCK),
+        };
+        assert_eq!(record("g", e), FASTUDP_ERR_SETUP);
+        assert_eq!(last(), Some((FASTUDP_ERR_SETUP, libc::ENOTSOCK, None)));
+        assert_eq!(
+            last_message().unwrap(),
+            format!(
+                "g: socket set-up failed at SO_TYPE: {}",
+                io::Error::from_raw_os_error(libc::ENOTSOCK)
+            )
+        );
     }
 }

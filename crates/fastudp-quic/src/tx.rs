@@ -368,9 +368,10 @@ pub(crate) fn keep_spare(spare: &mut Vec<Vec<u8>>, b: Vec<u8>, max: usize) {
 /// counts them sent and its loss recovery resends them, as after any loss
 /// on the way (congestion).
 fn send_buffer_full(e: &fastudp::Error) -> bool {
-    matches!(e, fastudp::Error::Io(io)
-        if io.kind() == std::io::ErrorKind::WouldBlock
-            || io.raw_os_error() == Some(libc::ENOBUFS))
+    e.kind() == fastudp::ErrorKind::Io
+        && e.io_error().is_some_and(|io| {
+            io.kind() == std::io::ErrorKind::WouldBlock || io.raw_os_error() == Some(libc::ENOBUFS)
+        })
 }
 
 /// An unconnected send socket on `addr`, in the reuseport group after its

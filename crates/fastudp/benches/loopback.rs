@@ -511,7 +511,7 @@ fn fastudp_receive(rx: &Socket, wait: Wait, stop: &Stop<'_>) -> anyhow::Result<T
                 }
                 t.add(bytes, n);
             }
-            Err(fastudp::Error::Io(e)) if transient(&e) => {
+            Err(e) if e.io_error().is_some_and(transient) => {
                 if stop.nothing_came(wait, rx.as_std(), &mut idle_since)? {
                     break;
                 }
@@ -548,11 +548,11 @@ fn fastudp_send_loop(
                     }
                     done += n;
                 }
-                Err(fastudp::Error::Io(e)) if refused(&e) => {
+                Err(e) if e.io_error().is_some_and(refused) => {
                     s.refused += 1;
                     done += 1;
                 }
-                Err(fastudp::Error::Io(e)) if transient(&e) => {
+                Err(e) if e.io_error().is_some_and(transient) => {
                     if Instant::now() >= until {
                         break 'run;
                     }

@@ -181,9 +181,11 @@ impl Coalescer {
         state.validate(number as usize, &t)?;
         // Room first, so that a failed allocation leaves the queue as it
         // was (and is an error, not an abort).
-        let no_room = |bytes| Error::Alloc {
-            index: number as usize,
-            source: crate::error::AllocError { bytes },
+        let no_room = |bytes| {
+            Error::from(crate::error::Detail::Alloc {
+                index: number as usize,
+                source: crate::error::AllocError { bytes },
+            })
         };
         self.buf
             .try_reserve(data.len())
@@ -206,20 +208,20 @@ impl Coalescer {
             if self.trains.len() >= self.max_trains {
                 self.flush(sock)?;
                 if !self.is_empty() {
-                    return Err(Error::Io(io::Error::from(io::ErrorKind::WouldBlock)));
+                    return Err(Error::from(io::Error::from(io::ErrorKind::WouldBlock)));
                 }
             }
             self.builder.take();
             let ipv6 = dest.is_ipv6() && !is_mapped(&dest);
             self.builder
                 .set_limits(Limits::new(state.max_gso_segments(), ipv6, self.mtu));
-            self.builder
-                .offer(data.len())
-                .map_err(|o| Error::PayloadTooLarge {
+            self.builder.offer(data.len()).map_err(|o| {
+                Error::from(crate::error::Detail::PayloadTooLarge {
                     index: number as usize,
                     len: o.len,
                     max: o.max,
-                })?;
+                })
+            })?;
             let at = self.buf.len();
             self.trains.push(Queued {
                 dest,
@@ -250,11 +252,11 @@ impl Coalescer {
     /// queued, in order, for the next flush. An error means nothing was sent
     /// and everything is still queued, with one exception: a datagram that
     /// does not fit the path MTU on its own
-    /// ([`Error::DatagramExceedsMtu`], whose `index` is the datagram's
-    /// number from `push`) is taken out of the queue and handed back to the
+    /// ([`ErrorKind::ExceedsPathMtu`](crate::ErrorKind::ExceedsPathMtu),
+    /// whose [`Error::transmit_index`] is the datagram's number from `push`) is taken out of the queue and handed back to the
     /// caller through that error, so that the rest can go; and the MTU is
     /// lowered below its size. A train whose segments no longer fit
-    /// ([`Error::SegmentExceedsMtu`], after the path MTU shrank) is
+    /// (after the path MTU shrank) is
     /// re-planned one datagram at a time and sent again at once.
     pub fn flush(&mut self, sock: &impl UdpIo) -> Result<usize, Error> {
         self.builder.take();
@@ -268,7 +270,7 @@ impl Coalescer {
                     buf: &self.buf,
                 },
             );
-            match r {
+            match r.map_err(|e| (e.detail().mtu_refusal(), e)) {
                 Ok(sent) => {
                     // Datagrams a full local queue dropped are done too.
                     total += self.consume(sent.transmits, sent.datagrams) - sent.dropped_locally;
@@ -276,28 +278,26 @@ impl Coalescer {
                         break;
                     }
                 }
-                Err(Error::SegmentExceedsMtu { index, .. }) if replans < 2 => {
+                Err((Some((index, None)), _)) if replans < 2 => {
                     // The path MTU shrank under queued trains: the train goes
                     // one datagram at a time, and any that does not fit is
                     // reported on its own.
                     replans += 1;
                     self.split_train(index);
                 }
-                Err(Error::DatagramExceedsMtu {
-                    index, destination, ..
-                }) if total == 0 => {
+                Err((Some((index, Some(destination))), _)) if total == 0 => {
                     let q = self.trains[index];
                     let len = q.end - q.start;
                     self.remove_train(index);
                     self.set_mtu(self.mtu.min(len + header(&destination)).saturating_sub(1));
-                    return Err(Error::DatagramExceedsMtu {
+                    return Err(Error::from(crate::error::Detail::DatagramExceedsMtu {
                         index: q.first as usize,
                         len,
                         destination,
-                    });
+                    }));
                 }
                 Err(_) if total > 0 => break,
-                Err(e) => return Err(e),
+                Err((_, e)) => return Err(e),
             }
         }
         if self.trains.is_empty() {

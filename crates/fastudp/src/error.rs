@@ -96,15 +96,6 @@ impl std::fmt::Display for Feature {
     }
 }
 
-/// A buffer the allocator could not give.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("cannot allocate {bytes} bytes")]
-#[non_exhaustive]
-pub struct AllocError {
-    /// The size asked for.
-    pub bytes: usize,
-}
-
 /// A feature the socket turned off, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -117,10 +108,31 @@ pub struct FallbackEvent {
     pub reason: String,
 }
 
-/// A setting or a call that cannot work as asked.
+impl Detail {
+    /// For a path-MTU refusal: the transmit's index, with the destination
+    /// of a single datagram (`None` for a GSO train's segment).
+    pub(crate) fn mtu_refusal(&self) -> Option<(usize, Option<SocketAddr>)> {
+        match self {
+            Detail::SegmentExceedsMtu { index, .. } => Some((*index, None)),
+            Detail::DatagramExceedsMtu {
+                index, destination, ..
+            } => Some((*index, Some(*destination))),
+            _ => None,
+        }
+    }
+}
+
+/// A buffer the allocator could not give ([`ErrorKind::OutOfMemory`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum ConfigError {
+#[error("cannot allocate {bytes} bytes")]
+pub(crate) struct AllocError {
+    /// The size asked for.
+    pub(crate) bytes: usize,
+}
+
+/// A setting or a call that cannot work as asked ([`ErrorKind::Config`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum ConfigError {
     /// An unknown name given to [`Feature::parse_list`] or `Feature`'s
     /// `FromStr`.
     #[error("unknown feature '{name}' (known: {known})", known = feature_names())]
@@ -160,10 +172,9 @@ pub enum ConfigError {
     },
 }
 
-/// Errors from fastudp.
+/// What went wrong, in detail: the private side of [`Error`].
 #[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum Error {
+pub(crate) enum Detail {
     /// A payload larger than one UDP send can carry.
     #[error("transmit {index}: payload of {len} bytes is larger than the UDP maximum of {max} bytes for this destination")]
     PayloadTooLarge {
@@ -230,6 +241,7 @@ pub enum Error {
         /// The datagram's number.
         index: usize,
         /// What could not be allocated.
+        #[source]
         source: AllocError,
     },
     /// A [`crate::ZeroCopySender`] train sent one datagram at a time (GSO
@@ -249,7 +261,7 @@ pub enum Error {
     /// the other family than the destination: `InvalidInput`), or the
     /// kernel's could not be parsed (`InvalidData`).
     #[error("control message: {0}")]
-    Control(io::Error),
+    Control(#[source] io::Error),
     /// A bad setting, or a call that needs one.
     #[error(transparent)]
     Config(#[from] ConfigError),
@@ -270,55 +282,201 @@ pub enum Error {
         source: io::Error,
     },
     /// A syscall failed.
+    #[error("{0}")]
+    Io(#[source] io::Error),
+    /// A buffer the allocator could not give, outside a batch.
     #[error(transparent)]
-    Io(#[from] io::Error),
+    NoMemory(#[from] AllocError),
+}
+
+/// What kind of error an [`Error`] is: what a program branches on. The
+/// details (sizes, addresses, the setting) are in the message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// A transmit the socket cannot send as it is: a payload over the UDP
+    /// maximum, a GSO train over the kernel's segment limit, a segment
+    /// size of 0, a destination or source address of a family the socket
+    /// cannot reach. Nothing was sent from [`Error::transmit_index`] on
+    /// (the transmits before it went out): fix or drop that transmit and
+    /// send the rest again. A bug in the caller, not a condition of the
+    /// network.
+    InvalidTransmit,
+    /// The kernel refused a datagram, or a GSO train's segment size, as
+    /// larger than the path MTU (`EMSGSIZE`). Nothing was sent from
+    /// [`Error::transmit_index`] on: lower the datagram size (the path MTU
+    /// shrank, or the probe was too large) and send it again.
+    ExceedsPathMtu,
+    /// A [`crate::ZeroCopySender`] train went out in part, one datagram at a
+    /// time: [`Error::datagrams_sent`] of them went out, the rest did not.
+    /// Send the rest again later; [`Error::io_error`] says what stopped them.
+    PartialTrain,
+    /// A setting, or a call that the socket's settings do not allow: a
+    /// feature switched off, a departure time while `SO_TXTIME` is off, a
+    /// pacing rate on an unconnected socket, an unknown feature name. Fix
+    /// the configuration or the call; trying again does not help.
+    Config,
+    /// A system call failed: binding, a socket set-up step, a send or a
+    /// receive, or the kernel's control data could not be read.
+    /// [`Error::io_error`] gives the `io::Error` (its errno), the message
+    /// says which step failed. [`Error::is_would_block`] is the one to
+    /// retry after the socket is ready.
+    Io,
+    /// Memory could not be allocated (a memory limit, or none left):
+    /// nothing was queued or created. Free memory, or use smaller
+    /// buffers, and try again.
+    OutOfMemory,
+}
+
+/// Errors from fastudp: an [`ErrorKind`] to branch on, the transmit it is
+/// about ([`Error::transmit_index`]), the `io::Error` under it
+/// ([`Error::io_error`], also `std::error::Error::source`), and a message
+/// for people (`Display`).
+#[derive(Debug)]
+pub struct Error {
+    /// The detail behind the kind.
+    detail: Detail,
 }
 
 impl Error {
+    /// What kind of error this is.
+    pub fn kind(&self) -> ErrorKind {
+        match &self.detail {
+            Detail::PayloadTooLarge { .. }
+            | Detail::TooManySegments { .. }
+            | Detail::ZeroSegmentSize { .. }
+            | Detail::AddressFamily { .. } => ErrorKind::InvalidTransmit,
+            // A source address the destination's family cannot carry is
+            // the caller's; control data the kernel sent is an I/O error.
+            Detail::Control(e) if e.kind() == io::ErrorKind::InvalidInput => {
+                ErrorKind::InvalidTransmit
+            }
+            Detail::SegmentExceedsMtu { .. } | Detail::DatagramExceedsMtu { .. } => {
+                ErrorKind::ExceedsPathMtu
+            }
+            Detail::PartialTrain { .. } => ErrorKind::PartialTrain,
+            Detail::Config(_) => ErrorKind::Config,
+            Detail::Alloc { .. } | Detail::NoMemory(_) => ErrorKind::OutOfMemory,
+            Detail::Control(_) | Detail::Bind { .. } | Detail::Setup { .. } | Detail::Io(_) => {
+                ErrorKind::Io
+            }
+        }
+    }
+
     /// True for `EAGAIN`/`EWOULDBLOCK`: nothing was sent or received, try
     /// again when the socket is ready.
     pub fn is_would_block(&self) -> bool {
-        matches!(self, Error::Io(e) if e.kind() == io::ErrorKind::WouldBlock)
+        matches!(&self.detail, Detail::Io(e) if e.kind() == io::ErrorKind::WouldBlock)
     }
 
-    /// The `io::ErrorKind` of an I/O error, if this is one.
-    pub fn io_kind(&self) -> Option<io::ErrorKind> {
-        match self {
-            Error::Io(e) | Error::PartialTrain { source: e, .. } => Some(e.kind()),
-            _ => None,
-        }
-    }
-
-    /// The index of the transmit this error is about, if it is about one.
+    /// The index of the transmit (in the batch given to the call) this
+    /// error is about, if it is about one. For a [`crate::Coalescer`] it
+    /// is the datagram's number.
     pub fn transmit_index(&self) -> Option<usize> {
-        match self {
-            Error::PayloadTooLarge { index, .. }
-            | Error::TooManySegments { index, .. }
-            | Error::ZeroSegmentSize { index }
-            | Error::SegmentExceedsMtu { index, .. }
-            | Error::DatagramExceedsMtu { index, .. }
-            | Error::AddressFamily { index, .. }
-            | Error::PartialTrain { index, .. }
-            | Error::Alloc { index, .. } => Some(*index),
-            Error::Config(ConfigError::TxtimeOff { index }) => Some(*index),
+        match &self.detail {
+            Detail::PayloadTooLarge { index, .. }
+            | Detail::TooManySegments { index, .. }
+            | Detail::ZeroSegmentSize { index }
+            | Detail::SegmentExceedsMtu { index, .. }
+            | Detail::DatagramExceedsMtu { index, .. }
+            | Detail::AddressFamily { index, .. }
+            | Detail::PartialTrain { index, .. }
+            | Detail::Alloc { index, .. } => Some(*index),
+            Detail::Config(ConfigError::TxtimeOff { index }) => Some(*index),
             _ => None,
         }
+    }
+
+    /// For [`ErrorKind::PartialTrain`], how many datagrams of the train
+    /// went out (its first ones); `None` for every other kind.
+    pub fn datagrams_sent(&self) -> Option<usize> {
+        match &self.detail {
+            Detail::PartialTrain { sent, .. } => Some(*sent),
+            _ => None,
+        }
+    }
+
+    /// The `io::Error` under this error, if there is one (a failed system
+    /// call, what stopped a partial train, control data that could not be
+    /// encoded or read): its `kind()` and `raw_os_error()`. The same as
+    /// `std::error::Error::source`, typed.
+    pub fn io_error(&self) -> Option<&io::Error> {
+        match &self.detail {
+            Detail::Io(e)
+            | Detail::Bind { source: e, .. }
+            | Detail::Setup { source: e, .. }
+            | Detail::PartialTrain { source: e, .. }
+            | Detail::Control(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    /// The detail, for the crate's own decisions.
+    pub(crate) fn detail(&self) -> &Detail {
+        &self.detail
     }
 
     /// Shifts the transmit index by `offset` (for errors found in a suffix
     /// of a batch).
     pub(crate) fn at(mut self, offset: usize) -> Self {
-        match &mut self {
-            Error::PayloadTooLarge { index, .. }
-            | Error::TooManySegments { index, .. }
-            | Error::ZeroSegmentSize { index }
-            | Error::SegmentExceedsMtu { index, .. }
-            | Error::DatagramExceedsMtu { index, .. }
-            | Error::AddressFamily { index, .. }
-            | Error::PartialTrain { index, .. }
-            | Error::Config(ConfigError::TxtimeOff { index }) => *index += offset,
+        match &mut self.detail {
+            Detail::PayloadTooLarge { index, .. }
+            | Detail::TooManySegments { index, .. }
+            | Detail::ZeroSegmentSize { index }
+            | Detail::SegmentExceedsMtu { index, .. }
+            | Detail::DatagramExceedsMtu { index, .. }
+            | Detail::AddressFamily { index, .. }
+            | Detail::PartialTrain { index, .. }
+            | Detail::Config(ConfigError::TxtimeOff { index }) => *index += offset,
             _ => {}
         }
         self
+    }
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(&self.detail, f)
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        std::error::Error::source(&self.detail)
+    }
+}
+
+impl From<Detail> for Error {
+    fn from(detail: Detail) -> Self {
+        Error { detail }
+    }
+}
+
+impl From<ConfigError> for Error {
+    fn from(e: ConfigError) -> Self {
+        Detail::Config(e).into()
+    }
+}
+
+impl From<AllocError> for Error {
+    fn from(e: AllocError) -> Self {
+        Detail::NoMemory(e).into()
+    }
+}
+
+impl From<io::Error> for Error {
+    fn from(e: io::Error) -> Self {
+        Detail::Io(e).into()
+    }
+}
+
+/// An I/O error stays itself; any other error becomes an `InvalidInput`
+/// one with the same message.
+impl From<Error> for io::Error {
+    fn from(e: Error) -> io::Error {
+        match e.detail {
+            Detail::Io(e) => e,
+            other => io::Error::new(io::ErrorKind::InvalidInput, other.to_string()),
+        }
     }
 }

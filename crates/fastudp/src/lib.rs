@@ -125,8 +125,8 @@
 //! - **Path MTU.** Don't-fragment is on by default (`IP_PMTUDISC_PROBE`,
 //!   `IPV6_DONTFRAG`), as QUIC and datagram PMTU discovery (RFC 8899)
 //!   need: a datagram over the MTU is refused
-//!   ([`Error::DatagramExceedsMtu`], [`Error::SegmentExceedsMtu`] for a
-//!   train) and never fragmented. [`Config::may_fragment`] restores the
+//!   ([`ErrorKind::ExceedsPathMtu`], for a datagram or a train's segment)
+//!   and never fragmented. [`Config::may_fragment`] restores the
 //!   kernel's fragmenting.
 //! - **ICMP errors, typed.** `IP_RECVERR`/`IPV6_RECVERR` are on.
 //!   [`UdpIo::recv_error`] returns [`SocketError`]s of a
@@ -157,7 +157,7 @@
 //!   ([`FallbackEvent`]).
 //! - **A stable surface.** Public structs and enums that will grow are
 //!   `#[non_exhaustive]` (build [`Config`] and [`Transmit`] with their
-//!   methods), configuration errors are typed ([`ConfigError`]), and the
+//!   methods), errors have a kind to branch on ([`ErrorKind`]), and the
 //!   public API is checked against a snapshot in CI.
 //!
 //! # What the socket does
@@ -276,7 +276,7 @@ mod zerocopy;
 
 pub use caps::Capabilities;
 pub use coalesce::{Coalescer, DEFAULT_MTU};
-pub use error::{AllocError, ConfigError, Error, FallbackEvent, Feature};
+pub use error::{Error, ErrorKind, FallbackEvent, Feature};
 pub use reuseport::{ReuseportGroup, Steering, MAX_STEERING_OFFSET};
 pub use socket::errqueue::{SocketError, SocketErrorKind};
 pub use socket::{

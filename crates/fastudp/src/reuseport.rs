@@ -115,25 +115,31 @@ impl ReuseportGroup {
                 } else {
                     e
                 };
-                return Err(Error::Bind { addr, source });
+                return Err(Error::from(crate::error::Detail::Bind { addr, source }));
             }
         }
         let mut sockets = Vec::with_capacity(n);
         let mut at = addr;
         for _ in 0..n {
             let s = new_udp(at)?;
-            s.set_reuse_port(true).map_err(|e| Error::Setup {
-                what: "SO_REUSEPORT",
-                source: e,
+            s.set_reuse_port(true).map_err(|e| {
+                Error::from(crate::error::Detail::Setup {
+                    what: "SO_REUSEPORT",
+                    source: e,
+                })
             })?;
-            s.bind(&at.into()).map_err(|e| Error::Bind {
-                addr: at,
-                source: e,
+            s.bind(&at.into()).map_err(|e| {
+                Error::from(crate::error::Detail::Bind {
+                    addr: at,
+                    source: e,
+                })
             })?;
             let sock = Socket::from_std(s.into(), config)?;
-            at = sock.as_std().local_addr().map_err(|e| Error::Setup {
-                what: "getsockname",
-                source: e,
+            at = sock.as_std().local_addr().map_err(|e| {
+                Error::from(crate::error::Detail::Setup {
+                    what: "getsockname",
+                    source: e,
+                })
             })?;
             sockets.push(sock);
         }
@@ -144,9 +150,11 @@ impl ReuseportGroup {
             Steering::QuicCid => Some(bpf::by_quic_cid(n as u32)),
         };
         if let Some(p) = prog {
-            sys::attach_reuseport_cbpf(sockets[0].as_raw_fd(), &p).map_err(|e| Error::Setup {
-                what: "SO_ATTACH_REUSEPORT_CBPF",
-                source: e,
+            sys::attach_reuseport_cbpf(sockets[0].as_raw_fd(), &p).map_err(|e| {
+                Error::from(crate::error::Detail::Setup {
+                    what: "SO_ATTACH_REUSEPORT_CBPF",
+                    source: e,
+                })
             })?;
         }
         Ok(ReuseportGroup { sockets, steering })

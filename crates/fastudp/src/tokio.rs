@@ -113,7 +113,7 @@ async fn when_ready<R>(
         match r {
             Ok(outcome) => return outcome,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-            Err(e) => return Err(Error::Io(e)),
+            Err(e) => return Err(Error::from(e)),
         }
     }
 }
@@ -242,7 +242,7 @@ impl UdpSocket {
                 match got {
                     Ok(e) => return Ok(e),
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                    Err(e) => return Err(Error::Io(e)),
+                    Err(e) => return Err(Error::from(e)),
                 }
             }
         }

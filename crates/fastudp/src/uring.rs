@@ -619,7 +619,7 @@ impl Backend {
                     retries += 1;
                     continue;
                 }
-                return Some(Err(Error::Io(e)));
+                return Some(Err(Error::from(e)));
             }
             if !r.armed() || r.ready() {
                 continue;
@@ -637,14 +637,14 @@ impl Backend {
                 Some(t) => {
                     let left = t.saturating_sub(t0.elapsed());
                     if left.is_zero() {
-                        return Some(Err(Error::Io(io::Error::from(io::ErrorKind::WouldBlock))));
+                        return Some(Err(Error::from(io::Error::from(io::ErrorKind::WouldBlock))));
                     }
                     Some(left)
                 }
                 None => None,
             };
             if let Err(e) = r.wait(left) {
-                return Some(Err(Error::Io(e)));
+                return Some(Err(Error::from(e)));
             }
         }
     }
@@ -1003,12 +1003,14 @@ impl UringZeroCopySender {
     /// `Config::disable` has `Feature::Zerocopy`.
     pub fn new(sock: &impl UdpIo) -> Result<Self, Error> {
         if sock.state().capabilities().is_disabled(Feature::Zerocopy) {
-            return Err(crate::ConfigError::SwitchedOff(Feature::Zerocopy).into());
+            return Err(crate::error::ConfigError::SwitchedOff(Feature::Zerocopy).into());
         }
         let p = probe();
-        let unsupported = |why: String| Error::Setup {
-            what: "io_uring SENDMSG_ZC",
-            source: io::Error::new(io::ErrorKind::Unsupported, why),
+        let unsupported = |why: String| {
+            Error::from(crate::error::Detail::Setup {
+                what: "io_uring SENDMSG_ZC",
+                source: io::Error::new(io::ErrorKind::Unsupported, why),
+            })
         };
         if !p.zerocopy_ok() {
             return Err(unsupported(p.why_not().unwrap_or_else(|| {
@@ -1017,9 +1019,11 @@ impl UringZeroCopySender {
         }
         #[cfg(target_os = "linux")]
         {
-            let mut ring = ZcRing::new().map_err(|e| Error::Setup {
-                what: "io_uring_setup",
-                source: e,
+            let mut ring = ZcRing::new().map_err(|e| {
+                Error::from(crate::error::Detail::Setup {
+                    what: "io_uring_setup",
+                    source: e,
+                })
             })?;
             let state = sock.state();
             let file_state = match ring.register_file(sock.fd().as_raw_fd()) {
@@ -1086,10 +1090,10 @@ impl UringZeroCopySender {
                 ),
             ),
             Err(e) => {
-                return Err(Error::Setup {
+                return Err(Error::from(crate::error::Detail::Setup {
                     what: "io_uring send buffer pool",
                     source: e,
-                })
+                }))
             }
         }
         #[cfg(not(target_os = "linux"))]
@@ -1194,7 +1198,7 @@ impl UringZeroCopySender {
                                 || (self.ring.pool_free() == 0 && self.ring.pool_len() > 0)) =>
                     {
                         if Instant::now() > deadline {
-                            return Err(Error::Io(e));
+                            return Err(Error::from(e));
                         }
                         let _ = self.ring.wait(Duration::from_millis(10), &mut self.done);
                         self.collect();
@@ -1216,14 +1220,14 @@ impl UringZeroCopySender {
                             .copy(sock, dest, data, segment_size)
                             .map_err(|(e, _)| e);
                     }
-                    Ok(Err((e, _))) => return Err(Error::Io(e)),
+                    Ok(Err((e, _))) => return Err(Error::from(e)),
                 }
             }
         }
         #[cfg(not(target_os = "linux"))]
         {
             let _ = (sock, dest, len, segment_size, write);
-            Err(Error::Io(io::Error::new(
+            Err(Error::from(io::Error::new(
                 io::ErrorKind::Unsupported,
                 "io_uring is Linux-only",
             )))
@@ -1305,7 +1309,7 @@ impl UringZeroCopySender {
                             && self.ring.in_flight() >= ring::ZC_SLOTS =>
                     {
                         if Instant::now() > deadline {
-                            return Err((Error::Io(e), b));
+                            return Err((Error::from(e), b));
                         }
                         buf = b;
                         let _ = self.ring.wait(Duration::from_millis(10), &mut self.done);
@@ -1330,8 +1334,8 @@ impl UringZeroCopySender {
                         // back (and records why).
                         return self.copy(sock, dest, b, segment_size);
                     }
-                    Ok(Err((e, Some(b)))) => return Err((Error::Io(e), b)),
-                    Ok(Err((e, None))) => return Err((Error::Io(e), Vec::new())),
+                    Ok(Err((e, Some(b)))) => return Err((Error::from(e), b)),
+                    Ok(Err((e, None))) => return Err((Error::from(e), Vec::new())),
                 }
             }
         }
@@ -1383,7 +1387,9 @@ impl UringZeroCopySender {
     /// Waits up to `timeout` for a notification, then reaps; returns how
     /// many sends finished.
     pub fn wait(&mut self, timeout: Duration) -> Result<usize, Error> {
-        self.ring.wait(timeout, &mut self.done).map_err(Error::Io)?;
+        self.ring
+            .wait(timeout, &mut self.done)
+            .map_err(Error::from)?;
         let n = self.done.len();
         self.collect();
         Ok(n)
@@ -1409,7 +1415,7 @@ impl UringZeroCopySender {
             }
             self.ring
                 .wait(left.min(Duration::from_millis(50)), &mut self.done)
-                .map_err(Error::Io)?;
+                .map_err(Error::from)?;
             self.collect();
         }
         let _ = deadline;

@@ -125,10 +125,10 @@ impl ZeroCopySender {
             return Err(ConfigError::SwitchedOff(Feature::Zerocopy).into());
         }
         sys::setsockopt_int(sock.fd().as_raw_fd(), SOL_SOCKET, SO_ZEROCOPY, 1).map_err(|e| {
-            Error::Setup {
+            Error::from(crate::error::Detail::Setup {
                 what: "SO_ZEROCOPY",
                 source: e,
-            }
+            })
         })?;
         Ok(ZeroCopySender {
             tracker: CompletionTracker::new(),
@@ -165,7 +165,8 @@ impl ZeroCopySender {
     /// than it. The sender keeps the buffer until its completion.
     ///
     /// On error the buffer comes back with it, unsent (for
-    /// [`Error::PartialTrain`], partly sent). `ENOBUFS` means one of two
+    /// [`ErrorKind::PartialTrain`](crate::ErrorKind::PartialTrain), partly
+    /// sent: [`Error::datagrams_sent`]). `ENOBUFS` means one of two
     /// things, which the completion queue tells apart. Too many zerocopy
     /// sends outstanding for `net.core.optmem_max` (no completion id was
     /// used) is handled here on a blocking socket: the sender waits for
@@ -271,7 +272,7 @@ impl ZeroCopySender {
             }
         }
         if e.kind() == io::ErrorKind::WouldBlock || enobufs {
-            return After::Fail(Error::Io(e));
+            return After::Fail(Error::from(e));
         }
         self.after_failure(sock, t, e, retries)
     }
@@ -317,7 +318,7 @@ impl ZeroCopySender {
             // back (and records why).
             return After::Copy;
         }
-        After::Fail(Error::Io(e))
+        After::Fail(Error::from(e))
     }
 
     /// A zerocopy send of `segments` datagrams in `buf` that the local
@@ -437,7 +438,7 @@ impl ZeroCopySender {
         if self.tracker.in_flight() == 0 {
             return Ok(0);
         }
-        sys::poll(sock.fd().as_raw_fd(), sys::POLLERR, timeout).map_err(Error::Io)?;
+        sys::poll(sock.fd().as_raw_fd(), sys::POLLERR, timeout).map_err(Error::from)?;
         self.reap(sock)
     }
 
@@ -501,16 +502,16 @@ pub(crate) fn send_copy(
         Ok(s) if s.datagrams > 0 => {
             let segments = t.segments();
             Err((
-                Error::PartialTrain {
+                Error::from(crate::error::Detail::PartialTrain {
                     index: 0,
                     sent: s.datagrams,
                     segments,
                     source: io::Error::from(io::ErrorKind::WouldBlock),
-                },
+                }),
                 buf,
             ))
         }
-        Ok(_) => Err((Error::Io(io::Error::from(io::ErrorKind::WouldBlock)), buf)),
+        Ok(_) => Err((Error::from(io::Error::from(io::ErrorKind::WouldBlock)), buf)),
         Err(e) => Err((e, buf)),
     }
 }

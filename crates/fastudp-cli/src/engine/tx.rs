@@ -1060,7 +1060,7 @@ mod tests {
             calls += 1;
             match calls {
                 1 => Ok(sent(0, 3)),
-                _ => Err(fastudp::Error::Io(io::Error::from_raw_os_error(
+                _ => Err(fastudp::Error::from(io::Error::from_raw_os_error(
                     libc::ENETUNREACH,
                 ))),
             }

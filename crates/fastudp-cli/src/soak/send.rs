@@ -82,15 +82,9 @@ pub fn errno_name(e: i32) -> String {
 
 /// A short name of a library error: its errno, or its kind.
 fn error_name(e: &fastudp::Error) -> String {
-    match e {
-        fastudp::Error::Io(io) | fastudp::Error::PartialTrain { source: io, .. } => io_name(io),
-        other => {
-            let d = format!("{other:?}");
-            d.split(|c: char| !c.is_alphanumeric())
-                .next()
-                .unwrap_or("error")
-                .to_string()
-        }
+    match (e.kind(), e.io_error()) {
+        (fastudp::ErrorKind::Io | fastudp::ErrorKind::PartialTrain, Some(io)) => io_name(io),
+        (kind, _) => format!("{kind:?}"),
     }
 }
 
@@ -354,10 +348,7 @@ impl Sender {
             Ok(()) => (SEGS, None),
             Err((e, b)) => {
                 self.pool.push(b);
-                let n = match &e {
-                    fastudp::Error::PartialTrain { sent, .. } => *sent,
-                    _ => 0,
-                };
+                let n = e.datagrams_sent().unwrap_or(0);
                 (n, Some(error_name(&e)))
             }
         }

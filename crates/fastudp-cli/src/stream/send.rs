@@ -388,8 +388,8 @@ impl<'a> Sender<'a> {
                 }
                 Err(e)
                     if e.is_would_block()
-                        || e.io_kind()
-                            .is_some_and(|k| k == std::io::ErrorKind::OutOfMemory) =>
+                        || e.io_error()
+                            .is_some_and(|io| io.kind() == std::io::ErrorKind::OutOfMemory) =>
                 {
                     std::thread::yield_now()
                 }

@@ -409,7 +409,7 @@ fn receive(
             Err(e)
                 if e.is_would_block()
                     || matches!(
-                        e.io_kind(),
+                        e.io_error().map(std::io::Error::kind),
                         Some(std::io::ErrorKind::TimedOut | std::io::ErrorKind::Interrupted)
                     ) => {}
             Err(_) => std::thread::sleep(Duration::from_millis(10)),

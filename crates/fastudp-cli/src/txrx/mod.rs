@@ -1027,7 +1027,9 @@ fn receive_udp(a: &RxArgs, addr: SocketAddr, sock: &fastudp::Socket) -> anyhow::
             Err(e) if e.is_would_block() => {}
             // A signal (Ctrl-C) interrupted the wait: the loop's check
             // ends the run with its summary.
-            Err(e) if e.io_kind() == Some(std::io::ErrorKind::Interrupted) => {}
+            Err(e)
+                if e.io_error().map(std::io::Error::kind)
+                    == Some(std::io::ErrorKind::Interrupted) => {}
             Err(e) => bail!("receive failed: {e}"),
         }
         let now = Instant::now();

@@ -217,8 +217,13 @@ impl UdpState {
             };
             // A message without an extended error (none is known) is skipped.
             // Control data the kernel wrote that does not parse.
-            let parsed = errqueue::parse_message(&cb.0[..len.min(cb.0.len())], dest)
-                .map_err(|e| Error::Control(io::Error::new(io::ErrorKind::InvalidData, e)))?;
+            let parsed =
+                errqueue::parse_message(&cb.0[..len.min(cb.0.len())], dest).map_err(|e| {
+                    Error::from(crate::error::Detail::Control(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        e,
+                    )))
+                })?;
             if let Some(m) = parsed {
                 return Ok(Some(SocketError(m)));
             }

@@ -196,10 +196,7 @@ impl RecvBatch {
     /// give (up to 2 GiB at the largest sizes) is an error instead of an
     /// abort of the process: for hosts with a memory limit, and for C
     /// callers.
-    pub fn try_with_capacity(
-        messages: usize,
-        bytes_per_message: usize,
-    ) -> Result<Self, crate::error::AllocError> {
+    pub fn try_with_capacity(messages: usize, bytes_per_message: usize) -> Result<Self, Error> {
         let messages = messages.clamp(1, MAX_BATCH);
         let stride = bytes_per_message.clamp(1, 16 << 20);
         let bytes = messages * stride;
@@ -331,7 +328,7 @@ impl UdpState {
                         retries += 1;
                         continue;
                     }
-                    return Err(Error::Io(e));
+                    return Err(Error::from(e));
                 }
             }
         };
@@ -402,7 +399,7 @@ impl UdpState {
                         retries += 1;
                         continue;
                     }
-                    return Err(Error::Io(e));
+                    return Err(Error::from(e));
                 }
             }
         }

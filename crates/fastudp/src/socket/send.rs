@@ -137,40 +137,40 @@ impl UdpState {
         // An IPv4 socket takes IPv4 addresses only: the kernel answers
         // EAFNOSUPPORT to any sockaddr_in6 there, a v4-mapped one included.
         if !self.ipv6 && !t.destination.is_ipv4() {
-            return Err(Error::AddressFamily {
+            return Err(Error::from(crate::error::Detail::AddressFamily {
                 index,
                 destination: t.destination,
-            });
+            }));
         }
         let max = self.max_payload_to(&t.destination);
         if t.contents.len() > max {
-            return Err(Error::PayloadTooLarge {
+            return Err(Error::from(crate::error::Detail::PayloadTooLarge {
                 index,
                 len: t.contents.len(),
                 max,
-            });
+            }));
         }
         if t.segment_size == Some(0) {
-            return Err(Error::ZeroSegmentSize { index });
+            return Err(Error::from(crate::error::Detail::ZeroSegmentSize { index }));
         }
         let segs = t.segments();
         // Without GSO a train is split into datagrams, whatever its length.
         if segs > 1 && self.caps.max_gso_segments > 1 && segs > self.caps.kernel_max_segments {
-            return Err(Error::TooManySegments {
+            return Err(Error::from(crate::error::Detail::TooManySegments {
                 index,
                 segments: segs,
                 max: self.caps.kernel_max_segments,
-            });
+            }));
         }
         if t.txtime.is_some() && !self.txtime.load(Relaxed) {
             return Err(ConfigError::TxtimeOff { index }.into());
         }
         if let (Some(IpAddr::V6(v6)), false) = (t.src_ip, self.ipv6) {
             if v6.to_ipv4_mapped().is_none() {
-                return Err(Error::AddressFamily {
+                return Err(Error::from(crate::error::Detail::AddressFamily {
                     index,
                     destination: t.destination,
-                });
+                }));
             }
         }
         Ok(())
@@ -203,8 +203,12 @@ impl UdpState {
                 .filter(|_| !self.caps.is_disabled(crate::Feature::Pktinfo)),
             txtime: t.txtime,
         };
-        encode_send(buf, &ctl, is_v4_dest(&t.destination), self.ipv6)
-            .map_err(|e| Error::Control(io::Error::new(io::ErrorKind::InvalidInput, e)))
+        encode_send(buf, &ctl, is_v4_dest(&t.destination), self.ipv6).map_err(|e| {
+            Error::from(crate::error::Detail::Control(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                e,
+            )))
+        })
     }
 
     /// One message of a send, its control data encoded into `ctl`.
@@ -524,20 +528,20 @@ impl UdpState {
         }
         if errno == Some(libc::EMSGSIZE) {
             return Err(if t.segments() > 1 {
-                Error::SegmentExceedsMtu {
+                Error::from(crate::error::Detail::SegmentExceedsMtu {
                     index: 0,
                     segment_size: t.segment_size.unwrap_or(0),
                     destination: t.destination,
-                }
+                })
             } else {
-                Error::DatagramExceedsMtu {
+                Error::from(crate::error::Detail::DatagramExceedsMtu {
                     index: 0,
                     len: t.contents.len(),
                     destination: t.destination,
-                }
+                })
             });
         }
-        Err(Error::Io(e))
+        Err(Error::from(e))
     }
 
     /// Sends every datagram of a train as its own message. Once the first
@@ -619,7 +623,7 @@ impl UdpState {
                 continue;
             }
             if sent == 0 {
-                return Err(Error::Io(e));
+                return Err(Error::from(e));
             }
             let would_block = e.kind() == io::ErrorKind::WouldBlock;
             let blocking = !sys::is_nonblocking(fd).unwrap_or(true);
@@ -674,8 +678,8 @@ impl UdpState {
             #[cfg(feature = "uring")]
             self.record(
                 crate::Feature::Uring,
-                why.as_ref().and_then(|e| match e {
-                    Error::Io(e) => e.raw_os_error(),
+                why.as_ref().and_then(|e| match e.detail() {
+                    crate::error::Detail::Io(e) => e.raw_os_error(),
                     _ => None,
                 }),
                 format!(
@@ -693,15 +697,6 @@ impl UdpState {
     pub(crate) fn dropped_locally(&self, n: usize, dropped: &mut usize) {
         self.c.dropped_locally.fetch_add(n as u64, Relaxed);
         *dropped += n;
-    }
-}
-
-impl From<Error> for io::Error {
-    fn from(e: Error) -> io::Error {
-        match e {
-            Error::Io(e) => e,
-            other => io::Error::new(io::ErrorKind::InvalidInput, other.to_string()),
-        }
     }
 }
 

@@ -372,7 +372,7 @@ pub(super) struct Counters {
 }
 
 fn setup(what: &'static str) -> impl FnOnce(io::Error) -> Error {
-    move |source| Error::Setup { what, source }
+    move |source| Error::from(crate::error::Detail::Setup { what, source })
 }
 
 impl UdpState {
@@ -388,9 +388,11 @@ impl UdpState {
             .local_addr()
             .map_err(setup("getsockname"))?
             .as_socket()
-            .ok_or_else(|| Error::Setup {
-                what: "getsockname",
-                source: io::Error::new(io::ErrorKind::InvalidInput, "not an IP socket"),
+            .ok_or_else(|| {
+                Error::from(crate::error::Detail::Setup {
+                    what: "getsockname",
+                    source: io::Error::new(io::ErrorKind::InvalidInput, "not an IP socket"),
+                })
             })?
             .is_ipv6();
         set_buffers(&sref, &config)?;

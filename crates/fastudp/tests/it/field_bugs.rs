@@ -7,7 +7,7 @@ use crate::common;
 use fastudp::UdpIo;
 
 use common::*;
-use fastudp::{Config, Error, RecvBatch, Socket, Transmit};
+use fastudp::{Config, ErrorKind, RecvBatch, Socket, Transmit};
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -123,7 +123,13 @@ fn oversize_in_a_batch_costs_only_itself(v6: bool) {
                 assert!(s.transmits > 0, "a send took nothing: {s:?}");
                 k += s.transmits;
             }
-            Err(Error::DatagramExceedsMtu { index, len, .. }) => {
+            Err(e) if e.kind() == ErrorKind::ExceedsPathMtu => {
+                let index = e.transmit_index().expect("names the transmit");
+                let len = ts[k + index].contents.len();
+                assert!(
+                    e.to_string().contains(&format!("datagram of {len} bytes")),
+                    "{e}"
+                );
                 refused.push((k + index, len));
                 k += index + 1;
             }

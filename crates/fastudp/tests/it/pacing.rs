@@ -6,7 +6,7 @@ use common::skip;
 use fastudp::UdpIo;
 
 use fastudp::pacing::{choose_mode, PacingMode};
-use fastudp::{ConfigError, Error, RecvBatch, Socket, Transmit};
+use fastudp::{ErrorKind, RecvBatch, Socket, Transmit};
 use fastudp_tools::pacing::Pacer;
 use std::time::Duration;
 
@@ -16,7 +16,8 @@ fn departure_time_without_so_txtime_is_a_clear_error() {
     let t = Transmit::new("127.0.0.1:9".parse().unwrap(), b"x")
         .with_txtime(Some(fastudp_tools::os::monotonic_ns()));
     match tx.send(&[t]) {
-        Err(e @ Error::Config(ConfigError::TxtimeOff { index: 0 })) => {
+        Err(e) if e.kind() == ErrorKind::Config && e.transmit_index() == Some(0) => {
+            assert!(e.to_string().contains("SO_TXTIME is off"), "{e}");
             assert!(e.to_string().contains("enable_txtime"), "{e}")
         }
         other => panic!("expected a clear error, got {other:?}"),

@@ -163,7 +163,7 @@ fn a_connected_socket_whose_peer_went_away_returns_the_error() {
             .expect("the receive returned instead of waiting or looping");
         let e = r.expect_err("the peer is gone");
         assert_eq!(
-            e.io_kind(),
+            e.io_error().map(std::io::Error::kind),
             Some(std::io::ErrorKind::ConnectionRefused),
             "{e}"
         );

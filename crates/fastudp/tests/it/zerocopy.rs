@@ -135,7 +135,9 @@ fn oversized_buffer_comes_back_with_the_error() {
         .send(&tx, "127.0.0.1:9".parse().unwrap(), vec![0; 70_000], None)
         .unwrap_err();
     assert_eq!(buf.len(), 70_000, "the caller gets its buffer back");
-    assert!(matches!(e, fastudp::Error::PayloadTooLarge { .. }));
+    assert_eq!(e.kind(), fastudp::ErrorKind::InvalidTransmit, "{e}");
+    assert_eq!(e.transmit_index(), Some(0));
+    assert!(e.to_string().contains("payload of 70000 bytes"), "{e}");
 }
 
 /// A zerocopy GSO send the kernel refuses after building the packet (a
@@ -223,7 +225,7 @@ fn a_send_without_a_route_uses_no_completion_id() {
         let (e, back) = zc.send(&tx, nowhere, vec![7u8; 1000], None).unwrap_err();
         assert_eq!(back.len(), 1000);
         assert_eq!(
-            e.io_kind(),
+            e.io_error().map(std::io::Error::kind),
             Some(std::io::ErrorKind::NetworkUnreachable),
             "{e}"
         );
