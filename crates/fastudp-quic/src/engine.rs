@@ -259,7 +259,7 @@ fn bind(cfg: &EngineConfig) -> Result<(ReuseportGroup, SocketAddr, Vec<Socket>),
         addr: cfg.listen,
         source,
     })?;
-    let addr = group
+    let addr = group.sockets()[0]
         .local_addr()
         .map_err(|e| Error::Setup(format!("getsockname: {e}")))?;
     let mut txs = Vec::with_capacity(cfg.workers);

@@ -739,7 +739,7 @@ impl UdpState {
             }
         }
         let n = self.recv(fd, scratch)?;
-        for (m, p) in scratch.iter() {
+        for (m, p) in &*scratch {
             f(m, p);
         }
         Ok(n)

@@ -126,7 +126,7 @@ fn ipv6_gso_into_gro() {
 fn datagram_over_the_mtu_is_refused_unless_fragmenting_is_allowed() {
     let rx = common::bind("[::1]:0".parse().unwrap()).unwrap();
     let dest = rx.local_addr().unwrap();
-    let big = vec![6u8; fastudp::MAX_PAYLOAD_V6];
+    let big = vec![6u8; fastudp::max_payload(true)];
     let df = common::bind("[::1]:0".parse().unwrap()).unwrap();
     assert!(!df.may_fragment() && df.capabilities().dont_fragment);
     match df.send(&[Transmit::new(dest, b"small"), Transmit::new(dest, &big)]) {
@@ -264,7 +264,7 @@ fn truncation_is_reported_not_silent() {
     r.as_std()
         .set_read_timeout(Some(std::time::Duration::from_secs(2)))
         .unwrap();
-    let mut b = RecvBatch::with_capacity(4, 1000);
+    let mut b = RecvBatch::with_capacity(4, 1000).unwrap();
     r.recv(&mut b).unwrap();
     let (m, d) = b.get(0).unwrap();
     assert!(m.truncated);
@@ -283,17 +283,19 @@ fn coalescer_packs_equal_datagrams_into_trains() {
     let dest = r.local_addr().unwrap();
     let mut c = fastudp::Coalescer::new();
     for i in 0..100u8 {
-        assert_eq!(c.push(&t, dest, &[i; 1000]).unwrap(), u64::from(i));
+        assert_eq!(
+            c.push(&t, dest, &[i; 1000], None, None).unwrap(),
+            u64::from(i)
+        );
     }
-    assert_eq!(c.queued_datagrams(), 100);
     assert_eq!(
-        c.queued_trains(),
-        100usize.div_ceil(t.max_gso_segments().min(65))
+        c.queued(),
+        (100, 100usize.div_ceil(t.max_gso_segments().min(65)))
     );
     assert_eq!(c.flush(&t).unwrap(), 100);
     assert_eq!(t.stats().send_calls, 1, "all trains in one sendmmsg");
     assert!(
-        c.push(&t, dest, &vec![0u8; 65_508]).is_err(),
+        c.push(&t, dest, &vec![0u8; 65_508], None, None).is_err(),
         "oversized payload is refused"
     );
     assert!(c.is_empty());
@@ -313,7 +315,7 @@ fn truncated_gro_train_yields_only_whole_datagrams() {
     rx.as_std()
         .set_read_timeout(Some(std::time::Duration::from_secs(2)))
         .unwrap();
-    let mut b = RecvBatch::with_capacity(8, 1500);
+    let mut b = RecvBatch::with_capacity(8, 1500).unwrap();
     rx.recv(&mut b).unwrap();
     let (m, _) = b.get(0).unwrap();
     assert!(m.truncated, "the train did not fit");
@@ -331,12 +333,13 @@ fn coalescer_refuses_what_the_socket_would_refuse() {
     let t = common::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let r = common::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let mut c = fastudp::Coalescer::new();
-    c.push(&t, r.local_addr().unwrap(), b"fine").unwrap();
+    c.push(&t, r.local_addr().unwrap(), b"fine", None, None)
+        .unwrap();
     let e = c
-        .push(&t, "[::1]:9".parse().unwrap(), b"wrong family")
+        .push(&t, "[::1]:9".parse().unwrap(), b"wrong family", None, None)
         .unwrap_err();
     assert!(matches!(e, fastudp::Error::AddressFamily { .. }), "{e:?}");
-    assert_eq!(c.queued_datagrams(), 1);
+    assert_eq!(c.queued().0, 1);
     assert_eq!(c.flush(&t).unwrap(), 1, "the queue is not blocked");
 }
 
@@ -383,7 +386,7 @@ fn v4_mapped_destination_on_an_ipv4_socket_is_a_typed_error() {
     );
     assert_eq!(t.stats().send_calls, 0, "nothing of the batch was sent");
     let mut c = fastudp::Coalescer::new();
-    let e = c.push(&t, mapped, b"mapped").unwrap_err();
+    let e = c.push(&t, mapped, b"mapped", None, None).unwrap_err();
     assert!(matches!(e, fastudp::Error::AddressFamily { .. }), "{e:?}");
 }
 
