@@ -28,12 +28,17 @@ def strip_generics(text):
     return "".join(out)
 
 
+def strip_ref(text):
+    """`&'a T` or `&mut T` -> `T`: a trait implemented for a reference."""
+    return re.sub(r"^&(?:'\w+ )?(?:mut )?", "", text)
+
+
 def item_path(line):
     """The path of a `pub fn|type|const` line, generics removed, or None."""
     m = re.match(r"^pub (?:const |unsafe |async |extern \"C\" )*(fn|type|const) (.*)$", line)
     if not m:
         return None
-    rest = m.group(2)
+    rest = strip_ref(m.group(2))
     if rest.startswith("("):  # a tuple type, `(&A, S)::f`: generics kept
         return rest.split(")::", 1)[0] + ")::" + rest.split(")::", 1)[-1].split("(", 1)[0]
     # The path ends at the argument list, the type annotation or `=`.
@@ -64,7 +69,7 @@ def count(path, verbose):
                 continue
             if re.match(r"^(unsafe )?impl\b", line):
                 if " for " in line:
-                    trait_for = strip_generics(line.rsplit(" for ", 1)[1]).strip()
+                    trait_for = strip_ref(strip_generics(line.rsplit(" for ", 1)[1]).strip())
                 else:
                     trait_for = None
                 continue

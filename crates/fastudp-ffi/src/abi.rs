@@ -887,6 +887,10 @@ pub struct fastudp_recv_batch {
     generation: u64,
 }
 
+/// Bytes per message of a receive batch created with
+/// `bytes_per_message` 0: the header's default, and `fastudp::RecvBatch::new`'s.
+const DEFAULT_MESSAGE_CAPACITY: usize = 96 * 1024;
+
 /// Creates a receive batch of `messages` buffers (1 to 128) of
 /// `bytes_per_message` bytes each (0 for 98304, room for a 64-datagram GRO
 /// train of 1472-byte datagrams; at most 16 MiB) and writes it to `*out`.
@@ -918,11 +922,11 @@ pub unsafe extern "C" fn fastudp_recv_batch_new(
             )));
         }
         let per = if bytes_per_message == 0 {
-            fastudp::DEFAULT_MESSAGE_CAPACITY
+            DEFAULT_MESSAGE_CAPACITY
         } else {
             bytes_per_message
         };
-        let inner = RecvBatch::try_with_capacity(messages, per)
+        let inner = RecvBatch::with_capacity(messages, per)
             .map_err(|e| Failure::NoMemory(format!("{e} for {messages} buffers of {per} bytes")))?;
         let meta = fastudp_recv_meta::scalars(&fastudp::RecvMeta::default());
         let mut metas = Vec::new();
@@ -1105,7 +1109,7 @@ pub unsafe extern "C" fn fastudp_datagram_iter_next(
             // The library's splitting: the first datagram of what is left.
             let rest = payload.get(it.offset..).unwrap_or(&[]);
             let d = if it.offset == 0 || !rest.is_empty() {
-                fastudp::Datagrams::new(rest, m.stride).next()
+                m.datagrams(rest).next()
             } else {
                 None
             };
@@ -1151,14 +1155,17 @@ pub struct fastudp_coalescer {
     inner: Coalescer,
 }
 
+/// The path MTU a coalescer assumes when given 0 (the header's default,
+/// and `fastudp::Coalescer::new`'s).
+const DEFAULT_MTU: usize = 1500;
+
 /// Checks a path MTU given to the coalescer: 0 means the default (1500).
 fn mtu_of(mtu: usize) -> Res<usize> {
     match mtu {
-        0 => Ok(fastudp::DEFAULT_MTU),
+        0 => Ok(DEFAULT_MTU),
         68..=65535 => Ok(mtu),
         _ => Err(Failure::Invalid(format!(
-            "mtu {mtu}: a path MTU is 68 to 65535 bytes (0 for {})",
-            fastudp::DEFAULT_MTU
+            "mtu {mtu}: a path MTU is 68 to 65535 bytes (0 for {DEFAULT_MTU})"
         ))),
     }
 }
@@ -1191,7 +1198,8 @@ pub unsafe extern "C" fn fastudp_coalescer_new(
                 "max_trains {max_trains}: at most {FASTUDP_MAX_COALESCER_TRAINS} (0 for 64)"
             )));
         }
-        let mut c = Coalescer::new().with_mtu(mtu_of(mtu)?);
+        let mut c = Coalescer::new();
+        c.set_mtu(mtu_of(mtu)?);
         if max_trains > 0 {
             c = c.with_max_trains(max_trains);
         }
@@ -1262,9 +1270,7 @@ pub unsafe extern "C" fn fastudp_coalescer_push(
             )
         };
         let ecn = ecn_from_c(ecn)?;
-        let n = c
-            .inner
-            .push_with(&(&s.state, s.fd()), dest, data, ecn, src)?;
+        let n = c.inner.push(&(&s.state, s.fd()), dest, data, ecn, src)?;
         // SAFETY: NULL or writable, as the caller vouches.
         unsafe { put_opt(number, n) };
         Ok(())
@@ -1314,8 +1320,9 @@ pub unsafe extern "C" fn fastudp_coalescer_queued(
             if trains.is_null() {
                 return Err(Failure::Null("trains"));
             }
-            put(datagrams, "datagrams", c.inner.queued_datagrams())?;
-            put(trains, "trains", c.inner.queued_trains())
+            let (queued_datagrams, queued_trains) = c.inner.queued();
+            put(datagrams, "datagrams", queued_datagrams)?;
+            put(trains, "trains", queued_trains)
         }
     })
 }

@@ -8,8 +8,8 @@
 //!
 //! It lives in the engine crate, beside [`crate::h3`], because it answers
 //! with the same [`Handler`] (`/bytes/N`, `/video/...`, static files
-//! through [`crate::files::Root`] and [`fastudp::fs::open_beneath`]), so
-//! any embedder that serves HTTP/3 gets discovery for its own handler,
+//! through [`crate::files::Root`], which opens them with `openat2(2)`),
+//! so any embedder that serves HTTP/3 gets discovery for its own handler,
 //! and both transports serve the same bytes. It needs nothing of the
 //! command: std threads, blocking sockets with kernel timeouts, and
 //! rustls, which the crate already depends on. It shares no state with

@@ -260,7 +260,8 @@ fn bind(cfg: &EngineConfig) -> Result<(ReuseportGroup, SocketAddr, Vec<Socket>),
         addr: cfg.listen,
         source,
     })?;
-    let addr = group
+    let addr = group.sockets()[0]
+        .as_std()
         .local_addr()
         .map_err(|e| Error::Setup(format!("getsockname: {e}")))?;
     let mut txs = Vec::with_capacity(cfg.workers);

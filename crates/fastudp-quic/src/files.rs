@@ -10,7 +10,7 @@
 //!    component (`/../`, `/%2e%2e/`). An empty path or one ending in `/`
 //!    names `index.html`.
 //! 2. [`Root`] opens that path beneath its directory with
-//!    [`fastudp::fs::open_beneath`] (`openat2(2)` with `RESOLVE_BENEATH |
+//!    `open_beneath` (`openat2(2)` with `RESOLVE_BENEATH |
 //!    RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS`). The kernel is the
 //!    judge: it refuses `..` and absolute paths even where the parser
 //!    would miss one, and it refuses **every** symbolic link, including
@@ -43,6 +43,9 @@
 //! descriptor; the caller bounds them by bounding the streams it serves
 //! at once (docs/SECURITY.md, "Static files").
 
+mod beneath;
+
+use beneath::open_beneath;
 use bytes::Bytes;
 use std::fmt;
 use std::fs::File;
@@ -530,7 +533,7 @@ impl Root {
     /// Opens the directory `dir` (following a symbolic link in `dir`
     /// itself: that is the operator's choice, not a client's) and checks
     /// that `openat2(2)` works here. Without it this fails with the error
-    /// of [`fastudp::fs::open_beneath`]: files are never served by a
+    /// of `openat2(2)` (see `open_beneath`): files are never served by a
     /// weaker method.
     pub fn open(dir: &Path) -> io::Result<Root> {
         let f = std::fs::OpenOptions::new()
@@ -538,7 +541,7 @@ impl Root {
             .custom_flags(libc::O_DIRECTORY)
             .open(dir)
             .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", dir.display())))?;
-        fastudp::fs::open_beneath(f.as_fd(), Path::new("."))?;
+        open_beneath(f.as_fd(), Path::new("."))?;
         Ok(Root {
             dir: f,
             counts: Counters::default(),
@@ -587,12 +590,10 @@ impl Root {
     /// Opens `path` beneath the directory; a directory gives its
     /// `index.html`. The file, its size and the name its type comes from.
     fn open_file(&self, path: &RelPath) -> Result<(File, u64, bool), Fail> {
-        let f =
-            fastudp::fs::open_beneath(self.dir.as_fd(), path.as_path()).map_err(|e| refused(&e))?;
+        let f = open_beneath(self.dir.as_fd(), path.as_path()).map_err(|e| refused(&e))?;
         let m = f.metadata().map_err(|e| refused(&e))?;
         let (f, m, index) = if m.is_dir() {
-            let f =
-                fastudp::fs::open_beneath(f.as_fd(), Path::new(INDEX)).map_err(|e| refused(&e))?;
+            let f = open_beneath(f.as_fd(), Path::new(INDEX)).map_err(|e| refused(&e))?;
             let m = f.metadata().map_err(|e| refused(&e))?;
             (f, m, true)
         } else {

@@ -119,9 +119,11 @@ pub const PENDING_TRAINS: usize = 64;
 pub const TRAIN_BUF: usize = 40 * 1500;
 /// Spare train buffers a worker keeps for reuse.
 pub const SPARE_TRAINS: usize = 64;
-/// Messages of a worker's receive batch (each of the library's default
-/// capacity, for GRO trains).
+/// Messages of a worker's receive batch (each of [`RECV_MESSAGE`] bytes).
 pub const RECV_BATCH: usize = 64;
+/// Bytes of one message of a worker's receive batch: a 64-segment GRO
+/// train of 1472-byte datagrams (94208 bytes) fits, so none is truncated.
+pub const RECV_MESSAGE: usize = 96 * 1024;
 /// Bytes quinn-proto may buffer for connections not yet accepted, per
 /// worker (the server decides on each at once, so this is rarely used).
 pub const INCOMING_BUFFER: u64 = 1 << 20;
@@ -195,7 +197,7 @@ pub fn per_worker() -> u64 {
     let forward = 2 * (crate::forward::SLOTS * crate::forward::SLOT) as u64;
     let stateless = (STATELESS_QUEUE * STATELESS_BUF) as u64;
     let trains = ((PENDING_TRAINS + TRAINS_PER_TURN + SPARE_TRAINS) * TRAIN_BUF) as u64;
-    let recv = (RECV_BATCH * fastudp::DEFAULT_MESSAGE_CAPACITY) as u64;
+    let recv = (RECV_BATCH * RECV_MESSAGE) as u64;
     forward + stateless + trains + recv + INCOMING_BUFFER + M
 }
 

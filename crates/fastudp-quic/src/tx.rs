@@ -187,7 +187,7 @@ impl Tx {
                     .with_ecn(p.ecn)
                     .with_src_ip(p.src_ip)
                     .with_txtime(p.txtime);
-                match zc.send_with(&self.socket, p.dest, p.buf, p.segment, meta) {
+                match zc.send(&self.socket, p.dest, p.buf, p.segment, meta) {
                     Ok(()) => {
                         counters.wire_bytes.fetch_add(len, Relaxed);
                         counters.datagrams_sent.fetch_add(segs, Relaxed);

@@ -202,7 +202,10 @@ impl Worker {
             app: s.app.worker(s.id),
             ep: EndpointDriver {
                 endpoint,
-                batch: Some(RecvBatch::new(limits::RECV_BATCH)),
+                batch: Some(
+                    RecvBatch::with_capacity(limits::RECV_BATCH, limits::RECV_MESSAGE)
+                        .map_err(|e| Error::Worker(format!("worker {}: {e}", s.id)))?,
+                ),
                 fwd_local: Ring::new(SLOTS),
                 arena: BytesMut::new(),
                 half_open: 0,

@@ -9,9 +9,9 @@ use std::io;
 use std::net::{IpAddr, SocketAddr};
 
 /// Default path MTU assumed when packing trains: 1500 bytes, so segments are
-/// at most 1472 (IPv4) or 1452 (IPv6) bytes. Set another with
-/// [`Coalescer::with_mtu`] or [`Coalescer::set_mtu`].
-pub const DEFAULT_MTU: usize = 1500;
+/// at most 1472 (IPv4) or 1452 (IPv6) bytes. [`Coalescer::set_mtu`] sets
+/// another.
+const DEFAULT_MTU: usize = 1500;
 
 #[derive(Debug, Clone, Copy)]
 struct Queued {
@@ -82,7 +82,8 @@ impl Default for Coalescer {
 }
 
 impl Coalescer {
-    /// A coalescer queueing up to 64 trains before it flushes.
+    /// A coalescer queueing up to 64 trains before it flushes, for a path
+    /// MTU of 1500 bytes (see [`Coalescer::set_mtu`]).
     pub fn new() -> Self {
         Coalescer {
             buf: Vec::with_capacity(64 * 1024),
@@ -95,13 +96,8 @@ impl Coalescer {
         }
     }
 
-    /// Sets the path MTU that bounds the segment size.
-    pub fn with_mtu(mut self, mtu: usize) -> Self {
-        self.set_mtu(mtu);
-        self
-    }
-
-    /// Changes the path MTU (say, after an ICMP "packet too big", see
+    /// Sets the path MTU that bounds the segment size (default 1500 bytes),
+    /// at the start or later (say, after an ICMP "packet too big", see
     /// [`crate::SocketErrorKind::PacketTooBig`]). Queued trains whose segments
     /// no longer fit are re-planned: their datagrams go one by one.
     pub fn set_mtu(&mut self, mtu: usize) {
@@ -134,14 +130,9 @@ impl Coalescer {
         self
     }
 
-    /// Datagrams queued and not yet sent.
-    pub fn queued_datagrams(&self) -> usize {
-        self.queued
-    }
-
-    /// Trains queued and not yet sent.
-    pub fn queued_trains(&self) -> usize {
-        self.trains.len()
+    /// What is queued and not yet sent: `(datagrams, trains)`.
+    pub fn queued(&self) -> (usize, usize) {
+        (self.queued, self.trains.len())
     }
 
     /// True when nothing is queued.
@@ -149,19 +140,16 @@ impl Coalescer {
         self.trains.is_empty()
     }
 
-    /// Queues one datagram to `dest` and returns its number: datagrams are
-    /// numbered 0, 1, 2, ... in push order, and errors name them so.
+    /// Queues one datagram to `dest`, with an ECN mark and a source address
+    /// if given (`None, None` for neither), and returns its number:
+    /// datagrams are numbered 0, 1, 2, ... in push order, and errors name
+    /// them so.
     ///
     /// When the queue is full, the queued trains are flushed first. An error
     /// means the datagram was *not* queued (the caller still has it): an
     /// oversized payload, or a flush that could not make room
     /// (`WouldBlock` on a non-blocking socket, or the flush's error).
-    pub fn push(&mut self, sock: &impl UdpIo, dest: SocketAddr, data: &[u8]) -> Result<u64, Error> {
-        self.push_with(sock, dest, data, None, None)
-    }
-
-    /// Queues one datagram with an ECN mark and a source address.
-    pub fn push_with(
+    pub fn push(
         &mut self,
         sock: &impl UdpIo,
         dest: SocketAddr,

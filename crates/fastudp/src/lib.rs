@@ -22,7 +22,7 @@
 //! // and flushes them with as few sendmmsg calls as it can.
 //! let mut c = Coalescer::new();
 //! for _ in 0..20 {
-//!     c.push(&tx, to, &[7u8; 1200])?;
+//!     c.push(&tx, to, &[7u8; 1200], None, None)?; // no ECN mark, any source
 //! }
 //! c.flush(&tx)?;
 //!
@@ -256,7 +256,6 @@ mod backend;
 mod caps;
 mod coalesce;
 mod error;
-pub mod fs;
 pub mod pacing;
 #[cfg(feature = "quinn")]
 #[cfg_attr(docsrs, doc(cfg(feature = "quinn")))]
@@ -275,15 +274,12 @@ mod wire;
 mod zerocopy;
 
 pub use caps::Capabilities;
-pub use coalesce::{Coalescer, DEFAULT_MTU};
+pub use coalesce::Coalescer;
 pub use error::{Error, ErrorKind, FallbackEvent, Feature};
 pub use reuseport::{ReuseportGroup, Steering, MAX_STEERING_OFFSET};
 pub use socket::errqueue::{SocketError, SocketErrorKind};
-pub use socket::{
-    Config, RecvBatch, RecvMeta, Sent, Socket, Stats, Transmit, UdpIo, UdpState, DEFAULT_GSO_RETRY,
-    DEFAULT_MESSAGE_CAPACITY, DEFAULT_SPLIT_WAIT,
-};
+pub use socket::{Config, RecvBatch, RecvMeta, Sent, Socket, Stats, Transmit, UdpIo, UdpState};
 pub use wire::control::EcnCodepoint;
 pub use wire::gro::Datagrams;
-pub use wire::{max_payload, max_segment_for_mtu, MAX_PAYLOAD_V4, MAX_PAYLOAD_V6};
+pub use wire::{max_payload, max_segment_for_mtu};
 pub use zerocopy::{SendMeta, ZeroCopyMode, ZeroCopySender, ZeroCopyStats};

@@ -73,11 +73,11 @@ impl Steering {
 
 /// N sockets bound to one address with `SO_REUSEPORT`, steered by
 /// [`Steering`]. Socket `i` of [`ReuseportGroup::sockets`] is index `i` for
-/// the steering program.
+/// the steering program. All of them are bound to one address:
+/// `group.sockets()[0].local_addr()`.
 #[derive(Debug)]
 pub struct ReuseportGroup {
     sockets: Vec<Socket>,
-    steering: Steering,
 }
 
 impl ReuseportGroup {
@@ -157,7 +157,7 @@ impl ReuseportGroup {
                 })
             })?;
         }
-        Ok(ReuseportGroup { sockets, steering })
+        Ok(ReuseportGroup { sockets })
     }
 
     /// The sockets, in group order.
@@ -168,16 +168,6 @@ impl ReuseportGroup {
     /// Takes the sockets out, for one thread each.
     pub fn into_sockets(self) -> Vec<Socket> {
         self.sockets
-    }
-
-    /// The address all of them are bound to.
-    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
-        self.sockets[0].as_std().local_addr()
-    }
-
-    /// The steering in force.
-    pub fn steering(&self) -> Steering {
-        self.steering
     }
 }
 

@@ -739,7 +739,7 @@ impl UdpState {
             }
         }
         let n = self.recv_on(fd, scratch)?;
-        for (m, p) in scratch.iter() {
+        for (m, p) in &*scratch {
             f(m, p);
         }
         Ok(n)

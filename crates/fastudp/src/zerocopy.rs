@@ -177,21 +177,12 @@ impl ZeroCopySender {
     /// send is done, its datagrams are counted in
     /// [`ZeroCopyStats::dropped_locally`], and the buffer comes back
     /// through [`ZeroCopySender::pop_done`] like any other.
+    ///
+    /// `meta` carries an ECN codepoint, a source address or a departure
+    /// time (`SendMeta::default()` for none): what a protocol stack's
+    /// transmits carry. They go out as the socket's own sends would put
+    /// them, on the zerocopy path and on every fallback.
     pub fn send(
-        &mut self,
-        sock: &impl UdpIo,
-        dest: SocketAddr,
-        buf: Vec<u8>,
-        segment_size: Option<usize>,
-    ) -> Result<(), (Error, Vec<u8>)> {
-        self.send_with(sock, dest, buf, segment_size, SendMeta::default())
-    }
-
-    /// [`ZeroCopySender::send`] with an ECN codepoint, a source address or
-    /// a departure time ([`SendMeta`]): what a protocol stack's transmits
-    /// carry. They go out as the socket's own sends would put them, on the
-    /// zerocopy path and on every fallback.
-    pub fn send_with(
         &mut self,
         sock: &impl UdpIo,
         dest: SocketAddr,

@@ -98,7 +98,7 @@ pub fn udp(
     let cpu0 = fastudp_tools::os::thread_cpu_time();
     let hard_stop = Instant::now() + w.duration + Duration::from_secs(10);
     let mut batch = match r {
-        RxStrategy::Recvmmsg => RecvBatch::with_capacity(w.batch, w.payload.max(1)),
+        RxStrategy::Recvmmsg => RecvBatch::with_capacity(w.batch, w.payload.max(1))?,
         _ => RecvBatch::new(w.batch),
     };
     let mut buf = vec![0u8; 65_536];

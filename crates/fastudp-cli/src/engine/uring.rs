@@ -6,7 +6,7 @@ use super::{RxStrategy, TxStrategy};
 use anyhow::bail;
 use fastudp::uring::UringZeroCopySender;
 use fastudp::UdpIo;
-use fastudp::{Config, Error, Socket, ZeroCopySender, ZeroCopyStats};
+use fastudp::{Config, Error, SendMeta, Socket, ZeroCopySender, ZeroCopyStats};
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -115,7 +115,7 @@ impl ZcSender for ZeroCopySender {
         b: Vec<u8>,
         g: Option<usize>,
     ) -> Result<(), (Error, Vec<u8>)> {
-        ZeroCopySender::send(self, s, d, b, g)
+        ZeroCopySender::send(self, s, d, b, g, SendMeta::default())
     }
     fn pop_done(&mut self) -> Option<Vec<u8>> {
         ZeroCopySender::pop_done(self)

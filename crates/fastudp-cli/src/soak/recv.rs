@@ -210,7 +210,7 @@ pub fn run(
     let mut squeezed = false;
     sh.rx_ready.store(true, Release);
     let mut batch = match r {
-        RxStrategy::Recvmmsg => RecvBatch::with_capacity(32, payload),
+        RxStrategy::Recvmmsg => RecvBatch::with_capacity(32, payload)?,
         _ => RecvBatch::new(32),
     };
     let mut buf = vec![0u8; 65_536];

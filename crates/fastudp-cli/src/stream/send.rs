@@ -9,7 +9,7 @@ use crate::procfs::CpuTicks;
 use anyhow::{bail, Context};
 use fastudp::pacing::{choose_mode, PacingMode};
 use fastudp::UdpIo;
-use fastudp::{Config, Socket, Transmit, ZeroCopySender};
+use fastudp::{Config, SendMeta, Socket, Transmit, ZeroCopySender};
 use fastudp_tools::pacing::{
     Due, Scheduler, SchedulerConfig, Waiter, DEFAULT_BATCH_BYTES, DEFAULT_SLACK,
     MAX_TRAINS_PER_BATCH,
@@ -347,7 +347,7 @@ impl<'a> Sender<'a> {
             b.clear();
             b.extend_from_slice(&self.buf[t.off..t.off + t.len]);
             let gso = (t.segs > 1).then_some(self.a.payload);
-            if let Err((e, _)) = zc.send(&self.socks[sock], t.dest, b, gso) {
+            if let Err((e, _)) = zc.send(&self.socks[sock], t.dest, b, gso, SendMeta::default()) {
                 bail!("zerocopy send to {} failed: {e}", t.dest);
             }
             self.calls += 1;

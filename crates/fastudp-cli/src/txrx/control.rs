@@ -303,7 +303,7 @@ impl Limits {
             }
             // The family's own limit is checked again against the client's
             // address before sending.
-            let max = fastudp::MAX_PAYLOAD_V6;
+            let max = fastudp::max_payload(true);
             if rev.payload == 0 || rev.payload > max {
                 bail!("reverse: a payload of {} bytes (1 to {max})", rev.payload);
             }
@@ -384,7 +384,7 @@ fn receive(
                 let at = fastudp_tools::os::monotonic_ns();
                 let now = Instant::now();
                 calls += 1;
-                for (m, buf) in batch.iter() {
+                for (m, buf) in &batch {
                     if !same(m.source.ip()) {
                         foreign += m.datagrams(buf).len() as u64;
                         continue;

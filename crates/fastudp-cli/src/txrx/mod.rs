@@ -1011,7 +1011,7 @@ fn receive_udp(a: &RxArgs, addr: SocketAddr, sock: &fastudp::Socket) -> anyhow::
                 }
                 last_data = now;
                 calls += 1;
-                for (m, buf) in batch.iter() {
+                for (m, buf) in &batch {
                     peer.get_or_insert(m.source);
                     bytes += m.len as u64;
                     if a.verify {

@@ -11,9 +11,11 @@ pub(crate) mod recv;
 pub(crate) mod send;
 pub(crate) mod state;
 
-pub use recv::{RecvBatch, RecvMeta, DEFAULT_MESSAGE_CAPACITY};
+#[cfg(feature = "uring")]
+pub(crate) use recv::DEFAULT_MESSAGE_CAPACITY;
+pub use recv::{RecvBatch, RecvMeta};
 pub use send::Sent;
-pub use state::{Config, Stats, UdpState, DEFAULT_GSO_RETRY, DEFAULT_SPLIT_WAIT};
+pub use state::{Config, Stats, UdpState};
 
 use crate::error::Error;
 use crate::wire::control::EcnCodepoint;
@@ -778,7 +780,7 @@ mod tests {
         let mut carried = Vec::new();
         while carried.len() < 3 {
             rx.recv(&mut b).expect("the 3 later datagrams arrive");
-            carried.extend(b.iter().map(|(m, _)| m.kernel_drops));
+            carried.extend((&b).into_iter().map(|(m, _)| m.kernel_drops));
         }
         (drops, carried)
     }

@@ -62,13 +62,13 @@ impl RecvMeta {
     /// Splits a message's payload into its datagrams; the iterator's
     /// `len()` is their number.
     pub fn datagrams<'a>(&self, payload: &'a [u8]) -> Datagrams<'a> {
-        Datagrams::new(payload, self.stride)
+        Datagrams::split(payload, self.stride)
     }
 }
 
 /// Default bytes per message: room for a 64-segment GRO train of 1500-byte
 /// MTU datagrams (64 x 1472 = 94208), above the 65535 of one datagram.
-pub const DEFAULT_MESSAGE_CAPACITY: usize = 96 * 1024;
+pub(crate) const DEFAULT_MESSAGE_CAPACITY: usize = 96 * 1024;
 
 /// Default bytes one receive call may fill: the batch asks the kernel for
 /// as many messages as the recent message size says fit in this, so that
@@ -172,31 +172,27 @@ impl RecvPolicy {
 }
 
 impl RecvBatch {
-    /// Buffers for up to `messages` messages of [`DEFAULT_MESSAGE_CAPACITY`]
-    /// bytes.
+    /// Buffers for up to `messages` messages (1 to 128) of 96 KiB each:
+    /// room for a 64-segment GRO train of 1472-byte datagrams (a 1500-byte
+    /// MTU), so that no train is truncated.
     pub fn new(messages: usize) -> Self {
-        Self::with_capacity(messages, DEFAULT_MESSAGE_CAPACITY)
-    }
-
-    /// Buffers for up to `messages` messages (1 to 128) of
-    /// `bytes_per_message` bytes each (1 byte to 16 MiB).
-    ///
-    /// A message larger than that is truncated, flagged
-    /// ([`RecvMeta::truncated`]) and counted. With GRO on, less than
-    /// [`DEFAULT_MESSAGE_CAPACITY`] may truncate trains: a truncated train
-    /// yields only its whole datagrams, but a buffer shorter than one
-    /// datagram yields that datagram's head, still flagged truncated.
-    pub fn with_capacity(messages: usize, bytes_per_message: usize) -> Self {
         let messages = messages.clamp(1, MAX_BATCH);
-        let stride = bytes_per_message.clamp(1, 16 << 20);
+        let stride = DEFAULT_MESSAGE_CAPACITY;
         Self::with_buffer(vec![0; messages * stride], messages, stride)
     }
 
-    /// As [`RecvBatch::with_capacity`], but a buffer the allocator cannot
-    /// give (up to 2 GiB at the largest sizes) is an error instead of an
-    /// abort of the process: for hosts with a memory limit, and for C
-    /// callers.
-    pub fn try_with_capacity(messages: usize, bytes_per_message: usize) -> Result<Self, Error> {
+    /// Buffers for up to `messages` messages (1 to 128) of
+    /// `bytes_per_message` bytes each (1 byte to 16 MiB), or an error when
+    /// the allocator cannot give them (up to 2 GiB at the largest sizes),
+    /// instead of an abort of the process: for hosts with a memory limit,
+    /// and for C callers.
+    ///
+    /// A message larger than that is truncated, flagged
+    /// ([`RecvMeta::truncated`]) and counted. With GRO on, less than the
+    /// 96 KiB of [`RecvBatch::new`] may truncate trains: a truncated train
+    /// yields only its whole datagrams, but a buffer shorter than one
+    /// datagram yields that datagram's head, still flagged truncated.
+    pub fn with_capacity(messages: usize, bytes_per_message: usize) -> Result<Self, Error> {
         let messages = messages.clamp(1, MAX_BATCH);
         let stride = bytes_per_message.clamp(1, 16 << 20);
         let bytes = messages * stride;
@@ -274,15 +270,34 @@ impl RecvBatch {
         })
     }
 
-    /// The messages received by the last receive.
-    pub fn iter(&self) -> impl Iterator<Item = (&RecvMeta, &[u8])> + '_ {
-        (0..self.len).filter_map(move |i| self.get(i))
-    }
-
-    /// Every datagram of every message, with its message's metadata.
+    /// Every datagram of every message, with its message's metadata. To
+    /// walk the messages themselves (a GRO train as one buffer), iterate
+    /// over `&batch`.
     pub fn datagrams(&self) -> impl Iterator<Item = (&RecvMeta, &[u8])> + '_ {
-        self.iter()
-            .flat_map(|(m, buf)| Datagrams::new(buf, m.stride).map(move |d| (m, d)))
+        self.into_iter()
+            .flat_map(|(m, buf)| m.datagrams(buf).map(move |d| (m, d)))
+    }
+}
+
+/// The messages received by the last receive, each with its metadata and
+/// payload (a GRO train is one message; [`RecvBatch::datagrams`] splits
+/// them).
+impl<'a> IntoIterator for &'a RecvBatch {
+    type Item = (&'a RecvMeta, &'a [u8]);
+    #[allow(clippy::type_complexity)]
+    type IntoIter = std::iter::Map<
+        std::iter::Zip<std::slice::Iter<'a, RecvMeta>, std::slice::ChunksExact<'a, u8>>,
+        fn((&'a RecvMeta, &'a [u8])) -> (&'a RecvMeta, &'a [u8]),
+    >;
+
+    fn into_iter(self) -> Self::IntoIter {
+        fn payload<'a>((m, slot): (&'a RecvMeta, &'a [u8])) -> (&'a RecvMeta, &'a [u8]) {
+            (m, &slot[..m.len])
+        }
+        self.metas[..self.len]
+            .iter()
+            .zip(self.buf.chunks_exact(self.stride))
+            .map(payload as fn(_) -> _)
     }
 }
 

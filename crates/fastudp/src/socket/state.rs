@@ -19,12 +19,12 @@ use std::time::Duration;
 /// How long a train sent one datagram at a time (GSO off) on a *blocking*
 /// socket may wait for buffer space once its first datagram is out, unless
 /// [`Config::split_wait`] says otherwise.
-pub const DEFAULT_SPLIT_WAIT: Duration = Duration::from_secs(5);
+pub(crate) const DEFAULT_SPLIT_WAIT: Duration = Duration::from_secs(5);
 
 /// How long GSO stays off after a path refused it, unless
 /// [`Config::gso_retry`] says otherwise. Each refusal in a row doubles it,
 /// up to 64 s.
-pub const DEFAULT_GSO_RETRY: Duration = Duration::from_secs(1);
+pub(crate) const DEFAULT_GSO_RETRY: Duration = Duration::from_secs(1);
 
 /// The longest GSO stays off after refusals in a row.
 pub(crate) const MAX_GSO_RETRY: Duration = Duration::from_secs(64);
@@ -136,7 +136,7 @@ impl Config {
 
     /// On a *blocking* socket, how long a train sent one datagram at a time
     /// (GSO off) may wait for buffer space once its first datagram is out
-    /// (default [`DEFAULT_SPLIT_WAIT`]). A non-blocking socket never waits.
+    /// (default 5 s). A non-blocking socket never waits.
     /// Any length is taken: one past what an `Instant` holds
     /// (`Duration::MAX`) waits without end.
     pub fn split_wait(mut self, d: Duration) -> Self {
@@ -145,7 +145,7 @@ impl Config {
     }
 
     /// How long GSO stays off after a path refused it before it is tried
-    /// again (default [`DEFAULT_GSO_RETRY`], doubling per refusal in a row).
+    /// again (default 1 s, doubling per refusal in a row up to 64 s).
     pub fn gso_retry(mut self, d: Duration) -> Self {
         self.gso_retry = d;
         self

@@ -787,6 +787,7 @@ pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
 }
 
 /// A path as a C string for a `*at` syscall; a NUL byte in it is an error.
+#[cfg(fastudp_tools)]
 fn c_path(p: &std::path::Path) -> io::Result<std::ffi::CString> {
     use std::os::unix::ffi::OsStrExt;
     std::ffi::CString::new(p.as_os_str().as_bytes())
@@ -797,6 +798,7 @@ fn c_path(p: &std::path::Path) -> io::Result<std::ffi::CString> {
 /// opens `path` relative to the directory `dir`, with the kernel enforcing
 /// `resolve` (`RESOLVE_NO_SYMLINKS`, `RESOLVE_BENEATH`, ...) on every
 /// component.
+#[cfg(fastudp_tools)]
 pub fn openat2(
     dir: BorrowedFd<'_>,
     path: &std::path::Path,
@@ -827,27 +829,6 @@ pub fn openat2(
     }
     // SAFETY: a descriptor the kernel just returned, owned by no one else.
     Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(r as RawFd) })
-}
-
-/// `openat2(dir, path, {O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK, 0,
-/// RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS})`
-/// (Linux 5.6+): opens `path` for reading only if every component of it
-/// resolves inside `dir` and none is a symbolic link. The kernel answers
-/// an escape (`..` above `dir`, an absolute path) with `EXDEV`, a
-/// symbolic or magic link with `ELOOP`. `O_NONBLOCK` makes opening a FIFO
-/// with no writer return at once instead of waiting for one. The one
-/// `unsafe` call is [`openat2`]'s.
-pub(crate) fn open_beneath(
-    dir: BorrowedFd<'_>,
-    path: &std::path::Path,
-) -> io::Result<std::os::fd::OwnedFd> {
-    openat2(
-        dir,
-        path,
-        libc::O_RDONLY | libc::O_NOCTTY | libc::O_NONBLOCK,
-        0,
-        libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS,
-    )
 }
 
 /// `mkdirat(dir, name, mode)`.

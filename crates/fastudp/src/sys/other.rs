@@ -281,15 +281,3 @@ pub fn set_timer_slack(_ns: u64) -> io::Result<()> {
 pub fn pin_to_cpu(_cpu: usize) -> io::Result<()> {
     Err(unsupported())
 }
-
-/// `openat2(2)` is Linux-only: without it no path can be opened safely
-/// beneath a directory, so this refuses.
-pub(crate) fn open_beneath(
-    _dir: BorrowedFd<'_>,
-    _path: &std::path::Path,
-) -> io::Result<std::os::fd::OwnedFd> {
-    Err(io::Error::new(
-        io::ErrorKind::Unsupported,
-        "opening a file beneath a directory needs openat2(2), which is Linux-only",
-    ))
-}

@@ -17,8 +17,15 @@ pub struct Datagrams<'a> {
 impl<'a> Datagrams<'a> {
     /// Splits `buf` into datagrams of `stride` bytes (the last may be
     /// shorter). A stride of 0, or one at least as long as the buffer,
-    /// yields the buffer as one datagram.
+    /// yields the buffer as one datagram. (The library's users split
+    /// through `RecvMeta::datagrams`.)
+    #[cfg(fastudp_tools)]
     pub fn new(buf: &'a [u8], stride: usize) -> Self {
+        Self::split(buf, stride)
+    }
+
+    /// `Datagrams::new`, as the library itself calls it.
+    pub(crate) fn split(buf: &'a [u8], stride: usize) -> Self {
         let stride = if stride == 0 {
             buf.len().max(1)
         } else {
@@ -74,24 +81,27 @@ mod tests {
     #[test]
     fn splits_with_a_short_tail() {
         let buf: Vec<u8> = (0..10).collect();
-        let parts: Vec<_> = Datagrams::new(&buf, 4).collect();
+        let parts: Vec<_> = Datagrams::split(&buf, 4).collect();
         assert_eq!(parts, vec![&[0, 1, 2, 3][..], &[4, 5, 6, 7], &[8, 9]]);
-        assert_eq!(Datagrams::new(&buf, 4).len(), 3);
+        assert_eq!(Datagrams::split(&buf, 4).len(), 3);
     }
 
     #[test]
     fn no_stride_is_one_datagram() {
         let buf = [1u8; 7];
-        assert_eq!(Datagrams::new(&buf, 0).collect::<Vec<_>>(), vec![&buf[..]]);
         assert_eq!(
-            Datagrams::new(&buf, 100).collect::<Vec<_>>(),
+            Datagrams::split(&buf, 0).collect::<Vec<_>>(),
+            vec![&buf[..]]
+        );
+        assert_eq!(
+            Datagrams::split(&buf, 100).collect::<Vec<_>>(),
             vec![&buf[..]]
         );
     }
 
     #[test]
     fn empty_datagram_is_still_a_datagram() {
-        let v: Vec<&[u8]> = Datagrams::new(&[0u8; 0], 0).collect();
+        let v: Vec<&[u8]> = Datagrams::split(&[0u8; 0], 0).collect();
         assert_eq!(v, vec![&[0u8; 0][..]]);
     }
 
@@ -112,7 +122,7 @@ mod tests {
                 originals.push((0..len).map(|j| (j as u8).wrapping_mul(31) ^ seed ^ i as u8).collect::<Vec<u8>>());
             }
             let buf: Vec<u8> = originals.concat();
-            let got: Vec<Vec<u8>> = Datagrams::new(&buf, stride).map(|d| d.to_vec()).collect();
+            let got: Vec<Vec<u8>> = Datagrams::split(&buf, stride).map(|d| d.to_vec()).collect();
             prop_assert_eq!(got, originals);
         }
     }

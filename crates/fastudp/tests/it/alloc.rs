@@ -118,8 +118,8 @@ fn send_and_recv_allocate_nothing() {
         while got < ROUND {
             rx.recv(batch).unwrap();
             got += batch.datagrams().count();
-            trains += batch
-                .iter()
+            trains += (&*batch)
+                .into_iter()
                 .filter(|(m, p)| m.datagrams(p).len() > 1)
                 .count();
         }
@@ -186,7 +186,7 @@ fn coalescer_allocates_nothing() {
         for i in 0..100 {
             // Two destinations' worth of trains: a short one ends each.
             let len = if i % 25 == 24 { 600 } else { 1200 };
-            c.push(&tx, dest, &d[..len]).unwrap();
+            c.push(&tx, dest, &d[..len], None, None).unwrap();
         }
         while !c.is_empty() {
             c.flush(&tx).unwrap();
@@ -221,7 +221,7 @@ fn zerocopy_send_and_reap_allocate_nothing() {
     let round = |zc: &mut ZeroCopySender, pool: &mut Vec<Vec<u8>>, batch: &mut RecvBatch| {
         for _ in 0..16 {
             let b = pool.pop().expect("a free buffer");
-            zc.send(&tx, dest, b, Some(1200))
+            zc.send(&tx, dest, b, Some(1200), fastudp::SendMeta::default())
                 .map_err(|(e, _)| e)
                 .unwrap();
         }

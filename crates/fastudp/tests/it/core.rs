@@ -64,7 +64,9 @@ fn core_runs_on_a_caller_owned_non_blocking_socket() {
         out: fastudp::Coalescer::new(),
     };
     for _ in 0..10 {
-        c.out.push(&(&c.state, &c.sock), dest, &[1u8; 500]).unwrap();
+        c.out
+            .push(&(&c.state, &c.sock), dest, &[1u8; 500], None, None)
+            .unwrap();
     }
     assert_eq!(c.out.flush(&(&c.state, &c.sock)).unwrap(), 10);
 }

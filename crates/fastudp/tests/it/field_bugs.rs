@@ -63,7 +63,7 @@ fn fragments_and_gro_trains_on_one_socket(v6: bool) {
                 small.received, large.received
             )
         });
-        for (m, payload) in b.iter() {
+        for (m, payload) in &b {
             assert!(!m.truncated);
             if m.source == frag_from {
                 assert_eq!(
@@ -187,7 +187,7 @@ fn a_truncated_gro_train_is_flagged_counted_and_never_mis_split() {
     }
     tx.send(&[Transmit::train(dest, &train, 1000)]).unwrap();
     // Room for 10.5 datagrams.
-    let mut b = RecvBatch::with_capacity(4, 10_500);
+    let mut b = RecvBatch::with_capacity(4, 10_500).unwrap();
     rx.as_std()
         .set_read_timeout(Some(Duration::from_secs(2)))
         .unwrap();
@@ -235,7 +235,7 @@ fn an_overflowing_gro_socket_counts_dropped_trains_exactly() {
         .unwrap();
     let mut drain = |c: &mut Checker| {
         while rx.recv(&mut b).is_ok() {
-            for (m, payload) in b.iter() {
+            for (m, payload) in &b {
                 assert_eq!(
                     m.datagrams(payload).len(),
                     SEGS as usize,

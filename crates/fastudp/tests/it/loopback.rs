@@ -127,7 +127,7 @@ fn ipv6_gso_into_gro() {
 fn datagram_over_the_mtu_is_refused_unless_fragmenting_is_allowed() {
     let rx = common::bind("[::1]:0".parse().unwrap()).unwrap();
     let dest = rx.as_std().local_addr().unwrap();
-    let big = vec![6u8; fastudp::MAX_PAYLOAD_V6];
+    let big = vec![6u8; fastudp::max_payload(true)];
     let df = common::bind("[::1]:0".parse().unwrap()).unwrap();
     assert!(!df.may_fragment() && df.capabilities().supports(fastudp::Feature::DontFragment));
     match df.send(&[Transmit::new(dest, b"small"), Transmit::new(dest, &big)]) {
@@ -272,7 +272,7 @@ fn truncation_is_reported_not_silent() {
     r.as_std()
         .set_read_timeout(Some(std::time::Duration::from_secs(2)))
         .unwrap();
-    let mut b = RecvBatch::with_capacity(4, 1000);
+    let mut b = RecvBatch::with_capacity(4, 1000).unwrap();
     r.recv(&mut b).unwrap();
     let (m, d) = b.get(0).unwrap();
     assert!(m.truncated);
@@ -291,17 +291,19 @@ fn coalescer_packs_equal_datagrams_into_trains() {
     let dest = r.as_std().local_addr().unwrap();
     let mut c = fastudp::Coalescer::new();
     for i in 0..100u8 {
-        assert_eq!(c.push(&t, dest, &[i; 1000]).unwrap(), u64::from(i));
+        assert_eq!(
+            c.push(&t, dest, &[i; 1000], None, None).unwrap(),
+            u64::from(i)
+        );
     }
-    assert_eq!(c.queued_datagrams(), 100);
     assert_eq!(
-        c.queued_trains(),
-        100usize.div_ceil(t.max_gso_segments().min(65))
+        c.queued(),
+        (100, 100usize.div_ceil(t.max_gso_segments().min(65)))
     );
     assert_eq!(c.flush(&t).unwrap(), 100);
     assert_eq!(t.stats().send_calls, 1, "all trains in one sendmmsg");
     assert!(
-        c.push(&t, dest, &vec![0u8; 65_508]).is_err(),
+        c.push(&t, dest, &vec![0u8; 65_508], None, None).is_err(),
         "oversized payload is refused"
     );
     assert!(c.is_empty());
@@ -322,7 +324,7 @@ fn truncated_gro_train_yields_only_whole_datagrams() {
     rx.as_std()
         .set_read_timeout(Some(std::time::Duration::from_secs(2)))
         .unwrap();
-    let mut b = RecvBatch::with_capacity(8, 1500);
+    let mut b = RecvBatch::with_capacity(8, 1500).unwrap();
     rx.recv(&mut b).unwrap();
     let (m, _) = b.get(0).unwrap();
     assert!(m.truncated, "the train did not fit");
@@ -340,10 +342,10 @@ fn coalescer_refuses_what_the_socket_would_refuse() {
     let t = common::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let r = common::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let mut c = fastudp::Coalescer::new();
-    c.push(&t, r.as_std().local_addr().unwrap(), b"fine")
+    c.push(&t, r.as_std().local_addr().unwrap(), b"fine", None, None)
         .unwrap();
     let e = c
-        .push(&t, "[::1]:9".parse().unwrap(), b"wrong family")
+        .push(&t, "[::1]:9".parse().unwrap(), b"wrong family", None, None)
         .unwrap_err();
     assert_eq!(e.kind(), fastudp::ErrorKind::InvalidTransmit, "{e}");
     assert_eq!(e.transmit_index(), Some(1), "the datagram's number");
@@ -352,7 +354,7 @@ fn coalescer_refuses_what_the_socket_would_refuse() {
             .contains("is an IPv6 address but the socket is IPv4"),
         "{e}"
     );
-    assert_eq!(c.queued_datagrams(), 1);
+    assert_eq!(c.queued().0, 1);
     assert_eq!(c.flush(&t).unwrap(), 1, "the queue is not blocked");
 }
 
@@ -403,7 +405,7 @@ fn v4_mapped_destination_on_an_ipv4_socket_is_a_typed_error() {
     );
     assert_eq!(t.stats().send_calls, 0, "nothing of the batch was sent");
     let mut c = fastudp::Coalescer::new();
-    let e = c.push(&t, mapped, b"mapped").unwrap_err();
+    let e = c.push(&t, mapped, b"mapped", None, None).unwrap_err();
     assert_eq!(e.kind(), fastudp::ErrorKind::InvalidTransmit, "{e}");
     assert!(
         e.to_string()

@@ -455,19 +455,19 @@ fn coalescer_survives_an_mtu_that_shrinks_mid_run() {
     for i in 0..20u64 {
         data.clear();
         fill(i, 1472, &mut data);
-        c.push(&tx, dest, &data).unwrap();
+        c.push(&tx, dest, &data, None, None).unwrap();
     }
     assert_eq!(c.flush(&tx).unwrap(), 20);
     // 20 more queued (numbers 20..40) and 10 of 1200 bytes (40..50)...
     for i in 20..40u64 {
         data.clear();
         fill(i, 1472, &mut data);
-        c.push(&tx, dest, &data).unwrap();
+        c.push(&tx, dest, &data, None, None).unwrap();
     }
     for i in 40..50u64 {
         data.clear();
         fill(i, 1200, &mut data);
-        c.push(&tx, dest, &data).unwrap();
+        c.push(&tx, dest, &data, None, None).unwrap();
     }
     // ...then the MTU drops to 1280.
     must(&format!("ip -n {} link set va mtu 1280", p.a));
@@ -499,7 +499,7 @@ fn coalescer_survives_an_mtu_that_shrinks_mid_run() {
     for i in 50..80u64 {
         data.clear();
         fill(i, 1200, &mut data);
-        c.push(&tx, dest, &data).unwrap();
+        c.push(&tx, dest, &data, None, None).unwrap();
     }
     assert_eq!(c.flush(&tx).unwrap(), 30);
     assert_eq!(tx.stats().send_calls, calls + 1, "one sendmmsg of trains");
@@ -692,7 +692,7 @@ fn coalescer_burst(p: &VethPair, rx: &Socket, dest: SocketAddr, nonblocking: boo
         let ecn = (i % 2 == 0).then_some(fastudp::EcnCodepoint::Ect0);
         loop {
             assert!(start.elapsed().as_secs() < 30, "coalescer: stalled at {i}");
-            match c.push_with(&tx, dest, b, ecn, None) {
+            match c.push(&tx, dest, b, ecn, None) {
                 Ok(_) => break,
                 Err(e) if e.is_would_block() && nonblocking => {
                     sent += c
@@ -769,7 +769,7 @@ impl Zc for fastudp::ZeroCopySender {
         d: SocketAddr,
         b: Vec<u8>,
     ) -> Result<(), (fastudp::Error, Vec<u8>)> {
-        fastudp::ZeroCopySender::send(self, s, d, b, None)
+        fastudp::ZeroCopySender::send(self, s, d, b, None, fastudp::SendMeta::default())
     }
     fn wait(&mut self, s: &Socket) {
         fastudp::ZeroCopySender::wait(self, s, std::time::Duration::from_millis(10)).unwrap();

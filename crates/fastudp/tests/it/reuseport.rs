@@ -15,7 +15,7 @@ fn each_connection_id_lands_on_one_socket() {
         Config::default(),
     )
     .expect("reuseport group");
-    let dest = g.local_addr().unwrap();
+    let dest = g.sockets()[0].as_std().local_addr().unwrap();
     // Several senders (source ports) per connection ID: the source must not matter.
     let senders: Vec<Socket> = (0..6)
         .map(|_| Socket::bind("127.0.0.1:0".parse().unwrap(), Config::default()).unwrap())
@@ -75,7 +75,7 @@ fn cpu_steering_delivers_everything() {
         Config::default(),
     )
     .unwrap();
-    let dest = g.local_addr().unwrap();
+    let dest = g.sockets()[0].as_std().local_addr().unwrap();
     let s = Socket::bind("127.0.0.1:0".parse().unwrap(), Config::default()).unwrap();
     for i in 0..100u32 {
         s.send(&[fastudp::Transmit::new(dest, &i.to_be_bytes())])
@@ -103,7 +103,7 @@ fn a_second_group_on_a_taken_port_is_refused() {
         Config::default(),
     )
     .expect("first group");
-    let at = first.local_addr().unwrap();
+    let at = first.sockets()[0].as_std().local_addr().unwrap();
     let second = ReuseportGroup::bind(at, 2, Steering::Hash, Config::default());
     let msg = second.expect_err("the port is taken").to_string();
     assert!(msg.contains("bound there already"), "{msg}");
@@ -123,8 +123,13 @@ fn quic_cid_steering_reads_long_and_short_headers() {
         Config::default(),
     )
     .expect("reuseport group");
-    assert_eq!(g.steering(), Steering::QuicCid);
-    let dest = g.local_addr().unwrap();
+    let dest = g.sockets()[0].as_std().local_addr().unwrap();
+    assert!(
+        g.sockets()
+            .iter()
+            .all(|s| s.as_std().local_addr().unwrap() == dest),
+        "one address for the whole group"
+    );
     let senders: Vec<Socket> = (0..4)
         .map(|_| Socket::bind("127.0.0.1:0".parse().unwrap(), Config::default()).unwrap())
         .collect();

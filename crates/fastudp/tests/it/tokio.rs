@@ -69,14 +69,14 @@ fn trains_and_a_coalescer_through_a_small_send_buffer_arrive_exactly_once() {
             let mut n = 0;
             for b in &bufs {
                 for d in b.chunks(SEG) {
-                    c.push(&tx, dest, d).or_else(|e| {
+                    c.push(&tx, dest, d, None, None).or_else(|e| {
                         if e.is_would_block() {
                             Ok(u64::MAX)
                         } else {
                             Err(e)
                         }
                     })?;
-                    if c.queued_datagrams() >= 64 {
+                    if c.queued().0 >= 64 {
                         n += tx.flush(&mut c).await?;
                     }
                 }

@@ -5,7 +5,7 @@
 use crate::common;
 use common::*;
 use fastudp::UdpIo;
-use fastudp::{Socket, ZeroCopyMode, ZeroCopySender};
+use fastudp::{SendMeta, Socket, ZeroCopyMode, ZeroCopySender};
 use std::time::Duration;
 
 fn receiver() -> Socket {
@@ -49,7 +49,7 @@ fn buffers_come_back_only_after_completion() {
         for s in 0..SEGS {
             fill((i * SEGS + s) as u64, SEG, &mut buf);
         }
-        zc.send(&tx, dest, buf, Some(SEG))
+        zc.send(&tx, dest, buf, Some(SEG), SendMeta::default())
             .map_err(|(e, _)| e)
             .unwrap();
         // Nothing is handed back before its completion has been read.
@@ -97,7 +97,9 @@ fn adaptive_sender_falls_back_to_copying_on_loopback() {
         let mut buf = pool.pop().unwrap_or_default();
         buf.clear();
         fill(i as u64, 1000, &mut buf);
-        zc.send(&tx, dest, buf, None).map_err(|(e, _)| e).unwrap();
+        zc.send(&tx, dest, buf, None, SendMeta::default())
+            .map_err(|(e, _)| e)
+            .unwrap();
         zc.reap(&tx).unwrap();
         while let Some(b) = zc.pop_done() {
             pool.push(b);
@@ -132,7 +134,13 @@ fn oversized_buffer_comes_back_with_the_error() {
     }
     let mut zc = ZeroCopySender::new(&tx).unwrap();
     let (e, buf) = zc
-        .send(&tx, "127.0.0.1:9".parse().unwrap(), vec![0; 70_000], None)
+        .send(
+            &tx,
+            "127.0.0.1:9".parse().unwrap(),
+            vec![0; 70_000],
+            None,
+            SendMeta::default(),
+        )
         .unwrap_err();
     assert_eq!(buf.len(), 70_000, "the caller gets its buffer back");
     assert_eq!(e.kind(), fastudp::ErrorKind::InvalidTransmit, "{e}");
@@ -170,7 +178,13 @@ fn a_refused_zerocopy_send_keeps_completions_in_step() {
     let dest = rx.as_std().local_addr().unwrap();
     let mut zc = ZeroCopySender::new(&tx).unwrap().adaptive(false);
     let (e, back) = zc
-        .send(&tx, dest, vec![1u8; 3 * 2000], Some(2000))
+        .send(
+            &tx,
+            dest,
+            vec![1u8; 3 * 2000],
+            Some(2000),
+            SendMeta::default(),
+        )
         .unwrap_err();
     assert_eq!(back.len(), 6000, "the refused buffer comes back at once");
     assert!(
@@ -179,7 +193,9 @@ fn a_refused_zerocopy_send_keeps_completions_in_step() {
     );
     let mut ok = Vec::new();
     fill(0, 1000, &mut ok);
-    zc.send(&tx, dest, ok, None).map_err(|(e, _)| e).unwrap();
+    zc.send(&tx, dest, ok, None, SendMeta::default())
+        .map_err(|(e, _)| e)
+        .unwrap();
     assert_eq!(
         zc.drain(&tx, Duration::from_secs(5)).unwrap(),
         0,
@@ -222,7 +238,9 @@ fn a_send_without_a_route_uses_no_completion_id() {
     let mut zc = ZeroCopySender::new(&tx).unwrap().adaptive(false);
     let nowhere = "10.9.9.9:9".parse().unwrap();
     for _ in 0..3 {
-        let (e, back) = zc.send(&tx, nowhere, vec![7u8; 1000], None).unwrap_err();
+        let (e, back) = zc
+            .send(&tx, nowhere, vec![7u8; 1000], None, SendMeta::default())
+            .unwrap_err();
         assert_eq!(back.len(), 1000);
         assert_eq!(
             e.io_error().map(std::io::Error::kind),
@@ -234,7 +252,9 @@ fn a_send_without_a_route_uses_no_completion_id() {
     for i in 0..2u64 {
         let mut ok = Vec::new();
         fill(i, 1000, &mut ok);
-        zc.send(&tx, dest, ok, None).map_err(|(e, _)| e).unwrap();
+        zc.send(&tx, dest, ok, None, SendMeta::default())
+            .map_err(|(e, _)| e)
+            .unwrap();
     }
     assert_eq!(
         zc.drain(&tx, Duration::from_secs(5)).unwrap(),
@@ -247,12 +267,12 @@ fn a_send_without_a_route_uses_no_completion_id() {
     assert_eq!(zc.stats().completions, 2);
 }
 
-/// `send_with` carries the source address and the ECN codepoint, both on
+/// `send`'s [`SendMeta`] carries the source address and the ECN codepoint, both on
 /// the zerocopy path and after the sender switched to copying: a server
 /// answering from the address its client used keeps doing so.
 #[test]
-fn send_with_keeps_source_address_and_ecn() {
-    use fastudp::{EcnCodepoint, RecvBatch, SendMeta};
+fn send_meta_keeps_source_address_and_ecn() {
+    use fastudp::{EcnCodepoint, RecvBatch};
     if !common::bind("127.0.0.1:0".parse().unwrap())
         .unwrap()
         .capabilities()
@@ -282,7 +302,9 @@ fn send_with_keeps_source_address_and_ecn() {
             for i in 0..70u64 {
                 let mut b = Vec::new();
                 fill(i, SEG, &mut b);
-                zc.send(&tx, dest, b, None).map_err(|(e, _)| e).unwrap();
+                zc.send(&tx, dest, b, None, SendMeta::default())
+                    .map_err(|(e, _)| e)
+                    .unwrap();
                 rx.recv(&mut batch).unwrap();
                 zc.wait(&tx, Duration::from_millis(200)).unwrap();
             }
@@ -292,14 +314,14 @@ fn send_with_keeps_source_address_and_ecn() {
         for s in 0..4u64 {
             fill(s, SEG, &mut buf);
         }
-        zc.send_with(&tx, dest, buf, Some(SEG), meta)
+        zc.send(&tx, dest, buf, Some(SEG), meta)
             .map_err(|(e, _)| e)
             .unwrap();
         let mut batch = RecvBatch::new(8);
         let mut seen = 0;
         while seen < 4 {
             rx.recv(&mut batch).unwrap();
-            for (m, d) in batch.iter() {
+            for (m, d) in &batch {
                 assert_eq!(m.source.ip(), src, "copying sender: {adaptive_copy}");
                 assert_eq!(m.ecn, Some(EcnCodepoint::Ect0), "copying: {adaptive_copy}");
                 seen += d.len() / SEG;

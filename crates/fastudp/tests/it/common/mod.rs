@@ -484,7 +484,8 @@ pub fn transfer_on(
     let mut sent_bytes: u64 = 0;
     let mut buf = Vec::with_capacity(1 << 20);
     let mut lens = Vec::new();
-    let mut coalescer = Coalescer::new().with_mtu(1500);
+    let mut coalescer = Coalescer::new();
+    coalescer.set_mtu(1500);
     // Datagrams the veth pair dropped, as last read.
     let mut dev_dropped = 0u64;
     while sent < total {
@@ -547,7 +548,9 @@ pub fn transfer_on(
             }
             TxMode::Gso | TxMode::MmsgGso => {
                 for &l in &lens {
-                    coalescer.push(&tx, dest, &buf[off..off + l]).expect("push");
+                    coalescer
+                        .push(&tx, dest, &buf[off..off + l], None, None)
+                        .expect("push");
                     off += l;
                 }
                 while !coalescer.is_empty() {

@@ -5,7 +5,7 @@
 //! absolute paths, symbolic links that lead out) can be fooled; Linux's
 //! `openat2(2)` (5.6+) resolves the path inside a directory file
 //! descriptor and refuses every escape itself. [`open_beneath`] is that
-//! call with the flags a file server wants.
+//! call (rustix's safe wrapper) with the flags a file server wants.
 
 use std::fs::File;
 use std::io;
@@ -35,23 +35,33 @@ use std::path::Path;
 /// refuses it with `ENOSYS` or `EPERM`), the error says so, with kind
 /// `Unsupported` (`ENOSYS`) or `PermissionDenied` (`EPERM`). On other
 /// systems every call fails with `Unsupported`.
-///
-/// ```no_run
-/// use std::os::fd::AsFd;
-/// let root = std::fs::File::open("/srv/www")?;
-/// let file = fastudp::fs::open_beneath(root.as_fd(), "css/site.css".as_ref())?;
-/// assert!(fastudp::fs::open_beneath(root.as_fd(), "../etc/passwd".as_ref()).is_err());
-/// # drop(file);
-/// # Ok::<(), std::io::Error>(())
-/// ```
-pub fn open_beneath(dir: BorrowedFd<'_>, path: &Path) -> io::Result<File> {
-    crate::sys::open_beneath(dir, path)
-        .map(File::from)
-        .map_err(explain)
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub(crate) fn open_beneath(dir: BorrowedFd<'_>, path: &Path) -> io::Result<File> {
+    use rustix::fs::{Mode, OFlags, ResolveFlags};
+    rustix::fs::openat2(
+        dir,
+        path,
+        OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOCTTY | OFlags::NONBLOCK,
+        Mode::empty(),
+        ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+    )
+    .map(File::from)
+    .map_err(|e| explain(e.into()))
+}
+
+/// `openat2(2)` is Linux-only: without it no path can be opened safely
+/// beneath a directory, so this refuses.
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+pub(crate) fn open_beneath(_dir: BorrowedFd<'_>, _path: &Path) -> io::Result<File> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "opening a file beneath a directory needs openat2(2), which is Linux-only",
+    ))
 }
 
 /// The errors that mean "openat2(2) itself is unavailable", turned into
 /// one that says so; every other error is returned as the kernel gave it.
+#[cfg_attr(not(any(target_os = "linux", target_os = "android")), allow(dead_code))]
 fn explain(e: io::Error) -> io::Error {
     match e.raw_os_error() {
         Some(libc::ENOSYS) => io::Error::new(
@@ -81,7 +91,7 @@ mod tests {
     impl TempDir {
         fn new(tag: &str) -> TempDir {
             let p = std::env::temp_dir().join(format!(
-                "fastudp-fs-{tag}-{}-{:?}",
+                "fastudp-quic-beneath-{tag}-{}-{:?}",
                 std::process::id(),
                 std::time::SystemTime::now()
             ));
