@@ -229,7 +229,18 @@ impl Socket {
     /// socket is readable. A signal ends the wait early with `false`. The
     /// wait for a loop that also has timers: it sleeps until the next one
     /// at most.
+    ///
+    /// On the io_uring backend (feature `uring`) with its multishot
+    /// receive armed, the kernel takes datagrams off the socket into the
+    /// ring as they arrive, so the socket itself may never look readable:
+    /// the wait is then on the ring's completions instead.
     pub fn wait_readable(&self, timeout: std::time::Duration) -> io::Result<bool> {
+        #[cfg(feature = "uring")]
+        if let Some(b) = self.state.backend_for(self.inner.as_fd()) {
+            if let Some(r) = b.wait_readable(timeout) {
+                return r;
+            }
+        }
         crate::sys::wait_readable(self.inner.as_fd(), timeout)
     }
 
