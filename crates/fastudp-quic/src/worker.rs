@@ -195,6 +195,7 @@ pub(crate) struct Worker {
     published_lost: Instant,
     calls_seen: (u64, u64),
     /// The ring's buffer exhaustions, as last published.
+    #[cfg_attr(not(feature = "uring"), allow(dead_code))]
     exhausted_seen: u64,
 }
 
