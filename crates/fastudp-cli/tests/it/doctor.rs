@@ -299,3 +299,18 @@ fn doctor_dest_takes_a_host_name() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("cannot resolve"));
 }
+
+/// `doctor --watch 60` stops at Ctrl-C, after the samples it printed,
+/// with status 130, instead of running out its 60 seconds.
+#[test]
+fn doctor_watch_stops_at_ctrl_c() {
+    let mut r = common::Running::start(&["doctor", "--watch", "60"]);
+    r.wait_for_line(|l| l.starts_with("[  1 s]"));
+    common::wait_for_sigint_handler(r.pid());
+    r.interrupt();
+    let end = r.finish();
+    // Running out the 60 s would end with status 0; only a stop at Ctrl-C
+    // gives 130.
+    assert_eq!(end.status.code(), Some(130), "{}", end.stderr);
+    assert!(end.stderr.contains("interrupted"), "{}", end.stderr);
+}

@@ -136,11 +136,22 @@ fn snapshot() -> Vec<u64> {
         .collect()
 }
 
-/// Prints the counters' rates every second for `secs` seconds.
+/// Prints the counters' rates every second for `secs` seconds, or until
+/// Ctrl-C (then status 130).
 pub fn watch(secs: u64, json: bool) -> anyhow::Result<()> {
+    crate::interrupt::watch();
     let mut last = snapshot();
+    let start = std::time::Instant::now();
     for t in 1..=secs {
-        std::thread::sleep(Duration::from_secs(1));
+        let due = start + Duration::from_secs(t);
+        while let Some(left) = due.checked_duration_since(std::time::Instant::now()) {
+            if crate::interrupt::requested() {
+                return Err(crate::interrupt::interrupted(
+                    "the samples above cover the time until then",
+                ));
+            }
+            std::thread::sleep(left.min(Duration::from_millis(50)));
+        }
         let now = snapshot();
         let rates: Vec<u64> = now
             .iter()
