@@ -23,6 +23,8 @@
 #   a-aws    --crypto aws-lc-rs on server and client (c-aws, d-aws likewise)
 #   a-ack10  --ack-every 10 on server and client (c-ack10 likewise)
 #   a-train20 --max-train 20; a-turn2 / a-turn32: --trains-per-turn 2 / 32
+#   a-uring  --uring: the workers receive with io_uring, each datagram
+#            read in place in the ring's buffers (BENCHMARKS section 13.3)
 # Rounds interleave the configs; the CSV's config column names them.
 set -eu
 ROUNDS=${1:-1}
@@ -66,6 +68,7 @@ one() { # one PROFILE WORKLOAD CONFIG ROUND
     *-train20) extra="$extra --max-train 20" ;;
     *-turn2) extra="$extra --trains-per-turn 2" ;;
     *-turn32) extra="$extra --trains-per-turn 32" ;;
+    *-uring) extra="$extra --uring" ;;
     esac
     if [ "$2" = video ]; then
         rate=125000

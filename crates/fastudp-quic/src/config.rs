@@ -128,6 +128,19 @@ pub struct EngineConfig {
     /// Socket features to switch off on every socket of the engine
     /// ([`fastudp::Config::disable`]). Default: none.
     pub disabled: Vec<fastudp::Feature>,
+    /// Receive with io_uring (the crate's `uring` feature, Linux): each
+    /// worker's receive socket gets a ring of provided buffers
+    /// ([`crate::limits::RING_BUFFERS`]) and a multishot receive, and the
+    /// worker reads each datagram in place there
+    /// (`fastudp::Socket::recv_borrowed`), copying it once, into the
+    /// buffer quinn-proto takes, instead of twice (kernel to a receive
+    /// batch, batch to quinn-proto). Where the kernel refuses io_uring
+    /// (`kernel.io_uring_disabled`, seccomp, an old kernel) a worker
+    /// receives with syscalls, as without it, and says so:
+    /// [`crate::Counters::uring_fallbacks`] and
+    /// [`crate::Engine::uring_error`]. Default: off. Without the `uring`
+    /// feature, on is refused by [`crate::Engine::start`].
+    pub uring: bool,
 }
 
 /// Performance switches of the engine. None changes what a peer sees
@@ -193,7 +206,14 @@ impl EngineConfig {
             tuning: Tuning::default(),
             idle_timeout: limits::IDLE_TIMEOUT,
             disabled: Vec::new(),
+            uring: false,
         }
+    }
+
+    /// Sets [`EngineConfig::uring`].
+    pub fn uring(mut self, on: bool) -> Self {
+        self.uring = on;
+        self
     }
 
     /// Sets [`EngineConfig::disabled`].
@@ -296,6 +316,11 @@ impl EngineConfig {
         }
         if self.max_half_open == 0 {
             return Err(Error::Config("max_half_open 0: at least 1".into()));
+        }
+        if self.uring && !cfg!(feature = "uring") {
+            return Err(Error::Config(
+                "uring: fastudp-quic was built without its `uring` feature".into(),
+            ));
         }
         Ok(())
     }

@@ -8,14 +8,14 @@ use crate::forward::{Inbox, SLOTS};
 use crate::limits;
 use crate::stats::Counters;
 use crate::tx::{send_socket, Tx};
-use crate::worker::{Setup, Worker};
+use crate::worker::{ring_receive, Setup, Worker};
 use fastudp::pacing::{choose_mode, PacingMode};
 use fastudp::UdpIo;
 use fastudp::{Config, ReuseportGroup, Socket, Steering, ZeroCopySender};
 use quinn_proto::{EndpointConfig, ServerConfig};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -55,6 +55,7 @@ pub struct Engine {
     local_addr: SocketAddr,
     pacing: (PacingMode, String),
     zerocopy_error: Option<String>,
+    uring_error: Arc<Mutex<Option<String>>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -87,6 +88,7 @@ impl Engine {
             std::sync::atomic::AtomicU64::new(0),
         ));
         let mut zerocopy_error = None;
+        let uring_error = Arc::new(Mutex::new(None));
         let mut handles = Vec::with_capacity(n);
         for (i, (rx, tx)) in group.into_sockets().into_iter().zip(txs).enumerate() {
             let ep = endpoint_config(i, n, reset_key.clone(), cid_fallback.clone());
@@ -111,7 +113,6 @@ impl Engine {
             let setup = Setup {
                 id: i,
                 workers: n,
-                rx,
                 server: server.clone(),
                 endpoint: Arc::new(ep),
                 inboxes: inboxes.clone(),
@@ -127,8 +128,10 @@ impl Engine {
                 total_rate: cfg.total_rate,
                 recv_arena: cfg.tuning.recv_arena,
                 trains_per_turn: cfg.tuning.trains_per_turn,
+                uring: cfg.uring && ring_receive(&rx, &counters, &uring_error),
+                uring_error: uring_error.clone(),
             };
-            match spawn_worker(i, setup, tx) {
+            match spawn_worker(i, setup, rx, tx) {
                 Ok(h) => handles.push(h),
                 Err(e) => {
                     // The workers started so far stop before the error
@@ -149,6 +152,7 @@ impl Engine {
             local_addr: addr,
             pacing: (pacing, why),
             zerocopy_error,
+            uring_error,
         })
     }
 
@@ -177,6 +181,17 @@ impl Engine {
     /// for it: the engine sends with copies then.
     pub fn zerocopy_error(&self) -> Option<&str> {
         self.zerocopy_error.as_deref()
+    }
+
+    /// Why a worker receives with syscalls although the configuration
+    /// asked for io_uring ([`EngineConfig::uring`]): the first refusal
+    /// seen, when the sockets were set up or later; how many workers fell
+    /// back is [`Counters::uring_fallbacks`].
+    pub fn uring_error(&self) -> Option<String> {
+        self.uring_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// A worker stopped on an error: the engine should be stopped, and
@@ -248,18 +263,22 @@ fn server_config(cfg: &EngineConfig, app: &dyn Application) -> Result<Arc<Server
 /// The reuseport group of receive sockets on the listening address, the
 /// address it got, and one send socket per worker.
 fn bind(cfg: &EngineConfig) -> Result<(ReuseportGroup, SocketAddr, Vec<Socket>), Error> {
-    let group = ReuseportGroup::bind(
-        cfg.listen,
-        cfg.workers,
-        Steering::QuicCid,
-        Config::default()
-            .recv_buffer(4 << 20)
-            .disable(cfg.disabled.iter().copied()),
-    )
-    .map_err(|source| Error::Listen {
-        addr: cfg.listen,
-        source,
-    })?;
+    let config = Config::default()
+        .recv_buffer(4 << 20)
+        .disable(cfg.disabled.iter().copied());
+    // The receive sockets only: sends stay on syscalls.
+    #[cfg(feature = "uring")]
+    let config = if cfg.uring {
+        config.uring(true).uring_recv_buffers(limits::RING_BUFFERS)
+    } else {
+        config
+    };
+    let group = ReuseportGroup::bind(cfg.listen, cfg.workers, Steering::QuicCid, config).map_err(
+        |source| Error::Listen {
+            addr: cfg.listen,
+            source,
+        },
+    )?;
     let addr = group.sockets()[0]
         .as_std()
         .local_addr()
@@ -333,13 +352,18 @@ fn endpoint_config(
 
 /// Starts worker `i`'s thread. A worker that fails (or panics) marks the
 /// engine failed: the server stops rather than go on without it.
-fn spawn_worker(i: usize, setup: Setup, tx: Tx) -> std::io::Result<JoinHandle<Result<(), Error>>> {
+fn spawn_worker(
+    i: usize,
+    setup: Setup,
+    rx: Socket,
+    tx: Tx,
+) -> std::io::Result<JoinHandle<Result<(), Error>>> {
     std::thread::Builder::new()
         .name(format!("quic-worker-{i}"))
         .spawn(move || {
             let failed = setup.failed.clone();
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                Worker::new(setup, tx).and_then(|mut w| w.run())
+                Worker::new(setup, rx, tx).and_then(|mut w| w.run())
             }))
             .unwrap_or_else(|_| Err(Error::Worker(format!("worker {i} panicked"))));
             if r.is_err() {

@@ -124,6 +124,17 @@ pub const RECV_BATCH: usize = 64;
 /// Bytes of one message of a worker's receive batch: a 64-segment GRO
 /// train of 1472-byte datagrams (94208 bytes) fits, so none is truncated.
 pub const RECV_MESSAGE: usize = 96 * 1024;
+/// Provided buffers of a worker's io_uring receive ring
+/// ([`crate::EngineConfig::uring`]), each of the library's default
+/// message capacity: half of [`RECV_BATCH`]'s memory.
+pub const RING_BUFFERS: u16 = (RECV_BATCH / 2) as u16;
+/// Messages a worker reads in place from its ring at once, at most: a
+/// quarter of [`RECV_BATCH`], so that half of the ring's buffers stay
+/// free for the kernel while the worker holds the others. The receive
+/// batch behind it (used only where io_uring is refused, then replaced by
+/// one of [`RECV_BATCH`]) and the ring together hold less than
+/// [`RECV_BATCH`] messages' memory, the term [`per_worker`] counts.
+pub const RING_BATCH: usize = RECV_BATCH / 4;
 /// Bytes quinn-proto may buffer for connections not yet accepted, per
 /// worker (the server decides on each at once, so this is rarely used).
 pub const INCOMING_BUFFER: u64 = 1 << 20;
@@ -192,7 +203,9 @@ pub fn per_connection_files() -> u64 {
 
 /// What one worker holds whatever its connections, bytes: the forwarding
 /// rings, queued stateless replies and trains, spare buffers, the receive
-/// batch, quinn-proto's buffer for connections not yet accepted.
+/// batch (or the io_uring ring and its smaller batch, which hold less:
+/// [`RING_BATCH`]), quinn-proto's buffer for connections not yet
+/// accepted.
 pub fn per_worker() -> u64 {
     let forward = 2 * (crate::forward::SLOTS * crate::forward::SLOT) as u64;
     let stateless = (STATELESS_QUEUE * STATELESS_BUF) as u64;

@@ -58,4 +58,16 @@ pub struct Counters {
     pub send_errors: AtomicU64,
     /// Receive errors (ICMP errors reported on a receive, say).
     pub recv_errors: AtomicU64,
+    /// Datagrams read in place in an io_uring ring's provided buffers
+    /// ([`crate::EngineConfig::uring`]); also counted in `datagrams_recv`.
+    pub recv_in_place: AtomicU64,
+    /// Workers asked to receive with io_uring that receive with syscalls
+    /// instead: the kernel refused the ring when the socket was set up,
+    /// or its multishot receive later (the reason:
+    /// [`crate::Engine::uring_error`]).
+    pub uring_fallbacks: AtomicU64,
+    /// Times a worker's ring had no free provided buffer (`ENOBUFS`): the
+    /// datagrams waited in the socket's buffer and were received after
+    /// the receive was armed again; nothing was lost.
+    pub uring_exhausted: AtomicU64,
 }

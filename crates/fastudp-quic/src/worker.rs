@@ -37,7 +37,7 @@ use crate::Error;
 use bytes::{Bytes, BytesMut};
 use fastudp::pacing::PacingMode;
 use fastudp::UdpIo;
-use fastudp::{EcnCodepoint, RecvBatch, Socket, Steering};
+use fastudp::{EcnCodepoint, RecvBatch, RecvMeta, Socket, Steering};
 use quinn_proto::{
     ConnectionHandle, DatagramEvent, Endpoint, EndpointConfig, Event, ServerConfig, StreamEvent,
     VarInt,
@@ -47,7 +47,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Forwarded datagrams a worker hands to quinn-proto in one loop turn at
@@ -96,7 +96,6 @@ struct Conn {
 pub(crate) struct Setup {
     pub(crate) id: usize,
     pub(crate) workers: usize,
-    pub(crate) rx: Socket,
     pub(crate) server: Arc<ServerConfig>,
     pub(crate) endpoint: Arc<EndpointConfig>,
     /// Every worker's inbox of forwarded datagrams.
@@ -122,6 +121,11 @@ pub(crate) struct Setup {
     pub(crate) recv_arena: bool,
     /// [`crate::Tuning::trains_per_turn`].
     pub(crate) trains_per_turn: usize,
+    /// Receive in place from the socket's io_uring ring
+    /// ([`crate::EngineConfig::uring`]).
+    pub(crate) uring: bool,
+    /// Why io_uring was refused, the first time a worker saw it.
+    pub(crate) uring_error: Arc<Mutex<Option<String>>>,
 }
 
 fn to_quinn_ecn(e: Option<EcnCodepoint>) -> Option<quinn_proto::EcnCodepoint> {
@@ -134,6 +138,11 @@ fn to_quinn_ecn(e: Option<EcnCodepoint>) -> Option<quinn_proto::EcnCodepoint> {
 pub(crate) struct EndpointDriver {
     endpoint: Endpoint,
     batch: Option<RecvBatch>,
+    /// Receiving in place from the socket's io_uring ring: `batch` then
+    /// only holds the metadata (and the datagrams, if the ring is taken
+    /// down under it).
+    #[cfg_attr(not(feature = "uring"), allow(dead_code))]
+    ring: bool,
     /// Forwarded datagrams being worked through (swapped with the inbox
     /// when empty).
     fwd_local: Ring,
@@ -173,6 +182,8 @@ pub(crate) struct ConnTable {
 /// part of the application.
 pub(crate) struct Worker {
     s: Setup,
+    /// The receive socket, of the reuseport group.
+    rx: Socket,
     /// The application's part on this worker.
     app: Box<dyn WorkerApp>,
     pub(crate) ep: EndpointDriver,
@@ -184,11 +195,14 @@ pub(crate) struct Worker {
     published: Instant,
     published_lost: Instant,
     calls_seen: (u64, u64),
+    /// The ring's buffer exhaustions, as last published.
+    #[cfg_attr(not(feature = "uring"), allow(dead_code))]
+    exhausted_seen: u64,
 }
 
 impl Worker {
-    pub(crate) fn new(s: Setup, tx: Tx) -> Result<Self, Error> {
-        s.rx.as_std()
+    pub(crate) fn new(s: Setup, rx: Socket, tx: Tx) -> Result<Self, Error> {
+        rx.as_std()
             .set_nonblocking(true)
             .map_err(|e| Error::Worker(format!("worker {}: {e}", s.id)))?;
         let allow_mtud = !tx.socket.may_fragment();
@@ -198,14 +212,25 @@ impl Worker {
             // may end 50 us late. Best effort.
             let _ = fastudp::pacing::set_timer_slack(1_000);
         }
+        // The engine checked its sockets already (and counted those that
+        // fell back): this finds the same.
+        let ring = s.uring && ring_receive(&rx, &s.counters, &s.uring_error);
         Ok(Worker {
             app: s.app.worker(s.id),
             ep: EndpointDriver {
                 endpoint,
                 batch: Some(
-                    RecvBatch::with_capacity(limits::RECV_BATCH, limits::RECV_MESSAGE)
-                        .map_err(|e| Error::Worker(format!("worker {}: {e}", s.id)))?,
+                    RecvBatch::with_capacity(
+                        if ring {
+                            limits::RING_BATCH
+                        } else {
+                            limits::RECV_BATCH
+                        },
+                        limits::RECV_MESSAGE,
+                    )
+                    .map_err(|e| Error::Worker(format!("worker {}: {e}", s.id)))?,
                 ),
+                ring,
                 fwd_local: Ring::new(SLOTS),
                 arena: BytesMut::new(),
                 half_open: 0,
@@ -224,6 +249,8 @@ impl Worker {
             published: Instant::now(),
             published_lost: Instant::now(),
             calls_seen: (0, 0),
+            exhausted_seen: 0,
+            rx,
             s,
         })
     }
@@ -252,8 +279,14 @@ impl Worker {
             let closing = self.closing_since.is_some();
             self.ep
                 .forwarded(now, &self.s, &mut self.table, &mut self.tx, closing);
-            self.ep
-                .receive(now, &self.s, &mut self.table, &mut self.tx, closing);
+            self.ep.receive(
+                now,
+                &mut self.rx,
+                &self.s,
+                &mut self.table,
+                &mut self.tx,
+                closing,
+            );
             self.turn(now);
             self.tx.flush();
             if now.duration_since(self.published) > Duration::from_millis(100) {
@@ -306,7 +339,8 @@ impl Worker {
             until = until.min(b.positive_at());
         }
         if until > now {
-            let _ = self.s.rx.wait_readable(until - now);
+            // On a ring (armed), this waits on its completions.
+            let _ = self.rx.wait_readable(until - now);
         }
     }
 
@@ -314,7 +348,15 @@ impl Worker {
     /// connections' losses).
     fn publish(&mut self, last: bool) {
         let c = &self.s.counters;
-        let (tx, rx) = (self.tx.socket.stats(), self.s.rx.stats());
+        let (tx, rx) = (self.tx.socket.stats(), self.rx.stats());
+        #[cfg(feature = "uring")]
+        if let Some(u) = self.rx.uring_stats() {
+            c.uring_exhausted.fetch_add(
+                u.buffer_exhausted.saturating_sub(self.exhausted_seen),
+                Relaxed,
+            );
+            self.exhausted_seen = u.buffer_exhausted;
+        }
         c.send_calls
             .fetch_add(tx.send_calls.saturating_sub(self.calls_seen.0), Relaxed);
         c.recv_calls
@@ -333,6 +375,58 @@ impl Worker {
         }
         self.published = Instant::now();
     }
+}
+
+/// A receive that failed: counted, unless it only found nothing.
+fn recv_error(e: fastudp::Error, s: &Setup) {
+    let e = std::io::Error::from(e);
+    if e.kind() != std::io::ErrorKind::WouldBlock {
+        // ICMP errors for earlier sends (a client that went away) fail
+        // receives on the group's sockets; the library reads them off,
+        // and the worker goes on.
+        s.counters.recv_errors.fetch_add(1, Relaxed);
+    }
+}
+
+/// Whether `rx` receives from an io_uring ring; when not, the fallback is
+/// counted and its reason kept.
+pub(crate) fn ring_receive(
+    rx: &Socket,
+    counters: &Counters,
+    reason: &Mutex<Option<String>>,
+) -> bool {
+    #[cfg(feature = "uring")]
+    if rx.uring_stats().is_some_and(|u| u.recv_active) {
+        return true;
+    }
+    fell_back(rx, counters, reason);
+    false
+}
+
+/// Counts a worker that receives with syscalls although asked for
+/// io_uring, and keeps the first reason (the socket's fallback event).
+fn fell_back(rx: &Socket, counters: &Counters, reason: &Mutex<Option<String>>) {
+    counters.uring_fallbacks.fetch_add(1, Relaxed);
+    #[cfg(feature = "uring")]
+    let event = rx
+        .stats()
+        .fallbacks
+        .iter()
+        .rev()
+        .find(|e| e.feature == fastudp::Feature::Uring)
+        .map(|e| e.reason.clone());
+    // Without the feature the engine refuses the setting at start.
+    #[cfg(not(feature = "uring"))]
+    let event = {
+        let _ = rx;
+        None
+    };
+    let why =
+        event.unwrap_or_else(|| "the io_uring receive is not available; using syscalls".into());
+    reason
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get_or_insert(why);
 }
 
 impl EndpointDriver {
@@ -370,25 +464,23 @@ impl EndpointDriver {
     fn receive(
         &mut self,
         now: Instant,
+        rx: &mut Socket,
         s: &Setup,
         table: &mut ConnTable,
         tx: &mut Tx,
         closing: bool,
     ) {
+        #[cfg(feature = "uring")]
+        if self.ring {
+            return self.receive_in_place(now, rx, s, table, tx, closing);
+        }
         for _ in 0..8 {
             let Some(b) = self.batch.as_mut() else { break };
-            match s.rx.recv(b) {
+            match rx.recv(b) {
                 Ok(0) => break,
                 Ok(_) => {}
                 Err(e) => {
-                    let e = std::io::Error::from(e);
-                    if e.kind() != std::io::ErrorKind::WouldBlock {
-                        // ICMP errors for earlier sends (a client that
-                        // went away) fail receives on the group's
-                        // sockets; the library reads them off, and the
-                        // worker goes on.
-                        s.counters.recv_errors.fetch_add(1, Relaxed);
-                    }
+                    recv_error(e, s);
                     break;
                 }
             }
@@ -396,28 +488,7 @@ impl EndpointDriver {
                 break;
             };
             for (meta, d) in batch.datagrams() {
-                s.counters.datagrams_recv.fetch_add(1, Relaxed);
-                let owner = Steering::QuicCid.owner(d, s.workers).unwrap_or(s.id);
-                if owner != s.id && !d.is_empty() {
-                    let c = &s.counters;
-                    if s.inboxes[owner].push(meta.source, meta.destination, meta.ecn, d) {
-                        c.forwarded.fetch_add(1, Relaxed);
-                    } else {
-                        c.forward_dropped.fetch_add(1, Relaxed);
-                    }
-                    continue;
-                }
-                self.datagram(
-                    now,
-                    meta.source,
-                    meta.destination,
-                    meta.ecn,
-                    d,
-                    s,
-                    table,
-                    tx,
-                    closing,
-                );
+                self.received(now, meta, d, s, table, tx, closing);
             }
             let full = batch.len() == batch.capacity();
             self.batch = Some(batch);
@@ -425,6 +496,104 @@ impl EndpointDriver {
                 break;
             }
         }
+    }
+
+    /// [`EndpointDriver::receive`] from the socket's io_uring ring: each
+    /// datagram is read where the kernel wrote it, in a provided buffer
+    /// lent for the batch (`Socket::recv_borrowed`), and copied once,
+    /// into the buffer quinn-proto takes (or a forwarding slot); the
+    /// buffers go back to the kernel when the batch is done. As many
+    /// messages per turn as the syscall path reads at most.
+    #[cfg(feature = "uring")]
+    fn receive_in_place(
+        &mut self,
+        now: Instant,
+        rx: &mut Socket,
+        s: &Setup,
+        table: &mut ConnTable,
+        tx: &mut Tx,
+        closing: bool,
+    ) {
+        let mut messages = 0;
+        while messages < 8 * limits::RECV_BATCH {
+            let Some(mut scratch) = self.batch.take() else {
+                break;
+            };
+            let cap = scratch.capacity();
+            let got = match rx.recv_borrowed(&mut scratch) {
+                Ok(view) => {
+                    let in_ring = view.in_ring();
+                    for (meta, d) in view.datagrams() {
+                        if in_ring {
+                            s.counters.recv_in_place.fetch_add(1, Relaxed);
+                        }
+                        self.received(now, meta, d, s, table, tx, closing);
+                    }
+                    // The view ends here: its buffers go back to the kernel.
+                    Ok((view.len(), in_ring))
+                }
+                Err(e) => Err(e),
+            };
+            self.batch = Some(scratch);
+            match got {
+                Ok((n, in_ring)) => {
+                    if !in_ring {
+                        // The library took the ring down (a multishot
+                        // receive the kernel refused, say) and received
+                        // with a syscall: so does this worker from now.
+                        self.ring = false;
+                        self.batch = Some(RecvBatch::new(limits::RECV_BATCH));
+                        fell_back(rx, &s.counters, &s.uring_error);
+                        return;
+                    }
+                    messages += n;
+                    if n < cap {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    recv_error(e, s);
+                    break;
+                }
+            }
+        }
+    }
+
+    /// One received datagram: handed to its owner's ring when another
+    /// worker owns its connection, to quinn-proto otherwise.
+    #[allow(clippy::too_many_arguments)]
+    fn received(
+        &mut self,
+        now: Instant,
+        meta: &RecvMeta,
+        d: &[u8],
+        s: &Setup,
+        table: &mut ConnTable,
+        tx: &mut Tx,
+        closing: bool,
+    ) {
+        s.counters.datagrams_recv.fetch_add(1, Relaxed);
+        let owner = Steering::QuicCid.owner(d, s.workers).unwrap_or(s.id);
+        if owner != s.id && !d.is_empty() {
+            let c = &s.counters;
+            if s.inboxes[owner].push(meta.source, meta.destination, meta.ecn, d) {
+                c.forwarded.fetch_add(1, Relaxed);
+            } else {
+                c.forward_dropped.fetch_add(1, Relaxed);
+            }
+            return;
+        }
+        self.datagram(
+            now,
+            meta.source,
+            meta.destination,
+            meta.ecn,
+            d,
+            s,
+            table,
+            tx,
+            closing,
+        );
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -1040,8 +1209,6 @@ mod harness {
             let mut s = Setup {
                 id: 0,
                 workers: 1,
-                rx: Socket::bind("127.0.0.1:0".parse().unwrap(), fastudp::Config::default())
-                    .unwrap(),
                 server: Arc::new(server),
                 endpoint: Arc::new(EndpointConfig::default()),
                 inboxes: Arc::new(vec![Inbox::new(SLOTS)]),
@@ -1057,12 +1224,20 @@ mod harness {
                 total_rate: None,
                 recv_arena: true,
                 trains_per_turn: limits::TRAINS_PER_TURN,
+                uring: false,
+                uring_error: Arc::default(),
             };
             f(&mut s);
             let sock =
                 Socket::bind("127.0.0.1:0".parse().unwrap(), fastudp::Config::default()).unwrap();
             let tx = Tx::new(sock, None, counters, None, crate::tx::MAX_TRAIN).unwrap();
-            let w = Worker::new(s, tx).unwrap();
+            let config = fastudp::Config::default();
+            #[cfg(feature = "uring")]
+            let config = config
+                .uring(s.uring)
+                .uring_recv_buffers(limits::RING_BUFFERS);
+            let rx = Socket::bind("127.0.0.1:0".parse().unwrap(), config).unwrap();
+            let w = Worker::new(s, rx, tx).unwrap();
             let client = Endpoint::new(Arc::new(EndpointConfig::default()), None, true, None);
             Net {
                 w,
@@ -1279,6 +1454,71 @@ mod harness {
             0,
             "asked for fewer ACKs with the extension off"
         );
+    }
+
+    /// The io_uring receive path: 20 datagrams of 1,202 bytes that
+    /// another worker owns (sent back to back, so GRO may join them into
+    /// trains, split in place) go byte-exact and in order to its inbox;
+    /// one of this worker's own goes to quinn-proto; all 21 are read in
+    /// place in the ring's buffers.
+    #[cfg(feature = "uring")]
+    #[test]
+    fn the_ring_path_forwards_to_the_owner_byte_exact() {
+        if let Some(why) = fastudp::uring::probe().why_not() {
+            assert_ne!(
+                std::env::var("FASTUDP_REQUIRE_PRIVILEGED_TESTS").as_deref(),
+                Ok("1"),
+                "io_uring unavailable: {why}"
+            );
+            eprintln!("skipped: io_uring unavailable: {why}");
+            return;
+        }
+        let mut n = Net::new(|s| {
+            s.uring = true;
+            s.workers = 2;
+            s.inboxes = Arc::new(vec![Inbox::new(SLOTS), Inbox::new(SLOTS)]);
+        });
+        assert!(n.w.ep.ring, "the worker does not receive from a ring");
+        let to = n.w.rx.as_std().local_addr().unwrap();
+        let peer = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        // Short headers (0x40) whose connection ID starts with 1 (worker
+        // 1 of 2), then one with 2 (worker 0).
+        let theirs: Vec<Vec<u8>> = (0..20u32)
+            .map(|i| {
+                let mut d = vec![0x40, 1];
+                d.extend((0..1200u32).map(|j| (i * 7 + j) as u8));
+                d
+            })
+            .collect();
+        for d in &theirs {
+            assert_eq!(Steering::QuicCid.owner(d, 2), Some(1));
+            peer.send_to(d, to).unwrap();
+        }
+        let mine = [
+            0x40u8, 2, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9,
+        ];
+        assert_eq!(Steering::QuicCid.owner(&mine, 2), Some(0));
+        peer.send_to(&mine, to).unwrap();
+        let c = n.w.s.counters.clone();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while c.datagrams_recv.load(Relaxed) < 21 {
+            assert!(Instant::now() < deadline, "not received in 5 s");
+            let _ = n.w.rx.wait_readable(Duration::from_millis(10));
+            let w = &mut n.w;
+            w.ep.receive(n.now, &mut w.rx, &w.s, &mut w.table, &mut w.tx, false);
+        }
+        assert_eq!(c.datagrams_recv.load(Relaxed), 21);
+        assert_eq!(c.recv_in_place.load(Relaxed), 21);
+        assert_eq!(c.forwarded.load(Relaxed), 20);
+        assert_eq!(c.uring_fallbacks.load(Relaxed), 0);
+        let mut inbox = Ring::new(SLOTS);
+        n.w.s.inboxes[1].take_into(&mut inbox);
+        for d in &theirs {
+            let (m, got) = inbox.pop().expect("a forwarded datagram is missing");
+            assert_eq!(got, &d[..]);
+            assert_eq!(m.source, peer.local_addr().unwrap());
+        }
+        assert!(inbox.pop().is_none());
     }
 
     /// ACK_FREQUENCY frames the server's connections sent.

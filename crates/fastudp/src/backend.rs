@@ -83,6 +83,12 @@ pub(crate) trait RingBackend:
         f: &mut Deliver<'_>,
     ) -> Option<Result<usize, Error>>;
 
+    /// Waits until a received message is ready for the next receive, or
+    /// `timeout` passes; true when one is. `None` when the backend's
+    /// receive is not armed (or off): the caller then polls the socket,
+    /// where the datagrams still are.
+    fn wait_readable(&self, timeout: std::time::Duration) -> Option<io::Result<bool>>;
+
     /// The backend itself, for the module that implements it.
     fn as_any(&self) -> &dyn Any;
 

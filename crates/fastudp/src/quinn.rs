@@ -52,6 +52,19 @@
 //! are read into the error queue ([`UdpIo::recv_error`]), not
 //! returned by receives. Counters: [`UdpIo::stats`].
 //!
+//! Receive stays on `recvmmsg`, straight into quinn's buffers, also with
+//! the `uring` feature (a socket configured with `Config::uring` is taken
+//! off its ring here, and the fallback recorded). quinn's `poll_recv` wants each datagram in a
+//! buffer of its own, so an io_uring receive would still copy it, out of
+//! the ring's provided buffer into quinn's: measured on a 2-vCPU VM
+//! (docs/BENCHMARKS.md, section 13.1), that ring receive plus copy cost
+//! 1.10x to 1.18x the receiver's CPU per byte of `recvmmsg` into the same
+//! buffers (with the ring's default 8 buffers; 1.79x to 1.86x with 64).
+//! tokio also waits on the socket's readiness, which a ring receive takes
+//! away. The receive that reads datagrams in place,
+//! `Socket::recv_borrowed`, pays where the datagram is consumed where it
+//! lies, as in the fastudp-quic engine's `uring` setting.
+//!
 //! A train split half-way (GSO refused mid-run, then the socket filled) is
 //! never lost or sent twice: its rest is kept (one copy, the only one) and
 //! sent before anything else.

@@ -103,8 +103,10 @@
 //! (docs/BENCHMARKS.md, section 13).
 //!
 //! A non-blocking socket on this backend is ready when the ring has
-//! completions, which a poll of the socket itself does not show: call
-//! `recv` in a loop with a wait of your own, or use the blocking form.
+//! completions, which a poll of the socket itself does not show: wait
+//! with [`Socket::wait_readable`](crate::Socket::wait_readable), which
+//! waits on the ring while its receive is armed, or use the blocking
+//! form.
 //! Every safety argument about memory the kernel holds is written down in
 //! the private `sys::uring` module.
 
@@ -669,6 +671,23 @@ impl RingBackend for Backend {
 
     fn cut_after_growth(&self, n: usize, size: &dyn Fn(usize) -> usize) -> usize {
         Backend::cut_after_growth(self, n, size)
+    }
+
+    fn wait_readable(&self, timeout: Duration) -> Option<io::Result<bool>> {
+        #[cfg(target_os = "linux")]
+        {
+            let mut g = self.recv.lock().unwrap_or_else(|e| e.into_inner());
+            let r = g.as_mut().filter(|r| r.armed())?;
+            if r.ready() {
+                return Some(Ok(true));
+            }
+            Some(r.wait(Some(timeout)).map(|_| r.ready()))
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = timeout;
+            None
+        }
     }
 
     fn note_sent_size(&self, size: usize) {

@@ -158,6 +158,13 @@ pub struct ServeArgs {
     /// fastudp only.
     #[arg(long, default_value_t = fastudp_quic::Tuning::default().trains_per_turn)]
     pub trains_per_turn: usize,
+    /// Receive with io_uring: each datagram is read in place in the
+    /// ring's provided buffers and copied once, into quinn-proto's buffer
+    /// (docs/BENCHMARKS.md section 13). Where the kernel refuses io_uring,
+    /// the workers receive with syscalls and a note says why. --stack
+    /// fastudp only.
+    #[arg(long)]
+    pub uring: bool,
     /// Copy received datagrams into shared 64 KiB blocks instead of one
     /// allocation each (no saving measured: docs/BENCHMARKS.md section
     /// 17). --stack fastudp only.
@@ -338,6 +345,9 @@ fn check_serve(a: &ServeArgs) -> anyhow::Result<()> {
     }
     if a.stack != Stack::Fastudp && a.alt_svc_tcp {
         return bad("--alt-svc-tcp needs --stack fastudp".into());
+    }
+    if a.stack != Stack::Fastudp && a.uring {
+        return bad("--uring needs --stack fastudp".into());
     }
     if a.stack != Stack::Fastudp && a.max_memory.is_some() {
         return bad("--max-memory needs --stack fastudp".into());

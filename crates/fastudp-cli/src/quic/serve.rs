@@ -44,6 +44,9 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     if let Some(e) = engine.zerocopy_error() {
         eprintln!("fastudp: note: --zerocopy: {e}; sending with copies");
     }
+    if let Some(e) = engine.uring_error() {
+        eprintln!("fastudp: note: --uring: {e}");
+    }
     let tcp = if a.alt_svc_tcp {
         match alt_svc_tcp(&a, &engine, tls.clone(), handler) {
             Ok(l) => Some(l),
@@ -118,6 +121,7 @@ fn engine_config(
         .pacing(pacing)
         .total_rate(a.total_rate)
         .zerocopy(a.zerocopy)
+        .uring(a.uring)
         .retry(a.retry)
         .max_half_open(a.max_half_open)
         .max_connections(max_connections)

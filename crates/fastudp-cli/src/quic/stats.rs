@@ -92,6 +92,14 @@ pub struct Report {
     pub send_errors: u64,
     /// Receive errors, in all.
     pub recv_errors: u64,
+    /// `--uring`: datagrams read in place in the rings' buffers, in all.
+    pub recv_in_place: u64,
+    /// `--uring`: workers that receive with syscalls instead (io_uring
+    /// refused).
+    pub uring_fallbacks: u64,
+    /// `--uring`: times a ring had no free buffer (the datagrams waited
+    /// in the socket), in all.
+    pub uring_exhausted: u64,
     /// The pacing in force, and why.
     pub pacing: String,
     /// `--alt-svc-tcp`: the TCP listener's counters, in all.
@@ -191,6 +199,9 @@ fn report(
         dropped_locally: c.dropped_locally.load(Relaxed),
         send_errors: c.send_errors.load(Relaxed),
         recv_errors: c.recv_errors.load(Relaxed),
+        recv_in_place: c.recv_in_place.load(Relaxed),
+        uring_fallbacks: c.uring_fallbacks.load(Relaxed),
+        uring_exhausted: c.uring_exhausted.load(Relaxed),
         pacing: pacing.to_string(),
         tcp: None,
     }
@@ -222,7 +233,7 @@ fn print(r: &Report, json: bool) -> anyhow::Result<()> {
         )?;
     }
     out!(
-        "{}: {:.1} s, {} connections ({} accepted, {} refused, {} retries), goodput {:.3} Gbit/s, wire {:.3} Gbit/s, CPU {} s/Gbit ({:.2} cores), send calls {}/s ({} datagrams each), recv calls {}/s ({} datagrams each), {} retransmissions, {} forwarded, {} dropped, {} forward drops, {} stateless drops, {} request timeouts, {} dropped by the local queue, pacing: {}",
+        "{}: {:.1} s, {} connections ({} accepted, {} refused, {} retries), goodput {:.3} Gbit/s, wire {:.3} Gbit/s, CPU {} s/Gbit ({:.2} cores), send calls {}/s ({} datagrams each), recv calls {}/s ({} datagrams each), {} retransmissions, {} forwarded, {} dropped, {} forward drops, {} stateless drops, {} request timeouts, {} dropped by the local queue,{} pacing: {}",
         r.kind,
         r.seconds,
         r.connections,
@@ -244,6 +255,14 @@ fn print(r: &Report, json: bool) -> anyhow::Result<()> {
         r.stateless_dropped,
         r.request_timeouts,
         r.dropped_locally,
+        if r.recv_in_place + r.uring_fallbacks > 0 {
+            format!(
+                " io_uring: {} datagrams read in place, {} workers on syscalls, {} ring exhaustions,",
+                r.recv_in_place, r.uring_fallbacks, r.uring_exhausted
+            )
+        } else {
+            String::new()
+        },
         r.pacing
     )
 }

@@ -9,6 +9,9 @@ mod altsvc;
 #[path = "../../examples/embed.rs"]
 #[allow(dead_code)] // its `main`
 mod embed;
+#[cfg(all(feature = "uring", target_os = "linux"))]
+#[path = "engine/uring.rs"]
+mod uring;
 
 use bytes::Bytes;
 use fastudp_quic::app::hq::HqApp;

@@ -337,7 +337,18 @@ pub trait UdpIo {
     /// socket is readable. A signal ends the wait early with `false`. The
     /// wait for a loop that also has timers: it sleeps until the next one
     /// at most. It blocks the thread: on tokio, await `recv` instead.
+    ///
+    /// On the io_uring backend (feature `uring`) with its multishot
+    /// receive armed, the kernel takes datagrams off the socket into the
+    /// ring as they arrive, so the socket itself may never look readable:
+    /// the wait is then on the ring's completions instead.
     fn wait_readable(&self, timeout: std::time::Duration) -> io::Result<bool> {
+        #[cfg(feature = "uring")]
+        if let Some(b) = self.state().backend_for(self.fd()) {
+            if let Some(r) = b.wait_readable(timeout) {
+                return r;
+            }
+        }
         crate::sys::wait_readable(self.fd(), timeout)
     }
 

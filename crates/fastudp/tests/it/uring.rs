@@ -455,3 +455,102 @@ fn zerocopy_drain_takes_the_longest_timeout() {
     let mut zc = UringZeroCopySender::new(&tx).unwrap();
     assert_eq!(zc.drain(Duration::MAX).unwrap(), 0);
 }
+
+/// A pool buffer the kernel holds (`UringZeroCopySender::with_buffers`).
+/// On loopback the kernel copies each send at once and notifies at once,
+/// so no buffer is ever held. Here the sends cross a veth into another
+/// namespace behind a 1 Mbit/s tbf: each send's skb waits in the qdisc,
+/// its fragments pointing at the pool's pages, and the notification comes
+/// only when the qdisc lets it go (the veth copies the data then, on its
+/// way into the other namespace). With 4 buffers and 24 sends, the kernel
+/// holds every buffer at some point and later sends wait for a
+/// notification. A buffer reused before its own would be overwritten
+/// while the skb still points at it, and the receiver would see the later
+/// send's bytes: every datagram must arrive once and intact, and each
+/// buffer handed out again must hold the stamp of a send already notified.
+#[test]
+fn a_pool_buffer_the_kernel_holds_is_not_reused_before_its_notification() {
+    if let Some(why) = netns_unavailable() {
+        skip(why);
+        return;
+    }
+    if !uring_here(true) {
+        return;
+    }
+    let p = VethPair::new("uringpool", 9);
+    // A burst larger than a send (4,000 bytes): the tbf queues skbs whole,
+    // without segmenting (and so copying) them.
+    must(&format!(
+        "ip netns exec {} tc qdisc add dev va root tbf rate 1mbit burst 16kb limit 1mb",
+        p.a
+    ));
+    let rx = p.bind(
+        &p.b,
+        std::net::SocketAddr::new(p.addr_b.into(), 0),
+        Config::default().recv_buffer(4 << 20),
+    );
+    let dest = rx.as_std().local_addr().unwrap();
+    let tx = p.bind(
+        &p.a,
+        std::net::SocketAddr::new(p.addr_a.into(), 0),
+        Config::default(),
+    );
+    const BUFFERS: usize = 4;
+    const SENDS: usize = 24;
+    const SEGS: usize = 4;
+    const SEG: usize = 1000;
+    let mut zc = UringZeroCopySender::new(&tx)
+        .unwrap()
+        .with_buffers(&tx, BUFFERS, SEGS * SEG)
+        .unwrap();
+    let recv = std::thread::spawn(move || {
+        receive_exactly(&rx, (SENDS * SEGS) as u64, SEG, Duration::from_secs(10))
+    });
+    let mut most_held = 0;
+    let mut reused = 0;
+    for k in 0..SENDS {
+        most_held = most_held.max(zc.in_flight());
+        let mut previous = None;
+        zc.send_with(&tx, dest, SEGS * SEG, Some(SEG), |buf| {
+            // The stamp of the buffer's last send, if it had one: its
+            // first datagram's sequence number and length.
+            if buf[8..12] != [0; 4] {
+                let seq = u64::from_le_bytes(buf[..8].try_into().unwrap());
+                previous = Some(seq as usize / SEGS);
+            }
+            let mut data = Vec::with_capacity(SEGS * SEG);
+            for s in 0..SEGS {
+                fill((k * SEGS + s) as u64, SEG, &mut data);
+            }
+            buf.copy_from_slice(&data);
+        })
+        .unwrap();
+        if let Some(prev) = previous {
+            reused += 1;
+            // Notifications come in the order of the sends (one flow, one
+            // FIFO qdisc): send `prev` was notified if `prev + 1` were.
+            let notified = zc.stats().completions;
+            assert!(
+                notified > prev as u64,
+                "send {k} reused the buffer of send {prev} with only {notified} notifications"
+            );
+        }
+    }
+    assert_eq!(zc.drain(Duration::from_secs(10)).unwrap(), 0);
+    recv.join().unwrap();
+    let st = zc.stats();
+    eprintln!(
+        "{st:?}, at most {most_held} held, fixed: {}",
+        zc.fixed_buffers()
+    );
+    assert_eq!(st.completions, st.zerocopy_sends);
+    assert_eq!(
+        reused,
+        SENDS - BUFFERS,
+        "every send after the 4th reuses one"
+    );
+    assert_eq!(
+        most_held, BUFFERS,
+        "the kernel never held the whole pool: the test proved nothing"
+    );
+}
