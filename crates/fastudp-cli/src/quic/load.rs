@@ -139,6 +139,7 @@ struct Outcome {
     lost_packets: u64,
     sent_packets: u64,
     rx_datagrams: u64,
+    rx_udp_bytes: u64,
     /// The load's start and the bucket length, when a timeline is kept.
     timeline_at: Option<(Instant, Duration)>,
     /// Bytes received per bucket from the load's start.
@@ -178,6 +179,9 @@ struct Summary {
     client_sent_packets: u64,
     /// Datagrams the clients received.
     client_rx_datagrams: u64,
+    /// UDP payload bytes the clients received: over the datagrams, the
+    /// server's mean packet size (path-MTU discovery's result).
+    client_rx_udp_bytes: u64,
     /// All bytes received, Gbit/s over the run.
     total_gbit_s: f64,
     seconds: f64,
@@ -580,6 +584,7 @@ async fn quic_one(
     o.lost_packets = st.path.lost_packets;
     o.sent_packets = st.path.sent_packets;
     o.rx_datagrams = st.udp_rx.datagrams;
+    o.rx_udp_bytes = st.udp_rx.bytes;
     conn.close(quinn::VarInt::from_u32(0), b"done");
     r
 }
@@ -703,6 +708,7 @@ fn summarize(a: &LoadArgs, plan: &Plan, outs: &[Outcome], secs: f64, cpu: f64) -
         client_lost_packets: outs.iter().map(|o| o.lost_packets).sum(),
         client_sent_packets: outs.iter().map(|o| o.sent_packets).sum(),
         client_rx_datagrams: outs.iter().map(|o| o.rx_datagrams).sum(),
+        client_rx_udp_bytes: outs.iter().map(|o| o.rx_udp_bytes).sum(),
         total_gbit_s: gbit / secs.max(1e-6),
         seconds: secs,
         client_cpu_s: cpu,
