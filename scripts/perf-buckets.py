@@ -20,7 +20,8 @@ import sys
 GO_ALLOC = (r"^runtime\.(gc|mallocgc|scan|mark|sweep|greyobject|findObject|"
             r"heapBits|wbBuf|bulkBarrier|nextFreeFast|memclr|newobject|"
             r"makeslice|growslice|mspan|mcache|mcentral|mheap|(\(\*m\w+\))|"
-            r"deductAssist|typePointers|spanOf|pageIndexOf|bgsweep|bgscavenge)")
+            r"deductAssist|typePointers|spanOf|pageIndexOf|bgsweep|bgscavenge)|"
+            r"^internal/runtime/gc")
 GO_SLEEP = (r"^runtime\.(schedule|findRunnable|park_m|netpoll|futex|notesleep|"
             r"notewakeup|notetsleep|stopm|startm|wakep|mPark|gopark|goready|"
             r"ready|runqget|runqsteal|stealWork|checkTimers|usleep|osyield|"

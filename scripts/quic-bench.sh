@@ -8,8 +8,9 @@
 #   g  quic-go (target/quic-go-hqserver, tools/quic-go-client/hqserver:
 #      the same hq-interop requests and bytes; GOMAXPROCS=1)
 # on the `offload` and `bottleneck` profiles (and `jumbo`, `offload` with
-# MTU 9000, where (a) and (c) may probe for larger packets:
-# --max-udp-payload 8972; TCP takes the MTU by itself; quic-go cannot send
+# MTU 9000, where (a) and (c) may probe for larger packets and the QUIC
+# clients take them: --max-udp-payload 8972 on both sides (plain quinn
+# stops at 6550); TCP takes the MTU by itself; quic-go cannot send
 # packets over 1452 bytes): VIDEO connections of video
 # (1 Mbit/s on offload; 0.4 Mbit/s on bottleneck, whose tbf is 500 Mbit/s)
 # for 10 s, and 10 bulk connections. The server runs in the sending
@@ -24,6 +25,7 @@
 #       and scripts/build-quic-go-client.sh first)
 #   PROFILES=bottleneck scripts/quic-bench.sh ...  (one profile only)
 #   PROFILES="offload jumbo" WORKLOADS=bulk CONFIGS="a c d g" scripts/quic-bench.sh ...
+#   BULK=50000000 ... (bytes per bulk connection; default 200000000)
 #   WORKLOADS=bulk CONFIGS="a a-arena a-aws c c-aws d d-aws" scripts/quic-bench.sh ...
 #
 # CONFIGS (default "a b c d") may also name the ablation's configs
@@ -42,6 +44,7 @@ B=${FASTUDP:-target/release/fastudp}
 QGO=${QUIC_GO_SERVER:-target/quic-go-hqserver}
 PERF=${PERF:-}  # a directory: a 3 s `perf record -a -g` of each run
 VIDEO=${VIDEO:-1000}
+BULK=${BULK:-200000000}  # bytes per bulk connection (a quarter on bottleneck)
 TMP=$(mktemp -d)
 PORT=4433
 PIN_S= PIN_C=
@@ -67,6 +70,7 @@ one() { # one PROFILE WORKLOAD CONFIG ROUND
     mtu=
     [ "$1" = jumbo ] && mtu="--max-udp-payload 8972"
     cextra=
+    [ "$1" = jumbo ] && cextra="--max-udp-payload 8972"
     case $3 in
     a*) env= stack=fastudp client=quic extra="$pace $mtu" ;;
     b) env=FASTUDP_DISABLE=gso,gro,mmsg stack=fastudp client=quic extra="$pace $mtu" ;;
@@ -77,8 +81,8 @@ one() { # one PROFILE WORKLOAD CONFIG ROUND
     esac
     case $3 in
     *-arena) extra="$extra --recv-arena" ;;
-    *-aws) extra="$extra --crypto aws-lc-rs" cextra="--crypto aws-lc-rs" ;;
-    *-ack10) extra="$extra --ack-every 10" cextra="--ack-every 10" ;;
+    *-aws) extra="$extra --crypto aws-lc-rs" cextra="$cextra --crypto aws-lc-rs" ;;
+    *-ack10) extra="$extra --ack-every 10" cextra="$cextra --ack-every 10" ;;
     *-train20) extra="$extra --max-train 20" ;;
     *-turn2) extra="$extra --trains-per-turn 2" ;;
     *-turn32) extra="$extra --trains-per-turn 32" ;;
@@ -89,9 +93,10 @@ one() { # one PROFILE WORKLOAD CONFIG ROUND
         # Clients arrive over 1 s, so their frames' phases spread.
         load="--connections $VIDEO --request /video/$rate/10 --endpoints 4 --ramp 1"
     else
-        size=200000000
-        [ "$1" = bottleneck ] && size=50000000
-        load="--connections 10 --request /bytes/$size"
+        size=$BULK
+        [ "$1" = bottleneck ] && size=$((BULK / 4))
+        # A loaded machine may take minutes; a run is not given up on.
+        load="--connections 10 --request /bytes/$size --timeout 900"
     fi
     if [ "$stack" = quic-go ]; then
         # shellcheck disable=SC2086

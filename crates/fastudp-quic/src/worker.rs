@@ -1306,6 +1306,11 @@ mod harness {
     #[test]
     fn larger_datagrams_make_shorter_trains() {
         let mut n = Net::with_transport(None, |t| crate::max_udp_payload(t, 8972), |_| {});
+        // The client announces that it takes jumbo datagrams (quinn-proto's
+        // default is 1472 bytes, which would bound the server's search).
+        let mut cfg = EndpointConfig::default();
+        cfg.max_udp_payload_size(9000).unwrap();
+        n.client = Endpoint::new(Arc::new(cfg), None, true, None);
         let ch = n.connect();
         n.run_until(|n| !n.conns[&ch].is_handshaking());
         let len = 4_000_000u64;

@@ -375,7 +375,7 @@ async fn quic_clients(
     let cfg = client_config(a.ack_every)?;
     let mut eps = Vec::new();
     for _ in 0..a.endpoints {
-        let mut ep = client_endpoint(bind)?;
+        let mut ep = client_endpoint(bind, a.max_udp_payload)?;
         ep.set_default_client_config(cfg.clone());
         eps.push(ep);
     }
@@ -455,21 +455,19 @@ fn report(s: &Summary, json: bool) -> anyhow::Result<()> {
 
 /// A quinn client endpoint on a socket with a large receive buffer (8 MB,
 /// past rmem_max where allowed), so that the clients, not their socket
-/// queue, are what a run measures. A socket that cannot be had is a
-/// runtime error.
-fn client_endpoint(bind: SocketAddr) -> anyhow::Result<quinn::Endpoint> {
+/// queue, are what a run measures, taking datagrams of up to
+/// `max_udp_payload` bytes. A socket that cannot be had is a runtime
+/// error.
+fn client_endpoint(bind: SocketAddr, max_udp_payload: u16) -> anyhow::Result<quinn::Endpoint> {
     let bad = |e: &dyn std::fmt::Display| anyhow!("client socket: {e}");
     let s = fastudp::Socket::bind_with(bind, fastudp::Config::default().recv_buffer(8 << 20))
         .map_err(|e| bad(&e))?;
     let (sock, _) = s.into_parts();
     sock.set_nonblocking(true).map_err(|e| bad(&e))?;
-    quinn::Endpoint::new(
-        quinn::EndpointConfig::default(),
-        None,
-        sock,
-        Arc::new(quinn::TokioRuntime),
-    )
-    .map_err(|e| bad(&e))
+    let mut cfg = quinn::EndpointConfig::default();
+    cfg.max_udp_payload_size(max_udp_payload)
+        .map_err(|e| bad(&e))?;
+    quinn::Endpoint::new(cfg, None, sock, Arc::new(quinn::TokioRuntime)).map_err(|e| bad(&e))
 }
 
 async fn collect(tasks: Vec<tokio::task::JoinHandle<Outcome>>) -> Vec<Outcome> {

@@ -260,7 +260,17 @@ pub struct LoadArgs {
     /// least 2). QUIC only.
     #[arg(long, value_name = "N")]
     pub ack_every: Option<u32>,
+    /// The largest UDP payload the clients take, bytes (1200 to 9188; the
+    /// `max_udp_payload_size` they announce, which bounds the server's
+    /// path-MTU discovery): 1472, quinn's, fits a 1500-byte MTU; 8972 a
+    /// jumbo path. QUIC only.
+    #[arg(long, value_name = "BYTES", default_value_t = LOAD_MAX_UDP_PAYLOAD)]
+    pub max_udp_payload: u16,
 }
+
+/// The default `quic load --max-udp-payload`: quinn's, a 1500-byte
+/// Ethernet MTU less the IPv4 and UDP headers.
+pub const LOAD_MAX_UDP_PAYLOAD: u16 = 1472;
 
 /// Runs `fastudp quic ...`.
 pub fn run(cmd: QuicCmd) -> anyhow::Result<()> {
@@ -277,6 +287,13 @@ pub fn run(cmd: QuicCmd) -> anyhow::Result<()> {
         QuicCmd::Load(a) => {
             if a.ack_every.is_some_and(|n| n < 2) {
                 bail_usage!("--ack-every: at least 2");
+            }
+            if !(1200..=fastudp_quic::MAX_UDP_PAYLOAD_LIMIT).contains(&a.max_udp_payload) {
+                bail_usage!(
+                    "--max-udp-payload {}: between 1200 and {}",
+                    a.max_udp_payload,
+                    fastudp_quic::MAX_UDP_PAYLOAD_LIMIT
+                );
             }
             tls::use_crypto(a.crypto);
             load::run(a)
