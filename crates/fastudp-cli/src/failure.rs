@@ -6,8 +6,13 @@
 //!   combination cannot honour, caught before a run): status 2;
 //! - [`Interrupted`] (Ctrl-C, after the command reported what it had):
 //!   status 130;
+//! - [`StdoutClosed`] (the reader of standard output went away, as `head`
+//!   does): status 0, and nothing printed, as ripgrep does;
 //! - anything else (a run that broke off: a socket that failed, a peer
 //!   that vanished, a file that could not be written): status 1.
+//!
+//! SIGPIPE stays ignored (Rust's default), so a write to a closed pipe or
+//! a reset TCP peer is an `EPIPE` error, never the end of the process.
 //!
 //! A runtime failure is an ordinary error (`anyhow!`, `bail!`,
 //! `.context(..)`); only usage errors are marked, with [`usage!`] or
@@ -23,6 +28,12 @@ pub struct Usage(pub String);
 #[derive(Debug, thiserror::Error)]
 #[error("interrupted (Ctrl-C); {0}")]
 pub struct Interrupted(pub String);
+
+/// Standard output was closed by its reader (`EPIPE`): the command ends
+/// quietly, with status 0.
+#[derive(Debug, thiserror::Error)]
+#[error("standard output was closed")]
+pub struct StdoutClosed;
 
 /// A usage error from a message: `usage!("--rate {v}: not a rate")`.
 macro_rules! usage {
@@ -46,7 +57,9 @@ pub fn usage(msg: impl std::fmt::Display) -> anyhow::Error {
 
 /// The exit status for `e`: 2, 130 or 1 (see the module's documentation).
 pub fn exit_status(e: &anyhow::Error) -> u8 {
-    if e.chain().any(|c| c.is::<Interrupted>()) {
+    if e.chain().any(|c| c.is::<StdoutClosed>()) {
+        0
+    } else if e.chain().any(|c| c.is::<Interrupted>()) {
         crate::interrupt::EXIT_STATUS
     } else if e.chain().any(|c| c.is::<Usage>()) {
         2

@@ -82,7 +82,6 @@ enum TestbedCmd {
 }
 
 fn main() -> ExitCode {
-    fastudp_tools::os::default_sigpipe();
     let matches = match args::allow_negative_numbers(Cli::command()).try_get_matches() {
         Ok(m) => m,
         Err(e) => match args::bad_value_line(&e) {
@@ -99,7 +98,9 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             let code = failure::exit_status(&e);
-            if code == interrupt::EXIT_STATUS {
+            if code == 0 {
+                // Standard output was closed (`| head`): nothing to say.
+            } else if code == interrupt::EXIT_STATUS {
                 eprintln!("fastudp: {e:#}");
             } else {
                 eprintln!("fastudp: error: {e:#}");

@@ -4,16 +4,15 @@
 
 /// Prints a line to standard output (or the file of `--logfile`) like
 /// `println!`, and evaluates to an `anyhow::Result<()>`: a failed write (a
-/// full disk, say) is an error for the caller's `?`, with status 1. (A
-/// closed pipe ends the program by SIGPIPE, quietly, as for any Unix
-/// tool.)
+/// full disk, say) is an error for the caller's `?`, with status 1; a
+/// closed pipe is [`crate::failure::StdoutClosed`], which ends the program
+/// quietly with status 0, as for any Unix tool.
 macro_rules! out {
     () => {
         out!("")
     };
     ($($t:tt)*) => {
         $crate::output::line(format_args!($($t)*))
-            .map_err(|e| ::anyhow::Error::new(e).context("cannot write to standard output"))
     };
 }
 
@@ -42,13 +41,20 @@ pub fn to_file(opt: &str, path: &str) -> anyhow::Result<()> {
 }
 
 /// Writes one line to the output.
-pub fn line(args: fmt::Arguments<'_>) -> std::io::Result<()> {
+pub fn line(args: fmt::Arguments<'_>) -> anyhow::Result<()> {
     match LOG.get() {
         Some(f) => {
             let mut f = f.lock().unwrap_or_else(|e| e.into_inner());
             writeln!(f, "{args}")
+                .map_err(|e| anyhow::Error::new(e).context("cannot write to the log file"))
         }
-        None => writeln!(std::io::stdout(), "{args}"),
+        None => writeln!(std::io::stdout(), "{args}").map_err(|e| {
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                crate::failure::StdoutClosed.into()
+            } else {
+                anyhow::Error::new(e).context("cannot write to standard output")
+            }
+        }),
     }
 }
 

@@ -34,8 +34,8 @@ pub mod wire;
 /// Operating-system helpers the command and the benchmarks share.
 pub mod os {
     pub use crate::sys::{
-        clock_ticks_per_sec, default_sigpipe, monotonic_ns, pin_to_cpu, process_cpu_time,
-        set_timer_slack, setns_net, thread_cpu_time, unsent_bytes, wait_readable, MAX_BATCH,
+        clock_ticks_per_sec, monotonic_ns, pin_to_cpu, process_cpu_time, set_timer_slack,
+        setns_net, thread_cpu_time, unsent_bytes, wait_readable, MAX_BATCH,
     };
     /// Directory-relative file syscalls (`openat2`, `mkdirat`, `renameat`,
     /// `unlinkat`), for resolving a path without following symbolic links.

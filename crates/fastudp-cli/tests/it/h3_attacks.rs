@@ -10,6 +10,7 @@
 
 use crate::common;
 
+use common::quic_server::{self, stats_until};
 use common::Running;
 use serde_json::Value;
 use std::net::SocketAddr;
@@ -80,10 +81,6 @@ impl Drop for Tree {
 fn serve(tree: &Tree, extra: &[&str]) -> (Running, SocketAddr) {
     let www = tree.www();
     let mut args = vec![
-        "quic",
-        "serve",
-        "--json",
-        "--stats",
         "--listen",
         "127.0.0.1:0",
         "--workers",
@@ -92,10 +89,7 @@ fn serve(tree: &Tree, extra: &[&str]) -> (Running, SocketAddr) {
         www.to_str().unwrap(),
     ];
     args.extend_from_slice(extra);
-    let mut r = Running::start_with(env!("CARGO_BIN_EXE_fastudp"), &args);
-    let l = r.wait_for_line(|l| l.contains("\"listening\""));
-    let v: Value = serde_json::from_str(&l).unwrap();
-    (r, v["addr"].as_str().unwrap().parse().unwrap())
+    quic_server::serve(&args)
 }
 
 /// Runs the attacks named; their JSON results.
@@ -115,16 +109,6 @@ fn attack(tree: &Tree, addr: SocketAddr, names: &[&str]) -> Value {
         assert!(v[n].get("error").is_none(), "{n}: {}", v[n]);
     }
     v
-}
-
-/// The next `--stats` line that satisfies `want`.
-fn stats_until(r: &mut Running, want: impl Fn(&Value) -> bool) -> Value {
-    let l = r.wait_for_line(|l| {
-        serde_json::from_str::<Value>(l)
-            .map(|v| v["kind"] == "stats" && want(&v))
-            .unwrap_or(false)
-    });
-    serde_json::from_str(&l).unwrap()
 }
 
 /// No response anywhere in `v` carried the secret's bytes.

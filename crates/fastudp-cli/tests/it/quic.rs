@@ -5,42 +5,12 @@
 use crate::common;
 use crate::skip_check;
 
+use common::quic_server::{serve, server_bin, stats_until};
 use common::{fastudp, privileged, wait_for_sigint_handler, Running};
 use std::net::{SocketAddr, UdpSocket};
 use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// The server binary: this build's, or `FASTUDP_QUIC_SERVER_BIN` (to run
-/// a test against another build, as when checking that a test fails
-/// without its fix; the clients stay this build's).
-fn server_bin() -> String {
-    std::env::var("FASTUDP_QUIC_SERVER_BIN")
-        .ok()
-        .filter(|b| !b.is_empty())
-        .unwrap_or_else(|| env!("CARGO_BIN_EXE_fastudp").to_string())
-}
-
-/// A server started with `args` (plus `--json --stats`), and its address.
-fn serve(args: &[&str]) -> (Running, SocketAddr) {
-    let mut all = vec!["quic", "serve", "--json", "--stats"];
-    all.extend_from_slice(args);
-    let mut r = Running::start_with(&server_bin(), &all);
-    let l = r.wait_for_line(|l| l.contains("\"listening\""));
-    let v: serde_json::Value = serde_json::from_str(&l).expect("JSON line");
-    let addr = v["addr"].as_str().unwrap().parse().unwrap();
-    (r, addr)
-}
-
-/// The next `--stats` line of a server that satisfies `want`.
-fn stats_until(r: &mut Running, want: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
-    let l = r.wait_for_line(|l| {
-        serde_json::from_str::<serde_json::Value>(l)
-            .map(|v| v["kind"] == "stats" && want(&v))
-            .unwrap_or(false)
-    });
-    serde_json::from_str(&l).unwrap()
-}
 
 /// Runs `fastudp quic load` to its end; its JSON summary and exit status.
 fn load(args: &[&str]) -> (serde_json::Value, Option<i32>, String) {

@@ -7,32 +7,13 @@ use crate::common;
 use crate::skip_check;
 
 use common::clients::{self, Fetched, Trust};
+use common::quic_server::{serve as serve_bare, server_bin, stats_until};
 use common::{skip, Running};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// The server binary: this build's, or `FASTUDP_QUIC_SERVER_BIN` (to run
-/// a test against another build, as when checking that a test fails
-/// without its fix).
-fn server_bin() -> String {
-    std::env::var("FASTUDP_QUIC_SERVER_BIN")
-        .ok()
-        .filter(|b| !b.is_empty())
-        .unwrap_or_else(|| env!("CARGO_BIN_EXE_fastudp").to_string())
-}
-
-/// A server started with `args` (plus `--json --stats`), and its address.
-fn serve_bare(args: &[&str]) -> (Running, SocketAddr) {
-    let mut all = vec!["quic", "serve", "--json", "--stats"];
-    all.extend_from_slice(args);
-    let mut r = Running::start_with(&server_bin(), &all);
-    let l = r.wait_for_line(|l| l.contains("\"listening\""));
-    let v: serde_json::Value = serde_json::from_str(&l).expect("JSON line");
-    (r, v["addr"].as_str().unwrap().parse().unwrap())
-}
 
 /// A server started with `args` (plus `--json --stats`): the process, its
 /// address, and the SPKI SHA-256 of its certificate from its start-up
@@ -43,16 +24,6 @@ fn serve(args: &[&str]) -> (Running, SocketAddr, String) {
     let v: serde_json::Value = serde_json::from_str(&l).expect("JSON line");
     let spki = v["spki_sha256"].as_str().unwrap().to_string();
     (r, addr, spki)
-}
-
-/// The next `--stats` line of a server that satisfies `want`.
-fn stats_until(r: &mut Running, want: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
-    let l = r.wait_for_line(|l| {
-        serde_json::from_str::<serde_json::Value>(l)
-            .map(|v| v["kind"] == "stats" && want(&v))
-            .unwrap_or(false)
-    });
-    serde_json::from_str(&l).unwrap()
 }
 
 /// Stops a server with Ctrl-C; it must end cleanly.

@@ -106,19 +106,6 @@ pub fn clock_ticks_per_sec() -> u64 {
     }
 }
 
-/// Restores the default action of SIGPIPE (end the process quietly), as
-/// command-line tools expect when their output goes to `head` and the pipe
-/// closes. Rust programs start with SIGPIPE ignored, which turns every later
-/// print into a panic.
-#[cfg(fastudp_tools)]
-pub fn default_sigpipe() {
-    // SAFETY: signal(2) with SIG_DFL for SIGPIPE installs no handler code;
-    // it is called once at start-up, before any thread exists.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    }
-}
-
 /// `len` zeroed bytes, or `None` when the allocator cannot give them
 /// (`calloc`-like: the pages are touched only when used). Unlike
 /// `vec![0; len]`, a failure is an answer, not an abort of the process.

@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 pub mod clients;
+pub mod quic_server;
 
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
