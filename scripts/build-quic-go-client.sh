@@ -5,7 +5,9 @@
 # point an independent QUIC implementation at `fastudp quic serve`
 # (crates/fastudp-cli/tests/it/quic_clients.rs), and its file-serving load
 # client and reference servers (tools/quic-go-client/filebench) into
-# target/quic-go-filebench, for scripts/bench-files.sh.
+# target/quic-go-filebench, for scripts/bench-files.sh, and its hq-interop
+# server of `quic serve`'s /bytes and /video (tools/quic-go-client/hqserver)
+# into target/quic-go-hqserver, for scripts/quic-bench.sh.
 #
 # quic-go v0.65 needs Go 1.26 or later (the `go` line of its go.mod).
 # A Go in PATH or /usr/local/go is used; with none and as root, Debian's
@@ -67,3 +69,8 @@ tmp=$(mktemp "$out-filebench.XXXXXX")
 (cd "$src" && "$go" build -trimpath -o "$tmp" ./filebench)
 mv "$tmp" "$(dirname "$out")/quic-go-filebench"
 echo "$(dirname "$out")/quic-go-filebench"
+# The hq-interop server (quic serve's application) for scripts/quic-bench.sh.
+tmp=$(mktemp "$out-hqserver.XXXXXX")
+(cd "$src" && "$go" build -trimpath -o "$tmp" ./hqserver)
+mv "$tmp" "$(dirname "$out")/quic-go-hqserver"
+echo "$(dirname "$out")/quic-go-hqserver"

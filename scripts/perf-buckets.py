@@ -2,7 +2,9 @@
 """Sorts a `perf record -e cpu-clock -a -g` profile's samples of one
 process (the server; `PERF=DIR scripts/quic-bench.sh` writes its pid
 beside each profile) into the buckets of BENCHMARKS sections 14, 16 and
-17, by the symbol each sample was taken in.
+17, by the symbol each sample was taken in: Rust servers (quinn-proto,
+rustls with ring or aws-lc-rs, tokio) and the quic-go server (Go's crypto,
+runtime, garbage collector and scheduler, quic-go).
 
     scripts/perf-buckets.py PERF.data PID
 """
@@ -10,13 +12,35 @@ import re
 import subprocess
 import sys
 
+# First match wins. Go's symbols (the quic-go server) are package paths:
+# its runtime's garbage collector and allocator, scheduler and memmove
+# come before the broad patterns (`gcm` would match `runtime.gcMarkDone`
+# case-blind). quic-go's own code shares the QUIC-stack bucket with
+# quinn-proto's.
+GO_ALLOC = (r"^runtime\.(gc|mallocgc|scan|mark|sweep|greyobject|findObject|"
+            r"heapBits|wbBuf|bulkBarrier|nextFreeFast|memclr|newobject|"
+            r"makeslice|growslice|mspan|mcache|mcentral|mheap|(\(\*m\w+\))|"
+            r"deductAssist|typePointers|spanOf|pageIndexOf|bgsweep|bgscavenge)|"
+            r"^internal/runtime/gc")
+GO_SLEEP = (r"^runtime\.(schedule|findRunnable|park_m|netpoll|futex|notesleep|"
+            r"notewakeup|notetsleep|stopm|startm|wakep|mPark|gopark|goready|"
+            r"ready|runqget|runqsteal|stealWork|checkTimers|usleep|osyield|"
+            r"semasleep|semawakeup|resetspinning|runtimer|execute|goschedImpl|"
+            r"mcall|park|handoffp|entersyscall|exitsyscall|casgstatus|"
+            r"(\(\*timer\))|(\(\*timers\)))")
 BUCKETS = [
-    ("crypto", r"aes|gcm|ghash|chacha|poly1305|aws_lc|ring_core|gfmul|clmul|"
-               r"rustls|header_protection|hkdf|sha256|x25519|p256|ecdsa|_sha|bn_"),
+    ("allocation", GO_ALLOC),
+    ("copies", r"^runtime\.memmove"),
+    ("sleep/wake", GO_SLEEP),
+    ("crypto", r"aes|(?<![a-z])gcm|ghash|chacha|poly1305|aws_lc|ring_core|gfmul|clmul|"
+               r"rustls|header_protection|hkdf|sha256|x25519|p256|ecdsa|_sha|bn_|"
+               r"^crypto/|golang\.org/x/crypto|HeaderProtector|Sealer\)|"
+               r"Opener\)|sealer\)|opener\)"),
     ("copies", r"memmove|memcpy|copy_user|_copy_to_iter|_copy_from_iter|"
                r"copy_page|rep_movs|skb_copy|csum_partial_copy"),
     # quinn-proto's sent-packet and ACK-range maps are BTreeMaps: theirs.
-    ("quinn-proto", r"quinn_proto|quinn::|quinn_udp|btree|BTree"),
+    ("quinn-proto/quic-go", r"quinn_proto|quinn::|quinn_udp|btree|BTree|"
+                            r"github\.com/quic-go/"),
     ("allocation", r"malloc|free|realloc|calloc|_int_|cfree|tcache|"
                    r"__rust_alloc|__rdl_alloc|__rust_dealloc|kmalloc|page_alloc|"
                    r"alloc_pages|alloc_skb|"
@@ -28,10 +52,16 @@ BUCKETS = [
     ("kernel net/syscalls", r"udp|tcp|ip_|ipv4|ipv6|inet|skb|sock|veth|"
                             r"net_|netif|__dev|dev_|napi|gro|gso|sys_|"
                             r"syscall|entry_|do_syscall|nf_|sk_|__x64|"
-                            r"raw_spin|_raw|fib|dst_|neigh|lock_sock|release_sock"),
+                            r"raw_spin|_raw|fib|dst_|neigh|lock_sock|release_sock|"
+                            r"^internal/poll\.|^net\.|^os\."),
     ("server loop/runtime", r"fastudp|tokio|hashbrown|BTree|btree|hq|h3|"
-                            r"fastudp_quic|bytes::|core::|alloc::|std::"),
+                            r"fastudp_quic|bytes::|core::|alloc::|std::|"
+                            r"^runtime\.|^main\.|^sync\.|^sync/|^time\.|"
+                            r"^internal/|^context\."),
 ]
+# The buckets in the order they are printed.
+ORDER = ["crypto", "copies", "quinn-proto/quic-go", "allocation", "sleep/wake",
+         "kernel net/syscalls", "server loop/runtime"]
 
 
 def main():
@@ -54,11 +84,7 @@ def main():
                 b = name
                 break
         tot[b] = tot.get(b, 0.0) + pct
-    names = []
-    for b, _ in BUCKETS:
-        if b not in names:
-            names.append(b)
-    for name in names + ["other"]:
+    for name in ORDER + ["other"]:
         share = 100 * tot.get(name, 0.0) / total if total else 0.0
         print(f"{name}\t{share:.1f}%")
 

@@ -52,6 +52,7 @@ fn name(config: &str) -> &'static str {
         "b" => "(b) no offloads",
         "c" => "(c) plain quinn",
         "d" => "(d) TLS/TCP",
+        "g" => "(g) quic-go",
         _ => "?",
     }
 }
@@ -107,7 +108,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("| profile | workload | server | CPU s/Gbit (range) | goodput Gbit/s | datagrams/send call | retransmitted packets | completed | on rate | stalled conns | runs |");
     println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for (p, w) in &groups {
-        for c in ["a", "b", "c", "d"] {
+        for c in ["a", "b", "c", "d", "g"] {
             let Some(r) = map.get(&(p.clone(), w.clone(), c.to_string())) else {
                 continue;
             };

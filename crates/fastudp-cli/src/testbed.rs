@@ -37,7 +37,14 @@ pub enum Profile {
     /// 500 Mbit/s with a 16 KiB burst and a 32 KiB queue, where bursts
     /// overflow as they would in a router.
     Bottleneck,
+    /// `offload` with jumbo frames: MTU 9000 on both veth ends, as inside
+    /// many data centres (TCP's MSS follows; QUIC servers use larger
+    /// packets where their path-MTU discovery is allowed to look).
+    Jumbo,
 }
+
+/// The MTU of the veth pair of [`Profile::Jumbo`].
+pub const JUMBO_MTU: u32 = 9000;
 
 /// The addresses of the pair for one address family.
 #[derive(Debug, Clone, Copy)]
@@ -209,6 +216,13 @@ fn build(profile: Profile) -> anyhow::Result<()> {
         .map(drop),
         Profile::Nocsum => ns(TX_NS, &["ethtool", "-K", TX_DEV, "tx", "off"]).map(drop),
         Profile::Sink => blackhole(),
+        Profile::Jumbo => {
+            let mtu = JUMBO_MTU.to_string();
+            for (n, dev) in [(TX_NS, TX_DEV), (RX_NS, RX_DEV)] {
+                run(&["ip", "-n", n, "link", "set", dev, "mtu", &mtu], None)?;
+            }
+            Ok(())
+        }
     }
 }
 

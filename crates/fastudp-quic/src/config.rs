@@ -164,6 +164,30 @@ pub struct Tuning {
     /// Trains one connection queues at most per loop turn. Default: 8
     /// ([`limits::TRAINS_PER_TURN`]).
     pub trains_per_turn: usize,
+    /// The largest UDP payload path-MTU discovery probes for, bytes
+    /// (quinn-proto's `MtuDiscoveryConfig::upper_bound`; 1200 to
+    /// [`MAX_UDP_PAYLOAD_LIMIT`]). Default: 1452, quinn-proto's, for a
+    /// 1500-byte MTU; 8972 fits a 9000-byte (jumbo) IPv4 path. A train
+    /// holds fewer datagrams when they are larger: at most
+    /// [`MAX_GSO_PAYLOAD`] bytes in all.
+    pub max_udp_payload: u16,
+}
+
+/// The default [`Tuning::max_udp_payload`], quinn-proto's.
+pub const DEFAULT_MAX_UDP_PAYLOAD: u16 = 1452;
+/// The largest [`Tuning::max_udp_payload`]: a 9216-byte MTU's IPv4 UDP
+/// payload.
+pub const MAX_UDP_PAYLOAD_LIMIT: u16 = 9188;
+/// The most UDP payload one GSO train may carry: what the kernel takes in
+/// one `sendmsg` (65,535 bytes less the IPv4 and UDP headers).
+pub const MAX_GSO_PAYLOAD: usize = 65_507;
+
+/// Lets path-MTU discovery in `t` probe up to `max_udp_payload` bytes of
+/// UDP payload (at least 1200: QUIC's minimum).
+pub fn max_udp_payload(t: &mut TransportConfig, max_udp_payload: u16) {
+    let mut m = quinn_proto::MtuDiscoveryConfig::default();
+    m.upper_bound(max_udp_payload.max(1200));
+    t.mtu_discovery_config(Some(m));
 }
 
 impl Default for Tuning {
@@ -173,6 +197,7 @@ impl Default for Tuning {
             ack_every: None,
             max_train: crate::tx::MAX_TRAIN,
             trains_per_turn: limits::TRAINS_PER_TURN,
+            max_udp_payload: DEFAULT_MAX_UDP_PAYLOAD,
         }
     }
 }
@@ -311,6 +336,12 @@ impl EngineConfig {
         if self.tuning.trains_per_turn == 0 {
             return Err(Error::Config("trains_per_turn 0: at least 1".into()));
         }
+        if !(1200..=MAX_UDP_PAYLOAD_LIMIT).contains(&self.tuning.max_udp_payload) {
+            return Err(Error::Config(format!(
+                "max_udp_payload {}: between 1200 and {MAX_UDP_PAYLOAD_LIMIT}",
+                self.tuning.max_udp_payload
+            )));
+        }
         if self.tuning.ack_every.is_some_and(|n| n < 2) {
             return Err(Error::Config("ack_every: at least 2".into()));
         }
@@ -375,6 +406,20 @@ mod tests {
                     ..Tuning::default()
                 },
                 "ack_every",
+            ),
+            (
+                Tuning {
+                    max_udp_payload: 1199,
+                    ..Tuning::default()
+                },
+                "max_udp_payload 1199",
+            ),
+            (
+                Tuning {
+                    max_udp_payload: MAX_UDP_PAYLOAD_LIMIT + 1,
+                    ..Tuning::default()
+                },
+                "max_udp_payload 9189",
             ),
         ] {
             let e = cfg(t).check().unwrap_err();

@@ -251,6 +251,7 @@ fn server_config(cfg: &EngineConfig, app: &dyn Application) -> Result<Arc<Server
     if let Some(n) = cfg.tuning.ack_every {
         crate::ack_every(&mut transport, n);
     }
+    crate::max_udp_payload(&mut transport, cfg.tuning.max_udp_payload);
     server.transport_config(Arc::new(transport));
     // Memory held for connections not yet accepted stays small whatever a
     // flood of Initials does.

@@ -80,7 +80,8 @@ mod tx;
 mod worker;
 
 pub use config::{
-    ack_every, transport, EngineConfig, Pacing, Tuning, DEFAULT_MAX_CONNECTIONS, MAX_TRAIN_LIMIT,
+    ack_every, max_udp_payload, transport, EngineConfig, Pacing, Tuning, DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_UDP_PAYLOAD, MAX_GSO_PAYLOAD, MAX_TRAIN_LIMIT, MAX_UDP_PAYLOAD_LIMIT,
 };
 pub use engine::{Engine, Error, STOP_WAIT};
 pub use fastudp::pacing::PacingMode;

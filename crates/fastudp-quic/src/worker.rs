@@ -886,10 +886,15 @@ impl ConnTable {
             }
             *trains += 1;
             let mut buf = tx.take_buf();
-            let t = c
-                .conn
-                .borrow_mut()
-                .poll_transmit(now, tx.max_train, &mut buf);
+            let mut conn = c.conn.borrow_mut();
+            // Larger datagrams (path-MTU discovery past 1452 bytes), fewer
+            // of them: a train is one `sendmsg` of at most 64 KiB.
+            let n = tx
+                .max_train
+                .min(crate::MAX_GSO_PAYLOAD / usize::from(conn.current_mtu()).max(1))
+                .max(1);
+            let t = conn.poll_transmit(now, n, &mut buf);
+            drop(conn);
             let Some(t) = t else {
                 tx.give_buf(buf);
                 break;
@@ -1167,6 +1172,9 @@ mod harness {
         now: Instant,
         cert: rustls::pki_types::CertificateDer<'static>,
         ack_every: Option<u32>,
+        /// The largest train and datagram the server queued so far, bytes.
+        largest_train: usize,
+        largest_datagram: usize,
     }
 
     fn tls() -> (
@@ -1196,6 +1204,16 @@ mod harness {
         /// As [`Net::new`], with the ACK-frequency extension on both
         /// sides when `ack_every` is given.
         fn with_ack_every(ack_every: Option<u32>, f: impl FnOnce(&mut Setup)) -> Net {
+            Net::with_transport(ack_every, |_| {}, f)
+        }
+
+        /// As [`Net::with_ack_every`], with the server's transport
+        /// configuration changed by `t` too.
+        fn with_transport(
+            ack_every: Option<u32>,
+            t: impl FnOnce(&mut quinn_proto::TransportConfig),
+            f: impl FnOnce(&mut Setup),
+        ) -> Net {
             let (mut tls, cert) = tls();
             tls.alpn_protocols = vec![hq::ALPN.to_vec()];
             let crypto = quinn_proto::crypto::rustls::QuicServerConfig::try_from(tls).unwrap();
@@ -1204,6 +1222,7 @@ mod harness {
             if let Some(k) = ack_every {
                 crate::ack_every(&mut transport, k);
             }
+            t(&mut transport);
             server.transport_config(Arc::new(transport));
             let counters = Arc::new(Counters::default());
             let mut s = Setup {
@@ -1246,6 +1265,8 @@ mod harness {
                 now: Instant::now(),
                 cert,
                 ack_every,
+                largest_train: 0,
+                largest_datagram: 0,
             }
         }
 
@@ -1313,7 +1334,10 @@ mod harness {
                 .chain(std::mem::take(&mut self.w.tx.stateless_q))
                 .collect();
             for p in q {
-                for d in p.datagrams() {
+                let ds = p.datagrams();
+                self.largest_train = self.largest_train.max(ds.iter().map(|d| d.len()).sum());
+                for d in ds {
+                    self.largest_datagram = self.largest_datagram.max(d.len());
                     moved = true;
                     let mut out = Vec::new();
                     let ev = self.client.handle(
@@ -1519,6 +1543,55 @@ mod harness {
             assert_eq!(m.source, peer.local_addr().unwrap());
         }
         assert!(inbox.pop().is_none());
+    }
+
+    /// With path-MTU discovery allowed past 1452 bytes (a jumbo path),
+    /// the server's datagrams grow near the bound and its trains hold fewer
+    /// of them: none over the 64 KiB one `sendmsg` may carry (at 8972
+    /// bytes, 40 datagrams would be 359 KB). Every byte still arrives.
+    #[test]
+    fn larger_datagrams_make_shorter_trains() {
+        let mut n = Net::with_transport(None, |t| crate::max_udp_payload(t, 8972), |_| {});
+        // The client announces that it takes jumbo datagrams (quinn-proto's
+        // default is 1472 bytes, which would bound the server's search).
+        let mut cfg = EndpointConfig::default();
+        cfg.max_udp_payload_size(9000).unwrap();
+        n.client = Endpoint::new(Arc::new(cfg), None, true, None);
+        let ch = n.connect();
+        n.run_until(|n| !n.conns[&ch].is_handshaking());
+        let len = 4_000_000u64;
+        let id = request(&mut n, ch, format!("GET /bytes/{len}\r\n").as_bytes(), true);
+        let mut body = Vec::new();
+        let mut ended = false;
+        n.run_until(|n| {
+            let c = n.conns.get_mut(&ch).unwrap();
+            if !ended {
+                if let Some(r) = read_all(c, id, &mut body) {
+                    assert_eq!(r, Ok(()));
+                    ended = true;
+                }
+            }
+            ended
+        });
+        assert_eq!(body.len() as u64, len);
+        assert_eq!(hq::check(0, &body), Ok(()));
+        // The search ends near the bound (quinn-proto stops probing once
+        // its interval is narrow, or the body is sent), never past it.
+        assert!(
+            (8000..=8972).contains(&n.largest_datagram),
+            "path-MTU discovery reached {} bytes",
+            n.largest_datagram
+        );
+        assert!(
+            n.largest_train <= crate::MAX_GSO_PAYLOAD,
+            "a train of {} bytes",
+            n.largest_train
+        );
+        assert!(
+            n.largest_train > 6 * 8000,
+            "no train of several jumbo datagrams ({} bytes at most)",
+            n.largest_train
+        );
     }
 
     /// ACK_FREQUENCY frames the server's connections sent.

@@ -139,6 +139,7 @@ struct Outcome {
     lost_packets: u64,
     sent_packets: u64,
     rx_datagrams: u64,
+    rx_udp_bytes: u64,
     /// The load's start and the bucket length, when a timeline is kept.
     timeline_at: Option<(Instant, Duration)>,
     /// Bytes received per bucket from the load's start.
@@ -178,6 +179,9 @@ struct Summary {
     client_sent_packets: u64,
     /// Datagrams the clients received.
     client_rx_datagrams: u64,
+    /// UDP payload bytes the clients received: over the datagrams, the
+    /// server's mean packet size (path-MTU discovery's result).
+    client_rx_udp_bytes: u64,
     /// All bytes received, Gbit/s over the run.
     total_gbit_s: f64,
     seconds: f64,
@@ -371,7 +375,7 @@ async fn quic_clients(
     let cfg = client_config(a.ack_every)?;
     let mut eps = Vec::new();
     for _ in 0..a.endpoints {
-        let mut ep = client_endpoint(bind)?;
+        let mut ep = client_endpoint(bind, a.max_udp_payload)?;
         ep.set_default_client_config(cfg.clone());
         eps.push(ep);
     }
@@ -451,21 +455,19 @@ fn report(s: &Summary, json: bool) -> anyhow::Result<()> {
 
 /// A quinn client endpoint on a socket with a large receive buffer (8 MB,
 /// past rmem_max where allowed), so that the clients, not their socket
-/// queue, are what a run measures. A socket that cannot be had is a
-/// runtime error.
-fn client_endpoint(bind: SocketAddr) -> anyhow::Result<quinn::Endpoint> {
+/// queue, are what a run measures, taking datagrams of up to
+/// `max_udp_payload` bytes. A socket that cannot be had is a runtime
+/// error.
+fn client_endpoint(bind: SocketAddr, max_udp_payload: u16) -> anyhow::Result<quinn::Endpoint> {
     let bad = |e: &dyn std::fmt::Display| anyhow!("client socket: {e}");
     let s = fastudp::Socket::bind(bind, fastudp::Config::default().recv_buffer(8 << 20))
         .map_err(|e| bad(&e))?;
     let (sock, _) = s.into_parts();
     sock.set_nonblocking(true).map_err(|e| bad(&e))?;
-    quinn::Endpoint::new(
-        quinn::EndpointConfig::default(),
-        None,
-        sock,
-        Arc::new(quinn::TokioRuntime),
-    )
-    .map_err(|e| bad(&e))
+    let mut cfg = quinn::EndpointConfig::default();
+    cfg.max_udp_payload_size(max_udp_payload)
+        .map_err(|e| bad(&e))?;
+    quinn::Endpoint::new(cfg, None, sock, Arc::new(quinn::TokioRuntime)).map_err(|e| bad(&e))
 }
 
 async fn collect(tasks: Vec<tokio::task::JoinHandle<Outcome>>) -> Vec<Outcome> {
@@ -580,6 +582,7 @@ async fn quic_one(
     o.lost_packets = st.path.lost_packets;
     o.sent_packets = st.path.sent_packets;
     o.rx_datagrams = st.udp_rx.datagrams;
+    o.rx_udp_bytes = st.udp_rx.bytes;
     conn.close(quinn::VarInt::from_u32(0), b"done");
     r
 }
@@ -703,6 +706,7 @@ fn summarize(a: &LoadArgs, plan: &Plan, outs: &[Outcome], secs: f64, cpu: f64) -
         client_lost_packets: outs.iter().map(|o| o.lost_packets).sum(),
         client_sent_packets: outs.iter().map(|o| o.sent_packets).sum(),
         client_rx_datagrams: outs.iter().map(|o| o.rx_datagrams).sum(),
+        client_rx_udp_bytes: outs.iter().map(|o| o.rx_udp_bytes).sum(),
         total_gbit_s: gbit / secs.max(1e-6),
         seconds: secs,
         client_cpu_s: cpu,

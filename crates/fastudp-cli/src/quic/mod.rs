@@ -165,6 +165,13 @@ pub struct ServeArgs {
     /// fastudp only.
     #[arg(long)]
     pub uring: bool,
+    /// The largest UDP payload path-MTU discovery probes for, bytes (1200
+    /// to 9188): 1452 fits a 1500-byte MTU, 8972 a 9000-byte (jumbo)
+    /// IPv4 path. QUIC stacks; plain quinn sends at most 10 datagrams per
+    /// GSO call and quinn-udp drops a call over 64 KiB without a word
+    /// (EMSGSIZE), so --stack quinn takes at most 6550.
+    #[arg(long, value_name = "BYTES", default_value_t = fastudp_quic::DEFAULT_MAX_UDP_PAYLOAD)]
+    pub max_udp_payload: u16,
     /// Copy received datagrams into shared 64 KiB blocks instead of one
     /// allocation each (no saving measured: docs/BENCHMARKS.md section
     /// 17). --stack fastudp only.
@@ -260,7 +267,17 @@ pub struct LoadArgs {
     /// least 2). QUIC only.
     #[arg(long, value_name = "N")]
     pub ack_every: Option<u32>,
+    /// The largest UDP payload the clients take, bytes (1200 to 9188; the
+    /// `max_udp_payload_size` they announce, which bounds the server's
+    /// path-MTU discovery): 1472, quinn's, fits a 1500-byte MTU; 8972 a
+    /// jumbo path. QUIC only.
+    #[arg(long, value_name = "BYTES", default_value_t = LOAD_MAX_UDP_PAYLOAD)]
+    pub max_udp_payload: u16,
 }
+
+/// The default `quic load --max-udp-payload`: quinn's, a 1500-byte
+/// Ethernet MTU less the IPv4 and UDP headers.
+pub const LOAD_MAX_UDP_PAYLOAD: u16 = 1472;
 
 /// Runs `fastudp quic ...`.
 pub fn run(cmd: QuicCmd) -> anyhow::Result<()> {
@@ -277,6 +294,13 @@ pub fn run(cmd: QuicCmd) -> anyhow::Result<()> {
         QuicCmd::Load(a) => {
             if a.ack_every.is_some_and(|n| n < 2) {
                 bail_usage!("--ack-every: at least 2");
+            }
+            if !(1200..=fastudp_quic::MAX_UDP_PAYLOAD_LIMIT).contains(&a.max_udp_payload) {
+                bail_usage!(
+                    "--max-udp-payload {}: between 1200 and {}",
+                    a.max_udp_payload,
+                    fastudp_quic::MAX_UDP_PAYLOAD_LIMIT
+                );
             }
             tls::use_crypto(a.crypto);
             load::run(a)
@@ -320,6 +344,19 @@ fn check_serve(a: &ServeArgs) -> anyhow::Result<()> {
     }
     if a.trains_per_turn == 0 {
         return bad("--trains-per-turn 0: at least 1".into());
+    }
+    if !(1200..=fastudp_quic::MAX_UDP_PAYLOAD_LIMIT).contains(&a.max_udp_payload) {
+        return bad(format!(
+            "--max-udp-payload {}: between 1200 and {}",
+            a.max_udp_payload,
+            fastudp_quic::MAX_UDP_PAYLOAD_LIMIT
+        ));
+    }
+    if a.stack == Stack::TlsTcp && a.max_udp_payload != fastudp_quic::DEFAULT_MAX_UDP_PAYLOAD {
+        return bad(
+            "--max-udp-payload is QUIC's: not with --stack tls-tcp (TCP takes the interface's MTU)"
+                .into(),
+        );
     }
     if a.max_connections == Some(0) {
         return bad("--max-connections 0: at least 1".into());

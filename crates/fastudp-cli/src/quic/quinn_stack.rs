@@ -124,6 +124,11 @@ pub fn runtime(n: usize) -> anyhow::Result<tokio::runtime::Runtime> {
         .context("cannot start the runtime")
 }
 
+/// The largest UDP payload plain quinn can send in whole GSO calls: quinn
+/// puts up to 10 datagrams in one, and quinn-udp drops a call the kernel
+/// refuses as over 64 KiB (EMSGSIZE) as if it were an MTU probe.
+const QUINN_MAX_UDP_PAYLOAD: u16 = (fastudp_quic::MAX_GSO_PAYLOAD / 10) as u16;
+
 /// Runs `fastudp quic serve --stack quinn`.
 pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     let n = workers(&a);
@@ -135,6 +140,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     if let Some(n) = a.ack_every {
         fastudp_quic::ack_every(&mut t, n);
     }
+    fastudp_quic::max_udp_payload(&mut t, a.max_udp_payload.min(QUINN_MAX_UDP_PAYLOAD));
     cfg.transport_config(Arc::new(t));
     let rt = runtime(n)?;
     let ep = {

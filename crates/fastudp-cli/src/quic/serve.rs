@@ -133,6 +133,7 @@ fn engine_config(
             t.ack_every = a.ack_every;
             t.max_train = a.max_train;
             t.trains_per_turn = a.trains_per_turn;
+            t.max_udp_payload = a.max_udp_payload;
             t
         })
         .disabled(disabled))

@@ -247,11 +247,17 @@ pub fn server(id: &Identity, early_data: bool) -> anyhow::Result<rustls::ServerC
 }
 
 /// The rustls client configuration of the load generator: TLS 1.3, ALPN
-/// `hq-interop`. It does not verify the server's certificate (a
-/// measurement tool pointed at a server with a throw-away certificate);
-/// the handshake signature is still checked.
+/// `hq-interop`, and one cipher suite, TLS_AES_128_GCM_SHA256, so that
+/// every server it measures (rustls prefers AES-256-GCM, Go's crypto/tls
+/// AES-128-GCM, and neither lets the other side choose) does the same
+/// AEAD work. It does not verify the server's certificate (a measurement
+/// tool pointed at a server with a throw-away certificate); the handshake
+/// signature is still checked.
 pub fn client() -> rustls::ClientConfig {
-    let mut c = rustls::ClientConfig::builder_with_provider(provider())
+    let mut p = (*provider()).clone();
+    p.cipher_suites
+        .retain(|s| s.suite() == rustls::CipherSuite::TLS13_AES_128_GCM_SHA256);
+    let mut c = rustls::ClientConfig::builder_with_provider(Arc::new(p))
         .with_protocol_versions(&[&rustls::version::TLS13])
         .expect("TLS 1.3 is supported")
         .dangerous()
@@ -462,6 +468,36 @@ mod tests {
             assert_eq!(crate::failure::exit_status(&e), 2, "{c:?} {k:?}: {e:#}");
             let e = format!("{e:#}");
             assert!(e.contains(want), "{c:?} {k:?}: {e}");
+        }
+    }
+
+    /// The load generator's client and every server's configuration agree
+    /// on AES-128-GCM, though the server's provider prefers AES-256-GCM.
+    #[test]
+    fn the_load_client_negotiates_aes_128_gcm() {
+        let id = identity(None, None).unwrap();
+        let mut srv = rustls::ServerConnection::new(Arc::new(server(&id, false).unwrap())).unwrap();
+        let name = ServerName::try_from("localhost").unwrap();
+        let mut cli = rustls::ClientConnection::new(Arc::new(client()), name).unwrap();
+        let mut buf = Vec::new();
+        for _ in 0..10 {
+            if !cli.is_handshaking() && !srv.is_handshaking() {
+                break;
+            }
+            buf.clear();
+            cli.write_tls(&mut buf).unwrap();
+            srv.read_tls(&mut &buf[..]).unwrap();
+            srv.process_new_packets().unwrap();
+            buf.clear();
+            srv.write_tls(&mut buf).unwrap();
+            cli.read_tls(&mut &buf[..]).unwrap();
+            cli.process_new_packets().unwrap();
+        }
+        for suite in [srv.negotiated_cipher_suite(), cli.negotiated_cipher_suite()] {
+            assert_eq!(
+                suite.map(|s| s.suite()),
+                Some(rustls::CipherSuite::TLS13_AES_128_GCM_SHA256)
+            );
         }
     }
 
