@@ -205,7 +205,10 @@ impl Worker {
         rx.as_std()
             .set_nonblocking(true)
             .map_err(|e| Error::Worker(format!("worker {}: {e}", s.id)))?;
-        let allow_mtud = !tx.socket.may_fragment();
+        let allow_mtud = tx
+            .socket
+            .capabilities()
+            .supports(fastudp::Feature::DontFragment);
         let endpoint = Endpoint::new(s.endpoint.clone(), Some(s.server.clone()), allow_mtud, None);
         if s.total_rate.is_some() {
             // Pacing is made of waits that end on time; without this they

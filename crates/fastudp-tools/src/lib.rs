@@ -37,6 +37,17 @@ pub mod os {
         clock_ticks_per_sec, monotonic_ns, pin_to_cpu, process_cpu_time, set_timer_slack,
         setns_net, thread_cpu_time, unsent_bytes, wait_readable, MAX_BATCH,
     };
+    /// A socket's `SO_MAX_PACING_RATE` in bytes per second (`u64::MAX` or
+    /// `u32::MAX` when unlimited): what `fastudp::UdpIo::set_max_pacing_rate`
+    /// set.
+    pub fn max_pacing_rate(sock: impl std::os::fd::AsFd) -> std::io::Result<u64> {
+        use std::os::fd::AsRawFd;
+        crate::sys::getsockopt_u64(
+            sock.as_fd().as_raw_fd(),
+            libc::SOL_SOCKET,
+            crate::sys::SO_MAX_PACING_RATE,
+        )
+    }
     /// Directory-relative file syscalls (`openat2`, `mkdirat`, `renameat`,
     /// `unlinkat`), for resolving a path without following symbolic links.
     #[cfg(any(target_os = "linux", target_os = "android"))]

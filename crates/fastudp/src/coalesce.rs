@@ -136,7 +136,7 @@ impl Coalescer {
     }
 
     /// True when nothing is queued.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.trains.is_empty()
     }
 

@@ -176,7 +176,7 @@
 //!   1472-byte datagrams is never truncated. The batch is adaptive: a
 //!   receiver that keeps up makes one `recvmsg` per call; a backlog or GRO
 //!   trains make calls ask for about twice the backlog, within 256 KiB
-//!   ([`RecvBatch::with_budget`]). `MSG_TRUNC`/`MSG_CTRUNC` are flagged per
+//!   (a byte budget per call). `MSG_TRUNC`/`MSG_CTRUNC` are flagged per
 //!   message and counted; the kernel's drop counter is
 //!   [`Stats::kernel_drops`] (`SO_MEMINFO`, or the `SO_RXQ_OVFL` count on
 //!   the last message queued after a drop). It counts dropped *messages*:
@@ -276,10 +276,10 @@ mod zerocopy;
 pub use caps::Capabilities;
 pub use coalesce::Coalescer;
 pub use error::{Error, ErrorKind, FallbackEvent, Feature};
-pub use reuseport::{ReuseportGroup, Steering, MAX_STEERING_OFFSET};
+pub use reuseport::{ReuseportGroup, Steering};
 pub use socket::errqueue::{SocketError, SocketErrorKind};
 pub use socket::{Config, RecvBatch, RecvMeta, Sent, Socket, Stats, Transmit, UdpIo, UdpState};
 pub use wire::control::EcnCodepoint;
 pub use wire::gro::Datagrams;
 pub use wire::{max_payload, max_segment_for_mtu};
-pub use zerocopy::{SendMeta, ZeroCopyMode, ZeroCopySender, ZeroCopyStats};
+pub use zerocopy::{SendMeta, ZeroCopySender, ZeroCopyStats};

@@ -20,8 +20,9 @@ pub enum Steering {
     /// big-endian: socket `word % N`. A flow with fixed bytes there always
     /// lands on the same socket, whatever its source address.
     Payload {
-        /// Offset of the 4 bytes in the UDP payload, at most
-        /// [`MAX_STEERING_OFFSET`].
+        /// Offset of the 4 bytes in the UDP payload, at most 65523 (the 4
+        /// bytes must lie within the largest UDP payload, 65527 bytes).
+        /// A larger one is refused with [`crate::ErrorKind::Config`].
         offset: u32,
     },
     /// By the QUIC destination connection ID: its first byte, found at
@@ -34,7 +35,7 @@ pub enum Steering {
 
 /// The largest [`Steering::Payload`] offset: the 4 bytes must lie within
 /// the largest UDP payload (65527 bytes).
-pub const MAX_STEERING_OFFSET: u32 = (crate::wire::MAX_PAYLOAD_V6 - 4) as u32;
+pub(crate) const MAX_STEERING_OFFSET: u32 = (crate::wire::MAX_PAYLOAD_V6 - 4) as u32;
 
 impl Steering {
     /// The index of the socket among `n` that this steering gives

@@ -256,7 +256,7 @@ impl UdpSocket {
 }
 
 /// The socket's state: its methods that need no descriptor
-/// ([`UdpState::capabilities`], [`UdpState::max_payload_to`], ...) are
+/// ([`UdpState::capabilities`], [`UdpState::max_gso_segments_to`], ...) are
 /// called on the socket directly.
 impl std::ops::Deref for UdpSocket {
     type Target = UdpState;

@@ -15,8 +15,7 @@ use std::time::{Duration, Instant};
 
 /// How the sender sends now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ZeroCopyMode {
+enum ZeroCopyMode {
     /// `MSG_ZEROCOPY`: the kernel sends from the caller's buffer.
     Zerocopy,
     /// Plain sends that copy (after an adaptive fallback).
@@ -146,9 +145,12 @@ impl ZeroCopySender {
         self
     }
 
-    /// The current mode.
-    pub fn mode(&self) -> ZeroCopyMode {
-        self.mode
+    /// True once the adaptive fallback has switched the sender to plain
+    /// sends that copy (the kernel copied nearly every zerocopy send; see
+    /// [`ZeroCopySender::adaptive`]); false while it sends with
+    /// `MSG_ZEROCOPY`.
+    pub fn is_copying(&self) -> bool {
+        self.mode == ZeroCopyMode::Copy
     }
 
     /// Counters so far.

@@ -326,12 +326,6 @@ pub trait UdpIo {
             .set_max_pacing_rate_on(self.fd(), bytes_per_sec)
     }
 
-    /// The socket's `SO_MAX_PACING_RATE` in bytes per second (`u64::MAX`
-    /// or `u32::MAX` when unlimited).
-    fn max_pacing_rate(&self) -> Result<u64, Error> {
-        self.state().max_pacing_rate_on(self.fd())
-    }
-
     /// Waits until a datagram (or a queued socket error) can be read, or
     /// `timeout` passes, to the nanosecond (`ppoll(2)`); true when the
     /// socket is readable. A signal ends the wait early with `false`. The
@@ -364,7 +358,7 @@ pub trait UdpIo {
 
 /// A socket is its state plus its descriptor: the state's methods that
 /// need no descriptor ([`UdpState::capabilities`],
-/// [`UdpState::max_payload_to`], ...) are called on the socket directly.
+/// [`UdpState::max_gso_segments_to`], ...) are called on the socket directly.
 impl std::ops::Deref for Socket {
     type Target = UdpState;
 

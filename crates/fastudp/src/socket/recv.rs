@@ -218,7 +218,8 @@ impl RecvBatch {
 
     /// Sets the byte budget of one receive call (see the type's docs); 0
     /// turns the adaptation off, and every call asks for the full capacity.
-    pub fn with_budget(mut self, bytes: usize) -> Self {
+    #[cfg(test)]
+    pub(crate) fn with_budget(mut self, bytes: usize) -> Self {
         self.policy.budget = bytes;
         self
     }

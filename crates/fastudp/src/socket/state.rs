@@ -528,8 +528,9 @@ impl UdpState {
     /// Whether datagrams may be fragmented on the way: false when fastudp
     /// set don't-fragment (the default), so a datagram over the path MTU is
     /// refused (`EMSGSIZE`, or an ICMP "packet too big" from a router)
-    /// rather than fragmented, and path-MTU discovery can run.
-    pub fn may_fragment(&self) -> bool {
+    /// rather than fragmented, and path-MTU discovery can run. Public as
+    /// `!capabilities().supports(Feature::DontFragment)`.
+    pub(crate) fn may_fragment(&self) -> bool {
         self.may_fragment
     }
 
@@ -584,16 +585,6 @@ impl UdpState {
         .map_err(setup("SO_MAX_PACING_RATE"))
     }
 
-    /// `SO_MAX_PACING_RATE` of `sock` (see [`crate::UdpIo::max_pacing_rate`]).
-    pub(crate) fn max_pacing_rate_on(&self, sock: impl AsFd) -> Result<u64, Error> {
-        sys::getsockopt_u64(
-            sock.as_fd().as_raw_fd(),
-            SOL_SOCKET,
-            sys::SO_MAX_PACING_RATE,
-        )
-        .map_err(setup("SO_MAX_PACING_RATE"))
-    }
-
     /// Error-queue messages read so far (the `async_errors` counter), for
     /// wrappers that wake a task waiting on the error queue.
     #[cfg(feature = "tokio")]
@@ -629,7 +620,7 @@ impl UdpState {
 
     /// The largest payload of one send to `dest` (65507 for IPv4
     /// destinations, including v4-mapped ones; 65527 for IPv6).
-    pub fn max_payload_to(&self, dest: &SocketAddr) -> usize {
+    pub(crate) fn max_payload_to(&self, dest: &SocketAddr) -> usize {
         crate::wire::max_payload(!is_v4_dest(dest))
     }
 

@@ -666,6 +666,7 @@ pub(crate) fn attach_reuseport_cbpf(fd: RawFd, prog: &[crate::wire::bpf::Insn]) 
 pub(crate) const SO_MAX_PACING_RATE: i32 = libc::SO_MAX_PACING_RATE;
 
 /// `getsockopt(2)` of an option the kernel reports as a `u32` or a `u64`.
+#[cfg(fastudp_tools)]
 pub(crate) fn getsockopt_u64(fd: RawFd, level: i32, name: i32) -> io::Result<u64> {
     let mut v = [0u8; 8];
     let mut len = 8 as libc::socklen_t;

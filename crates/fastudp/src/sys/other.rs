@@ -217,6 +217,7 @@ pub(crate) fn attach_reuseport_cbpf(
 pub(crate) const SO_MAX_PACING_RATE: i32 = -1;
 
 /// Not available here.
+#[cfg(fastudp_tools)]
 pub(crate) fn getsockopt_u64(_fd: RawFd, _level: i32, _name: i32) -> io::Result<u64> {
     Err(unsupported())
 }

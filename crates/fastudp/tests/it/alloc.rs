@@ -188,7 +188,7 @@ fn coalescer_allocates_nothing() {
             let len = if i % 25 == 24 { 600 } else { 1200 };
             c.push(&tx, dest, &d[..len], None, None).unwrap();
         }
-        while !c.is_empty() {
+        while c.queued().0 > 0 {
             c.flush(&tx).unwrap();
         }
         let mut got = 0;

@@ -264,11 +264,9 @@ fn threads_sharing_a_socket_while_gso_flips_send_every_datagram_once() {
 
 #[test]
 fn payload_steering_offset_must_address_the_payload() {
-    for offset in [
-        0xFFF0_0000u32,
-        0xFFFF_F000,
-        fastudp::MAX_STEERING_OFFSET + 1,
-    ] {
+    // The 4 bytes must lie within the largest UDP payload, 65527 bytes.
+    const MAX_OFFSET: u32 = 65_523;
+    for offset in [0xFFF0_0000u32, 0xFFFF_F000, MAX_OFFSET + 1] {
         let e = ReuseportGroup::bind(
             "127.0.0.1:0".parse().unwrap(),
             2,
@@ -286,9 +284,7 @@ fn payload_steering_offset_must_address_the_payload() {
     ReuseportGroup::bind(
         "127.0.0.1:0".parse().unwrap(),
         2,
-        Steering::Payload {
-            offset: fastudp::MAX_STEERING_OFFSET,
-        },
+        Steering::Payload { offset: MAX_OFFSET },
         common::backend(Config::default()),
     )
     .unwrap();

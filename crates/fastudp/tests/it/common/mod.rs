@@ -553,7 +553,7 @@ pub fn transfer_on(
                         .expect("push");
                     off += l;
                 }
-                while !coalescer.is_empty() {
+                while coalescer.queued().0 > 0 {
                     coalescer.flush(&tx).expect("flush");
                 }
             }
