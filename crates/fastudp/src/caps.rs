@@ -120,7 +120,7 @@ impl Capabilities {
     ///   still read; the fallback is in [`crate::Stats::fallbacks`]).
     /// - [`Feature::Txtime`]: the kernel accepts `SO_TXTIME`; whether the
     ///   egress qdisc honours it is a property of the path, not of the
-    ///   socket. [`crate::UdpState::enable_txtime`] turns it on.
+    ///   socket. [`crate::UdpIo::enable_txtime`] turns it on.
     /// - [`Feature::Zerocopy`]: the kernel accepts `SO_ZEROCOPY`.
     /// - [`Feature::RxqOvfl`], [`Feature::Recverr`],
     ///   [`Feature::DontFragment`]: the option is set.

@@ -384,6 +384,9 @@ impl quinn::AsyncUdpSocket for Socket {
     }
 
     fn may_fragment(&self) -> bool {
-        self.state.may_fragment()
+        !self
+            .state
+            .capabilities()
+            .supports(crate::Feature::DontFragment)
     }
 }

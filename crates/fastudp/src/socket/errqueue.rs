@@ -20,7 +20,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsFd, BorrowedFd};
 
 /// One message from a socket's error queue, from
-/// [`UdpState::recv_error`]: an ICMP error about a datagram sent, a
+/// [`crate::UdpIo::recv_error`]: an ICMP error about a datagram sent, a
 /// departure-time drop, or a zerocopy completion.
 ///
 /// [`SocketError::kind`] says which; [`SocketError::destination`] names

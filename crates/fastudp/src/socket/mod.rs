@@ -829,12 +829,12 @@ mod tests {
         let on = Socket::bind("127.0.0.1:0".parse().unwrap(), Config::default()).unwrap();
         let caps = on.capabilities();
         assert!(caps.supports(Feature::DontFragment) && caps.supports(Feature::Recverr));
-        assert!(!on.state().may_fragment());
+        assert!(on.capabilities().supports(Feature::DontFragment));
         let c = Config::default().disable([Feature::DontFragment, Feature::Recverr]);
         let off = Socket::bind("127.0.0.1:0".parse().unwrap(), c).unwrap();
         let caps = off.capabilities();
         assert!(!caps.supports(Feature::DontFragment) && !caps.supports(Feature::Recverr));
-        assert!(off.state().may_fragment());
+        assert!(!off.capabilities().supports(Feature::DontFragment));
         let mf = Config::default().may_fragment(true);
         let mf = Socket::bind("127.0.0.1:0".parse().unwrap(), mf).unwrap();
         assert!(mf.capabilities().is_disabled(Feature::DontFragment));

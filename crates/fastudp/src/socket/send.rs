@@ -48,6 +48,7 @@ impl Sent {
     /// Datagrams done by this call: those of the first `transmits` of
     /// `offered` plus `datagrams`. [`Sent::dropped_locally`] of them were
     /// dropped by the local host, the rest went out.
+    #[cfg(feature = "tokio")]
     pub(crate) fn datagrams_done(&self, offered: &[Transmit<'_>]) -> usize {
         offered[..self.transmits.min(offered.len())]
             .iter()

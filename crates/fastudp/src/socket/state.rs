@@ -108,8 +108,8 @@ impl Config {
     /// variable): `disable([Feature::Gso, Feature::Ecn])`, or a list
     /// parsed with [`Feature::parse_list`]. A feature switched off is
     /// neither probed nor used, and a call that needs it (a zero-copy
-    /// sender, [`UdpState::enable_txtime`]) fails with
-    /// [`ConfigError::SwitchedOff`]. [`Feature::DontFragment`] is
+    /// sender, [`crate::UdpIo::enable_txtime`]) fails with
+    /// an error of kind [`crate::ErrorKind::Config`]. [`Feature::DontFragment`] is
     /// [`Config::may_fragment`]; [`Feature::RxqOvfl`] and
     /// [`Feature::Recverr`] leave those socket options at the kernel's
     /// default (off).
@@ -326,7 +326,6 @@ pub struct UdpState {
     pub(super) caps: Capabilities,
     pub(super) split_wait: Duration,
     gso_retry: Duration,
-    may_fragment: bool,
     /// GSO now, per address family of the destination (IPv4, IPv6): a
     /// path may refuse GSO for one family only (older virtio for IPv6).
     gso: [GsoNow; 2],
@@ -397,17 +396,12 @@ impl UdpState {
             .is_ipv6();
         set_buffers(&sref, &config)?;
         let caps = probe_capabilities(fd.as_raw_fd(), ipv6, &config)?;
-        let (max_gso_segments, ecn, dont_fragment) = (
-            caps.max_gso_segments,
-            caps.supports(Feature::Ecn),
-            caps.supports(Feature::DontFragment),
-        );
+        let (max_gso_segments, ecn) = (caps.max_gso_segments, caps.supports(Feature::Ecn));
         let state = UdpState {
             ipv6,
             caps,
             split_wait: config.split_wait,
             gso_retry: config.gso_retry,
-            may_fragment: !dont_fragment,
             gso: [GsoNow::new(max_gso_segments), GsoNow::new(max_gso_segments)],
             short_tail_refused: AtomicBool::new(false),
             ecn: AtomicBool::new(ecn),
@@ -523,15 +517,6 @@ impl UdpState {
         } else {
             1
         }
-    }
-
-    /// Whether datagrams may be fragmented on the way: false when fastudp
-    /// set don't-fragment (the default), so a datagram over the path MTU is
-    /// refused (`EMSGSIZE`, or an ICMP "packet too big" from a router)
-    /// rather than fragmented, and path-MTU discovery can run. Public as
-    /// `!capabilities().supports(Feature::DontFragment)`.
-    pub(crate) fn may_fragment(&self) -> bool {
-        self.may_fragment
     }
 
     /// The kernel's count of messages this socket dropped (`sk_drops`;
