@@ -29,9 +29,9 @@ use std::os::fd::{AsFd, BorrowedFd};
 /// [`SocketError::raw`]. `Display` describes it in a sentence.
 ///
 /// ```no_run
-/// use fastudp::{Socket, SocketErrorKind};
+/// use fastudp::{Config, Socket, SocketErrorKind, UdpIo};
 ///
-/// let sock = Socket::bind("127.0.0.1:0".parse()?)?;
+/// let sock = Socket::bind("127.0.0.1:0".parse()?, Config::default())?;
 /// while let Some(e) = sock.recv_error()? {
 ///     match e.kind() {
 ///         SocketErrorKind::Unreachable => println!("{:?} is gone: {e}", e.destination()),
