@@ -11,7 +11,7 @@ pub(crate) mod recv;
 pub(crate) mod send;
 pub(crate) mod state;
 
-#[cfg(feature = "uring")]
+#[cfg(all(feature = "uring", target_os = "linux"))]
 pub(crate) use recv::DEFAULT_MESSAGE_CAPACITY;
 pub use recv::{RecvBatch, RecvMeta};
 pub use send::Sent;
