@@ -174,7 +174,7 @@ impl Socket {
 
 /// A UDP socket together with its fastudp state: the batched calls.
 ///
-/// [`Socket`], [`crate::tokio::UdpSocket`] and [`crate::quinn::Socket`]
+/// [`Socket`], `tokio::UdpSocket` and `quinn::Socket`
 /// are one; a caller's own socket is one when paired with its state as
 /// `(&state, &socket)`, for any `socket` with a file descriptor (std,
 /// tokio, mio, a raw fd). [`crate::Coalescer`] and
@@ -182,7 +182,7 @@ impl Socket {
 /// call its methods: `use fastudp::UdpIo;`.
 ///
 /// Every call works on the socket as it is, blocking or not, and never
-/// changes that. On [`crate::tokio::UdpSocket`], the inherent `async`
+/// changes that. On `tokio::UdpSocket`, the inherent `async`
 /// methods of the same names (`send`, `recv`, `recv_error`) take
 /// precedence and wait on tokio's reactor; these ones, called as
 /// `UdpIo::send(&socket, ..)`, are single non-blocking attempts that
