@@ -86,6 +86,28 @@ async fn connect(ep: &quinn::Endpoint, addr: SocketAddr) -> anyhow::Result<quinn
     Ok(ep.connect(addr, "localhost")?.await?)
 }
 
+/// `GET /bytes/N` for every size in `sizes`, all at once on `conn`, each
+/// answer checked byte for byte; the bytes served.
+async fn fetch_bytes_at_once(conn: &quinn::Connection, sizes: impl Iterator<Item = u64>) -> u64 {
+    let mut tasks = Vec::new();
+    for n in sizes {
+        let conn = conn.clone();
+        tasks.push(tokio::spawn(async move {
+            let body = fetch(&conn, format!("GET /bytes/{n}\r\n").as_bytes())
+                .await
+                .unwrap();
+            assert_eq!(body.len() as u64, n);
+            assert_eq!(hq::check(0, &body), Ok(()));
+            n
+        }));
+    }
+    let mut total = 0;
+    for t in tasks {
+        total += t.await.unwrap();
+    }
+    total
+}
+
 /// Sends `request` on a new stream; the whole answer, or why not.
 async fn fetch(conn: &quinn::Connection, request: &[u8]) -> anyhow::Result<Vec<u8>> {
     let (mut send, mut recv) = conn.open_bi().await?;
@@ -127,23 +149,7 @@ fn hq_answers_sixteen_parallel_requests_byte_exact() {
     let ep = client(cert, hq::ALPN, None);
     rt.block_on(async {
         let conn = connect(&ep, addr).await.unwrap();
-        let mut tasks = Vec::new();
-        for i in 0..16u64 {
-            let conn = conn.clone();
-            let n = 10_000 + i * 7_919;
-            tasks.push(tokio::spawn(async move {
-                let body = fetch(&conn, format!("GET /bytes/{n}\r\n").as_bytes())
-                    .await
-                    .unwrap();
-                assert_eq!(body.len() as u64, n);
-                assert_eq!(hq::check(0, &body), Ok(()));
-                n
-            }));
-        }
-        let mut total = 0;
-        for t in tasks {
-            total += t.await.unwrap();
-        }
+        let total = fetch_bytes_at_once(&conn, (0..16).map(|i| 10_000 + i * 7_919)).await;
         eventually("goodput", || {
             engine.counters().app_bytes.load(Relaxed) == total
         });
