@@ -26,19 +26,13 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -52,6 +46,8 @@ import (
 
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
+
+	"fastudp/tools/quic-go-client/internal/selfsigned"
 )
 
 func usage(format string, a ...any) {
@@ -320,7 +316,7 @@ func serve(args []string) int {
 	if *proto != "h3" && *proto != "https" {
 		usage("serve: -proto %q: h3 or https", *proto)
 	}
-	cert, err := selfSigned()
+	cert, err := selfsigned.New()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "quic-go-filebench: certificate: %v\n", err)
 		return 1
@@ -376,24 +372,4 @@ func serve(args []string) int {
 	stop()
 	_ = json.NewEncoder(os.Stdout).Encode(map[string]any{"kind": "served", "proto": *proto, "requests": requests.Load()})
 	return code
-}
-
-// selfSigned is a new ECDSA P-256 certificate for "localhost".
-func selfSigned() (tls.Certificate, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return tls.Certificate{}, err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1),
-		Subject:      pkix.Name{CommonName: "localhost"},
-		DNSNames:     []string{"localhost"},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return tls.Certificate{}, err
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
 }

@@ -31,19 +31,13 @@ package main
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"math"
-	"math/big"
 	"os"
 	"os/signal"
 	"strconv"
@@ -54,6 +48,8 @@ import (
 	"time"
 
 	"github.com/quic-go/quic-go"
+
+	"fastudp/tools/quic-go-client/internal/selfsigned"
 )
 
 const (
@@ -305,7 +301,7 @@ func main() {
 	if *interval < time.Millisecond || *idle <= 0 || *reqTimeout <= 0 || *maxConns < 1 || *duration < 0 {
 		usage("-interval at least 1ms; -idle-timeout, -request-timeout and -max-connections positive")
 	}
-	cert, err := selfSigned()
+	cert, err := selfsigned.New()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "quic-go-hqserver: certificate: %v\n", err)
 		os.Exit(1)
@@ -385,25 +381,4 @@ func main() {
 		"retransmissions": c.retrans.Load(),
 		"cipher_suites":   suites,
 	})
-}
-
-// selfSigned is a new ECDSA P-256 certificate for "localhost" (the key
-// type `quic serve` makes with rcgen).
-func selfSigned() (tls.Certificate, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return tls.Certificate{}, err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1),
-		Subject:      pkix.Name{CommonName: "localhost"},
-		DNSNames:     []string{"localhost"},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return tls.Certificate{}, err
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
 }
