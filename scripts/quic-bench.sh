@@ -36,6 +36,11 @@
 #   a-train20 --max-train 20; a-turn2 / a-turn32: --trains-per-turn 2 / 32
 #   a-uring  --uring: the workers receive with io_uring, each datagram
 #            read in place in the ring's buffers (BENCHMARKS section 13.3)
+#   a-0      --timer-tick-us 0 --rx-coalesce-us 0: every timer at its own
+#            time and a loop turn for every arrival (the defaults are 1 ms
+#            ticks and a turn at most every 250 us; BENCHMARKS 17.3)
+#   a-notick --timer-tick-us 0; a-nocoal --rx-coalesce-us 0: one of them
+#   a-busy   --busy-poll-us 50: poll the socket 50 us before sleeping
 # Rounds interleave the configs; the CSV's config column names them. Its
 # last column is the mean UDP payload of the datagrams the QUIC clients
 # received (the server's packet size; empty for TCP).
@@ -92,6 +97,10 @@ one() { # one PROFILE WORKLOAD CONFIG ROUND
     *-turn2) extra="$extra --trains-per-turn 2" ;;
     *-turn32) extra="$extra --trains-per-turn 32" ;;
     *-uring) extra="$extra --uring" ;;
+    *-0) extra="$extra --timer-tick-us 0 --rx-coalesce-us 0" ;;
+    *-notick) extra="$extra --timer-tick-us 0" ;;
+    *-nocoal) extra="$extra --rx-coalesce-us 0" ;;
+    *-busy) extra="$extra --busy-poll-us 50" ;;
     esac
     if [ "$2" = video ]; then
         rate=125000

@@ -171,7 +171,49 @@ pub struct Tuning {
     /// holds fewer datagrams when they are larger: at most
     /// [`MAX_GSO_PAYLOAD`] bytes in all.
     pub max_udp_payload: u16,
+    /// The worker sleeps until its next timer rounded up to a multiple of
+    /// this, as tokio rounds its timers to 1 ms: timers due within one
+    /// tick fire together, in one wake-up, at most one tick late (at most
+    /// [`MAX_TIMER_TICK`]; zero: each timer at its own time). Default:
+    /// 1 ms ([`DEFAULT_TIMER_TICK`]; video 0.75x the CPU per Gbit with
+    /// [`Tuning::rx_coalesce`], docs/BENCHMARKS.md section 17.3).
+    pub timer_tick: Duration,
+    /// Before it sleeps, the worker polls its socket this long without
+    /// sleeping (at most [`MAX_BUSY_POLL`]): a datagram that arrives
+    /// meanwhile costs no sleep and wake-up, but the polling is CPU time.
+    /// Default: zero, no polling.
+    pub busy_poll: Duration,
+    /// The worker starts a turn at most once per this long (at most
+    /// [`MAX_RX_COALESCE`]): what arrives meanwhile waits and is read in
+    /// one call, as a NIC's interrupt moderation batches its
+    /// interrupts. It adds at most this much delay to a datagram; a
+    /// worker with work left (more to send, a full socket) does not wait.
+    /// Zero: a turn as soon as something arrives. Default: 250 us
+    /// ([`DEFAULT_RX_COALESCE`]).
+    pub rx_coalesce: Duration,
+    /// With [`EngineConfig::total_rate`], the most bytes a worker sends in
+    /// one burst ([`MIN_PACING_BURST`] to [`MAX_PACING_BURST`]): the
+    /// worker wakes once per burst, so a larger one costs fewer wake-ups,
+    /// but the bottleneck's queue must take it whole. Default: 16 KiB.
+    pub pacing_burst: usize,
 }
+
+/// The smallest [`Tuning::pacing_burst`]: one full-sized datagram.
+pub const MIN_PACING_BURST: usize = 1452;
+/// The largest [`Tuning::pacing_burst`]: one GSO train.
+pub const MAX_PACING_BURST: usize = 64 * 1024;
+
+/// The largest [`Tuning::rx_coalesce`].
+pub const MAX_RX_COALESCE: Duration = Duration::from_millis(1);
+
+/// The default [`Tuning::timer_tick`], tokio's timer resolution.
+pub const DEFAULT_TIMER_TICK: Duration = Duration::from_millis(1);
+/// The default [`Tuning::rx_coalesce`].
+pub const DEFAULT_RX_COALESCE: Duration = Duration::from_micros(250);
+/// The largest [`Tuning::timer_tick`]: the worker's longest sleep.
+pub const MAX_TIMER_TICK: Duration = Duration::from_millis(10);
+/// The largest [`Tuning::busy_poll`].
+pub const MAX_BUSY_POLL: Duration = Duration::from_millis(1);
 
 /// The default [`Tuning::max_udp_payload`], quinn-proto's.
 pub const DEFAULT_MAX_UDP_PAYLOAD: u16 = 1452;
@@ -198,6 +240,10 @@ impl Default for Tuning {
             max_train: crate::tx::MAX_TRAIN,
             trains_per_turn: limits::TRAINS_PER_TURN,
             max_udp_payload: DEFAULT_MAX_UDP_PAYLOAD,
+            timer_tick: DEFAULT_TIMER_TICK,
+            busy_poll: Duration::ZERO,
+            rx_coalesce: DEFAULT_RX_COALESCE,
+            pacing_burst: crate::tx::DEFAULT_BATCH_BYTES,
         }
     }
 }
@@ -336,6 +382,30 @@ impl EngineConfig {
         if self.tuning.trains_per_turn == 0 {
             return Err(Error::Config("trains_per_turn 0: at least 1".into()));
         }
+        if self.tuning.timer_tick > MAX_TIMER_TICK {
+            return Err(Error::Config(format!(
+                "timer_tick {:?}: at most {MAX_TIMER_TICK:?}",
+                self.tuning.timer_tick
+            )));
+        }
+        if !(MIN_PACING_BURST..=MAX_PACING_BURST).contains(&self.tuning.pacing_burst) {
+            return Err(Error::Config(format!(
+                "pacing_burst {}: between {MIN_PACING_BURST} and {MAX_PACING_BURST} bytes",
+                self.tuning.pacing_burst
+            )));
+        }
+        if self.tuning.rx_coalesce > MAX_RX_COALESCE {
+            return Err(Error::Config(format!(
+                "rx_coalesce {:?}: at most {MAX_RX_COALESCE:?}",
+                self.tuning.rx_coalesce
+            )));
+        }
+        if self.tuning.busy_poll > MAX_BUSY_POLL {
+            return Err(Error::Config(format!(
+                "busy_poll {:?}: at most {MAX_BUSY_POLL:?}",
+                self.tuning.busy_poll
+            )));
+        }
         if !(1200..=MAX_UDP_PAYLOAD_LIMIT).contains(&self.tuning.max_udp_payload) {
             return Err(Error::Config(format!(
                 "max_udp_payload {}: between 1200 and {MAX_UDP_PAYLOAD_LIMIT}",
@@ -406,6 +476,34 @@ mod tests {
                     ..Tuning::default()
                 },
                 "ack_every",
+            ),
+            (
+                Tuning {
+                    timer_tick: MAX_TIMER_TICK + Duration::from_nanos(1),
+                    ..Tuning::default()
+                },
+                "timer_tick 10.000001ms: at most 10ms",
+            ),
+            (
+                Tuning {
+                    busy_poll: Duration::from_millis(2),
+                    ..Tuning::default()
+                },
+                "busy_poll 2ms: at most 1ms",
+            ),
+            (
+                Tuning {
+                    rx_coalesce: Duration::from_millis(2),
+                    ..Tuning::default()
+                },
+                "rx_coalesce 2ms: at most 1ms",
+            ),
+            (
+                Tuning {
+                    pacing_burst: 1000,
+                    ..Tuning::default()
+                },
+                "pacing_burst 1000: between 1452 and 65536 bytes",
             ),
             (
                 Tuning {

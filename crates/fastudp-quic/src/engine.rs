@@ -108,6 +108,7 @@ impl Engine {
                 zc,
                 counters.clone(),
                 cfg.total_rate.map(|r| r as f64 / n as f64),
+                cfg.tuning.pacing_burst,
                 cfg.tuning.max_train,
             )?;
             let setup = Setup {
@@ -128,6 +129,9 @@ impl Engine {
                 total_rate: cfg.total_rate,
                 recv_arena: cfg.tuning.recv_arena,
                 trains_per_turn: cfg.tuning.trains_per_turn,
+                timer_tick: cfg.tuning.timer_tick,
+                busy_poll: cfg.tuning.busy_poll,
+                rx_coalesce: cfg.tuning.rx_coalesce,
                 uring: cfg.uring && ring_receive(&rx, &counters, &uring_error),
                 uring_error: uring_error.clone(),
             };

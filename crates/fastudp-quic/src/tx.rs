@@ -26,10 +26,10 @@ pub(crate) const SEND_BUFFER: usize = 4 << 20;
 /// connections' own packets in the kernel's queue.
 const STATELESS_OUTQ: usize = 128 << 10;
 
-/// The most bytes `--total-rate` lets a worker send in one burst: 16 kB,
-/// about what a shallow router buffer absorbs at once (the batch size of
-/// `fastudp stream`'s user-space pacing).
-const DEFAULT_BATCH_BYTES: usize = 16 * 1024;
+/// The most bytes `--total-rate` lets a worker send in one burst by
+/// default: 16 kB, about what a shallow router buffer absorbs at once (the
+/// batch size of `fastudp stream`'s user-space pacing).
+pub(crate) const DEFAULT_BATCH_BYTES: usize = 16 * 1024;
 
 /// One worker's send side.
 pub(crate) struct Tx {
@@ -66,12 +66,14 @@ impl Tx {
     /// The send side of a worker on `socket` (made non-blocking: a full
     /// send buffer must not stop the worker's receives and timers; the
     /// tail waits in `pending` instead), with `rate` bytes/s of
-    /// --total-rate's, and trains of at most `max_train` datagrams.
+    /// --total-rate's sent in bursts of at most `burst` bytes, and trains of
+    /// at most `max_train` datagrams.
     pub(crate) fn new(
         socket: Socket,
         zc: Option<ZeroCopySender>,
         counters: Arc<Counters>,
         rate: Option<f64>,
+        burst: usize,
         max_train: usize,
     ) -> Result<Self, Error> {
         socket
@@ -83,13 +85,13 @@ impl Tx {
             .clamp(1, max_train.clamp(1, crate::MAX_TRAIN_LIMIT));
         if rate.is_some() {
             // A train is one burst: no longer than a batch.
-            max_train = max_train.clamp(1, DEFAULT_BATCH_BYTES / 1452);
+            max_train = max_train.clamp(1, (burst / 1452).max(1));
         }
         Ok(Tx {
             socket,
             counters,
             pending: Vec::new(),
-            pacer: rate.map(Bucket::new),
+            pacer: rate.map(|r| Bucket::new(r, burst)),
             zc_pending: Vec::new(),
             blocked: false,
             zc,
@@ -412,29 +414,32 @@ fn from_quinn_ecn(e: Option<quinn_proto::EcnCodepoint>) -> Option<EcnCodepoint> 
 }
 
 /// `--total-rate`'s token bucket: bytes a worker may send, refilled at its
-/// rate, at most [`DEFAULT_BATCH_BYTES`] ahead, so that the worker's
+/// rate, at most a burst ([`crate::Tuning::pacing_burst`]) ahead, so that the worker's
 /// connections together leave no faster than the rate and in bursts no
 /// larger than that: what a shallow bottleneck queue takes.
 pub(crate) struct Bucket {
     /// Bytes per second.
     rate: f64,
     tokens: f64,
+    /// The most tokens it holds, bytes.
+    burst: f64,
     last: Instant,
 }
 
 impl Bucket {
-    fn new(rate: f64) -> Self {
+    fn new(rate: f64, burst: usize) -> Self {
         Bucket {
             rate: rate.max(1.0),
-            tokens: DEFAULT_BATCH_BYTES as f64,
+            tokens: burst as f64,
+            burst: burst as f64,
             last: Instant::now(),
         }
     }
 
     fn refill(&mut self) {
         let now = Instant::now();
-        self.tokens = (self.tokens + now.duration_since(self.last).as_secs_f64() * self.rate)
-            .min(DEFAULT_BATCH_BYTES as f64);
+        self.tokens =
+            (self.tokens + now.duration_since(self.last).as_secs_f64() * self.rate).min(self.burst);
         self.last = now;
     }
 

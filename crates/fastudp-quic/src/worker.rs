@@ -121,6 +121,12 @@ pub(crate) struct Setup {
     pub(crate) recv_arena: bool,
     /// [`crate::Tuning::trains_per_turn`].
     pub(crate) trains_per_turn: usize,
+    /// [`crate::Tuning::timer_tick`].
+    pub(crate) timer_tick: Duration,
+    /// [`crate::Tuning::busy_poll`].
+    pub(crate) busy_poll: Duration,
+    /// [`crate::Tuning::rx_coalesce`].
+    pub(crate) rx_coalesce: Duration,
     /// Receive in place from the socket's io_uring ring
     /// ([`crate::EngineConfig::uring`]).
     pub(crate) uring: bool,
@@ -192,6 +198,8 @@ pub(crate) struct Worker {
     /// socket.
     pub(crate) tx: Tx,
     closing_since: Option<Instant>,
+    /// Timers are rounded to ticks counted from here.
+    epoch: Instant,
     published: Instant,
     published_lost: Instant,
     calls_seen: (u64, u64),
@@ -249,6 +257,7 @@ impl Worker {
             },
             tx,
             closing_since: None,
+            epoch: Instant::now(),
             published: Instant::now(),
             published_lost: Instant::now(),
             calls_seen: (0, 0),
@@ -295,7 +304,7 @@ impl Worker {
             if now.duration_since(self.published) > Duration::from_millis(100) {
                 self.publish(false);
             }
-            self.wait();
+            self.wait(now);
         }
     }
 
@@ -310,9 +319,23 @@ impl Worker {
             .drive_dirty(now, &mut self.ep, &mut self.tx, &mut *self.app, &self.s);
     }
 
-    /// Waits for a datagram, the next timer, or at most [`MAX_WAIT`].
-    fn wait(&mut self) {
-        if (!self.table.dirty.is_empty() && !self.tx.blocked) || !self.ep.fwd_local.is_empty() {
+    /// Waits for a datagram, the next timer, or at most [`MAX_WAIT`]; with
+    /// [`crate::Tuning::rx_coalesce`], not before that long after `turn`
+    /// (when this turn started).
+    fn wait(&mut self, turn: Instant) {
+        // Connections with more to send wait, as a full socket makes them,
+        // while --total-rate's tokens are spent: the next turn could send
+        // nothing, and turning until the tokens come back spins a core.
+        let queued = !self.tx.pending.is_empty() || !self.tx.stateless_q.is_empty();
+        let paced_out = queued
+            && self
+                .tx
+                .pacer
+                .as_ref()
+                .is_some_and(|b| b.positive_at() > Instant::now());
+        if (!self.table.dirty.is_empty() && !self.tx.blocked && !paced_out)
+            || !self.ep.fwd_local.is_empty()
+        {
             return;
         }
         if !self
@@ -334,13 +357,32 @@ impl Worker {
             .table
             .timers
             .first()
-            .map(|&(t, _)| t)
+            .map(|&(t, _)| tick_up(t, self.epoch, self.s.timer_tick))
             .unwrap_or(now + cap)
             .min(now + cap);
-        let queued = !self.tx.pending.is_empty() || !self.tx.stateless_q.is_empty();
         if let (Some(b), true) = (self.tx.pacer.as_ref(), queued) {
             until = until.min(b.positive_at());
         }
+        if until <= now {
+            return;
+        }
+        let earliest = (turn + self.s.rx_coalesce).min(until);
+        if earliest > now {
+            std::thread::sleep(earliest - now);
+        }
+        if !self.s.busy_poll.is_zero() {
+            let spin_end = until.min(now + self.s.busy_poll);
+            loop {
+                if matches!(self.rx.wait_readable(Duration::ZERO), Ok(true)) {
+                    return;
+                }
+                if Instant::now() >= spin_end {
+                    break;
+                }
+                std::hint::spin_loop();
+            }
+        }
+        let now = Instant::now();
         if until > now {
             // On a ring (armed), this waits on its completions.
             let _ = self.rx.wait_readable(until - now);
@@ -381,6 +423,18 @@ impl Worker {
 }
 
 /// A receive that failed: counted, unless it only found nothing.
+/// `t` rounded up to the next multiple of `tick` after `epoch` (`t` itself
+/// when `tick` is zero, or when `t` is before `epoch`).
+fn tick_up(t: Instant, epoch: Instant, tick: Duration) -> Instant {
+    let tick = tick.as_nanos();
+    if tick == 0 || t <= epoch {
+        return t;
+    }
+    let since = (t - epoch).as_nanos();
+    let up = since.div_ceil(tick) * tick;
+    epoch + Duration::from_nanos(u64::try_from(up).unwrap_or(u64::MAX))
+}
+
 fn recv_error(e: fastudp::Error, s: &Setup) {
     let e = std::io::Error::from(e);
     if e.kind() != std::io::ErrorKind::WouldBlock {
@@ -1246,13 +1300,16 @@ mod harness {
                 total_rate: None,
                 recv_arena: true,
                 trains_per_turn: limits::TRAINS_PER_TURN,
+                timer_tick: Duration::ZERO,
+                busy_poll: Duration::ZERO,
+                rx_coalesce: Duration::ZERO,
                 uring: false,
                 uring_error: Arc::default(),
             };
             f(&mut s);
             let sock =
                 Socket::bind("127.0.0.1:0".parse().unwrap(), fastudp::Config::default()).unwrap();
-            let tx = Tx::new(sock, None, counters, None, crate::tx::MAX_TRAIN).unwrap();
+            let tx = Tx::new(sock, None, counters, None, 0, crate::tx::MAX_TRAIN).unwrap();
             let config = fastudp::Config::default();
             #[cfg(feature = "uring")]
             let config = config
@@ -1552,6 +1609,21 @@ mod harness {
     /// the server's datagrams grow near the bound and its trains hold fewer
     /// of them: none over the 64 KiB one `sendmsg` may carry (at 8972
     /// bytes, 40 datagrams would be 359 KB). Every byte still arrives.
+    /// A worker's sleep until a timer ends on the tick at or after it, so
+    /// that timers of one tick fire in one wake-up; no tick, no rounding.
+    #[test]
+    fn timers_round_up_to_the_tick() {
+        let e = Instant::now();
+        let ms = Duration::from_millis(1);
+        let us = Duration::from_micros;
+        assert_eq!(tick_up(e + us(300), e, ms), e + ms);
+        assert_eq!(tick_up(e + ms, e, ms), e + ms);
+        assert_eq!(tick_up(e + us(1001), e, ms), e + 2 * ms);
+        assert_eq!(tick_up(e + us(300), e, Duration::ZERO), e + us(300));
+        // A timer already due before the epoch is not moved.
+        assert_eq!(tick_up(e, e + ms, ms), e);
+    }
+
     #[test]
     fn larger_datagrams_make_shorter_trains() {
         let mut n = Net::with_transport(None, |t| crate::max_udp_payload(t, 8972), |_| {});

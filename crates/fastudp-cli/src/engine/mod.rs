@@ -53,8 +53,8 @@ pub enum TxStrategy {
     /// The TCP stream sent with MSG_ZEROCOPY, completions reaped from the
     /// error queue, buffers reused only after their completion.
     TcpZerocopy,
-    /// The library's path on its io_uring backend: GSO trains as linked
-    /// SENDMSGs, one io_uring_enter per batch.
+    /// The library's path on its io_uring backend: GSO trains as unlinked
+    /// SENDMSGs reconciled into one prefix, one io_uring_enter per batch.
     UringGso,
     /// GSO trains with io_uring SENDMSG_ZC: buffers come back on the
     /// notification completion.

@@ -77,11 +77,16 @@ pub struct ServeArgs {
     #[arg(long)]
     pub zerocopy: bool,
     /// The most all connections together may send, bytes/s (k, M, G
-    /// suffixes): batches of at most 16 KiB leave no faster than this.
-    /// Set it just under a bottleneck's rate. Default: no limit (each
-    /// connection's own pacer only).
+    /// suffixes): bursts of at most --pacing-burst bytes leave no faster
+    /// than this. Set it just under a bottleneck's rate. Default: no limit
+    /// (each connection's own pacer only).
     #[arg(long, value_parser = crate::args::parse_rate)]
     pub total_rate: Option<u64>,
+    /// With --total-rate, the most bytes a worker sends in one burst (1452
+    /// to 65536): it wakes once per burst, so a larger one costs fewer
+    /// wake-ups, but the bottleneck's queue must take it whole.
+    #[arg(long, value_name = "BYTES", default_value_t = fastudp_quic::Tuning::default().pacing_burst)]
+    pub pacing_burst: usize,
     /// Validate client addresses with Retry packets before accepting.
     #[arg(long)]
     pub retry: bool,
@@ -177,6 +182,25 @@ pub struct ServeArgs {
     /// 17). --stack fastudp only.
     #[arg(long)]
     pub recv_arena: bool,
+    /// Round each worker's sleep until its next timer up to a multiple of
+    /// this many microseconds (0 to 10000), as tokio rounds its timers to
+    /// 1 ms: timers due within one tick fire in one wake-up, at most one
+    /// tick late. 0: each timer at its own time. --stack fastudp only.
+    #[arg(long, value_name = "US", default_value_t = fastudp_quic::DEFAULT_TIMER_TICK.as_micros() as u64)]
+    pub timer_tick_us: u64,
+    /// Before it sleeps, each worker polls its socket this many
+    /// microseconds (0 to 1000) without sleeping: a datagram that arrives
+    /// meanwhile costs no wake-up, but the polling is CPU time. --stack
+    /// fastudp only.
+    #[arg(long, value_name = "US", default_value_t = 0)]
+    pub busy_poll_us: u64,
+    /// Each worker starts a loop turn at most once per this many
+    /// microseconds (0 to 1000): datagrams that arrive meanwhile wait and
+    /// are read in one call, as a NIC's interrupt moderation does. Adds
+    /// at most this much delay to a datagram. 0: a turn as soon as
+    /// something arrives. --stack fastudp only.
+    #[arg(long, value_name = "US", default_value_t = fastudp_quic::DEFAULT_RX_COALESCE.as_micros() as u64)]
+    pub rx_coalesce_us: u64,
     /// Serve the files beneath DIR (hq-interop `GET /path`): regular
     /// files only, `index.html` for a directory, no symbolic links, no
     /// way out of DIR (docs/SECURITY.md, "Static files"). `/bytes/N` and
@@ -345,6 +369,37 @@ fn check_serve(a: &ServeArgs) -> anyhow::Result<()> {
     if a.trains_per_turn == 0 {
         return bad("--trains-per-turn 0: at least 1".into());
     }
+    let tick_max = fastudp_quic::MAX_TIMER_TICK.as_micros();
+    if u128::from(a.timer_tick_us) > tick_max {
+        return bad(format!(
+            "--timer-tick-us {}: between 0 and {tick_max}",
+            a.timer_tick_us
+        ));
+    }
+    let busy_max = fastudp_quic::MAX_BUSY_POLL.as_micros();
+    if u128::from(a.busy_poll_us) > busy_max {
+        return bad(format!(
+            "--busy-poll-us {}: between 0 and {busy_max}",
+            a.busy_poll_us
+        ));
+    }
+    let coalesce_max = fastudp_quic::MAX_RX_COALESCE.as_micros();
+    if u128::from(a.rx_coalesce_us) > coalesce_max {
+        return bad(format!(
+            "--rx-coalesce-us {}: between 0 and {coalesce_max}",
+            a.rx_coalesce_us
+        ));
+    }
+    let d = fastudp_quic::Tuning::default();
+    if a.stack != Stack::Fastudp
+        && (u128::from(a.timer_tick_us) != d.timer_tick.as_micros()
+            || a.busy_poll_us != 0
+            || u128::from(a.rx_coalesce_us) != d.rx_coalesce.as_micros())
+    {
+        return bad(
+            "--timer-tick-us, --busy-poll-us and --rx-coalesce-us need --stack fastudp".into(),
+        );
+    }
     if !(1200..=fastudp_quic::MAX_UDP_PAYLOAD_LIMIT).contains(&a.max_udp_payload) {
         return bad(format!(
             "--max-udp-payload {}: between 1200 and {}",
@@ -391,6 +446,15 @@ fn check_serve(a: &ServeArgs) -> anyhow::Result<()> {
     }
     if a.max_half_open == 0 {
         return bad("--max-half-open 0: at least 1 (use --retry to validate every client)".into());
+    }
+    if !(fastudp_quic::MIN_PACING_BURST..=fastudp_quic::MAX_PACING_BURST).contains(&a.pacing_burst)
+    {
+        return bad(format!(
+            "--pacing-burst {}: between {} and {} bytes",
+            a.pacing_burst,
+            fastudp_quic::MIN_PACING_BURST,
+            fastudp_quic::MAX_PACING_BURST
+        ));
     }
     if a.stack != Stack::Fastudp
         && (a.zerocopy || a.pacing == PacingArg::Kernel || a.total_rate.is_some())

@@ -134,6 +134,10 @@ fn engine_config(
             t.max_train = a.max_train;
             t.trains_per_turn = a.trains_per_turn;
             t.max_udp_payload = a.max_udp_payload;
+            t.timer_tick = Duration::from_micros(a.timer_tick_us);
+            t.busy_poll = Duration::from_micros(a.busy_poll_us);
+            t.rx_coalesce = Duration::from_micros(a.rx_coalesce_us);
+            t.pacing_burst = a.pacing_burst;
             t
         })
         .disabled(disabled))

@@ -291,6 +291,42 @@ fn two_hundred_video_connections_get_every_byte() {
     assert!(s["datagrams_per_send_call"].as_f64().unwrap() > 1.0, "{s}");
 }
 
+/// The wake-up levers of docs/BENCHMARKS.md section 17.3 away from their
+/// defaults (every other test runs with 1 ms timer ticks and coalesced
+/// turns): each timer at its own time, a turn for every arrival, and a
+/// busy-poll before each sleep. Video and bulk connections still get
+/// every byte, in order.
+#[test]
+fn ticks_and_busy_poll_keep_every_byte() {
+    let (srv, addr) = serve(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--workers",
+        "1",
+        "--timer-tick-us",
+        "0",
+        "--busy-poll-us",
+        "50",
+        "--rx-coalesce-us",
+        "0",
+    ]);
+    for request in ["/video/62500/2", "/bytes/3000000"] {
+        let (v, code, err) = load(&[
+            &addr.to_string(),
+            "--connections",
+            "50",
+            "--request",
+            request,
+        ]);
+        assert_eq!(code, Some(0), "{request}: {v}\n{err}");
+        assert_eq!(v["completed"], 50, "{request}: {v}");
+        assert_eq!(v["wrong_bytes"], 0, "{request}: {v}");
+    }
+    srv.interrupt();
+    let end = srv.finish();
+    assert_eq!(end.status.code(), Some(130), "{}", end.stderr);
+}
+
 /// Clients that vanish mid-stream: the server's connections time out, and
 /// its memory comes back to where it was after the first such round
 /// (glibc keeps what it freed for reuse, so the first round sets the
@@ -620,6 +656,29 @@ fn bad_arguments_are_refused() {
         (
             vec!["quic", "serve", "--stack", "quinn", "--www", "/tmp"],
             "--www needs --stack fastudp",
+        ),
+        (
+            vec!["quic", "serve", "--timer-tick-us", "10001"],
+            "--timer-tick-us 10001: between 0 and 10000",
+        ),
+        (
+            vec!["quic", "serve", "--busy-poll-us", "1001"],
+            "--busy-poll-us 1001: between 0 and 1000",
+        ),
+        (
+            vec!["quic", "serve", "--rx-coalesce-us", "1001"],
+            "--rx-coalesce-us 1001: between 0 and 1000",
+        ),
+        (
+            vec![
+                "quic",
+                "serve",
+                "--stack",
+                "quinn",
+                "--timer-tick-us",
+                "500",
+            ],
+            "need --stack fastudp",
         ),
         (
             vec!["quic", "load", "127.0.0.1:1", "--request", "/x"],
@@ -1330,6 +1389,36 @@ fn a_video_stream_blocked_at_a_frame_boundary_lets_the_worker_sleep() {
             used < 0.5,
             "the server used {used:.2} s of CPU in 2 s with one blocked stream"
         );
+    });
+    srv.interrupt();
+    srv.finish();
+}
+
+/// A response paced by --total-rate: while the rate's tokens are spent,
+/// the worker sleeps until they come back; it does not turn over and over
+/// with nothing to send (which took a whole core before).
+#[test]
+fn a_worker_paced_by_total_rate_sleeps_between_bursts() {
+    let (srv, addr, der) = serve_one_worker("paced", &["--total-rate", "1M"]);
+    let pid = srv.pid();
+    with_connection(addr, der, None, |conn| async move {
+        let (mut send, mut recv) = conn.open_bi().await.unwrap();
+        // 30 MB at 1 MB/s: still going when the measurement ends.
+        send.write_all(b"GET /bytes/30000000\r\n").await.unwrap();
+        let _ = send.finish();
+        let reader = tokio::spawn(async move {
+            let mut b = vec![0u8; 64 * 1024];
+            while let Ok(Some(_)) = recv.read(&mut b).await {}
+        });
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let before = cpu_seconds(pid);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let used = cpu_seconds(pid) - before;
+        assert!(
+            used < 0.5,
+            "the server used {used:.2} s of CPU in 2 s sending 1 MB/s"
+        );
+        reader.abort();
     });
     srv.interrupt();
     srv.finish();
