@@ -165,6 +165,9 @@ pub(crate) struct EndpointDriver {
     /// at most half of the places, and a client that answers its Retry
     /// finds one of the rest.
     pub(crate) half_open: usize,
+    /// The last receive stopped at its bound with datagrams still queued:
+    /// the next turn starts at once (no coalescing wait).
+    pub(crate) rx_more: bool,
 }
 
 /// A worker's connections: the table, their timers, and the lists of
@@ -245,6 +248,7 @@ impl Worker {
                 fwd_local: Ring::new(SLOTS),
                 arena: BytesMut::new(),
                 half_open: 0,
+                rx_more: false,
             },
             table: ConnTable {
                 conns: HashMap::new(),
@@ -335,6 +339,7 @@ impl Worker {
                 .is_some_and(|b| b.positive_at() > Instant::now());
         if (!self.table.dirty.is_empty() && !self.tx.blocked && !paced_out)
             || !self.ep.fwd_local.is_empty()
+            || self.ep.rx_more
         {
             return;
         }
@@ -527,11 +532,12 @@ impl EndpointDriver {
         tx: &mut Tx,
         closing: bool,
     ) {
+        self.rx_more = false;
         #[cfg(feature = "uring")]
         if self.ring {
             return self.receive_in_place(now, rx, s, table, tx, closing);
         }
-        for _ in 0..8 {
+        for i in 0..8 {
             let Some(b) = self.batch.as_mut() else { break };
             match rx.recv(b) {
                 Ok(0) => break,
@@ -552,6 +558,7 @@ impl EndpointDriver {
             if !full {
                 break;
             }
+            self.rx_more = i == 7;
         }
     }
 
@@ -607,6 +614,7 @@ impl EndpointDriver {
                     if n < cap {
                         break;
                     }
+                    self.rx_more = messages >= 8 * limits::RECV_BATCH;
                 }
                 Err(e) => {
                     recv_error(e, s);
