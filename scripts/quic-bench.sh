@@ -40,6 +40,7 @@
 #            time and a loop turn for every arrival (the defaults are 1 ms
 #            ticks and a turn at most every 250 us; BENCHMARKS 17.3)
 #   a-notick --timer-tick-us 0; a-nocoal --rx-coalesce-us 0: one of them
+#   a-coal500 --rx-coalesce-us 500; a-tick2000 --timer-tick-us 2000
 #   a-busy   --busy-poll-us 50: poll the socket 50 us before sleeping
 # Rounds interleave the configs; the CSV's config column names them. Its
 # last column is the mean UDP payload of the datagrams the QUIC clients
@@ -100,6 +101,8 @@ one() { # one PROFILE WORKLOAD CONFIG ROUND
     *-0) extra="$extra --timer-tick-us 0 --rx-coalesce-us 0" ;;
     *-notick) extra="$extra --timer-tick-us 0" ;;
     *-nocoal) extra="$extra --rx-coalesce-us 0" ;;
+    *-coal500) extra="$extra --rx-coalesce-us 500" ;;
+    *-tick2000) extra="$extra --timer-tick-us 2000" ;;
     *-busy) extra="$extra --busy-poll-us 50" ;;
     esac
     if [ "$2" = video ]; then
