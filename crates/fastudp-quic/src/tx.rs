@@ -63,6 +63,16 @@ pub(crate) struct Tx {
 }
 
 impl Tx {
+    /// When --total-rate's tokens let the queued transmits go; `None` when
+    /// nothing waits for them (no rate, or nothing queued).
+    pub(crate) fn paced_until(&self) -> Option<Instant> {
+        let queued = !self.pending.is_empty() || !self.stateless_q.is_empty();
+        self.pacer
+            .as_ref()
+            .filter(|_| queued)
+            .map(Bucket::positive_at)
+    }
+
     /// The send side of a worker on `socket` (made non-blocking: a full
     /// send buffer must not stop the worker's receives and timers; the
     /// tail waits in `pending` instead), with `rate` bytes/s of

@@ -327,16 +327,12 @@ impl Worker {
     /// [`crate::Tuning::rx_coalesce`], not before that long after `turn`
     /// (when this turn started).
     fn wait(&mut self, turn: Instant) {
+        let now = Instant::now();
         // Connections with more to send wait, as a full socket makes them,
         // while --total-rate's tokens are spent: the next turn could send
         // nothing, and turning until the tokens come back spins a core.
-        let queued = !self.tx.pending.is_empty() || !self.tx.stateless_q.is_empty();
-        let paced_out = queued
-            && self
-                .tx
-                .pacer
-                .as_ref()
-                .is_some_and(|b| b.positive_at() > Instant::now());
+        let paced = self.tx.paced_until();
+        let paced_out = paced.is_some_and(|t| t > now);
         if (!self.table.dirty.is_empty() && !self.tx.blocked && !paced_out)
             || !self.ep.fwd_local.is_empty()
             || self.ep.rx_more
@@ -352,7 +348,6 @@ impl Worker {
         {
             return;
         }
-        let now = Instant::now();
         let cap = if self.tx.blocked || self.tx.stateless_held {
             BLOCKED_WAIT
         } else {
@@ -365,8 +360,8 @@ impl Worker {
             .map(|&(t, _)| tick_up(t, self.epoch, self.s.timer_tick))
             .unwrap_or(now + cap)
             .min(now + cap);
-        if let (Some(b), true) = (self.tx.pacer.as_ref(), queued) {
-            until = until.min(b.positive_at());
+        if let Some(t) = paced {
+            until = until.min(t);
         }
         if until <= now {
             return;
@@ -376,7 +371,7 @@ impl Worker {
             std::thread::sleep(earliest - now);
         }
         if !self.s.busy_poll.is_zero() {
-            let spin_end = until.min(now + self.s.busy_poll);
+            let spin_end = until.min(Instant::now() + self.s.busy_poll);
             loop {
                 if matches!(self.rx.wait_readable(Duration::ZERO), Ok(true)) {
                     return;

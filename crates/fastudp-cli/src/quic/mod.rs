@@ -19,6 +19,7 @@ use anyhow::anyhow;
 use clap::{Args, Subcommand, ValueEnum};
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 /// `fastudp quic ...`.
 #[derive(Subcommand, Debug)]
@@ -369,32 +370,37 @@ fn check_serve(a: &ServeArgs) -> anyhow::Result<()> {
     if a.trains_per_turn == 0 {
         return bad("--trains-per-turn 0: at least 1".into());
     }
-    let tick_max = fastudp_quic::MAX_TIMER_TICK.as_micros();
-    if u128::from(a.timer_tick_us) > tick_max {
-        return bad(format!(
-            "--timer-tick-us {}: between 0 and {tick_max}",
-            a.timer_tick_us
-        ));
-    }
-    let busy_max = fastudp_quic::MAX_BUSY_POLL.as_micros();
-    if u128::from(a.busy_poll_us) > busy_max {
-        return bad(format!(
-            "--busy-poll-us {}: between 0 and {busy_max}",
-            a.busy_poll_us
-        ));
-    }
-    let coalesce_max = fastudp_quic::MAX_RX_COALESCE.as_micros();
-    if u128::from(a.rx_coalesce_us) > coalesce_max {
-        return bad(format!(
-            "--rx-coalesce-us {}: between 0 and {coalesce_max}",
-            a.rx_coalesce_us
-        ));
-    }
     let d = fastudp_quic::Tuning::default();
+    // The wake-up switches: (flag, value in us, its largest, its default).
+    let wakeups = [
+        (
+            "--timer-tick-us",
+            a.timer_tick_us,
+            fastudp_quic::MAX_TIMER_TICK,
+            d.timer_tick,
+        ),
+        (
+            "--busy-poll-us",
+            a.busy_poll_us,
+            fastudp_quic::MAX_BUSY_POLL,
+            d.busy_poll,
+        ),
+        (
+            "--rx-coalesce-us",
+            a.rx_coalesce_us,
+            fastudp_quic::MAX_RX_COALESCE,
+            d.rx_coalesce,
+        ),
+    ];
+    for (flag, us, max, _) in wakeups {
+        if Duration::from_micros(us) > max {
+            return bad(format!("{flag} {us}: between 0 and {}", max.as_micros()));
+        }
+    }
     if a.stack != Stack::Fastudp
-        && (u128::from(a.timer_tick_us) != d.timer_tick.as_micros()
-            || a.busy_poll_us != 0
-            || u128::from(a.rx_coalesce_us) != d.rx_coalesce.as_micros())
+        && wakeups
+            .iter()
+            .any(|&(_, us, _, default)| Duration::from_micros(us) != default)
     {
         return bad(
             "--timer-tick-us, --busy-poll-us and --rx-coalesce-us need --stack fastudp".into(),

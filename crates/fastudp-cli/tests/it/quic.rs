@@ -1365,6 +1365,13 @@ fn cpu_seconds(pid: u32) -> f64 {
     ticks / 100.0
 }
 
+/// The CPU seconds process `pid` uses in the next `d`.
+async fn cpu_used_in(pid: u32, d: Duration) -> f64 {
+    let before = cpu_seconds(pid);
+    tokio::time::sleep(d).await;
+    cpu_seconds(pid) - before
+}
+
 /// A video stream whose frame is exactly the client's stream window stops
 /// at a frame boundary while the client does not read: the worker waits
 /// for the client's credit, it does not spin on the frame that is due
@@ -1382,9 +1389,7 @@ fn a_video_stream_blocked_at_a_frame_boundary_lets_the_worker_sleep() {
         recv.read_exact(&mut b).await.unwrap();
         // Not reading: the window stays full. Let a few frames fall due.
         tokio::time::sleep(Duration::from_millis(500)).await;
-        let before = cpu_seconds(pid);
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        let used = cpu_seconds(pid) - before;
+        let used = cpu_used_in(pid, Duration::from_secs(2)).await;
         assert!(
             used < 0.5,
             "the server used {used:.2} s of CPU in 2 s with one blocked stream"
@@ -1411,9 +1416,7 @@ fn a_worker_paced_by_total_rate_sleeps_between_bursts() {
             while let Ok(Some(_)) = recv.read(&mut b).await {}
         });
         tokio::time::sleep(Duration::from_millis(500)).await;
-        let before = cpu_seconds(pid);
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        let used = cpu_seconds(pid) - before;
+        let used = cpu_used_in(pid, Duration::from_secs(2)).await;
         assert!(
             used < 0.5,
             "the server used {used:.2} s of CPU in 2 s sending 1 MB/s"
