@@ -54,6 +54,11 @@ pub struct Counters {
     /// Not counted in `datagrams_sent`; their bytes are in `wire_bytes`,
     /// which counts what the kernel was handed.
     pub dropped_locally: AtomicU64,
+    /// Datagrams the kernel dropped because a worker's receive socket
+    /// buffer was full (`fastudp::Stats::kernel_drops`: `SO_RXQ_OVFL`, or
+    /// `SO_MEMINFO`): the worker did not read fast enough, under a flood
+    /// say. QUIC's loss recovery resends what was a connection's.
+    pub rx_overflow: AtomicU64,
     /// Send errors.
     pub send_errors: AtomicU64,
     /// Receive errors (ICMP errors reported on a receive, say).

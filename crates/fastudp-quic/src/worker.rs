@@ -165,8 +165,8 @@ pub(crate) struct EndpointDriver {
     /// at most half of the places, and a client that answers its Retry
     /// finds one of the rest.
     pub(crate) half_open: usize,
-    /// The last receive stopped at its bound with datagrams still queued:
-    /// the next turn starts at once (no coalescing wait).
+    /// The last receive read at least one full batch, so more may be
+    /// queued: the next turn starts at once (no coalescing wait).
     pub(crate) rx_more: bool,
 }
 
@@ -206,6 +206,8 @@ pub(crate) struct Worker {
     published: Instant,
     published_lost: Instant,
     calls_seen: (u64, u64),
+    /// The receive socket's kernel drops, as last published.
+    overflow_seen: u64,
     /// The ring's buffer exhaustions, as last published.
     #[cfg_attr(not(feature = "uring"), allow(dead_code))]
     exhausted_seen: u64,
@@ -265,6 +267,7 @@ impl Worker {
             published: Instant::now(),
             published_lost: Instant::now(),
             calls_seen: (0, 0),
+            overflow_seen: 0,
             exhausted_seen: 0,
             rx,
             s,
@@ -407,6 +410,9 @@ impl Worker {
         c.recv_calls
             .fetch_add(rx.recv_calls.saturating_sub(self.calls_seen.1), Relaxed);
         self.calls_seen = (tx.send_calls, rx.recv_calls);
+        c.rx_overflow
+            .fetch_add(rx.kernel_drops.saturating_sub(self.overflow_seen), Relaxed);
+        self.overflow_seen = self.overflow_seen.max(rx.kernel_drops);
         if last || self.published_lost.elapsed() > Duration::from_secs(1) {
             let mut lost = 0;
             for conn in self.table.conns.values_mut() {
@@ -532,7 +538,7 @@ impl EndpointDriver {
         if self.ring {
             return self.receive_in_place(now, rx, s, table, tx, closing);
         }
-        for i in 0..8 {
+        for _ in 0..8 {
             let Some(b) = self.batch.as_mut() else { break };
             match rx.recv(b) {
                 Ok(0) => break,
@@ -553,7 +559,9 @@ impl EndpointDriver {
             if !full {
                 break;
             }
-            self.rx_more = i == 7;
+            // A full batch: the socket is busy, and the next turn reads
+            // on at once (a coalescing wait could let its buffer overflow).
+            self.rx_more = true;
         }
     }
 
@@ -609,7 +617,7 @@ impl EndpointDriver {
                     if n < cap {
                         break;
                     }
-                    self.rx_more = messages >= 8 * limits::RECV_BATCH;
+                    self.rx_more = true;
                 }
                 Err(e) => {
                     recv_error(e, s);

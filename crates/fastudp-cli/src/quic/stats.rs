@@ -88,6 +88,9 @@ pub struct Report {
     pub goodput_bytes: u64,
     /// Datagrams the host's own queue dropped (`ENOBUFS`), in all.
     pub dropped_locally: u64,
+    /// Datagrams (GRO trains count once) the kernel dropped at a worker's
+    /// full receive buffer, in all.
+    pub rx_overflow: u64,
     /// Send errors, in all.
     pub send_errors: u64,
     /// Receive errors, in all.
@@ -197,6 +200,7 @@ fn report(
         h3_refused: c.h3_refused.load(Relaxed),
         goodput_bytes: to.app,
         dropped_locally: c.dropped_locally.load(Relaxed),
+        rx_overflow: c.rx_overflow.load(Relaxed),
         send_errors: c.send_errors.load(Relaxed),
         recv_errors: c.recv_errors.load(Relaxed),
         recv_in_place: c.recv_in_place.load(Relaxed),
@@ -233,7 +237,7 @@ fn print(r: &Report, json: bool) -> anyhow::Result<()> {
         )?;
     }
     out!(
-        "{}: {:.1} s, {} connections ({} accepted, {} refused, {} retries), goodput {:.3} Gbit/s, wire {:.3} Gbit/s, CPU {} s/Gbit ({:.2} cores), send calls {}/s ({} datagrams each), recv calls {}/s ({} datagrams each), {} retransmissions, {} forwarded, {} dropped, {} forward drops, {} stateless drops, {} request timeouts, {} dropped by the local queue,{} pacing: {}",
+        "{}: {:.1} s, {} connections ({} accepted, {} refused, {} retries), goodput {:.3} Gbit/s, wire {:.3} Gbit/s, CPU {} s/Gbit ({:.2} cores), send calls {}/s ({} datagrams each), recv calls {}/s ({} datagrams each), {} retransmissions, {} forwarded, {} dropped, {} forward drops, {} stateless drops, {} request timeouts, {} dropped by the local queue, {} dropped at a full receive buffer,{} pacing: {}",
         r.kind,
         r.seconds,
         r.connections,
@@ -255,6 +259,7 @@ fn print(r: &Report, json: bool) -> anyhow::Result<()> {
         r.stateless_dropped,
         r.request_timeouts,
         r.dropped_locally,
+        r.rx_overflow,
         if r.recv_in_place + r.uring_fallbacks > 0 {
             format!(
                 " io_uring: {} datagrams read in place, {} workers on syscalls, {} ring exhaustions,",

@@ -431,6 +431,44 @@ fn garbage_datagrams_are_dropped() {
     assert!(!end.stderr.contains("panicked"), "{}", end.stderr);
 }
 
+/// A flood the worker cannot keep up with (stopped with SIGSTOP while it
+/// arrives): what overflows its receive buffer is counted in
+/// `rx_overflow`, the rest in `dropped`, and together they are every
+/// datagram sent: nothing is lost without a count.
+#[test]
+fn a_full_receive_buffer_is_counted() {
+    let (mut srv, addr) = serve(&["--listen", "127.0.0.1:0", "--workers", "1"]);
+    let pid = srv.pid().to_string();
+    let signal = |sig: &str| {
+        let st = std::process::Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .unwrap();
+        assert!(st.success(), "kill {sig}");
+    };
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    // 20 bytes with the fixed bit clear: no QUIC packet, too short for a
+    // stateless reset; the worker drops each one it reads.
+    let junk = [0u8; 20];
+    let n = 200_000u64;
+    signal("-STOP");
+    for _ in 0..n {
+        s.send_to(&junk, addr).unwrap();
+    }
+    signal("-CONT");
+    let v = stats_until(&mut srv, |v| {
+        v["dropped"].as_u64().unwrap() + v["rx_overflow"].as_u64().unwrap() >= n
+    });
+    assert_eq!(
+        v["dropped"].as_u64().unwrap() + v["rx_overflow"].as_u64().unwrap(),
+        n,
+        "{v}"
+    );
+    assert!(v["rx_overflow"].as_u64().unwrap() > 0, "{v}");
+    srv.interrupt();
+    srv.finish();
+}
+
 /// Initial packets of `n` connections, from `sockets` source ports; the
 /// datagrams that came back, by first byte's packet type.
 fn flood_initials(server: SocketAddr, n: usize, sockets: usize) -> (usize, usize) {
