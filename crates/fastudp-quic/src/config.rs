@@ -187,8 +187,8 @@ pub struct Tuning {
     /// [`MAX_RX_COALESCE`]): what arrives meanwhile waits and is read in
     /// one call, as a NIC's interrupt moderation batches its
     /// interrupts. It adds at most this much delay to a datagram; a
-    /// worker with work left (more to send, a full socket, a receive that
-    /// read a full batch) does not wait.
+    /// worker with work left (more to send, a full socket, a receive call
+    /// that returned a quarter of a batch or more) does not wait.
     /// Zero: a turn as soon as something arrives. Default: 250 us
     /// ([`DEFAULT_RX_COALESCE`]).
     pub rx_coalesce: Duration,

@@ -55,6 +55,11 @@ use std::time::{Duration, Instant};
 const FORWARDED_PER_TURN: usize = 128;
 /// Bytes of the receive arena's blocks ([`EndpointDriver::arena`]).
 const ARENA: usize = 64 * 1024;
+/// Messages in one receive call from which a worker takes its socket for
+/// busy (a flood, many clients) and starts its next turn without the
+/// coalescing wait ([`crate::Tuning::rx_coalesce`]): a quarter of a batch.
+/// Light traffic (ACKs: 1-8 a call) is what the wait batches.
+const BUSY_RECV: usize = limits::RECV_BATCH / 4;
 /// The longest a worker sleeps without looking at its forwarding channel
 /// and the stop flag.
 const MAX_WAIT: Duration = Duration::from_millis(10);
@@ -165,8 +170,9 @@ pub(crate) struct EndpointDriver {
     /// at most half of the places, and a client that answers its Retry
     /// finds one of the rest.
     pub(crate) half_open: usize,
-    /// The last receive read at least one full batch, so more may be
-    /// queued: the next turn starts at once (no coalescing wait).
+    /// The last receive found a busy socket ([`BUSY_RECV`] messages or
+    /// more in one call): the next turn starts at once, with no coalescing
+    /// wait, in which the socket's buffer could overflow.
     pub(crate) rx_more: bool,
 }
 
@@ -555,13 +561,11 @@ impl EndpointDriver {
                 self.received(now, meta, d, s, table, tx, closing);
             }
             let full = batch.len() == batch.capacity();
+            self.rx_more |= batch.len() >= BUSY_RECV;
             self.batch = Some(batch);
             if !full {
                 break;
             }
-            // A full batch: the socket is busy, and the next turn reads
-            // on at once (a coalescing wait could let its buffer overflow).
-            self.rx_more = true;
         }
     }
 
@@ -614,10 +618,10 @@ impl EndpointDriver {
                         return;
                     }
                     messages += n;
+                    self.rx_more |= n >= BUSY_RECV.min(cap);
                     if n < cap {
                         break;
                     }
-                    self.rx_more = true;
                 }
                 Err(e) => {
                     recv_error(e, s);
