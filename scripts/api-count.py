@@ -2,7 +2,7 @@
 """Count the fastudp library's public items from its API snapshot.
 
 The rule is docs/DEVELOPMENT.md's "The public-API check": every line of
-crates/fastudp/public-api.txt (written by scripts/public-api.sh) except the
+crates/fastudp-io/public-api.txt (written by scripts/public-api.sh) except the
 `impl` lines and the methods, associated types and constants listed under a
 trait impl (`impl Trait for Type`). Functions and methods, types, fields,
 enum variants, constants and modules count; impls do not.
@@ -90,7 +90,7 @@ def main():
     if len(args) > 1 or (args and args[0].startswith("-")):
         print(__doc__.strip(), file=sys.stderr)
         sys.exit(2)
-    path = args[0] if args else "crates/fastudp/public-api.txt"
+    path = args[0] if args else "crates/fastudp-io/public-api.txt"
     try:
         print(count(path, verbose))
     except OSError as e:

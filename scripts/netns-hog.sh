@@ -4,7 +4,7 @@
 #
 #   sudo scripts/netns-hog.sh [ROUNDS]      (default 3)
 #
-# Each round runs `cargo test -p fastudp --test it -- netns::` with
+# Each round runs `cargo test -p fastudp-io --test it -- netns::` with
 # FASTUDP_REQUIRE_PRIVILEGED_TESTS=1, so a skip fails the round. The
 # tests check that every datagram is received once and intact, or that
 # its loss is counted by a named kernel counter (the veths' tx/rx_dropped,
@@ -20,7 +20,7 @@ case "$rounds" in
 esac
 [ "$rounds" -ge 1 ] || { echo "netns-hog: ROUNDS must be at least 1" >&2; exit 2; }
 cd "$(dirname "$0")/.."
-cargo test -p fastudp --test it --no-run || exit 2
+cargo test -p fastudp-io --test it --no-run || exit 2
 taskset -c 0 sh -c 'while :; do :; done' &
 hog=$!
 trap 'kill "$hog" 2>/dev/null' EXIT INT TERM
@@ -29,7 +29,7 @@ failed=0
 for i in $(seq 1 "$rounds"); do
   echo "== round $i/$rounds $(date -u +%T), load $(cut -d' ' -f1-3 /proc/loadavg)"
   if FASTUDP_REQUIRE_PRIVILEGED_TESTS=1 flock /tmp/fastudp-netns.lock \
-       cargo test -q -p fastudp --test it -- netns:: --test-threads=2; then
+       cargo test -q -p fastudp-io --test it -- netns:: --test-threads=2; then
     echo "round $i: passed"
   else
     echo "round $i: FAILED"

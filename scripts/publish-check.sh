@@ -8,7 +8,7 @@
 #    every rustdoc warning (a broken link, a bad code block) an error.
 #    `feature(doc_cfg)` is a nightly feature: RUSTC_BOOTSTRAP=1 lets the
 #    stable rustdoc accept it, as docs.rs's nightly does.
-# 2. `cargo publish --dry-run` of the publishable crates, fastudp and
+# 2. `cargo publish --dry-run` of the publishable crates, fastudp-io and
 #    fastudp-quic (fastudp-ffi, fastudp-tools and fastudp-cli, which uses
 #    fastudp-tools, are `publish = false`): each is packaged and the
 #    package built alone, as crates.io would, fastudp-quic against the
@@ -17,8 +17,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 RUSTC_BOOTSTRAP=1 RUSTDOCFLAGS="--cfg docsrs -D warnings" \
-    cargo doc -p fastudp --all-features --no-deps --locked
-RUSTDOCFLAGS="-D warnings" cargo doc -p fastudp --no-deps --locked
+    cargo doc -p fastudp-io --all-features --no-deps --locked
+RUSTDOCFLAGS="-D warnings" cargo doc -p fastudp-io --no-deps --locked
 RUSTDOCFLAGS="-D warnings" cargo doc -p fastudp-quic --no-deps --locked
 
 log=$(mktemp)
@@ -29,18 +29,16 @@ trap 'rm -f "$log"' EXIT
 # version is the same: a second run would build it against the first
 # run's library. Remove those stale copies first.
 cargo_home=${CARGO_HOME:-$HOME/.cargo}
-for d in "$cargo_home"/registry/src/-*/fastudp-[0-9]* "$cargo_home"/registry/src/-*/fastudp-quic-[0-9]*; do
+for d in "$cargo_home"/registry/src/-*/fastudp-io-[0-9]* "$cargo_home"/registry/src/-*/fastudp-quic-[0-9]*; do
     [ -d "$d" ] && rm -rf "$d"
 done
 # --allow-dirty: CI checks a tree that may hold build products.
-cargo publish --dry-run --locked --allow-dirty -p fastudp -p fastudp-quic 2>&1 | tee "$log"
+cargo publish --dry-run --locked --allow-dirty -p fastudp-io -p fastudp-quic 2>&1 | tee "$log"
 # Warnings known and explained (docs/DEVELOPMENT.md, "Publishing"); any
 # other fails the check:
 # - every dry run says it aborts the upload;
-# - no repository URL: there is no public repository yet;
-# - the name `fastudp` on crates.io belongs to another project, whose
-#   yanked 0.1.0 has our version number.
-known='aborting upload due to dry run|manifest has no documentation, homepage or repository|package `fastudp v0.1.0` in Cargo.lock is yanked'
+# - no repository URL: there is no public repository yet.
+known='aborting upload due to dry run|manifest has no documentation, homepage or repository'
 if grep '^warning' "$log" | grep -Evq "$known"; then
     echo "publish-check.sh: cargo publish warned (above)" >&2
     exit 1

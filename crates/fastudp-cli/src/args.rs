@@ -114,12 +114,12 @@ pub fn parse_rate(s: &str) -> anyhow::Result<u64> {
 
 /// The features `FASTUDP_DISABLE` (a list such as `gso,gro,mmsg`) switches
 /// off. The library reads no environment variable: `doctor` and
-/// `quic serve` map this one to `fastudp::Config::disable` for their
+/// `quic serve` map this one to `fastudp_io::Config::disable` for their
 /// sockets (docs/CLI.md). Unset or empty switches nothing off; an unknown
 /// name is a usage error that lists the known ones.
-pub fn disabled_from_env() -> anyhow::Result<Vec<fastudp::Feature>> {
+pub fn disabled_from_env() -> anyhow::Result<Vec<fastudp_io::Feature>> {
     match std::env::var("FASTUDP_DISABLE") {
-        Ok(v) => fastudp::Feature::parse_list(&v).map_err(|e| usage!("FASTUDP_DISABLE: {e}")),
+        Ok(v) => fastudp_io::Feature::parse_list(&v).map_err(|e| usage!("FASTUDP_DISABLE: {e}")),
         Err(std::env::VarError::NotPresent) => Ok(Vec::new()),
         Err(std::env::VarError::NotUnicode(_)) => Err(usage!("FASTUDP_DISABLE: not valid Unicode")),
     }

@@ -18,7 +18,7 @@
 
 use crate::result::*;
 use crate::types::*;
-use fastudp::{Coalescer, RecvBatch, Transmit, UdpIo, UdpState};
+use fastudp_io::{Coalescer, RecvBatch, Transmit, UdpIo, UdpState};
 use libc::{sockaddr, sockaddr_in, sockaddr_in6, sockaddr_storage, socklen_t};
 use std::cell::{Cell, RefCell};
 use std::ffi::{c_char, c_int, c_void};
@@ -428,9 +428,9 @@ impl fastudp_socket {
 ///
 /// # Safety
 /// A non-NULL `config` must point to a `fastudp_config`.
-unsafe fn config_of(config: *const fastudp_config) -> Res<fastudp::Config> {
+unsafe fn config_of(config: *const fastudp_config) -> Res<fastudp_io::Config> {
     if config.is_null() {
-        return Ok(fastudp::Config::default());
+        return Ok(fastudp_io::Config::default());
     }
     // SAFETY: non-NULL; the caller vouches for a readable fastudp_config.
     let c = unsafe { ptr::read(config) };
@@ -459,7 +459,7 @@ pub unsafe extern "C" fn fastudp_socket_bind(
         }
         // SAFETY: the caller vouches for addr and config.
         let (a, c) = unsafe { (read_addr(addr, addr_len, "addr")?, config_of(config)?) };
-        let s = fastudp::Socket::bind(a, c)?;
+        let s = fastudp_io::Socket::bind(a, c)?;
         let (std, state) = s.into_parts();
         let b = Box::new(fastudp_socket {
             fd: Fd::Owned(OwnedFd::from(std)),
@@ -888,7 +888,7 @@ pub struct fastudp_recv_batch {
 }
 
 /// Bytes per message of a receive batch created with
-/// `bytes_per_message` 0: the header's default, and `fastudp::RecvBatch::new`'s.
+/// `bytes_per_message` 0: the header's default, and `fastudp_io::RecvBatch::new`'s.
 const DEFAULT_MESSAGE_CAPACITY: usize = 96 * 1024;
 
 /// Creates a receive batch of `messages` buffers (1 to 128) of
@@ -928,7 +928,7 @@ pub unsafe extern "C" fn fastudp_recv_batch_new(
         };
         let inner = RecvBatch::with_capacity(messages, per)
             .map_err(|e| Failure::NoMemory(format!("{e} for {messages} buffers of {per} bytes")))?;
-        let meta = fastudp_recv_meta::scalars(&fastudp::RecvMeta::default());
+        let meta = fastudp_recv_meta::scalars(&fastudp_io::RecvMeta::default());
         let mut metas = Vec::new();
         metas
             .try_reserve_exact(inner.capacity())
@@ -1156,7 +1156,7 @@ pub struct fastudp_coalescer {
 }
 
 /// The path MTU a coalescer assumes when given 0 (the header's default,
-/// and `fastudp::Coalescer::new`'s).
+/// and `fastudp_io::Coalescer::new`'s).
 const DEFAULT_MTU: usize = 1500;
 
 /// Checks a path MTU given to the coalescer: 0 means the default (1500).

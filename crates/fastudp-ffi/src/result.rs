@@ -102,13 +102,13 @@ pub fn describe(code: fastudp_result) -> &'static CStr {
 
 /// The code for a library error.
 ///
-/// The Rust library's [`fastudp::ErrorKind`] is coarser than these codes
+/// The Rust library's [`fastudp_io::ErrorKind`] is coarser than these codes
 /// (one kind for every malformed transmit, one for both path-MTU
 /// refusals, one for every failed system call). Within a kind, the code
 /// follows the error's message, whose wording the library keeps stable;
 /// `every_library_error_keeps_its_code` checks each one.
-pub fn code_of(e: &fastudp::Error) -> fastudp_result {
-    use fastudp::ErrorKind as K;
+pub fn code_of(e: &fastudp_io::Error) -> fastudp_result {
+    use fastudp_io::ErrorKind as K;
     if e.is_would_block() {
         return FASTUDP_ERR_WOULD_BLOCK;
     }
@@ -163,8 +163,8 @@ const CONTROL: &str = "control message: ";
 const SETUP: &str = "socket set-up failed at ";
 
 /// The errno inside a library error, if it carries one.
-fn errno_of(e: &fastudp::Error) -> i32 {
-    if e.kind() == fastudp::ErrorKind::ExceedsPathMtu {
+fn errno_of(e: &fastudp_io::Error) -> i32 {
+    if e.kind() == fastudp_io::ErrorKind::ExceedsPathMtu {
         return libc::EMSGSIZE;
     }
     e.io_error().and_then(io::Error::raw_os_error).unwrap_or(0)
@@ -182,7 +182,7 @@ pub enum Failure {
     Invalid(String),
     /// The Rust library's error.
     #[error("{0}")]
-    Lib(fastudp::Error),
+    Lib(fastudp_io::Error),
     /// A panic, with its message.
     #[error("internal error (a bug in libfastudp): panic: {0}")]
     Panic(String),
@@ -199,15 +199,15 @@ pub enum Failure {
     },
 }
 
-impl From<fastudp::Error> for Failure {
-    fn from(e: fastudp::Error) -> Self {
+impl From<fastudp_io::Error> for Failure {
+    fn from(e: fastudp_io::Error) -> Self {
         Failure::Lib(e)
     }
 }
 
 impl From<io::Error> for Failure {
     fn from(e: io::Error) -> Self {
-        Failure::Lib(fastudp::Error::from(e))
+        Failure::Lib(fastudp_io::Error::from(e))
     }
 }
 
@@ -293,22 +293,25 @@ mod tests {
 
     #[test]
     fn library_errors_map_to_codes_with_errno_and_index() {
-        use fastudp::UdpIo;
-        let e = fastudp::Error::from(io::Error::from_raw_os_error(libc::EAGAIN));
+        use fastudp_io::UdpIo;
+        let e = fastudp_io::Error::from(io::Error::from_raw_os_error(libc::EAGAIN));
         assert_eq!(record("f", e.into()), FASTUDP_ERR_WOULD_BLOCK);
         assert_eq!(last(), Some((FASTUDP_ERR_WOULD_BLOCK, libc::EAGAIN, None)));
 
-        let e = fastudp::Error::from(io::Error::from_raw_os_error(libc::ECONNREFUSED));
+        let e = fastudp_io::Error::from(io::Error::from_raw_os_error(libc::ECONNREFUSED));
         assert_eq!(record("f", e.into()), FASTUDP_ERR_IO);
         assert_eq!(last(), Some((FASTUDP_ERR_IO, libc::ECONNREFUSED, None)));
 
-        let s = fastudp::Socket::bind("127.0.0.1:0".parse().unwrap(), fastudp::Config::default())
-            .unwrap();
+        let s = fastudp_io::Socket::bind(
+            "127.0.0.1:0".parse().unwrap(),
+            fastudp_io::Config::default(),
+        )
+        .unwrap();
         let to = s.as_std().local_addr().unwrap();
         let big = vec![0u8; 70_000];
-        let t = fastudp::Transmit::new(to, b"x");
+        let t = fastudp_io::Transmit::new(to, b"x");
         let e = s
-            .send(&[t, t, fastudp::Transmit::new(to, &big)])
+            .send(&[t, t, fastudp_io::Transmit::new(to, &big)])
             .unwrap_err();
         assert_eq!(
             record("fastudp_send", e.into()),
@@ -330,12 +333,16 @@ mod tests {
     /// of its own.
     #[test]
     fn every_library_error_keeps_its_code() {
-        use fastudp::{Socket, Transmit, UdpIo};
-        let code = |e: fastudp::Error| {
+        use fastudp_io::{Socket, Transmit, UdpIo};
+        let code = |e: fastudp_io::Error| {
             record("f", e.into());
             last().unwrap()
         };
-        let v4 = Socket::bind("127.0.0.1:0".parse().unwrap(), fastudp::Config::default()).unwrap();
+        let v4 = Socket::bind(
+            "127.0.0.1:0".parse().unwrap(),
+            fastudp_io::Config::default(),
+        )
+        .unwrap();
         let to = v4.as_std().local_addr().unwrap();
         let x = Transmit::new(to, b"x");
 
@@ -353,7 +360,7 @@ mod tests {
             assert_eq!(code(e), (FASTUDP_ERR_TOO_MANY_SEGMENTS, 0, Some(1)));
         }
 
-        let e = Socket::bind(to, fastudp::Config::default()).unwrap_err();
+        let e = Socket::bind(to, fastudp_io::Config::default()).unwrap_err();
         assert_eq!(code(e), (FASTUDP_ERR_BIND, libc::EADDRINUSE, None));
 
         let e = v4.set_max_pacing_rate(1 << 20).unwrap_err();

@@ -33,18 +33,18 @@ pub const FASTUDP_FEATURE_TXTIME: u32 = 1 << 6;
 pub const FASTUDP_FEATURE_ALL: u32 = (1 << 7) - 1;
 
 /// Each `FASTUDP_FEATURE_*` bit and the library's feature it names.
-const FEATURE_BITS: [(fastudp::Feature, u32); 7] = [
-    (fastudp::Feature::Gso, FASTUDP_FEATURE_GSO),
-    (fastudp::Feature::Gro, FASTUDP_FEATURE_GRO),
-    (fastudp::Feature::Mmsg, FASTUDP_FEATURE_MMSG),
-    (fastudp::Feature::Ecn, FASTUDP_FEATURE_ECN),
-    (fastudp::Feature::Pktinfo, FASTUDP_FEATURE_PKTINFO),
-    (fastudp::Feature::Zerocopy, FASTUDP_FEATURE_ZEROCOPY),
-    (fastudp::Feature::Txtime, FASTUDP_FEATURE_TXTIME),
+const FEATURE_BITS: [(fastudp_io::Feature, u32); 7] = [
+    (fastudp_io::Feature::Gso, FASTUDP_FEATURE_GSO),
+    (fastudp_io::Feature::Gro, FASTUDP_FEATURE_GRO),
+    (fastudp_io::Feature::Mmsg, FASTUDP_FEATURE_MMSG),
+    (fastudp_io::Feature::Ecn, FASTUDP_FEATURE_ECN),
+    (fastudp_io::Feature::Pktinfo, FASTUDP_FEATURE_PKTINFO),
+    (fastudp_io::Feature::Zerocopy, FASTUDP_FEATURE_ZEROCOPY),
+    (fastudp_io::Feature::Txtime, FASTUDP_FEATURE_TXTIME),
 ];
 
 /// The features of a feature mask.
-pub fn features_from_mask(mask: u32) -> Vec<fastudp::Feature> {
+pub fn features_from_mask(mask: u32) -> Vec<fastudp_io::Feature> {
     FEATURE_BITS
         .iter()
         .filter(|(_, bit)| mask & bit != 0)
@@ -53,7 +53,7 @@ pub fn features_from_mask(mask: u32) -> Vec<fastudp::Feature> {
 }
 
 /// The feature mask of the features `has` says yes to.
-pub fn mask_of(has: impl Fn(fastudp::Feature) -> bool) -> u32 {
+pub fn mask_of(has: impl Fn(fastudp_io::Feature) -> bool) -> u32 {
     FEATURE_BITS
         .iter()
         .filter(|(f, _)| has(*f))
@@ -62,7 +62,7 @@ pub fn mask_of(has: impl Fn(fastudp::Feature) -> bool) -> u32 {
 
 /// The feature bit of a feature the socket turned off (0 for one this
 /// version does not know).
-pub fn feature_bit(f: fastudp::Feature) -> u32 {
+pub fn feature_bit(f: fastudp_io::Feature) -> u32 {
     mask_of(|g| g == f)
 }
 
@@ -100,7 +100,7 @@ pub struct fastudp_config {
 
 impl Default for fastudp_config {
     fn default() -> Self {
-        // `fastudp::Config::default()`'s values, as its setters document
+        // `fastudp_io::Config::default()`'s values, as its setters document
         // them (a test compares the two configurations).
         fastudp_config {
             gro: true,
@@ -116,7 +116,7 @@ impl Default for fastudp_config {
 
 impl fastudp_config {
     /// The Rust configuration, or a sentence saying what is wrong.
-    pub fn to_config(&self) -> Result<fastudp::Config, Failure> {
+    pub fn to_config(&self) -> Result<fastudp_io::Config, Failure> {
         if self.disabled & !FASTUDP_FEATURE_ALL != 0 {
             return Err(Failure::Invalid(format!(
                 "config.disabled has unknown feature bits {:#x} (known: {:#x})",
@@ -137,7 +137,7 @@ impl fastudp_config {
                 )));
             }
         }
-        let mut c = fastudp::Config::default()
+        let mut c = fastudp_io::Config::default()
             .gro(self.gro)
             .disable(features_from_mask(self.disabled))
             .split_wait(Duration::from_millis(self.split_wait_ms))
@@ -194,9 +194,9 @@ pub struct fastudp_capabilities {
     pub disabled: u32,
 }
 
-impl From<fastudp::Capabilities> for fastudp_capabilities {
-    fn from(c: fastudp::Capabilities) -> Self {
-        use fastudp::Feature;
+impl From<fastudp_io::Capabilities> for fastudp_capabilities {
+    fn from(c: fastudp_io::Capabilities) -> Self {
+        use fastudp_io::Feature;
         fastudp_capabilities {
             max_gso_segments: c.max_gso_segments,
             kernel_max_segments: c.kernel_max_segments,
@@ -227,15 +227,15 @@ pub const FASTUDP_ECN_CE: u8 = 3;
 
 /// The Rust codepoint of a C ECN value (`None` for 0), or an error for a
 /// value over 3.
-pub fn ecn_from_c(v: u8) -> Result<Option<fastudp::EcnCodepoint>, Failure> {
+pub fn ecn_from_c(v: u8) -> Result<Option<fastudp_io::EcnCodepoint>, Failure> {
     if v > FASTUDP_ECN_CE {
         return Err(Failure::Invalid(format!("ECN value {v} is not 0 to 3")));
     }
-    Ok(fastudp::EcnCodepoint::from_bits(v))
+    Ok(fastudp_io::EcnCodepoint::from_bits(v))
 }
 
 /// The C value of an ECN codepoint.
-pub fn ecn_to_c(e: Option<fastudp::EcnCodepoint>) -> u8 {
+pub fn ecn_to_c(e: Option<fastudp_io::EcnCodepoint>) -> u8 {
     e.map_or(FASTUDP_ECN_NONE, |e| e as u8)
 }
 
@@ -333,7 +333,7 @@ pub struct fastudp_recv_meta {
 impl fastudp_recv_meta {
     /// A meta with the scalar fields of `m`; the addresses are left empty
     /// for [`crate::abi`] to write.
-    pub fn scalars(m: &fastudp::RecvMeta) -> fastudp_recv_meta {
+    pub fn scalars(m: &fastudp_io::RecvMeta) -> fastudp_recv_meta {
         fastudp_recv_meta {
             source: empty_storage(),
             source_len: 0,
@@ -483,7 +483,7 @@ pub fn fill_text(out: &mut [c_char; FASTUDP_TEXT_LEN], s: &str) {
 impl fastudp_socket_error {
     /// A C error with the fields of `e` that are not addresses; the
     /// addresses are left empty for [`crate::abi`] to write.
-    pub fn scalars(e: &fastudp::SocketError) -> fastudp_socket_error {
+    pub fn scalars(e: &fastudp_io::SocketError) -> fastudp_socket_error {
         use fastudp_tools::wire::errqueue::{SocketError as S, Unreachable as U};
         let mut out = fastudp_socket_error {
             kind: FASTUDP_SOCKET_ERROR_OTHER,
@@ -574,7 +574,7 @@ impl fastudp_socket_error {
 /// The error decoded in full, from what the library reports (the kernel's
 /// fields and the addresses), by the library's own decoder
 /// (`wire::errqueue`, which `fastudp-tools` compiles from the same source).
-fn detail(e: &fastudp::SocketError) -> fastudp_tools::wire::errqueue::SocketError {
+fn detail(e: &fastudp_io::SocketError) -> fastudp_tools::wire::errqueue::SocketError {
     let (errno, origin, kind, code, info, data) = e.raw();
     fastudp_tools::wire::errqueue::Message {
         errno,
@@ -592,7 +592,7 @@ fn detail(e: &fastudp::SocketError) -> fastudp_tools::wire::errqueue::SocketErro
 /// The address an error is about (destination) and the reporter's, for
 /// [`crate::abi`] to write.
 pub fn error_addresses(
-    e: &fastudp::SocketError,
+    e: &fastudp_io::SocketError,
 ) -> (Option<std::net::SocketAddr>, Option<std::net::IpAddr>) {
     (e.destination(), e.reporter())
 }
@@ -642,8 +642,8 @@ pub struct fastudp_stats {
     pub dropped_locally: u64,
 }
 
-impl From<&fastudp::Stats> for fastudp_stats {
-    fn from(s: &fastudp::Stats) -> Self {
+impl From<&fastudp_io::Stats> for fastudp_stats {
+    fn from(s: &fastudp_io::Stats) -> Self {
         fastudp_stats {
             send_calls: s.send_calls,
             send_messages: s.send_messages,
@@ -677,8 +677,8 @@ pub struct fastudp_fallback_event {
     pub reason: [c_char; FASTUDP_TEXT_LEN],
 }
 
-impl From<&fastudp::FallbackEvent> for fastudp_fallback_event {
-    fn from(e: &fastudp::FallbackEvent) -> Self {
+impl From<&fastudp_io::FallbackEvent> for fastudp_fallback_event {
+    fn from(e: &fastudp_io::FallbackEvent) -> Self {
         let mut out = fastudp_fallback_event {
             feature: feature_bit(e.feature),
             error_number: e.errno.unwrap_or(0),
@@ -717,7 +717,7 @@ mod tests {
             let d = features_from_mask(mask);
             assert_eq!(mask_of(|f| d.contains(&f)), mask);
         }
-        let d = fastudp::Feature::parse_list("gso,txtime").unwrap();
+        let d = fastudp_io::Feature::parse_list("gso,txtime").unwrap();
         assert_eq!(
             mask_of(|f| d.contains(&f)),
             FASTUDP_FEATURE_GSO | FASTUDP_FEATURE_TXTIME
@@ -727,8 +727,8 @@ mod tests {
             disabled: FASTUDP_FEATURE_GSO | FASTUDP_FEATURE_ECN,
             ..fastudp_config::default()
         };
-        let s =
-            fastudp::Socket::bind("127.0.0.1:0".parse().unwrap(), c.to_config().unwrap()).unwrap();
+        let s = fastudp_io::Socket::bind("127.0.0.1:0".parse().unwrap(), c.to_config().unwrap())
+            .unwrap();
         let caps = fastudp_capabilities::from(s.capabilities());
         assert_eq!(caps.disabled, FASTUDP_FEATURE_GSO | FASTUDP_FEATURE_ECN);
         assert!(caps.max_gso_segments == 1 && !caps.ecn);
@@ -743,7 +743,7 @@ mod tests {
         // library's default configuration has it.
         assert_eq!(
             format!("{:?}", c.to_config().unwrap()),
-            format!("{:?}", fastudp::Config::default())
+            format!("{:?}", fastudp_io::Config::default())
         );
         let bad = fastudp_config {
             disabled: 1 << 20,
@@ -762,14 +762,14 @@ mod tests {
         assert_eq!(ecn_from_c(FASTUDP_ECN_NONE).unwrap(), None);
         assert_eq!(
             ecn_from_c(FASTUDP_ECN_ECT0).unwrap(),
-            Some(fastudp::EcnCodepoint::Ect0)
+            Some(fastudp_io::EcnCodepoint::Ect0)
         );
         assert_eq!(
             ecn_from_c(FASTUDP_ECN_CE).unwrap(),
-            Some(fastudp::EcnCodepoint::Ce)
+            Some(fastudp_io::EcnCodepoint::Ce)
         );
         assert_eq!(
-            ecn_to_c(Some(fastudp::EcnCodepoint::Ect1)),
+            ecn_to_c(Some(fastudp_io::EcnCodepoint::Ect1)),
             FASTUDP_ECN_ECT1
         );
         let e = ecn_from_c(4).unwrap_err();

@@ -126,13 +126,13 @@ pub struct EngineConfig {
     /// docs/BENCHMARKS.md section 17. Default: [`Tuning::default`].
     pub tuning: Tuning,
     /// Socket features to switch off on every socket of the engine
-    /// ([`fastudp::Config::disable`]). Default: none.
-    pub disabled: Vec<fastudp::Feature>,
+    /// ([`fastudp_io::Config::disable`]). Default: none.
+    pub disabled: Vec<fastudp_io::Feature>,
     /// Receive with io_uring (the crate's `uring` feature, Linux): each
     /// worker's receive socket gets a ring of provided buffers
     /// ([`crate::limits::RING_BUFFERS`]) and a multishot receive, and the
     /// worker reads each datagram in place there
-    /// (`fastudp::Socket::recv_borrowed`), copying it once, into the
+    /// (`fastudp_io::Socket::recv_borrowed`), copying it once, into the
     /// buffer quinn-proto takes, instead of twice (kernel to a receive
     /// batch, batch to quinn-proto). Where the kernel refuses io_uring
     /// (`kernel.io_uring_disabled`, seccomp, an old kernel) a worker
@@ -289,7 +289,7 @@ impl EngineConfig {
     }
 
     /// Sets [`EngineConfig::disabled`].
-    pub fn disabled(mut self, features: impl IntoIterator<Item = fastudp::Feature>) -> Self {
+    pub fn disabled(mut self, features: impl IntoIterator<Item = fastudp_io::Feature>) -> Self {
         self.disabled = features.into_iter().collect();
         self
     }

@@ -9,9 +9,9 @@ use crate::limits;
 use crate::stats::Counters;
 use crate::tx::{send_socket, Tx};
 use crate::worker::{ring_receive, Setup, Worker};
-use fastudp::pacing::{choose_mode, PacingMode};
-use fastudp::UdpIo;
-use fastudp::{Config, ReuseportGroup, Socket, Steering, ZeroCopySender};
+use fastudp_io::pacing::{choose_mode, PacingMode};
+use fastudp_io::UdpIo;
+use fastudp_io::{Config, ReuseportGroup, Socket, Steering, ZeroCopySender};
 use quinn_proto::{EndpointConfig, ServerConfig};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -35,7 +35,7 @@ pub enum Error {
         /// The address.
         addr: SocketAddr,
         /// Why.
-        source: fastudp::Error,
+        source: fastudp_io::Error,
     },
     /// A socket, the random generator or a thread could not be set up.
     #[error("{0}")]
@@ -305,7 +305,7 @@ fn choose_pacing(cfg: &EngineConfig, txs: &[Socket]) -> Result<(PacingMode, Stri
         ),
         Pacing::Kernel { qdisc } => choose_mode(
             PacingMode::Kernel,
-            txs[0].capabilities().supports(fastudp::Feature::Txtime),
+            txs[0].capabilities().supports(fastudp_io::Feature::Txtime),
             qdisc.as_deref(),
         ),
     };

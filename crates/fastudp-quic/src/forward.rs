@@ -10,7 +10,7 @@
 //! never while quinn-proto handles a datagram. A worker's forwarding
 //! memory is therefore `2 * SLOTS * SLOT` bytes, whatever arrives.
 
-use fastudp::EcnCodepoint;
+use fastudp_io::EcnCodepoint;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Mutex;
 

@@ -17,7 +17,7 @@
 //!   connections and their timers. A client's datagrams reach the worker
 //!   that owns its connection: connection IDs start with the worker's
 //!   index, and the group's BPF program steers on that byte
-//!   ([`fastudp::Steering::QuicCid`]); a datagram steered elsewhere is
+//!   ([`fastudp_io::Steering::QuicCid`]); a datagram steered elsewhere is
 //!   handed over through a fixed ring, or dropped and counted.
 //! - The application ([`app`]) is called synchronously on the worker
 //!   thread that owns the connection, with its events, and acts through
@@ -86,5 +86,5 @@ pub use config::{
     MAX_UDP_PAYLOAD_LIMIT, MIN_PACING_BURST,
 };
 pub use engine::{Engine, Error, STOP_WAIT};
-pub use fastudp::pacing::PacingMode;
+pub use fastudp_io::pacing::PacingMode;
 pub use stats::Counters;

@@ -55,7 +55,7 @@ pub struct Counters {
     /// which counts what the kernel was handed.
     pub dropped_locally: AtomicU64,
     /// Datagrams the kernel dropped because a worker's receive socket
-    /// buffer was full (`fastudp::Stats::kernel_drops`: `SO_RXQ_OVFL`, or
+    /// buffer was full (`fastudp_io::Stats::kernel_drops`: `SO_RXQ_OVFL`, or
     /// `SO_MEMINFO`): the worker did not read fast enough, under a flood
     /// say. QUIC's loss recovery resends what was a connection's.
     pub rx_overflow: AtomicU64,

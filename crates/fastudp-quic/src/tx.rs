@@ -6,8 +6,8 @@
 use crate::limits::{SPARE_TRAINS, STATELESS_QUEUE};
 use crate::stats::Counters;
 use crate::Error;
-use fastudp::UdpIo;
-use fastudp::{Config, EcnCodepoint, SendMeta, Socket, Transmit, ZeroCopySender};
+use fastudp_io::UdpIo;
+use fastudp_io::{Config, EcnCodepoint, SendMeta, Socket, Transmit, ZeroCopySender};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -379,8 +379,8 @@ pub(crate) fn keep_spare(spare: &mut Vec<Vec<u8>>, b: Vec<u8>, max: usize) {
 /// those datagrams done and dropped (`Sent::dropped_locally`), so QUIC
 /// counts them sent and its loss recovery resends them, as after any loss
 /// on the way (congestion).
-fn send_buffer_full(e: &fastudp::Error) -> bool {
-    e.kind() == fastudp::ErrorKind::Io
+fn send_buffer_full(e: &fastudp_io::Error) -> bool {
+    e.kind() == fastudp_io::ErrorKind::Io
         && e.io_error().is_some_and(|io| {
             io.kind() == std::io::ErrorKind::WouldBlock || io.raw_os_error() == Some(libc::ENOBUFS)
         })
@@ -391,7 +391,7 @@ fn send_buffer_full(e: &fastudp::Error) -> bool {
 /// features `disabled` switches off.
 pub(crate) fn send_socket(
     addr: SocketAddr,
-    disabled: &[fastudp::Feature],
+    disabled: &[fastudp_io::Feature],
 ) -> Result<Socket, Error> {
     let s = socket2::Socket::new(
         socket2::Domain::for_address(addr),

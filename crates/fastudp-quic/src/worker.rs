@@ -35,9 +35,9 @@ use crate::stats::Counters;
 use crate::tx::{keep_spare, Pending, Tx, ZEROCOPY_MIN};
 use crate::Error;
 use bytes::{Bytes, BytesMut};
-use fastudp::pacing::PacingMode;
-use fastudp::UdpIo;
-use fastudp::{EcnCodepoint, RecvBatch, RecvMeta, Socket, Steering};
+use fastudp_io::pacing::PacingMode;
+use fastudp_io::UdpIo;
+use fastudp_io::{EcnCodepoint, RecvBatch, RecvMeta, Socket, Steering};
 use quinn_proto::{
     ConnectionHandle, DatagramEvent, Endpoint, EndpointConfig, Event, ServerConfig, StreamEvent,
     VarInt,
@@ -227,12 +227,12 @@ impl Worker {
         let allow_mtud = tx
             .socket
             .capabilities()
-            .supports(fastudp::Feature::DontFragment);
+            .supports(fastudp_io::Feature::DontFragment);
         let endpoint = Endpoint::new(s.endpoint.clone(), Some(s.server.clone()), allow_mtud, None);
         if s.total_rate.is_some() {
             // Pacing is made of waits that end on time; without this they
             // may end 50 us late. Best effort.
-            let _ = fastudp::pacing::set_timer_slack(1_000);
+            let _ = fastudp_io::pacing::set_timer_slack(1_000);
         }
         // The engine checked its sockets already (and counted those that
         // fell back): this finds the same.
@@ -447,7 +447,7 @@ fn tick_up(t: Instant, epoch: Instant, tick: Duration) -> Instant {
     epoch + Duration::from_nanos(u64::try_from(up).unwrap_or(u64::MAX))
 }
 
-fn recv_error(e: fastudp::Error, s: &Setup) {
+fn recv_error(e: fastudp_io::Error, s: &Setup) {
     let e = std::io::Error::from(e);
     if e.kind() != std::io::ErrorKind::WouldBlock {
         // ICMP errors for earlier sends (a client that went away) fail
@@ -482,7 +482,7 @@ fn fell_back(rx: &Socket, counters: &Counters, reason: &Mutex<Option<String>>) {
         .fallbacks
         .iter()
         .rev()
-        .find(|e| e.feature == fastudp::Feature::Uring)
+        .find(|e| e.feature == fastudp_io::Feature::Uring)
         .map(|e| e.reason.clone());
     // Without the feature the engine refuses the setting at start.
     #[cfg(not(feature = "uring"))]
@@ -1207,7 +1207,7 @@ impl ConnTable {
 /// earlier than now, and after the previous train has left at the
 /// connection's rate (its window over its RTT).
 fn departure(c: &mut Conn, bytes: usize) -> u64 {
-    let now = fastudp::pacing::monotonic_ns();
+    let now = fastudp_io::pacing::monotonic_ns();
     let at = c.next_departure.max(now);
     let (rtt, window) = {
         let conn = c.conn.borrow();
@@ -1322,10 +1322,13 @@ mod harness {
                 uring_error: Arc::default(),
             };
             f(&mut s);
-            let sock =
-                Socket::bind("127.0.0.1:0".parse().unwrap(), fastudp::Config::default()).unwrap();
+            let sock = Socket::bind(
+                "127.0.0.1:0".parse().unwrap(),
+                fastudp_io::Config::default(),
+            )
+            .unwrap();
             let tx = Tx::new(sock, None, counters, None, 0, crate::tx::MAX_TRAIN).unwrap();
-            let config = fastudp::Config::default();
+            let config = fastudp_io::Config::default();
             #[cfg(feature = "uring")]
             let config = config
                 .uring(s.uring)
@@ -1563,7 +1566,7 @@ mod harness {
     #[cfg(feature = "uring")]
     #[test]
     fn the_ring_path_forwards_to_the_owner_byte_exact() {
-        if let Some(why) = fastudp::uring::probe().why_not() {
+        if let Some(why) = fastudp_io::uring::probe().why_not() {
             assert_ne!(
                 std::env::var("FASTUDP_REQUIRE_PRIVILEGED_TESTS").as_deref(),
                 Ok("1"),

@@ -6,9 +6,9 @@
 //! to ask again, a [`Waiter`] waits for that time, and one
 //! `Socket::send` (one `sendmmsg`, GSO per train) sends each batch.
 
-use fastudp::pacing::{choose_mode, monotonic_ns, PacingMode};
-use fastudp::UdpIo;
-use fastudp::{RecvBatch, Socket, Transmit};
+use fastudp_io::pacing::{choose_mode, monotonic_ns, PacingMode};
+use fastudp_io::UdpIo;
+use fastudp_io::{RecvBatch, Socket, Transmit};
 use fastudp_tools::pacing::{
     Scheduler, SchedulerConfig, Waiter, DEFAULT_BATCH_BYTES, DEFAULT_SLACK,
 };
@@ -20,17 +20,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let flows: usize = args.next().map_or(Ok(100), |a| a.parse())?;
     let rate: u64 = args.next().map_or(Ok(100_000), |a| a.parse())?;
-    let rx = Socket::bind("127.0.0.1:0".parse()?, fastudp::Config::default())?;
+    let rx = Socket::bind("127.0.0.1:0".parse()?, fastudp_io::Config::default())?;
     rx.as_std()
         .set_read_timeout(Some(Duration::from_millis(200)))?;
-    let tx = Socket::bind("127.0.0.1:0".parse()?, fastudp::Config::default())?;
+    let tx = Socket::bind("127.0.0.1:0".parse()?, fastudp_io::Config::default())?;
     let to = rx.as_std().local_addr()?;
 
     // Loopback's qdisc ignores SO_TXTIME, so a wish for kernel pacing comes
     // back as user space, with the reason.
     let (mode, why) = choose_mode(
         PacingMode::Kernel,
-        tx.capabilities().supports(fastudp::Feature::Txtime),
+        tx.capabilities().supports(fastudp_io::Feature::Txtime),
         None,
     );
     println!("pacing: {mode} ({why})");

@@ -7,7 +7,7 @@
 //!
 //! Not published, and no promise of stability: the published `fastudp`
 //! library exposes none of this. The library's `wire` and `sys` modules
-//! are compiled here from their one source (`crates/fastudp/src/`), so
+//! are compiled here from their one source (`crates/fastudp-io/src/`), so
 //! there is one copy of every parser and of every `unsafe` block: `sys`
 //! stays the only module with `unsafe`, each block with its `// SAFETY:`
 //! comment. Items of those modules that only the tools use are compiled
@@ -25,10 +25,10 @@ pub mod raw;
 // The library's syscall layer; the tools call part of it, the rest is the
 // library's own.
 #[allow(unsafe_code, dead_code, unreachable_pub)]
-#[path = "../../fastudp/src/sys/mod.rs"]
+#[path = "../../fastudp-io/src/sys/mod.rs"]
 mod sys;
 
-#[path = "../../fastudp/src/wire/mod.rs"]
+#[path = "../../fastudp-io/src/wire/mod.rs"]
 pub mod wire;
 
 /// Operating-system helpers the command and the benchmarks share.
@@ -38,7 +38,7 @@ pub mod os {
         setns_net, thread_cpu_time, unsent_bytes, wait_readable, MAX_BATCH,
     };
     /// A socket's `SO_MAX_PACING_RATE` in bytes per second (`u64::MAX` or
-    /// `u32::MAX` when unlimited): what `fastudp::UdpIo::set_max_pacing_rate`
+    /// `u32::MAX` when unlimited): what `fastudp_io::UdpIo::set_max_pacing_rate`
     /// set.
     pub fn max_pacing_rate(sock: impl std::os::fd::AsFd) -> std::io::Result<u64> {
         use std::os::fd::AsRawFd;
@@ -55,14 +55,14 @@ pub mod os {
 
     /// The kernel's `UDP_MAX_SEGMENTS` (128 since 2024, 64 before), as the
     /// library probes it once per process
-    /// ([`fastudp::Capabilities::kernel_max_segments`]); 0 when the kernel
+    /// ([`fastudp_io::Capabilities::kernel_max_segments`]); 0 when the kernel
     /// refuses GSO outright, and the older limit, 64, when no loopback
     /// socket can be made to ask.
     pub fn kernel_max_segments() -> usize {
         ["127.0.0.1:0", "[::1]:0"]
             .iter()
             .filter_map(|a| std::net::UdpSocket::bind(a).ok())
-            .find_map(|s| fastudp::UdpState::new(&s, fastudp::Config::default()).ok())
+            .find_map(|s| fastudp_io::UdpState::new(&s, fastudp_io::Config::default()).ok())
             .map_or(64, |st| st.capabilities().kernel_max_segments)
     }
 }

@@ -12,10 +12,10 @@
 //! never sleep, so they are tested against a model without a clock (the
 //! tests are in `tests/pacing.rs`, which compiles this file). Who honours
 //! the departure time is a separate choice, [`PacingMode`], which the
-//! library's [`fastudp::pacing::choose_mode`] makes; only [`Waiter`]
+//! library's [`fastudp_io::pacing::choose_mode`] makes; only [`Waiter`]
 //! sleeps. The command's `stream` runs many flows with a [`Scheduler`].
 
-pub use fastudp::pacing::{choose_mode, monotonic_ns, PacingMode};
+pub use fastudp_io::pacing::{choose_mode, monotonic_ns, PacingMode};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::time::Duration;
@@ -331,7 +331,7 @@ pub const MAX_TRAINS_PER_BATCH: usize = 64;
 /// working when a field is added:
 ///
 /// ```
-/// use fastudp::pacing::PacingMode;
+/// use fastudp_io::pacing::PacingMode;
 /// use fastudp_tools::pacing::{Scheduler, SchedulerConfig};
 /// use std::time::Duration;
 ///

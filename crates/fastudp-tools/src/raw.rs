@@ -1,7 +1,7 @@
 //! Thin, safe, one-to-one wrappers over the send and receive syscalls, in
 //! the manner of `socket2`, for tools that compare strategies (such as the
 //! `fastudp bench` command) and for callers that need a call the
-//! [`Socket`](fastudp::Socket) type does not make. Most users want `Socket`.
+//! [`Socket`](fastudp_io::Socket) type does not make. Most users want `Socket`.
 //!
 //! Not part of the library's API: it exists for the `fastudp` command
 //! and may change at any time.

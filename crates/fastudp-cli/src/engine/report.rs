@@ -2,7 +2,7 @@
 //! per-second lines.
 
 use super::label_width;
-use fastudp::Feature;
+use fastudp_io::Feature;
 use serde::Serialize;
 
 /// Facts about the host, for the JSON output.
@@ -51,9 +51,9 @@ pub fn host_info() -> Host {
                 .map(|x| x.1.trim().to_string())
         })
         .unwrap_or_else(|| "unknown".into());
-    let caps = fastudp::Socket::bind(
+    let caps = fastudp_io::Socket::bind(
         "127.0.0.1:0".parse().expect("literal"),
-        fastudp::Config::default(),
+        fastudp_io::Config::default(),
     )
     .map(|s| s.capabilities());
     let capabilities = match caps {

@@ -2,8 +2,8 @@
 
 use super::{Live, RxOutcome, RxStrategy, Workload};
 use anyhow::{anyhow, Context};
-use fastudp::UdpIo;
-use fastudp::{Config, Feature, RecvBatch};
+use fastudp_io::UdpIo;
+use fastudp_io::{Config, Feature, RecvBatch};
 use std::io::{self, Read};
 use std::net::{SocketAddr, TcpListener, UdpSocket};
 use std::sync::atomic::Ordering::*;
@@ -17,7 +17,7 @@ pub enum RxSock {
     /// Plain socket for `recvfrom`.
     Std(UdpSocket),
     /// fastudp socket for the batched strategies.
-    Fast(Box<fastudp::Socket>),
+    Fast(Box<fastudp_io::Socket>),
 }
 
 impl RxSock {
@@ -32,7 +32,10 @@ impl RxSock {
 
 /// Binds a batched receiver at `addr` (`recvmmsg`, with GRO if `gro`):
 /// its strategy and its fastudp socket.
-pub fn bind_batched(gro: bool, addr: SocketAddr) -> anyhow::Result<(RxStrategy, fastudp::Socket)> {
+pub fn bind_batched(
+    gro: bool,
+    addr: SocketAddr,
+) -> anyhow::Result<(RxStrategy, fastudp_io::Socket)> {
     let r = if gro {
         RxStrategy::GroRecvmmsg
     } else {
@@ -64,7 +67,7 @@ pub fn bind(r: RxStrategy, addr: SocketAddr) -> anyhow::Result<RxSock> {
                 .disable((r == RxStrategy::Gro).then_some(Feature::Mmsg))
                 .recv_buffer(RCVBUF)
                 .uring(r == RxStrategy::UringGro);
-            let s = fastudp::Socket::bind(addr, c).map_err(|e| anyhow!("{e}"))?;
+            let s = fastudp_io::Socket::bind(addr, c).map_err(|e| anyhow!("{e}"))?;
             if gro && !s.capabilities().supports(Feature::Gro) {
                 bail_usage!("this kernel has no UDP GRO (needs Linux 5.0)");
             }

@@ -2,8 +2,8 @@
 
 use super::{unspecified, Live, TxOutcome, TxStrategy, Workload};
 use anyhow::{anyhow, bail, Context};
-use fastudp::Transmit;
-use fastudp::UdpIo;
+use fastudp_io::Transmit;
+use fastudp_io::UdpIo;
 use fastudp_tools::raw::{self, OutMsg};
 use fastudp_tools::wire::cmsg::{CmsgBuf, Encoder};
 use fastudp_tools::wire::consts::{SOL_UDP, UDP_SEGMENT};
@@ -186,7 +186,7 @@ fn bind_sender(dest: SocketAddr, w: &Workload) -> anyhow::Result<UdpSocket> {
 }
 
 /// Says how many datagrams the sending host's own queue dropped (the
-/// library's `ENOBUFS` from a full qdisc, see `fastudp::UdpState::send`):
+/// library's `ENOBUFS` from a full qdisc, see `fastudp_io::UdpState::send`):
 /// the run counts them as sent, and the receiver as lost.
 fn note_local_drops(n: u64) {
     if n > 0 {
@@ -228,13 +228,13 @@ fn send_err(t: TxStrategy, e: io::Error) -> anyhow::Error {
 /// (sendmmsg returns the count sent and drops it), so this is how `tx -m`
 /// notices a receiver that is missing or has left.
 fn peer_gone(
-    state: &fastudp::UdpState,
+    state: &fastudp_io::UdpState,
     sock: &UdpSocket,
     dest: SocketAddr,
     dgrams: u64,
 ) -> anyhow::Result<()> {
     while let Ok(Some(e)) = (state, sock).recv_error() {
-        if e.kind() == fastudp::SocketErrorKind::Unreachable {
+        if e.kind() == fastudp_io::SocketErrorKind::Unreachable {
             let to_dest = e.destination().is_none_or(|d| {
                 d.ip().to_canonical() == dest.ip().to_canonical() && d.port() == dest.port()
             });
@@ -254,9 +254,9 @@ struct UdpSender {
     dest: SocketAddr,
     sock: UdpSocket,
     /// The library's socket, for `fastudp` and `uring-gso`.
-    fast: Option<fastudp::Socket>,
+    fast: Option<fastudp_io::Socket>,
     /// The error queue's reader for the other strategies.
-    watch: Option<fastudp::UdpState>,
+    watch: Option<fastudp_io::UdpState>,
     addr: socket2::SockAddr,
     /// The UDP_SEGMENT cmsg for a GSO buffer, or the seed's oversized one,
     /// in its first `seg_len` bytes.
@@ -282,7 +282,7 @@ impl UdpSender {
         let fast = if matches!(t, TxStrategy::Fastudp | TxStrategy::UringGso) {
             let clone = sock.try_clone().context("the sender's socket")?;
             Some(
-                fastudp::Socket::from_std(clone, super::uring::config(t))
+                fastudp_io::Socket::from_std(clone, super::uring::config(t))
                     .map_err(|e| anyhow!("{e}"))?,
             )
         } else {
@@ -293,9 +293,9 @@ impl UdpSender {
         // (the sizes were checked against the path MTU already).
         let watch = match fast {
             Some(_) => None,
-            None => fastudp::UdpState::new(
+            None => fastudp_io::UdpState::new(
                 &sock,
-                fastudp::Config::default().gro(false).may_fragment(true),
+                fastudp_io::Config::default().gro(false).may_fragment(true),
             )
             .ok(),
         };
@@ -536,8 +536,8 @@ pub fn udp(
 /// stopped it. A call that sends nothing and reports nothing ends it too.
 pub fn send_trains<'a>(
     ts: &mut [Transmit<'a>],
-    mut send: impl FnMut(&[Transmit<'a>]) -> Result<fastudp::Sent, fastudp::Error>,
-) -> (usize, Option<fastudp::Error>) {
+    mut send: impl FnMut(&[Transmit<'a>]) -> Result<fastudp_io::Sent, fastudp_io::Error>,
+) -> (usize, Option<fastudp_io::Error>) {
     let (mut k, mut datagrams) = (0, 0);
     while k < ts.len() {
         match send(&ts[k..]) {
@@ -590,7 +590,7 @@ pub fn tcp(mut s: TcpStream, w: &Workload, live: &Live) -> anyhow::Result<TxOutc
 }
 
 /// `gso-zerocopy`: GSO buffers sent with MSG_ZEROCOPY through the library's
-/// [`fastudp::ZeroCopySender`] (not adaptive: this measures zerocopy itself);
+/// [`fastudp_io::ZeroCopySender`] (not adaptive: this measures zerocopy itself);
 /// `uring-zc`: the same with io_uring SENDMSG_ZC.
 /// A buffer is stamped and sent again only after its completion arrived.
 pub fn zerocopy(
@@ -671,14 +671,15 @@ pub fn zerocopy(
 
 /// The socket of the zerocopy senders: bound as [`bind_sender`] does,
 /// connected when the workload says so.
-fn zerocopy_socket(dest: SocketAddr, w: &Workload) -> anyhow::Result<fastudp::Socket> {
+fn zerocopy_socket(dest: SocketAddr, w: &Workload) -> anyhow::Result<fastudp_io::Socket> {
     let std_sock = bind_sender(dest, w)?;
     if w.connect {
         std_sock
             .connect(dest)
             .with_context(|| format!("connect to {dest}"))?;
     }
-    fastudp::Socket::from_std(std_sock, fastudp::Config::default()).map_err(|e| anyhow!("{e}"))
+    fastudp_io::Socket::from_std(std_sock, fastudp_io::Config::default())
+        .map_err(|e| anyhow!("{e}"))
 }
 
 /// The end of a zerocopy run: `drained` is the final wait for the
@@ -686,9 +687,9 @@ fn zerocopy_socket(dest: SocketAddr, w: &Workload) -> anyhow::Result<fastudp::So
 /// counters after it, `[datagrams, bytes, calls]` what was sent.
 fn zerocopy_outcome(
     t: TxStrategy,
-    sock: &fastudp::Socket,
-    drained: Result<usize, fastudp::Error>,
-    s: fastudp::ZeroCopyStats,
+    sock: &fastudp_io::Socket,
+    drained: Result<usize, fastudp_io::Error>,
+    s: fastudp_io::ZeroCopyStats,
     [datagrams, bytes, calls]: [u64; 3],
     cpu: Duration,
     seconds: f64,
@@ -709,12 +710,12 @@ fn zerocopy_outcome(
 }
 
 /// `uring-zc-fixed`: `uring-zc` sending from the sender's pool of
-/// registered buffers ([`fastudp::uring::UringZeroCopySender::with_buffers`]),
+/// registered buffers ([`fastudp_io::uring::UringZeroCopySender::with_buffers`]),
 /// as many as `uring-zc`'s buffers: each is stamped in place and sent
 /// again only after its notification. Where the kernel refuses fixed
 /// buffers the pool is ordinary memory, and a note says so.
 pub fn zerocopy_fixed(dest: SocketAddr, w: &Workload, live: &Live) -> anyhow::Result<TxOutcome> {
-    use fastudp::uring::UringZeroCopySender;
+    use fastudp_io::uring::UringZeroCopySender;
     let t = TxStrategy::UringZcFixed;
     let sock = zerocopy_socket(dest, w)?;
     let p = w.payload;
@@ -722,7 +723,7 @@ pub fn zerocopy_fixed(dest: SocketAddr, w: &Workload, live: &Live) -> anyhow::Re
     let count = (ring_len(w, call_len) / call_len)
         .max(64)
         .min(((256 << 20) / call_len).max(1));
-    let na = |e: fastudp::Error| usage!("uring-zc-fixed is not available here: {e}");
+    let na = |e: fastudp_io::Error| usage!("uring-zc-fixed is not available here: {e}");
     let mut zc = UringZeroCopySender::new(&sock)
         .map_err(na)?
         .with_buffers(&sock, count, call_len)
@@ -973,7 +974,7 @@ pub fn tcp_zerocopy(s: TcpStream, w: &Workload, live: &Live) -> anyhow::Result<T
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fastudp::Sent;
+    use fastudp_io::Sent;
 
     fn sent(transmits: usize, datagrams: usize) -> Sent {
         let mut s = Sent::default();
@@ -1060,7 +1061,7 @@ mod tests {
             calls += 1;
             match calls {
                 1 => Ok(sent(0, 3)),
-                _ => Err(fastudp::Error::from(io::Error::from_raw_os_error(
+                _ => Err(fastudp_io::Error::from(io::Error::from_raw_os_error(
                     libc::ENETUNREACH,
                 ))),
             }

@@ -4,9 +4,9 @@
 
 use super::{RxStrategy, TxStrategy};
 use anyhow::bail;
-use fastudp::uring::UringZeroCopySender;
-use fastudp::UdpIo;
-use fastudp::{Config, Error, SendMeta, Socket, ZeroCopySender, ZeroCopyStats};
+use fastudp_io::uring::UringZeroCopySender;
+use fastudp_io::UdpIo;
+use fastudp_io::{Config, Error, SendMeta, Socket, ZeroCopySender, ZeroCopyStats};
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -26,7 +26,7 @@ pub fn unless_unavailable(
     pairs: Vec<(TxStrategy, RxStrategy)>,
     all: bool,
 ) -> Vec<(TxStrategy, RxStrategy)> {
-    let why = fastudp::uring::probe().why_not();
+    let why = fastudp_io::uring::probe().why_not();
     match why {
         Some(why) if all => {
             eprintln!("fastudp: note: the io_uring strategies are left out: {why}");
@@ -52,7 +52,7 @@ pub fn config(t: TxStrategy) -> Config {
 fn fell_back(
     want: bool,
     s: &Socket,
-    active: impl Fn(&fastudp::uring::UringStats) -> bool,
+    active: impl Fn(&fastudp_io::uring::UringStats) -> bool,
 ) -> anyhow::Result<()> {
     if !want {
         return Ok(());

@@ -20,8 +20,8 @@ use super::tls;
 use anyhow::Context;
 use bytes::BytesMut;
 use clap::{Args, ValueEnum};
-use fastudp::UdpIo;
-use fastudp::{Socket, Transmit};
+use fastudp_io::UdpIo;
+use fastudp_io::{Socket, Transmit};
 use quinn_proto::{
     ClientConfig, Connection, ConnectionHandle, DatagramEvent, Dir, Endpoint, EndpointConfig,
     StreamId, TransportConfig, VarInt,
@@ -151,7 +151,7 @@ fn forward(
     source: Option<std::net::IpAddr>,
     until: Instant,
 ) -> std::io::Result<Done> {
-    let s = Socket::bind(local_for(server, source), fastudp::Config::default())
+    let s = Socket::bind(local_for(server, source), fastudp_io::Config::default())
         .map_err(std::io::Error::from)?;
     let mut d = Done::default();
     let mut train = Vec::with_capacity(50 * 1200);

@@ -460,7 +460,7 @@ fn report(s: &Summary, json: bool) -> anyhow::Result<()> {
 /// error.
 fn client_endpoint(bind: SocketAddr, max_udp_payload: u16) -> anyhow::Result<quinn::Endpoint> {
     let bad = |e: &dyn std::fmt::Display| anyhow!("client socket: {e}");
-    let s = fastudp::Socket::bind(bind, fastudp::Config::default().recv_buffer(8 << 20))
+    let s = fastudp_io::Socket::bind(bind, fastudp_io::Config::default().recv_buffer(8 << 20))
         .map_err(|e| bad(&e))?;
     let (sock, _) = s.into_parts();
     sock.set_nonblocking(true).map_err(|e| bad(&e))?;

@@ -10,7 +10,7 @@ use super::{tls, workers, PacingArg, ServeArgs};
 use crate::failure::usage;
 use crate::interrupt;
 use anyhow::{anyhow, Context};
-use fastudp::pacing::PacingMode;
+use fastudp_io::pacing::PacingMode;
 use fastudp_quic::altsvc;
 use fastudp_quic::app::{hq::HqApp, Router};
 use fastudp_quic::files::{FileStats, Root};

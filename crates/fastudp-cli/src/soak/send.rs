@@ -10,8 +10,8 @@ use crate::engine::tx::send_trains;
 use crate::engine::uring::ZcSender;
 use crate::engine::TxStrategy;
 use anyhow::{anyhow, bail, Context};
-use fastudp::Transmit;
-use fastudp::UdpIo;
+use fastudp_io::Transmit;
+use fastudp_io::UdpIo;
 use fastudp_tools::raw::{self, OutMsg};
 use fastudp_tools::wire::cmsg::Encoder;
 use fastudp_tools::wire::consts::{SOL_UDP, UDP_SEGMENT};
@@ -81,9 +81,9 @@ pub fn errno_name(e: i32) -> String {
 }
 
 /// A short name of a library error: its errno, or its kind.
-fn error_name(e: &fastudp::Error) -> String {
+fn error_name(e: &fastudp_io::Error) -> String {
     match (e.kind(), e.io_error()) {
-        (fastudp::ErrorKind::Io | fastudp::ErrorKind::PartialTrain, Some(io)) => io_name(io),
+        (fastudp_io::ErrorKind::Io | fastudp_io::ErrorKind::PartialTrain, Some(io)) => io_name(io),
         (kind, _) => format!("{kind:?}"),
     }
 }
@@ -108,7 +108,7 @@ fn io_sent(r: io::Result<usize>) -> (usize, Option<String>) {
 struct Sender {
     t: TxStrategy,
     sock: UdpSocket,
-    fast: Option<fastudp::Socket>,
+    fast: Option<fastudp_io::Socket>,
     zc: Option<Box<dyn ZcSender>>,
     pool: Vec<Vec<u8>>,
     dest: SocketAddr,
@@ -140,7 +140,7 @@ impl Sender {
         let (fast, zc) = match t {
             TxStrategy::Fastudp | TxStrategy::UringGso => (
                 Some(
-                    fastudp::Socket::from_std(
+                    fastudp_io::Socket::from_std(
                         sock.try_clone().context("clone the sending socket")?,
                         crate::engine::uring::config(t),
                     )
@@ -149,9 +149,9 @@ impl Sender {
                 None,
             ),
             TxStrategy::GsoZerocopy | TxStrategy::UringZc => {
-                let f = fastudp::Socket::from_std(
+                let f = fastudp_io::Socket::from_std(
                     sock.try_clone().context("clone the sending socket")?,
-                    fastudp::Config::default(),
+                    fastudp_io::Config::default(),
                 )
                 .map_err(|e| anyhow!("{e}"))?;
                 let z = crate::engine::uring::zc_sender(t, &f)?;

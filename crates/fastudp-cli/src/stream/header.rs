@@ -1,6 +1,6 @@
 //! The stream's datagram header.
 
-use fastudp::pacing::PacingMode;
+use fastudp_io::pacing::PacingMode;
 
 /// Bytes of the stream header: flow id (4, big-endian), sequence number (8,
 /// little-endian), pacing mode (1), and [`MAGIC`] (3).

@@ -7,9 +7,9 @@ use crate::host::routes::egress_qdisc;
 use crate::interrupt;
 use crate::procfs::CpuTicks;
 use anyhow::{bail, Context};
-use fastudp::pacing::{choose_mode, PacingMode};
-use fastudp::UdpIo;
-use fastudp::{Config, SendMeta, Socket, Transmit, ZeroCopySender};
+use fastudp_io::pacing::{choose_mode, PacingMode};
+use fastudp_io::UdpIo;
+use fastudp_io::{Config, SendMeta, Socket, Transmit, ZeroCopySender};
 use fastudp_tools::pacing::{
     Due, Scheduler, SchedulerConfig, Waiter, DEFAULT_BATCH_BYTES, DEFAULT_SLACK,
     MAX_TRAINS_PER_BATCH,
@@ -31,7 +31,9 @@ pub fn run_stream(a: StreamArgs) -> anyhow::Result<()> {
     };
     let (mode, reason) = choose_mode(
         wanted,
-        socks[0].capabilities().supports(fastudp::Feature::Txtime),
+        socks[0]
+            .capabilities()
+            .supports(fastudp_io::Feature::Txtime),
         qdisc.as_deref(),
     );
     if a.total_rate.is_some() && mode != PacingMode::User {
@@ -360,7 +362,7 @@ impl<'a> Sender<'a> {
     /// Sends the batch on socket `sock`, all of it. Datagrams a full local
     /// queue drops are done, as the kernel would have it without
     /// `IP_RECVERR`: the run goes on at its pace, and the sockets count
-    /// them ([`fastudp::Stats::dropped_locally`]).
+    /// them ([`fastudp_io::Stats::dropped_locally`]).
     fn send(&mut self, sock: usize) -> anyhow::Result<()> {
         let p = self.a.payload;
         let mut ts: Vec<Transmit<'_>> = self
@@ -414,9 +416,9 @@ impl<'a> Sender<'a> {
             while let Ok(Some(e)) = s.recv_error() {
                 let (errno, ..) = e.raw();
                 match e.kind() {
-                    fastudp::SocketErrorKind::Txtime => self.txtime_errors += 1,
+                    fastudp_io::SocketErrorKind::Txtime => self.txtime_errors += 1,
                     // Port unreachable, whose errno is ECONNREFUSED.
-                    fastudp::SocketErrorKind::Unreachable if errno == libc::ECONNREFUSED => {
+                    fastudp_io::SocketErrorKind::Unreachable if errno == libc::ECONNREFUSED => {
                         let destination = e.destination();
                         // Without the destination, only a single port can
                         // be the one.

@@ -31,7 +31,7 @@ use crate::engine::rx;
 use crate::engine::seq::Verifier;
 use crate::interrupt;
 use anyhow::{anyhow, bail, Context};
-use fastudp::UdpIo;
+use fastudp_io::UdpIo;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -303,7 +303,7 @@ impl Limits {
             }
             // The family's own limit is checked again against the client's
             // address before sending.
-            let max = fastudp::max_payload(true);
+            let max = fastudp_io::max_payload(true);
             if rev.payload == 0 || rev.payload > max {
                 bail!("reverse: a payload of {} bytes (1 to {max})", rev.payload);
             }
@@ -351,13 +351,13 @@ fn send_time(d: &[u8]) -> Option<u64> {
 /// whose server stops and reports when asked: what is in flight still
 /// counts).
 fn receive(
-    sock: &fastudp::Socket,
+    sock: &fastudp_io::Socket,
     client: IpAddr,
     done: &AtomicBool,
     deadline: Instant,
     drain_on_interrupt: bool,
 ) -> Outcome {
-    let mut batch = fastudp::RecvBatch::new(32);
+    let mut batch = fastudp_io::RecvBatch::new(32);
     let mut v = Verifier::default();
     let mut jitter: HashMap<SocketAddr, Jitter> = HashMap::new();
     let (mut bytes, mut dgrams, mut calls, mut messages, mut foreign) = (0u64, 0, 0, 0, 0);
@@ -568,7 +568,7 @@ fn send_reverse(
         bind: None,
         busy_poll: None,
     };
-    let fits = fastudp::max_payload(dest.is_ipv6());
+    let fits = fastudp_io::max_payload(dest.is_ipv6());
     if rev.payload * rev.segments > fits {
         let e = format!(
             "reverse: {} bytes per send do not fit a UDP payload to {dest} ({fits})",
@@ -626,7 +626,7 @@ fn send_reverse(
 pub fn receive_reverse(
     mut r: BufReader<TcpStream>,
     w: TcpStream,
-    sock: fastudp::Socket,
+    sock: fastudp_io::Socket,
     server: IpAddr,
     seconds: f64,
 ) -> anyhow::Result<(Outcome, Done)> {

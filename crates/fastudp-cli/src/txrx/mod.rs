@@ -1,7 +1,7 @@
 //! `fastudp tx` and `fastudp rx`: the bench strategies between two hosts,
 //! with flags after the kernel's udpgso_bench_tx/rx.
 
-use fastudp::UdpIo;
+use fastudp_io::UdpIo;
 mod control;
 
 use crate::args::resolve_as;
@@ -989,8 +989,12 @@ struct RxCounts {
 /// Receives on `sock` until `a`'s time is up, the sender falls silent, or
 /// Ctrl-C; prints a line a second (unless quiet). A failed receive, or no
 /// datagram within `--wait`, is a runtime failure.
-fn receive_udp(a: &RxArgs, addr: SocketAddr, sock: &fastudp::Socket) -> anyhow::Result<RxCounts> {
-    let mut batch = fastudp::RecvBatch::new(32);
+fn receive_udp(
+    a: &RxArgs,
+    addr: SocketAddr,
+    sock: &fastudp_io::Socket,
+) -> anyhow::Result<RxCounts> {
+    let mut batch = fastudp_io::RecvBatch::new(32);
     let mut v = Verifier::default();
     let (mut bytes, mut dgrams, mut calls) = (0u64, 0u64, 0u64);
     let waiting = Instant::now();
@@ -1073,7 +1077,7 @@ fn rx_summary(
     a: &RxArgs,
     addr: SocketAddr,
     strategy: engine::RxStrategy,
-    sock: &fastudp::Socket,
+    sock: &fastudp_io::Socket,
     c: RxCounts,
 ) -> Summary {
     let st = sock.stats();

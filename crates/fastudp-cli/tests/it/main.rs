@@ -3,7 +3,7 @@
 //! runs one). Each test runs the `fastudp` binary that cargo built for it.
 
 mod common;
-#[path = "../../../fastudp/tests/it/support/skip_check.rs"]
+#[path = "../../../fastudp-io/tests/it/support/skip_check.rs"]
 mod skip_check;
 
 mod args;

@@ -1,7 +1,7 @@
 //! The kernel's UDP features, from the library's probe.
 
 use super::check::{check, Check, Status};
-use fastudp::Feature;
+use fastudp_io::Feature;
 
 /// The kernel's version and UDP features.
 pub fn kernel_checks(out: &mut Vec<Check>, uring: bool) {
@@ -50,18 +50,18 @@ fn version_check() -> Check {
 
 /// A socket of the library, as a program would open it (`FASTUDP_DISABLE`
 /// included), whose capabilities say what the kernel offers.
-fn probe() -> anyhow::Result<fastudp::Socket> {
+fn probe() -> anyhow::Result<fastudp_io::Socket> {
     let d = crate::args::disabled_from_env()?;
     // The library's error says its cause itself: one message, no chain.
-    fastudp::Socket::bind(
+    fastudp_io::Socket::bind(
         "127.0.0.1:0".parse().expect("literal"),
-        fastudp::Config::default().disable(d),
+        fastudp_io::Config::default().disable(d),
     )
     .map_err(|e| anyhow::anyhow!("{e}"))
 }
 
 /// UDP GSO, and how many segments a send may carry.
-fn gso_check(caps: &fastudp::Capabilities) -> Check {
+fn gso_check(caps: &fastudp_io::Capabilities) -> Check {
     let segs = caps.max_gso_segments as u64;
     match caps.max_gso_segments {
         n if n >= 64 => check(
@@ -90,7 +90,7 @@ fn gso_check(caps: &fastudp::Capabilities) -> Check {
 }
 
 /// UDP GRO.
-fn gro_check(caps: &fastudp::Capabilities) -> Check {
+fn gro_check(caps: &fastudp_io::Capabilities) -> Check {
     if caps.supports(Feature::Gro) {
         check(
             S,
@@ -112,7 +112,7 @@ fn gro_check(caps: &fastudp::Capabilities) -> Check {
 
 /// The features a program can do without: MSG_ZEROCOPY, SO_TXTIME, ECN,
 /// PKTINFO.
-fn feature_checks(caps: &fastudp::Capabilities, out: &mut Vec<Check>) {
+fn feature_checks(caps: &fastudp_io::Capabilities, out: &mut Vec<Check>) {
     let yes_no = |ok: bool, name: &str, good: &str, bad: &str| {
         check(
             S,

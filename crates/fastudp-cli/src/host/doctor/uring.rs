@@ -2,8 +2,8 @@
 //! when it would not.
 
 use super::check::{check, Check, Status};
-use fastudp::uring::{probe, UringProbe};
-use fastudp::UdpIo;
+use fastudp_io::uring::{probe, UringProbe};
+use fastudp_io::UdpIo;
 
 /// What a socket set up for io_uring got: ring sends, the ring receive,
 /// and the fallbacks it recorded.
@@ -32,8 +32,8 @@ pub fn uring_check_now(asked: bool) -> Check {
 /// Sets up a loopback socket on the io_uring backend, as an application
 /// asking for it would.
 fn try_socket() -> Tried {
-    let c = fastudp::Config::default().uring(true);
-    match fastudp::Socket::bind("127.0.0.1:0".parse().expect("literal"), c) {
+    let c = fastudp_io::Config::default().uring(true);
+    match fastudp_io::Socket::bind("127.0.0.1:0".parse().expect("literal"), c) {
         Ok(s) => {
             let u = s.state().uring_stats().unwrap_or_default();
             Tried {
@@ -43,7 +43,7 @@ fn try_socket() -> Tried {
                     .stats()
                     .fallbacks
                     .iter()
-                    .filter(|f| f.feature == fastudp::Feature::Uring)
+                    .filter(|f| f.feature == fastudp_io::Feature::Uring)
                     .map(|f| f.reason.clone())
                     .collect(),
             }

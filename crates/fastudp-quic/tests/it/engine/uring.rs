@@ -43,7 +43,7 @@ fn fetch_and_check(engine: &Engine, cert: Cert) -> u64 {
 /// byte of 17 answers arrived.
 #[test]
 fn hq_bytes_exact_from_the_ring() {
-    if let Some(why) = fastudp::uring::probe().why_not() {
+    if let Some(why) = fastudp_io::uring::probe().why_not() {
         return skip(&format!("io_uring unavailable: {why}"));
     }
     let (engine, cert) = start(Router::new().with(hq::ALPN, HqApp::default()), |c| {
@@ -72,7 +72,7 @@ fn a_refused_ring_falls_back_to_syscalls() {
     // The process-wide probe is made first, outside the filter, so that it
     // stays true for the other tests of this process: the refusal here is
     // the ring's own set-up, as when a filter comes after the probe.
-    let _ = fastudp::uring::probe();
+    let _ = fastudp_io::uring::probe();
     let filtered = std::thread::spawn(|| {
         let filter = seccompiler::SeccompFilter::new(
             [(libc::SYS_io_uring_setup, vec![])].into_iter().collect(),
