@@ -100,67 +100,37 @@ pub fn describe(code: fastudp_result) -> &'static CStr {
     }
 }
 
-/// The code for a library error.
-///
-/// The Rust library's [`fastudp_io::ErrorKind`] is coarser than these codes
-/// (one kind for every malformed transmit, one for both path-MTU
-/// refusals, one for every failed system call). Within a kind, the code
-/// follows the error's message, whose wording the library keeps stable;
-/// `every_library_error_keeps_its_code` checks each one.
+/// The code for a library error: one per [`fastudp_io::Reason`], matched
+/// exhaustively (no wildcard), so a cause the library adds fails to
+/// compile here instead of turning into `FASTUDP_ERR_OTHER` unnoticed.
+/// The message's wording plays no part. `every_reason_has_its_code`
+/// checks the table, `every_library_error_keeps_its_code` real errors.
 pub fn code_of(e: &fastudp_io::Error) -> fastudp_result {
-    use fastudp_io::ErrorKind as K;
-    if e.is_would_block() {
-        return FASTUDP_ERR_WOULD_BLOCK;
-    }
-    match e.kind() {
-        K::InvalidTransmit => {
-            let m = e.to_string();
-            if m.starts_with(CONTROL) {
-                FASTUDP_ERR_CONTROL
-            } else if m.contains("is larger than the UDP maximum") {
-                FASTUDP_ERR_PAYLOAD_TOO_LARGE
-            } else if m.contains(": GSO train of ") {
-                FASTUDP_ERR_TOO_MANY_SEGMENTS
-            } else if m.contains(": segment size 0 is invalid") {
-                FASTUDP_ERR_ZERO_SEGMENT_SIZE
-            } else if m.contains("is an IPv6 address but the socket is IPv4") {
-                FASTUDP_ERR_ADDRESS_FAMILY
-            } else {
-                FASTUDP_ERR_OTHER
-            }
-        }
-        K::ExceedsPathMtu => {
-            if e.to_string().contains(": segment size ") {
-                FASTUDP_ERR_SEGMENT_EXCEEDS_MTU
-            } else {
-                FASTUDP_ERR_DATAGRAM_EXCEEDS_MTU
-            }
-        }
-        K::Config => FASTUDP_ERR_CONFIG,
-        K::OutOfMemory => FASTUDP_ERR_NO_MEMORY,
-        K::Io => {
-            let m = e.to_string();
-            if m.starts_with("cannot bind ") {
-                FASTUDP_ERR_BIND
-            } else if m.starts_with(SETUP) {
-                FASTUDP_ERR_SETUP
-            } else if m.starts_with(CONTROL) {
-                FASTUDP_ERR_CONTROL
-            } else {
-                FASTUDP_ERR_IO
-            }
-        }
-        // A partial train, and kinds this version does not name.
-        _ => FASTUDP_ERR_OTHER,
-    }
+    code_of_reason(e.reason())
 }
 
-/// How the library's messages about control data begin.
-const CONTROL: &str = "control message: ";
-
-/// How the library's messages about a failed set-up step begin (and
-/// [`Failure::Setup`]'s).
-const SETUP: &str = "socket set-up failed at ";
+/// The code for each [`fastudp_io::Reason`].
+fn code_of_reason(r: fastudp_io::Reason) -> fastudp_result {
+    use fastudp_io::Reason as R;
+    match r {
+        R::PayloadTooLarge => FASTUDP_ERR_PAYLOAD_TOO_LARGE,
+        R::TooManySegments => FASTUDP_ERR_TOO_MANY_SEGMENTS,
+        R::ZeroSegmentSize => FASTUDP_ERR_ZERO_SEGMENT_SIZE,
+        R::SegmentExceedsMtu => FASTUDP_ERR_SEGMENT_EXCEEDS_MTU,
+        R::DatagramExceedsMtu => FASTUDP_ERR_DATAGRAM_EXCEEDS_MTU,
+        R::AddressFamily => FASTUDP_ERR_ADDRESS_FAMILY,
+        R::QueueMemory | R::NoMemory => FASTUDP_ERR_NO_MEMORY,
+        // A zerocopy train sent in part: the C ABI has no zerocopy sender,
+        // and no code of its own for it.
+        R::PartialTrain => FASTUDP_ERR_OTHER,
+        R::Control => FASTUDP_ERR_CONTROL,
+        R::Config => FASTUDP_ERR_CONFIG,
+        R::Bind => FASTUDP_ERR_BIND,
+        R::Setup => FASTUDP_ERR_SETUP,
+        R::WouldBlock => FASTUDP_ERR_WOULD_BLOCK,
+        R::Io => FASTUDP_ERR_IO,
+    }
+}
 
 /// The errno inside a library error, if it carries one.
 fn errno_of(e: &fastudp_io::Error) -> i32 {
@@ -331,6 +301,39 @@ mod tests {
     /// Every library error reachable without special privileges keeps
     /// the code, errno and transmit index it had when each was a variant
     /// of its own.
+    #[test]
+    fn every_reason_has_its_code() {
+        use fastudp_io::Reason as R;
+        let table = [
+            (R::PayloadTooLarge, FASTUDP_ERR_PAYLOAD_TOO_LARGE),
+            (R::TooManySegments, FASTUDP_ERR_TOO_MANY_SEGMENTS),
+            (R::ZeroSegmentSize, FASTUDP_ERR_ZERO_SEGMENT_SIZE),
+            (R::SegmentExceedsMtu, FASTUDP_ERR_SEGMENT_EXCEEDS_MTU),
+            (R::DatagramExceedsMtu, FASTUDP_ERR_DATAGRAM_EXCEEDS_MTU),
+            (R::AddressFamily, FASTUDP_ERR_ADDRESS_FAMILY),
+            (R::QueueMemory, FASTUDP_ERR_NO_MEMORY),
+            (R::NoMemory, FASTUDP_ERR_NO_MEMORY),
+            (R::PartialTrain, FASTUDP_ERR_OTHER),
+            (R::Control, FASTUDP_ERR_CONTROL),
+            (R::Config, FASTUDP_ERR_CONFIG),
+            (R::Bind, FASTUDP_ERR_BIND),
+            (R::Setup, FASTUDP_ERR_SETUP),
+            (R::WouldBlock, FASTUDP_ERR_WOULD_BLOCK),
+            (R::Io, FASTUDP_ERR_IO),
+        ];
+        for (reason, code) in table {
+            assert_eq!(code_of_reason(reason), code, "{reason:?}");
+        }
+        // Every code a library error can have is named by some reason,
+        // apart from the FFI's own (NULL, INVALID, PANIC).
+        for code in FASTUDP_ERR_WOULD_BLOCK..=LAST_CODE {
+            assert!(
+                table.iter().any(|&(_, c)| c == code),
+                "code {code} is reached by no reason"
+            );
+        }
+    }
+
     #[test]
     fn every_library_error_keeps_its_code() {
         use fastudp_io::{Socket, Transmit, UdpIo};

@@ -328,6 +328,46 @@ pub enum ErrorKind {
     OutOfMemory,
 }
 
+/// The exact cause of an [`Error`], one variant per message the library
+/// writes: what the C ABI (`fastudp-ffi`) turns into its error codes,
+/// matched exhaustively so that a new cause cannot fall through to
+/// "other" unnoticed. Programs branch on [`ErrorKind`]; this enum is not
+/// part of the stable API (hidden, and it may grow in any release).
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Reason {
+    /// A payload larger than one UDP send can carry.
+    PayloadTooLarge,
+    /// A GSO train over the kernel's segment limit.
+    TooManySegments,
+    /// A segment size of zero.
+    ZeroSegmentSize,
+    /// `EMSGSIZE` for a GSO train's segment.
+    SegmentExceedsMtu,
+    /// `EMSGSIZE` for a single datagram.
+    DatagramExceedsMtu,
+    /// A destination of the other address family.
+    AddressFamily,
+    /// A datagram's queue memory could not be allocated.
+    QueueMemory,
+    /// A zerocopy train went out in part.
+    PartialTrain,
+    /// Control data that could not be encoded or parsed.
+    Control,
+    /// A bad setting, or a call the settings do not allow.
+    Config,
+    /// Binding failed.
+    Bind,
+    /// A socket set-up step failed.
+    Setup,
+    /// The socket is not ready (`EAGAIN`).
+    WouldBlock,
+    /// Another failed system call.
+    Io,
+    /// A buffer could not be allocated outside a batch.
+    NoMemory,
+}
+
 /// Errors from fastudp: an [`ErrorKind`] to branch on, the transmit it is
 /// about ([`Error::transmit_index`]), the `io::Error` under it
 /// ([`Error::io_error`], also `std::error::Error::source`), and a message
@@ -360,6 +400,29 @@ impl Error {
             Detail::Control(_) | Detail::Bind { .. } | Detail::Setup { .. } | Detail::Io(_) => {
                 ErrorKind::Io
             }
+        }
+    }
+
+    /// The exact cause, for the C ABI's codes: see [`Reason`]. Hidden, not
+    /// part of the stable API.
+    #[doc(hidden)]
+    pub fn reason(&self) -> Reason {
+        match &self.detail {
+            Detail::PayloadTooLarge { .. } => Reason::PayloadTooLarge,
+            Detail::TooManySegments { .. } => Reason::TooManySegments,
+            Detail::ZeroSegmentSize { .. } => Reason::ZeroSegmentSize,
+            Detail::SegmentExceedsMtu { .. } => Reason::SegmentExceedsMtu,
+            Detail::DatagramExceedsMtu { .. } => Reason::DatagramExceedsMtu,
+            Detail::AddressFamily { .. } => Reason::AddressFamily,
+            Detail::Alloc { .. } => Reason::QueueMemory,
+            Detail::PartialTrain { .. } => Reason::PartialTrain,
+            Detail::Control(_) => Reason::Control,
+            Detail::Config(_) => Reason::Config,
+            Detail::Bind { .. } => Reason::Bind,
+            Detail::Setup { .. } => Reason::Setup,
+            Detail::Io(e) if e.kind() == io::ErrorKind::WouldBlock => Reason::WouldBlock,
+            Detail::Io(_) => Reason::Io,
+            Detail::NoMemory(_) => Reason::NoMemory,
         }
     }
 

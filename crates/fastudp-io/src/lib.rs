@@ -275,6 +275,8 @@ mod zerocopy;
 
 pub use caps::Capabilities;
 pub use coalesce::Coalescer;
+#[doc(hidden)]
+pub use error::Reason;
 pub use error::{Error, ErrorKind, FallbackEvent, Feature};
 pub use reuseport::{ReuseportGroup, Steering};
 pub use socket::errqueue::{SocketError, SocketErrorKind};
