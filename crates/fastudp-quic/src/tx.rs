@@ -348,6 +348,12 @@ impl Pending {
     /// Its datagrams, what is left of them (tests take them from the
     /// queue instead of the socket).
     #[cfg(test)]
+    /// Where it goes.
+    #[cfg(test)]
+    pub(crate) fn destination(&self) -> SocketAddr {
+        self.dest
+    }
+
     pub(crate) fn datagrams(&self) -> Vec<&[u8]> {
         let c = &self.buf[self.start..self.len];
         c.chunks(self.segment.unwrap_or(c.len()).max(1)).collect()

@@ -526,6 +526,9 @@ impl Connection {
         let mut pad_datagram = false;
         let mut pad_datagram_to_mtu = false;
         let mut congestion_blocked = false;
+        // The size the current datagram may be padded to: less than `min_mtu` only on a new path
+        // whose anti-amplification budget is smaller (RFC 9000 §8.2.1).
+        let mut pad_limit = min_mtu;
 
         // Iterate over all spaces and find data to send
         let mut space_idx = 0;
@@ -600,6 +603,20 @@ impl Connection {
                     trace!("blocked by anti-amplification");
                     break;
                 }
+                // On a new path being validated after a migration, a datagram must fit in what is
+                // left of the anti-amplification budget: a PATH_CHALLENGE goes unpadded (or less
+                // padded) when padding would exceed it, and a later one is padded once the peer has
+                // sent enough (RFC 9000 §8.2.1). The budget left above is for the handshake only,
+                // where a full datagram is always allowed (quinn-rs/quinn#1082).
+                let probing_budget = self
+                    .path
+                    .probing_budget(segment_size as u64 * (num_datagrams as u64));
+                if probing_budget.is_some_and(|b| {
+                    b < segment_size as u64 && (num_datagrams > 0 || b < MIN_PACKET_SPACE as u64)
+                }) {
+                    trace!("blocked by anti-amplification on a new path");
+                    break;
+                }
 
                 // Congestion control and pacing checks
                 // Tail loss probes must not be blocked by congestion, or a deadlock could arise
@@ -643,7 +660,7 @@ impl Connection {
                 // Finish current packet
                 if let Some(mut builder) = builder_storage.take() {
                     if pad_datagram {
-                        builder.pad_to(min_mtu);
+                        builder.pad_to(pad_limit);
                     }
 
                     if num_datagrams > 1 || pad_datagram_to_mtu {
@@ -711,7 +728,7 @@ impl Connection {
                 }
 
                 // Allocate space for another datagram
-                let next_datagram_size_limit = match self.spaces[space_id].loss_probes {
+                let mut next_datagram_size_limit = match self.spaces[space_id].loss_probes {
                     0 => segment_size,
                     _ => {
                         self.spaces[space_id].loss_probes -= 1;
@@ -721,6 +738,15 @@ impl Connection {
                         std::cmp::min(segment_size, usize::from(min_mtu))
                     }
                 };
+                pad_limit = min_mtu;
+                if let Some(budget) = probing_budget {
+                    // The first datagram of this call (checked above): at most the budget.
+                    let budget = usize::try_from(budget).unwrap_or(usize::MAX);
+                    if budget < next_datagram_size_limit {
+                        next_datagram_size_limit = budget;
+                        pad_limit = u16::try_from(budget).unwrap_or(u16::MAX).min(min_mtu);
+                    }
+                }
                 buf_capacity += next_datagram_size_limit;
                 if buf.capacity() < buf_capacity {
                     // We reserve the maximum space for sending `max_datagrams` upfront
@@ -854,7 +880,9 @@ impl Connection {
             // Send an off-path PATH_RESPONSE. Prioritized over on-path data to ensure that path
             // validation can occur while the link is saturated.
             if space_id == SpaceId::Data && num_datagrams == 1 {
-                if let Some((token, remote)) = self.path_responses.pop_off_path(self.path.remote) {
+                if let Some((token, remote, received)) =
+                    self.path_responses.pop_off_path(self.path.remote)
+                {
                     // `unwrap` guaranteed to succeed because `builder_storage` was populated just
                     // above.
                     let mut builder = builder_storage.take().unwrap();
@@ -862,7 +890,10 @@ impl Connection {
                     buf.write(frame::FrameType::PATH_RESPONSE);
                     buf.write(token);
                     self.stats.frame_tx.path_response += 1;
-                    builder.pad_to(MIN_INITIAL_SIZE);
+                    // An off-path address is not validated: the response is padded within 3 times
+                    // what the packet that carried the challenge brought (RFC 9000 §8.2.2, §8)
+                    let limit = u16::try_from(received.saturating_mul(3)).unwrap_or(u16::MAX);
+                    builder.pad_to(MIN_INITIAL_SIZE.min(limit));
                     builder.finish_and_track(
                         now,
                         self,
@@ -918,7 +949,7 @@ impl Connection {
         // Finish the last packet
         if let Some(mut builder) = builder_storage {
             if pad_datagram {
-                builder.pad_to(min_mtu);
+                builder.pad_to(pad_limit);
             }
 
             // If this datagram is a loss probe and `segment_size` is larger than `min_mtu`,
@@ -946,8 +977,9 @@ impl Connection {
 
         self.app_limited = buf.is_empty() && !congestion_blocked;
 
-        // Send MTU probe if necessary
-        if buf.is_empty() && self.state.is_established() {
+        // Send MTU probe if necessary (not on a new path before it is validated: a probe is a full
+        // datagram whatever the anti-amplification budget)
+        if buf.is_empty() && self.state.is_established() && self.path.probing_budget(0).is_none() {
             let space_id = SpaceId::Data;
             let probe_size = self
                 .path
@@ -2749,6 +2781,9 @@ impl Connection {
         number: u64,
         packet: Packet,
     ) -> Result<(), TransportError> {
+        // What the packet brought, for the anti-amplification limit of an off-path PATH_RESPONSE
+        // (the AEAD tag, already removed, counted as 16 bytes)
+        let received = packet.header_data.len() + packet.payload.len() + 16;
         let payload = packet.payload.freeze();
         let mut is_probing_packet = true;
         let mut close = None;
@@ -2819,7 +2854,7 @@ impl Connection {
                     close = Some(reason);
                 }
                 Frame::PathChallenge(token) => {
-                    self.path_responses.push(number, token, remote);
+                    self.path_responses.push(number, token, remote, received);
                     if remote == self.path.remote {
                         // PATH_CHALLENGE on active path, possible off-path packet forwarding
                         // attack. Send a non-probing packet to recover the active path.

@@ -160,6 +160,19 @@ impl PathData {
         !self.validated && self.total_recvd * 3 < self.total_sent + bytes_to_send
     }
 
+    /// What a server may still send on a new path being validated after a migration, beyond
+    /// `pending` bytes already built: `None` on a validated path, and on the path of the handshake
+    /// (which has no PATH_CHALLENGE of its own, and whose datagrams may fill a full MTU).
+    pub(super) fn probing_budget(&self, pending: u64) -> Option<u64> {
+        if self.validated || self.challenge.is_none() {
+            return None;
+        }
+        Some(
+            (self.total_recvd.saturating_mul(3))
+                .saturating_sub(self.total_sent.saturating_add(pending)),
+        )
+    }
+
     /// Returns the path's current MTU
     pub(super) fn current_mtu(&self) -> u16 {
         self.mtud.current_mtu()
@@ -360,13 +373,16 @@ pub(crate) struct PathResponses {
 }
 
 impl PathResponses {
-    pub(crate) fn push(&mut self, packet: u64, token: u64, remote: SocketAddr) {
+    /// Queues a response to the PATH_CHALLENGE `token` of packet number `packet`, from `remote`,
+    /// whose packet was `received` bytes
+    pub(crate) fn push(&mut self, packet: u64, token: u64, remote: SocketAddr, received: usize) {
         /// Arbitrary permissive limit to prevent abuse
         const MAX_PATH_RESPONSES: usize = 16;
         let response = PathResponse {
             packet,
             token,
             remote,
+            received,
         };
         let existing = self.pending.iter_mut().find(|x| x.remote == remote);
         if let Some(existing) = existing {
@@ -385,7 +401,8 @@ impl PathResponses {
         }
     }
 
-    pub(crate) fn pop_off_path(&mut self, remote: SocketAddr) -> Option<(u64, SocketAddr)> {
+    /// The token, address and received size of a response to send off the path to `remote`
+    pub(crate) fn pop_off_path(&mut self, remote: SocketAddr) -> Option<(u64, SocketAddr, usize)> {
         let response = *self.pending.last()?;
         if response.remote == remote {
             // We don't bother searching further because we expect that the on-path response will
@@ -393,7 +410,7 @@ impl PathResponses {
             return None;
         }
         self.pending.pop();
-        Some((response.token, response.remote))
+        Some((response.token, response.remote, response.received))
     }
 
     pub(crate) fn pop_on_path(&mut self, remote: SocketAddr) -> Option<u64> {
@@ -419,6 +436,8 @@ struct PathResponse {
     token: u64,
     /// The address the corresponding PATH_CHALLENGE was received from
     remote: SocketAddr,
+    /// The size of the packet that carried it
+    received: usize,
 }
 
 /// Summary statistics of packets that have been sent on a particular path, but which have not yet
