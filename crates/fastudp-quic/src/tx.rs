@@ -345,15 +345,16 @@ impl Pending {
         }
     }
 
-    /// Its datagrams, what is left of them (tests take them from the
-    /// queue instead of the socket).
-    #[cfg(test)]
-    /// Where it goes.
+    /// Where it goes (tests take it from the queue instead of the
+    /// socket).
     #[cfg(test)]
     pub(crate) fn destination(&self) -> SocketAddr {
         self.dest
     }
 
+    /// Its datagrams, what is left of them (tests take them from the
+    /// queue instead of the socket).
+    #[cfg(test)]
     pub(crate) fn datagrams(&self) -> Vec<&[u8]> {
         let c = &self.buf[self.start..self.len];
         c.chunks(self.segment.unwrap_or(c.len()).max(1)).collect()
