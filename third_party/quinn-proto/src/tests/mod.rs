@@ -1695,6 +1695,48 @@ fn migration() {
     );
 }
 
+#[test]
+fn migration_respects_anti_amplification_limit() {
+    let _guard = subscribe();
+    let mut pair = Pair::default();
+    let (client_ch, server_ch) = pair.connect();
+    pair.drive();
+    let challenges = pair.server_conn_mut(server_ch).stats().frame_tx.path_challenge;
+
+    // A small packet from a new address: the new path is not validated
+    pair.client.addr = SocketAddr::new(
+        Ipv4Addr::new(127, 0, 0, 1).into(),
+        CLIENT_PORTS.lock().unwrap().next().unwrap(),
+    );
+    pair.client_conn_mut(client_ch).ping();
+    pair.client.drive(pair.time, pair.server.addr);
+    let received: usize = pair.client.outbound.iter().map(|(t, _)| t.size).sum();
+    assert!(received < 400);
+    pair.drive_client();
+    pair.server.drive(pair.time, pair.client.addr);
+    let sent: usize = pair
+        .server
+        .outbound
+        .iter()
+        .filter(|(t, _)| t.destination == pair.client.addr)
+        .map(|(t, _)| t.size)
+        .sum();
+    assert_ne!(sent, 0);
+    // At most 3x, although the PATH_CHALLENGE is not padded to 1200 bytes then
+    assert!(sent <= 3 * received, "sent {sent} for {received}");
+    assert!(pair.server_conn_mut(server_ch).stats().frame_tx.path_challenge > challenges);
+
+    // The path is validated all the same
+    pair.drive();
+    assert_eq!(
+        pair.server_conn_mut(server_ch).remote_address(),
+        pair.client.addr
+    );
+    pair.client_conn_mut(client_ch).ping();
+    pair.drive();
+    assert_matches!(pair.client_conn_mut(client_ch).poll(), None);
+}
+
 fn test_flow_control(config: TransportConfig, window_size: usize) {
     let _guard = subscribe();
     let mut pair = Pair::new(
