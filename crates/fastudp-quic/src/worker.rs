@@ -104,6 +104,16 @@ struct Conn {
     frames: u64,
 }
 
+/// When a connection last heard from at `heard` is dropped: `idle` later;
+/// never when `idle` is zero (QUIC's "no idle timeout", which quinn-proto
+/// takes it for too) or out of the clock's range.
+fn idle_deadline(heard: Instant, idle: Duration) -> Option<Instant> {
+    if idle.is_zero() {
+        return None;
+    }
+    heard.checked_add(idle)
+}
+
 /// Frames quinn-proto has taken from a connection's packets: it grows
 /// with each packet that passed decryption, and only then.
 fn frames_received(conn: &quinn_proto::Connection) -> u64 {
@@ -930,7 +940,7 @@ impl ConnTable {
         let counters = s.counters.clone();
         let mut trains = 0;
         let mut gone = false;
-        if now >= c.heard + s.idle_timeout {
+        if idle_deadline(c.heard, s.idle_timeout).is_some_and(|t| now >= t) {
             // Nothing heard for the idle timeout: the connection is
             // dropped silently, as quinn-proto's idle timeout would (RFC
             // 9000 10.1), but not later, however long the RTT it measured.
@@ -1112,7 +1122,7 @@ impl ConnTable {
         let next = [
             c.conn.borrow_mut().poll_timeout(),
             c.app.as_ref().and_then(|a| a.timeout()),
-            Some(c.heard + idle),
+            idle_deadline(c.heard, idle),
         ]
         .into_iter()
         .flatten()
@@ -2113,6 +2123,19 @@ mod harness {
         assert!(
             held <= idle + Duration::from_millis(500),
             "the place was held {held:?} after the last datagram"
+        );
+    }
+
+    /// The engine's idle clock: off for a zero timeout (QUIC's "none"),
+    /// and no overflow for one past the clock's range.
+    #[test]
+    fn the_idle_deadline_is_off_for_zero_and_never_overflows() {
+        let t = Instant::now();
+        assert_eq!(idle_deadline(t, Duration::ZERO), None);
+        assert_eq!(idle_deadline(t, Duration::MAX), None);
+        assert_eq!(
+            idle_deadline(t, Duration::from_secs(2)),
+            Some(t + Duration::from_secs(2))
         );
     }
 }
