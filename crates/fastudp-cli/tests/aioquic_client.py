@@ -19,6 +19,10 @@ The interop runner's cases: --chacha20 offers only ChaCha20-Poly1305,
 --key-update updates the keys before the requests, --resume fetches the
 first path on one connection and the rest on a second that resumes its
 session, --0rtt does so with the second's requests in 0-RTT data.
+--rebind port moves the client to a new source port every 50 ms during
+the transfer (as a NAT rebinding would, the runner's rebind-port case),
+--rebind addr to a new source address of 127.0.0.0/8 (rebind-addr); the
+connection's "rebinds" says how many moves came before the last answer.
 Prints one JSON line: {"alpn", "version", "peer_spki_sha256" (the
 server certificate's SPKI SHA-256, base64), "responses": [...],
 "connections": [{"cipher_suite", "resumed", "early_data_accepted",
@@ -161,9 +165,14 @@ async def fetch(a, cfg, paths, ticket_handler=None, early=False):
             # under the next keys, so the server must follow.
             c._quic.request_key_update()
             c.transmit()
+        moves = []
+        mover = asyncio.ensure_future(rebind(c, a.rebind, moves)) if a.rebind else None
         got = await asyncio.wait_for(
             asyncio.gather(*(c.get(authority, p) for p in paths)), a.timeout
         )
+        rebinds = len(moves)
+        if mover is not None:
+            mover.cancel()
         tls_ = c._quic.tls
         info = {
             "alpn": tls_.alpn_negotiated,
@@ -173,11 +182,30 @@ async def fetch(a, cfg, paths, ticket_handler=None, early=False):
             "resumed": tls_.session_resumed,
             "early_data_accepted": tls_.early_data_accepted,
             "key_phase": c._quic._cryptos[Epoch.ONE_RTT].key_phase,
+            "rebinds": rebinds,
         }
         if ticket is not None:
             ticket_handler(await asyncio.wait_for(ticket, 10))
         c.close(error_code=0x100 if a.h3 else 0)
     return got, info
+
+
+async def rebind(c, how, moves):
+    """Every 50 ms, a new socket for connection `c` (the protocol takes it
+    in connection_made), then the old one closed: a new port, or with
+    `how` "addr" a new address too. Each move's local address goes into
+    `moves`."""
+    loop = asyncio.get_running_loop()
+    while True:
+        await asyncio.sleep(0.05)
+        n = len(moves)
+        local = ("::ffff:127.0.0.%d" % (2 + n % 200), 0) if how == "addr" else ("::", 0)
+        old = c._transport
+        transport, _ = await loop.create_datagram_endpoint(lambda: c, local_addr=local)
+        old.close()
+        c._quic.send_ping(n)
+        c.transmit()
+        moves.append(transport.get_extra_info("sockname"))
 
 
 async def main(a):
@@ -241,6 +269,7 @@ if __name__ == "__main__":
     ap.add_argument("--key-update", action="store_true", help="update the 1-RTT keys before the requests")
     ap.add_argument("--resume", action="store_true", help="a second connection resumes the first's session")
     ap.add_argument("--0rtt", dest="zero_rtt", action="store_true", help="as --resume, requests sent as 0-RTT data")
+    ap.add_argument("--rebind", choices=["port", "addr"], help="move to a new port (or address) every 50 ms")
     ap.add_argument("host")
     ap.add_argument("port", type=int)
     ap.add_argument("paths", nargs="+")

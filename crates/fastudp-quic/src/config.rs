@@ -119,8 +119,11 @@ pub struct EngineConfig {
     /// of `max_connections`, at least 1.
     pub max_connections_per_ip: Option<usize>,
     /// Time without a packet after which a connection is dropped, also
-    /// during its handshake (quinn-proto takes the longer of this and 3
-    /// probe timeouts). Default: [`crate::limits::IDLE_TIMEOUT`], 30 s.
+    /// during its handshake. The engine drops it then (within
+    /// [`Tuning::timer_tick`]) whatever its RTT: quinn-proto's own timer
+    /// waits at least 3 probe timeouts, which a client that acknowledges
+    /// late stretches without bound (docs/SECURITY.md). Default:
+    /// [`crate::limits::IDLE_TIMEOUT`], 30 s.
     pub idle_timeout: Duration,
     /// Performance switches, each measured on its own in
     /// docs/BENCHMARKS.md section 17. Default: [`Tuning::default`].

@@ -125,6 +125,7 @@ impl Engine {
                 max_connections,
                 max_half_open: cfg.max_half_open,
                 per_address: per_address.clone(),
+                idle_timeout: cfg.idle_timeout,
                 app: app.clone(),
                 total_rate: cfg.total_rate,
                 recv_arena: cfg.tuning.recv_arena,

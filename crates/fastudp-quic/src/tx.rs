@@ -345,6 +345,13 @@ impl Pending {
         }
     }
 
+    /// Where it goes (tests take it from the queue instead of the
+    /// socket).
+    #[cfg(test)]
+    pub(crate) fn destination(&self) -> SocketAddr {
+        self.dest
+    }
+
     /// Its datagrams, what is left of them (tests take them from the
     /// queue instead of the socket).
     #[cfg(test)]

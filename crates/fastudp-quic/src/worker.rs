@@ -39,8 +39,8 @@ use fastudp_io::pacing::PacingMode;
 use fastudp_io::UdpIo;
 use fastudp_io::{EcnCodepoint, RecvBatch, RecvMeta, Socket, Steering};
 use quinn_proto::{
-    ConnectionHandle, DatagramEvent, Endpoint, EndpointConfig, Event, ServerConfig, StreamEvent,
-    VarInt,
+    ConnectionHandle, DatagramEvent, Endpoint, EndpointConfig, EndpointEvent, Event, ServerConfig,
+    StreamEvent, VarInt,
 };
 use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
@@ -95,6 +95,57 @@ struct Conn {
     /// acknowledge their last byte (quinn-proto's
     /// `StreamEvent::Finished`): their lengths, counted as goodput then.
     finishing: Vec<(quinn_proto::StreamId, u64)>,
+    /// When a packet of the client last passed quinn-proto's decryption,
+    /// and its frames counted then ([`frames_received`]). The engine drops
+    /// the connection `--idle-timeout` after it, whatever quinn-proto's own
+    /// idle timer says: that one waits at least 3 probe timeouts, which a
+    /// client that acknowledges late stretches without bound.
+    heard: Instant,
+    frames: u64,
+}
+
+/// When a connection last heard from at `heard` is dropped: `idle` later;
+/// never when `idle` is zero (QUIC's "no idle timeout", which quinn-proto
+/// takes it for too) or out of the clock's range.
+fn idle_deadline(heard: Instant, idle: Duration) -> Option<Instant> {
+    if idle.is_zero() {
+        return None;
+    }
+    heard.checked_add(idle)
+}
+
+/// Frames quinn-proto has taken from a connection's packets: it grows
+/// with each packet that passed decryption, and only then.
+fn frames_received(conn: &quinn_proto::Connection) -> u64 {
+    let f = conn.stats().frame_rx;
+    [
+        f.acks,
+        f.ack_frequency,
+        f.crypto,
+        f.connection_close,
+        f.data_blocked,
+        f.datagram,
+        u64::from(f.handshake_done),
+        f.immediate_ack,
+        f.max_data,
+        f.max_stream_data,
+        f.max_streams_bidi,
+        f.max_streams_uni,
+        f.new_connection_id,
+        f.new_token,
+        f.path_challenge,
+        f.path_response,
+        f.ping,
+        f.reset_stream,
+        f.retire_connection_id,
+        f.stream_data_blocked,
+        f.streams_blocked_bidi,
+        f.streams_blocked_uni,
+        f.stop_sending,
+        f.stream,
+    ]
+    .iter()
+    .fold(0u64, |a, &b| a.wrapping_add(b))
 }
 
 /// What a worker is given.
@@ -117,6 +168,9 @@ pub(crate) struct Setup {
     pub(crate) max_half_open: usize,
     /// Connections per client address, server-wide.
     pub(crate) per_address: Arc<limits::PerAddress>,
+    /// [`crate::EngineConfig::idle_timeout`]: a connection that receives
+    /// no packet for this long is dropped, whatever its RTT.
+    pub(crate) idle_timeout: Duration,
     /// The application.
     pub(crate) app: Arc<dyn crate::app::Application>,
     /// All workers' rate together, bytes/s.
@@ -701,7 +755,14 @@ impl EndpointDriver {
         match ev {
             Some(DatagramEvent::ConnectionEvent(ch, ev)) => {
                 if let Some(c) = table.conns.get_mut(&ch) {
-                    c.conn.borrow_mut().handle_event(ev);
+                    let mut conn = c.conn.borrow_mut();
+                    conn.handle_event(ev);
+                    let frames = frames_received(&conn);
+                    if frames != c.frames {
+                        c.frames = frames;
+                        c.heard = now;
+                    }
+                    drop(conn);
                     table.dirty.push(ch);
                 }
             }
@@ -785,6 +846,7 @@ impl EndpointDriver {
         }
         match self.endpoint.accept(incoming, now, buf, None) {
             Ok((ch, conn)) => {
+                let frames = frames_received(&conn);
                 s.counters.accepted.fetch_add(1, Relaxed);
                 self.half_open += 1;
                 s.counters.half_open.fetch_add(1, Relaxed);
@@ -801,6 +863,8 @@ impl EndpointDriver {
                         address,
                         address_counted,
                         finishing: Vec::new(),
+                        heard: now,
+                        frames,
                     }),
                 );
                 table.dirty.push(ch);
@@ -876,8 +940,17 @@ impl ConnTable {
         let counters = s.counters.clone();
         let mut trains = 0;
         let mut gone = false;
+        if idle_deadline(c.heard, s.idle_timeout).is_some_and(|t| now >= t) {
+            // Nothing heard for the idle timeout: the connection is
+            // dropped silently, as quinn-proto's idle timeout would (RFC
+            // 9000 10.1), but not later, however long the RTT it measured.
+            // The endpoint forgets its handle and connection IDs now.
+            ep.endpoint.handle_event(ch, EndpointEvent::drained());
+            c.closed.get_or_insert(Closed::TimedOut);
+            gone = true;
+        }
         let mut events = std::mem::take(&mut self.events);
-        loop {
+        while !gone {
             let mut again = false;
             {
                 let mut conn = c.conn.borrow_mut();
@@ -932,7 +1005,7 @@ impl ConnTable {
             self.forget(ch, &mut c, s);
             return;
         }
-        self.set_timer(ch, &mut c);
+        self.set_timer(ch, &mut c, s.idle_timeout);
         self.conns.insert(ch, c);
     }
 
@@ -1042,12 +1115,14 @@ impl ConnTable {
         }
     }
 
-    /// Sets connection `c`'s timer to its next deadline: quinn-proto's or
-    /// its application's, whichever comes first.
-    fn set_timer(&mut self, ch: ConnectionHandle, c: &mut Conn) {
+    /// Sets connection `c`'s timer to its next deadline: quinn-proto's,
+    /// its application's, or the end of its `idle` time without a packet,
+    /// whichever comes first.
+    fn set_timer(&mut self, ch: ConnectionHandle, c: &mut Conn, idle: Duration) {
         let next = [
             c.conn.borrow_mut().poll_timeout(),
             c.app.as_ref().and_then(|a| a.timeout()),
+            idle_deadline(c.heard, idle),
         ]
         .into_iter()
         .flatten()
@@ -1247,6 +1322,25 @@ mod harness {
         /// The largest train and datagram the server queued so far, bytes.
         largest_train: usize,
         largest_datagram: usize,
+        /// The clients' source address now (a client may move).
+        from: SocketAddr,
+        /// Addresses that never answer: what the server sends them is
+        /// counted and not delivered.
+        silent: Option<IpAddr>,
+        /// The clients' datagrams reach the server this much later.
+        delay: Duration,
+        /// The clients' datagrams on their way: when each arrives, from
+        /// where.
+        late: std::collections::VecDeque<(Instant, SocketAddr, Vec<u8>)>,
+        /// The clients are gone: nothing goes either way.
+        vanished: bool,
+        /// Bytes the server received from, and sent to, each address.
+        received_from: HashMap<SocketAddr, usize>,
+        sent_to: HashMap<SocketAddr, usize>,
+        /// When a client's datagram last reached the server.
+        last_arrival: Option<Instant>,
+        /// The clients' keep-alive interval.
+        keep_alive: Option<Duration>,
     }
 
     fn tls() -> (
@@ -1311,6 +1405,7 @@ mod harness {
                 max_connections: 100,
                 max_half_open: 100,
                 per_address: Arc::new(limits::PerAddress::new(100)),
+                idle_timeout: Duration::from_secs(10),
                 app: Arc::new(Router::new().with(hq::ALPN, HqApp::default())),
                 total_rate: None,
                 recv_arena: true,
@@ -1345,6 +1440,15 @@ mod harness {
                 ack_every,
                 largest_train: 0,
                 largest_datagram: 0,
+                from: CLIENT.parse().unwrap(),
+                silent: None,
+                delay: Duration::ZERO,
+                late: std::collections::VecDeque::new(),
+                vanished: false,
+                received_from: HashMap::new(),
+                sent_to: HashMap::new(),
+                last_arrival: None,
+                keep_alive: None,
             }
         }
 
@@ -1362,11 +1466,12 @@ mod harness {
             let mut cfg = ClientConfig::new(Arc::new(
                 quinn_proto::crypto::rustls::QuicClientConfig::try_from(tls).unwrap(),
             ));
+            let mut t = quinn_proto::TransportConfig::default();
             if let Some(k) = self.ack_every {
-                let mut t = quinn_proto::TransportConfig::default();
                 crate::ack_every(&mut t, k);
-                cfg.transport_config(Arc::new(t));
             }
+            t.keep_alive_interval(self.keep_alive);
+            cfg.transport_config(Arc::new(t));
             let (ch, conn) = self
                 .client
                 .connect(self.now, cfg, SERVER.parse().unwrap(), "localhost")
@@ -1390,20 +1495,29 @@ mod harness {
                         break;
                     };
                     moved = true;
-                    let d = buf[..t.size].to_vec();
-                    let w = &mut self.w;
-                    w.ep.datagram(
-                        self.now,
-                        CLIENT.parse().unwrap(),
-                        None,
-                        None,
-                        &d,
-                        &w.s,
-                        &mut w.table,
-                        &mut w.tx,
-                        false,
-                    );
+                    if !self.vanished {
+                        let d = buf[..t.size].to_vec();
+                        self.late.push_back((self.now + self.delay, self.from, d));
+                    }
                 }
+            }
+            while self.late.front().is_some_and(|l| l.0 <= self.now) {
+                let (_, from, d) = self.late.pop_front().unwrap();
+                moved = true;
+                self.last_arrival = Some(self.now);
+                *self.received_from.entry(from).or_default() += d.len();
+                let w = &mut self.w;
+                w.ep.datagram(
+                    self.now,
+                    from,
+                    None,
+                    None,
+                    &d,
+                    &w.s,
+                    &mut w.table,
+                    &mut w.tx,
+                    false,
+                );
             }
             self.w.turn(self.now);
             // Server to client.
@@ -1413,10 +1527,15 @@ mod harness {
                 .collect();
             for p in q {
                 let ds = p.datagrams();
+                let to = p.destination();
                 self.largest_train = self.largest_train.max(ds.iter().map(|d| d.len()).sum());
                 for d in ds {
                     self.largest_datagram = self.largest_datagram.max(d.len());
                     moved = true;
+                    *self.sent_to.entry(to).or_default() += d.len();
+                    if self.vanished || self.silent == Some(to.ip()) {
+                        continue;
+                    }
                     let mut out = Vec::new();
                     let ev = self.client.handle(
                         self.now,
@@ -1451,6 +1570,7 @@ mod harness {
                 .values_mut()
                 .filter_map(|c| c.poll_timeout())
                 .chain(self.w.table.timers.first().map(|&(t, _)| t))
+                .chain(self.late.front().map(|l| l.0))
                 .min();
             match next {
                 Some(t) if t <= self.now + max => {
@@ -1463,6 +1583,16 @@ mod harness {
                     true
                 }
                 _ => false,
+            }
+        }
+
+        /// Runs for `d` of the virtual clock.
+        fn advance(&mut self, d: Duration) {
+            let until = self.now + d;
+            while self.now < until {
+                if !self.step(until - self.now) {
+                    self.now = until;
+                }
             }
         }
 
@@ -1838,5 +1968,174 @@ mod harness {
             .all(|b| b.len() == 1000 && hq::check(0, b).is_ok()));
         // Nothing of the stopped response counts as delivered.
         assert_eq!(n.w.s.counters.app_bytes.load(Relaxed) % 1000, 0);
+    }
+
+    /// The migration flood of issue 37: after its handshake a client sends
+    /// PINGs from new ports of an address that never answers (the
+    /// victim), `per_port` from each. The server sends each of those
+    /// ports at most 3 times what it received from it (RFC 9000 8), and
+    /// the client's connection lives on.
+    fn migration_flood(per_port: usize) {
+        let mut n = Net::new(|_| {});
+        let ch = n.connect();
+        n.run_until(|n| !n.conns[&ch].is_handshaking());
+        // The handshake's last ACKs settle.
+        for _ in 0..20 {
+            n.step(Duration::from_millis(50));
+        }
+        let victim: IpAddr = "127.0.0.3".parse().unwrap();
+        n.silent = Some(victim);
+        let challenges = n.w.table.conns.values().next().unwrap();
+        let before = challenges.conn.borrow().stats().frame_tx.path_challenge;
+        for port in 0..200u16 {
+            n.from = SocketAddr::new(victim, 20_000 + port);
+            for _ in 0..per_port {
+                n.conns.get_mut(&ch).unwrap().ping();
+                // The server answers, its ACK delay included.
+                for _ in 0..3 {
+                    n.step(Duration::from_millis(30));
+                }
+            }
+        }
+        let c = n.w.table.conns.values().next().unwrap();
+        let challenges = c.conn.borrow().stats().frame_tx.path_challenge - before;
+        assert!(
+            challenges >= 200,
+            "the test proved nothing: {challenges} PATH_CHALLENGEs for 200 new paths"
+        );
+        let (mut got, mut sent) = (0, 0);
+        for (a, &s) in n.sent_to.iter().filter(|(a, _)| a.ip() == victim) {
+            let r = n.received_from.get(a).copied().unwrap_or(0);
+            assert!(s <= 3 * r, "{a}: sent {s} bytes for {r} received");
+            got += r;
+            sent += s;
+        }
+        assert!(
+            sent > 0,
+            "the test proved nothing: nothing sent to the victim"
+        );
+        assert!(sent <= 3 * got, "sent {sent} bytes to the victim for {got}");
+        eprintln!("{per_port} PING(s) per port: {sent} bytes sent to the victim for {got}");
+        assert!(!n.conns[&ch].is_closed());
+    }
+
+    #[test]
+    fn a_migration_flood_gets_at_most_3x_one_ping_per_port() {
+        migration_flood(1);
+    }
+
+    #[test]
+    fn a_migration_flood_gets_at_most_3x_two_pings_per_port() {
+        migration_flood(2);
+    }
+
+    /// A client that really moves (a NAT rebinding mid-transfer, then a
+    /// new address) keeps its connection: the server validates each new
+    /// path within the 3x limit, and the response arrives whole.
+    #[test]
+    fn a_moving_client_is_served_within_the_limit() {
+        let mut n = Net::new(|_| {});
+        let ch = n.connect();
+        n.run_until(|n| !n.conns[&ch].is_handshaking());
+        let id = request(&mut n, ch, b"GET /bytes/3000000\r\n", true);
+        let mut body = Vec::new();
+        let mut end = None;
+        let moves = ["127.0.0.2:6001", "127.0.0.2:6002", "127.0.0.4:7000"];
+        let mut moved = 0;
+        n.run_until(|n| {
+            end = end.or_else(|| read_all(n.conns.get_mut(&ch).unwrap(), id, &mut body));
+            // A move at each third of the body.
+            if moved < moves.len() && body.len() > (moved + 1) * 750_000 {
+                n.from = moves[moved].parse().unwrap();
+                moved += 1;
+            }
+            end.is_some()
+        });
+        assert_eq!(end, Some(Ok(())));
+        assert_eq!(body.len(), 3_000_000);
+        assert!(hq::check(0, &body).is_ok());
+        assert_eq!(
+            moved,
+            moves.len(),
+            "the test proved nothing: the client did not move"
+        );
+        let c = n.w.table.conns.values().next().unwrap();
+        let stats = c.conn.borrow().stats();
+        assert!(stats.frame_tx.path_challenge >= moves.len() as u64);
+        assert_eq!(c.conn.borrow().remote_address(), moves[2].parse().unwrap());
+        // Most of the body went to the last address, after its validation.
+        let last = n.sent_to[&moves[2].parse().unwrap()];
+        assert!(last > 3 * n.received_from[&moves[2].parse().unwrap()]);
+    }
+
+    /// Issue 37's late acknowledgements: a client whose every datagram
+    /// reaches the server 5 s late (an RTT of 5 s, and 3 probe timeouts of
+    /// more than 15 s), then vanishes. Its place is free within the idle
+    /// timeout (2 s here) of the last datagram that reached the server,
+    /// plus the timer tick, whatever RTT it claimed: not after quinn-proto's
+    /// idle timer of 3 probe timeouts.
+    #[test]
+    fn a_vanished_client_with_late_acks_is_dropped_at_the_idle_timeout() {
+        let idle = Duration::from_secs(2);
+        let mut n = Net::with_transport(
+            None,
+            |t| {
+                t.max_idle_timeout(Some(idle.try_into().unwrap()));
+            },
+            |s| s.idle_timeout = idle,
+        );
+        // The client is heard from every 0.5 s, however late.
+        n.keep_alive = Some(Duration::from_millis(500));
+        let ch = n.connect();
+        n.run_until(|n| !n.conns[&ch].is_handshaking());
+        // The delay grows slowly, so that datagrams never stop arriving
+        // for as long as the idle timeout.
+        let late = Duration::from_secs(5);
+        // A request every 0.5 s: the responses are what the client
+        // acknowledges late, so that the server measures the delay.
+        let ask = |n: &mut Net| {
+            let c = n.conns.get_mut(&ch).unwrap();
+            if let Some(id) = c.streams().open(quinn_proto::Dir::Bi) {
+                c.send_stream(id).write(b"GET /bytes/10\r\n").unwrap();
+                c.send_stream(id).finish().unwrap();
+            }
+            n.advance(Duration::from_millis(500));
+        };
+        while n.delay < late {
+            n.delay += Duration::from_millis(100);
+            ask(&mut n);
+        }
+        for _ in 0..40 {
+            ask(&mut n);
+        }
+        assert_eq!(n.w.s.counters.connections.load(Relaxed), 1);
+        let c = n.w.table.conns.values().next().unwrap();
+        let rtt = c.conn.borrow().rtt();
+        assert!(
+            rtt >= Duration::from_secs(4),
+            "the test proved nothing: RTT {rtt:?}"
+        );
+        n.vanished = true;
+        n.run_until(|n| n.w.s.counters.connections.load(Relaxed) == 0);
+        let heard = n.last_arrival.unwrap();
+        let held = n.now - heard;
+        eprintln!("RTT {rtt:?}: the place was held {held:?} after the last datagram");
+        assert!(
+            held <= idle + Duration::from_millis(500),
+            "the place was held {held:?} after the last datagram"
+        );
+    }
+
+    /// The engine's idle clock: off for a zero timeout (QUIC's "none"),
+    /// and no overflow for one past the clock's range.
+    #[test]
+    fn the_idle_deadline_is_off_for_zero_and_never_overflows() {
+        let t = Instant::now();
+        assert_eq!(idle_deadline(t, Duration::ZERO), None);
+        assert_eq!(idle_deadline(t, Duration::MAX), None);
+        assert_eq!(
+            idle_deadline(t, Duration::from_secs(2)),
+            Some(t + Duration::from_secs(2))
+        );
     }
 }

@@ -551,6 +551,10 @@ fn case(name: &'static str) -> Case {
         "zerortt" => (&["--0rtt"], p(&[1000, 2000, 3000]), 2),
         "chacha20" => (&[], p(&[1_000_000, 3000]), 1),
         "keyupdate" => (&[], p(&[1_000_000]), 1),
+        // The client moves during the transfer (a new port, or a new
+        // address, every 50 ms): the server validates each new path,
+        // within 3x of what came from it until then.
+        "rebind-port" | "rebind-addr" => (&[], p(&[3_000_000, 5_000_000]), 1),
         // The runner's sizes: 5, 10 and 500 KiB, over HTTP/3.
         "http3" => (&[], p(&[5 << 10, 10 << 10, 500 << 10]), 1),
         _ => panic!("no case {name}"),
@@ -629,6 +633,8 @@ fn aioquic_case(name: &'static str, h3: bool) {
             "zerortt" => &["--0rtt"],
             "chacha20" => &["--chacha20"],
             "keyupdate" => &["--key-update"],
+            "rebind-port" => &["--rebind", "port"],
+            "rebind-addr" => &["--rebind", "addr"],
             _ => &[],
         });
         cmd.arg("127.0.0.1")
@@ -652,6 +658,12 @@ fn aioquic_case(name: &'static str, h3: bool) {
             "chacha20" => assert_eq!(last["cipher_suite"], "CHACHA20_POLY1305_SHA256", "{v}"),
             // The client's update, the small file under the new keys.
             "keyupdate" => assert_eq!(last["key_phase"], 1, "{v}"),
+            // The test proves nothing unless the client moved during the
+            // transfer.
+            "rebind-port" | "rebind-addr" => assert!(
+                last["rebinds"].as_u64().unwrap() >= 2,
+                "{name}: the client did not move during the transfer: {v}"
+            ),
             // No update without one asked for: the keyupdate check
             // means something.
             "handshake" => assert!(
@@ -735,6 +747,14 @@ fn interop_aioquic_chacha20() {
 #[test]
 fn interop_aioquic_keyupdate() {
     aioquic_case("keyupdate", false);
+}
+#[test]
+fn interop_aioquic_rebind_port() {
+    aioquic_case("rebind-port", false);
+}
+#[test]
+fn interop_aioquic_rebind_addr() {
+    aioquic_case("rebind-addr", false);
 }
 #[test]
 fn interop_aioquic_http3() {
