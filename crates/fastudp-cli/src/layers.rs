@@ -5,13 +5,12 @@
 use std::path::{Path, PathBuf};
 
 /// The command modules: each is one subcommand (or a family of them) of
-/// `main.rs`. `testbed up`/`down` are two arms of `main.rs` over the
-/// shared `testbed` module, which `bench` and `soak` run on.
+/// `lib.rs`. `testbed up`/`down` are two arms of `lib.rs` over the
+/// shared `testbed` module, which `bench` runs on (and the lab's soak).
 const COMMANDS: &[&str] = &[
     "bench",
     "txrx",
     "stream",
-    "soak",
     "quic",
     "host::doctor",
     "host::tune",
@@ -177,18 +176,19 @@ fn no_command_imports_another_and_no_shared_module_imports_a_command() {
         }
         bad.extend(violations(rel, &text));
     }
-    // Every module is either a command or shared, but main.rs and this file.
+    // Every module is either a command or shared, but lib.rs, main.rs and
+    // this file.
     for f in &files {
         let rel = f.strip_prefix(&src).expect("under src/");
         let m = module_of(rel);
         assert!(
-            owner(&m).is_some() || m == ["main"] || m == ["layers"],
+            owner(&m).is_some() || m == ["lib"] || m == ["main"] || m == ["layers"],
             "{} is neither a command nor a shared module: add it to COMMANDS or SHARED",
             rel.display()
         );
     }
     assert!(
-        owned > 50,
+        owned > 40,
         "the scan found only {owned} files: it proved nothing"
     );
     assert!(bad.is_empty(), "layering violations:\n{}", bad.join("\n"));
