@@ -304,8 +304,8 @@ fn restore_saved() {
     let saved = SAVED.lock().ok().and_then(|mut s| s.take());
     if let Some(s) = saved {
         match restore(&s) {
-            Ok(()) => eprintln!("fastudp: {} features set back", testbed::TX_DEV),
-            Err(e) => eprintln!("fastudp: {e:#}"),
+            Ok(()) => eprintln!("fastudp-lab: {} features set back", testbed::TX_DEV),
+            Err(e) => eprintln!("fastudp-lab: {e:#}"),
         }
     }
 }
@@ -353,7 +353,7 @@ impl Drop for Features {
     fn drop(&mut self) {
         if !self.restored {
             if let Err(e) = restore(&self.before) {
-                eprintln!("fastudp: {e:#}");
+                eprintln!("fastudp-lab: {e:#}");
             }
             if let Ok(mut s) = SAVED.lock() {
                 *s = None;
@@ -613,7 +613,7 @@ fn draw_plot(
     );
     plot::svg_labeled(path, &title, &ms, &labels)?;
     if a.json {
-        eprintln!("fastudp: plot written to {path}");
+        eprintln!("fastudp-lab: plot written to {path}");
         Ok(())
     } else {
         out!("plot written to {path}")
@@ -756,7 +756,7 @@ impl Figure {
         if let Some(during) = self.interrupted {
             // Said before the interruption, not lost in it.
             if let Some(e) = self.failure {
-                eprintln!("fastudp: {e:#}");
+                eprintln!("fastudp-lab: {e:#}");
             }
             return Err(interrupt::interrupted(&format!(
                 "during \"{during}\"; {}{} features set back; the rows that finished are reported above",

@@ -339,7 +339,7 @@ fn soak(a: &SoakArgs, net: &net::Net, report: &mut Report) -> anyhow::Result<()>
         report.memory.rss_kb.push((secs, slot.rss_kb));
         report.memory.fds.push(slot.fds);
         eprintln!(
-            "fastudp: soak slot {i} ({}/{}): {} -> {} ({}), {}: sent {}, lost {} ({} outside), resume {}, GSO back {}",
+            "fastudp-lab: soak slot {i} ({}/{}): {} -> {} ({}), {}: sent {}, lost {} ({} outside), resume {}, GSO back {}",
             done + 1,
             order.len(),
             slot.tx,
