@@ -4,7 +4,7 @@
 # and unpaced with full GSO trains, the one-datagram-every-1-ms baseline,
 # and a max-burst sweep at 8 ms; ROUNDS rounds, each config once per round
 # (so that drift on the host touches every config alike). One CSV line per
-# run; `cargo run -p fastudp-cli --example fig4 -- CSV SVG` turns it into
+# run; `cargo run -p fastudp-lab --example fig4 -- CSV SVG` turns it into
 # medians and a chart. rx_loss is the receiver's, over the flows it saw;
 # tx_dropped_locally the datagrams the sender's own full qdisc dropped
 # (ENOBUFS); 1 - rx_bytes / tx_bytes the loss over every flow.

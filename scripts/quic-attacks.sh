@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every hostile client of `fastudp quic attack` against
+# Runs every hostile client of `fastudp-lab attack` against
 # `fastudp quic serve` at its default settings, each for a bounded time,
 # in two network namespaces of its own joined by a veth pair, and prints
 # per attack: the server's peak RSS, whether and how fast a legitimate
@@ -8,15 +8,21 @@
 # counters.
 #
 # Needs root (namespaces, tc). Usage:
-#   sudo scripts/quic-attacks.sh [SECONDS_PER_ATTACK] [FASTUDP_BINARY]
+#   sudo scripts/quic-attacks.sh [SECONDS_PER_ATTACK] [FASTUDP_BINARY] [FASTUDP_LAB_BINARY]
+# (the server and the legitimate client are FASTUDP_BINARY, default
+# target/release/fastudp; the attacks are FASTUDP_LAB_BINARY, default
+# target/release/fastudp-lab: cargo build --release -p fastudp-cli -p fastudp-lab).
 # Traffic stays inside the namespaces; each attack ends by itself.
 set -euo pipefail
 
 SECS=${1:-10}
 BIN=${2:-target/release/fastudp}
+LAB=${3:-target/release/fastudp-lab}
 [ "$(id -u)" = 0 ] || { echo "quic-attacks.sh: needs root (namespaces, tc)" >&2; exit 2; }
 [ -x "$BIN" ] || { echo "quic-attacks.sh: no binary at $BIN (cargo build --release -p fastudp-cli)" >&2; exit 2; }
+[ -x "$LAB" ] || { echo "quic-attacks.sh: no binary at $LAB (cargo build --release -p fastudp-lab)" >&2; exit 2; }
 BIN=$(readlink -f "$BIN")
+LAB=$(readlink -f "$LAB")
 
 TAG=$$
 C=fu-qa-c-$TAG
@@ -67,7 +73,7 @@ run() {
     ip netns exec "$S" "$BIN" quic serve --listen "$ADDR" --json --stats >"$TMP/srv.json" 2>"$TMP/srv.err" &
     SRV=$!
     for _ in $(seq 100); do grep -q '"listening"' "$TMP/srv.json" 2>/dev/null && break; sleep 0.05; done
-    ip netns exec "$C" "$BIN" quic attack "$@" --source 10.232.0.3 "$ADDR" --duration "$SECS" >"$TMP/att.out" 2>&1 &
+    ip netns exec "$C" "$LAB" attack "$@" --source 10.232.0.3 "$ADDR" --duration "$SECS" >"$TMP/att.out" 2>&1 &
     local att=$!
     sleep 2
     local t0 t1 served=no tries=0

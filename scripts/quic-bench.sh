@@ -18,7 +18,7 @@
 # worker, on CPU 1; the load generator in fastudp-rx, on CPU 0. Every
 # connection uses TLS_AES_128_GCM_SHA256 (the only suite `quic load`
 # offers). One CSV line per run; ROUNDS rounds, each config once
-# per round. `cargo run -p fastudp-cli --example quic_chart -- CSV SVG`
+# per round. `cargo run -p fastudp-lab --example quic_chart -- CSV SVG`
 # draws the chart.
 #
 #   scripts/quic-bench.sh [ROUNDS] [OUT.csv]   (root; build with --release

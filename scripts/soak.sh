@@ -3,7 +3,7 @@
 #
 #   sudo scripts/soak.sh [MINUTES]      (default 30; CI runs 1)
 #
-# Runs `fastudp soak` for MINUTES: every send strategy (the io_uring ones
+# Runs `fastudp-lab soak` for MINUTES: every send strategy (the io_uring ones
 # included) and every receive strategy in turn, over IPv4 and IPv6,
 # 10,000 datagrams/s of 1400 bytes, across a veth pair between two network
 # namespaces of its own (fusoak-<pid>-tx/rx, veth fsk<pid>t/r; the shared
@@ -49,8 +49,8 @@ done
 target=${CARGO_TARGET_DIR:-target}
 json=${SOAK_JSON:-target/soak/soak-${minutes}min.json}
 mkdir -p "$(dirname "$json")"
-cargo build -p fastudp-cli
-bin=$target/debug/fastudp
+cargo build -p fastudp-lab
+bin=$target/debug/fastudp-lab
 
 # Namespaces of soak runs whose process is gone (a run killed at the cap
 # cannot remove its own): only those, never a live run's.

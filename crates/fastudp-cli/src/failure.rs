@@ -36,6 +36,7 @@ pub struct Interrupted(pub String);
 pub struct StdoutClosed;
 
 /// A usage error from a message: `usage!("--rate {v}: not a rate")`.
+#[macro_export]
 macro_rules! usage {
     ($($t:tt)*) => {
         ::anyhow::Error::new($crate::failure::Usage(format!($($t)*)))
@@ -43,9 +44,10 @@ macro_rules! usage {
 }
 
 /// Returns a usage error from the enclosing function.
+#[macro_export]
 macro_rules! bail_usage {
     ($($t:tt)*) => {
-        return Err(usage!($($t)*).into())
+        return Err($crate::usage!($($t)*).into())
     };
 }
 

@@ -7,9 +7,10 @@
 /// full disk, say) is an error for the caller's `?`, with status 1; a
 /// closed pipe is [`crate::failure::StdoutClosed`], which ends the program
 /// quietly with status 0, as for any Unix tool.
+#[macro_export]
 macro_rules! out {
     () => {
-        out!("")
+        $crate::out!("")
     };
     ($($t:tt)*) => {
         $crate::output::line(format_args!($($t)*))

@@ -1,7 +1,6 @@
 //! `fastudp bench`: every UDP send and receive strategy side by side.
 
-pub mod figure;
-mod plot;
+pub mod plot;
 pub mod report;
 
 use crate::engine::report::Host;
@@ -71,13 +70,6 @@ pub struct BenchArgs {
     /// leaving it as it is: to measure before and after `fastudp tune`.
     #[arg(long)]
     pub on_testbed: bool,
-    /// Run the rows of the paper's Figure 1 (TCP and UDP, with and without
-    /// segmentation offload), 3 (with MSG_ZEROCOPY, warm and cache
-    /// thrashing) or 5 (recvfrom against GRO) on the testbed (root), each
-    /// row with its own offload features on the sending veth, set back
-    /// after it; with the paper's ratios next to the measured ones.
-    #[arg(long, value_name = "N")]
-    pub figure: Option<u8>,
     /// Busy-poll the receiving socket for up to US microseconds per
     /// receive call (SO_BUSY_POLL; above net.core.busy_read it needs
     /// root): the receiver runs the device's NAPI poll itself.
@@ -143,7 +135,7 @@ pub struct Measurement {
 
 /// An error of a module that is moving from `String` to `anyhow` (the
 /// testbed): the same call compiles before and after.
-trait Moving {
+pub trait Moving {
     /// As a runtime failure: a message, or the error as it is.
     fn runtime(self) -> anyhow::Error;
     /// As a usage error: a message marked as one, or the error as it is
@@ -171,7 +163,7 @@ impl Moving for anyhow::Error {
 
 /// Checks the options before anything runs: each failure is a usage
 /// error.
-fn validate(a: &BenchArgs) -> anyhow::Result<Workload> {
+pub fn validate(a: &BenchArgs) -> anyhow::Result<Workload> {
     let max = if a.ipv6 {
         fastudp_tools::wire::MAX_PAYLOAD_V6
     } else {
@@ -267,9 +259,6 @@ type Pairs = Vec<(TxStrategy, RxStrategy)>;
 
 /// Runs `fastudp bench`.
 pub fn run(a: BenchArgs) -> anyhow::Result<()> {
-    if a.figure.is_some() {
-        return run_figure(&a);
-    }
     let (a, w, pairs) = prepare(a)?;
     interrupt::watch();
     let mut guard = build_testbed(&a)?;
@@ -301,23 +290,6 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
             "{e:#} (the runs that finished before it are reported above)"
         )),
     }
-}
-
-/// Runs `fastudp bench --figure N`, after its checks: the figure's own,
-/// root, and the workload's as on the testbed.
-fn run_figure(a: &BenchArgs) -> anyhow::Result<()> {
-    figure::validate(a)?;
-    testbed::preflight().map_err(Moving::usage)?;
-    // Checked as a testbed run: a segment must fit the veth's MTU.
-    let mut w = validate(&BenchArgs {
-        testbed: Some(Profile::WireGro),
-        ..a.clone()
-    })?;
-    // Full trains: as many datagrams per GSO buffer as fit 64 KB (the
-    // size of TCP's GSO packets), and TCP writes of the same size.
-    w.segs = figure::full_train(w.payload);
-    w.batch = w.segs;
-    figure::run(a, w)
 }
 
 /// Checks the options (usage errors) and plans the pairings; with
@@ -611,7 +583,7 @@ type Receiver = JoinHandle<anyhow::Result<RxOutcome>>;
 
 /// Runs one sender/receiver pairing and measures it. Every failure is a
 /// runtime failure.
-fn run_pair(
+pub fn run_pair(
     t: TxStrategy,
     r: RxStrategy,
     w: &Workload,

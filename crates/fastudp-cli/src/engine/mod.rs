@@ -3,8 +3,9 @@
 //! sending and receiving loops (`tx`, `rx`, `uring`), sequence-number
 //! accounting (`seq`) and the per-second lines (`report`).
 //!
-//! `bench`, `tx`/`rx` (with their control channel), `soak` and `stream`
-//! all run on it. It imports no command (see ARCHITECTURE.md, "The CLI").
+//! `bench`, `tx`/`rx` (with their control channel), `stream` and the
+//! lab's `soak` all run on it. It imports no command (see
+//! ARCHITECTURE.md, "The CLI").
 
 pub mod report;
 pub mod rx;

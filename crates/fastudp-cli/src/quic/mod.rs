@@ -4,7 +4,6 @@
 //! it answers HTTP/3 (ALPN `h3`) and HTTP/0.9 over QUIC (`hq-interop`,
 //! see [`hq`]) on one port. The load generator speaks hq-interop.
 
-mod attack;
 mod load;
 mod quinn_stack;
 mod serve;
@@ -30,10 +29,6 @@ pub enum QuicCmd {
     /// Open many client connections to a server and report per-connection
     /// goodput, rate, stalls, loss and client CPU.
     Load(LoadArgs),
-    /// Unstable: hostile clients for a bounded time, against a server of
-    /// your own (tests and scripts/quic-attacks.sh).
-    #[command(hide = true)]
-    Attack(attack::AttackArgs),
 }
 
 /// Which server.
@@ -330,7 +325,6 @@ pub fn run(cmd: QuicCmd) -> anyhow::Result<()> {
             tls::use_crypto(a.crypto);
             load::run(a)
         }
-        QuicCmd::Attack(a) => attack::run(a),
     }
 }
 

@@ -10,7 +10,6 @@ mod args;
 mod bench;
 mod control;
 mod doctor;
-mod figure;
 mod h3_attacks;
 mod interrupt;
 mod quic;

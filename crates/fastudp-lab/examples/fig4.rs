@@ -2,7 +2,7 @@
 //! the Figure 4 table of docs/BENCHMARKS.md and a chart: the median of
 //! every configuration's runs, with the spread of its loss.
 //!
-//! `cargo run -p fastudp-cli --example fig4 -- docs/fig4-runs.csv docs/fig4.svg`
+//! `cargo run -p fastudp-lab --example fig4 -- docs/fig4-runs.csv docs/fig4.svg`
 //!
 //! It prints the table (Markdown) on stdout and writes the SVG: loss and
 //! server CPU per byte against the pacing interval (full GSO trains), and

@@ -1,4 +1,4 @@
-//! `fastudp soak` (hidden; run through `scripts/soak.sh`): every send and
+//! `fastudp-lab soak` (run through `scripts/soak.sh`): every send and
 //! receive strategy in turn, paced below the path's capacity, across a
 //! veth pair of the soak's own, while a fault injector breaks the path
 //! once per slot and heals it. Every datagram is numbered and checksummed:
@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// Options of `fastudp soak`.
+/// Options of `fastudp-lab soak`.
 #[derive(Args, Debug, Clone)]
 pub struct SoakArgs {
     /// Minutes to run (0.5 to 1440).
@@ -43,7 +43,7 @@ pub struct SoakArgs {
     pub json: Option<String>,
     /// Run only these slots of the plan (to replay a pairing and fault),
     /// sharing the minutes between them.
-    #[arg(long, value_delimiter = ',', hide = true)]
+    #[arg(long, value_delimiter = ',')]
     pub slots: Vec<usize>,
 }
 
@@ -339,7 +339,7 @@ fn soak(a: &SoakArgs, net: &net::Net, report: &mut Report) -> anyhow::Result<()>
         report.memory.rss_kb.push((secs, slot.rss_kb));
         report.memory.fds.push(slot.fds);
         eprintln!(
-            "fastudp: soak slot {i} ({}/{}): {} -> {} ({}), {}: sent {}, lost {} ({} outside), resume {}, GSO back {}",
+            "fastudp-lab: soak slot {i} ({}/{}): {} -> {} ({}), {}: sent {}, lost {} ({} outside), resume {}, GSO back {}",
             done + 1,
             order.len(),
             slot.tx,
@@ -864,7 +864,11 @@ mod tests {
         ] {
             let e = validate(&bad).unwrap_err();
             assert!(format!("{e:#}").contains(want), "{want}: {e:#}");
-            assert_eq!(crate::failure::exit_status(&e), 2, "{want}: a usage error");
+            assert_eq!(
+                fastudp_cli::failure::exit_status(&e),
+                2,
+                "{want}: a usage error"
+            );
         }
     }
 }

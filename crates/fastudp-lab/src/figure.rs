@@ -1,4 +1,4 @@
-//! `fastudp bench --figure 1|3|5`: the rows of the paper's Figures 1, 3
+//! `fastudp-lab figure 1|3|5`: the rows of the paper's Figures 1, 3
 //! and 5 ("Optimizing UDP for content delivery: GSO, pacing and
 //! zerocopy") side by side on the testbed.
 //!
@@ -8,16 +8,52 @@
 //! row and Ctrl-C too. A second Ctrl-C, which exits at once, sets them
 //! back on the way out.
 
-use super::{plot, run_pair, BenchArgs, Measurement, Moving, RxStrategy, TxStrategy, Workload};
-use crate::engine::report::Host;
-use crate::interrupt;
-use crate::testbed::{self, Profile};
 use anyhow::anyhow;
+use clap::Args;
+use fastudp_cli::bench::{self, plot, profile_name, run_pair, BenchArgs, Measurement, Moving};
+use fastudp_cli::engine::report::Host;
+use fastudp_cli::engine::{RxStrategy, TxStrategy, Workload};
+use fastudp_cli::interrupt;
+use fastudp_cli::testbed::{self, Profile};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-/// The figures `--figure` reproduces.
+/// Options of `fastudp-lab figure`: the figure, and the options of
+/// `fastudp bench` that go with it.
+#[derive(Args, Debug, Clone)]
+pub struct FigureArgs {
+    /// The paper's Figure 1 (TCP and UDP, with and without segmentation
+    /// offload), 3 (with MSG_ZEROCOPY, warm and cache thrashing) or 5
+    /// (recvfrom against GRO), run on the testbed (root), each row with
+    /// its own offload features on the sending veth, set back after it;
+    /// with the paper's ratios next to the measured ones.
+    #[arg(value_name = "N")]
+    pub figure: u8,
+    /// The options of `fastudp bench`.
+    #[command(flatten)]
+    pub bench: BenchArgs,
+}
+
+/// Runs `fastudp-lab figure N`, after its checks: the figure's own,
+/// root, and the workload's as on the testbed.
+pub fn main(f: FigureArgs) -> anyhow::Result<()> {
+    let (n, a) = (f.figure, &f.bench);
+    validate(n, a)?;
+    testbed::preflight().map_err(Moving::usage)?;
+    // Checked as a testbed run: a segment must fit the veth's MTU.
+    let mut w = bench::validate(&BenchArgs {
+        testbed: Some(Profile::WireGro),
+        ..a.clone()
+    })?;
+    // Full trains: as many datagrams per GSO buffer as fit 64 KB (the
+    // size of TCP's GSO packets), and TCP writes of the same size.
+    w.segs = full_train(w.payload);
+    w.batch = w.segs;
+    run(a, n, w)
+}
+
+/// The figures `figure` reproduces.
 pub const FIGURES: [u8; 3] = [1, 3, 5];
 
 /// Set by tests only: the row (counted from 1) that fails on purpose
@@ -115,29 +151,28 @@ pub fn rows(n: u8) -> Vec<Row> {
     }
 }
 
-/// Checks `--figure` against the other options: each failure is a usage
+/// Checks figure `n` against the other options: each failure is a usage
 /// error.
-pub fn validate(a: &BenchArgs) -> anyhow::Result<()> {
-    let Some(n) = a.figure else { return Ok(()) };
+pub fn validate(n: u8, a: &BenchArgs) -> anyhow::Result<()> {
     if !FIGURES.contains(&n) {
-        bail_usage!("--figure {n}: the paper's figures reproduced here are 1, 3 and 5");
+        bail_usage!("figure {n}: the paper's figures reproduced here are 1, 3 and 5");
     }
     if !a.tx.is_empty() || !a.rx.is_empty() {
-        bail_usage!("--figure runs the figure's own rows: drop --tx and --rx");
+        bail_usage!("a figure runs its own rows: drop --tx and --rx");
     }
     if a.testbed.is_some() {
         bail_usage!(
-            "--figure builds the testbed profile each row needs: drop --testbed (or use --on-testbed to run every row on the testbed that is up)"
+            "a figure builds the testbed profile each row needs: drop --testbed (or use --on-testbed to run every row on the testbed that is up)"
         );
     }
     if a.cache_thrash {
-        bail_usage!("--figure sets --cache-thrash per row (figure 3 runs both): drop it");
+        bail_usage!("a figure sets --cache-thrash per row (figure 3 runs both): drop it");
     }
-    if a.batch != super::DEFAULT_BATCH {
-        bail_usage!("--figure sends full 64 KB GSO trains, as TCP's GSO packets are: drop --batch");
+    if a.batch != fastudp_cli::engine::DEFAULT_BATCH {
+        bail_usage!("a figure sends full 64 KB GSO trains, as TCP's GSO packets are: drop --batch");
     }
     if a.ipv6 {
-        bail_usage!("--figure runs over IPv4, as the paper did: drop --ipv6");
+        bail_usage!("a figure runs over IPv4, as the paper did: drop --ipv6");
     }
     Ok(())
 }
@@ -164,7 +199,7 @@ pub struct DevState {
 fn tx_ns(args: &[&str]) -> anyhow::Result<String> {
     let mut v = vec!["ip", "netns", "exec", testbed::TX_NS];
     v.extend_from_slice(args);
-    crate::testbed::run_cmd(&v).map_err(Moving::runtime)
+    testbed::run_cmd(&v).map_err(Moving::runtime)
 }
 
 /// Parses `ethtool -k` output: the features that can be changed.
@@ -202,7 +237,7 @@ pub fn dev_state() -> anyhow::Result<DevState> {
 }
 
 fn set_gso_max_segs(n: u32) -> anyhow::Result<()> {
-    crate::testbed::run_cmd(&[
+    testbed::run_cmd(&[
         "ip",
         "-n",
         testbed::TX_NS,
@@ -269,8 +304,8 @@ fn restore_saved() {
     let saved = SAVED.lock().ok().and_then(|mut s| s.take());
     if let Some(s) = saved {
         match restore(&s) {
-            Ok(()) => eprintln!("fastudp: {} features set back", testbed::TX_DEV),
-            Err(e) => eprintln!("fastudp: {e:#}"),
+            Ok(()) => eprintln!("fastudp-lab: {} features set back", testbed::TX_DEV),
+            Err(e) => eprintln!("fastudp-lab: {e:#}"),
         }
     }
 }
@@ -318,7 +353,7 @@ impl Drop for Features {
     fn drop(&mut self) {
         if !self.restored {
             if let Err(e) = restore(&self.before) {
-                eprintln!("fastudp: {e:#}");
+                eprintln!("fastudp-lab: {e:#}");
             }
             if let Ok(mut s) = SAVED.lock() {
                 *s = None;
@@ -496,9 +531,8 @@ fn figure_5_ratios(rs: &[RowResult], out: &mut Vec<Ratio>) {
     }
 }
 
-/// Runs `fastudp bench --figure N`.
-pub fn run(a: &BenchArgs, w: Workload) -> anyhow::Result<()> {
-    let n = a.figure.expect("--figure");
+/// Runs figure `n` on the workload `w`.
+pub fn run(a: &BenchArgs, n: u8, w: Workload) -> anyhow::Result<()> {
     let all = rows(n);
     let current = on_testbed(a, n, &all)?;
     let fail_row: Option<usize> = std::env::var(FAIL_ROW_ENV)
@@ -506,17 +540,17 @@ pub fn run(a: &BenchArgs, w: Workload) -> anyhow::Result<()> {
         .and_then(|v| v.parse().ok());
     interrupt::watch();
     interrupt::at_forced_exit(restore_saved);
-    let host = crate::engine::report::host_info();
+    let host = fastudp_cli::engine::report::host_info();
     if !a.json {
         out!(
-            "fastudp bench --figure {n}: {}, payload {} B, batch {}, {} datagrams per GSO buffer, {:.1} s per row{}",
+            "fastudp-lab figure {n}: {}, payload {} B, batch {}, {} datagrams per GSO buffer, {:.1} s per row{}",
             host.kernel,
             w.payload,
             w.batch,
             w.segs,
             a.duration,
             match current {
-                Some(p) => format!(", every row on the testbed that is up ({})", super::profile_name(p)),
+                Some(p) => format!(", every row on the testbed that is up ({})", profile_name(p)),
                 None => String::new(),
             }
         )?;
@@ -574,12 +608,12 @@ fn draw_plot(
         .map(|r| format!("{}{}", r.label, if r.cache_thrash { " (CT)" } else { "" }))
         .collect();
     let title = format!(
-        "fastudp bench --figure {n}: {}, payload {} B, testbed veth",
+        "fastudp-lab figure {n}: {}, payload {} B, testbed veth",
         host.kernel, w.payload
     );
     plot::svg_labeled(path, &title, &ms, &labels)?;
     if a.json {
-        eprintln!("fastudp: plot written to {path}");
+        eprintln!("fastudp-lab: plot written to {path}");
         Ok(())
     } else {
         out!("plot written to {path}")
@@ -629,7 +663,7 @@ impl Figure {
             };
             self.results.push(RowResult {
                 label: r.label.into(),
-                profile: super::profile_name(profile),
+                profile: profile_name(profile),
                 features: r.features.iter().map(|(k, v)| format!("{k} {v}")).collect(),
                 gso_max_segs: r.gso_max_segs,
                 cache_thrash: r.cache_thrash,
@@ -722,7 +756,7 @@ impl Figure {
         if let Some(during) = self.interrupted {
             // Said before the interruption, not lost in it.
             if let Some(e) = self.failure {
-                eprintln!("fastudp: {e:#}");
+                eprintln!("fastudp-lab: {e:#}");
             }
             return Err(interrupt::interrupted(&format!(
                 "during \"{during}\"; {}{} features set back; the rows that finished are reported above",

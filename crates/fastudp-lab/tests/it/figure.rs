@@ -1,34 +1,28 @@
-//! `fastudp bench --figure N`: every row of the paper's Figures 1, 3 and 5
+//! `fastudp-lab figure N`: every row of the paper's Figures 1, 3 and 5
 //! runs on the testbed, each with its offload features on the sending
 //! veth, and the features are set back after the figure, after a failed
 //! row and after Ctrl-C.
 
 use crate::common;
 
-use common::{assert_refused, fastudp, fastudp_json, namespaces, privileged, sh, Running};
+use common::{assert_refused, lab, lab_json, namespaces, privileged, sh, Running, LAB};
 use std::process::Command;
 
-/// Options that do not go with `--figure` are refused before anything
+/// Options that do not go with a figure are refused before anything
 /// is built (no root needed).
 #[test]
 fn figure_arguments_are_checked() {
     assert_refused(&[
-        (vec!["bench", "--figure", "2"], "1, 3 and 5"),
-        (vec!["bench", "--figure", "0"], "1, 3 and 5"),
-        (vec!["bench", "--figure", "300"], "--figure"),
-        (vec!["bench", "--figure", "-1"], "--figure"),
-        (vec!["bench", "--figure", "1", "--tx", "sendto"], "--tx"),
-        (vec!["bench", "--figure", "5", "--rx", "gro"], "--rx"),
-        (
-            vec!["bench", "--figure", "1", "--testbed", "offload"],
-            "--testbed",
-        ),
-        (
-            vec!["bench", "--figure", "3", "--cache-thrash"],
-            "--cache-thrash",
-        ),
-        (vec!["bench", "--figure", "1", "--ipv6"], "IPv4"),
-        (vec!["bench", "--figure", "1", "--batch", "8"], "--batch"),
+        (vec!["figure", "2"], "1, 3 and 5"),
+        (vec!["figure", "0"], "1, 3 and 5"),
+        (vec!["figure", "300"], "300"),
+        (vec!["figure", "-1"], "-1"),
+        (vec!["figure", "1", "--tx", "sendto"], "--tx"),
+        (vec!["figure", "5", "--rx", "gro"], "--rx"),
+        (vec!["figure", "1", "--testbed", "offload"], "--testbed"),
+        (vec!["figure", "3", "--cache-thrash"], "--cache-thrash"),
+        (vec!["figure", "1", "--ipv6"], "IPv4"),
+        (vec!["figure", "1", "--batch", "8"], "--batch"),
     ]);
 }
 
@@ -85,12 +79,12 @@ fn figure_rows_run_and_features_are_set_back() {
         return;
     }
     let _g = common::testbed_lock();
-    let o = fastudp(&["testbed", "up", "wire-gro"]);
+    let o = lab(&["testbed", "up", "wire-gro"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     struct Down;
     impl Drop for Down {
         fn drop(&mut self) {
-            let _ = fastudp(&["testbed", "down"]);
+            let _ = lab(&["testbed", "down"]);
         }
     }
     let _down = Down;
@@ -98,15 +92,7 @@ fn figure_rows_run_and_features_are_set_back() {
     assert_eq!(feature(&before.0, "tcp-segmentation-offload"), "on");
     assert_ne!(before.1, "1");
 
-    let v = fastudp_json(&[
-        "bench",
-        "--figure",
-        "1",
-        "--on-testbed",
-        "--duration",
-        "0.3",
-        "--json",
-    ]);
+    let v = lab_json(&["figure", "1", "--on-testbed", "--duration", "0.3", "--json"]);
     let rows = v["rows"].as_array().unwrap();
     let labels: Vec<&str> = rows.iter().map(|r| r["label"].as_str().unwrap()).collect();
     assert_eq!(labels, ["TCP", "TCP gso", "TCP tso", "UDP", "UDP gso"]);
@@ -120,15 +106,8 @@ fn figure_rows_run_and_features_are_set_back() {
     assert_eq!(dev_state(), before, "features set back after the figure");
 
     // A row that fails after its features were set.
-    let o = Command::new(env!("CARGO_BIN_EXE_fastudp"))
-        .args([
-            "bench",
-            "--figure",
-            "1",
-            "--on-testbed",
-            "--duration",
-            "0.2",
-        ])
+    let o = Command::new(LAB)
+        .args(["figure", "1", "--on-testbed", "--duration", "0.2"])
         .env("FASTUDP_FIGURE_FAIL_ROW", "2")
         .output()
         .unwrap();
@@ -145,7 +124,7 @@ fn figure_rows_run_and_features_are_set_back() {
     assert_eq!(dev_state(), before, "features set back after a failed row");
 
     // Ctrl-C during the first row, whose features are then set.
-    let mut r = Running::start(&["bench", "--figure", "1", "--on-testbed", "--duration", "5"]);
+    let mut r = Running::start(&["figure", "1", "--on-testbed", "--duration", "5"]);
     r.wait_for_line(|l| l.starts_with("[tcp "));
     let during = dev_state();
     assert_eq!(feature(&during.0, "tcp-segmentation-offload"), "off");
@@ -168,7 +147,7 @@ fn figures_3_and_5_run_every_row() {
     }
     // Not at the same time as any other test of the testbed's names.
     let _g = common::testbed_lock();
-    let v = fastudp_json(&["bench", "--figure", "3", "--duration", "0.3", "--json"]);
+    let v = lab_json(&["figure", "3", "--duration", "0.3", "--json"]);
     let rows = v["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 8);
     for r in rows {
@@ -184,7 +163,7 @@ fn figures_3_and_5_run_every_row() {
     assert_eq!(tz["zerocopy_copied"].as_u64().unwrap(), done, "{tz}");
     assert!(!namespaces().contains("fastudp-"), "{}", namespaces());
 
-    let v = fastudp_json(&["bench", "--figure", "5", "--duration", "0.3", "--json"]);
+    let v = lab_json(&["figure", "5", "--duration", "0.3", "--json"]);
     let rows = v["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 4);
     let per_byte = |r: &serde_json::Value| {

@@ -61,7 +61,7 @@ static LIVE: std::sync::Mutex<Option<Names>> = std::sync::Mutex::new(None);
 fn remove_live() {
     if let Some(n) = LIVE.lock().ok().and_then(|mut g| g.take()) {
         remove(&n);
-        eprintln!("fastudp: soak namespaces removed");
+        eprintln!("fastudp-lab: soak namespaces removed");
     }
 }
 

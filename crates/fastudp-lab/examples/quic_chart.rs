@@ -3,7 +3,7 @@
 //! every configuration's runs (with the range of the server's CPU per
 //! Gbit), and the ratios the issue sets targets for.
 //!
-//! `cargo run -p fastudp-cli --example quic_chart -- docs/quic-runs.csv docs/quic.svg`
+//! `cargo run -p fastudp-lab --example quic_chart -- docs/quic-runs.csv docs/quic.svg`
 //!
 //! It prints the tables (Markdown) on stdout and writes the SVG: server CPU
 //! seconds per Gbit (left) and goodput (right) per profile, workload and

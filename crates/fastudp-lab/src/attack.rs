@@ -1,4 +1,4 @@
-//! `fastudp quic attack` (hidden, unstable): the hostile clients a server
+//! `fastudp-lab attack` (unstable): the hostile clients a server
 //! must withstand, each for a bounded time, for tests and
 //! scripts/quic-attacks.sh. Point it only at a server of your own.
 //!
@@ -16,10 +16,10 @@
 //!   read them.
 //! - `connections`: as many idle connections as the server takes.
 
-use super::tls;
 use anyhow::Context;
 use bytes::BytesMut;
 use clap::{Args, ValueEnum};
+use fastudp_cli::quic::tls;
 use fastudp_io::UdpIo;
 use fastudp_io::{Socket, Transmit};
 use quinn_proto::{
@@ -50,7 +50,7 @@ pub enum Kind {
     Connections,
 }
 
-/// `fastudp quic attack`.
+/// Options of `fastudp-lab attack`.
 #[derive(Args, Debug)]
 pub struct AttackArgs {
     /// The attack.
@@ -87,7 +87,7 @@ struct Done {
     streams_opened: u64,
 }
 
-/// Runs `fastudp quic attack`.
+/// Runs `fastudp-lab attack`.
 pub fn run(a: AttackArgs) -> anyhow::Result<()> {
     if !(a.duration.is_finite() && a.duration > 0.0 && a.duration <= 600.0) {
         bail_usage!("--duration {}: between 0 and 600 s", a.duration);
