@@ -379,8 +379,7 @@ impl Worker {
     /// something to do (the application's wakes included).
     pub(crate) fn turn(&mut self, now: Instant) {
         self.table.fire_timers(now);
-        let woken =
-            std::mem::take(&mut *self.table.wakes.lock().unwrap_or_else(|e| e.into_inner()));
+        let woken = self.table.wakes.take();
         self.table.dirty.extend(woken);
         self.table
             .drive_dirty(now, &mut self.ep, &mut self.tx, &mut *self.app, &self.s);
@@ -402,13 +401,7 @@ impl Worker {
         {
             return;
         }
-        if !self
-            .table
-            .wakes
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_empty()
-        {
+        if !self.table.wakes.is_empty() {
             return;
         }
         let cap = if self.tx.blocked || self.tx.stateless_held {
@@ -446,10 +439,41 @@ impl Worker {
             }
         }
         let now = Instant::now();
-        if until > now {
-            // On a ring (armed), this waits on its completions.
-            let _ = self.rx.wait_readable(until - now);
+        if until > now && self.table.wakes.park() {
+            self.wait_for(until - now);
         }
+    }
+
+    /// Waits up to `d` for a datagram or a wake of the application's
+    /// ([`crate::app::AppCx::waker`], through the worker's eventfd); the
+    /// worker is parked.
+    fn wait_for(&mut self, d: Duration) {
+        let wakes = self.table.wakes.clone();
+        let efd = match wakes.fd() {
+            // On a ring (armed) the wait is on its completions, which the
+            // eventfd is not part of: a wake from another thread is seen
+            // at the next completion or within the wait's cap.
+            Some(efd) if !self.ep.ring => efd,
+            _ => {
+                let _ = self.rx.wait_readable(d);
+                wakes.unpark(false);
+                return;
+            }
+        };
+        use rustix::event::{PollFd, PollFlags, Timespec};
+        let sock = self.rx.as_std();
+        let mut fds = [
+            PollFd::new(sock, PollFlags::IN),
+            PollFd::new(&efd, PollFlags::IN),
+        ];
+        let ts = Timespec {
+            tv_sec: d.as_secs().min(i32::MAX as u64) as _,
+            tv_nsec: d.subsec_nanos() as _,
+        };
+        // EINTR ends the wait early, as a timeout would.
+        let _ = rustix::event::poll(&mut fds, Some(&ts));
+        let signalled = !fds[1].revents().is_empty();
+        wakes.unpark(signalled);
     }
 
     /// Publishes the socket counters (and, at most once a second, the
