@@ -53,6 +53,10 @@ pub struct Counters {
     /// answered 500 or reset with `H3_INTERNAL_ERROR`, or its connection
     /// closed; the worker went on.
     pub app_panics: AtomicU64,
+    /// Workers made again after a panic in their loop (application code
+    /// that no guard caught): their connections were lost, and their
+    /// socket served on.
+    pub worker_restarts: AtomicU64,
     /// Datagrams the host's own queue (a full qdisc, `ENOBUFS`) dropped
     /// instead of sending; QUIC's loss recovery sends their frames again.
     /// Not counted in `datagrams_sent`; their bytes are in `wire_bytes`,

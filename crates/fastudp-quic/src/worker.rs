@@ -245,6 +245,36 @@ pub(crate) struct ConnTable {
     wakes: Wakes,
     /// Packets lost by connections that have ended, not yet published.
     lost_closed: u64,
+    /// The connection being driven (out of `conns` meanwhile): its
+    /// places among the server's, as [`Worker::salvage`] gives them back
+    /// should the application panic under it.
+    in_drive: Option<Places>,
+}
+
+/// What a connection holds of the server's counts.
+#[derive(Debug, Clone, Copy)]
+struct Places {
+    half_open: bool,
+    address: Option<IpAddr>,
+}
+
+impl Places {
+    fn of(c: &Conn) -> Places {
+        Places {
+            half_open: c.half_open,
+            address: c.address_counted.then_some(c.address),
+        }
+    }
+
+    fn give_back(self, s: &Setup) {
+        s.counters.connections.fetch_sub(1, Relaxed);
+        if self.half_open {
+            s.counters.half_open.fetch_sub(1, Relaxed);
+        }
+        if let Some(a) = self.address {
+            s.per_address.give(a);
+        }
+    }
 }
 
 /// One worker: its endpoint, its connections, its send side and its
@@ -320,6 +350,7 @@ impl Worker {
                 events: Vec::new(),
                 wakes: Wakes::default(),
                 lost_closed: 0,
+                in_drive: None,
             },
             tx,
             closing_since: None,
@@ -373,6 +404,36 @@ impl Worker {
             }
             self.wait(now);
         }
+    }
+
+    /// What a new worker is made of, taken back from one whose loop
+    /// panicked: its setup and sockets. Its connections are given up
+    /// (their clients' next packets meet a stateless reset) and their
+    /// places among the server's connections given back; its
+    /// application's part is dropped without further calls.
+    pub(crate) fn salvage(self) -> (Setup, Socket, Tx) {
+        let Worker {
+            s,
+            rx,
+            tx,
+            table,
+            ep,
+            app,
+            ..
+        } = self;
+        if let Some(p) = table.in_drive {
+            p.give_back(&s);
+        }
+        for c in table.conns.values() {
+            Places::of(c).give_back(&s);
+        }
+        // Dropping what the panic left may panic again: that is caught.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+            drop(table);
+            drop(app);
+            drop(ep);
+        }));
+        (s, rx, tx)
     }
 
     /// Fires the timers due and drives every connection that has
@@ -961,6 +1022,7 @@ impl ConnTable {
         let Some(mut c) = self.conns.remove(&ch) else {
             return;
         };
+        self.in_drive = Some(Places::of(&c));
         let counters = s.counters.clone();
         let mut trains = 0;
         let mut gone = false;
@@ -1025,6 +1087,7 @@ impl ConnTable {
         self.events = events;
         let drained = c.conn.borrow().is_drained();
         self.settle_half_open(ch, &mut c, now, ep, s, gone || drained);
+        self.in_drive = None;
         if gone || drained {
             self.forget(ch, &mut c, s);
             return;

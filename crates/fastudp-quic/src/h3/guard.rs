@@ -181,7 +181,7 @@ mod tests {
     #[test]
     fn a_request_stream_passes_data_of_any_length_and_bounds_the_rest() {
         // HEADERS (1) of 3 bytes, DATA (0) of 2^20 bytes, then a HEADERS
-        // frame (trailers) of 0x4005 bytes, over a limit of 100.
+        // frame (trailers) of 256 bytes, over a limit of 100.
         let mut g = FrameGuard::request(100);
         assert_eq!(g.feed(&[0x01, 0x03, 1, 2, 3]), Verdict::Fine);
         assert_eq!(g.feed(&[0x00, 0x80, 0x10, 0x00, 0x00]), Verdict::Fine);
@@ -190,7 +190,7 @@ mod tests {
             assert_eq!(g.feed(piece), Verdict::Fine);
         }
         assert_eq!(g.state, State::FrameType);
-        assert_eq!(g.feed(&[0x01, 0x40, 0x05]), Verdict::TooLong(5));
+        assert_eq!(g.feed(&[0x01, 0x41, 0x00]), Verdict::TooLong(256));
         // An unknown frame type is held to the limit too.
         let mut g = FrameGuard::request(100);
         assert_eq!(g.feed(&[0x21, 0x41, 0x00]), Verdict::TooLong(256));

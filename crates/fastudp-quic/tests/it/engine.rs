@@ -6,6 +6,8 @@
 #[cfg(feature = "h3")]
 #[path = "engine/altsvc.rs"]
 mod altsvc;
+#[path = "engine/restart.rs"]
+mod restart;
 #[path = "../../examples/embed.rs"]
 #[allow(dead_code)] // its `main`
 mod embed;
