@@ -222,7 +222,11 @@ pub fn serve(o: &Options) -> anyhow::Result<Server> {
         port,
     )))?;
     let tcp = listener.local_addr()?;
-    rt.spawn(accept_tcp(listener, tokio_rustls::TlsAcceptor::from(tcp_tls), tcp_app));
+    rt.spawn(accept_tcp(
+        listener,
+        tokio_rustls::TlsAcceptor::from(tcp_tls),
+        tcp_app,
+    ));
     Ok(Server {
         engine,
         tcp,
@@ -248,11 +252,10 @@ async fn accept_tcp(l: tokio::net::TcpListener, tls: tokio_rustls::TlsAcceptor, 
                 return;
             };
             let svc = hyper_util::service::TowerToHyperService::new(app);
-            let _ = hyper_util::server::conn::auto::Builder::new(
-                hyper_util::rt::TokioExecutor::new(),
-            )
-            .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
-            .await;
+            let _ =
+                hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                    .await;
         });
     }
 }
@@ -289,9 +292,7 @@ fn main() {
     let o = match parse(std::env::args().skip(1)) {
         Ok(o) => o,
         Err(e) => {
-            eprintln!(
-                "axum: {e}\nusage: axum --listen ADDR [--cert C --key K] [--workers N]"
-            );
+            eprintln!("axum: {e}\nusage: axum --listen ADDR [--cert C --key K] [--workers N]");
             std::process::exit(2);
         }
     };

@@ -69,7 +69,10 @@ impl WorkerWake {
 
     /// Whether no connection waits to be driven.
     pub(crate) fn is_empty(&self) -> bool {
-        self.list.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
+        self.list
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
     }
 
     /// The worker is about to wait: from now on a wake writes the eventfd.

@@ -178,7 +178,9 @@ impl Body for RequestBody {
             return Poll::Ready(Some(Ok(Frame::data(c))));
         }
         match &mut s.end {
-            Some(Ok(trailers)) => return Poll::Ready(trailers.take().map(|t| Ok(Frame::trailers(t)))),
+            Some(Ok(trailers)) => {
+                return Poll::Ready(trailers.take().map(|t| Ok(Frame::trailers(t))))
+            }
             Some(Err(e)) => return Poll::Ready(Some(Err(e.clone()))),
             None => {}
         }
@@ -418,13 +420,14 @@ where
                 }
                 Err(frame) => match frame.into_trailers() {
                     Ok(t) => {
+                        // Trailers end the body: the stream is finished
+                        // after them.
                         let r = with_pump(&mut pump, send.send_trailers(t)).await;
                         if !matches!(r, Ok(Ok(()))) {
                             out.cut = true;
+                            return out;
                         }
-                        // The stream is finished with its trailers.
-                        drain(&mut pump).await;
-                        return out;
+                        break;
                     }
                     Err(_) => continue,
                 },

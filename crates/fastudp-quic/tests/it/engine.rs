@@ -6,11 +6,11 @@
 #[cfg(feature = "h3")]
 #[path = "engine/altsvc.rs"]
 mod altsvc;
-#[path = "engine/restart.rs"]
-mod restart;
 #[path = "../../examples/embed.rs"]
 #[allow(dead_code)] // its `main`
 mod embed;
+#[path = "engine/restart.rs"]
+mod restart;
 #[cfg(all(feature = "uring", target_os = "linux"))]
 #[path = "engine/uring.rs"]
 mod uring;

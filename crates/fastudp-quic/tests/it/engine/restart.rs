@@ -48,7 +48,10 @@ fn a_worker_that_panics_is_made_again_and_serves() {
         let first = connect(&ep, addr).await.unwrap();
         // Its stream meets the panic: no answer (the connection is lost).
         let lost = tokio::time::timeout(Duration::from_secs(3), fetch(&first, b"?")).await;
-        assert!(!matches!(lost, Ok(Ok(_))), "an answer from a panicking worker: {lost:?}");
+        assert!(
+            !matches!(lost, Ok(Ok(_))),
+            "an answer from a panicking worker: {lost:?}"
+        );
         assert!(panicked.load(Relaxed));
         // A new connection is served by the worker made again.
         let ep2 = client(cert, b"panicky", None);
