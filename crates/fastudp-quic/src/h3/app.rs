@@ -82,18 +82,28 @@ impl H3App {
     /// ```
     /// use fastudp_quic::h3::{H3App, RequestBody};
     /// use std::convert::Infallible;
-    /// let svc = tower_service_fn(|req: http::Request<RequestBody>| async move {
-    ///     Ok::<_, Infallible>(http::Response::new(format!("{}", req.uri().path())))
-    /// });
-    /// let _app = H3App::service(svc);
-    /// # fn tower_service_fn<F, Fut>(f: F) -> Svc<F> { Svc(f) }
-    /// # #[derive(Clone)] struct Svc<F>(F);
-    /// # impl<F, Fut, R> tower_service::Service<http::Request<RequestBody>> for Svc<F>
-    /// # where F: FnMut(http::Request<RequestBody>) -> Fut, Fut: std::future::Future<Output = Result<R, Infallible>> {
-    /// #     type Response = R; type Error = Infallible; type Future = Fut;
-    /// #     fn poll_ready(&mut self, _: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Infallible>> { std::task::Poll::Ready(Ok(())) }
-    /// #     fn call(&mut self, r: http::Request<RequestBody>) -> Fut { (self.0)(r) }
-    /// # }
+    /// use std::future::{ready, Ready};
+    /// use std::task::{Context, Poll};
+    ///
+    /// /// Answers every request with its path.
+    /// #[derive(Clone)]
+    /// struct Path;
+    ///
+    /// impl tower_service::Service<http::Request<RequestBody>> for Path {
+    ///     type Response = http::Response<String>;
+    ///     type Error = Infallible;
+    ///     type Future = Ready<Result<Self::Response, Infallible>>;
+    ///
+    ///     fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+    ///         Poll::Ready(Ok(()))
+    ///     }
+    ///
+    ///     fn call(&mut self, req: http::Request<RequestBody>) -> Self::Future {
+    ///         ready(Ok(http::Response::new(req.uri().path().to_string())))
+    ///     }
+    /// }
+    ///
+    /// let _app = H3App::service(Path);
     /// ```
     pub fn service<S, B>(svc: S) -> Self
     where
