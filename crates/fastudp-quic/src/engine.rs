@@ -368,10 +368,8 @@ fn spawn_worker(
         .name(format!("quic-worker-{i}"))
         .spawn(move || {
             let failed = setup.failed.clone();
-            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                Worker::new(setup, rx, tx).and_then(|mut w| w.run())
-            }))
-            .unwrap_or_else(|_| Err(Error::Worker(format!("worker {i} panicked"))));
+            let counters = setup.counters.clone();
+            let r = run_worker(i, setup, rx, tx, &counters);
             if r.is_err() {
                 // The server stops rather than go on without a worker.
                 failed.store(true, Relaxed);
@@ -379,6 +377,40 @@ fn spawn_worker(
             r
         })
 }
+
+/// Runs worker `i`; a worker whose loop panics (application code the
+/// application did not guard) is made again on the same sockets, so that
+/// its place in the reuseport group, where the steering sends about 1/N
+/// of the connections, keeps being served: its connections are lost, the
+/// restart counted in [`Counters::worker_restarts`]. Up to
+/// [`MAX_RESTARTS`] times; then the worker ends with an error (and the
+/// engine reports [`Engine::failed`]).
+fn run_worker(
+    i: usize,
+    setup: Setup,
+    rx: Socket,
+    tx: Tx,
+    counters: &Counters,
+) -> Result<(), Error> {
+    let mut parts = (setup, rx, tx);
+    let mut restarts = 0;
+    loop {
+        let (setup, rx, tx) = parts;
+        let mut w = Worker::new(setup, rx, tx)?;
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| w.run())) {
+            Ok(r) => return r,
+            Err(_) if restarts < MAX_RESTARTS => {
+                restarts += 1;
+                counters.worker_restarts.fetch_add(1, Relaxed);
+                parts = w.salvage();
+            }
+            Err(_) => return Err(Error::Worker(format!("worker {i} panicked"))),
+        }
+    }
+}
+
+/// How often one worker is made again after a panic before it gives up.
+pub const MAX_RESTARTS: u32 = 1000;
 
 /// How long [`Engine::stop`] takes at most, about.
 pub const STOP_WAIT: Duration = crate::worker::CLOSE_WAIT;

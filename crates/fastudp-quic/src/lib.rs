@@ -21,7 +21,14 @@
 //!   handed over through a fixed ring, or dropped and counted.
 //! - The application ([`app`]) is called synchronously on the worker
 //!   thread that owns the connection, with its events, and acts through
-//!   an [`app::AppCx`]. [`app::Router`] picks the application by ALPN, so
+//!   an [`app::AppCx`]; [`app::AppCx::waker`] has the connection driven
+//!   again from any thread, ending the worker's wait at once.
+//! - HTTP/3 ([`h3::H3App`]) answers with a synchronous handler (the file
+//!   server, the built-in paths) or with any `tower::Service`, an axum
+//!   `Router` unchanged ([`h3::H3App::service`]): its futures run on the
+//!   worker thread inside a tokio runtime of the worker's, with streaming
+//!   request and response bodies, and a panic answers its request 500
+//!   (`examples/axum.rs` serves one Router over HTTP/3 and TLS/TCP). [`app::Router`] picks the application by ALPN, so
 //!   that several protocols share one port; [`app::hq::HqApp`] serves
 //!   hq-interop (HTTP/0.9 over QUIC, as the QUIC interop runner uses).
 //! - [`limits`] is the memory model: what a connection and a worker may
@@ -85,6 +92,6 @@ pub use config::{
     MAX_GSO_PAYLOAD, MAX_PACING_BURST, MAX_RX_COALESCE, MAX_TIMER_TICK, MAX_TRAIN_LIMIT,
     MAX_UDP_PAYLOAD_LIMIT, MIN_PACING_BURST,
 };
-pub use engine::{Engine, Error, STOP_WAIT};
+pub use engine::{Engine, Error, MAX_RESTARTS, STOP_WAIT};
 pub use fastudp_io::pacing::PacingMode;
 pub use stats::Counters;

@@ -49,6 +49,14 @@ pub struct Counters {
     /// HTTP/3 requests refused before an answer: a malformed or oversized
     /// header section (431), a request stream over its byte cap, a reset.
     pub h3_refused: AtomicU64,
+    /// Panics in application code that were caught: an HTTP/3 request
+    /// answered 500 or reset with `H3_INTERNAL_ERROR`, or its connection
+    /// closed; the worker went on.
+    pub app_panics: AtomicU64,
+    /// Workers made again after a panic in their loop (application code
+    /// that no guard caught): their connections were lost, and their
+    /// socket served on.
+    pub worker_restarts: AtomicU64,
     /// Datagrams the host's own queue (a full qdisc, `ENOBUFS`) dropped
     /// instead of sending; QUIC's loss recovery sends their frames again.
     /// Not counted in `datagrams_sent`; their bytes are in `wire_bytes`,

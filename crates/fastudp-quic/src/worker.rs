@@ -245,6 +245,36 @@ pub(crate) struct ConnTable {
     wakes: Wakes,
     /// Packets lost by connections that have ended, not yet published.
     lost_closed: u64,
+    /// The connection being driven (out of `conns` meanwhile): its
+    /// places among the server's, as [`Worker::salvage`] gives them back
+    /// should the application panic under it.
+    in_drive: Option<Places>,
+}
+
+/// What a connection holds of the server's counts.
+#[derive(Debug, Clone, Copy)]
+struct Places {
+    half_open: bool,
+    address: Option<IpAddr>,
+}
+
+impl Places {
+    fn of(c: &Conn) -> Places {
+        Places {
+            half_open: c.half_open,
+            address: c.address_counted.then_some(c.address),
+        }
+    }
+
+    fn give_back(self, s: &Setup) {
+        s.counters.connections.fetch_sub(1, Relaxed);
+        if self.half_open {
+            s.counters.half_open.fetch_sub(1, Relaxed);
+        }
+        if let Some(a) = self.address {
+            s.per_address.give(a);
+        }
+    }
 }
 
 /// One worker: its endpoint, its connections, its send side and its
@@ -320,6 +350,7 @@ impl Worker {
                 events: Vec::new(),
                 wakes: Wakes::default(),
                 lost_closed: 0,
+                in_drive: None,
             },
             tx,
             closing_since: None,
@@ -375,12 +406,41 @@ impl Worker {
         }
     }
 
+    /// What a new worker is made of, taken back from one whose loop
+    /// panicked: its setup and sockets. Its connections are given up
+    /// (their clients' next packets meet a stateless reset) and their
+    /// places among the server's connections given back; its
+    /// application's part is dropped without further calls.
+    pub(crate) fn salvage(self) -> (Setup, Socket, Tx) {
+        let Worker {
+            s,
+            rx,
+            tx,
+            table,
+            ep,
+            app,
+            ..
+        } = self;
+        if let Some(p) = table.in_drive {
+            p.give_back(&s);
+        }
+        for c in table.conns.values() {
+            Places::of(c).give_back(&s);
+        }
+        // Dropping what the panic left may panic again: that is caught.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+            drop(table);
+            drop(app);
+            drop(ep);
+        }));
+        (s, rx, tx)
+    }
+
     /// Fires the timers due and drives every connection that has
     /// something to do (the application's wakes included).
     pub(crate) fn turn(&mut self, now: Instant) {
         self.table.fire_timers(now);
-        let woken =
-            std::mem::take(&mut *self.table.wakes.lock().unwrap_or_else(|e| e.into_inner()));
+        let woken = self.table.wakes.take();
         self.table.dirty.extend(woken);
         self.table
             .drive_dirty(now, &mut self.ep, &mut self.tx, &mut *self.app, &self.s);
@@ -402,13 +462,7 @@ impl Worker {
         {
             return;
         }
-        if !self
-            .table
-            .wakes
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_empty()
-        {
+        if !self.table.wakes.is_empty() {
             return;
         }
         let cap = if self.tx.blocked || self.tx.stateless_held {
@@ -446,10 +500,41 @@ impl Worker {
             }
         }
         let now = Instant::now();
-        if until > now {
-            // On a ring (armed), this waits on its completions.
-            let _ = self.rx.wait_readable(until - now);
+        if until > now && self.table.wakes.park() {
+            self.wait_for(until - now);
         }
+    }
+
+    /// Waits up to `d` for a datagram or a wake of the application's
+    /// ([`crate::app::AppCx::waker`], through the worker's eventfd); the
+    /// worker is parked.
+    fn wait_for(&mut self, d: Duration) {
+        let wakes = self.table.wakes.clone();
+        let efd = match wakes.fd() {
+            // On a ring (armed) the wait is on its completions, which the
+            // eventfd is not part of: a wake from another thread is seen
+            // at the next completion or within the wait's cap.
+            Some(efd) if !self.ep.ring => efd,
+            _ => {
+                let _ = self.rx.wait_readable(d);
+                wakes.unpark(false);
+                return;
+            }
+        };
+        use rustix::event::{PollFd, PollFlags, Timespec};
+        let sock = self.rx.as_std();
+        let mut fds = [
+            PollFd::new(sock, PollFlags::IN),
+            PollFd::new(&efd, PollFlags::IN),
+        ];
+        let ts = Timespec {
+            tv_sec: d.as_secs().min(i32::MAX as u64) as _,
+            tv_nsec: d.subsec_nanos() as _,
+        };
+        // EINTR ends the wait early, as a timeout would.
+        let _ = rustix::event::poll(&mut fds, Some(&ts));
+        let signalled = !fds[1].revents().is_empty();
+        wakes.unpark(signalled);
     }
 
     /// Publishes the socket counters (and, at most once a second, the
@@ -937,6 +1022,7 @@ impl ConnTable {
         let Some(mut c) = self.conns.remove(&ch) else {
             return;
         };
+        self.in_drive = Some(Places::of(&c));
         let counters = s.counters.clone();
         let mut trains = 0;
         let mut gone = false;
@@ -1001,6 +1087,7 @@ impl ConnTable {
         self.events = events;
         let drained = c.conn.borrow().is_drained();
         self.settle_half_open(ch, &mut c, now, ep, s, gone || drained);
+        self.in_drive = None;
         if gone || drained {
             self.forget(ch, &mut c, s);
             return;

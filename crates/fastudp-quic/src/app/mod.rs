@@ -28,8 +28,10 @@
 
 pub mod hq;
 mod router;
+mod wake;
 
 pub use router::Router;
+pub(crate) use wake::Wakes;
 
 use crate::stats::Counters;
 use bytes::Bytes;
@@ -37,7 +39,7 @@ use quinn_proto::VarInt;
 use std::cell::RefCell;
 use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// An application the engine serves: shared by all workers.
@@ -250,30 +252,29 @@ pub enum Write {
     Closed,
 }
 
-/// A worker's list of connections to drive again, filled by
-/// [`ConnWaker`]s.
-pub(crate) type Wakes = Arc<Mutex<Vec<quinn_proto::ConnectionHandle>>>;
-
 /// Marks one connection to be driven again in its worker's next loop
-/// turn (with [`ConnApp::poll`] called): the waker of a task that runs on
-/// the connection's behalf (the HTTP/3 backend's). A `std::task::Wake`,
-/// so `Waker::from(Arc::new(waker))` makes a `Waker` of it.
-#[allow(dead_code)]
+/// turn (with [`ConnApp::poll`] called), from any thread; a worker that
+/// waits is woken at once through its eventfd. A `std::task::Wake`, so
+/// `Waker::from(Arc::new(waker))` makes a `Waker` of it.
 pub(crate) struct ConnWaker {
     wakes: Wakes,
     ch: quinn_proto::ConnectionHandle,
 }
 
+impl ConnWaker {
+    /// Has the connection driven again.
+    pub(crate) fn wake_conn(&self) {
+        self.wakes.push(self.ch);
+    }
+}
+
 impl std::task::Wake for ConnWaker {
     fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
+        self.wake_conn();
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        self.wakes
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(self.ch);
+        self.wake_conn();
     }
 }
 
@@ -308,9 +309,17 @@ impl<'a> AppCx<'a> {
     }
 
     /// A waker that has the engine drive this connection again (and call
-    /// [`ConnApp::poll`]) in the worker's next loop turn.
-    #[allow(dead_code)]
-    pub(crate) fn waker(&self) -> ConnWaker {
+    /// [`ConnApp::poll`]) in the worker's next loop turn. It may be woken
+    /// from any thread: a worker that waits for packets or timers is woken
+    /// at once (through an eventfd its wait watches), so a future that
+    /// runs on the connection's behalf and is woken elsewhere (a channel, a
+    /// timer of another runtime) goes on within microseconds.
+    pub fn waker(&self) -> std::task::Waker {
+        std::task::Waker::from(Arc::new(self.conn_waker()))
+    }
+
+    /// The waker of [`AppCx::waker`], as its own type.
+    pub(crate) fn conn_waker(&self) -> ConnWaker {
         ConnWaker {
             wakes: self.wake.0.clone(),
             ch: self.wake.1,
@@ -462,7 +471,6 @@ mod tests {
     use crate::{Engine, EngineConfig};
     use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
     use std::sync::mpsc;
-    use std::task::Wake;
     use std::time::Duration;
 
     /// Answers a request only once `go` is set and its waker has woken the
@@ -470,7 +478,7 @@ mod tests {
     /// (the HTTP/3 backend's) relies on.
     struct Woken {
         go: Arc<AtomicBool>,
-        tx: mpsc::Sender<Arc<ConnWaker>>,
+        tx: mpsc::Sender<std::task::Waker>,
     }
 
     impl Application for Woken {
@@ -497,7 +505,7 @@ mod tests {
 
     struct WokenConn {
         go: Arc<AtomicBool>,
-        tx: mpsc::Sender<Arc<ConnWaker>>,
+        tx: mpsc::Sender<std::task::Waker>,
         stream: Option<StreamId>,
     }
 
@@ -505,7 +513,7 @@ mod tests {
         fn on_event(&mut self, cx: &mut AppCx<'_>, ev: AppEvent) {
             if let AppEvent::Opened(id) = ev {
                 self.stream = Some(id);
-                let _ = self.tx.send(Arc::new(cx.waker()));
+                let _ = self.tx.send(cx.waker());
             }
         }
         fn poll(&mut self, cx: &mut AppCx<'_>) {

@@ -1,8 +1,10 @@
 //! HTTP/3 as an application of the engine ([`H3App`]).
 
 use super::backend::Link;
+use super::executor::Executor;
 use super::handler::{Builtin, Content, Handler, Route};
-use super::task::{H3Task, TaskStats};
+use super::service::{BoxError, RequestBody, ServeRequest};
+use super::task::{H3Task, Responder, TaskStats};
 use crate::app::{AppCx, AppEvent, Application, ConnApp, ConnInfo, Dir, WorkerApp};
 use crate::hq::wire::{self as hq, Frames, Request};
 use crate::limits;
@@ -16,9 +18,27 @@ use std::time::{Duration, Instant};
 /// worker's number.
 pub type MakeHandler = dyn Fn(usize) -> Rc<dyn Handler> + Send + Sync;
 
+/// Makes a connection's service on one worker: from the connection's
+/// facts and ALPN.
+type ConnService = dyn Fn(ConnInfo, &[u8]) -> Rc<dyn ServeRequest>;
+
+/// Makes a worker's [`ConnService`], on that worker's thread.
+type MakeService = dyn Fn(usize) -> Box<ConnService> + Send + Sync;
+
+/// What answers the requests.
+#[derive(Clone)]
+enum Answer {
+    /// A synchronous handler per worker.
+    Handler(Arc<MakeHandler>),
+    /// An asynchronous service per worker, run with the worker's runtime.
+    Service(Arc<MakeService>),
+}
+
 /// HTTP/3 (ALPN `h3`) with the `h3` crate: one task per connection,
 /// driven by the engine's events, answering requests with a [`Handler`]
-/// made once per worker thread.
+/// made once per worker thread, or with a `tower::Service`
+/// ([`H3App::service`]; an axum `Router`) whose futures run on the worker
+/// thread inside a tokio runtime of the worker's.
 ///
 /// ```
 /// use fastudp_quic::app::{hq::HqApp, Router};
@@ -31,7 +51,7 @@ pub type MakeHandler = dyn Fn(usize) -> Rc<dyn Handler> + Send + Sync;
 /// ```
 #[derive(Clone)]
 pub struct H3App {
-    make: Arc<MakeHandler>,
+    answer: Answer,
     request_timeout: Duration,
 }
 
@@ -45,7 +65,84 @@ impl H3App {
     /// HTTP/3 answering with the handler `make(worker)` gives each worker.
     pub fn new(make: impl Fn(usize) -> Rc<dyn Handler> + Send + Sync + 'static) -> Self {
         H3App {
-            make: Arc::new(make),
+            answer: Answer::Handler(Arc::new(make)),
+            request_timeout: limits::REQUEST_TIMEOUT,
+        }
+    }
+
+    /// HTTP/3 answered by `svc`, a `tower::Service` such as an axum
+    /// `Router` (cloned for each connection), unchanged. Its futures run
+    /// on the worker thread that owns the connection, inside a tokio
+    /// current-thread runtime of the worker's, so they may await tokio's
+    /// timers, channels and I/O; request and response bodies stream with
+    /// flow control both ways, and a panic answers that request 500 (or
+    /// resets its stream) while the connection and the worker go on
+    /// ([`crate::h3::service`]).
+    ///
+    /// ```
+    /// use fastudp_quic::h3::{H3App, RequestBody};
+    /// use std::convert::Infallible;
+    /// use std::future::{ready, Ready};
+    /// use std::task::{Context, Poll};
+    ///
+    /// /// Answers every request with its path.
+    /// #[derive(Clone)]
+    /// struct Path;
+    ///
+    /// impl tower_service::Service<http::Request<RequestBody>> for Path {
+    ///     type Response = http::Response<String>;
+    ///     type Error = Infallible;
+    ///     type Future = Ready<Result<Self::Response, Infallible>>;
+    ///
+    ///     fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+    ///         Poll::Ready(Ok(()))
+    ///     }
+    ///
+    ///     fn call(&mut self, req: http::Request<RequestBody>) -> Self::Future {
+    ///         ready(Ok(http::Response::new(req.uri().path().to_string())))
+    ///     }
+    /// }
+    ///
+    /// let _app = H3App::service(Path);
+    /// ```
+    pub fn service<S, B>(svc: S) -> Self
+    where
+        S: tower_service::Service<http::Request<RequestBody>, Response = http::Response<B>>
+            + Clone
+            + Send
+            + Sync
+            + 'static,
+        S::Error: Into<BoxError>,
+        S::Future: 'static,
+        B: http_body::Body + 'static,
+        B::Data: bytes::Buf,
+        B::Error: Into<BoxError>,
+    {
+        H3App::service_per_worker(move |_| svc.clone())
+    }
+
+    /// HTTP/3 answered by the service `make(worker)` gives each worker, on
+    /// that worker's thread (it need not be `Send`), cloned for each
+    /// connection; otherwise as [`H3App::service`].
+    pub fn service_per_worker<S, B>(make: impl Fn(usize) -> S + Send + Sync + 'static) -> Self
+    where
+        S: tower_service::Service<http::Request<RequestBody>, Response = http::Response<B>>
+            + Clone
+            + 'static,
+        S::Error: Into<BoxError>,
+        S::Future: 'static,
+        B: http_body::Body + 'static,
+        B::Data: bytes::Buf,
+        B::Error: Into<BoxError>,
+    {
+        let make: Arc<MakeService> = Arc::new(move |worker| {
+            let svc = make(worker);
+            Box::new(move |info: ConnInfo, alpn: &[u8]| {
+                super::service::responder(svc.clone(), info, alpn)
+            }) as Box<ConnService>
+        });
+        H3App {
+            answer: Answer::Service(make),
             request_timeout: limits::REQUEST_TIMEOUT,
         }
     }
@@ -95,23 +192,49 @@ impl Application for H3App {
     }
 
     fn worker(&self, worker: usize) -> Box<dyn WorkerApp> {
+        let answer = match &self.answer {
+            Answer::Handler(make) => WorkerAnswer::Handler(make(worker)),
+            Answer::Service(make) => match Executor::new(worker) {
+                Ok(ex) => WorkerAnswer::Service(make(worker), ex),
+                Err(e) => WorkerAnswer::NoRuntime(e.to_string()),
+            },
+        };
         Box::new(H3Worker {
-            handler: (self.make)(worker),
+            answer,
             request_timeout: self.request_timeout,
         })
     }
 }
 
+/// What answers on one worker.
+enum WorkerAnswer {
+    Handler(Rc<dyn Handler>),
+    Service(Box<ConnService>, Executor),
+    /// The worker's runtime could not be made (the reason): its
+    /// connections are refused, and counted in
+    /// [`crate::Counters::refused`].
+    NoRuntime(#[allow(dead_code)] String),
+}
+
 /// HTTP/3 on one worker.
 struct H3Worker {
-    handler: Rc<dyn Handler>,
+    answer: WorkerAnswer,
     request_timeout: Duration,
 }
 
 impl WorkerApp for H3Worker {
-    fn accept(&mut self, _alpn: &[u8], _info: &ConnInfo) -> Option<Box<dyn ConnApp>> {
+    fn accept(&mut self, alpn: &[u8], info: &ConnInfo) -> Option<Box<dyn ConnApp>> {
+        let (responder, runtime) = match &self.answer {
+            WorkerAnswer::Handler(h) => (Responder::Handler(h.clone()), None),
+            WorkerAnswer::Service(make, ex) => (
+                Responder::Service(make(info.clone(), alpn)),
+                Some(ex.handle().clone()),
+            ),
+            WorkerAnswer::NoRuntime(_) => return None,
+        };
         Some(Box::new(H3Connection {
-            handler: self.handler.clone(),
+            responder,
+            runtime,
             request_timeout: self.request_timeout,
             task: None,
             reported: TaskStats::default(),
@@ -122,7 +245,8 @@ impl WorkerApp for H3Worker {
 /// One connection: its task, made at the first call (the connection is
 /// reached through [`AppCx`]).
 struct H3Connection {
-    handler: Rc<dyn Handler>,
+    responder: Responder,
+    runtime: Option<tokio::runtime::Handle>,
     request_timeout: Duration,
     task: Option<H3Task>,
     /// What was added to the engine's counters so far.
@@ -131,20 +255,29 @@ struct H3Connection {
 
 impl H3Connection {
     fn task(&mut self, cx: &mut AppCx<'_>) -> &mut H3Task {
-        let handler = &self.handler;
+        let responder = &self.responder;
+        let runtime = &self.runtime;
         let request_timeout = self.request_timeout;
-        self.task.get_or_insert_with(|| {
+        let task = self.task.get_or_insert_with(|| {
             // quinn-proto holds a copy of what h3 sends: bound it
             // (`limits::h3_per_connection`).
             cx.set_send_window(limits::H3_SEND_WINDOW);
-            H3Task::server(
+            let t = H3Task::server(
                 cx.conn().clone(),
-                handler.clone(),
+                responder.clone(),
                 limits::STREAMS as usize,
                 request_timeout,
                 cx.now(),
             )
-        })
+            .with_waker(cx.conn_waker());
+            match runtime {
+                Some(rt) => t.with_runtime(rt.clone()),
+                None => t,
+            }
+        });
+        // The engine drives the connection: the task's poll follows.
+        task.driving();
+        task
     }
 
     fn report(&mut self, cx: &AppCx<'_>) {
@@ -157,6 +290,8 @@ impl H3Connection {
             .fetch_add(s.refused - self.reported.refused, Relaxed);
         c.request_timeouts
             .fetch_add(s.timeouts - self.reported.timeouts, Relaxed);
+        c.app_panics
+            .fetch_add(s.panics - self.reported.panics, Relaxed);
         self.reported = s;
     }
 }

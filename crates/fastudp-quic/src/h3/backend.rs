@@ -15,7 +15,7 @@
 //!
 //! Bounds: h3 buffers a whole frame before it decodes it, so what is
 //! handed to h3 on a peer's stream is bounded here ([`Limits`]): a request
-//! stream beyond its byte cap is refused with `H3_EXCESSIVE_LOAD`, and a
+//! stream frame other than DATA over its cap is refused with `H3_EXCESSIVE_LOAD`, and a
 //! control-stream frame longer than its limit closes the connection with
 //! it.
 //!
@@ -51,7 +51,8 @@ pub(crate) const H3_CLOSED_CRITICAL_STREAM: u64 = 0x104;
 /// The most bytes handed to h3 on one stream the peer opened.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Limits {
-    /// On a bidirectional (request) stream; `None`: unbounded (a client's
+    /// The longest frame other than DATA on a bidirectional (request)
+    /// stream ([`FrameGuard::request`]); `None`: unbounded (a client's
     /// response streams).
     pub(crate) request_stream: Option<u64>,
     /// The longest frame on the peer's control stream
@@ -426,7 +427,12 @@ impl<B: Buf> quic::Connection<B> for H3Conn {
     ) -> Poll<Result<H3Bidi<B>, ConnectionErrorIncoming>> {
         self.poll_accept(Dir::Bi, cx).map_ok(|id| H3Bidi {
             send: H3Send::new(self.link.clone(), id),
-            recv: H3Recv::new(self.link.clone(), id, self.link.limits.request_stream, None),
+            recv: H3Recv::new(
+                self.link.clone(),
+                id,
+                None,
+                self.link.limits.request_stream.map(FrameGuard::request),
+            ),
         })
     }
 
@@ -740,7 +746,7 @@ impl H3Recv {
     /// control-stream frame, the connection).
     fn over_cap(&mut self, conn: &mut Connection) -> StreamErrorIncoming {
         let code = varint(H3_EXCESSIVE_LOAD);
-        if self.guard.is_some() {
+        if self.guard.as_ref().is_some_and(|g| !g.is_request()) {
             self.link.count(|s| s.control_frames_too_long += 1);
             conn.close(
                 self.link.now(),

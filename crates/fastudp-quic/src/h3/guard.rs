@@ -1,4 +1,5 @@
-//! A bound on the frames of a peer's HTTP/3 control stream.
+//! A bound on the frames of a peer's HTTP/3 control stream, and on the
+//! frames other than DATA of a request stream.
 //!
 //! h3 reads a whole frame into memory before it decodes it, and the
 //! control stream lives as long as the connection, so neither a cap on the
@@ -7,6 +8,12 @@
 //! (RFC 9114 6.2, 7.1; QUIC varints, RFC 9000 16) as the bytes pass to h3,
 //! and refuses a frame longer than its limit before h3 buffers it. It
 //! decodes nothing else: h3 does the protocol.
+//!
+//! On a request stream ([`FrameGuard::request`]) h3 reads a HEADERS frame
+//! (the head, trailers) or an unknown frame whole as well, but streams a
+//! DATA frame's payload as it arrives: DATA frames pass at any length (the
+//! request body, read as the application asks, bounded by the stream's
+//! window), every other frame is held to the limit.
 
 /// What the guard found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,6 +48,10 @@ pub(crate) struct FrameGuard {
     var: [u8; 8],
     var_len: usize,
     max_frame: u64,
+    /// A request stream: no stream type, DATA frames unbounded.
+    request: bool,
+    /// The type of the frame whose length is being read.
+    frame_type: u64,
 }
 
 /// The length of a QUIC varint from its first byte.
@@ -64,7 +75,24 @@ impl FrameGuard {
             var: [0; 8],
             var_len: 0,
             max_frame,
+            request: false,
+            frame_type: 0,
         }
+    }
+
+    /// A guard for a request stream: frames other than DATA longer than
+    /// `max_frame` are refused.
+    pub(crate) fn request(max_frame: u64) -> Self {
+        FrameGuard {
+            state: State::FrameType,
+            request: true,
+            ..FrameGuard::new(max_frame)
+        }
+    }
+
+    /// Whether it guards a request stream (else a control stream).
+    pub(crate) fn is_request(&self) -> bool {
+        self.request
     }
 
     /// Takes the next bytes of the stream.
@@ -94,7 +122,12 @@ impl FrameGuard {
                         // 0x00: the control stream.
                         State::StreamType if v == 0 => State::FrameType,
                         State::StreamType => State::Pass,
-                        State::FrameType => State::FrameLen,
+                        State::FrameType => {
+                            self.frame_type = v;
+                            State::FrameLen
+                        }
+                        // 0x00: DATA, whose payload h3 streams.
+                        _ if self.request && self.frame_type == 0 && v > 0 => State::Payload(v),
                         _ if v > self.max_frame => return Verdict::TooLong(v),
                         _ if v == 0 => State::FrameType,
                         _ => State::Payload(v),
@@ -143,6 +176,25 @@ mod tests {
             g.feed(&[0x00, 0x80, 0, 0, 0x21, 0x41, 0x00]),
             Verdict::TooLong(256)
         );
+    }
+
+    #[test]
+    fn a_request_stream_passes_data_of_any_length_and_bounds_the_rest() {
+        // HEADERS (1) of 3 bytes, DATA (0) of 2^20 bytes, then a HEADERS
+        // frame (trailers) of 256 bytes, over a limit of 100.
+        let mut g = FrameGuard::request(100);
+        assert_eq!(g.feed(&[0x01, 0x03, 1, 2, 3]), Verdict::Fine);
+        assert_eq!(g.feed(&[0x00, 0x80, 0x10, 0x00, 0x00]), Verdict::Fine);
+        let body = vec![7u8; 1 << 20];
+        for piece in body.chunks(1000) {
+            assert_eq!(g.feed(piece), Verdict::Fine);
+        }
+        assert_eq!(g.state, State::FrameType);
+        assert_eq!(g.feed(&[0x01, 0x41, 0x00]), Verdict::TooLong(256));
+        // An unknown frame type is held to the limit too.
+        let mut g = FrameGuard::request(100);
+        assert_eq!(g.feed(&[0x21, 0x41, 0x00]), Verdict::TooLong(256));
+        assert!(g.is_request());
     }
 
     #[test]

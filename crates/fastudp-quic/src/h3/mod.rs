@@ -9,6 +9,10 @@
 //!   [`crate::app::Router`] beside hq-interop to serve both on one port.
 //! - [`handler`]: the [`Handler`] seam that answers requests, and the
 //!   built-in `/bytes/N` and `/video/RATE/SECONDS` endpoints.
+//! - [`service`]: any `tower::Service` (an axum `Router`) answering
+//!   requests with async futures, streaming request and response bodies
+//!   ([`H3App::service`]); `executor`: each worker's tokio runtime they
+//!   run in.
 //!
 //! What a connection makes h3 hold, beyond the transport's windows: one
 //! frame (at most [`CHUNK`] bytes of body plus its header) per stream
@@ -22,9 +26,11 @@
 
 mod app;
 pub(crate) mod backend;
+mod executor;
 mod files;
 mod guard;
 pub mod handler;
+pub mod service;
 pub(crate) mod task;
 #[cfg(test)]
 mod tests;
@@ -32,6 +38,7 @@ mod tests;
 pub use app::{builtin_handler, H3App, MakeHandler, PatternContent};
 pub use files::FilesHandler;
 pub use handler::{Body, Builtin, Content, Handler, Next, Reply, Route, CHUNK};
+pub use service::{Alpn, BoxError, RequestBody, RequestBodyError};
 pub use task::{CONTROL_FRAME_MAX, MAX_FIELD_SECTION, REQUEST_STREAM_CAP};
 
 /// The ALPN token of HTTP/3.

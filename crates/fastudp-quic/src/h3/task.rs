@@ -2,15 +2,24 @@
 //!
 //! One future per connection runs h3's server: it accepts requests and
 //! keeps their futures in a `FuturesUnordered` bounded by the stream limit.
-//! Nothing is spawned and there is no runtime: the driver calls
-//! [`H3Task::poll`] once per drive, after the connection's events were
-//! forwarded to the [`Link`] and before it polls transmits, and the task is
-//! polled only when something woke it. Video frames sleep on a
-//! per-connection timer registry; its earliest deadline is
-//! [`H3Task::timeout`], part of the connection's timer.
+//! Nothing is spawned: the driver calls [`H3Task::poll`] once per drive,
+//! after the connection's events were forwarded to the [`Link`] and before
+//! it polls transmits, and the task is polled only when something woke it.
+//! Video frames sleep on a per-connection timer registry; its earliest
+//! deadline is [`H3Task::timeout`], part of the connection's timer.
+//!
+//! A wake from outside the connection's drive (a tokio timer, a channel,
+//! another thread) has the engine drive the connection again through its
+//! [`ConnWaker`], which ends the worker's wait at once. With a runtime
+//! ([`H3Task::with_runtime`]) the task is polled inside it, so that the
+//! requests' futures can use tokio's timers and I/O. A panic in the task
+//! is caught: the connection is closed with `H3_INTERNAL_ERROR`, and the
+//! worker goes on.
 
 use super::backend::{ConnRef, H3Conn, Limits, Link, H3_INTERNAL_ERROR};
 use super::handler::{Handler, Next, CHUNK};
+use super::service::ServeRequest;
+use crate::app::ConnWaker;
 use bytes::Bytes;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use quinn_proto::{StreamId, VarInt};
@@ -48,12 +57,17 @@ const REPOLLS: usize = 4;
 /// header section did not arrive in time is reset and stopped with it.
 pub(crate) const H3_REQUEST_INCOMPLETE: u64 = 0x10d;
 
-/// The task's waker: marks the task as due. Waking from another thread is
-/// harmless (the flag is atomic), though only the worker wakes it.
+/// The task's waker: marks the task as due and, unless the engine is
+/// driving the connection (its poll of the task follows), has the
+/// connection driven again, from any thread.
 #[derive(Default)]
 pub(crate) struct TaskWaker {
     pub(crate) queued: AtomicBool,
     wakes: AtomicU64,
+    /// The engine is driving the connection: a poll of the task follows.
+    pub(crate) driving: AtomicBool,
+    /// Drives the connection again (none in tests without an engine).
+    conn: Option<ConnWaker>,
 }
 
 impl Wake for TaskWaker {
@@ -62,8 +76,30 @@ impl Wake for TaskWaker {
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        self.queued.store(true, Ordering::Relaxed);
+        let was = self.queued.swap(true, Ordering::SeqCst);
         self.wakes.fetch_add(1, Ordering::Relaxed);
+        // Already queued: a drive was asked for, or the engine reads the
+        // flag through `timeout()` after its drive.
+        if !was && !self.driving.load(Ordering::SeqCst) {
+            if let Some(c) = &self.conn {
+                c.wake_conn();
+            }
+        }
+    }
+}
+
+/// What answers a connection's requests.
+#[derive(Clone)]
+pub(crate) enum Responder {
+    /// A synchronous [`Handler`] (the file server, the built-in paths).
+    Handler(Rc<dyn Handler>),
+    /// An asynchronous service (a `tower::Service`).
+    Service(Rc<dyn ServeRequest>),
+}
+
+impl From<Rc<dyn Handler>> for Responder {
+    fn from(h: Rc<dyn Handler>) -> Self {
+        Responder::Handler(h)
     }
 }
 
@@ -156,6 +192,9 @@ pub(crate) struct TaskStats {
     /// Request streams whose header section was not whole by the request
     /// deadline (reset with `H3_REQUEST_INCOMPLETE`).
     pub(crate) timeouts: u64,
+    /// Panics in application code caught (a request answered 500 or
+    /// reset, or the connection closed).
+    pub(crate) panics: u64,
 }
 
 /// The connection's HTTP/3 server task.
@@ -172,6 +211,8 @@ pub(crate) struct H3Task {
     close_pending: bool,
     /// A failed borrow was seen (and handled).
     faulted: bool,
+    /// The runtime the task is polled in, if any.
+    runtime: Option<tokio::runtime::Handle>,
 }
 
 impl H3Task {
@@ -181,7 +222,7 @@ impl H3Task {
     /// `request_timeout` of its acceptance is reset.
     pub(crate) fn server(
         conn: ConnRef,
-        handler: Rc<dyn Handler>,
+        responder: impl Into<Responder>,
         max_requests: usize,
         request_timeout: Duration,
         now: Instant,
@@ -198,7 +239,7 @@ impl H3Task {
         let stats = Rc::new(RefCell::new(TaskStats::default()));
         let fut = serve_connection(
             H3Conn::new(link.clone()),
-            handler,
+            responder.into(),
             clock.clone(),
             stats.clone(),
             max_requests.max(1),
@@ -217,7 +258,34 @@ impl H3Task {
             polls: 0,
             close_pending: false,
             faulted: false,
+            runtime: None,
         }
+    }
+
+    /// Has a wake from outside the connection's drive drive it again
+    /// (through `waker`). Call before the first poll.
+    pub(crate) fn with_waker(mut self, waker: ConnWaker) -> Self {
+        let flag = Arc::new(TaskWaker {
+            queued: AtomicBool::new(self.flag.queued.load(Ordering::SeqCst)),
+            conn: Some(waker),
+            ..TaskWaker::default()
+        });
+        self.waker = Waker::from(flag.clone());
+        self.flag = flag;
+        self
+    }
+
+    /// Polls the task inside `rt` (its timers and I/O reach the requests'
+    /// futures).
+    pub(crate) fn with_runtime(mut self, rt: tokio::runtime::Handle) -> Self {
+        self.runtime = Some(rt);
+        self
+    }
+
+    /// The engine is driving the connection: wakes until the end of the
+    /// next [`H3Task::poll`] need no drive of their own.
+    pub(crate) fn driving(&self) {
+        self.flag.driving.store(true, Ordering::SeqCst);
     }
 
     /// Streams finished since the last call, with their bytes.
@@ -237,19 +305,32 @@ impl H3Task {
         if let Ok(mut t) = self.clock.timers.try_borrow_mut() {
             t.fire(now);
         }
+        let _entered = self.runtime.as_ref().map(|rt| rt.enter());
         for _ in 0..REPOLLS {
             let Some(fut) = self.fut.as_mut() else {
                 break;
             };
-            if !self.flag.queued.swap(false, Ordering::Relaxed) {
+            if !self.flag.queued.swap(false, Ordering::SeqCst) {
                 break;
             }
             self.polls += 1;
             let mut cx = Context::from_waker(&self.waker);
-            if fut.as_mut().poll(&mut cx).is_ready() {
-                self.fut = None;
+            // A panic that a request's own guard did not catch ends the
+            // connection, not the worker.
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                fut.as_mut().poll(&mut cx)
+            })) {
+                Ok(Poll::Ready(())) => self.fut = None,
+                Ok(Poll::Pending) => {}
+                Err(_) => {
+                    count(&self.stats, |s| s.panics += 1);
+                    self.fut = None;
+                    self.close_pending = true;
+                }
             }
         }
+        // Wakes from now on have the connection driven again.
+        self.flag.driving.store(false, Ordering::SeqCst);
         if self.link.faulted() && !self.faulted {
             self.faulted = true;
             // A borrow failed: end the task, and the connection as soon as
@@ -278,7 +359,7 @@ impl H3Task {
             return Some(self.link.now());
         }
         self.fut.as_ref()?;
-        if self.flag.queued.load(Ordering::Relaxed) {
+        if self.flag.queued.load(Ordering::SeqCst) {
             return Some(self.link.now());
         }
         self.clock.timers.try_borrow().ok().and_then(|t| t.first())
@@ -320,7 +401,7 @@ type Resolver = ::h3::server::RequestResolver<H3Conn, Bytes>;
 /// futures (at most `max_requests`).
 async fn serve_connection(
     conn: H3Conn,
-    handler: Rc<dyn Handler>,
+    responder: Responder,
     clock: Rc<Clock>,
     stats: Rc<RefCell<TaskStats>>,
     max_requests: usize,
@@ -361,7 +442,7 @@ async fn serve_connection(
         match accepted {
             Some(Ok(Some(resolver))) => requests.push(serve_request(
                 resolver,
-                handler.clone(),
+                responder.clone(),
                 clock.clone(),
                 stats.clone(),
                 request_timeout,
@@ -377,7 +458,7 @@ async fn serve_connection(
 /// answer it, send the body.
 async fn serve_request(
     resolver: Resolver,
-    handler: Rc<dyn Handler>,
+    responder: Responder,
     clock: Rc<Clock>,
     stats: Rc<RefCell<TaskStats>>,
     request_timeout: Duration,
@@ -424,6 +505,17 @@ async fn serve_request(
         }
     };
     count(&stats, |s| s.requests += 1);
+    let handler = match responder {
+        Responder::Handler(h) => h,
+        Responder::Service(svc) => {
+            let outcome = svc.serve(req, stream).await;
+            count(&stats, |s| {
+                s.cut += u64::from(outcome.cut);
+                s.panics += u64::from(outcome.panicked);
+            });
+            return;
+        }
+    };
     let reply = handler.handle(&req, clock.now());
     if stream.send_response(reply.head).await.is_err() {
         count(&stats, |s| s.cut += 1);

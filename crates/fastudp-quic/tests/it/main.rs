@@ -2,4 +2,5 @@
 //! (`cargo test -p fastudp-quic --test it -- engine::altsvc::` runs the
 //! Alt-Svc server's).
 
+mod axum;
 mod engine;
