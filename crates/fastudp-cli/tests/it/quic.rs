@@ -67,7 +67,7 @@ fn client_with(
     let mut roots = rustls::RootCertStore::empty();
     roots.add(cert).unwrap();
     let mut tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
+        rustls::crypto::aws_lc_rs::default_provider(),
     ))
     .with_protocol_versions(&[&rustls::version::TLS13])
     .unwrap()
@@ -473,7 +473,7 @@ fn a_full_receive_buffer_is_counted() {
 /// datagrams that came back, by first byte's packet type.
 fn flood_initials(server: SocketAddr, n: usize, sockets: usize) -> (usize, usize) {
     let mut tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
+        rustls::crypto::aws_lc_rs::default_provider(),
     ))
     .with_protocol_versions(&[&rustls::version::TLS13])
     .unwrap()

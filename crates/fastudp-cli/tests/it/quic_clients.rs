@@ -459,7 +459,7 @@ fn quinn_client() -> quinn::Endpoint {
             self.0.signature_verification_algorithms.supported_schemes()
         }
     }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let mut tls = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&[&rustls::version::TLS13])
         .unwrap()

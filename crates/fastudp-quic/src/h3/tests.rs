@@ -109,7 +109,7 @@ fn cert() -> Cert {
 }
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
+    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
 }
 
 fn server_config(c: &Cert) -> ServerConfig {
