@@ -1789,7 +1789,10 @@ mod harness {
                 Ok("1"),
                 "io_uring unavailable: {why}"
             );
-            eprintln!("skipped: io_uring unavailable: {why}");
+            fastudp_test_support::note(
+                &fastudp_test_support::current_test(),
+                &format!("io_uring unavailable: {why}"),
+            );
             return;
         }
         let mut n = Net::new(|s| {

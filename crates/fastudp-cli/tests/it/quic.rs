@@ -3,7 +3,7 @@
 //! the testbed.
 
 use crate::common;
-use crate::skip_check;
+use fastudp_test_support as skip_check;
 
 use common::quic_server::{serve, stats_until};
 use common::{fastudp, privileged, wait_for_sigint_handler, Running};
@@ -930,7 +930,7 @@ fn fetches_bytes_on_the_testbed_v4_and_v6() {
 
 /// Whether python3 with aioquic is here; otherwise says why the test
 /// skips, or fails under `FASTUDP_REQUIRE_PRIVILEGED_TESTS=1` (CI, whose
-/// .ci/run installs it).
+/// scripts/install-test-deps.sh installs it).
 fn have_aioquic(test: &str) -> bool {
     let ok = Command::new("python3")
         .args(["-c", "import aioquic"])
@@ -940,7 +940,7 @@ fn have_aioquic(test: &str) -> bool {
     if !ok {
         common::skip(
             test,
-            "needs python3 with aioquic (pip install aioquic==1.7.2; .ci/run installs it)",
+            "needs python3 with aioquic (pip install aioquic==1.7.2; scripts/install-test-deps.sh installs it)",
         );
     }
     ok
