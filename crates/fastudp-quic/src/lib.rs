@@ -69,6 +69,7 @@
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
+#![doc(test(attr(deny(warnings))))]
 
 #[cfg(feature = "h3")]
 pub mod altsvc;

@@ -582,10 +582,7 @@ pub(crate) fn initial_suite_from_provider(
 pub(crate) fn configured_provider() -> Arc<rustls::crypto::CryptoProvider> {
     #[cfg(all(feature = "rustls-aws-lc-rs", not(feature = "rustls-ring")))]
     let provider = rustls::crypto::aws_lc_rs::default_provider();
-    // rustls 0.23.48 deprecates ring's provider (no post-quantum key
-    // exchange); quinn-proto's rustls-ring feature asks for it.
     #[cfg(feature = "rustls-ring")]
-    #[allow(deprecated)]
     let provider = rustls::crypto::ring::default_provider();
     Arc::new(provider)
 }
