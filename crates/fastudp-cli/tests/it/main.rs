@@ -7,6 +7,7 @@ mod common;
 mod args;
 mod bench;
 mod control;
+mod docs;
 mod doctor;
 mod h3_attacks;
 mod interrupt;
