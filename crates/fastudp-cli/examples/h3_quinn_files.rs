@@ -113,7 +113,7 @@ fn run(a: Args) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("certificate: {e}"))?;
     let key = rustls::pki_types::PrivateKeyDer::Pkcs8(cert.key_pair.serialize_der().into());
     let mut tls = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
+        rustls::crypto::aws_lc_rs::default_provider(),
     ))
     .with_protocol_versions(&[&rustls::version::TLS13])
     .map_err(|e| anyhow::anyhow!("TLS: {e}"))?

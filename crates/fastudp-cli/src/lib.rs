@@ -14,6 +14,7 @@ pub mod output;
 pub mod failure;
 pub mod args;
 pub mod bench;
+pub mod docs;
 pub mod engine;
 pub mod host;
 pub mod interrupt;
@@ -25,8 +26,17 @@ pub mod stream;
 pub mod testbed;
 pub mod txrx;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use std::process::ExitCode;
+
+/// Measure and compare UDP send/receive strategies on this host.
+#[derive(Parser, Debug)]
+#[command(name = "fastudp", version, about, long_about = None)]
+pub struct Cli {
+    /// The command.
+    #[command(subcommand)]
+    pub cmd: Cmd,
+}
 
 /// The commands of `fastudp`.
 #[derive(Subcommand, Debug)]
@@ -61,6 +71,12 @@ pub enum Cmd {
         #[command(subcommand)]
         action: TestbedCmd,
     },
+    /// Print the completion script of a shell (bash, zsh, fish, elvish,
+    /// powershell) for `fastudp`.
+    Completions(docs::CompletionsArgs),
+    /// Print the manual page of `fastudp` (roff), or write one per
+    /// command into a directory.
+    Man(docs::ManArgs),
 }
 
 /// `fastudp testbed ...`.
@@ -117,6 +133,8 @@ pub fn run(cmd: Cmd) -> anyhow::Result<()> {
         Cmd::Rx(a) => txrx::run_rx(a)?,
         Cmd::Bench(a) => bench::run(a)?,
         Cmd::Quic { action } => quic::run(action)?,
+        Cmd::Completions(a) => docs::completions(Cli::command(), &a)?,
+        Cmd::Man(a) => docs::man(Cli::command(), &a)?,
         Cmd::Testbed {
             action: TestbedCmd::Up { profile },
         } => {

@@ -3,16 +3,8 @@
 
 #![forbid(unsafe_code)]
 
-use clap::Parser;
+use fastudp_cli::Cli;
 use std::process::ExitCode;
-
-/// Measure and compare UDP send/receive strategies on this host.
-#[derive(Parser, Debug)]
-#[command(name = "fastudp", version, about, long_about = None)]
-struct Cli {
-    #[command(subcommand)]
-    cmd: fastudp_cli::Cmd,
-}
 
 fn main() -> ExitCode {
     fastudp_cli::main("fastudp", |cli: Cli| fastudp_cli::run(cli.cmd))

@@ -1483,11 +1483,7 @@ mod tests {
             return true;
         }
         let why = format!("io_uring unavailable: {:?}", p.why_not());
-        assert!(
-            std::env::var_os("FASTUDP_REQUIRE_PRIVILEGED_TESTS").is_none(),
-            "{why}"
-        );
-        eprintln!("skipped: {why}");
+        fastudp_test_support::skip(&fastudp_test_support::current_test(), &why);
         false
     }
 
@@ -1758,11 +1754,7 @@ mod tests {
             return true;
         }
         let why = format!("io_uring SENDMSG_ZC unavailable: {:?}", p.why_not());
-        assert!(
-            std::env::var_os("FASTUDP_REQUIRE_PRIVILEGED_TESTS").is_none(),
-            "{why}"
-        );
-        eprintln!("skipped: {why}");
+        fastudp_test_support::skip(&fastudp_test_support::current_test(), &why);
         false
     }
 

@@ -175,7 +175,7 @@ fn tls(
     alpn: &[&[u8]],
 ) -> anyhow::Result<rustls::ServerConfig> {
     let mut c = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
+        rustls::crypto::aws_lc_rs::default_provider(),
     ))
     .with_protocol_versions(&[&rustls::version::TLS13])?
     .with_no_client_auth()

@@ -142,7 +142,7 @@ pub fn run(bytes: usize) -> Result<Outcome, Box<dyn std::error::Error>> {
     // A self-signed certificate for `localhost`.
     let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()])?;
     let key = rustls::pki_types::PrivatePkcs8KeyDer::from(cert.key_pair.serialize_der());
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let tls = rustls::ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&[&rustls::version::TLS13])?
         .with_no_client_auth()

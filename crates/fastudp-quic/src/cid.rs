@@ -13,7 +13,7 @@ pub(crate) const CID_LEN: usize = 8;
 pub(crate) struct WorkerCids {
     pub(crate) worker: u8,
     pub(crate) workers: u8,
-    pub(crate) rng: &'static dyn rustls::crypto::SecureRandom,
+    pub(crate) rng: ring::rand::SystemRandom,
     /// Should the system generator ever fail: IDs are then a keyed hash of
     /// the worker and a counter shared by all generators, as unlinkable.
     pub(crate) fallback: Arc<(ring::hmac::Key, std::sync::atomic::AtomicU64)>,
@@ -21,6 +21,7 @@ pub(crate) struct WorkerCids {
 
 impl ConnectionIdGenerator for WorkerCids {
     fn generate_cid(&mut self) -> ConnectionId {
+        use ring::rand::SecureRandom;
         let mut b = [0u8; CID_LEN];
         if self.rng.fill(&mut b).is_err() {
             let (key, counter) = &*self.fallback;

@@ -70,7 +70,7 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 100_000;
 /// # let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()])?;
 /// # let key = rustls::pki_types::PrivatePkcs8KeyDer::from(cert.key_pair.serialize_der());
 /// # let tls = rustls::ServerConfig::builder_with_provider(Arc::new(
-/// #     rustls::crypto::ring::default_provider(),
+/// #     rustls::crypto::aws_lc_rs::default_provider(),
 /// # ))
 /// # .with_protocol_versions(&[&rustls::version::TLS13])?
 /// # .with_no_client_auth()
@@ -437,7 +437,7 @@ mod tests {
 
     fn cfg(t: Tuning) -> EngineConfig {
         let tls = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(
-            rustls::crypto::ring::default_provider(),
+            rustls::crypto::aws_lc_rs::default_provider(),
         ))
         .with_protocol_versions(&[&rustls::version::TLS13])
         .unwrap()

@@ -321,9 +321,9 @@ fn choose_pacing(cfg: &EngineConfig, txs: &[Socket]) -> Result<(PacingMode, Stri
 
 /// `N` bytes from the system random generator.
 fn random_key<const N: usize>() -> Result<[u8; N], Error> {
+    use ring::rand::SecureRandom;
     let mut k = [0u8; N];
-    rustls::crypto::ring::default_provider()
-        .secure_random
+    ring::rand::SystemRandom::new()
         .fill(&mut k)
         .map_err(|_| Error::Setup("the system random generator failed".into()))?;
     Ok(k)
@@ -341,7 +341,7 @@ fn endpoint_config(
     // QUIC version 1 only (RFC 9000), not the drafts quinn-proto also
     // speaks by default.
     ep.supported_versions(vec![1]);
-    let rng = rustls::crypto::ring::default_provider().secure_random;
+    let rng = ring::rand::SystemRandom::new();
     // 256 workers wrap to 0 in a byte: every byte value is then its own
     // worker's, as `byte % 256` says.
     let (w, nn) = (i as u8, n as u8);
@@ -349,7 +349,7 @@ fn endpoint_config(
         Box::new(WorkerCids {
             worker: w,
             workers: nn,
-            rng,
+            rng: rng.clone(),
             fallback: fallback.clone(),
         })
     });

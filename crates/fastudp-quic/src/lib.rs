@@ -51,7 +51,7 @@
 //! let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()])?;
 //! let key = rustls::pki_types::PrivatePkcs8KeyDer::from(cert.key_pair.serialize_der());
 //! let tls = rustls::ServerConfig::builder_with_provider(Arc::new(
-//!     rustls::crypto::ring::default_provider(),
+//!     rustls::crypto::aws_lc_rs::default_provider(),
 //! ))
 //! .with_protocol_versions(&[&rustls::version::TLS13])?
 //! .with_no_client_auth()
@@ -69,6 +69,7 @@
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
+#![doc(test(attr(deny(warnings))))]
 
 #[cfg(feature = "h3")]
 pub mod altsvc;

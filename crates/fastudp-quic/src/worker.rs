@@ -1437,7 +1437,7 @@ mod harness {
         let c = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
         let key = rustls::pki_types::PrivatePkcs8KeyDer::from(c.key_pair.serialize_der());
         let tls = rustls::ServerConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
+            rustls::crypto::aws_lc_rs::default_provider(),
         ))
         .with_protocol_versions(&[&rustls::version::TLS13])
         .unwrap()
@@ -1543,7 +1543,7 @@ mod harness {
             let mut roots = rustls::RootCertStore::empty();
             roots.add(self.cert.clone()).unwrap();
             let mut tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-                rustls::crypto::ring::default_provider(),
+                rustls::crypto::aws_lc_rs::default_provider(),
             ))
             .with_protocol_versions(&[&rustls::version::TLS13])
             .unwrap()
@@ -1789,7 +1789,10 @@ mod harness {
                 Ok("1"),
                 "io_uring unavailable: {why}"
             );
-            eprintln!("skipped: io_uring unavailable: {why}");
+            fastudp_test_support::note(
+                &fastudp_test_support::current_test(),
+                &format!("io_uring unavailable: {why}"),
+            );
             return;
         }
         let mut n = Net::new(|s| {

@@ -216,6 +216,9 @@ pub fn use_crypto(c: super::Crypto) {
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(match CRYPTO.get().copied().unwrap_or_default() {
+        // rustls 0.23.48 deprecates ring's provider (no post-quantum key
+        // exchange); it stays selectable here, on request.
+        #[allow(deprecated)]
         super::Crypto::Ring => rustls::crypto::ring::default_provider(),
         super::Crypto::AwsLcRs => rustls::crypto::aws_lc_rs::default_provider(),
     })

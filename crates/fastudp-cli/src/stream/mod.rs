@@ -6,8 +6,9 @@
 //! the flow's sequence number (8 bytes, little-endian), and the pacing mode.
 
 mod args;
-mod flows;
-mod header;
+// Public for the fuzz targets (fuzz/), which feed them datagrams.
+pub mod flows;
+pub mod header;
 mod recv;
 mod send;
 mod summary;

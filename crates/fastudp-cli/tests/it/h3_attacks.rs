@@ -31,7 +31,7 @@ fn have_aioquic(test: &str) -> bool {
     if !ok {
         common::skip(
             test,
-            "needs python3 with aioquic (pip install aioquic==1.7.2; .ci/run installs it)",
+            "needs python3 with aioquic (pip install aioquic==1.7.2; scripts/install-test-deps.sh installs it)",
         );
     }
     ok

@@ -3,12 +3,11 @@
 //! runs one). Each test runs the `fastudp` binary that cargo built for it.
 
 mod common;
-#[path = "../../../fastudp-io/tests/it/support/skip_check.rs"]
-mod skip_check;
 
 mod args;
 mod bench;
 mod control;
+mod docs;
 mod doctor;
 mod h3_attacks;
 mod interrupt;

@@ -3,7 +3,7 @@
 //! the testbed.
 
 use crate::common;
-use crate::skip_check;
+use fastudp_test_support as skip_check;
 
 use common::quic_server::{serve, stats_until};
 use common::{fastudp, privileged, wait_for_sigint_handler, Running};
@@ -67,7 +67,7 @@ fn client_with(
     let mut roots = rustls::RootCertStore::empty();
     roots.add(cert).unwrap();
     let mut tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
+        rustls::crypto::aws_lc_rs::default_provider(),
     ))
     .with_protocol_versions(&[&rustls::version::TLS13])
     .unwrap()
@@ -473,7 +473,7 @@ fn a_full_receive_buffer_is_counted() {
 /// datagrams that came back, by first byte's packet type.
 fn flood_initials(server: SocketAddr, n: usize, sockets: usize) -> (usize, usize) {
     let mut tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
+        rustls::crypto::aws_lc_rs::default_provider(),
     ))
     .with_protocol_versions(&[&rustls::version::TLS13])
     .unwrap()
@@ -930,7 +930,7 @@ fn fetches_bytes_on_the_testbed_v4_and_v6() {
 
 /// Whether python3 with aioquic is here; otherwise says why the test
 /// skips, or fails under `FASTUDP_REQUIRE_PRIVILEGED_TESTS=1` (CI, whose
-/// .ci/run installs it).
+/// scripts/install-test-deps.sh installs it).
 fn have_aioquic(test: &str) -> bool {
     let ok = Command::new("python3")
         .args(["-c", "import aioquic"])
@@ -940,7 +940,7 @@ fn have_aioquic(test: &str) -> bool {
     if !ok {
         common::skip(
             test,
-            "needs python3 with aioquic (pip install aioquic==1.7.2; .ci/run installs it)",
+            "needs python3 with aioquic (pip install aioquic==1.7.2; scripts/install-test-deps.sh installs it)",
         );
     }
     ok

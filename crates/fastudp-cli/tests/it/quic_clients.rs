@@ -4,7 +4,7 @@
 //! with quic-go and aioquic. The helpers are in tests/it/common/clients.rs.
 
 use crate::common;
-use crate::skip_check;
+use fastudp_test_support as skip_check;
 
 use common::clients::{self, Fetched, Trust};
 use common::quic_server::{serve as serve_bare, server_bin, stats_until};
@@ -123,7 +123,7 @@ fn openssl(test: &str) -> bool {
     if !ok {
         skip(
             test,
-            "needs openssl (apt-get install openssl; .ci/run installs it)",
+            "needs openssl (apt-get install openssl; scripts/install-test-deps.sh installs it)",
         );
     }
     ok
@@ -459,7 +459,7 @@ fn quinn_client() -> quinn::Endpoint {
             self.0.signature_verification_algorithms.supported_schemes()
         }
     }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let mut tls = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&[&rustls::version::TLS13])
         .unwrap()
@@ -881,8 +881,11 @@ fn interop_quic_go_http3() {
 
 // ------------------------------------------------------- cases with loss
 
-/// The port the server listens on inside a [`Lossy`] namespace.
-const LOSSY_PORT: u16 = 4433;
+/// The port the server listens on inside a [`Lossy`] namespace (the
+/// test's own: nothing else can hold it). Fixed, because the nftables
+/// rules name it before the server starts; not 4433, `quic serve`'s
+/// default.
+const LOSSY_PORT: u16 = 24433;
 
 /// A network namespace of this test's own holding only loopback, where
 /// nftables drops `loss` percent of the UDP datagrams to and from

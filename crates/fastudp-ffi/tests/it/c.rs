@@ -41,21 +41,7 @@ fn repo() -> PathBuf {
 
 /// Skips (prints why) or, under FASTUDP_REQUIRE_PRIVILEGED_TESTS=1, fails.
 fn skip(why: &str) {
-    let test = std::thread::current()
-        .name()
-        .unwrap_or("this test")
-        .to_string();
-    if std::env::var("FASTUDP_REQUIRE_PRIVILEGED_TESTS").as_deref() == Ok("1") {
-        panic!("{test}: {why}, and FASTUDP_REQUIRE_PRIVILEGED_TESTS=1 requires this test");
-    }
-    // Straight to the process's standard error, past the harness's capture
-    // (which takes only `print!`/`eprint!`): `cargo test` shows the line
-    // among the results without `--nocapture`.
-    use std::io::Write;
-    let _ = writeln!(
-        std::io::stderr().lock(),
-        "SKIPPED {test}: {why} (FASTUDP_REQUIRE_PRIVILEGED_TESTS=1 makes this a failure)"
-    );
+    fastudp_test_support::skip(&fastudp_test_support::current_test(), why);
 }
 
 fn compiler() -> String {

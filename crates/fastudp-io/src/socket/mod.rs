@@ -527,13 +527,7 @@ mod tests {
             return true;
         }
         let why = "no UDP GSO on this socket (an old kernel, or Config::disable with Feature::Gso)";
-        assert!(
-            std::env::var_os("FASTUDP_REQUIRE_PRIVILEGED_TESTS").is_none(),
-            "{why}"
-        );
-        // Past the harness's capture, which takes only `eprint!`.
-        use std::io::Write;
-        let _ = writeln!(std::io::stderr().lock(), "skipped: {why}");
+        fastudp_test_support::skip(&fastudp_test_support::current_test(), why);
         false
     }
 

@@ -8,12 +8,10 @@
 //! increment.
 
 mod common;
-/// Helpers the command's tests (`skip_check`) and the `quinn_bench`
-/// example (`quic`) include too.
+/// Helpers the `quinn_bench` example (`quic`) includes too.
 mod support {
     #[cfg(feature = "quinn")]
     pub mod quic;
-    pub mod skip_check;
 }
 
 mod alloc;

@@ -2,10 +2,10 @@
 //! These need root, `ip` and `ethtool`; without them they skip and say why.
 
 use crate::common;
-use crate::support::skip_check;
 use common::*;
 use fastudp_io::UdpIo;
 use fastudp_io::{Config, Feature, RecvBatch, Socket, Transmit};
+use fastudp_test_support as skip_check;
 use std::net::SocketAddr;
 
 fn sockets(p: &VethPair, rx_gro: bool) -> (Socket, Socket, SocketAddr) {

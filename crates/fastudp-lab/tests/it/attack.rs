@@ -41,7 +41,7 @@ fn client_with(
     let mut roots = rustls::RootCertStore::empty();
     roots.add(cert).unwrap();
     let mut tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
+        rustls::crypto::aws_lc_rs::default_provider(),
     ))
     .with_protocol_versions(&[&rustls::version::TLS13])
     .unwrap()

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 type Cert = rustls::pki_types::CertificateDer<'static>;
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
+    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
 }
 
 /// A TLS 1.3 server configuration with a self-signed certificate.

@@ -3,7 +3,7 @@
 //! hq-interop clients (tools/quic-go-client), and aioquic
 //! (tests/aioquic_client.py). Each finder says why a test skips when its
 //! tool is missing, or fails it under `FASTUDP_REQUIRE_PRIVILEGED_TESTS=1`
-//! (.ci/run installs them all). Each run is bounded in time, and a failure
+//! (scripts/install-test-deps.sh installs them all). Each run is bounded in time, and a failure
 //! comes back as an `Err` with what the tool said, never as empty output.
 
 use super::skip;
@@ -133,7 +133,7 @@ pub fn chromium(test: &str) -> Option<PathBuf> {
     if found.is_none() {
         skip(
             test,
-            "needs chromium (apt-get install chromium; .ci/run installs it)",
+            "needs chromium (apt-get install chromium; scripts/install-test-deps.sh installs it)",
         );
     }
     found
@@ -305,7 +305,7 @@ pub fn aioquic(test: &str) -> bool {
     if !ok {
         skip(
             test,
-            "needs python3 with aioquic (pip install aioquic==1.7.2; .ci/run installs it)",
+            "needs python3 with aioquic (pip install aioquic==1.7.2; scripts/install-test-deps.sh installs it)",
         );
     }
     ok

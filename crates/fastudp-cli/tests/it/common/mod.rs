@@ -325,14 +325,7 @@ pub fn privileged(test: &str, tools: &[&str]) -> bool {
 /// `cargo test` shows it among the results without `--nocapture`: a test
 /// that skipped is visible, not a silent `ok`.
 pub fn skip(test: &str, why: &str) {
-    if std::env::var("FASTUDP_REQUIRE_PRIVILEGED_TESTS").as_deref() == Ok("1") {
-        panic!("{test}: {why} (FASTUDP_REQUIRE_PRIVILEGED_TESTS=1 forbids skipping)");
-    }
-    use std::io::Write;
-    let _ = writeln!(
-        std::io::stderr().lock(),
-        "SKIPPED {test}: {why} (FASTUDP_REQUIRE_PRIVILEGED_TESTS=1 makes this a failure)"
-    );
+    fastudp_test_support::skip(test, why);
 }
 
 /// The testbed's namespaces have fixed names (`fastudp-tx`, `fastudp-rx`):

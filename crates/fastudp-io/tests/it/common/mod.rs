@@ -651,21 +651,7 @@ pub fn must(cmd: &str) {
 /// which); under `FASTUDP_REQUIRE_PRIVILEGED_TESTS=1` (set in CI) a skip
 /// is a failure.
 pub fn skip(why: impl std::fmt::Display) {
-    let test = std::thread::current()
-        .name()
-        .unwrap_or("this test")
-        .to_string();
-    if std::env::var("FASTUDP_REQUIRE_PRIVILEGED_TESTS").as_deref() == Ok("1") {
-        panic!("{test} cannot run: {why} (FASTUDP_REQUIRE_PRIVILEGED_TESTS=1 forbids skipping)");
-    }
-    // Straight to the process's standard error, past the harness's capture
-    // (which takes only `print!`/`eprint!`): `cargo test` shows the line
-    // among the results without `--nocapture`.
-    use std::io::Write;
-    let _ = writeln!(
-        std::io::stderr().lock(),
-        "SKIPPED {test}: {why} (FASTUDP_REQUIRE_PRIVILEGED_TESTS=1 makes this a failure)"
-    );
+    fastudp_test_support::skip(&fastudp_test_support::current_test(), &why.to_string());
 }
 
 pub fn netns_unavailable() -> Option<String> {

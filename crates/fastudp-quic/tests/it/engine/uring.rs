@@ -9,10 +9,7 @@ use super::*;
 /// A test that cannot run here: skipped with a message, or a failure
 /// under `FASTUDP_REQUIRE_PRIVILEGED_TESTS=1` (CI).
 fn skip(why: &str) {
-    if std::env::var("FASTUDP_REQUIRE_PRIVILEGED_TESTS").as_deref() == Ok("1") {
-        panic!("{why} (FASTUDP_REQUIRE_PRIVILEGED_TESTS=1)");
-    }
-    eprintln!("skipped: {why}");
+    fastudp_test_support::skip(&fastudp_test_support::current_test(), why);
 }
 
 /// 16 requests at once on one connection and one of 4 MB, each answer
