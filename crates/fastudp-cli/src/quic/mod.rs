@@ -317,6 +317,12 @@ pub struct LoadArgs {
     /// often (for example 60s). Default: once, when it opens.
     #[arg(long, value_name = "TIME")]
     pub request_every: Option<String>,
+    /// With --duration: the protocol, HTTP/3 (`h3`: any path, checked
+    /// against its content-length) or HTTP/0.9 (`hq-interop`: /bytes/N
+    /// and /video/... checked against their length; for servers without
+    /// HTTP/3, such as `quic serve --stack quinn`).
+    #[arg(long, value_enum, default_value = "h3")]
+    pub alpn: LoadAlpn,
     /// With --duration: handshakes in flight at most while opening.
     #[arg(long, value_name = "N", default_value_t = 256)]
     pub concurrency: usize,
@@ -328,6 +334,15 @@ pub struct LoadArgs {
     /// this long, to measure what a new client waits; 0 for none.
     #[arg(long, value_name = "TIME", default_value = "1s")]
     pub probe_every: String,
+}
+
+/// The protocol of `quic load --duration`.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LoadAlpn {
+    /// HTTP/3.
+    H3,
+    /// HTTP/0.9 over QUIC.
+    HqInterop,
 }
 
 /// The default `quic load --max-udp-payload`: quinn's, a 1500-byte

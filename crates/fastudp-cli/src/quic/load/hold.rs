@@ -4,7 +4,7 @@
 //! client's own memory, CPU and descriptors, and what a new client waits
 //! throughout (a probe connection every --probe-every).
 
-use super::super::{tls, LoadArgs};
+use super::super::{hq, tls, LoadAlpn, LoadArgs};
 use super::{client_endpoint, resolve, Target};
 use crate::interrupt;
 use anyhow::{anyhow, bail};
@@ -117,6 +117,9 @@ impl Prefix {
 /// What the run was asked, checked.
 struct Plan {
     target: Target,
+    /// HTTP/0.9 (hq-interop) rather than HTTP/3, and then the length the
+    /// body must have, when the path tells it.
+    hq: Option<Option<u64>>,
     path: String,
     duration: Duration,
     keepalive: Option<Duration>,
@@ -185,7 +188,21 @@ fn validate(a: &LoadArgs) -> anyhow::Result<Plan> {
     };
     let target = resolve(&a.server)?;
     let (binds, sources) = sockets(a, &target)?;
+    let hq = match a.alpn {
+        LoadAlpn::H3 => None,
+        LoadAlpn::HqInterop => Some(
+            match hq::parse(format!("GET {}\r\n", a.request).as_bytes(), true) {
+                Ok(Some(hq::Request::Bytes(n))) => Some(n),
+                Ok(Some(hq::Request::Video { rate, seconds })) => {
+                    let interval = Duration::from_secs_f64(a.interval / 1000.0);
+                    Some(hq::Frames::new(rate, seconds, interval).total())
+                }
+                _ => None,
+            },
+        ),
+    };
     Ok(Plan {
+        hq,
         path: a.request.clone(),
         target,
         duration,
@@ -342,9 +359,11 @@ fn reason(e: &quinn::ConnectionError) -> String {
 
 /// The quinn client configuration: ALPN h3, the keep-alive, and an idle
 /// timeout the keep-alive stays within.
-fn client_config(keepalive: Option<Duration>) -> anyhow::Result<quinn::ClientConfig> {
+fn client_config(keepalive: Option<Duration>, hq: bool) -> anyhow::Result<quinn::ClientConfig> {
     let mut rustls = tls::client();
-    rustls.alpn_protocols = vec![b"h3".to_vec()];
+    if !hq {
+        rustls.alpn_protocols = vec![b"h3".to_vec()];
+    }
     let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(rustls)
         .map_err(|e| anyhow!("TLS set-up: {e}"))?;
     let mut cfg = quinn::ClientConfig::new(Arc::new(crypto));
@@ -409,6 +428,29 @@ async fn get(
     }
 }
 
+/// One HTTP/0.9 GET of `path` on a stream of its own, read to its end:
+/// the body must be `want` bytes long when that is known. Whether it was.
+async fn get_hq(conn: &quinn::Connection, path: &str, want: Option<u64>) -> Result<bool, ReqError> {
+    let e = |e: &dyn std::fmt::Display| ReqError("request: stream error".into(), e.to_string());
+    let (mut send, mut recv) = conn.open_bi().await.map_err(|x| e(&x))?;
+    send.write_all(format!("GET {path}\r\n").as_bytes())
+        .await
+        .map_err(|x| e(&x))?;
+    let _ = send.finish();
+    let mut n = 0u64;
+    while let Some(c) = recv.read_chunk(64 * 1024, true).await.map_err(|x| e(&x))? {
+        n += c.bytes.len() as u64;
+    }
+    match want {
+        Some(w) if w != n => Err(ReqError(
+            "request: body length differs from content-length".into(),
+            format!("{path}: {w} bytes expected, body {n} bytes"),
+        )),
+        Some(_) => Ok(true),
+        None => Ok(false),
+    }
+}
+
 /// Counts a request's outcome; whether it went well.
 fn count(sh: &Shared, r: Result<bool, ReqError>) -> bool {
     match r {
@@ -463,6 +505,33 @@ async fn hold_one(
         sh.alive.fetch_sub(1, Relaxed);
         sh.fail(format!("lost: {}", reason(e)), format!("lost: {e}"));
     };
+    if let Some(want) = plan.hq {
+        let work = async {
+            loop {
+                if !count(&sh, get_hq(&conn, &plan.path, want).await) {
+                    return;
+                }
+                let next = match plan.request_every {
+                    Some(e) => (tokio::time::Instant::now() + e).min(until),
+                    None => until,
+                };
+                tokio::time::sleep_until(next).await;
+                if tokio::time::Instant::now() >= until {
+                    return;
+                }
+            }
+        };
+        tokio::select! {
+            () = async { work.await; tokio::time::sleep_until(until).await } => {
+                if let Some(e) = conn.close_reason() {
+                    lost(&sh, &e);
+                }
+            }
+            e = conn.closed() => lost(&sh, &e),
+        }
+        conn.close(quinn::VarInt::from_u32(0), b"done");
+        return;
+    }
     let (mut driver, mut send) =
         match h3::client::new(h3_quinn::Connection::new(conn.clone())).await {
             Ok(x) => x,
@@ -519,6 +588,12 @@ async fn probe(ep: &quinn::Endpoint, plan: &Plan) -> Result<f64, String> {
         .map_err(|e| format!("local: {e}"))?
         .await
         .map_err(|e| format!("handshake: {}", reason(&e)))?;
+    if let Some(want) = plan.hq {
+        let r = get_hq(&conn, &plan.path, want).await;
+        let ms = t0.elapsed().as_secs_f64() * 1e3;
+        conn.close(quinn::VarInt::from_u32(0), b"done");
+        return r.map(|_| ms).map_err(|e| e.0);
+    }
     let r = async {
         let (mut driver, mut send) = h3::client::new(h3_quinn::Connection::new(conn.clone()))
             .await
@@ -621,7 +696,7 @@ pub(super) fn run(a: &LoadArgs) -> anyhow::Result<()> {
         .map_or(0, |d| d.as_millis() as u64);
     interrupt::watch();
     let rt = super::runtime(a.threads)?;
-    let cfg = client_config(plan.keepalive)?;
+    let cfg = client_config(plan.keepalive, plan.hq.is_some())?;
     let s = rt.block_on(async {
         let mut eps = Vec::with_capacity(plan.binds.len());
         for b in &plan.binds {
