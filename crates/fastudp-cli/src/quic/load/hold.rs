@@ -299,6 +299,9 @@ fn rss_kib() -> u64 {
 struct Shared {
     handshakes: AtomicU64,
     alive: AtomicU64,
+    /// Connections that failed to open or were lost (each once).
+    conn_failed: AtomicU64,
+    requests_started: AtomicU64,
     requests_ok: AtomicU64,
     requests_failed: AtomicU64,
     length_mismatches: AtomicU64,
@@ -313,6 +316,13 @@ struct Shared {
 }
 
 impl Shared {
+    /// A connection failed to open, or was lost.
+    fn fail_conn(&self, reason: String, detail: String) {
+        self.conn_failed.fetch_add(1, Relaxed);
+        self.fail(reason, detail);
+    }
+
+    /// Counts a failure (of a connection or a request) by reason.
     fn fail(&self, reason: String, detail: String) {
         *self.failures.lock().unwrap().entry(reason).or_default() += 1;
         let mut ex = self.examples.lock().unwrap();
@@ -486,13 +496,13 @@ async fn hold_one(
     let connecting = match ep.connect(t.addr, &t.sni) {
         Ok(c) => c,
         Err(e) => {
-            return sh.fail(format!("local: {e}"), format!("connect: {e}"));
+            return sh.fail_conn(format!("local: {e}"), format!("connect: {e}"));
         }
     };
     let conn = match connecting.await {
         Ok(c) => c,
         Err(e) => {
-            return sh.fail(
+            return sh.fail_conn(
                 format!("handshake: {}", reason(&e)),
                 format!("handshake: {e}"),
             )
@@ -503,11 +513,12 @@ async fn hold_one(
     sh.alive.fetch_add(1, Relaxed);
     let lost = |sh: &Shared, e: &quinn::ConnectionError| {
         sh.alive.fetch_sub(1, Relaxed);
-        sh.fail(format!("lost: {}", reason(e)), format!("lost: {e}"));
+        sh.fail_conn(format!("lost: {}", reason(e)), format!("lost: {e}"));
     };
     if let Some(want) = plan.hq {
         let work = async {
             loop {
+                sh.requests_started.fetch_add(1, Relaxed);
                 if !count(&sh, get_hq(&conn, &plan.path, want).await) {
                     return;
                 }
@@ -528,6 +539,8 @@ async fn hold_one(
                 }
             }
             e = conn.closed() => lost(&sh, &e),
+            // A request still pending at the end is not counted.
+            () = tokio::time::sleep_until(until) => {}
         }
         conn.close(quinn::VarInt::from_u32(0), b"done");
         return;
@@ -540,7 +553,7 @@ async fn hold_one(
                     Some(r) => lost(&sh, &r),
                     None => {
                         sh.alive.fetch_sub(1, Relaxed);
-                        sh.fail("HTTP/3 set-up".into(), format!("HTTP/3 set-up: {e}"));
+                        sh.fail_conn("HTTP/3 set-up".into(), format!("HTTP/3 set-up: {e}"));
                     }
                 }
                 conn.close(quinn::VarInt::from_u32(0x100), b"");
@@ -549,6 +562,7 @@ async fn hold_one(
         };
     let work = async {
         loop {
+            sh.requests_started.fetch_add(1, Relaxed);
             if !count(&sh, get(&mut send, t, &plan.path).await) {
                 return;
             }
@@ -565,6 +579,8 @@ async fn hold_one(
     let closed = tokio::select! {
         () = async { work.await; tokio::time::sleep_until(until).await } => None,
         _ = driver.wait_idle() => conn.close_reason(),
+        // A request still pending at the end is not counted.
+        () = tokio::time::sleep_until(until) => None,
     };
     match closed {
         Some(e) => lost(&sh, &e),
@@ -643,8 +659,10 @@ struct Summary {
     /// Connections whose handshake completed, and still open at the end.
     established: u64,
     alive_at_end: u64,
-    /// Connections that failed to open or were lost, in all and by reason.
+    /// Connections that failed to open or were lost.
     failed: u64,
+    /// Failures by reason: of connections (`handshake: ...`, `lost: ...`,
+    /// `local: ...`) and of requests (`request: ...`).
     failures: BTreeMap<String, u64>,
     errors: Vec<String>,
     /// Seconds from the first connection attempt to the last handshake's
@@ -654,6 +672,9 @@ struct Summary {
     handshakes_per_s_peak: u64,
     requests_ok: u64,
     requests_failed: u64,
+    /// Requests without a response at the end (a server that never
+    /// answered, or a request sent just before the end).
+    requests_unanswered: u64,
     content_length_mismatches: u64,
     responses_without_content_length: u64,
     /// Connect plus first response of a new client, sampled throughout.
@@ -886,7 +907,7 @@ async fn drive(
         source_addresses: plan.sources,
         established: est,
         alive_at_end,
-        failed: failures.values().sum(),
+        failed: sh.conn_failed.load(Relaxed),
         failures,
         errors,
         opening_s,
@@ -894,6 +915,10 @@ async fn drive(
         handshakes_per_s_peak: peak_rate,
         requests_ok: sh.requests_ok.load(Relaxed),
         requests_failed: sh.requests_failed.load(Relaxed),
+        requests_unanswered: sh
+            .requests_started
+            .load(Relaxed)
+            .saturating_sub(sh.requests_ok.load(Relaxed) + sh.requests_failed.load(Relaxed)),
         content_length_mismatches: sh.length_mismatches.load(Relaxed),
         responses_without_content_length: sh.no_length.load(Relaxed),
         new_client: Waits {
@@ -940,11 +965,12 @@ fn print(s: &Summary, json: bool) -> anyhow::Result<()> {
         s.handshakes_per_s_peak
     )?;
     out!(
-        "requests: {} ok, {} failed ({} with a body unlike their content-length, {} without content-length)",
+        "requests: {} ok, {} failed ({} with a body unlike their content-length, {} without content-length), {} unanswered at the end",
         s.requests_ok,
         s.requests_failed,
         s.content_length_mismatches,
-        s.responses_without_content_length
+        s.responses_without_content_length,
+        s.requests_unanswered
     )?;
     let w = &s.new_client;
     out!(
