@@ -21,7 +21,7 @@ pub const ANSWER_WITHIN: Duration = Duration::from_secs(5);
 
 /// Where the clients connect, and under which name.
 #[derive(Debug, Clone)]
-struct Target {
+pub(super) struct Target {
     /// The address the clients use (the name's first address).
     addr: SocketAddr,
     /// Other addresses the name resolved to, for the error message.
@@ -34,7 +34,7 @@ struct Target {
 
 /// Resolves `HOST:PORT` (an address or a name) once. A server given
 /// without a port, or a name that does not resolve, is a usage error.
-fn resolve(server: &str) -> anyhow::Result<Target> {
+pub(super) fn resolve(server: &str) -> anyhow::Result<Target> {
     if let Ok(addr) = server.parse::<SocketAddr>() {
         return Ok(Target {
             addr,
@@ -122,6 +122,8 @@ async fn gather(
         }
     }
 }
+mod hold;
+
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 /// What one connection got.
@@ -286,6 +288,20 @@ impl Client {
 
 /// Runs `fastudp quic load`.
 pub fn run(a: LoadArgs) -> anyhow::Result<()> {
+    if a.duration.is_some() {
+        return hold::run(&a);
+    }
+    if let Some(o) = [
+        ("--source", a.source.is_some()),
+        ("--keepalive", a.keepalive.is_some()),
+        ("--request-every", a.request_every.is_some()),
+        ("--rate", a.rate.is_some()),
+    ]
+    .iter()
+    .find(|o| o.1)
+    {
+        bail_usage!("{}: only with --duration (long-lived connections)", o.0);
+    }
     let plan = validate(&a)?;
     let started_unix_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -326,7 +342,8 @@ fn validate(a: &LoadArgs) -> anyhow::Result<Plan> {
     if a.connections == 0 || a.connections > 1_000_000 {
         bail_usage!("--connections {}: between 1 and 1000000", a.connections);
     }
-    if a.threads == 0 || a.threads > 256 || a.endpoints == 0 || a.endpoints > 256 {
+    let endpoints = a.endpoints.unwrap_or(1);
+    if a.threads == 0 || a.threads > 256 || endpoints == 0 || endpoints > 256 {
         bail_usage!("--threads and --endpoints: between 1 and 256");
     }
     if !(a.interval.is_finite() && a.interval >= 1.0) {
@@ -374,7 +391,7 @@ async fn quic_clients(
     };
     let cfg = client_config(a.ack_every)?;
     let mut eps = Vec::new();
-    for _ in 0..a.endpoints {
+    for _ in 0..a.endpoints.unwrap_or(1) {
         let mut ep = client_endpoint(bind, a.max_udp_payload)?;
         ep.set_default_client_config(cfg.clone());
         eps.push(ep);
@@ -458,7 +475,10 @@ fn report(s: &Summary, json: bool) -> anyhow::Result<()> {
 /// queue, are what a run measures, taking datagrams of up to
 /// `max_udp_payload` bytes. A socket that cannot be had is a runtime
 /// error.
-fn client_endpoint(bind: SocketAddr, max_udp_payload: u16) -> anyhow::Result<quinn::Endpoint> {
+pub(super) fn client_endpoint(
+    bind: SocketAddr,
+    max_udp_payload: u16,
+) -> anyhow::Result<quinn::Endpoint> {
     let bad = |e: &dyn std::fmt::Display| anyhow!("client socket: {e}");
     let s = fastudp_io::Socket::bind(bind, fastudp_io::Config::default().recv_buffer(8 << 20))
         .map_err(|e| bad(&e))?;

@@ -255,9 +255,11 @@ pub struct LoadArgs {
     /// Client threads.
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
-    /// Client UDP sockets (QUIC endpoints) the connections share.
-    #[arg(long, default_value_t = 1)]
-    pub endpoints: usize,
+    /// Client UDP sockets (QUIC endpoints) the connections share
+    /// (default 1; with --source, one per source address, at most 1024;
+    /// at most 256 without --duration, 65536 with it).
+    #[arg(long)]
+    pub endpoints: Option<usize>,
     /// Seconds over which to spread the connections' starts (clients that
     /// arrive over time, so that their frames do not all fall due at once).
     #[arg(long, default_value_t = 0.0)]
@@ -293,6 +295,54 @@ pub struct LoadArgs {
     /// jumbo path. QUIC only.
     #[arg(long, value_name = "BYTES", default_value_t = LOAD_MAX_UDP_PAYLOAD)]
     pub max_udp_payload: u16,
+    /// Hold the connections open this long (seconds, or with a suffix:
+    /// 500ms, 90s, 10m), speaking HTTP/3: each connection's --request is
+    /// any path, its body checked against the response's content-length,
+    /// asked again every --request-every; a probe connection measures
+    /// the wait of a new client throughout. QUIC only.
+    #[arg(long, value_name = "TIME")]
+    pub duration: Option<String>,
+    /// Spread the connections over the local source addresses of this
+    /// prefix (an address, or ADDR/LEN: 127.1.0.0/16, ::1/128): any
+    /// 127.0.0.0/8 address binds on lo; others must be assigned to an
+    /// interface here. With --duration.
+    #[arg(long, value_name = "CIDR")]
+    pub source: Option<String>,
+    /// With --duration: a keep-alive PING when a connection has sent
+    /// nothing for this long (for example 15s), so that idle connections
+    /// outlive the server's idle timeout. Default: none.
+    #[arg(long, value_name = "TIME")]
+    pub keepalive: Option<String>,
+    /// With --duration: each connection asks for --request again this
+    /// often (for example 60s). Default: once, when it opens.
+    #[arg(long, value_name = "TIME")]
+    pub request_every: Option<String>,
+    /// With --duration: the protocol, HTTP/3 (`h3`: any path, checked
+    /// against its content-length) or HTTP/0.9 (`hq-interop`: /bytes/N
+    /// and /video/... checked against their length; for servers without
+    /// HTTP/3, such as `quic serve --stack quinn`).
+    #[arg(long, value_enum, default_value = "h3")]
+    pub alpn: LoadAlpn,
+    /// With --duration: handshakes in flight at most while opening.
+    #[arg(long, value_name = "N", default_value_t = 256)]
+    pub concurrency: usize,
+    /// With --duration: connections opened per second at most (default:
+    /// as fast as --concurrency allows).
+    #[arg(long, value_name = "PER_S")]
+    pub rate: Option<f64>,
+    /// With --duration: a new client (connect and first response) every
+    /// this long, to measure what a new client waits; 0 for none.
+    #[arg(long, value_name = "TIME", default_value = "1s")]
+    pub probe_every: String,
+}
+
+/// The protocol of `quic load --duration`.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LoadAlpn {
+    /// HTTP/3.
+    H3,
+    /// HTTP/0.9 over QUIC.
+    HqInterop,
 }
 
 /// The default `quic load --max-udp-payload`: quinn's, a 1500-byte

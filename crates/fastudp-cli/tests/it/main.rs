@@ -13,6 +13,7 @@ mod h3_attacks;
 mod interrupt;
 mod quic;
 mod quic_clients;
+mod quic_load;
 mod rx_accounting;
 mod stream;
 mod testbed;

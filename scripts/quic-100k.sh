@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# The measurement of issue 39: many light, long-lived connections on one
+# host. `fastudp quic serve` (2 workers) on loopback, and `fastudp quic
+# load --duration` opening CONNECTIONS connections from the 127.1.0.0/16
+# prefix (one socket per address, at least 400 addresses), each with a
+# keep-alive PING every 15 s and one small request a minute. Prints, as
+# one JSON line and a summary:
+#   - the server's RSS per held connection (RSS while holding, less the
+#     RSS before the load, over the connections open);
+#   - the server's CPU to keep them (cores, over the holding time after
+#     the opening, keep-alives and requests included);
+#   - the handshake rate reached while opening them;
+#   - what a new client waits (connect + first response), p50/p99,
+#     sampled every second throughout;
+#   - the load generator's own RSS, CPU and descriptors.
+# With STACK=both (or quinn), the same against plain quinn (`quic serve
+# --stack quinn`, which speaks hq-interop: the load then asks /bytes/100
+# over `--alpn hq-interop`).
+#
+# Usage:
+#   scripts/quic-100k.sh [CONNECTIONS] [HOLD_SECONDS] [FASTUDP_BINARY] [STACK]
+# Defaults: 100000 connections, 180 s, target/release/fastudp, fastudp.
+# (cargo build --release -p fastudp-cli). Loopback only; each run stops
+# by itself (the server has --duration, the load --duration).
+set -euo pipefail
+
+N=${1:-100000}
+HOLD=${2:-180}
+BIN=${3:-target/release/fastudp}
+STACK=${4:-fastudp}
+[ -x "$BIN" ] || { echo "quic-100k.sh: no binary at $BIN (cargo build --release -p fastudp-cli)" >&2; exit 2; }
+BIN=$(readlink -f "$BIN")
+# At least 400 source addresses, about 250 connections each at most.
+ADDRS=$(( (N + 249) / 250 ))
+[ "$ADDRS" -lt 400 ] && ADDRS=400
+[ "$ADDRS" -gt 4096 ] && ADDRS=4096
+TMP=$(mktemp -d)
+SRV=
+cleanup() {
+    [ -n "$SRV" ] && kill -INT "$SRV" 2>/dev/null || true
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+mkdir -p "$TMP/www"
+head -c 100 /dev/zero > "$TMP/www/small.txt"
+HZ=$(getconf CLK_TCK)
+
+# utime + stime of a process, seconds.
+cpu_of() { awk -v hz="$HZ" '{ print ($14 + $15) / hz }' "/proc/$1/stat"; }
+rss_of() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
+
+one() {
+    local stack=$1 extra=()
+    [ "$stack" = fastudp ] && extra=(--www "$TMP/www")
+    # The server outlives the load by a margin: opening plus holding.
+    ulimit -n "$(ulimit -Hn)"
+    "$BIN" quic serve --listen 127.0.0.1:0 --stack "$stack" --workers 2 \
+        --duration $((HOLD + 600)) --json "${extra[@]}" > "$TMP/srv.$stack" 2>&1 &
+    SRV=$!
+    local port=
+    for _ in $(seq 100); do
+        port=$(grep -o '"addr":"127.0.0.1:[0-9]*"' "$TMP/srv.$stack" | grep -o '[0-9]*"$' | tr -d '"' || true)
+        [ -n "$port" ] && break
+        sleep 0.1
+    done
+    [ -n "$port" ] || { echo "quic-100k.sh: $stack server did not start:" >&2; cat "$TMP/srv.$stack" >&2; return 1; }
+    grep '"limits"' "$TMP/srv.$stack" || true
+    sleep 1
+    local rss0 cpu0
+    rss0=$(rss_of "$SRV")
+    local path=/small.txt alpn=h3
+    # Plain quinn's server speaks hq-interop only.
+    [ "$stack" = fastudp ] || { path=/bytes/100; alpn=hq-interop; }
+    # The server's RSS and CPU every 2 s, while the load runs.
+    ( while kill -0 "$SRV" 2>/dev/null; do
+          echo "$(date +%s.%N) $(rss_of "$SRV") $(cpu_of "$SRV")"
+          sleep 2
+      done ) > "$TMP/samples.$stack" &
+    local sampler=$!
+    set +e
+    "$BIN" quic load "127.0.0.1:$port" --json --duration "${HOLD}s" \
+        --connections "$N" --source 127.1.0.0/16 --endpoints "$ADDRS" \
+        --threads 2 --concurrency 512 --keepalive 15s --request-every 60s \
+        --alpn "$alpn" --request "$path" > "$TMP/load.$stack" 2> "$TMP/load-err.$stack"
+    local rc=$?
+    set -e
+    local rss1 cpu1
+    rss1=$(rss_of "$SRV")
+    cpu1=$(cpu_of "$SRV")
+    kill "$sampler" 2>/dev/null || true
+    kill -INT "$SRV" 2>/dev/null || true
+    wait "$SRV" 2>/dev/null || true
+    SRV=
+    python3 - "$stack" "$TMP/load.$stack" "$TMP/samples.$stack" "$rss0" "$rss1" "$rc" <<'PY'
+import json, sys
+stack, load, samples, rss0, rss_end, rc = sys.argv[1:]
+try:
+    v = json.load(open(load))
+except Exception as e:
+    print(f"{stack}: no report from quic load (exit {rc}): {e}")
+    sys.exit(0)
+rows = [list(map(float, l.split())) for l in open(samples) if len(l.split()) == 3]
+t_start = rows[0][0] if rows else 0
+opened = t_start + v["opening_s"]
+# Holding: from 5 s after the opening to the last sample.
+hold = [r for r in rows if r[0] >= opened + 5]
+cpu_cores = (hold[-1][2] - hold[0][2]) / (hold[-1][0] - hold[0][0]) if len(hold) >= 2 else None
+rss_hold = max((r[1] for r in hold), default=float(rss_end))
+alive = v["alive_at_end"] or v["established"]
+out = {
+    "stack": stack,
+    "connections_asked": v["connections"],
+    "established": v["established"],
+    "alive_at_end": v["alive_at_end"],
+    "source_addresses": v["source_addresses"],
+    "client_sockets": v["sockets"],
+    "failures": v["failures"],
+    "server_rss_kib_before": int(rss0),
+    "server_rss_kib_holding": int(rss_hold),
+    "server_rss_kib_per_connection": (rss_hold - int(rss0)) / alive if alive else None,
+    "server_cpu_cores_holding": cpu_cores,
+    "handshakes_per_s": v["handshakes_per_s"],
+    "handshakes_per_s_peak": v["handshakes_per_s_peak"],
+    "opening_s": v["opening_s"],
+    "new_client": v["new_client"],
+    "client_rss_kib_peak": v["client_rss_kib_peak"],
+    "client_cpu_cores_holding": v["client_cpu_cores_holding"],
+    "client_fds_peak": v["client_fds_peak"],
+    "load_exit": int(rc),
+}
+print(json.dumps(out))
+per = out["server_rss_kib_per_connection"]
+print(f"{stack}: {v['established']} of {v['connections']} established from {v['source_addresses']} addresses "
+      f"over {v['sockets']} sockets, {v['alive_at_end']} open at the end; "
+      f"server RSS {per if per is None else round(per, 1)} KiB per connection, "
+      f"CPU {cpu_cores if cpu_cores is None else round(cpu_cores, 3)} cores holding; "
+      f"{v['handshakes_per_s']:.0f} handshakes/s (best second {v['handshakes_per_s_peak']}); "
+      f"new client p50 {v['new_client']['p50_ms']:.1f} ms, p99 {v['new_client']['p99_ms']:.1f} ms "
+      f"({v['new_client']['samples']} samples); failures {v['failures']}")
+PY
+}
+
+case "$STACK" in
+    fastudp) one fastudp ;;
+    quinn) one quinn ;;
+    both) one fastudp; one quinn ;;
+    *) echo "quic-100k.sh: STACK is fastudp, quinn or both" >&2; exit 2 ;;
+esac
