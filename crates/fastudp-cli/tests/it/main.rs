@@ -13,6 +13,7 @@ mod doctor;
 mod h3_attacks;
 mod interrupt;
 mod quic;
+mod proxy;
 mod quic_clients;
 mod rx_accounting;
 mod stream;
