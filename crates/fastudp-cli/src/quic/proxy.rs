@@ -493,20 +493,29 @@ mod tests {
     #[test]
     fn upstream_urls() {
         assert_eq!(
-            Upstream::parse("http://127.0.0.1:8080").unwrap().authority(),
+            Upstream::parse("http://127.0.0.1:8080")
+                .unwrap()
+                .authority(),
             "127.0.0.1:8080"
         );
         assert!(Upstream::parse("http://h:1/").is_ok());
-        assert!(Upstream::parse("https://h:1").unwrap_err().contains("scheme"));
+        assert!(Upstream::parse("https://h:1")
+            .unwrap_err()
+            .contains("scheme"));
         assert!(Upstream::parse("h:1").is_err());
-        assert!(Upstream::parse("http://h:1/x").unwrap_err().contains("path"));
+        assert!(Upstream::parse("http://h:1/x")
+            .unwrap_err()
+            .contains("path"));
         assert!(Upstream::parse("http://u@h:1").is_err());
     }
 
     #[test]
     fn hop_by_hop_and_connection_named_are_removed() {
         let mut h = HeaderMap::new();
-        h.insert("connection", HeaderValue::from_static("keep-alive, x-secret"));
+        h.insert(
+            "connection",
+            HeaderValue::from_static("keep-alive, x-secret"),
+        );
         h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
         h.insert("x-secret", HeaderValue::from_static("1"));
         h.insert("transfer-encoding", HeaderValue::from_static("chunked"));

@@ -39,11 +39,8 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     let proxy = match a.upstream.is_empty() {
         true => None,
         false => Some(Arc::new(
-            proxy::Shared::new(
-                &a.upstream,
-                Duration::from_secs_f64(a.upstream_timeout),
-            )
-            .map_err(|e| usage(format!("--upstream {e}")))?,
+            proxy::Shared::new(&a.upstream, Duration::from_secs_f64(a.upstream_timeout))
+                .map_err(|e| usage(format!("--upstream {e}")))?,
         )),
     };
     let (app, handler) = match &proxy {

@@ -298,8 +298,7 @@ async fn tcp_request(
     };
     let resp = if h2 {
         let (mut send, conn) =
-            hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io)
-                .await?;
+            hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io).await?;
         tokio::spawn(conn);
         let req = Request::builder()
             .method(method)
@@ -367,7 +366,9 @@ fn proxy_over_http3() {
     ]);
     rt().block_on(async {
         let (_ep, mut send) = h3_connect(addr).await;
-        let a = h3_request(&mut send, "GET", "/headers", None).await.unwrap();
+        let a = h3_request(&mut send, "GET", "/headers", None)
+            .await
+            .unwrap();
         assert_eq!(a.status, StatusCode::OK);
         let h = String::from_utf8(a.body).unwrap();
         for want in [
@@ -382,7 +383,10 @@ fn proxy_over_http3() {
         let a = h3_request(&mut send, "POST", "/echo", Some(3_000_000))
             .await
             .unwrap();
-        assert_eq!((a.status, a.len, a.pattern_ok), (StatusCode::OK, 3_000_000, true));
+        assert_eq!(
+            (a.status, a.len, a.pattern_ok),
+            (StatusCode::OK, 3_000_000, true)
+        );
 
         let base = peak_rss(srv.pid());
         let a = h3_request(&mut send, "POST", "/upload", Some(BIG))
@@ -398,7 +402,12 @@ fn proxy_over_http3() {
         assert_eq!((a.status, a.len, a.pattern_ok), (StatusCode::OK, BIG, true));
         assert_eq!(a.sha, sha_of_pattern(BIG));
         let peak = peak_rss(srv.pid());
-        println!("proxy VmHWM: {} MiB before, {} MiB after 2 x {} MiB", base >> 20, peak >> 20, BIG >> 20);
+        println!(
+            "proxy VmHWM: {} MiB before, {} MiB after 2 x {} MiB",
+            base >> 20,
+            peak >> 20,
+            BIG >> 20
+        );
         assert!(
             peak < base + BIG / 2,
             "the proxy held {} MiB more for {} MiB each way",
@@ -410,7 +419,9 @@ fn proxy_over_http3() {
         assert_eq!(a.status, StatusCode::GATEWAY_TIMEOUT);
 
         // Skipped after its timeout: the only upstream is down for a while.
-        let a = h3_request(&mut send, "GET", "/headers", None).await.unwrap();
+        let a = h3_request(&mut send, "GET", "/headers", None)
+            .await
+            .unwrap();
         assert_eq!(a.status, StatusCode::BAD_GATEWAY);
     });
     drop(srv);
@@ -444,7 +455,10 @@ fn proxy_upstream_dying_mid_response_resets_the_stream() {
         let a = h3_request(&mut send, "GET", "/download/1000", None)
             .await
             .unwrap();
-        assert_eq!((a.status, a.len, a.pattern_ok), (StatusCode::OK, 1000, true));
+        assert_eq!(
+            (a.status, a.len, a.pattern_ok),
+            (StatusCode::OK, 1000, true)
+        );
     });
     drop(srv);
 }
@@ -483,7 +497,10 @@ fn proxy_over_tcp() {
             let a = tcp_request(addr, h2, "POST", "/echo", Some(5_000_000))
                 .await
                 .unwrap();
-            assert_eq!((a.status, a.len, a.pattern_ok), (StatusCode::OK, 5_000_000, true));
+            assert_eq!(
+                (a.status, a.len, a.pattern_ok),
+                (StatusCode::OK, 5_000_000, true)
+            );
             let a = tcp_request(addr, h2, "GET", "/download/10000000", None)
                 .await
                 .unwrap();
@@ -517,7 +534,12 @@ fn proxy_refused_upstream_is_502_and_skipped() {
         let (_ep, mut send) = h3_connect(addr).await;
         let mut got = Vec::new();
         for _ in 0..6 {
-            got.push(h3_request(&mut send, "GET", "/headers", None).await.unwrap().status);
+            got.push(
+                h3_request(&mut send, "GET", "/headers", None)
+                    .await
+                    .unwrap()
+                    .status,
+            );
         }
         // The first goes to the refusing upstream; after it, only the live one.
         assert_eq!(got[0], StatusCode::BAD_GATEWAY, "{got:?}");
@@ -525,11 +547,7 @@ fn proxy_refused_upstream_is_502_and_skipped() {
     });
     srv.interrupt();
     let end = srv.finish();
-    assert!(
-        end.stdout.contains("\"bad_gateway\":1"),
-        "{}",
-        end.stdout
-    );
+    assert!(end.stdout.contains("\"bad_gateway\":1"), "{}", end.stdout);
 }
 
 /// Refused at start: an upstream that is not `http://HOST:PORT`.
