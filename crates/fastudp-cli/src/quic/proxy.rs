@@ -238,10 +238,30 @@ impl Proxy {
             Err(_) => return answer(StatusCode::BAD_REQUEST, "bad request target\n"),
         };
         parts.version = Version::HTTP_11;
-        let body = body.map_err(Into::into).boxed_unsync();
+        // The timeout runs from the end of the request's body: an upload
+        // takes the time it takes.
+        let (done, sent_all) = tokio::sync::oneshot::channel::<()>();
+        let inner = body.map_err(Into::into).boxed_unsync();
+        let done = match inner.is_end_stream() {
+            true => {
+                let _ = done.send(());
+                None
+            }
+            false => Some(done),
+        };
+        let body = SignalEnd { inner, done }.boxed_unsync();
         let sent = self.client.request(Request::from_parts(parts, body));
-        match tokio::time::timeout(s.timeout, sent).await {
-            Err(_) => {
+        let timeout = s.timeout;
+        let deadline = async move {
+            let _ = sent_all.await;
+            tokio::time::sleep(timeout).await;
+        };
+        let got = tokio::select! {
+            r = sent => Ok(r),
+            () = deadline => Err(()),
+        };
+        match got {
+            Err(()) => {
                 up.failed();
                 s.stats.gateway_timeout.fetch_add(1, Relaxed);
                 answer(StatusCode::GATEWAY_TIMEOUT, "upstream timed out\n")
@@ -268,6 +288,38 @@ impl Proxy {
                 Response::from_parts(parts, body)
             }
         }
+    }
+}
+
+/// A body that says when it has ended (or was dropped).
+struct SignalEnd {
+    inner: ProxyBody,
+    done: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl http_body::Body for SignalEnd {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, BoxError>>> {
+        let r = Pin::new(&mut self.inner).poll_frame(cx);
+        if matches!(r, Poll::Ready(None)) || self.inner.is_end_stream() {
+            if let Some(d) = self.done.take() {
+                let _ = d.send(());
+            }
+        }
+        r
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
     }
 }
 

@@ -89,8 +89,15 @@ async fn upstream_app(req: Request<Incoming>) -> Result<http::Response<UpBody>, 
         http::Response::new(full("late"))
     } else if path == "/die" {
         let good = pattern_pieces(100_000).map(Ok::<_, BoxError>);
-        let bad = std::iter::once(Err::<Bytes, BoxError>("the upstream dies".into()));
-        let s = futures_util::stream::iter(good.chain(bad).map(|r| r.map(Frame::data)));
+        // The head and the first bytes are flushed before it dies.
+        let bad = futures_util::stream::once(async {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            Err::<Bytes, BoxError>("the upstream dies".into())
+        });
+        let s = futures_util::StreamExt::map(
+            futures_util::StreamExt::chain(futures_util::stream::iter(good), bad),
+            |r| r.map(Frame::data),
+        );
         let mut r = http::Response::new(StreamBody::new(s).boxed());
         r.headers_mut()
             .insert("content-length", "1000000".parse().unwrap());
