@@ -242,7 +242,7 @@ impl Proxy {
         // takes the time it takes.
         let (done, sent_all) = tokio::sync::oneshot::channel::<()>();
         let inner = body.map_err(Into::into).boxed_unsync();
-        let done = match inner.is_end_stream() {
+        let done = match http_body::Body::is_end_stream(&inner) {
             true => {
                 let _ = done.send(());
                 None
