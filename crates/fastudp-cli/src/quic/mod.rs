@@ -5,6 +5,7 @@
 //! see [`hq`]) on one port. The load generator speaks hq-interop.
 
 mod load;
+pub mod proxy;
 mod quinn_stack;
 mod serve;
 mod stats;
@@ -212,6 +213,18 @@ pub struct ServeArgs {
     /// --request-timeout and --idle-timeout. --stack fastudp only.
     #[arg(long)]
     pub alt_svc_tcp: bool,
+    /// Be a reverse proxy: send every request to this HTTP/1.1 upstream
+    /// (`http://HOST:PORT`), through a pool of kept-alive connections.
+    /// Repeat for several upstreams, taken in turn; one that fails is
+    /// skipped for a while. Requests over HTTP/3, and over TLS/TCP
+    /// (HTTP/1.1 and HTTP/2, on the same port), are proxied; docs/PROXY.md.
+    /// --stack fastudp only; not with --www.
+    #[arg(long, value_name = "URL")]
+    pub upstream: Vec<String>,
+    /// How long an upstream may take to answer a request's head (seconds):
+    /// past it the client gets 504.
+    #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
+    pub upstream_timeout: f64,
 }
 
 /// Connections at most when neither --max-connections nor --max-memory
@@ -487,6 +500,26 @@ fn check_serve(a: &ServeArgs) -> anyhow::Result<()> {
     }
     if a.stack != Stack::Fastudp && a.alt_svc_tcp {
         return bad("--alt-svc-tcp needs --stack fastudp".into());
+    }
+    if !a.upstream.is_empty() && a.stack != Stack::Fastudp {
+        return bad("--upstream needs --stack fastudp".into());
+    }
+    if !a.upstream.is_empty() && a.www.is_some() {
+        return bad("--upstream and --www: one or the other".into());
+    }
+    for u in &a.upstream {
+        if let Err(e) = proxy::Upstream::parse(u) {
+            return bad(format!("--upstream {u}: {e}"));
+        }
+    }
+    if !(a.upstream_timeout.is_finite()
+        && a.upstream_timeout >= 0.01
+        && a.upstream_timeout <= 3600.0)
+    {
+        return bad(format!(
+            "--upstream-timeout {}: between 0.01 and 3600 s",
+            a.upstream_timeout
+        ));
     }
     if a.stack != Stack::Fastudp && a.uring {
         return bad("--uring needs --stack fastudp".into());

@@ -6,7 +6,7 @@
 //! rest.
 
 use super::stats::{listening, Reporter};
-use super::{tls, workers, PacingArg, ServeArgs};
+use super::{proxy, tls, workers, PacingArg, ServeArgs};
 use crate::failure::usage;
 use crate::interrupt;
 use anyhow::{anyhow, Context};
@@ -36,7 +36,20 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     let tls = Arc::new(tls::server(&id, a.zero_rtt)?);
     let cfg = engine_config(&a, n, tls.clone(), (max_connections, per_ip))?;
     let files = www_root(&a)?;
-    let (app, handler) = applications(&a, files.clone());
+    let proxy = match a.upstream.is_empty() {
+        true => None,
+        false => Some(Arc::new(
+            proxy::Shared::new(&a.upstream, Duration::from_secs_f64(a.upstream_timeout))
+                .map_err(|e| usage(format!("--upstream {e}")))?,
+        )),
+    };
+    let (app, handler) = match &proxy {
+        Some(shared) => (proxy_application(&a, shared.clone()), None),
+        None => {
+            let (app, handler) = applications(&a, files.clone());
+            (app, Some(handler))
+        }
+    };
     // Start.
     interrupt::watch();
     let engine = Engine::start(cfg, Arc::new(app)).map_err(start_error)?;
@@ -47,7 +60,28 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     if let Some(e) = engine.uring_error() {
         eprintln!("fastudp: note: --uring: {e}");
     }
-    let tcp = if a.alt_svc_tcp {
+    let front = match (&proxy, a.alt_svc_tcp) {
+        (Some(shared), true) => {
+            let addr = engine.local_addr();
+            match proxy::TcpFront::start(
+                addr,
+                (*tls).clone(),
+                shared.clone(),
+                altsvc::MAX_CONNECTIONS,
+            )
+            .with_context(|| format!("--alt-svc-tcp: TCP {addr}"))
+            {
+                Ok(f) => Some(f),
+                Err(e) => {
+                    engine.stop();
+                    let _ = engine.join();
+                    return Err(e);
+                }
+            }
+        }
+        _ => None,
+    };
+    let tcp = if let (true, Some(handler)) = (a.alt_svc_tcp, handler) {
         match alt_svc_tcp(&a, &engine, tls.clone(), handler) {
             Ok(l) => Some(l),
             Err(e) => {
@@ -69,6 +103,10 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         budget,
         tcp.as_ref(),
     )
+    .and_then(|()| match (&proxy, &front) {
+        (Some(shared), f) => announce_proxy(shared, f.as_ref(), a.json),
+        _ => Ok(()),
+    })
     .and_then(|()| {
         let rep = Reporter::new(&counters, "fastudp", true)
             .alt_svc(tcp.as_ref().map(|l| l.stats().clone()));
@@ -80,11 +118,17 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     if let Some(l) = tcp {
         l.stop(fastudp_quic::STOP_WAIT);
     }
+    if let Some(f) = front {
+        f.stop(fastudp_quic::STOP_WAIT);
+    }
     engine.stop();
     let joined = engine.join();
     // Report.
     let reported = served.and_then(|rep| {
         rep.summary(&counters, a.json, &pacing)?;
+        if let Some(shared) = &proxy {
+            proxy_summary(&shared.stats, a.json)?;
+        }
         match &files {
             Some(root) => files_summary(&root.stats(), a.json),
             None => Ok(()),
@@ -181,6 +225,74 @@ fn applications(a: &ServeArgs, files: Option<Arc<Root>>) -> (Router, Arc<MakeHan
         )
         .with(super::hq::ALPN, hq);
     (app, handler)
+}
+
+/// The application of `--upstream`: HTTP/3 answered by the reverse
+/// proxy, a pooled client per worker sharing the upstreams' health.
+fn proxy_application(a: &ServeArgs, shared: Arc<proxy::Shared>) -> Router {
+    Router::new().with(
+        fastudp_quic::h3::ALPN,
+        H3App::service_per_worker(move |_worker| proxy::Proxy::new(shared.clone()))
+            .request_timeout(Duration::from_secs_f64(a.request_timeout)),
+    )
+}
+
+/// Says where requests go.
+fn announce_proxy(
+    shared: &proxy::Shared,
+    front: Option<&proxy::TcpFront>,
+    json: bool,
+) -> anyhow::Result<()> {
+    let ups: Vec<&str> = shared.upstreams().iter().map(|u| u.authority()).collect();
+    let tcp = front.map(|f| f.local_addr().to_string());
+    if json {
+        out!(
+            "{}",
+            serde_json::json!({
+                "kind": "proxy",
+                "upstreams": ups,
+                "tcp": tcp,
+                "fail_duration_s": proxy::FAIL_DURATION.as_secs_f64(),
+            })
+        )
+    } else {
+        out!(
+            "proxy: to http://{} (in turn; one that fails is skipped {} s){}",
+            ups.join(", http://"),
+            proxy::FAIL_DURATION.as_secs(),
+            match tcp {
+                Some(t) => format!("; TLS over TCP on {t} (HTTP/1.1, HTTP/2)"),
+                None => String::new(),
+            }
+        )
+    }
+}
+
+/// What the proxy counted: a `proxy` line after the summary.
+fn proxy_summary(s: &proxy::ProxyStats, json: bool) -> anyhow::Result<()> {
+    use std::sync::atomic::Ordering::Relaxed;
+    let (f, b, t, n, x) = (
+        s.forwarded.load(Relaxed),
+        s.bad_gateway.load(Relaxed),
+        s.gateway_timeout.load(Relaxed),
+        s.no_upstream.load(Relaxed),
+        s.aborted.load(Relaxed),
+    );
+    if json {
+        out!(
+            "{}",
+            serde_json::json!({
+                "kind": "proxy_summary",
+                "forwarded": f,
+                "bad_gateway": b,
+                "gateway_timeout": t,
+                "no_upstream": n,
+                "aborted": x,
+            })
+        )
+    } else {
+        out!("proxy: {f} forwarded, {b} bad gateway (502), {t} timed out (504), {n} with no upstream (502), {x} aborted mid-response")
+    }
 }
 
 /// Why the engine did not start: a configuration it refuses is a usage

@@ -11,6 +11,7 @@ mod docs;
 mod doctor;
 mod h3_attacks;
 mod interrupt;
+mod proxy;
 mod quic;
 mod quic_clients;
 mod quic_load;

@@ -1,0 +1,610 @@
+//! `fastudp quic serve --upstream URL`: a reverse proxy in front of
+//! HTTP/1.1 upstreams.
+//!
+//! [`Proxy`] is a `tower::Service`: HTTP/3 requests reach it through the
+//! engine's service adapter ([`fastudp_quic::h3::H3App::service_per_worker`],
+//! a proxy with its own pooled client per worker), and requests over
+//! TLS/TCP (HTTP/1.1 and HTTP/2) through hyper-util's auto server
+//! ([`TcpFront`]). It sends each one to an upstream through hyper-util's
+//! pooled HTTP/1.1 client, bodies streamed both ways frame by frame (one
+//! frame held at a time: the sender waits while the receiver does not
+//! read).
+//!
+//! - The upstreams are taken in turn (round robin); one whose connection
+//!   fails or that does not answer within the timeout is skipped for
+//!   [`FAIL_DURATION`] (passive health). With every upstream skipped the
+//!   answer is 502 at once.
+//! - Refused (or any error before a response head): 502. No response head
+//!   within `--upstream-timeout`: 504. An upstream that fails during the
+//!   response body: the error reaches the client as a reset HTTP/3 stream
+//!   (or an aborted HTTP/1.1 or HTTP/2 response), never a shorter 200.
+//! - Hop-by-hop headers (RFC 9110 7.6.1, and those the `Connection` header
+//!   names) are removed both ways. `Host` is kept (HTTP/3 and HTTP/2 carry
+//!   it as `:authority`, which becomes `Host`). `X-Forwarded-For`,
+//!   `X-Forwarded-Proto`, `X-Forwarded-Host` and `Forwarded` (RFC 7239) are
+//!   set from the connection, replacing what the client sent: a client
+//!   cannot forge its address to the upstream.
+
+use bytes::Bytes;
+use fastudp_quic::app::ConnInfo;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::uri::Authority;
+use http::{Request, Response, StatusCode, Uri, Version};
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+/// The error type of the bodies the proxy passes on.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A body passed on, either way.
+pub type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
+
+/// How long an upstream that failed (refused, or no answer in time) is
+/// skipped.
+pub const FAIL_DURATION: Duration = Duration::from_secs(10);
+
+/// How long a pooled upstream connection may stay idle.
+pub const POOL_IDLE: Duration = Duration::from_secs(60);
+
+/// Idle upstream connections kept per upstream (per worker).
+pub const POOL_MAX_IDLE: usize = 64;
+
+/// One upstream: where it is, and until when it is skipped.
+#[derive(Debug)]
+pub struct Upstream {
+    authority: Authority,
+    down_until: Mutex<Option<Instant>>,
+}
+
+impl Upstream {
+    /// `http://HOST:PORT` (no path), or what is wrong with it.
+    pub fn parse(s: &str) -> Result<Upstream, String> {
+        let u: Uri = s.parse().map_err(|e| format!("not a URL ({e})"))?;
+        match u.scheme_str() {
+            Some("http") => {}
+            Some(other) => {
+                return Err(format!(
+                    "scheme {other}: upstreams are HTTP/1.1 over plain TCP (http://HOST:PORT)"
+                ))
+            }
+            None => return Err("no scheme: http://HOST:PORT".into()),
+        }
+        let authority = u.authority().ok_or("no host: http://HOST:PORT")?.clone();
+        if authority.as_str().contains('@') {
+            return Err("user information is not allowed".into());
+        }
+        if u.path_and_query().is_some_and(|p| p.as_str() != "/") {
+            return Err("a path is not allowed: the request's path is kept".into());
+        }
+        Ok(Upstream {
+            authority,
+            down_until: Mutex::new(None),
+        })
+    }
+
+    /// `HOST:PORT`.
+    pub fn authority(&self) -> &str {
+        self.authority.as_str()
+    }
+
+    fn is_down(&self, now: Instant) -> bool {
+        let g = self.down_until.lock().unwrap_or_else(|e| e.into_inner());
+        g.is_some_and(|t| t > now)
+    }
+
+    fn failed(&self) {
+        *self.down_until.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some(Instant::now() + FAIL_DURATION);
+    }
+}
+
+/// What the proxy counted.
+#[derive(Debug, Default)]
+pub struct ProxyStats {
+    /// Requests answered by an upstream (a response head came back).
+    pub forwarded: AtomicU64,
+    /// 502s: an upstream refused or failed before its response head.
+    pub bad_gateway: AtomicU64,
+    /// 504s: no response head within `--upstream-timeout`.
+    pub gateway_timeout: AtomicU64,
+    /// 502s because every upstream was being skipped.
+    pub no_upstream: AtomicU64,
+    /// Response bodies that failed part way (the client's stream reset).
+    pub aborted: AtomicU64,
+}
+
+/// What every worker's proxy shares: the upstreams and their health.
+#[derive(Debug)]
+pub struct Shared {
+    upstreams: Vec<Upstream>,
+    next: AtomicUsize,
+    timeout: Duration,
+    /// What was counted.
+    pub stats: ProxyStats,
+}
+
+impl Shared {
+    /// The upstreams (`http://HOST:PORT` each) and the time each may take
+    /// to answer a request's head.
+    pub fn new(upstreams: &[String], timeout: Duration) -> Result<Shared, String> {
+        if upstreams.is_empty() {
+            return Err("no upstream".into());
+        }
+        let upstreams = upstreams
+            .iter()
+            .map(|u| Upstream::parse(u).map_err(|e| format!("{u}: {e}")))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Shared {
+            upstreams,
+            next: AtomicUsize::new(0),
+            timeout,
+            stats: ProxyStats::default(),
+        })
+    }
+
+    /// The upstreams.
+    pub fn upstreams(&self) -> &[Upstream] {
+        &self.upstreams
+    }
+
+    /// The next upstream in turn that is not being skipped.
+    fn pick(&self) -> Option<&Upstream> {
+        let n = self.upstreams.len();
+        let start = self.next.fetch_add(1, Relaxed);
+        let now = Instant::now();
+        (0..n)
+            .map(|k| &self.upstreams[(start + k) % n])
+            .find(|u| !u.is_down(now))
+    }
+}
+
+/// The client address of a request that came over TCP (HTTP/3 requests
+/// carry the engine's [`ConnInfo`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Peer(pub SocketAddr);
+
+/// The reverse proxy, as a `tower::Service`: cheap to clone.
+#[derive(Clone)]
+pub struct Proxy {
+    shared: Arc<Shared>,
+    client: Client<HttpConnector, ProxyBody>,
+}
+
+impl Proxy {
+    /// A proxy with a pooled client of its own.
+    pub fn new(shared: Arc<Shared>) -> Proxy {
+        let mut http = HttpConnector::new();
+        http.set_nodelay(true);
+        http.set_connect_timeout(Some(shared.timeout));
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(POOL_IDLE)
+            .pool_max_idle_per_host(POOL_MAX_IDLE)
+            .pool_timer(TokioTimer::new())
+            .timer(TokioTimer::new())
+            .build(http);
+        Proxy { shared, client }
+    }
+
+    async fn forward<B>(self, req: Request<B>) -> Response<ProxyBody>
+    where
+        B: http_body::Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<BoxError>,
+    {
+        let s = &self.shared;
+        let Some(up) = s.pick() else {
+            s.stats.no_upstream.fetch_add(1, Relaxed);
+            return answer(StatusCode::BAD_GATEWAY, "no upstream available\n");
+        };
+        let (mut parts, body) = req.into_parts();
+        let client = parts
+            .extensions
+            .get::<ConnInfo>()
+            .map(|c| c.remote)
+            .or_else(|| parts.extensions.get::<Peer>().map(|p| p.0));
+        let host = parts.headers.get(header::HOST).cloned().or_else(|| {
+            parts
+                .uri
+                .authority()
+                .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+        });
+        strip_hop_by_hop(&mut parts.headers);
+        forwarded_headers(&mut parts.headers, client, host.as_ref());
+        if let Some(h) = host {
+            parts.headers.insert(header::HOST, h);
+        }
+        let pq = parts
+            .uri
+            .path_and_query()
+            .map(|p| p.as_str())
+            .unwrap_or("/");
+        parts.uri = match Uri::builder()
+            .scheme("http")
+            .authority(up.authority.clone())
+            .path_and_query(pq)
+            .build()
+        {
+            Ok(u) => u,
+            Err(_) => return answer(StatusCode::BAD_REQUEST, "bad request target\n"),
+        };
+        parts.version = Version::HTTP_11;
+        // The timeout runs from the end of the request's body: an upload
+        // takes the time it takes.
+        let (done, sent_all) = tokio::sync::oneshot::channel::<()>();
+        let inner = body.map_err(Into::into).boxed_unsync();
+        let done = match http_body::Body::is_end_stream(&inner) {
+            true => {
+                let _ = done.send(());
+                None
+            }
+            false => Some(done),
+        };
+        let body = SignalEnd { inner, done }.boxed_unsync();
+        let sent = self.client.request(Request::from_parts(parts, body));
+        let timeout = s.timeout;
+        let deadline = async move {
+            let _ = sent_all.await;
+            tokio::time::sleep(timeout).await;
+        };
+        let got = tokio::select! {
+            r = sent => Ok(r),
+            () = deadline => Err(()),
+        };
+        match got {
+            Err(()) => {
+                up.failed();
+                s.stats.gateway_timeout.fetch_add(1, Relaxed);
+                answer(StatusCode::GATEWAY_TIMEOUT, "upstream timed out\n")
+            }
+            Ok(Err(e)) => {
+                if e.is_connect() {
+                    up.failed();
+                }
+                s.stats.bad_gateway.fetch_add(1, Relaxed);
+                answer(StatusCode::BAD_GATEWAY, "upstream failed\n")
+            }
+            Ok(Ok(resp)) => {
+                s.stats.forwarded.fetch_add(1, Relaxed);
+                let (mut parts, body) = resp.into_parts();
+                strip_hop_by_hop(&mut parts.headers);
+                parts.headers.remove(header::ALT_SVC);
+                let shared = self.shared.clone();
+                let body = body
+                    .map_err(move |e| {
+                        shared.stats.aborted.fetch_add(1, Relaxed);
+                        Box::new(e) as BoxError
+                    })
+                    .boxed_unsync();
+                Response::from_parts(parts, body)
+            }
+        }
+    }
+}
+
+/// A body that says when it has ended (or was dropped).
+struct SignalEnd {
+    inner: ProxyBody,
+    done: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl http_body::Body for SignalEnd {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, BoxError>>> {
+        let r = Pin::new(&mut self.inner).poll_frame(cx);
+        if matches!(r, Poll::Ready(None)) || self.inner.is_end_stream() {
+            if let Some(d) = self.done.take() {
+                let _ = d.send(());
+            }
+        }
+        r
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl<B> tower_service::Service<Request<B>> for Proxy
+where
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    type Response = Response<ProxyBody>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<ProxyBody>, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        let me = self.clone();
+        Box::pin(async move { Ok(me.forward(req).await) })
+    }
+}
+
+/// A short plain-text answer of the proxy's own.
+fn answer(status: StatusCode, text: &'static str) -> Response<ProxyBody> {
+    let mut r = Response::new(
+        Full::new(Bytes::from_static(text.as_bytes()))
+            .map_err(|n: Infallible| match n {})
+            .boxed_unsync(),
+    );
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r
+}
+
+/// The hop-by-hop headers of RFC 9110 7.6.1 and older practice.
+const HOP_BY_HOP: [&str; 9] = [
+    "connection",
+    "proxy-connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// Removes the hop-by-hop headers and those `Connection` names.
+pub fn strip_hop_by_hop(h: &mut HeaderMap) {
+    let named: Vec<HeaderName> = h
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
+        .collect();
+    for n in named {
+        h.remove(n);
+    }
+    for n in HOP_BY_HOP {
+        h.remove(n);
+    }
+}
+
+/// Sets `X-Forwarded-For`, `-Proto`, `-Host` and `Forwarded` from the
+/// connection, replacing the client's.
+fn forwarded_headers(h: &mut HeaderMap, client: Option<SocketAddr>, host: Option<&HeaderValue>) {
+    h.remove(header::FORWARDED);
+    h.remove("x-forwarded-for");
+    h.remove("x-forwarded-host");
+    h.insert("x-forwarded-proto", HeaderValue::from_static("https"));
+    let mut fwd = String::new();
+    if let Some(c) = client {
+        let ip = c.ip();
+        if let Ok(v) = HeaderValue::from_str(&ip.to_string()) {
+            h.insert("x-forwarded-for", v);
+        }
+        fwd = match ip {
+            std::net::IpAddr::V4(a) => format!("for={a}"),
+            std::net::IpAddr::V6(a) => format!("for=\"[{a}]\""),
+        };
+    }
+    if let Some(host) = host.and_then(|v| v.to_str().ok()) {
+        if !host.contains('"') {
+            if let Ok(v) = HeaderValue::from_str(host) {
+                h.insert("x-forwarded-host", v);
+            }
+            if !fwd.is_empty() {
+                fwd.push(';');
+            }
+            fwd.push_str(&format!("host=\"{host}\""));
+        }
+    }
+    if !fwd.is_empty() {
+        fwd.push(';');
+    }
+    fwd.push_str("proto=https");
+    if let Ok(v) = HeaderValue::from_str(&fwd) {
+        h.insert(header::FORWARDED, v);
+    }
+}
+
+/// How long a TCP client may take over its TLS handshake and each
+/// request head.
+pub const TCP_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The TLS/TCP side of the proxy: HTTP/1.1 and HTTP/2 (hyper-util's auto
+/// server) on the engine's port number, every answer naming HTTP/3 in
+/// `Alt-Svc`. At most `max_connections` connections at once; past it a
+/// new one is closed at once and counted.
+pub struct TcpFront {
+    addr: SocketAddr,
+    rt: tokio::runtime::Runtime,
+    /// Connections closed at once because `max_connections` were open.
+    pub refused: Arc<AtomicU64>,
+}
+
+impl TcpFront {
+    /// Listens on `addr` (TCP) with `tls` (its ALPN set to h2 and
+    /// http/1.1 here), proxying with `shared`'s upstreams.
+    pub fn start(
+        addr: SocketAddr,
+        mut tls: rustls::ServerConfig,
+        shared: Arc<Shared>,
+        max_connections: usize,
+    ) -> anyhow::Result<TcpFront> {
+        tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("fastudp-tcp")
+            .enable_all()
+            .build()?;
+        let listener = rt.block_on(tokio::net::TcpListener::bind(addr))?;
+        let addr = listener.local_addr()?;
+        let alt_svc = HeaderValue::from_str(&format!(
+            "h3=\":{}\"; ma={}",
+            addr.port(),
+            fastudp_quic::altsvc::MAX_AGE
+        ))?;
+        let refused = Arc::new(AtomicU64::new(0));
+        let slots = Arc::new(tokio::sync::Semaphore::new(max_connections));
+        let proxy = {
+            let _g = rt.enter();
+            Proxy::new(shared)
+        };
+        rt.spawn(accept(
+            listener,
+            acceptor,
+            proxy,
+            alt_svc,
+            slots,
+            refused.clone(),
+        ));
+        Ok(TcpFront { addr, rt, refused })
+    }
+
+    /// The TCP address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops: the listener and every connection, waiting `wait` at most.
+    pub fn stop(self, wait: Duration) {
+        self.rt.shutdown_timeout(wait);
+    }
+}
+
+async fn accept(
+    l: tokio::net::TcpListener,
+    tls: tokio_rustls::TlsAcceptor,
+    proxy: Proxy,
+    alt_svc: HeaderValue,
+    slots: Arc<tokio::sync::Semaphore>,
+    refused: Arc<AtomicU64>,
+) {
+    loop {
+        let Ok((tcp, peer)) = l.accept().await else {
+            // EMFILE and the like: wait a little rather than spin.
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            refused.fetch_add(1, Relaxed);
+            drop(tcp);
+            continue;
+        };
+        let _ = tcp.set_nodelay(true);
+        let (tls, proxy, alt_svc) = (tls.clone(), proxy.clone(), alt_svc.clone());
+        tokio::spawn(async move {
+            let _slot = slot;
+            let Ok(Ok(stream)) = tokio::time::timeout(TCP_HANDSHAKE_TIMEOUT, tls.accept(tcp)).await
+            else {
+                return;
+            };
+            let svc = hyper::service::service_fn(move |mut req: Request<hyper::body::Incoming>| {
+                req.extensions_mut().insert(Peer(peer));
+                let (proxy, alt_svc) = (proxy.clone(), alt_svc.clone());
+                async move {
+                    let mut r = proxy.forward(req).await;
+                    r.headers_mut().insert(header::ALT_SVC, alt_svc);
+                    Ok::<_, Infallible>(r)
+                }
+            });
+            let mut b = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            b.http1()
+                .timer(TokioTimer::new())
+                .header_read_timeout(TCP_HANDSHAKE_TIMEOUT);
+            let _ = b
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                .await;
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upstream_urls() {
+        assert_eq!(
+            Upstream::parse("http://127.0.0.1:8080")
+                .unwrap()
+                .authority(),
+            "127.0.0.1:8080"
+        );
+        assert!(Upstream::parse("http://h:1/").is_ok());
+        assert!(Upstream::parse("https://h:1")
+            .unwrap_err()
+            .contains("scheme"));
+        assert!(Upstream::parse("h:1").is_err());
+        assert!(Upstream::parse("http://h:1/x")
+            .unwrap_err()
+            .contains("path"));
+        assert!(Upstream::parse("http://u@h:1").is_err());
+    }
+
+    #[test]
+    fn hop_by_hop_and_connection_named_are_removed() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            "connection",
+            HeaderValue::from_static("keep-alive, x-secret"),
+        );
+        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        h.insert("x-secret", HeaderValue::from_static("1"));
+        h.insert("transfer-encoding", HeaderValue::from_static("chunked"));
+        h.insert("x-kept", HeaderValue::from_static("1"));
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h.len(), 1);
+        assert!(h.contains_key("x-kept"));
+    }
+
+    #[test]
+    fn forwarded_replaces_the_clients() {
+        let mut h = HeaderMap::new();
+        h.insert("x-forwarded-for", HeaderValue::from_static("6.6.6.6"));
+        let host = HeaderValue::from_static("example.com:443");
+        forwarded_headers(&mut h, Some("[::1]:5000".parse().unwrap()), Some(&host));
+        assert_eq!(h["x-forwarded-for"], "::1");
+        assert_eq!(h["x-forwarded-proto"], "https");
+        assert_eq!(h["x-forwarded-host"], "example.com:443");
+        assert_eq!(
+            h["forwarded"],
+            "for=\"[::1]\";host=\"example.com:443\";proto=https"
+        );
+    }
+
+    #[test]
+    fn round_robin_skips_a_failed_upstream() {
+        let s = Shared::new(
+            &["http://a:1".into(), "http://b:1".into()],
+            Duration::from_secs(1),
+        )
+        .unwrap();
+        let picks: Vec<_> = (0..4).map(|_| s.pick().unwrap().authority()).collect();
+        assert_eq!(picks, ["a:1", "b:1", "a:1", "b:1"]);
+        s.upstreams[0].failed();
+        let picks: Vec<_> = (0..3).map(|_| s.pick().unwrap().authority()).collect();
+        assert_eq!(picks, ["b:1", "b:1", "b:1"]);
+        s.upstreams[1].failed();
+        assert!(s.pick().is_none());
+    }
+}

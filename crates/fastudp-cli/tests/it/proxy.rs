@@ -1,0 +1,573 @@
+//! `quic serve --upstream`: the reverse proxy, against an HTTP/1.1
+//! upstream (hyper) started by the test, over HTTP/3 and over TLS/TCP
+//! (HTTP/1.1 and HTTP/2).
+
+use crate::common::quic_server::serve;
+use bytes::{Buf, Bytes};
+use http::{Request, StatusCode};
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+type UpBody = http_body_util::combinators::BoxBody<Bytes, BoxError>;
+
+fn full(b: impl Into<Bytes>) -> UpBody {
+    Full::new(b.into())
+        .map_err(|n: Infallible| match n {})
+        .boxed()
+}
+
+/// The pattern's bytes from `off`, `len` of them, in pieces.
+fn pattern_pieces(len: u64) -> impl Iterator<Item = Bytes> + Send {
+    let mut off = 0;
+    std::iter::from_fn(move || {
+        if off == len {
+            return None;
+        }
+        let b = fastudp_quic::hq::wire::pattern(off, len - off);
+        off += b.len() as u64;
+        Some(Bytes::from_static(b))
+    })
+}
+
+fn sha_of_pattern(len: u64) -> String {
+    let mut c = ring::digest::Context::new(&ring::digest::SHA256);
+    for p in pattern_pieces(len) {
+        c.update(&p);
+    }
+    hex(c.finish().as_ref())
+}
+
+fn hex(d: &[u8]) -> String {
+    d.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The upstream application:
+/// - `/headers`: the request's headers, `name: value` lines;
+/// - `/upload`: `LEN SHA256` of the body, read as a stream;
+/// - `/echo`: the body, streamed back as it comes;
+/// - `/download/N`: N bytes of the pattern, streamed;
+/// - `/slow`: answers after 5 s;
+/// - `/die`: promises 1 MB, sends 100 kB, then fails.
+async fn upstream_app(req: Request<Incoming>) -> Result<http::Response<UpBody>, Infallible> {
+    let path = req.uri().path().to_string();
+    let r = if path == "/headers" {
+        let mut s = String::new();
+        for (n, v) in req.headers() {
+            s.push_str(&format!("{n}: {}\n", v.to_str().unwrap_or("?")));
+        }
+        http::Response::new(full(s))
+    } else if path == "/upload" {
+        let mut body = req.into_body();
+        let mut c = ring::digest::Context::new(&ring::digest::SHA256);
+        let mut len = 0u64;
+        while let Some(f) = body.frame().await {
+            let Ok(f) = f else {
+                return Ok(http::Response::new(full("broken body")));
+            };
+            if let Ok(d) = f.into_data() {
+                len += d.len() as u64;
+                c.update(&d);
+            }
+        }
+        http::Response::new(full(format!("{len} {}", hex(c.finish().as_ref()))))
+    } else if path == "/echo" {
+        http::Response::new(req.into_body().map_err(|e| Box::new(e) as BoxError).boxed())
+    } else if let Some(n) = path.strip_prefix("/download/") {
+        let n: u64 = n.parse().unwrap_or(0);
+        let s = futures_util::stream::iter(pattern_pieces(n).map(|b| Ok(Frame::data(b))));
+        let mut r = http::Response::new(StreamBody::new(s).boxed());
+        r.headers_mut()
+            .insert("content-length", n.to_string().parse().unwrap());
+        r
+    } else if path == "/slow" {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        http::Response::new(full("late"))
+    } else if path == "/die" {
+        let good = pattern_pieces(100_000).map(Ok::<_, BoxError>);
+        // The head and the first bytes are flushed before it dies.
+        let bad = futures_util::stream::once(async {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            Err::<Bytes, BoxError>("the upstream dies".into())
+        });
+        let s = futures_util::StreamExt::map(
+            futures_util::StreamExt::chain(futures_util::stream::iter(good), bad),
+            |r| r.map(Frame::data),
+        );
+        let mut r = http::Response::new(StreamBody::new(s).boxed());
+        r.headers_mut()
+            .insert("content-length", "1000000".parse().unwrap());
+        r
+    } else {
+        let mut r = http::Response::new(full("not here"));
+        *r.status_mut() = StatusCode::NOT_FOUND;
+        r
+    };
+    Ok(r)
+}
+
+/// An upstream on a loopback port of its own; it runs until the runtime
+/// is dropped.
+fn upstream() -> (tokio::runtime::Runtime, SocketAddr) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let l = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let addr = l.local_addr().unwrap();
+    rt.spawn(async move {
+        loop {
+            let Ok((tcp, _)) = l.accept().await else {
+                continue;
+            };
+            tokio::spawn(async move {
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(
+                        hyper_util::rt::TokioIo::new(tcp),
+                        hyper::service::service_fn(upstream_app),
+                    )
+                    .await;
+            });
+        }
+    });
+    (rt, addr)
+}
+
+fn client_tls(alpn: &[&[u8]]) -> rustls::ClientConfig {
+    #[derive(Debug)]
+    struct Any;
+    impl rustls::client::danger::ServerCertVerifier for Any {
+        fn verify_server_cert(
+            &self,
+            _: &rustls::pki_types::CertificateDer<'_>,
+            _: &[rustls::pki_types::CertificateDer<'_>],
+            _: &rustls::pki_types::ServerName<'_>,
+            _: &[u8],
+            _: rustls::pki_types::UnixTime,
+        ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+            Ok(rustls::client::danger::ServerCertVerified::assertion())
+        }
+        fn verify_tls12_signature(
+            &self,
+            _: &[u8],
+            _: &rustls::pki_types::CertificateDer<'_>,
+            _: &rustls::DigitallySignedStruct,
+        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+            Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
+        }
+        fn verify_tls13_signature(
+            &self,
+            _: &[u8],
+            _: &rustls::pki_types::CertificateDer<'_>,
+            _: &rustls::DigitallySignedStruct,
+        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+            Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
+        }
+        fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+            rustls::crypto::ring::default_provider()
+                .signature_verification_algorithms
+                .supported_schemes()
+        }
+    }
+    let mut c = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_protocol_versions(&[&rustls::version::TLS13])
+    .unwrap()
+    .dangerous()
+    .with_custom_certificate_verifier(Arc::new(Any))
+    .with_no_client_auth();
+    c.alpn_protocols = alpn.iter().map(|a| a.to_vec()).collect();
+    c
+}
+
+type SendRequest = h3::client::SendRequest<h3_quinn::OpenStreams, Bytes>;
+
+async fn h3_connect(addr: SocketAddr) -> (quinn::Endpoint, SendRequest) {
+    let cfg = quinn::ClientConfig::new(Arc::new(
+        quinn::crypto::rustls::QuicClientConfig::try_from(client_tls(&[b"h3"])).unwrap(),
+    ));
+    let mut ep = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
+    ep.set_default_client_config(cfg);
+    let conn = ep.connect(addr, "localhost").unwrap().await.unwrap();
+    let (mut driver, send) = h3::client::new(h3_quinn::Connection::new(conn))
+        .await
+        .unwrap();
+    tokio::spawn(async move { std::future::poll_fn(|cx| driver.poll_close(cx)).await });
+    (ep, send)
+}
+
+/// What came back: status, the body's first bytes, its length and
+/// SHA-256, and whether it is the pattern.
+#[derive(Debug)]
+struct Answer {
+    status: StatusCode,
+    body: Vec<u8>,
+    len: u64,
+    sha: String,
+    pattern_ok: bool,
+}
+
+const KEEP: usize = 1 << 16;
+
+#[derive(Default)]
+struct Sink {
+    body: Vec<u8>,
+    len: u64,
+    pattern_ok: bool,
+    sha: Option<ring::digest::Context>,
+}
+
+impl Sink {
+    fn new() -> Sink {
+        Sink {
+            pattern_ok: true,
+            sha: Some(ring::digest::Context::new(&ring::digest::SHA256)),
+            ..Default::default()
+        }
+    }
+    fn take(&mut self, b: &[u8]) {
+        if fastudp_quic::hq::wire::check(self.len, b).is_err() {
+            self.pattern_ok = false;
+        }
+        self.len += b.len() as u64;
+        self.sha.as_mut().unwrap().update(b);
+        if self.body.len() < KEEP {
+            self.body
+                .extend_from_slice(&b[..b.len().min(KEEP - self.body.len())]);
+        }
+    }
+    fn answer(mut self, status: StatusCode) -> Answer {
+        Answer {
+            status,
+            body: self.body,
+            len: self.len,
+            sha: hex(self.sha.take().unwrap().finish().as_ref()),
+            pattern_ok: self.pattern_ok,
+        }
+    }
+}
+
+async fn h3_request(
+    send: &mut SendRequest,
+    method: &str,
+    path: &str,
+    upload: Option<u64>,
+) -> anyhow::Result<Answer> {
+    let req = Request::builder()
+        .method(method)
+        .uri(format!("https://localhost{path}"))
+        .header("connection-specific", "x")
+        .body(())?;
+    let mut s = send.send_request(req).await?;
+    if let Some(n) = upload {
+        for p in pattern_pieces(n) {
+            s.send_data(p).await?;
+        }
+    }
+    s.finish().await?;
+    let resp = s.recv_response().await?;
+    let mut sink = Sink::new();
+    while let Some(mut chunk) = s.recv_data().await? {
+        let b = chunk.copy_to_bytes(chunk.remaining());
+        sink.take(&b);
+    }
+    Ok(sink.answer(resp.status()))
+}
+
+/// One request over TLS/TCP with HTTP/1.1 (`h2` false) or HTTP/2, on a
+/// connection of its own.
+async fn tcp_request(
+    addr: SocketAddr,
+    h2: bool,
+    method: &str,
+    path: &str,
+    upload: Option<u64>,
+) -> anyhow::Result<Answer> {
+    let alpn: &[&[u8]] = if h2 { &[b"h2"] } else { &[b"http/1.1"] };
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(client_tls(alpn)));
+    let tcp = tokio::net::TcpStream::connect(addr).await?;
+    let s = tls.connect("localhost".try_into()?, tcp).await?;
+    let io = hyper_util::rt::TokioIo::new(s);
+    let body: UpBody = match upload {
+        Some(n) => StreamBody::new(futures_util::stream::iter(
+            pattern_pieces(n).map(|b| Ok::<_, BoxError>(Frame::data(b))),
+        ))
+        .boxed(),
+        None => full(Bytes::new()),
+    };
+    let resp = if h2 {
+        let (mut send, conn) =
+            hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io).await?;
+        tokio::spawn(conn);
+        let req = Request::builder()
+            .method(method)
+            .uri(format!("https://localhost{path}"))
+            .body(body)?;
+        send.send_request(req).await?
+    } else {
+        let (mut send, conn) = hyper::client::conn::http1::handshake(io).await?;
+        tokio::spawn(conn);
+        let req = Request::builder()
+            .method(method)
+            .uri(path)
+            .header("host", "localhost")
+            .header("connection", "keep-alive, x-hop")
+            .header("x-hop", "1")
+            .header("x-forwarded-for", "6.6.6.6")
+            .body(body)?;
+        send.send_request(req).await?
+    };
+    let status = resp.status();
+    let mut body = resp.into_body();
+    let mut sink = Sink::new();
+    while let Some(f) = body.frame().await {
+        if let Ok(d) = f?.into_data() {
+            sink.take(&d);
+        }
+    }
+    Ok(sink.answer(status))
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// The proxy's peak resident memory (VmHWM), bytes.
+fn peak_rss(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+const BIG: u64 = 128 << 20;
+
+/// Over HTTP/3: the headers the upstream sees, byte-exact bodies both
+/// ways (a large upload and download with the proxy's memory bounded), a
+/// slow upstream's 504, and an upstream that dies mid-response resets
+/// the stream.
+#[test]
+fn proxy_over_http3() {
+    let (_up_rt, up) = upstream();
+    let (srv, addr) = serve(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--workers",
+        "1",
+        "--upstream",
+        &format!("http://{up}"),
+        "--upstream-timeout",
+        "1",
+    ]);
+    rt().block_on(async {
+        let (_ep, mut send) = h3_connect(addr).await;
+        let a = h3_request(&mut send, "GET", "/headers", None)
+            .await
+            .unwrap();
+        assert_eq!(a.status, StatusCode::OK);
+        let h = String::from_utf8(a.body).unwrap();
+        for want in [
+            "host: localhost\n",
+            "x-forwarded-for: 127.0.0.1\n",
+            "x-forwarded-proto: https\n",
+            "forwarded: for=127.0.0.1;host=\"localhost\";proto=https\n",
+        ] {
+            assert!(h.contains(want), "{want:?} not in {h}");
+        }
+
+        let a = h3_request(&mut send, "POST", "/echo", Some(3_000_000))
+            .await
+            .unwrap();
+        assert_eq!(
+            (a.status, a.len, a.pattern_ok),
+            (StatusCode::OK, 3_000_000, true)
+        );
+
+        let base = peak_rss(srv.pid());
+        let a = h3_request(&mut send, "POST", "/upload", Some(BIG))
+            .await
+            .unwrap();
+        assert_eq!(
+            String::from_utf8(a.body).unwrap(),
+            format!("{BIG} {}", sha_of_pattern(BIG))
+        );
+        let a = h3_request(&mut send, "GET", &format!("/download/{BIG}"), None)
+            .await
+            .unwrap();
+        assert_eq!((a.status, a.len, a.pattern_ok), (StatusCode::OK, BIG, true));
+        assert_eq!(a.sha, sha_of_pattern(BIG));
+        let peak = peak_rss(srv.pid());
+        println!(
+            "proxy VmHWM: {} MiB before, {} MiB after 2 x {} MiB",
+            base >> 20,
+            peak >> 20,
+            BIG >> 20
+        );
+        assert!(
+            peak < base + BIG / 2,
+            "the proxy held {} MiB more for {} MiB each way",
+            (peak - base) >> 20,
+            BIG >> 20
+        );
+
+        let a = h3_request(&mut send, "GET", "/slow", None).await.unwrap();
+        assert_eq!(a.status, StatusCode::GATEWAY_TIMEOUT);
+
+        // Skipped after its timeout: the only upstream is down for a while.
+        let a = h3_request(&mut send, "GET", "/headers", None)
+            .await
+            .unwrap();
+        assert_eq!(a.status, StatusCode::BAD_GATEWAY);
+    });
+    drop(srv);
+}
+
+/// An upstream that dies mid-response: the HTTP/3 stream is reset, and
+/// over TCP the response is cut, never a whole 200.
+#[test]
+fn proxy_upstream_dying_mid_response_resets_the_stream() {
+    let (_up_rt, up) = upstream();
+    let (srv, addr) = serve(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--workers",
+        "1",
+        "--alt-svc-tcp",
+        "--upstream",
+        &format!("http://{up}"),
+    ]);
+    rt().block_on(async {
+        let (_ep, mut send) = h3_connect(addr).await;
+        let r = h3_request(&mut send, "GET", "/die", None).await;
+        let e = r.expect_err("a reset stream, not a short 200");
+        println!("HTTP/3: {e}");
+        for h2 in [false, true] {
+            let r = tcp_request(addr, h2, "GET", "/die", None).await;
+            let e = r.expect_err("a cut response, not a short 200");
+            println!("TCP (h2 {h2}): {e}");
+        }
+        // The connection goes on.
+        let a = h3_request(&mut send, "GET", "/download/1000", None)
+            .await
+            .unwrap();
+        assert_eq!(
+            (a.status, a.len, a.pattern_ok),
+            (StatusCode::OK, 1000, true)
+        );
+    });
+    drop(srv);
+}
+
+/// Over TLS/TCP, HTTP/1.1 and HTTP/2: headers (hop-by-hop removed, the
+/// client's X-Forwarded-For replaced), byte-exact bodies both ways.
+#[test]
+fn proxy_over_tcp() {
+    let (_up_rt, up) = upstream();
+    let (srv, addr) = serve(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--workers",
+        "1",
+        "--alt-svc-tcp",
+        "--upstream",
+        &format!("http://{up}"),
+    ]);
+    rt().block_on(async {
+        let a = tcp_request(addr, false, "GET", "/headers", None)
+            .await
+            .unwrap();
+        let h = String::from_utf8(a.body).unwrap();
+        assert!(h.contains("host: localhost\n"), "{h}");
+        assert!(h.contains("x-forwarded-for: 127.0.0.1\n"), "{h}");
+        assert!(!h.contains("6.6.6.6"), "{h}");
+        assert!(!h.contains("x-hop"), "{h}");
+        for h2 in [false, true] {
+            let a = tcp_request(addr, h2, "POST", "/upload", Some(10_000_000))
+                .await
+                .unwrap();
+            assert_eq!(
+                String::from_utf8(a.body).unwrap(),
+                format!("10000000 {}", sha_of_pattern(10_000_000))
+            );
+            let a = tcp_request(addr, h2, "POST", "/echo", Some(5_000_000))
+                .await
+                .unwrap();
+            assert_eq!(
+                (a.status, a.len, a.pattern_ok),
+                (StatusCode::OK, 5_000_000, true)
+            );
+            let a = tcp_request(addr, h2, "GET", "/download/10000000", None)
+                .await
+                .unwrap();
+            assert_eq!(a.sha, sha_of_pattern(10_000_000));
+        }
+    });
+    drop(srv);
+}
+
+/// An upstream that refuses: 502 at once (not 504 after the timeout);
+/// with two upstreams, the one that refused is skipped afterwards.
+#[test]
+fn proxy_refused_upstream_is_502_and_skipped() {
+    let (_up_rt, up) = upstream();
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let down = dead.local_addr().unwrap();
+    drop(dead);
+    let (srv, addr) = serve(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--workers",
+        "1",
+        "--upstream",
+        &format!("http://{down}"),
+        "--upstream",
+        &format!("http://{up}"),
+        "--upstream-timeout",
+        "600",
+    ]);
+    rt().block_on(async {
+        let (_ep, mut send) = h3_connect(addr).await;
+        let mut got = Vec::new();
+        for _ in 0..6 {
+            got.push(
+                h3_request(&mut send, "GET", "/headers", None)
+                    .await
+                    .unwrap()
+                    .status,
+            );
+        }
+        // The first goes to the refusing upstream; after it, only the live one.
+        assert_eq!(got[0], StatusCode::BAD_GATEWAY, "{got:?}");
+        assert!(got[1..].iter().all(|s| *s == StatusCode::OK), "{got:?}");
+    });
+    srv.interrupt();
+    let end = srv.finish();
+    assert!(end.stdout.contains("\"bad_gateway\":1"), "{}", end.stdout);
+}
+
+/// Refused at start: an upstream that is not `http://HOST:PORT`.
+#[test]
+fn proxy_bad_upstream_is_a_usage_error() {
+    crate::common::assert_fails_with(
+        &["quic", "serve", "--upstream", "https://x:1"],
+        2,
+        "--upstream https://x:1",
+    );
+    crate::common::assert_fails_with(
+        &["quic", "serve", "--upstream", "http://x:1/path"],
+        2,
+        "--upstream http://x:1/path: a path is not allowed",
+    );
+}
