@@ -1653,7 +1653,9 @@ fn max_memory_is_a_budget() {
     assert_eq!(v["pressure"].as_u64().unwrap(), budget / 4 * 3, "{v}");
     let places = v["places"].as_u64().unwrap();
     let light = v["light_connection"].as_u64().unwrap();
-    assert_eq!(places, budget / light, "{v}");
+    let admit = v["admit"].as_u64().unwrap();
+    assert_eq!(admit, budget / 8 * 7, "{v}");
+    assert_eq!(places, admit / light, "{v}");
     // The worst case would have allowed about 38.
     assert!(places > 4000, "{v}");
     assert_eq!(v["max_connections_per_ip"], (places / 4).max(1), "{v}");
