@@ -390,6 +390,8 @@ fn accept_loop(l: TcpListener, shared: Arc<Shared>) {
         let spawned = std::thread::Builder::new()
             .name("altsvc-conn".into())
             .spawn(move || {
+                // Files it opens count against its address's descriptors.
+                let _peer = crate::files::Peer::set(ip);
                 s.stats.accepted.fetch_add(1, Relaxed);
                 serve(tcp, &s, id);
                 if let Ok(mut conns) = s.conns.lock() {

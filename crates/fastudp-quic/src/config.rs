@@ -33,6 +33,19 @@ pub fn transport(idle_timeout: Duration) -> TransportConfig {
     t
 }
 
+/// Sizes `t`'s windows for a connection accepted with grant `g`
+/// ([`limits::Grant`]): the requests it may open at once, its receive
+/// window and, below [`limits::Grant::Full`], its send window. Credit
+/// announced in the handshake cannot be taken back, so a connection
+/// accepted under pressure starts with the smaller grant.
+pub fn graded(t: &mut TransportConfig, g: limits::Grant) {
+    t.max_concurrent_bidi_streams(VarInt::from_u32(g.streams()));
+    t.receive_window(VarInt::from_u32(g.receive_window()));
+    if g != limits::Grant::Full {
+        t.send_window(g.send_window());
+    }
+}
+
 /// The most datagrams of 1,472 bytes that fit one GSO train (64 KiB).
 pub const MAX_TRAIN_LIMIT: usize = 44;
 
@@ -54,8 +67,9 @@ pub enum Pacing {
     },
 }
 
-/// Connections at most, server-wide, unless the configuration says fewer.
-pub const DEFAULT_MAX_CONNECTIONS: usize = 100_000;
+/// Connections at most, server-wide, unless the configuration says fewer:
+/// the memory budget ([`EngineConfig::max_memory`]) bounds them first.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1_000_000;
 
 /// What an [`crate::Engine`] runs with.
 ///
@@ -110,14 +124,20 @@ pub struct EngineConfig {
     /// Handshakes from unvalidated addresses a worker keeps open at most;
     /// above it new clients get a Retry first. Default: 1024.
     pub max_half_open: usize,
-    /// Connections at most, server-wide; more are refused. Default:
-    /// [`DEFAULT_MAX_CONNECTIONS`]. [`crate::limits::max_connections`]
-    /// derives it from a memory budget.
+    /// Connections at most, server-wide; more are refused (or, when full,
+    /// one may evict an idle one: docs/SECURITY.md). Default:
+    /// [`DEFAULT_MAX_CONNECTIONS`]; the memory budget bounds them first.
     pub max_connections: usize,
     /// Connections at most from one client address (an IPv6 /64),
     /// counted once the address is validated. Default: `None`, a quarter
-    /// of `max_connections`, at least 1.
+    /// of the places ([`EngineConfig::places`]), at least 1.
     pub max_connections_per_ip: Option<usize>,
+    /// The most memory the server may hold, bytes: the process and its
+    /// workers ([`crate::limits::BASE`], [`crate::limits::per_worker`])
+    /// and a budget over what connections hold ([`crate::limits::Budget`])
+    /// with the rest. Default: `None`, a quarter of the host's memory
+    /// ([`crate::limits::default_budget`]).
+    pub max_memory: Option<u64>,
     /// Time without a packet after which a connection is dropped, also
     /// during its handshake. The engine drops it then (within
     /// [`Tuning::timer_tick`]) whatever its RTT: quinn-proto's own timer
@@ -278,6 +298,7 @@ impl EngineConfig {
             max_half_open: 1024,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_connections_per_ip: None,
+            max_memory: None,
             tuning: Tuning::default(),
             idle_timeout: limits::IDLE_TIMEOUT,
             disabled: Vec::new(),
@@ -345,6 +366,28 @@ impl EngineConfig {
         self
     }
 
+    /// Sets [`EngineConfig::max_memory`].
+    pub fn max_memory(mut self, bytes: Option<u64>) -> Self {
+        self.max_memory = bytes;
+        self
+    }
+
+    /// The memory budget over connections that [`EngineConfig::max_memory`]
+    /// leaves with [`EngineConfig::workers`] workers.
+    pub fn budget(&self) -> Result<limits::Budget, limits::BudgetError> {
+        limits::Budget::for_server(
+            self.max_memory.unwrap_or_else(limits::default_budget),
+            self.workers,
+        )
+    }
+
+    /// The places for connections: `max_connections`, or fewer where the
+    /// budget holds fewer light ones ([`limits::Budget::light_places`]).
+    pub fn places(&self) -> usize {
+        let light = self.budget().map(|b| b.light_places()).unwrap_or(1);
+        self.max_connections.min(light).max(1)
+    }
+
     /// Sets [`EngineConfig::idle_timeout`].
     pub fn idle_timeout(mut self, d: Duration) -> Self {
         self.idle_timeout = d;
@@ -360,7 +403,7 @@ impl EngineConfig {
     /// Connections per client address in force.
     pub fn per_ip(&self) -> usize {
         self.max_connections_per_ip
-            .unwrap_or((self.max_connections / limits::PER_ADDRESS_SHARE).max(1))
+            .unwrap_or((self.places() / limits::PER_ADDRESS_SHARE).max(1))
     }
 
     /// Checks the values; what is wrong, said plainly.
@@ -376,6 +419,9 @@ impl EngineConfig {
         }
         if self.max_connections_per_ip == Some(0) {
             return Err(Error::Config("max_connections_per_ip 0: at least 1".into()));
+        }
+        if let Err(e) = self.budget() {
+            return Err(Error::Config(e.to_string()));
         }
         if !(1..=MAX_TRAIN_LIMIT).contains(&self.tuning.max_train) {
             return Err(Error::Config(format!(

@@ -56,6 +56,8 @@ pub struct Engine {
     pacing: (PacingMode, String),
     zerocopy_error: Option<String>,
     uring_error: Arc<Mutex<Option<String>>>,
+    budget: Arc<limits::Budget>,
+    per_address: Arc<limits::PerAddress>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -74,7 +76,19 @@ impl Engine {
         let n = cfg.workers;
         let max_connections = cfg.max_connections;
         let per_address = Arc::new(limits::PerAddress::new(cfg.per_ip()));
+        let budget = Arc::new(cfg.budget().map_err(|e| Error::Config(e.to_string()))?);
         let server = server_config(&cfg, app.as_ref())?;
+        let graded: Vec<Arc<ServerConfig>> = [limits::Grant::Small, limits::Grant::Minimal]
+            .into_iter()
+            .map(|g| {
+                let mut s = (*server).clone();
+                let mut t = transport(&cfg);
+                crate::graded(&mut t, g);
+                s.transport_config(Arc::new(t));
+                Arc::new(s)
+            })
+            .collect();
+        let graded = Arc::new(graded);
         let (group, addr, txs) = bind(&cfg)?;
         let (pacing, why) = choose_pacing(&cfg, &txs)?;
 
@@ -115,6 +129,7 @@ impl Engine {
                 id: i,
                 workers: n,
                 server: server.clone(),
+                graded: graded.clone(),
                 endpoint: Arc::new(ep),
                 inboxes: inboxes.clone(),
                 counters: counters.clone(),
@@ -126,6 +141,7 @@ impl Engine {
                 max_half_open: cfg.max_half_open,
                 per_address: per_address.clone(),
                 idle_timeout: cfg.idle_timeout,
+                budget: budget.clone(),
                 app: app.clone(),
                 total_rate: cfg.total_rate,
                 recv_arena: cfg.tuning.recv_arena,
@@ -158,7 +174,19 @@ impl Engine {
             pacing: (pacing, why),
             zerocopy_error,
             uring_error,
+            budget,
+            per_address,
         })
+    }
+
+    /// The memory budget over what connections hold, live.
+    pub fn budget(&self) -> &limits::Budget {
+        &self.budget
+    }
+
+    /// Connections one client address may hold at most.
+    pub fn per_ip(&self) -> usize {
+        self.per_address.max()
     }
 
     /// The address the engine listens on.
@@ -252,18 +280,23 @@ fn server_config(cfg: &EngineConfig, app: &dyn Application) -> Result<Arc<Server
     let crypto = quinn_proto::crypto::rustls::QuicServerConfig::try_from(tls)
         .map_err(|e| Error::Tls(e.to_string()))?;
     let mut server = ServerConfig::with_crypto(Arc::new(crypto));
-    let mut transport = crate::transport(cfg.idle_timeout);
-    if let Some(n) = cfg.tuning.ack_every {
-        crate::ack_every(&mut transport, n);
-    }
-    crate::max_udp_payload(&mut transport, cfg.tuning.max_udp_payload);
-    server.transport_config(Arc::new(transport));
+    server.transport_config(Arc::new(transport(cfg)));
     // Memory held for connections not yet accepted stays small whatever a
     // flood of Initials does.
     server.max_incoming(4096);
     server.incoming_buffer_size(64 * 1024);
     server.incoming_buffer_size_total(limits::INCOMING_BUFFER);
     Ok(Arc::new(server))
+}
+
+/// The transport configuration of a connection granted full windows.
+fn transport(cfg: &EngineConfig) -> quinn_proto::TransportConfig {
+    let mut transport = crate::transport(cfg.idle_timeout);
+    if let Some(n) = cfg.tuning.ack_every {
+        crate::ack_every(&mut transport, n);
+    }
+    crate::max_udp_payload(&mut transport, cfg.tuning.max_udp_payload);
+    transport
 }
 
 /// The reuseport group of receive sockets on the listening address, the

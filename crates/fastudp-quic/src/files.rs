@@ -36,12 +36,14 @@
 //! | `ENOENT`, `ENOTDIR`, `ENAMETOOLONG`, not a regular file | 404 | `not_found` |
 //! | `EACCES` | 403 | `forbidden` |
 //! | a malformed target (bad `%`, NUL, not UTF-8, not `/...`) | 400 | `bad_requests` |
+//! | no descriptor left: the server's or the client address's share ([`Descriptors`]), `EMFILE`, `ENFILE` | 503 | `unavailable` |
 //! | any other error | 500 | `errors` |
 //!
 //! An escape answers 404, like a missing file, so a client learns nothing
 //! about what lies outside. Each open [`FileBody`] holds one file
-//! descriptor; the caller bounds them by bounding the streams it serves
-//! at once (docs/SECURITY.md, "Static files").
+//! descriptor, counted in the root's [`Descriptors`] server-wide and
+//! against the client's address (an IPv6 /64) until the body is dropped
+//! (docs/SECURITY.md, "Descriptors").
 
 mod beneath;
 
@@ -335,6 +337,9 @@ pub enum Status {
     RangeNotSatisfiable,
     /// 500: anything else.
     InternalError,
+    /// 503: no file descriptor left for this request (the server's, or
+    /// its client address's share); the client may try again.
+    ServiceUnavailable,
 }
 
 impl Status {
@@ -348,6 +353,7 @@ impl Status {
             Status::NotFound => 404,
             Status::RangeNotSatisfiable => 416,
             Status::InternalError => 500,
+            Status::ServiceUnavailable => 503,
         }
     }
 
@@ -419,6 +425,8 @@ pub struct FileBody {
     off: u64,
     end: u64,
     held: Bytes,
+    /// Its descriptor's place, given back when the body is dropped.
+    _fd: Permit,
 }
 
 impl fmt::Debug for FileBody {
@@ -506,6 +514,8 @@ pub struct FileStats {
     pub unsatisfiable: u64,
     /// 500.
     pub errors: u64,
+    /// 503: no descriptor left for the request ([`Descriptors`]).
+    pub unavailable: u64,
 }
 
 #[derive(Debug, Default)]
@@ -518,6 +528,145 @@ struct Counters {
     bad_requests: AtomicU64,
     unsatisfiable: AtomicU64,
     errors: AtomicU64,
+    unavailable: AtomicU64,
+}
+
+thread_local! {
+    static PEER: std::cell::Cell<Option<std::net::IpAddr>> = const { std::cell::Cell::new(None) };
+}
+
+/// The client a thread answers now, for [`Descriptors`]' per-address
+/// share: set while the engine's worker drives a connection (and by the
+/// TCP listener's thread for its connection), cleared when dropped.
+/// Requests answered with no client set count under one shared key.
+#[derive(Debug)]
+pub struct Peer(Option<std::net::IpAddr>);
+
+impl Peer {
+    /// Sets the thread's client to `ip` until the guard is dropped.
+    pub fn set(ip: std::net::IpAddr) -> Peer {
+        Peer(PEER.with(|p| p.replace(Some(ip))))
+    }
+
+    fn current() -> Option<std::net::IpAddr> {
+        PEER.with(|p| p.get())
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        PEER.with(|p| p.set(self.0));
+    }
+}
+
+/// The file descriptors responses may hold open: at most `total`
+/// server-wide and `per_address` for one client address (an IPv6 /64).
+/// A request past either is answered 503 and counted.
+#[derive(Debug)]
+pub struct Descriptors {
+    total: usize,
+    per_address: usize,
+    held: std::sync::Mutex<(
+        usize,
+        std::collections::HashMap<Option<std::net::IpAddr>, usize>,
+    )>,
+}
+
+/// Descriptors kept out of [`Descriptors::from_limit`]'s share for the
+/// process itself: sockets, the TCP listener's connections, logs.
+pub const RESERVED_DESCRIPTORS: u64 = 1024;
+/// One client address may hold this fraction of the descriptors for
+/// responses ([`Descriptors::from_limit`]).
+pub const DESCRIPTOR_SHARE: usize = 8;
+
+impl Descriptors {
+    /// At most `total` open at once, `per_address` for one address (each
+    /// at least 1).
+    pub fn new(total: usize, per_address: usize) -> Descriptors {
+        Descriptors {
+            total: total.max(1),
+            per_address: per_address.clamp(1, total.max(1)),
+            held: Default::default(),
+        }
+    }
+
+    /// The bound for a process whose open-file limit is `limit`: half of
+    /// what is left after [`RESERVED_DESCRIPTORS`] (at least half of the
+    /// limit when that is less), and an eighth of it per address.
+    pub fn from_limit(limit: u64) -> Descriptors {
+        let total = if limit > 2 * RESERVED_DESCRIPTORS {
+            (limit - RESERVED_DESCRIPTORS) / 2
+        } else {
+            limit / 2
+        };
+        let total = usize::try_from(total).unwrap_or(usize::MAX).max(1);
+        Descriptors::new(total, (total / DESCRIPTOR_SHARE).max(1))
+    }
+
+    /// The bound for this process's open-file limit now (its soft
+    /// `RLIMIT_NOFILE`; 1,024 where it cannot be read).
+    pub fn from_process() -> Descriptors {
+        let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+            .current
+            .unwrap_or(u64::MAX);
+        Descriptors::from_limit(limit)
+    }
+
+    /// At most this many open server-wide.
+    pub fn total(&self) -> usize {
+        self.total
+    }
+
+    /// At most this many open for one client address.
+    pub fn per_address(&self) -> usize {
+        self.per_address
+    }
+
+    /// Descriptors held now.
+    pub fn held(&self) -> usize {
+        self.held.lock().unwrap_or_else(|e| e.into_inner()).0
+    }
+
+    fn take(self: &std::sync::Arc<Self>) -> Option<Permit> {
+        let key = Peer::current().map(crate::limits::address_key);
+        let mut h = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        if h.0 >= self.total {
+            return None;
+        }
+        let n = h.1.entry(key).or_insert(0);
+        if *n >= self.per_address {
+            return None;
+        }
+        *n += 1;
+        h.0 += 1;
+        Some(Permit {
+            of: self.clone(),
+            key,
+        })
+    }
+
+    fn give(&self, key: Option<std::net::IpAddr>) {
+        let mut h = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        h.0 -= 1;
+        if let Some(n) = h.1.get_mut(&key) {
+            *n -= 1;
+            if *n == 0 {
+                h.1.remove(&key);
+            }
+        }
+    }
+}
+
+/// One descriptor's place in a [`Descriptors`].
+struct Permit {
+    of: std::sync::Arc<Descriptors>,
+    key: Option<std::net::IpAddr>,
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        self.of.give(self.key);
+    }
 }
 
 /// The served directory: an open directory descriptor that every request
@@ -527,6 +676,7 @@ struct Counters {
 pub struct Root {
     dir: File,
     counts: Counters,
+    fds: std::sync::Arc<Descriptors>,
 }
 
 impl Root {
@@ -545,7 +695,21 @@ impl Root {
         Ok(Root {
             dir: f,
             counts: Counters::default(),
+            fds: std::sync::Arc::new(Descriptors::from_process()),
         })
+    }
+
+    /// Bounds the descriptors its responses hold with `d` (by default
+    /// [`Descriptors::from_process`], from the open-file limit when the
+    /// root was opened).
+    pub fn descriptors(mut self, d: Descriptors) -> Root {
+        self.fds = std::sync::Arc::new(d);
+        self
+    }
+
+    /// The bound on the descriptors its responses hold.
+    pub fn descriptor_limits(&self) -> &Descriptors {
+        &self.fds
     }
 
     /// Answers one request for `target` (the request path as received,
@@ -564,6 +728,7 @@ impl Root {
                     Status::BadRequest => &c.bad_requests,
                     Status::Forbidden => &c.forbidden,
                     Status::NotFound => &c.not_found,
+                    Status::ServiceUnavailable => &c.unavailable,
                     _ => &c.errors,
                 },
             ),
@@ -584,6 +749,7 @@ impl Root {
             bad_requests: c.bad_requests.load(Relaxed),
             unsatisfiable: c.unsatisfiable.load(Relaxed),
             errors: c.errors.load(Relaxed),
+            unavailable: c.unavailable.load(Relaxed),
         }
     }
 
@@ -618,6 +784,12 @@ impl Root {
                 Fail::Status(Status::BadRequest)
             }
         })?;
+        // A descriptor's place first: a request past the bound opens
+        // nothing.
+        let permit = self
+            .fds
+            .take()
+            .ok_or(Fail::Status(Status::ServiceUnavailable))?;
         let (file, size, index) = self.open_file(&path)?;
         let ctype = content_type(if index { INDEX } else { path.as_str() });
         let answer = match (method, range) {
@@ -648,6 +820,7 @@ impl Root {
                 off: start,
                 end,
                 held: Bytes::new(),
+                _fd: permit,
             }),
         })
     }
@@ -665,6 +838,7 @@ fn refused(e: &io::Error) -> Fail {
         Some(libc::ENOENT | libc::ENOTDIR | libc::ENAMETOOLONG) => Fail::Status(Status::NotFound),
         Some(libc::ELOOP | libc::EXDEV) => Fail::Escape,
         Some(libc::EACCES) => Fail::Status(Status::Forbidden),
+        Some(libc::EMFILE | libc::ENFILE) => Fail::Status(Status::ServiceUnavailable),
         _ => Fail::Status(Status::InternalError),
     }
 }
@@ -1119,5 +1293,66 @@ mod tests {
         let e = Root::open(Path::new("/etc/passwd")).unwrap_err();
         assert_eq!(e.raw_os_error(), None);
         assert!(e.to_string().contains("/etc/passwd"), "{e}");
+    }
+
+    /// One address holds at most its share of the descriptors, and the
+    /// server at most the total: past either a GET is answered 503 (not
+    /// 500) and counted; a descriptor comes back when its body is
+    /// dropped. Without a client set, requests share one key.
+    #[test]
+    fn descriptors_are_bounded_per_address_and_server_wide() {
+        let (_t, root) = site("fds");
+        let root = root.descriptors(Descriptors::new(5, 2));
+        let a: std::net::IpAddr = "192.0.2.1".parse().unwrap();
+        let b: std::net::IpAddr = "2001:db8::1".parse().unwrap();
+        let b2: std::net::IpAddr = "2001:db8::2".parse().unwrap();
+        let mut held = Vec::new();
+        {
+            let _p = Peer::set(a);
+            held.push(get(&root, "/a.txt"));
+            held.push(get(&root, "/a.txt"));
+            let r = get(&root, "/a.txt");
+            assert_eq!(r.status, Status::ServiceUnavailable);
+            assert_eq!(r.status.code(), 503);
+            assert!(r.body.is_none());
+        }
+        {
+            // The same /64 is one address.
+            let _p = Peer::set(b);
+            held.push(get(&root, "/a.txt"));
+            let _q = Peer::set(b2);
+            held.push(get(&root, "/a.txt"));
+            assert_eq!(get(&root, "/a.txt").status, Status::ServiceUnavailable);
+        }
+        // The fifth, with no client set, fills the server; a sixth from a
+        // new address finds none left.
+        held.push(get(&root, "/a.txt"));
+        assert!(held.iter().all(|r| r.status == Status::Ok));
+        assert_eq!(root.descriptor_limits().held(), 5);
+        {
+            let _p = Peer::set("198.51.100.7".parse().unwrap());
+            assert_eq!(get(&root, "/a.txt").status, Status::ServiceUnavailable);
+            // A refused request holds none.
+            assert_eq!(root.descriptor_limits().held(), 5);
+            held.truncate(4);
+            assert_eq!(get(&root, "/a.txt").status, Status::Ok);
+        }
+        assert_eq!(root.descriptor_limits().held(), 4);
+        assert_eq!(root.stats().unavailable, 3);
+        assert_eq!(root.stats().errors, 0);
+        drop(held);
+        assert_eq!(root.descriptor_limits().held(), 0);
+    }
+
+    /// The bound for an open-file limit keeps 1,024 for the process and
+    /// gives one address an eighth of the rest's half.
+    #[test]
+    fn descriptors_from_the_open_file_limit() {
+        let d = Descriptors::from_limit(1024);
+        assert_eq!((d.total(), d.per_address()), (512, 64));
+        let d = Descriptors::from_limit(65_536);
+        assert_eq!((d.total(), d.per_address()), (32_256, 4032));
+        let d = Descriptors::from_limit(1);
+        assert_eq!((d.total(), d.per_address()), (1, 1));
     }
 }

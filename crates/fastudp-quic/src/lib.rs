@@ -88,10 +88,10 @@ mod tx;
 mod worker;
 
 pub use config::{
-    ack_every, max_udp_payload, transport, EngineConfig, Pacing, Tuning, DEFAULT_MAX_CONNECTIONS,
-    DEFAULT_MAX_UDP_PAYLOAD, DEFAULT_RX_COALESCE, DEFAULT_TIMER_TICK, MAX_BUSY_POLL,
-    MAX_GSO_PAYLOAD, MAX_PACING_BURST, MAX_RX_COALESCE, MAX_TIMER_TICK, MAX_TRAIN_LIMIT,
-    MAX_UDP_PAYLOAD_LIMIT, MIN_PACING_BURST,
+    ack_every, graded, max_udp_payload, transport, EngineConfig, Pacing, Tuning,
+    DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_UDP_PAYLOAD, DEFAULT_RX_COALESCE, DEFAULT_TIMER_TICK,
+    MAX_BUSY_POLL, MAX_GSO_PAYLOAD, MAX_PACING_BURST, MAX_RX_COALESCE, MAX_TIMER_TICK,
+    MAX_TRAIN_LIMIT, MAX_UDP_PAYLOAD_LIMIT, MIN_PACING_BURST,
 };
 pub use engine::{Engine, Error, MAX_RESTARTS, STOP_WAIT};
 pub use fastudp_io::pacing::PacingMode;

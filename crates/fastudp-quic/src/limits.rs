@@ -45,7 +45,12 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Connections one client address (an IPv6 /64) may hold, server-wide,
-/// by default: this fraction of `--max-connections`, at least 1.
+/// by default: this fraction of the places (`--max-connections`, or what
+/// the budget holds of light connections, [`Budget::light_places`]),
+/// at least 1. A carrier-grade NAT puts thousands of users behind one
+/// address: with the default budget on a 24 GiB host that is about
+/// 40,000 places per address. What keeps a few addresses from holding
+/// every place is eviction when full ([`PerAddress::top`]), not this cap.
 pub const PER_ADDRESS_SHARE: usize = 4;
 
 /// The key a client's address is counted under: the IPv4 address (an
@@ -61,14 +66,36 @@ pub fn address_key(ip: std::net::IpAddr) -> std::net::IpAddr {
     }
 }
 
+#[derive(Debug, Default)]
+struct Places {
+    counts: std::collections::HashMap<std::net::IpAddr, usize>,
+    /// The same counts, ordered: the address holding the most is last.
+    ordered: std::collections::BTreeSet<(usize, std::net::IpAddr)>,
+}
+
+impl Places {
+    fn set(&mut self, k: std::net::IpAddr, old: usize, new: usize) {
+        if old > 0 {
+            self.ordered.remove(&(old, k));
+        }
+        if new > 0 {
+            self.ordered.insert((new, k));
+            self.counts.insert(k, new);
+        } else {
+            self.counts.remove(&k);
+        }
+    }
+}
+
 /// Connections per client address, server-wide (`--max-connections-per-ip`):
 /// a connection is counted once its address is validated (a Retry token
 /// or a finished handshake), so that Initials from spoofed sources cannot
-/// use up another client's share.
+/// use up another client's share. It also says which addresses hold the
+/// most ([`PerAddress::top`]), for eviction when the server is full.
 #[derive(Debug)]
 pub struct PerAddress {
     max: usize,
-    counts: std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>,
+    places: std::sync::Mutex<Places>,
 }
 
 impl PerAddress {
@@ -76,30 +103,305 @@ impl PerAddress {
     pub fn new(max: usize) -> Self {
         PerAddress {
             max,
-            counts: Default::default(),
+            places: Default::default(),
         }
+    }
+
+    /// The most connections one address may hold.
+    pub fn max(&self) -> usize {
+        self.max
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Places> {
+        self.places.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Takes a place for `ip`; false when it holds `max` already.
     pub fn take(&self, ip: std::net::IpAddr) -> bool {
-        let mut m = self.counts.lock().unwrap_or_else(|e| e.into_inner());
-        let n = m.entry(address_key(ip)).or_insert(0);
-        if *n >= self.max {
+        let k = address_key(ip);
+        let mut p = self.lock();
+        let n = p.counts.get(&k).copied().unwrap_or(0);
+        if n >= self.max {
             return false;
         }
-        *n += 1;
+        p.set(k, n, n + 1);
         true
     }
 
     /// Gives back a place taken for `ip`.
     pub fn give(&self, ip: std::net::IpAddr) {
-        let mut m = self.counts.lock().unwrap_or_else(|e| e.into_inner());
         let k = address_key(ip);
-        if let Some(n) = m.get_mut(&k) {
-            *n -= 1;
-            if *n == 0 {
-                m.remove(&k);
-            }
+        let mut p = self.lock();
+        if let Some(n) = p.counts.get(&k).copied() {
+            p.set(k, n, n - 1);
+        }
+    }
+
+    /// The connections `ip`'s address holds.
+    pub fn count(&self, ip: std::net::IpAddr) -> usize {
+        self.lock()
+            .counts
+            .get(&address_key(ip))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Addresses (keys) holding more than `above` connections each,
+    /// those holding the most first, at most `n` of them.
+    pub fn top(&self, above: usize, n: usize) -> Vec<(std::net::IpAddr, usize)> {
+        self.lock()
+            .ordered
+            .iter()
+            .rev()
+            .take_while(|(c, _)| *c > above)
+            .take(n)
+            .map(|&(c, k)| (k, c))
+            .collect()
+    }
+}
+
+/// What an established connection holds whatever it does, bytes, as the
+/// budget counts it: quinn-proto's connection and TLS state, its packet
+/// spaces, its entries in the worker's tables. Measured: 1,127 light
+/// connections took a server from 7.7 MB to 31.8 MB of RSS, 21 KB each
+/// (docs/SECURITY.md).
+pub const CONN_STATE: u64 = 24 * K;
+/// What a connection holds beyond [`CONN_STATE`] during its handshake:
+/// the CRYPTO frames of three packet spaces.
+pub const HANDSHAKE_EXTRA: u64 = 3 * CRYPTO_BUFFER as u64;
+/// What one open request stream may hold beyond its receive window, as
+/// the budget counts it: the request line or header section being read
+/// (2 KiB), and one chunk of the response read ahead and not yet taken
+/// by the stream (a file's or h3's body chunk, 64 KiB).
+pub const STREAM_HELD: u64 = 2 * K + 64 * K;
+/// How long a response may make no progress (no STREAM frame sent while
+/// a request stream is open) before its connection is closed and counted
+/// ([`crate::Counters::stalled_cut`]): as the TCP listener's send
+/// timeout, 10 s.
+pub const STALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a connection with a request open must have made no progress
+/// to count as stalled for eviction when the server is full.
+pub const STALL_EVICT: Duration = Duration::from_secs(2);
+
+/// The windows a connection is granted: what the budget lets it hold.
+/// Each is applied at run time (quinn-proto's
+/// `Connection::set_max_concurrent_streams`, `set_receive_window`,
+/// `set_send_window`); a connection is granted the tier the budget's
+/// level allows each time it is driven, so grants shrink for everyone
+/// under pressure and grow back when it passes, as Linux's TCP under
+/// `tcp_mem`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Grant {
+    /// Below the pressure mark: [`STREAMS`] requests at once, the whole
+    /// [`CONN_WINDOW`], and the application's send window
+    /// ([`FULL_SEND_WINDOW`] counted).
+    Full,
+    /// Between the pressure mark and the hard limit: 4 requests at once,
+    /// a receive window of 7 streams, a send window of
+    /// [`SMALL_SEND_WINDOW`].
+    Small,
+    /// At the hard limit: 1 request at once, a receive window of 4
+    /// streams, a send window of [`MIN_SEND_WINDOW`].
+    Minimal,
+}
+
+/// The send window counted for a [`Grant::Full`] connection with a
+/// request open: the applications' largest ([`H3_SEND_WINDOW`],
+/// [`FILE_SEND_WINDOW`]; the `/bytes` pattern is not copied, and its
+/// 8 MiB window costs quinn-proto's records of the packets in flight,
+/// about 1.1 MB).
+pub const FULL_SEND_WINDOW: u64 = 2 << 20;
+/// The send window of a [`Grant::Small`] connection.
+pub const SMALL_SEND_WINDOW: u64 = 128 * K;
+/// The send window of a [`Grant::Minimal`] connection.
+pub const MIN_SEND_WINDOW: u64 = 16 * K;
+
+impl Grant {
+    /// Requests (bidirectional streams) a client may have open at once.
+    pub fn streams(self) -> u32 {
+        match self {
+            Grant::Full => STREAMS,
+            Grant::Small => 4,
+            Grant::Minimal => 1,
+        }
+    }
+
+    /// The connection's receive window, bytes.
+    pub fn receive_window(self) -> u32 {
+        (self.streams() + UNI_STREAMS) * STREAM_WINDOW
+    }
+
+    /// The send window counted while a request is open, bytes.
+    pub fn send_window(self) -> u64 {
+        match self {
+            Grant::Full => FULL_SEND_WINDOW,
+            Grant::Small => SMALL_SEND_WINDOW,
+            Grant::Minimal => MIN_SEND_WINDOW,
+        }
+    }
+}
+
+/// What a connection holds as the budget counts it, bytes: its state, its
+/// handshake's buffers while `handshaking`, the receive credit and
+/// request state of its `bi` open requests and `uni` open unidirectional
+/// streams, and the send window of its grant while a request is open.
+pub fn held(handshaking: bool, bi: u64, uni: u64, grant: Grant) -> u64 {
+    let hs = if handshaking { HANDSHAKE_EXTRA } else { 0 };
+    let send = if bi > 0 { grant.send_window() } else { 0 };
+    CONN_STATE
+        + hs
+        + bi * (u64::from(STREAM_WINDOW) + STREAM_HELD)
+        + uni * u64::from(STREAM_WINDOW)
+        + send
+}
+
+/// The level of a [`Budget`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Level {
+    /// Below the pressure mark.
+    Normal,
+    /// At or above the pressure mark.
+    Pressure,
+    /// At or above the admission mark (7/8 of the hard limit): no new
+    /// connection, the least grants.
+    Hard,
+}
+
+/// The server's memory budget over what its connections hold
+/// (`--max-memory` less the process and its workers): one atomic sum,
+/// charged and credited by every worker as its connections change
+/// ([`held`]). Below [`Budget::pressure`] connections are granted full
+/// windows, above it small ones; at [`Budget::admit`] the least, and no
+/// new connection is taken (one may evict an idle one: docs/SECURITY.md).
+/// The last eighth, up to [`Budget::hard`], is room for what connections
+/// already taken grow into (a request opened within the least grant).
+#[derive(Debug)]
+pub struct Budget {
+    hard: u64,
+    pressure: u64,
+    admit: u64,
+    held: std::sync::atomic::AtomicU64,
+    /// The most ever held.
+    peak: std::sync::atomic::AtomicU64,
+}
+
+/// The pressure mark, as a fraction of the hard limit: 3/4.
+pub const PRESSURE_NUM: u64 = 3;
+/// See [`PRESSURE_NUM`].
+pub const PRESSURE_DEN: u64 = 4;
+/// The admission mark, in eighths of the hard limit: 7.
+pub const ADMIT_EIGHTHS: u64 = 7;
+
+impl Budget {
+    /// A budget of `hard` bytes for connections, its pressure mark at
+    /// 3/4 of it, its admission mark at 7/8.
+    pub fn new(hard: u64) -> Self {
+        Budget {
+            hard,
+            pressure: hard / PRESSURE_DEN * PRESSURE_NUM,
+            admit: hard / 8 * ADMIT_EIGHTHS,
+            held: Default::default(),
+            peak: Default::default(),
+        }
+    }
+
+    /// The budget of a server with `workers` workers under `--max-memory`
+    /// `max_memory`: what is left after the process and its workers; an
+    /// error when that is not one connection's handshake.
+    pub fn for_server(max_memory: u64, workers: usize) -> Result<Budget, BudgetError> {
+        let fixed = BASE + workers as u64 * per_worker();
+        let need = fixed + CONN_STATE + HANDSHAKE_EXTRA;
+        if max_memory < need {
+            return Err(BudgetError {
+                budget: max_memory,
+                workers,
+                need,
+            });
+        }
+        Ok(Budget::new(max_memory - fixed))
+    }
+
+    /// The hard limit, bytes.
+    pub fn hard(&self) -> u64 {
+        self.hard
+    }
+
+    /// The pressure mark, bytes.
+    pub fn pressure(&self) -> u64 {
+        self.pressure
+    }
+
+    /// The admission mark, bytes: no new connection at or above it.
+    pub fn admit(&self) -> u64 {
+        self.admit
+    }
+
+    /// What connections hold now, as counted, bytes.
+    pub fn held(&self) -> u64 {
+        self.held.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The most connections have held at once, bytes.
+    pub fn peak(&self) -> u64 {
+        self.peak.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Light connections (established, no request open, HTTP/3's three
+    /// unidirectional streams) the admission mark holds.
+    pub fn light_places(&self) -> usize {
+        let each = held(false, 0, u64::from(UNI_STREAMS), Grant::Full);
+        usize::try_from(self.admit / each).unwrap_or(usize::MAX)
+    }
+
+    /// The level now.
+    pub fn level(&self) -> Level {
+        let h = self.held();
+        if h >= self.admit {
+            Level::Hard
+        } else if h >= self.pressure {
+            Level::Pressure
+        } else {
+            Level::Normal
+        }
+    }
+
+    /// The grant the level allows now.
+    pub fn grant(&self) -> Grant {
+        match self.level() {
+            Level::Normal => Grant::Full,
+            Level::Pressure => Grant::Small,
+            Level::Hard => Grant::Minimal,
+        }
+    }
+
+    /// Takes `bytes` for a new connection; false (nothing taken) when
+    /// that would pass the admission mark.
+    pub fn try_take(&self, bytes: u64) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        let r = self
+            .held
+            .fetch_update(Relaxed, Relaxed, |h| {
+                (h.saturating_add(bytes) <= self.admit).then_some(h + bytes)
+            })
+            .map(|h| h + bytes);
+        if let Ok(now) = r {
+            self.peak.fetch_max(now, Relaxed);
+        }
+        r.is_ok()
+    }
+
+    /// A connection's count went from `old` to `new` bytes. Growth past
+    /// the admission mark is allowed here: it is what a connection
+    /// already holds (a request opened, data a client sent within credit
+    /// granted before); the grants are the least until the sum is below
+    /// the mark again.
+    pub fn change(&self, old: u64, new: u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        if new > old {
+            let now = self.held.fetch_add(new - old, Relaxed) + (new - old);
+            self.peak.fetch_max(now, Relaxed);
+        } else if old > new {
+            self.held.fetch_sub(old - new, Relaxed);
         }
     }
 }
@@ -214,6 +516,26 @@ pub fn per_worker() -> u64 {
     forward + stateless + trains + recv + INCOMING_BUFFER + M
 }
 
+/// Raises the process's soft open-file limit (`RLIMIT_NOFILE`) to its
+/// hard limit, as servers do at start (systemd's default soft limit is
+/// 1,024); the limits before and after, (soft, hard) each.
+pub fn raise_open_files() -> std::io::Result<((u64, u64), (u64, u64))> {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let before = getrlimit(Resource::Nofile);
+    let pair = |r: &Rlimit| (r.current.unwrap_or(u64::MAX), r.maximum.unwrap_or(u64::MAX));
+    let was = pair(&before);
+    if before.current != before.maximum {
+        setrlimit(
+            Resource::Nofile,
+            Rlimit {
+                current: before.maximum,
+                maximum: before.maximum,
+            },
+        )?;
+    }
+    Ok((was, pair(&getrlimit(Resource::Nofile))))
+}
+
 /// The process itself: code, TLS configuration, threads' stacks.
 pub const BASE: u64 = 32 * M;
 
@@ -313,6 +635,66 @@ mod tests {
 }
 
 #[cfg(test)]
+mod budget_tests {
+    use super::*;
+
+    /// The soft open-file limit below the hard one is raised to it.
+    #[test]
+    fn the_open_file_limit_is_raised_to_the_hard_one() {
+        use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+        let r = getrlimit(Resource::Nofile);
+        let hard = r.maximum.unwrap_or(u64::MAX);
+        // One below the hard limit (and above what the other tests use).
+        let low = hard.saturating_sub(1).max(512);
+        setrlimit(
+            Resource::Nofile,
+            Rlimit {
+                current: Some(low),
+                maximum: r.maximum,
+            },
+        )
+        .unwrap();
+        let (before, after) = raise_open_files().unwrap();
+        assert_eq!(before.0, low);
+        assert_eq!(after, (hard, hard));
+    }
+
+    /// Levels and grants follow the marks; a new connection's take is
+    /// refused past the hard limit, and what a connection already holds
+    /// may pass it (the grants are then the least).
+    #[test]
+    fn the_budget_levels_and_grants() {
+        let b = Budget::new(400 * K);
+        assert_eq!(b.pressure(), 300 * K);
+        assert_eq!(b.admit(), 350 * K);
+        assert_eq!(b.grant(), Grant::Full);
+        assert!(b.try_take(300 * K));
+        assert_eq!(b.grant(), Grant::Small);
+        assert!(!b.try_take(51 * K));
+        assert!(b.try_take(50 * K));
+        assert_eq!(b.level(), Level::Hard);
+        assert_eq!(b.grant(), Grant::Minimal);
+        assert!(!b.try_take(1));
+        b.change(0, 10 * K);
+        assert_eq!(b.held(), 360 * K);
+        assert_eq!(b.peak(), 360 * K);
+        b.change(360 * K, 0);
+        assert_eq!(b.held(), 0);
+        assert_eq!(b.grant(), Grant::Full);
+        // A light connection: its state and three unidirectional streams.
+        assert_eq!(
+            held(false, 0, 3, Grant::Full),
+            CONN_STATE + 3 * u64::from(STREAM_WINDOW)
+        );
+        assert!(held(false, 1, 3, Grant::Small) < held(false, 1, 3, Grant::Full));
+        // The default budget on a 24 GiB host holds 100,000 light ones.
+        let b = Budget::for_server(6 << 30, 2).unwrap();
+        assert!(b.light_places() >= 100_000, "{}", b.light_places());
+        assert!(Budget::for_server(BASE, 2).is_err());
+    }
+}
+
+#[cfg(test)]
 mod per_address_tests {
     use super::*;
     use std::net::IpAddr;
@@ -334,5 +716,17 @@ mod per_address_tests {
         assert!(p.take(v4));
         assert!(p.take(mapped));
         assert!(!p.take(v4), "a v4-mapped address is its IPv4 address");
+        // The addresses holding the most, most first.
+        assert_eq!(p.count(a), 2);
+        assert_eq!(
+            p.top(1, 8),
+            vec![
+                ("2001:db8::".parse().unwrap(), 2),
+                ("192.0.2.1".parse().unwrap(), 2)
+            ]
+        );
+        assert!(p.top(2, 8).is_empty());
+        p.give(v4);
+        assert_eq!(p.top(1, 8), vec![("2001:db8::".parse().unwrap(), 2)]);
     }
 }

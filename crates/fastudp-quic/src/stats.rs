@@ -14,6 +14,17 @@ pub struct Counters {
     pub half_open: AtomicU64,
     /// Connections refused (--max-connections) so far.
     pub refused: AtomicU64,
+    /// Connections refused because the memory budget was at its hard
+    /// limit and no idle connection could be evicted (also counted in
+    /// `refused`).
+    pub refused_memory: AtomicU64,
+    /// Connections closed to make room for a newcomer when the server was
+    /// full: the oldest idle or stalled connection of the address holding
+    /// the most (docs/SECURITY.md, "Fairness when full").
+    pub evicted: AtomicU64,
+    /// Connections closed because a response made no progress for
+    /// [`crate::limits::STALL_TIMEOUT`].
+    pub stalled_cut: AtomicU64,
     /// Retry packets sent.
     pub retries: AtomicU64,
     /// Response bytes delivered, counted per response when it is whole:

@@ -102,6 +102,36 @@ struct Conn {
     /// client that acknowledges late stretches without bound.
     heard: Instant,
     frames: u64,
+    /// What it holds as the budget counts it ([`limits::held`]), bytes.
+    charge: u64,
+    /// The windows it is granted now.
+    grant: limits::Grant,
+    /// Its place, its address's place and its charge were given back
+    /// already (it was evicted): [`ConnTable::forget`] gives nothing back.
+    released: bool,
+    /// Its order of acceptance on this worker: the oldest is evicted first.
+    seq: u64,
+    /// Requests (client bidirectional streams) open, as last seen.
+    bi: u64,
+    /// STREAM frames sent as last seen, and when that number last grew
+    /// (or when no request was open): a response that does not move for
+    /// [`limits::STALL_TIMEOUT`] is cut.
+    progress: (u64, Instant),
+    /// When `progress` was last read.
+    checked: Instant,
+}
+
+impl Conn {
+    /// Idle (no request open) or stalled (a request open and no progress
+    /// for [`limits::STALL_EVICT`]), established and holding its places.
+    fn evictable(&self, now: Instant) -> bool {
+        !self.released
+            && !self.half_open
+            && self.address_counted
+            && self.closed.is_none()
+            && (self.bi == 0
+                || now.saturating_duration_since(self.progress.1) >= limits::STALL_EVICT)
+    }
 }
 
 /// When a connection last heard from at `heard` is dropped: `idle` later;
@@ -153,6 +183,10 @@ pub(crate) struct Setup {
     pub(crate) id: usize,
     pub(crate) workers: usize,
     pub(crate) server: Arc<ServerConfig>,
+    /// `server` with the windows of [`limits::Grant::Small`] and
+    /// [`limits::Grant::Minimal`], for connections accepted under
+    /// pressure (empty: `server` for all).
+    pub(crate) graded: Arc<Vec<Arc<ServerConfig>>>,
     pub(crate) endpoint: Arc<EndpointConfig>,
     /// Every worker's inbox of forwarded datagrams.
     pub(crate) inboxes: Arc<Vec<Inbox>>,
@@ -171,6 +205,8 @@ pub(crate) struct Setup {
     /// [`crate::EngineConfig::idle_timeout`]: a connection that receives
     /// no packet for this long is dropped, whatever its RTT.
     pub(crate) idle_timeout: Duration,
+    /// The memory budget, server-wide.
+    pub(crate) budget: Arc<limits::Budget>,
     /// The application.
     pub(crate) app: Arc<dyn crate::app::Application>,
     /// All workers' rate together, bytes/s.
@@ -192,6 +228,52 @@ pub(crate) struct Setup {
     /// Why io_uring was refused, the first time a worker saw it.
     pub(crate) uring_error: Arc<Mutex<Option<String>>>,
 }
+
+/// How often a connection's progress is read while a request is open.
+const PROGRESS_CHECK: Duration = Duration::from_secs(1);
+
+/// What a new connection is charged until its first drive counts it:
+/// its state and its handshake's buffers.
+const HANDSHAKE_CHARGE: u64 = limits::CONN_STATE + limits::HANDSHAKE_EXTRA;
+
+/// Takes a place among the server's connections (`max_connections`) and
+/// a handshake's memory from the budget; false, with neither taken, when
+/// one of them is full.
+fn take_place(s: &Setup) -> bool {
+    let max = s.max_connections as u64;
+    if s.counters
+        .connections
+        .fetch_update(Relaxed, Relaxed, |c| (c < max).then_some(c + 1))
+        .is_err()
+    {
+        return false;
+    }
+    if !s.budget.try_take(HANDSHAKE_CHARGE) {
+        s.counters.connections.fetch_sub(1, Relaxed);
+        return false;
+    }
+    true
+}
+
+/// Handshakes under way server-wide above which clients from unvalidated
+/// addresses get a Retry first: half of `max_connections`, and what a
+/// quarter of the budget holds of handshakes, so that Initials from
+/// sources that never answer cannot fill the budget (they are not
+/// evictable).
+fn half_open_cap(s: &Setup) -> u64 {
+    (s.max_connections as u64 / 2).min(s.budget.hard() / 4 / HANDSHAKE_CHARGE)
+}
+
+/// Gives back what [`take_place`] took, for a connection not made.
+fn give_place(s: &Setup) {
+    s.counters.connections.fetch_sub(1, Relaxed);
+    s.budget.change(HANDSHAKE_CHARGE, 0);
+}
+
+/// The application close code of a connection closed to make room for a
+/// newcomer, or for a response that made no progress: HTTP/3's
+/// H3_EXCESSIVE_LOAD (RFC 9114 8.1), used for hq-interop too.
+pub(crate) const CLOSE_EXCESSIVE_LOAD: u32 = 0x107;
 
 fn to_quinn_ecn(e: Option<EcnCodepoint>) -> Option<quinn_proto::EcnCodepoint> {
     e.and_then(|e| quinn_proto::EcnCodepoint::from_bits(e as u8))
@@ -249,6 +331,10 @@ pub(crate) struct ConnTable {
     /// places among the server's, as [`Worker::salvage`] gives them back
     /// should the application panic under it.
     in_drive: Option<Places>,
+    /// This worker's connections by their address's key, oldest first.
+    by_address: HashMap<IpAddr, BTreeSet<(u64, ConnectionHandle)>>,
+    /// The next connection's [`Conn::seq`].
+    seq: u64,
 }
 
 /// What a connection holds of the server's counts.
@@ -256,6 +342,10 @@ pub(crate) struct ConnTable {
 struct Places {
     half_open: bool,
     address: Option<IpAddr>,
+    /// Its charge in the budget.
+    charge: u64,
+    /// Given back already (evicted): only `half_open` is left to give.
+    released: bool,
 }
 
 impl Places {
@@ -263,17 +353,23 @@ impl Places {
         Places {
             half_open: c.half_open,
             address: c.address_counted.then_some(c.address),
+            charge: c.charge,
+            released: c.released,
         }
     }
 
     fn give_back(self, s: &Setup) {
-        s.counters.connections.fetch_sub(1, Relaxed);
         if self.half_open {
             s.counters.half_open.fetch_sub(1, Relaxed);
         }
+        if self.released {
+            return;
+        }
+        s.counters.connections.fetch_sub(1, Relaxed);
         if let Some(a) = self.address {
             s.per_address.give(a);
         }
+        s.budget.change(self.charge, 0);
     }
 }
 
@@ -351,6 +447,8 @@ impl Worker {
                 wakes: Wakes::default(),
                 lost_closed: 0,
                 in_drive: None,
+                by_address: HashMap::new(),
+                seq: 0,
             },
             tx,
             closing_since: None,
@@ -876,25 +974,56 @@ impl EndpointDriver {
         closing: bool,
         mut buf: Vec<u8>,
     ) {
-        // A place among the server's connections, taken now and
-        // given back when the connection goes (or is not made).
+        // A place among the server's connections and its handshake's
+        // memory, taken now and given back when the connection goes (or
+        // is not made).
         let max = s.max_connections as u64;
-        let placed = !closing
-            && s.counters
-                .connections
-                .fetch_update(Relaxed, Relaxed, |c| (c < max).then_some(c + 1))
-                .is_ok();
+        let mut placed = !closing && take_place(s);
+        if !placed && !closing {
+            // Full: a newcomer whose address is validated may take the
+            // place of an idle or stalled connection of the address holding
+            // the most; one not validated is asked to prove its address
+            // first, so that a spoofed source cannot evict anyone.
+            if !incoming.remote_address_validated() && incoming.may_retry() {
+                match self.endpoint.retry(incoming, &mut buf) {
+                    Ok(t) => {
+                        s.counters.retries.fetch_add(1, Relaxed);
+                        return tx.stateless(&t, buf);
+                    }
+                    Err(e) => {
+                        self.endpoint.ignore(e.into_incoming());
+                        return keep_spare(&mut tx.small_spare, buf, STATELESS_QUEUE);
+                    }
+                }
+            }
+            // A light connection evicted may free less memory than a
+            // handshake takes: up to 4 make room for one.
+            if incoming.remote_address_validated() {
+                for _ in 0..4 {
+                    if !table.evict_for(incoming.remote_address().ip(), now, s) {
+                        break;
+                    }
+                    placed = take_place(s);
+                    if placed {
+                        break;
+                    }
+                }
+            }
+        }
         if !placed {
             let t = self.endpoint.refuse(incoming, &mut buf);
             s.counters.refused.fetch_add(1, Relaxed);
+            if s.counters.connections.load(Relaxed) < max {
+                s.counters.refused_memory.fetch_add(1, Relaxed);
+            }
             return tx.stateless(&t, buf);
         } else if (s.retry
             || self.half_open >= s.max_half_open
-            || s.counters.half_open.load(Relaxed) >= max / 2)
+            || s.counters.half_open.load(Relaxed) >= half_open_cap(s))
             && !incoming.remote_address_validated()
             && incoming.may_retry()
         {
-            s.counters.connections.fetch_sub(1, Relaxed);
+            give_place(s);
             match self.endpoint.retry(incoming, &mut buf) {
                 Ok(t) => {
                     s.counters.retries.fetch_add(1, Relaxed);
@@ -924,17 +1053,35 @@ impl EndpointDriver {
         let address = incoming.remote_address().ip();
         let address_counted = incoming.remote_address_validated();
         if address_counted && !s.per_address.take(address) {
-            s.counters.connections.fetch_sub(1, Relaxed);
+            give_place(s);
             let t = self.endpoint.refuse(incoming, buf);
             s.counters.refused.fetch_add(1, Relaxed);
             return Some(t);
         }
-        match self.endpoint.accept(incoming, now, buf, None) {
+        let grant = s.budget.grant();
+        let graded = match grant {
+            limits::Grant::Full => None,
+            limits::Grant::Small => s.graded.first().cloned(),
+            limits::Grant::Minimal => s.graded.get(1).cloned(),
+        };
+        let grant = if graded.is_some() {
+            grant
+        } else {
+            limits::Grant::Full
+        };
+        match self.endpoint.accept(incoming, now, buf, graded) {
             Ok((ch, conn)) => {
                 let frames = frames_received(&conn);
                 s.counters.accepted.fetch_add(1, Relaxed);
                 self.half_open += 1;
                 s.counters.half_open.fetch_add(1, Relaxed);
+                let seq = table.seq;
+                table.seq += 1;
+                table
+                    .by_address
+                    .entry(limits::address_key(address))
+                    .or_default()
+                    .insert((seq, ch));
                 table.conns.insert(
                     ch,
                     Box::new(Conn {
@@ -950,13 +1097,20 @@ impl EndpointDriver {
                         finishing: Vec::new(),
                         heard: now,
                         frames,
+                        charge: HANDSHAKE_CHARGE,
+                        grant,
+                        released: false,
+                        seq,
+                        bi: 0,
+                        progress: (0, now),
+                        checked: now,
                     }),
                 );
                 table.dirty.push(ch);
                 None
             }
             Err(e) => {
-                s.counters.connections.fetch_sub(1, Relaxed);
+                give_place(s);
                 if address_counted {
                     s.per_address.give(address);
                 }
@@ -1023,6 +1177,8 @@ impl ConnTable {
             return;
         };
         self.in_drive = Some(Places::of(&c));
+        // Files opened for it count against its address's descriptors.
+        let _peer = crate::files::Peer::set(c.address);
         let counters = s.counters.clone();
         let mut trains = 0;
         let mut gone = false;
@@ -1085,6 +1241,9 @@ impl ConnTable {
             }
         }
         self.events = events;
+        if !gone {
+            self.account(ch, &mut c, now, s);
+        }
         let drained = c.conn.borrow().is_drained();
         self.settle_half_open(ch, &mut c, now, ep, s, gone || drained);
         self.in_drive = None;
@@ -1189,9 +1348,12 @@ impl ConnTable {
             .path
             .lost_packets
             .saturating_sub(c.lost);
-        s.counters.connections.fetch_sub(1, Relaxed);
-        if c.address_counted {
-            s.per_address.give(c.address);
+        self.release(ch, c, s);
+        if let Some(set) = self.by_address.get_mut(&limits::address_key(c.address)) {
+            set.remove(&(c.seq, ch));
+            if set.is_empty() {
+                self.by_address.remove(&limits::address_key(c.address));
+            }
         }
         if let Some(mut app) = c.app.take() {
             app.on_closed(c.closed.take().unwrap_or(Closed::Locally));
@@ -1202,14 +1364,126 @@ impl ConnTable {
         }
     }
 
+    /// Gives back connection `c`'s place among the server's, its place of
+    /// its address's share and its charge, once.
+    fn release(&mut self, _ch: ConnectionHandle, c: &mut Conn, s: &Setup) {
+        if c.released {
+            return;
+        }
+        c.released = true;
+        s.counters.connections.fetch_sub(1, Relaxed);
+        if c.address_counted {
+            s.per_address.give(c.address);
+        }
+        s.budget.change(c.charge, 0);
+        c.charge = 0;
+    }
+
+    /// Counts what connection `c` holds in the budget, grants it the
+    /// windows the budget's level allows, and cuts it when a response has
+    /// made no progress for [`limits::STALL_TIMEOUT`].
+    fn account(&mut self, ch: ConnectionHandle, c: &mut Conn, now: Instant, s: &Setup) {
+        if c.released {
+            return;
+        }
+        let mut conn = c.conn.borrow_mut();
+        if conn.is_closed() {
+            // What it holds goes when it is drained; no new grant.
+            return;
+        }
+        let handshaking = conn.is_handshaking();
+        let bi = conn.streams().remote_open_streams(quinn_proto::Dir::Bi);
+        let uni = conn.streams().remote_open_streams(quinn_proto::Dir::Uni);
+        let grant = s.budget.grant();
+        if grant != c.grant {
+            conn.set_max_concurrent_streams(
+                quinn_proto::Dir::Bi,
+                VarInt::from_u32(grant.streams()),
+            );
+            conn.set_receive_window(VarInt::from_u32(grant.receive_window()));
+            if grant == limits::Grant::Full {
+                conn.set_send_window(limits::FULL_SEND_WINDOW);
+            }
+            c.grant = grant;
+        }
+        if grant != limits::Grant::Full {
+            // The application may have set its own since.
+            conn.set_send_window(grant.send_window());
+        }
+        // Progress is read at most once a second (the connection's
+        // statistics are a copy): a stall is cut within 1 s of its
+        // deadline.
+        if bi > 0 && (c.bi == 0 || now >= c.checked + PROGRESS_CHECK) {
+            c.checked = now;
+            let sent = conn.stats().frame_tx.stream;
+            if c.bi == 0 || sent != c.progress.0 {
+                c.progress = (sent, now);
+            } else if now.saturating_duration_since(c.progress.1) >= limits::STALL_TIMEOUT {
+                conn.close(
+                    now,
+                    VarInt::from_u32(CLOSE_EXCESSIVE_LOAD),
+                    Bytes::from_static(b"no progress"),
+                );
+                s.counters.stalled_cut.fetch_add(1, Relaxed);
+                self.more.push(ch);
+            }
+        } else if bi == 0 {
+            c.progress.1 = now;
+        }
+        c.bi = bi;
+        let held = limits::held(handshaking, bi, uni, c.grant);
+        s.budget.change(c.charge, held);
+        c.charge = held;
+    }
+
+    /// The server is full: makes room for a newcomer from `ip` by closing
+    /// the oldest idle or stalled connection (of this worker's) of the
+    /// address holding the most, if the newcomer's address holds fewer
+    /// than its share and at least two fewer than that address. True when
+    /// one was closed (its places are free at once).
+    pub(crate) fn evict_for(&mut self, ip: IpAddr, now: Instant, s: &Setup) -> bool {
+        let mine = s.per_address.count(ip);
+        if mine >= s.per_address.max() {
+            return false;
+        }
+        for (key, _) in s.per_address.top(mine + 1, 8) {
+            let Some(set) = self.by_address.get(&key) else {
+                continue;
+            };
+            let victim = set
+                .iter()
+                .take(256)
+                .map(|&(_, ch)| ch)
+                .find(|ch| self.conns.get(ch).is_some_and(|c| c.evictable(now)));
+            let Some(ch) = victim else { continue };
+            let Some(mut c) = self.conns.remove(&ch) else {
+                continue;
+            };
+            c.conn.borrow_mut().close(
+                now,
+                VarInt::from_u32(CLOSE_EXCESSIVE_LOAD),
+                Bytes::from_static(b"evicted: the server is full"),
+            );
+            self.release(ch, &mut c, s);
+            s.counters.evicted.fetch_add(1, Relaxed);
+            self.conns.insert(ch, c);
+            self.dirty.push(ch);
+            return true;
+        }
+        false
+    }
+
     /// Sets connection `c`'s timer to its next deadline: quinn-proto's,
-    /// its application's, or the end of its `idle` time without a packet,
-    /// whichever comes first.
+    /// its application's, the end of its `idle` time without a packet, or
+    /// the end of a response's time without progress, whichever comes
+    /// first.
     fn set_timer(&mut self, ch: ConnectionHandle, c: &mut Conn, idle: Duration) {
+        let stall = (c.bi > 0 && !c.released).then(|| c.progress.1 + limits::STALL_TIMEOUT);
         let next = [
             c.conn.borrow_mut().poll_timeout(),
             c.app.as_ref().and_then(|a| a.timeout()),
             idle_deadline(c.heard, idle),
+            stall,
         ]
         .into_iter()
         .flatten()
@@ -1403,6 +1677,9 @@ mod harness {
         w: Worker,
         client: Endpoint,
         conns: HashMap<Ch, quinn_proto::Connection>,
+        /// Client connections with a source address of their own (the
+        /// others use `from`).
+        sources: HashMap<Ch, SocketAddr>,
         now: Instant,
         cert: rustls::pki_types::CertificateDer<'static>,
         ack_every: Option<u32>,
@@ -1464,7 +1741,7 @@ mod harness {
         /// configuration changed by `t` too.
         fn with_transport(
             ack_every: Option<u32>,
-            t: impl FnOnce(&mut quinn_proto::TransportConfig),
+            t: impl Fn(&mut quinn_proto::TransportConfig),
             f: impl FnOnce(&mut Setup),
         ) -> Net {
             let (mut tls, cert) = tls();
@@ -1481,6 +1758,19 @@ mod harness {
             let mut s = Setup {
                 id: 0,
                 workers: 1,
+                graded: Arc::new(
+                    [limits::Grant::Small, limits::Grant::Minimal]
+                        .into_iter()
+                        .map(|g| {
+                            let mut s = server.clone();
+                            let mut tc = crate::transport(Duration::from_secs(10));
+                            t(&mut tc);
+                            crate::graded(&mut tc, g);
+                            s.transport_config(Arc::new(tc));
+                            Arc::new(s)
+                        })
+                        .collect(),
+                ),
                 server: Arc::new(server),
                 endpoint: Arc::new(EndpointConfig::default()),
                 inboxes: Arc::new(vec![Inbox::new(SLOTS)]),
@@ -1493,6 +1783,7 @@ mod harness {
                 max_half_open: 100,
                 per_address: Arc::new(limits::PerAddress::new(100)),
                 idle_timeout: Duration::from_secs(10),
+                budget: Arc::new(limits::Budget::new(1 << 30)),
                 app: Arc::new(Router::new().with(hq::ALPN, HqApp::default())),
                 total_rate: None,
                 recv_arena: true,
@@ -1522,6 +1813,7 @@ mod harness {
                 w,
                 client,
                 conns: HashMap::new(),
+                sources: HashMap::new(),
                 now: Instant::now(),
                 cert,
                 ack_every,
@@ -1540,6 +1832,26 @@ mod harness {
         }
 
         fn connect(&mut self) -> Ch {
+            self.connect_with(None, None)
+        }
+
+        /// A client connection from `from`, with transport `t` (or the
+        /// default).
+        fn connect_from(
+            &mut self,
+            from: SocketAddr,
+            t: Option<quinn_proto::TransportConfig>,
+        ) -> Ch {
+            self.connect_with(Some(from), t)
+        }
+
+        /// A client connection from `from` (or `self.from`, which may
+        /// move), with transport `custom` (or the default).
+        fn connect_with(
+            &mut self,
+            from: Option<SocketAddr>,
+            custom: Option<quinn_proto::TransportConfig>,
+        ) -> Ch {
             let mut roots = rustls::RootCertStore::empty();
             roots.add(self.cert.clone()).unwrap();
             let mut tls = rustls::ClientConfig::builder_with_provider(Arc::new(
@@ -1559,11 +1871,17 @@ mod harness {
             }
             t.keep_alive_interval(self.keep_alive);
             cfg.transport_config(Arc::new(t));
+            if let Some(t) = custom {
+                cfg.transport_config(Arc::new(t));
+            }
             let (ch, conn) = self
                 .client
                 .connect(self.now, cfg, SERVER.parse().unwrap(), "localhost")
                 .unwrap();
             self.conns.insert(ch, conn);
+            if let Some(a) = from {
+                self.sources.insert(ch, a);
+            }
             ch
         }
 
@@ -1584,7 +1902,8 @@ mod harness {
                     moved = true;
                     if !self.vanished {
                         let d = buf[..t.size].to_vec();
-                        self.late.push_back((self.now + self.delay, self.from, d));
+                        let from = self.sources.get(&ch).copied().unwrap_or(self.from);
+                        self.late.push_back((self.now + self.delay, from, d));
                     }
                 }
             }
@@ -2227,5 +2546,262 @@ mod harness {
             idle_deadline(t, Duration::from_secs(2)),
             Some(t + Duration::from_secs(2))
         );
+    }
+    /// The application close code the server closed client connection
+    /// `ch` with, once it is lost (None while it lives).
+    fn closed_with(n: &mut Net, ch: Ch) -> Option<u64> {
+        let c = n.conns.get_mut(&ch)?;
+        while let Some(ev) = c.poll() {
+            if let quinn_proto::Event::ConnectionLost { reason } = ev {
+                return Some(match reason {
+                    quinn_proto::ConnectionError::ApplicationClosed(a) => a.error_code.into_inner(),
+                    _ => u64::MAX,
+                });
+            }
+        }
+        None
+    }
+
+    fn addr(i: u8) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, i], 5000))
+    }
+
+    /// Fetches `/bytes/N` on `ch` and checks every byte.
+    fn fetch(n: &mut Net, ch: Ch, len: usize) {
+        let id = request(n, ch, format!("GET /bytes/{len}\r\n").as_bytes(), true);
+        let mut body = Vec::new();
+        let mut end = None;
+        n.run_until(|n| {
+            end = end.or_else(|| read_all(n.conns.get_mut(&ch).unwrap(), id, &mut body));
+            end.is_some()
+        });
+        assert_eq!((end, body.len()), (Some(Ok(())), len));
+        assert_eq!(hq::check(0, &body), Ok(()));
+    }
+
+    /// The budget at small scale: 2,000 light connections against a
+    /// budget of about 1,700. Below the pressure mark each is granted
+    /// full windows; above it the grants shrink for every connection
+    /// driven (4 requests at once, not 16); at the hard limit newcomers
+    /// are refused (counted) and the sum never passes the limit. When
+    /// connections go, the grants grow back and a newcomer is taken.
+    #[test]
+    fn the_budget_shrinks_grants_then_refuses() {
+        let light = limits::held(false, 0, 0, limits::Grant::Full);
+        let hard = 1950 * light;
+        // No idle timeout: the virtual clock runs on through 2,000
+        // handshakes.
+        let mut n = Net::with_transport(
+            None,
+            |t| {
+                t.max_idle_timeout(None);
+            },
+            |s| {
+                s.max_connections = 10_000;
+                s.max_half_open = 10_000;
+                s.per_address = Arc::new(limits::PerAddress::new(10_000));
+                s.idle_timeout = Duration::ZERO;
+                s.budget = Arc::new(limits::Budget::new(hard));
+            },
+        );
+        let budget = n.w.s.budget.clone();
+        let mut chs = Vec::new();
+        let mut full_seen = false;
+        let mut small_seen = false;
+        for i in 0..2000u32 {
+            let mut t = quinn_proto::TransportConfig::default();
+            t.max_idle_timeout(None);
+            let from = SocketAddr::from(([127, 1, (i >> 8) as u8, i as u8], 5000));
+            let ch = n.connect_from(from, Some(t));
+            n.run_until(|n| !n.conns[&ch].is_handshaking() || n.conns[&ch].is_closed());
+            chs.push(ch);
+            assert!(budget.held() <= hard, "{} of {hard} held", budget.held());
+            let level = budget.level();
+            let conns = &n.w.table.conns;
+            if level == limits::Level::Normal {
+                full_seen |= conns.values().all(|c| {
+                    c.grant == limits::Grant::Full
+                        && c.conn.borrow().max_concurrent_streams(quinn_proto::Dir::Bi)
+                            == u64::from(limits::STREAMS)
+                });
+            } else {
+                // The connection just driven was granted less.
+                small_seen |= conns.values().any(|c| {
+                    c.grant != limits::Grant::Full
+                        && c.conn.borrow().max_concurrent_streams(quinn_proto::Dir::Bi) <= 4
+                });
+            }
+        }
+        assert!(full_seen, "no connection was granted full windows");
+        assert!(small_seen, "the grants did not shrink under pressure");
+        let c = &n.w.s.counters;
+        let refused = c.refused_memory.load(Relaxed);
+        let open = c.connections.load(Relaxed);
+        assert!(refused > 0, "nothing refused at the hard limit");
+        assert_eq!(open + refused, 2000, "{open} open, {refused} refused");
+        assert!(open >= 1600, "only {open} connections within the budget");
+        assert!(budget.peak() <= hard, "peak {} of {hard}", budget.peak());
+        // A request under pressure is still served, in full.
+        let served = *chs.iter().find(|ch| !n.conns[ch].is_closed()).unwrap();
+        fetch(&mut n, served, 50_000);
+        // Half of them go: the budget falls below the pressure mark, and
+        // a newcomer is taken and granted full windows again.
+        for ch in chs.iter().take(1000) {
+            n.conns
+                .get_mut(ch)
+                .unwrap()
+                .close(n.now, VarInt::from_u32(0), Bytes::new());
+        }
+        for _ in 0..1_000_000 {
+            if n.w.s.counters.connections.load(Relaxed) <= open - 1000 {
+                break;
+            }
+            n.step(Duration::from_secs(60));
+        }
+        assert!(n.w.s.counters.connections.load(Relaxed) <= open - 1000);
+        assert_eq!(
+            budget.level(),
+            limits::Level::Normal,
+            "{} held",
+            budget.held()
+        );
+        let late = n.connect_from(addr(99), None);
+        n.run_until(|n| !n.conns[&late].is_handshaking() || n.conns[&late].is_closed());
+        assert!(
+            !n.conns[&late].is_closed(),
+            "refused below the pressure mark"
+        );
+        let newest = n.w.table.conns.values().max_by_key(|c| c.seq).unwrap();
+        assert_eq!(newest.grant, limits::Grant::Full);
+        assert_eq!(
+            newest
+                .conn
+                .borrow()
+                .max_concurrent_streams(quinn_proto::Dir::Bi),
+            u64::from(limits::STREAMS)
+        );
+    }
+
+    /// Fairness when full: 5 addresses hold every place with idle
+    /// connections. A client from a sixth address is asked to validate
+    /// its address (Retry), then takes the place of the oldest idle
+    /// connection of an address holding the most, and is served. An
+    /// attacker address asking for more while full evicts nobody.
+    #[test]
+    fn a_newcomer_evicts_from_the_address_holding_most() {
+        let mut n = Net::new(|s| {
+            s.max_connections = 20;
+            s.per_address = Arc::new(limits::PerAddress::new(20));
+        });
+        let mut attackers = Vec::new();
+        for a in 0..5u8 {
+            for _ in 0..4 {
+                let ch = n.connect_from(addr(11 + a), None);
+                n.run_until(|n| !n.conns[&ch].is_handshaking());
+                attackers.push(ch);
+            }
+        }
+        assert_eq!(n.w.s.counters.connections.load(Relaxed), 20);
+        // An attacker address asking for a 5th place: every address holds
+        // as many as it, so nobody is evicted.
+        let more = n.connect_from(addr(11), None);
+        n.run_until(|n| n.conns[&more].is_closed());
+        assert_eq!(n.w.s.counters.evicted.load(Relaxed), 0);
+        // The newcomer.
+        let retries = n.w.s.counters.retries.load(Relaxed);
+        let new = n.connect_from(addr(16), None);
+        n.run_until(|n| !n.conns[&new].is_handshaking() || n.conns[&new].is_closed());
+        assert!(!n.conns[&new].is_closed(), "the newcomer was refused");
+        assert!(
+            n.w.s.counters.retries.load(Relaxed) > retries,
+            "no Retry first"
+        );
+        assert_eq!(n.w.s.counters.evicted.load(Relaxed), 1);
+        assert_eq!(n.w.s.counters.connections.load(Relaxed), 20);
+        fetch(&mut n, new, 10_000);
+        // The oldest of the first address (all hold 4; the first in
+        // the ordered list) was closed, with H3_EXCESSIVE_LOAD.
+        let mut evicted = Vec::new();
+        n.run_until(|n| {
+            evicted = attackers
+                .iter()
+                .filter_map(|&ch| closed_with(n, ch).map(|code| (ch, code)))
+                .collect();
+            !evicted.is_empty()
+        });
+        assert_eq!(evicted.len(), 1);
+        assert_eq!(evicted[0].1, u64::from(CLOSE_EXCESSIVE_LOAD));
+        let i = attackers.iter().position(|&c| c == evicted[0].0).unwrap();
+        assert_eq!(i % 4, 0, "not the oldest of its address");
+    }
+
+    /// The same when the memory budget, not the count, is full: 5
+    /// addresses hold all the budget has room for; a newcomer from a sixth
+    /// address evicts (as many as its handshake needs) and is served.
+    #[test]
+    fn a_newcomer_evicts_when_the_budget_is_full() {
+        let light = limits::held(false, 0, 0, limits::Grant::Full);
+        let hard = 24 * light;
+        let mut n = Net::new(|s| {
+            s.max_connections = 1000;
+            s.per_address = Arc::new(limits::PerAddress::new(1000));
+            s.budget = Arc::new(limits::Budget::new(hard));
+        });
+        let c = n.w.s.counters.clone();
+        // 5 addresses in turn until the budget takes no more.
+        let mut i = 0u8;
+        while c.refused_memory.load(Relaxed) == 0 {
+            let ch = n.connect_from(addr(31 + i % 5), None);
+            n.run_until(|n| !n.conns[&ch].is_handshaking() || n.conns[&ch].is_closed());
+            i += 1;
+            assert!(i < 100, "the budget never filled");
+        }
+        let held = c.connections.load(Relaxed);
+        assert!(held >= 15, "{held}");
+        let new = n.connect_from(addr(36), None);
+        n.run_until(|n| !n.conns[&new].is_handshaking() || n.conns[&new].is_closed());
+        assert!(!n.conns[&new].is_closed(), "the newcomer was refused");
+        assert!(c.evicted.load(Relaxed) >= 1);
+        fetch(&mut n, new, 10_000);
+        assert!(
+            n.w.s.budget.peak() <= hard,
+            "{} of {hard}",
+            n.w.s.budget.peak()
+        );
+    }
+
+    /// A response the client never reads (1 KiB windows), its connection
+    /// kept alive with PINGs, is cut after [`limits::STALL_TIMEOUT`] and
+    /// counted; a response read in full on another connection is not.
+    #[test]
+    fn a_stalled_response_is_cut() {
+        let mut n = Net::new(|_| {});
+        let mut t = quinn_proto::TransportConfig::default();
+        t.stream_receive_window(VarInt::from_u32(1024));
+        t.receive_window(VarInt::from_u32(1024));
+        t.keep_alive_interval(Some(Duration::from_secs(2)));
+        let ch = n.connect_from(addr(21), Some(t));
+        n.run_until(|n| !n.conns[&ch].is_handshaking());
+        let mut t = quinn_proto::TransportConfig::default();
+        t.keep_alive_interval(Some(Duration::from_secs(2)));
+        let ok = n.connect_from(addr(22), Some(t));
+        n.run_until(|n| !n.conns[&ok].is_handshaking());
+        let start = n.now;
+        request(&mut n, ch, b"GET /bytes/100000000\r\n", true);
+        let mut code = None;
+        n.run_until(|n| {
+            code = code.or_else(|| closed_with(n, ch));
+            code.is_some()
+        });
+        assert_eq!(code, Some(u64::from(CLOSE_EXCESSIVE_LOAD)));
+        assert!(n.now >= start + limits::STALL_TIMEOUT, "cut early");
+        assert!(
+            n.now <= start + limits::STALL_TIMEOUT + Duration::from_secs(4),
+            "cut late: {:?}",
+            n.now - start
+        );
+        assert_eq!(n.w.s.counters.stalled_cut.load(Relaxed), 1);
+        fetch(&mut n, ok, 1_000_000);
+        assert_eq!(n.w.s.counters.stalled_cut.load(Relaxed), 1);
     }
 }

@@ -87,23 +87,35 @@ pub struct ServeArgs {
     /// Validate client addresses with Retry packets before accepting.
     #[arg(long)]
     pub retry: bool,
-    /// Connections at most, server-wide; more are refused. Default:
-    /// 100000, or fewer where --max-memory allows fewer (the number in
-    /// force is printed at start).
+    /// Connections at most, server-wide; more are refused, or when full
+    /// a newcomer may evict an idle one (docs/SECURITY.md). Default:
+    /// --stack fastudp 1000000 (the memory budget bounds them first);
+    /// other stacks 100000.
     #[arg(long)]
     pub max_connections: Option<usize>,
     /// Connections at most from one client address (an IPv6 /64),
     /// server-wide, counted once the address is validated; more are
-    /// refused. Default: a quarter of --max-connections in force, at
-    /// least 1. --stack fastudp only.
+    /// refused. Default: a quarter of the places (--max-connections, or
+    /// the light connections --max-memory holds), at least 1 (the number
+    /// in force is printed at start). --stack fastudp only.
     #[arg(long)]
     pub max_connections_per_ip: Option<usize>,
-    /// The memory the server may need at worst, bytes (k, M, G suffixes):
-    /// it bounds --max-connections so that every connection's, worker's
-    /// and queue's bound fits (docs/SECURITY.md). Default: a quarter of
-    /// the host's memory. --stack fastudp only.
+    /// The most memory the server may hold, bytes (k, M, G suffixes): the
+    /// process and its workers, and a budget over what connections hold
+    /// (windows granted, request state, send windows) with the rest.
+    /// Windows shrink for every connection above 3/4 of the budget; at
+    /// the budget a newcomer is refused or evicts an idle connection
+    /// (docs/SECURITY.md). Default: a quarter of the host's memory.
+    /// --stack fastudp only.
     #[arg(long, value_parser = parse_bytes)]
     pub max_memory: Option<u64>,
+    /// File descriptors responses of --www may hold open at once,
+    /// server-wide; one client address may hold an eighth of them. A
+    /// request past either is answered 503 and counted. Default: half of
+    /// the open-file limit (raised to its hard limit at start) less 1024
+    /// kept for the process. --stack fastudp only.
+    #[arg(long)]
+    pub max_open_files: Option<usize>,
     /// Seconds a client has to send a whole request line (hq-interop) or
     /// request header section (HTTP/3); a stream without one by then is
     /// reset with code 0x13 (HTTP/3: H3_REQUEST_INCOMPLETE) and counted.
@@ -227,9 +239,10 @@ pub struct ServeArgs {
     pub upstream_timeout: f64,
 }
 
-/// Connections at most when neither --max-connections nor --max-memory
-/// says fewer.
-pub const MAX_CONNECTIONS: usize = fastudp_quic::DEFAULT_MAX_CONNECTIONS;
+/// Connections at most of `--stack quinn` and `--stack tcp` when
+/// --max-connections says nothing (`--stack fastudp`'s default is
+/// [`fastudp_quic::DEFAULT_MAX_CONNECTIONS`], under its memory budget).
+pub const MAX_CONNECTIONS: usize = 100_000;
 
 /// A cryptography provider for rustls.
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -523,6 +536,12 @@ fn check_serve(a: &ServeArgs) -> anyhow::Result<()> {
     }
     if a.stack != Stack::Fastudp && a.uring {
         return bad("--uring needs --stack fastudp".into());
+    }
+    if a.max_open_files == Some(0) {
+        return bad("--max-open-files 0: at least 1".into());
+    }
+    if a.stack != Stack::Fastudp && a.max_open_files.is_some() {
+        return bad("--max-open-files needs --stack fastudp".into());
     }
     if a.stack != Stack::Fastudp && a.max_memory.is_some() {
         return bad("--max-memory needs --stack fastudp".into());

@@ -13,7 +13,7 @@ use anyhow::{anyhow, Context};
 use fastudp_io::pacing::PacingMode;
 use fastudp_quic::altsvc;
 use fastudp_quic::app::{hq::HqApp, Router};
-use fastudp_quic::files::{FileStats, Root};
+use fastudp_quic::files::{Descriptors, FileStats, Root, DESCRIPTOR_SHARE};
 use fastudp_quic::h3::{builtin_handler, FilesHandler, H3App, Handler, MakeHandler};
 use fastudp_quic::{limits, Engine, EngineConfig, Pacing};
 use std::net::IpAddr;
@@ -25,16 +25,13 @@ use std::time::Duration;
 pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     // Validate and set up: nothing runs yet.
     let n = workers(&a);
-    let (max_connections, budget) = connection_limit(&a, n)?;
-    if a.www.is_some() {
-        check_open_files(max_connections);
-    }
-    let per_ip = a
-        .max_connections_per_ip
-        .unwrap_or((max_connections / limits::PER_ADDRESS_SHARE).max(1));
+    raise_open_files();
     let id = tls::identity(a.cert.as_deref(), a.key.as_deref())?;
     let tls = Arc::new(tls::server(&id, a.zero_rtt)?);
-    let cfg = engine_config(&a, n, tls.clone(), (max_connections, per_ip))?;
+    let cfg = engine_config(&a, n, tls.clone())?;
+    if let Err(e) = cfg.budget() {
+        return Err(usage(e.to_string()));
+    }
     let files = www_root(&a)?;
     let proxy = match a.upstream.is_empty() {
         true => None,
@@ -95,19 +92,12 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     };
     // Run until --duration, Ctrl-C or a worker's failure; then stop.
     let counters = engine.counters().clone();
-    let served = announce(
-        &a,
-        &engine,
-        &id,
-        (max_connections, per_ip),
-        budget,
-        tcp.as_ref(),
-    )
-    .and_then(|()| match (&proxy, &front) {
-        (Some(shared), f) => announce_proxy(shared, f.as_ref(), a.json),
-        _ => Ok(()),
-    })
-    .and_then(|()| {
+    let served = announce(&a, &engine, &id, files.as_deref(), tcp.as_ref())
+        .and_then(|()| match (&proxy, &front) {
+            (Some(shared), f) => announce_proxy(shared, f.as_ref(), a.json),
+            _ => Ok(()),
+        })
+        .and_then(|()| {
         let rep = Reporter::new(&counters, "fastudp", true)
             .alt_svc(tcp.as_ref().map(|l| l.stats().clone()));
         rep.wait(&counters, a.duration, a.stats, a.json, &pacing, &|| {
@@ -147,7 +137,6 @@ fn engine_config(
     a: &ServeArgs,
     workers: usize,
     tls: Arc<rustls::ServerConfig>,
-    (max_connections, per_ip): (usize, usize),
 ) -> anyhow::Result<EngineConfig> {
     let pacing = match a.pacing {
         PacingArg::Quic => Pacing::Quic,
@@ -168,8 +157,12 @@ fn engine_config(
         .uring(a.uring)
         .retry(a.retry)
         .max_half_open(a.max_half_open)
-        .max_connections(max_connections)
-        .max_connections_per_ip(Some(per_ip))
+        .max_connections(
+            a.max_connections
+                .unwrap_or(fastudp_quic::DEFAULT_MAX_CONNECTIONS),
+        )
+        .max_connections_per_ip(a.max_connections_per_ip)
+        .max_memory(a.max_memory)
         .idle_timeout(Duration::from_secs_f64(a.idle_timeout))
         .tuning({
             let mut t = fastudp_quic::Tuning::default();
@@ -192,6 +185,10 @@ fn engine_config(
 fn www_root(a: &ServeArgs) -> anyhow::Result<Option<Arc<Root>>> {
     match &a.www {
         Some(dir) => Root::open(dir)
+            .map(|r| match a.max_open_files {
+                Some(n) => r.descriptors(Descriptors::new(n, (n / DESCRIPTOR_SHARE).max(1))),
+                None => r,
+            })
             .map(|r| Some(Arc::new(r)))
             .map_err(|e| usage(format!("--www {}: {e}", dir.display()))),
         None => Ok(None),
@@ -326,106 +323,109 @@ fn announce(
     a: &ServeArgs,
     engine: &Engine,
     id: &tls::Identity,
-    limits: (usize, usize),
-    budget: u64,
+    files: Option<&Root>,
     tcp: Option<&altsvc::Listener>,
 ) -> anyhow::Result<()> {
     let n = engine.workers();
     listening("fastudp", engine.local_addr(), n, "h3, hq-interop", a.json)?;
     tls::announce(id, a.json)?;
-    announce_limits(a, n, limits, budget)?;
+    announce_limits(a, engine, files)?;
     match tcp {
         Some(l) => announce_tcp(l, a.json),
         None => Ok(()),
     }
 }
 
-/// `--max-connections`, as `--max-memory` (or its default) allows it; and
-/// the budget. A `--max-memory` too small for one connection is a usage
-/// error.
-fn connection_limit(a: &ServeArgs, workers: usize) -> anyhow::Result<(usize, u64)> {
-    let budget = a.max_memory.unwrap_or_else(limits::default_budget);
-    let asked = a.max_connections.unwrap_or(super::MAX_CONNECTIONS);
-    let n = limits::max_connections_with(budget, workers, asked, per_connection(a))
-        .map_err(|e| usage(e.to_string()))?;
-    if a.max_connections.is_some_and(|m| m > n) {
-        eprintln!(
-            "fastudp: note: --max-connections {asked}: {n} at most within --max-memory {} MiB",
-            budget >> 20
-        );
-    }
-    Ok((n, budget))
-}
-
-/// Says so when the open-file limit (`ulimit -n`, read from
-/// /proc/self/limits) is below the files `--www` may hold open at once:
-/// one per stream, [`limits::STREAMS`] per connection. Past the limit a
-/// file request fails (EMFILE) and is reset with 0x17 and counted.
-fn check_open_files(max_connections: usize) {
-    let soft = std::fs::read_to_string("/proc/self/limits")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Max open files"))
-                .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-        });
-    let need = max_connections as u64 * u64::from(limits::STREAMS);
-    if let Some(soft) = soft.filter(|&s| s < need) {
-        eprintln!(
-            "fastudp: note: --www: {max_connections} connections may hold {need} files open, \
-             above the open-file limit {soft} (ulimit -n); past it file requests are reset \
-             with 0x17 and counted as errors"
-        );
+/// Raises the soft open-file limit to the hard one (systemd's default
+/// soft limit is 1,024); says so when that fails.
+fn raise_open_files() {
+    if let Err(e) = limits::raise_open_files() {
+        eprintln!("fastudp: note: cannot raise the open-file limit (RLIMIT_NOFILE): {e}");
     }
 }
 
-/// What one connection may hold at most: more when it may serve files.
-fn per_connection(a: &ServeArgs) -> u64 {
-    limits::per_connection()
-        + if a.www.is_some() {
-            limits::per_connection_files()
-        } else {
-            0
-        }
-}
-
-/// Says what the limits are and what they cost at worst.
-fn announce_limits(
-    a: &ServeArgs,
-    workers: usize,
-    (max_connections, per_ip): (usize, usize),
-    budget: u64,
-) -> anyhow::Result<()> {
-    let worst = limits::worst_case_with(workers, max_connections, per_connection(a));
+/// Says what the limits are: the memory budget and its marks, what a
+/// connection is counted and may hold at most, the shares per address,
+/// the descriptors.
+fn announce_limits(a: &ServeArgs, engine: &Engine, files: Option<&Root>) -> anyhow::Result<()> {
+    let workers = engine.workers();
+    let b = engine.budget();
+    let max_memory = a.max_memory.unwrap_or_else(limits::default_budget);
+    let light = limits::held(
+        false,
+        0,
+        u64::from(limits::UNI_STREAMS),
+        limits::Grant::Full,
+    );
+    let max_connections = a
+        .max_connections
+        .unwrap_or(fastudp_quic::DEFAULT_MAX_CONNECTIONS);
+    let places = max_connections.min(b.light_places());
+    let per_ip = engine.per_ip();
+    let nofile = open_files_limit();
+    let fds = files.map(|r| r.descriptor_limits());
     if a.json {
         out!(
             "{}",
             serde_json::json!({
                 "kind": "limits",
-                "max_memory": budget,
-                "max_connections": max_connections,
-                "max_connections_per_ip": per_ip,
-                "per_connection": per_connection(a),
+                "max_memory": max_memory,
+                "budget": b.hard(),
+                "pressure": b.pressure(),
+                "admit": b.admit(),
                 "per_worker": limits::per_worker(),
-                "worst_case": worst,
+                "light_connection": light,
+                "per_connection": limits::per_connection(),
+                "max_connections": max_connections,
+                "places": places,
+                "max_connections_per_ip": per_ip,
                 "request_timeout_s": a.request_timeout,
                 "idle_timeout_s": a.idle_timeout,
+                "stall_timeout_s": limits::STALL_TIMEOUT.as_secs_f64(),
                 "streams_per_connection": limits::STREAMS,
                 "stream_window": limits::STREAM_WINDOW,
                 "connection_window": limits::CONN_WINDOW,
+                "open_files_limit": nofile,
+                "max_open_files": fds.map(|d| d.total()),
+                "max_open_files_per_ip": fds.map(|d| d.per_address()),
             })
-        )
+        )?;
     } else {
         out!(
-            "limits: {max_connections} connections ({} KiB each at most), {workers} workers ({} MiB each), worst case {} MiB of --max-memory {} MiB; request timeout {} s; idle timeout {} s; {per_ip} connections per client address",
-            per_connection(a) >> 10,
+            "limits: memory {} MiB (--max-memory): {} workers {} MiB each, connections' budget {} MiB, windows shrink above {} MiB, newcomers refused above {} MiB; a light connection is counted {} KiB, one at most {} KiB; {places} connections (light) at most, {per_ip} per client address, when full a newcomer evicts an idle or stalled connection of the address holding the most; a response with no progress for {} s is cut; request timeout {} s; idle timeout {} s",
+            max_memory >> 20,
+            workers,
             limits::per_worker() >> 20,
-            worst >> 20,
-            budget >> 20,
+            b.hard() >> 20,
+            b.pressure() >> 20,
+            b.admit() >> 20,
+            light >> 10,
+            limits::per_connection() >> 10,
+            limits::STALL_TIMEOUT.as_secs(),
             a.request_timeout,
             a.idle_timeout
-        )
+        )?;
+        if let Some(d) = fds {
+            out!(
+                "files: {} descriptors at most for responses, {} per client address (open-file limit {})",
+                d.total(),
+                d.per_address(),
+                nofile.map_or("unknown".to_string(), |n| n.to_string())
+            )?;
+        }
     }
+    Ok(())
+}
+
+/// The soft open-file limit, from /proc/self/limits.
+fn open_files_limit() -> Option<u64> {
+    std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Max open files"))
+                .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        })
 }
 
 /// The file requests of `--www`, by outcome: a `files` line after the
@@ -443,18 +443,20 @@ fn files_summary(s: &FileStats, json: bool) -> anyhow::Result<()> {
                 "forbidden": s.forbidden,
                 "bad_requests": s.bad_requests,
                 "errors": s.errors,
+                "unavailable": s.unavailable,
             })
         )
     } else {
         out!(
-            "files: {} requests, {} served, {} not found, {} escapes refused, {} forbidden, {} bad, {} errors",
+            "files: {} requests, {} served, {} not found, {} escapes refused, {} forbidden, {} bad, {} errors, {} unavailable (no descriptor)",
             s.requests,
             s.served,
             s.not_found,
             s.escapes_refused,
             s.forbidden,
             s.bad_requests,
-            s.errors
+            s.errors,
+            s.unavailable
         )
     }
 }

@@ -50,6 +50,12 @@ pub struct Report {
     pub accepted: u64,
     /// Connections refused in all.
     pub refused: u64,
+    /// Of those, refused at the memory budget's hard limit.
+    pub refused_memory: u64,
+    /// Connections evicted to make room for a newcomer when full.
+    pub evicted: u64,
+    /// Connections cut for a response that made no progress.
+    pub stalled_cut: u64,
     /// Retry packets sent in all.
     pub retries: u64,
     /// Response bytes acknowledged per second, in Gbit/s.
@@ -181,6 +187,9 @@ fn report(
         connections: c.connections.load(Relaxed),
         accepted: c.accepted.load(Relaxed),
         refused: c.refused.load(Relaxed),
+        refused_memory: c.refused_memory.load(Relaxed),
+        evicted: c.evicted.load(Relaxed),
+        stalled_cut: c.stalled_cut.load(Relaxed),
         retries: c.retries.load(Relaxed),
         goodput_gbit_s: gbit / secs,
         wire_gbit_s: to.wire.saturating_sub(from.wire) as f64 * 8.0 / 1e9 / secs,
@@ -237,12 +246,15 @@ fn print(r: &Report, json: bool) -> anyhow::Result<()> {
         )?;
     }
     out!(
-        "{}: {:.1} s, {} connections ({} accepted, {} refused, {} retries), goodput {:.3} Gbit/s, wire {:.3} Gbit/s, CPU {} s/Gbit ({:.2} cores), send calls {}/s ({} datagrams each), recv calls {}/s ({} datagrams each), {} retransmissions, {} forwarded, {} dropped, {} forward drops, {} stateless drops, {} request timeouts, {} dropped by the local queue, {} dropped at a full receive buffer,{} pacing: {}",
+        "{}: {:.1} s, {} connections ({} accepted, {} refused ({} at the memory limit), {} evicted, {} stalled cut, {} retries), goodput {:.3} Gbit/s, wire {:.3} Gbit/s, CPU {} s/Gbit ({:.2} cores), send calls {}/s ({} datagrams each), recv calls {}/s ({} datagrams each), {} retransmissions, {} forwarded, {} dropped, {} forward drops, {} stateless drops, {} request timeouts, {} dropped by the local queue, {} dropped at a full receive buffer,{} pacing: {}",
         r.kind,
         r.seconds,
         r.connections,
         r.accepted,
         r.refused,
+        r.refused_memory,
+        r.evicted,
+        r.stalled_cut,
         r.retries,
         r.goodput_gbit_s,
         r.wire_gbit_s,

@@ -344,6 +344,7 @@ impl HqConn {
                     Status::NotFound => hq::code::NOT_FOUND,
                     Status::Forbidden => hq::code::FORBIDDEN,
                     Status::BadRequest => hq::code::BAD_REQUEST,
+                    Status::ServiceUnavailable => hq::code::UNAVAILABLE,
                     _ => hq::code::FILE_ERROR,
                 });
                 cx.reset(id, code);

@@ -29,6 +29,9 @@ pub mod code {
     pub const FORBIDDEN: u32 = 0x16;
     /// A file request: the file could not be opened or read (HTTP's 500).
     pub const FILE_ERROR: u32 = 0x17;
+    /// A file request: no file descriptor left for it, the server's or
+    /// the client address's share (HTTP's 503); it may be tried again.
+    pub const UNAVAILABLE: u32 = 0x18;
 }
 /// The application close code of a server shutting down: no error.
 pub const CLOSE_SHUTDOWN: u32 = 0;

@@ -433,6 +433,95 @@ fn admission_refuses_over_the_limit_and_retries_when_asked() {
     stop(engine);
 }
 
+/// A quinn client endpoint on `local` (any 127.0.0.0/8 address binds on
+/// loopback), trusting `cert`, sending a PING every `keep_alive`.
+fn client_at(cert: Cert, alpn: &[u8], local: &str, keep_alive: Duration) -> quinn::Endpoint {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(cert).unwrap();
+    let mut tls = rustls::ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    tls.alpn_protocols = vec![alpn.to_vec()];
+    let mut cfg = quinn::ClientConfig::new(Arc::new(
+        quinn::crypto::rustls::QuicClientConfig::try_from(tls).unwrap(),
+    ));
+    let mut t = quinn::TransportConfig::default();
+    t.keep_alive_interval(Some(keep_alive));
+    cfg.transport_config(Arc::new(t));
+    let mut ep = quinn::Endpoint::client(local.parse().unwrap()).unwrap();
+    ep.set_default_client_config(cfg);
+    ep
+}
+
+/// Fairness when full, on sockets: 5 addresses hold every place
+/// (`max_connections` 20), kept alive with PINGs. A client from a sixth
+/// address gets in (after a Retry, by evicting an idle connection of an
+/// address holding the most) and is served; the evicted client is told
+/// why (0x107, H3_EXCESSIVE_LOAD). Before eviction existed, it was
+/// refused for as long as the attackers wished.
+#[test]
+fn a_newcomer_gets_in_while_five_addresses_hold_every_place() {
+    let (engine, cert) = start(writer(100), |c| c.max_connections(20));
+    let addr = engine.local_addr();
+    let rt = rt();
+    let _in = rt.enter();
+    rt.block_on(async {
+        let mut held = Vec::new();
+        let mut eps = Vec::new();
+        for a in 11..16 {
+            let ep = client_at(
+                cert.clone(),
+                b"test",
+                &format!("127.0.0.{a}:0"),
+                Duration::from_millis(500),
+            );
+            for _ in 0..4 {
+                held.push(connect(&ep, addr).await.unwrap());
+            }
+            eps.push(ep);
+        }
+        assert_eq!(engine.counters().connections.load(Relaxed), 20);
+        // One attacker address more: every address holds as many, nobody
+        // is evicted.
+        assert!(connect(&eps[0], addr).await.is_err());
+        assert_eq!(engine.counters().evicted.load(Relaxed), 0);
+        let new = client_at(
+            cert.clone(),
+            b"test",
+            "127.0.0.16:0",
+            Duration::from_secs(1),
+        );
+        let conn = tokio::time::timeout(Duration::from_secs(10), connect(&new, addr))
+            .await
+            .expect("the newcomer waited 10 s")
+            .expect("the newcomer was refused");
+        assert_eq!(fetch(&conn, b"x").await.unwrap().len(), 100);
+        assert_eq!(engine.counters().evicted.load(Relaxed), 1);
+        let mut gone = None;
+        for _ in 0..100 {
+            gone = held.iter().find_map(|c| c.close_reason());
+            if gone.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        match gone {
+            Some(quinn::ConnectionError::ApplicationClosed(a)) => {
+                assert_eq!(a.error_code, 0x107u32.into())
+            }
+            other => panic!("no attacker was evicted: {other:?}"),
+        }
+        conn.close(0u32.into(), b"");
+        for c in held {
+            c.close(0u32.into(), b"");
+        }
+    });
+    assert!(engine.counters().retries.load(Relaxed) >= 1);
+    stop(engine);
+}
+
 /// Bad configurations are refused before anything starts.
 #[test]
 fn bad_configurations_are_refused() {
