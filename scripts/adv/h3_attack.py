@@ -114,7 +114,7 @@ async def abandon(host, port, nconn, rounds):
                         ids.append(sid)
                     except Exception as e:
                         break
-                p.transmit(); await asyncio.sleep(0.02)
+                p.transmit(); await asyncio.sleep(float(os.environ.get("ABANDON_GAP", "0.02")))
                 for sid in ids:
                     p._quic.reset_stream(sid, 0x10c)  # H3_REQUEST_CANCELLED
                 p.transmit(); await asyncio.sleep(0.02)
@@ -124,6 +124,7 @@ async def abandon(host, port, nconn, rounds):
             q = p._quic
             open_streams = sum(1 for st in q._streams.values() if st.stream_id % 4 == 0)
             print(f"  conn: responses {len(p.done)} of {rounds*16}, stops {p.stops}, resets {p.resets}, "
+                  f"statuses {sorted(set((r['h'] or {}).get(b':status', b'-') for r in p.resp.values()))}, bodies {sorted(set(r['b'][:40] for r in p.resp.values()))[:3]}, "
                   f"peer max bidi {q._remote_max_streams_bidi}, next id {sid}, client-held bidi streams {open_streams}")
             return r and r["b"]
     rs = await asyncio.gather(*[one() for _ in range(nconn)], return_exceptions=True)
