@@ -120,10 +120,10 @@ async def abandon(host, port, nconn, rounds):
                 p.transmit(); await asyncio.sleep(0.02)
             sid = p._quic.get_next_available_stream_id()
             p.h3.send_headers(sid, hdrs(b"GET", b"/hello/alive"), end_stream=True); p.transmit()
-            r = await wait_done(p, sid, 10)
+            r = await wait_done(p, sid, float(os.environ.get("ABANDON_WAIT", "10")))
             q = p._quic
             open_streams = sum(1 for st in q._streams.values() if st.stream_id % 4 == 0)
-            print(f"  conn: responses {len(p.done)} of {rounds*16}, stops {p.stops}, resets {p.resets}, "
+            print(f"  conn: closed {p.closed}, responses {len(p.done)} of {rounds*16}, stops {p.stops}, resets {p.resets}, "
                   f"statuses {sorted(set((r['h'] or {}).get(b':status', b'-') for r in p.resp.values()))}, bodies {sorted(set(r['b'][:40] for r in p.resp.values()))[:3]}, "
                   f"peer max bidi {q._remote_max_streams_bidi}, next id {sid}, client-held bidi streams {open_streams}")
             return r and r["b"]
