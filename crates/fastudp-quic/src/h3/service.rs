@@ -213,6 +213,11 @@ struct Pump {
     recv: Option<RecvHalf>,
     /// Reading trailers (after the data ended).
     trailers: bool,
+    /// The `content-length` the client gave, if any: DATA beyond it, or
+    /// an end before it, make the request malformed (RFC 9114 4.1.2).
+    length: Option<u64>,
+    /// DATA bytes read so far.
+    received: u64,
 }
 
 impl Pump {
@@ -251,6 +256,11 @@ impl Pump {
                         if b.is_empty() {
                             continue;
                         }
+                        self.received += b.len() as u64;
+                        if self.length.is_some_and(|n| self.received > n) {
+                            self.malformed("more DATA than the content-length");
+                            return Poll::Ready(());
+                        }
                         let mut s = lock(&self.shared);
                         s.chunk = Some(b);
                         s.want = false;
@@ -262,6 +272,10 @@ impl Pump {
                         continue;
                     }
                     Poll::Ready(Ok(None)) => {
+                        if self.length.is_some_and(|n| self.received != n) {
+                            self.malformed("less DATA than the content-length");
+                            return Poll::Ready(());
+                        }
                         self.trailers = true;
                         continue;
                     }
@@ -277,6 +291,47 @@ impl Pump {
             }
             self.recv = None;
             return Poll::Ready(());
+        }
+    }
+}
+
+impl Drop for Pump {
+    /// The request's future is gone (the connection closed, the response
+    /// was cut, the service failed) before the body's end was read: a
+    /// reader that outlives it (a spawned task) is told so, rather than
+    /// left waiting for bytes nobody will move.
+    fn drop(&mut self) {
+        let w = {
+            let mut s = lock(&self.shared);
+            if s.end.is_some() || s.dropped {
+                return;
+            }
+            s.end = Some(Err(RequestBodyError::Broken(
+                "the request ended before its body was read".into(),
+            )));
+            s.reader.take()
+        };
+        if let Some(w) = w {
+            w.wake();
+        }
+    }
+}
+
+impl Pump {
+    /// The request is malformed (RFC 9114 4.1.2): the body ends with an
+    /// error and the client is asked to stop sending with
+    /// `H3_MESSAGE_ERROR`.
+    fn malformed(&mut self, why: &str) {
+        if let Some(mut recv) = self.recv.take() {
+            recv.stop_sending(::h3::error::Code::H3_MESSAGE_ERROR);
+        }
+        let mut s = lock(&self.shared);
+        s.chunk = None;
+        s.end = Some(Err(RequestBodyError::Broken(why.into())));
+        let w = s.reader.take();
+        drop(s);
+        if let Some(w) = w {
+            w.wake();
         }
     }
 }
@@ -320,6 +375,27 @@ async fn answer(send: &mut SendHalf, status: StatusCode) -> bool {
     send.send_response(status_only(status)).await.is_ok() && send.finish().await.is_ok()
 }
 
+/// The request's `content-length`: none, one value (repeated values that
+/// agree count as one), or `Err` when it is not a number or its values
+/// differ.
+fn content_length(h: &HeaderMap) -> Result<Option<u64>, ()> {
+    let mut length = None;
+    for v in h.get_all(http::header::CONTENT_LENGTH) {
+        for part in v.to_str().map_err(|_| ())?.split(',') {
+            let part = part.trim();
+            if part.is_empty() || !part.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(());
+            }
+            let n: u64 = part.parse().map_err(|_| ())?;
+            if length.is_some_and(|l| l != n) {
+                return Err(());
+            }
+            length = Some(n);
+        }
+    }
+    Ok(length)
+}
+
 /// One request through `svc`.
 async fn serve<S, B>(mut svc: S, req: Request<()>, stream: Stream) -> Outcome
 where
@@ -331,11 +407,15 @@ where
 {
     let mut out = Outcome::default();
     let (mut send, recv) = stream.split();
-    let length = req
-        .headers()
-        .get(http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse().ok());
+    let length = match content_length(req.headers()) {
+        Ok(n) => n,
+        Err(()) => {
+            // A malformed request (RFC 9114 4.1.2, RFC 9110 8.6): not
+            // handed to the service.
+            out.cut = !answer(&mut send, StatusCode::BAD_REQUEST).await;
+            return out;
+        }
+    };
     let shared = Arc::new(Mutex::new(BodyState::default()));
     let body = RequestBody {
         shared: shared.clone(),
@@ -346,6 +426,8 @@ where
         shared,
         recv: Some(recv),
         trailers: false,
+        length,
+        received: 0,
     };
     let req = req.map(|()| body);
 

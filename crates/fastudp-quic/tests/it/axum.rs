@@ -469,3 +469,118 @@ fn async_handlers_await_tokio_timers_and_see_the_connection() {
     engine.stop();
     engine.join().unwrap();
 }
+
+/// A POST whose body does not match its `content-length`, or whose
+/// `content-length` is not one number, is malformed (RFC 9114 4.1.2,
+/// RFC 9110 8.6): the service sees a body error (the example answers
+/// 400), never a short or long body passed off as whole.
+#[test]
+fn a_body_that_breaks_its_content_length_is_malformed() {
+    let s = start();
+    let addr = s.engine.local_addr();
+    rt().block_on(async {
+        let (_ep, mut send) = h3_connect(&s.cert, addr).await;
+        // (content-length values, body bytes)
+        let cases: [(&[&str], usize); 5] = [
+            (&["1000000"], 5),
+            (&["3"], 10),
+            (&["5", "7"], 5),
+            (&["-1"], 5),
+            (&["5"], 5),
+        ];
+        for (lengths, body) in cases {
+            let mut req = Request::builder()
+                .method("POST")
+                .uri("https://localhost/upload");
+            for l in lengths {
+                req = req.header(http::header::CONTENT_LENGTH, *l);
+            }
+            let mut st = send.send_request(req.body(()).unwrap()).await.unwrap();
+            // The server may stop the stream before all of it is sent.
+            let _ = st.send_data(Bytes::from(vec![b'x'; body])).await;
+            let _ = st.finish().await;
+            let resp = st.recv_response().await.unwrap();
+            let mut got = Vec::new();
+            while let Ok(Some(mut c)) = st.recv_data().await {
+                got.extend_from_slice(&c.copy_to_bytes(c.remaining()));
+            }
+            let got = String::from_utf8_lossy(&got).to_string();
+            if lengths == ["5"] {
+                assert_eq!(resp.status(), StatusCode::OK, "{lengths:?}: {got}");
+                assert!(got.starts_with("5 "), "{got}");
+            } else {
+                assert_eq!(
+                    resp.status(),
+                    StatusCode::BAD_REQUEST,
+                    "content-length {lengths:?} with {body} bytes: {got}"
+                );
+            }
+        }
+    });
+    s.engine.stop();
+    s.engine.join().unwrap();
+}
+
+/// A request body read by a task the handler spawned, which outlives the
+/// request: when the connection goes before the body's end, the reader
+/// gets an error, rather than waiting forever (and holding what it holds).
+#[test]
+fn a_body_reader_outliving_its_request_is_told_the_request_ended() {
+    use axum::routing::post;
+    use fastudp_quic::h3::H3App;
+    let (tx, rx) = std::sync::mpsc::channel::<Result<usize, String>>();
+    let tx = std::sync::Mutex::new(tx);
+    let tx = Arc::new(tx);
+    let router = axum::Router::new().route(
+        "/spawn",
+        post(move |body: axum::body::Body| {
+            let tx = tx.lock().unwrap().clone();
+            async move {
+                tokio::spawn(async move {
+                    let r = body.collect().await;
+                    let _ = tx.send(r.map(|c| c.to_bytes().len()).map_err(|e| e.to_string()));
+                });
+                "accepted"
+            }
+        }),
+    );
+    let c = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+    let key = rustls::pki_types::PrivatePkcs8KeyDer::from(c.key_pair.serialize_der());
+    let tls = rustls::ServerConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![c.cert.der().clone()], key.into())
+        .unwrap();
+    let app = fastudp_quic::app::Router::new().with(fastudp_quic::h3::ALPN, H3App::service(router));
+    let engine = fastudp_quic::Engine::start(
+        fastudp_quic::EngineConfig::new("127.0.0.1:0".parse().unwrap(), Arc::new(tls)).workers(1),
+        Arc::new(app),
+    )
+    .unwrap();
+    let addr = engine.local_addr();
+    let cert = c.cert.der().clone();
+    rt().block_on(async {
+        let (ep, mut send) = h3_connect(&cert, addr).await;
+        let req = Request::builder()
+            .method("POST")
+            .uri("https://localhost/spawn")
+            .body(())
+            .unwrap();
+        let mut st = send.send_request(req).await.unwrap();
+        st.send_data(Bytes::from(vec![b'x'; 1024])).await.unwrap();
+        let resp = st.recv_response().await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        // The body never ends: the client goes away.
+        ep.close(0u32.into(), b"bye");
+        drop(st);
+        drop(send);
+        ep.wait_idle().await;
+    });
+    let r = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the spawned reader got no answer: it waits forever");
+    assert!(r.is_err(), "a body cut short read as whole: {r:?}");
+    engine.stop();
+    engine.join().unwrap();
+}
