@@ -30,6 +30,9 @@ struct Cli {
     cmd: Cmd,
 }
 
+// Parsed once at start: the size of the largest variant (all of fastudp's
+// commands) costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 enum Cmd {
     /// Soak with fault injection (root; run it through scripts/soak.sh).
