@@ -14,6 +14,7 @@ const COMMANDS: &[&str] = &[
     "quic",
     "host::doctor",
     "host::tune",
+    "docs",
 ];
 
 /// The shared modules under the commands.
@@ -68,6 +69,12 @@ fn named_paths(module: &[String], text: &str) -> Vec<Vec<String>> {
     let b = code.as_bytes();
     let mut i = 0;
     while i < b.len() {
+        // A byte inside a multi-byte character (a `×` in a string) starts
+        // no path.
+        if !code.is_char_boundary(i) {
+            i += 1;
+            continue;
+        }
         let rest = &code[i..];
         let word_start = i == 0 || !(b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_');
         let (mut base, skip) = if word_start && rest.starts_with("crate::") {

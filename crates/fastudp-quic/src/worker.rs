@@ -113,10 +113,16 @@ struct Conn {
     seq: u64,
     /// Requests (client bidirectional streams) open, as last seen.
     bi: u64,
-    /// STREAM frames sent as last seen, and when that number last grew
-    /// (or when no request was open): a response that does not move for
-    /// [`limits::STALL_TIMEOUT`] is cut.
+    /// STREAM frames sent and received as last seen, and when that number
+    /// last grew (or when no request was open): a response that does not
+    /// move for [`limits::STALL_TIMEOUT`] while the client's flow control
+    /// blocks it is cut. Received frames count, so an upload is progress.
     progress: (u64, Instant),
+    /// DATA_BLOCKED and STREAM_DATA_BLOCKED frames sent as last seen, and
+    /// whether one was sent since `progress` last grew: the server has
+    /// data the client does not take. A request waiting for a slow
+    /// handler or upstream sends none, and is not cut as stalled.
+    blocked: (u64, bool),
     /// When `progress` was last read.
     checked: Instant,
 }
@@ -130,7 +136,8 @@ impl Conn {
             && self.address_counted
             && self.closed.is_none()
             && (self.bi == 0
-                || now.saturating_duration_since(self.progress.1) >= limits::STALL_EVICT)
+                || (self.blocked.1
+                    && now.saturating_duration_since(self.progress.1) >= limits::STALL_EVICT))
     }
 }
 
@@ -1103,6 +1110,7 @@ impl EndpointDriver {
                         seq,
                         bi: 0,
                         progress: (0, now),
+                        blocked: (0, false),
                         checked: now,
                     }),
                 );
@@ -1415,10 +1423,21 @@ impl ConnTable {
         // deadline.
         if bi > 0 && (c.bi == 0 || now >= c.checked + PROGRESS_CHECK) {
             c.checked = now;
-            let sent = conn.stats().frame_tx.stream;
-            if c.bi == 0 || sent != c.progress.0 {
-                c.progress = (sent, now);
-            } else if now.saturating_duration_since(c.progress.1) >= limits::STALL_TIMEOUT {
+            let st = conn.stats();
+            let moved = st.frame_tx.stream + st.frame_rx.stream;
+            let blocked = st.frame_tx.stream_data_blocked + st.frame_tx.data_blocked;
+            let fresh = c.bi == 0 || moved != c.progress.0;
+            if fresh {
+                c.progress = (moved, now);
+                c.blocked.1 = false;
+            }
+            if blocked != c.blocked.0 {
+                c.blocked = (blocked, true);
+            }
+            if !fresh
+                && c.blocked.1
+                && now.saturating_duration_since(c.progress.1) >= limits::STALL_TIMEOUT
+            {
                 conn.close(
                     now,
                     VarInt::from_u32(CLOSE_EXCESSIVE_LOAD),

@@ -98,13 +98,13 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
             _ => Ok(()),
         })
         .and_then(|()| {
-        let rep = Reporter::new(&counters, "fastudp", true)
-            .alt_svc(tcp.as_ref().map(|l| l.stats().clone()));
-        rep.wait(&counters, a.duration, a.stats, a.json, &pacing, &|| {
-            engine.failed()
-        })?;
-        Ok(rep)
-    });
+            let rep = Reporter::new(&counters, "fastudp", true)
+                .alt_svc(tcp.as_ref().map(|l| l.stats().clone()));
+            rep.wait(&counters, a.duration, a.stats, a.json, &pacing, &|| {
+                engine.failed()
+            })?;
+            Ok(rep)
+        });
     if let Some(l) = tcp {
         l.stop(fastudp_quic::STOP_WAIT);
     }
