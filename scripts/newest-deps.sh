@@ -7,7 +7,7 @@
 #   scripts/newest-deps.sh
 #
 # The workspace is copied (without target/ and .git) to
-# target/newest-deps/src, `cargo update` resolves every dependency to its
+# $FASTUDP_NEWEST_DEPS_DIR/src (default ~/.cache/fastudp/newest-deps/src), `cargo update` resolves every dependency to its
 # newest compatible release there (the vendored quinn-proto stays patched
 # in through [patch.crates-io]), and then, with every warning of the
 # workspace's crates an error:
@@ -18,14 +18,17 @@
 #   - fastudp-quic's doc examples (`doc(test(attr(deny(warnings))))`),
 #     what an embedder copies;
 #   - the unit tests of fastudp-io and fastudp-quic.
-# The build directory (target/newest-deps/target) is kept between runs:
+# The build directory ($FASTUDP_NEWEST_DEPS_DIR/target) is kept between runs:
 # the first run builds everything (about 15 min on 2 CPUs), later ones
 # only what changed. Needs the crates.io index (network).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 root=$PWD
-scratch=$root/target/newest-deps
+# Outside the clone, so that its build directory (about 2 GB) outlives a
+# fresh checkout, as a CI cache would: FASTUDP_NEWEST_DEPS_DIR, or
+# ~/.cache/fastudp/newest-deps.
+scratch=${FASTUDP_NEWEST_DEPS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/fastudp/newest-deps}
 mkdir -p "$scratch"
 # A fresh copy of the sources every run; the build directory stays.
 rm -rf "$scratch/src"
