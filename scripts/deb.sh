@@ -53,7 +53,7 @@ if [ "${1:-}" = install ]; then
   /usr/bin/fastudp --version | grep -qx "fastudp $want"
   test -f /usr/share/man/man1/fastudp.1.gz
   test -f /usr/share/man/man1/fastudp-quic-serve.1.gz
-  zcat /usr/share/man/man1/fastudp.1.gz | grep -q '^\.TH fastudp 1'
+  zcat /usr/share/man/man1/fastudp.1.gz | grep '^\.TH fastudp 1' >/dev/null
   test -f /lib/systemd/system/fastudp-quic.service || test -f /usr/lib/systemd/system/fastudp-quic.service
   # libfastudp through pkg-config, and a C program linked against it.
   pkg-config --exists fastudp
@@ -63,7 +63,8 @@ if [ "${1:-}" = install ]; then
   printf '#include <fastudp.h>\nint main(void) { return fastudp_version() == 0; }\n' >"$tmp/v.c"
   if cc -o "$tmp/v" "$tmp/v.c" $(pkg-config --cflags --libs fastudp) 2>"$tmp/cc.err"; then
     "$tmp/v"
-    ldd "$tmp/v" | grep -q "libfastudp.so.0.1 => /usr/lib/libfastudp.so.0.1"
+    # /lib is /usr/lib on a merged-/usr system: the loader may name either.
+    ldd "$tmp/v" | grep -E "libfastudp.so.0.1 => (/usr)?/lib/libfastudp.so.0.1" >/dev/null
   else
     cat "$tmp/cc.err" >&2
     exit 1
