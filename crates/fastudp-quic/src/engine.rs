@@ -364,7 +364,7 @@ fn random_key<const N: usize>() -> Result<[u8; N], Error> {
 
 /// Worker `i`'s (of `n`) endpoint configuration: QUIC version 1, the
 /// shared stateless-reset key, and connection IDs that steer to it.
-fn endpoint_config(
+pub(crate) fn endpoint_config(
     i: usize,
     n: usize,
     reset_key: Arc<ring::hmac::Key>,

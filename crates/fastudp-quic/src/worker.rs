@@ -1791,7 +1791,20 @@ mod harness {
                         .collect(),
                 ),
                 server: Arc::new(server),
-                endpoint: Arc::new(EndpointConfig::default()),
+                // The engine's connection IDs (8 bytes, 7 random), as a
+                // server has them: quinn-proto's default generator has a
+                // 3-byte nonce, and its Retry does not check its new ID
+                // against the connections' (docs/UPSTREAM.md), so with
+                // thousands of connections a Retry could take one's ID.
+                endpoint: Arc::new(crate::engine::endpoint_config(
+                    0,
+                    1,
+                    Arc::new(crate::cid::ring_hmac(&[7; 64])),
+                    Arc::new((
+                        crate::cid::ring_hmac(&[9; 32]),
+                        std::sync::atomic::AtomicU64::new(0),
+                    )),
+                )),
                 inboxes: Arc::new(vec![Inbox::new(SLOTS)]),
                 counters: counters.clone(),
                 stop: Arc::default(),
@@ -1819,7 +1832,8 @@ mod harness {
                 fastudp_io::Config::default(),
             )
             .unwrap();
-            let tx = Tx::new(sock, None, counters, None, 0, crate::tx::MAX_TRAIN).unwrap();
+            let mut tx = Tx::new(sock, None, counters, None, 0, crate::tx::MAX_TRAIN).unwrap();
+            tx.hold = true;
             let config = fastudp_io::Config::default();
             #[cfg(feature = "uring")]
             let config = config
@@ -2031,7 +2045,7 @@ mod harness {
                     break;
                 }
             }
-            assert!(done(self), "not reached");
+            assert!(done(self), "not reached: {:?}", self.w.s.counters);
         }
     }
 
@@ -2338,13 +2352,19 @@ mod harness {
         assert_eq!(n.w.ep.half_open, 1);
         let b = n.connect();
         n.run_until(|n| !n.conns[&a].is_handshaking() && !n.conns[&b].is_handshaking());
+        // Counted per datagram, not per client: a first flight of two
+        // Initials (a post-quantum key share) is retried twice.
         let c = &n.w.s.counters;
-        assert_eq!(c.retries.load(Relaxed), 1, "the second client was retried");
+        assert!(
+            c.retries.load(Relaxed) >= 1,
+            "the second client was retried"
+        );
         assert_eq!(c.accepted.load(Relaxed), 2);
         let third = n.connect();
         n.run_until(|n| n.conns[&third].is_closed());
-        assert_eq!(n.w.s.counters.refused.load(Relaxed), 1);
+        assert!(n.w.s.counters.refused.load(Relaxed) >= 1);
         assert_eq!(n.w.s.counters.connections.load(Relaxed), 2);
+        assert!(!n.conns[&a].is_closed() && !n.conns[&b].is_closed());
     }
 
     /// A client that stops reading a response (STOP_SENDING) gets the
@@ -2653,10 +2673,13 @@ mod harness {
         }
         assert!(full_seen, "no connection was granted full windows");
         assert!(small_seen, "the grants did not shrink under pressure");
+        // The clients refused, counted by the clients: the server counts
+        // datagrams (two for a first flight with a post-quantum key share).
         let c = &n.w.s.counters;
-        let refused = c.refused_memory.load(Relaxed);
+        let refused = chs.iter().filter(|ch| n.conns[ch].is_closed()).count() as u64;
         let open = c.connections.load(Relaxed);
         assert!(refused > 0, "nothing refused at the hard limit");
+        assert!(c.refused_memory.load(Relaxed) >= refused);
         assert_eq!(open + refused, 2000, "{open} open, {refused} refused");
         assert!(open >= 1600, "only {open} connections within the budget");
         assert!(budget.peak() <= hard, "peak {} of {hard}", budget.peak());
