@@ -95,8 +95,9 @@ struct Conn {
     /// acknowledge their last byte (quinn-proto's
     /// `StreamEvent::Finished`): their lengths, counted as goodput then.
     finishing: Vec<(quinn_proto::StreamId, u64)>,
-    /// When a packet of the client last passed quinn-proto's decryption,
-    /// and its frames counted then ([`frames_received`]). The engine drops
+    /// When a packet of the client was last found to have passed
+    /// quinn-proto's decryption (at the first drive after it), and its
+    /// frames counted then ([`frames_received`]). The engine drops
     /// the connection `--idle-timeout` after it, whatever quinn-proto's own
     /// idle timer says: that one waits at least 3 probe timeouts, which a
     /// client that acknowledges late stretches without bound.
@@ -945,14 +946,9 @@ impl EndpointDriver {
         match ev {
             Some(DatagramEvent::ConnectionEvent(ch, ev)) => {
                 if let Some(c) = table.conns.get_mut(&ch) {
-                    let mut conn = c.conn.borrow_mut();
-                    conn.handle_event(ev);
-                    let frames = frames_received(&conn);
-                    if frames != c.frames {
-                        c.frames = frames;
-                        c.heard = now;
-                    }
-                    drop(conn);
+                    // What it decrypted is counted once per drive
+                    // (`ConnTable::drive`), not per datagram.
+                    c.conn.borrow_mut().handle_event(ev);
                     table.dirty.push(ch);
                 }
             }
@@ -1190,6 +1186,13 @@ impl ConnTable {
         let counters = s.counters.clone();
         let mut trains = 0;
         let mut gone = false;
+        // Frames decrypted since the last drive: the client was heard.
+        // Every connection a datagram reaches is driven in the same turn.
+        let frames = frames_received(&c.conn.borrow());
+        if frames != c.frames {
+            c.frames = frames;
+            c.heard = now;
+        }
         if idle_deadline(c.heard, s.idle_timeout).is_some_and(|t| now >= t) {
             // Nothing heard for the idle timeout: the connection is
             // dropped silently, as quinn-proto's idle timeout would (RFC
