@@ -13,9 +13,15 @@
 #   - what a new client waits (connect + first response), p50/p99,
 #     sampled every second throughout;
 #   - the load generator's own RSS, CPU and descriptors.
+# With GREEDY=K in the environment, K more connections (from
+# 127.2.0.0/16) download without limit during the hold, and the summary
+# adds the server's peak RSS against its --max-memory and the light
+# connections' requests served and failed.
 # With STACK=both (or quinn), the same against plain quinn (`quic serve
 # --stack quinn`, which speaks hq-interop: the load then asks /bytes/100
-# over `--alpn hq-interop`).
+# over `--alpn hq-interop`); with STACK=quic-go (or all), against quic-go's
+# server of the same application (target/quic-go-hqserver, built by
+# scripts/build-quic-go-client.sh; QUICGO=PATH to use another).
 #
 # Usage:
 #   scripts/quic-100k.sh [CONNECTIONS] [HOLD_SECONDS] [FASTUDP_BINARY] [STACK]
@@ -30,6 +36,8 @@ BIN=${3:-target/release/fastudp}
 STACK=${4:-fastudp}
 [ -x "$BIN" ] || { echo "quic-100k.sh: no binary at $BIN (cargo build --release -p fastudp-cli)" >&2; exit 2; }
 BIN=$(readlink -f "$BIN")
+# quic-go's hq-interop server (STACK quic-go or all).
+QUICGO=${QUICGO:-$(dirname "$BIN")/../quic-go-hqserver}
 # At least 400 source addresses, about 250 connections each at most.
 ADDRS=$(( (N + 249) / 250 ))
 [ "$ADDRS" -lt 400 ] && ADDRS=400
@@ -52,10 +60,22 @@ rss_of() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
 one() {
     local stack=$1 extra=()
     [ "$stack" = fastudp ] && extra=(--www "$TMP/www")
+    # The greedy connections ask /bytes/N, a test endpoint.
+    if [ "${GREEDY:-0}" -gt 0 ] && "$BIN" quic serve --help | grep -q -- --test-endpoints; then
+        extra+=(--test-endpoints)
+    fi
     # The server outlives the load by a margin: opening plus holding.
     ulimit -n "$(ulimit -Hn)"
-    "$BIN" quic serve --listen 127.0.0.1:0 --stack "$stack" --workers 2 \
-        --duration $((HOLD + 600)) --json "${extra[@]}" > "$TMP/srv.$stack" 2>&1 &
+    if [ "$stack" = quic-go ]; then
+        # quic-go's server of the same hq-interop application
+        # (tools/quic-go-client/hqserver), with room for every connection.
+        [ -x "$QUICGO" ] || { echo "quic-100k.sh: no quic-go server at $QUICGO (scripts/build-quic-go-client.sh)" >&2; return 1; }
+        "$QUICGO" -listen 127.0.0.1:0 -duration $((HOLD + 600))s \
+            -max-connections $((N + 1000)) > "$TMP/srv.$stack" 2>&1 &
+    else
+        "$BIN" quic serve --listen 127.0.0.1:0 --stack "$stack" --workers 2 \
+            --duration $((HOLD + 600)) --json "${extra[@]}" > "$TMP/srv.$stack" 2>&1 &
+    fi
     SRV=$!
     local port=
     for _ in $(seq 100); do
@@ -69,7 +89,7 @@ one() {
     local rss0 cpu0
     rss0=$(rss_of "$SRV")
     local path=/small.txt alpn=h3
-    # Plain quinn's server speaks hq-interop only.
+    # Plain quinn's and quic-go's servers speak hq-interop only.
     [ "$stack" = fastudp ] || { path=/bytes/100; alpn=hq-interop; }
     # The server's RSS and CPU every 2 s, while the load runs.
     ( while kill -0 "$SRV" 2>/dev/null; do
@@ -77,12 +97,25 @@ one() {
           sleep 2
       done ) > "$TMP/samples.$stack" &
     local sampler=$!
+    # GREEDY=K: K more connections from 127.2.0.0/16, each downloading
+    # without limit (a 1 TB response, asked again when done), from when
+    # the light ones should be open until the end of the hold.
+    local greedy=
+    if [ "${GREEDY:-0}" -gt 0 ]; then
+        local gpath=/bytes/1000000000000
+        ( sleep $((N / 1200 + 15))
+          "$BIN" quic load "127.0.0.1:$port" --json --duration "$((HOLD - N / 1200 - 15))s" \
+              --connections "$GREEDY" --source 127.2.0.0/16 --endpoints 64 --threads 1 \
+              --alpn "$alpn" --request "$gpath" ) > "$TMP/greedy.$stack" 2> "$TMP/greedy-err.$stack" &
+        greedy=$!
+    fi
     set +e
     "$BIN" quic load "127.0.0.1:$port" --json --duration "${HOLD}s" \
         --connections "$N" --source 127.1.0.0/16 --endpoints "$ADDRS" \
         --threads 2 --concurrency 512 --keepalive 15s --request-every 60s \
         --alpn "$alpn" --request "$path" > "$TMP/load.$stack" 2> "$TMP/load-err.$stack"
     local rc=$?
+    [ -n "$greedy" ] && wait "$greedy"
     set -e
     local rss1 cpu1
     rss1=$(rss_of "$SRV")
@@ -91,9 +124,10 @@ one() {
     kill -INT "$SRV" 2>/dev/null || true
     wait "$SRV" 2>/dev/null || true
     SRV=
-    python3 - "$stack" "$TMP/load.$stack" "$TMP/samples.$stack" "$rss0" "$rss1" "$rc" <<'PY'
-import json, sys
-stack, load, samples, rss0, rss_end, rc = sys.argv[1:]
+    python3 - "$stack" "$TMP/load.$stack" "$TMP/samples.$stack" "$rss0" "$rss1" "$rc" \
+        "$TMP/greedy.$stack" "$TMP/srv.$stack" <<'PY'
+import json, os, sys
+stack, load, samples, rss0, rss_end, rc, greedy_file, srv = sys.argv[1:]
 try:
     v = json.load(open(load))
 except Exception as e:
@@ -127,7 +161,24 @@ out = {
     "client_cpu_cores_holding": v["client_cpu_cores_holding"],
     "client_fds_peak": v["client_fds_peak"],
     "load_exit": int(rc),
+    "server_rss_kib_peak": int(max((r[1] for r in rows), default=0)),
+    "requests_ok": v.get("requests_ok"),
+    "requests_failed": v.get("requests_failed"),
 }
+for line in open(srv):
+    if '"limits"' in line:
+        out["server_max_memory_kib"] = json.loads(line).get("max_memory", 0) // 1024
+if os.path.exists(greedy_file) and os.path.getsize(greedy_file) > 0:
+    try:
+        g = json.load(open(greedy_file))
+        out["greedy"] = {k: g.get(k) for k in ("connections", "established", "alive_at_end",
+                         "requests_ok", "requests_failed", "failures")}
+    except Exception as e:
+        out["greedy"] = {"error": str(e)}
+if "greedy" in out:
+    print(f"{stack}: with greedy connections {out['greedy']}: server RSS peak "
+          f"{out['server_rss_kib_peak']} KiB of max-memory {out.get('server_max_memory_kib')} KiB; "
+          f"light requests ok {out['requests_ok']}, failed {out['requests_failed']}")
 print(json.dumps(out))
 per = out["server_rss_kib_per_connection"]
 print(f"{stack}: {v['established']} of {v['connections']} established from {v['source_addresses']} addresses "
@@ -143,6 +194,8 @@ PY
 case "$STACK" in
     fastudp) one fastudp ;;
     quinn) one quinn ;;
+    quic-go) one quic-go ;;
     both) one fastudp; one quinn ;;
-    *) echo "quic-100k.sh: STACK is fastudp, quinn or both" >&2; exit 2 ;;
+    all) one fastudp; one quinn; one quic-go ;;
+    *) echo "quic-100k.sh: STACK is fastudp, quinn, quic-go, both (fastudp and quinn) or all" >&2; exit 2 ;;
 esac
