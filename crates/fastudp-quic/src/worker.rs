@@ -152,10 +152,16 @@ fn idle_deadline(heard: Instant, idle: Duration) -> Option<Instant> {
     heard.checked_add(idle)
 }
 
-/// Frames quinn-proto has taken from a connection's packets: it grows
-/// with each packet that passed decryption, and only then.
-fn frames_received(conn: &quinn_proto::Connection) -> u64 {
-    let f = conn.stats().frame_rx;
+/// Frames quinn-proto has taken from a connection's packets (it grows
+/// with each packet that passed decryption, and only then), and the
+/// packets it declared lost: one copy of its statistics.
+fn frames_and_lost(conn: &quinn_proto::Connection) -> (u64, u64) {
+    let st = conn.stats();
+    (frames_received(&st.frame_rx), st.path.lost_packets)
+}
+
+/// The sum of the frame counters.
+fn frames_received(f: &quinn_proto::FrameStats) -> u64 {
     [
         f.acks,
         f.ack_frequency,
@@ -324,7 +330,9 @@ pub(crate) struct EndpointDriver {
 /// those to drive; it drives them and hands their events to the
 /// application.
 pub(crate) struct ConnTable {
-    conns: HashMap<ConnectionHandle, Box<Conn>>,
+    /// By handle (quinn-proto's slab index, not chosen by a client: a
+    /// fast hash is safe), taken out and put back at every drive.
+    conns: HashMap<ConnectionHandle, Box<Conn>, rustc_hash::FxBuildHasher>,
     pub(crate) timers: BTreeSet<(Instant, ConnectionHandle)>,
     dirty: Vec<ConnectionHandle>,
     /// Connections that stopped at [`limits::TRAINS_PER_TURN`].
@@ -333,8 +341,9 @@ pub(crate) struct ConnTable {
     events: Vec<Event>,
     /// Connections the application's wakers asked to drive again.
     wakes: Wakes,
-    /// Packets lost by connections that have ended, not yet published.
-    lost_closed: u64,
+    /// Packets lost, counted at drives and when connections end, not yet
+    /// published.
+    lost_unpublished: u64,
     /// The connection being driven (out of `conns` meanwhile): its
     /// places among the server's, as [`Worker::salvage`] gives them back
     /// should the application panic under it.
@@ -398,7 +407,6 @@ pub(crate) struct Worker {
     /// Timers are rounded to ticks counted from here.
     epoch: Instant,
     published: Instant,
-    published_lost: Instant,
     calls_seen: (u64, u64),
     /// The receive socket's kernel drops, as last published.
     overflow_seen: u64,
@@ -447,13 +455,13 @@ impl Worker {
                 rx_more: false,
             },
             table: ConnTable {
-                conns: HashMap::new(),
+                conns: HashMap::default(),
                 timers: BTreeSet::new(),
                 dirty: Vec::new(),
                 more: Vec::new(),
                 events: Vec::new(),
                 wakes: Wakes::default(),
-                lost_closed: 0,
+                lost_unpublished: 0,
                 in_drive: None,
                 by_address: HashMap::new(),
                 seq: 0,
@@ -462,7 +470,6 @@ impl Worker {
             closing_since: None,
             epoch: Instant::now(),
             published: Instant::now(),
-            published_lost: Instant::now(),
             calls_seen: (0, 0),
             overflow_seen: 0,
             exhausted_seen: 0,
@@ -643,8 +650,8 @@ impl Worker {
         wakes.unpark(signalled);
     }
 
-    /// Publishes the socket counters (and, at most once a second, the
-    /// connections' losses).
+    /// Publishes the socket counters and the packets lost (counted at
+    /// each drive; at the end, those of every connection still open).
     fn publish(&mut self, last: bool) {
         let c = &self.s.counters;
         let (tx, rx) = (self.tx.socket.stats(), self.rx.stats());
@@ -664,17 +671,17 @@ impl Worker {
         c.rx_overflow
             .fetch_add(rx.kernel_drops.saturating_sub(self.overflow_seen), Relaxed);
         self.overflow_seen = self.overflow_seen.max(rx.kernel_drops);
-        if last || self.published_lost.elapsed() > Duration::from_secs(1) {
-            let mut lost = 0;
+        if last {
+            // The connections still open at the end: their losses since
+            // their last drive.
             for conn in self.table.conns.values_mut() {
                 let l = conn.conn.borrow().stats().path.lost_packets;
-                lost += l.saturating_sub(conn.lost);
+                self.table.lost_unpublished += l.saturating_sub(conn.lost);
                 conn.lost = l;
             }
-            let closed = std::mem::take(&mut self.table.lost_closed);
-            c.lost_packets.fetch_add(lost + closed, Relaxed);
-            self.published_lost = Instant::now();
         }
+        c.lost_packets
+            .fetch_add(std::mem::take(&mut self.table.lost_unpublished), Relaxed);
         self.published = Instant::now();
     }
 }
@@ -1074,7 +1081,7 @@ impl EndpointDriver {
         };
         match self.endpoint.accept(incoming, now, buf, graded) {
             Ok((ch, conn)) => {
-                let frames = frames_received(&conn);
+                let frames = frames_and_lost(&conn).0;
                 s.counters.accepted.fetch_add(1, Relaxed);
                 self.half_open += 1;
                 s.counters.half_open.fetch_add(1, Relaxed);
@@ -1188,11 +1195,15 @@ impl ConnTable {
         let mut gone = false;
         // Frames decrypted since the last drive: the client was heard.
         // Every connection a datagram reaches is driven in the same turn.
-        let frames = frames_received(&c.conn.borrow());
+        // Its packets lost are counted here too (and when it ends), not
+        // by a pass over every connection: an idle one loses none.
+        let (frames, lost) = frames_and_lost(&c.conn.borrow());
         if frames != c.frames {
             c.frames = frames;
             c.heard = now;
         }
+        self.lost_unpublished += lost.saturating_sub(c.lost);
+        c.lost = lost;
         if idle_deadline(c.heard, s.idle_timeout).is_some_and(|t| now >= t) {
             // Nothing heard for the idle timeout: the connection is
             // dropped silently, as quinn-proto's idle timeout would (RFC
@@ -1352,7 +1363,7 @@ impl ConnTable {
         if let Some(t) = c.timer {
             self.timers.remove(&(t, ch));
         }
-        self.lost_closed += c
+        self.lost_unpublished += c
             .conn
             .borrow()
             .stats()

@@ -310,8 +310,9 @@ struct Shared {
     failures: Mutex<BTreeMap<String, u64>>,
     /// The first few errors in full.
     examples: Mutex<Vec<String>>,
-    /// Probe waits, ms.
-    probes: Mutex<Vec<f64>>,
+    /// Probe waits: when each started (seconds from the start) and how
+    /// long it waited, ms.
+    probes: Mutex<Vec<(f64, f64)>>,
     probe_failures: Mutex<BTreeMap<String, u64>>,
 }
 
@@ -677,8 +678,12 @@ struct Summary {
     requests_unanswered: u64,
     content_length_mismatches: u64,
     responses_without_content_length: u64,
-    /// Connect plus first response of a new client, sampled throughout.
+    /// Connect plus first response of a new client, sampled throughout
+    /// (every --probe-every), and split: the probes that started while
+    /// the connections were being opened, and after.
     new_client: Waits,
+    new_client_opening: Waits,
+    new_client_holding: Waits,
     client_rss_kib_peak: u64,
     client_rss_kib_end: u64,
     client_cpu_s: f64,
@@ -692,6 +697,24 @@ struct Summary {
     started_unix_ms: u64,
     /// Each second: connections established so far, open, RSS, fds.
     timeline: Vec<Tick>,
+}
+
+/// The waits of the probes that started at a time `when` takes
+/// (seconds from the start).
+fn waits(
+    probes: &[(f64, f64)],
+    when: impl Fn(f64) -> bool,
+    failures: BTreeMap<String, u64>,
+) -> Waits {
+    let mut ms: Vec<f64> = probes.iter().filter(|p| when(p.0)).map(|p| p.1).collect();
+    ms.sort_by(f64::total_cmp);
+    Waits {
+        samples: ms.len(),
+        p50_ms: quantile(&ms, 0.5),
+        p99_ms: quantile(&ms, 0.99),
+        max_ms: ms.last().copied().unwrap_or(0.0),
+        failures,
+    }
 }
 
 fn quantile(v: &[f64], q: f64) -> f64 {
@@ -735,9 +758,7 @@ pub(super) fn run(a: &LoadArgs) -> anyhow::Result<()> {
             ep.set_default_client_config(cfg.clone());
             eps.push(ep);
         }
-        let mut probe_ep = client_endpoint(plan.binds[0], a.max_udp_payload)?;
-        probe_ep.set_default_client_config(cfg.clone());
-        Ok::<_, anyhow::Error>(drive(a, &plan, eps, probe_ep).await)
+        Ok::<_, anyhow::Error>(drive(a, &plan, eps, cfg.clone()).await)
     })?;
     rt.shutdown_timeout(Duration::from_millis(500));
     let mut s = s;
@@ -763,7 +784,7 @@ async fn drive(
     a: &LoadArgs,
     plan: &Arc<Plan>,
     eps: Vec<quinn::Endpoint>,
-    probe_ep: quinn::Endpoint,
+    cfg: quinn::ClientConfig,
 ) -> Summary {
     let sh = Arc::new(Shared::default());
     let cpu0 = fastudp_tools::os::process_cpu_time();
@@ -804,31 +825,69 @@ async fn drive(
             (opened, t0.elapsed(), tasks)
         })
     };
-    // The probes.
+    // The probes, on a thread and a runtime of their own: a new client's
+    // wait is the server's, not that of this process's runtime busy with
+    // the held connections.
+    let start = std::time::Instant::now();
     let prober = plan.probe_every.map(|every| {
         let (plan, sh) = (Arc::clone(plan), Arc::clone(&sh));
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval_at(t0 + every, every);
-            let mut running = Vec::new();
-            loop {
-                tick.tick().await;
-                if tokio::time::Instant::now() >= until || interrupt::requested() {
-                    break;
+        let (bind, payload) = (plan.binds[0], a.max_udp_payload);
+        let deadline = start + plan.duration;
+        std::thread::spawn(move || {
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    *sh.probe_failures
+                        .lock()
+                        .unwrap()
+                        .entry(format!("local: probe runtime: {e}"))
+                        .or_default() += 1;
+                    return;
                 }
-                let (ep, plan, sh) = (probe_ep.clone(), Arc::clone(&plan), Arc::clone(&sh));
-                running.push(tokio::spawn(async move {
-                    let r = tokio::time::timeout(PROBE_TIMEOUT, probe(&ep, &plan))
-                        .await
-                        .unwrap_or_else(|_| Err("timeout".into()));
-                    match r {
-                        Ok(ms) => sh.probes.lock().unwrap().push(ms),
-                        Err(k) => *sh.probe_failures.lock().unwrap().entry(k).or_default() += 1,
+            };
+            rt.block_on(async move {
+                let ep = match client_endpoint(bind, payload) {
+                    Ok(mut ep) => {
+                        ep.set_default_client_config(cfg);
+                        ep
                     }
-                }));
-            }
-            for r in running {
-                let _ = r.await;
-            }
+                    Err(e) => {
+                        *sh.probe_failures
+                            .lock()
+                            .unwrap()
+                            .entry(format!("local: probe socket: {e:#}"))
+                            .or_default() += 1;
+                        return;
+                    }
+                };
+                let mut tick = tokio::time::interval(every);
+                tick.tick().await;
+                let mut running = Vec::new();
+                loop {
+                    tick.tick().await;
+                    if std::time::Instant::now() >= deadline || interrupt::requested() {
+                        break;
+                    }
+                    let (ep, plan, sh) = (ep.clone(), Arc::clone(&plan), Arc::clone(&sh));
+                    running.push(tokio::spawn(async move {
+                        let at = start.elapsed().as_secs_f64();
+                        let r = tokio::time::timeout(PROBE_TIMEOUT, probe(&ep, &plan))
+                            .await
+                            .unwrap_or_else(|_| Err("timeout".into()));
+                        match r {
+                            Ok(ms) => sh.probes.lock().unwrap().push((at, ms)),
+                            Err(k) => *sh.probe_failures.lock().unwrap().entry(k).or_default() += 1,
+                        }
+                    }));
+                }
+                for r in running {
+                    let _ = tokio::time::timeout(PROBE_TIMEOUT, r).await;
+                }
+                ep.close(quinn::VarInt::from_u32(0x100), b"done");
+            });
         })
     });
     // The sampler, every second, until the end.
@@ -886,14 +945,14 @@ async fn drive(
         let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
     }
     if let Some(p) = prober {
-        let _ = tokio::time::timeout(PROBE_TIMEOUT, p).await;
+        // It stops by itself within PROBE_TIMEOUT of the end.
+        let _ = tokio::task::spawn_blocking(move || p.join()).await;
     }
     for ep in &eps {
         ep.close(quinn::VarInt::from_u32(0x100), b"done");
     }
     let est = sh.handshakes.load(Relaxed);
-    let mut probes = sh.probes.lock().unwrap().clone();
-    probes.sort_by(f64::total_cmp);
+    let probes = sh.probes.lock().unwrap().clone();
     let failures = sh.failures.lock().unwrap().clone();
     let opening_s = opening.1.as_secs_f64();
     let errors = sh.examples.lock().unwrap().clone();
@@ -921,13 +980,9 @@ async fn drive(
             .saturating_sub(sh.requests_ok.load(Relaxed) + sh.requests_failed.load(Relaxed)),
         content_length_mismatches: sh.length_mismatches.load(Relaxed),
         responses_without_content_length: sh.no_length.load(Relaxed),
-        new_client: Waits {
-            samples: probes.len(),
-            p50_ms: quantile(&probes, 0.5),
-            p99_ms: quantile(&probes, 0.99),
-            max_ms: probes.last().copied().unwrap_or(0.0),
-            failures: probe_failures,
-        },
+        new_client: waits(&probes, |_| true, probe_failures),
+        new_client_opening: waits(&probes, |t| t < opening_s, BTreeMap::new()),
+        new_client_holding: waits(&probes, |t| t >= opening_s, BTreeMap::new()),
         client_rss_kib_peak: peak_rss,
         client_rss_kib_end: rss,
         client_cpu_s: cpu_end.saturating_sub(cpu0).as_secs_f64(),
@@ -981,6 +1036,18 @@ fn print(s: &Summary, json: bool) -> anyhow::Result<()> {
         w.max_ms,
         w.failures.values().sum::<u64>()
     )?;
+    for (when, w) in [
+        ("while opening", &s.new_client_opening),
+        ("while holding", &s.new_client_holding),
+    ] {
+        out!(
+            "  {when}: {} samples, p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+            w.samples,
+            w.p50_ms,
+            w.p99_ms,
+            w.max_ms
+        )?;
+    }
     out!(
         "client: RSS {} KiB at most ({} KiB at the end), CPU {:.2} s ({} cores while holding), {} descriptors at most (limit {}), {:.1} s",
         s.client_rss_kib_peak,
