@@ -13,6 +13,9 @@
 #   - what a new client waits (connect + first response), p50/p99,
 #     sampled every second throughout;
 #   - the load generator's own RSS, CPU and descriptors.
+# With RATE=R in the environment, the connections are opened at R per
+# second at most (by default as fast as 512 handshakes in flight allow,
+# which saturates the server: a new client then waits behind them).
 # With GREEDY=K in the environment, K more connections (from
 # 127.2.0.0/16) download without limit during the hold, and the summary
 # adds the server's peak RSS against its --max-memory and the light
@@ -112,7 +115,7 @@ one() {
     set +e
     "$BIN" quic load "127.0.0.1:$port" --json --duration "${HOLD}s" \
         --connections "$N" --source 127.1.0.0/16 --endpoints "$ADDRS" \
-        --threads 2 --concurrency 512 --keepalive 15s --request-every 60s \
+        --threads 2 --concurrency 512 --keepalive 15s --request-every 60s ${RATE:+--rate "$RATE"} \
         --alpn "$alpn" --request "$path" > "$TMP/load.$stack" 2> "$TMP/load-err.$stack"
     local rc=$?
     [ -n "$greedy" ] && wait "$greedy"
