@@ -7,7 +7,9 @@
 # client and reference servers (tools/quic-go-client/filebench) into
 # target/quic-go-filebench, for scripts/bench-files.sh, and its hq-interop
 # server of `quic serve`'s /bytes and /video (tools/quic-go-client/hqserver)
-# into target/quic-go-hqserver, for scripts/quic-bench.sh.
+# into target/quic-go-hqserver, for scripts/quic-bench.sh, and quic-go's
+# own HTTP/3 file server (tools/quic-go-client/h3server) into
+# target/quic-go-h3server, for scripts/quic-100k.sh.
 #
 # quic-go v0.65 needs Go 1.26 or later (the `go` line of its go.mod).
 # A Go in PATH or /usr/local/go is used; with none and as root, Debian's
@@ -74,3 +76,7 @@ tmp=$(mktemp "$out-hqserver.XXXXXX")
 (cd "$src" && "$go" build -trimpath -o "$tmp" ./hqserver)
 mv "$tmp" "$(dirname "$out")/quic-go-hqserver"
 echo "$(dirname "$out")/quic-go-hqserver"
+tmp=$(mktemp "$out-h3server.XXXXXX")
+(cd "$src" && "$go" build -trimpath -o "$tmp" ./h3server)
+mv "$tmp" "$(dirname "$out")/quic-go-h3server"
+echo "$(dirname "$out")/quic-go-h3server"

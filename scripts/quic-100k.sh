@@ -22,9 +22,11 @@
 # connections' requests served and failed.
 # With STACK=both (or quinn), the same against plain quinn (`quic serve
 # --stack quinn`, which speaks hq-interop: the load then asks /bytes/100
-# over `--alpn hq-interop`); with STACK=quic-go (or all), against quic-go's
-# server of the same application (target/quic-go-hqserver, built by
-# scripts/build-quic-go-client.sh; QUICGO=PATH to use another).
+# over `--alpn hq-interop`); with STACK=quic-go-h3 (or all), against
+# quic-go's own HTTP/3 server serving the same file
+# (target/quic-go-h3server), and with STACK=quic-go against quic-go
+# serving hq-interop (target/quic-go-hqserver); both are built by
+# scripts/build-quic-go-client.sh (QUICGO_H3=PATH, QUICGO=PATH for others).
 #
 # Usage:
 #   scripts/quic-100k.sh [CONNECTIONS] [HOLD_SECONDS] [FASTUDP_BINARY] [STACK]
@@ -41,6 +43,7 @@ STACK=${4:-fastudp}
 BIN=$(readlink -f "$BIN")
 # quic-go's hq-interop server (STACK quic-go or all).
 QUICGO=${QUICGO:-$(dirname "$BIN")/../quic-go-hqserver}
+QUICGO_H3=${QUICGO_H3:-$(dirname "$BIN")/../quic-go-h3server}
 # At least 400 source addresses, about 250 connections each at most.
 ADDRS=$(( (N + 249) / 250 ))
 [ "$ADDRS" -lt 400 ] && ADDRS=400
@@ -69,7 +72,13 @@ one() {
     fi
     # The server outlives the load by a margin: opening plus holding.
     ulimit -n "$(ulimit -Hn)"
-    if [ "$stack" = quic-go ]; then
+    if [ "$stack" = quic-go-h3 ]; then
+        # quic-go's own HTTP/3 server (package http3) serving the same
+        # directory (tools/quic-go-client/h3server).
+        [ -x "$QUICGO_H3" ] || { echo "quic-100k.sh: no quic-go HTTP/3 server at $QUICGO_H3 (scripts/build-quic-go-client.sh)" >&2; return 1; }
+        "$QUICGO_H3" -listen 127.0.0.1:0 -www "$TMP/www" -duration $((HOLD + 600))s \
+            > "$TMP/srv.$stack" 2>&1 &
+    elif [ "$stack" = quic-go ]; then
         # quic-go's server of the same hq-interop application
         # (tools/quic-go-client/hqserver), with room for every connection.
         [ -x "$QUICGO" ] || { echo "quic-100k.sh: no quic-go server at $QUICGO (scripts/build-quic-go-client.sh)" >&2; return 1; }
@@ -92,8 +101,8 @@ one() {
     local rss0 cpu0
     rss0=$(rss_of "$SRV")
     local path=/small.txt alpn=h3
-    # Plain quinn's and quic-go's servers speak hq-interop only.
-    [ "$stack" = fastudp ] || { path=/bytes/100; alpn=hq-interop; }
+    # Plain quinn's server and quic-go's hq server speak hq-interop only.
+    case $stack in fastudp | quic-go-h3) ;; *) path=/bytes/100; alpn=hq-interop ;; esac
     # The server's RSS and CPU every 2 s, while the load runs.
     ( while kill -0 "$SRV" 2>/dev/null; do
           echo "$(date +%s.%N) $(rss_of "$SRV") $(cpu_of "$SRV")"
@@ -198,7 +207,8 @@ case "$STACK" in
     fastudp) one fastudp ;;
     quinn) one quinn ;;
     quic-go) one quic-go ;;
+    quic-go-h3) one quic-go-h3 ;;
     both) one fastudp; one quinn ;;
-    all) one fastudp; one quinn; one quic-go ;;
-    *) echo "quic-100k.sh: STACK is fastudp, quinn, quic-go, both (fastudp and quinn) or all" >&2; exit 2 ;;
+    all) one fastudp; one quinn; one quic-go-h3 ;;
+    *) echo "quic-100k.sh: STACK is fastudp, quinn, quic-go (hq-interop), quic-go-h3 (HTTP/3), both (fastudp and quinn) or all (fastudp, quinn, quic-go-h3)" >&2; exit 2 ;;
 esac
