@@ -82,6 +82,7 @@ mod forward;
 #[cfg(feature = "h3")]
 pub mod h3;
 pub mod hq;
+pub mod lb;
 pub mod limits;
 mod stats;
 mod tx;
