@@ -346,6 +346,10 @@ pub fn ruleset(p: &Plan) -> String {
             "by_hash",
             "packets routed by the hash of the client's address and port",
         ),
+        (
+            "answers",
+            "the servers' packets to clients, sent from the public address",
+        ),
     ] {
         let _ = writeln!(w, "\t# {what}\n\tcounter {name} {{}}");
     }
@@ -492,6 +496,28 @@ mod tests {
             r.contains("ip daddr 10.201.0.2 udp dport 4433 notrack goto quic"),
             "{r}"
         );
+    }
+
+    /// Every counter and map a rule names is declared in the table.
+    #[test]
+    fn every_name_a_rule_uses_is_declared() {
+        for by_address in [false, true] {
+            let mut p = plan(&[("01", "10.202.1.2"), ("02", "10.202.2.2")], &[]);
+            p.by_address = by_address;
+            let r = ruleset(&p);
+            for (used, declared) in [("counter name ", "counter "), ("map @", "map ")] {
+                for (i, _) in r.match_indices(used) {
+                    let name: String = r[i + used.len()..]
+                        .chars()
+                        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                        .collect();
+                    assert!(
+                        r.contains(&format!("{declared}{name} {{")),
+                        "{name} is used, not declared:\n{r}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -179,7 +179,6 @@ fn serve_refuses_bad_fleet_options() {
 // ---- The fleet testbed, with traffic (root, nft, ip). ----
 
 use crate::common::Running;
-use std::time::Duration;
 
 /// The fleet's servers: namespace, address, ID (as `testbed up fleet`
 /// builds them).
@@ -276,14 +275,7 @@ impl Fleet {
 
     /// Loads `lb-rules` with `extra` options into the balancer.
     fn rules(&self, extra: &[&str]) {
-        let mut args = vec![
-            "quic",
-            "lb-rules",
-            "--public",
-            PUBLIC,
-            "--lb-config",
-            LB_CONFIG,
-        ];
+        let mut args = vec!["--public", PUBLIC, "--lb-config", LB_CONFIG];
         let specs: Vec<String> = SERVERS
             .iter()
             .map(|(_, a, id)| format!("{id}={a}"))
@@ -453,7 +445,7 @@ fn fleet_drain_lets_open_connections_finish() {
         return;
     };
     // Long transfers, open before the drain.
-    let mut open = Running::start_with(
+    let open = Running::start_with(
         "ip",
         &[
             "netns",
