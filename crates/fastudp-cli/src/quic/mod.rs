@@ -27,7 +27,7 @@ use std::time::Duration;
 pub enum QuicCmd {
     /// Serve HTTP/3 and hq-interop (HTTP/0.9 over QUIC) on one port:
     /// /bytes/N, /video/RATE/SECONDS, and files with --www DIR.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Open many client connections to a server and report per-connection
     /// goodput, rate, stalls, loss and client CPU.
     Load(LoadArgs),
@@ -455,6 +455,7 @@ pub const LOAD_MAX_UDP_PAYLOAD: u16 = 1472;
 pub fn run(cmd: QuicCmd) -> anyhow::Result<()> {
     match cmd {
         QuicCmd::Serve(a) => {
+            let a = *a;
             check_serve(&a)?;
             tls::use_crypto(a.crypto);
             match a.stack {
