@@ -5,8 +5,9 @@
 //! - Their receive sockets form a reuseport group steered by BPF on the
 //!   QUIC destination connection ID ([`Steering::QuicCid`]); each worker's
 //!   connection ID generator starts every ID with a byte that is the
-//!   worker's index modulo N, so every packet of a connection reaches its
-//!   worker's socket. A client's first Initial carries its own random
+//!   worker's index modulo N (with QUIC-LB, [`crate::lb`], the nonce's
+//!   first byte, after the server ID: [`Steering::QuicCidAt`]), so every
+//!   packet of a connection reaches its worker's socket. A client's first Initial carries its own random
 //!   DCID; the same program sends it, and every later packet with that
 //!   DCID, to one fixed worker, which is the one that computes the same
 //!   index in user space and so accepts it. A datagram steered elsewhere
