@@ -91,6 +91,46 @@ pub enum TestbedCmd {
     Down,
 }
 
+/// The rest of `testbed up fleet`: the balancer's ruleset, loaded, and
+/// what runs where, said. A ruleset that does not load removes the
+/// testbed.
+fn fleet_up() -> anyhow::Result<()> {
+    use testbed::fleet;
+    let plan = quic::lb::fleet_plan();
+    if let Err(e) = fleet::load_rules(&quic::lb::ruleset(&plan)) {
+        let _ = testbed::down();
+        return Err(e);
+    }
+    out!(
+        "testbed up: fleet: clients {} ({}, {}) -> balancer {} (public {}:{}, nftables table {}, QUIC-LB config {}) -> servers:",
+        fleet::CLIENTS,
+        fleet::CLIENT_ADDR,
+        fleet::CLIENT_ADDR2,
+        fleet::BALANCER,
+        fleet::PUBLIC_ADDR,
+        fleet::PORT,
+        plan.table,
+        fleet::LB_CONFIG
+    )?;
+    for s in fleet::SERVERS {
+        out!(
+            "  ip netns exec {} fastudp quic serve --listen {}:{} --lb-config {} --server-id {} --reset-key KEYFILE",
+            s.ns,
+            s.addr,
+            fleet::PORT,
+            fleet::LB_CONFIG,
+            s.id
+        )?;
+    }
+    out!(
+        "clients: ip netns exec {} fastudp quic load {}:{} ...",
+        fleet::CLIENTS,
+        fleet::PUBLIC_ADDR,
+        fleet::PORT
+    )?;
+    Ok(())
+}
+
 /// Parses the command line into `C` (an option's value may be a negative
 /// number), runs it with `run`, and exits as [`failure::exit_status`]
 /// says, a failure printed on one line after `name: error: `.
@@ -139,6 +179,9 @@ pub fn run(cmd: Cmd) -> anyhow::Result<()> {
             action: TestbedCmd::Up { profile },
         } => {
             testbed::up(profile)?;
+            if profile == testbed::Profile::Fleet {
+                return fleet_up();
+            }
             let (v4, v6) = (testbed::addrs(false), testbed::addrs(true));
             out!(
                 "testbed up: {} ({}, {}) <-> {} ({}, {}), veth {} <-> {}",

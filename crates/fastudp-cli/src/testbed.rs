@@ -41,6 +41,13 @@ pub enum Profile {
     /// many data centres (TCP's MSS follows; QUIC servers use larger
     /// packets where their path-MTU discovery is allowed to look).
     Jumbo,
+    /// Not a pair: a fleet. Clients (`fastudp-cl`), a balancer
+    /// (`fastudp-lb`, the servers' gateway, forwarding with the nftables
+    /// ruleset of `quic lb-rules` loaded) and three servers
+    /// (`fastudp-s1` to `fastudp-s3`), each on its own veth to the
+    /// balancer (docs/SCALE-OUT.md). Start a `quic serve --server-id` in
+    /// each server's namespace.
+    Fleet,
 }
 
 /// The MTU of the veth pair of [`Profile::Jumbo`].
@@ -152,10 +159,18 @@ pub fn preflight() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Whether the testbed namespaces exist now.
+/// Whether the testbed namespaces (a pair's or the fleet's) exist now.
 pub fn exists() -> bool {
-    std::path::Path::new(&format!("/var/run/netns/{TX_NS}")).exists()
-        || std::path::Path::new(&format!("/var/run/netns/{RX_NS}")).exists()
+    all_namespaces()
+        .iter()
+        .any(|n| std::path::Path::new(&format!("/var/run/netns/{n}")).exists())
+}
+
+/// Every namespace a testbed may have: the pair's and the fleet's.
+fn all_namespaces() -> Vec<&'static str> {
+    let mut v = vec![TX_NS, RX_NS, fleet::CLIENTS, fleet::BALANCER];
+    v.extend(fleet::SERVERS.iter().map(|s| s.ns));
+    v
 }
 
 /// Where `up` records the profile of the testbed it built.
@@ -198,8 +213,12 @@ pub fn current() -> anyhow::Result<Profile> {
 /// Builds the namespaces, the veth pair and its addresses, then applies
 /// `profile`.
 fn build(profile: Profile) -> anyhow::Result<()> {
+    if profile == Profile::Fleet {
+        return fleet::build();
+    }
     pair()?;
     match profile {
+        Profile::Fleet => Ok(()),
         Profile::Offload => Ok(()),
         Profile::Wire => cut_trains(),
         Profile::WireGro => {
@@ -338,7 +357,7 @@ fn blackhole() -> anyhow::Result<()> {
 pub fn down() -> anyhow::Result<()> {
     preflight()?;
     let mut errs = Vec::new();
-    for n in [TX_NS, RX_NS] {
+    for n in all_namespaces() {
         if std::path::Path::new(&format!("/var/run/netns/{n}")).exists() {
             if let Err(e) = run(&["ip", "netns", "del", n], None) {
                 errs.push(format!("{e:#}"));
@@ -398,6 +417,184 @@ pub fn up_guarded(profile: Profile) -> anyhow::Result<Guard> {
     });
     up(profile)?;
     Ok(Guard)
+}
+
+/// The fleet testbed ([`Profile::Fleet`]): clients, a balancer and three
+/// servers, all IPv4.
+pub mod fleet {
+    use super::{ns, run};
+    use std::net::Ipv4Addr;
+
+    /// The clients' namespace.
+    pub const CLIENTS: &str = "fastudp-cl";
+    /// The balancer's namespace: the servers' gateway.
+    pub const BALANCER: &str = "fastudp-lb";
+    /// The clients' veth end, and the balancer's end facing them.
+    pub const CLIENT_DEV: &str = "fu-cl";
+    /// The balancer's veth end facing the clients.
+    pub const BALANCER_DEV: &str = "fu-lb";
+    /// The clients' address.
+    pub const CLIENT_ADDR: Ipv4Addr = Ipv4Addr::new(10, 201, 0, 1);
+    /// A second address of the clients, to move a connection to.
+    pub const CLIENT_ADDR2: Ipv4Addr = Ipv4Addr::new(10, 201, 0, 3);
+    /// The public address: the balancer's, facing the clients.
+    pub const PUBLIC_ADDR: Ipv4Addr = Ipv4Addr::new(10, 201, 0, 2);
+    /// The port the servers listen on, the public one.
+    pub const PORT: u16 = 4433;
+    /// The fleet's QUIC-LB configuration: rotation 0, 1-byte server IDs,
+    /// 8-byte nonces.
+    pub const LB_CONFIG: &str = "0:1:8";
+
+    /// One server of the fleet.
+    #[derive(Debug, Clone, Copy)]
+    pub struct Server {
+        /// Its namespace.
+        pub ns: &'static str,
+        /// Its veth end.
+        pub dev: &'static str,
+        /// The balancer's veth end facing it.
+        pub peer: &'static str,
+        /// Its address.
+        pub addr: Ipv4Addr,
+        /// The balancer's address facing it (its gateway).
+        pub gateway: Ipv4Addr,
+        /// Its QUIC-LB server ID, hexadecimal.
+        pub id: &'static str,
+    }
+
+    /// The three servers.
+    pub const SERVERS: [Server; 3] = [
+        Server {
+            ns: "fastudp-s1",
+            dev: "fu-s1",
+            peer: "fu-lb1",
+            addr: Ipv4Addr::new(10, 202, 1, 2),
+            gateway: Ipv4Addr::new(10, 202, 1, 1),
+            id: "01",
+        },
+        Server {
+            ns: "fastudp-s2",
+            dev: "fu-s2",
+            peer: "fu-lb2",
+            addr: Ipv4Addr::new(10, 202, 2, 2),
+            gateway: Ipv4Addr::new(10, 202, 2, 1),
+            id: "02",
+        },
+        Server {
+            ns: "fastudp-s3",
+            dev: "fu-s3",
+            peer: "fu-lb3",
+            addr: Ipv4Addr::new(10, 202, 3, 2),
+            gateway: Ipv4Addr::new(10, 202, 3, 1),
+            id: "03",
+        },
+    ];
+
+    /// A veth between namespace `a` (device `da`, address `aa/24`) and
+    /// namespace `b` (device `db`, address `ab/24`), both up, with
+    /// `a`'s default route via `ab`.
+    fn link(
+        a: &str,
+        da: &str,
+        aa: Ipv4Addr,
+        b: &str,
+        db: &str,
+        ab: Ipv4Addr,
+    ) -> anyhow::Result<()> {
+        run(
+            &[
+                "ip", "-n", a, "link", "add", da, "type", "veth", "peer", "name", db, "netns", b,
+            ],
+            None,
+        )?;
+        for (n, d, addr) in [(a, da, aa), (b, db, ab)] {
+            run(
+                &[
+                    "ip",
+                    "-n",
+                    n,
+                    "addr",
+                    "add",
+                    &format!("{addr}/24"),
+                    "dev",
+                    d,
+                ],
+                None,
+            )?;
+            run(
+                &["ip", "-n", n, "link", "set", d, "mtu", "1500", "up"],
+                None,
+            )?;
+        }
+        run(
+            &[
+                "ip",
+                "-n",
+                a,
+                "route",
+                "add",
+                "default",
+                "via",
+                &ab.to_string(),
+            ],
+            None,
+        )
+        .map(drop)
+    }
+
+    /// Builds the namespaces, veths, addresses and routes; the balancer
+    /// forwards. The ruleset is loaded by the caller ([`load_rules`]).
+    pub(super) fn build() -> anyhow::Result<()> {
+        if std::process::Command::new("nft")
+            .arg("-V")
+            .output()
+            .is_err()
+        {
+            bail_usage!(
+                "the fleet testbed needs the `nft` program (Debian: apt-get install nftables)"
+            );
+        }
+        let mut names = vec![CLIENTS, BALANCER];
+        names.extend(SERVERS.iter().map(|s| s.ns));
+        for n in &names {
+            run(&["ip", "netns", "add", n], None)?;
+            run(&["ip", "-n", n, "link", "set", "lo", "up"], None)?;
+        }
+        link(
+            CLIENTS,
+            CLIENT_DEV,
+            CLIENT_ADDR,
+            BALANCER,
+            BALANCER_DEV,
+            PUBLIC_ADDR,
+        )?;
+        run(
+            &[
+                "ip",
+                "-n",
+                CLIENTS,
+                "addr",
+                "add",
+                &format!("{CLIENT_ADDR2}/24"),
+                "dev",
+                CLIENT_DEV,
+            ],
+            None,
+        )?;
+        for s in SERVERS {
+            link(s.ns, s.dev, s.addr, BALANCER, s.peer, s.gateway)?;
+        }
+        ns(BALANCER, &["sysctl", "-qw", "net.ipv4.ip_forward=1"]).map(drop)
+    }
+
+    /// Loads `rules` (`nft -f`) in the balancer's namespace.
+    pub fn load_rules(rules: &str) -> anyhow::Result<()> {
+        run(
+            &["ip", "netns", "exec", BALANCER, "nft", "-f", "-"],
+            Some(rules),
+        )
+        .map(drop)
+    }
 }
 
 #[cfg(test)]

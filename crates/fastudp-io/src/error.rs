@@ -170,6 +170,14 @@ pub(crate) enum ConfigError {
         /// The largest offset accepted.
         max: u32,
     },
+    /// A QUIC connection-ID steering byte past the longest connection ID.
+    #[error("steering byte {index} of the QUIC connection ID: QUIC version 1's IDs are at most 20 bytes (index at most {max})")]
+    SteeringCidIndex {
+        /// The index given.
+        index: u8,
+        /// The largest index accepted.
+        max: u8,
+    },
 }
 
 /// What went wrong, in detail: the private side of [`Error`].

@@ -31,6 +31,17 @@ pub enum Steering {
     /// QUIC server whose connection IDs start with its worker's index gets
     /// every packet of a connection on that worker's socket.
     QuicCid,
+    /// By byte `index` of the QUIC destination connection ID (as
+    /// [`Steering::QuicCid`], which is index 0): socket `byte % N`. A
+    /// QUIC-LB connection ID (draft-ietf-quic-load-balancers) starts with
+    /// a first octet and a server ID that a load balancer routes by; the
+    /// worker's byte is then the first of the nonce, at `1 + server ID
+    /// length`. At most 19 (QUIC version 1's IDs are at most 20 bytes); a
+    /// larger one is refused with [`crate::ErrorKind::Config`].
+    QuicCidAt {
+        /// The byte's index within the connection ID, 0 to 19.
+        index: u8,
+    },
 }
 
 /// The largest [`Steering::Payload`] offset: the 4 bytes must lie within
@@ -68,6 +79,9 @@ impl Steering {
                 Some((word % n) as usize)
             }
             Steering::QuicCid => Some(bpf::quic_cid_index(datagram, n) as usize),
+            Steering::QuicCidAt { index } => {
+                Some(bpf::quic_cid_index_at(datagram, index, n) as usize)
+            }
         }
     }
 }
@@ -99,6 +113,15 @@ impl ReuseportGroup {
                 return Err(ConfigError::SteeringOffset {
                     offset,
                     max: MAX_STEERING_OFFSET,
+                }
+                .into());
+            }
+        }
+        if let Steering::QuicCidAt { index } = steering {
+            if index > bpf::MAX_QUIC_CID_INDEX {
+                return Err(ConfigError::SteeringCidIndex {
+                    index,
+                    max: bpf::MAX_QUIC_CID_INDEX,
                 }
                 .into());
             }
@@ -149,6 +172,7 @@ impl ReuseportGroup {
             Steering::Cpu => Some(bpf::by_cpu(n as u32)),
             Steering::Payload { offset } => Some(bpf::by_payload(offset, n as u32)),
             Steering::QuicCid => Some(bpf::by_quic_cid(n as u32)),
+            Steering::QuicCidAt { index } => Some(bpf::by_quic_cid_at(index, n as u32)),
         };
         if let Some(p) = prog {
             sys::attach_reuseport_cbpf(sockets[0].as_raw_fd(), &p).map_err(|e| {
@@ -187,6 +211,9 @@ mod tests {
             prop_assert_eq!(Steering::QuicCid.owner(&d, n), quic);
             let payload = bpf::run(&bpf::by_payload(offset, n as u32), &d, 0).map(|i| i as usize);
             prop_assert_eq!(Steering::Payload { offset }.owner(&d, n), payload);
+            let index = (offset % 20) as u8;
+            let at = bpf::run(&bpf::by_quic_cid_at(index, n as u32), &d, 0).map(|i| i as usize);
+            prop_assert_eq!(Steering::QuicCidAt { index }.owner(&d, n), at);
         }
     }
 

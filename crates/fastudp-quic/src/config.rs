@@ -164,6 +164,15 @@ pub struct EngineConfig {
     /// [`crate::Engine::uring_error`]. Default: off. Without the `uring`
     /// feature, on is refused by [`crate::Engine::start`].
     pub uring: bool,
+    /// This server's place in a fleet behind a QUIC-LB load balancer
+    /// ([`crate::lb`]): its connection IDs carry the fleet's first octet
+    /// and this server's ID, and the workers steer by the nonce's first
+    /// byte. Default: `None`, 8-byte IDs whose first byte is the worker's.
+    pub quic_lb: Option<crate::lb::QuicLb>,
+    /// The secret the fleet's servers share for their stateless-reset
+    /// tokens ([`crate::lb::ResetKey`]). Default: `None`, a random key at
+    /// each start (a restarted server cannot reset its old connections).
+    pub reset_key: Option<crate::lb::ResetKey>,
 }
 
 /// Performance switches of the engine. None changes what a peer sees
@@ -303,6 +312,33 @@ impl EngineConfig {
             idle_timeout: limits::IDLE_TIMEOUT,
             disabled: Vec::new(),
             uring: false,
+            quic_lb: None,
+            reset_key: None,
+        }
+    }
+
+    /// Sets [`EngineConfig::quic_lb`].
+    pub fn quic_lb(mut self, lb: Option<crate::lb::QuicLb>) -> Self {
+        self.quic_lb = lb;
+        self
+    }
+
+    /// Sets [`EngineConfig::reset_key`].
+    pub fn reset_key(mut self, key: Option<crate::lb::ResetKey>) -> Self {
+        self.reset_key = key;
+        self
+    }
+
+    /// How the reuseport group steers: by the worker's byte of the
+    /// destination connection ID, the first or, with QUIC-LB, the nonce's
+    /// first.
+    pub fn steering(&self) -> fastudp_io::Steering {
+        match &self.quic_lb {
+            None => fastudp_io::Steering::QuicCid,
+            Some(lb) => fastudp_io::Steering::QuicCidAt {
+                // At most 16: a server ID is at most 15 bytes.
+                index: lb.config().worker_byte() as u8,
+            },
         }
     }
 
@@ -580,5 +616,24 @@ mod tests {
             ..Tuning::default()
         };
         assert!(cfg(ok).check().is_ok());
+    }
+
+    /// The steering byte follows the QUIC-LB server ID's length.
+    #[test]
+    fn steering_offset_follows_the_server_id() {
+        use crate::lb::{LbConfig, QuicLb, ServerId};
+        assert_eq!(
+            cfg(Tuning::default()).steering(),
+            fastudp_io::Steering::QuicCid
+        );
+        for (sid, index) in [("01", 2), ("0102", 3), (&"ab".repeat(15)[..], 16)] {
+            let id = ServerId::parse_hex(sid).unwrap();
+            let c = LbConfig::new(0, id.as_bytes().len(), 4).unwrap();
+            let lb = QuicLb::new(c, id).unwrap();
+            assert_eq!(
+                cfg(Tuning::default()).quic_lb(Some(lb)).steering(),
+                fastudp_io::Steering::QuicCidAt { index }
+            );
+        }
     }
 }

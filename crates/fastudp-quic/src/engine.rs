@@ -11,7 +11,7 @@ use crate::tx::{send_socket, Tx};
 use crate::worker::{ring_receive, Setup, Worker};
 use fastudp_io::pacing::{choose_mode, PacingMode};
 use fastudp_io::UdpIo;
-use fastudp_io::{Config, ReuseportGroup, Socket, Steering, ZeroCopySender};
+use fastudp_io::{Config, ReuseportGroup, Socket, ZeroCopySender};
 use quinn_proto::{EndpointConfig, ServerConfig};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -96,7 +96,11 @@ impl Engine {
         let stop = Arc::new(AtomicBool::new(false));
         let failed = Arc::new(AtomicBool::new(false));
         let inboxes: Arc<Vec<Inbox>> = Arc::new((0..n).map(|_| Inbox::new(SLOTS)).collect());
-        let reset_key = Arc::new(ring_hmac(&random_key::<64>()?));
+        let reset_key = Arc::new(match &cfg.reset_key {
+            Some(k) => k.hmac_key(),
+            None => ring_hmac(&random_key::<64>()?),
+        });
+        let lb = cfg.quic_lb.clone().map(Arc::new);
         let cid_fallback = Arc::new((
             ring_hmac(&random_key::<32>()?),
             std::sync::atomic::AtomicU64::new(0),
@@ -105,7 +109,7 @@ impl Engine {
         let uring_error = Arc::new(Mutex::new(None));
         let mut handles = Vec::with_capacity(n);
         for (i, (rx, tx)) in group.into_sockets().into_iter().zip(txs).enumerate() {
-            let ep = endpoint_config(i, n, reset_key.clone(), cid_fallback.clone());
+            let ep = endpoint_config(i, n, reset_key.clone(), cid_fallback.clone(), lb.clone());
             let zc = if cfg.zerocopy {
                 match ZeroCopySender::new(&tx) {
                     Ok(z) => Some(z),
@@ -128,6 +132,7 @@ impl Engine {
             let setup = Setup {
                 id: i,
                 workers: n,
+                steering: cfg.steering(),
                 server: server.clone(),
                 graded: graded.clone(),
                 endpoint: Arc::new(ep),
@@ -312,7 +317,7 @@ fn bind(cfg: &EngineConfig) -> Result<(ReuseportGroup, SocketAddr, Vec<Socket>),
     } else {
         config
     };
-    let group = ReuseportGroup::bind(cfg.listen, cfg.workers, Steering::QuicCid, config).map_err(
+    let group = ReuseportGroup::bind(cfg.listen, cfg.workers, cfg.steering(), config).map_err(
         |source| Error::Listen {
             addr: cfg.listen,
             source,
@@ -363,12 +368,14 @@ fn random_key<const N: usize>() -> Result<[u8; N], Error> {
 }
 
 /// Worker `i`'s (of `n`) endpoint configuration: QUIC version 1, the
-/// shared stateless-reset key, and connection IDs that steer to it.
+/// shared stateless-reset key, and connection IDs that steer to it (in the
+/// QUIC-LB format with `lb`).
 pub(crate) fn endpoint_config(
     i: usize,
     n: usize,
     reset_key: Arc<ring::hmac::Key>,
     fallback: Arc<(ring::hmac::Key, std::sync::atomic::AtomicU64)>,
+    lb: Option<Arc<crate::lb::QuicLb>>,
 ) -> EndpointConfig {
     let mut ep = EndpointConfig::new(reset_key);
     // QUIC version 1 only (RFC 9000), not the drafts quinn-proto also
@@ -384,6 +391,7 @@ pub(crate) fn endpoint_config(
             workers: nn,
             rng: rng.clone(),
             fallback: fallback.clone(),
+            lb: lb.clone(),
         })
     });
     ep

@@ -17,8 +17,10 @@
 //!   connections and their timers. A client's datagrams reach the worker
 //!   that owns its connection: connection IDs start with the worker's
 //!   index, and the group's BPF program steers on that byte
-//!   ([`fastudp_io::Steering::QuicCid`]); a datagram steered elsewhere is
-//!   handed over through a fixed ring, or dropped and counted.
+//!   ([`fastudp_io::Steering::QuicCid`]; with QUIC-LB, [`lb`], the byte
+//!   after the server ID: [`fastudp_io::Steering::QuicCidAt`]); a
+//!   datagram steered elsewhere is handed over through a fixed ring, or
+//!   dropped and counted.
 //! - The application ([`app`]) is called synchronously on the worker
 //!   thread that owns the connection, with its events, and acts through
 //!   an [`app::AppCx`]; [`app::AppCx::waker`] has the connection driven
@@ -82,6 +84,7 @@ mod forward;
 #[cfg(feature = "h3")]
 pub mod h3;
 pub mod hq;
+pub mod lb;
 pub mod limits;
 mod stats;
 mod tx;

@@ -5,8 +5,9 @@
 //! - Their receive sockets form a reuseport group steered by BPF on the
 //!   QUIC destination connection ID ([`Steering::QuicCid`]); each worker's
 //!   connection ID generator starts every ID with a byte that is the
-//!   worker's index modulo N, so every packet of a connection reaches its
-//!   worker's socket. A client's first Initial carries its own random
+//!   worker's index modulo N (with QUIC-LB, [`crate::lb`], the nonce's
+//!   first byte, after the server ID: [`Steering::QuicCidAt`]), so every
+//!   packet of a connection reaches its worker's socket. A client's first Initial carries its own random
 //!   DCID; the same program sends it, and every later packet with that
 //!   DCID, to one fixed worker, which is the one that computes the same
 //!   index in user space and so accepts it. A datagram steered elsewhere
@@ -196,6 +197,9 @@ fn frames_received(f: &quinn_proto::FrameStats) -> u64 {
 pub(crate) struct Setup {
     pub(crate) id: usize,
     pub(crate) workers: usize,
+    /// How the reuseport group steers ([`crate::EngineConfig::steering`]):
+    /// a datagram this says is another worker's is handed on.
+    pub(crate) steering: Steering,
     pub(crate) server: Arc<ServerConfig>,
     /// `server` with the windows of [`limits::Grant::Small`] and
     /// [`limits::Grant::Minimal`], for connections accepted under
@@ -897,7 +901,7 @@ impl EndpointDriver {
         closing: bool,
     ) {
         s.counters.datagrams_recv.fetch_add(1, Relaxed);
-        let owner = Steering::QuicCid.owner(d, s.workers).unwrap_or(s.id);
+        let owner = s.steering.owner(d, s.workers).unwrap_or(s.id);
         if owner != s.id && !d.is_empty() {
             let c = &s.counters;
             if s.inboxes[owner].push(meta.source, meta.destination, meta.ecn, d) {
@@ -1791,6 +1795,7 @@ mod harness {
             let mut s = Setup {
                 id: 0,
                 workers: 1,
+                steering: Steering::QuicCid,
                 graded: Arc::new(
                     [limits::Grant::Small, limits::Grant::Minimal]
                         .into_iter()
@@ -1818,6 +1823,7 @@ mod harness {
                         crate::cid::ring_hmac(&[9; 32]),
                         std::sync::atomic::AtomicU64::new(0),
                     )),
+                    None,
                 )),
                 inboxes: Arc::new(vec![Inbox::new(SLOTS)]),
                 counters: counters.clone(),

@@ -227,6 +227,9 @@ pub fn validate(a: &BenchArgs) -> anyhow::Result<Workload> {
 
 /// Checks that a datagram fits the MTU of the path it takes.
 fn check_mtu(a: &BenchArgs) -> anyhow::Result<()> {
+    if a.testbed == Some(Profile::Fleet) {
+        bail_usage!("the fleet testbed has no sender and receiver pair: bench runs on a pair profile (offload, wire, ...)");
+    }
     if a.testbed.is_none() {
         // Loopback: a datagram must fit its MTU, since the GSO strategies
         // send it as one segment, and a segment over the MTU is refused

@@ -137,6 +137,8 @@ struct Outcome {
     max_gap: Duration,
     wrong_at: Option<u64>,
     error: Option<String>,
+    /// The connection ended with a stateless reset.
+    reset: bool,
     complete: bool,
     lost_packets: u64,
     sent_packets: u64,
@@ -192,6 +194,13 @@ struct Summary {
     client_cpu_s_per_gbit: Option<f64>,
     /// The first few errors.
     errors: Vec<String>,
+    /// Connections the server ended with a stateless reset (one of a
+    /// fleet's servers that did not hold the connection).
+    stateless_resets: usize,
+    /// With --rebind: the endpoints that moved to a new socket (0 when
+    /// every connection ended before the rebind was due).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rebound_endpoints: Option<usize>,
     /// When the load started, ms since 1970.
     started_unix_ms: u64,
     /// The timelines' bucket, ms (with --timeline).
@@ -236,6 +245,8 @@ struct Plan {
     /// The timeline's bucket, with --timeline.
     bucket: Option<Duration>,
     target: Target,
+    /// --keepalive.
+    keepalive: Option<Duration>,
 }
 
 /// One client connection's part of the run.
@@ -289,11 +300,13 @@ impl Client {
 /// Runs `fastudp quic load`.
 pub fn run(a: LoadArgs) -> anyhow::Result<()> {
     if a.duration.is_some() {
+        if a.rebind.is_some() {
+            bail_usage!("--rebind: not with --duration");
+        }
         return hold::run(&a);
     }
     if let Some(o) = [
         ("--source", a.source.is_some()),
-        ("--keepalive", a.keepalive.is_some()),
         ("--request-every", a.request_every.is_some()),
         ("--rate", a.rate.is_some()),
     ]
@@ -314,10 +327,12 @@ pub fn run(a: LoadArgs) -> anyhow::Result<()> {
     let outcomes = rt.block_on(async {
         match a.stack {
             LoadStack::Quic => quic_clients(&a, &plan, t0, &answered).await,
-            LoadStack::TlsTcp => Ok(tcp_clients(&a, &plan, t0, &answered).await),
+            LoadStack::TlsTcp => Ok(tcp_clients(&a, &plan, t0, &answered)
+                .await
+                .map(|o| (o, None))),
         }
     })?;
-    let Some(outcomes) = outcomes else {
+    let Some((outcomes, rebound)) = outcomes else {
         rt.shutdown_timeout(Duration::from_millis(200));
         if interrupt::requested() {
             return Err(interrupt::interrupted("before the server answered"));
@@ -331,6 +346,7 @@ pub fn run(a: LoadArgs) -> anyhow::Result<()> {
     rt.shutdown_timeout(Duration::from_millis(200));
     let mut s = summarize(&a, &plan, &outcomes, secs, cpu);
     s.started_unix_ms = started_unix_ms;
+    s.rebound_endpoints = rebound;
     report(&s, a.json)
 }
 
@@ -360,6 +376,27 @@ fn validate(a: &LoadArgs) -> anyhow::Result<Plan> {
     if !(timeout.is_finite() && timeout > 0.0 && timeout <= 1e6) {
         bail_usage!("--timeout {timeout}: positive seconds");
     }
+    if let Some(r) = a.rebind {
+        if !(r.is_finite() && (0.0..=3600.0).contains(&r)) {
+            bail_usage!("--rebind {r}: 0 to 3600 s");
+        }
+        if a.stack != LoadStack::Quic {
+            bail_usage!("--rebind is QUIC's: not with --stack tls-tcp");
+        }
+    }
+    if a.rebind_address.is_some() && a.rebind.is_none() {
+        bail_usage!("--rebind-address: only with --rebind");
+    }
+    let keepalive = match &a.keepalive {
+        None => None,
+        Some(v) => {
+            let d = hold::time_arg("--keepalive", v)?;
+            if !(Duration::from_millis(10)..=Duration::from_secs(20)).contains(&d) {
+                bail_usage!("--keepalive {v}: 10ms to 20s (under the 30 s idle timeout)");
+            }
+            Some(d)
+        }
+    };
     let bucket = match a.timeline {
         None => None,
         Some(ms) if ms.is_finite() && (10.0..=10_000.0).contains(&ms) => {
@@ -373,6 +410,7 @@ fn validate(a: &LoadArgs) -> anyhow::Result<Plan> {
         timeout: Duration::from_secs_f64(timeout),
         bucket,
         target: resolve(&a.server)?,
+        keepalive,
     })
 }
 
@@ -383,19 +421,27 @@ async fn quic_clients(
     plan: &Plan,
     t0: Instant,
     answered: &Arc<AtomicBool>,
-) -> anyhow::Result<Option<Vec<Outcome>>> {
+) -> anyhow::Result<Option<(Vec<Outcome>, Option<usize>)>> {
     let bind: SocketAddr = if plan.target.addr.is_ipv6() {
         "[::]:0".parse().unwrap()
     } else {
         "0.0.0.0:0".parse().unwrap()
     };
-    let cfg = client_config(a.ack_every)?;
+    let cfg = client_config(a.ack_every, plan.keepalive)?;
     let mut eps = Vec::new();
     for _ in 0..a.endpoints.unwrap_or(1) {
         let mut ep = client_endpoint(bind, a.max_udp_payload)?;
         ep.set_default_client_config(cfg.clone());
         eps.push(ep);
     }
+    let rebinder = a.rebind.map(|secs| {
+        let (eps, to) = (eps.clone(), a.rebind_address);
+        let ip = to.unwrap_or(bind.ip());
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs_f64(secs)).await;
+            rebind(&eps, SocketAddr::new(ip, 0))
+        })
+    });
     let mut tasks = Vec::with_capacity(a.connections);
     for i in 0..a.connections {
         let ep = eps[i % eps.len()].clone();
@@ -405,6 +451,15 @@ async fn quic_clients(
         )));
     }
     let out = gather(tasks, answered).await;
+    let rebound = match rebinder {
+        None => None,
+        Some(t) if t.is_finished() => Some(t.await.map_err(|e| anyhow!("rebind: {e}"))??),
+        Some(t) => {
+            // The connections ended before the rebind was due.
+            t.abort();
+            Some(0)
+        }
+    };
     for ep in &eps {
         ep.close(quinn::VarInt::from_u32(0), b"done");
     }
@@ -413,12 +468,29 @@ async fn quic_clients(
             let _ = tokio::time::timeout(Duration::from_secs(1), ep.wait_idle()).await;
         }
     }
-    Ok(out)
+    Ok(out.map(|o| (o, rebound)))
+}
+
+/// Moves every endpoint to a new socket bound to `to`: how many moved. A
+/// socket that cannot be had, or a move quinn refuses, is a runtime error.
+fn rebind(eps: &[quinn::Endpoint], to: SocketAddr) -> anyhow::Result<usize> {
+    for ep in eps {
+        let s = fastudp_io::Socket::bind(to, fastudp_io::Config::default().recv_buffer(8 << 20))
+            .map_err(|e| anyhow!("--rebind: a socket on {to}: {e}"))?;
+        let (sock, _) = s.into_parts();
+        sock.set_nonblocking(true)
+            .map_err(|e| anyhow!("--rebind: {e}"))?;
+        ep.rebind(sock).map_err(|e| anyhow!("--rebind: {e}"))?;
+    }
+    Ok(eps.len())
 }
 
 /// The quinn client configuration: large windows, and the ACK-frequency
 /// extension with `--ack-every`.
-fn client_config(ack_every: Option<u32>) -> anyhow::Result<quinn::ClientConfig> {
+fn client_config(
+    ack_every: Option<u32>,
+    keepalive: Option<Duration>,
+) -> anyhow::Result<quinn::ClientConfig> {
     let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls::client())
         .map_err(|e| anyhow!("TLS set-up: {e}"))?;
     let mut cfg = quinn::ClientConfig::new(Arc::new(crypto));
@@ -426,6 +498,7 @@ fn client_config(ack_every: Option<u32>) -> anyhow::Result<quinn::ClientConfig> 
     t.max_idle_timeout(Some(Duration::from_secs(30).try_into().unwrap()));
     t.stream_receive_window(quinn::VarInt::from_u32(8 << 20));
     t.receive_window(quinn::VarInt::from_u32(16 << 20));
+    t.keep_alive_interval(keepalive);
     if let Some(n) = ack_every {
         fastudp_quic::ack_every(&mut t, n);
     }
@@ -589,10 +662,11 @@ async fn quic_one(
                     return Ok(());
                 }
                 Err(e) => {
+                    o.reset = matches!(conn.close_reason(), Some(quinn::ConnectionError::Reset));
                     return Err(match conn.close_reason() {
                         Some(why) => anyhow!("stream: {e}: {why}"),
                         None => anyhow!("stream: {e}"),
-                    })
+                    });
                 }
             }
         }
@@ -732,6 +806,8 @@ fn summarize(a: &LoadArgs, plan: &Plan, outs: &[Outcome], secs: f64, cpu: f64) -
         client_cpu_s: cpu,
         client_cpu_s_per_gbit: (gbit > 1e-3).then(|| cpu / gbit),
         errors,
+        stateless_resets: outs.iter().filter(|o| o.reset).count(),
+        rebound_endpoints: None,
         started_unix_ms: 0,
         timeline_ms: plan.bucket.and(a.timeline),
         timelines: plan
@@ -784,6 +860,15 @@ fn print(s: &Summary, json: bool) -> anyhow::Result<()> {
             .map(|x| format!("{x:.3}"))
             .unwrap_or_else(|| "-".into())
     )?;
+    if let Some(n) = s.rebound_endpoints {
+        out!("rebind: {n} endpoints moved to a new socket")?;
+    }
+    if s.stateless_resets > 0 {
+        out!(
+            "{} connections ended by a stateless reset",
+            s.stateless_resets
+        )?;
+    }
     for e in &s.errors {
         out!("error: {e}")?;
     }

@@ -4,6 +4,7 @@
 //! it answers HTTP/3 (ALPN `h3`) and HTTP/0.9 over QUIC (`hq-interop`,
 //! see [`hq`]) on one port. The load generator speaks hq-interop.
 
+pub mod lb;
 mod load;
 pub mod proxy;
 mod quinn_stack;
@@ -26,10 +27,49 @@ use std::time::Duration;
 pub enum QuicCmd {
     /// Serve HTTP/3 and hq-interop (HTTP/0.9 over QUIC) on one port:
     /// /bytes/N, /video/RATE/SECONDS, and files with --www DIR.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Open many client connections to a server and report per-connection
     /// goodput, rate, stalls, loss and client CPU.
     Load(LoadArgs),
+    /// Print the nftables ruleset of a stateless QUIC-LB load balancer for
+    /// a fleet of `quic serve --server-id` (docs/SCALE-OUT.md).
+    LbRules(LbRulesArgs),
+}
+
+/// `fastudp quic lb-rules`.
+#[derive(Args, Debug)]
+pub struct LbRulesArgs {
+    /// The public address and port, where clients connect: the
+    /// balancer's (ADDR:PORT).
+    #[arg(long = "public", value_name = "ADDR:PORT")]
+    pub public: SocketAddr,
+    /// The fleet's QUIC-LB configuration, as the servers' --lb-config
+    /// (ROTATION:SERVER_ID_LEN:NONCE_LEN, such as 0:1:8).
+    #[arg(long, value_name = "R:S:N")]
+    pub lb_config: String,
+    /// A server: its --server-id (hexadecimal) and address, ID=ADDR (or
+    /// ID=ADDR:PORT with the public port: servers listen on the public
+    /// port). Repeat for each. Two IDs may name one address: to hand a
+    /// dead server's connections to a peer, which resets them.
+    #[arg(long = "server", value_name = "ID=ADDR", required = true)]
+    pub servers: Vec<String>,
+    /// A server ID that gets no new connections (its address leaves the
+    /// hash of new connections; packets of its open ones still reach it).
+    /// Repeat for several.
+    #[arg(long, value_name = "ID")]
+    pub drain: Vec<String>,
+    /// Route every packet by a hash of the client's address and port only,
+    /// as a balancer without QUIC-LB does: a client whose address or port
+    /// changes lands on another server (for comparison).
+    #[arg(long)]
+    pub by_address: bool,
+    /// Buckets of the hash that spreads new connections (1 to 4096): each
+    /// is one server's, and draining a server moves its buckets only.
+    #[arg(long, default_value_t = 64)]
+    pub buckets: u32,
+    /// The nftables table (ip or ip6 family, after the public address).
+    #[arg(long, default_value = "fastudp_lb")]
+    pub table: String,
 }
 
 /// Which server.
@@ -237,6 +277,29 @@ pub struct ServeArgs {
     /// past it the client gets 504.
     #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
     pub upstream_timeout: f64,
+    /// This server's ID in a fleet behind a QUIC-LB load balancer
+    /// (hexadecimal, as many bytes as --lb-config says): every connection
+    /// ID it issues carries it, so that the balancer (`fastudp quic
+    /// lb-rules`) sends each packet to this server whatever the client's
+    /// address and port (docs/SCALE-OUT.md). With --lb-config. --stack
+    /// fastudp only.
+    #[arg(long, value_name = "HEX")]
+    pub server_id: Option<String>,
+    /// The fleet's QUIC-LB configuration, ROTATION:SERVER_ID_LEN:NONCE_LEN
+    /// (config rotation 0 to 6, server ID 1 to 15 bytes, nonce at least 4;
+    /// 19 bytes at most together), such as 0:1:8: connection IDs of 1 +
+    /// SERVER_ID_LEN + NONCE_LEN bytes. With --server-id. --stack fastudp
+    /// only.
+    #[arg(long, value_name = "R:S:N")]
+    pub lb_config: Option<String>,
+    /// A file holding the secret the fleet's servers share (16 to 4096
+    /// bytes, or hexadecimal digits: `openssl rand -hex 32`): stateless-reset
+    /// tokens derive from it instead of a random key, so that any server
+    /// can end the connections of one that died or restarted at once
+    /// (docs/SCALE-OUT.md). Keep it as the TLS key is kept. --stack
+    /// fastudp only.
+    #[arg(long, value_name = "FILE")]
+    pub reset_key: Option<PathBuf>,
 }
 
 /// Connections at most of `--stack quinn` and `--stack tcp` when
@@ -334,9 +397,11 @@ pub struct LoadArgs {
     /// interface here. With --duration.
     #[arg(long, value_name = "CIDR")]
     pub source: Option<String>,
-    /// With --duration: a keep-alive PING when a connection has sent
-    /// nothing for this long (for example 15s), so that idle connections
-    /// outlive the server's idle timeout. Default: none.
+    /// A keep-alive PING when a connection has sent nothing for this long
+    /// (for example 15s), so that idle connections outlive the server's
+    /// idle timeout (and a client that only receives notices at once a
+    /// server that lost its connection, by the stateless reset its PING
+    /// gets). Default: none.
     #[arg(long, value_name = "TIME")]
     pub keepalive: Option<String>,
     /// With --duration: each connection asks for --request again this
@@ -360,6 +425,17 @@ pub struct LoadArgs {
     /// this long, to measure what a new client waits; 0 for none.
     #[arg(long, value_name = "TIME", default_value = "1s")]
     pub probe_every: String,
+    /// This many seconds after the start, every client endpoint moves to
+    /// a new UDP socket, so its connections go on from a new source port,
+    /// as after a NAT rebinding (quinn's `Endpoint::rebind`: the client
+    /// takes a new connection ID of the server's if it has one). QUIC,
+    /// without --duration.
+    #[arg(long, value_name = "SECONDS")]
+    pub rebind: Option<f64>,
+    /// With --rebind: the new sockets' source address (one of this
+    /// host's), so that the address changes too.
+    #[arg(long, value_name = "ADDR")]
+    pub rebind_address: Option<std::net::IpAddr>,
 }
 
 /// The protocol of `quic load --duration`.
@@ -379,6 +455,7 @@ pub const LOAD_MAX_UDP_PAYLOAD: u16 = 1472;
 pub fn run(cmd: QuicCmd) -> anyhow::Result<()> {
     match cmd {
         QuicCmd::Serve(a) => {
+            let a = *a;
             check_serve(&a)?;
             tls::use_crypto(a.crypto);
             match a.stack {
@@ -401,6 +478,7 @@ pub fn run(cmd: QuicCmd) -> anyhow::Result<()> {
             tls::use_crypto(a.crypto);
             load::run(a)
         }
+        QuicCmd::LbRules(a) => lb::run(a),
     }
 }
 
@@ -566,7 +644,63 @@ fn check_serve(a: &ServeArgs) -> anyhow::Result<()> {
     if a.stack == Stack::TlsTcp && a.retry {
         return bad("--retry is QUIC's: not with --stack tls-tcp".into());
     }
+    if a.stack != Stack::Fastudp
+        && (a.server_id.is_some() || a.lb_config.is_some() || a.reset_key.is_some())
+    {
+        return bad("--server-id, --lb-config and --reset-key need --stack fastudp".into());
+    }
+    quic_lb(a)?;
     Ok(())
+}
+
+/// `--server-id` with `--lb-config`: this server's QUIC-LB identity; one
+/// without the other, or either malformed, is a usage error.
+fn quic_lb(a: &ServeArgs) -> anyhow::Result<Option<fastudp_quic::lb::QuicLb>> {
+    use fastudp_quic::lb::{LbConfig, QuicLb, ServerId};
+    let bad = |m: String| Err(crate::failure::usage(m));
+    match (&a.server_id, &a.lb_config) {
+        (None, None) => Ok(None),
+        (Some(_), None) | (None, Some(_)) => bad("--server-id and --lb-config go together".into()),
+        (Some(id), Some(c)) => {
+            let c = match LbConfig::parse(c) {
+                Ok(c) => c,
+                Err(e) => return bad(format!("--lb-config {e}")),
+            };
+            let id = match ServerId::parse_hex(id) {
+                Ok(id) => id,
+                Err(e) => return bad(format!("--server-id {e}")),
+            };
+            match QuicLb::new(c, id) {
+                Ok(lb) => Ok(Some(lb)),
+                Err(e) => bad(format!("--server-id: {e}")),
+            }
+        }
+    }
+}
+
+/// `--reset-key FILE`, read: a file that cannot be read or holds no
+/// usable secret is a usage error. A file others than its owner may read
+/// is used, with a warning.
+fn reset_key(a: &ServeArgs) -> anyhow::Result<Option<fastudp_quic::lb::ResetKey>> {
+    let Some(path) = &a.reset_key else {
+        return Ok(None);
+    };
+    let shown = path.display();
+    let bytes = std::fs::read(path)
+        .map_err(|e| crate::failure::usage(format!("--reset-key {shown}: {e}")))?;
+    {
+        use std::os::unix::fs::PermissionsExt;
+        if let Ok(m) = std::fs::metadata(path) {
+            if m.permissions().mode() & 0o077 != 0 {
+                eprintln!(
+                    "fastudp: warning: --reset-key {shown} may be read by others than its owner (chmod 600): whoever has it can end any connection of the fleet"
+                );
+            }
+        }
+    }
+    fastudp_quic::lb::ResetKey::from_file_contents(&bytes)
+        .map(Some)
+        .map_err(|e| crate::failure::usage(format!("--reset-key {shown}: {e}")))
 }
 
 /// The number of workers: as asked, or one per CPU.

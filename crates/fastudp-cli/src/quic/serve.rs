@@ -150,6 +150,8 @@ fn engine_config(
     };
     let disabled = crate::args::disabled_from_env()?;
     Ok(EngineConfig::new(a.listen, tls)
+        .quic_lb(super::quic_lb(a)?)
+        .reset_key(super::reset_key(a)?)
         .workers(workers)
         .pacing(pacing)
         .total_rate(a.total_rate)
@@ -329,10 +331,50 @@ fn announce(
     let n = engine.workers();
     listening("fastudp", engine.local_addr(), n, "h3, hq-interop", a.json)?;
     tls::announce(id, a.json)?;
+    announce_fleet(a)?;
     announce_limits(a, engine, files)?;
     match tcp {
         Some(l) => announce_tcp(l, a.json),
         None => Ok(()),
+    }
+}
+
+/// With --server-id or --reset-key: this server's place in its fleet.
+fn announce_fleet(a: &ServeArgs) -> anyhow::Result<()> {
+    let lb = super::quic_lb(a)?;
+    if lb.is_none() && a.reset_key.is_none() {
+        return Ok(());
+    }
+    let shared = a.reset_key.is_some();
+    match (&lb, a.json) {
+        (Some(lb), true) => out!(
+            "{}",
+            serde_json::json!({
+                "kind": "quic_lb",
+                "server_id": lb.server_id().to_string(),
+                "lb_config": lb.config().to_string(),
+                "first_octet": lb.config().first_octet(),
+                "cid_len": lb.config().cid_len(),
+                "worker_byte": lb.config().worker_byte(),
+                "shared_reset_key": shared,
+            })
+        ),
+        (None, true) => out!(
+            "{}",
+            serde_json::json!({"kind": "quic_lb", "server_id": null, "shared_reset_key": true})
+        ),
+        (Some(lb), false) => {
+            let c = lb.config();
+            out!(
+                "QUIC-LB: server ID {} (config {c}): {}-byte connection IDs, first octet 0x{:02x}, workers steered by byte {}; stateless-reset key {}",
+                lb.server_id(),
+                c.cid_len(),
+                c.first_octet(),
+                c.worker_byte(),
+                if shared { "shared (--reset-key)" } else { "random (this server's own)" }
+            )
+        }
+        (None, false) => out!("stateless-reset key shared (--reset-key)"),
     }
 }
 

@@ -140,6 +140,7 @@ fn man_dir_writes_a_page_per_command() {
         "quic",
         "quic-serve",
         "quic-load",
+        "quic-lb-rules",
         "testbed",
         "testbed-up",
         "testbed-down",
@@ -153,7 +154,7 @@ fn man_dir_writes_a_page_per_command() {
             "no page for {cmd}: {listed}"
         );
     }
-    assert_eq!(n, 16, "pages: {listed}");
+    assert_eq!(n, 17, "pages: {listed}");
     assert_eq!(listed.lines().count(), n, "{listed}");
     assert!(listed.lines().all(|l| l.ends_with(".1")), "{listed}");
 }

@@ -9,6 +9,7 @@ mod bench;
 mod control;
 mod docs;
 mod doctor;
+mod fleet;
 mod h3_attacks;
 mod interrupt;
 mod proxy;

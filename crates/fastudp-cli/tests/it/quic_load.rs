@@ -330,7 +330,17 @@ fn load_duration_options_reject_bad_values() {
         (vec!["--duration", "1", "--endpoints", "0"], "--endpoints"),
         (vec!["--duration", "1", "--request", "nope"], "--request"),
         (vec!["--source", "127.1.0.0/16"], "only with --duration"),
-        (vec!["--keepalive", "15s"], "only with --duration"),
+        (vec!["--keepalive", "1ms"], "--keepalive 1ms"),
+        (vec!["--rebind", "-1"], "--rebind -1"),
+        (vec!["--rebind-address", "10.0.0.1"], "only with --rebind"),
+        (
+            vec!["--rebind", "1", "--stack", "tls-tcp"],
+            "not with --stack tls-tcp",
+        ),
+        (
+            vec!["--duration", "1", "--rebind", "1"],
+            "not with --duration",
+        ),
     ] {
         let mut all = vec!["quic", "load", "127.0.0.1:9"];
         all.extend(args.iter().copied());

@@ -84,13 +84,28 @@ pub const QUIC_SHORT_DCID: u32 = 1;
 /// a client's first Initial (its own random DCID) lands on one fixed
 /// socket too. A datagram too short goes to socket 0.
 pub fn by_quic_cid(n: u32) -> Vec<Insn> {
+    by_quic_cid_at(0, n)
+}
+
+/// The largest byte index [`by_quic_cid_at`] takes: QUIC version 1's
+/// connection IDs are at most 20 bytes (RFC 9000 17.2).
+pub const MAX_QUIC_CID_INDEX: u8 = 19;
+
+/// Steers QUIC packets by byte `index` of their destination connection ID
+/// (as [`by_quic_cid`], which is index 0): socket `byte % n`. A QUIC-LB
+/// connection ID (draft-ietf-quic-load-balancers) carries a first octet
+/// and a server ID before the nonce, so the worker's byte is the nonce's
+/// first, at index `1 + server ID length`. A datagram too short for the
+/// byte goes to socket 0.
+pub fn by_quic_cid_at(index: u8, n: u32) -> Vec<Insn> {
     let i = |code, jt, jf, k| Insn { code, jt, jf, k };
+    let at = u32::from(index);
     vec![
         i(LD_B_ABS, 0, 0, 0),
         i(JSET_K, 0, 2, 0x80),
-        i(LD_B_ABS, 0, 0, QUIC_LONG_DCID),
+        i(LD_B_ABS, 0, 0, QUIC_LONG_DCID + at),
         i(JA, 0, 0, 1),
-        i(LD_B_ABS, 0, 0, QUIC_SHORT_DCID),
+        i(LD_B_ABS, 0, 0, QUIC_SHORT_DCID + at),
         i(ALU_MOD_K, 0, 0, n.max(1)),
         i(RET_A, 0, 0, 0),
     ]
@@ -99,12 +114,19 @@ pub fn by_quic_cid(n: u32) -> Vec<Insn> {
 /// The socket [`by_quic_cid`] picks for `datagram` among `n`, computed
 /// directly (what the kernel's run of the program gives).
 pub fn quic_cid_index(datagram: &[u8], n: u32) -> u32 {
+    quic_cid_index_at(datagram, 0, n)
+}
+
+/// The socket [`by_quic_cid_at`] picks for `datagram` among `n` with byte
+/// `index` of the destination connection ID, computed directly.
+pub fn quic_cid_index_at(datagram: &[u8], index: u8, n: u32) -> u32 {
     let at = match datagram.first() {
         Some(b) if b & 0x80 != 0 => QUIC_LONG_DCID,
         Some(_) => QUIC_SHORT_DCID,
         None => return 0,
-    };
-    match datagram.get(at as usize) {
+    } as usize
+        + usize::from(index);
+    match datagram.get(at) {
         Some(&b) => u32::from(b) % n.max(1),
         None => 0,
     }
@@ -189,12 +211,44 @@ mod tests {
         assert_eq!(run(&p, &[], 0), Some(0));
     }
 
+    #[test]
+    fn quic_cid_byte_further_in() {
+        // A QUIC-LB connection ID: first octet 0x29, server ID 0xAB 0xCD,
+        // then the nonce, whose first byte (index 3) is the worker's.
+        let p = by_quic_cid_at(3, 4);
+        let long = [
+            0xC3, 0, 0, 0, 1, 10, 0x29, 0xAB, 0xCD, 0x07, 9, 9, 9, 9, 9, 9,
+        ];
+        assert_eq!(run(&p, &long, 0), Some(3));
+        let short = [0x43, 0x29, 0xAB, 0xCD, 0x06, 9, 9];
+        assert_eq!(run(&p, &short, 0), Some(2));
+        // Index 0 reads the first octet, as `by_quic_cid`.
+        assert_eq!(run(&by_quic_cid_at(0, 4), &short, 0), Some(0x29 % 4));
+        assert_eq!(by_quic_cid_at(0, 7), by_quic_cid(7));
+        assert_eq!(
+            run(&p, &[0x43, 0x29, 0xAB], 0),
+            Some(0),
+            "too short: socket 0"
+        );
+    }
+
     proptest! {
         /// The interpreter's run of the QUIC program and the direct
         /// computation agree on any datagram.
         #[test]
         fn quic_cid_index_matches_the_program(d in any::<Vec<u8>>(), n in 1u32..300) {
             prop_assert_eq!(run(&by_quic_cid(n), &d, 0), Some(quic_cid_index(&d, n)));
+        }
+
+        /// The same for a byte further into the connection ID.
+        #[test]
+        fn quic_cid_index_at_matches_the_program(
+            d in any::<Vec<u8>>(), n in 1u32..300, index in 0u8..=MAX_QUIC_CID_INDEX,
+        ) {
+            prop_assert_eq!(
+                run(&by_quic_cid_at(index, n), &d, 0),
+                Some(quic_cid_index_at(&d, index, n))
+            );
         }
 
         /// The same connection-ID bytes always pick the same socket, and

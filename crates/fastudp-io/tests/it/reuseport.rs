@@ -170,3 +170,73 @@ fn quic_cid_steering_reads_long_and_short_headers() {
     }
     assert_eq!(total, sent, "every datagram arrived");
 }
+
+/// Steering by a byte further into the connection ID (a QUIC-LB ID's
+/// nonce, after its first octet and a 2-byte server ID): the kernel's run
+/// of the program puts each datagram on the socket its byte names, and an
+/// index past the longest connection ID is refused.
+#[test]
+fn quic_cid_steering_at_a_byte_of_the_nonce() {
+    const N: usize = 3;
+    let g = ReuseportGroup::bind(
+        "127.0.0.1:0".parse().unwrap(),
+        N,
+        Steering::QuicCidAt { index: 3 },
+        Config::default(),
+    )
+    .expect("reuseport group");
+    let dest = g.sockets()[0].as_std().local_addr().unwrap();
+    let s = Socket::bind("127.0.0.1:0".parse().unwrap(), Config::default()).unwrap();
+    let mut sent = 0;
+    for w in 0..12u8 {
+        // First octet and server ID the same in every datagram: they
+        // alone would put all on one socket.
+        let long = [
+            0xC0,
+            0,
+            0,
+            0,
+            1,
+            9,
+            0x28,
+            0xAB,
+            0xCD,
+            w,
+            1,
+            2,
+            3,
+            w % N as u8,
+        ];
+        let short = [0x40, 0x28, 0xAB, 0xCD, w, 1, 2, 3, w % N as u8];
+        s.send(&[
+            fastudp_io::Transmit::new(dest, &long),
+            fastudp_io::Transmit::new(dest, &short),
+        ])
+        .unwrap();
+        sent += 2;
+    }
+    let mut total = 0;
+    for (i, s) in g.sockets().iter().enumerate() {
+        s.as_std()
+            .set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        let mut b = RecvBatch::new(64);
+        while s.recv(&mut b).is_ok() {
+            for (_, d) in b.datagrams() {
+                total += 1;
+                assert_eq!(*d.last().unwrap() as usize, i, "{d:?} on socket {i}");
+                assert_eq!(Steering::QuicCidAt { index: 3 }.owner(d, N), Some(i));
+            }
+        }
+    }
+    assert_eq!(total, sent, "every datagram arrived");
+    let e = ReuseportGroup::bind(
+        "127.0.0.1:0".parse().unwrap(),
+        2,
+        Steering::QuicCidAt { index: 20 },
+        Config::default(),
+    )
+    .expect_err("index 20 is past a connection ID");
+    assert_eq!(e.kind(), fastudp_io::ErrorKind::Config);
+    assert!(e.to_string().contains("at most 20 bytes"), "{e}");
+}

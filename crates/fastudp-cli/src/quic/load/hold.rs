@@ -131,7 +131,7 @@ struct Plan {
     sources: usize,
 }
 
-fn time_arg(name: &str, v: &str) -> anyhow::Result<Duration> {
+pub(super) fn time_arg(name: &str, v: &str) -> anyhow::Result<Duration> {
     parse_time(v)
         .ok_or_else(|| usage!("{name} {v}: a time such as 15, 15s, 500ms or 10m (0 to 10^7 s)"))
 }

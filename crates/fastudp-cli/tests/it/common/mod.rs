@@ -115,6 +115,14 @@ impl Running {
         }
     }
 
+    /// Takes the lines already written (kept in the output), so that the
+    /// next [`Running::wait_for_line`] sees only what comes after.
+    pub fn skip_queued(&mut self) {
+        while let Ok(l) = self.lines.try_recv() {
+            self.stdout.push(l);
+        }
+    }
+
     /// Sends SIGINT, as Ctrl-C does.
     pub fn interrupt(&self) {
         let ok = Command::new("kill")
