@@ -105,6 +105,7 @@ pub fn main<C: Parser>(name: &str, run: impl FnOnce(C) -> anyhow::Result<()>) ->
             None => e.exit(),
         },
     };
+    args::remember(&matches);
     let cli = C::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,

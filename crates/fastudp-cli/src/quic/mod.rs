@@ -4,6 +4,8 @@
 //! it answers HTTP/3 (ALPN `h3`) and HTTP/0.9 over QUIC (`hq-interop`,
 //! see [`hq`]) on one port. The load generator speaks hq-interop.
 
+pub mod access_log;
+pub mod config;
 mod load;
 pub mod proxy;
 mod quinn_stack;
@@ -24,8 +26,10 @@ use std::time::Duration;
 /// `fastudp quic ...`.
 #[derive(Subcommand, Debug)]
 pub enum QuicCmd {
-    /// Serve HTTP/3 and hq-interop (HTTP/0.9 over QUIC) on one port:
-    /// /bytes/N, /video/RATE/SECONDS, and files with --www DIR.
+    /// Serve HTTP/3 and hq-interop (HTTP/0.9 over QUIC) on one port: files
+    /// with --www DIR, a reverse proxy with --upstream URL or routes in
+    /// --config FILE, the test endpoints /bytes/N and /video/RATE/SECONDS
+    /// with --test-endpoints.
     Serve(ServeArgs),
     /// Open many client connections to a server and report per-connection
     /// goodput, rate, stalls, loss and client CPU.
@@ -33,7 +37,8 @@ pub enum QuicCmd {
 }
 
 /// Which server.
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Stack {
     /// quinn-proto driven by fastudp: reuseport workers steered by
     /// connection ID, batched GSO sends.
@@ -45,7 +50,8 @@ pub enum Stack {
 }
 
 /// How `quic serve` paces.
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum PacingArg {
     /// quinn-proto's own pacer decides when each connection sends.
     Quic,
@@ -237,6 +243,40 @@ pub struct ServeArgs {
     /// past it the client gets 504.
     #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
     pub upstream_timeout: f64,
+    /// Serve the test endpoints: /bytes/N (N bytes of a pattern, up to 1
+    /// TiB) and /video/RATE/SECONDS (paced frames), over HTTP/3,
+    /// hq-interop and the TCP listener, before any file or route. Off by
+    /// default: they are 404 like any missing path. For benchmarks and
+    /// `quic load`; --stack quinn and tls-tcp serve nothing else, and
+    /// need it.
+    #[arg(long)]
+    pub test_endpoints: bool,
+    /// Write a line per HTTP request (HTTP/3 and the TCP listener) to
+    /// FILE (appended to), or to standard output with `-`: time, client
+    /// address, protocol, method, path, status, bytes sent, duration.
+    /// Written by a thread of its own through a bounded queue; lines
+    /// that find it full are dropped and counted (docs/PROXY.md).
+    /// --stack fastudp only.
+    #[arg(long, value_name = "FILE|-")]
+    pub access_log: Option<PathBuf>,
+    /// The access log's lines: `text` (the common log format's shape) or
+    /// `json` (one object per line).
+    #[arg(long, value_enum, default_value = "text")]
+    pub access_log_format: access_log::LogFormat,
+    /// Read the options, and routes (`[[route]]`: a path prefix to
+    /// upstreams or to a directory), from this TOML file; an option on
+    /// the command line wins over the file. Checked whole at start: an
+    /// error names the file, the line and the key (docs/PROXY.md).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Seconds an upstream that failed (refused, or no answer within
+    /// --upstream-timeout) is skipped before it is tried again (passive
+    /// health).
+    #[arg(long, value_name = "SECONDS", default_value_t = proxy::FAIL_DURATION.as_secs_f64())]
+    pub upstream_fail_duration: f64,
+    /// The routes of --config (file only).
+    #[arg(skip)]
+    pub routes: Vec<config::RouteSpec>,
 }
 
 /// Connections at most of `--stack quinn` and `--stack tcp` when
@@ -245,7 +285,8 @@ pub struct ServeArgs {
 pub const MAX_CONNECTIONS: usize = 100_000;
 
 /// A cryptography provider for rustls.
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Crypto {
     /// ring.
     #[default]
@@ -272,7 +313,9 @@ pub struct LoadArgs {
     /// Client connections.
     #[arg(long, default_value_t = 100)]
     pub connections: usize,
-    /// The request of every connection: /video/RATE/SECONDS or /bytes/N.
+    /// The request of every connection: /video/RATE/SECONDS or /bytes/N
+    /// (the server's test endpoints: `quic serve --test-endpoints`), or,
+    /// with --duration, any path.
     #[arg(long, default_value = "/video/125000/5")]
     pub request: String,
     /// Which protocol.
@@ -378,11 +421,12 @@ pub const LOAD_MAX_UDP_PAYLOAD: u16 = 1472;
 /// Runs `fastudp quic ...`.
 pub fn run(cmd: QuicCmd) -> anyhow::Result<()> {
     match cmd {
-        QuicCmd::Serve(a) => {
-            check_serve(&a)?;
+        QuicCmd::Serve(mut a) => {
+            let origin = config::apply(&mut a, &crate::args::given_in_serve)?;
+            check_serve(&a).map_err(|e| origin.locate(e))?;
             tls::use_crypto(a.crypto);
             match a.stack {
-                Stack::Fastudp => serve::run(a),
+                Stack::Fastudp => serve::run(a).map_err(|e| origin.locate(e)),
                 Stack::Quinn => quinn_stack::run(a),
                 Stack::TlsTcp => tcp::run(a),
             }
@@ -520,6 +564,29 @@ fn check_serve(a: &ServeArgs) -> anyhow::Result<()> {
     if !a.upstream.is_empty() && a.www.is_some() {
         return bad("--upstream and --www: one or the other".into());
     }
+    if !a.routes.is_empty() && a.stack != Stack::Fastudp {
+        return bad("--config: routes need --stack fastudp".into());
+    }
+    if let Some(r) = a.routes.iter().find(|r| r.prefix == "/") {
+        if !a.upstream.is_empty() || a.www.is_some() {
+            return bad(format!(
+                "--upstream or --www, and the route for / ({}): one or the other",
+                r.place
+            ));
+        }
+    }
+    if a.stack != Stack::Fastudp && a.access_log.is_some() {
+        return bad("--access-log needs --stack fastudp".into());
+    }
+    if !(a.upstream_fail_duration.is_finite()
+        && a.upstream_fail_duration >= 0.0
+        && a.upstream_fail_duration <= 86_400.0)
+    {
+        return bad(format!(
+            "--upstream-fail-duration {}: between 0 and 86400 s",
+            a.upstream_fail_duration
+        ));
+    }
     for u in &a.upstream {
         if let Err(e) = proxy::Upstream::parse(u) {
             return bad(format!("--upstream {u}: {e}"));
@@ -565,6 +632,13 @@ fn check_serve(a: &ServeArgs) -> anyhow::Result<()> {
     }
     if a.stack == Stack::TlsTcp && a.retry {
         return bad("--retry is QUIC's: not with --stack tls-tcp".into());
+    }
+    // Last: any other mistake of a baseline's options is named first.
+    if a.stack != Stack::Fastudp && !a.test_endpoints {
+        return bad(
+            "--stack quinn and tls-tcp serve only the test endpoints (/bytes/N, /video/...): add --test-endpoints"
+                .into(),
+        );
     }
     Ok(())
 }
