@@ -30,9 +30,19 @@ cleanup() { [ -n "$SRV" ] && kill "$SRV" 2>/dev/null; rm -rf "$TMP"; }
 trap cleanup EXIT
 HZ=$(getconf CLK_TCK)
 ROWS=$TMP/rows.csv
-echo "round,case,requests_ok,seconds,requests_per_s,server_cpu_s,server_cpu_us_per_request,lines_written,lines_dropped" >"$ROWS"
+echo "round,case,requests_ok,seconds,requests_per_s,server_cpu_s,server_cpu_us_per_request,workers_cpu_us_per_request,log_thread_cpu_us_per_request,lines_written,lines_dropped" >"$ROWS"
 
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# CPU ticks (utime + stime) of the server's threads: all but the access
+# log's own thread ("fastudp-log"), and that thread.
+cpu_ticks() {
+    local rest=0 log=0 t c n
+    for t in /proc/"$1"/task/*; do
+        c=$(cat "$t/comm" 2>/dev/null) || continue
+        n=$(awk '{print $14 + $15}' "$t/stat" 2>/dev/null) || continue
+        if [ "$c" = fastudp-log ]; then log=$((log + n)); else rest=$((rest + n)); fi
+    done
+    echo "$rest $log"
+}
 
 run() {
     local round=$1 case=$2 extra=()
@@ -63,7 +73,8 @@ for l in open(sys.argv[1]):
     kill -INT "$SRV"
     wait "$SRV" || true
     SRV=
-    python3 - "$TMP/load.json" "$TMP/srv.json" "$round" "$case" "$t0" "$t1" "$HZ" >>"$ROWS" <<'EOF'
+    # shellcheck disable=SC2086
+    python3 - "$TMP/load.json" "$TMP/srv.json" "$round" "$case" $t0 $t1 "$HZ" >>"$ROWS" <<'EOF'
 import json, sys
 load = json.load(open(sys.argv[1]))
 log = {"written": 0, "dropped": 0}
@@ -74,11 +85,13 @@ for l in open(sys.argv[2]):
         continue
     if v.get("kind") == "access_log_summary":
         log = v
-rnd, case, t0, t1, hz = sys.argv[3], sys.argv[4], int(sys.argv[5]), int(sys.argv[6]), int(sys.argv[7])
+rnd, case = sys.argv[3], sys.argv[4]
+r0, l0, r1, l1, hz = (int(x) for x in sys.argv[5:10])
 ok, secs = load["requests_ok"], load["seconds"]
-cpu = (t1 - t0) / hz
-print(",".join(str(x) for x in [rnd, case, ok, round(secs, 3), round(ok / secs, 1), round(cpu, 2),
-      round(cpu / max(ok, 1) * 1e6, 2), log["written"], log["dropped"]]))
+rest, logt = (r1 - r0) / hz, (l1 - l0) / hz
+per = lambda c: round(c / max(ok, 1) * 1e6, 2)
+print(",".join(str(x) for x in [rnd, case, ok, round(secs, 3), round(ok / secs, 1), round(rest + logt, 2),
+      per(rest + logt), per(rest), per(logt), log["written"], log["dropped"]]))
 EOF
     tail -n 1 "$ROWS"
 }
@@ -95,13 +108,16 @@ rows = list(csv.DictReader(open(sys.argv[1])))
 med = {}
 for c in ["off", "text", "json"]:
     rs = [r for r in rows if r["case"] == c]
-    med[c] = (statistics.median(float(r["requests_per_s"]) for r in rs),
-              statistics.median(float(r["server_cpu_us_per_request"]) for r in rs),
-              sum(int(r["lines_dropped"]) for r in rs))
+    m = lambda k: statistics.median(float(r[k]) for r in rs)
+    med[c] = (m("requests_per_s"), m("server_cpu_us_per_request"), m("workers_cpu_us_per_request"),
+              m("log_thread_cpu_us_per_request"), sum(int(r["lines_dropped"]) for r in rs))
+o = med["off"]
 print()
-print("| access log | requests/s (median) | vs off | server CPU us/request (median) | vs off | lines dropped |")
-print("|---|---|---|---|---|---|")
+print("| access log | requests/s | vs off | server CPU us/request | vs off | without the log's thread | vs off | the log's thread | lines dropped |")
+print("|---|---|---|---|---|---|---|---|---|")
 for c in ["off", "text", "json"]:
-    rps, cpu, dropped = med[c]
-    print("| %s | %.0f | %.3f | %.1f | %.3f | %d |" % (c, rps, rps / med["off"][0], cpu, cpu / med["off"][1], dropped))
+    rps, cpu, rest, logt, dropped = med[c]
+    print("| %s | %.0f | %.3f | %.1f | %.3f | %.1f | %.3f | %.1f | %d |" % (
+        c, rps, rps / o[0], cpu, cpu / o[1], rest, rest / o[2], logt, dropped))
+print("(medians of %d rounds)" % len([r for r in rows if r["case"] == "off"]))
 EOF

@@ -474,19 +474,35 @@ pub fn text_line(out: &mut String, r: &Record) {
     );
 }
 
+/// A JSON line's fields, in order.
+#[derive(serde::Serialize)]
+struct JsonLine<'a> {
+    time: String,
+    client: Option<String>,
+    proto: &'static str,
+    method: &'a str,
+    path: &'a str,
+    status: u16,
+    bytes: u64,
+    duration_s: f64,
+}
+
 /// A JSON line.
 pub fn json_line(out: &mut String, r: &Record) {
-    let v = serde_json::json!({
-        "time": rfc3339(r.time),
-        "client": r.client.map(|a| a.to_string()),
-        "proto": r.proto.as_str(),
-        "method": r.method.as_str(),
-        "path": r.target,
-        "status": r.status,
-        "bytes": r.bytes,
-        "duration_s": (r.duration.as_secs_f64() * 1e6).round() / 1e6,
-    });
-    out.push_str(&v.to_string());
+    let line = JsonLine {
+        time: rfc3339(r.time),
+        client: r.client.map(|a| a.to_string()),
+        proto: r.proto.as_str(),
+        method: r.method.as_str(),
+        path: &r.target,
+        status: r.status,
+        bytes: r.bytes,
+        duration_s: (r.duration.as_secs_f64() * 1e6).round() / 1e6,
+    };
+    // Serializing plain fields cannot fail.
+    if let Ok(s) = serde_json::to_string(&line) {
+        out.push_str(&s);
+    }
     out.push('\n');
 }
 

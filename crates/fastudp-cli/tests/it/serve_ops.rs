@@ -91,7 +91,7 @@ fn test_endpoints_only_with_the_flag() {
         assert_fails_with(
             &["quic", "serve", "--stack", stack, "--listen", "127.0.0.1:0"],
             2,
-            "add --test-endpoints",
+            "--stack quinn and tls-tcp serve only the test endpoints (/bytes/N, /video/...): add --test-endpoints",
         );
     }
 }
