@@ -40,6 +40,9 @@ pub struct Cli {
 
 /// The commands of `fastudp`.
 #[derive(Subcommand, Debug)]
+// Parsed once at start: the size of the largest variant (`quic serve`'s
+// options) costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
 pub enum Cmd {
     /// Compare every send and receive strategy side by side on loopback,
     /// with a TCP baseline.

@@ -44,11 +44,11 @@
 
 use crate::app::ConnInfo;
 use crate::h3::{Handler, MakeHandler, Next};
-use std::rc::Rc;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Uri};
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::rc::Rc;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex};

@@ -283,8 +283,7 @@ fn key_of_line(line: &str) -> Option<String> {
     let (k, _) = line.split_once('=')?;
     let k = k.trim().trim_matches(|c| c == '"' || c == '\'');
     (!k.is_empty()
-        && k
-            .chars()
+        && k.chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'))
     .then(|| k.to_string())
 }
@@ -361,7 +360,11 @@ fn routes(
         let span = r.span();
         let r = r.into_inner();
         let Some(prefix) = r.path else {
-            return Err(at(span, "", "no `path` (the prefix it serves, such as \"/api/\")".into()));
+            return Err(at(
+                span,
+                "",
+                "no `path` (the prefix it serves, such as \"/api/\")".into(),
+            ));
         };
         let p = prefix.get_ref();
         if !p.starts_with('/') || p.chars().any(|c| c.is_control() || c == ' ') {

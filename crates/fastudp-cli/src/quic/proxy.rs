@@ -37,8 +37,8 @@
 //! matches is 404. With `--access-log`, each request's line is sent when
 //! its response ends ([`super::access_log`]).
 
-use bytes::Bytes;
 use super::access_log::{AccessLog, LoggedHttpBody};
+use bytes::Bytes;
 use fastudp_quic::app::ConnInfo;
 use fastudp_quic::files::{self, Root};
 use fastudp_quic::h3::{Content as _, PatternContent, Route as PathRoute};
@@ -246,7 +246,7 @@ impl Table {
         log: Option<AccessLog>,
     ) -> Table {
         // Stable: of two equal prefixes the first stays first.
-        routes.sort_by(|a, b| b.prefix.len().cmp(&a.prefix.len()));
+        routes.sort_by_key(|r| std::cmp::Reverse(r.prefix.len()));
         Table { routes, test, log }
     }
 
@@ -338,93 +338,93 @@ where
     B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<BoxError>,
 {
-        let s = &shared;
-        let Some(up) = s.pick() else {
-            s.stats.no_upstream.fetch_add(1, Relaxed);
-            return answer(StatusCode::BAD_GATEWAY, "no upstream available\n");
-        };
-        let (mut parts, body) = req.into_parts();
-        let client = parts
-            .extensions
-            .get::<ConnInfo>()
-            .map(|c| c.remote)
-            .or_else(|| parts.extensions.get::<Peer>().map(|p| p.0));
-        let host = parts.headers.get(header::HOST).cloned().or_else(|| {
-            parts
-                .uri
-                .authority()
-                .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
-        });
-        strip_hop_by_hop(&mut parts.headers);
-        forwarded_headers(&mut parts.headers, client, host.as_ref());
-        if let Some(h) = host {
-            parts.headers.insert(header::HOST, h);
-        }
-        let pq = parts
+    let s = &shared;
+    let Some(up) = s.pick() else {
+        s.stats.no_upstream.fetch_add(1, Relaxed);
+        return answer(StatusCode::BAD_GATEWAY, "no upstream available\n");
+    };
+    let (mut parts, body) = req.into_parts();
+    let client = parts
+        .extensions
+        .get::<ConnInfo>()
+        .map(|c| c.remote)
+        .or_else(|| parts.extensions.get::<Peer>().map(|p| p.0));
+    let host = parts.headers.get(header::HOST).cloned().or_else(|| {
+        parts
             .uri
-            .path_and_query()
-            .map(|p| p.as_str())
-            .unwrap_or("/");
-        parts.uri = match Uri::builder()
-            .scheme("http")
-            .authority(up.authority.clone())
-            .path_and_query(pq)
-            .build()
-        {
-            Ok(u) => u,
-            Err(_) => return answer(StatusCode::BAD_REQUEST, "bad request target\n"),
-        };
-        parts.version = Version::HTTP_11;
-        // The timeout runs from the end of the request's body: an upload
-        // takes the time it takes.
-        let (done, sent_all) = tokio::sync::oneshot::channel::<()>();
-        let inner = body.map_err(Into::into).boxed_unsync();
-        let done = match http_body::Body::is_end_stream(&inner) {
-            true => {
-                let _ = done.send(());
-                None
-            }
-            false => Some(done),
-        };
-        let body = SignalEnd { inner, done }.boxed_unsync();
-        let sent = pool.request(Request::from_parts(parts, body));
-        let timeout = s.timeout;
-        let deadline = async move {
-            let _ = sent_all.await;
-            tokio::time::sleep(timeout).await;
-        };
-        let got = tokio::select! {
-            r = sent => Ok(r),
-            () = deadline => Err(()),
-        };
-        match got {
-            Err(()) => {
-                up.failed(s.fail_duration);
-                s.stats.gateway_timeout.fetch_add(1, Relaxed);
-                answer(StatusCode::GATEWAY_TIMEOUT, "upstream timed out\n")
-            }
-            Ok(Err(e)) => {
-                if e.is_connect() {
-                    up.failed(s.fail_duration);
-                }
-                s.stats.bad_gateway.fetch_add(1, Relaxed);
-                answer(StatusCode::BAD_GATEWAY, "upstream failed\n")
-            }
-            Ok(Ok(resp)) => {
-                s.stats.forwarded.fetch_add(1, Relaxed);
-                let (mut parts, body) = resp.into_parts();
-                strip_hop_by_hop(&mut parts.headers);
-                parts.headers.remove(header::ALT_SVC);
-                let shared = shared.clone();
-                let body = body
-                    .map_err(move |e| {
-                        shared.stats.aborted.fetch_add(1, Relaxed);
-                        Box::new(e) as BoxError
-                    })
-                    .boxed_unsync();
-                Response::from_parts(parts, body)
-            }
+            .authority()
+            .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+    });
+    strip_hop_by_hop(&mut parts.headers);
+    forwarded_headers(&mut parts.headers, client, host.as_ref());
+    if let Some(h) = host {
+        parts.headers.insert(header::HOST, h);
+    }
+    let pq = parts
+        .uri
+        .path_and_query()
+        .map(|p| p.as_str())
+        .unwrap_or("/");
+    parts.uri = match Uri::builder()
+        .scheme("http")
+        .authority(up.authority.clone())
+        .path_and_query(pq)
+        .build()
+    {
+        Ok(u) => u,
+        Err(_) => return answer(StatusCode::BAD_REQUEST, "bad request target\n"),
+    };
+    parts.version = Version::HTTP_11;
+    // The timeout runs from the end of the request's body: an upload
+    // takes the time it takes.
+    let (done, sent_all) = tokio::sync::oneshot::channel::<()>();
+    let inner = body.map_err(Into::into).boxed_unsync();
+    let done = match http_body::Body::is_end_stream(&inner) {
+        true => {
+            let _ = done.send(());
+            None
         }
+        false => Some(done),
+    };
+    let body = SignalEnd { inner, done }.boxed_unsync();
+    let sent = pool.request(Request::from_parts(parts, body));
+    let timeout = s.timeout;
+    let deadline = async move {
+        let _ = sent_all.await;
+        tokio::time::sleep(timeout).await;
+    };
+    let got = tokio::select! {
+        r = sent => Ok(r),
+        () = deadline => Err(()),
+    };
+    match got {
+        Err(()) => {
+            up.failed(s.fail_duration);
+            s.stats.gateway_timeout.fetch_add(1, Relaxed);
+            answer(StatusCode::GATEWAY_TIMEOUT, "upstream timed out\n")
+        }
+        Ok(Err(e)) => {
+            if e.is_connect() {
+                up.failed(s.fail_duration);
+            }
+            s.stats.bad_gateway.fetch_add(1, Relaxed);
+            answer(StatusCode::BAD_GATEWAY, "upstream failed\n")
+        }
+        Ok(Ok(resp)) => {
+            s.stats.forwarded.fetch_add(1, Relaxed);
+            let (mut parts, body) = resp.into_parts();
+            strip_hop_by_hop(&mut parts.headers);
+            parts.headers.remove(header::ALT_SVC);
+            let shared = shared.clone();
+            let body = body
+                .map_err(move |e| {
+                    shared.stats.aborted.fetch_add(1, Relaxed);
+                    Box::new(e) as BoxError
+                })
+                .boxed_unsync();
+            Response::from_parts(parts, body)
+        }
+    }
 }
 
 /// A body that says when it has ended (or was dropped).

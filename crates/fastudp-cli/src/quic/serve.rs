@@ -39,8 +39,8 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     let files = www_root(&a)?;
     let (log, log_writer) = match &a.access_log {
         Some(dest) => {
-            let (l, w) = access_log::open(dest, a.access_log_format)
-                .map_err(|e| usage(format!("{e:#}")))?;
+            let (l, w) =
+                access_log::open(dest, a.access_log_format).map_err(|e| usage(format!("{e:#}")))?;
             (Some(l), Some(w))
         }
         None => (None, None),

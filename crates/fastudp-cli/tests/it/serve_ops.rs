@@ -170,7 +170,12 @@ fn access_log_text_and_json() {
         for (proto, method, path, status, bytes) in want {
             let line = lines
                 .iter()
-                .find(|l| l.contains(&format!("{path}{}", if format == "text" { " " } else { "\"" })))
+                .find(|l| {
+                    l.contains(&format!(
+                        "{path}{}",
+                        if format == "text" { " " } else { "\"" }
+                    ))
+                })
                 .unwrap_or_else(|| panic!("no line for {path}: {lines:?}"));
             match format {
                 "text" => {
@@ -444,23 +449,44 @@ fail-duration = 600
         let (_ep, mut send) = h3_connect(addr).await;
         let mut got = Vec::new();
         for path in [
-            "/api/1", "/api/2", "/api/3", "/api/4", "/dead/1", "/dead/2", "/dead/3", "/",
-            "/index.html", "/bytes/10",
+            "/api/1",
+            "/api/2",
+            "/api/3",
+            "/api/4",
+            "/dead/1",
+            "/dead/2",
+            "/dead/3",
+            "/",
+            "/index.html",
+            "/bytes/10",
         ] {
             let r = h3_request(&mut send, "GET", path, None).await.unwrap();
             got.push((r.status, String::from_utf8_lossy(&r.body).to_string()));
         }
-        let r = tcp_request(addr, true, "GET", "/api/5", None).await.unwrap();
+        let r = tcp_request(addr, true, "GET", "/api/5", None)
+            .await
+            .unwrap();
         got.push((r.status, String::from_utf8_lossy(&r.body).to_string()));
         got
     });
     let ok = |s: &str| (StatusCode::OK, s.to_string());
-    assert_eq!(bodies[..4], [ok("A /api/1"), ok("B /api/2"), ok("A /api/3"), ok("B /api/4")]);
+    assert_eq!(
+        bodies[..4],
+        [
+            ok("A /api/1"),
+            ok("B /api/2"),
+            ok("A /api/3"),
+            ok("B /api/4")
+        ]
+    );
     assert_eq!(bodies[4].0, StatusCode::BAD_GATEWAY, "{bodies:?}");
     assert_eq!(bodies[5..7], [ok("A /dead/2"), ok("A /dead/3")]);
     assert_eq!(bodies[7..9], [ok("home\n"), ok("home\n")]);
     assert_eq!(bodies[9].0, StatusCode::NOT_FOUND, "no test endpoints");
-    assert!(bodies[10] == ok("A /api/5") || bodies[10] == ok("B /api/5"), "{bodies:?}");
+    assert!(
+        bodies[10] == ok("A /api/5") || bodies[10] == ok("B /api/5"),
+        "{bodies:?}"
+    );
     // The access log's lines, on standard output among the server's own.
     let mut log = Vec::new();
     while log.len() < 11 {
@@ -468,9 +494,15 @@ fail-duration = 600
         log.push(serde_json::from_str::<Value>(&l).unwrap());
     }
     let dead = log.iter().find(|v| v["path"] == "/dead/1").unwrap();
-    assert_eq!((dead["status"].as_u64(), dead["proto"].as_str()), (Some(502), Some("h3")));
+    assert_eq!(
+        (dead["status"].as_u64(), dead["proto"].as_str()),
+        (Some(502), Some("h3"))
+    );
     let h2 = log.iter().find(|v| v["path"] == "/api/5").unwrap();
-    assert_eq!((h2["status"].as_u64(), h2["proto"].as_str()), (Some(200), Some("h2")));
+    assert_eq!(
+        (h2["status"].as_u64(), h2["proto"].as_str()),
+        (Some(200), Some("h2"))
+    );
     let file = log.iter().find(|v| v["path"] == "/index.html").unwrap();
     assert_eq!(file["bytes"], 5, "{file}");
     srv.interrupt();
@@ -484,7 +516,10 @@ fail-duration = 600
 /// and announces its routes.
 #[test]
 fn the_packaged_example_configuration_loads() {
-    let f = concat!(env!("CARGO_MANIFEST_DIR"), "/../../packaging/fastudp-quic.toml");
+    let f = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../packaging/fastudp-quic.toml"
+    );
     let (mut srv, _addr) = serve_without_test_endpoints(&[
         "--config",
         f,
