@@ -47,7 +47,7 @@ class Server:
     def __init__(self, binary, www):
         self.p = subprocess.Popen(
             [binary, "quic", "serve", "--listen", "127.0.0.1:0", "--www", www,
-             "--alt-svc-tcp", "--json", "--stats", "--workers", "1",
+             "--alt-svc-tcp", "--test-endpoints", "--json", "--stats", "--workers", "1",
              "--request-timeout", str(REQUEST_TIMEOUT),
              "--idle-timeout", str(IDLE_TIMEOUT)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

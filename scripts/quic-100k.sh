@@ -66,8 +66,10 @@ rss_of() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
 one() {
     local stack=$1 extra=()
     [ "$stack" = fastudp ] && extra=(--www "$TMP/www")
-    # The greedy connections ask /bytes/N, a test endpoint.
-    if [ "${GREEDY:-0}" -gt 0 ] && "$BIN" quic serve --help | grep -q -- --test-endpoints; then
+    # The greedy connections ask /bytes/N, a test endpoint; plain quinn
+    # serves nothing else (a binary from before the flag has none).
+    if { [ "${GREEDY:-0}" -gt 0 ] || [ "$stack" = quinn ]; } \
+        && "$BIN" quic serve --help | grep -q -- --test-endpoints; then
         extra+=(--test-endpoints)
     fi
     # The server outlives the load by a margin: opening plus holding.

@@ -70,7 +70,7 @@ run() {
         # sends find the socket full.
         ip netns exec "$S" tc qdisc add dev "$SIF" root tbf rate 10mbit burst 16kb limit 16mb
     fi
-    ip netns exec "$S" "$BIN" quic serve --listen "$ADDR" --json --stats >"$TMP/srv.json" 2>"$TMP/srv.err" &
+    ip netns exec "$S" "$BIN" quic serve --listen "$ADDR" --test-endpoints --json --stats >"$TMP/srv.json" 2>"$TMP/srv.err" &
     SRV=$!
     for _ in $(seq 100); do grep -q '"listening"' "$TMP/srv.json" 2>/dev/null && break; sleep 0.05; done
     ip netns exec "$C" "$LAB" attack "$@" --source 10.232.0.3 "$ADDR" --duration "$SECS" >"$TMP/att.out" 2>&1 &

@@ -123,7 +123,7 @@ one() { # one PROFILE WORKLOAD CONFIG ROUND
     else
         # shellcheck disable=SC2086
         ip netns exec fastudp-tx env $env $PIN_S "$B" quic serve --stack $stack \
-            --listen 10.200.0.1:$PORT --workers 1 $extra --json >"$TMP/srv.json" 2>"$TMP/srv.err" &
+            --listen 10.200.0.1:$PORT --workers 1 --test-endpoints $extra --json >"$TMP/srv.json" 2>"$TMP/srv.err" &
     fi
     srv=$!
     sleep 1

@@ -178,7 +178,7 @@ load() {
 }
 
 ip netns exec "$srv" "$bin" quic serve --listen "$saddr:4433" --idle-timeout "$idle" \
-  --stats --json >"$work/server.jsonl" 2>"$work/server.err" &
+  --test-endpoints --stats --json >"$work/server.jsonl" 2>"$work/server.err" &
 spid=$!
 for _ in $(seq 100); do
   grep -q '"listening"' "$work/server.jsonl" 2>/dev/null && break

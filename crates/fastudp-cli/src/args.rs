@@ -112,6 +112,37 @@ pub fn parse_rate(s: &str) -> anyhow::Result<u64> {
     Ok(r as u64)
 }
 
+/// The command line as parsed, kept by [`remember`] so that a command can
+/// tell an option given there from its default (`quic serve --config`).
+static MATCHES: std::sync::OnceLock<clap::ArgMatches> = std::sync::OnceLock::new();
+
+/// Keeps the parsed command line (once; [`crate::main`] does it).
+pub fn remember(m: &clap::ArgMatches) {
+    let _ = MATCHES.set(m.clone());
+}
+
+/// Whether the option `id` (a field of `quic serve`'s arguments) was
+/// given on the command line. False when the command line was not kept
+/// (a caller of [`crate::run`] other than [`crate::main`]).
+pub fn given_in_serve(id: &str) -> bool {
+    fn find<'a>(m: &'a clap::ArgMatches, name: &str) -> Option<&'a clap::ArgMatches> {
+        match m.subcommand() {
+            Some((n, sub)) if n == name => Some(sub),
+            Some((_, sub)) => find(sub, name),
+            None => None,
+        }
+    }
+    MATCHES
+        .get()
+        .and_then(|m| find(m, "serve"))
+        .is_some_and(|m| {
+            matches!(
+                m.try_get_raw(id).ok().flatten().map(|_| m.value_source(id)),
+                Some(Some(clap::parser::ValueSource::CommandLine))
+            )
+        })
+}
+
 /// The features `FASTUDP_DISABLE` (a list such as `gso,gro,mmsg`) switches
 /// off. The library reads no environment variable: `doctor` and
 /// `quic serve` map this one to `fastudp_io::Config::disable` for their

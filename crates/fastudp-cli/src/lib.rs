@@ -40,6 +40,9 @@ pub struct Cli {
 
 /// The commands of `fastudp`.
 #[derive(Subcommand, Debug)]
+// Parsed once at start: the size of the largest variant (`quic serve`'s
+// options) costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
 pub enum Cmd {
     /// Compare every send and receive strategy side by side on loopback,
     /// with a TCP baseline.
@@ -145,6 +148,7 @@ pub fn main<C: Parser>(name: &str, run: impl FnOnce(C) -> anyhow::Result<()>) ->
             None => e.exit(),
         },
     };
+    args::remember(&matches);
     let cli = C::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,

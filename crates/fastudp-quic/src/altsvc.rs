@@ -42,11 +42,13 @@
 //!
 //! [`Handler`]: crate::h3::Handler
 
+use crate::app::ConnInfo;
 use crate::h3::{Handler, MakeHandler, Next};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Uri};
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::rc::Rc;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex};
@@ -551,6 +553,17 @@ fn serve(tcp: TcpStream, shared: &Shared, id: u64) {
         }
     }
     let handler = (cfg.make)(id as usize);
+    // What each request carries to the handler.
+    let Ok(remote) = s.sock.tcp.peer_addr() else {
+        // Gone already.
+        return;
+    };
+    let info = Rc::new(ConnInfo {
+        remote,
+        local_ip: s.sock.tcp.local_addr().ok().map(|a| a.ip()),
+        server_name: s.conn.server_name().map(str::to_string),
+        worker: id as usize,
+    });
     let mut buf: Vec<u8> = Vec::with_capacity(4096);
     let mut served = 0u64;
     loop {
@@ -582,7 +595,7 @@ fn serve(tcp: TcpStream, shared: &Shared, id: u64) {
         };
         let parsed = parse_head(&buf[..end]);
         buf.drain(..end);
-        let req = match parsed {
+        let mut req = match parsed {
             Ok(r) => r,
             Err(e) => {
                 stats.bad_requests.fetch_add(1, Relaxed);
@@ -593,6 +606,7 @@ fn serve(tcp: TcpStream, shared: &Shared, id: u64) {
         served += 1;
         let close = req.close || served >= MAX_REQUESTS;
         stats.requests.fetch_add(1, Relaxed);
+        req.request.extensions_mut().insert(ConnInfo::clone(&info));
         match respond(&mut s, &*handler, &req.request, close, shared) {
             Ok(true) if !close => {}
             _ => {

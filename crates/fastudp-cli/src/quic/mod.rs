@@ -5,6 +5,8 @@
 //! see [`hq`]) on one port. The load generator speaks hq-interop.
 
 pub mod lb;
+pub mod access_log;
+pub mod config;
 mod load;
 pub mod proxy;
 mod quinn_stack;
@@ -25,8 +27,10 @@ use std::time::Duration;
 /// `fastudp quic ...`.
 #[derive(Subcommand, Debug)]
 pub enum QuicCmd {
-    /// Serve HTTP/3 and hq-interop (HTTP/0.9 over QUIC) on one port:
-    /// /bytes/N, /video/RATE/SECONDS, and files with --www DIR.
+    /// Serve HTTP/3 and hq-interop (HTTP/0.9 over QUIC) on one port: files
+    /// with --www DIR, a reverse proxy with --upstream URL or routes in
+    /// --config FILE, the test endpoints /bytes/N and /video/RATE/SECONDS
+    /// with --test-endpoints.
     Serve(Box<ServeArgs>),
     /// Open many client connections to a server and report per-connection
     /// goodput, rate, stalls, loss and client CPU.
@@ -73,7 +77,8 @@ pub struct LbRulesArgs {
 }
 
 /// Which server.
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Stack {
     /// quinn-proto driven by fastudp: reuseport workers steered by
     /// connection ID, batched GSO sends.
@@ -85,7 +90,8 @@ pub enum Stack {
 }
 
 /// How `quic serve` paces.
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum PacingArg {
     /// quinn-proto's own pacer decides when each connection sends.
     Quic,
@@ -300,6 +306,40 @@ pub struct ServeArgs {
     /// fastudp only.
     #[arg(long, value_name = "FILE")]
     pub reset_key: Option<PathBuf>,
+    /// Serve the test endpoints: /bytes/N (N bytes of a pattern, up to 1
+    /// TiB) and /video/RATE/SECONDS (paced frames), over HTTP/3,
+    /// hq-interop and the TCP listener, before any file or route. Off by
+    /// default: they are 404 like any missing path. For benchmarks and
+    /// `quic load`; --stack quinn and tls-tcp serve nothing else, and
+    /// need it.
+    #[arg(long)]
+    pub test_endpoints: bool,
+    /// Write a line per HTTP request (HTTP/3 and the TCP listener) to
+    /// FILE (appended to), or to standard output with `-`: time, client
+    /// address, protocol, method, path, status, bytes sent, duration.
+    /// Written by a thread of its own through a bounded queue; lines
+    /// that find it full are dropped and counted (docs/PROXY.md).
+    /// --stack fastudp only.
+    #[arg(long, value_name = "FILE|-")]
+    pub access_log: Option<PathBuf>,
+    /// The access log's lines: `text` (the common log format's shape) or
+    /// `json` (one object per line).
+    #[arg(long, value_enum, default_value = "text")]
+    pub access_log_format: access_log::LogFormat,
+    /// Read the options, and routes (`[[route]]`: a path prefix to
+    /// upstreams or to a directory), from this TOML file; an option on
+    /// the command line wins over the file. Checked whole at start: an
+    /// error names the file, the line and the key (docs/PROXY.md).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Seconds an upstream that failed (refused, or no answer within
+    /// --upstream-timeout) is skipped before it is tried again (passive
+    /// health).
+    #[arg(long, value_name = "SECONDS", default_value_t = proxy::FAIL_DURATION.as_secs_f64())]
+    pub upstream_fail_duration: f64,
+    /// The routes of --config (file only).
+    #[arg(skip)]
+    pub routes: Vec<config::RouteSpec>,
 }
 
 /// Connections at most of `--stack quinn` and `--stack tcp` when
@@ -308,7 +348,8 @@ pub struct ServeArgs {
 pub const MAX_CONNECTIONS: usize = 100_000;
 
 /// A cryptography provider for rustls.
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Crypto {
     /// ring.
     #[default]
@@ -335,7 +376,9 @@ pub struct LoadArgs {
     /// Client connections.
     #[arg(long, default_value_t = 100)]
     pub connections: usize,
-    /// The request of every connection: /video/RATE/SECONDS or /bytes/N.
+    /// The request of every connection: /video/RATE/SECONDS or /bytes/N
+    /// (the server's test endpoints: `quic serve --test-endpoints`), or,
+    /// with --duration, any path.
     #[arg(long, default_value = "/video/125000/5")]
     pub request: String,
     /// Which protocol.
@@ -455,11 +498,12 @@ pub const LOAD_MAX_UDP_PAYLOAD: u16 = 1472;
 pub fn run(cmd: QuicCmd) -> anyhow::Result<()> {
     match cmd {
         QuicCmd::Serve(a) => {
-            let a = *a;
-            check_serve(&a)?;
+            let mut a = *a;
+            let origin = config::apply(&mut a, &crate::args::given_in_serve)?;
+            check_serve(&a).map_err(|e| origin.locate(e))?;
             tls::use_crypto(a.crypto);
             match a.stack {
-                Stack::Fastudp => serve::run(a),
+                Stack::Fastudp => serve::run(a).map_err(|e| origin.locate(e)),
                 Stack::Quinn => quinn_stack::run(a),
                 Stack::TlsTcp => tcp::run(a),
             }
@@ -598,6 +642,29 @@ fn check_serve(a: &ServeArgs) -> anyhow::Result<()> {
     if !a.upstream.is_empty() && a.www.is_some() {
         return bad("--upstream and --www: one or the other".into());
     }
+    if !a.routes.is_empty() && a.stack != Stack::Fastudp {
+        return bad("--config: routes need --stack fastudp".into());
+    }
+    if let Some(r) = a.routes.iter().find(|r| r.prefix == "/") {
+        if !a.upstream.is_empty() || a.www.is_some() {
+            return bad(format!(
+                "--upstream or --www, and the route for / ({}): one or the other",
+                r.place
+            ));
+        }
+    }
+    if a.stack != Stack::Fastudp && a.access_log.is_some() {
+        return bad("--access-log needs --stack fastudp".into());
+    }
+    if !(a.upstream_fail_duration.is_finite()
+        && a.upstream_fail_duration >= 0.0
+        && a.upstream_fail_duration <= 86_400.0)
+    {
+        return bad(format!(
+            "--upstream-fail-duration {}: between 0 and 86400 s",
+            a.upstream_fail_duration
+        ));
+    }
     for u in &a.upstream {
         if let Err(e) = proxy::Upstream::parse(u) {
             return bad(format!("--upstream {u}: {e}"));
@@ -650,6 +717,13 @@ fn check_serve(a: &ServeArgs) -> anyhow::Result<()> {
         return bad("--server-id, --lb-config and --reset-key need --stack fastudp".into());
     }
     quic_lb(a)?;
+    // Last: any other mistake of a baseline's options is named first.
+    if a.stack != Stack::Fastudp && !a.test_endpoints {
+        return bad(
+            "--stack quinn and tls-tcp serve only the test endpoints (/bytes/N, /video/...): add --test-endpoints"
+                .into(),
+        );
+    }
     Ok(())
 }
 

@@ -24,9 +24,24 @@
 //!   `X-Forwarded-Proto`, `X-Forwarded-Host` and `Forwarded` (RFC 7239) are
 //!   set from the connection, replacing what the client sent: a client
 //!   cannot forge its address to the upstream.
+//!
+//! # Routes
+//!
+//! A [`Table`] of routes (`[[route]]` in the configuration file,
+//! [`super::config`]) sends each request by the longest path prefix that
+//! matches it: to a set of upstreams (round robin, passive health, as
+//! above), or to the files beneath a directory (`www`, served as `--www`
+//! serves them, the whole request path looked up beneath it). `--upstream`
+//! alone is the route `/` to its upstreams. With `--test-endpoints`,
+//! `/bytes/N` and `/video/RATE/SECONDS` come first. A path no route
+//! matches is 404. With `--access-log`, each request's line is sent when
+//! its response ends ([`super::access_log`]).
 
+use super::access_log::{AccessLog, LoggedHttpBody};
 use bytes::Bytes;
 use fastudp_quic::app::ConnInfo;
+use fastudp_quic::files::{self, Root};
+use fastudp_quic::h3::{Content as _, PatternContent, Route as PathRoute};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::uri::Authority;
 use http::{Request, Response, StatusCode, Uri, Version};
@@ -51,7 +66,8 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 pub type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
 
 /// How long an upstream that failed (refused, or no answer in time) is
-/// skipped.
+/// skipped, unless `--upstream-fail-duration` (or a route's
+/// `fail_duration`) says otherwise.
 pub const FAIL_DURATION: Duration = Duration::from_secs(10);
 
 /// How long a pooled upstream connection may stay idle.
@@ -103,9 +119,8 @@ impl Upstream {
         g.is_some_and(|t| t > now)
     }
 
-    fn failed(&self) {
-        *self.down_until.lock().unwrap_or_else(|e| e.into_inner()) =
-            Some(Instant::now() + FAIL_DURATION);
+    fn failed(&self, skip: Duration) {
+        *self.down_until.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now() + skip);
     }
 }
 
@@ -130,6 +145,7 @@ pub struct Shared {
     upstreams: Vec<Upstream>,
     next: AtomicUsize,
     timeout: Duration,
+    fail_duration: Duration,
     /// What was counted.
     pub stats: ProxyStats,
 }
@@ -149,8 +165,21 @@ impl Shared {
             upstreams,
             next: AtomicUsize::new(0),
             timeout,
+            fail_duration: FAIL_DURATION,
             stats: ProxyStats::default(),
         })
+    }
+
+    /// How long an upstream that failed is skipped (default
+    /// [`FAIL_DURATION`]).
+    pub fn fail_duration(mut self, d: Duration) -> Shared {
+        self.fail_duration = d;
+        self
+    }
+
+    /// How long an upstream that failed is skipped.
+    pub fn skip_time(&self) -> Duration {
+        self.fail_duration
     }
 
     /// The upstreams.
@@ -174,119 +203,226 @@ impl Shared {
 #[derive(Debug, Clone, Copy)]
 pub struct Peer(pub SocketAddr);
 
+/// Where a route's requests go.
+#[derive(Debug)]
+pub enum Target {
+    /// To these upstreams, in turn.
+    Upstreams(Arc<Shared>),
+    /// To the files beneath a directory.
+    Files {
+        /// The directory, opened.
+        root: Arc<Root>,
+        /// Its path, as given.
+        dir: std::path::PathBuf,
+    },
+}
+
+/// A path prefix and where its requests go.
+#[derive(Debug)]
+pub struct Route {
+    /// The prefix (a request's path starts with it, byte for byte).
+    pub prefix: String,
+    /// Where its requests go.
+    pub target: Target,
+}
+
+/// The routes, the test endpoints and the access log: what every
+/// worker's proxy shares.
+#[derive(Debug)]
+pub struct Table {
+    /// Longest prefix first.
+    routes: Vec<Route>,
+    test: Option<PatternContent>,
+    log: Option<AccessLog>,
+}
+
+impl Table {
+    /// `routes` (two with one prefix: the first is kept), `/bytes/N` and
+    /// `/video/...` served first with `test`, each request logged to
+    /// `log`.
+    pub fn new(
+        mut routes: Vec<Route>,
+        test: Option<PatternContent>,
+        log: Option<AccessLog>,
+    ) -> Table {
+        // Stable: of two equal prefixes the first stays first.
+        routes.sort_by_key(|r| std::cmp::Reverse(r.prefix.len()));
+        Table { routes, test, log }
+    }
+
+    /// The route of `path`: the longest prefix that matches.
+    pub fn route(&self, path: &str) -> Option<&Route> {
+        self.routes.iter().find(|r| path.starts_with(&r.prefix))
+    }
+
+    /// The routes, longest prefix first.
+    pub fn routes(&self) -> &[Route] {
+        &self.routes
+    }
+
+    /// The upstreams' shared states, one per route that has upstreams.
+    pub fn upstream_sets(&self) -> impl Iterator<Item = (&str, &Arc<Shared>)> {
+        self.routes.iter().filter_map(|r| match &r.target {
+            Target::Upstreams(s) => Some((r.prefix.as_str(), s)),
+            Target::Files { .. } => None,
+        })
+    }
+}
+
 /// The reverse proxy, as a `tower::Service`: cheap to clone.
 #[derive(Clone)]
 pub struct Proxy {
-    shared: Arc<Shared>,
+    table: Arc<Table>,
     client: Client<HttpConnector, ProxyBody>,
 }
 
 impl Proxy {
-    /// A proxy with a pooled client of its own.
-    pub fn new(shared: Arc<Shared>) -> Proxy {
+    /// A proxy with a pooled client of its own (`connect_timeout` for
+    /// each new upstream connection).
+    pub fn new(table: Arc<Table>, connect_timeout: Duration) -> Proxy {
         let mut http = HttpConnector::new();
         http.set_nodelay(true);
-        http.set_connect_timeout(Some(shared.timeout));
+        http.set_connect_timeout(Some(connect_timeout));
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(POOL_IDLE)
             .pool_max_idle_per_host(POOL_MAX_IDLE)
             .pool_timer(TokioTimer::new())
             .timer(TokioTimer::new())
             .build(http);
-        Proxy { shared, client }
+        Proxy { table, client }
     }
 
-    async fn forward<B>(self, req: Request<B>) -> Response<ProxyBody>
+    /// Answers `req`, its line logged when its response ends.
+    async fn respond<B>(self, req: Request<B>) -> Response<ProxyBody>
     where
         B: http_body::Body<Data = Bytes> + Send + 'static,
         B::Error: Into<BoxError>,
     {
-        let s = &self.shared;
-        let Some(up) = s.pick() else {
-            s.stats.no_upstream.fetch_add(1, Relaxed);
-            return answer(StatusCode::BAD_GATEWAY, "no upstream available\n");
-        };
-        let (mut parts, body) = req.into_parts();
-        let client = parts
-            .extensions
-            .get::<ConnInfo>()
-            .map(|c| c.remote)
-            .or_else(|| parts.extensions.get::<Peer>().map(|p| p.0));
-        let host = parts.headers.get(header::HOST).cloned().or_else(|| {
-            parts
-                .uri
-                .authority()
-                .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
-        });
-        strip_hop_by_hop(&mut parts.headers);
-        forwarded_headers(&mut parts.headers, client, host.as_ref());
-        if let Some(h) = host {
-            parts.headers.insert(header::HOST, h);
+        let pending = self.table.log.as_ref().map(|l| l.pending(&req));
+        let r = self.dispatch(req).await;
+        match pending {
+            Some(mut p) => {
+                p.status = r.status().as_u16();
+                r.map(|b| LoggedHttpBody::new(b, p).boxed_unsync())
+            }
+            None => r,
         }
-        let pq = parts
+    }
+
+    /// The test endpoints first, then the route.
+    async fn dispatch<B>(self, req: Request<B>) -> Response<ProxyBody>
+    where
+        B: http_body::Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<BoxError>,
+    {
+        if let Some(c) = &self.table.test {
+            if let Some(r) = c.route(req.uri().path()) {
+                return test_endpoint(req.method(), *c, r);
+            }
+        }
+        match self.table.route(req.uri().path()).map(|r| &r.target) {
+            Some(Target::Upstreams(s)) => forward(s.clone(), &self.client, req).await,
+            Some(Target::Files { root, .. }) => file_response(root, &req),
+            None => answer(StatusCode::NOT_FOUND, "not found\n"),
+        }
+    }
+}
+
+/// Sends `req` to one of `shared`'s upstreams.
+async fn forward<B>(
+    shared: Arc<Shared>,
+    pool: &Client<HttpConnector, ProxyBody>,
+    req: Request<B>,
+) -> Response<ProxyBody>
+where
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    let s = &shared;
+    let Some(up) = s.pick() else {
+        s.stats.no_upstream.fetch_add(1, Relaxed);
+        return answer(StatusCode::BAD_GATEWAY, "no upstream available\n");
+    };
+    let (mut parts, body) = req.into_parts();
+    let client = parts
+        .extensions
+        .get::<ConnInfo>()
+        .map(|c| c.remote)
+        .or_else(|| parts.extensions.get::<Peer>().map(|p| p.0));
+    let host = parts.headers.get(header::HOST).cloned().or_else(|| {
+        parts
             .uri
-            .path_and_query()
-            .map(|p| p.as_str())
-            .unwrap_or("/");
-        parts.uri = match Uri::builder()
-            .scheme("http")
-            .authority(up.authority.clone())
-            .path_and_query(pq)
-            .build()
-        {
-            Ok(u) => u,
-            Err(_) => return answer(StatusCode::BAD_REQUEST, "bad request target\n"),
-        };
-        parts.version = Version::HTTP_11;
-        // The timeout runs from the end of the request's body: an upload
-        // takes the time it takes.
-        let (done, sent_all) = tokio::sync::oneshot::channel::<()>();
-        let inner = body.map_err(Into::into).boxed_unsync();
-        let done = match http_body::Body::is_end_stream(&inner) {
-            true => {
-                let _ = done.send(());
-                None
+            .authority()
+            .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+    });
+    strip_hop_by_hop(&mut parts.headers);
+    forwarded_headers(&mut parts.headers, client, host.as_ref());
+    if let Some(h) = host {
+        parts.headers.insert(header::HOST, h);
+    }
+    let pq = parts
+        .uri
+        .path_and_query()
+        .map(|p| p.as_str())
+        .unwrap_or("/");
+    parts.uri = match Uri::builder()
+        .scheme("http")
+        .authority(up.authority.clone())
+        .path_and_query(pq)
+        .build()
+    {
+        Ok(u) => u,
+        Err(_) => return answer(StatusCode::BAD_REQUEST, "bad request target\n"),
+    };
+    parts.version = Version::HTTP_11;
+    // The timeout runs from the end of the request's body: an upload
+    // takes the time it takes.
+    let (done, sent_all) = tokio::sync::oneshot::channel::<()>();
+    let inner = body.map_err(Into::into).boxed_unsync();
+    let done = match http_body::Body::is_end_stream(&inner) {
+        true => {
+            let _ = done.send(());
+            None
+        }
+        false => Some(done),
+    };
+    let body = SignalEnd { inner, done }.boxed_unsync();
+    let sent = pool.request(Request::from_parts(parts, body));
+    let timeout = s.timeout;
+    let deadline = async move {
+        let _ = sent_all.await;
+        tokio::time::sleep(timeout).await;
+    };
+    let got = tokio::select! {
+        r = sent => Ok(r),
+        () = deadline => Err(()),
+    };
+    match got {
+        Err(()) => {
+            up.failed(s.fail_duration);
+            s.stats.gateway_timeout.fetch_add(1, Relaxed);
+            answer(StatusCode::GATEWAY_TIMEOUT, "upstream timed out\n")
+        }
+        Ok(Err(e)) => {
+            if e.is_connect() {
+                up.failed(s.fail_duration);
             }
-            false => Some(done),
-        };
-        let body = SignalEnd { inner, done }.boxed_unsync();
-        let sent = self.client.request(Request::from_parts(parts, body));
-        let timeout = s.timeout;
-        let deadline = async move {
-            let _ = sent_all.await;
-            tokio::time::sleep(timeout).await;
-        };
-        let got = tokio::select! {
-            r = sent => Ok(r),
-            () = deadline => Err(()),
-        };
-        match got {
-            Err(()) => {
-                up.failed();
-                s.stats.gateway_timeout.fetch_add(1, Relaxed);
-                answer(StatusCode::GATEWAY_TIMEOUT, "upstream timed out\n")
-            }
-            Ok(Err(e)) => {
-                if e.is_connect() {
-                    up.failed();
-                }
-                s.stats.bad_gateway.fetch_add(1, Relaxed);
-                answer(StatusCode::BAD_GATEWAY, "upstream failed\n")
-            }
-            Ok(Ok(resp)) => {
-                s.stats.forwarded.fetch_add(1, Relaxed);
-                let (mut parts, body) = resp.into_parts();
-                strip_hop_by_hop(&mut parts.headers);
-                parts.headers.remove(header::ALT_SVC);
-                let shared = self.shared.clone();
-                let body = body
-                    .map_err(move |e| {
-                        shared.stats.aborted.fetch_add(1, Relaxed);
-                        Box::new(e) as BoxError
-                    })
-                    .boxed_unsync();
-                Response::from_parts(parts, body)
-            }
+            s.stats.bad_gateway.fetch_add(1, Relaxed);
+            answer(StatusCode::BAD_GATEWAY, "upstream failed\n")
+        }
+        Ok(Ok(resp)) => {
+            s.stats.forwarded.fetch_add(1, Relaxed);
+            let (mut parts, body) = resp.into_parts();
+            strip_hop_by_hop(&mut parts.headers);
+            parts.headers.remove(header::ALT_SVC);
+            let shared = shared.clone();
+            let body = body
+                .map_err(move |e| {
+                    shared.stats.aborted.fetch_add(1, Relaxed);
+                    Box::new(e) as BoxError
+                })
+                .boxed_unsync();
+            Response::from_parts(parts, body)
         }
     }
 }
@@ -338,7 +474,180 @@ where
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
         let me = self.clone();
-        Box::pin(async move { Ok(me.forward(req).await) })
+        Box::pin(async move { Ok(me.respond(req).await) })
+    }
+}
+
+/// `/bytes/N` or `/video/RATE/SECONDS` (`--test-endpoints`), as the
+/// built-in handler answers them: GET and HEAD, 405 otherwise.
+fn test_endpoint(method: &http::Method, c: PatternContent, r: PathRoute) -> Response<ProxyBody> {
+    if method != http::Method::GET && method != http::Method::HEAD {
+        let mut a = answer(StatusCode::METHOD_NOT_ALLOWED, "GET or HEAD\n");
+        a.headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+        return a;
+    }
+    let body = match r {
+        PathRoute::Bytes(n) => PatternStream {
+            content: c,
+            sent: 0,
+            total: n,
+            frame: n.max(1),
+            interval: Duration::ZERO,
+            start: tokio::time::Instant::now(),
+            sleep: None,
+        },
+        PathRoute::Video {
+            bytes,
+            count,
+            interval,
+        } => PatternStream {
+            content: c,
+            sent: 0,
+            total: bytes.saturating_mul(count),
+            frame: bytes.max(1),
+            interval,
+            start: tokio::time::Instant::now(),
+            sleep: None,
+        },
+    };
+    let len = body.total;
+    let mut resp = match *method == http::Method::HEAD {
+        true => Response::new(empty()),
+        false => Response::new(body.boxed_unsync()),
+    };
+    resp.headers_mut()
+        .insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+    resp
+}
+
+fn empty() -> ProxyBody {
+    Full::new(Bytes::new())
+        .map_err(|n: Infallible| match n {})
+        .boxed_unsync()
+}
+
+/// The pattern's bytes, in frames of `frame` bytes due every `interval`
+/// from `start` (all at once for `/bytes/N`).
+struct PatternStream {
+    content: PatternContent,
+    sent: u64,
+    total: u64,
+    frame: u64,
+    interval: Duration,
+    start: tokio::time::Instant,
+    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl http_body::Body for PatternStream {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, BoxError>>> {
+        if self.sent >= self.total {
+            return Poll::Ready(None);
+        }
+        let k = self.sent / self.frame;
+        if !self.interval.is_zero() {
+            let due = self.start + self.interval * u32::try_from(k).unwrap_or(u32::MAX);
+            if tokio::time::Instant::now() < due {
+                let s = self
+                    .sleep
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(due)));
+                s.as_mut().reset(due);
+                if s.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+            }
+        }
+        let frame_end = (k + 1).saturating_mul(self.frame).min(self.total);
+        let n = usize::try_from(frame_end - self.sent)
+            .unwrap_or(usize::MAX)
+            .min(fastudp_quic::h3::CHUNK);
+        let b = self.content.pattern(self.sent, n);
+        self.sent += b.len() as u64;
+        Poll::Ready(Some(Ok(http_body::Frame::data(b))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.sent >= self.total
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        http_body::SizeHint::with_exact(self.total - self.sent)
+    }
+}
+
+/// A file beneath `root` (GET and HEAD, a single `Range`), as `--www`
+/// serves it; 405 for other methods.
+fn file_response<B>(root: &Root, req: &Request<B>) -> Response<ProxyBody> {
+    let method = match *req.method() {
+        http::Method::GET => files::Method::Get,
+        http::Method::HEAD => files::Method::Head,
+        _ => {
+            let mut a = answer(StatusCode::METHOD_NOT_ALLOWED, "GET or HEAD\n");
+            a.headers_mut()
+                .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+            return a;
+        }
+    };
+    let target = req
+        .uri()
+        .path_and_query()
+        .map(|p| p.as_str())
+        .unwrap_or("/");
+    let range = req.headers().get(header::RANGE).map(HeaderValue::as_bytes);
+    // The client's address, for its share of the descriptors.
+    let peer = req
+        .extensions()
+        .get::<ConnInfo>()
+        .map(|c| c.remote)
+        .or_else(|| req.extensions().get::<Peer>().map(|p| p.0));
+    let _p = peer.map(|a| files::Peer::set(a.ip()));
+    let a = root.respond(method, target.as_bytes(), range);
+    let mut r = Response::new(empty());
+    let headers = a.headers();
+    let status = a.status.code();
+    if let Some(body) = a.body {
+        *r.body_mut() = FileStream(body).boxed_unsync();
+    }
+    *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    for (name, value) in headers {
+        if let Ok(v) = HeaderValue::from_str(&value) {
+            r.headers_mut().insert(HeaderName::from_static(name), v);
+        }
+    }
+    r
+}
+
+/// A file's chunks as a body (each read with `pread` when asked for).
+struct FileStream(files::FileBody);
+
+impl http_body::Body for FileStream {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, BoxError>>> {
+        Poll::Ready(match self.0.next_chunk() {
+            Ok(Some(b)) => Some(Ok(http_body::Frame::data(b))),
+            Ok(None) => None,
+            // The promised length cannot be met: the stream is reset.
+            Err(e) => Some(Err(Box::new(e))),
+        })
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.0.is_done()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        http_body::SizeHint::with_exact(self.0.remaining())
     }
 }
 
@@ -442,11 +751,12 @@ pub struct TcpFront {
 
 impl TcpFront {
     /// Listens on `addr` (TCP) with `tls` (its ALPN set to h2 and
-    /// http/1.1 here), proxying with `shared`'s upstreams.
+    /// http/1.1 here), answering by `table`'s routes.
     pub fn start(
         addr: SocketAddr,
         mut tls: rustls::ServerConfig,
-        shared: Arc<Shared>,
+        table: Arc<Table>,
+        connect_timeout: Duration,
         max_connections: usize,
     ) -> anyhow::Result<TcpFront> {
         tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
@@ -467,7 +777,7 @@ impl TcpFront {
         let slots = Arc::new(tokio::sync::Semaphore::new(max_connections));
         let proxy = {
             let _g = rt.enter();
-            Proxy::new(shared)
+            Proxy::new(table, connect_timeout)
         };
         rt.spawn(accept(
             listener,
@@ -522,7 +832,7 @@ async fn accept(
                 req.extensions_mut().insert(Peer(peer));
                 let (proxy, alt_svc) = (proxy.clone(), alt_svc.clone());
                 async move {
-                    let mut r = proxy.forward(req).await;
+                    let mut r = proxy.respond(req).await;
                     r.headers_mut().insert(header::ALT_SVC, alt_svc);
                     Ok::<_, Infallible>(r)
                 }
@@ -601,10 +911,54 @@ mod tests {
         .unwrap();
         let picks: Vec<_> = (0..4).map(|_| s.pick().unwrap().authority()).collect();
         assert_eq!(picks, ["a:1", "b:1", "a:1", "b:1"]);
-        s.upstreams[0].failed();
+        s.upstreams[0].failed(FAIL_DURATION);
         let picks: Vec<_> = (0..3).map(|_| s.pick().unwrap().authority()).collect();
         assert_eq!(picks, ["b:1", "b:1", "b:1"]);
-        s.upstreams[1].failed();
+        s.upstreams[1].failed(FAIL_DURATION);
         assert!(s.pick().is_none());
+    }
+
+    #[test]
+    fn the_longest_prefix_wins() {
+        let up = |u: &str| {
+            Target::Upstreams(Arc::new(
+                Shared::new(&[u.to_string()], Duration::from_secs(1)).unwrap(),
+            ))
+        };
+        let t = Table::new(
+            vec![
+                Route {
+                    prefix: "/".into(),
+                    target: up("http://root:1"),
+                },
+                Route {
+                    prefix: "/api/v2/".into(),
+                    target: up("http://v2:1"),
+                },
+                Route {
+                    prefix: "/api/".into(),
+                    target: up("http://api:1"),
+                },
+            ],
+            None,
+            None,
+        );
+        let to = |p: &str| match t.route(p).map(|r| &r.target) {
+            Some(Target::Upstreams(s)) => s.upstreams()[0].authority().to_string(),
+            _ => "none".into(),
+        };
+        assert_eq!(to("/api/v2/x"), "v2:1");
+        assert_eq!(to("/api/v1"), "api:1");
+        assert_eq!(to("/api"), "root:1");
+        assert_eq!(to("/index.html"), "root:1");
+        let no_root = Table::new(
+            vec![Route {
+                prefix: "/api/".into(),
+                target: up("http://api:1"),
+            }],
+            None,
+            None,
+        );
+        assert!(no_root.route("/other").is_none());
     }
 }

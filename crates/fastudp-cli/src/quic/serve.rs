@@ -5,6 +5,8 @@
 //! and reports until `--duration` ends or Ctrl-C; the engine does the
 //! rest.
 
+use super::access_log::{self, AccessLog, LoggedHandler};
+use super::config::RouteTo;
 use super::stats::{listening, Reporter};
 use super::{proxy, tls, workers, PacingArg, ServeArgs};
 use crate::failure::usage;
@@ -14,7 +16,9 @@ use fastudp_io::pacing::PacingMode;
 use fastudp_quic::altsvc;
 use fastudp_quic::app::{hq::HqApp, Router};
 use fastudp_quic::files::{Descriptors, FileStats, Root, DESCRIPTOR_SHARE};
-use fastudp_quic::h3::{builtin_handler, FilesHandler, H3App, Handler, MakeHandler};
+use fastudp_quic::h3::{
+    builtin_handler, FilesHandler, H3App, Handler, MakeHandler, PatternContent, Reply,
+};
 use fastudp_quic::{limits, Engine, EngineConfig, Pacing};
 use std::net::IpAddr;
 use std::rc::Rc;
@@ -33,17 +37,22 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         return Err(usage(e.to_string()));
     }
     let files = www_root(&a)?;
-    let proxy = match a.upstream.is_empty() {
+    let (log, log_writer) = match &a.access_log {
+        Some(dest) => {
+            let (l, w) =
+                access_log::open(dest, a.access_log_format).map_err(|e| usage(format!("{e:#}")))?;
+            (Some(l), Some(w))
+        }
+        None => (None, None),
+    };
+    let proxy = match a.upstream.is_empty() && a.routes.is_empty() {
         true => None,
-        false => Some(Arc::new(
-            proxy::Shared::new(&a.upstream, Duration::from_secs_f64(a.upstream_timeout))
-                .map_err(|e| usage(format!("--upstream {e}")))?,
-        )),
+        false => Some(Arc::new(route_table(&a, files.clone(), log.clone())?)),
     };
     let (app, handler) = match &proxy {
-        Some(shared) => (proxy_application(&a, shared.clone()), None),
+        Some(table) => (proxy_application(&a, table.clone()), None),
         None => {
-            let (app, handler) = applications(&a, files.clone());
+            let (app, handler) = applications(&a, files.clone(), log.clone());
             (app, Some(handler))
         }
     };
@@ -58,12 +67,13 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         eprintln!("fastudp: note: --uring: {e}");
     }
     let front = match (&proxy, a.alt_svc_tcp) {
-        (Some(shared), true) => {
+        (Some(table), true) => {
             let addr = engine.local_addr();
             match proxy::TcpFront::start(
                 addr,
                 (*tls).clone(),
-                shared.clone(),
+                table.clone(),
+                Duration::from_secs_f64(a.upstream_timeout),
                 altsvc::MAX_CONNECTIONS,
             )
             .with_context(|| format!("--alt-svc-tcp: TCP {addr}"))
@@ -94,8 +104,16 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     let counters = engine.counters().clone();
     let served = announce(&a, &engine, &id, files.as_deref(), tcp.as_ref())
         .and_then(|()| match (&proxy, &front) {
-            (Some(shared), f) => announce_proxy(shared, f.as_ref(), a.json),
+            (Some(table), f) => announce_proxy(table, f.as_ref(), a.json),
             _ => Ok(()),
+        })
+        .and_then(|()| match &log_writer {
+            Some(w) => access_log::announce(w, a.access_log_format, a.json),
+            None => Ok(()),
+        })
+        .and_then(|()| match a.test_endpoints {
+            true => announce_test_endpoints(a.json),
+            false => Ok(()),
         })
         .and_then(|()| {
             let rep = Reporter::new(&counters, "fastudp", true)
@@ -113,15 +131,33 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     }
     engine.stop();
     let joined = engine.join();
+    // Every request has ended: what the log holds goes out.
+    let log_stats = log_writer.map(|w| {
+        let s = w.stats.clone();
+        w.stop();
+        s
+    });
     // Report.
     let reported = served.and_then(|rep| {
         rep.summary(&counters, a.json, &pacing)?;
-        if let Some(shared) = &proxy {
-            proxy_summary(&shared.stats, a.json)?;
+        if let Some(table) = &proxy {
+            proxy_summary(table, a.json)?;
         }
-        match &files {
-            Some(root) => files_summary(&root.stats(), a.json),
-            None => Ok(()),
+        if let Some(s) = &log_stats {
+            access_log::summary(s, a.json)?;
+        }
+        match (&proxy, &files) {
+            // The routes' directories (`--www` among them).
+            (Some(table), _) => {
+                for r in table.routes() {
+                    if let proxy::Target::Files { root, .. } = &r.target {
+                        files_summary(&root.stats(), a.json)?;
+                    }
+                }
+                Ok(())
+            }
+            (None, Some(root)) => files_summary(&root.stats(), a.json),
+            (None, None) => Ok(()),
         }
     });
     joined.map_err(|e| anyhow!("{e}"))?;
@@ -198,12 +234,19 @@ fn www_root(a: &ServeArgs) -> anyhow::Result<Option<Arc<Root>>> {
 }
 
 /// The applications: HTTP/3 and hq-interop on one port (the ALPN picks),
-/// and the handler HTTP/1.1 over TCP shares with HTTP/3.
-fn applications(a: &ServeArgs, files: Option<Arc<Root>>) -> (Router, Arc<MakeHandler>) {
+/// and the handler HTTP/1.1 over TCP shares with HTTP/3: the test
+/// endpoints with `--test-endpoints`, the files of `--www`, 404 for the
+/// rest; each HTTP request logged with `--access-log`.
+fn applications(
+    a: &ServeArgs,
+    files: Option<Arc<Root>>,
+    log: Option<AccessLog>,
+) -> (Router, Arc<MakeHandler>) {
     let interval = Duration::from_secs_f64(a.interval / 1000.0);
     let mut hq = HqApp::default()
         .request_timeout(Duration::from_secs_f64(a.request_timeout))
-        .frame_interval(interval);
+        .frame_interval(interval)
+        .test_endpoints(a.test_endpoints);
     let h3_files: Option<Arc<MakeHandler>> = files.clone().map(|root| {
         Arc::new(move |_worker: usize| Rc::new(FilesHandler::new(root.clone())) as Rc<dyn Handler>)
             as Arc<MakeHandler>
@@ -212,7 +255,17 @@ fn applications(a: &ServeArgs, files: Option<Arc<Root>>) -> (Router, Arc<MakeHan
         hq = hq.files(root.clone());
     }
     // One handler for HTTP/3 and for HTTP/1.1 over TCP: the same bytes.
-    let handler = builtin_handler(interval, h3_files);
+    let handler = match (a.test_endpoints, h3_files) {
+        (true, f) => builtin_handler(interval, f),
+        (false, Some(f)) => f,
+        (false, None) => Arc::new(|_worker: usize| Rc::new(NotFound) as Rc<dyn Handler>),
+    };
+    let handler: Arc<MakeHandler> = match log {
+        Some(log) => Arc::new(move |worker: usize| {
+            Rc::new(LoggedHandler::new(handler(worker), log.clone())) as Rc<dyn Handler>
+        }),
+        None => handler,
+    };
     let app = Router::new()
         .with(
             fastudp_quic::h3::ALPN,
@@ -226,57 +279,184 @@ fn applications(a: &ServeArgs, files: Option<Arc<Root>>) -> (Router, Arc<MakeHan
     (app, handler)
 }
 
-/// The application of `--upstream`: HTTP/3 answered by the reverse
-/// proxy, a pooled client per worker sharing the upstreams' health.
-fn proxy_application(a: &ServeArgs, shared: Arc<proxy::Shared>) -> Router {
+/// A handler with nothing to serve: 404 for every path.
+struct NotFound;
+
+impl Handler for NotFound {
+    fn handle(&self, _req: &http::Request<()>, _now: std::time::Instant) -> Reply {
+        Reply::not_found()
+    }
+}
+
+/// The routes of `--config`, and `--upstream` (the route `/` to its
+/// upstreams) or `--www` (the route `/` to its files) beside them; the
+/// test endpoints first with `--test-endpoints`.
+fn route_table(
+    a: &ServeArgs,
+    www: Option<Arc<Root>>,
+    log: Option<AccessLog>,
+) -> anyhow::Result<proxy::Table> {
+    let timeout = Duration::from_secs_f64(a.upstream_timeout);
+    let skip = Duration::from_secs_f64(a.upstream_fail_duration);
+    let upstreams = |urls: &[String], skip: Duration| -> anyhow::Result<proxy::Target> {
+        Ok(proxy::Target::Upstreams(Arc::new(
+            proxy::Shared::new(urls, timeout)
+                .map_err(|e| usage(format!("--upstream {e}")))?
+                .fail_duration(skip),
+        )))
+    };
+    let mut routes = Vec::with_capacity(a.routes.len() + 1);
+    for r in &a.routes {
+        let target = match &r.to {
+            RouteTo::Upstreams(urls, fail) => upstreams(urls, fail.unwrap_or(skip))
+                .map_err(|e| usage(format!("{}: {e:#}", r.place)))?,
+            RouteTo::Www(dir) => {
+                let root = Root::open(dir)
+                    .map_err(|e| usage(format!("{}: www {}: {e}", r.place, dir.display())))?;
+                proxy::Target::Files {
+                    root: Arc::new(match a.max_open_files {
+                        Some(n) => {
+                            root.descriptors(Descriptors::new(n, (n / DESCRIPTOR_SHARE).max(1)))
+                        }
+                        None => root,
+                    }),
+                    dir: dir.clone(),
+                }
+            }
+        };
+        routes.push(proxy::Route {
+            prefix: r.prefix.clone(),
+            target,
+        });
+    }
+    if !a.upstream.is_empty() {
+        routes.push(proxy::Route {
+            prefix: "/".into(),
+            target: upstreams(&a.upstream, skip)?,
+        });
+    }
+    if let (Some(root), Some(dir)) = (www, &a.www) {
+        routes.push(proxy::Route {
+            prefix: "/".into(),
+            target: proxy::Target::Files {
+                root,
+                dir: dir.clone(),
+            },
+        });
+    }
+    let test = a
+        .test_endpoints
+        .then(|| PatternContent::new(Duration::from_secs_f64(a.interval / 1000.0)));
+    Ok(proxy::Table::new(routes, test, log))
+}
+
+/// The application of `--upstream` and of routes: HTTP/3 answered by the
+/// reverse proxy, a pooled client per worker sharing the upstreams'
+/// health.
+fn proxy_application(a: &ServeArgs, table: Arc<proxy::Table>) -> Router {
+    let connect = Duration::from_secs_f64(a.upstream_timeout);
     Router::new().with(
         fastudp_quic::h3::ALPN,
-        H3App::service_per_worker(move |_worker| proxy::Proxy::new(shared.clone()))
+        H3App::service_per_worker(move |_worker| proxy::Proxy::new(table.clone(), connect))
             .request_timeout(Duration::from_secs_f64(a.request_timeout)),
     )
 }
 
-/// Says where requests go.
+/// Says where requests go: each route.
 fn announce_proxy(
-    shared: &proxy::Shared,
+    table: &proxy::Table,
     front: Option<&proxy::TcpFront>,
     json: bool,
 ) -> anyhow::Result<()> {
-    let ups: Vec<&str> = shared.upstreams().iter().map(|u| u.authority()).collect();
     let tcp = front.map(|f| f.local_addr().to_string());
+    let ups: Vec<&str> = table
+        .upstream_sets()
+        .flat_map(|(_, s)| s.upstreams().iter().map(|u| u.authority()))
+        .collect();
+    let fail = table
+        .upstream_sets()
+        .map(|(_, s)| s.skip_time())
+        .next()
+        .unwrap_or(proxy::FAIL_DURATION);
+    let routes: Vec<serde_json::Value> = table
+        .routes()
+        .iter()
+        .map(|r| match &r.target {
+            proxy::Target::Upstreams(s) => serde_json::json!({
+                "prefix": r.prefix,
+                "upstreams": s.upstreams().iter().map(|u| u.authority()).collect::<Vec<_>>(),
+                "fail_duration_s": s.skip_time().as_secs_f64(),
+            }),
+            proxy::Target::Files { dir, .. } => serde_json::json!({
+                "prefix": r.prefix,
+                "www": dir.display().to_string(),
+            }),
+        })
+        .collect();
     if json {
-        out!(
+        return out!(
             "{}",
             serde_json::json!({
                 "kind": "proxy",
                 "upstreams": ups,
+                "routes": routes,
                 "tcp": tcp,
-                "fail_duration_s": proxy::FAIL_DURATION.as_secs_f64(),
+                "fail_duration_s": fail.as_secs_f64(),
             })
-        )
-    } else {
-        out!(
-            "proxy: to http://{} (in turn; one that fails is skipped {} s){}",
-            ups.join(", http://"),
-            proxy::FAIL_DURATION.as_secs(),
-            match tcp {
-                Some(t) => format!("; TLS over TCP on {t} (HTTP/1.1, HTTP/2)"),
-                None => String::new(),
+        );
+    }
+    for r in table.routes() {
+        match &r.target {
+            proxy::Target::Upstreams(s) => out!(
+                "proxy: {} to http://{} (in turn; one that fails is skipped {} s)",
+                r.prefix,
+                s.upstreams()
+                    .iter()
+                    .map(|u| u.authority())
+                    .collect::<Vec<_>>()
+                    .join(", http://"),
+                s.skip_time().as_secs_f64()
+            )?,
+            proxy::Target::Files { dir, .. } => {
+                out!("proxy: {} to the files beneath {}", r.prefix, dir.display())?
             }
-        )
+        }
+    }
+    match tcp {
+        Some(t) => out!("proxy: TLS over TCP on {t} (HTTP/1.1, HTTP/2)"),
+        None => Ok(()),
     }
 }
 
-/// What the proxy counted: a `proxy` line after the summary.
-fn proxy_summary(s: &proxy::ProxyStats, json: bool) -> anyhow::Result<()> {
+/// Says that the test endpoints are served.
+fn announce_test_endpoints(json: bool) -> anyhow::Result<()> {
+    if json {
+        out!(
+            "{}",
+            serde_json::json!({
+                "kind": "test_endpoints",
+                "paths": ["/bytes/N", "/video/RATE/SECONDS"],
+                "max_bytes": fastudp_quic::hq::wire::MAX_BYTES,
+            })
+        )
+    } else {
+        out!("test endpoints: /bytes/N (up to 1 TiB) and /video/RATE/SECONDS are served (--test-endpoints)")
+    }
+}
+
+/// What the proxy counted, over every route's upstreams: a `proxy` line
+/// after the summary.
+fn proxy_summary(table: &proxy::Table, json: bool) -> anyhow::Result<()> {
     use std::sync::atomic::Ordering::Relaxed;
-    let (f, b, t, n, x) = (
-        s.forwarded.load(Relaxed),
-        s.bad_gateway.load(Relaxed),
-        s.gateway_timeout.load(Relaxed),
-        s.no_upstream.load(Relaxed),
-        s.aborted.load(Relaxed),
-    );
+    let (mut f, mut b, mut t, mut n, mut x) = (0, 0, 0, 0, 0);
+    for (_, s) in table.upstream_sets() {
+        let s = &s.stats;
+        f += s.forwarded.load(Relaxed);
+        b += s.bad_gateway.load(Relaxed);
+        t += s.gateway_timeout.load(Relaxed);
+        n += s.no_upstream.load(Relaxed);
+        x += s.aborted.load(Relaxed);
+    }
     if json {
         out!(
             "{}",

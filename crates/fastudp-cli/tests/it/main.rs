@@ -17,6 +17,7 @@ mod quic;
 mod quic_clients;
 mod quic_load;
 mod rx_accounting;
+mod serve_ops;
 mod stream;
 mod testbed;
 mod tune;

@@ -12,17 +12,17 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
-type UpBody = http_body_util::combinators::BoxBody<Bytes, BoxError>;
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub(crate) type UpBody = http_body_util::combinators::BoxBody<Bytes, BoxError>;
 
-fn full(b: impl Into<Bytes>) -> UpBody {
+pub(crate) fn full(b: impl Into<Bytes>) -> UpBody {
     Full::new(b.into())
         .map_err(|n: Infallible| match n {})
         .boxed()
 }
 
 /// The pattern's bytes from `off`, `len` of them, in pieces.
-fn pattern_pieces(len: u64) -> impl Iterator<Item = Bytes> + Send {
+pub(crate) fn pattern_pieces(len: u64) -> impl Iterator<Item = Bytes> + Send {
     let mut off = 0;
     std::iter::from_fn(move || {
         if off == len {
@@ -34,7 +34,7 @@ fn pattern_pieces(len: u64) -> impl Iterator<Item = Bytes> + Send {
     })
 }
 
-fn sha_of_pattern(len: u64) -> String {
+pub(crate) fn sha_of_pattern(len: u64) -> String {
     let mut c = ring::digest::Context::new(&ring::digest::SHA256);
     for p in pattern_pieces(len) {
         c.update(&p);
@@ -112,7 +112,7 @@ async fn upstream_app(req: Request<Incoming>) -> Result<http::Response<UpBody>, 
 
 /// An upstream on a loopback port of its own; it runs until the runtime
 /// is dropped.
-fn upstream() -> (tokio::runtime::Runtime, SocketAddr) {
+pub(crate) fn upstream() -> (tokio::runtime::Runtime, SocketAddr) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -140,7 +140,7 @@ fn upstream() -> (tokio::runtime::Runtime, SocketAddr) {
     (rt, addr)
 }
 
-fn client_tls(alpn: &[&[u8]]) -> rustls::ClientConfig {
+pub(crate) fn client_tls(alpn: &[&[u8]]) -> rustls::ClientConfig {
     #[derive(Debug)]
     struct Any;
     impl rustls::client::danger::ServerCertVerifier for Any {
@@ -188,9 +188,9 @@ fn client_tls(alpn: &[&[u8]]) -> rustls::ClientConfig {
     c
 }
 
-type SendRequest = h3::client::SendRequest<h3_quinn::OpenStreams, Bytes>;
+pub(crate) type SendRequest = h3::client::SendRequest<h3_quinn::OpenStreams, Bytes>;
 
-async fn h3_connect(addr: SocketAddr) -> (quinn::Endpoint, SendRequest) {
+pub(crate) async fn h3_connect(addr: SocketAddr) -> (quinn::Endpoint, SendRequest) {
     let cfg = quinn::ClientConfig::new(Arc::new(
         quinn::crypto::rustls::QuicClientConfig::try_from(client_tls(&[b"h3"])).unwrap(),
     ));
@@ -207,12 +207,12 @@ async fn h3_connect(addr: SocketAddr) -> (quinn::Endpoint, SendRequest) {
 /// What came back: status, the body's first bytes, its length and
 /// SHA-256, and whether it is the pattern.
 #[derive(Debug)]
-struct Answer {
-    status: StatusCode,
-    body: Vec<u8>,
-    len: u64,
-    sha: String,
-    pattern_ok: bool,
+pub(crate) struct Answer {
+    pub(crate) status: StatusCode,
+    pub(crate) body: Vec<u8>,
+    pub(crate) len: u64,
+    pub(crate) sha: String,
+    pub(crate) pattern_ok: bool,
 }
 
 const KEEP: usize = 1 << 16;
@@ -255,7 +255,7 @@ impl Sink {
     }
 }
 
-async fn h3_request(
+pub(crate) async fn h3_request(
     send: &mut SendRequest,
     method: &str,
     path: &str,
@@ -284,7 +284,7 @@ async fn h3_request(
 
 /// One request over TLS/TCP with HTTP/1.1 (`h2` false) or HTTP/2, on a
 /// connection of its own.
-async fn tcp_request(
+pub(crate) async fn tcp_request(
     addr: SocketAddr,
     h2: bool,
     method: &str,
@@ -336,7 +336,7 @@ async fn tcp_request(
     Ok(sink.answer(status))
 }
 
-fn rt() -> tokio::runtime::Runtime {
+pub(crate) fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

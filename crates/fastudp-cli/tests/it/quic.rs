@@ -200,6 +200,7 @@ fn zerocopy_and_kernel_pacing_fall_back_cleanly() {
         "quic",
         "serve",
         "--json",
+        "--test-endpoints",
         "--listen",
         "127.0.0.1:0",
         "--workers",
@@ -742,6 +743,7 @@ fn serve_and_load_exit_2_for_bad_input_and_1_for_a_failed_run() {
         let o = fastudp(&[
             "quic",
             "serve",
+            "--test-endpoints",
             "--stack",
             stack,
             "--listen",
@@ -761,6 +763,7 @@ fn serve_and_load_exit_2_for_bad_input_and_1_for_a_failed_run() {
     let o = fastudp(&[
         "quic",
         "serve",
+        "--test-endpoints",
         "--stack",
         "tls-tcp",
         "--listen",
@@ -880,6 +883,7 @@ fn fetches_bytes_on_the_testbed_v4_and_v6() {
                     "quic",
                     "serve",
                     "--json",
+                    "--test-endpoints",
                     "--listen",
                     listen,
                     "--workers",

@@ -259,9 +259,16 @@ fn bad_certificate_files_are_refused_with_clear_errors() {
             format!("--key {cert}: no private key in it"),
         ),
         (
-            ["quic", "serve", "--stack", "tls-tcp", "--0rtt"]
-                .map(String::from)
-                .to_vec(),
+            [
+                "quic",
+                "serve",
+                "--test-endpoints",
+                "--stack",
+                "tls-tcp",
+                "--0rtt",
+            ]
+            .map(String::from)
+            .to_vec(),
             "--0rtt is for the QUIC stacks".into(),
         ),
     ];
@@ -973,6 +980,7 @@ impl Lossy {
                 "serve",
                 "--json",
                 "--stats",
+                "--test-endpoints",
                 "--listen",
                 &port,
                 "--workers",

@@ -452,6 +452,7 @@ fn stateless_replies_are_bounded_when_the_send_path_is_full() {
             "serve",
             "--json",
             "--stats",
+            "--test-endpoints",
             "--listen",
             "10.231.0.2:0",
             "--workers",

@@ -304,9 +304,10 @@ pub fn server_bin() -> String {
         .unwrap_or_else(|| LAB.to_string())
 }
 
-/// A server started with `args` (plus `--json --stats`), and its address.
+/// A server started with `args` (plus `--json --stats --test-endpoints`,
+/// the endpoints the attacks ask for), and its address.
 pub fn serve(args: &[&str]) -> (Running, SocketAddr) {
-    let mut all = vec!["quic", "serve", "--json", "--stats"];
+    let mut all = vec!["quic", "serve", "--json", "--stats", "--test-endpoints"];
     all.extend_from_slice(args);
     let mut r = Running::start_with(&server_bin(), &all);
     let l = r.wait_for_line(|l| l.contains("\"listening\""));

@@ -18,6 +18,10 @@
 //! has no status line: a refused file request is reset with
 //! [`hq::code::NOT_FOUND`] (also for an escape), [`hq::code::FORBIDDEN`],
 //! [`hq::code::BAD_REQUEST`] or [`hq::code::FILE_ERROR`].
+//!
+//! [`HqApp::test_endpoints`]`(false)` turns the two endpoints off: their
+//! paths are then files like any other (with [`HqApp::files`]), or reset
+//! with [`hq::code::NOT_FOUND`] (without), as any missing path is.
 
 use super::{
     AppCx, AppEvent, Application, ConnApp, ConnInfo, Dir, Read, StreamId, WorkerApp, Write,
@@ -37,15 +41,18 @@ pub struct HqApp {
     interval: Duration,
     request_timeout: Duration,
     files: Option<Arc<Root>>,
+    test_endpoints: bool,
 }
 
 impl Default for HqApp {
-    /// Frames every 40 ms; [`limits::REQUEST_TIMEOUT`] for a request line.
+    /// Frames every 40 ms; [`limits::REQUEST_TIMEOUT`] for a request line;
+    /// `/bytes/N` and `/video/RATE/SECONDS` served.
     fn default() -> Self {
         HqApp {
             interval: Duration::from_millis(40),
             request_timeout: limits::REQUEST_TIMEOUT,
             files: None,
+            test_endpoints: true,
         }
     }
 }
@@ -72,6 +79,14 @@ impl HqApp {
         self.files = Some(root);
         self
     }
+
+    /// Whether `/bytes/N` and `/video/RATE/SECONDS` are served (the
+    /// default). Off, their paths are files like any other (with
+    /// [`HqApp::files`]) or not found (reset with [`hq::code::NOT_FOUND`]).
+    pub fn test_endpoints(mut self, on: bool) -> Self {
+        self.test_endpoints = on;
+        self
+    }
 }
 
 impl Application for HqApp {
@@ -91,6 +106,7 @@ impl WorkerApp for HqApp {
             interval: self.interval,
             request_timeout: self.request_timeout,
             files: self.files.clone(),
+            test_endpoints: self.test_endpoints,
             file_window: false,
             now: None,
         }))
@@ -119,6 +135,8 @@ struct HqConn {
     interval: Duration,
     request_timeout: Duration,
     files: Option<Arc<Root>>,
+    /// Whether `/bytes/N` and `/video/...` are served.
+    test_endpoints: bool,
     /// Whether the send window is [`limits::FILE_SEND_WINDOW`] yet (from
     /// the first file response on).
     file_window: bool,
@@ -270,7 +288,12 @@ impl HqConn {
             .position(|&b| b == b'\n')
             .is_some_and(|i| i + 1 < buf.len());
         let stop = !fin && extra;
-        match hq::parse(buf, fin) {
+        let parsed = match hq::parse(buf, fin) {
+            // The endpoints off: their paths are as any other.
+            Ok(Some(_)) if !self.test_endpoints => Err(BadRequest::Invalid),
+            p => p,
+        };
+        match parsed {
             Ok(None) => {}
             Ok(Some(Request::Bytes(len))) => {
                 self.streams.insert(id, Resp::Bytes { off: 0, len });
@@ -304,6 +327,15 @@ impl HqConn {
                 };
                 let r = root.respond(Method::Get, target, None);
                 self.start_file(cx, id, r, stop);
+            }
+            Err(BadRequest::Invalid)
+                if !self.test_endpoints && hq::request_target(buf, fin).is_some() =>
+            {
+                // A GET of a path, with nothing to serve it: not found.
+                let code = u64::from(hq::code::NOT_FOUND);
+                cx.reset(id, code);
+                cx.stop(id, code);
+                self.streams.remove(&id);
             }
             Err(bad) => {
                 let code = u64::from(bad.code());

@@ -225,7 +225,10 @@ struct H3Worker {
 impl WorkerApp for H3Worker {
     fn accept(&mut self, alpn: &[u8], info: &ConnInfo) -> Option<Box<dyn ConnApp>> {
         let (responder, runtime) = match &self.answer {
-            WorkerAnswer::Handler(h) => (Responder::Handler(h.clone()), None),
+            WorkerAnswer::Handler(h) => (
+                Responder::Handler(h.clone(), Some(Rc::new(info.clone()))),
+                None,
+            ),
             WorkerAnswer::Service(make, ex) => (
                 Responder::Service(make(info.clone(), alpn)),
                 Some(ex.handle().clone()),

@@ -76,7 +76,10 @@ impl Reply {
 /// the static-file handler and [`Builtin`] implement it.
 pub trait Handler {
     /// The answer to `req` (its head; a GET has no body to read). Called
-    /// once per request, on the worker thread, at `now`.
+    /// once per request, on the worker thread, at `now`. The request
+    /// carries the connection's [`crate::app::ConnInfo`] as an extension
+    /// (over HTTP/3 from [`crate::h3::H3App`], and over TCP from
+    /// [`crate::altsvc`], whose `worker` is the TCP connection's number).
     fn handle(&self, req: &Request<()>, now: Instant) -> Reply;
 }
 

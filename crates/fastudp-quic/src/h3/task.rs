@@ -19,7 +19,7 @@
 use super::backend::{ConnRef, H3Conn, Limits, Link, H3_INTERNAL_ERROR};
 use super::handler::{Handler, Next, CHUNK};
 use super::service::ServeRequest;
-use crate::app::ConnWaker;
+use crate::app::{ConnInfo, ConnWaker};
 use bytes::Bytes;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use quinn_proto::{StreamId, VarInt};
@@ -91,15 +91,17 @@ impl Wake for TaskWaker {
 /// What answers a connection's requests.
 #[derive(Clone)]
 pub(crate) enum Responder {
-    /// A synchronous [`Handler`] (the file server, the built-in paths).
-    Handler(Rc<dyn Handler>),
+    /// A synchronous [`Handler`] (the file server, the built-in paths),
+    /// and the facts of the connection each request carries to it as an
+    /// extension.
+    Handler(Rc<dyn Handler>, Option<Rc<ConnInfo>>),
     /// An asynchronous service (a `tower::Service`).
     Service(Rc<dyn ServeRequest>),
 }
 
 impl From<Rc<dyn Handler>> for Responder {
     fn from(h: Rc<dyn Handler>) -> Self {
-        Responder::Handler(h)
+        Responder::Handler(h, None)
     }
 }
 
@@ -504,7 +506,7 @@ async fn serve_request(
         count(&stats, |s| s.timeouts += 1);
         return;
     };
-    let (req, mut stream) = match resolved {
+    let (mut req, mut stream) = match resolved {
         Ok(r) => r,
         Err(_) => {
             // h3 already answered (431) or reset the stream.
@@ -514,7 +516,12 @@ async fn serve_request(
     };
     count(&stats, |s| s.requests += 1);
     let handler = match responder {
-        Responder::Handler(h) => h,
+        Responder::Handler(h, info) => {
+            if let Some(i) = info {
+                req.extensions_mut().insert(ConnInfo::clone(&i));
+            }
+            h
+        }
         Responder::Service(svc) => {
             let outcome = svc.serve(req, stream).await;
             count(&stats, |s| {

@@ -16,10 +16,18 @@ pub fn server_bin() -> String {
         .unwrap_or_else(|| env!("CARGO_BIN_EXE_fastudp").to_string())
 }
 
-/// A server started with `args` (plus `--json --stats`, and `--listen
-/// 127.0.0.1:0` when `args` name no address: a test never takes 4433, the
-/// default a user's server may hold), and its address.
+/// A server started with `args` (plus `--json --stats --test-endpoints`,
+/// as the benchmarks run it, and `--listen 127.0.0.1:0` when `args` name
+/// no address: a test never takes 4433, the default a user's server may
+/// hold), and its address.
 pub fn serve(args: &[&str]) -> (Running, SocketAddr) {
+    let mut all = vec!["--test-endpoints"];
+    all.extend_from_slice(args);
+    serve_without_test_endpoints(&all)
+}
+
+/// [`serve`] without `--test-endpoints`.
+pub fn serve_without_test_endpoints(args: &[&str]) -> (Running, SocketAddr) {
     let mut all = vec!["quic", "serve", "--json", "--stats"];
     if !args.contains(&"--listen") {
         all.extend_from_slice(&["--listen", "127.0.0.1:0"]);
