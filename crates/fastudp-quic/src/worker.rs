@@ -284,6 +284,14 @@ fn give_place(s: &Setup) {
     s.budget.change(HANDSHAKE_CHARGE, 0);
 }
 
+/// A newcomer's eviction looks at the connections of this many
+/// addresses at most, those holding the most first ...
+const EVICT_ADDRESSES: usize = 128;
+/// ... at most this many of each, the oldest first ...
+const EVICT_PER_ADDRESS: usize = 64;
+/// ... and this many in all.
+const EVICT_SCAN: usize = 4096;
+
 /// The application close code of a connection closed to make room for a
 /// newcomer, or for a response that made no progress: HTTP/3's
 /// H3_EXCESSIVE_LOAD (RFC 9114 8.1), used for hq-interop too.
@@ -1471,21 +1479,33 @@ impl ConnTable {
 
     /// The server is full: makes room for a newcomer from `ip` by closing
     /// the oldest idle or stalled connection (of this worker's) of the
-    /// address holding the most, if the newcomer's address holds fewer
-    /// than its share and at least two fewer than that address. True when
-    /// one was closed (its places are free at once).
+    /// address holding the most that has one, if the newcomer's address
+    /// holds fewer than its share and at least two fewer than that
+    /// address ([`EVICT_ADDRESSES`] addresses and [`EVICT_SCAN`]
+    /// connections looked at, at most). True when one was closed (its
+    /// places are free at once).
     pub(crate) fn evict_for(&mut self, ip: IpAddr, now: Instant, s: &Setup) -> bool {
         let mine = s.per_address.count(ip);
         if mine >= s.per_address.max() {
             return false;
         }
-        for (key, _) in s.per_address.top(mine + 1, 8) {
+        // Addresses whose connections are all busy (requests open and
+        // moving, or waiting for the application) are passed over, so
+        // that a few of them at the top cannot shield the idle places of
+        // the others; the connections looked at are bounded.
+        let mut left = EVICT_SCAN;
+        for (key, _) in s.per_address.top(mine + 1, EVICT_ADDRESSES) {
+            if left == 0 {
+                break;
+            }
             let Some(set) = self.by_address.get(&key) else {
                 continue;
             };
+            let looked = set.len().min(EVICT_PER_ADDRESS).min(left);
+            left -= looked;
             let victim = set
                 .iter()
-                .take(256)
+                .take(looked)
                 .map(|&(_, ch)| ch)
                 .find(|ch| self.conns.get(ch).is_some_and(|c| c.evictable(now)));
             let Some(ch) = victim else { continue };
@@ -2789,6 +2809,63 @@ mod harness {
         assert_eq!(evicted[0].1, u64::from(CLOSE_EXCESSIVE_LOAD));
         let i = attackers.iter().position(|&c| c == evicted[0].0).unwrap();
         assert_eq!(i % 4, 0, "not the oldest of its address");
+    }
+
+    /// Fairness when full, past the addresses holding the most: 9
+    /// addresses hold 3 connections each, every one with a request open
+    /// and waiting (not idle, not stalled: none may be evicted), and 10
+    /// more addresses hold 2 idle connections each, every place taken. A
+    /// newcomer evicts an idle connection of an address holding 2: the
+    /// busy addresses holding the most do not shield the idle ones (only
+    /// the 8 addresses holding the most were looked at before, and the
+    /// newcomer was refused).
+    #[test]
+    fn busy_addresses_holding_the_most_do_not_shield_idle_ones() {
+        let mut n = Net::new(|s| {
+            s.max_connections = 9 * 3 + 10 * 2;
+            s.per_address = Arc::new(limits::PerAddress::new(100));
+        });
+        let mut idle = Vec::new();
+        for a in 0..10u8 {
+            for _ in 0..2 {
+                let ch = n.connect_from(addr(100 + a), None);
+                n.run_until(|n| !n.conns[&ch].is_handshaking());
+                idle.push(ch);
+            }
+        }
+        let mut busy = Vec::new();
+        for a in 0..9u8 {
+            for _ in 0..3 {
+                let ch = n.connect_from(addr(140 + a), None);
+                n.run_until(|n| !n.conns[&ch].is_handshaking());
+                busy.push(ch);
+            }
+        }
+        assert_eq!(n.w.s.counters.connections.load(Relaxed), 47);
+        // Each busy connection has half a request line open (well within
+        // the request timeout): a request waiting, not a stalled response.
+        for &ch in &busy {
+            request(&mut n, ch, b"GET /bytes/", false);
+        }
+        for _ in 0..10 {
+            n.step(Duration::from_millis(20));
+        }
+        let new = n.connect_from(addr(200), None);
+        n.run_until(|n| !n.conns[&new].is_handshaking() || n.conns[&new].is_closed());
+        assert!(!n.conns[&new].is_closed(), "the newcomer was refused");
+        assert_eq!(n.w.s.counters.evicted.load(Relaxed), 1);
+        let mut gone = Vec::new();
+        n.run_until(|n| {
+            gone = idle
+                .iter()
+                .chain(&busy)
+                .filter_map(|&ch| closed_with(n, ch).map(|code| (ch, code)))
+                .collect();
+            !gone.is_empty()
+        });
+        assert_eq!(gone.len(), 1);
+        assert!(idle.contains(&gone[0].0), "a busy connection was evicted");
+        fetch(&mut n, new, 10_000);
     }
 
     /// The same when the memory budget, not the count, is full: 5
