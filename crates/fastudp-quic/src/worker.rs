@@ -1477,24 +1477,33 @@ impl ConnTable {
         c.charge = held;
     }
 
-    /// The server is full: makes room for a newcomer from `ip` by closing
-    /// the oldest idle or stalled connection (of this worker's) of the
-    /// address holding the most that has one, if the newcomer's address
-    /// holds fewer than its share and at least two fewer than that
-    /// address ([`EVICT_ADDRESSES`] addresses and [`EVICT_SCAN`]
-    /// connections looked at, at most). True when one was closed (its
-    /// places are free at once).
+    /// The server is full: makes room for a newcomer from `ip`, if its
+    /// address holds fewer than its share and at least two fewer than
+    /// another, by closing the oldest idle or stalled connection (of this
+    /// worker's) of its own address, or else of the address holding the
+    /// most that has one ([`EVICT_ADDRESSES`] addresses and
+    /// [`EVICT_SCAN`] connections looked at, at most). True when one was
+    /// closed (its places are free at once).
     pub(crate) fn evict_for(&mut self, ip: IpAddr, now: Instant, s: &Setup) -> bool {
         let mine = s.per_address.count(ip);
         if mine >= s.per_address.max() {
             return false;
         }
-        // Addresses whose connections are all busy (requests open and
+        let top = s.per_address.top(mine + 1, EVICT_ADDRESSES);
+        if top.is_empty() {
+            return false;
+        }
+        // An address holding an idle or stalled connection of its own
+        // gives up that one first: one that refills what the server cuts
+        // would otherwise take every idle place as it appears, before a
+        // newcomer holding nothing could. Then the addresses holding the
+        // most; those whose connections are all busy (requests open and
         // moving, or waiting for the application) are passed over, so
         // that a few of them at the top cannot shield the idle places of
-        // the others; the connections looked at are bounded.
+        // the others. The connections looked at are bounded.
+        let own = limits::address_key(ip);
         let mut left = EVICT_SCAN;
-        for (key, _) in s.per_address.top(mine + 1, EVICT_ADDRESSES) {
+        for key in std::iter::once(own).chain(top.into_iter().map(|(k, _)| k)) {
             if left == 0 {
                 break;
             }
@@ -2865,6 +2874,80 @@ mod harness {
         });
         assert_eq!(gone.len(), 1);
         assert!(idle.contains(&gone[0].0), "a busy connection was evicted");
+        fetch(&mut n, new, 10_000);
+    }
+
+    /// An address that asks for one more place while full, holding an
+    /// idle connection of its own, gives up its own oldest idle one, not
+    /// another address's: attackers refilling what the server cuts would
+    /// otherwise take every idle or stalled place as it appears, before a
+    /// newcomer could (a legitimate client was refused 3 times in a row
+    /// against 5 addresses holding stalled responses).
+    #[test]
+    fn an_address_holding_an_idle_connection_evicts_its_own() {
+        let mut n = Net::new(|s| {
+            s.max_connections = 6;
+            s.per_address = Arc::new(limits::PerAddress::new(100));
+        });
+        let mut all = Vec::new();
+        for (a, k) in [(51u8, 4), (52, 2)] {
+            for _ in 0..k {
+                let ch = n.connect_from(addr(a), None);
+                n.run_until(|n| !n.conns[&ch].is_handshaking());
+                all.push(ch);
+            }
+        }
+        assert_eq!(n.w.s.counters.connections.load(Relaxed), 6);
+        // 52 holds 2, two fewer than 51: it may evict, and its own go.
+        let more = n.connect_from(addr(52), None);
+        n.run_until(|n| !n.conns[&more].is_handshaking() || n.conns[&more].is_closed());
+        assert!(!n.conns[&more].is_closed(), "refused");
+        assert_eq!(n.w.s.counters.evicted.load(Relaxed), 1);
+        let mut gone = Vec::new();
+        n.run_until(|n| {
+            gone = all
+                .iter()
+                .filter_map(|&ch| closed_with(n, ch).map(|_| ch))
+                .collect();
+            !gone.is_empty()
+        });
+        assert_eq!(gone, vec![all[4]], "not 52's own oldest");
+        // A newcomer holding nothing evicts from the address holding the
+        // most.
+        let new = n.connect_from(addr(53), None);
+        n.run_until(|n| !n.conns[&new].is_handshaking() || n.conns[&new].is_closed());
+        assert!(!n.conns[&new].is_closed(), "the newcomer was refused");
+        assert_eq!(n.w.s.counters.evicted.load(Relaxed), 2);
+        n.run_until(|n| closed_with(n, all[0]).is_some());
+    }
+
+    /// A response blocked by the client's flow control is evictable 2 s
+    /// after its last progress, even when its client sends nothing more
+    /// (no keep-alive): the server looks at it again then, not at the
+    /// client's next packet (which may come only at its keep-alive, 5 s
+    /// or 25 s later; a newcomer was refused until then).
+    #[test]
+    fn a_stalled_response_is_evictable_without_a_packet_from_its_client() {
+        let mut n = Net::new(|s| {
+            s.max_connections = 2;
+            s.per_address = Arc::new(limits::PerAddress::new(100));
+        });
+        let mut stalled = Vec::new();
+        for _ in 0..2 {
+            let mut t = quinn_proto::TransportConfig::default();
+            t.stream_receive_window(VarInt::from_u32(1024));
+            t.receive_window(VarInt::from_u32(1024));
+            let ch = n.connect_from(addr(41), Some(t));
+            n.run_until(|n| !n.conns[&ch].is_handshaking());
+            request(&mut n, ch, b"GET /bytes/100000000\r\n", true);
+            stalled.push(ch);
+        }
+        // Their windows fill at once; then nothing moves either way.
+        n.advance(Duration::from_secs(3));
+        let new = n.connect_from(addr(42), None);
+        n.run_until(|n| !n.conns[&new].is_handshaking() || n.conns[&new].is_closed());
+        assert!(!n.conns[&new].is_closed(), "the newcomer was refused");
+        assert_eq!(n.w.s.counters.evicted.load(Relaxed), 1);
         fetch(&mut n, new, 10_000);
     }
 
