@@ -1540,7 +1540,20 @@ impl ConnTable {
     /// the end of a response's time without progress, whichever comes
     /// first.
     fn set_timer(&mut self, ch: ConnectionHandle, c: &mut Conn, idle: Duration) {
-        let stall = (c.bi > 0 && !c.released).then(|| c.progress.1 + limits::STALL_TIMEOUT);
+        // While a request is open: once, 2 s after its last progress (and
+        // a second after the last look), the connection is looked at
+        // again, so that a response the client's flow control blocks is
+        // known stalled, and evictable, whether or not the client sends
+        // anything (its next keep-alive may be 25 s away); then at the
+        // cut.
+        let stall = (c.bi > 0 && !c.released).then(|| {
+            let evictable = c.progress.1 + limits::STALL_EVICT;
+            if !c.blocked.1 && c.checked < evictable {
+                evictable.max(c.checked + PROGRESS_CHECK)
+            } else {
+                c.progress.1 + limits::STALL_TIMEOUT
+            }
+        });
         let next = [
             c.conn.borrow_mut().poll_timeout(),
             c.app.as_ref().and_then(|a| a.timeout()),
@@ -2934,12 +2947,17 @@ mod harness {
         });
         let mut stalled = Vec::new();
         for _ in 0..2 {
+            // 16 responses of 1 KiB windows: more than the first
+            // congestion window, so the server is blocked only after
+            // the first ACKs, not in the turn that took the requests.
             let mut t = quinn_proto::TransportConfig::default();
             t.stream_receive_window(VarInt::from_u32(1024));
-            t.receive_window(VarInt::from_u32(1024));
+            t.receive_window(VarInt::from_u32(16 * 1024));
             let ch = n.connect_from(addr(41), Some(t));
             n.run_until(|n| !n.conns[&ch].is_handshaking());
-            request(&mut n, ch, b"GET /bytes/100000000\r\n", true);
+            for _ in 0..16 {
+                request(&mut n, ch, b"GET /bytes/100000000\r\n", true);
+            }
             stalled.push(ch);
         }
         // Their windows fill at once; then nothing moves either way.
