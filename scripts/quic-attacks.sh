@@ -281,11 +281,13 @@ migration37() {
 }
 
 # 37.2: 5 addresses x 144 connections take every datagram DELAY s late
-# (their ACKs too: a long RTT), for DELAY + 10 s, then vanish; seconds
+# (their ACKs too: a long RTT), for DELAY + 20 s, then vanish; seconds
 # until the server holds none of them.
 late37() {
     local delay=$1 hold
-    hold=$(awk "BEGIN { print $delay + 10 }")
+    # The handshakes take a few seconds on a loaded machine, and the
+    # first late sample comes DELAY s after them.
+    hold=$(awk "BEGIN { print $delay + 20 }")
     start37 || { verdict 0 "37.2 late ACKs: no server"; return; }
     local idle
     idle=$(sf limits idle_timeout_s)

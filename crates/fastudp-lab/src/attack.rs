@@ -769,7 +769,7 @@ fn migration(a: &AttackArgs, until: Instant) -> std::io::Result<Done> {
             }
         }
         ports.push((v, sent, 0, 0));
-        if ports.len() % 64 == 0 {
+        if ports.len().is_multiple_of(64) {
             drain(&mut ports, &mut b);
         }
         std::thread::sleep(Duration::from_millis(2));
