@@ -288,6 +288,14 @@ fn give_place(s: &Setup) {
     s.budget.change(HANDSHAKE_CHARGE, 0);
 }
 
+/// A newcomer's eviction looks at the connections of this many
+/// addresses at most, those holding the most first ...
+const EVICT_ADDRESSES: usize = 128;
+/// ... at most this many of each, the oldest first ...
+const EVICT_PER_ADDRESS: usize = 64;
+/// ... and this many in all.
+const EVICT_SCAN: usize = 4096;
+
 /// The application close code of a connection closed to make room for a
 /// newcomer, or for a response that made no progress: HTTP/3's
 /// H3_EXCESSIVE_LOAD (RFC 9114 8.1), used for hq-interop too.
@@ -1473,23 +1481,44 @@ impl ConnTable {
         c.charge = held;
     }
 
-    /// The server is full: makes room for a newcomer from `ip` by closing
-    /// the oldest idle or stalled connection (of this worker's) of the
-    /// address holding the most, if the newcomer's address holds fewer
-    /// than its share and at least two fewer than that address. True when
-    /// one was closed (its places are free at once).
+    /// The server is full: makes room for a newcomer from `ip`, if its
+    /// address holds fewer than its share and at least two fewer than
+    /// another, by closing the oldest idle or stalled connection (of this
+    /// worker's) of its own address, or else of the address holding the
+    /// most that has one ([`EVICT_ADDRESSES`] addresses and
+    /// [`EVICT_SCAN`] connections looked at, at most). True when one was
+    /// closed (its places are free at once).
     pub(crate) fn evict_for(&mut self, ip: IpAddr, now: Instant, s: &Setup) -> bool {
         let mine = s.per_address.count(ip);
         if mine >= s.per_address.max() {
             return false;
         }
-        for (key, _) in s.per_address.top(mine + 1, 8) {
+        let top = s.per_address.top(mine + 1, EVICT_ADDRESSES);
+        if top.is_empty() {
+            return false;
+        }
+        // An address holding an idle or stalled connection of its own
+        // gives up that one first: one that refills what the server cuts
+        // would otherwise take every idle place as it appears, before a
+        // newcomer holding nothing could. Then the addresses holding the
+        // most; those whose connections are all busy (requests open and
+        // moving, or waiting for the application) are passed over, so
+        // that a few of them at the top cannot shield the idle places of
+        // the others. The connections looked at are bounded.
+        let own = limits::address_key(ip);
+        let mut left = EVICT_SCAN;
+        for key in std::iter::once(own).chain(top.into_iter().map(|(k, _)| k)) {
+            if left == 0 {
+                break;
+            }
             let Some(set) = self.by_address.get(&key) else {
                 continue;
             };
+            let looked = set.len().min(EVICT_PER_ADDRESS).min(left);
+            left -= looked;
             let victim = set
                 .iter()
-                .take(256)
+                .take(looked)
                 .map(|&(_, ch)| ch)
                 .find(|ch| self.conns.get(ch).is_some_and(|c| c.evictable(now)));
             let Some(ch) = victim else { continue };
@@ -1515,7 +1544,20 @@ impl ConnTable {
     /// the end of a response's time without progress, whichever comes
     /// first.
     fn set_timer(&mut self, ch: ConnectionHandle, c: &mut Conn, idle: Duration) {
-        let stall = (c.bi > 0 && !c.released).then(|| c.progress.1 + limits::STALL_TIMEOUT);
+        // While a request is open: once, 2 s after its last progress (and
+        // a second after the last look), the connection is looked at
+        // again, so that a response the client's flow control blocks is
+        // known stalled, and evictable, whether or not the client sends
+        // anything (its next keep-alive may be 25 s away); then at the
+        // cut.
+        let stall = (c.bi > 0 && !c.released).then(|| {
+            let evictable = c.progress.1 + limits::STALL_EVICT;
+            if !c.blocked.1 && c.checked < evictable {
+                evictable.max(c.checked + PROGRESS_CHECK)
+            } else {
+                c.progress.1 + limits::STALL_TIMEOUT
+            }
+        });
         let next = [
             c.conn.borrow_mut().poll_timeout(),
             c.app.as_ref().and_then(|a| a.timeout()),
@@ -2795,6 +2837,142 @@ mod harness {
         assert_eq!(evicted[0].1, u64::from(CLOSE_EXCESSIVE_LOAD));
         let i = attackers.iter().position(|&c| c == evicted[0].0).unwrap();
         assert_eq!(i % 4, 0, "not the oldest of its address");
+    }
+
+    /// Fairness when full, past the addresses holding the most: 9
+    /// addresses hold 3 connections each, every one with a request open
+    /// and waiting (not idle, not stalled: none may be evicted), and 10
+    /// more addresses hold 2 idle connections each, every place taken. A
+    /// newcomer evicts an idle connection of an address holding 2: the
+    /// busy addresses holding the most do not shield the idle ones (only
+    /// the 8 addresses holding the most were looked at before, and the
+    /// newcomer was refused).
+    #[test]
+    fn busy_addresses_holding_the_most_do_not_shield_idle_ones() {
+        let mut n = Net::new(|s| {
+            s.max_connections = 9 * 3 + 10 * 2;
+            s.per_address = Arc::new(limits::PerAddress::new(100));
+        });
+        let mut idle = Vec::new();
+        for a in 0..10u8 {
+            for _ in 0..2 {
+                let ch = n.connect_from(addr(100 + a), None);
+                n.run_until(|n| !n.conns[&ch].is_handshaking());
+                idle.push(ch);
+            }
+        }
+        let mut busy = Vec::new();
+        for a in 0..9u8 {
+            for _ in 0..3 {
+                let ch = n.connect_from(addr(140 + a), None);
+                n.run_until(|n| !n.conns[&ch].is_handshaking());
+                busy.push(ch);
+            }
+        }
+        assert_eq!(n.w.s.counters.connections.load(Relaxed), 47);
+        // Each busy connection has half a request line open (well within
+        // the request timeout): a request waiting, not a stalled response.
+        for &ch in &busy {
+            request(&mut n, ch, b"GET /bytes/", false);
+        }
+        for _ in 0..10 {
+            n.step(Duration::from_millis(20));
+        }
+        let new = n.connect_from(addr(200), None);
+        n.run_until(|n| !n.conns[&new].is_handshaking() || n.conns[&new].is_closed());
+        assert!(!n.conns[&new].is_closed(), "the newcomer was refused");
+        assert_eq!(n.w.s.counters.evicted.load(Relaxed), 1);
+        let mut gone = Vec::new();
+        n.run_until(|n| {
+            gone = idle
+                .iter()
+                .chain(&busy)
+                .filter_map(|&ch| closed_with(n, ch).map(|code| (ch, code)))
+                .collect();
+            !gone.is_empty()
+        });
+        assert_eq!(gone.len(), 1);
+        assert!(idle.contains(&gone[0].0), "a busy connection was evicted");
+        fetch(&mut n, new, 10_000);
+    }
+
+    /// An address that asks for one more place while full, holding an
+    /// idle connection of its own, gives up its own oldest idle one, not
+    /// another address's: attackers refilling what the server cuts would
+    /// otherwise take every idle or stalled place as it appears, before a
+    /// newcomer could (a legitimate client was refused 3 times in a row
+    /// against 5 addresses holding stalled responses).
+    #[test]
+    fn an_address_holding_an_idle_connection_evicts_its_own() {
+        let mut n = Net::new(|s| {
+            s.max_connections = 6;
+            s.per_address = Arc::new(limits::PerAddress::new(100));
+        });
+        let mut all = Vec::new();
+        for (a, k) in [(51u8, 4), (52, 2)] {
+            for _ in 0..k {
+                let ch = n.connect_from(addr(a), None);
+                n.run_until(|n| !n.conns[&ch].is_handshaking());
+                all.push(ch);
+            }
+        }
+        assert_eq!(n.w.s.counters.connections.load(Relaxed), 6);
+        // 52 holds 2, two fewer than 51: it may evict, and its own go.
+        let more = n.connect_from(addr(52), None);
+        n.run_until(|n| !n.conns[&more].is_handshaking() || n.conns[&more].is_closed());
+        assert!(!n.conns[&more].is_closed(), "refused");
+        assert_eq!(n.w.s.counters.evicted.load(Relaxed), 1);
+        let mut gone = Vec::new();
+        n.run_until(|n| {
+            gone = all
+                .iter()
+                .filter_map(|&ch| closed_with(n, ch).map(|_| ch))
+                .collect();
+            !gone.is_empty()
+        });
+        assert_eq!(gone, vec![all[4]], "not 52's own oldest");
+        // A newcomer holding nothing evicts from the address holding the
+        // most.
+        let new = n.connect_from(addr(53), None);
+        n.run_until(|n| !n.conns[&new].is_handshaking() || n.conns[&new].is_closed());
+        assert!(!n.conns[&new].is_closed(), "the newcomer was refused");
+        assert_eq!(n.w.s.counters.evicted.load(Relaxed), 2);
+        n.run_until(|n| closed_with(n, all[0]).is_some());
+    }
+
+    /// A response blocked by the client's flow control is evictable 2 s
+    /// after its last progress, even when its client sends nothing more
+    /// (no keep-alive): the server looks at it again then, not at the
+    /// client's next packet (which may come only at its keep-alive, 5 s
+    /// or 25 s later; a newcomer was refused until then).
+    #[test]
+    fn a_stalled_response_is_evictable_without_a_packet_from_its_client() {
+        let mut n = Net::new(|s| {
+            s.max_connections = 2;
+            s.per_address = Arc::new(limits::PerAddress::new(100));
+        });
+        let mut stalled = Vec::new();
+        for _ in 0..2 {
+            // 16 responses of 1 KiB windows: more than the first
+            // congestion window, so the server is blocked only after
+            // the first ACKs, not in the turn that took the requests.
+            let mut t = quinn_proto::TransportConfig::default();
+            t.stream_receive_window(VarInt::from_u32(1024));
+            t.receive_window(VarInt::from_u32(16 * 1024));
+            let ch = n.connect_from(addr(41), Some(t));
+            n.run_until(|n| !n.conns[&ch].is_handshaking());
+            for _ in 0..16 {
+                request(&mut n, ch, b"GET /bytes/100000000\r\n", true);
+            }
+            stalled.push(ch);
+        }
+        // Their windows fill at once; then nothing moves either way.
+        n.advance(Duration::from_secs(3));
+        let new = n.connect_from(addr(42), None);
+        n.run_until(|n| !n.conns[&new].is_handshaking() || n.conns[&new].is_closed());
+        assert!(!n.conns[&new].is_closed(), "the newcomer was refused");
+        assert_eq!(n.w.s.counters.evicted.load(Relaxed), 1);
+        fetch(&mut n, new, 10_000);
     }
 
     /// The same when the memory budget, not the count, is full: 5

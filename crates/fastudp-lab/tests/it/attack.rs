@@ -171,6 +171,19 @@ fn legit_fetch_from(
     der: rustls::pki_types::CertificateDer<'static>,
     from: Option<&str>,
 ) {
+    let body = legit_get(addr, der, from, b"GET /bytes/1000\r\n");
+    assert_eq!(body.len(), 1000);
+}
+
+/// A legitimate client: a fresh connection (from a socket bound to
+/// `from`, when given) sends `request`; the body it got (within `STALL`,
+/// a hang guard, not a speed limit).
+fn legit_get(
+    addr: SocketAddr,
+    der: rustls::pki_types::CertificateDer<'static>,
+    from: Option<&str>,
+    request: &[u8],
+) -> Vec<u8> {
     rt().block_on(async {
         let ep = client(addr, der);
         if let Some(from) = from {
@@ -178,16 +191,16 @@ fn legit_fetch_from(
         }
         let r = tokio::time::timeout(common::STALL, async {
             let conn = ep.connect(addr, "localhost").unwrap().await?;
-            let body = fetch(&conn, b"GET /bytes/1000\r\n").await;
+            let body = fetch(&conn, request).await;
             conn.close(0u32.into(), b"done");
             Ok::<_, quinn::ConnectionError>(body)
         })
         .await
         .expect("served within the stall guard")
         .expect("handshake");
-        assert_eq!(r.unwrap().len(), 1000);
         ep.wait_idle().await;
-    });
+        r.expect("the response")
+    })
 }
 
 /// Datagrams that reach the wrong worker (GSO trains whose first
@@ -555,4 +568,310 @@ impl Drop for Guard {
 
 fn scopeguard(c: std::process::Child) -> Guard {
     Guard(c)
+}
+
+/// A directory for `--www`: `small` (1,000 bytes of a pattern) and `big`
+/// (100 MB, sparse); its path and `small`'s bytes.
+fn www_dir(tag: &str) -> (String, Vec<u8>) {
+    let dir = std::env::temp_dir().join(format!("fastudp-www-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let small: Vec<u8> = (0..1000u32).map(|i| (i * 7 % 251) as u8).collect();
+    std::fs::write(dir.join("small"), &small).unwrap();
+    std::fs::File::create(dir.join("big"))
+        .unwrap()
+        .set_len(100_000_000)
+        .unwrap();
+    (dir.to_str().unwrap().into(), small)
+}
+
+/// Seconds since the Unix epoch, now.
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+/// Issue 37's migration flood: after its handshake a client sends each
+/// PING from a new port of an address that never answers (the victim).
+/// The server sends the victim's ports at most 3 times what came from
+/// them (RFC 9000 8), each port and in all; quinn-proto 0.11.19 unpatched
+/// sent 40x.
+#[test]
+fn a_migration_flood_gets_at_most_3x_to_the_victim() {
+    let (srv, addr, _) = serve_one_worker("mig", &[]);
+    for per_port in ["1", "2"] {
+        let r = attack_report(attack(
+            "migration",
+            addr,
+            30,
+            &[
+                "--source",
+                "127.0.0.3",
+                "--victim",
+                "127.0.0.4",
+                "--ports",
+                "100",
+                "--per-port",
+                per_port,
+            ],
+        ));
+        eprintln!("{per_port} PING(s) a port: {r}");
+        let v = &r["victim"];
+        assert!(
+            v["datagrams_to_victim"].as_u64().unwrap() > 0,
+            "the test proved nothing: the server sent the victim nothing: {r}"
+        );
+        assert!(v["worst_port_ratio"].as_f64().unwrap() <= 3.0, "{r}");
+        assert!(v["ratio"].as_f64().unwrap() <= 3.0, "{r}");
+    }
+    srv.interrupt();
+    srv.finish();
+}
+
+/// Issue 37's late acknowledgements: clients that take every datagram of
+/// the server 3 s late (so claim an RTT of 3 s, and 3 probe timeouts of
+/// about 27 s), then vanish. Their places are free within
+/// `--idle-timeout` (4 s here) of their last packet, plus the second
+/// between `--stats` lines and a margin, whatever RTT they claimed.
+#[test]
+fn late_acking_clients_that_vanish_are_dropped_at_the_idle_timeout() {
+    let (mut srv, addr, _) = serve_one_worker("late", &["--idle-timeout", "4"]);
+    let a = attack(
+        "late-ack",
+        addr,
+        10,
+        &[
+            "--source",
+            "127.0.0.5",
+            "--connections",
+            "4",
+            "--delay",
+            "3",
+            "--keep-alive",
+            "0.5",
+        ],
+    );
+    // The stats lines from here on have the clients' connections, until
+    // they are dropped.
+    stats_until(&mut srv, |v| v["connections"] == 4);
+    let r = attack_report(a);
+    let gone = r["vanished_at_unix"].as_f64().unwrap();
+    assert_eq!(r["connections_established"], 4, "{r}");
+    assert!(
+        r["rtt_ms_median"].as_f64().unwrap() >= 2000.0,
+        "the test proved nothing: the clients' RTT stayed short: {r}"
+    );
+    stats_until(&mut srv, |v| v["connections"] == 0);
+    let held = unix_now() - gone;
+    eprintln!("{r}: places held {held:.1} s after the clients vanished");
+    assert!(
+        held <= 4.0 + 1.0 + 2.0,
+        "the places were held {held:.1} s after the clients vanished (idle timeout 4 s)"
+    );
+    srv.interrupt();
+    srv.finish();
+}
+
+/// Issue 37's lock-out, with 50 addresses: 25 hold idle connections kept
+/// alive with PINGs, 25 more hold connections with 16 responses each
+/// that they never read (1 KiB windows), all opened again when closed,
+/// together asking for twice the places. Once the server is full and
+/// refuses them, a client from a new address gets in (it evicts) and
+/// gets its file.
+#[test]
+fn a_newcomer_gets_in_while_fifty_addresses_hold_every_place() {
+    let (www, small) = www_dir("fair");
+    let (mut srv, addr, der) =
+        serve_one_worker("fair", &["--max-connections", "150", "--www", &www]);
+    let pings = scopeguard(attack(
+        "hold",
+        addr,
+        40,
+        &[
+            "--source",
+            "127.0.1.1",
+            "--addresses",
+            "25",
+            "--connections",
+            "6",
+        ],
+    ));
+    let stalls = scopeguard(attack(
+        "hold",
+        addr,
+        40,
+        &[
+            "--source",
+            "127.0.2.1",
+            "--addresses",
+            "25",
+            "--connections",
+            "6",
+            "--streams",
+            "16",
+            "--request",
+            "/big",
+            "--window",
+            "1024",
+        ],
+    ));
+    // Full: the attackers' own connections are refused (6 an address is
+    // far below an address's share, 37).
+    let v = stats_until(&mut srv, |v| v["refused"].as_u64().unwrap() > 0);
+    eprintln!("full: {v}");
+    // Stalled responses become evictable after 2 s without progress.
+    std::thread::sleep(Duration::from_secs(3));
+    let body = legit_get(addr, der, Some("127.0.0.2:0"), b"GET /small\r\n");
+    assert_eq!(body, small);
+    drop(pings);
+    drop(stalls);
+    srv.interrupt();
+    let end = srv.finish();
+    let s = last_json(&end.stdout, "summary");
+    assert!(s["evicted"].as_u64().unwrap() >= 1, "{s}");
+    let _ = std::fs::remove_dir_all(&www);
+}
+
+/// The number of descriptors process `pid` holds.
+fn descriptors(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count()
+}
+
+/// Issue 37's descriptors: under a soft and hard open-file limit of
+/// 1,024, one address asking for 256 file responses it never reads holds
+/// at most its share of the descriptors for responses (an eighth of 512),
+/// and a client from another address gets its file. Under 1024:4096 the
+/// server raises its soft limit to 4,096.
+#[test]
+fn one_address_cannot_take_every_descriptor() {
+    if !common::have("prlimit") {
+        common::skip(
+            "one_address_cannot_take_every_descriptor",
+            "needs prlimit (util-linux)",
+        );
+        return;
+    }
+    let (www, small) = www_dir("fds");
+    let (cert, key, der) = cert_files("fds");
+    let server = server_bin();
+    let start = |nofile: &str| {
+        let mut srv = Running::start_with(
+            "prlimit",
+            &[
+                nofile,
+                &server,
+                "quic",
+                "serve",
+                "--json",
+                "--stats",
+                "--listen",
+                "127.0.0.1:0",
+                "--workers",
+                "1",
+                "--cert",
+                &cert,
+                "--key",
+                &key,
+                "--www",
+                &www,
+            ],
+        );
+        let l = srv.wait_for_line(|l| l.contains("\"kind\":\"limits\""));
+        let limits: serde_json::Value = serde_json::from_str(&l).unwrap();
+        let listening = srv
+            .stdout_lines()
+            .iter()
+            .find(|l| l.contains("\"listening\""))
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .unwrap();
+        let addr: SocketAddr = listening["addr"].as_str().unwrap().parse().unwrap();
+        (srv, addr, limits)
+    };
+    let (raised, _, limits) = start("--nofile=1024:4096");
+    assert_eq!(limits["open_files_limit"], 4096, "{limits}");
+    raised.interrupt();
+    raised.finish();
+
+    let (mut srv, addr, limits) = start("--nofile=1024:1024");
+    assert_eq!(limits["open_files_limit"], 1024, "{limits}");
+    let per_ip = limits["max_open_files_per_ip"].as_u64().unwrap() as usize;
+    assert_eq!(per_ip, 64, "{limits}");
+    stats_until(&mut srv, |_| true);
+    let pid = srv.pid();
+    let base = descriptors(pid);
+    let a = scopeguard(attack(
+        "hold",
+        addr,
+        30,
+        &[
+            "--source",
+            "127.0.0.3",
+            "--connections",
+            "16",
+            "--streams",
+            "16",
+            "--request",
+            "/big",
+            "--window",
+            "1024",
+        ],
+    ));
+    // The attack's responses are open (the stall cut comes after 10 s).
+    let t = Instant::now();
+    while descriptors(pid) < base + per_ip / 2 {
+        assert!(
+            t.elapsed() < common::STALL,
+            "the attack never took descriptors"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut peak = 0;
+    for _ in 0..20 {
+        peak = peak.max(descriptors(pid));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let body = legit_get(addr, der, Some("127.0.0.2:0"), b"GET /small\r\n");
+    assert_eq!(body, small);
+    peak = peak.max(descriptors(pid));
+    drop(a);
+    srv.interrupt();
+    let end = srv.finish();
+    eprintln!("descriptors: {base} before, {peak} at most under the attack");
+    assert!(
+        peak <= base + per_ip + 8,
+        "one address made the server hold {peak} descriptors ({base} before; its share {per_ip})"
+    );
+    let files = last_json(&end.stdout, "files");
+    assert!(
+        files["unavailable"].as_u64().unwrap() > 0,
+        "the test proved nothing: no request was past the share: {files}"
+    );
+    let _ = std::fs::remove_dir_all(&www);
+}
+
+/// The attacks' options are checked before anything is sent.
+#[test]
+fn attack_options_out_of_range_are_usage_errors() {
+    common::assert_refused(&[
+        (vec!["attack", "migration", "127.0.0.1:9"], "--victim"),
+        (
+            vec!["attack", "hold", "127.0.0.1:9", "--addresses", "2"],
+            "--source",
+        ),
+        (
+            vec!["attack", "late-ack", "127.0.0.1:9", "--delay=-1"],
+            "--delay",
+        ),
+        (
+            vec!["attack", "hold", "127.0.0.1:9", "--request", "no-slash"],
+            "--request",
+        ),
+        (
+            vec!["attack", "hold", "127.0.0.1:9", "--window", "0"],
+            "--window",
+        ),
+    ]);
 }

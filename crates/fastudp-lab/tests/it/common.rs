@@ -88,6 +88,11 @@ impl Running {
         }
     }
 
+    /// The lines of standard output read so far.
+    pub fn stdout_lines(&self) -> &[String] {
+        &self.stdout
+    }
+
     /// The process id.
     pub fn pid(&self) -> u32 {
         self.child.id()
