@@ -115,6 +115,8 @@ struct Conn {
     seq: u64,
     /// Requests (client bidirectional streams) open, as last seen.
     bi: u64,
+    /// Its application was told of the drain ([`ConnApp::on_drain`]).
+    drain_told: bool,
     /// STREAM frames sent and received as last seen, and when that number
     /// last grew (or when no request was open): a response that does not
     /// move for [`limits::STALL_TIMEOUT`] while the client's flow control
@@ -210,6 +212,11 @@ pub(crate) struct Setup {
     pub(crate) inboxes: Arc<Vec<Inbox>>,
     pub(crate) counters: Arc<Counters>,
     pub(crate) stop: Arc<AtomicBool>,
+    /// Set by [`crate::Engine::drain`]: refuse newcomers, let each
+    /// connection finish what it began, then close it.
+    pub(crate) drain: Arc<AtomicBool>,
+    /// Every worker's published figures ([`crate::WorkerStats`]).
+    pub(crate) gauges: Arc<Vec<crate::stats::WorkerGauges>>,
     /// Set by a worker that stopped on an error.
     pub(crate) failed: Arc<AtomicBool>,
     pub(crate) pacing: PacingMode,
@@ -356,6 +363,8 @@ pub(crate) struct ConnTable {
     by_address: HashMap<IpAddr, BTreeSet<(u64, ConnectionHandle)>>,
     /// The next connection's [`Conn::seq`].
     seq: u64,
+    /// The server is draining ([`Setup::drain`]).
+    pub(crate) draining: bool,
 }
 
 /// What a connection holds of the server's counts.
@@ -469,6 +478,7 @@ impl Worker {
                 in_drive: None,
                 by_address: HashMap::new(),
                 seq: 0,
+                draining: false,
             },
             tx,
             closing_since: None,
@@ -485,6 +495,9 @@ impl Worker {
     pub(crate) fn run(&mut self) -> Result<(), Error> {
         loop {
             let now = Instant::now();
+            if !self.table.draining && self.s.drain.load(Relaxed) {
+                self.table.start_drain();
+            }
             if self.s.stop.load(Relaxed) && self.closing_since.is_none() {
                 self.closing_since = Some(now);
                 self.table.close_all(now, &self.s);
@@ -503,7 +516,8 @@ impl Worker {
                     return Ok(());
                 }
             }
-            let closing = self.closing_since.is_some();
+            // Newcomers are refused while the server drains or stops.
+            let closing = self.closing_since.is_some() || self.table.draining;
             self.ep
                 .forwarded(now, &self.s, &mut self.table, &mut self.tx, closing);
             self.ep.receive(
@@ -675,6 +689,14 @@ impl Worker {
         c.rx_overflow
             .fetch_add(rx.kernel_drops.saturating_sub(self.overflow_seen), Relaxed);
         self.overflow_seen = self.overflow_seen.max(rx.kernel_drops);
+        if let Some(g) = self.s.gauges.get(self.s.id) {
+            g.connections.store(self.table.conns.len() as u64, Relaxed);
+            g.datagrams_sent.store(tx.send_messages, Relaxed);
+            g.datagrams_received.store(rx.recv_messages, Relaxed);
+            g.send_calls.store(tx.send_calls, Relaxed);
+            g.recv_calls.store(rx.recv_calls, Relaxed);
+            g.rx_overflow.store(rx.kernel_drops, Relaxed);
+        }
         if last {
             // The connections still open at the end: their losses since
             // their last drive.
@@ -1027,7 +1049,9 @@ impl EndpointDriver {
         if !placed {
             let t = self.endpoint.refuse(incoming, &mut buf);
             s.counters.refused.fetch_add(1, Relaxed);
-            if s.counters.connections.load(Relaxed) < max {
+            if closing {
+                s.counters.refused_draining.fetch_add(1, Relaxed);
+            } else if s.counters.connections.load(Relaxed) < max {
                 s.counters.refused_memory.fetch_add(1, Relaxed);
             }
             return tx.stateless(&t, buf);
@@ -1070,6 +1094,7 @@ impl EndpointDriver {
             give_place(s);
             let t = self.endpoint.refuse(incoming, buf);
             s.counters.refused.fetch_add(1, Relaxed);
+            s.counters.refused_per_ip.fetch_add(1, Relaxed);
             return Some(t);
         }
         let grant = s.budget.grant();
@@ -1116,6 +1141,7 @@ impl EndpointDriver {
                         released: false,
                         seq,
                         bi: 0,
+                        drain_told: false,
                         progress: (0, now),
                         blocked: (0, false),
                         checked: now,
@@ -1261,6 +1287,9 @@ impl ConnTable {
                 }
                 app.poll(&mut cx);
             }
+            if self.draining {
+                again |= Self::drain_one(&mut c, now, &counters, (&self.wakes, ch));
+            }
             self.transmits(ch, &mut c, now, tx, s, &mut trains);
             if !again {
                 break;
@@ -1354,6 +1383,7 @@ impl ConnTable {
                         Bytes::from_static(b"too many connections from this address"),
                     );
                     s.counters.refused.fetch_add(1, Relaxed);
+                    s.counters.refused_per_ip.fetch_add(1, Relaxed);
                     // Its close goes out next turn.
                     self.more.push(ch);
                 }
@@ -1642,12 +1672,59 @@ impl ConnTable {
         c.app = app.accept(&alpn, &info);
         if c.app.is_none() {
             s.counters.refused.fetch_add(1, Relaxed);
+            s.counters.refused_protocol.fetch_add(1, Relaxed);
             c.conn.borrow_mut().close(
                 now,
                 VarInt::from_u32(REFUSED),
                 Bytes::from_static(b"no application for this protocol"),
             );
         }
+    }
+
+    /// The server starts draining: every connection is driven, and its
+    /// application told ([`ConnTable::drain_one`]).
+    fn start_drain(&mut self) {
+        self.draining = true;
+        self.dirty.extend(self.conns.keys().copied());
+    }
+
+    /// While the server drains: tells the connection's application (once,
+    /// as soon as it has one), and closes the connection once the
+    /// application has nothing under way ([`ConnApp::drained`]) and every
+    /// response it finished is acknowledged. True when it told or closed
+    /// (the connection has more to do this drive).
+    fn drain_one(
+        c: &mut Conn,
+        now: Instant,
+        counters: &Arc<Counters>,
+        wake: (&Wakes, ConnectionHandle),
+    ) -> bool {
+        let Some(app) = c.app.as_mut() else {
+            return false;
+        };
+        if c.conn.borrow().is_closed() {
+            return false;
+        }
+        let mut acted = false;
+        if !c.drain_told {
+            c.drain_told = true;
+            let mut cx = AppCx::new(&c.conn, now, &mut c.finishing, counters, wake);
+            app.on_drain(&mut cx);
+            app.poll(&mut cx);
+            acted = true;
+        }
+        if app.drained() && c.finishing.is_empty() && !c.conn.borrow().is_closed() {
+            let mut cx = AppCx::new(&c.conn, now, &mut c.finishing, counters, wake);
+            app.on_shutdown(&mut cx);
+            c.conn.borrow_mut().close(
+                now,
+                VarInt::from_u32(hq::CLOSE_SHUTDOWN),
+                Bytes::from_static(b"server draining"),
+            );
+            counters.drained.fetch_add(1, Relaxed);
+            acted = true;
+        }
+        acted
     }
 
     /// Closes every connection (the engine stopping): each application
@@ -1828,6 +1905,8 @@ mod harness {
                 inboxes: Arc::new(vec![Inbox::new(SLOTS)]),
                 counters: counters.clone(),
                 stop: Arc::default(),
+                drain: Arc::default(),
+                gauges: Arc::new(vec![Default::default()]),
                 failed: Arc::default(),
                 pacing: PacingMode::User,
                 retry: false,
