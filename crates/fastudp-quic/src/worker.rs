@@ -1271,6 +1271,10 @@ impl ConnTable {
                 break;
             }
             again |= !events.is_empty();
+            if self.draining {
+                // Told before it hears of the streams that came meanwhile.
+                Self::drain_one(&mut c, now, &counters, (&self.wakes, ch), false);
+            }
             for ev in events.drain(..) {
                 self.dispatch(ch, &mut c, ev, now, app, s);
             }
@@ -1288,7 +1292,7 @@ impl ConnTable {
                 app.poll(&mut cx);
             }
             if self.draining {
-                again |= Self::drain_one(&mut c, now, &counters, (&self.wakes, ch));
+                again |= Self::drain_one(&mut c, now, &counters, (&self.wakes, ch), true);
             }
             self.transmits(ch, &mut c, now, tx, s, &mut trains);
             if !again {
@@ -1581,6 +1585,10 @@ impl ConnTable {
         let app_ev = match ev {
             Event::HandshakeDataReady => {
                 Self::accept(c, now, app, s);
+                if self.draining {
+                    // Its handshake ended during a drain: told at once.
+                    Self::drain_one(c, now, counters, (&self.wakes, ch), false);
+                }
                 return;
             }
             Event::ConnectionLost { reason } => {
@@ -1689,15 +1697,17 @@ impl ConnTable {
     }
 
     /// While the server drains: tells the connection's application (once,
-    /// as soon as it has one), and closes the connection once the
-    /// application has nothing under way ([`ConnApp::drained`]) and every
-    /// response it finished is acknowledged. True when it told or closed
-    /// (the connection has more to do this drive).
+    /// as soon as it has one, before it hears of new streams), and, with
+    /// `close`, closes the connection once the application has nothing
+    /// under way ([`ConnApp::drained`]) and every response it finished is
+    /// acknowledged. True when it told or closed (the connection has more
+    /// to do this drive).
     fn drain_one(
         c: &mut Conn,
         now: Instant,
-        counters: &Arc<Counters>,
+        counters: &Counters,
         wake: (&Wakes, ConnectionHandle),
+        close: bool,
     ) -> bool {
         let Some(app) = c.app.as_mut() else {
             return false;
@@ -1713,7 +1723,7 @@ impl ConnTable {
             app.poll(&mut cx);
             acted = true;
         }
-        if app.drained() && c.finishing.is_empty() && !c.conn.borrow().is_closed() {
+        if close && app.drained() && c.finishing.is_empty() && !c.conn.borrow().is_closed() {
             let mut cx = AppCx::new(&c.conn, now, &mut c.finishing, counters, wake);
             app.on_shutdown(&mut cx);
             c.conn.borrow_mut().close(
@@ -2045,6 +2055,8 @@ mod harness {
                 self.last_arrival = Some(self.now);
                 *self.received_from.entry(from).or_default() += d.len();
                 let w = &mut self.w;
+                // Newcomers are refused during a drain, as `run` does.
+                let draining = w.table.draining;
                 w.ep.datagram(
                     self.now,
                     from,
@@ -2054,7 +2066,7 @@ mod harness {
                     &w.s,
                     &mut w.table,
                     &mut w.tx,
-                    false,
+                    draining,
                 );
             }
             self.w.turn(self.now);
@@ -2515,6 +2527,52 @@ mod harness {
             .all(|b| b.len() == 1000 && hq::check(0, b).is_ok()));
         // Nothing of the stopped response counts as delivered.
         assert_eq!(n.w.s.counters.app_bytes.load(Relaxed) % 1000, 0);
+    }
+
+    /// A drain: a response under way finishes whole, a new request on its
+    /// connection is refused (hq-interop has no GOAWAY), a new connection
+    /// is refused and counted, and the connection is closed (code 0) only
+    /// once the client has acknowledged the whole response.
+    #[test]
+    fn a_drain_finishes_responses_and_refuses_newcomers() {
+        let mut n = Net::new(|_| {});
+        let ch = n.connect();
+        n.run_until(|n| !n.conns[&ch].is_handshaking());
+        let len = 3_000_000;
+        let big = request(&mut n, ch, format!("GET /bytes/{len}\r\n").as_bytes(), true);
+        let mut got = Vec::new();
+        n.run_until(|n| {
+            let _ = read_all(n.conns.get_mut(&ch).unwrap(), big, &mut got);
+            !got.is_empty()
+        });
+        n.w.s.drain.store(true, Relaxed);
+        n.w.table.start_drain();
+        let late = request(&mut n, ch, b"GET /bytes/10\r\n", true);
+        let newcomer = n.connect();
+        let mut late_body = Vec::new();
+        let mut late_end = None;
+        let mut end = None;
+        n.run_until(|n| {
+            let c = n.conns.get_mut(&ch).unwrap();
+            if let Some(r) = read_all(c, big, &mut got) {
+                end = Some(r);
+            }
+            if late_end.is_none() {
+                late_end = read_all(c, late, &mut late_body);
+            }
+            end.is_some() && late_end.is_some() && n.conns[&newcomer].is_closed()
+        });
+        assert_eq!(end, Some(Ok(())));
+        assert_eq!(got.len(), len);
+        assert!(hq::check(0, &got).is_ok());
+        assert_eq!(late_end, Some(Err(u64::from(hq::code::SHUTDOWN))));
+        assert_eq!(closed_with(&mut n, newcomer), Some(u64::MAX), "refused");
+        assert_eq!(n.w.s.counters.refused_draining.load(Relaxed), 1);
+        // Closed once every byte is acknowledged, and counted.
+        n.run_until(|n| n.conns[&ch].is_closed());
+        assert_eq!(closed_with(&mut n, ch), Some(u64::from(hq::CLOSE_SHUTDOWN)));
+        assert_eq!(n.w.s.counters.drained.load(Relaxed), 1);
+        assert_eq!(n.w.s.counters.app_bytes.load(Relaxed), len as u64);
     }
 
     /// The migration flood of issue 37: after its handshake a client sends
