@@ -486,8 +486,7 @@ fn sigterm_drains_http3_and_http1() {
         );
         let e = tokio::net::TcpStream::connect(addr)
             .await
-            .err()
-            .expect("a new TCP connection is refused");
+            .expect_err("a new TCP connection is refused");
         assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused, "{e}");
         // No new request on the old HTTP/3 connection.
         let r = h3_request(&mut c.send, "GET", "/bytes/10", None).await;
@@ -638,8 +637,7 @@ fn sigterm_drains_the_proxy_over_http1_and_http2() {
         line_of(&mut srv, "draining");
         let e = tokio::net::TcpStream::connect(addr)
             .await
-            .err()
-            .expect("a new TCP connection is refused");
+            .expect_err("a new TCP connection is refused");
         assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused, "{e}");
         release.send(true).unwrap();
 

@@ -447,7 +447,10 @@ fn count(stats: &RefCell<TaskStats>, f: impl FnOnce(&mut TaskStats)) {
 
 type Resolver = ::h3::server::RequestResolver<H3Conn, Bytes>;
 
-/// What the accept loop of a connection does next.
+/// What the accept loop of a connection does next. It lives only
+/// between the accept loop's poll and its match (as the `Option` of the
+/// resolver did before the drain), so its size is not held.
+#[allow(clippy::large_enum_variant)]
 enum Step {
     /// h3 gave a request stream, or said there are no more (the peer's
     /// GOAWAY, or the connection ended).
