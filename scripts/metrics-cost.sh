@@ -5,7 +5,8 @@
 # as Prometheus' default 15 s), and against a build without the metrics
 # (BASE=path to its fastudp; optional) for the counting every build does.
 #
-#   scripts/metrics-cost.sh [ROUNDS]     (default 2; each round runs every arm)
+#   scripts/metrics-cost.sh [ROUNDS]     (default 2; each round runs every arm;
+#                                        BIN, BASE, DURATION (15s) from the environment)
 #
 # The server runs with one worker on CPU 0, the load generator on CPU 1:
 # `quic load --duration 15s --connections 200 --request /bytes/1000
@@ -39,7 +40,7 @@ run() { # label binary metrics(0|1)
   fi
   local c0 c1
   c0=$(awk '{print $14+$15}' /proc/$pid/stat)
-  taskset -c 1 "$b" quic load "$addr" --duration 15s --connections 200 --request /bytes/1000 \
+  taskset -c 1 "$b" quic load "$addr" --duration "${DURATION:-15s}" --connections 200 --request /bytes/1000 \
     --request-every 20ms --probe-every 0 --json >"$tmp/load"
   c1=$(awk '{print $14+$15}' /proc/$pid/stat)
   [ -n "$scraper" ] && kill "$scraper"
