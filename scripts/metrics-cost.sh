@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The cost of `quic serve --metrics` on the hot path (docs/BENCHMARKS.md,
-# section 22): the server's CPU per HTTP/3 request, small responses, with
+# section 24): the server's CPU per HTTP/3 request, small responses, with
 # and without the metrics listener scraped every 100 ms (150 times as often
 # as Prometheus' default 15 s), and against a build without the metrics
 # (BASE=path to its fastudp; optional) for the counting every build does.
@@ -26,6 +26,8 @@ tck=$(getconf CLK_TCK)
 run() { # label binary metrics(0|1)
   local label=$1 b=$2 m=$3 args=()
   [ "$m" = 1 ] && args=(--metrics 127.0.0.1:0)
+  # /bytes/N is a test endpoint (opt-in since --test-endpoints exists).
+  if "$b" quic serve --help | grep -q -- --test-endpoints; then args+=(--test-endpoints); fi
   taskset -c 0 "$b" quic serve --listen 127.0.0.1:0 --workers 1 --json "${args[@]}" >"$tmp/srv" 2>"$tmp/srv.err" &
   local pid=$!
   for _ in $(seq 100); do grep -q '"listening"' "$tmp/srv" && break; sleep 0.1; done
