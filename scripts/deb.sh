@@ -6,7 +6,9 @@
 #   scripts/deb.sh            build target/debian/fastudp_VERSION_ARCH.deb
 #   scripts/deb.sh install    build it, `apt-get install` it (root), and run
 #                             /usr/bin/fastudp --version, `man -w`,
-#                             the bash completion and /usr/bin/fastudp doctor
+#                             the bash completion and /usr/bin/fastudp doctor,
+#                             and check the systemd unit (systemd-analyze
+#                             verify where it exists; drain, reload, user)
 #
 # The package: /usr/bin/fastudp, a manual page per command
 # (`fastudp man --dir`), bash, zsh and fish completions (`fastudp
@@ -54,7 +56,28 @@ if [ "${1:-}" = install ]; then
   test -f /usr/share/man/man1/fastudp.1.gz
   test -f /usr/share/man/man1/fastudp-quic-serve.1.gz
   zcat /usr/share/man/man1/fastudp.1.gz | grep '^\.TH fastudp 1' >/dev/null
-  test -f /lib/systemd/system/fastudp-quic.service || test -f /usr/lib/systemd/system/fastudp-quic.service
+  unit=/lib/systemd/system/fastudp-quic.service
+  test -f "$unit" || unit=/usr/lib/systemd/system/fastudp-quic.service
+  test -f "$unit"
+  # The unit as systemd reads it (its directives, ExecStart and
+  # ExecReload executables), where systemd-analyze is there; and what the
+  # operations rely on: a drain on SIGTERM with time for it, SIGHUP on reload.
+  if command -v systemd-analyze >/dev/null 2>&1; then
+    systemd-analyze verify "$unit"
+  else
+    echo "deb.sh: systemd-analyze not found; the unit's syntax is not checked" >&2
+  fi
+  grep -qx 'KillSignal=SIGTERM' "$unit"
+  grep -qx 'ExecReload=/bin/kill -HUP $MAINPID' "$unit"
+  grep -qx 'AmbientCapabilities=CAP_NET_BIND_SERVICE' "$unit"
+  grep -qx 'DynamicUser=yes' "$unit"
+  stop=$(sed -n 's/^TimeoutStopSec=\([0-9]*\)s$/\1/p' "$unit")
+  drain=$(/usr/bin/fastudp quic serve --help | tr '\n' ' ' |
+    sed -n 's/.*--drain-timeout <SECONDS>[^[]*\[default: \([0-9.]*\)\].*/\1/p')
+  [ -n "$stop" ] && [ -n "$drain" ] && awk -v s="$stop" -v d="$drain" 'BEGIN { exit !(s > d) }' || {
+    echo "deb.sh: TimeoutStopSec ($stop s) must be above the default --drain-timeout ($drain s)" >&2
+    exit 1
+  }
   # libfastudp through pkg-config, and a C program linked against it.
   pkg-config --exists fastudp
   test "$(pkg-config --modversion fastudp)" = "$want"

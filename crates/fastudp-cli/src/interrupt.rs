@@ -3,6 +3,10 @@
 //! stops, reports what it has done so far, says it was interrupted and
 //! exits with status 130. A second Ctrl-C stops at once, after the
 //! clean-ups registered with [`at_forced_exit`].
+//!
+//! A server run as a service ([`watch_service`], `quic serve`) also takes
+//! SIGTERM as the first Ctrl-C (a second one stops at once, status 143),
+//! and SIGHUP as a call of its own (a reload).
 
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Mutex, Once};
@@ -12,6 +16,7 @@ use std::sync::{Mutex, Once};
 pub const EXIT_STATUS: u8 = 130;
 
 static REQUESTED: AtomicBool = AtomicBool::new(false);
+static TERMINATED: AtomicBool = AtomicBool::new(false);
 static INSTALL: Once = Once::new();
 static CLEANUPS: Mutex<Vec<fn()>> = Mutex::new(Vec::new());
 
@@ -21,7 +26,7 @@ pub fn watch() {
         let r = ctrlc::set_handler(|| {
             if REQUESTED.swap(true, Relaxed) {
                 eprintln!("fastudp: interrupted again; stopping now");
-                forced_exit();
+                forced_exit(EXIT_STATUS);
             }
         });
         if let Err(e) = r {
@@ -30,13 +35,49 @@ pub fn watch() {
     });
 }
 
-/// Runs the registered clean-ups and exits with [`EXIT_STATUS`].
-fn forced_exit() -> ! {
+/// Runs the registered clean-ups and exits with `status`.
+fn forced_exit(status: u8) -> ! {
     let fs: Vec<fn()> = CLEANUPS.lock().map(|v| v.clone()).unwrap_or_default();
     for f in fs {
         f();
     }
-    std::process::exit(EXIT_STATUS.into())
+    std::process::exit(status.into())
+}
+
+/// The exit status of a server that a second SIGTERM stopped at once
+/// (128 + SIGTERM).
+pub const TERMINATED_STATUS: u8 = 143;
+
+/// For a server run as a service: SIGTERM asks it to stop as Ctrl-C does
+/// ([`requested`] then says so, and [`terminated`] that it was SIGTERM),
+/// a second SIGTERM (or Ctrl-C) stops it at once; SIGHUP calls
+/// `on_hangup`, on a thread of its own. Installs [`watch`] too. Once per
+/// process; an error says why the signals could not be taken.
+pub fn watch_service(on_hangup: impl Fn() + Send + 'static) -> anyhow::Result<()> {
+    use signal_hook::consts::{SIGHUP, SIGTERM};
+    watch();
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGHUP])?;
+    std::thread::Builder::new()
+        .name("fastudp-signals".into())
+        .spawn(move || {
+            for sig in signals.forever() {
+                if sig == SIGHUP {
+                    on_hangup();
+                    continue;
+                }
+                TERMINATED.store(true, Relaxed);
+                if REQUESTED.swap(true, Relaxed) {
+                    eprintln!("fastudp: terminated again; stopping now");
+                    forced_exit(TERMINATED_STATUS);
+                }
+            }
+        })?;
+    Ok(())
+}
+
+/// Whether SIGTERM asked the command to stop ([`watch_service`]).
+pub fn terminated() -> bool {
+    TERMINATED.load(Relaxed)
 }
 
 /// Whether Ctrl-C was pressed.

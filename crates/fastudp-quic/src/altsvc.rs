@@ -35,6 +35,11 @@
 //! | Requests per connection | [`MAX_REQUESTS`] | the last answer says `connection: close` |
 //! | Reading on after a refusal (so the answer is not lost to a reset) | [`LINGER`], [`LINGER_BYTES`] | closed |
 //!
+//! [`Listener::drain`] stops accepting (a new connection is refused by
+//! the kernel), closes the connections that wait for a next request, and
+//! lets those with a request under way finish it: its answer says
+//! `connection: close`, and the connection closes after it.
+//!
 //! The HTTP/1.1 parser ([`parse_head`]) is strict: CRLF line ends only,
 //! origin-form targets (`/path?query`) only, exactly one `Host` field
 //! for HTTP/1.1, no whitespace before a field's colon, no obsolete line
@@ -182,6 +187,9 @@ pub struct Stats {
     pub body_errors: AtomicU64,
     /// Response bytes (head and body) handed to TLS.
     pub bytes_sent: AtomicU64,
+    /// Responses begun, by status class ([`crate::status_class`]: index 0
+    /// counts 1xx, 4 counts 5xx), the parser's refusals included.
+    pub responses: [AtomicU64; 5],
 }
 
 /// A copy of [`Stats`] at one moment.
@@ -240,8 +248,11 @@ struct Shared {
     /// Connections open per client address.
     per_address: crate::limits::PerAddress,
     stop: AtomicBool,
-    /// The open connections' sockets, to shut them down at stop.
-    conns: Mutex<HashMap<u64, TcpStream>>,
+    /// Set by [`Listener::drain`].
+    draining: AtomicBool,
+    /// The open connections' sockets, to shut them down at stop, and
+    /// whether each waits for a next request (a drain closes those).
+    conns: Mutex<HashMap<u64, (TcpStream, Arc<AtomicBool>)>>,
 }
 
 /// A running listener. [`Listener::stop`] ends it; dropping it does too.
@@ -291,6 +302,7 @@ impl Listener {
             stats: Arc::new(Stats::default()),
             per_address,
             stop: AtomicBool::new(false),
+            draining: AtomicBool::new(false),
             conns: Mutex::new(HashMap::new()),
         });
         let (l, s) = (socket.try_clone()?, shared.clone());
@@ -321,6 +333,29 @@ impl Listener {
         &self.shared.stats
     }
 
+    /// Connections open now.
+    pub fn open(&self) -> u64 {
+        self.shared.stats.open.load(Relaxed)
+    }
+
+    /// Starts a graceful drain and returns at once: no new connection is
+    /// accepted (the listening socket is shut, so the kernel refuses
+    /// them), a connection waiting for its next request is closed, and a
+    /// request under way is answered with `connection: close`, the
+    /// connection closed after it. [`Listener::open`] falls to 0 as they
+    /// end; [`Listener::stop`] ends the rest.
+    pub fn drain(&self) {
+        self.shared.draining.store(true, SeqCst);
+        let _ = socket2::SockRef::from(&self.socket).shutdown(Shutdown::Both);
+        if let Ok(conns) = self.shared.conns.lock() {
+            for (s, idle) in conns.values() {
+                if idle.load(SeqCst) {
+                    let _ = s.shutdown(Shutdown::Both);
+                }
+            }
+        }
+    }
+
     /// Stops accepting, shuts down every open connection, and waits up to
     /// `wait` for their threads to end.
     pub fn stop(mut self, wait: Duration) {
@@ -336,7 +371,7 @@ impl Listener {
             let _ = t.join();
         }
         if let Ok(conns) = self.shared.conns.lock() {
-            for s in conns.values() {
+            for (s, _) in conns.values() {
                 let _ = s.shutdown(Shutdown::Both);
             }
         }
@@ -359,7 +394,7 @@ fn accept_loop(l: TcpListener, shared: Arc<Shared>) {
     let mut next_id = 0u64;
     loop {
         let accepted = l.accept();
-        if shared.stop.load(SeqCst) {
+        if shared.stop.load(SeqCst) || shared.draining.load(SeqCst) {
             return;
         }
         let (tcp, ip) = match accepted {
@@ -385,8 +420,9 @@ fn accept_loop(l: TcpListener, shared: Arc<Shared>) {
         let id = next_id;
         next_id += 1;
         stats.open.fetch_add(1, Relaxed);
+        let idle = Arc::new(AtomicBool::new(false));
         if let Ok(mut conns) = shared.conns.lock() {
-            conns.insert(id, clone);
+            conns.insert(id, (clone, idle.clone()));
         }
         let s = shared.clone();
         let spawned = std::thread::Builder::new()
@@ -395,7 +431,7 @@ fn accept_loop(l: TcpListener, shared: Arc<Shared>) {
                 // Files it opens count against its address's descriptors.
                 let _peer = crate::files::Peer::set(ip);
                 s.stats.accepted.fetch_add(1, Relaxed);
-                serve(tcp, &s, id);
+                serve(tcp, &s, id, &idle);
                 if let Ok(mut conns) = s.conns.lock() {
                     conns.remove(&id);
                 }
@@ -523,8 +559,9 @@ fn timed_out(e: &io::Error) -> bool {
     )
 }
 
-/// One connection, from accept to close.
-fn serve(tcp: TcpStream, shared: &Shared, id: u64) {
+/// One connection, from accept to close. `idle` is set while it waits
+/// for a next request.
+fn serve(tcp: TcpStream, shared: &Shared, id: u64, idle: &AtomicBool) {
     let stats = &shared.stats;
     let cfg = &shared.cfg;
     let _ = tcp.set_nodelay(true);
@@ -571,7 +608,17 @@ fn serve(tcp: TcpStream, shared: &Shared, id: u64) {
             return;
         }
         let head_deadline = if served == 0 { Some(first) } else { None };
-        let end = match read_head(&mut s, &mut buf, head_deadline, cfg) {
+        if served > 0 && buf.is_empty() {
+            // Waiting for a next request: a drain closes it now, or
+            // finds it idle and shuts it.
+            idle.store(true, SeqCst);
+            if shared.draining.load(SeqCst) {
+                return;
+            }
+        }
+        let read = read_head(&mut s, &mut buf, head_deadline, cfg, idle);
+        idle.store(false, SeqCst);
+        let end = match read {
             Ok(end) => end,
             Err(Some(End::Timeout)) if served > 0 && buf.is_empty() => {
                 stats.idle_closed.fetch_add(1, Relaxed);
@@ -604,7 +651,7 @@ fn serve(tcp: TcpStream, shared: &Shared, id: u64) {
             }
         };
         served += 1;
-        let close = req.close || served >= MAX_REQUESTS;
+        let close = req.close || served >= MAX_REQUESTS || shared.draining.load(SeqCst);
         stats.requests.fetch_add(1, Relaxed);
         req.request.extensions_mut().insert(ConnInfo::clone(&info));
         match respond(&mut s, &*handler, &req.request, close, shared) {
@@ -643,6 +690,7 @@ fn read_head(
     buf: &mut Vec<u8>,
     mut deadline: Option<Instant>,
     cfg: &Config,
+    idle: &AtomicBool,
 ) -> Result<usize, Option<End>> {
     let mut chunk = [0u8; 4096];
     loop {
@@ -662,6 +710,8 @@ fn read_head(
         match s.read(&mut chunk[..want]) {
             Ok(0) => return Err(Some(End::Closed)),
             Ok(n) => {
+                // A request has begun: a drain lets it finish.
+                idle.store(false, SeqCst);
                 buf.extend_from_slice(&chunk[..n]);
                 if deadline.is_none() {
                     deadline = Some(Instant::now() + cfg.request_timeout);
@@ -702,6 +752,7 @@ fn respond(
     let close = close || (body.is_some() && !length_known);
     let mut head = Vec::with_capacity(256);
     let status = reply.head.status();
+    count_status(stats, status.as_u16());
     head.extend_from_slice(
         format!(
             "HTTP/1.1 {} {}\r\n",
@@ -754,6 +805,13 @@ fn respond(
     }
 }
 
+/// Counts a response begun with `status`, by its class.
+fn count_status(stats: &Stats, status: u16) {
+    if let Some(i) = crate::stats::status_class(status) {
+        stats.responses[i].fetch_add(1, Relaxed);
+    }
+}
+
 /// Writes the response's header fields, `alt-svc`, `connection: close`
 /// when the connection ends after it, and the blank line.
 fn write_fields(out: &mut Vec<u8>, fields: &HeaderMap, alt_svc: &HeaderValue, close: bool) {
@@ -781,6 +839,7 @@ fn refuse(s: &mut Tls, code: u16, shared: &Shared) -> io::Result<()> {
         .ok()
         .and_then(|c| c.canonical_reason())
         .unwrap_or("");
+    count_status(&shared.stats, code);
     let mut out = format!("HTTP/1.1 {code} {reason}\r\ncontent-length: 0\r\n").into_bytes();
     write_fields(&mut out, &HeaderMap::new(), &shared.alt_svc, true);
     s.sock.arm();

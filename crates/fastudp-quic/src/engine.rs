@@ -6,7 +6,7 @@ use crate::cid::{ring_hmac, WorkerCids};
 use crate::config::{EngineConfig, Pacing};
 use crate::forward::{Inbox, SLOTS};
 use crate::limits;
-use crate::stats::Counters;
+use crate::stats::{Counters, WorkerGauges, WorkerStats};
 use crate::tx::{send_socket, Tx};
 use crate::worker::{ring_receive, Setup, Worker};
 use fastudp_io::pacing::{choose_mode, PacingMode};
@@ -51,6 +51,8 @@ pub struct Engine {
     threads: Vec<JoinHandle<Result<(), Error>>>,
     counters: Arc<Counters>,
     stop: Arc<AtomicBool>,
+    drain: Arc<AtomicBool>,
+    gauges: Arc<Vec<WorkerGauges>>,
     failed: Arc<AtomicBool>,
     local_addr: SocketAddr,
     pacing: (PacingMode, String),
@@ -94,6 +96,9 @@ impl Engine {
 
         let counters = Arc::new(Counters::default());
         let stop = Arc::new(AtomicBool::new(false));
+        let drain = Arc::new(AtomicBool::new(false));
+        let gauges: Arc<Vec<WorkerGauges>> =
+            Arc::new((0..n).map(|_| WorkerGauges::default()).collect());
         let failed = Arc::new(AtomicBool::new(false));
         let inboxes: Arc<Vec<Inbox>> = Arc::new((0..n).map(|_| Inbox::new(SLOTS)).collect());
         let reset_key = Arc::new(match &cfg.reset_key {
@@ -139,6 +144,8 @@ impl Engine {
                 inboxes: inboxes.clone(),
                 counters: counters.clone(),
                 stop: stop.clone(),
+                drain: drain.clone(),
+                gauges: gauges.clone(),
                 failed: failed.clone(),
                 pacing,
                 retry: cfg.retry,
@@ -174,6 +181,8 @@ impl Engine {
             threads: handles,
             counters,
             stop,
+            drain,
+            gauges,
             failed,
             local_addr: addr,
             pacing: (pacing, why),
@@ -238,6 +247,46 @@ impl Engine {
         self.failed.load(Relaxed)
     }
 
+    /// Each worker's own figures, as it last published them (about every
+    /// 100 ms), in worker order.
+    pub fn worker_stats(&self) -> Vec<WorkerStats> {
+        self.gauges.iter().map(WorkerGauges::snapshot).collect()
+    }
+
+    /// A view of the engine's figures that another thread can keep (a
+    /// metrics endpoint's).
+    pub fn monitor(&self) -> Monitor {
+        Monitor {
+            counters: self.counters.clone(),
+            budget: self.budget.clone(),
+            gauges: self.gauges.clone(),
+            drain: self.drain.clone(),
+        }
+    }
+
+    /// Starts a graceful drain and returns at once. From the workers'
+    /// next turn:
+    /// - new connections are refused (quinn-proto's `CONNECTION_REFUSED`),
+    ///   and counted in [`Counters::refused_draining`];
+    /// - each connection's application is told ([`crate::app::ConnApp::on_drain`]:
+    ///   HTTP/3 sends GOAWAY, and refuses requests past it; hq-interop
+    ///   refuses new requests), and its requests under way go on;
+    /// - a connection whose application has nothing under way
+    ///   ([`crate::app::ConnApp::drained`]) and whose responses are all
+    ///   acknowledged is closed (code 0), counted in [`Counters::drained`].
+    ///
+    /// The drain is over when [`Counters::connections`] is 0; the embedder
+    /// decides how long to wait, then calls [`Engine::stop`] for what is
+    /// left.
+    pub fn drain(&self) {
+        self.drain.store(true, Relaxed);
+    }
+
+    /// Whether [`Engine::drain`] was called.
+    pub fn draining(&self) -> bool {
+        self.drain.load(Relaxed)
+    }
+
     /// Asks every worker to close its connections (within about a second,
     /// under any load) and stop. Returns at once; [`Engine::join`] waits.
     pub fn stop(&self) {
@@ -259,6 +308,40 @@ impl Engine {
             Some(e) => Err(e),
             None => Ok(()),
         }
+    }
+}
+
+/// A running engine's figures, read from any thread: its [`Counters`],
+/// its memory budget, each worker's [`WorkerStats`], and whether it
+/// drains. Cheap to clone; it may outlive the engine (the figures then
+/// stay as they ended).
+#[derive(Debug, Clone)]
+pub struct Monitor {
+    counters: Arc<Counters>,
+    budget: Arc<limits::Budget>,
+    gauges: Arc<Vec<WorkerGauges>>,
+    drain: Arc<AtomicBool>,
+}
+
+impl Monitor {
+    /// The engine's counters.
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// The memory budget (held, peak, bounds).
+    pub fn budget(&self) -> &limits::Budget {
+        &self.budget
+    }
+
+    /// [`Engine::worker_stats`].
+    pub fn worker_stats(&self) -> Vec<WorkerStats> {
+        self.gauges.iter().map(WorkerGauges::snapshot).collect()
+    }
+
+    /// [`Engine::draining`].
+    pub fn draining(&self) -> bool {
+        self.drain.load(Relaxed)
     }
 }
 
@@ -410,7 +493,8 @@ fn spawn_worker(
         .spawn(move || {
             let failed = setup.failed.clone();
             let counters = setup.counters.clone();
-            let r = run_worker(i, setup, rx, tx, &counters);
+            let gauges = setup.gauges.clone();
+            let r = run_worker(i, setup, rx, tx, &counters, &gauges);
             if r.is_err() {
                 // The server stops rather than go on without a worker.
                 failed.store(true, Relaxed);
@@ -432,6 +516,7 @@ fn run_worker(
     rx: Socket,
     tx: Tx,
     counters: &Counters,
+    gauges: &[WorkerGauges],
 ) -> Result<(), Error> {
     let mut parts = (setup, rx, tx);
     let mut restarts = 0;
@@ -443,6 +528,9 @@ fn run_worker(
             Err(_) if restarts < MAX_RESTARTS => {
                 restarts += 1;
                 counters.worker_restarts.fetch_add(1, Relaxed);
+                if let Some(g) = gauges.get(i) {
+                    g.restarts.fetch_add(1, Relaxed);
+                }
                 parts = w.salvage();
             }
             Err(_) => return Err(Error::Worker(format!("worker {i} panicked"))),

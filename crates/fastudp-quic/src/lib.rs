@@ -96,6 +96,6 @@ pub use config::{
     MAX_BUSY_POLL, MAX_GSO_PAYLOAD, MAX_PACING_BURST, MAX_RX_COALESCE, MAX_TIMER_TICK,
     MAX_TRAIN_LIMIT, MAX_UDP_PAYLOAD_LIMIT, MIN_PACING_BURST,
 };
-pub use engine::{Engine, Error, MAX_RESTARTS, STOP_WAIT};
+pub use engine::{Engine, Error, Monitor, MAX_RESTARTS, STOP_WAIT};
 pub use fastudp_io::pacing::PacingMode;
-pub use stats::Counters;
+pub use stats::{status_class, Counters, WorkerStats};

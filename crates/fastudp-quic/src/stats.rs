@@ -94,4 +94,81 @@ pub struct Counters {
     /// datagrams waited in the socket's buffer and were received after
     /// the receive was armed again; nothing was lost.
     pub uring_exhausted: AtomicU64,
+    /// Connections refused because their client's address held its share
+    /// of the places already (`max_connections_per_ip`; also counted in
+    /// `refused`).
+    pub refused_per_ip: AtomicU64,
+    /// Connections refused because no application speaks the protocol
+    /// their client asked for (ALPN; also counted in `refused`).
+    pub refused_protocol: AtomicU64,
+    /// Connections refused because the server was draining
+    /// ([`crate::Engine::drain`]) or stopping (also counted in `refused`).
+    pub refused_draining: AtomicU64,
+    /// Connections closed by a drain once their requests were done and
+    /// acknowledged ([`crate::Engine::drain`]).
+    pub drained: AtomicU64,
+    /// HTTP/3 responses begun, by status class: index 0 counts 1xx, 1
+    /// 2xx, 2 3xx, 3 4xx, 4 5xx (a status outside 100-599 is not counted).
+    /// Requests h3 refused before an answer are in `h3_refused`.
+    pub h3_responses: [AtomicU64; 5],
+}
+
+/// The index of `status`'s class in [`Counters::h3_responses`] (0 for
+/// 1xx to 4 for 5xx), or `None` outside 100-599.
+pub fn status_class(status: u16) -> Option<usize> {
+    match status {
+        100..=599 => Some(usize::from(status / 100 - 1)),
+        _ => None,
+    }
+}
+
+/// What one worker counts of its own, published by the worker about
+/// every 100 ms ([`crate::Engine::worker_stats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WorkerStats {
+    /// Connections in the worker's table (open or closing).
+    pub connections: u64,
+    /// Datagrams its send socket sent.
+    pub datagrams_sent: u64,
+    /// Datagrams its receive socket received.
+    pub datagrams_received: u64,
+    /// Its send syscalls.
+    pub send_calls: u64,
+    /// Its receive syscalls.
+    pub recv_calls: u64,
+    /// Datagrams the kernel dropped because its receive buffer was full.
+    pub rx_overflow: u64,
+    /// Times the worker was made again after a panic in its loop.
+    pub restarts: u64,
+}
+
+/// One worker's published [`WorkerStats`], on a cache line of its own so
+/// that workers publishing at once do not share one.
+#[derive(Debug, Default)]
+#[repr(align(64))]
+pub(crate) struct WorkerGauges {
+    pub(crate) connections: AtomicU64,
+    pub(crate) datagrams_sent: AtomicU64,
+    pub(crate) datagrams_received: AtomicU64,
+    pub(crate) send_calls: AtomicU64,
+    pub(crate) recv_calls: AtomicU64,
+    pub(crate) rx_overflow: AtomicU64,
+    pub(crate) restarts: AtomicU64,
+}
+
+impl WorkerGauges {
+    /// The figures now.
+    pub(crate) fn snapshot(&self) -> WorkerStats {
+        use std::sync::atomic::Ordering::Relaxed;
+        WorkerStats {
+            connections: self.connections.load(Relaxed),
+            datagrams_sent: self.datagrams_sent.load(Relaxed),
+            datagrams_received: self.datagrams_received.load(Relaxed),
+            send_calls: self.send_calls.load(Relaxed),
+            recv_calls: self.recv_calls.load(Relaxed),
+            rx_overflow: self.rx_overflow.load(Relaxed),
+            restarts: self.restarts.load(Relaxed),
+        }
+    }
 }

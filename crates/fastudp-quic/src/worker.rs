@@ -115,6 +115,8 @@ struct Conn {
     seq: u64,
     /// Requests (client bidirectional streams) open, as last seen.
     bi: u64,
+    /// Its application was told of the drain ([`ConnApp::on_drain`]).
+    drain_told: bool,
     /// STREAM frames sent and received as last seen, and when that number
     /// last grew (or when no request was open): a response that does not
     /// move for [`limits::STALL_TIMEOUT`] while the client's flow control
@@ -210,6 +212,11 @@ pub(crate) struct Setup {
     pub(crate) inboxes: Arc<Vec<Inbox>>,
     pub(crate) counters: Arc<Counters>,
     pub(crate) stop: Arc<AtomicBool>,
+    /// Set by [`crate::Engine::drain`]: refuse newcomers, let each
+    /// connection finish what it began, then close it.
+    pub(crate) drain: Arc<AtomicBool>,
+    /// Every worker's published figures ([`crate::WorkerStats`]).
+    pub(crate) gauges: Arc<Vec<crate::stats::WorkerGauges>>,
     /// Set by a worker that stopped on an error.
     pub(crate) failed: Arc<AtomicBool>,
     pub(crate) pacing: PacingMode,
@@ -364,6 +371,8 @@ pub(crate) struct ConnTable {
     by_address: HashMap<IpAddr, BTreeSet<(u64, ConnectionHandle)>>,
     /// The next connection's [`Conn::seq`].
     seq: u64,
+    /// The server is draining ([`Setup::drain`]).
+    pub(crate) draining: bool,
 }
 
 /// What a connection holds of the server's counts.
@@ -477,6 +486,7 @@ impl Worker {
                 in_drive: None,
                 by_address: HashMap::new(),
                 seq: 0,
+                draining: false,
             },
             tx,
             closing_since: None,
@@ -493,6 +503,9 @@ impl Worker {
     pub(crate) fn run(&mut self) -> Result<(), Error> {
         loop {
             let now = Instant::now();
+            if !self.table.draining && self.s.drain.load(Relaxed) {
+                self.table.start_drain();
+            }
             if self.s.stop.load(Relaxed) && self.closing_since.is_none() {
                 self.closing_since = Some(now);
                 self.table.close_all(now, &self.s);
@@ -511,7 +524,8 @@ impl Worker {
                     return Ok(());
                 }
             }
-            let closing = self.closing_since.is_some();
+            // Newcomers are refused while the server drains or stops.
+            let closing = self.closing_since.is_some() || self.table.draining;
             self.ep
                 .forwarded(now, &self.s, &mut self.table, &mut self.tx, closing);
             self.ep.receive(
@@ -683,6 +697,14 @@ impl Worker {
         c.rx_overflow
             .fetch_add(rx.kernel_drops.saturating_sub(self.overflow_seen), Relaxed);
         self.overflow_seen = self.overflow_seen.max(rx.kernel_drops);
+        if let Some(g) = self.s.gauges.get(self.s.id) {
+            g.connections.store(self.table.conns.len() as u64, Relaxed);
+            g.datagrams_sent.store(tx.send_messages, Relaxed);
+            g.datagrams_received.store(rx.recv_messages, Relaxed);
+            g.send_calls.store(tx.send_calls, Relaxed);
+            g.recv_calls.store(rx.recv_calls, Relaxed);
+            g.rx_overflow.store(rx.kernel_drops, Relaxed);
+        }
         if last {
             // The connections still open at the end: their losses since
             // their last drive.
@@ -1035,7 +1057,9 @@ impl EndpointDriver {
         if !placed {
             let t = self.endpoint.refuse(incoming, &mut buf);
             s.counters.refused.fetch_add(1, Relaxed);
-            if s.counters.connections.load(Relaxed) < max {
+            if closing {
+                s.counters.refused_draining.fetch_add(1, Relaxed);
+            } else if s.counters.connections.load(Relaxed) < max {
                 s.counters.refused_memory.fetch_add(1, Relaxed);
             }
             return tx.stateless(&t, buf);
@@ -1078,6 +1102,7 @@ impl EndpointDriver {
             give_place(s);
             let t = self.endpoint.refuse(incoming, buf);
             s.counters.refused.fetch_add(1, Relaxed);
+            s.counters.refused_per_ip.fetch_add(1, Relaxed);
             return Some(t);
         }
         let grant = s.budget.grant();
@@ -1124,6 +1149,7 @@ impl EndpointDriver {
                         released: false,
                         seq,
                         bi: 0,
+                        drain_told: false,
                         progress: (0, now),
                         blocked: (0, false),
                         checked: now,
@@ -1253,6 +1279,10 @@ impl ConnTable {
                 break;
             }
             again |= !events.is_empty();
+            if self.draining {
+                // Told before it hears of the streams that came meanwhile.
+                Self::drain_one(&mut c, now, &counters, (&self.wakes, ch), false);
+            }
             for ev in events.drain(..) {
                 self.dispatch(ch, &mut c, ev, now, app, s);
             }
@@ -1268,6 +1298,9 @@ impl ConnTable {
                     app.on_event(&mut cx, AppEvent::Timeout);
                 }
                 app.poll(&mut cx);
+            }
+            if self.draining {
+                again |= Self::drain_one(&mut c, now, &counters, (&self.wakes, ch), true);
             }
             self.transmits(ch, &mut c, now, tx, s, &mut trains);
             if !again {
@@ -1362,6 +1395,7 @@ impl ConnTable {
                         Bytes::from_static(b"too many connections from this address"),
                     );
                     s.counters.refused.fetch_add(1, Relaxed);
+                    s.counters.refused_per_ip.fetch_add(1, Relaxed);
                     // Its close goes out next turn.
                     self.more.push(ch);
                 }
@@ -1593,6 +1627,10 @@ impl ConnTable {
         let app_ev = match ev {
             Event::HandshakeDataReady => {
                 Self::accept(c, now, app, s);
+                if self.draining {
+                    // Its handshake ended during a drain: told at once.
+                    Self::drain_one(c, now, counters, (&self.wakes, ch), false);
+                }
                 return;
             }
             Event::ConnectionLost { reason } => {
@@ -1684,12 +1722,61 @@ impl ConnTable {
         c.app = app.accept(&alpn, &info);
         if c.app.is_none() {
             s.counters.refused.fetch_add(1, Relaxed);
+            s.counters.refused_protocol.fetch_add(1, Relaxed);
             c.conn.borrow_mut().close(
                 now,
                 VarInt::from_u32(REFUSED),
                 Bytes::from_static(b"no application for this protocol"),
             );
         }
+    }
+
+    /// The server starts draining: every connection is driven, and its
+    /// application told ([`ConnTable::drain_one`]).
+    fn start_drain(&mut self) {
+        self.draining = true;
+        self.dirty.extend(self.conns.keys().copied());
+    }
+
+    /// While the server drains: tells the connection's application (once,
+    /// as soon as it has one, before it hears of new streams), and, with
+    /// `close`, closes the connection once the application has nothing
+    /// under way ([`ConnApp::drained`]) and every response it finished is
+    /// acknowledged. True when it told or closed (the connection has more
+    /// to do this drive).
+    fn drain_one(
+        c: &mut Conn,
+        now: Instant,
+        counters: &Counters,
+        wake: (&Wakes, ConnectionHandle),
+        close: bool,
+    ) -> bool {
+        let Some(app) = c.app.as_mut() else {
+            return false;
+        };
+        if c.conn.borrow().is_closed() {
+            return false;
+        }
+        let mut acted = false;
+        if !c.drain_told {
+            c.drain_told = true;
+            let mut cx = AppCx::new(&c.conn, now, &mut c.finishing, counters, wake);
+            app.on_drain(&mut cx);
+            app.poll(&mut cx);
+            acted = true;
+        }
+        if close && app.drained() && c.finishing.is_empty() && !c.conn.borrow().is_closed() {
+            let mut cx = AppCx::new(&c.conn, now, &mut c.finishing, counters, wake);
+            app.on_shutdown(&mut cx);
+            c.conn.borrow_mut().close(
+                now,
+                VarInt::from_u32(hq::CLOSE_SHUTDOWN),
+                Bytes::from_static(b"server draining"),
+            );
+            counters.drained.fetch_add(1, Relaxed);
+            acted = true;
+        }
+        acted
     }
 
     /// Closes every connection (the engine stopping): each application
@@ -1870,6 +1957,8 @@ mod harness {
                 inboxes: Arc::new(vec![Inbox::new(SLOTS)]),
                 counters: counters.clone(),
                 stop: Arc::default(),
+                drain: Arc::default(),
+                gauges: Arc::new(vec![Default::default()]),
                 failed: Arc::default(),
                 pacing: PacingMode::User,
                 retry: false,
@@ -2008,6 +2097,8 @@ mod harness {
                 self.last_arrival = Some(self.now);
                 *self.received_from.entry(from).or_default() += d.len();
                 let w = &mut self.w;
+                // Newcomers are refused during a drain, as `run` does.
+                let draining = w.table.draining;
                 w.ep.datagram(
                     self.now,
                     from,
@@ -2017,7 +2108,7 @@ mod harness {
                     &w.s,
                     &mut w.table,
                     &mut w.tx,
-                    false,
+                    draining,
                 );
             }
             self.w.turn(self.now);
@@ -2478,6 +2569,52 @@ mod harness {
             .all(|b| b.len() == 1000 && hq::check(0, b).is_ok()));
         // Nothing of the stopped response counts as delivered.
         assert_eq!(n.w.s.counters.app_bytes.load(Relaxed) % 1000, 0);
+    }
+
+    /// A drain: a response under way finishes whole, a new request on its
+    /// connection is refused (hq-interop has no GOAWAY), a new connection
+    /// is refused and counted, and the connection is closed (code 0) only
+    /// once the client has acknowledged the whole response.
+    #[test]
+    fn a_drain_finishes_responses_and_refuses_newcomers() {
+        let mut n = Net::new(|_| {});
+        let ch = n.connect();
+        n.run_until(|n| !n.conns[&ch].is_handshaking());
+        let len = 3_000_000;
+        let big = request(&mut n, ch, format!("GET /bytes/{len}\r\n").as_bytes(), true);
+        let mut got = Vec::new();
+        n.run_until(|n| {
+            let _ = read_all(n.conns.get_mut(&ch).unwrap(), big, &mut got);
+            !got.is_empty()
+        });
+        n.w.s.drain.store(true, Relaxed);
+        n.w.table.start_drain();
+        let late = request(&mut n, ch, b"GET /bytes/10\r\n", true);
+        let newcomer = n.connect();
+        let mut late_body = Vec::new();
+        let mut late_end = None;
+        let mut end = None;
+        n.run_until(|n| {
+            let c = n.conns.get_mut(&ch).unwrap();
+            if let Some(r) = read_all(c, big, &mut got) {
+                end = Some(r);
+            }
+            if late_end.is_none() {
+                late_end = read_all(c, late, &mut late_body);
+            }
+            end.is_some() && late_end.is_some() && n.conns[&newcomer].is_closed()
+        });
+        assert_eq!(end, Some(Ok(())));
+        assert_eq!(got.len(), len);
+        assert!(hq::check(0, &got).is_ok());
+        assert_eq!(late_end, Some(Err(u64::from(hq::code::SHUTDOWN))));
+        assert_eq!(closed_with(&mut n, newcomer), Some(u64::MAX), "refused");
+        assert_eq!(n.w.s.counters.refused_draining.load(Relaxed), 1);
+        // Closed once every byte is acknowledged, and counted.
+        n.run_until(|n| n.conns[&ch].is_closed());
+        assert_eq!(closed_with(&mut n, ch), Some(u64::from(hq::CLOSE_SHUTDOWN)));
+        assert_eq!(n.w.s.counters.drained.load(Relaxed), 1);
+        assert_eq!(n.w.s.counters.app_bytes.load(Relaxed), len as u64);
     }
 
     /// The migration flood of issue 37: after its handshake a client sends

@@ -4,10 +4,11 @@
 //! it answers HTTP/3 (ALPN `h3`) and HTTP/0.9 over QUIC (`hq-interop`,
 //! see [`hq`]) on one port. The load generator speaks hq-interop.
 
-pub mod lb;
 pub mod access_log;
 pub mod config;
+pub mod lb;
 mod load;
+pub mod metrics;
 pub mod proxy;
 mod quinn_stack;
 mod serve;
@@ -340,7 +341,24 @@ pub struct ServeArgs {
     /// The routes of --config (file only).
     #[arg(skip)]
     pub routes: Vec<config::RouteSpec>,
+    /// Serve Prometheus metrics at `http://ADDR/metrics` (plain HTTP/1.1
+    /// over TCP; keep ADDR private, 127.0.0.1:9090 say): connections,
+    /// handshakes, refusals by reason, requests by status class, bytes,
+    /// datagrams, drops, the memory budget, and per-worker figures
+    /// (docs/PROXY.md, "Operations"). --stack fastudp only.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<SocketAddr>,
+    /// On SIGTERM or Ctrl-C, drain: refuse new connections, send GOAWAY
+    /// (HTTP/3) and `connection: close` (HTTP/1.1), let the requests
+    /// under way finish for up to this many seconds, then stop. 0: stop
+    /// at once. A second signal stops at once. --stack fastudp only.
+    #[arg(long, default_value_t = DRAIN_TIMEOUT.as_secs_f64(), value_name = "SECONDS")]
+    pub drain_timeout: f64,
 }
+
+/// The default of `quic serve --drain-timeout`: 30 s (the systemd unit
+/// gives the service longer to stop).
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Connections at most of `--stack quinn` and `--stack tcp` when
 /// --max-connections says nothing (`--stack fastudp`'s default is
@@ -678,6 +696,17 @@ fn check_serve(a: &ServeArgs) -> anyhow::Result<()> {
             "--upstream-timeout {}: between 0.01 and 3600 s",
             a.upstream_timeout
         ));
+    }
+    if !(a.drain_timeout.is_finite() && a.drain_timeout >= 0.0 && a.drain_timeout <= 3600.0) {
+        return bad(format!(
+            "--drain-timeout {}: between 0 and 3600 s",
+            a.drain_timeout
+        ));
+    }
+    if a.stack != Stack::Fastudp
+        && (a.metrics.is_some() || a.drain_timeout != DRAIN_TIMEOUT.as_secs_f64())
+    {
+        return bad("--metrics and --drain-timeout need --stack fastudp".into());
     }
     if a.stack != Stack::Fastudp && a.uring {
         return bad("--uring needs --stack fastudp".into());

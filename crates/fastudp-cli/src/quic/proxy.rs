@@ -742,11 +742,33 @@ pub const TCP_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// server) on the engine's port number, every answer naming HTTP/3 in
 /// `Alt-Svc`. At most `max_connections` connections at once; past it a
 /// new one is closed at once and counted.
+///
+/// [`TcpFront::drain`] is hyper's graceful shutdown: the listener closes
+/// (new connections are refused), an HTTP/1.1 connection closes after
+/// the response under way (which says `connection: close`) or at once
+/// when idle, an HTTP/2 one gets GOAWAY and closes after its streams.
 pub struct TcpFront {
     addr: SocketAddr,
     rt: tokio::runtime::Runtime,
+    /// What it counted.
+    pub stats: Arc<TcpStats>,
+    slots: Arc<tokio::sync::Semaphore>,
+    max_connections: usize,
+    drain: tokio::sync::watch::Sender<bool>,
+    /// Says when the listener has closed after a drain began.
+    closed: Mutex<std::sync::mpsc::Receiver<()>>,
+}
+
+/// What the TLS/TCP side of the proxy counted.
+#[derive(Debug, Default)]
+pub struct TcpStats {
+    /// Connections accepted.
+    pub accepted: AtomicU64,
     /// Connections closed at once because `max_connections` were open.
-    pub refused: Arc<AtomicU64>,
+    pub refused: AtomicU64,
+    /// Responses begun, by status class ([`fastudp_quic::status_class`]:
+    /// index 0 counts 1xx, 4 counts 5xx).
+    pub responses: [AtomicU64; 5],
 }
 
 impl TcpFront {
@@ -773,21 +795,53 @@ impl TcpFront {
             addr.port(),
             fastudp_quic::altsvc::MAX_AGE
         ))?;
-        let refused = Arc::new(AtomicU64::new(0));
+        let stats = Arc::new(TcpStats::default());
         let slots = Arc::new(tokio::sync::Semaphore::new(max_connections));
         let proxy = {
             let _g = rt.enter();
             Proxy::new(table, connect_timeout)
         };
+        let (drain, drained) = tokio::sync::watch::channel(false);
+        let (closing, closed) = std::sync::mpsc::channel();
         rt.spawn(accept(
             listener,
-            acceptor,
-            proxy,
-            alt_svc,
-            slots,
-            refused.clone(),
+            closing,
+            Front {
+                tls: acceptor,
+                proxy,
+                alt_svc,
+                slots: slots.clone(),
+                stats: stats.clone(),
+            },
+            drained,
         ));
-        Ok(TcpFront { addr, rt, refused })
+        Ok(TcpFront {
+            addr,
+            rt,
+            stats,
+            slots,
+            max_connections,
+            drain,
+            closed: Mutex::new(closed),
+        })
+    }
+
+    /// Connections open now.
+    pub fn open(&self) -> u64 {
+        self.max_connections
+            .saturating_sub(self.slots.available_permits()) as u64
+    }
+
+    /// Starts hyper's graceful shutdown (see [`TcpFront`]) and returns
+    /// once the listener is closed (a second at most): new connections
+    /// are refused from then on. [`TcpFront::open`] falls to 0 as the
+    /// connections end.
+    pub fn drain(&self) {
+        if self.drain.send(true).is_ok() {
+            if let Ok(closed) = self.closed.lock() {
+                let _ = closed.recv_timeout(Duration::from_secs(1));
+            }
+        }
     }
 
     /// The TCP address.
@@ -801,27 +855,45 @@ impl TcpFront {
     }
 }
 
-async fn accept(
-    l: tokio::net::TcpListener,
+/// What each TCP connection of the proxy is served with.
+struct Front {
     tls: tokio_rustls::TlsAcceptor,
     proxy: Proxy,
     alt_svc: HeaderValue,
     slots: Arc<tokio::sync::Semaphore>,
-    refused: Arc<AtomicU64>,
+    stats: Arc<TcpStats>,
+}
+
+/// Accepts until a drain: then the listener closes, and every connection
+/// is shut down gracefully.
+async fn accept(
+    l: tokio::net::TcpListener,
+    closing: std::sync::mpsc::Sender<()>,
+    f: Front,
+    mut drain: tokio::sync::watch::Receiver<bool>,
 ) {
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     loop {
-        let Ok((tcp, peer)) = l.accept().await else {
+        let accepted = tokio::select! {
+            a = l.accept() => a,
+            _ = drain.wait_for(|d| *d) => break,
+        };
+        let Ok((tcp, peer)) = accepted else {
             // EMFILE and the like: wait a little rather than spin.
             tokio::time::sleep(Duration::from_millis(10)).await;
             continue;
         };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            refused.fetch_add(1, Relaxed);
+        let Ok(slot) = f.slots.clone().try_acquire_owned() else {
+            f.stats.refused.fetch_add(1, Relaxed);
             drop(tcp);
             continue;
         };
+        f.stats.accepted.fetch_add(1, Relaxed);
         let _ = tcp.set_nodelay(true);
-        let (tls, proxy, alt_svc) = (tls.clone(), proxy.clone(), alt_svc.clone());
+        let (tls, proxy, alt_svc) = (f.tls.clone(), f.proxy.clone(), f.alt_svc.clone());
+        let stats = f.stats.clone();
+        // Made now, so that a drain from here on reaches the connection.
+        let watcher = graceful.watcher();
         tokio::spawn(async move {
             let _slot = slot;
             let Ok(Ok(stream)) = tokio::time::timeout(TCP_HANDSHAKE_TIMEOUT, tls.accept(tcp)).await
@@ -830,10 +902,13 @@ async fn accept(
             };
             let svc = hyper::service::service_fn(move |mut req: Request<hyper::body::Incoming>| {
                 req.extensions_mut().insert(Peer(peer));
-                let (proxy, alt_svc) = (proxy.clone(), alt_svc.clone());
+                let (proxy, alt_svc, stats) = (proxy.clone(), alt_svc.clone(), stats.clone());
                 async move {
                     let mut r = proxy.respond(req).await;
                     r.headers_mut().insert(header::ALT_SVC, alt_svc);
+                    if let Some(i) = fastudp_quic::status_class(r.status().as_u16()) {
+                        stats.responses[i].fetch_add(1, Relaxed);
+                    }
                     Ok::<_, Infallible>(r)
                 }
             });
@@ -841,11 +916,16 @@ async fn accept(
             b.http1()
                 .timer(TokioTimer::new())
                 .header_read_timeout(TCP_HANDSHAKE_TIMEOUT);
-            let _ = b
+            let conn = b
                 .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
-                .await;
+                .into_owned();
+            let _ = watcher.watch(conn).await;
         });
     }
+    // New connections are refused from here on; those open finish.
+    drop(l);
+    let _ = closing.send(());
+    graceful.shutdown().await;
 }
 
 #[cfg(test)]

@@ -2,13 +2,14 @@
 //! [`fastudp_quic::Engine`]. It turns the arguments into an
 //! [`EngineConfig`], picks the applications (HTTP/3 and hq-interop, by ALPN), loads or
 //! makes the certificate, prints where the server listens and its limits,
-//! and reports until `--duration` ends or Ctrl-C; the engine does the
-//! rest.
+//! and reports until `--duration` ends, or SIGTERM or Ctrl-C start a
+//! drain; the engine does the rest. SIGHUP reads `--cert` and `--key`
+//! again; `--metrics` serves Prometheus metrics ([`super::metrics`]).
 
 use super::access_log::{self, AccessLog, LoggedHandler};
 use super::config::RouteTo;
 use super::stats::{listening, Reporter};
-use super::{proxy, tls, workers, PacingArg, ServeArgs};
+use super::{metrics, proxy, tls, workers, PacingArg, ServeArgs};
 use crate::failure::usage;
 use crate::interrupt;
 use anyhow::{anyhow, Context};
@@ -22,8 +23,9 @@ use fastudp_quic::h3::{
 use fastudp_quic::{limits, Engine, EngineConfig, Pacing};
 use std::net::IpAddr;
 use std::rc::Rc;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Runs `fastudp quic serve --stack fastudp`.
 pub fn run(a: ServeArgs) -> anyhow::Result<()> {
@@ -31,7 +33,8 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     let n = workers(&a);
     raise_open_files();
     let id = tls::identity(a.cert.as_deref(), a.key.as_deref())?;
-    let tls = Arc::new(tls::server(&id, a.zero_rtt)?);
+    let (tls, certs) = tls::server_reloadable(&id, a.zero_rtt)?;
+    let tls = Arc::new(tls);
     let cfg = engine_config(&a, n, tls.clone())?;
     if let Err(e) = cfg.budget() {
         return Err(usage(e.to_string()));
@@ -57,7 +60,16 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         }
     };
     // Start.
-    interrupt::watch();
+    let files_given = match (&a.cert, &a.key) {
+        (Some(cert), Some(key)) => Some(tls::Files {
+            cert: cert.clone(),
+            key: key.clone(),
+        }),
+        _ => None,
+    };
+    let json = a.json;
+    interrupt::watch_service(move || reload(&certs, files_given.as_ref(), json))
+        .map_err(|e| anyhow!("cannot take SIGTERM and SIGHUP: {e}"))?;
     let engine = Engine::start(cfg, Arc::new(app)).map_err(start_error)?;
     let pacing = pacing_in_force(&a, &engine);
     if let Some(e) = engine.zerocopy_error() {
@@ -100,7 +112,29 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     } else {
         None
     };
-    // Run until --duration, Ctrl-C or a worker's failure; then stop.
+    let admin = match a.metrics {
+        Some(addr) => {
+            let sources = metrics::Sources {
+                engine: engine.monitor(),
+                tcp: tcp.as_ref().map(|l| l.stats().clone()),
+                proxy_tcp: front.as_ref().map(|f| f.stats.clone()),
+                proxy: proxy.clone(),
+                admin_refused: Arc::default(),
+            };
+            match metrics::Server::start(addr, sources).with_context(|| format!("--metrics {addr}"))
+            {
+                Ok(m) => Some(m),
+                Err(e) => {
+                    engine.stop();
+                    let _ = engine.join();
+                    return Err(e);
+                }
+            }
+        }
+        None => None,
+    };
+    // Run until --duration, SIGTERM, Ctrl-C or a worker's failure; then
+    // drain (on a signal) and stop.
     let counters = engine.counters().clone();
     let served = announce(&a, &engine, &id, files.as_deref(), tcp.as_ref())
         .and_then(|()| match (&proxy, &front) {
@@ -115,6 +149,10 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
             true => announce_test_endpoints(a.json),
             false => Ok(()),
         })
+        .and_then(|()| match &admin {
+            Some(m) => announce_metrics(m, a.json),
+            None => Ok(()),
+        })
         .and_then(|()| {
             let rep = Reporter::new(&counters, "fastudp", true)
                 .alt_svc(tcp.as_ref().map(|l| l.stats().clone()));
@@ -123,6 +161,17 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
             })?;
             Ok(rep)
         });
+    let drained = if interrupt::requested() && !engine.failed() && a.drain_timeout > 0.0 {
+        Some(drain(
+            &engine,
+            tcp.as_ref(),
+            front.as_ref(),
+            Duration::from_secs_f64(a.drain_timeout),
+            a.json,
+        ))
+    } else {
+        None
+    };
     if let Some(l) = tcp {
         l.stop(fastudp_quic::STOP_WAIT);
     }
@@ -131,6 +180,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     }
     engine.stop();
     let joined = engine.join();
+    drop(admin);
     // Every request has ended: what the log holds goes out.
     let log_stats = log_writer.map(|w| {
         let s = w.stats.clone();
@@ -140,6 +190,9 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     // Report.
     let reported = served.and_then(|rep| {
         rep.summary(&counters, a.json, &pacing)?;
+        if let Some(d) = &drained {
+            drain_summary(d, a.json)?;
+        }
         if let Some(table) = &proxy {
             proxy_summary(table, a.json)?;
         }
@@ -162,10 +215,162 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     });
     joined.map_err(|e| anyhow!("{e}"))?;
     reported?;
-    if interrupt::requested() {
+    // SIGTERM is how a service manager stops the server: a drain that
+    // ends is a clean stop (status 0). Ctrl-C keeps the command's status.
+    if interrupt::requested() && !interrupt::terminated() {
         return Err(interrupt::summarized_err());
     }
     Ok(())
+}
+
+/// SIGHUP: reads `--cert` and `--key` again; the next handshakes (QUIC
+/// and TLS/TCP) get the new certificate, and open connections go on. Bad
+/// files are reported, and the certificate in force stays. A
+/// `certificate_reload` line says what happened.
+fn reload(certs: &tls::Certs, files: Option<&tls::Files>, json: bool) {
+    let r = match files {
+        Some(f) => certs.reload(&f.cert, &f.key).map_err(|e| format!("{e:#}")),
+        None => Err("no --cert and --key to read again; the self-signed certificate stays".into()),
+    };
+    let spki = certs.spki_sha256();
+    if let Err(e) = &r {
+        eprintln!("fastudp: SIGHUP: certificate not reloaded: {e}");
+    }
+    let _ = if json {
+        out!(
+            "{}",
+            serde_json::json!({
+                "kind": "certificate_reload",
+                "ok": r.is_ok(),
+                "error": r.as_ref().err(),
+                "spki_sha256": spki,
+            })
+        )
+    } else {
+        match &r {
+            Ok(_) => {
+                out!("certificate: reloaded (SIGHUP); SPKI SHA-256 {spki}; new handshakes use it")
+            }
+            Err(_) => out!(
+                "certificate: not reloaded (SIGHUP); the one in force stays, SPKI SHA-256 {spki}"
+            ),
+        }
+    };
+}
+
+/// How a drain went.
+struct Drained {
+    /// How long it took.
+    took: Duration,
+    /// QUIC connections closed by the drain after their requests.
+    closed: u64,
+    /// QUIC and TCP connections still open at the drain timeout (the stop
+    /// that follows closes them).
+    left: u64,
+    /// Whether the drain timeout ended it.
+    timed_out: bool,
+}
+
+/// Drains: new connections refused, GOAWAY to HTTP/3 connections (and
+/// hq-interop's new requests refused), `connection: close` over TCP
+/// (GOAWAY over HTTP/2), and the requests under way given up to
+/// `timeout` to finish. Returns when every connection has closed, the
+/// timeout has passed, or a worker failed; a second signal exits at once
+/// ([`interrupt`]).
+fn drain(
+    engine: &Engine,
+    tcp: Option<&altsvc::Listener>,
+    front: Option<&proxy::TcpFront>,
+    timeout: Duration,
+    json: bool,
+) -> Drained {
+    eprintln!(
+        "fastudp: draining: new connections refused, requests under way have up to {} s to finish (--drain-timeout); a second signal stops at once",
+        timeout.as_secs_f64()
+    );
+    let t0 = Instant::now();
+    let before = engine.counters().drained.load(Relaxed);
+    engine.drain();
+    if let Some(l) = tcp {
+        l.drain();
+    }
+    if let Some(f) = front {
+        f.drain();
+    }
+    // From here on a newcomer is refused.
+    let _ = if json {
+        out!(
+            "{}",
+            serde_json::json!({"kind": "draining", "drain_timeout_s": timeout.as_secs_f64()})
+        )
+    } else {
+        out!("draining: up to {} s", timeout.as_secs_f64())
+    };
+    let open = || {
+        engine.counters().connections.load(Relaxed)
+            + tcp.map_or(0, |l| l.open())
+            + front.map_or(0, |f| f.open())
+    };
+    while open() > 0 && t0.elapsed() < timeout && !engine.failed() {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let left = open();
+    Drained {
+        took: t0.elapsed(),
+        closed: engine.counters().drained.load(Relaxed) - before,
+        left,
+        timed_out: left > 0 && t0.elapsed() >= timeout,
+    }
+}
+
+/// The `drain` line after the summary.
+fn drain_summary(d: &Drained, json: bool) -> anyhow::Result<()> {
+    if json {
+        out!(
+            "{}",
+            serde_json::json!({
+                "kind": "drain",
+                "seconds": d.took.as_secs_f64(),
+                "closed_after_requests": d.closed,
+                "left_at_timeout": d.left,
+                "timed_out": d.timed_out,
+            })
+        )
+    } else {
+        out!(
+            "drain: {:.3} s; {} QUIC connections closed after their requests; {} connections still open {}",
+            d.took.as_secs_f64(),
+            d.closed,
+            d.left,
+            if d.timed_out {
+                "at --drain-timeout, closed by the stop"
+            } else {
+                "at the end"
+            }
+        )
+    }
+}
+
+/// Says where the metrics are.
+fn announce_metrics(m: &metrics::Server, json: bool) -> anyhow::Result<()> {
+    if json {
+        out!(
+            "{}",
+            serde_json::json!({
+                "kind": "metrics",
+                "url": format!("http://{}/metrics", m.local_addr()),
+                "max_connections": metrics::MAX_CONNECTIONS,
+                "connection_time_s": metrics::CONNECTION_TIME.as_secs_f64(),
+            })
+        )
+    } else {
+        out!(
+            "metrics: http://{}/metrics (Prometheus; {} connections at most, each closed after {} s)",
+            m.local_addr(),
+            metrics::MAX_CONNECTIONS,
+            metrics::CONNECTION_TIME.as_secs()
+        )
+    }
 }
 
 /// The engine's configuration from the options.

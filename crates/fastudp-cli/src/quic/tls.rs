@@ -6,8 +6,8 @@ use crate::failure::usage;
 use anyhow::anyhow;
 use rustls::pki_types::pem::{self, PemObject, SectionKind};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName, UnixTime};
-use std::path::Path;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
 
 /// A certificate chain and its key.
 pub struct Identity {
@@ -231,22 +231,100 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 /// replay. A certificate and key given that rustls refuses are a usage
 /// error.
 pub fn server(id: &Identity, early_data: bool) -> anyhow::Result<rustls::ServerConfig> {
+    server_reloadable(id, early_data).map(|(c, _)| c)
+}
+
+/// [`server`], with the certificate behind a [`Certs`]: every
+/// configuration cloned from it (the QUIC engine's, the TLS/TCP
+/// listener's) takes the certificate of [`Certs::reload`] at its next
+/// handshake.
+pub fn server_reloadable(
+    id: &Identity,
+    early_data: bool,
+) -> anyhow::Result<(rustls::ServerConfig, Arc<Certs>)> {
+    let key = certified(id).map_err(|e| {
+        let msg = format!("the certificate and key do not fit: {e}");
+        if id.self_signed {
+            anyhow!(msg)
+        } else {
+            usage(msg)
+        }
+    })?;
+    let certs = Arc::new(Certs {
+        current: RwLock::new((Arc::new(key), id.spki_sha256.clone())),
+    });
     let mut c = rustls::ServerConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(|e| anyhow!("TLS set-up: {e}"))?
         .with_no_client_auth()
-        .with_single_cert(id.chain.clone(), id.key.clone_key())
-        .map_err(|e| {
-            let msg = format!("the certificate and key do not fit: {e}");
-            if id.self_signed {
-                anyhow!(msg)
-            } else {
-                usage(msg)
-            }
-        })?;
+        .with_cert_resolver(certs.clone());
     c.alpn_protocols = vec![ALPN.to_vec()];
     c.max_early_data_size = if early_data { u32::MAX } else { 0 };
-    Ok(c)
+    Ok((c, certs))
+}
+
+/// The identity as rustls signs with it (the key loaded by the provider,
+/// and checked against the leaf's public key).
+fn certified(id: &Identity) -> Result<rustls::sign::CertifiedKey, rustls::Error> {
+    rustls::sign::CertifiedKey::from_der(id.chain.clone(), id.key.clone_key(), &provider())
+}
+
+/// The server's certificate and key in force, which every new handshake
+/// asks for (rustls' `ResolvesServerCert`), whatever the client's name:
+/// [`Certs::reload`] swaps them, and connections already open keep the
+/// keys they agreed.
+#[derive(Debug)]
+pub struct Certs {
+    /// The key, and the SPKI SHA-256 of its certificate.
+    current: RwLock<(Arc<rustls::sign::CertifiedKey>, String)>,
+}
+
+impl Certs {
+    /// Reads `cert` and `key` again (as `--cert` and `--key` at start)
+    /// and, when they are good, serves them from the next handshake on;
+    /// returns the new certificate's SPKI SHA-256. A file that cannot be
+    /// read or parsed, or a key that is not the certificate's, is an
+    /// error, and the certificate in force stays.
+    pub fn reload(&self, cert: &Path, key: &Path) -> anyhow::Result<String> {
+        let id = identity(Some(cert), Some(key))?;
+        let k = certified(&id).map_err(|e| anyhow!("the certificate and key do not fit: {e}"))?;
+        let mut g = self.current.write().unwrap_or_else(|e| e.into_inner());
+        *g = (Arc::new(k), id.spki_sha256.clone());
+        Ok(id.spki_sha256)
+    }
+
+    /// The SPKI SHA-256 (base64) of the certificate in force.
+    pub fn spki_sha256(&self) -> String {
+        self.current
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .1
+            .clone()
+    }
+}
+
+impl rustls::server::ResolvesServerCert for Certs {
+    fn resolve(
+        &self,
+        _hello: rustls::server::ClientHello<'_>,
+    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        Some(
+            self.current
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .0
+                .clone(),
+        )
+    }
+}
+
+/// The files `--cert` and `--key` name, to read again on SIGHUP.
+#[derive(Debug, Clone)]
+pub struct Files {
+    /// `--cert`.
+    pub cert: PathBuf,
+    /// `--key`.
+    pub key: PathBuf,
 }
 
 /// The rustls client configuration of the load generator: TLS 1.3, ALPN
@@ -349,6 +427,52 @@ mod tests {
 
     fn sha256_b64(data: &[u8]) -> String {
         base64(ring::digest::digest(&ring::digest::SHA256, data).as_ref())
+    }
+
+    /// A reload takes good files and serves them from the next
+    /// handshake on; bad files are refused and the certificate in force
+    /// stays.
+    #[test]
+    fn a_reload_swaps_the_certificate_and_refuses_bad_files() {
+        let d = dir("reload");
+        let (cert, key, spki) = ecdsa();
+        let (cert2, key2, spki2) = ecdsa();
+        let (c, k) = (write(&d, "c.pem", &cert), write(&d, "k.pem", &key));
+        let id = identity(Some(&c), Some(&k)).unwrap();
+        let (cfg, certs) = server_reloadable(&id, false).unwrap();
+        let cfg = Arc::new(cfg);
+        let served = |cfg: &Arc<rustls::ServerConfig>| {
+            let mut srv = rustls::ServerConnection::new(cfg.clone()).unwrap();
+            let name = ServerName::try_from("localhost").unwrap();
+            let mut cli = rustls::ClientConnection::new(Arc::new(client()), name).unwrap();
+            let mut buf = Vec::new();
+            for _ in 0..10 {
+                buf.clear();
+                cli.write_tls(&mut buf).unwrap();
+                srv.read_tls(&mut &buf[..]).unwrap();
+                srv.process_new_packets().unwrap();
+                buf.clear();
+                srv.write_tls(&mut buf).unwrap();
+                cli.read_tls(&mut &buf[..]).unwrap();
+                cli.process_new_packets().unwrap();
+            }
+            let leaf = cli.peer_certificates().unwrap()[0].clone();
+            let p = rustls::server::ParsedCertificate::try_from(&leaf).unwrap();
+            sha256_b64(p.subject_public_key_info().as_ref())
+        };
+        assert_eq!(served(&cfg), sha256_b64(&spki));
+        // Bad new files: refused, the old certificate stays.
+        std::fs::write(&c, "not a certificate\n").unwrap();
+        assert!(certs.reload(&c, &k).is_err());
+        std::fs::write(&c, &cert2).unwrap();
+        let e = certs.reload(&c, &k).unwrap_err();
+        assert!(format!("{e:#}").contains("does not belong"), "{e:#}");
+        assert_eq!(certs.spki_sha256(), sha256_b64(&spki));
+        assert_eq!(served(&cfg), sha256_b64(&spki));
+        // Good ones: the next handshake gets them.
+        std::fs::write(&k, &key2).unwrap();
+        assert_eq!(certs.reload(&c, &k).unwrap(), sha256_b64(&spki2));
+        assert_eq!(served(&cfg), sha256_b64(&spki2));
     }
 
     #[test]

@@ -12,6 +12,7 @@ mod doctor;
 mod fleet;
 mod h3_attacks;
 mod interrupt;
+mod ops;
 mod proxy;
 mod quic;
 mod quic_clients;

@@ -612,11 +612,19 @@ fn initial_flood_is_bounded_and_retry_validates() {
     srv.finish();
 }
 
-/// Ctrl-C closes every connection with an application close (code 0),
-/// which the clients see, and the server ends with its summary.
+/// Ctrl-C drains, and at the end of --drain-timeout closes every
+/// connection still open with an application close (code 0), which the
+/// clients see; the server ends with its summary.
 #[test]
 fn ctrl_c_closes_connections() {
-    let (mut srv, addr) = serve(&["--listen", "127.0.0.1:0", "--workers", "2"]);
+    let (mut srv, addr) = serve(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--workers",
+        "2",
+        "--drain-timeout",
+        "1",
+    ]);
     wait_for_sigint_handler(srv.pid());
     let client = Command::new(env!("CARGO_BIN_EXE_fastudp"))
         .args([
@@ -684,6 +692,22 @@ fn bad_arguments_are_refused() {
             vec!["quic", "serve", "--stack", "quinn", "--zerocopy"],
             "--stack fastudp",
         ),
+        (
+            vec!["quic", "serve", "--drain-timeout", "-1"],
+            "--drain-timeout -1: between 0 and 3600 s",
+        ),
+        (
+            vec![
+                "quic",
+                "serve",
+                "--stack",
+                "quinn",
+                "--metrics",
+                "127.0.0.1:0",
+            ],
+            "--metrics and --drain-timeout need --stack fastudp",
+        ),
+        (vec!["quic", "serve", "--metrics", "localhost"], "--metrics"),
         (
             vec!["quic", "serve", "--www", "/nonexistent-www"],
             "--www /nonexistent-www",

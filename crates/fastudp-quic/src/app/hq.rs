@@ -109,6 +109,7 @@ impl WorkerApp for HqApp {
             test_endpoints: self.test_endpoints,
             file_window: false,
             now: None,
+            draining: false,
         }))
     }
 }
@@ -142,6 +143,8 @@ struct HqConn {
     file_window: bool,
     /// The time of the last call, for [`ConnApp::timeout`].
     now: Option<Instant>,
+    /// The server is draining: new requests are refused.
+    draining: bool,
 }
 
 impl ConnApp for HqConn {
@@ -151,6 +154,12 @@ impl ConnApp for HqConn {
         match ev {
             AppEvent::Opened(id) if id.dir() == Dir::Uni => {
                 cx.stop(id, 0);
+            }
+            AppEvent::Opened(id) if self.draining => {
+                // HTTP/0.9 has no GOAWAY: a request that comes during a
+                // drain is refused, as at a stop.
+                cx.stop(id, hq::code::SHUTDOWN.into());
+                cx.reset(id, hq::code::SHUTDOWN.into());
             }
             AppEvent::Opened(id) => {
                 let deadline = now + self.request_timeout;
@@ -197,6 +206,14 @@ impl ConnApp for HqConn {
             .into_iter()
             .flatten()
             .min()
+    }
+
+    fn on_drain(&mut self, _cx: &mut AppCx<'_>) {
+        self.draining = true;
+    }
+
+    fn drained(&self) -> bool {
+        self.streams.is_empty()
     }
 
     fn on_shutdown(&mut self, cx: &mut AppCx<'_>) {

@@ -81,8 +81,25 @@ pub trait ConnApp {
         None
     }
     /// The server is stopping: the connection is closed right after this.
+    /// Also called when a drain closes the connection (after
+    /// [`ConnApp::drained`] said so).
     fn on_shutdown(&mut self, cx: &mut AppCx<'_>) {
         let _ = cx;
+    }
+    /// The server is draining ([`crate::Engine::drain`]): take no new
+    /// requests (HTTP/3 sends GOAWAY) and finish those under way. Called
+    /// once, when the drain starts, or as soon as the connection has an
+    /// application if its handshake ends during the drain. The default
+    /// does nothing.
+    fn on_drain(&mut self, cx: &mut AppCx<'_>) {
+        let _ = cx;
+    }
+    /// Whether, once told of a drain, the connection has nothing under
+    /// way: the engine then closes it, as soon as every response finished
+    /// is acknowledged. Asked after each drive during a drain. The
+    /// default: true (a drain closes the connection at once).
+    fn drained(&self) -> bool {
+        true
     }
     /// The connection is gone; no more calls follow.
     fn on_closed(&mut self, reason: Closed) {

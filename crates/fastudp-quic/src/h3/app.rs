@@ -295,6 +295,14 @@ impl H3Connection {
             .fetch_add(s.timeouts - self.reported.timeouts, Relaxed);
         c.app_panics
             .fetch_add(s.panics - self.reported.panics, Relaxed);
+        if s.status != self.reported.status {
+            for (i, n) in s.status.iter().enumerate() {
+                let new = n - self.reported.status[i];
+                if new > 0 {
+                    c.h3_responses[i].fetch_add(new, Relaxed);
+                }
+            }
+        }
         self.reported = s;
     }
 }
@@ -350,6 +358,15 @@ impl ConnApp for H3Connection {
 
     fn timeout(&self) -> Option<Instant> {
         self.task.as_ref().and_then(H3Task::timeout)
+    }
+
+    fn on_drain(&mut self, cx: &mut AppCx<'_>) {
+        // GOAWAY at the task's next poll, which follows.
+        self.task(cx).drain();
+    }
+
+    fn drained(&self) -> bool {
+        self.task.as_ref().is_none_or(H3Task::drained)
     }
 
     fn on_shutdown(&mut self, cx: &mut AppCx<'_>) {

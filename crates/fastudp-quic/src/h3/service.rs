@@ -68,6 +68,8 @@ pub(crate) struct Outcome {
     pub(crate) cut: bool,
     /// Application code panicked.
     pub(crate) panicked: bool,
+    /// The status of the response begun, if one was.
+    pub(crate) status: Option<u16>,
 }
 
 /// Serves one request whose head was read: the seam between the
@@ -412,6 +414,7 @@ where
         Err(()) => {
             // A malformed request (RFC 9114 4.1.2, RFC 9110 8.6): not
             // handed to the service.
+            out.status = Some(400);
             out.cut = !answer(&mut send, StatusCode::BAD_REQUEST).await;
             return out;
         }
@@ -436,6 +439,7 @@ where
     let call = match ready {
         Ok(Ok(())) => catch_unwind(AssertUnwindSafe(|| svc.call(req))),
         Ok(Err(_)) => {
+            out.status = Some(503);
             out.cut = !answer(&mut send, StatusCode::SERVICE_UNAVAILABLE).await;
             return out;
         }
@@ -448,11 +452,13 @@ where
     let response = match response {
         Ok(Ok(r)) => r,
         Ok(Err(_)) => {
+            out.status = Some(500);
             out.cut = !answer(&mut send, StatusCode::INTERNAL_SERVER_ERROR).await;
             return out;
         }
         Err(_) => {
             out.panicked = true;
+            out.status = Some(500);
             out.cut = !answer(&mut send, StatusCode::INTERNAL_SERVER_ERROR).await;
             return out;
         }
@@ -464,6 +470,7 @@ where
                 .insert(http::header::CONTENT_LENGTH, http::HeaderValue::from(n));
         }
     }
+    out.status = Some(head.status.as_u16());
     let head = Response::from_parts(head, ());
     if with_pump(&mut pump, send.send_response(head))
         .await

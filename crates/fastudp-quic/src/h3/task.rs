@@ -23,7 +23,7 @@ use crate::app::{ConnInfo, ConnWaker};
 use bytes::Bytes;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use quinn_proto::{StreamId, VarInt};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
@@ -56,6 +56,15 @@ const REPOLLS: usize = 4;
 /// `H3_REQUEST_INCOMPLETE` (RFC 9114 section 8.1): a request stream whose
 /// header section did not arrive in time is reset and stopped with it.
 pub(crate) const H3_REQUEST_INCOMPLETE: u64 = 0x10d;
+/// `H3_REQUEST_REJECTED` (RFC 9114 section 8.1): a request on a stream at
+/// or past the GOAWAY's ID is refused with it, unprocessed.
+pub(crate) const H3_REQUEST_REJECTED: u64 = 0x10b;
+/// After its last request, a draining connection waits this many RTTs
+/// (within [`LINGER_MIN`] and [`LINGER_MAX`]) from its GOAWAY before it
+/// ends, so that the GOAWAY reaches the client before the close.
+const LINGER_RTTS: u32 = 3;
+const LINGER_MIN: Duration = Duration::from_millis(5);
+const LINGER_MAX: Duration = Duration::from_secs(1);
 
 /// The task's waker: marks the task as due and, unless the engine is
 /// driving the connection (its poll of the task follows), has the
@@ -197,6 +206,8 @@ pub(crate) struct TaskStats {
     /// Panics in application code caught (a request answered 500 or
     /// reset, or the connection closed).
     pub(crate) panics: u64,
+    /// Responses begun, by status class ([`crate::status_class`]).
+    pub(crate) status: [u64; 5],
 }
 
 /// The connection's HTTP/3 server task.
@@ -215,6 +226,18 @@ pub(crate) struct H3Task {
     faulted: bool,
     /// The runtime the task is polled in, if any.
     runtime: Option<tokio::runtime::Handle>,
+    /// The drain, between the engine and the task.
+    drain: Rc<Drain>,
+}
+
+/// A connection's drain: asked by [`H3Task::drain`] (the task then sends
+/// GOAWAY), done once no request runs (the task then holds h3 without
+/// polling it further: dropping h3 would close the connection before the
+/// client has acknowledged the last responses; the engine closes it).
+#[derive(Default)]
+pub(crate) struct Drain {
+    asked: Cell<bool>,
+    done: Cell<bool>,
 }
 
 impl H3Task {
@@ -239,6 +262,7 @@ impl H3Task {
             timers: RefCell::default(),
         });
         let stats = Rc::new(RefCell::new(TaskStats::default()));
+        let drain = Rc::new(Drain::default());
         let fut = serve_connection(
             H3Conn::new(link.clone()),
             responder.into(),
@@ -246,6 +270,7 @@ impl H3Task {
             stats.clone(),
             max_requests.max(1),
             request_timeout,
+            drain.clone(),
         );
         let flag = Arc::new(TaskWaker::default());
         // Due at once: the first poll opens h3's control streams.
@@ -261,7 +286,23 @@ impl H3Task {
             close_pending: false,
             faulted: false,
             runtime: None,
+            drain,
         }
+    }
+
+    /// The server drains: the task sends GOAWAY (requests accepted so far
+    /// go on, later ones are refused with `H3_REQUEST_REJECTED`) and ends
+    /// once its requests are done. Its next poll does it.
+    pub(crate) fn drain(&self) {
+        if !self.drain.asked.replace(true) {
+            self.flag.queued.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// Whether, after [`H3Task::drain`], the task has nothing under way
+    /// (or has ended).
+    pub(crate) fn drained(&self) -> bool {
+        self.drain.done.get() || self.fut.is_none()
     }
 
     /// Has a wake from outside the connection's drive drive it again
@@ -391,6 +432,13 @@ impl H3Task {
     }
 }
 
+/// Counts a response begun with `status`, by its class.
+fn count_status(stats: &RefCell<TaskStats>, status: u16) {
+    if let Some(i) = crate::stats::status_class(status) {
+        count(stats, |s| s.status[i] += 1);
+    }
+}
+
 fn count(stats: &RefCell<TaskStats>, f: impl FnOnce(&mut TaskStats)) {
     if let Ok(mut s) = stats.try_borrow_mut() {
         f(&mut s);
@@ -399,8 +447,24 @@ fn count(stats: &RefCell<TaskStats>, f: impl FnOnce(&mut TaskStats)) {
 
 type Resolver = ::h3::server::RequestResolver<H3Conn, Bytes>;
 
+/// What the accept loop of a connection does next. It lives only
+/// between the accept loop's poll and its match (as the `Option` of the
+/// resolver did before the drain), so its size is not held.
+#[allow(clippy::large_enum_variant)]
+enum Step {
+    /// h3 gave a request stream, or said there are no more (the peer's
+    /// GOAWAY, or the connection ended).
+    Accepted(Result<Option<Resolver>, ::h3::error::ConnectionError>),
+    /// The server drains: GOAWAY is to be sent.
+    Drain,
+    /// Nothing runs and nothing more is taken.
+    Done,
+}
+
 /// The connection's future: h3's server, its accept loop, and the request
-/// futures (at most `max_requests`).
+/// futures (at most `max_requests`). When `drain` is set it sends GOAWAY
+/// with the ID of the next request stream: the requests accepted go on,
+/// later ones are refused, and once none runs it ends.
 async fn serve_connection(
     conn: H3Conn,
     responder: Responder,
@@ -408,6 +472,7 @@ async fn serve_connection(
     stats: Rc<RefCell<TaskStats>>,
     max_requests: usize,
     request_timeout: Duration,
+    drain: Rc<Drain>,
 ) {
     // Grease streams are not sent: h3 opens its grease stream from the
     // control stream's poll and waits there for stream credit, so a client
@@ -431,37 +496,102 @@ async fn serve_connection(
     };
     let mut requests: FuturesUnordered<Pin<Box<dyn Future<Output = ()>>>> = FuturesUnordered::new();
     let mut accepting = true;
+    // The last request stream accepted, and the GOAWAY's stream ID with
+    // when it was sent.
+    let mut last: Option<u64> = None;
+    let mut goaway: Option<(u64, Instant)> = None;
     loop {
-        let accepted = {
+        let step = {
             let accept = h3.accept();
             futures_util::pin_mut!(accept);
             std::future::poll_fn(|cx| {
                 while let Poll::Ready(Some(())) = requests.poll_next_unpin(cx) {}
+                if drain.asked.get() && goaway.is_none() {
+                    return Poll::Ready(Step::Drain);
+                }
                 if accepting && requests.len() < max_requests {
                     if let Poll::Ready(r) = accept.as_mut().poll(cx) {
-                        return Poll::Ready(Some(r));
+                        return Poll::Ready(Step::Accepted(r));
                     }
                 }
-                if !accepting && requests.is_empty() {
-                    return Poll::Ready(None);
+                if (!accepting || goaway.is_some()) && requests.is_empty() {
+                    return Poll::Ready(Step::Done);
                 }
                 Poll::Pending
             })
             .await
         };
-        match accepted {
-            Some(Ok(Some(resolver))) => requests.push(Box::pin(serve_request(
-                resolver,
-                responder.clone(),
-                clock.clone(),
-                stats.clone(),
-                request_timeout,
-            ))),
+        match step {
+            Step::Accepted(Ok(Some(resolver))) => {
+                let id = resolver.frame_stream.id().into_inner();
+                if goaway.is_some_and(|(g, _)| id >= g) {
+                    reject(&clock, id);
+                    count(&stats, |s| s.refused += 1);
+                    continue;
+                }
+                last = Some(id);
+                requests.push(Box::pin(serve_request(
+                    resolver,
+                    responder.clone(),
+                    clock.clone(),
+                    stats.clone(),
+                    request_timeout,
+                )))
+            }
             // The peer's GOAWAY, or the connection ended: finish what runs.
-            Some(Ok(None)) | Some(Err(_)) => accepting = false,
-            None => return,
+            Step::Accepted(Ok(None)) | Step::Accepted(Err(_)) => accepting = false,
+            Step::Drain => {
+                // h3 names the stream after the last it accepted (the
+                // first request stream when none): the same as ours.
+                goaway = Some((last.map_or(0, |id| id + 4), clock.now()));
+                // Boxed, as the set-up: every connection's future would
+                // be as large as its largest state.
+                if Box::pin(h3.shutdown(1)).await.is_err() {
+                    accepting = false;
+                }
+            }
+            Step::Done => {
+                let Some((_, sent)) = goaway else {
+                    return;
+                };
+                Box::pin(linger(&clock, sent)).await;
+                // h3 is kept: the engine closes the connection once every
+                // response is acknowledged.
+                drain.done.set(true);
+                std::future::pending::<()>().await;
+            }
         }
     }
+}
+
+/// Refuses request stream `id`, unprocessed, with `H3_REQUEST_REJECTED`
+/// (it came at or past the GOAWAY's stream ID).
+fn reject(clock: &Clock, id: u64) {
+    let Ok(id) = VarInt::from_u64(id) else { return };
+    if let Ok(mut c) = clock.link.conn().try_borrow_mut() {
+        let code = VarInt::from_u64(H3_REQUEST_REJECTED).unwrap_or(VarInt::MAX);
+        let _ = c.recv_stream(StreamId::from(id)).stop(code);
+        let _ = c.send_stream(StreamId::from(id)).reset(code);
+    }
+}
+
+/// Waits, after a GOAWAY sent at `sent`, [`LINGER_RTTS`] round trips
+/// (within [`LINGER_MIN`] and [`LINGER_MAX`]): the GOAWAY reaches the
+/// client before the connection closes.
+async fn linger(clock: &Rc<Clock>, sent: Instant) {
+    let rtt = clock
+        .link
+        .conn()
+        .try_borrow()
+        .map(|c| c.rtt())
+        .unwrap_or(LINGER_MIN);
+    let wait = (rtt * LINGER_RTTS).clamp(LINGER_MIN, LINGER_MAX);
+    Sleep {
+        clock: clock.clone(),
+        at: sent + wait,
+        key: None,
+    }
+    .await
 }
 
 /// One request: read the head (by `clock.now() + request_timeout`),
@@ -528,10 +658,14 @@ async fn serve_request(
                 s.cut += u64::from(outcome.cut);
                 s.panics += u64::from(outcome.panicked);
             });
+            if let Some(status) = outcome.status {
+                count_status(&stats, status);
+            }
             return;
         }
     };
     let reply = handler.handle(&req, clock.now());
+    count_status(&stats, reply.head.status().as_u16());
     if stream.send_response(reply.head).await.is_err() {
         count(&stats, |s| s.cut += 1);
         return;
