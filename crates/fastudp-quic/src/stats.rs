@@ -20,7 +20,9 @@ pub struct Counters {
     pub refused_memory: AtomicU64,
     /// Connections closed to make room for a newcomer when the server was
     /// full: the oldest idle or stalled connection of the address holding
-    /// the most (docs/SECURITY.md, "Fairness when full").
+    /// the most, or, when none is, the oldest connection of an address
+    /// holding 8 times what the newcomer holds (docs/SECURITY.md,
+    /// "Fairness when full").
     pub evicted: AtomicU64,
     /// Connections closed because a response made no progress for
     /// [`crate::limits::STALL_TIMEOUT`].

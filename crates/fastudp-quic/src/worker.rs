@@ -302,6 +302,10 @@ const EVICT_ADDRESSES: usize = 128;
 const EVICT_PER_ADDRESS: usize = 64;
 /// ... and this many in all.
 const EVICT_SCAN: usize = 4096;
+/// When nothing idle or stalled can go, a newcomer holding N connections
+/// evicts the oldest connection of an address holding at least this many
+/// times N + 1, busy or not ([`ConnTable::evict_for`]).
+const EVICT_BUSY_RATIO: usize = 8;
 
 /// The application close code of a connection closed to make room for a
 /// newcomer, or for a response that made no progress: HTTP/3's
@@ -1541,6 +1545,13 @@ impl ConnTable {
         // the others. The connections looked at are bounded.
         let own = limits::address_key(ip);
         let mut left = EVICT_SCAN;
+        // The last resort, below: an address holding many times what the
+        // newcomer holds.
+        let heavy: Vec<IpAddr> = top
+            .iter()
+            .filter(|&&(_, held)| held >= EVICT_BUSY_RATIO * (mine + 1))
+            .map(|&(k, _)| k)
+            .collect();
         for key in std::iter::once(own).chain(top.into_iter().map(|(k, _)| k)) {
             if left == 0 {
                 break;
@@ -1556,21 +1567,46 @@ impl ConnTable {
                 .map(|&(_, ch)| ch)
                 .find(|ch| self.conns.get(ch).is_some_and(|c| c.evictable(now)));
             let Some(ch) = victim else { continue };
-            let Some(mut c) = self.conns.remove(&ch) else {
-                continue;
-            };
-            c.conn.borrow_mut().close(
-                now,
-                VarInt::from_u32(CLOSE_EXCESSIVE_LOAD),
-                Bytes::from_static(b"evicted: the server is full"),
-            );
-            self.release(ch, &mut c, s);
-            s.counters.evicted.fetch_add(1, Relaxed);
-            self.conns.insert(ch, c);
-            self.dirty.push(ch);
-            return true;
+            if self.evict(ch, now, s) {
+                return true;
+            }
+        }
+        // Nothing idle or stalled among those looked at: addresses that
+        // refill every place the server frees with a request that has not
+        // stalled yet would keep a newcomer out for good. An address
+        // holding at least EVICT_BUSY_RATIO times what the newcomer holds
+        // (plus one) gives up its oldest connection, busy or not: when
+        // full, places go to the addresses holding the fewest.
+        for key in heavy {
+            let oldest = self
+                .by_address
+                .get(&key)
+                .and_then(|set| set.iter().next().map(|&(_, ch)| ch));
+            if let Some(ch) = oldest {
+                if self.evict(ch, now, s) {
+                    return true;
+                }
+            }
         }
         false
+    }
+
+    /// Closes connection `ch` to make room (0x107, "evicted: the server
+    /// is full") and gives its places back now; counted in `evicted`.
+    fn evict(&mut self, ch: ConnectionHandle, now: Instant, s: &Setup) -> bool {
+        let Some(mut c) = self.conns.remove(&ch) else {
+            return false;
+        };
+        c.conn.borrow_mut().close(
+            now,
+            VarInt::from_u32(CLOSE_EXCESSIVE_LOAD),
+            Bytes::from_static(b"evicted: the server is full"),
+        );
+        self.release(ch, &mut c, s);
+        s.counters.evicted.fetch_add(1, Relaxed);
+        self.conns.insert(ch, c);
+        self.dirty.push(ch);
+        true
     }
 
     /// Sets connection `c`'s timer to its next deadline: quinn-proto's,
@@ -3031,6 +3067,67 @@ mod harness {
         assert_eq!(gone.len(), 1);
         assert!(idle.contains(&gone[0].0), "a busy connection was evicted");
         fetch(&mut n, new, 10_000);
+    }
+
+    /// When every place is held by busy connections (requests open and
+    /// not stalled, as attackers refilling what the server frees keep
+    /// them), a newcomer holding nothing still gets in: the address
+    /// holding at least 8 times its share gives up its oldest connection,
+    /// busy or not; an address holding fewer than that does not.
+    #[test]
+    fn a_newcomer_evicts_a_busy_connection_of_a_heavy_address() {
+        let mut n = Net::new(|s| {
+            s.max_connections = 12;
+            s.per_address = Arc::new(limits::PerAddress::new(100));
+        });
+        // 8 from one address, 4 from another: all with a request open.
+        let mut heavy = Vec::new();
+        let mut light = Vec::new();
+        for i in 0..12 {
+            let from = if i < 8 { addr(150) } else { addr(151) };
+            let ch = n.connect_from(from, None);
+            n.run_until(|n| !n.conns[&ch].is_handshaking());
+            request(&mut n, ch, b"GET /bytes/", false);
+            if i < 8 {
+                heavy.push(ch);
+            } else {
+                light.push(ch);
+            }
+        }
+        for _ in 0..10 {
+            n.step(Duration::from_millis(20));
+        }
+        assert_eq!(n.w.s.counters.connections.load(Relaxed), 12);
+        let new = n.connect_from(addr(201), None);
+        n.run_until(|n| !n.conns[&new].is_handshaking() || n.conns[&new].is_closed());
+        assert!(!n.conns[&new].is_closed(), "the newcomer was refused");
+        assert_eq!(n.w.s.counters.evicted.load(Relaxed), 1);
+        let mut gone = Vec::new();
+        n.run_until(|n| {
+            gone = heavy
+                .iter()
+                .chain(&light)
+                .filter_map(|&ch| closed_with(n, ch).map(|code| (ch, code)))
+                .collect();
+            !gone.is_empty()
+        });
+        assert_eq!(gone.len(), 1);
+        assert_eq!(gone[0].0, heavy[0], "not the heavy address's oldest");
+        assert_eq!(gone[0].1, u64::from(CLOSE_EXCESSIVE_LOAD));
+        // The next newcomer from the same address, which now holds 1 (busy
+        // too): an address holding 7 (< 8 x 2) is not made to give one up;
+        // it is refused.
+        request(&mut n, new, b"GET /bytes/", false);
+        for _ in 0..10 {
+            n.step(Duration::from_millis(20));
+        }
+        let second = n.connect_from(addr(201), None);
+        n.run_until(|n| !n.conns[&second].is_handshaking() || n.conns[&second].is_closed());
+        assert!(
+            n.conns[&second].is_closed(),
+            "a busy connection was evicted for a second one"
+        );
+        assert_eq!(n.w.s.counters.evicted.load(Relaxed), 1);
     }
 
     /// An address that asks for one more place while full, holding an
