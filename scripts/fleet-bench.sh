@@ -35,10 +35,10 @@ head -c 32 /dev/urandom > "$KEY"
 "$BIN" quic lb-rules --public 10.201.0.2:4433 --lb-config 0:1:8 --server 01=10.202.1.2 |
     ip netns exec fastudp-lb nft -f -
 ip netns exec fastudp-s1 "$BIN" quic serve --listen 10.202.1.2:4433 --workers 1 \
-    --lb-config 0:1:8 --server-id 01 --reset-key "$KEY" --duration 3600 >/dev/null &
+    --lb-config 0:1:8 --server-id 01 --reset-key "$KEY" --test-endpoints --duration 3600 >/dev/null &
 LB=$!
 ip netns exec fastudp-s1 "$BIN" quic serve --listen 10.202.1.2:4434 --workers 1 \
-    --duration 3600 >/dev/null &
+    --test-endpoints --duration 3600 >/dev/null &
 DIRECT=$!
 sleep 1
 

@@ -253,6 +253,7 @@ impl Fleet {
                 id,
                 "--reset-key",
                 self.key.to_str().unwrap(),
+                "--test-endpoints",
                 "--json",
                 "--stats",
                 "--duration",
