@@ -364,7 +364,7 @@ fair37() {
         sleep 6
         [ "$(sf stats refused_memory)" -gt 0 ] 2>/dev/null && full=full
         held=$(sf stats connections)
-        legit /bytes/1000
+        legit_file /small
     else
         held=$(sf stats connections)
         LEGIT="not tried"; LEGIT_TRIES=0; LEGIT_S=0

@@ -377,11 +377,24 @@ impl Budget {
     /// Takes `bytes` for a new connection; false (nothing taken) when
     /// that would pass the admission mark.
     pub fn try_take(&self, bytes: u64) -> bool {
+        self.take_below(bytes, self.admit)
+    }
+
+    /// Takes `bytes` for a new connection of an address that holds none,
+    /// from the reserve: up to halfway between the admission mark and
+    /// the hard bound. Clients that hold connections and refill what the
+    /// server frees keep the budget at the admission mark; the reserve
+    /// is what lets a newcomer in then.
+    pub fn try_take_reserved(&self, bytes: u64) -> bool {
+        self.take_below(bytes, self.admit + (self.hard - self.admit) / 2)
+    }
+
+    fn take_below(&self, bytes: u64, limit: u64) -> bool {
         use std::sync::atomic::Ordering::Relaxed;
         let r = self
             .held
             .fetch_update(Relaxed, Relaxed, |h| {
-                (h.saturating_add(bytes) <= self.admit).then_some(h + bytes)
+                (h.saturating_add(bytes) <= limit).then_some(h + bytes)
             })
             .map(|h| h + bytes);
         if let Ok(now) = r {
@@ -610,6 +623,20 @@ pub fn worst_case_with(workers: usize, connections: usize, each: u64) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    /// The reserve: past the admission mark, only `try_take_reserved`
+    /// takes, and only up to halfway to the hard bound.
+    #[test]
+    fn the_reserve_lies_between_the_admission_mark_and_the_bound() {
+        let b = Budget::new(1 << 20);
+        let (admit, hard) = (b.admit(), b.hard());
+        assert!(b.try_take(admit));
+        assert!(!b.try_take(1));
+        let half = (hard - admit) / 2;
+        assert!(b.try_take_reserved(half));
+        assert!(!b.try_take_reserved(1));
+        assert!(b.peak() <= hard);
+    }
+
     use super::*;
 
     #[test]

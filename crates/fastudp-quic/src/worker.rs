@@ -265,6 +265,12 @@ const HANDSHAKE_CHARGE: u64 = limits::CONN_STATE + limits::HANDSHAKE_EXTRA;
 /// a handshake's memory from the budget; false, with neither taken, when
 /// one of them is full.
 fn take_place(s: &Setup) -> bool {
+    take_place_from(s, false)
+}
+
+/// [`take_place`], from the budget's reserve (`reserved`: for an address
+/// that holds no connection; `limits::Budget::try_take_reserved`).
+fn take_place_from(s: &Setup, reserved: bool) -> bool {
     let max = s.max_connections as u64;
     if s.counters
         .connections
@@ -273,7 +279,12 @@ fn take_place(s: &Setup) -> bool {
     {
         return false;
     }
-    if !s.budget.try_take(HANDSHAKE_CHARGE) {
+    let taken = if reserved {
+        s.budget.try_take_reserved(HANDSHAKE_CHARGE)
+    } else {
+        s.budget.try_take(HANDSHAKE_CHARGE)
+    };
+    if !taken {
         s.counters.connections.fetch_sub(1, Relaxed);
         return false;
     }
@@ -1047,14 +1058,21 @@ impl EndpointDriver {
             // A light connection evicted may free less memory than a
             // handshake takes: up to 4 make room for one.
             if incoming.remote_address_validated() {
+                let ip = incoming.remote_address().ip();
                 for _ in 0..4 {
-                    if !table.evict_for(incoming.remote_address().ip(), now, s) {
+                    if !table.evict_for(ip, now, s) {
                         break;
                     }
                     placed = take_place(s);
                     if placed {
                         break;
                     }
+                }
+                // Still no room, the memory full of clients that refill
+                // what is freed: an address that holds nothing takes its
+                // handshake from the budget's reserve.
+                if !placed && s.per_address.count(ip) == 0 {
+                    placed = take_place_from(s, true);
                 }
             }
         }
