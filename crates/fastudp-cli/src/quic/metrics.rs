@@ -372,35 +372,30 @@ impl Collector for Sources {
             )?;
             counter(
                 &mut e,
-                "tcp_accepted",
-                "TLS/TCP connections accepted.",
-                l(&t.accepted),
-            )?;
-            counter(
-                &mut e,
-                "tcp_refused",
-                "TLS/TCP connections closed at once (the listener's bounds).",
-                l(&t.refused),
-            )?;
-            counter(
-                &mut e,
                 "tcp_bytes_sent",
                 "Response bytes handed to TLS over TCP.",
                 l(&t.bytes_sent),
             )?;
         }
-        if let Some(t) = &self.proxy_tcp {
+        // The TCP listener is the files' (`tcp`) or the proxy's
+        // (`proxy_tcp`), never both: one family each.
+        let tcp_counts = match (&self.tcp, &self.proxy_tcp) {
+            (Some(t), _) => Some((l(&t.accepted), l(&t.refused))),
+            (None, Some(t)) => Some((l(&t.accepted), l(&t.refused))),
+            (None, None) => None,
+        };
+        if let Some((accepted, refused)) = tcp_counts {
             counter(
                 &mut e,
                 "tcp_accepted",
                 "TLS/TCP connections accepted.",
-                l(&t.accepted),
+                accepted,
             )?;
             counter(
                 &mut e,
                 "tcp_refused",
                 "TLS/TCP connections closed at once (the listener's bounds).",
-                l(&t.refused),
+                refused,
             )?;
         }
         if let Some(table) = &self.proxy {
