@@ -20,6 +20,7 @@ RUSTC_BOOTSTRAP=1 RUSTDOCFLAGS="--cfg docsrs -D warnings" \
     cargo doc -p fastudp-io --all-features --no-deps --locked
 RUSTDOCFLAGS="-D warnings" cargo doc -p fastudp-io --no-deps --locked
 RUSTDOCFLAGS="-D warnings" cargo doc -p fastudp-quic --no-deps --locked
+RUSTDOCFLAGS="-D warnings" cargo doc -p fastudp-sys --all-features --no-deps --locked
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
@@ -29,11 +30,11 @@ trap 'rm -f "$log"' EXIT
 # version is the same: a second run would build it against the first
 # run's library. Remove those stale copies first.
 cargo_home=${CARGO_HOME:-$HOME/.cargo}
-for d in "$cargo_home"/registry/src/-*/fastudp-io-[0-9]* "$cargo_home"/registry/src/-*/fastudp-quic-[0-9]*; do
+for d in "$cargo_home"/registry/src/-*/fastudp-sys-[0-9]* "$cargo_home"/registry/src/-*/fastudp-io-[0-9]* "$cargo_home"/registry/src/-*/fastudp-quic-[0-9]*; do
     [ -d "$d" ] && rm -rf "$d"
 done
 # --allow-dirty: CI checks a tree that may hold build products.
-cargo publish --dry-run --locked --allow-dirty -p fastudp-io -p fastudp-quic 2>&1 | tee "$log"
+cargo publish --dry-run --locked --allow-dirty -p fastudp-sys -p fastudp-io -p fastudp-quic 2>&1 | tee "$log"
 # Warnings known and explained (docs/DEVELOPMENT.md, "Publishing"); any
 # other fails the check:
 # - every dry run says it aborts the upload;

@@ -523,7 +523,6 @@ impl fastudp_socket_error {
                         out.icmp_code = code;
                         FASTUDP_UNREACHABLE_OTHER
                     }
-                    _ => FASTUDP_UNREACHABLE_OTHER,
                 };
             }
             S::PacketTooBig { mtu, local, .. } => {
@@ -564,8 +563,6 @@ impl fastudp_socket_error {
                 out.info = info;
                 out.data = data;
             }
-            // A kind this version does not know: OTHER, with its text.
-            _ => {}
         }
         out
     }

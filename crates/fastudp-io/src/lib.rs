@@ -262,15 +262,16 @@ pub mod pacing;
 pub mod quinn;
 mod reuseport;
 mod socket;
-#[allow(unsafe_code)]
-mod sys;
+// The syscalls and the wire formats, in their own crate (fastudp-sys, the
+// only one with `unsafe`), used under their old names.
+use fastudp_sys::sys;
 #[cfg(feature = "tokio")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub mod tokio;
 #[cfg(all(feature = "uring", target_os = "linux"))]
 #[cfg_attr(docsrs, doc(cfg(all(feature = "uring", target_os = "linux"))))]
 pub mod uring;
-mod wire;
+use fastudp_sys::wire;
 mod zerocopy;
 
 pub use caps::Capabilities;

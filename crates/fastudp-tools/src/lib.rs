@@ -5,31 +5,27 @@
 //! of the command's paced streams ([`pacing`]), and the wire formats
 //! ([`wire`]).
 //!
-//! Not published, and no promise of stability: the published `fastudp`
-//! library exposes none of this. The library's `wire` and `sys` modules
-//! are compiled here from their one source (`crates/fastudp-io/src/`), so
-//! there is one copy of every parser and of every `unsafe` block: `sys`
-//! stays the only module with `unsafe`, each block with its `// SAFETY:`
-//! comment. Items of those modules that only the tools use are compiled
-//! here only (`cfg(fastudp_tools)`, set by this crate's build script).
+//! Not published, and no promise of stability: the published `fastudp-io`
+//! library exposes none of this. The syscalls and the wire formats come
+//! from the `fastudp-sys` crate, with its `tools` feature (the items only
+//! the tools use), so there is one copy of every parser and of every
+//! `unsafe` block: `fastudp-sys`' `sys` stays the only module with
+//! `unsafe`, each block with its `// SAFETY:` comment.
 
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
-pub mod ethtool;
+pub use fastudp_sys::ethtool;
 pub mod host;
 pub mod pacing;
 pub mod raw;
 
-// The library's syscall layer; the tools call part of it, the rest is the
-// library's own.
-#[allow(unsafe_code, dead_code, unreachable_pub)]
-#[path = "../../fastudp-io/src/sys/mod.rs"]
-mod sys;
+// The library's syscall layer (fastudp-sys, feature `tools`); the tools
+// call part of it.
+use fastudp_sys::sys;
 
-#[path = "../../fastudp-io/src/wire/mod.rs"]
-pub mod wire;
+pub use fastudp_sys::wire;
 
 /// Operating-system helpers the command and the benchmarks share.
 pub mod os {

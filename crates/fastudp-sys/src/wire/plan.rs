@@ -31,7 +31,7 @@ impl Limits {
 }
 
 /// One planned train: `count` datagrams starting at datagram `start`.
-#[cfg(any(test, fastudp_tools))]
+#[cfg(any(test, feature = "tools"))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Train {
     /// Index of the first datagram.
@@ -79,7 +79,7 @@ impl TrainBuilder {
     }
 
     /// The limits in force.
-    #[cfg(fastudp_tools)]
+    #[cfg(feature = "tools")]
     pub fn limits(&self) -> Limits {
         self.limits
     }
@@ -128,7 +128,7 @@ impl TrainBuilder {
     }
 
     /// Number of datagrams in the current train.
-    #[cfg(fastudp_tools)]
+    #[cfg(feature = "tools")]
     pub fn count(&self) -> usize {
         self.count
     }
@@ -154,7 +154,7 @@ impl TrainBuilder {
 }
 
 /// Plans trains for datagrams of the given lengths, all to one destination.
-#[cfg(any(test, fastudp_tools))]
+#[cfg(any(test, feature = "tools"))]
 pub fn plan(lens: &[usize], limits: Limits) -> Result<Vec<Train>, Oversized> {
     let mut out = Vec::new();
     let mut b = TrainBuilder::new(limits);

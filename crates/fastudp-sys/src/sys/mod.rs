@@ -2,14 +2,14 @@
 //!
 //! Each function is a thin wrapper over one syscall (or a tight loop of the
 //! same one), in the manner of `socket2`: it takes Rust types, fills the C
-//! structures, makes the call and turns `-1` into an [`io::Error`].
+//! structures, makes the call and turns `-1` into an [`std::io::Error`].
 
 #[cfg(any(target_os = "linux", target_os = "android"))]
 mod linux;
 #[cfg(any(target_os = "linux", target_os = "android"))]
 pub use linux::*;
 #[cfg(all(feature = "uring", target_os = "linux"))]
-pub(crate) mod uring;
+pub mod uring;
 
 #[cfg(not(any(target_os = "linux", target_os = "android")))]
 mod other;
@@ -25,12 +25,12 @@ pub const MAX_BATCH: usize = 128;
 
 /// Bytes of control data room per message of [`send_batch`]: UDP_SEGMENT,
 /// an ECN mark, an IPv6 PKTINFO and SCM_TXTIME take 112.
-pub(crate) const SEND_CONTROL_LEN: usize = 128;
+pub const SEND_CONTROL_LEN: usize = 128;
 
 /// One message of [`send_batch`]: destination and payload; its control
 /// data was encoded in place.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct SendMsg<'a> {
+pub struct SendMsg<'a> {
     /// Destination, in the socket's family; `None` on a connected socket.
     pub dest: Option<SocketAddr>,
     /// The payload.
@@ -52,7 +52,7 @@ pub struct OutMsg<'a> {
 
 /// Where one received message's metadata lands.
 #[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct InMeta {
+pub struct InMeta {
     /// Bytes received (the full datagram length when `MSG_TRUNC` is set).
     pub len: usize,
     /// `msg_flags`.
@@ -64,10 +64,10 @@ pub(crate) struct InMeta {
 }
 
 /// The control buffer of each received message.
-pub(crate) type InControl = CmsgBuf;
+pub type InControl = CmsgBuf;
 
 /// CPU time the calling thread has used (`CLOCK_THREAD_CPUTIME_ID`).
-#[cfg(fastudp_tools)]
+#[cfg(feature = "tools")]
 pub fn thread_cpu_time() -> std::time::Duration {
     clock(libc::CLOCK_THREAD_CPUTIME_ID)
 }
@@ -78,7 +78,7 @@ pub fn monotonic_ns() -> u64 {
 }
 
 /// CPU time the whole process has used (`CLOCK_PROCESS_CPUTIME_ID`).
-#[cfg(fastudp_tools)]
+#[cfg(feature = "tools")]
 pub fn process_cpu_time() -> std::time::Duration {
     clock(libc::CLOCK_PROCESS_CPUTIME_ID)
 }
@@ -95,7 +95,7 @@ fn clock(id: libc::clockid_t) -> std::time::Duration {
 }
 
 /// Clock ticks per second for `/proc/stat` times (`sysconf(_SC_CLK_TCK)`).
-#[cfg(fastudp_tools)]
+#[cfg(feature = "tools")]
 pub fn clock_ticks_per_sec() -> u64 {
     // SAFETY: sysconf only reads a system constant.
     let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
@@ -109,7 +109,7 @@ pub fn clock_ticks_per_sec() -> u64 {
 /// `len` zeroed bytes, or `None` when the allocator cannot give them
 /// (`calloc`-like: the pages are touched only when used). Unlike
 /// `vec![0; len]`, a failure is an answer, not an abort of the process.
-pub(crate) fn try_zeroed_bytes(len: usize) -> Option<Vec<u8>> {
+pub fn try_zeroed_bytes(len: usize) -> Option<Vec<u8>> {
     if len == 0 {
         return Some(Vec::new());
     }

@@ -19,13 +19,13 @@ impl<'a> Datagrams<'a> {
     /// shorter). A stride of 0, or one at least as long as the buffer,
     /// yields the buffer as one datagram. (The library's users split
     /// through `RecvMeta::datagrams`.)
-    #[cfg(fastudp_tools)]
+    #[cfg(feature = "tools")]
     pub fn new(buf: &'a [u8], stride: usize) -> Self {
         Self::split(buf, stride)
     }
 
     /// `Datagrams::new`, as the library itself calls it.
-    pub(crate) fn split(buf: &'a [u8], stride: usize) -> Self {
+    pub fn split(buf: &'a [u8], stride: usize) -> Self {
         let stride = if stride == 0 {
             buf.len().max(1)
         } else {

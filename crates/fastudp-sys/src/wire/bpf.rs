@@ -136,7 +136,7 @@ pub fn quic_cid_index_at(datagram: &[u8], index: u8, n: u32) -> u32 {
 /// kernel would, with `cpu` as the receiving CPU. An out-of-bounds load
 /// ends the program with 0, as in the kernel. Jumps only go forward, so
 /// the program ends.
-#[cfg(any(test, fastudp_tools))]
+#[cfg(any(test, feature = "tools"))]
 pub fn run(prog: &[Insn], payload: &[u8], cpu: u32) -> Option<u32> {
     let mut a: u32 = 0;
     let mut pc = 0usize;

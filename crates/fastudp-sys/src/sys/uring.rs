@@ -54,7 +54,7 @@
 //!   once when the first completion says none follows, no
 //!   `IORING_CQE_F_MORE`). Dropping a [`ZcRing`] waits up to a second for
 //!   outstanding notifications and leaks the buffers still held after that,
-//!   the same guarantee as [`crate::ZeroCopySender`].
+//!   the same guarantee as fastudp-io's `ZeroCopySender`.
 //! * **The send pool** (`SendPool`). One anonymous mapping owned by the
 //!   [`ZcRing`], registered as fixed buffer 0. A pool buffer is written
 //!   (through `&mut self`) only while it is free, taken out of the free
@@ -95,13 +95,13 @@ const NAME_LEN: usize = 32;
 /// `sizeof(struct io_uring_recvmsg_out)`.
 const OUT_HDR: usize = 16;
 /// Bytes of each receive buffer before the payload.
-pub(crate) const RECV_OVERHEAD: usize = OUT_HDR + NAME_LEN + CMSG_BUF_LEN;
+pub const RECV_OVERHEAD: usize = OUT_HDR + NAME_LEN + CMSG_BUF_LEN;
 /// Longest teardown waits for the kernel to give memory back.
 const TEARDOWN_WAIT: Duration = Duration::from_secs(1);
 
 /// The opcodes and registrations fastudp uses, as the kernel reports them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Ops {
+pub struct Ops {
     /// `IORING_OP_RECVMSG` (multishot needs 6.0; found out when armed).
     pub recvmsg: bool,
     /// `IORING_OP_SENDMSG`.
@@ -119,7 +119,7 @@ pub(crate) struct Ops {
 /// The error of `io_uring_setup` says why io_uring is unavailable
 /// (`ENOSYS`: not built in or filtered by seccomp; `EPERM`:
 /// `kernel.io_uring_disabled` or seccomp).
-pub(crate) fn probe() -> Result<Ops, (&'static str, io::Error)> {
+pub fn probe() -> Result<Ops, (&'static str, io::Error)> {
     let ring = IoUring::new(8).map_err(|e| ("io_uring_setup", e))?;
     let mut p = Probe::new();
     ring.submitter()
@@ -342,7 +342,7 @@ impl BufRingMem {
 
 /// One received message, borrowed from its provided buffer.
 #[derive(Debug)]
-pub(crate) struct RecvOut<'a> {
+pub struct RecvOut<'a> {
     /// The sender.
     pub source: Option<SocketAddr>,
     /// Control data as the kernel wrote it.
@@ -357,7 +357,7 @@ pub(crate) struct RecvOut<'a> {
 
 /// What one receive completion said.
 #[derive(Debug)]
-pub(crate) enum RecvEvent<'a> {
+pub enum RecvEvent<'a> {
     /// A message.
     Message(RecvOut<'a>),
     /// The receive failed (`ENOBUFS`: no buffer was free).
@@ -365,7 +365,7 @@ pub(crate) enum RecvEvent<'a> {
 }
 
 /// A multishot `RECVMSG` on one socket, into a provided buffer ring.
-pub(crate) struct RecvRing {
+pub struct RecvRing {
     ring: IoUring,
     fd: RawFd,
     /// `None` once leaked at teardown.
@@ -402,7 +402,7 @@ impl std::fmt::Debug for RecvRing {
 impl RecvRing {
     /// A ring of `nbufs` buffers (a power of two, at most 32768) with room
     /// for `payload` bytes each, for socket `fd`. Not armed yet.
-    pub(crate) fn new(fd: BorrowedFd<'_>, nbufs: u16, payload: usize) -> io::Result<Self> {
+    pub fn new(fd: BorrowedFd<'_>, nbufs: u16, payload: usize) -> io::Result<Self> {
         let ring = new_ring(u32::from(nbufs).clamp(8, 4096))?;
         let mem = BufRingMem::new(nbufs, RECV_OVERHEAD + payload)?;
         mem.register(&ring)?;
@@ -421,7 +421,7 @@ impl RecvRing {
 
     /// The payload of held message `i` (in the order `drain` handed them
     /// out), read in place in its provided buffer; empty past the end.
-    pub(crate) fn held_payload(&self, i: usize) -> &[u8] {
+    pub fn held_payload(&self, i: usize) -> &[u8] {
         match (self.held.get(i), self.mem.as_ref()) {
             // SAFETY: a buffer in `held` was handed to us by its completion
             // and is out of the ring: it goes back only in `release_held`,
@@ -435,7 +435,7 @@ impl RecvRing {
     }
 
     /// Gives every held buffer back to the kernel, with one tail update.
-    pub(crate) fn release_held(&mut self) {
+    pub fn release_held(&mut self) {
         if self.held.is_empty() {
             return;
         }
@@ -449,12 +449,12 @@ impl RecvRing {
     }
 
     /// True while a multishot receive is armed.
-    pub(crate) fn armed(&self) -> bool {
+    pub fn armed(&self) -> bool {
         self.armed
     }
 
     /// Arms the multishot receive.
-    pub(crate) fn arm(&mut self) -> io::Result<()> {
+    pub fn arm(&mut self) -> io::Result<()> {
         let e = opcode::RecvMsgMulti::new(types::Fd(self.fd), &*self.msg, BGID)
             .build()
             .user_data(RECV_TAG);
@@ -468,7 +468,7 @@ impl RecvRing {
 
     /// Waits for a completion, up to `timeout` (forever when `None`);
     /// false on a timeout or a signal.
-    pub(crate) fn wait(&mut self, timeout: Option<Duration>) -> io::Result<bool> {
+    pub fn wait(&mut self, timeout: Option<Duration>) -> io::Result<bool> {
         if !self.ring.completion().is_empty() {
             return Ok(true);
         }
@@ -478,7 +478,7 @@ impl RecvRing {
     /// True when a completion is waiting. Completions the kernel has ready
     /// but not posted yet (task work it defers until this thread enters
     /// the kernel, `IORING_SQ_TASKRUN`) are posted first.
-    pub(crate) fn ready(&mut self) -> bool {
+    pub fn ready(&mut self) -> bool {
         if self.ring.completion().is_empty() {
             let pending = {
                 let sq = self.ring.submission();
@@ -497,12 +497,7 @@ impl RecvRing {
     /// [`RecvRing::release_held`]. A completion without
     /// `IORING_CQE_F_MORE` disarms (see [`RecvRing::armed`]). Returns the
     /// number of completions handed over.
-    pub(crate) fn drain(
-        &mut self,
-        max: usize,
-        hold: bool,
-        mut f: impl FnMut(RecvEvent<'_>),
-    ) -> usize {
+    pub fn drain(&mut self, max: usize, hold: bool, mut f: impl FnMut(RecvEvent<'_>)) -> usize {
         let mut n = 0;
         while n < max {
             let Some(cqe) = self.ring.completion().next() else {
@@ -656,7 +651,7 @@ impl Slot {
 }
 
 /// A ring for batches of `SENDMSG`.
-pub(crate) struct SendRing {
+pub struct SendRing {
     ring: IoUring,
     slots: Box<[Slot]>,
     broken: bool,
@@ -676,7 +671,7 @@ impl std::fmt::Debug for SendRing {
 
 impl SendRing {
     /// A ring for batches of up to [`MAX_BATCH`] messages.
-    pub(crate) fn new() -> io::Result<Self> {
+    pub fn new() -> io::Result<Self> {
         Ok(SendRing {
             ring: new_ring(MAX_BATCH as u32)?,
             slots: (0..MAX_BATCH).map(|_| Slot::new()).collect(),
@@ -685,7 +680,7 @@ impl SendRing {
     }
 
     /// True once the ring itself failed; it is not entered again.
-    pub(crate) fn broken(&self) -> bool {
+    pub fn broken(&self) -> bool {
         self.broken
     }
 
@@ -710,7 +705,7 @@ impl SendRing {
     /// hole (a chain that waits for buffer space also keeps its order).
     ///
     /// Returns `Err` from `fill` as the outer error.
-    pub(crate) fn send_batch<'a, E>(
+    pub fn send_batch<'a, E>(
         &mut self,
         fd: BorrowedFd<'_>,
         n: usize,
@@ -800,7 +795,7 @@ impl SendRing {
 
 /// What a batch on the [`SendRing`] did.
 #[derive(Debug)]
-pub(crate) struct SendOutcome {
+pub struct SendOutcome {
     /// Messages up to and including the last one sent, or the first
     /// one's error when none was.
     pub sent: io::Result<usize>,
@@ -814,7 +809,7 @@ pub(crate) struct SendOutcome {
 /// Reconciles per-message results (`>= 0` sent, else `-errno`) into the
 /// number of messages up to the last one sent, and the failed ones before
 /// it (bit `i` for message `i`, at most 128).
-pub(crate) fn reconcile(res: &[i32]) -> (usize, u128) {
+pub fn reconcile(res: &[i32]) -> (usize, u128) {
     let sent = res.iter().rposition(|&r| r >= 0).map_or(0, |q| q + 1);
     let holes = res[..sent]
         .iter()
@@ -825,8 +820,8 @@ pub(crate) fn reconcile(res: &[i32]) -> (usize, u128) {
 }
 
 /// Send failures injected by the crate's tests; nothing outside them.
-pub(crate) mod inject {
-    #[cfg(test)]
+pub mod inject {
+    #[cfg(any(test, feature = "test-inject"))]
     thread_local! {
         static MASKS: std::cell::RefCell<std::collections::VecDeque<u128>> =
             Default::default();
@@ -834,48 +829,48 @@ pub(crate) mod inject {
 
     /// Queues one mask per coming ring batch on this thread: bit `i`
     /// makes the kernel fail that batch's message `i`.
-    #[cfg(test)]
-    pub(crate) fn fail_next(masks: &[u128]) {
+    #[cfg(any(test, feature = "test-inject"))]
+    pub fn fail_next(masks: &[u128]) {
         MASKS.with(|m| m.borrow_mut().extend(masks.iter().copied()));
     }
 
-    #[cfg(test)]
+    #[cfg(any(test, feature = "test-inject"))]
     thread_local! {
         static REFUSE: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
     }
 
     /// Makes the next `n` registrations (of a send pool or a file) on
     /// this thread fail as if the kernel refused them (`EPERM`).
-    #[cfg(test)]
-    pub(crate) fn refuse_registrations(n: u32) {
+    #[cfg(any(test, feature = "test-inject"))]
+    pub fn refuse_registrations(n: u32) {
         REFUSE.with(|r| r.set(n));
     }
 
     /// Whether this registration is to be refused (never outside the
     /// tests).
     pub(super) fn refuse_register() -> bool {
-        #[cfg(test)]
+        #[cfg(any(test, feature = "test-inject"))]
         return REFUSE.with(|r| {
             let n = r.get();
             r.set(n.saturating_sub(1));
             n > 0
         });
-        #[cfg(not(test))]
+        #[cfg(not(any(test, feature = "test-inject")))]
         false
     }
 
     /// The mask for this batch (0 outside the tests).
     pub(super) fn take() -> u128 {
-        #[cfg(test)]
+        #[cfg(any(test, feature = "test-inject"))]
         return MASKS.with(|m| m.borrow_mut().pop_front().unwrap_or(0));
-        #[cfg(not(test))]
+        #[cfg(not(any(test, feature = "test-inject")))]
         0
     }
 }
 
 /// What a zerocopy send's completions said, for one buffer.
 #[derive(Debug)]
-pub(crate) struct ZcDone {
+pub struct ZcDone {
     /// The ring slot the send used (unique among the buffers of one reap).
     pub slot: usize,
     /// The caller's buffer, free again; empty for a send from the pool,
@@ -890,7 +885,7 @@ pub(crate) struct ZcDone {
 }
 
 /// What a zerocopy send sends.
-pub(crate) enum ZcSrc<'w> {
+pub enum ZcSrc<'w> {
     /// A buffer of the caller's, held by the ring until the notification.
     Owned(Vec<u8>),
     /// `len` bytes in a free buffer of the ring's pool, written by `write`
@@ -905,7 +900,7 @@ pub(crate) enum ZcSrc<'w> {
 
 /// A zerocopy send that failed: the error, and the caller's buffer back
 /// when the kernel let go of it (`None` only if the ring itself failed).
-pub(crate) type ZcFailure = (io::Error, Option<Vec<u8>>);
+pub type ZcFailure = (io::Error, Option<Vec<u8>>);
 
 /// The memory a slot in flight sends from.
 #[derive(Debug)]
@@ -964,7 +959,7 @@ const RECVSEND_FIXED_BUF: u16 = 1 << 2;
 /// Why the pool's registration or its fixed sends were refused, with the
 /// errno.
 #[derive(Debug)]
-pub(crate) struct Refused {
+pub struct Refused {
     /// What failed.
     pub what: &'static str,
     /// The error.
@@ -973,7 +968,7 @@ pub(crate) struct Refused {
 
 /// Zerocopy sends (`SENDMSG_ZC`) whose buffers the ring holds until the
 /// notification.
-pub(crate) struct ZcRing {
+pub struct ZcRing {
     ring: IoUring,
     slots: Box<[Slot]>,
     /// The buffer of each slot in use, and the send's outcome once known.
@@ -999,15 +994,15 @@ impl std::fmt::Debug for ZcRing {
 }
 
 /// Most zerocopy sends in flight on one ring.
-pub(crate) const ZC_SLOTS: usize = 64;
+pub const ZC_SLOTS: usize = 64;
 
 /// Largest send pool: one registered buffer holds at most 1 GiB, and a
 /// pool is pinned memory.
-pub(crate) const POOL_MAX_BYTES: usize = 256 << 20;
+pub const POOL_MAX_BYTES: usize = 256 << 20;
 
 impl ZcRing {
     /// A ring for up to [`ZC_SLOTS`] sends in flight.
-    pub(crate) fn new() -> io::Result<Self> {
+    pub fn new() -> io::Result<Self> {
         Ok(ZcRing {
             ring: new_ring(ZC_SLOTS as u32 * 2)?,
             slots: (0..ZC_SLOTS).map(|_| Slot::new()).collect(),
@@ -1019,14 +1014,14 @@ impl ZcRing {
     }
 
     /// Buffers the kernel may still read.
-    pub(crate) fn in_flight(&self) -> usize {
+    pub fn in_flight(&self) -> usize {
         ZC_SLOTS - self.free.len()
     }
 
     /// Registers socket `fd` as fixed file 0, used by sends that ask for
     /// it. The registration holds its own reference to the socket until
     /// the ring is dropped.
-    pub(crate) fn register_file(&mut self, fd: RawFd) -> io::Result<()> {
+    pub fn register_file(&mut self, fd: RawFd) -> io::Result<()> {
         if inject::refuse_register() {
             return Err(io::Error::from_raw_os_error(libc::EPERM));
         }
@@ -1036,7 +1031,7 @@ impl ZcRing {
     }
 
     /// The socket registered as fixed file 0.
-    pub(crate) fn file(&self) -> Option<RawFd> {
+    pub fn file(&self) -> Option<RawFd> {
         self.file
     }
 
@@ -1046,7 +1041,7 @@ impl ZcRing {
     /// pool still serves, as ordinary memory, and the refusal is returned
     /// in `Ok(Some)`. `Err` only when the memory cannot be had, or the
     /// pool is larger than [`POOL_MAX_BYTES`].
-    pub(crate) fn setup_pool(&mut self, count: usize, len: usize) -> io::Result<Option<Refused>> {
+    pub fn setup_pool(&mut self, count: usize, len: usize) -> io::Result<Option<Refused>> {
         if self.pool.is_some() {
             return Ok(None);
         }
@@ -1160,23 +1155,23 @@ impl ZcRing {
 
     /// The pool is registered and the kernel sends from it as fixed
     /// buffers.
-    pub(crate) fn pool_fixed(&self) -> bool {
+    pub fn pool_fixed(&self) -> bool {
         self.pool.as_ref().is_some_and(|p| p.fixed)
     }
 
     /// Length of each pool buffer (0 without a pool).
-    pub(crate) fn pool_len(&self) -> usize {
+    pub fn pool_len(&self) -> usize {
         self.pool.as_ref().map_or(0, |p| p.len)
     }
 
     /// Pool buffers free.
-    pub(crate) fn pool_free(&self) -> usize {
+    pub fn pool_free(&self) -> usize {
         self.pool.as_ref().map_or(0, |p| p.free.len())
     }
 
     /// Pool buffer indices held by sends in flight (for the tests).
-    #[cfg(test)]
-    pub(crate) fn pool_in_flight(&self) -> Vec<usize> {
+    #[cfg(any(test, feature = "test-inject"))]
+    pub fn pool_in_flight(&self) -> Vec<usize> {
         self.held
             .iter()
             .filter_map(|h| match h {
@@ -1187,8 +1182,8 @@ impl ZcRing {
     }
 
     /// The index of the pool buffer that `p` points into (for the tests).
-    #[cfg(test)]
-    pub(crate) fn pool_index_of(&self, p: *const u8) -> Option<usize> {
+    #[cfg(any(test, feature = "test-inject"))]
+    pub fn pool_index_of(&self, p: *const u8) -> Option<usize> {
         let pool = self.pool.as_ref()?;
         let off = (p as usize).checked_sub(pool.mem.ptr as usize)?;
         (off < pool.mem.len).then_some(off / pool.len)
@@ -1210,7 +1205,7 @@ impl ZcRing {
     /// is no pool). `msg_flags` is `MSG_DONTWAIT` for a non-blocking
     /// socket (io_uring waits for buffer space otherwise, whatever the
     /// socket's mode).
-    pub(crate) fn send<E>(
+    pub fn send<E>(
         &mut self,
         fd: BorrowedFd<'_>,
         fixed_file: bool,
@@ -1422,7 +1417,7 @@ impl ZcRing {
 
     /// Reads every completion queued now, without waiting; buffers whose
     /// notification arrived go to `done` (pool buffers back to the pool).
-    pub(crate) fn reap(&mut self, done: &mut Vec<ZcDone>) {
+    pub fn reap(&mut self, done: &mut Vec<ZcDone>) {
         self.reap_with_data(done, None);
     }
 
@@ -1471,7 +1466,7 @@ impl ZcRing {
     }
 
     /// Waits up to `timeout` for a completion, then reaps.
-    pub(crate) fn wait(&mut self, timeout: Duration, done: &mut Vec<ZcDone>) -> io::Result<()> {
+    pub fn wait(&mut self, timeout: Duration, done: &mut Vec<ZcDone>) -> io::Result<()> {
         if self.in_flight() > 0 && self.ring.completion().is_empty() {
             wait_cqe(&self.ring, Some(timeout))?;
         }

@@ -111,7 +111,7 @@ impl<T> CompletionTracker<T> {
     }
 
     /// The id the next send will get.
-    #[cfg(any(test, fastudp_tools))]
+    #[cfg(any(test, feature = "tools"))]
     pub fn next_id(&self) -> u32 {
         self.next_id
     }

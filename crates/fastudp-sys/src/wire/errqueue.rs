@@ -34,8 +34,9 @@ pub const CODE_TXTIME_INVALID: u8 = 1;
 
 /// Why a destination could not be reached, from an ICMP or ICMPv6
 /// "destination unreachable" (or "time exceeded").
+// Exhaustive: fastudp-io maps every variant to its public kinds, and a new
+// one must make it say what it maps to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
 pub enum Unreachable {
     /// No socket listens on the port (ICMP code 3, ICMPv6 code 4):
     /// `ECONNREFUSED`.
@@ -58,8 +59,8 @@ pub enum Unreachable {
 }
 
 /// One message from a socket's error queue.
+// Exhaustive, as `Unreachable` is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
 pub enum SocketError {
     /// An ICMP error said a datagram to `destination` could not be
     /// delivered: the peer went away, or was never there.
@@ -364,7 +365,7 @@ pub fn parse_message(
 
 /// Decodes one error-queue message: [`parse_message`], then
 /// [`Message::decode`].
-#[cfg(any(fastudp_tools, test))]
+#[cfg(any(feature = "tools", test))]
 pub fn parse(
     control: &[u8],
     destination: Option<SocketAddr>,

@@ -1,9 +1,8 @@
 //! Pure wire logic: no syscalls, no `unsafe`.
 //!
-//! Private to the library. The `fastudp-tools` crate (not published)
-//! compiles this same source as its public `wire` module, for the command,
-//! the tests, the benchmarks and the fuzz targets; items only those use
-//! are compiled there only (`cfg(fastudp_tools)`, set by its build script).
+//! fastudp-io's, and through the `fastudp-tools` crate (not published)
+//! the command's, the tests', the benchmarks' and the fuzz targets'; items
+//! only those use are compiled with this crate's `tools` feature only.
 //!
 //! Everything here works on plain byte buffers and numbers, so it can be
 //! unit-tested, property-tested and fuzzed without a kernel:
@@ -70,14 +69,14 @@ pub mod consts {
     /// `IP_RECVERR`: queue extended errors; also the error cmsg type.
     pub const IP_RECVERR: i32 = 11;
     /// `IP_MTU`: the path MTU of a connected socket.
-    #[cfg(fastudp_tools)]
+    #[cfg(feature = "tools")]
     pub const IP_MTU: i32 = 14;
     /// `IPV6_MTU_DISCOVER`.
     pub const IPV6_MTU_DISCOVER: i32 = 23;
     /// `IPV6_PMTUDISC_PROBE`.
     pub const IPV6_PMTUDISC_PROBE: i32 = 3;
     /// `IPV6_MTU`: the path MTU of a connected socket.
-    #[cfg(fastudp_tools)]
+    #[cfg(feature = "tools")]
     pub const IPV6_MTU: i32 = 24;
     /// `IPV6_RECVERR`: queue extended errors; also the error cmsg type.
     pub const IPV6_RECVERR: i32 = 25;

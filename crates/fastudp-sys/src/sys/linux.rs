@@ -64,8 +64,8 @@ pub(super) fn empty_msghdr() -> libc::msghdr {
 
 /// `sendmmsg(2)` of gathered messages: sends up to [`MAX_BATCH`] in one
 /// call and returns how many were sent. Only the headers used are built.
-#[cfg(fastudp_tools)]
-pub(crate) fn sendmmsg(fd: BorrowedFd<'_>, msgs: &[OutMsg<'_>], flags: i32) -> io::Result<usize> {
+#[cfg(feature = "tools")]
+pub fn sendmmsg(fd: BorrowedFd<'_>, msgs: &[OutMsg<'_>], flags: i32) -> io::Result<usize> {
     let n = msgs.len().min(MAX_BATCH);
     let mut hdrs = [const { MaybeUninit::<libc::mmsghdr>::uninit() }; MAX_BATCH];
     for (h, m) in hdrs.iter_mut().zip(&msgs[..n]) {
@@ -91,7 +91,7 @@ pub(crate) fn sendmmsg(fd: BorrowedFd<'_>, msgs: &[OutMsg<'_>], flags: i32) -> i
 }
 
 /// `sendmsg(2)` of one gathered message; returns the bytes sent.
-pub(crate) fn sendmsg(fd: BorrowedFd<'_>, m: &OutMsg<'_>, flags: i32) -> io::Result<usize> {
+pub fn sendmsg(fd: BorrowedFd<'_>, m: &OutMsg<'_>, flags: i32) -> io::Result<usize> {
     let mut hdr = empty_msghdr();
     fill_msghdr(&mut hdr, m);
     // SAFETY: `hdr` points into `m`'s borrowed buffers, alive for the call.
@@ -172,7 +172,7 @@ pub(super) fn raw_addr(a: &SocketAddr) -> (RawAddr, libc::socklen_t) {
 ///
 /// Returns `Err` from `fill` as the outer error, or the syscall's outcome:
 /// the number of messages sent.
-pub(crate) fn send_batch<'a, E>(
+pub fn send_batch<'a, E>(
     fd: BorrowedFd<'_>,
     n: usize,
     flags: i32,
@@ -241,7 +241,7 @@ pub(crate) fn send_batch<'a, E>(
 
 /// A `struct sockaddr_storage` for the kernel to fill in.
 #[derive(Clone, Copy)]
-pub(crate) struct AddrBuf(libc::sockaddr_storage);
+pub struct AddrBuf(libc::sockaddr_storage);
 
 impl Default for AddrBuf {
     fn default() -> Self {
@@ -374,7 +374,7 @@ fn in_meta(h: &libc::mmsghdr, name: *const libc::sockaddr_storage) -> InMeta {
 /// `names[i]` and its control data into `controls[i]`. Only the `n`
 /// headers used are built, on the stack.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn recvmmsg(
+pub fn recvmmsg(
     fd: BorrowedFd<'_>,
     buf: &mut [u8],
     stride: usize,
@@ -417,7 +417,7 @@ pub(crate) fn recvmmsg(
 /// message `i` into `bufs[i]`. Names and control buffers live on the
 /// stack, uninitialised until the kernel writes them; `each(i, meta,
 /// control)` is called for every message received, with its control data.
-pub(crate) fn recvmmsg_slices(
+pub fn recvmmsg_slices(
     fd: BorrowedFd<'_>,
     bufs: &mut [io::IoSliceMut<'_>],
     flags: i32,
@@ -464,7 +464,7 @@ pub(crate) fn recvmmsg_slices(
 /// one error-queue message's control data into `control`, and the address
 /// its error is about into `name`. Returns the control length and that
 /// address, or `None` when the queue is empty.
-pub(crate) fn recv_errqueue(
+pub fn recv_errqueue(
     fd: BorrowedFd<'_>,
     control: &mut InControl,
     name: &mut AddrBuf,
@@ -495,7 +495,7 @@ pub(crate) fn recv_errqueue(
 }
 
 /// True when the descriptor is in non-blocking mode (`O_NONBLOCK`).
-pub(crate) fn is_nonblocking(fd: BorrowedFd<'_>) -> io::Result<bool> {
+pub fn is_nonblocking(fd: BorrowedFd<'_>) -> io::Result<bool> {
     // SAFETY: F_GETFL reads the file status flags of a borrowed, open
     // descriptor and touches no memory of ours.
     let r = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
@@ -505,15 +505,15 @@ pub(crate) fn is_nonblocking(fd: BorrowedFd<'_>) -> io::Result<bool> {
 /// `MSG_ZEROCOPY`.
 pub const MSG_ZEROCOPY: i32 = libc::MSG_ZEROCOPY;
 /// `POLLERR`: the error queue has something.
-pub(crate) const POLLERR: i16 = libc::POLLERR;
+pub const POLLERR: i16 = libc::POLLERR;
 
 /// `setsockopt(2)` with an `int` value.
-pub(crate) fn setsockopt_int(fd: RawFd, level: i32, name: i32, value: i32) -> io::Result<()> {
+pub fn setsockopt_int(fd: RawFd, level: i32, name: i32, value: i32) -> io::Result<()> {
     setsockopt_bytes(fd, level, name, &value.to_ne_bytes())
 }
 
 /// `setsockopt(2)` with raw option bytes.
-pub(crate) fn setsockopt_bytes(fd: RawFd, level: i32, name: i32, value: &[u8]) -> io::Result<()> {
+pub fn setsockopt_bytes(fd: RawFd, level: i32, name: i32, value: &[u8]) -> io::Result<()> {
     // SAFETY: `value` is a live buffer of the length passed.
     let r = unsafe {
         libc::setsockopt(
@@ -528,8 +528,8 @@ pub(crate) fn setsockopt_bytes(fd: RawFd, level: i32, name: i32, value: &[u8]) -
 }
 
 /// `getsockopt(2)` of an `int` option.
-#[cfg(fastudp_tools)]
-pub(crate) fn getsockopt_int(fd: RawFd, level: i32, name: i32) -> io::Result<i32> {
+#[cfg(feature = "tools")]
+pub fn getsockopt_int(fd: RawFd, level: i32, name: i32) -> io::Result<i32> {
     let mut v: libc::c_int = 0;
     let mut len = size_of::<libc::c_int>() as libc::socklen_t;
     // SAFETY: `v` and `len` are live and sized for an int option.
@@ -546,7 +546,7 @@ pub(crate) fn getsockopt_int(fd: RawFd, level: i32, name: i32) -> io::Result<i32
 }
 
 /// `getsockopt(SO_MEMINFO)`: the socket's `sk_drops` counter now.
-pub(crate) fn socket_drops(fd: RawFd) -> io::Result<u32> {
+pub fn socket_drops(fd: RawFd) -> io::Result<u32> {
     let mut v = [0u32; 16];
     let mut len = std::mem::size_of_val(&v) as libc::socklen_t;
     // SAFETY: `v` and `len` are live; the kernel writes at most `len` bytes.
@@ -570,14 +570,14 @@ pub(crate) fn socket_drops(fd: RawFd) -> io::Result<u32> {
     Ok(v[i])
 }
 
-#[cfg(fastudp_tools)]
+#[cfg(feature = "tools")]
 /// `ioctl(SIOCETHTOOL)` on device `ifname` with the request in `data`,
 /// which the kernel reads and overwrites with its reply.
 ///
 /// Only for requests whose reply is never longer than the request (every
-/// layout in `fastudp-tools`' `ethtool` module is sized so, the string reply from
+/// layout in the [`crate::ethtool`] module is sized so, the string reply from
 /// the count the kernel gave just before).
-pub(crate) fn ethtool_ioctl(ifname: &str, data: &mut [u8]) -> io::Result<()> {
+pub fn ethtool_ioctl(ifname: &str, data: &mut [u8]) -> io::Result<()> {
     #[repr(C)]
     struct Ifreq {
         name: [u8; libc::IFNAMSIZ],
@@ -593,7 +593,7 @@ pub(crate) fn ethtool_ioctl(ifname: &str, data: &mut [u8]) -> io::Result<()> {
     }
     // The kernel writes as much as the command's reply needs: refuse any
     // request whose buffer is shorter than that, and any other command.
-    use crate::ethtool as et; // the fastudp-tools crate's module
+    use crate::ethtool as et;
     let u32_at = |o: usize| {
         data.get(o..o + 4)
             .map(|b| u32::from_ne_bytes(b.try_into().expect("4 bytes")))
@@ -634,7 +634,7 @@ pub(crate) fn ethtool_ioctl(ifname: &str, data: &mut [u8]) -> io::Result<()> {
 
 /// `setsockopt(SO_ATTACH_REUSEPORT_CBPF)`: steers the socket's reuseport
 /// group with a classic BPF program.
-pub(crate) fn attach_reuseport_cbpf(fd: RawFd, prog: &[crate::wire::bpf::Insn]) -> io::Result<()> {
+pub fn attach_reuseport_cbpf(fd: RawFd, prog: &[crate::wire::bpf::Insn]) -> io::Result<()> {
     let mut filters: Vec<libc::sock_filter> = prog
         .iter()
         .map(|i| libc::sock_filter {
@@ -663,11 +663,11 @@ pub(crate) fn attach_reuseport_cbpf(fd: RawFd, prog: &[crate::wire::bpf::Insn]) 
 }
 
 /// `SO_MAX_PACING_RATE`.
-pub(crate) const SO_MAX_PACING_RATE: i32 = libc::SO_MAX_PACING_RATE;
+pub const SO_MAX_PACING_RATE: i32 = libc::SO_MAX_PACING_RATE;
 
 /// `getsockopt(2)` of an option the kernel reports as a `u32` or a `u64`.
-#[cfg(fastudp_tools)]
-pub(crate) fn getsockopt_u64(fd: RawFd, level: i32, name: i32) -> io::Result<u64> {
+#[cfg(feature = "tools")]
+pub fn getsockopt_u64(fd: RawFd, level: i32, name: i32) -> io::Result<u64> {
     let mut v = [0u8; 8];
     let mut len = 8 as libc::socklen_t;
     // SAFETY: `v` and `len` are live; the kernel writes at most `len` bytes.
@@ -688,7 +688,7 @@ pub(crate) fn getsockopt_u64(fd: RawFd, level: i32, name: i32) -> io::Result<u64
 }
 
 /// `SO_TXTIME` with `struct sock_txtime { clockid_t clockid; u32 flags; }`.
-pub(crate) fn set_txtime(fd: RawFd, clockid: i32, flags: u32) -> io::Result<()> {
+pub fn set_txtime(fd: RawFd, clockid: i32, flags: u32) -> io::Result<()> {
     let mut b = [0u8; 8];
     b[..4].copy_from_slice(&clockid.to_ne_bytes());
     b[4..].copy_from_slice(&flags.to_ne_bytes());
@@ -696,7 +696,7 @@ pub(crate) fn set_txtime(fd: RawFd, clockid: i32, flags: u32) -> io::Result<()> 
 }
 
 /// `poll(2)` on one descriptor; true when an event in `events` is ready.
-pub(crate) fn poll(fd: RawFd, events: i16, timeout: Duration) -> io::Result<bool> {
+pub fn poll(fd: RawFd, events: i16, timeout: Duration) -> io::Result<bool> {
     let mut p = libc::pollfd {
         fd,
         events,
@@ -743,16 +743,16 @@ pub fn wait_readable(fd: BorrowedFd<'_>, timeout: Duration) -> io::Result<bool> 
 }
 
 /// `SO_RCVBUFFORCE`: `SO_RCVBUF` past `rmem_max` (CAP_NET_ADMIN).
-pub(crate) const SO_RCVBUFFORCE: i32 = libc::SO_RCVBUFFORCE;
+pub const SO_RCVBUFFORCE: i32 = libc::SO_RCVBUFFORCE;
 /// `SO_SNDBUFFORCE`: `SO_SNDBUF` past `wmem_max` (CAP_NET_ADMIN).
-pub(crate) const SO_SNDBUFFORCE: i32 = libc::SO_SNDBUFFORCE;
+pub const SO_SNDBUFFORCE: i32 = libc::SO_SNDBUFFORCE;
 
 /// `POLLOUT`.
-pub(crate) const POLLOUT: i16 = libc::POLLOUT;
+pub const POLLOUT: i16 = libc::POLLOUT;
 
 /// `setns(fd, CLONE_NEWNET)`: moves the calling thread into a network
 /// namespace.
-#[cfg(fastudp_tools)]
+#[cfg(feature = "tools")]
 pub fn setns_net(fd: BorrowedFd<'_>) -> io::Result<()> {
     // SAFETY: a plain syscall on a borrowed, open descriptor.
     let r = unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) };
@@ -770,7 +770,7 @@ pub fn set_timer_slack(ns: u64) -> io::Result<()> {
 }
 
 /// `sched_setaffinity(0, {cpu})`: pins the calling thread to one CPU.
-#[cfg(fastudp_tools)]
+#[cfg(feature = "tools")]
 pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
     if cpu >= libc::CPU_SETSIZE as usize {
         return Err(io::Error::new(
@@ -788,7 +788,7 @@ pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
 }
 
 /// A path as a C string for a `*at` syscall; a NUL byte in it is an error.
-#[cfg(fastudp_tools)]
+#[cfg(feature = "tools")]
 fn c_path(p: &std::path::Path) -> io::Result<std::ffi::CString> {
     use std::os::unix::ffi::OsStrExt;
     std::ffi::CString::new(p.as_os_str().as_bytes())
@@ -799,7 +799,7 @@ fn c_path(p: &std::path::Path) -> io::Result<std::ffi::CString> {
 /// opens `path` relative to the directory `dir`, with the kernel enforcing
 /// `resolve` (`RESOLVE_NO_SYMLINKS`, `RESOLVE_BENEATH`, ...) on every
 /// component.
-#[cfg(fastudp_tools)]
+#[cfg(feature = "tools")]
 pub fn openat2(
     dir: BorrowedFd<'_>,
     path: &std::path::Path,
@@ -833,7 +833,7 @@ pub fn openat2(
 }
 
 /// `mkdirat(dir, name, mode)`.
-#[cfg(fastudp_tools)]
+#[cfg(feature = "tools")]
 pub fn mkdirat(dir: BorrowedFd<'_>, name: &std::path::Path, mode: u32) -> io::Result<()> {
     let p = c_path(name)?;
     // SAFETY: p is a NUL-terminated string that outlives the call.
@@ -842,7 +842,7 @@ pub fn mkdirat(dir: BorrowedFd<'_>, name: &std::path::Path, mode: u32) -> io::Re
 
 /// `renameat(dir, from, dir, to)`: a rename within one directory (it
 /// replaces `to` and never follows a symbolic link there).
-#[cfg(fastudp_tools)]
+#[cfg(feature = "tools")]
 pub fn renameat(
     dir: BorrowedFd<'_>,
     from: &std::path::Path,
@@ -855,7 +855,7 @@ pub fn renameat(
 }
 
 /// `unlinkat(dir, name, 0)`: removes a file (not a directory).
-#[cfg(fastudp_tools)]
+#[cfg(feature = "tools")]
 pub fn unlinkat(dir: BorrowedFd<'_>, name: &std::path::Path) -> io::Result<()> {
     let p = c_path(name)?;
     // SAFETY: p is a NUL-terminated string that outlives the call.

@@ -1,6 +1,7 @@
 //! The `SIOCETHTOOL` ioctl's request and reply layouts, as byte buffers.
 //!
-//! Used by [`crate::host`] (through the library's `sys::ethtool_ioctl`, compiled here) to read and set device features (the ones
+//! Used by fastudp-tools' `host` module (through `sys::ethtool_ioctl`,
+//! feature `tools`) to read and set device features (the ones
 //! `ethtool -k/-K` shows), channels (`ethtool -l/-L`) and the driver name,
 //! without running the ethtool program.
 

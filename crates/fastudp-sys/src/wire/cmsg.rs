@@ -149,7 +149,6 @@ impl<'a> Encoder<'a> {
     }
 
     /// True when no control message was written.
-    #[cfg(any(test, fastudp_tools))]
     pub fn is_empty(&self) -> bool {
         self.used == 0
     }

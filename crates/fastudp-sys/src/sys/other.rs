@@ -36,8 +36,8 @@ fn send_one(fd: BorrowedFd<'_>, dest: Option<SocketAddr>, payload: &[u8]) -> io:
 }
 
 /// Sends the messages one at a time; returns how many were sent.
-#[cfg(fastudp_tools)]
-pub(crate) fn sendmmsg(fd: BorrowedFd<'_>, msgs: &[OutMsg<'_>], flags: i32) -> io::Result<usize> {
+#[cfg(feature = "tools")]
+pub fn sendmmsg(fd: BorrowedFd<'_>, msgs: &[OutMsg<'_>], flags: i32) -> io::Result<usize> {
     let mut sent = 0;
     for m in msgs.iter().take(MAX_BATCH) {
         match sendmsg(fd, m, flags) {
@@ -50,7 +50,7 @@ pub(crate) fn sendmmsg(fd: BorrowedFd<'_>, msgs: &[OutMsg<'_>], flags: i32) -> i
 }
 
 /// Sends one gathered message; refuses control data.
-pub(crate) fn sendmsg(fd: BorrowedFd<'_>, m: &OutMsg<'_>, _flags: i32) -> io::Result<usize> {
+pub fn sendmsg(fd: BorrowedFd<'_>, m: &OutMsg<'_>, _flags: i32) -> io::Result<usize> {
     if !m.control.is_empty() {
         return Err(no_control());
     }
@@ -64,7 +64,7 @@ pub(crate) fn sendmsg(fd: BorrowedFd<'_>, m: &OutMsg<'_>, _flags: i32) -> io::Re
 /// Sends `n` messages built by `fill`, one `sendto` each (only the first
 /// when `mmsg` is false), with the same contract as on Linux: the count
 /// sent, or the first message's error.
-pub(crate) fn send_batch<'a, E>(
+pub fn send_batch<'a, E>(
     fd: BorrowedFd<'_>,
     n: usize,
     _flags: i32,
@@ -93,7 +93,7 @@ pub(crate) fn send_batch<'a, E>(
 
 /// Where a received message's source address lands.
 #[derive(Clone, Copy, Default)]
-pub(crate) struct AddrBuf(Option<SocketAddr>);
+pub struct AddrBuf(Option<SocketAddr>);
 
 impl std::fmt::Debug for AddrBuf {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -104,7 +104,7 @@ impl std::fmt::Debug for AddrBuf {
 /// Receives one datagram into the first slot (`n` is at most 1 here);
 /// no control data is reported.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn recvmmsg(
+pub fn recvmmsg(
     fd: BorrowedFd<'_>,
     buf: &mut [u8],
     stride: usize,
@@ -136,7 +136,7 @@ pub(crate) fn recvmmsg(
 
 /// Receives one datagram into `bufs[0]` and reports it through `each`
 /// (no control data here).
-pub(crate) fn recvmmsg_slices(
+pub fn recvmmsg_slices(
     fd: BorrowedFd<'_>,
     bufs: &mut [io::IoSliceMut<'_>],
     _flags: i32,
@@ -165,18 +165,18 @@ pub(crate) fn recvmmsg_slices(
 }
 
 /// Not available: every option fastudp sets here is Linux-specific.
-pub(crate) fn setsockopt_int(_fd: RawFd, _level: i32, _name: i32, _value: i32) -> io::Result<()> {
+pub fn setsockopt_int(_fd: RawFd, _level: i32, _name: i32, _value: i32) -> io::Result<()> {
     Err(unsupported())
 }
 
 /// Not available here.
-#[cfg(fastudp_tools)]
-pub(crate) fn getsockopt_int(_fd: RawFd, _level: i32, _name: i32) -> io::Result<i32> {
+#[cfg(feature = "tools")]
+pub fn getsockopt_int(_fd: RawFd, _level: i32, _name: i32) -> io::Result<i32> {
     Err(unsupported())
 }
 
 /// No error queue here: always empty.
-pub(crate) fn recv_errqueue(
+pub fn recv_errqueue(
     _fd: BorrowedFd<'_>,
     _control: &mut InControl,
     _name: &mut AddrBuf,
@@ -185,60 +185,52 @@ pub(crate) fn recv_errqueue(
 }
 
 /// True when the descriptor is in non-blocking mode (`O_NONBLOCK`).
-pub(crate) fn is_nonblocking(fd: BorrowedFd<'_>) -> io::Result<bool> {
+pub fn is_nonblocking(fd: BorrowedFd<'_>) -> io::Result<bool> {
     SockRef::from(&fd).nonblocking()
 }
 
 /// `MSG_ZEROCOPY` (not available here).
 pub const MSG_ZEROCOPY: i32 = 0;
 /// `POLLERR`.
-pub(crate) const POLLERR: i16 = 8;
+pub const POLLERR: i16 = 8;
 
 /// Not available here.
-pub(crate) fn socket_drops(_fd: RawFd) -> io::Result<u32> {
+pub fn socket_drops(_fd: RawFd) -> io::Result<u32> {
     Err(unsupported())
 }
 
-#[cfg(fastudp_tools)]
+#[cfg(feature = "tools")]
 /// ethtool exists only on Linux.
-pub(crate) fn ethtool_ioctl(_ifname: &str, _data: &mut [u8]) -> io::Result<()> {
+pub fn ethtool_ioctl(_ifname: &str, _data: &mut [u8]) -> io::Result<()> {
     Err(unsupported())
 }
 
 /// Reuseport steering programs exist only on Linux.
-pub(crate) fn attach_reuseport_cbpf(
-    _fd: RawFd,
-    _prog: &[crate::wire::bpf::Insn],
-) -> io::Result<()> {
+pub fn attach_reuseport_cbpf(_fd: RawFd, _prog: &[crate::wire::bpf::Insn]) -> io::Result<()> {
     Err(unsupported())
 }
 
 /// `SO_MAX_PACING_RATE` (not available here).
-pub(crate) const SO_MAX_PACING_RATE: i32 = -1;
+pub const SO_MAX_PACING_RATE: i32 = -1;
 
 /// Not available here.
-#[cfg(fastudp_tools)]
-pub(crate) fn getsockopt_u64(_fd: RawFd, _level: i32, _name: i32) -> io::Result<u64> {
+#[cfg(feature = "tools")]
+pub fn getsockopt_u64(_fd: RawFd, _level: i32, _name: i32) -> io::Result<u64> {
     Err(unsupported())
 }
 
 /// Not available here.
-pub(crate) fn setsockopt_bytes(
-    _fd: RawFd,
-    _level: i32,
-    _name: i32,
-    _value: &[u8],
-) -> io::Result<()> {
+pub fn setsockopt_bytes(_fd: RawFd, _level: i32, _name: i32, _value: &[u8]) -> io::Result<()> {
     Err(unsupported())
 }
 
 /// Not available here.
-pub(crate) fn set_txtime(_fd: RawFd, _clockid: i32, _flags: u32) -> io::Result<()> {
+pub fn set_txtime(_fd: RawFd, _clockid: i32, _flags: u32) -> io::Result<()> {
     Err(unsupported())
 }
 
 /// Readiness is not polled here: blocking calls wait by themselves.
-pub(crate) fn poll(_fd: RawFd, _events: i16, timeout: Duration) -> io::Result<bool> {
+pub fn poll(_fd: RawFd, _events: i16, timeout: Duration) -> io::Result<bool> {
     std::thread::sleep(timeout.min(Duration::from_millis(1)));
     Ok(true)
 }
@@ -259,15 +251,15 @@ pub fn wait_readable(_fd: std::os::fd::BorrowedFd<'_>, timeout: Duration) -> io:
 }
 
 /// `SO_RCVBUFFORCE`: `SO_RCVBUF` past `rmem_max` (CAP_NET_ADMIN).
-pub(crate) const SO_RCVBUFFORCE: i32 = -1;
+pub const SO_RCVBUFFORCE: i32 = -1;
 /// `SO_SNDBUFFORCE`: `SO_SNDBUF` past `wmem_max` (CAP_NET_ADMIN).
-pub(crate) const SO_SNDBUFFORCE: i32 = -1;
+pub const SO_SNDBUFFORCE: i32 = -1;
 
 /// `POLLOUT`.
-pub(crate) const POLLOUT: i16 = 4;
+pub const POLLOUT: i16 = 4;
 
 /// Network namespaces exist only on Linux.
-#[cfg(fastudp_tools)]
+#[cfg(feature = "tools")]
 pub fn setns_net(_fd: BorrowedFd<'_>) -> io::Result<()> {
     Err(unsupported())
 }
@@ -278,7 +270,7 @@ pub fn set_timer_slack(_ns: u64) -> io::Result<()> {
 }
 
 /// Not available here.
-#[cfg(fastudp_tools)]
+#[cfg(feature = "tools")]
 pub fn pin_to_cpu(_cpu: usize) -> io::Result<()> {
     Err(unsupported())
 }
