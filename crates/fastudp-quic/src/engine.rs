@@ -84,9 +84,7 @@ impl Engine {
             .into_iter()
             .map(|g| {
                 let mut s = (*server).clone();
-                let mut t = transport(&cfg);
-                crate::graded(&mut t, g);
-                s.transport_config(Arc::new(t));
+                s.transport_config(Arc::new(transport(&cfg, g)));
                 Arc::new(s)
             })
             .collect();
@@ -153,6 +151,7 @@ impl Engine {
                 max_half_open: cfg.max_half_open,
                 per_address: per_address.clone(),
                 idle_timeout: cfg.idle_timeout,
+                transport: cfg.transport.clone(),
                 budget: budget.clone(),
                 app: app.clone(),
                 total_rate: cfg.total_rate,
@@ -368,7 +367,7 @@ fn server_config(cfg: &EngineConfig, app: &dyn Application) -> Result<Arc<Server
     let crypto = quinn_proto::crypto::rustls::QuicServerConfig::try_from(tls)
         .map_err(|e| Error::Tls(e.to_string()))?;
     let mut server = ServerConfig::with_crypto(Arc::new(crypto));
-    server.transport_config(Arc::new(transport(cfg)));
+    server.transport_config(Arc::new(transport(cfg, limits::Grant::Full)));
     // Memory held for connections not yet accepted stays small whatever a
     // flood of Initials does.
     server.max_incoming(4096);
@@ -377,9 +376,9 @@ fn server_config(cfg: &EngineConfig, app: &dyn Application) -> Result<Arc<Server
     Ok(Arc::new(server))
 }
 
-/// The transport configuration of a connection granted full windows.
-fn transport(cfg: &EngineConfig) -> quinn_proto::TransportConfig {
-    let mut transport = crate::transport(cfg.idle_timeout);
+/// The transport configuration of a connection accepted with grant `g`.
+fn transport(cfg: &EngineConfig, g: limits::Grant) -> quinn_proto::TransportConfig {
+    let mut transport = cfg.transport.quinn(cfg.idle_timeout, g);
     if let Some(n) = cfg.tuning.ack_every {
         crate::ack_every(&mut transport, n);
     }

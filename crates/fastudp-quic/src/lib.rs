@@ -91,10 +91,12 @@ mod tx;
 mod worker;
 
 pub use config::{
-    ack_every, graded, max_udp_payload, transport, EngineConfig, Pacing, Tuning,
+    ack_every, graded, max_udp_payload, transport, EngineConfig, Pacing, Transport, Tuning,
     DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_UDP_PAYLOAD, DEFAULT_RX_COALESCE, DEFAULT_TIMER_TICK,
-    MAX_BUSY_POLL, MAX_GSO_PAYLOAD, MAX_PACING_BURST, MAX_RX_COALESCE, MAX_TIMER_TICK,
-    MAX_TRAIN_LIMIT, MAX_UDP_PAYLOAD_LIMIT, MIN_PACING_BURST,
+    MAX_BIDI_STREAMS, MAX_BUSY_POLL, MAX_CONNECTION_WINDOW, MAX_DATAGRAM_BUFFER, MAX_GSO_PAYLOAD,
+    MAX_PACING_BURST, MAX_RX_COALESCE, MAX_STREAM_WINDOW, MAX_TIMER_TICK, MAX_TRAIN_LIMIT,
+    MAX_UDP_PAYLOAD_LIMIT, MAX_UNI_STREAMS, MIN_DATAGRAM_BUFFER, MIN_PACING_BURST,
+    MIN_STREAM_WINDOW,
 };
 pub use engine::{Engine, Error, Monitor, MAX_RESTARTS, STOP_WAIT};
 pub use fastudp_io::pacing::PacingMode;

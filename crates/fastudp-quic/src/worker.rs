@@ -230,6 +230,9 @@ pub(crate) struct Setup {
     /// [`crate::EngineConfig::idle_timeout`]: a connection that receives
     /// no packet for this long is dropped, whatever its RTT.
     pub(crate) idle_timeout: Duration,
+    /// [`crate::EngineConfig::transport`]: the windows and streams granted,
+    /// and what the budget counts for them.
+    pub(crate) transport: crate::Transport,
     /// The memory budget, server-wide.
     pub(crate) budget: Arc<limits::Budget>,
     /// The application.
@@ -1488,9 +1491,11 @@ impl ConnTable {
         if grant != c.grant {
             conn.set_max_concurrent_streams(
                 quinn_proto::Dir::Bi,
-                VarInt::from_u32(grant.streams()),
+                VarInt::from_u32(s.transport.grant_streams(grant)),
             );
-            conn.set_receive_window(VarInt::from_u32(grant.receive_window()));
+            conn.set_receive_window(
+                VarInt::from_u64(s.transport.grant_receive_window(grant)).unwrap_or(VarInt::MAX),
+            );
             if grant == limits::Grant::Full {
                 conn.set_send_window(limits::FULL_SEND_WINDOW);
             }
@@ -1532,7 +1537,7 @@ impl ConnTable {
             c.progress.1 = now;
         }
         c.bi = bi;
-        let held = limits::held(handshaking, bi, uni, c.grant);
+        let held = s.transport.held(handshaking, bi, uni, c.grant);
         s.budget.change(c.charge, held);
         c.charge = held;
     }
@@ -1772,6 +1777,7 @@ impl ConnTable {
             local_ip,
             server_name,
             worker: s.id,
+            bidi_streams: s.transport.bidi_streams,
         };
         c.app = app.accept(&alpn, &info);
         if c.app.is_none() {
@@ -2020,6 +2026,7 @@ mod harness {
                 max_half_open: 100,
                 per_address: Arc::new(limits::PerAddress::new(100)),
                 idle_timeout: Duration::from_secs(10),
+                transport: crate::Transport::default(),
                 budget: Arc::new(limits::Budget::new(1 << 30)),
                 app: Arc::new(Router::new().with(hq::ALPN, HqApp::default())),
                 total_rate: None,

@@ -124,6 +124,10 @@ pub struct ConnInfo {
     pub server_name: Option<String>,
     /// The worker thread that owns the connection.
     pub worker: usize,
+    /// Requests (bidirectional streams) the client may have open at once
+    /// ([`crate::Transport::bidi_streams`]; fewer while the memory budget
+    /// is under pressure, [`crate::limits::Grant`]).
+    pub bidi_streams: u32,
 }
 
 /// A stream's direction.

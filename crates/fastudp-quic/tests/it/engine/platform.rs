@@ -1,0 +1,157 @@
+//! What an embedder configures and decides: the transport (windows,
+//! streams, keep-alive, DATAGRAM frames) as a quinn client sees it and
+//! as the memory budget counts it.
+
+use super::{client, connect, eventually, rt, start, stop};
+use fastudp_quic::app::{AppCx, AppEvent, Application, ConnApp, ConnInfo, WorkerApp};
+use fastudp_quic::limits::Grant;
+use fastudp_quic::Transport;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Accepts every connection and stream and reads nothing: what a client
+/// may send is what the server's flow control granted. Keeps each
+/// connection's facts.
+#[derive(Clone, Default)]
+struct Silent {
+    infos: Arc<Mutex<Vec<ConnInfo>>>,
+}
+
+impl Application for Silent {
+    fn alpn(&self) -> Vec<Vec<u8>> {
+        vec![b"test".to_vec()]
+    }
+    fn worker(&self, _: usize) -> Box<dyn WorkerApp> {
+        Box::new(self.clone())
+    }
+}
+
+impl WorkerApp for Silent {
+    fn accept(&mut self, _: &[u8], info: &ConnInfo) -> Option<Box<dyn ConnApp>> {
+        self.infos.lock().unwrap().push(info.clone());
+        Some(Box::new(SilentConn))
+    }
+}
+
+struct SilentConn;
+
+impl ConnApp for SilentConn {
+    fn on_event(&mut self, _: &mut AppCx<'_>, _: AppEvent) {}
+}
+
+/// Writes on `send` until flow control stops it (a write that does not
+/// complete at once); the bytes taken.
+async fn write_until_blocked(send: &mut quinn::SendStream) -> usize {
+    let buf = vec![7u8; 16 * 1024];
+    let mut total = 0;
+    // The credit is known to the client from the handshake: a write
+    // within it completes at its first poll, and one past it never does
+    // (the server reads nothing), so the timeout only ends the wait.
+    while let Ok(r) = tokio::time::timeout(Duration::from_millis(300), send.write(&buf)).await {
+        total += r.unwrap();
+    }
+    total
+}
+
+/// The windows and streams configured are what the client is granted:
+/// a stream's window, then the connection's across streams, and the
+/// number of requests at once. The budget charges the connection for
+/// what is configured.
+#[test]
+fn a_configured_window_is_what_a_client_sees_and_the_budget_counts() {
+    let t = Transport::new()
+        .stream_window(64 * 1024)
+        .connection_window(Some(100 * 1024))
+        .bidi_streams(3)
+        .uni_streams(0);
+    let app = Silent::default();
+    let (engine, cert) = start(app.clone(), |c| c.workers(1).transport(t.clone()));
+    let addr = engine.local_addr();
+    let rt = rt();
+    let _in = rt.enter();
+    let ep = client(cert, b"test", None);
+    rt.block_on(async {
+        let conn = connect(&ep, addr).await.unwrap();
+        let (mut a, _ra) = conn.open_bi().await.unwrap();
+        assert_eq!(
+            write_until_blocked(&mut a).await,
+            64 * 1024,
+            "stream window"
+        );
+        let (mut b, _rb) = conn.open_bi().await.unwrap();
+        assert_eq!(
+            write_until_blocked(&mut b).await,
+            (100 - 64) * 1024,
+            "the connection's window, across streams"
+        );
+        let (_c, _rc) = conn.open_bi().await.unwrap();
+        // Three requests at once, no fourth.
+        let fourth = tokio::time::timeout(Duration::from_millis(300), conn.open_bi()).await;
+        assert!(fourth.is_err(), "a fourth stream was granted");
+        // The server holds two open requests (the third sent nothing):
+        // their credit, at most the connection's window, is charged.
+        let want = t.held(false, 2, 0, Grant::Full);
+        assert_ne!(want, Transport::default().held(false, 2, 0, Grant::Full));
+        let mon = engine.monitor();
+        tokio::task::spawn_blocking(move || {
+            eventually("the budget charges the configured windows", || {
+                mon.budget().held() == want
+            })
+        })
+        .await
+        .unwrap();
+        conn.close(0u32.into(), b"");
+    });
+    assert_eq!(app.infos.lock().unwrap()[0].bidi_streams, 3);
+    stop(engine);
+}
+
+/// Keep-alive sends PINGs to the client; DATAGRAM frames are offered
+/// only when a receive buffer is configured.
+#[test]
+fn keep_alive_pings_and_datagrams_are_offered_when_configured() {
+    let t = Transport::new()
+        .keep_alive(Some(Duration::from_millis(100)))
+        .datagram_receive_buffer(Some(64 * 1024));
+    let (engine, cert) = start(Silent::default(), |c| c.workers(1).transport(t));
+    let (plain, plain_cert) = start(Silent::default(), |c| c.workers(1));
+    let rt = rt();
+    let _in = rt.enter();
+    rt.block_on(async {
+        let conn = connect(&client(cert, b"test", None), engine.local_addr())
+            .await
+            .unwrap();
+        assert!(conn.max_datagram_size().is_some(), "DATAGRAM not offered");
+        // PINGs without anything sent by either side (the client
+        // acknowledges them).
+        let c = conn.clone();
+        tokio::task::spawn_blocking(move || {
+            eventually("keep-alive PINGs", || c.stats().frame_rx.ping >= 3)
+        })
+        .await
+        .unwrap();
+        let other = connect(&client(plain_cert, b"test", None), plain.local_addr())
+            .await
+            .unwrap();
+        assert!(
+            other.max_datagram_size().is_none(),
+            "DATAGRAM offered by default"
+        );
+        conn.close(0u32.into(), b"");
+        other.close(0u32.into(), b"");
+    });
+    stop(engine);
+    stop(plain);
+}
+
+/// A transport value out of range stops the start with its name.
+#[test]
+fn a_transport_out_of_range_is_refused_at_start() {
+    let (tls, _) = super::server_tls();
+    let cfg = fastudp_quic::EngineConfig::new("127.0.0.1:0".parse().unwrap(), tls)
+        .workers(1)
+        .transport(Transport::new().stream_window(1024));
+    let e = fastudp_quic::Engine::start(cfg, Arc::new(Silent::default())).unwrap_err();
+    assert!(matches!(e, fastudp_quic::Error::Config(_)), "{e:?}");
+    assert!(e.to_string().starts_with("stream_window 1024"), "{e}");
+}
