@@ -371,6 +371,10 @@ pub struct EngineConfig {
     /// The QUIC transport: windows, concurrent streams, keep-alive,
     /// DATAGRAM frames. Default: [`Transport::default`].
     pub transport: Transport,
+    /// The embedder's decision on each new client, after the server's own
+    /// bounds: accept, refuse or ask for a Retry, from its address
+    /// ([`crate::AdmissionHook`]). Default: `None`, accept.
+    pub admission: Option<crate::AdmissionHook>,
     /// Performance switches, each measured on its own in
     /// docs/BENCHMARKS.md section 17. Default: [`Tuning::default`].
     pub tuning: Tuning,
@@ -537,6 +541,7 @@ impl EngineConfig {
             tuning: Tuning::default(),
             idle_timeout: limits::IDLE_TIMEOUT,
             transport: Transport::default(),
+            admission: None,
             disabled: Vec::new(),
             uring: false,
             quic_lb: None,
@@ -662,6 +667,39 @@ impl EngineConfig {
     /// Sets [`EngineConfig::transport`].
     pub fn transport(mut self, t: Transport) -> Self {
         self.transport = t;
+        self
+    }
+
+    /// Sets [`EngineConfig::admission`] to `f`.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use fastudp_quic::{Decision, EngineConfig};
+    /// # let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()])?;
+    /// # let key = rustls::pki_types::PrivatePkcs8KeyDer::from(cert.key_pair.serialize_der());
+    /// # let tls = std::sync::Arc::new(rustls::ServerConfig::builder_with_provider(
+    /// #     std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider()),
+    /// # )
+    /// # .with_protocol_versions(&[&rustls::version::TLS13])?
+    /// # .with_no_client_auth()
+    /// # .with_single_cert(vec![cert.cert.der().clone()], key.into())?);
+    /// // Clients of 192.0.2.0/24 are refused; the others prove their
+    /// // address with a Retry first.
+    /// let cfg = EngineConfig::new("[::]:4433".parse()?, tls).admission(|a| {
+    ///     match a.remote.ip().to_canonical() {
+    ///         std::net::IpAddr::V4(v4) if v4.octets()[..3] == [192, 0, 2] => Decision::Refuse,
+    ///         _ => Decision::Retry,
+    ///     }
+    /// });
+    /// assert!(cfg.admission.is_some());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn admission(
+        mut self,
+        f: impl Fn(&crate::Admission) -> crate::Decision + Send + Sync + 'static,
+    ) -> Self {
+        self.admission = Some(crate::AdmissionHook::new(f));
         self
     }
 

@@ -152,6 +152,7 @@ impl Engine {
                 per_address: per_address.clone(),
                 idle_timeout: cfg.idle_timeout,
                 transport: cfg.transport.clone(),
+                admission: cfg.admission.clone(),
                 budget: budget.clone(),
                 app: app.clone(),
                 total_rate: cfg.total_rate,

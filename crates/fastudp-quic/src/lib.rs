@@ -33,6 +33,10 @@
 //!   (`examples/axum.rs` serves one Router over HTTP/3 and TLS/TCP). [`app::Router`] picks the application by ALPN, so
 //!   that several protocols share one port; [`app::hq::HqApp`] serves
 //!   hq-interop (HTTP/0.9 over QUIC, as the QUIC interop runner uses).
+//! - [`Transport`] is what an embedder configures of QUIC (windows,
+//!   streams, keep-alive, DATAGRAM frames), and [`AdmissionHook`] its
+//!   decision on each new client, from its address, before the handshake
+//!   holds state ([`EngineConfig::admission`]).
 //! - [`limits`] is the memory model: what a connection and a worker may
 //!   hold at most, and how many connections a memory budget allows.
 //!
@@ -73,6 +77,7 @@
 #![deny(missing_docs)]
 #![doc(test(attr(deny(warnings))))]
 
+mod admission;
 #[cfg(feature = "h3")]
 pub mod altsvc;
 pub mod app;
@@ -90,6 +95,7 @@ mod stats;
 mod tx;
 mod worker;
 
+pub use admission::{Admission, AdmissionHook, Decision};
 pub use config::{
     ack_every, graded, max_udp_payload, transport, EngineConfig, Pacing, Transport, Tuning,
     DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_UDP_PAYLOAD, DEFAULT_RX_COALESCE, DEFAULT_TIMER_TICK,

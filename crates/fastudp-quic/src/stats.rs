@@ -64,7 +64,8 @@ pub struct Counters {
     pub h3_refused: AtomicU64,
     /// Panics in application code that were caught: an HTTP/3 request
     /// answered 500 or reset with `H3_INTERNAL_ERROR`, or its connection
-    /// closed; the worker went on.
+    /// closed; or a client refused because the admission hook panicked
+    /// ([`crate::EngineConfig::admission`]). The worker went on.
     pub app_panics: AtomicU64,
     /// Workers made again after a panic in their loop (application code
     /// that no guard caught): their connections were lost, and their
@@ -103,6 +104,10 @@ pub struct Counters {
     /// Connections refused because no application speaks the protocol
     /// their client asked for (ALPN; also counted in `refused`).
     pub refused_protocol: AtomicU64,
+    /// Connections the embedder's admission hook refused
+    /// ([`crate::EngineConfig::admission`]), or refused because it
+    /// panicked (also counted in `refused`).
+    pub refused_admission: AtomicU64,
     /// Connections refused because the server was draining
     /// ([`crate::Engine::drain`]) or stopping (also counted in `refused`).
     pub refused_draining: AtomicU64,

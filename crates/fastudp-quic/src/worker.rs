@@ -35,6 +35,7 @@ use crate::limits::{self, PENDING_TRAINS, STATELESS_BUF, STATELESS_QUEUE};
 use crate::stats::Counters;
 use crate::tx::{keep_spare, Pending, Tx, ZEROCOPY_MIN};
 use crate::Error;
+use crate::{Admission, Decision};
 use bytes::{Bytes, BytesMut};
 use fastudp_io::pacing::PacingMode;
 use fastudp_io::UdpIo;
@@ -233,6 +234,8 @@ pub(crate) struct Setup {
     /// [`crate::EngineConfig::transport`]: the windows and streams granted,
     /// and what the budget counts for them.
     pub(crate) transport: crate::Transport,
+    /// [`crate::EngineConfig::admission`].
+    pub(crate) admission: Option<crate::AdmissionHook>,
     /// The memory budget, server-wide.
     pub(crate) budget: Arc<limits::Budget>,
     /// The application.
@@ -301,6 +304,25 @@ fn take_place_from(s: &Setup, reserved: bool) -> bool {
 /// evictable).
 fn half_open_cap(s: &Setup) -> u64 {
     (s.max_connections as u64 / 2).min(s.budget.hard() / 4 / HANDSHAKE_CHARGE)
+}
+
+/// The embedder's decision on `incoming` ([`crate::EngineConfig::admission`]);
+/// [`Decision::Accept`] without a hook, [`Decision::Refuse`] (counted as a
+/// panic) when the hook panicked.
+fn admit(s: &Setup, incoming: &quinn_proto::Incoming) -> Decision {
+    let Some(hook) = &s.admission else {
+        return Decision::Accept;
+    };
+    let a = Admission {
+        remote: incoming.remote_address(),
+        local_ip: incoming.local_ip(),
+        validated: incoming.remote_address_validated(),
+        worker: s.id,
+    };
+    hook.decide(&a).unwrap_or_else(|| {
+        s.counters.app_panics.fetch_add(1, Relaxed);
+        Decision::Refuse
+    })
 }
 
 /// Gives back what [`take_place`] took, for a connection not made.
@@ -1102,8 +1124,31 @@ impl EndpointDriver {
                 }
                 Err(e) => self.endpoint.ignore(e.into_incoming()),
             }
-        } else if let Some(t) = self.accept(incoming, now, s, table, &mut buf) {
-            return tx.stateless(&t, buf);
+        } else {
+            match admit(s, &incoming) {
+                Decision::Refuse => {
+                    give_place(s);
+                    let t = self.endpoint.refuse(incoming, &mut buf);
+                    s.counters.refused.fetch_add(1, Relaxed);
+                    s.counters.refused_admission.fetch_add(1, Relaxed);
+                    return tx.stateless(&t, buf);
+                }
+                Decision::Retry if !incoming.remote_address_validated() && incoming.may_retry() => {
+                    give_place(s);
+                    match self.endpoint.retry(incoming, &mut buf) {
+                        Ok(t) => {
+                            s.counters.retries.fetch_add(1, Relaxed);
+                            return tx.stateless(&t, buf);
+                        }
+                        Err(e) => self.endpoint.ignore(e.into_incoming()),
+                    }
+                }
+                _ => {
+                    if let Some(t) = self.accept(incoming, now, s, table, &mut buf) {
+                        return tx.stateless(&t, buf);
+                    }
+                }
+            }
         }
         keep_spare(&mut tx.small_spare, buf, STATELESS_QUEUE);
     }
@@ -2027,6 +2072,7 @@ mod harness {
                 per_address: Arc::new(limits::PerAddress::new(100)),
                 idle_timeout: Duration::from_secs(10),
                 transport: crate::Transport::default(),
+                admission: None,
                 budget: Arc::new(limits::Budget::new(1 << 30)),
                 app: Arc::new(Router::new().with(hq::ALPN, HqApp::default())),
                 total_rate: None,

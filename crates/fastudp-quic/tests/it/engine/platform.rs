@@ -6,6 +6,7 @@ use super::{client, connect, eventually, rt, start, stop};
 use fastudp_quic::app::{AppCx, AppEvent, Application, ConnApp, ConnInfo, WorkerApp};
 use fastudp_quic::limits::Grant;
 use fastudp_quic::Transport;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -154,4 +155,110 @@ fn a_transport_out_of_range_is_refused_at_start() {
     let e = fastudp_quic::Engine::start(cfg, Arc::new(Silent::default())).unwrap_err();
     assert!(matches!(e, fastudp_quic::Error::Config(_)), "{e:?}");
     assert!(e.to_string().starts_with("stream_window 1024"), "{e}");
+}
+
+/// A quinn client endpoint on `ip` (a loopback address) that trusts
+/// `cert` and offers the `test` protocol.
+fn client_at(cert: super::Cert, ip: &str) -> quinn::Endpoint {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(cert).unwrap();
+    let mut tls = rustls::ClientConfig::builder_with_provider(super::provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    tls.alpn_protocols = vec![b"test".to_vec()];
+    let cfg = quinn::ClientConfig::new(Arc::new(
+        quinn::crypto::rustls::QuicClientConfig::try_from(tls).unwrap(),
+    ));
+    let mut ep = quinn::Endpoint::client(format!("{ip}:0").parse().unwrap()).unwrap();
+    ep.set_default_client_config(cfg);
+    ep
+}
+
+/// The admission hook refuses by address before any handshake state:
+/// the refused client's connection fails with CONNECTION_REFUSED, the
+/// refusal is counted, a hook that panics refuses too (counted as a
+/// panic), and the other clients are served by the same worker.
+#[test]
+fn the_admission_hook_refuses_by_address() {
+    use fastudp_quic::{Admission, Decision};
+    let seen: Arc<Mutex<Vec<Admission>>> = Arc::default();
+    let s = seen.clone();
+    let app = Silent::default();
+    let (engine, cert) = start(app.clone(), move |c| {
+        c.workers(1).admission(move |a| {
+            s.lock().unwrap().push(*a);
+            match a.remote.ip().to_string().as_str() {
+                "127.0.0.2" => Decision::Refuse,
+                "127.0.0.3" => panic!("a hook's panic"),
+                _ => Decision::Accept,
+            }
+        })
+    });
+    let addr = engine.local_addr();
+    let rt = rt();
+    let _in = rt.enter();
+    rt.block_on(async {
+        for ip in ["127.0.0.2", "127.0.0.3"] {
+            let e = connect(&client_at(cert.clone(), ip), addr)
+                .await
+                .expect_err("refused");
+            assert!(
+                matches!(
+                    e.downcast_ref::<quinn::ConnectionError>(),
+                    Some(quinn::ConnectionError::ConnectionClosed(c))
+                        if c.error_code == quinn_proto::TransportErrorCode::CONNECTION_REFUSED
+                ),
+                "{ip}: {e:?}"
+            );
+        }
+        let ok = connect(&client_at(cert.clone(), "127.0.0.1"), addr)
+            .await
+            .unwrap();
+        ok.close(0u32.into(), b"");
+    });
+    let c = engine.counters();
+    assert_eq!(c.refused_admission.load(Relaxed), 2);
+    assert_eq!(c.refused.load(Relaxed), 2);
+    assert_eq!(c.app_panics.load(Relaxed), 1);
+    assert_eq!(c.accepted.load(Relaxed), 1);
+    assert_eq!(app.infos.lock().unwrap().len(), 1, "only one handshake");
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 3, "{seen:?}");
+    for a in seen.iter() {
+        assert_eq!(a.local_ip, Some(addr.ip()), "{a:?}");
+        assert!(!a.validated);
+        assert_eq!(a.worker, 0);
+    }
+    stop(engine);
+}
+
+/// A hook that asks for a Retry has every client prove its address: the
+/// client comes back with the token, the hook sees it validated (its
+/// Retry is then an accept), and the connection is served.
+#[test]
+fn the_admission_hook_forces_a_retry() {
+    use fastudp_quic::Decision;
+    let seen: Arc<Mutex<Vec<bool>>> = Arc::default();
+    let s = seen.clone();
+    let (engine, cert) = start(Silent::default(), move |c| {
+        c.workers(1).admission(move |a| {
+            s.lock().unwrap().push(a.validated);
+            Decision::Retry
+        })
+    });
+    let rt = rt();
+    let _in = rt.enter();
+    rt.block_on(async {
+        let conn = connect(&client(cert, b"test", None), engine.local_addr())
+            .await
+            .unwrap();
+        conn.close(0u32.into(), b"");
+    });
+    assert_eq!(engine.counters().retries.load(Relaxed), 1);
+    assert_eq!(engine.counters().accepted.load(Relaxed), 1);
+    assert_eq!(engine.counters().refused_admission.load(Relaxed), 0);
+    assert_eq!(*seen.lock().unwrap(), vec![false, true]);
+    stop(engine);
 }
