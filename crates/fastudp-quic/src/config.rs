@@ -1,7 +1,13 @@
 //! The engine's configuration.
 
 use crate::limits;
-use crate::Error;
+use crate::{ConfigError, Error};
+
+/// A value out of its range: `field`, and `reason`, the whole message
+/// (which starts with the field's name).
+fn out_of_range(field: &'static str, reason: String) -> Error {
+    Error::Config(ConfigError::OutOfRange { field, reason })
+}
 use quinn_proto::{TransportConfig, VarInt};
 use std::time::Duration;
 
@@ -171,52 +177,73 @@ impl Transport {
     /// range, said plainly ([`Error::Config`]).
     pub fn check(&self, idle_timeout: Duration) -> Result<(), Error> {
         if !(MIN_STREAM_WINDOW..=MAX_STREAM_WINDOW).contains(&self.stream_window) {
-            return Err(Error::Config(format!(
-                "stream_window {}: between {MIN_STREAM_WINDOW} and {MAX_STREAM_WINDOW} bytes",
-                self.stream_window
-            )));
+            return Err(out_of_range(
+                "stream_window",
+                format!(
+                    "stream_window {}: between {MIN_STREAM_WINDOW} and {MAX_STREAM_WINDOW} bytes",
+                    self.stream_window
+                ),
+            ));
         }
         if let Some(w) = self.connection_window {
             if !(u64::from(self.stream_window)..=MAX_CONNECTION_WINDOW).contains(&w) {
-                return Err(Error::Config(format!(
-                    "connection_window {w}: between the stream window ({}) and \
+                return Err(out_of_range(
+                    "connection_window",
+                    format!(
+                        "connection_window {w}: between the stream window ({}) and \
                      {MAX_CONNECTION_WINDOW} bytes",
-                    self.stream_window
-                )));
+                        self.stream_window
+                    ),
+                ));
             }
         } else if self.receive_window() > MAX_CONNECTION_WINDOW {
-            return Err(Error::Config(format!(
-                "connection_window: every stream's window is {} bytes, more than \
+            return Err(out_of_range(
+                "connection_window",
+                format!(
+                    "connection_window: every stream's window is {} bytes, more than \
                  {MAX_CONNECTION_WINDOW}: set a smaller one",
-                self.receive_window()
-            )));
+                    self.receive_window()
+                ),
+            ));
         }
         if !(1..=MAX_BIDI_STREAMS).contains(&self.bidi_streams) {
-            return Err(Error::Config(format!(
-                "bidi_streams {}: between 1 and {MAX_BIDI_STREAMS}",
-                self.bidi_streams
-            )));
+            return Err(out_of_range(
+                "bidi_streams",
+                format!(
+                    "bidi_streams {}: between 1 and {MAX_BIDI_STREAMS}",
+                    self.bidi_streams
+                ),
+            ));
         }
         if self.uni_streams > MAX_UNI_STREAMS {
-            return Err(Error::Config(format!(
-                "uni_streams {}: at most {MAX_UNI_STREAMS}",
-                self.uni_streams
-            )));
+            return Err(out_of_range(
+                "uni_streams",
+                format!(
+                    "uni_streams {}: at most {MAX_UNI_STREAMS}",
+                    self.uni_streams
+                ),
+            ));
         }
         if let Some(k) = self.keep_alive {
             if k.is_zero() || (!idle_timeout.is_zero() && k >= idle_timeout) {
-                return Err(Error::Config(format!(
-                    "keep_alive {k:?}: more than zero and less than the idle timeout \
+                return Err(out_of_range(
+                    "keep_alive",
+                    format!(
+                        "keep_alive {k:?}: more than zero and less than the idle timeout \
                      ({idle_timeout:?})"
-                )));
+                    ),
+                ));
             }
         }
         if let Some(b) = self.datagram_receive_buffer {
             if !(MIN_DATAGRAM_BUFFER..=MAX_DATAGRAM_BUFFER).contains(&b) {
-                return Err(Error::Config(format!(
-                    "datagram_receive_buffer {b}: between {MIN_DATAGRAM_BUFFER} and \
+                return Err(out_of_range(
+                    "datagram_receive_buffer",
+                    format!(
+                        "datagram_receive_buffer {b}: between {MIN_DATAGRAM_BUFFER} and \
                      {MAX_DATAGRAM_BUFFER} bytes"
-                )));
+                    ),
+                ));
             }
         }
         Ok(())
@@ -718,70 +745,98 @@ impl EngineConfig {
     /// Checks the values; what is wrong, said plainly.
     pub(crate) fn check(&self) -> Result<(), Error> {
         if self.workers == 0 || self.workers > 256 {
-            return Err(Error::Config(format!(
-                "workers {}: between 1 and 256",
-                self.workers
-            )));
+            return Err(out_of_range(
+                "workers",
+                format!("workers {}: between 1 and 256", self.workers),
+            ));
         }
         self.transport.check(self.idle_timeout)?;
         if self.max_connections == 0 {
-            return Err(Error::Config("max_connections 0: at least 1".into()));
+            return Err(out_of_range(
+                "max_connections",
+                "max_connections 0: at least 1".into(),
+            ));
         }
         if self.max_connections_per_ip == Some(0) {
-            return Err(Error::Config("max_connections_per_ip 0: at least 1".into()));
+            return Err(out_of_range(
+                "max_connections_per_ip",
+                "max_connections_per_ip 0: at least 1".into(),
+            ));
         }
         if let Err(e) = self.budget() {
-            return Err(Error::Config(e.to_string()));
+            return Err(Error::Config(ConfigError::Budget(e)));
         }
         if !(1..=MAX_TRAIN_LIMIT).contains(&self.tuning.max_train) {
-            return Err(Error::Config(format!(
-                "max_train {}: between 1 and {MAX_TRAIN_LIMIT}",
-                self.tuning.max_train
-            )));
+            return Err(out_of_range(
+                "max_train",
+                format!(
+                    "max_train {}: between 1 and {MAX_TRAIN_LIMIT}",
+                    self.tuning.max_train
+                ),
+            ));
         }
         if self.tuning.trains_per_turn == 0 {
-            return Err(Error::Config("trains_per_turn 0: at least 1".into()));
+            return Err(out_of_range(
+                "trains_per_turn",
+                "trains_per_turn 0: at least 1".into(),
+            ));
         }
         if self.tuning.timer_tick > MAX_TIMER_TICK {
-            return Err(Error::Config(format!(
-                "timer_tick {:?}: at most {MAX_TIMER_TICK:?}",
-                self.tuning.timer_tick
-            )));
+            return Err(out_of_range(
+                "timer_tick",
+                format!(
+                    "timer_tick {:?}: at most {MAX_TIMER_TICK:?}",
+                    self.tuning.timer_tick
+                ),
+            ));
         }
         if !(MIN_PACING_BURST..=MAX_PACING_BURST).contains(&self.tuning.pacing_burst) {
-            return Err(Error::Config(format!(
-                "pacing_burst {}: between {MIN_PACING_BURST} and {MAX_PACING_BURST} bytes",
-                self.tuning.pacing_burst
-            )));
+            return Err(out_of_range(
+                "pacing_burst",
+                format!(
+                    "pacing_burst {}: between {MIN_PACING_BURST} and {MAX_PACING_BURST} bytes",
+                    self.tuning.pacing_burst
+                ),
+            ));
         }
         if self.tuning.rx_coalesce > MAX_RX_COALESCE {
-            return Err(Error::Config(format!(
-                "rx_coalesce {:?}: at most {MAX_RX_COALESCE:?}",
-                self.tuning.rx_coalesce
-            )));
+            return Err(out_of_range(
+                "rx_coalesce",
+                format!(
+                    "rx_coalesce {:?}: at most {MAX_RX_COALESCE:?}",
+                    self.tuning.rx_coalesce
+                ),
+            ));
         }
         if self.tuning.busy_poll > MAX_BUSY_POLL {
-            return Err(Error::Config(format!(
-                "busy_poll {:?}: at most {MAX_BUSY_POLL:?}",
-                self.tuning.busy_poll
-            )));
+            return Err(out_of_range(
+                "busy_poll",
+                format!(
+                    "busy_poll {:?}: at most {MAX_BUSY_POLL:?}",
+                    self.tuning.busy_poll
+                ),
+            ));
         }
         if !(1200..=MAX_UDP_PAYLOAD_LIMIT).contains(&self.tuning.max_udp_payload) {
-            return Err(Error::Config(format!(
-                "max_udp_payload {}: between 1200 and {MAX_UDP_PAYLOAD_LIMIT}",
-                self.tuning.max_udp_payload
-            )));
+            return Err(out_of_range(
+                "max_udp_payload",
+                format!(
+                    "max_udp_payload {}: between 1200 and {MAX_UDP_PAYLOAD_LIMIT}",
+                    self.tuning.max_udp_payload
+                ),
+            ));
         }
         if self.tuning.ack_every.is_some_and(|n| n < 2) {
-            return Err(Error::Config("ack_every: at least 2".into()));
+            return Err(out_of_range("ack_every", "ack_every: at least 2".into()));
         }
         if self.max_half_open == 0 {
-            return Err(Error::Config("max_half_open 0: at least 1".into()));
+            return Err(out_of_range(
+                "max_half_open",
+                "max_half_open 0: at least 1".into(),
+            ));
         }
         if self.uring && !cfg!(feature = "uring") {
-            return Err(Error::Config(
-                "uring: fastudp-quic was built without its `uring` feature".into(),
-            ));
+            return Err(Error::Config(ConfigError::UringUnavailable));
         }
         Ok(())
     }
@@ -881,7 +936,11 @@ mod tests {
             ),
         ] {
             let e = cfg(t).check().unwrap_err();
-            assert!(matches!(e, Error::Config(_)), "{e:?}");
+            assert!(
+                matches!(&e, Error::Config(ConfigError::OutOfRange { field, .. })
+                    if want.starts_with(field)),
+                "{e:?}"
+            );
             assert!(e.to_string().starts_with(want), "{e}");
         }
         let ok = Tuning {
@@ -941,7 +1000,11 @@ mod tests {
             ),
         ] {
             let e = t.check(idle).unwrap_err();
-            assert!(matches!(e, Error::Config(_)), "{e:?}");
+            assert!(
+                matches!(&e, Error::Config(ConfigError::OutOfRange { field, .. })
+                    if want.starts_with(field)),
+                "{e:?}"
+            );
             assert!(e.to_string().starts_with(want), "{e}");
             // The engine's check says the same.
             let e = cfg(Tuning::default()).transport(t).check().unwrap_err();

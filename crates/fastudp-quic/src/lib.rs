@@ -12,7 +12,8 @@
 //!   [`EngineConfig`] and an [`app::Application`], [`Engine::stop`] and
 //!   [`Engine::join`] to end. It reads no host state and prints nothing:
 //!   what it decided (the pacing in force, a zerocopy fallback) it says
-//!   through its methods, and what it counts is in [`Counters`].
+//!   through its methods, and what it counts is in [`Counters`] (live)
+//!   and [`Stats`] (a snapshot: [`Engine::stats`]).
 //! - Each worker owns a socket of the group, a quinn-proto endpoint, its
 //!   connections and their timers. A client's datagrams reach the worker
 //!   that owns its connection: connection IDs start with the worker's
@@ -104,6 +105,6 @@ pub use config::{
     MAX_UDP_PAYLOAD_LIMIT, MAX_UNI_STREAMS, MIN_DATAGRAM_BUFFER, MIN_PACING_BURST,
     MIN_STREAM_WINDOW,
 };
-pub use engine::{Engine, Error, Monitor, MAX_RESTARTS, STOP_WAIT};
+pub use engine::{ConfigError, Engine, Error, Monitor, MAX_RESTARTS, STOP_WAIT};
 pub use fastudp_io::pacing::PacingMode;
-pub use stats::{status_class, Counters, WorkerStats};
+pub use stats::{status_class, Counters, Stats, WorkerStats};

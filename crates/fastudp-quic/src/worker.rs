@@ -344,9 +344,31 @@ const EVICT_SCAN: usize = 4096;
 const EVICT_BUSY_RATIO: usize = 8;
 
 /// The application close code of a connection closed to make room for a
-/// newcomer, or for a response that made no progress: HTTP/3's
-/// H3_EXCESSIVE_LOAD (RFC 9114 8.1), used for hq-interop too.
+/// newcomer, or for a response that made no progress, under HTTP/3 and
+/// hq-interop: H3_EXCESSIVE_LOAD (RFC 9114 8.1); others say theirs
+/// ([`crate::app::Application::close_codes`]).
+#[cfg(test)]
 pub(crate) const CLOSE_EXCESSIVE_LOAD: u32 = 0x107;
+
+/// The close codes of `conn`'s protocol (its ALPN, once the handshake has
+/// named it) as the application says them.
+fn close_codes(conn: &quinn_proto::Connection, s: &Setup) -> crate::app::CloseCodes {
+    let alpn = conn
+        .crypto_session()
+        .handshake_data()
+        .and_then(|d| {
+            d.downcast::<quinn_proto::crypto::rustls::HandshakeData>()
+                .ok()
+        })
+        .and_then(|h| h.protocol)
+        .unwrap_or_default();
+    s.app.close_codes(&alpn)
+}
+
+/// `v` as a QUIC varint (the largest where it does not fit).
+fn varint(v: u64) -> VarInt {
+    VarInt::from_u64(v).unwrap_or(VarInt::MAX)
+}
 
 fn to_quinn_ecn(e: Option<EcnCodepoint>) -> Option<quinn_proto::EcnCodepoint> {
     e.and_then(|e| quinn_proto::EcnCodepoint::from_bits(e as u8))
@@ -1459,9 +1481,10 @@ impl ConnTable {
                 if s.per_address.take(c.address) {
                     c.address_counted = true;
                 } else {
+                    let code = close_codes(&c.conn.borrow(), s).address_limit;
                     c.conn.borrow_mut().close(
                         now,
-                        VarInt::from_u32(hq::CLOSE_ADDRESS_LIMIT),
+                        varint(code),
                         Bytes::from_static(b"too many connections from this address"),
                     );
                     s.counters.refused.fetch_add(1, Relaxed);
@@ -1570,11 +1593,8 @@ impl ConnTable {
                 && c.blocked.1
                 && now.saturating_duration_since(c.progress.1) >= limits::STALL_TIMEOUT
             {
-                conn.close(
-                    now,
-                    VarInt::from_u32(CLOSE_EXCESSIVE_LOAD),
-                    Bytes::from_static(b"no progress"),
-                );
+                let code = close_codes(&conn, s).excessive_load;
+                conn.close(now, varint(code), Bytes::from_static(b"no progress"));
                 s.counters.stalled_cut.fetch_add(1, Relaxed);
                 self.more.push(ch);
             }
@@ -1665,9 +1685,10 @@ impl ConnTable {
         let Some(mut c) = self.conns.remove(&ch) else {
             return false;
         };
+        let code = close_codes(&c.conn.borrow(), s).excessive_load;
         c.conn.borrow_mut().close(
             now,
-            VarInt::from_u32(CLOSE_EXCESSIVE_LOAD),
+            varint(code),
             Bytes::from_static(b"evicted: the server is full"),
         );
         self.release(ch, &mut c, s);

@@ -50,6 +50,52 @@ pub trait Application: Send + Sync + 'static {
     /// The part of the application that runs on worker thread `worker`
     /// (from 0), made once, on that thread.
     fn worker(&self, worker: usize) -> Box<dyn WorkerApp>;
+    /// The application error codes the engine closes a connection of
+    /// protocol `alpn` with when it decides to itself (an address over its
+    /// share, an eviction, a response without progress): the protocol's
+    /// own. The default: [`CloseCodes::HTTP3`].
+    fn close_codes(&self, alpn: &[u8]) -> CloseCodes {
+        let _ = alpn;
+        CloseCodes::HTTP3
+    }
+}
+
+/// The application error codes (CONNECTION_CLOSE) the engine uses itself
+/// on a connection, per protocol ([`Application::close_codes`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CloseCodes {
+    /// A connection whose client address was found over its share
+    /// ([`crate::EngineConfig::max_connections_per_ip`]) when its
+    /// handshake ended (reason "too many connections from this address").
+    pub address_limit: u64,
+    /// A connection evicted to make room for a newcomer when the server
+    /// was full, or closed because a response made no progress for
+    /// [`crate::limits::STALL_TIMEOUT`].
+    pub excessive_load: u64,
+}
+
+impl CloseCodes {
+    /// HTTP/3's (RFC 9114 8.1): `H3_EXCESSIVE_LOAD` (0x107) for both.
+    pub const HTTP3: CloseCodes = CloseCodes {
+        address_limit: 0x107,
+        excessive_load: 0x107,
+    };
+    /// hq-interop's (this crate's, [`crate::hq::wire`]): 0x14
+    /// ([`crate::hq::wire::CLOSE_ADDRESS_LIMIT`]) for an address over its
+    /// share, 0x107 for load.
+    pub const HQ_INTEROP: CloseCodes = CloseCodes {
+        address_limit: crate::hq::wire::CLOSE_ADDRESS_LIMIT as u64,
+        excessive_load: 0x107,
+    };
+
+    /// Codes of a protocol of the embedder's.
+    pub const fn new(address_limit: u64, excessive_load: u64) -> Self {
+        CloseCodes {
+            address_limit,
+            excessive_load,
+        }
+    }
 }
 
 /// The application on one worker thread.

@@ -191,6 +191,10 @@ impl Application for H3App {
         vec![super::ALPN.to_vec()]
     }
 
+    fn close_codes(&self, _alpn: &[u8]) -> crate::app::CloseCodes {
+        crate::app::CloseCodes::HTTP3
+    }
+
     fn worker(&self, worker: usize) -> Box<dyn WorkerApp> {
         let answer = match &self.answer {
             Answer::Handler(make) => WorkerAnswer::Handler(make(worker)),

@@ -3,7 +3,7 @@
 //! as the memory budget counts it.
 
 use super::{client, connect, eventually, rt, start, stop};
-use fastudp_quic::app::{AppCx, AppEvent, Application, ConnApp, ConnInfo, WorkerApp};
+use fastudp_quic::app::{AppCx, AppEvent, Application, CloseCodes, ConnApp, ConnInfo, WorkerApp};
 use fastudp_quic::limits::Grant;
 use fastudp_quic::Transport;
 use std::sync::atomic::Ordering::Relaxed;
@@ -16,6 +16,8 @@ use std::time::Duration;
 #[derive(Clone, Default)]
 struct Silent {
     infos: Arc<Mutex<Vec<ConnInfo>>>,
+    /// The protocol's close codes (the default's when `None`).
+    codes: Option<CloseCodes>,
 }
 
 impl Application for Silent {
@@ -24,6 +26,10 @@ impl Application for Silent {
     }
     fn worker(&self, _: usize) -> Box<dyn WorkerApp> {
         Box::new(self.clone())
+    }
+    fn close_codes(&self, alpn: &[u8]) -> CloseCodes {
+        assert_eq!(alpn, b"test");
+        self.codes.unwrap_or(CloseCodes::HTTP3)
     }
 }
 
@@ -256,9 +262,52 @@ fn the_admission_hook_forces_a_retry() {
             .unwrap();
         conn.close(0u32.into(), b"");
     });
-    assert_eq!(engine.counters().retries.load(Relaxed), 1);
-    assert_eq!(engine.counters().accepted.load(Relaxed), 1);
-    assert_eq!(engine.counters().refused_admission.load(Relaxed), 0);
+    let st = engine.stats();
+    assert_eq!(st.retries, 1);
+    assert_eq!(st.accepted, 1);
+    assert_eq!(st.refused_admission, 0);
+    assert_eq!(engine.monitor().stats().retries, 1);
     assert_eq!(*seen.lock().unwrap(), vec![false, true]);
     stop(engine);
+}
+
+/// The engine closes a connection with its protocol's own code: an
+/// address over its share is told the application's `address_limit`
+/// (HTTP/3's H3_EXCESSIVE_LOAD by default, not hq-interop's 0x14).
+#[test]
+fn the_engine_closes_with_the_protocols_codes() {
+    for (codes, want) in [
+        (Some(CloseCodes::new(0x1234, 0x99)), 0x1234u32),
+        (None, 0x107),
+    ] {
+        let app = Silent {
+            codes,
+            ..Silent::default()
+        };
+        let (engine, cert) = start(app, |c| c.workers(1).max_connections_per_ip(Some(1)));
+        let addr = engine.local_addr();
+        let rt = rt();
+        let _in = rt.enter();
+        rt.block_on(async {
+            let first = connect(&client(cert.clone(), b"test", None), addr)
+                .await
+                .unwrap();
+            let second = client(cert.clone(), b"test", None);
+            // The handshake may finish before the close arrives, or not.
+            let e = match connect(&second, addr).await {
+                Ok(c) => c.closed().await,
+                Err(e) => e.downcast::<quinn::ConnectionError>().unwrap(),
+            };
+            match e {
+                quinn::ConnectionError::ApplicationClosed(a) => {
+                    assert_eq!(a.error_code, want.into());
+                    assert_eq!(&a.reason[..], b"too many connections from this address");
+                }
+                e => panic!("{e:?}"),
+            }
+            first.close(0u32.into(), b"");
+        });
+        assert_eq!(engine.stats().refused_per_ip, 1);
+        stop(engine);
+    }
 }
