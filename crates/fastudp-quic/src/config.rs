@@ -99,12 +99,16 @@ pub struct Transport {
     /// so that NATs and the client's idle timer keep the connection
     /// (more than zero, less than the idle timeout). Default: `None`.
     pub keep_alive: Option<Duration>,
-    /// QUIC DATAGRAM frames (RFC 9221) a connection buffers received and
-    /// not yet read, bytes ([`MIN_DATAGRAM_BUFFER`] to
-    /// [`MAX_DATAGRAM_BUFFER`]); when full the oldest are dropped. Also
-    /// what announces DATAGRAM support to the client. Counted whole in
-    /// every connection's budget charge. Default: `None`, no DATAGRAM
-    /// frames.
+    /// QUIC DATAGRAM frames (RFC 9221), bytes a connection buffers each
+    /// way ([`MIN_DATAGRAM_BUFFER`] to [`MAX_DATAGRAM_BUFFER`]): received
+    /// and not yet read ([`crate::app::AppCx::recv_datagram`]; when full
+    /// the oldest are dropped, counted in
+    /// [`crate::Counters::quic_datagrams_dropped`]), and queued to send
+    /// ([`crate::app::AppCx::send_datagram`]; when full a send is refused
+    /// and counted in [`crate::Counters::quic_datagrams_blocked`]). Also
+    /// what announces DATAGRAM support to the client. Both buffers are
+    /// counted whole in every connection's budget charge. Default:
+    /// `None`, no DATAGRAM frames.
     pub datagram_receive_buffer: Option<usize>,
 }
 
@@ -274,7 +278,7 @@ impl Transport {
         t.send_window(limits::SEND_WINDOW);
         t.keep_alive_interval(self.keep_alive);
         t.datagram_receive_buffer_size(self.datagram_receive_buffer);
-        t.datagram_send_buffer_size(0);
+        t.datagram_send_buffer_size(self.datagram_receive_buffer.unwrap_or(0));
         self.grade(&mut t, g);
         t
     }
@@ -1084,8 +1088,9 @@ mod tests {
         );
         assert_eq!(big.grant_receive_window(limits::Grant::Minimal), 4 << 20);
         let dg = Transport::new().datagram_receive_buffer(Some(64 * 1024));
-        assert_eq!(dg.light(), d.light() + 64 * 1024);
-        assert_eq!(dg.per_connection(), d.per_connection() + 64 * 1024);
+        // Both ways.
+        assert_eq!(dg.light(), d.light() + 2 * 64 * 1024);
+        assert_eq!(dg.per_connection(), d.per_connection() + 2 * 64 * 1024);
 
         // The engine's budget: its light connection is the transport's.
         let base = cfg(Tuning::default()).max_memory(Some(1 << 30));
@@ -1099,7 +1104,7 @@ mod tests {
         assert_eq!(b0.hard(), b1.hard());
         assert_eq!(b0.light_places() as u64, b0.admit() / d.light());
         let light = wide.transport.light();
-        assert_eq!(light, limits::CONN_STATE + 3 * 64 * 1024 + 64 * 1024);
+        assert_eq!(light, limits::CONN_STATE + 3 * 64 * 1024 + 2 * 64 * 1024);
         assert_eq!(b1.light_places() as u64, b1.admit() / light);
         assert!(b1.light_places() < b0.light_places());
         assert!(wide.places() < base.places());

@@ -289,14 +289,16 @@ impl crate::Transport {
     /// most the connection's; credit granted cannot be taken back, so
     /// the configured window counts under every grant), the request
     /// state of each request ([`STREAM_HELD`]), the send window of its
-    /// grant while a request is open, and the DATAGRAM receive buffer.
+    /// grant while a request is open, and the DATAGRAM buffers (each
+    /// way).
     pub fn held(&self, handshaking: bool, bi: u64, uni: u64, grant: Grant) -> u64 {
         let hs = if handshaking { HANDSHAKE_EXTRA } else { 0 };
         let send = if bi > 0 { grant.send_window() } else { 0 };
         let credit = (bi.saturating_add(uni))
             .saturating_mul(u64::from(self.stream_window))
             .min(self.receive_window());
-        let datagrams = self.datagram_receive_buffer.unwrap_or(0) as u64;
+        // DATAGRAM frames buffered each way.
+        let datagrams = 2 * self.datagram_receive_buffer.unwrap_or(0) as u64;
         CONN_STATE + hs + credit + bi.saturating_mul(STREAM_HELD) + send + datagrams
     }
 
@@ -311,8 +313,8 @@ impl crate::Transport {
     /// terms, with the windows and streams configured): its state, its
     /// handshake's buffers, its receive windows and quinn-proto's
     /// reassembly slack per stream, its packets in flight, HTTP/3's
-    /// per-stream terms with the `h3` feature, and the DATAGRAM receive
-    /// buffer.
+    /// per-stream terms with the `h3` feature, and the DATAGRAM buffers
+    /// (each way).
     pub fn per_connection(&self) -> u64 {
         let bi = u64::from(self.bidi_streams);
         let uni = u64::from(self.uni_streams);
@@ -321,7 +323,8 @@ impl crate::Transport {
         let windows = ((bi + uni) * u64::from(self.stream_window)).min(self.receive_window());
         let streams = windows + bi * (32 * K + 2 * K) + uni * 32 * K;
         let in_flight = SEND_WINDOW / 1200 * 160;
-        let datagrams = self.datagram_receive_buffer.unwrap_or(0) as u64;
+        // DATAGRAM frames buffered each way.
+        let datagrams = 2 * self.datagram_receive_buffer.unwrap_or(0) as u64;
         base + crypto + streams + in_flight + h3_per_streams(bi) + datagrams
     }
 }

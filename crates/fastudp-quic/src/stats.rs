@@ -114,6 +114,20 @@ pub struct Counters {
     /// Connections closed by a drain once their requests were done and
     /// acknowledged ([`crate::Engine::drain`]).
     pub drained: AtomicU64,
+    /// QUIC DATAGRAM frames the applications read
+    /// ([`crate::app::AppCx::recv_datagram`]).
+    pub quic_datagrams_read: AtomicU64,
+    /// QUIC DATAGRAM frames the applications queued to send
+    /// ([`crate::app::AppCx::send_datagram`]).
+    pub quic_datagrams_queued: AtomicU64,
+    /// QUIC DATAGRAM frames an application could not queue: the
+    /// connection's send buffer ([`crate::Transport::datagram_receive_buffer`])
+    /// was full ([`crate::app::DatagramError::Blocked`]).
+    pub quic_datagrams_blocked: AtomicU64,
+    /// QUIC DATAGRAM frames received that no application read: pushed out
+    /// of the connection's full receive buffer (the oldest go first), or
+    /// left unread when the connection ended. Counted when it ends.
+    pub quic_datagrams_dropped: AtomicU64,
     /// HTTP/3 responses begun, by status class: index 0 counts 1xx, 1
     /// 2xx, 2 3xx, 3 4xx, 4 5xx (a status outside 100-599 is not counted).
     /// Requests h3 refused before an answer are in `h3_refused`.
@@ -236,6 +250,20 @@ pub struct Stats {
     /// Connections closed by a drain once their requests were done and
     /// acknowledged ([`crate::Engine::drain`]).
     pub drained: u64,
+    /// QUIC DATAGRAM frames the applications read
+    /// ([`crate::app::AppCx::recv_datagram`]).
+    pub quic_datagrams_read: u64,
+    /// QUIC DATAGRAM frames the applications queued to send
+    /// ([`crate::app::AppCx::send_datagram`]).
+    pub quic_datagrams_queued: u64,
+    /// QUIC DATAGRAM frames an application could not queue: the
+    /// connection's send buffer ([`crate::Transport::datagram_receive_buffer`])
+    /// was full ([`crate::app::DatagramError::Blocked`]).
+    pub quic_datagrams_blocked: u64,
+    /// QUIC DATAGRAM frames received that no application read: pushed out
+    /// of the connection's full receive buffer (the oldest go first), or
+    /// left unread when the connection ended. Counted when it ends.
+    pub quic_datagrams_dropped: u64,
     /// HTTP/3 responses begun, by status class: index 0 counts 1xx, 1
     /// 2xx, 2 3xx, 3 4xx, 4 5xx (a status outside 100-599 is not counted).
     /// Requests h3 refused before an answer are in `h3_refused`.
@@ -283,6 +311,10 @@ impl Counters {
             refused_admission: self.refused_admission.load(Relaxed),
             refused_draining: self.refused_draining.load(Relaxed),
             drained: self.drained.load(Relaxed),
+            quic_datagrams_read: self.quic_datagrams_read.load(Relaxed),
+            quic_datagrams_queued: self.quic_datagrams_queued.load(Relaxed),
+            quic_datagrams_blocked: self.quic_datagrams_blocked.load(Relaxed),
+            quic_datagrams_dropped: self.quic_datagrams_dropped.load(Relaxed),
             h3_responses: std::array::from_fn(|i| self.h3_responses[i].load(Relaxed)),
         }
     }
@@ -398,6 +430,10 @@ mod tests {
         c.refused_admission.store(next(), Relaxed);
         c.refused_draining.store(next(), Relaxed);
         c.drained.store(next(), Relaxed);
+        c.quic_datagrams_read.store(next(), Relaxed);
+        c.quic_datagrams_queued.store(next(), Relaxed);
+        c.quic_datagrams_blocked.store(next(), Relaxed);
+        c.quic_datagrams_dropped.store(next(), Relaxed);
         for a in &c.h3_responses {
             a.store(next(), Relaxed);
         }
@@ -443,6 +479,10 @@ mod tests {
         assert_eq!(s.refused_admission, next(), "refused_admission");
         assert_eq!(s.refused_draining, next(), "refused_draining");
         assert_eq!(s.drained, next(), "drained");
+        assert_eq!(s.quic_datagrams_read, next());
+        assert_eq!(s.quic_datagrams_queued, next());
+        assert_eq!(s.quic_datagrams_blocked, next());
+        assert_eq!(s.quic_datagrams_dropped, next());
         for v in s.h3_responses {
             assert_eq!(v, next());
         }

@@ -130,6 +130,9 @@ struct Conn {
     blocked: (u64, bool),
     /// When `progress` was last read.
     checked: Instant,
+    /// DATAGRAM frames its application read; what it received beyond
+    /// them is counted dropped when it goes.
+    datagrams_read: u64,
 }
 
 impl Conn {
@@ -1245,6 +1248,7 @@ impl EndpointDriver {
                         progress: (0, now),
                         blocked: (0, false),
                         checked: now,
+                        datagrams_read: 0,
                     }),
                 );
                 table.dirty.push(ch);
@@ -1384,8 +1388,14 @@ impl ConnTable {
                 .and_then(|a| a.timeout())
                 .is_some_and(|t| t <= now);
             if let Some(app) = c.app.as_mut() {
-                let mut cx =
-                    AppCx::new(&c.conn, now, &mut c.finishing, &counters, (&self.wakes, ch));
+                let mut cx = AppCx::new(
+                    &c.conn,
+                    now,
+                    &mut c.finishing,
+                    &mut c.datagrams_read,
+                    &counters,
+                    (&self.wakes, ch),
+                );
                 if timeout_due {
                     app.on_event(&mut cx, AppEvent::Timeout);
                 }
@@ -1502,13 +1512,13 @@ impl ConnTable {
         if let Some(t) = c.timer {
             self.timers.remove(&(t, ch));
         }
-        self.lost_unpublished += c
-            .conn
-            .borrow()
-            .stats()
-            .path
-            .lost_packets
-            .saturating_sub(c.lost);
+        let stats = c.conn.borrow().stats();
+        self.lost_unpublished += stats.path.lost_packets.saturating_sub(c.lost);
+        // What the application never read of the DATAGRAM frames.
+        let unread = stats.frame_rx.datagram.saturating_sub(c.datagrams_read);
+        if unread > 0 {
+            s.counters.quic_datagrams_dropped.fetch_add(unread, Relaxed);
+        }
         self.release(ch, c, s);
         if let Some(set) = self.by_address.get_mut(&limits::address_key(c.address)) {
             set.remove(&(c.seq, ch));
@@ -1776,6 +1786,7 @@ impl ConnTable {
                                 &c.conn,
                                 now,
                                 &mut c.finishing,
+                                &mut c.datagrams_read,
                                 counters,
                                 (&self.wakes, ch),
                             );
@@ -1815,10 +1826,19 @@ impl ConnTable {
                 quinn_proto::Dir::Bi => Dir::Bi,
                 quinn_proto::Dir::Uni => Dir::Uni,
             }),
+            Event::DatagramReceived => AppEvent::Datagram,
+            Event::DatagramsUnblocked => AppEvent::DatagramsWritable,
             _ => return,
         };
         if let Some(app) = c.app.as_mut() {
-            let mut cx = AppCx::new(&c.conn, now, &mut c.finishing, counters, (&self.wakes, ch));
+            let mut cx = AppCx::new(
+                &c.conn,
+                now,
+                &mut c.finishing,
+                &mut c.datagrams_read,
+                counters,
+                (&self.wakes, ch),
+            );
             app.on_event(&mut cx, app_ev);
         }
     }
@@ -1886,13 +1906,27 @@ impl ConnTable {
         let mut acted = false;
         if !c.drain_told {
             c.drain_told = true;
-            let mut cx = AppCx::new(&c.conn, now, &mut c.finishing, counters, wake);
+            let mut cx = AppCx::new(
+                &c.conn,
+                now,
+                &mut c.finishing,
+                &mut c.datagrams_read,
+                counters,
+                wake,
+            );
             app.on_drain(&mut cx);
             app.poll(&mut cx);
             acted = true;
         }
         if close && app.drained() && c.finishing.is_empty() && !c.conn.borrow().is_closed() {
-            let mut cx = AppCx::new(&c.conn, now, &mut c.finishing, counters, wake);
+            let mut cx = AppCx::new(
+                &c.conn,
+                now,
+                &mut c.finishing,
+                &mut c.datagrams_read,
+                counters,
+                wake,
+            );
             app.on_shutdown(&mut cx);
             c.conn.borrow_mut().close(
                 now,
@@ -1915,6 +1949,7 @@ impl ConnTable {
                     &c.conn,
                     now,
                     &mut c.finishing,
+                    &mut c.datagrams_read,
                     &counters,
                     (&self.wakes, *ch),
                 );

@@ -255,6 +255,34 @@ pub enum AppEvent {
     CanOpen(Dir),
     /// [`ConnApp::timeout`] has come.
     Timeout,
+    /// QUIC DATAGRAM frames arrived (RFC 9221; with
+    /// [`crate::Transport::datagram_receive_buffer`]): read them with
+    /// [`AppCx::recv_datagram`] until it gives `None`. The event comes
+    /// when the connection's receive buffer was empty, so read them all.
+    Datagram,
+    /// A DATAGRAM frame may be queued again ([`AppCx::send_datagram`] was
+    /// [`DatagramError::Blocked`]).
+    DatagramsWritable,
+}
+
+/// Why [`AppCx::send_datagram`] did not queue a DATAGRAM frame.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DatagramError {
+    /// The server offers no DATAGRAM frames
+    /// ([`crate::Transport::datagram_receive_buffer`] is `None`), or the
+    /// client takes none.
+    #[error("DATAGRAM frames are not in use on this connection")]
+    Unsupported,
+    /// The datagram is larger than the client takes, or than a packet
+    /// holds ([`AppCx::max_datagram_size`]).
+    #[error("the datagram is larger than the connection takes")]
+    TooLarge,
+    /// The connection's send buffer is full; [`AppEvent::DatagramsWritable`]
+    /// follows when there is room. The datagram comes back. Counted in
+    /// [`crate::Counters::quic_datagrams_blocked`].
+    #[error("the connection's DATAGRAM send buffer is full")]
+    Blocked(Bytes),
 }
 
 /// Why a connection ended.
@@ -350,6 +378,8 @@ pub struct AppCx<'a> {
     conn: &'a Rc<RefCell<quinn_proto::Connection>>,
     now: Instant,
     finishing: &'a mut Vec<(quinn_proto::StreamId, u64)>,
+    /// DATAGRAM frames the application read on this connection.
+    datagrams_read: &'a mut u64,
     counters: &'a Counters,
     wake: (&'a Wakes, quinn_proto::ConnectionHandle),
 }
@@ -363,6 +393,7 @@ impl<'a> AppCx<'a> {
         conn: &'a Rc<RefCell<quinn_proto::Connection>>,
         now: Instant,
         finishing: &'a mut Vec<(quinn_proto::StreamId, u64)>,
+        datagrams_read: &'a mut u64,
         counters: &'a Counters,
         wake: (&'a Wakes, quinn_proto::ConnectionHandle),
     ) -> Self {
@@ -370,6 +401,7 @@ impl<'a> AppCx<'a> {
             conn,
             now,
             finishing,
+            datagrams_read,
             counters,
             wake,
         }
@@ -522,6 +554,50 @@ impl<'a> AppCx<'a> {
         self.conn
             .borrow_mut()
             .close(self.now, varint(code), Bytes::copy_from_slice(reason));
+    }
+
+    /// The next DATAGRAM frame received, oldest first; `None` when none
+    /// is left ([`AppEvent::Datagram`] follows the next). What is not
+    /// read stays in the connection's receive buffer
+    /// ([`crate::Transport::datagram_receive_buffer`]), whose oldest
+    /// frames are dropped when it is full.
+    pub fn recv_datagram(&mut self) -> Option<Bytes> {
+        let d = self.conn.borrow_mut().datagrams().recv();
+        if d.is_some() {
+            *self.datagrams_read += 1;
+            self.counters
+                .quic_datagrams_read
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        d
+    }
+
+    /// Queues `data` to be sent in a DATAGRAM frame (unreliable: it is
+    /// not sent again if lost). The queue holds at most
+    /// [`crate::Transport::datagram_receive_buffer`] bytes; when it is
+    /// full the datagram comes back ([`DatagramError::Blocked`]) and
+    /// [`AppEvent::DatagramsWritable`] follows.
+    pub fn send_datagram(&mut self, data: Bytes) -> Result<(), DatagramError> {
+        use quinn_proto::SendDatagramError as E;
+        use std::sync::atomic::Ordering::Relaxed;
+        match self.conn.borrow_mut().datagrams().send(data, false) {
+            Ok(()) => {
+                self.counters.quic_datagrams_queued.fetch_add(1, Relaxed);
+                Ok(())
+            }
+            Err(E::Blocked(d)) => {
+                self.counters.quic_datagrams_blocked.fetch_add(1, Relaxed);
+                Err(DatagramError::Blocked(d))
+            }
+            Err(E::TooLarge) => Err(DatagramError::TooLarge),
+            Err(_) => Err(DatagramError::Unsupported),
+        }
+    }
+
+    /// The largest DATAGRAM payload the connection takes now, bytes;
+    /// `None` when DATAGRAM frames are not in use.
+    pub fn max_datagram_size(&mut self) -> Option<usize> {
+        self.conn.borrow_mut().datagrams().max_size()
     }
 
     /// Sets the bytes the connection may have sent and not yet had

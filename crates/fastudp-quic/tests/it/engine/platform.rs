@@ -311,3 +311,102 @@ fn the_engine_closes_with_the_protocols_codes() {
         stop(engine);
     }
 }
+
+/// Sends back every DATAGRAM frame it reads.
+#[derive(Clone)]
+struct EchoDatagrams;
+
+impl Application for EchoDatagrams {
+    fn alpn(&self) -> Vec<Vec<u8>> {
+        vec![b"test".to_vec()]
+    }
+    fn worker(&self, _: usize) -> Box<dyn WorkerApp> {
+        Box::new(self.clone())
+    }
+}
+
+impl WorkerApp for EchoDatagrams {
+    fn accept(&mut self, _: &[u8], _: &ConnInfo) -> Option<Box<dyn ConnApp>> {
+        Some(Box::new(EchoDatagrams))
+    }
+}
+
+impl ConnApp for EchoDatagrams {
+    fn on_event(&mut self, cx: &mut AppCx<'_>, ev: AppEvent) {
+        if ev == AppEvent::Datagram {
+            assert!(cx.max_datagram_size().is_some());
+            while let Some(d) = cx.recv_datagram() {
+                cx.send_datagram(d).unwrap();
+            }
+        }
+    }
+}
+
+/// DATAGRAM frames reach the application and its own reach the client;
+/// with a receive buffer the application does not read, what it held
+/// and what was pushed out is counted dropped when the connection ends.
+#[test]
+fn datagrams_are_echoed_and_unread_ones_counted() {
+    let t = Transport::new().datagram_receive_buffer(Some(4096));
+    let (engine, cert) = start(EchoDatagrams, |c| c.workers(1).transport(t.clone()));
+    let (silent, silent_cert) = start(Silent::default(), |c| c.workers(1).transport(t));
+    let rt = rt();
+    let _in = rt.enter();
+    rt.block_on(async {
+        let conn = connect(&client(cert, b"test", None), engine.local_addr())
+            .await
+            .unwrap();
+        let sent: std::collections::BTreeSet<Vec<u8>> = (0..10)
+            .map(|i| format!("datagram {i}").into_bytes())
+            .collect();
+        for d in &sent {
+            conn.send_datagram(d.clone().into()).unwrap();
+        }
+        let mut got = std::collections::BTreeSet::new();
+        while got.len() < sent.len() {
+            let d = tokio::time::timeout(Duration::from_secs(10), conn.read_datagram())
+                .await
+                .expect("the echo")
+                .unwrap();
+            got.insert(d.to_vec());
+        }
+        assert_eq!(got, sent);
+        conn.close(0u32.into(), b"");
+
+        // 20 of 1,000 bytes into 4 KiB that nobody reads.
+        let other_ep = client(silent_cert, b"test", None);
+        let other = connect(&other_ep, silent.local_addr()).await.unwrap();
+        for _ in 0..20 {
+            other.send_datagram(vec![1u8; 1000].into()).unwrap();
+        }
+        // All sent (a close would drop what is queued), then the close.
+        let until = std::time::Instant::now() + Duration::from_secs(10);
+        while other.stats().frame_tx.datagram < 20 {
+            assert!(std::time::Instant::now() < until, "{:?}", other.stats());
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        other.close(0u32.into(), b"");
+        // The close is sent.
+        other_ep.wait_idle().await;
+    });
+    let (echo, quiet) = (engine.monitor(), silent.monitor());
+    eventually("the echo's connection gone", || {
+        echo.stats().connections == 0
+    });
+    let st = echo.stats();
+    assert_eq!(st.quic_datagrams_read, 10);
+    assert_eq!(st.quic_datagrams_queued, 10);
+    assert_eq!(st.quic_datagrams_dropped, 0);
+    assert_eq!(st.quic_datagrams_blocked, 0);
+    eventually("the silent connection gone", || {
+        quiet.stats().connections == 0
+    });
+    eventually("the unread datagrams counted", || {
+        quiet.stats().quic_datagrams_dropped > 0
+    });
+    let st = quiet.stats();
+    assert_eq!(st.quic_datagrams_read, 0);
+    assert!(st.quic_datagrams_dropped <= 20, "{st:?}");
+    stop(engine);
+    stop(silent);
+}
