@@ -410,3 +410,80 @@ fn datagrams_are_echoed_and_unread_ones_counted() {
     stop(engine);
     stop(silent);
 }
+
+/// Answers each DATAGRAM frame with ten of 1,000 bytes, more than its
+/// send buffer holds at once: the ones past it come back, counted, and
+/// the buffer frees room later.
+#[derive(Clone, Default)]
+struct Burst {
+    writable: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Application for Burst {
+    fn alpn(&self) -> Vec<Vec<u8>> {
+        vec![b"test".to_vec()]
+    }
+    fn worker(&self, _: usize) -> Box<dyn WorkerApp> {
+        Box::new(self.clone())
+    }
+}
+
+impl WorkerApp for Burst {
+    fn accept(&mut self, _: &[u8], _: &ConnInfo) -> Option<Box<dyn ConnApp>> {
+        Some(Box::new(self.clone()))
+    }
+}
+
+impl ConnApp for Burst {
+    fn on_event(&mut self, cx: &mut AppCx<'_>, ev: AppEvent) {
+        match ev {
+            AppEvent::Datagram => {
+                while cx.recv_datagram().is_some() {
+                    for _ in 0..10 {
+                        match cx.send_datagram(vec![2u8; 1000].into()) {
+                            Ok(()) => {}
+                            Err(fastudp_quic::app::DatagramError::Blocked(d)) => {
+                                assert_eq!(d.len(), 1000, "the datagram comes back");
+                            }
+                            Err(e) => panic!("{e}"),
+                        }
+                    }
+                }
+            }
+            AppEvent::DatagramsWritable => {
+                self.writable.fetch_add(1, Relaxed);
+            }
+            _ => {}
+        }
+    }
+}
+
+#[test]
+fn a_full_datagram_send_buffer_hands_the_datagram_back() {
+    let t = Transport::new().datagram_receive_buffer(Some(4096));
+    let app = Burst::default();
+    let (engine, cert) = start(app.clone(), |c| c.workers(1).transport(t));
+    let rt = rt();
+    let _in = rt.enter();
+    rt.block_on(async {
+        let conn = connect(&client(cert, b"test", None), engine.local_addr())
+            .await
+            .unwrap();
+        conn.send_datagram(b"go".to_vec().into()).unwrap();
+        // The ones queued arrive (unless lost: DATAGRAM frames are not
+        // sent again).
+        let d = tokio::time::timeout(Duration::from_secs(10), conn.read_datagram())
+            .await
+            .expect("a datagram")
+            .unwrap();
+        assert_eq!(d.len(), 1000);
+        conn.close(0u32.into(), b"");
+    });
+    let st = engine.stats();
+    assert_eq!(st.quic_datagrams_queued + st.quic_datagrams_blocked, 10);
+    assert!(st.quic_datagrams_blocked >= 1, "{st:?}");
+    assert!(st.quic_datagrams_queued >= 1, "{st:?}");
+    let w = app.writable.clone();
+    eventually("DatagramsWritable after a refusal", || w.load(Relaxed) >= 1);
+    stop(engine);
+}
