@@ -600,6 +600,8 @@ fn serve(tcp: TcpStream, shared: &Shared, id: u64, idle: &AtomicBool) {
         local_ip: s.sock.tcp.local_addr().ok().map(|a| a.ip()),
         server_name: s.conn.server_name().map(str::to_string),
         worker: id as usize,
+        // HTTP/1.1: one request at a time.
+        bidi_streams: 1,
     });
     let mut buf: Vec<u8> = Vec::with_capacity(4096);
     let mut served = 0u64;

@@ -1,49 +1,303 @@
 //! The engine's configuration.
 
 use crate::limits;
-use crate::Error;
+use crate::{ConfigError, Error};
+
+/// A value out of its range: `field`, and `reason`, the whole message
+/// (which starts with the field's name).
+fn out_of_range(field: &'static str, reason: String) -> Error {
+    Error::Config(ConfigError::OutOfRange { field, reason })
+}
 use quinn_proto::{TransportConfig, VarInt};
 use std::time::Duration;
 
 /// The transport settings every stack shares, with `idle_timeout` (whole
 /// milliseconds; [`limits::IDLE_TIMEOUT`] where it does not fit a QUIC
-/// varint).
+/// varint): [`Transport::default`]'s.
 pub fn transport(idle_timeout: Duration) -> TransportConfig {
-    let mut t = TransportConfig::default();
-    t.max_idle_timeout(Some(
-        VarInt::from_u64(idle_timeout.as_millis().min(u128::from(u64::MAX)) as u64)
-            .unwrap_or(VarInt::from_u32(limits::IDLE_TIMEOUT.as_millis() as u32))
-            .into(),
-    ));
-    // Sized for the application (see [`limits`]): a request is one line
-    // of at most 1 KiB; quinn-proto's defaults (1.25 MB per stream, no
-    // bound per connection) would let one client park 125 MB.
-    t.max_concurrent_bidi_streams(VarInt::from_u32(limits::STREAMS));
-    // HTTP/3 needs three of the client's (control, QPACK encoder and
-    // decoder; RFC 9114 6.2), and the transport parameters are sent before
-    // the ALPN is known: every protocol allows them (hq-interop stops
-    // them at once).
-    t.max_concurrent_uni_streams(VarInt::from_u32(limits::UNI_STREAMS));
-    t.stream_receive_window(VarInt::from_u32(limits::STREAM_WINDOW));
-    t.receive_window(VarInt::from_u32(limits::CONN_WINDOW));
-    t.crypto_buffer_size(limits::CRYPTO_BUFFER);
-    t.send_window(limits::SEND_WINDOW);
-    t.datagram_receive_buffer_size(None);
-    t.datagram_send_buffer_size(0);
-    t
+    Transport::default().quinn(idle_timeout, limits::Grant::Full)
 }
 
 /// Sizes `t`'s windows for a connection accepted with grant `g`
-/// ([`limits::Grant`]): the requests it may open at once, its receive
-/// window and, below [`limits::Grant::Full`], its send window. Credit
-/// announced in the handshake cannot be taken back, so a connection
-/// accepted under pressure starts with the smaller grant.
+/// ([`limits::Grant`]) under [`Transport::default`]: the requests it may
+/// open at once, its receive window and, below [`limits::Grant::Full`],
+/// its send window. Credit announced in the handshake cannot be taken
+/// back, so a connection accepted under pressure starts with the smaller
+/// grant.
 pub fn graded(t: &mut TransportConfig, g: limits::Grant) {
-    t.max_concurrent_bidi_streams(VarInt::from_u32(g.streams()));
-    t.receive_window(VarInt::from_u32(g.receive_window()));
-    if g != limits::Grant::Full {
+    Transport::default().grade(t, g);
+}
+
+/// The smallest [`Transport::stream_window`]: a request line or an
+/// HTTP/3 request's first frames must fit (today's default, 4 KiB).
+pub const MIN_STREAM_WINDOW: u32 = limits::STREAM_WINDOW;
+/// The largest [`Transport::stream_window`]: 16 MiB.
+pub const MAX_STREAM_WINDOW: u32 = 16 << 20;
+/// The largest [`Transport::connection_window`]: 256 MiB.
+pub const MAX_CONNECTION_WINDOW: u64 = 256 << 20;
+/// The most [`Transport::bidi_streams`].
+pub const MAX_BIDI_STREAMS: u32 = 1024;
+/// The most [`Transport::uni_streams`].
+pub const MAX_UNI_STREAMS: u32 = 100;
+/// The smallest [`Transport::datagram_receive_buffer`]: one datagram.
+pub const MIN_DATAGRAM_BUFFER: usize = 1200;
+/// The largest [`Transport::datagram_receive_buffer`]: 16 MiB.
+pub const MAX_DATAGRAM_BUFFER: usize = 16 << 20;
+
+/// The QUIC transport an embedder configures
+/// ([`EngineConfig::transport`]): flow-control windows, concurrent
+/// streams, keep-alive and the DATAGRAM receive buffer.
+///
+/// The defaults are the engine's own, sized for small requests (see
+/// [`crate::limits`]); an application that takes uploads raises the
+/// windows. The memory model follows what is configured: what a
+/// connection is counted for in the budget ([`Transport::held`]), the
+/// light connections the budget holds ([`crate::limits::Budget::light_places`])
+/// and the worst case of one connection ([`Transport::per_connection`]).
+/// Under memory pressure every connection's grant still shrinks
+/// ([`limits::Grant`]), from what is configured down.
+///
+/// The idle timeout is [`EngineConfig::idle_timeout`] (the engine enforces
+/// it itself, whatever the round-trip time).
+/// [`crate::Engine::start`] refuses a value out of range, naming it
+/// ([`Transport::check`]).
+///
+/// ```
+/// use fastudp_quic::Transport;
+/// use std::time::Duration;
+/// // Uploads of 1 MiB per round trip on each of 8 streams, 4 MiB per
+/// // connection, and a PING every 10 s.
+/// let t = Transport::new()
+///     .stream_window(1 << 20)
+///     .connection_window(Some(4 << 20))
+///     .bidi_streams(8)
+///     .keep_alive(Some(Duration::from_secs(10)));
+/// assert!(t.check(Duration::from_secs(30)).is_ok());
+/// assert_eq!(t.receive_window(), 4 << 20);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Transport {
+    /// The receive window the server grants each stream, bytes
+    /// ([`MIN_STREAM_WINDOW`] to [`MAX_STREAM_WINDOW`]). Default:
+    /// [`limits::STREAM_WINDOW`], 4 KiB.
+    pub stream_window: u32,
+    /// The receive window of a whole connection, bytes (at least
+    /// [`Transport::stream_window`], at most [`MAX_CONNECTION_WINDOW`]).
+    /// Default: `None`, every stream's window,
+    /// (`bidi_streams` + `uni_streams`) x `stream_window` (76 KiB with
+    /// the other defaults, [`limits::CONN_WINDOW`]).
+    pub connection_window: Option<u64>,
+    /// Bidirectional streams (requests) a client may have open at once
+    /// (1 to [`MAX_BIDI_STREAMS`]). Default: [`limits::STREAMS`], 16.
+    pub bidi_streams: u32,
+    /// Unidirectional streams a client may have open at once (0 to
+    /// [`MAX_UNI_STREAMS`]; HTTP/3 needs 3, RFC 9114 6.2). Default:
+    /// [`limits::UNI_STREAMS`], 3.
+    pub uni_streams: u32,
+    /// The server sends a PING after this long without sending anything,
+    /// so that NATs and the client's idle timer keep the connection
+    /// (more than zero, less than the idle timeout). Default: `None`.
+    pub keep_alive: Option<Duration>,
+    /// QUIC DATAGRAM frames (RFC 9221), bytes a connection buffers each
+    /// way ([`MIN_DATAGRAM_BUFFER`] to [`MAX_DATAGRAM_BUFFER`]): received
+    /// and not yet read ([`crate::app::AppCx::recv_datagram`]; when full
+    /// the oldest are dropped, counted in
+    /// [`crate::Counters::quic_datagrams_dropped`]), and queued to send
+    /// ([`crate::app::AppCx::send_datagram`]; when full a send is refused
+    /// and counted in [`crate::Counters::quic_datagrams_blocked`]). Also
+    /// what announces DATAGRAM support to the client. Both buffers are
+    /// counted whole in every connection's budget charge. Default:
+    /// `None`, no DATAGRAM frames.
+    pub datagram_receive_buffer: Option<usize>,
+}
+
+impl Default for Transport {
+    fn default() -> Self {
+        Transport {
+            stream_window: limits::STREAM_WINDOW,
+            connection_window: None,
+            bidi_streams: limits::STREAMS,
+            uni_streams: limits::UNI_STREAMS,
+            keep_alive: None,
+            datagram_receive_buffer: None,
+        }
+    }
+}
+
+impl Transport {
+    /// The defaults ([`Transport::default`]).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets [`Transport::stream_window`].
+    pub fn stream_window(mut self, bytes: u32) -> Self {
+        self.stream_window = bytes;
+        self
+    }
+
+    /// Sets [`Transport::connection_window`].
+    pub fn connection_window(mut self, bytes: Option<u64>) -> Self {
+        self.connection_window = bytes;
+        self
+    }
+
+    /// Sets [`Transport::bidi_streams`].
+    pub fn bidi_streams(mut self, n: u32) -> Self {
+        self.bidi_streams = n;
+        self
+    }
+
+    /// Sets [`Transport::uni_streams`].
+    pub fn uni_streams(mut self, n: u32) -> Self {
+        self.uni_streams = n;
+        self
+    }
+
+    /// Sets [`Transport::keep_alive`].
+    pub fn keep_alive(mut self, every: Option<Duration>) -> Self {
+        self.keep_alive = every;
+        self
+    }
+
+    /// Sets [`Transport::datagram_receive_buffer`].
+    pub fn datagram_receive_buffer(mut self, bytes: Option<usize>) -> Self {
+        self.datagram_receive_buffer = bytes;
+        self
+    }
+
+    /// The connection's receive window in force, bytes:
+    /// [`Transport::connection_window`], or every stream's window.
+    pub fn receive_window(&self) -> u64 {
+        self.connection_window.unwrap_or(
+            u64::from(self.bidi_streams.saturating_add(self.uni_streams))
+                * u64::from(self.stream_window),
+        )
+    }
+
+    /// Checks the values against their ranges, with the connection's
+    /// `idle_timeout` ([`EngineConfig::idle_timeout`]): what is out of
+    /// range, said plainly ([`Error::Config`]).
+    pub fn check(&self, idle_timeout: Duration) -> Result<(), Error> {
+        if !(MIN_STREAM_WINDOW..=MAX_STREAM_WINDOW).contains(&self.stream_window) {
+            return Err(out_of_range(
+                "stream_window",
+                format!(
+                    "stream_window {}: between {MIN_STREAM_WINDOW} and {MAX_STREAM_WINDOW} bytes",
+                    self.stream_window
+                ),
+            ));
+        }
+        if let Some(w) = self.connection_window {
+            if !(u64::from(self.stream_window)..=MAX_CONNECTION_WINDOW).contains(&w) {
+                return Err(out_of_range(
+                    "connection_window",
+                    format!(
+                        "connection_window {w}: between the stream window ({}) and \
+                     {MAX_CONNECTION_WINDOW} bytes",
+                        self.stream_window
+                    ),
+                ));
+            }
+        } else if self.receive_window() > MAX_CONNECTION_WINDOW {
+            return Err(out_of_range(
+                "connection_window",
+                format!(
+                    "connection_window: every stream's window is {} bytes, more than \
+                 {MAX_CONNECTION_WINDOW}: set a smaller one",
+                    self.receive_window()
+                ),
+            ));
+        }
+        if !(1..=MAX_BIDI_STREAMS).contains(&self.bidi_streams) {
+            return Err(out_of_range(
+                "bidi_streams",
+                format!(
+                    "bidi_streams {}: between 1 and {MAX_BIDI_STREAMS}",
+                    self.bidi_streams
+                ),
+            ));
+        }
+        if self.uni_streams > MAX_UNI_STREAMS {
+            return Err(out_of_range(
+                "uni_streams",
+                format!(
+                    "uni_streams {}: at most {MAX_UNI_STREAMS}",
+                    self.uni_streams
+                ),
+            ));
+        }
+        if let Some(k) = self.keep_alive {
+            if k.is_zero() || (!idle_timeout.is_zero() && k >= idle_timeout) {
+                return Err(out_of_range(
+                    "keep_alive",
+                    format!(
+                        "keep_alive {k:?}: more than zero and less than the idle timeout \
+                     ({idle_timeout:?})"
+                    ),
+                ));
+            }
+        }
+        if let Some(b) = self.datagram_receive_buffer {
+            if !(MIN_DATAGRAM_BUFFER..=MAX_DATAGRAM_BUFFER).contains(&b) {
+                return Err(out_of_range(
+                    "datagram_receive_buffer",
+                    format!(
+                        "datagram_receive_buffer {b}: between {MIN_DATAGRAM_BUFFER} and \
+                     {MAX_DATAGRAM_BUFFER} bytes"
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// quinn-proto's transport configuration for a connection accepted
+    /// with grant `g`, with `idle_timeout` (whole milliseconds;
+    /// [`limits::IDLE_TIMEOUT`] where it does not fit a QUIC varint).
+    pub(crate) fn quinn(&self, idle_timeout: Duration, g: limits::Grant) -> TransportConfig {
+        let mut t = TransportConfig::default();
+        t.max_idle_timeout(Some(
+            VarInt::from_u64(idle_timeout.as_millis().min(u128::from(u64::MAX)) as u64)
+                .unwrap_or(VarInt::from_u32(limits::IDLE_TIMEOUT.as_millis() as u32))
+                .into(),
+        ));
+        // Sized for the application (see [`limits`]): quinn-proto's
+        // defaults (1.25 MB per stream, no bound per connection) would let
+        // one client park 125 MB.
+        t.max_concurrent_bidi_streams(VarInt::from_u32(self.bidi_streams));
+        // HTTP/3 needs three of the client's (control, QPACK encoder and
+        // decoder; RFC 9114 6.2), and the transport parameters are sent
+        // before the ALPN is known: every protocol allows them
+        // (hq-interop stops them at once).
+        t.max_concurrent_uni_streams(VarInt::from_u32(self.uni_streams));
+        t.stream_receive_window(VarInt::from_u32(self.stream_window));
+        t.receive_window(varint(self.receive_window()));
+        t.crypto_buffer_size(limits::CRYPTO_BUFFER);
+        t.send_window(limits::SEND_WINDOW);
+        t.keep_alive_interval(self.keep_alive);
+        t.datagram_receive_buffer_size(self.datagram_receive_buffer);
+        t.datagram_send_buffer_size(self.datagram_receive_buffer.unwrap_or(0));
+        self.grade(&mut t, g);
+        t
+    }
+
+    /// Sizes `t`'s windows for grant `g` (nothing for
+    /// [`limits::Grant::Full`]).
+    pub(crate) fn grade(&self, t: &mut TransportConfig, g: limits::Grant) {
+        if g == limits::Grant::Full {
+            return;
+        }
+        t.max_concurrent_bidi_streams(VarInt::from_u32(self.grant_streams(g)));
+        t.receive_window(varint(self.grant_receive_window(g)));
         t.send_window(g.send_window());
     }
+}
+
+/// `v` as a QUIC varint (the largest where it does not fit).
+fn varint(v: u64) -> VarInt {
+    VarInt::from_u64(v).unwrap_or(VarInt::MAX)
 }
 
 /// The most datagrams of 1,472 bytes that fit one GSO train (64 KiB).
@@ -145,6 +399,13 @@ pub struct EngineConfig {
     /// late stretches without bound (docs/SECURITY.md). Default:
     /// [`crate::limits::IDLE_TIMEOUT`], 30 s.
     pub idle_timeout: Duration,
+    /// The QUIC transport: windows, concurrent streams, keep-alive,
+    /// DATAGRAM frames. Default: [`Transport::default`].
+    pub transport: Transport,
+    /// The embedder's decision on each new client, after the server's own
+    /// bounds: accept, refuse or ask for a Retry, from its address
+    /// ([`crate::AdmissionHook`]). Default: `None`, accept.
+    pub admission: Option<crate::AdmissionHook>,
     /// Performance switches, each measured on its own in
     /// docs/BENCHMARKS.md section 17. Default: [`Tuning::default`].
     pub tuning: Tuning,
@@ -310,6 +571,8 @@ impl EngineConfig {
             max_memory: None,
             tuning: Tuning::default(),
             idle_timeout: limits::IDLE_TIMEOUT,
+            transport: Transport::default(),
+            admission: None,
             disabled: Vec::new(),
             uring: false,
             quic_lb: None,
@@ -409,12 +672,14 @@ impl EngineConfig {
     }
 
     /// The memory budget over connections that [`EngineConfig::max_memory`]
-    /// leaves with [`EngineConfig::workers`] workers.
+    /// leaves with [`EngineConfig::workers`] workers, for connections of
+    /// [`EngineConfig::transport`] ([`limits::Budget::light_connection`]).
     pub fn budget(&self) -> Result<limits::Budget, limits::BudgetError> {
-        limits::Budget::for_server(
+        Ok(limits::Budget::for_server(
             self.max_memory.unwrap_or_else(limits::default_budget),
             self.workers,
-        )
+        )?
+        .light_connection(self.transport.light()))
     }
 
     /// The places for connections: `max_connections`, or fewer where the
@@ -427,6 +692,45 @@ impl EngineConfig {
     /// Sets [`EngineConfig::idle_timeout`].
     pub fn idle_timeout(mut self, d: Duration) -> Self {
         self.idle_timeout = d;
+        self
+    }
+
+    /// Sets [`EngineConfig::transport`].
+    pub fn transport(mut self, t: Transport) -> Self {
+        self.transport = t;
+        self
+    }
+
+    /// Sets [`EngineConfig::admission`] to `f`.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use fastudp_quic::{Decision, EngineConfig};
+    /// # let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()])?;
+    /// # let key = rustls::pki_types::PrivatePkcs8KeyDer::from(cert.key_pair.serialize_der());
+    /// # let tls = std::sync::Arc::new(rustls::ServerConfig::builder_with_provider(
+    /// #     std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider()),
+    /// # )
+    /// # .with_protocol_versions(&[&rustls::version::TLS13])?
+    /// # .with_no_client_auth()
+    /// # .with_single_cert(vec![cert.cert.der().clone()], key.into())?);
+    /// // Clients of 192.0.2.0/24 are refused; the others prove their
+    /// // address with a Retry first.
+    /// let cfg = EngineConfig::new("[::]:4433".parse()?, tls).admission(|a| {
+    ///     match a.remote.ip().to_canonical() {
+    ///         std::net::IpAddr::V4(v4) if v4.octets()[..3] == [192, 0, 2] => Decision::Refuse,
+    ///         _ => Decision::Retry,
+    ///     }
+    /// });
+    /// assert!(cfg.admission.is_some());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn admission(
+        mut self,
+        f: impl Fn(&crate::Admission) -> crate::Decision + Send + Sync + 'static,
+    ) -> Self {
+        self.admission = Some(crate::AdmissionHook::new(f));
         self
     }
 
@@ -445,69 +749,98 @@ impl EngineConfig {
     /// Checks the values; what is wrong, said plainly.
     pub(crate) fn check(&self) -> Result<(), Error> {
         if self.workers == 0 || self.workers > 256 {
-            return Err(Error::Config(format!(
-                "workers {}: between 1 and 256",
-                self.workers
-            )));
+            return Err(out_of_range(
+                "workers",
+                format!("workers {}: between 1 and 256", self.workers),
+            ));
         }
+        self.transport.check(self.idle_timeout)?;
         if self.max_connections == 0 {
-            return Err(Error::Config("max_connections 0: at least 1".into()));
+            return Err(out_of_range(
+                "max_connections",
+                "max_connections 0: at least 1".into(),
+            ));
         }
         if self.max_connections_per_ip == Some(0) {
-            return Err(Error::Config("max_connections_per_ip 0: at least 1".into()));
+            return Err(out_of_range(
+                "max_connections_per_ip",
+                "max_connections_per_ip 0: at least 1".into(),
+            ));
         }
         if let Err(e) = self.budget() {
-            return Err(Error::Config(e.to_string()));
+            return Err(Error::Config(ConfigError::Budget(e)));
         }
         if !(1..=MAX_TRAIN_LIMIT).contains(&self.tuning.max_train) {
-            return Err(Error::Config(format!(
-                "max_train {}: between 1 and {MAX_TRAIN_LIMIT}",
-                self.tuning.max_train
-            )));
+            return Err(out_of_range(
+                "max_train",
+                format!(
+                    "max_train {}: between 1 and {MAX_TRAIN_LIMIT}",
+                    self.tuning.max_train
+                ),
+            ));
         }
         if self.tuning.trains_per_turn == 0 {
-            return Err(Error::Config("trains_per_turn 0: at least 1".into()));
+            return Err(out_of_range(
+                "trains_per_turn",
+                "trains_per_turn 0: at least 1".into(),
+            ));
         }
         if self.tuning.timer_tick > MAX_TIMER_TICK {
-            return Err(Error::Config(format!(
-                "timer_tick {:?}: at most {MAX_TIMER_TICK:?}",
-                self.tuning.timer_tick
-            )));
+            return Err(out_of_range(
+                "timer_tick",
+                format!(
+                    "timer_tick {:?}: at most {MAX_TIMER_TICK:?}",
+                    self.tuning.timer_tick
+                ),
+            ));
         }
         if !(MIN_PACING_BURST..=MAX_PACING_BURST).contains(&self.tuning.pacing_burst) {
-            return Err(Error::Config(format!(
-                "pacing_burst {}: between {MIN_PACING_BURST} and {MAX_PACING_BURST} bytes",
-                self.tuning.pacing_burst
-            )));
+            return Err(out_of_range(
+                "pacing_burst",
+                format!(
+                    "pacing_burst {}: between {MIN_PACING_BURST} and {MAX_PACING_BURST} bytes",
+                    self.tuning.pacing_burst
+                ),
+            ));
         }
         if self.tuning.rx_coalesce > MAX_RX_COALESCE {
-            return Err(Error::Config(format!(
-                "rx_coalesce {:?}: at most {MAX_RX_COALESCE:?}",
-                self.tuning.rx_coalesce
-            )));
+            return Err(out_of_range(
+                "rx_coalesce",
+                format!(
+                    "rx_coalesce {:?}: at most {MAX_RX_COALESCE:?}",
+                    self.tuning.rx_coalesce
+                ),
+            ));
         }
         if self.tuning.busy_poll > MAX_BUSY_POLL {
-            return Err(Error::Config(format!(
-                "busy_poll {:?}: at most {MAX_BUSY_POLL:?}",
-                self.tuning.busy_poll
-            )));
+            return Err(out_of_range(
+                "busy_poll",
+                format!(
+                    "busy_poll {:?}: at most {MAX_BUSY_POLL:?}",
+                    self.tuning.busy_poll
+                ),
+            ));
         }
         if !(1200..=MAX_UDP_PAYLOAD_LIMIT).contains(&self.tuning.max_udp_payload) {
-            return Err(Error::Config(format!(
-                "max_udp_payload {}: between 1200 and {MAX_UDP_PAYLOAD_LIMIT}",
-                self.tuning.max_udp_payload
-            )));
+            return Err(out_of_range(
+                "max_udp_payload",
+                format!(
+                    "max_udp_payload {}: between 1200 and {MAX_UDP_PAYLOAD_LIMIT}",
+                    self.tuning.max_udp_payload
+                ),
+            ));
         }
         if self.tuning.ack_every.is_some_and(|n| n < 2) {
-            return Err(Error::Config("ack_every: at least 2".into()));
+            return Err(out_of_range("ack_every", "ack_every: at least 2".into()));
         }
         if self.max_half_open == 0 {
-            return Err(Error::Config("max_half_open 0: at least 1".into()));
+            return Err(out_of_range(
+                "max_half_open",
+                "max_half_open 0: at least 1".into(),
+            ));
         }
         if self.uring && !cfg!(feature = "uring") {
-            return Err(Error::Config(
-                "uring: fastudp-quic was built without its `uring` feature".into(),
-            ));
+            return Err(Error::Config(ConfigError::UringUnavailable));
         }
         Ok(())
     }
@@ -607,7 +940,11 @@ mod tests {
             ),
         ] {
             let e = cfg(t).check().unwrap_err();
-            assert!(matches!(e, Error::Config(_)), "{e:?}");
+            assert!(
+                matches!(&e, Error::Config(ConfigError::OutOfRange { field, .. })
+                    if want.starts_with(field)),
+                "{e:?}"
+            );
             assert!(e.to_string().starts_with(want), "{e}");
         }
         let ok = Tuning {
@@ -616,6 +953,161 @@ mod tests {
             ..Tuning::default()
         };
         assert!(cfg(ok).check().is_ok());
+    }
+
+    /// Each transport value out of range is refused with its name; the
+    /// edges of each range are taken.
+    #[test]
+    fn transport_is_checked() {
+        let idle = Duration::from_secs(30);
+        assert!(Transport::default().check(idle).is_ok());
+        for (t, want) in [
+            (Transport::new().stream_window(4095), "stream_window 4095"),
+            (
+                Transport::new().stream_window(MAX_STREAM_WINDOW + 1),
+                "stream_window 16777217",
+            ),
+            (
+                Transport::new()
+                    .stream_window(8192)
+                    .connection_window(Some(8191)),
+                "connection_window 8191",
+            ),
+            (
+                Transport::new().connection_window(Some(MAX_CONNECTION_WINDOW + 1)),
+                "connection_window 268435457",
+            ),
+            (
+                Transport::new()
+                    .stream_window(MAX_STREAM_WINDOW)
+                    .bidi_streams(MAX_BIDI_STREAMS),
+                "connection_window: every stream's window",
+            ),
+            (Transport::new().bidi_streams(0), "bidi_streams 0"),
+            (
+                Transport::new().bidi_streams(MAX_BIDI_STREAMS + 1),
+                "bidi_streams 1025",
+            ),
+            (Transport::new().uni_streams(101), "uni_streams 101"),
+            (
+                Transport::new().keep_alive(Some(Duration::ZERO)),
+                "keep_alive 0ns",
+            ),
+            (Transport::new().keep_alive(Some(idle)), "keep_alive 30s"),
+            (
+                Transport::new().datagram_receive_buffer(Some(100)),
+                "datagram_receive_buffer 100",
+            ),
+            (
+                Transport::new().datagram_receive_buffer(Some(MAX_DATAGRAM_BUFFER + 1)),
+                "datagram_receive_buffer 16777217",
+            ),
+        ] {
+            let e = t.check(idle).unwrap_err();
+            assert!(
+                matches!(&e, Error::Config(ConfigError::OutOfRange { field, .. })
+                    if want.starts_with(field)),
+                "{e:?}"
+            );
+            assert!(e.to_string().starts_with(want), "{e}");
+            // The engine's check says the same.
+            let e = cfg(Tuning::default()).transport(t).check().unwrap_err();
+            assert!(e.to_string().starts_with(want), "{e}");
+        }
+        let edges = Transport::new()
+            .stream_window(MAX_STREAM_WINDOW)
+            .connection_window(Some(MAX_CONNECTION_WINDOW))
+            .bidi_streams(MAX_BIDI_STREAMS)
+            .uni_streams(MAX_UNI_STREAMS)
+            .keep_alive(Some(idle - Duration::from_millis(1)))
+            .datagram_receive_buffer(Some(MIN_DATAGRAM_BUFFER));
+        assert!(edges.check(idle).is_ok());
+        // No idle timeout: any keep-alive above zero.
+        let k = Transport::new().keep_alive(Some(Duration::from_secs(3600)));
+        assert!(k.check(Duration::ZERO).is_ok());
+    }
+
+    /// The defaults are the engine's own windows, and the memory model's
+    /// figures under them are the constants' (`limits`).
+    #[test]
+    fn the_default_transport_is_the_engines_own() {
+        let t = Transport::default();
+        assert_eq!(t.receive_window(), u64::from(limits::CONN_WINDOW));
+        for g in [
+            limits::Grant::Full,
+            limits::Grant::Small,
+            limits::Grant::Minimal,
+        ] {
+            assert_eq!(t.grant_streams(g), g.streams());
+            assert_eq!(t.grant_receive_window(g), u64::from(g.receive_window()));
+            for (bi, uni) in [(0, 0), (1, 3), (16, 3), (4, 0)] {
+                let old = limits::CONN_STATE
+                    + bi * (u64::from(limits::STREAM_WINDOW) + limits::STREAM_HELD)
+                    + uni * u64::from(limits::STREAM_WINDOW)
+                    + if bi > 0 { g.send_window() } else { 0 };
+                assert_eq!(t.held(false, bi, uni, g), old);
+            }
+        }
+        let old = 64 * 1024
+            + 3 * (limits::CRYPTO_BUFFER as u64 + 32 * 1024)
+            + u64::from(limits::STREAMS) * (u64::from(limits::STREAM_WINDOW) + 34 * 1024)
+            + u64::from(limits::UNI_STREAMS) * (u64::from(limits::STREAM_WINDOW) + 32 * 1024)
+            + limits::SEND_WINDOW / 1200 * 160
+            + limits::h3_per_connection();
+        assert_eq!(t.per_connection(), old);
+        assert_eq!(limits::per_connection(), old);
+    }
+
+    /// What the budget counts follows the configuration: larger windows,
+    /// more streams and a DATAGRAM buffer cost more per connection, and
+    /// the budget holds fewer light connections; grants shrink from what
+    /// is configured.
+    #[test]
+    fn the_memory_model_follows_the_transport() {
+        let d = Transport::default();
+        let big = Transport::new()
+            .stream_window(1 << 20)
+            .connection_window(Some(4 << 20))
+            .bidi_streams(64);
+        // Credit is each open stream's window, at most the connection's.
+        assert_eq!(
+            big.held(false, 2, 0, limits::Grant::Full),
+            limits::CONN_STATE + 2 * ((1 << 20) + limits::STREAM_HELD) + limits::FULL_SEND_WINDOW
+        );
+        assert_eq!(
+            big.held(false, 10, 3, limits::Grant::Full),
+            limits::CONN_STATE + (4 << 20) + 10 * limits::STREAM_HELD + limits::FULL_SEND_WINDOW
+        );
+        assert!(big.per_connection() > d.per_connection() + (4 << 20));
+        assert_eq!(big.grant_streams(limits::Grant::Full), 64);
+        assert_eq!(big.grant_streams(limits::Grant::Small), 4);
+        assert_eq!(
+            big.grant_receive_window(limits::Grant::Small),
+            4 << 20,
+            "(4 + 3) MiB capped by the connection's 4 MiB"
+        );
+        assert_eq!(big.grant_receive_window(limits::Grant::Minimal), 4 << 20);
+        let dg = Transport::new().datagram_receive_buffer(Some(64 * 1024));
+        // Both ways.
+        assert_eq!(dg.light(), d.light() + 2 * 64 * 1024);
+        assert_eq!(dg.per_connection(), d.per_connection() + 2 * 64 * 1024);
+
+        // The engine's budget: its light connection is the transport's.
+        let base = cfg(Tuning::default()).max_memory(Some(1 << 30));
+        let b0 = base.budget().unwrap();
+        let wide = base.clone().transport(
+            Transport::new()
+                .stream_window(64 * 1024)
+                .datagram_receive_buffer(Some(64 * 1024)),
+        );
+        let b1 = wide.budget().unwrap();
+        assert_eq!(b0.hard(), b1.hard());
+        assert_eq!(b0.light_places() as u64, b0.admit() / d.light());
+        let light = wide.transport.light();
+        assert_eq!(light, limits::CONN_STATE + 3 * 64 * 1024 + 2 * 64 * 1024);
+        assert_eq!(b1.light_places() as u64, b1.admit() / light);
+        assert!(b1.light_places() < b0.light_places());
+        assert!(wide.places() < base.places());
     }
 
     /// The steering byte follows the QUIC-LB server ID's length.

@@ -6,7 +6,7 @@ use crate::cid::{ring_hmac, WorkerCids};
 use crate::config::{EngineConfig, Pacing};
 use crate::forward::{Inbox, SLOTS};
 use crate::limits;
-use crate::stats::{Counters, WorkerGauges, WorkerStats};
+use crate::stats::{Counters, Stats, WorkerGauges, WorkerStats};
 use crate::tx::{send_socket, Tx};
 use crate::worker::{ring_receive, Setup, Worker};
 use fastudp_io::pacing::{choose_mode, PacingMode};
@@ -23,9 +23,9 @@ use std::time::Duration;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// The configuration is not valid.
-    #[error("{0}")]
-    Config(String),
+    /// The configuration is not valid: which value, and why.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
     /// The TLS configuration does not suit QUIC (it must offer TLS 1.3).
     #[error("TLS set-up: {0}")]
     Tls(String),
@@ -43,6 +43,37 @@ pub enum Error {
     /// A worker stopped on an error (or panicked); the engine stopped.
     #[error("{0}")]
     Worker(String),
+}
+
+/// What is wrong with an [`EngineConfig`] (or the application it is
+/// started with): [`Error::Config`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// A value is out of its range: the field of [`EngineConfig`],
+    /// [`crate::Tuning`] or [`crate::Transport`] (`"workers"`,
+    /// `"stream_window"`, ...), and the whole message, which starts with
+    /// the field's name, its value and the range
+    /// (`"workers 0: between 1 and 256"`).
+    #[error("{reason}")]
+    OutOfRange {
+        /// The field's name.
+        field: &'static str,
+        /// What is wrong, said plainly.
+        reason: String,
+    },
+    /// The memory budget does not hold the workers and one connection
+    /// ([`EngineConfig::max_memory`]).
+    #[error(transparent)]
+    Budget(#[from] limits::BudgetError),
+    /// The application names no ALPN protocol
+    /// ([`crate::app::Application::alpn`]).
+    #[error("the application names no ALPN protocol")]
+    NoAlpn,
+    /// [`EngineConfig::uring`] asked for io_uring, and the crate was built
+    /// without its `uring` feature.
+    #[error("uring: fastudp-quic was built without its `uring` feature")]
+    UringUnavailable,
 }
 
 /// A running QUIC server: one worker thread per socket of a reuseport
@@ -78,15 +109,16 @@ impl Engine {
         let n = cfg.workers;
         let max_connections = cfg.max_connections;
         let per_address = Arc::new(limits::PerAddress::new(cfg.per_ip()));
-        let budget = Arc::new(cfg.budget().map_err(|e| Error::Config(e.to_string()))?);
+        let budget = Arc::new(
+            cfg.budget()
+                .map_err(|e| Error::Config(ConfigError::Budget(e)))?,
+        );
         let server = server_config(&cfg, app.as_ref())?;
         let graded: Vec<Arc<ServerConfig>> = [limits::Grant::Small, limits::Grant::Minimal]
             .into_iter()
             .map(|g| {
                 let mut s = (*server).clone();
-                let mut t = transport(&cfg);
-                crate::graded(&mut t, g);
-                s.transport_config(Arc::new(t));
+                s.transport_config(Arc::new(transport(&cfg, g)));
                 Arc::new(s)
             })
             .collect();
@@ -153,6 +185,8 @@ impl Engine {
                 max_half_open: cfg.max_half_open,
                 per_address: per_address.clone(),
                 idle_timeout: cfg.idle_timeout,
+                transport: cfg.transport.clone(),
+                admission: cfg.admission.clone(),
                 budget: budget.clone(),
                 app: app.clone(),
                 total_rate: cfg.total_rate,
@@ -216,6 +250,11 @@ impl Engine {
     /// The engine's counters, live.
     pub fn counters(&self) -> &Arc<Counters> {
         &self.counters
+    }
+
+    /// The engine's counters now, as plain numbers.
+    pub fn stats(&self) -> Stats {
+        self.counters.snapshot()
     }
 
     /// The pacing in force, and why (for [`Pacing::Kernel`]: whether the
@@ -329,6 +368,11 @@ impl Monitor {
         &self.counters
     }
 
+    /// [`Engine::stats`].
+    pub fn stats(&self) -> Stats {
+        self.counters.snapshot()
+    }
+
     /// The memory budget (held, peak, bounds).
     pub fn budget(&self) -> &limits::Budget {
         &self.budget
@@ -359,16 +403,14 @@ impl Drop for Engine {
 fn server_config(cfg: &EngineConfig, app: &dyn Application) -> Result<Arc<ServerConfig>, Error> {
     let alpn = app.alpn();
     if alpn.is_empty() {
-        return Err(Error::Config(
-            "the application names no ALPN protocol".into(),
-        ));
+        return Err(Error::Config(ConfigError::NoAlpn));
     }
     let mut tls = (*cfg.tls).clone();
     tls.alpn_protocols = alpn;
     let crypto = quinn_proto::crypto::rustls::QuicServerConfig::try_from(tls)
         .map_err(|e| Error::Tls(e.to_string()))?;
     let mut server = ServerConfig::with_crypto(Arc::new(crypto));
-    server.transport_config(Arc::new(transport(cfg)));
+    server.transport_config(Arc::new(transport(cfg, limits::Grant::Full)));
     // Memory held for connections not yet accepted stays small whatever a
     // flood of Initials does.
     server.max_incoming(4096);
@@ -377,9 +419,9 @@ fn server_config(cfg: &EngineConfig, app: &dyn Application) -> Result<Arc<Server
     Ok(Arc::new(server))
 }
 
-/// The transport configuration of a connection granted full windows.
-fn transport(cfg: &EngineConfig) -> quinn_proto::TransportConfig {
-    let mut transport = crate::transport(cfg.idle_timeout);
+/// The transport configuration of a connection accepted with grant `g`.
+fn transport(cfg: &EngineConfig, g: limits::Grant) -> quinn_proto::TransportConfig {
+    let mut transport = cfg.transport.quinn(cfg.idle_timeout, g);
     if let Some(n) = cfg.tuning.ack_every {
         crate::ack_every(&mut transport, n);
     }

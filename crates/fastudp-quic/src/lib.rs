@@ -12,7 +12,8 @@
 //!   [`EngineConfig`] and an [`app::Application`], [`Engine::stop`] and
 //!   [`Engine::join`] to end. It reads no host state and prints nothing:
 //!   what it decided (the pacing in force, a zerocopy fallback) it says
-//!   through its methods, and what it counts is in [`Counters`].
+//!   through its methods, and what it counts is in [`Counters`] (live)
+//!   and [`Stats`] (a snapshot: [`Engine::stats`]).
 //! - Each worker owns a socket of the group, a quinn-proto endpoint, its
 //!   connections and their timers. A client's datagrams reach the worker
 //!   that owns its connection: connection IDs start with the worker's
@@ -33,6 +34,10 @@
 //!   (`examples/axum.rs` serves one Router over HTTP/3 and TLS/TCP). [`app::Router`] picks the application by ALPN, so
 //!   that several protocols share one port; [`app::hq::HqApp`] serves
 //!   hq-interop (HTTP/0.9 over QUIC, as the QUIC interop runner uses).
+//! - [`Transport`] is what an embedder configures of QUIC (windows,
+//!   streams, keep-alive, DATAGRAM frames), and [`AdmissionHook`] its
+//!   decision on each new client, from its address, before the handshake
+//!   holds state ([`EngineConfig::admission`]).
 //! - [`limits`] is the memory model: what a connection and a worker may
 //!   hold at most, and how many connections a memory budget allows.
 //!
@@ -73,6 +78,7 @@
 #![deny(missing_docs)]
 #![doc(test(attr(deny(warnings))))]
 
+mod admission;
 #[cfg(feature = "h3")]
 pub mod altsvc;
 pub mod app;
@@ -90,12 +96,15 @@ mod stats;
 mod tx;
 mod worker;
 
+pub use admission::{Admission, AdmissionHook, Decision};
 pub use config::{
-    ack_every, graded, max_udp_payload, transport, EngineConfig, Pacing, Tuning,
+    ack_every, graded, max_udp_payload, transport, EngineConfig, Pacing, Transport, Tuning,
     DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_UDP_PAYLOAD, DEFAULT_RX_COALESCE, DEFAULT_TIMER_TICK,
-    MAX_BUSY_POLL, MAX_GSO_PAYLOAD, MAX_PACING_BURST, MAX_RX_COALESCE, MAX_TIMER_TICK,
-    MAX_TRAIN_LIMIT, MAX_UDP_PAYLOAD_LIMIT, MIN_PACING_BURST,
+    MAX_BIDI_STREAMS, MAX_BUSY_POLL, MAX_CONNECTION_WINDOW, MAX_DATAGRAM_BUFFER, MAX_GSO_PAYLOAD,
+    MAX_PACING_BURST, MAX_RX_COALESCE, MAX_STREAM_WINDOW, MAX_TIMER_TICK, MAX_TRAIN_LIMIT,
+    MAX_UDP_PAYLOAD_LIMIT, MAX_UNI_STREAMS, MIN_DATAGRAM_BUFFER, MIN_PACING_BURST,
+    MIN_STREAM_WINDOW,
 };
-pub use engine::{Engine, Error, Monitor, MAX_RESTARTS, STOP_WAIT};
+pub use engine::{ConfigError, Engine, Error, Monitor, MAX_RESTARTS, STOP_WAIT};
 pub use fastudp_io::pacing::PacingMode;
-pub use stats::{status_class, Counters, WorkerStats};
+pub use stats::{status_class, Counters, Stats, WorkerStats};

@@ -217,7 +217,9 @@ pub const SMALL_SEND_WINDOW: u64 = 128 * K;
 pub const MIN_SEND_WINDOW: u64 = 16 * K;
 
 impl Grant {
-    /// Requests (bidirectional streams) a client may have open at once.
+    /// Requests (bidirectional streams) a client may have open at once,
+    /// under [`crate::Transport::default`]
+    /// ([`crate::Transport::grant_streams`]).
     pub fn streams(self) -> u32 {
         match self {
             Grant::Full => STREAMS,
@@ -226,7 +228,9 @@ impl Grant {
         }
     }
 
-    /// The connection's receive window, bytes.
+    /// The connection's receive window, bytes, under
+    /// [`crate::Transport::default`]
+    /// ([`crate::Transport::grant_receive_window`]).
     pub fn receive_window(self) -> u32 {
         (self.streams() + UNI_STREAMS) * STREAM_WINDOW
     }
@@ -244,15 +248,85 @@ impl Grant {
 /// What a connection holds as the budget counts it, bytes: its state, its
 /// handshake's buffers while `handshaking`, the receive credit and
 /// request state of its `bi` open requests and `uni` open unidirectional
-/// streams, and the send window of its grant while a request is open.
+/// streams, and the send window of its grant while a request is open;
+/// under [`crate::Transport::default`] ([`crate::Transport::held`] for
+/// another).
 pub fn held(handshaking: bool, bi: u64, uni: u64, grant: Grant) -> u64 {
-    let hs = if handshaking { HANDSHAKE_EXTRA } else { 0 };
-    let send = if bi > 0 { grant.send_window() } else { 0 };
-    CONN_STATE
-        + hs
-        + bi * (u64::from(STREAM_WINDOW) + STREAM_HELD)
-        + uni * u64::from(STREAM_WINDOW)
-        + send
+    crate::Transport::default().held(handshaking, bi, uni, grant)
+}
+
+impl crate::Transport {
+    /// Requests (bidirectional streams) a client may have open at once
+    /// under grant `g`: [`crate::Transport::bidi_streams`] for
+    /// [`Grant::Full`], at most 4 for [`Grant::Small`], 1 for
+    /// [`Grant::Minimal`].
+    pub fn grant_streams(&self, g: Grant) -> u32 {
+        match g {
+            Grant::Full => self.bidi_streams,
+            Grant::Small => self.bidi_streams.min(4),
+            Grant::Minimal => 1,
+        }
+    }
+
+    /// The connection's receive window under grant `g`, bytes: the whole
+    /// [`crate::Transport::receive_window`] for [`Grant::Full`], below
+    /// it the windows of the grant's requests and the unidirectional
+    /// streams.
+    pub fn grant_receive_window(&self, g: Grant) -> u64 {
+        let all = self.receive_window();
+        match g {
+            Grant::Full => all,
+            g => all.min(
+                u64::from(self.grant_streams(g) + self.uni_streams) * u64::from(self.stream_window),
+            ),
+        }
+    }
+
+    /// What a connection holds as the budget counts it, bytes: its state
+    /// ([`CONN_STATE`]), its handshake's buffers while `handshaking`
+    /// ([`HANDSHAKE_EXTRA`]), the receive credit of its `bi` open requests
+    /// and `uni` open unidirectional streams (their stream windows, at
+    /// most the connection's; credit granted cannot be taken back, so
+    /// the configured window counts under every grant), the request
+    /// state of each request ([`STREAM_HELD`]), the send window of its
+    /// grant while a request is open, and the DATAGRAM buffers (each
+    /// way).
+    pub fn held(&self, handshaking: bool, bi: u64, uni: u64, grant: Grant) -> u64 {
+        let hs = if handshaking { HANDSHAKE_EXTRA } else { 0 };
+        let send = if bi > 0 { grant.send_window() } else { 0 };
+        let credit = (bi.saturating_add(uni))
+            .saturating_mul(u64::from(self.stream_window))
+            .min(self.receive_window());
+        // DATAGRAM frames buffered each way.
+        let datagrams = 2 * self.datagram_receive_buffer.unwrap_or(0) as u64;
+        CONN_STATE + hs + credit + bi.saturating_mul(STREAM_HELD) + send + datagrams
+    }
+
+    /// What a light connection holds as the budget counts it, bytes:
+    /// established, no request open, every unidirectional stream open
+    /// (HTTP/3's three).
+    pub fn light(&self) -> u64 {
+        self.held(false, 0, u64::from(self.uni_streams), Grant::Full)
+    }
+
+    /// What one connection may hold at most, bytes ([`per_connection`]'s
+    /// terms, with the windows and streams configured): its state, its
+    /// handshake's buffers, its receive windows and quinn-proto's
+    /// reassembly slack per stream, its packets in flight, HTTP/3's
+    /// per-stream terms with the `h3` feature, and the DATAGRAM buffers
+    /// (each way).
+    pub fn per_connection(&self) -> u64 {
+        let bi = u64::from(self.bidi_streams);
+        let uni = u64::from(self.uni_streams);
+        let base = 64 * K;
+        let crypto = 3 * (CRYPTO_BUFFER as u64 + 32 * K);
+        let windows = ((bi + uni) * u64::from(self.stream_window)).min(self.receive_window());
+        let streams = windows + bi * (32 * K + 2 * K) + uni * 32 * K;
+        let in_flight = SEND_WINDOW / 1200 * 160;
+        // DATAGRAM frames buffered each way.
+        let datagrams = 2 * self.datagram_receive_buffer.unwrap_or(0) as u64;
+        base + crypto + streams + in_flight + h3_per_streams(bi) + datagrams
+    }
 }
 
 /// The level of a [`Budget`].
@@ -283,6 +357,8 @@ pub struct Budget {
     held: std::sync::atomic::AtomicU64,
     /// The most ever held.
     peak: std::sync::atomic::AtomicU64,
+    /// What a light connection holds ([`crate::Transport::light`]).
+    light: u64,
 }
 
 /// The pressure mark, as a fraction of the hard limit: 3/4.
@@ -302,7 +378,17 @@ impl Budget {
             admit: hard / 8 * ADMIT_EIGHTHS,
             held: Default::default(),
             peak: Default::default(),
+            light: crate::Transport::default().light(),
         }
+    }
+
+    /// The same budget, for connections whose light one holds `bytes`
+    /// ([`crate::Transport::light`] of the server's transport; default:
+    /// [`crate::Transport::default`]'s): [`Budget::light_places`]
+    /// follows.
+    pub fn light_connection(mut self, bytes: u64) -> Self {
+        self.light = bytes.max(1);
+        self
     }
 
     /// The budget of a server with `workers` workers under `--max-memory`
@@ -346,11 +432,11 @@ impl Budget {
         self.peak.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Light connections (established, no request open, HTTP/3's three
-    /// unidirectional streams) the admission mark holds.
+    /// Light connections (established, no request open, every
+    /// unidirectional stream open: HTTP/3's three) the admission mark
+    /// holds, each as [`Budget::light_connection`] says.
     pub fn light_places(&self) -> usize {
-        let each = held(false, 0, u64::from(UNI_STREAMS), Grant::Full);
-        usize::try_from(self.admit / each).unwrap_or(usize::MAX)
+        usize::try_from(self.admit / self.light).unwrap_or(usize::MAX)
     }
 
     /// The level now.
@@ -454,7 +540,9 @@ pub const RING_BATCH: usize = RECV_BATCH / 4;
 /// worker (the server decides on each at once, so this is rarely used).
 pub const INCOMING_BUFFER: u64 = 1 << 20;
 
-/// What one connection may hold at most, bytes.
+/// What one connection may hold at most, bytes, under
+/// [`crate::Transport::default`] ([`crate::Transport::per_connection`]
+/// for another).
 ///
 /// - 64 KiB: quinn-proto's connection and TLS state, packet spaces, the
 ///   connection's entry in the worker's tables.
@@ -472,12 +560,7 @@ pub const INCOMING_BUFFER: u64 = 1 << 20;
 /// - With the `h3` feature, what an HTTP/3 connection holds beyond that
 ///   ([`h3_per_connection`]).
 pub fn per_connection() -> u64 {
-    let base = 64 * K;
-    let crypto = 3 * (CRYPTO_BUFFER as u64 + 32 * K);
-    let streams = u64::from(STREAMS) * (u64::from(STREAM_WINDOW) + 32 * K + 2 * K)
-        + u64::from(UNI_STREAMS) * (u64::from(STREAM_WINDOW) + 32 * K);
-    let in_flight = SEND_WINDOW / 1200 * 160;
-    base + crypto + streams + in_flight + h3_per_connection()
+    crate::Transport::default().per_connection()
 }
 
 /// What an HTTP/3 connection holds beyond the transport's terms, bytes
@@ -494,16 +577,22 @@ pub fn per_connection() -> u64 {
 ///   client's control stream.
 /// - 4 KiB: h3's connection state, the task, its timers and wakers.
 pub fn h3_per_connection() -> u64 {
+    h3_per_streams(u64::from(STREAMS))
+}
+
+/// [`h3_per_connection`] with `streams` requests at once.
+fn h3_per_streams(streams: u64) -> u64 {
     #[cfg(feature = "h3")]
     {
         use crate::h3;
         H3_SEND_WINDOW
-            + u64::from(STREAMS) * (h3::CHUNK as u64 + 32 + h3::REQUEST_STREAM_CAP)
+            + streams * (h3::CHUNK as u64 + 32 + h3::REQUEST_STREAM_CAP)
             + h3::CONTROL_FRAME_MAX
             + 4 * K
     }
     #[cfg(not(feature = "h3"))]
     {
+        let _ = streams;
         0
     }
 }

@@ -35,6 +35,7 @@ use crate::limits::{self, PENDING_TRAINS, STATELESS_BUF, STATELESS_QUEUE};
 use crate::stats::Counters;
 use crate::tx::{keep_spare, Pending, Tx, ZEROCOPY_MIN};
 use crate::Error;
+use crate::{Admission, Decision};
 use bytes::{Bytes, BytesMut};
 use fastudp_io::pacing::PacingMode;
 use fastudp_io::UdpIo;
@@ -129,6 +130,9 @@ struct Conn {
     blocked: (u64, bool),
     /// When `progress` was last read.
     checked: Instant,
+    /// DATAGRAM frames its application read; what it received beyond
+    /// them is counted dropped when it goes.
+    datagrams_read: u64,
 }
 
 impl Conn {
@@ -230,6 +234,11 @@ pub(crate) struct Setup {
     /// [`crate::EngineConfig::idle_timeout`]: a connection that receives
     /// no packet for this long is dropped, whatever its RTT.
     pub(crate) idle_timeout: Duration,
+    /// [`crate::EngineConfig::transport`]: the windows and streams granted,
+    /// and what the budget counts for them.
+    pub(crate) transport: crate::Transport,
+    /// [`crate::EngineConfig::admission`].
+    pub(crate) admission: Option<crate::AdmissionHook>,
     /// The memory budget, server-wide.
     pub(crate) budget: Arc<limits::Budget>,
     /// The application.
@@ -300,6 +309,25 @@ fn half_open_cap(s: &Setup) -> u64 {
     (s.max_connections as u64 / 2).min(s.budget.hard() / 4 / HANDSHAKE_CHARGE)
 }
 
+/// The embedder's decision on `incoming` ([`crate::EngineConfig::admission`]);
+/// [`Decision::Accept`] without a hook, [`Decision::Refuse`] (counted as a
+/// panic) when the hook panicked.
+fn admit(s: &Setup, incoming: &quinn_proto::Incoming) -> Decision {
+    let Some(hook) = &s.admission else {
+        return Decision::Accept;
+    };
+    let a = Admission {
+        remote: incoming.remote_address(),
+        local_ip: incoming.local_ip(),
+        validated: incoming.remote_address_validated(),
+        worker: s.id,
+    };
+    hook.decide(&a).unwrap_or_else(|| {
+        s.counters.app_panics.fetch_add(1, Relaxed);
+        Decision::Refuse
+    })
+}
+
 /// Gives back what [`take_place`] took, for a connection not made.
 fn give_place(s: &Setup) {
     s.counters.connections.fetch_sub(1, Relaxed);
@@ -319,9 +347,31 @@ const EVICT_SCAN: usize = 4096;
 const EVICT_BUSY_RATIO: usize = 8;
 
 /// The application close code of a connection closed to make room for a
-/// newcomer, or for a response that made no progress: HTTP/3's
-/// H3_EXCESSIVE_LOAD (RFC 9114 8.1), used for hq-interop too.
+/// newcomer, or for a response that made no progress, under HTTP/3 and
+/// hq-interop: H3_EXCESSIVE_LOAD (RFC 9114 8.1); others say theirs
+/// ([`crate::app::Application::close_codes`]).
+#[cfg(test)]
 pub(crate) const CLOSE_EXCESSIVE_LOAD: u32 = 0x107;
+
+/// The close codes of `conn`'s protocol (its ALPN, once the handshake has
+/// named it) as the application says them.
+fn close_codes(conn: &quinn_proto::Connection, s: &Setup) -> crate::app::CloseCodes {
+    let alpn = conn
+        .crypto_session()
+        .handshake_data()
+        .and_then(|d| {
+            d.downcast::<quinn_proto::crypto::rustls::HandshakeData>()
+                .ok()
+        })
+        .and_then(|h| h.protocol)
+        .unwrap_or_default();
+    s.app.close_codes(&alpn)
+}
+
+/// `v` as a QUIC varint (the largest where it does not fit).
+fn varint(v: u64) -> VarInt {
+    VarInt::from_u64(v).unwrap_or(VarInt::MAX)
+}
 
 fn to_quinn_ecn(e: Option<EcnCodepoint>) -> Option<quinn_proto::EcnCodepoint> {
     e.and_then(|e| quinn_proto::EcnCodepoint::from_bits(e as u8))
@@ -1099,8 +1149,31 @@ impl EndpointDriver {
                 }
                 Err(e) => self.endpoint.ignore(e.into_incoming()),
             }
-        } else if let Some(t) = self.accept(incoming, now, s, table, &mut buf) {
-            return tx.stateless(&t, buf);
+        } else {
+            match admit(s, &incoming) {
+                Decision::Refuse => {
+                    give_place(s);
+                    let t = self.endpoint.refuse(incoming, &mut buf);
+                    s.counters.refused.fetch_add(1, Relaxed);
+                    s.counters.refused_admission.fetch_add(1, Relaxed);
+                    return tx.stateless(&t, buf);
+                }
+                Decision::Retry if !incoming.remote_address_validated() && incoming.may_retry() => {
+                    give_place(s);
+                    match self.endpoint.retry(incoming, &mut buf) {
+                        Ok(t) => {
+                            s.counters.retries.fetch_add(1, Relaxed);
+                            return tx.stateless(&t, buf);
+                        }
+                        Err(e) => self.endpoint.ignore(e.into_incoming()),
+                    }
+                }
+                _ => {
+                    if let Some(t) = self.accept(incoming, now, s, table, &mut buf) {
+                        return tx.stateless(&t, buf);
+                    }
+                }
+            }
         }
         keep_spare(&mut tx.small_spare, buf, STATELESS_QUEUE);
     }
@@ -1175,6 +1248,7 @@ impl EndpointDriver {
                         progress: (0, now),
                         blocked: (0, false),
                         checked: now,
+                        datagrams_read: 0,
                     }),
                 );
                 table.dirty.push(ch);
@@ -1314,8 +1388,14 @@ impl ConnTable {
                 .and_then(|a| a.timeout())
                 .is_some_and(|t| t <= now);
             if let Some(app) = c.app.as_mut() {
-                let mut cx =
-                    AppCx::new(&c.conn, now, &mut c.finishing, &counters, (&self.wakes, ch));
+                let mut cx = AppCx::new(
+                    &c.conn,
+                    now,
+                    &mut c.finishing,
+                    &mut c.datagrams_read,
+                    &counters,
+                    (&self.wakes, ch),
+                );
                 if timeout_due {
                     app.on_event(&mut cx, AppEvent::Timeout);
                 }
@@ -1411,9 +1491,10 @@ impl ConnTable {
                 if s.per_address.take(c.address) {
                     c.address_counted = true;
                 } else {
+                    let code = close_codes(&c.conn.borrow(), s).address_limit;
                     c.conn.borrow_mut().close(
                         now,
-                        VarInt::from_u32(hq::CLOSE_ADDRESS_LIMIT),
+                        varint(code),
                         Bytes::from_static(b"too many connections from this address"),
                     );
                     s.counters.refused.fetch_add(1, Relaxed);
@@ -1431,13 +1512,13 @@ impl ConnTable {
         if let Some(t) = c.timer {
             self.timers.remove(&(t, ch));
         }
-        self.lost_unpublished += c
-            .conn
-            .borrow()
-            .stats()
-            .path
-            .lost_packets
-            .saturating_sub(c.lost);
+        let stats = c.conn.borrow().stats();
+        self.lost_unpublished += stats.path.lost_packets.saturating_sub(c.lost);
+        // What the application never read of the DATAGRAM frames.
+        let unread = stats.frame_rx.datagram.saturating_sub(c.datagrams_read);
+        if unread > 0 {
+            s.counters.quic_datagrams_dropped.fetch_add(unread, Relaxed);
+        }
         self.release(ch, c, s);
         if let Some(set) = self.by_address.get_mut(&limits::address_key(c.address)) {
             set.remove(&(c.seq, ch));
@@ -1488,9 +1569,11 @@ impl ConnTable {
         if grant != c.grant {
             conn.set_max_concurrent_streams(
                 quinn_proto::Dir::Bi,
-                VarInt::from_u32(grant.streams()),
+                VarInt::from_u32(s.transport.grant_streams(grant)),
             );
-            conn.set_receive_window(VarInt::from_u32(grant.receive_window()));
+            conn.set_receive_window(
+                VarInt::from_u64(s.transport.grant_receive_window(grant)).unwrap_or(VarInt::MAX),
+            );
             if grant == limits::Grant::Full {
                 conn.set_send_window(limits::FULL_SEND_WINDOW);
             }
@@ -1520,11 +1603,8 @@ impl ConnTable {
                 && c.blocked.1
                 && now.saturating_duration_since(c.progress.1) >= limits::STALL_TIMEOUT
             {
-                conn.close(
-                    now,
-                    VarInt::from_u32(CLOSE_EXCESSIVE_LOAD),
-                    Bytes::from_static(b"no progress"),
-                );
+                let code = close_codes(&conn, s).excessive_load;
+                conn.close(now, varint(code), Bytes::from_static(b"no progress"));
                 s.counters.stalled_cut.fetch_add(1, Relaxed);
                 self.more.push(ch);
             }
@@ -1532,7 +1612,7 @@ impl ConnTable {
             c.progress.1 = now;
         }
         c.bi = bi;
-        let held = limits::held(handshaking, bi, uni, c.grant);
+        let held = s.transport.held(handshaking, bi, uni, c.grant);
         s.budget.change(c.charge, held);
         c.charge = held;
     }
@@ -1615,9 +1695,10 @@ impl ConnTable {
         let Some(mut c) = self.conns.remove(&ch) else {
             return false;
         };
+        let code = close_codes(&c.conn.borrow(), s).excessive_load;
         c.conn.borrow_mut().close(
             now,
-            VarInt::from_u32(CLOSE_EXCESSIVE_LOAD),
+            varint(code),
             Bytes::from_static(b"evicted: the server is full"),
         );
         self.release(ch, &mut c, s);
@@ -1705,6 +1786,7 @@ impl ConnTable {
                                 &c.conn,
                                 now,
                                 &mut c.finishing,
+                                &mut c.datagrams_read,
                                 counters,
                                 (&self.wakes, ch),
                             );
@@ -1744,10 +1826,19 @@ impl ConnTable {
                 quinn_proto::Dir::Bi => Dir::Bi,
                 quinn_proto::Dir::Uni => Dir::Uni,
             }),
+            Event::DatagramReceived => AppEvent::Datagram,
+            Event::DatagramsUnblocked => AppEvent::DatagramsWritable,
             _ => return,
         };
         if let Some(app) = c.app.as_mut() {
-            let mut cx = AppCx::new(&c.conn, now, &mut c.finishing, counters, (&self.wakes, ch));
+            let mut cx = AppCx::new(
+                &c.conn,
+                now,
+                &mut c.finishing,
+                &mut c.datagrams_read,
+                counters,
+                (&self.wakes, ch),
+            );
             app.on_event(&mut cx, app_ev);
         }
     }
@@ -1772,6 +1863,7 @@ impl ConnTable {
             local_ip,
             server_name,
             worker: s.id,
+            bidi_streams: s.transport.bidi_streams,
         };
         c.app = app.accept(&alpn, &info);
         if c.app.is_none() {
@@ -1814,13 +1906,27 @@ impl ConnTable {
         let mut acted = false;
         if !c.drain_told {
             c.drain_told = true;
-            let mut cx = AppCx::new(&c.conn, now, &mut c.finishing, counters, wake);
+            let mut cx = AppCx::new(
+                &c.conn,
+                now,
+                &mut c.finishing,
+                &mut c.datagrams_read,
+                counters,
+                wake,
+            );
             app.on_drain(&mut cx);
             app.poll(&mut cx);
             acted = true;
         }
         if close && app.drained() && c.finishing.is_empty() && !c.conn.borrow().is_closed() {
-            let mut cx = AppCx::new(&c.conn, now, &mut c.finishing, counters, wake);
+            let mut cx = AppCx::new(
+                &c.conn,
+                now,
+                &mut c.finishing,
+                &mut c.datagrams_read,
+                counters,
+                wake,
+            );
             app.on_shutdown(&mut cx);
             c.conn.borrow_mut().close(
                 now,
@@ -1843,6 +1949,7 @@ impl ConnTable {
                     &c.conn,
                     now,
                     &mut c.finishing,
+                    &mut c.datagrams_read,
                     &counters,
                     (&self.wakes, *ch),
                 );
@@ -2020,6 +2127,8 @@ mod harness {
                 max_half_open: 100,
                 per_address: Arc::new(limits::PerAddress::new(100)),
                 idle_timeout: Duration::from_secs(10),
+                transport: crate::Transport::default(),
+                admission: None,
                 budget: Arc::new(limits::Budget::new(1 << 30)),
                 app: Arc::new(Router::new().with(hq::ALPN, HqApp::default())),
                 total_rate: None,

@@ -97,6 +97,10 @@ impl Application for HqApp {
     fn worker(&self, _worker: usize) -> Box<dyn WorkerApp> {
         Box::new(self.clone())
     }
+
+    fn close_codes(&self, _alpn: &[u8]) -> super::CloseCodes {
+        super::CloseCodes::HQ_INTEROP
+    }
 }
 
 impl WorkerApp for HqApp {

@@ -50,6 +50,52 @@ pub trait Application: Send + Sync + 'static {
     /// The part of the application that runs on worker thread `worker`
     /// (from 0), made once, on that thread.
     fn worker(&self, worker: usize) -> Box<dyn WorkerApp>;
+    /// The application error codes the engine closes a connection of
+    /// protocol `alpn` with when it decides to itself (an address over its
+    /// share, an eviction, a response without progress): the protocol's
+    /// own. The default: [`CloseCodes::HTTP3`].
+    fn close_codes(&self, alpn: &[u8]) -> CloseCodes {
+        let _ = alpn;
+        CloseCodes::HTTP3
+    }
+}
+
+/// The application error codes (CONNECTION_CLOSE) the engine uses itself
+/// on a connection, per protocol ([`Application::close_codes`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CloseCodes {
+    /// A connection whose client address was found over its share
+    /// ([`crate::EngineConfig::max_connections_per_ip`]) when its
+    /// handshake ended (reason "too many connections from this address").
+    pub address_limit: u64,
+    /// A connection evicted to make room for a newcomer when the server
+    /// was full, or closed because a response made no progress for
+    /// [`crate::limits::STALL_TIMEOUT`].
+    pub excessive_load: u64,
+}
+
+impl CloseCodes {
+    /// HTTP/3's (RFC 9114 8.1): `H3_EXCESSIVE_LOAD` (0x107) for both.
+    pub const HTTP3: CloseCodes = CloseCodes {
+        address_limit: 0x107,
+        excessive_load: 0x107,
+    };
+    /// hq-interop's (this crate's, [`crate::hq::wire`]): 0x14
+    /// ([`crate::hq::wire::CLOSE_ADDRESS_LIMIT`]) for an address over its
+    /// share, 0x107 for load.
+    pub const HQ_INTEROP: CloseCodes = CloseCodes {
+        address_limit: crate::hq::wire::CLOSE_ADDRESS_LIMIT as u64,
+        excessive_load: 0x107,
+    };
+
+    /// Codes of a protocol of the embedder's.
+    pub const fn new(address_limit: u64, excessive_load: u64) -> Self {
+        CloseCodes {
+            address_limit,
+            excessive_load,
+        }
+    }
 }
 
 /// The application on one worker thread.
@@ -124,6 +170,10 @@ pub struct ConnInfo {
     pub server_name: Option<String>,
     /// The worker thread that owns the connection.
     pub worker: usize,
+    /// Requests (bidirectional streams) the client may have open at once
+    /// ([`crate::Transport::bidi_streams`]; fewer while the memory budget
+    /// is under pressure, [`crate::limits::Grant`]).
+    pub bidi_streams: u32,
 }
 
 /// A stream's direction.
@@ -205,6 +255,34 @@ pub enum AppEvent {
     CanOpen(Dir),
     /// [`ConnApp::timeout`] has come.
     Timeout,
+    /// QUIC DATAGRAM frames arrived (RFC 9221; with
+    /// [`crate::Transport::datagram_receive_buffer`]): read them with
+    /// [`AppCx::recv_datagram`] until it gives `None`. The event comes
+    /// when the connection's receive buffer was empty, so read them all.
+    Datagram,
+    /// A DATAGRAM frame may be queued again ([`AppCx::send_datagram`] was
+    /// [`DatagramError::Blocked`]).
+    DatagramsWritable,
+}
+
+/// Why [`AppCx::send_datagram`] did not queue a DATAGRAM frame.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DatagramError {
+    /// The server offers no DATAGRAM frames
+    /// ([`crate::Transport::datagram_receive_buffer`] is `None`), or the
+    /// client takes none.
+    #[error("DATAGRAM frames are not in use on this connection")]
+    Unsupported,
+    /// The datagram is larger than the client takes, or than a packet
+    /// holds ([`AppCx::max_datagram_size`]).
+    #[error("the datagram is larger than the connection takes")]
+    TooLarge,
+    /// The connection's send buffer is full; [`AppEvent::DatagramsWritable`]
+    /// follows when there is room. The datagram comes back. Counted in
+    /// [`crate::Counters::quic_datagrams_blocked`].
+    #[error("the connection's DATAGRAM send buffer is full")]
+    Blocked(Bytes),
 }
 
 /// Why a connection ended.
@@ -300,6 +378,8 @@ pub struct AppCx<'a> {
     conn: &'a Rc<RefCell<quinn_proto::Connection>>,
     now: Instant,
     finishing: &'a mut Vec<(quinn_proto::StreamId, u64)>,
+    /// DATAGRAM frames the application read on this connection.
+    datagrams_read: &'a mut u64,
     counters: &'a Counters,
     wake: (&'a Wakes, quinn_proto::ConnectionHandle),
 }
@@ -313,6 +393,7 @@ impl<'a> AppCx<'a> {
         conn: &'a Rc<RefCell<quinn_proto::Connection>>,
         now: Instant,
         finishing: &'a mut Vec<(quinn_proto::StreamId, u64)>,
+        datagrams_read: &'a mut u64,
         counters: &'a Counters,
         wake: (&'a Wakes, quinn_proto::ConnectionHandle),
     ) -> Self {
@@ -320,6 +401,7 @@ impl<'a> AppCx<'a> {
             conn,
             now,
             finishing,
+            datagrams_read,
             counters,
             wake,
         }
@@ -472,6 +554,50 @@ impl<'a> AppCx<'a> {
         self.conn
             .borrow_mut()
             .close(self.now, varint(code), Bytes::copy_from_slice(reason));
+    }
+
+    /// The next DATAGRAM frame received, oldest first; `None` when none
+    /// is left ([`AppEvent::Datagram`] follows the next). What is not
+    /// read stays in the connection's receive buffer
+    /// ([`crate::Transport::datagram_receive_buffer`]), whose oldest
+    /// frames are dropped when it is full.
+    pub fn recv_datagram(&mut self) -> Option<Bytes> {
+        let d = self.conn.borrow_mut().datagrams().recv();
+        if d.is_some() {
+            *self.datagrams_read += 1;
+            self.counters
+                .quic_datagrams_read
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        d
+    }
+
+    /// Queues `data` to be sent in a DATAGRAM frame (unreliable: it is
+    /// not sent again if lost). The queue holds at most
+    /// [`crate::Transport::datagram_receive_buffer`] bytes; when it is
+    /// full the datagram comes back ([`DatagramError::Blocked`]) and
+    /// [`AppEvent::DatagramsWritable`] follows.
+    pub fn send_datagram(&mut self, data: Bytes) -> Result<(), DatagramError> {
+        use quinn_proto::SendDatagramError as E;
+        use std::sync::atomic::Ordering::Relaxed;
+        match self.conn.borrow_mut().datagrams().send(data, false) {
+            Ok(()) => {
+                self.counters.quic_datagrams_queued.fetch_add(1, Relaxed);
+                Ok(())
+            }
+            Err(E::Blocked(d)) => {
+                self.counters.quic_datagrams_blocked.fetch_add(1, Relaxed);
+                Err(DatagramError::Blocked(d))
+            }
+            Err(E::TooLarge) => Err(DatagramError::TooLarge),
+            Err(_) => Err(DatagramError::Unsupported),
+        }
+    }
+
+    /// The largest DATAGRAM payload the connection takes now, bytes;
+    /// `None` when DATAGRAM frames are not in use.
+    pub fn max_datagram_size(&mut self) -> Option<usize> {
+        self.conn.borrow_mut().datagrams().max_size()
     }
 
     /// Sets the bytes the connection may have sent and not yet had

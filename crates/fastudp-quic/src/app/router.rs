@@ -1,7 +1,7 @@
 //! One port, several applications: the ALPN the client and server agree
 //! on picks the application.
 
-use super::{Application, ConnApp, ConnInfo, WorkerApp};
+use super::{Application, CloseCodes, ConnApp, ConnInfo, WorkerApp};
 use std::sync::Arc;
 
 /// An [`Application`] that hands each connection to the application
@@ -66,6 +66,15 @@ impl Application for Router {
                 .map(|(a, app)| (a.clone(), app.worker(worker)))
                 .collect(),
         })
+    }
+
+    /// The codes of the application routed for `alpn` (the default's for
+    /// a protocol without one).
+    fn close_codes(&self, alpn: &[u8]) -> CloseCodes {
+        match self.routes.iter().find(|r| r.0 == alpn) {
+            Some((_, app)) => app.close_codes(alpn),
+            None => CloseCodes::HTTP3,
+        }
     }
 }
 

@@ -191,6 +191,10 @@ impl Application for H3App {
         vec![super::ALPN.to_vec()]
     }
 
+    fn close_codes(&self, _alpn: &[u8]) -> crate::app::CloseCodes {
+        crate::app::CloseCodes::HTTP3
+    }
+
     fn worker(&self, worker: usize) -> Box<dyn WorkerApp> {
         let answer = match &self.answer {
             Answer::Handler(make) => WorkerAnswer::Handler(make(worker)),
@@ -239,6 +243,7 @@ impl WorkerApp for H3Worker {
             responder,
             runtime,
             request_timeout: self.request_timeout,
+            max_requests: info.bidi_streams as usize,
             task: None,
             reported: TaskStats::default(),
         }))
@@ -251,6 +256,9 @@ struct H3Connection {
     responder: Responder,
     runtime: Option<tokio::runtime::Handle>,
     request_timeout: Duration,
+    /// The requests the client may have open at once
+    /// ([`ConnInfo::bidi_streams`]).
+    max_requests: usize,
     task: Option<H3Task>,
     /// What was added to the engine's counters so far.
     reported: TaskStats,
@@ -261,6 +269,7 @@ impl H3Connection {
         let responder = &self.responder;
         let runtime = &self.runtime;
         let request_timeout = self.request_timeout;
+        let max_requests = self.max_requests;
         let task = self.task.get_or_insert_with(|| {
             // quinn-proto holds a copy of what h3 sends: bound it
             // (`limits::h3_per_connection`).
@@ -268,7 +277,7 @@ impl H3Connection {
             let t = H3Task::server(
                 cx.conn().clone(),
                 responder.clone(),
-                limits::STREAMS as usize,
+                max_requests,
                 request_timeout,
                 cx.now(),
             )

@@ -43,3 +43,29 @@ pub use task::{CONTROL_FRAME_MAX, MAX_FIELD_SECTION, REQUEST_STREAM_CAP};
 
 /// The ALPN token of HTTP/3.
 pub const ALPN: &[u8] = b"h3";
+
+/// HTTP/3's error codes (RFC 9114 8.1) that the engine's HTTP/3 sends,
+/// in a stream's reset or STOP_SENDING or a connection's close.
+pub mod code {
+    /// No error: a connection closed cleanly.
+    pub const H3_NO_ERROR: u64 = 0x100;
+    /// A peer violated the protocol in a way no more specific code says.
+    pub const H3_GENERAL_PROTOCOL_ERROR: u64 = 0x101;
+    /// An internal error: a handler that panicked after its response's
+    /// head was sent has its stream reset with it.
+    pub const H3_INTERNAL_ERROR: u64 = 0x102;
+    /// A stream the connection needs (a control stream) was closed.
+    pub const H3_CLOSED_CRITICAL_STREAM: u64 = 0x104;
+    /// The peer generates excessive load: an oversized frame, an eviction
+    /// when the server is full, a response without progress.
+    pub const H3_EXCESSIVE_LOAD: u64 = 0x107;
+    /// A request refused before any processing (past a GOAWAY); it may be
+    /// retried.
+    pub const H3_REQUEST_REJECTED: u64 = 0x10b;
+    /// The request ended before it was whole (its header section not
+    /// within the request timeout).
+    pub const H3_REQUEST_INCOMPLETE: u64 = 0x10d;
+    /// A malformed message: a request body that does not match its
+    /// `content-length`.
+    pub const H3_MESSAGE_ERROR: u64 = 0x10e;
+}

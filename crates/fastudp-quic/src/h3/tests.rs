@@ -1286,3 +1286,44 @@ fn files_are_served_with_ranges() {
     check_pattern(&r[6].2, 10);
     assert!(root.stats().escapes_refused >= 1, "{:?}", root.stats());
 }
+
+/// The public HTTP/3 codes are the ones the engine's HTTP/3 sends, and
+/// HTTP/3's close codes are HTTP/3's.
+#[test]
+fn the_public_codes_are_the_ones_sent() {
+    use super::code;
+    assert_eq!(code::H3_NO_ERROR, super::backend::H3_NO_ERROR);
+    assert_eq!(code::H3_INTERNAL_ERROR, super::backend::H3_INTERNAL_ERROR);
+    assert_eq!(code::H3_EXCESSIVE_LOAD, super::backend::H3_EXCESSIVE_LOAD);
+    assert_eq!(
+        code::H3_CLOSED_CRITICAL_STREAM,
+        super::backend::H3_CLOSED_CRITICAL_STREAM
+    );
+    assert_eq!(
+        code::H3_REQUEST_INCOMPLETE,
+        super::task::H3_REQUEST_INCOMPLETE
+    );
+    assert_eq!(code::H3_REQUEST_REJECTED, super::task::H3_REQUEST_REJECTED);
+    assert_eq!(
+        code::H3_MESSAGE_ERROR,
+        u64::from(::h3::error::Code::H3_MESSAGE_ERROR)
+    );
+    assert_eq!(
+        code::H3_GENERAL_PROTOCOL_ERROR,
+        u64::from(::h3::error::Code::H3_GENERAL_PROTOCOL_ERROR)
+    );
+    assert_eq!(
+        code::H3_GENERAL_PROTOCOL_ERROR,
+        u64::from(crate::app::REFUSED)
+    );
+    use crate::app::{Application, CloseCodes};
+    let app = super::H3App::builtin();
+    assert_eq!(app.close_codes(super::ALPN), CloseCodes::HTTP3);
+    assert_eq!(CloseCodes::HTTP3.address_limit, code::H3_EXCESSIVE_LOAD);
+    let router = crate::app::Router::new()
+        .with(super::ALPN, super::H3App::builtin())
+        .with(crate::hq::wire::ALPN, crate::app::hq::HqApp::default());
+    assert_eq!(router.close_codes(b"h3"), CloseCodes::HTTP3);
+    assert_eq!(router.close_codes(b"hq-interop"), CloseCodes::HQ_INTEROP);
+    assert_eq!(CloseCodes::HQ_INTEROP.address_limit, 0x14);
+}

@@ -9,6 +9,8 @@ mod altsvc;
 #[path = "../../examples/embed.rs"]
 #[allow(dead_code)] // its `main`
 mod embed;
+#[path = "engine/platform.rs"]
+mod platform;
 #[path = "engine/restart.rs"]
 mod restart;
 #[cfg(all(feature = "uring", target_os = "linux"))]
