@@ -1285,4 +1285,9 @@ fn files_are_served_with_ranges() {
     assert_eq!(r[6].0, 200);
     check_pattern(&r[6].2, 10);
     assert!(root.stats().escapes_refused >= 1, "{:?}", root.stats());
+    // Every body byte went to quinn-proto by reference, none copied.
+    assert_eq!(
+        p.server().task.link().stats().body_bytes_by_reference,
+        300_000 + 1000 + 10
+    );
 }
