@@ -1250,7 +1250,7 @@ impl ConnTable {
         self.in_drive = Some(Places::of(&c));
         // Files opened for it count against its address's descriptors.
         let _peer = crate::files::Peer::set(c.address);
-        let counters = s.counters.clone();
+        let counters = &*s.counters;
         let mut trains = 0;
         let mut gone = false;
         // Frames decrypted since the last drive: the client was heard.
@@ -1303,7 +1303,7 @@ impl ConnTable {
             again |= !events.is_empty();
             if self.draining {
                 // Told before it hears of the streams that came meanwhile.
-                Self::drain_one(&mut c, now, &counters, (&self.wakes, ch), false);
+                Self::drain_one(&mut c, now, counters, (&self.wakes, ch), false);
             }
             for ev in events.drain(..) {
                 self.dispatch(ch, &mut c, ev, now, app, s);
@@ -1315,14 +1315,14 @@ impl ConnTable {
                 .is_some_and(|t| t <= now);
             if let Some(app) = c.app.as_mut() {
                 let mut cx =
-                    AppCx::new(&c.conn, now, &mut c.finishing, &counters, (&self.wakes, ch));
+                    AppCx::new(&c.conn, now, &mut c.finishing, counters, (&self.wakes, ch));
                 if timeout_due {
                     app.on_event(&mut cx, AppEvent::Timeout);
                 }
                 app.poll(&mut cx);
             }
             if self.draining {
-                again |= Self::drain_one(&mut c, now, &counters, (&self.wakes, ch), true);
+                again |= Self::drain_one(&mut c, now, counters, (&self.wakes, ch), true);
             }
             self.transmits(ch, &mut c, now, tx, s, &mut trains);
             if !again {
