@@ -37,8 +37,9 @@
 # to the first build's within each round, then their range over rounds.
 # PERF=DIR records each fastudp server's samples (`perf record -e
 # cpu-clock -g -p PID`, for the load's time) into DIR/WORKLOAD-SERVER-
-# ROUND.data and prints scripts/perf-buckets.py's buckets of each (the
-# recording costs CPU: take the figures from a run without PERF).
+# ROUND.data and prints scripts/perf-buckets.py's buckets of each, with
+# their CPU ms per Gbit served (the recording costs CPU: take the
+# figures from a run without PERF).
 #
 #   AB="before=/tmp/fastudp-before after=target/release/fastudp" ROUNDS=3 \
 #     SERVERS="before after" scripts/bench-files.sh OUT.csv
@@ -157,7 +158,9 @@ one() { # one SERVER WORKLOAD
     if [ -n "$perf" ]; then
         kill -INT "$perf" 2>/dev/null || true
         wait "$perf" 2>/dev/null || true
-        echo "$w $server round $ROUND:" $(scripts/perf-buckets.py "$PERF/$w-$server-$ROUND.data" "$srv" | tr '\t\n' ' ,') >&2
+        local gb
+        gb=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["bytes"] * 8 / 1e9)' "$TMP/load.json" 2>/dev/null || true)
+        echo "$w $server round $ROUND:" $(scripts/perf-buckets.py "$PERF/$w-$server-$ROUND.data" "$srv" $gb | tr '\t\n' ' ,') >&2
     fi
     kill -INT "$srv" 2>/dev/null || true
     wait "$srv" || true
