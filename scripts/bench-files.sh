@@ -29,6 +29,20 @@
 #   SMOKE=1 scripts/bench-files.sh
 #   SECONDS1=10 CONNS1=100 SERVERS="fastudp quinn" WORKLOADS=1MB scripts/bench-files.sh
 #   LOGDIR=DIR scripts/bench-files.sh   (keeps each server's and client's output)
+#
+# Builds of fastudp side by side (an ablation): AB names each build and
+# its binary; each is a server of that name, and ROUNDS (1) rounds run
+# one after the other, every server once per round and workload, so the
+# builds meet the same load on a shared machine. The table's ratios are
+# to the first build's within each round, then their range over rounds.
+# PERF=DIR records each fastudp server's samples (`perf record -e
+# cpu-clock -g -p PID`, for the load's time) into DIR/WORKLOAD-SERVER-
+# ROUND.data and prints scripts/perf-buckets.py's buckets of each, with
+# their CPU ms per Gbit served (the recording costs CPU: take the
+# figures from a run without PERF).
+#
+#   AB="before=/tmp/fastudp-before after=target/release/fastudp" ROUNDS=3 \
+#     SERVERS="before after" scripts/bench-files.sh OUT.csv
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-}
@@ -38,6 +52,10 @@ DUR100=${SECONDS100:-20}
 CONNS1=${CONNS1:-100}
 CONNS100=${CONNS100:-10}
 LOGDIR=${LOGDIR:-}
+AB=${AB:-}
+ROUNDS=${ROUNDS:-1}
+PERF=${PERF:-}
+ROUND=1
 RUN=smoke
 SERVERS=${SERVERS:-fastudp quinn quic-go tcp-h1 tcp-h2}
 WORKLOADS=${WORKLOADS:-1MB 100MB}
@@ -47,7 +65,10 @@ QUINN=$T/release/examples/h3_quinn_files
 GOB=$T/quic-go-filebench
 
 echo "building ..." >&2
-cargo build --release -q -p fastudp-cli --bin fastudp --example h3_quinn_files
+# With AB, the builds are given; only the testbed's binary is needed.
+if [ -z "$AB" ] || [ ! -x "$FASTUDP" ]; then
+    cargo build --release -q -p fastudp-cli --bin fastudp --example h3_quinn_files
+fi
 scripts/build-quic-go-client.sh >/dev/null
 
 TMP=$(mktemp -d)
@@ -103,7 +124,11 @@ one() { # one SERVER WORKLOAD
     quic-go) cmd="$GOB serve -proto h3 -listen $addr -www $dir" ;;
     tcp-h1) cmd="$GOB serve -proto https -listen $addr -www $dir"; proto=https ;;
     tcp-h2) cmd="$GOB serve -proto https -listen $addr -www $dir"; proto=https h2=-h2 ;;
-    *) echo "bench-files: unknown server $server" >&2; exit 2 ;;
+    *)
+        local bin=
+        for ab in $AB; do [ "${ab%%=*}" = "$server" ] && bin=${ab#*=}; done
+        [ -n "$bin" ] || { echo "bench-files: unknown server $server" >&2; exit 2; }
+        cmd="$bin quic serve --listen $addr --www $dir --workers 1 --json" ;;
     esac
     # shellcheck disable=SC2086
     $NS_S $PIN_S $cmd >"$TMP/srv.out" 2>"$TMP/srv.err" &
@@ -120,10 +145,23 @@ one() { # one SERVER WORKLOAD
     local verify= t0 t1 rc=0
     [ "$SMOKE" = 1 ] && verify=-verify
     t0=$(ticks "$srv")
+    local perf=
+    if [ -n "$PERF" ] && [ "$server" != quinn ] && [ "${cmd#*quic serve}" != "$cmd" ]; then
+        mkdir -p "$PERF"
+        perf record -e cpu-clock -g -p "$srv" -o "$PERF/$w-$server-$ROUND.data" >/dev/null 2>&1 &
+        perf=$!
+    fi
     # shellcheck disable=SC2086
     $NS_C $PIN_C "$GOB" load -proto $proto $h2 -dir "$dir" $verify -insecure \
         -connections "$conns" -duration "${dur}s" "https://$addr" >"$TMP/load.json" 2>"$TMP/load.err" || rc=$?
     t1=$(ticks "$srv")
+    if [ -n "$perf" ]; then
+        kill -INT "$perf" 2>/dev/null || true
+        wait "$perf" 2>/dev/null || true
+        local gb
+        gb=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["bytes"] * 8 / 1e9)' "$TMP/load.json" 2>/dev/null || true)
+        echo "$w $server round $ROUND:" $(scripts/perf-buckets.py "$PERF/$w-$server-$ROUND.data" "$srv" $gb | tr '\t\n' ' ,') >&2
+    fi
     kill -INT "$srv" 2>/dev/null || true
     wait "$srv" || true
     srv=
@@ -149,14 +187,16 @@ print(",".join(str(x) for x in [w, server, l["proto"], l["connections"], round(l
     l["errors"], round(l["client_cpu_s"], 2), round(l["client_cpu_s"] / gbit, 4) if gbit else ""]))
 EOF
 )
-    rows+=("$RUN,$row")
+    rows+=("$RUN-r$ROUND,$row")
     echo "$row" >&2
 }
 
 HEADER="run,workload,server,proto,connections,seconds,bytes,goodput_gbit_s,server_cpu_s,server_cpu_s_per_gbit,completed,errors,client_cpu_s,client_cpu_s_per_gbit"
 run_all() {
-    for w in $WORKLOADS; do
-        for s in $SERVERS; do one "$s" "$w"; done
+    for ROUND in $(seq "$ROUNDS"); do
+        for w in $WORKLOADS; do
+            for s in $SERVERS; do one "$s" "$w"; done
+        done
     done
 }
 
@@ -184,21 +224,34 @@ if [ -n "$OUT" ]; then
     [ -f "$OUT" ] || echo "$HEADER" >"$OUT"
     printf '%s\n' "${rows[@]}" >>"$OUT"
 fi
-# The table: each server's CPU per Gbit and goodput against fastudp's in
-# the same workload.
-printf '%s\n' "$HEADER" "${rows[@]}" | python3 -c '
-import csv, sys
+# The table: each server's CPU per Gbit and goodput against fastudp's (or
+# the first build's of AB) in the same workload and round.
+BASE=fastudp
+[ -n "$AB" ] && BASE=${AB%%=*}
+printf '%s\n' "$HEADER" "${rows[@]}" | BASE=$BASE python3 -c '
+import csv, os, sys
 rows = list(csv.DictReader(sys.stdin))
-base = {r["workload"]: r for r in rows if r["server"] == "fastudp"}
-print("| workload | server | connections | goodput Gbit/s | server CPU s | CPU s/Gbit | CPU/Gbit vs fastudp | goodput vs fastudp | completed | errors | client CPU s/Gbit |")
-print("|---|---|---|---|---|---|---|---|---|---|---|")
+B = os.environ["BASE"]
+base = {(r["run"], r["workload"]): r for r in rows if r["server"] == B}
+def ratio(r, k):
+    try: return float(r[k]) / float(base[(r["run"], r["workload"])][k])
+    except Exception: return None
+def f(x): return "-" if x is None else "%.2f" % x
+print("| round | workload | server | connections | goodput Gbit/s | server CPU s | CPU s/Gbit | CPU/Gbit vs %s | goodput vs %s | completed | errors | client CPU s/Gbit |" % (B, B))
+print("|---|---|---|---|---|---|---|---|---|---|---|---|")
 for r in rows:
-    b = base.get(r["workload"])
-    def ratio(k):
-        try: return "%.2f" % (float(r[k]) / float(b[k]))
-        except Exception: return "-"
-    print("| %s | %s (%s) | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (r["workload"], r["server"], r["proto"],
+    print("| %s | %s | %s (%s) | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (r["run"].rsplit("-r", 1)[-1], r["workload"], r["server"], r["proto"],
         r["connections"], r["goodput_gbit_s"], r["server_cpu_s"], r["server_cpu_s_per_gbit"],
-        ratio("server_cpu_s_per_gbit"), ratio("goodput_gbit_s"), r["completed"], r["errors"], r["client_cpu_s_per_gbit"]))
+        f(ratio(r, "server_cpu_s_per_gbit")), f(ratio(r, "goodput_gbit_s")), r["completed"], r["errors"], r["client_cpu_s_per_gbit"]))
+runs = sorted({r["run"] for r in rows})
+if len(runs) > 1:
+    print()
+    print("| workload | server | CPU/Gbit vs %s: median (min-max) over %d rounds |" % (B, len(runs)))
+    print("|---|---|---|")
+    for w in dict.fromkeys(r["workload"] for r in rows):
+        for s in dict.fromkeys(r["server"] for r in rows):
+            v = sorted(x for x in (ratio(r, "server_cpu_s_per_gbit") for r in rows if r["workload"] == w and r["server"] == s) if x is not None)
+            if v:
+                print("| %s | %s | %.2f (%.2f-%.2f) |" % (w, s, v[len(v) // 2], v[0], v[-1]))
 '
 exit "$fail"

@@ -6,7 +6,12 @@ beside each profile) into the buckets of BENCHMARKS sections 14, 16 and
 rustls with ring or aws-lc-rs, tokio) and the quic-go server (Go's crypto,
 runtime, garbage collector and scheduler, quic-go).
 
-    scripts/perf-buckets.py PERF.data PID
+    scripts/perf-buckets.py PERF.data PID [GBIT]
+
+With GBIT (the gigabits the process served while it was recorded), each
+bucket's CPU milliseconds per Gbit follow its share (samples times the
+sampling period), so that profiles of runs that moved different amounts
+compare bucket by bucket.
 """
 import re
 import subprocess
@@ -66,17 +71,19 @@ ORDER = ["crypto", "copies", "quinn-proto/quic-go", "allocation", "sleep/wake",
 
 def main():
     data, pid = sys.argv[1], sys.argv[2]
+    gbit = float(sys.argv[3]) if len(sys.argv) > 3 else None
     out = subprocess.run(
-        ["perf", "report", "-i", data, "--no-children", "--pid", pid,
+        ["perf", "report", "-i", data, "--no-children", "--pid", pid, "-n",
          "--sort", "sym", "--stdio", "-g", "none", "--percent-limit", "0"],
         capture_output=True, text=True).stdout
     tot = {}
     total = 0.0
     for line in out.splitlines():
-        m = re.match(r"\s*([\d.]+)%\s+\[(.)\]\s+(.*)", line)
+        m = re.match(r"\s*([\d.]+)%\s+(\d+)\s+\[(.)\]\s+(.*)", line)
         if not m:
             continue
-        pct, sym = float(m.group(1)), m.group(3).strip()
+        # Samples, not the rounded percentage.
+        pct, sym = float(m.group(2)), m.group(4).strip()
         total += pct
         b = "other"
         for name, rx in BUCKETS:
@@ -84,9 +91,21 @@ def main():
                 b = name
                 break
         tot[b] = tot.get(b, 0.0) + pct
+    period_ms = None
+    if gbit:
+        ev = subprocess.run(["perf", "evlist", "-F", "-i", data],
+                            capture_output=True, text=True).stdout
+        m = re.search(r"sample_freq=(\d+)", ev)
+        period_ms = 1000.0 / int(m.group(1)) if m else None
     for name in ORDER + ["other"]:
         share = 100 * tot.get(name, 0.0) / total if total else 0.0
-        print(f"{name}\t{share:.1f}%")
+        if period_ms:
+            per = tot.get(name, 0.0) * period_ms / gbit
+            print(f"{name}\t{share:.1f}%\t{per:.1f} ms/Gbit")
+        else:
+            print(f"{name}\t{share:.1f}%")
+    if period_ms:
+        print(f"total\t100%\t{total * period_ms / gbit:.1f} ms/Gbit")
 
 
 main()

@@ -25,7 +25,8 @@
 //!    `Content-Range` of a single `Range` ([`byte_range`]), and for a
 //!    `GET` a [`FileBody`], read with `pread` in chunks of at most
 //!    [`CHUNK`] bytes, one at a time, as the caller's flow control lets
-//!    it write. Files are never mapped (a file truncated while mapped
+//!    it write, into buffers the root reuses (zeroed once, when first
+//!    allocated; at most [`FREE_BUFFERS`] kept). Files are never mapped (a file truncated while mapped
 //!    kills the process with `SIGBUS`) nor read whole.
 //!
 //! | outcome | status | counted in [`FileStats`] |
@@ -56,6 +57,7 @@ use std::os::fd::AsFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
 
 /// The most bytes one [`FileBody`] read returns (64 KiB).
 pub const CHUNK: usize = 64 * 1024;
@@ -425,6 +427,8 @@ pub struct FileBody {
     off: u64,
     end: u64,
     held: Bytes,
+    /// Where its chunks' buffers come from and go back to.
+    bufs: Arc<Buffers>,
     /// Its descriptor's place, given back when the body is dropped.
     _fd: Permit,
 }
@@ -472,23 +476,89 @@ impl FileBody {
 
     fn read_next(&mut self) -> io::Result<Bytes> {
         let n = (self.end - self.off).min(CHUNK as u64) as usize;
-        let mut buf = vec![0u8; n];
+        let mut buf = self.bufs.take(n);
         let mut got = 0;
         while got < n {
-            match self.file.read_at(&mut buf[got..], self.off + got as u64) {
+            match self.file.read_at(&mut buf[got..n], self.off + got as u64) {
                 Ok(0) => {
+                    self.bufs.give(buf);
                     return Err(io::Error::new(
                         io::ErrorKind::UnexpectedEof,
                         "the file shrank while it was served",
-                    ))
+                    ));
                 }
                 Ok(k) => got += k,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
+                Err(e) => {
+                    self.bufs.give(buf);
+                    return Err(e);
+                }
             }
         }
         self.off += n as u64;
-        Ok(Bytes::from(buf))
+        Ok(Bytes::from_owner(Lease {
+            buf,
+            len: n,
+            bufs: self.bufs.clone(),
+        }))
+    }
+}
+
+/// The most free read buffers a [`Root`] keeps for reuse (64 of
+/// [`CHUNK`] bytes: 4 MiB), shared by its responses.
+pub const FREE_BUFFERS: usize = 64;
+
+/// Read buffers of [`CHUNK`] bytes, reused: a chunk handed out lends its
+/// buffer, which comes back here when the last `Bytes` of it is dropped
+/// (once the QUIC stream no longer holds any of its bytes). A buffer is
+/// zeroed once, when it is first allocated, and then only ever
+/// overwritten by `pread`; a chunk shows only the bytes read into it.
+/// At most [`FREE_BUFFERS`] wait here; the rest are freed.
+#[derive(Debug, Default)]
+struct Buffers {
+    free: Mutex<Vec<Vec<u8>>>,
+}
+
+impl Buffers {
+    /// A buffer of at least `n` bytes (`n` ≤ [`CHUNK`]): a free one, or a
+    /// new one (of [`CHUNK`] bytes, or of `n` for a last, short chunk,
+    /// which is not kept).
+    fn take(&self, n: usize) -> Vec<u8> {
+        if let Some(b) = self.free.lock().ok().and_then(|mut f| f.pop()) {
+            return b;
+        }
+        vec![0u8; n]
+    }
+
+    /// Keeps `buf` for reuse if it is a whole one and there is room.
+    fn give(&self, buf: Vec<u8>) {
+        if buf.len() != CHUNK {
+            return;
+        }
+        if let Ok(mut f) = self.free.lock() {
+            if f.len() < FREE_BUFFERS {
+                f.push(buf);
+            }
+        }
+    }
+}
+
+/// A chunk's buffer while `Bytes` of it live (`Bytes::from_owner`).
+struct Lease {
+    buf: Vec<u8>,
+    len: usize,
+    bufs: Arc<Buffers>,
+}
+
+impl AsRef<[u8]> for Lease {
+    fn as_ref(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.bufs.give(std::mem::take(&mut self.buf));
     }
 }
 
@@ -677,6 +747,7 @@ pub struct Root {
     dir: File,
     counts: Counters,
     fds: std::sync::Arc<Descriptors>,
+    bufs: Arc<Buffers>,
 }
 
 impl Root {
@@ -696,6 +767,7 @@ impl Root {
             dir: f,
             counts: Counters::default(),
             fds: std::sync::Arc::new(Descriptors::from_process()),
+            bufs: Arc::default(),
         })
     }
 
@@ -820,6 +892,7 @@ impl Root {
                 off: start,
                 end,
                 held: Bytes::new(),
+                bufs: self.bufs.clone(),
                 _fd: permit,
             }),
         })
@@ -1265,6 +1338,50 @@ mod tests {
         let h = format!("bytes={a}-{z}");
         let mut r = root.respond(Method::Get, b"/big.bin", Some(h.as_bytes()));
         assert!(body(&mut r) == data[a as usize..=z as usize]);
+    }
+
+    #[test]
+    fn read_buffers_are_reused_and_show_only_their_bytes() {
+        let (t, root) = site("reuse");
+        let a: Vec<u8> = (0..(CHUNK + 10) as u32).map(|i| (i % 251) as u8).collect();
+        let b: Vec<u8> = (0..(2 * CHUNK) as u32).map(|i| (i % 13) as u8).collect();
+        std::fs::write(t.0.join("www/a.bin"), &a).unwrap();
+        std::fs::write(t.0.join("www/b.bin"), &b).unwrap();
+        let mut r = get(&root, "/a.bin");
+        let body_a = r.body.as_mut().unwrap();
+        let c = body_a.next_chunk().unwrap().unwrap();
+        assert!(c == a[..CHUNK]);
+        let at = c.as_ptr();
+        drop(c);
+        // The last 10 bytes land in the same buffer, which held a whole
+        // chunk: only the 10 read show.
+        let c = body_a.next_chunk().unwrap().unwrap();
+        assert_eq!(c.as_ptr(), at, "the buffer was not reused");
+        assert!(c == a[CHUNK..]);
+        assert!(body_a.next_chunk().unwrap().is_none());
+        // A chunk still held (by a stream that has not had all of it
+        // acknowledged) keeps its buffer: the next read goes elsewhere
+        // and leaves its bytes as they were.
+        let mut r = get(&root, "/b.bin");
+        let body_b = r.body.as_mut().unwrap();
+        let first = body_b.next_chunk().unwrap().unwrap();
+        let other = first.as_ptr();
+        assert_ne!(other, at, "a buffer still held was reused");
+        assert!(first == b[..CHUNK]);
+        assert!(c == a[CHUNK..]);
+        drop(c);
+        let second = body_b.next_chunk().unwrap().unwrap();
+        assert_eq!(second.as_ptr(), at, "a free buffer is taken first");
+        assert!(second == b[CHUNK..]);
+        // A slice of a chunk keeps the whole buffer until it is dropped.
+        let tail = first.slice(CHUNK - 1..);
+        drop((first, second));
+        let mut r = get(&root, "/b.bin");
+        let again = r.body.as_mut().unwrap().next_chunk().unwrap().unwrap();
+        assert_eq!(again.as_ptr(), at);
+        assert!(again == b[..CHUNK]);
+        assert_eq!(tail[..], b[CHUNK - 1..CHUNK]);
+        assert_eq!(tail.as_ptr(), other.wrapping_add(CHUNK - 1));
     }
 
     #[test]

@@ -60,6 +60,12 @@ pub(crate) struct Tx {
     pub(crate) stateless_held: bool,
     /// Datagrams per train at most.
     pub(crate) max_train: usize,
+    /// The largest datagram queued so far (at least 1500): a train
+    /// buffer is reserved for `max_train` of them, jumbo frames too.
+    largest: usize,
+    /// The allocation of the transmits list `send_queue` hands the
+    /// socket, kept empty between calls.
+    ts_spare: Vec<Transmit<'static>>,
     /// The worker's test harness: `flush` sends nothing, so that every
     /// transmit stays queued for the harness to carry (a flush in the
     /// middle of a turn, at `limits::PENDING_TRAINS`, would otherwise send to
@@ -116,6 +122,8 @@ impl Tx {
             stateless_q: Vec::new(),
             stateless_held: false,
             max_train,
+            largest: 1500,
+            ts_spare: Vec::new(),
             #[cfg(test)]
             hold: false,
         })
@@ -145,8 +153,10 @@ impl Tx {
         let mut b = self.spare.pop().unwrap_or_default();
         b.clear();
         // Room for the largest train, so that quinn-proto never grows
-        // (and so copies) it.
-        b.reserve(self.max_train * 1500);
+        // (and so copies) it: `max_train` of the largest datagram seen
+        // (1500 bytes until a larger one, after path-MTU discovery on
+        // jumbo frames, was queued).
+        b.reserve(self.max_train * self.largest);
         b
     }
 
@@ -166,6 +176,8 @@ impl Tx {
 
     /// Queues a transmit, in its buffer, for the end of the turn.
     pub(crate) fn queue(&mut self, t: &quinn_proto::Transmit, buf: Vec<u8>, txtime: Option<u64>) {
+        let datagram = t.segment_size.unwrap_or(t.size).min(u16::MAX as usize);
+        self.largest = self.largest.max(datagram);
         self.pending.push(Pending::new(t, buf, txtime));
     }
 
@@ -176,7 +188,6 @@ impl Tx {
         if self.hold {
             return;
         }
-        let counters = self.counters.clone();
         self.blocked = false;
         // Connections' transmits first, stateless replies after: a flood
         // that fills the send path with replies must not hold back the
@@ -213,8 +224,8 @@ impl Tx {
                     .with_txtime(p.txtime);
                 match zc.send(&self.socket, p.dest, p.buf, p.segment, meta) {
                     Ok(()) => {
-                        counters.wire_bytes.fetch_add(len, Relaxed);
-                        counters.datagrams_sent.fetch_add(segs, Relaxed);
+                        self.counters.wire_bytes.fetch_add(len, Relaxed);
+                        self.counters.datagrams_sent.fetch_add(segs, Relaxed);
                     }
                     Err((e, buf)) if send_buffer_full(&e) => {
                         // Kept, whole, for the next try (nothing of it
@@ -223,7 +234,7 @@ impl Tx {
                         kept.push(Pending { buf, ..p });
                     }
                     Err((_, b)) => {
-                        counters.send_errors.fetch_add(1, Relaxed);
+                        self.counters.send_errors.fetch_add(1, Relaxed);
                         keep_spare(&mut self.spare, b, SPARE_TRAINS);
                     }
                 }
@@ -240,7 +251,6 @@ impl Tx {
     /// as --total-rate's tokens and the socket's buffer let it; what went
     /// out leaves `q` (a cut train keeps its rest at the front).
     fn send_queue(&mut self, q: &mut Vec<Pending>) {
-        let counters = self.counters.clone();
         // With --total-rate, what the tokens allow: at least one transmit
         // once they are positive (a train may overdraw them).
         let n = match self.pacer.as_mut() {
@@ -259,7 +269,10 @@ impl Tx {
             }
         };
         if n > 0 {
-            let mut ts: Vec<Transmit<'_>> = q[..n].iter().map(Pending::transmit).collect();
+            // The list's allocation is reused: an empty list of one
+            // lifetime becomes one of another in place.
+            let mut ts: Vec<Transmit<'_>> = relist(std::mem::take(&mut self.ts_spare));
+            ts.extend(q[..n].iter().map(Pending::transmit));
             let mut at = 0;
             let mut dropped_locally = 0u64;
             while at < ts.len() {
@@ -286,14 +299,14 @@ impl Tx {
                     Err(_) => {
                         // The first transmit is refused (and the library
                         // has said why in its stats); QUIC recovers it.
-                        counters.send_errors.fetch_add(1, Relaxed);
+                        self.counters.send_errors.fetch_add(1, Relaxed);
                         at += 1;
                     }
                 }
             }
             // What is left of the transmit at `at`, if a call cut it.
             let left = ts.get(at).map(|t| (t.contents.len(), t.segments()));
-            drop(ts);
+            self.ts_spare = relist(ts);
             // What went out: the whole transmits before `at`, and the front
             // of the one at `at`, which keeps only the rest.
             let (mut bytes, mut datagrams) = (0u64, 0u64);
@@ -312,16 +325,26 @@ impl Tx {
             }
             // `wire_bytes` counts what the kernel was handed, datagrams its
             // queue then dropped included (their count is apart).
-            counters.wire_bytes.fetch_add(bytes, Relaxed);
-            counters
-                .datagrams_sent
+            let c = &self.counters;
+            c.wire_bytes.fetch_add(bytes, Relaxed);
+            c.datagrams_sent
                 .fetch_add(datagrams.saturating_sub(dropped_locally), Relaxed);
-            counters.dropped_locally.fetch_add(dropped_locally, Relaxed);
+            c.dropped_locally.fetch_add(dropped_locally, Relaxed);
             for p in q.drain(..at) {
                 self.done_with(p);
             }
         }
     }
+}
+
+/// `v` emptied, as a list of transmits of another lifetime, in the same
+/// allocation (std collects a `Vec`'s `into_iter` in place when the
+/// element types have the same size and alignment, as these do).
+fn relist<'a>(mut v: Vec<Transmit<'_>>) -> Vec<Transmit<'a>> {
+    v.clear();
+    v.into_iter()
+        .map(|_| unreachable!("the list is empty"))
+        .collect()
 }
 
 /// A transmit waiting for the end of the loop turn.
@@ -478,5 +501,41 @@ impl Bucket {
             return self.last;
         }
         self.last + Duration::from_secs_f64((1.0 - self.tokens) / self.rate)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_transmit_list_keeps_its_allocation() {
+        let bytes = [7u8; 10];
+        let to: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        let mut v = Vec::with_capacity(8);
+        v.push(Transmit::new(to, &bytes));
+        let (at, cap) = (v.as_ptr() as usize, v.capacity());
+        let w: Vec<Transmit<'static>> = relist(v);
+        assert!(w.is_empty());
+        assert_eq!((w.as_ptr() as usize, w.capacity()), (at, cap));
+    }
+
+    #[test]
+    fn train_buffers_have_room_for_jumbo_trains() {
+        let sock = Socket::bind("127.0.0.1:0".parse().unwrap(), Config::default()).unwrap();
+        let mut tx = Tx::new(sock, None, Arc::default(), None, 0, 4).unwrap();
+        tx.hold = true;
+        let n = tx.max_train;
+        assert!(tx.take_buf().capacity() >= n * 1500);
+        // A train of 8,952-byte datagrams (a 9,000-byte MTU) was queued.
+        let t = quinn_proto::Transmit {
+            destination: "127.0.0.1:9".parse().unwrap(),
+            ecn: None,
+            size: 2 * 8952,
+            segment_size: Some(8952),
+            src_ip: None,
+        };
+        tx.queue(&t, vec![0; 2 * 8952], None);
+        assert!(tx.take_buf().capacity() >= n * 8952);
     }
 }

@@ -1324,7 +1324,7 @@ impl ConnTable {
         self.in_drive = Some(Places::of(&c));
         // Files opened for it count against its address's descriptors.
         let _peer = crate::files::Peer::set(c.address);
-        let counters = s.counters.clone();
+        let counters = &*s.counters;
         let mut trains = 0;
         let mut gone = false;
         // Frames decrypted since the last drive: the client was heard.
@@ -1377,7 +1377,7 @@ impl ConnTable {
             again |= !events.is_empty();
             if self.draining {
                 // Told before it hears of the streams that came meanwhile.
-                Self::drain_one(&mut c, now, &counters, (&self.wakes, ch), false);
+                Self::drain_one(&mut c, now, counters, (&self.wakes, ch), false);
             }
             for ev in events.drain(..) {
                 self.dispatch(ch, &mut c, ev, now, app, s);
@@ -1393,7 +1393,7 @@ impl ConnTable {
                     now,
                     &mut c.finishing,
                     &mut c.datagrams_read,
-                    &counters,
+                    counters,
                     (&self.wakes, ch),
                 );
                 if timeout_due {
@@ -1402,7 +1402,7 @@ impl ConnTable {
                 app.poll(&mut cx);
             }
             if self.draining {
-                again |= Self::drain_one(&mut c, now, &counters, (&self.wakes, ch), true);
+                again |= Self::drain_one(&mut c, now, counters, (&self.wakes, ch), true);
             }
             self.transmits(ch, &mut c, now, tx, s, &mut trains);
             if !again {

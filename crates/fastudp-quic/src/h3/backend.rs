@@ -81,6 +81,9 @@ pub(crate) struct BackendStats {
     /// Connections closed because the peer stopped our control or QPACK
     /// stream.
     pub(crate) critical_streams_stopped: u64,
+    /// DATA payload bytes given to quinn-proto by reference (lent:
+    /// [`Link::lend`]), not copied.
+    pub(crate) body_bytes_by_reference: u64,
 }
 
 /// The per-connection state the handles and the event forwarding share.
@@ -121,6 +124,9 @@ pub(crate) struct Link {
     /// written on each (HTTP/3 framing included): the engine counts them
     /// as goodput once acknowledged. At most one entry per stream.
     finished: RefCell<Vec<(StreamId, u64)>>,
+    /// The body bytes of the DATA frame about to be given to h3
+    /// ([`Link::lend`]), taken by the stream's `send_data`.
+    lent: Cell<Option<Bytes>>,
 }
 
 /// A failed borrow: counted, and the connection is to be closed.
@@ -137,7 +143,21 @@ impl Link {
             stats: Cell::default(),
             fault: Cell::new(false),
             finished: RefCell::default(),
+            lent: Cell::default(),
         })
+    }
+
+    /// Lends `body`, the payload of the DATA frame the caller is about
+    /// to give h3's `send_data`, to the stream that frame is written on,
+    /// so that its bytes go to quinn-proto by reference
+    /// (`write_chunks`), not copied. h3's `WriteBuf` shows the QUIC layer
+    /// the frame only as `&[u8]` (docs/UPSTREAM.md); the stream writes a
+    /// piece by reference only when that `&[u8]` lies within `body`'s
+    /// memory (`Bytes::slice_ref`), so the bytes sent are the frame's
+    /// whatever is lent. h3 calls the stream's `send_data` before its
+    /// first await, so the call right after this one takes it.
+    pub(crate) fn lend(&self, body: &Bytes) {
+        self.lent.set(Some(body.clone()));
     }
 
     /// The connection.
@@ -541,6 +561,10 @@ pub(crate) struct H3Send<B: Buf> {
     link: Rc<Link>,
     id: Ids,
     writing: Option<WriteBuf<B>>,
+    /// The payload of `writing`, lent by the caller of h3's `send_data`
+    /// ([`Link::lend`]): pieces of `writing` within it are written by
+    /// reference.
+    lent: Option<Bytes>,
     /// Bytes written so far.
     written: u64,
     /// Finished or reset: nothing to do on drop.
@@ -583,6 +607,7 @@ impl<B: Buf> H3Send<B> {
             link,
             id,
             writing: None,
+            lent: None,
             written: 0,
             closed: false,
         }
@@ -604,10 +629,25 @@ impl<B: Buf> quic::SendStream<B> for H3Send<B> {
             Err(Fault) => return Poll::Ready(Err(stream_internal("connection busy"))),
         };
         // Write until all is taken or quinn-proto refuses: only a refusal
-        // (`Blocked`) is followed by `StreamEvent::Writable`.
+        // (`Blocked`) is followed by `StreamEvent::Writable`. The frame's
+        // header is copied (a few bytes); its payload, when lent, is
+        // written by reference.
         while data.has_remaining() {
-            match conn.send_stream(self.id.quic).write(data.chunk()) {
+            let piece = data.chunk();
+            let lent = self.lent.as_ref().filter(|b| within(piece, b));
+            let by_reference = lent.is_some();
+            let r = match lent {
+                Some(b) => conn
+                    .send_stream(self.id.quic)
+                    .write_chunks(&mut [b.slice_ref(piece)])
+                    .map(|w| w.bytes),
+                None => conn.send_stream(self.id.quic).write(piece),
+            };
+            match r {
                 Ok(n) => {
+                    if by_reference {
+                        self.link.count(|s| s.body_bytes_by_reference += n as u64);
+                    }
                     data.advance(n);
                     self.written += n as u64;
                 }
@@ -653,16 +693,19 @@ impl<B: Buf> quic::SendStream<B> for H3Send<B> {
             }
         }
         self.writing = None;
+        self.lent = None;
         Poll::Ready(Ok(()))
     }
 
     fn send_data<T: Into<WriteBuf<B>>>(&mut self, data: T) -> Result<(), StreamErrorIncoming> {
+        let lent = self.link.lent.take();
         if self.writing.is_some() {
             return Err(stream_internal(
                 "send_data before the previous frame was sent",
             ));
         }
         self.writing = Some(data.into());
+        self.lent = lent;
         Ok(())
     }
 
@@ -701,6 +744,13 @@ impl<B: Buf> quic::SendStream<B> for H3Send<B> {
     fn send_id(&self) -> quic::StreamId {
         self.id.h3
     }
+}
+
+/// True when `piece` (not empty) lies within `b`'s bytes, so that
+/// `b.slice_ref(piece)` is `piece` by reference.
+fn within(piece: &[u8], b: &Bytes) -> bool {
+    let (p, r) = (piece.as_ptr_range(), b.as_ptr_range());
+    !piece.is_empty() && r.start <= p.start && p.end <= r.end
 }
 
 /// The receiving half of a stream.

@@ -25,7 +25,7 @@
 //! - **Connection facts**: each request carries a [`ConnInfo`] (peer
 //!   address, SNI, worker) and the [`Alpn`] agreed, as extensions.
 
-use super::backend::H3Bidi;
+use super::backend::{H3Bidi, Link};
 use crate::app::ConnInfo;
 use bytes::{Buf, Bytes};
 use http::{HeaderMap, Request, Response, StatusCode};
@@ -75,8 +75,14 @@ pub(crate) struct Outcome {
 /// Serves one request whose head was read: the seam between the
 /// connection's task and a service.
 pub(crate) trait ServeRequest {
-    /// Answers `req` on `stream`.
-    fn serve(&self, req: Request<()>, stream: Stream) -> Pin<Box<dyn Future<Output = Outcome>>>;
+    /// Answers `req` on `stream`, a stream of the connection `link`
+    /// holds (its body's bytes are lent to it: [`Link::lend`]).
+    fn serve(
+        &self,
+        req: Request<()>,
+        stream: Stream,
+        link: Rc<Link>,
+    ) -> Pin<Box<dyn Future<Output = Outcome>>>;
 }
 
 /// A service and the facts of the connection it answers on.
@@ -99,10 +105,11 @@ where
         &self,
         mut req: Request<()>,
         stream: Stream,
+        link: Rc<Link>,
     ) -> Pin<Box<dyn Future<Output = Outcome>>> {
         req.extensions_mut().insert(self.info.clone());
         req.extensions_mut().insert(self.alpn.clone());
-        Box::pin(serve(self.svc.clone(), req, stream))
+        Box::pin(serve(self.svc.clone(), req, stream, link))
     }
 }
 
@@ -399,7 +406,7 @@ fn content_length(h: &HeaderMap) -> Result<Option<u64>, ()> {
 }
 
 /// One request through `svc`.
-async fn serve<S, B>(mut svc: S, req: Request<()>, stream: Stream) -> Outcome
+async fn serve<S, B>(mut svc: S, req: Request<()>, stream: Stream, link: Rc<Link>) -> Outcome
 where
     S: Service<Request<RequestBody>, Response = Response<B>>,
     S::Error: Into<BoxError>,
@@ -505,6 +512,8 @@ where
                     if d.is_empty() {
                         continue;
                     }
+                    // Its bytes go to quinn-proto by reference.
+                    link.lend(&d);
                     with_pump(&mut pump, send.send_data(d)).await
                 }
                 Err(frame) => match frame.into_trailers() {

@@ -653,7 +653,7 @@ async fn serve_request(
             h
         }
         Responder::Service(svc) => {
-            let outcome = svc.serve(req, stream).await;
+            let outcome = svc.serve(req, stream, clock.link.clone()).await;
             count(&stats, |s| {
                 s.cut += u64::from(outcome.cut);
                 s.panics += u64::from(outcome.panicked);
@@ -674,6 +674,8 @@ async fn serve_request(
         loop {
             match body.next(clock.now(), CHUNK) {
                 Ok(Next::Data(b)) => {
+                    // Its bytes go to quinn-proto by reference.
+                    clock.link.lend(&b);
                     if stream.send_data(b).await.is_err() {
                         count(&stats, |s| s.cut += 1);
                         return;

@@ -1285,6 +1285,11 @@ fn files_are_served_with_ranges() {
     assert_eq!(r[6].0, 200);
     check_pattern(&r[6].2, 10);
     assert!(root.stats().escapes_refused >= 1, "{:?}", root.stats());
+    // Every body byte went to quinn-proto by reference, none copied.
+    assert_eq!(
+        p.server().task.link().stats().body_bytes_by_reference,
+        300_000 + 1000 + 10
+    );
 }
 
 /// The public HTTP/3 codes are the ones the engine's HTTP/3 sends, and
