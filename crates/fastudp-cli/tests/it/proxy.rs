@@ -517,14 +517,20 @@ fn proxy_over_tcp() {
     drop(srv);
 }
 
-/// An upstream that refuses: 502 at once (not 504 after the timeout);
-/// with two upstreams, the one that refused is skipped afterwards.
+/// An upstream that refuses: the request (its body whole) goes to the
+/// next upstream, and the one that refused is skipped afterwards; with
+/// every upstream refusing, 502 at once (not 504 after the timeout),
+/// each upstream tried once.
 #[test]
-fn proxy_refused_upstream_is_502_and_skipped() {
+fn proxy_refused_upstream_is_retried_on_the_next() {
     let (_up_rt, up) = upstream();
-    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let down = dead.local_addr().unwrap();
-    drop(dead);
+    let dead = |n: usize| -> Vec<SocketAddr> {
+        let ls: Vec<_> = (0..n)
+            .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+            .collect();
+        ls.iter().map(|l| l.local_addr().unwrap()).collect()
+    };
+    let down = dead(1)[0];
     let (srv, addr) = serve(&[
         "--listen",
         "127.0.0.1:0",
@@ -536,25 +542,67 @@ fn proxy_refused_upstream_is_502_and_skipped() {
         &format!("http://{up}"),
         "--upstream-timeout",
         "600",
+        "--drain-timeout",
+        "0",
     ]);
     rt().block_on(async {
         let (_ep, mut send) = h3_connect(addr).await;
-        let mut got = Vec::new();
-        for _ in 0..6 {
-            got.push(
-                h3_request(&mut send, "GET", "/headers", None)
-                    .await
-                    .unwrap()
-                    .status,
-            );
+        // The first goes to the refusing upstream, then to the live one,
+        // its 1 MB body whole.
+        let a = h3_request(&mut send, "POST", "/upload", Some(1_000_000))
+            .await
+            .unwrap();
+        assert_eq!(a.status, StatusCode::OK);
+        assert_eq!(
+            String::from_utf8(a.body).unwrap(),
+            format!("1000000 {}", sha_of_pattern(1_000_000))
+        );
+        for _ in 0..4 {
+            let a = h3_request(&mut send, "GET", "/headers", None)
+                .await
+                .unwrap();
+            assert_eq!(a.status, StatusCode::OK);
         }
-        // The first goes to the refusing upstream; after it, only the live one.
-        assert_eq!(got[0], StatusCode::BAD_GATEWAY, "{got:?}");
-        assert!(got[1..].iter().all(|s| *s == StatusCode::OK), "{got:?}");
     });
     srv.interrupt();
     let end = srv.finish();
-    assert!(end.stdout.contains("\"bad_gateway\":1"), "{}", end.stdout);
+    assert!(end.stdout.contains("\"bad_gateway\":0"), "{}", end.stdout);
+    assert!(end.stdout.contains("\"retries\":1"), "{}", end.stdout);
+
+    // Three that refuse: each tried once, then 502.
+    let down = dead(3);
+    let mut args = vec![
+        "--listen".to_string(),
+        "127.0.0.1:0".into(),
+        "--workers".into(),
+        "1".into(),
+        "--upstream-timeout".into(),
+        "600".into(),
+        "--drain-timeout".into(),
+        "0".into(),
+    ];
+    for d in &down {
+        args.extend(["--upstream".into(), format!("http://{d}")]);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (srv, addr) = serve(&args);
+    rt().block_on(async {
+        let (_ep, mut send) = h3_connect(addr).await;
+        let a = h3_request(&mut send, "GET", "/headers", None)
+            .await
+            .unwrap();
+        assert_eq!(a.status, StatusCode::BAD_GATEWAY);
+        // All three are skipped now.
+        let a = h3_request(&mut send, "GET", "/headers", None)
+            .await
+            .unwrap();
+        assert_eq!(a.status, StatusCode::BAD_GATEWAY);
+    });
+    srv.interrupt();
+    let end = srv.finish();
+    for want in ["\"bad_gateway\":1", "\"retries\":2", "\"no_upstream\":1"] {
+        assert!(end.stdout.contains(want), "{want} not in {}", end.stdout);
+    }
 }
 
 /// Refused at start: an upstream that is not `http://HOST:PORT`.
