@@ -89,6 +89,11 @@ struct FileConfig {
     access_log: Option<PathBuf>,
     access_log_format: Option<LogFormat>,
     upstream_fail_duration: Option<f64>,
+    server_id: Option<String>,
+    lb_config: Option<String>,
+    reset_key: Option<PathBuf>,
+    metrics: Option<SocketAddr>,
+    drain_timeout: Option<f64>,
     #[serde(default)]
     route: Vec<toml::Spanned<RouteFile>>,
 }
@@ -235,6 +240,7 @@ pub fn apply(a: &mut ServeArgs, given: &dyn Fn(&str) -> bool) -> anyhow::Result<
         test_endpoints,
         access_log_format,
         upstream_fail_duration,
+        drain_timeout,
     );
     optional!(
         workers,
@@ -249,6 +255,10 @@ pub fn apply(a: &mut ServeArgs, given: &dyn Fn(&str) -> bool) -> anyhow::Result<
         ack_every,
         www,
         access_log,
+        server_id,
+        lb_config,
+        reset_key,
+        metrics,
     );
     a.routes = routes(&path, &text, f.route)?;
     Ok(origin)

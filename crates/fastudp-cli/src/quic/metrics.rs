@@ -414,6 +414,16 @@ impl Collector for Sources {
                 "Requests an upstream answered, by route (path prefix).",
                 &rows(&forwarded),
             )?;
+            let retries: Vec<([(&str, &str); 1], u64)> = sets
+                .iter()
+                .map(|(p, s)| ([("route", *p)], l(&s.retries)))
+                .collect();
+            counters(
+                &mut e,
+                "proxy_retries",
+                "Requests sent again to the route's next upstream because one refused the connection before any of the body went to it, by route.",
+                &rows(&retries),
+            )?;
             let mut failures: Vec<([(&str, &str); 2], u64)> = Vec::new();
             for (p, s) in &sets {
                 for (kind, v) in [

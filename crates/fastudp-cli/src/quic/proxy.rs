@@ -135,6 +135,10 @@ pub struct ProxyStats {
     pub gateway_timeout: AtomicU64,
     /// 502s because every upstream was being skipped.
     pub no_upstream: AtomicU64,
+    /// Requests sent again to the route's next upstream because the one
+    /// tried refused the connection before any byte of the request body
+    /// had gone to it.
+    pub retries: AtomicU64,
     /// Response bodies that failed part way (the client's stream reset).
     pub aborted: AtomicU64,
 }
@@ -188,13 +192,20 @@ impl Shared {
     }
 
     /// The next upstream in turn that is not being skipped.
+    #[cfg(test)]
     fn pick(&self) -> Option<&Upstream> {
+        self.pick_but(&[]).map(|i| &self.upstreams[i])
+    }
+
+    /// The index of the next upstream in turn that is not being skipped
+    /// and not in `tried`.
+    fn pick_but(&self, tried: &[usize]) -> Option<usize> {
         let n = self.upstreams.len();
         let start = self.next.fetch_add(1, Relaxed);
         let now = Instant::now();
         (0..n)
-            .map(|k| &self.upstreams[(start + k) % n])
-            .find(|u| !u.is_down(now))
+            .map(|k| (start + k) % n)
+            .find(|&i| !tried.contains(&i) && !self.upstreams[i].is_down(now))
     }
 }
 
@@ -328,7 +339,10 @@ impl Proxy {
     }
 }
 
-/// Sends `req` to one of `shared`'s upstreams.
+/// Sends `req` to one of `shared`'s upstreams; when that one refuses the
+/// connection (before any byte of the body went to it), to the next one
+/// not being skipped, each upstream tried once at most (as Caddy's
+/// `reverse_proxy` with `lb_retries`). 502 when every one tried refused.
 async fn forward<B>(
     shared: Arc<Shared>,
     pool: &Client<HttpConnector, ProxyBody>,
@@ -339,7 +353,7 @@ where
     B::Error: Into<BoxError>,
 {
     let s = &shared;
-    let Some(up) = s.pick() else {
+    let Some(mut at) = s.pick_but(&[]) else {
         s.stats.no_upstream.fetch_add(1, Relaxed);
         return answer(StatusCode::BAD_GATEWAY, "no upstream available\n");
     };
@@ -363,40 +377,78 @@ where
     let pq = parts
         .uri
         .path_and_query()
-        .map(|p| p.as_str())
-        .unwrap_or("/");
-    parts.uri = match Uri::builder()
-        .scheme("http")
-        .authority(up.authority.clone())
-        .path_and_query(pq)
-        .build()
-    {
-        Ok(u) => u,
-        Err(_) => return answer(StatusCode::BAD_REQUEST, "bad request target\n"),
-    };
-    parts.version = Version::HTTP_11;
-    // The timeout runs from the end of the request's body: an upload
-    // takes the time it takes.
-    let (done, sent_all) = tokio::sync::oneshot::channel::<()>();
-    let inner = body.map_err(Into::into).boxed_unsync();
-    let done = match http_body::Body::is_end_stream(&inner) {
-        true => {
-            let _ = done.send(());
-            None
+        .cloned()
+        .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/"));
+    let mut body = body.map_err(Into::into).boxed_unsync();
+    // The upstreams tried: a route's count at most.
+    let mut tried: Vec<usize> = Vec::new();
+    let got = loop {
+        tried.push(at);
+        let up = &s.upstreams[at];
+        let Ok(uri) = Uri::builder()
+            .scheme("http")
+            .authority(up.authority.clone())
+            .path_and_query(pq.clone())
+            .build()
+        else {
+            return answer(StatusCode::BAD_REQUEST, "bad request target\n");
+        };
+        // The head is kept while another upstream may be tried.
+        let headers = match tried.len() < s.upstreams.len() {
+            true => parts.headers.clone(),
+            false => std::mem::take(&mut parts.headers),
+        };
+        // The body comes back here if the connection fails before it is
+        // read.
+        let back = Arc::new(Mutex::new(None));
+        let inner = Unsent {
+            body: Some(body),
+            back: back.clone(),
+            read: false,
         }
-        false => Some(done),
+        .boxed_unsync();
+        // The timeout runs from the end of the request's body: an upload
+        // takes the time it takes.
+        let (done, sent_all) = tokio::sync::oneshot::channel::<()>();
+        let done = match http_body::Body::is_end_stream(&inner) {
+            true => {
+                let _ = done.send(());
+                None
+            }
+            false => Some(done),
+        };
+        let mut r = Request::new(SignalEnd { inner, done }.boxed_unsync());
+        *r.method_mut() = parts.method.clone();
+        *r.uri_mut() = uri;
+        *r.version_mut() = Version::HTTP_11;
+        *r.headers_mut() = headers;
+        let sent = pool.request(r);
+        let timeout = s.timeout;
+        let deadline = async move {
+            let _ = sent_all.await;
+            tokio::time::sleep(timeout).await;
+        };
+        let got = tokio::select! {
+            r = sent => Ok(r),
+            () = deadline => Err(()),
+        };
+        match got {
+            Ok(Err(e)) if e.is_connect() => {
+                up.failed(s.fail_duration);
+                let unsent = back.lock().unwrap_or_else(|e| e.into_inner()).take();
+                match (unsent, s.pick_but(&tried)) {
+                    (Some(b), Some(next)) => {
+                        s.stats.retries.fetch_add(1, Relaxed);
+                        body = b;
+                        at = next;
+                    }
+                    _ => break Ok(Err(e)),
+                }
+            }
+            got => break got,
+        }
     };
-    let body = SignalEnd { inner, done }.boxed_unsync();
-    let sent = pool.request(Request::from_parts(parts, body));
-    let timeout = s.timeout;
-    let deadline = async move {
-        let _ = sent_all.await;
-        tokio::time::sleep(timeout).await;
-    };
-    let got = tokio::select! {
-        r = sent => Ok(r),
-        () = deadline => Err(()),
-    };
+    let up = &s.upstreams[at];
     match got {
         Err(()) => {
             up.failed(s.fail_duration);
@@ -423,6 +475,53 @@ where
                 })
                 .boxed_unsync();
             Response::from_parts(parts, body)
+        }
+    }
+}
+
+/// A request body on its way to an upstream: dropped before any of it
+/// was read (the connection failed), it goes back to `back`, to be sent
+/// to the next upstream.
+struct Unsent {
+    body: Option<ProxyBody>,
+    back: Arc<Mutex<Option<ProxyBody>>>,
+    read: bool,
+}
+
+impl http_body::Body for Unsent {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, BoxError>>> {
+        let Some(b) = self.body.as_mut() else {
+            return Poll::Ready(None);
+        };
+        let r = Pin::new(b).poll_frame(cx);
+        // Read from: it cannot go to another upstream any more.
+        self.read |= r.is_ready();
+        r
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.as_ref().is_none_or(|b| b.is_end_stream())
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body
+            .as_ref()
+            .map_or_else(|| http_body::SizeHint::with_exact(0), |b| b.size_hint())
+    }
+}
+
+impl Drop for Unsent {
+    fn drop(&mut self) {
+        if let Some(b) = self.body.take().filter(|_| !self.read) {
+            if let Ok(mut slot) = self.back.lock() {
+                *slot = Some(b);
+            }
         }
     }
 }

@@ -653,7 +653,7 @@ fn announce_test_endpoints(json: bool) -> anyhow::Result<()> {
 /// after the summary.
 fn proxy_summary(table: &proxy::Table, json: bool) -> anyhow::Result<()> {
     use std::sync::atomic::Ordering::Relaxed;
-    let (mut f, mut b, mut t, mut n, mut x) = (0, 0, 0, 0, 0);
+    let (mut f, mut b, mut t, mut n, mut x, mut r) = (0, 0, 0, 0, 0, 0);
     for (_, s) in table.upstream_sets() {
         let s = &s.stats;
         f += s.forwarded.load(Relaxed);
@@ -661,6 +661,7 @@ fn proxy_summary(table: &proxy::Table, json: bool) -> anyhow::Result<()> {
         t += s.gateway_timeout.load(Relaxed);
         n += s.no_upstream.load(Relaxed);
         x += s.aborted.load(Relaxed);
+        r += s.retries.load(Relaxed);
     }
     if json {
         out!(
@@ -672,10 +673,11 @@ fn proxy_summary(table: &proxy::Table, json: bool) -> anyhow::Result<()> {
                 "gateway_timeout": t,
                 "no_upstream": n,
                 "aborted": x,
+                "retries": r,
             })
         )
     } else {
-        out!("proxy: {f} forwarded, {b} bad gateway (502), {t} timed out (504), {n} with no upstream (502), {x} aborted mid-response")
+        out!("proxy: {f} forwarded, {b} bad gateway (502), {t} timed out (504), {n} with no upstream (502), {x} aborted mid-response, {r} retried on the next upstream")
     }
 }
 

@@ -14,6 +14,7 @@ mod h3_attacks;
 mod interrupt;
 mod ops;
 mod proxy;
+mod proxy_web;
 mod quic;
 mod quic_clients;
 mod quic_load;

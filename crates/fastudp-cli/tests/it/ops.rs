@@ -538,6 +538,64 @@ fn sigterm_drains_http3_and_http1() {
     assert!(s["refused"].as_u64().unwrap() >= 1, "{s}");
 }
 
+/// Ctrl-C (SIGINT) drains as SIGTERM does: a download under way
+/// finishes whole, a new connection is refused; then the server exits
+/// with status 130 (an interrupted command's), where SIGTERM's drain
+/// exits 0 (`sigterm_drains_http3_and_http1`).
+#[test]
+fn ctrl_c_drains_then_exits_130() {
+    let (mut srv, addr) = serve(&["--workers", "1", "--drain-timeout", "30"]);
+    let video = fastudp_quic::hq::wire::Frames::new(250_000, 2, Duration::from_millis(40));
+    let video_len = video.bytes * video.count;
+    let got = rt().block_on(async {
+        let mut c = h3_open(addr).await.unwrap();
+        let mut s = c
+            .send
+            .send_request(
+                Request::get("https://localhost/video/250000/2")
+                    .body(())
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        s.finish().await.unwrap();
+        assert_eq!(s.recv_response().await.unwrap().status(), StatusCode::OK);
+        let first = s.recv_data().await.unwrap().expect("the first bytes");
+        let mut ok = fastudp_quic::hq::wire::check(0, first.chunk()).is_ok();
+        let mut got = first.remaining() as u64;
+        srv.interrupt();
+        line_of(&mut srv, "draining");
+        let e = h3_open(addr)
+            .await
+            .err()
+            .expect("a new QUIC connection is refused");
+        assert!(
+            matches!(&e, quinn::ConnectionError::ConnectionClosed(c)
+                if c.error_code == quinn::TransportErrorCode::CONNECTION_REFUSED),
+            "{e}"
+        );
+        while let Some(mut d) = s.recv_data().await.expect("the download goes on") {
+            let b = d.copy_to_bytes(d.remaining());
+            ok &= fastudp_quic::hq::wire::check(got, &b).is_ok();
+            got += b.len() as u64;
+        }
+        (got, ok)
+    });
+    assert_eq!(got, (video_len, true));
+    let end = srv.finish();
+    assert_eq!(end.status.code(), Some(130), "{}", end.stderr);
+    assert!(end.stderr.contains("interrupted"), "{}", end.stderr);
+    let d: serde_json::Value = serde_json::from_str(
+        end.stdout
+            .lines()
+            .find(|l| l.contains("\"kind\":\"drain\""))
+            .expect("a drain line"),
+    )
+    .unwrap();
+    assert_eq!(d["timed_out"], false, "{d}");
+    assert_eq!(d["closed_after_requests"], 1, "{d}");
+}
+
 /// An upstream whose `/hold` requests say they arrived and wait until
 /// released (`true` sent on the watch).
 fn holding_upstream() -> (

@@ -311,6 +311,36 @@ fn config_file_errors_name_the_line() {
             ":5: [[route]] path: \"/a/\" has a route already".into(),
         ),
         (
+            "bad metrics address",
+            "listen = \"127.0.0.1:0\"\nmetrics = \"localhost\"\n".into(),
+            ":2: metrics: invalid socket address".into(),
+        ),
+        (
+            "bad drain-timeout type",
+            "drain-timeout = \"soon\"\n".into(),
+            ":1: drain-timeout: invalid type: string \"soon\"".into(),
+        ),
+        (
+            "bad drain-timeout value",
+            "listen = \"127.0.0.1:0\"\n\ndrain-timeout = -1\n".into(),
+            ":3: drain-timeout: --drain-timeout -1: between 0 and 3600 s".into(),
+        ),
+        (
+            "server-id alone",
+            "listen = \"127.0.0.1:0\"\nserver-id = \"01\"\n".into(),
+            ":2: server-id: --server-id and --lb-config go together".into(),
+        ),
+        (
+            "bad lb-config",
+            "server-id = \"01\"\nlb-config = \"nine\"\n".into(),
+            ":2: lb-config: --lb-config ".into(),
+        ),
+        (
+            "unreadable reset-key",
+            "listen = \"127.0.0.1:0\"\nreset-key = \"/nonexistent/reset.key\"\n".into(),
+            ":2: reset-key: --reset-key /nonexistent/reset.key: No such file".into(),
+        ),
+        (
             "not TOML",
             "listen = \n".into(),
             ":1: listen: ".into(),
@@ -336,15 +366,16 @@ fn config_file_errors_name_the_line() {
 }
 
 /// The file's options apply, and the command line wins over them: a
-/// file's `workers = 0` is not an error with `--workers 1`, and its
-/// `test-endpoints = true` serves them.
+/// file's `workers = 0` is not an error with `--workers 1`, its
+/// `test-endpoints = true` serves them, its `metrics` listener answers
+/// and its `drain-timeout` is the drain's.
 #[test]
 fn config_file_options_and_the_command_line() {
     let dir = tempdir("conf-ok");
     let f = conf(
         &dir,
         "ok.toml",
-        "listen = \"127.0.0.1:0\"\nworkers = 0\ntest-endpoints = true\nupstream-timeout = 5\n",
+        "listen = \"127.0.0.1:0\"\nworkers = 0\ntest-endpoints = true\nupstream-timeout = 5\nmetrics = \"127.0.0.1:0\"\ndrain-timeout = 7\n",
     );
     let mut srv = Running::start(&["quic", "serve", "--json", "--config", &f, "--workers", "1"]);
     let l = srv.wait_for_line(|l| l.contains("\"listening\""));
@@ -352,6 +383,24 @@ fn config_file_options_and_the_command_line() {
     assert_eq!(v["workers"], 1, "{v}");
     let addr: SocketAddr = v["addr"].as_str().unwrap().parse().unwrap();
     srv.wait_for_line(|l| l.contains("\"test_endpoints\""));
+    let m: Value =
+        serde_json::from_str(&srv.wait_for_line(|l| l.contains("\"kind\":\"metrics\""))).unwrap();
+    let url = m["url"].as_str().unwrap();
+    let maddr: SocketAddr = url
+        .trim_start_matches("http://")
+        .trim_end_matches("/metrics")
+        .parse()
+        .unwrap();
+    let mut c = std::net::TcpStream::connect(maddr).unwrap();
+    std::io::Write::write_all(
+        &mut c,
+        b"GET /metrics HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
+    )
+    .unwrap();
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut c, &mut text).unwrap();
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(text.contains("fastudp_"), "{text}");
     rt().block_on(async {
         let (_ep, mut send) = h3_connect(addr).await;
         let a = h3_request(&mut send, "GET", "/bytes/10", None)
@@ -359,6 +408,10 @@ fn config_file_options_and_the_command_line() {
             .unwrap();
         assert_eq!((a.status, a.len), (StatusCode::OK, 10));
     });
+    srv.interrupt();
+    let d: Value =
+        serde_json::from_str(&srv.wait_for_line(|l| l.contains("\"kind\":\"draining\""))).unwrap();
+    assert_eq!(d["drain_timeout_s"], 7.0, "{d}");
     drop(srv);
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -400,7 +453,7 @@ fn named_upstream(name: &'static str) -> (tokio::runtime::Runtime, SocketAddr) {
 }
 
 /// Routes from the file: `/api/` to two upstreams taken in turn, `/dead/`
-/// to a refusing upstream (502 once, then skipped) and a live one, `/` to
+/// to a refusing upstream (retried on the live one once, then skipped) and a live one, `/` to
 /// a directory, the longest prefix first; over HTTP/3 and HTTP/2; the
 /// access log (JSON, on standard output) names each request.
 #[test]
@@ -479,8 +532,13 @@ fail-duration = 600
             ok("B /api/4")
         ]
     );
-    assert_eq!(bodies[4].0, StatusCode::BAD_GATEWAY, "{bodies:?}");
-    assert_eq!(bodies[5..7], [ok("A /dead/2"), ok("A /dead/3")]);
+    // The dead upstream refuses: the request goes on to A (a retry), and
+    // the dead one is skipped afterwards.
+    assert_eq!(
+        bodies[4..7],
+        [ok("A /dead/1"), ok("A /dead/2"), ok("A /dead/3")],
+        "{bodies:?}"
+    );
     assert_eq!(bodies[7..9], [ok("home\n"), ok("home\n")]);
     assert_eq!(bodies[9].0, StatusCode::NOT_FOUND, "no test endpoints");
     assert!(
@@ -496,7 +554,7 @@ fail-duration = 600
     let dead = log.iter().find(|v| v["path"] == "/dead/1").unwrap();
     assert_eq!(
         (dead["status"].as_u64(), dead["proto"].as_str()),
-        (Some(502), Some("h3"))
+        (Some(200), Some("h3"))
     );
     let h2 = log.iter().find(|v| v["path"] == "/api/5").unwrap();
     assert_eq!(
@@ -507,7 +565,8 @@ fail-duration = 600
     assert_eq!(file["bytes"], 5, "{file}");
     srv.interrupt();
     let end = srv.finish();
-    assert!(end.stdout.contains("\"bad_gateway\":1"), "{}", end.stdout);
+    assert!(end.stdout.contains("\"bad_gateway\":0"), "{}", end.stdout);
+    assert!(end.stdout.contains("\"retries\":1"), "{}", end.stdout);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

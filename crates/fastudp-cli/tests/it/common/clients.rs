@@ -157,6 +157,20 @@ pub fn chromium_dump_dom(
     spki: &str,
     path: &str,
 ) -> anyhow::Result<String> {
+    chromium_dump_dom_with(bin, host, port, spki, path, &[])
+}
+
+/// [`chromium_dump_dom`] with more of Chromium's flags (such as
+/// `--virtual-time-budget=MS`, which waits for the page's scripts and
+/// their requests, or `--screenshot=FILE`).
+pub fn chromium_dump_dom_with(
+    bin: &Path,
+    host: &str,
+    port: u16,
+    spki: &str,
+    path: &str,
+    extra: &[&str],
+) -> anyhow::Result<String> {
     let profile = tempdir("chromium");
     let origin = if host.contains(':') {
         format!("[{host}]:{port}")
@@ -173,6 +187,7 @@ pub fn chromium_dump_dom(
             .arg(format!("--origin-to-force-quic-on={origin}"))
             .arg(format!("--ignore-certificate-errors-spki-list={spki}"))
             .arg(format!("--user-data-dir={}", profile.display()))
+            .args(extra)
             .arg("--dump-dom")
             .arg(format!("https://{origin}{path}")),
     );
