@@ -309,12 +309,16 @@ impl Proxy {
         }
     }
 
-    /// The test endpoints first, then the route.
-    async fn dispatch<B>(self, req: Request<B>) -> Response<ProxyBody>
+    /// The path normalised ([`normalize_path`], 400 when refused), then
+    /// the test endpoints, then the route.
+    async fn dispatch<B>(self, mut req: Request<B>) -> Response<ProxyBody>
     where
         B: http_body::Body<Data = Bytes> + Send + 'static,
         B::Error: Into<BoxError>,
     {
+        if let Err(r) = normalize_target(&mut req) {
+            return r;
+        }
         if let Some(c) = &self.table.test {
             if let Some(r) = c.route(req.uri().path()) {
                 return test_endpoint(req.method(), *c, r);
@@ -326,6 +330,127 @@ impl Proxy {
             None => answer(StatusCode::NOT_FOUND, "not found\n"),
         }
     }
+}
+
+/// Why a request path is refused before routing (400).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BadPath {
+    /// Not starting with `/`, a `%` not followed by two hex digits, or a
+    /// decoded byte that is not UTF-8.
+    Malformed,
+    /// An encoded `/` (`%2F`), `\` (`%5C`) or NUL (`%00`): it would
+    /// mean one path to the proxy and another to an upstream.
+    EncodedSeparator,
+    /// `..` segments climbing above `/`.
+    AboveRoot,
+}
+
+/// The path a request is routed by and forwarded with, as nginx's
+/// `location` matching sees it: the percent-encoded unreserved
+/// characters (RFC 3986 2.3: letters, digits, `-`, `.`, `_`, `~`)
+/// decoded, other escapes kept (their hex digits in upper case), runs of
+/// `/` merged, and the `.` and `..` segments resolved (RFC 3986 5.2.4).
+/// Refused: an encoded `/`, `\` or NUL, and a `..` above the root.
+pub fn normalize_path(path: &str) -> Result<String, BadPath> {
+    if !path.starts_with('/') {
+        return Err(BadPath::Malformed);
+    }
+    let hex = |b: u8| -> Option<u8> {
+        match b {
+            b'0'..=b'9' => Some(b - b'0'),
+            b'a'..=b'f' => Some(b - b'a' + 10),
+            b'A'..=b'F' => Some(b - b'A' + 10),
+            _ => None,
+        }
+    };
+    // Decoded where unreserved.
+    let raw = path.as_bytes();
+    let mut dec = Vec::with_capacity(raw.len());
+    let mut i = 0;
+    while i < raw.len() {
+        let b = raw[i];
+        if b != b'%' {
+            dec.push(b);
+            i += 1;
+            continue;
+        }
+        let (Some(h), Some(l)) = (
+            raw.get(i + 1).copied().and_then(hex),
+            raw.get(i + 2).copied().and_then(hex),
+        ) else {
+            return Err(BadPath::Malformed);
+        };
+        let c = h << 4 | l;
+        match c {
+            b'/' | b'\\' | 0 => return Err(BadPath::EncodedSeparator),
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => dec.push(c),
+            _ => dec.extend_from_slice(format!("%{c:02X}").as_bytes()),
+        }
+        i += 3;
+    }
+    let dec = String::from_utf8(dec).map_err(|_| BadPath::Malformed)?;
+    // Dot segments resolved, empty segments merged.
+    let mut out: Vec<&str> = Vec::new();
+    let segs: Vec<&str> = dec[1..].split('/').collect();
+    let last = segs.len() - 1;
+    let mut trailing = false;
+    for (k, s) in segs.iter().enumerate() {
+        match *s {
+            "" => trailing = k == last,
+            "." => trailing = true,
+            ".." => {
+                if out.pop().is_none() {
+                    return Err(BadPath::AboveRoot);
+                }
+                trailing = true;
+            }
+            s => {
+                out.push(s);
+                trailing = false;
+            }
+        }
+    }
+    let mut p = String::with_capacity(dec.len());
+    for s in &out {
+        p.push('/');
+        p.push_str(s);
+    }
+    if trailing || out.is_empty() {
+        p.push('/');
+    }
+    Ok(p)
+}
+
+/// `req`'s target with its path normalised ([`normalize_path`]; the
+/// query kept as sent), or the 400 to answer.
+fn normalize_target<B>(req: &mut Request<B>) -> Result<(), Response<ProxyBody>> {
+    let bad = |e: BadPath| {
+        answer(
+            StatusCode::BAD_REQUEST,
+            match e {
+                BadPath::Malformed => "bad request path\n",
+                BadPath::EncodedSeparator => "an encoded /, \\ or NUL in the path\n",
+                BadPath::AboveRoot => "the path climbs above /\n",
+            },
+        )
+    };
+    let path = req.uri().path();
+    if path == "*" {
+        // OPTIONS *: no route matches it.
+        return Ok(());
+    }
+    let p = normalize_path(path).map_err(bad)?;
+    if p == path {
+        return Ok(());
+    }
+    let pq = match req.uri().query() {
+        Some(q) => format!("{p}?{q}"),
+        None => p,
+    };
+    let mut parts = req.uri().clone().into_parts();
+    parts.path_and_query = Some(pq.parse().map_err(|_| bad(BadPath::Malformed))?);
+    *req.uri_mut() = Uri::from_parts(parts).map_err(|_| bad(BadPath::Malformed))?;
+    Ok(())
 }
 
 /// Sends `req` to one of `shared`'s upstreams.
@@ -996,6 +1121,40 @@ mod tests {
         assert_eq!(picks, ["b:1", "b:1", "b:1"]);
         s.upstreams[1].failed(FAIL_DURATION);
         assert!(s.pick().is_none());
+    }
+
+    #[test]
+    fn paths_are_normalised_before_routing() {
+        let ok = |p: &str| normalize_path(p).unwrap();
+        assert_eq!(ok("/"), "/");
+        assert_eq!(ok("/a/b"), "/a/b");
+        assert_eq!(ok("/a/b/"), "/a/b/");
+        assert_eq!(ok("/public/../admin/secret.txt"), "/admin/secret.txt");
+        assert_eq!(ok("/public/%2e%2e/admin/secret.txt"), "/admin/secret.txt");
+        assert_eq!(ok("/public/%2E%2E/admin/secret.txt"), "/admin/secret.txt");
+        assert_eq!(ok("/public//../admin/secret.txt"), "/admin/secret.txt");
+        assert_eq!(ok("/public/./../admin/secret.txt"), "/admin/secret.txt");
+        assert_eq!(ok("/public/.%2e/admin/x"), "/admin/x");
+        assert_eq!(ok("/public/a/.."), "/public/");
+        assert_eq!(ok("/public/."), "/public/");
+        assert_eq!(ok("//public///x"), "/public/x");
+        assert_eq!(ok("/%70ublic/%7e%41"), "/public/~A");
+        assert_eq!(ok("/a%20b%c3%a9"), "/a%20b%C3%A9");
+        assert_eq!(ok("/a/..."), "/a/...");
+        for (p, e) in [
+            ("/public/..%2fadmin/secret.txt", BadPath::EncodedSeparator),
+            ("/public/..%2Fadmin", BadPath::EncodedSeparator),
+            ("/public/..%5cadmin", BadPath::EncodedSeparator),
+            ("/public/a%00.txt", BadPath::EncodedSeparator),
+            ("/..", BadPath::AboveRoot),
+            ("/public/../../etc/passwd", BadPath::AboveRoot),
+            ("/%2e%2e/x", BadPath::AboveRoot),
+            ("/a%2", BadPath::Malformed),
+            ("/a%zz", BadPath::Malformed),
+            ("x", BadPath::Malformed),
+        ] {
+            assert_eq!(normalize_path(p), Err(e), "{p}");
+        }
     }
 
     #[test]

@@ -48,6 +48,7 @@ fn hex(d: &[u8]) -> String {
 
 /// The upstream application:
 /// - `/headers`: the request's headers, `name: value` lines;
+/// - `/public/...`: `path: ` and the request target it got;
 /// - `/upload`: `LEN SHA256` of the body, read as a stream;
 /// - `/echo`: the body, streamed back as it comes;
 /// - `/download/N`: N bytes of the pattern, streamed;
@@ -61,6 +62,8 @@ async fn upstream_app(req: Request<Incoming>) -> Result<http::Response<UpBody>, 
             s.push_str(&format!("{n}: {}\n", v.to_str().unwrap_or("?")));
         }
         http::Response::new(full(s))
+    } else if path.starts_with("/public/") {
+        http::Response::new(full(format!("path: {}", req.uri())))
     } else if path == "/upload" {
         let mut body = req.into_body();
         let mut c = ring::digest::Context::new(&ring::digest::SHA256);
@@ -570,4 +573,77 @@ fn proxy_bad_upstream_is_a_usage_error() {
         2,
         "--upstream http://x:1/path: a path is not allowed",
     );
+}
+
+/// A directory of its own for a test's files.
+fn tempdir(tag: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("fastudp-proxy-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// A proxy whose only route is `/public/` to a test upstream, over HTTP/3
+/// and TLS/TCP.
+fn public_only() -> (tokio::runtime::Runtime, crate::common::Running, SocketAddr) {
+    let (up_rt, up) = upstream();
+    let dir = tempdir("public");
+    let f = dir.join("public.toml");
+    std::fs::write(
+        &f,
+        format!(
+            "listen = \"127.0.0.1:0\"\nworkers = 1\nalt-svc-tcp = true\n\n[[route]]\npath = \"/public/\"\nupstream = \"http://{up}\"\n"
+        ),
+    )
+    .unwrap();
+    let (srv, addr) =
+        crate::common::quic_server::serve_without_test_endpoints(&["--config", f.to_str().unwrap()]);
+    (up_rt, srv, addr)
+}
+
+/// A route's prefix cannot be escaped: the path is normalised (dot
+/// segments, percent-encoded unreserved characters, repeated slashes)
+/// before it is matched, and forwarded normalised; an encoded slash,
+/// backslash or NUL, or a `..` above the root, is 400. Over HTTP/3,
+/// HTTP/1.1 and HTTP/2 alike.
+#[test]
+fn proxy_route_prefixes_cannot_be_escaped() {
+    let (_up_rt, srv, addr) = public_only();
+    let cases: &[(&str, u16, &str)] = &[
+        ("/public/a", 200, "path: /public/a"),
+        ("/public/x/../a?q=%2e%2e", 200, "path: /public/a?q=%2e%2e"),
+        ("/public/%7e%61", 200, "path: /public/~a"),
+        ("/admin/secret.txt", 404, "not found\n"),
+        ("/public/../admin/secret.txt", 404, "not found\n"),
+        ("/public/%2e%2e/admin/secret.txt", 404, "not found\n"),
+        ("/public/%2E%2e/admin/secret.txt", 404, "not found\n"),
+        ("/public/.%2e/admin/secret.txt", 404, "not found\n"),
+        ("/public//../admin/secret.txt", 404, "not found\n"),
+        ("/public/./../admin/secret.txt", 404, "not found\n"),
+        ("/public/..%2fadmin/secret.txt", 400, ""),
+        ("/public/..%2Fadmin/secret.txt", 400, ""),
+        ("/public/..%5cadmin/secret.txt", 400, ""),
+        ("/public/a%00", 400, ""),
+        ("/public/../../admin/secret.txt", 400, ""),
+    ];
+    rt().block_on(async {
+        let (_ep, mut send) = h3_connect(addr).await;
+        for (path, status, body) in cases {
+            let mut got = vec![(
+                "h3",
+                h3_request(&mut send, "GET", path, None).await.unwrap(),
+            )];
+            for (name, h2) in [("http/1.1", false), ("h2", true)] {
+                got.push((name, tcp_request(addr, h2, "GET", path, None).await.unwrap()));
+            }
+            for (name, a) in got {
+                let text = String::from_utf8_lossy(&a.body).to_string();
+                assert_eq!(a.status.as_u16(), *status, "{name} {path}: {text}");
+                if !body.is_empty() {
+                    assert_eq!(text, *body, "{name} {path}");
+                }
+            }
+        }
+    });
+    drop(srv);
 }
