@@ -384,6 +384,9 @@ impl Collector for Sources {
             (None, Some(t)) => Some((l(&t.accepted), l(&t.refused))),
             (None, None) => None,
         };
+        if let (None, Some(t)) = (&self.tcp, &self.proxy_tcp) {
+            proxy_tcp(&mut e, t)?;
+        }
         if let Some((accepted, refused)) = tcp_counts {
             counter(
                 &mut e,
@@ -544,3 +547,23 @@ fn answer(req: &Request<hyper::body::Incoming>, sources: &Sources) -> Response<F
         Err(_) => status(StatusCode::INTERNAL_SERVER_ERROR, "encoding failed\n"),
     }
 }
+
+/// The proxy's TLS/TCP side: connections open, and those its bounds
+/// closed.
+fn proxy_tcp(e: &mut DescriptorEncoder, t: &proxy::TcpStats) -> std::fmt::Result {
+    let l = |v: &std::sync::atomic::AtomicU64| v.load(std::sync::atomic::Ordering::Relaxed);
+    gauge(e, "tcp_connections", "TLS/TCP connections open.", l(&t.open))?;
+    let closed: Vec<([(&str, &str); 1], u64)> = vec![
+        ([("reason", "per_ip")], l(&t.refused_per_ip)),
+        ([("reason", "head_timeout")], l(&t.head_timeouts)),
+        ([("reason", "idle")], l(&t.idle_closed)),
+        ([("reason", "send_timeout")], l(&t.send_timeouts)),
+    ];
+    counters(
+        e,
+        "proxy_tcp_closed",
+        "The proxy's TLS/TCP connections its bounds closed, by reason: refused at once for their address's share, no complete request head in time, idle, the client took no bytes within the send deadline.",
+        &rows(&closed),
+    )
+}
+

@@ -859,9 +859,46 @@ fn forwarded_headers(h: &mut HeaderMap, client: Option<SocketAddr>, host: Option
     }
 }
 
-/// How long a TCP client may take over its TLS handshake and each
-/// request head.
+/// How long a TCP client may take from its connection to its first
+/// complete request head (the TLS handshake, HTTP/2's preface and
+/// SETTINGS, the bytes that tell HTTP/1.1 from HTTP/2, the head), and
+/// over each later HTTP/1.1 request head.
 pub const TCP_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a TCP connection with no request under way is kept.
+pub const TCP_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long a write to a TCP client may wait for the client to take
+/// bytes before the connection is closed (as the files' TCP listener's
+/// [`fastudp_quic::altsvc::SEND_TIMEOUT`]).
+pub const TCP_SEND_TIMEOUT: Duration = fastudp_quic::altsvc::SEND_TIMEOUT;
+
+/// HTTP/2 on the TCP side: streams open at once per connection (as
+/// HTTP/3's limit per connection).
+pub const H2_MAX_STREAMS: u32 = 16;
+
+/// HTTP/2 on the TCP side: the window each request stream starts with
+/// (what a client may send before the upstream takes it).
+pub const H2_STREAM_WINDOW: u32 = 64 * 1024;
+
+/// HTTP/2 on the TCP side: the connection's window.
+pub const H2_CONNECTION_WINDOW: u32 = 256 * 1024;
+
+/// HTTP/2 on the TCP side: the response bytes buffered per stream while
+/// the client's window or socket does not take them.
+pub const H2_SEND_BUFFER: usize = 64 * 1024;
+
+/// HTTP/2 on the TCP side: the largest header list taken (HTTP/3's
+/// [`fastudp_quic::h3::MAX_FIELD_SECTION`]).
+pub const H2_MAX_HEADER_LIST: u32 = 16 * 1024;
+
+/// HTTP/2 on the TCP side: a PING after this long without a frame from
+/// the client, and the connection closed when its answer takes longer
+/// than [`H2_KEEP_ALIVE_TIMEOUT`].
+pub const H2_KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(20);
+
+/// See [`H2_KEEP_ALIVE_INTERVAL`].
+pub const H2_KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The TLS/TCP side of the proxy: HTTP/1.1 and HTTP/2 (hyper-util's auto
 /// server) on the engine's port number, every answer naming HTTP/3 in
@@ -889,8 +926,22 @@ pub struct TcpFront {
 pub struct TcpStats {
     /// Connections accepted.
     pub accepted: AtomicU64,
-    /// Connections closed at once because `max_connections` were open.
+    /// Connections closed at once because `max_connections` were open,
+    /// or because their address held its share already.
     pub refused: AtomicU64,
+    /// Of [`TcpStats::refused`], those refused for their address's share.
+    pub refused_per_ip: AtomicU64,
+    /// Connections open now.
+    pub open: AtomicU64,
+    /// Connections closed because no complete request head came within
+    /// [`TCP_HANDSHAKE_TIMEOUT`] of their start.
+    pub head_timeouts: AtomicU64,
+    /// Connections closed after [`TCP_IDLE_TIMEOUT`] with no request
+    /// under way.
+    pub idle_closed: AtomicU64,
+    /// Connections closed because the client took no bytes for
+    /// [`TCP_SEND_TIMEOUT`].
+    pub send_timeouts: AtomicU64,
     /// Responses begun, by status class ([`fastudp_quic::status_class`]:
     /// index 0 counts 1xx, 4 counts 5xx).
     pub responses: [AtomicU64; 5],
@@ -922,6 +973,9 @@ impl TcpFront {
         ))?;
         let stats = Arc::new(TcpStats::default());
         let slots = Arc::new(tokio::sync::Semaphore::new(max_connections));
+        let per_ip = Arc::new(fastudp_quic::limits::PerAddress::new(
+            (max_connections / 4).max(1),
+        ));
         let proxy = {
             let _g = rt.enter();
             Proxy::new(table, connect_timeout)
@@ -936,6 +990,7 @@ impl TcpFront {
                 proxy,
                 alt_svc,
                 slots: slots.clone(),
+                per_ip,
                 stats: stats.clone(),
             },
             drained,
@@ -986,6 +1041,9 @@ struct Front {
     proxy: Proxy,
     alt_svc: HeaderValue,
     slots: Arc<tokio::sync::Semaphore>,
+    /// A quarter of the slots at most for one address (an IPv6 /64), as
+    /// the files' TCP listener.
+    per_ip: Arc<fastudp_quic::limits::PerAddress>,
     stats: Arc<TcpStats>,
 }
 
@@ -1013,6 +1071,12 @@ async fn accept(
             drop(tcp);
             continue;
         };
+        let Some(place) = AddressPlace::take(&f.per_ip, peer.ip()) else {
+            f.stats.refused.fetch_add(1, Relaxed);
+            f.stats.refused_per_ip.fetch_add(1, Relaxed);
+            drop(tcp);
+            continue;
+        };
         f.stats.accepted.fetch_add(1, Relaxed);
         let _ = tcp.set_nodelay(true);
         let (tls, proxy, alt_svc) = (f.tls.clone(), f.proxy.clone(), f.alt_svc.clone());
@@ -1021,36 +1085,312 @@ async fn accept(
         let watcher = graceful.watcher();
         tokio::spawn(async move {
             let _slot = slot;
+            let _place = place;
+            let _open = Open::new(&stats);
+            let activity = Arc::new(Activity::new());
             let Ok(Ok(stream)) = tokio::time::timeout(TCP_HANDSHAKE_TIMEOUT, tls.accept(tcp)).await
             else {
                 return;
             };
-            let svc = hyper::service::service_fn(move |mut req: Request<hyper::body::Incoming>| {
-                req.extensions_mut().insert(Peer(peer));
-                let (proxy, alt_svc, stats) = (proxy.clone(), alt_svc.clone(), stats.clone());
-                async move {
-                    let mut r = proxy.respond(req).await;
-                    r.headers_mut().insert(header::ALT_SVC, alt_svc);
-                    if let Some(i) = fastudp_quic::status_class(r.status().as_u16()) {
-                        stats.responses[i].fetch_add(1, Relaxed);
+            let stream = SendDeadline::new(stream, TCP_SEND_TIMEOUT, stats.clone());
+            let svc = {
+                let (stats, activity) = (stats.clone(), activity.clone());
+                hyper::service::service_fn(move |mut req: Request<hyper::body::Incoming>| {
+                    req.extensions_mut().insert(Peer(peer));
+                    let (proxy, alt_svc, stats) = (proxy.clone(), alt_svc.clone(), stats.clone());
+                    let busy = Busy::begin(&activity);
+                    async move {
+                        let mut r = proxy.respond(req).await;
+                        r.headers_mut().insert(header::ALT_SVC, alt_svc);
+                        if let Some(i) = fastudp_quic::status_class(r.status().as_u16()) {
+                            stats.responses[i].fetch_add(1, Relaxed);
+                        }
+                        Ok::<_, Infallible>(r.map(|b| BusyBody { inner: b, _busy: busy }.boxed_unsync()))
                     }
-                    Ok::<_, Infallible>(r)
-                }
-            });
-            let mut b = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-            b.http1()
-                .timer(TokioTimer::new())
-                .header_read_timeout(TCP_HANDSHAKE_TIMEOUT);
-            let conn = b
+                })
+            };
+            let conn = tcp_builder()
                 .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
                 .into_owned();
-            let _ = watcher.watch(conn).await;
+            tokio::select! {
+                _ = watcher.watch(conn) => {}
+                why = activity.watchdog() => {
+                    let n = match why {
+                        Quiet::NoRequest => &stats.head_timeouts,
+                        Quiet::Idle => &stats.idle_closed,
+                    };
+                    n.fetch_add(1, Relaxed);
+                }
+            }
         });
     }
     // New connections are refused from here on; those open finish.
     drop(l);
     let _ = closing.send(());
     graceful.shutdown().await;
+}
+
+/// hyper-util's server for a TCP connection: HTTP/1.1 with a deadline
+/// for each request head, HTTP/2 with the bounds of HTTP/3 (16 streams,
+/// 16 KiB header lists) and small windows and send buffers, so that a
+/// client that does not read holds little.
+fn tcp_builder() -> hyper_util::server::conn::auto::Builder<TokioExecutor> {
+    let mut b = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    b.http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(TCP_HANDSHAKE_TIMEOUT);
+    b.http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(H2_MAX_STREAMS)
+        .initial_stream_window_size(H2_STREAM_WINDOW)
+        .initial_connection_window_size(H2_CONNECTION_WINDOW)
+        .max_send_buf_size(H2_SEND_BUFFER)
+        .max_header_list_size(H2_MAX_HEADER_LIST)
+        .keep_alive_interval(H2_KEEP_ALIVE_INTERVAL)
+        .keep_alive_timeout(H2_KEEP_ALIVE_TIMEOUT);
+    b
+}
+
+/// A place taken for a client address, given back when dropped.
+struct AddressPlace {
+    places: Arc<fastudp_quic::limits::PerAddress>,
+    ip: std::net::IpAddr,
+}
+
+impl AddressPlace {
+    /// A place for `ip`, or `None` when it holds its share already.
+    fn take(places: &Arc<fastudp_quic::limits::PerAddress>, ip: std::net::IpAddr) -> Option<Self> {
+        places.take(ip).then(|| AddressPlace {
+            places: places.clone(),
+            ip,
+        })
+    }
+}
+
+impl Drop for AddressPlace {
+    fn drop(&mut self) {
+        self.places.give(self.ip);
+    }
+}
+
+/// Counts an open connection in [`TcpStats::open`] while it lives.
+struct Open(Arc<TcpStats>);
+
+impl Open {
+    fn new(s: &Arc<TcpStats>) -> Open {
+        s.open.fetch_add(1, Relaxed);
+        Open(s.clone())
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Relaxed);
+    }
+}
+
+/// Why a quiet connection was closed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Quiet {
+    /// No complete request head within [`TCP_HANDSHAKE_TIMEOUT`] of the
+    /// connection's start.
+    NoRequest,
+    /// No request under way for [`TCP_IDLE_TIMEOUT`].
+    Idle,
+}
+
+/// A TCP connection's requests under way, and since when none has been.
+struct Activity {
+    busy: AtomicUsize,
+    any: std::sync::atomic::AtomicBool,
+    since: Mutex<Instant>,
+}
+
+impl Activity {
+    fn new() -> Activity {
+        Activity {
+            busy: AtomicUsize::new(0),
+            any: std::sync::atomic::AtomicBool::new(false),
+            since: Mutex::new(Instant::now()),
+        }
+    }
+
+    fn since(&self) -> Instant {
+        *self.since.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Returns when the connection has had no request under way for its
+    /// limit: [`TCP_HANDSHAKE_TIMEOUT`] from its start before its first
+    /// request, [`TCP_IDLE_TIMEOUT`] after.
+    async fn watchdog(&self) -> Quiet {
+        loop {
+            let (limit, why) = match self.any.load(Relaxed) {
+                false => (TCP_HANDSHAKE_TIMEOUT, Quiet::NoRequest),
+                true => (TCP_IDLE_TIMEOUT, Quiet::Idle),
+            };
+            let due = self.since() + limit;
+            if self.busy.load(Relaxed) == 0 && Instant::now() >= due {
+                return why;
+            }
+            let wait = match self.busy.load(Relaxed) {
+                0 => due.saturating_duration_since(Instant::now()),
+                _ => limit,
+            };
+            tokio::time::sleep(wait.max(Duration::from_millis(100))).await;
+        }
+    }
+}
+
+/// A request under way on a TCP connection, from its head to the end of
+/// its response's body.
+struct Busy(Arc<Activity>);
+
+impl Busy {
+    fn begin(a: &Arc<Activity>) -> Busy {
+        a.any.store(true, Relaxed);
+        a.busy.fetch_add(1, Relaxed);
+        Busy(a.clone())
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        *self.0.since.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+        self.0.busy.fetch_sub(1, Relaxed);
+    }
+}
+
+/// A response body that keeps its request counted as under way.
+struct BusyBody {
+    inner: ProxyBody,
+    _busy: Busy,
+}
+
+impl http_body::Body for BusyBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, BoxError>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// A connection whose writes fail (`TimedOut`) when the peer has taken
+/// no bytes for `limit`: a client that stops reading loses its
+/// connection, and what was held for it.
+struct SendDeadline<S> {
+    inner: S,
+    limit: Duration,
+    stalled: Option<Pin<Box<tokio::time::Sleep>>>,
+    stats: Arc<TcpStats>,
+}
+
+impl<S> SendDeadline<S> {
+    fn new(inner: S, limit: Duration, stats: Arc<TcpStats>) -> Self {
+        SendDeadline {
+            inner,
+            limit,
+            stalled: None,
+            stats,
+        }
+    }
+
+    /// After a write that could not go on: `TimedOut` once it has waited
+    /// `limit`.
+    fn wait(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Error> {
+        let limit = self.limit;
+        let s = self
+            .stalled
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+        match s.as_mut().poll(cx) {
+            Poll::Ready(()) => {
+                self.stats.send_timeouts.fetch_add(1, Relaxed);
+                Poll::Ready(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "the client took nothing within the send deadline",
+                ))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for SendDeadline<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for SendDeadline<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match Pin::new(&mut self.inner).poll_write(cx, buf) {
+            Poll::Pending => self.wait(cx).map(Err),
+            r => {
+                self.stalled = None;
+                r
+            }
+        }
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        match Pin::new(&mut self.inner).poll_write_vectored(cx, bufs) {
+            Poll::Pending => self.wait(cx).map(Err),
+            r => {
+                self.stalled = None;
+                r
+            }
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match Pin::new(&mut self.inner).poll_flush(cx) {
+            Poll::Pending => self.wait(cx).map(Err),
+            r => {
+                self.stalled = None;
+                r
+            }
+        }
+    }
+
+    fn poll_shutdown(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match Pin::new(&mut self.inner).poll_shutdown(cx) {
+            Poll::Pending => self.wait(cx).map(Err),
+            r => {
+                self.stalled = None;
+                r
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -647,3 +647,260 @@ fn proxy_route_prefixes_cannot_be_escaped() {
     });
     drop(srv);
 }
+
+/// A TLS connection to `addr` from `src` (port chosen by the kernel).
+async fn tls_from(
+    src: std::net::IpAddr,
+    addr: SocketAddr,
+    alpn: &[u8],
+) -> anyhow::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(client_tls(&[alpn])));
+    let sock = tokio::net::TcpSocket::new_v4()?;
+    sock.bind(SocketAddr::new(src, 0))?;
+    let tcp = sock.connect(addr).await?;
+    Ok(tls.connect("localhost".try_into()?, tcp).await?)
+}
+
+/// Reads until the server closes (EOF or an error); false when it has
+/// not within `wait`.
+async fn closed_within<S: tokio::io::AsyncRead + Unpin>(s: &mut S, wait: Duration) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut buf = vec![0u8; 65536];
+    tokio::time::timeout(wait, async {
+        loop {
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await
+    .is_ok()
+}
+
+/// The proxy's TCP side closes a connection that sends nothing after its
+/// TLS handshake (HTTP/1.1 and HTTP/2 ALPN), one that sends only the
+/// first bytes of HTTP/2's preface, and one whose HTTP/1.1 head never
+/// ends: the deadline covers TLS through the first request head (10 s).
+#[test]
+fn proxy_tcp_silent_connections_are_closed() {
+    use tokio::io::AsyncWriteExt;
+    let (_up_rt, up) = upstream();
+    let (srv, addr) = serve(&[
+        "--workers",
+        "1",
+        "--alt-svc-tcp",
+        "--upstream",
+        &format!("http://{up}"),
+    ]);
+    let lo: std::net::IpAddr = "127.0.0.1".parse().unwrap();
+    rt().block_on(async {
+        let mut conns = Vec::new();
+        for (alpn, send) in [
+            (&b"http/1.1"[..], &b""[..]),
+            (b"h2", b""),
+            (b"h2", b"PR"),
+            (b"h2", b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"),
+            (b"http/1.1", b"GET / HTTP/1.1\r\nhost: x\r\n"),
+        ] {
+            let mut s = tls_from(lo, addr, alpn).await.unwrap();
+            s.write_all(send).await.unwrap();
+            s.flush().await.unwrap();
+            conns.push((alpn, send, s));
+        }
+        for (alpn, send, mut s) in conns {
+            assert!(
+                closed_within(&mut s, Duration::from_secs(120)).await,
+                "ALPN {:?} after {:?}: still open",
+                String::from_utf8_lossy(alpn),
+                String::from_utf8_lossy(send)
+            );
+        }
+    });
+    drop(srv);
+}
+
+/// One address cannot take every TCP slot: with 256 silent connections
+/// from 127.0.0.1 (past its share of 64 they are closed at once), a
+/// client from 127.0.0.2 is served.
+#[test]
+fn proxy_tcp_one_address_cannot_take_every_slot() {
+    let (_up_rt, up) = upstream();
+    let (srv, addr) = serve(&[
+        "--workers",
+        "1",
+        "--alt-svc-tcp",
+        "--upstream",
+        &format!("http://{up}"),
+    ]);
+    rt().block_on(async {
+        let one: std::net::IpAddr = "127.0.0.1".parse().unwrap();
+        let other: std::net::IpAddr = "127.0.0.2".parse().unwrap();
+        let mut held = Vec::new();
+        let mut failed = 0;
+        for _ in 0..256 {
+            match tls_from(one, addr, b"http/1.1").await {
+                Ok(s) => held.push(s),
+                Err(_) => failed += 1,
+            }
+        }
+        println!("from 127.0.0.1: {} held, {failed} refused", held.len());
+        assert!(failed > 0, "256 connections from one address all held");
+        let s = tls_from(other, addr, b"http/1.1")
+            .await
+            .expect("another address is served");
+        let (mut send, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(s))
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        let r = send
+            .send_request(
+                Request::get("/headers")
+                    .header("host", "localhost")
+                    .body(full(Bytes::new()))
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        drop(held);
+    });
+    drop(srv);
+}
+
+/// A connection whose reads can be stopped: the client takes nothing
+/// more from the server.
+struct Gate<S> {
+    inner: S,
+    open: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Gate<S> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        if !self.open.load(std::sync::atomic::Ordering::Relaxed) {
+            return std::task::Poll::Pending;
+        }
+        std::pin::Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Gate<S> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// A scrape's value of an unlabelled family, if it has one.
+fn metric(admin: SocketAddr, name: &str) -> Option<f64> {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(admin).ok()?;
+    c.write_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        .ok()?;
+    let mut s = String::new();
+    c.read_to_string(&mut s).ok()?;
+    s.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// HTTP/2 clients that open 100 streams each for 20 MB downloads with
+/// huge windows and then never read: the proxy holds a few MiB for them
+/// (16 streams per connection, 64 KiB buffered per stream), not the
+/// hundreds it held with hyper's defaults, and closes them once they
+/// have taken nothing for the send deadline (10 s).
+#[test]
+fn proxy_h2_client_that_never_reads_is_bounded_and_closed() {
+    let (_up_rt, up) = upstream();
+    let (mut srv, addr) = serve(&[
+        "--workers",
+        "1",
+        "--alt-svc-tcp",
+        "--upstream",
+        &format!("http://{up}"),
+        "--metrics",
+        "127.0.0.1:0",
+    ]);
+    let m = srv.wait_for_line(|l| l.contains("\"kind\":\"metrics\""));
+    let v: serde_json::Value = serde_json::from_str(&m).unwrap();
+    let admin: SocketAddr = v["url"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches("http://")
+        .trim_end_matches("/metrics")
+        .parse()
+        .unwrap();
+    let base = peak_rss(srv.pid());
+    rt().block_on(async {
+        let lo: std::net::IpAddr = "127.0.0.1".parse().unwrap();
+        let mut keep = Vec::new();
+        for _ in 0..2 {
+            let s = tls_from(lo, addr, b"h2").await.unwrap();
+            let open = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let io = hyper_util::rt::TokioIo::new(Gate {
+                inner: s,
+                open: open.clone(),
+            });
+            let (send, conn) =
+                hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                    .initial_stream_window_size(u32::MAX >> 1)
+                    .initial_connection_window_size(u32::MAX >> 1)
+                    .handshake::<_, UpBody>(io)
+                    .await
+                    .unwrap();
+            tokio::spawn(conn);
+            for _ in 0..100 {
+                let mut send = send.clone();
+                tokio::spawn(async move {
+                    let req = Request::get("https://localhost/download/20000000")
+                        .body(full(Bytes::new()))
+                        .unwrap();
+                    let _ = send.send_request(req).await;
+                });
+            }
+            keep.push((send, open));
+        }
+        // Closed by the send deadline, or never.
+        let mut closed = false;
+        for _ in 0..120 {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            if metric(admin, "fastudp_tcp_connections") == Some(0.0) {
+                closed = true;
+                break;
+            }
+        }
+        let peak = peak_rss(srv.pid());
+        println!(
+            "proxy VmHWM: {} MiB before, {} MiB with 2 x 100 HTTP/2 streams never read",
+            base >> 20,
+            peak >> 20
+        );
+        assert!(closed, "the connections that never read are still open");
+        assert!(
+            peak < base + (64 << 20),
+            "the proxy held {} MiB for 2 connections that never read",
+            (peak - base) >> 20
+        );
+        drop(keep);
+    });
+    drop(srv);
+}
