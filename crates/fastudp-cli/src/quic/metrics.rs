@@ -417,6 +417,16 @@ impl Collector for Sources {
                 "Requests an upstream answered, by route (path prefix).",
                 &rows(&forwarded),
             )?;
+            let dropped: Vec<([(&str, &str); 1], u64)> = sets
+                .iter()
+                .map(|(p, s)| ([("route", *p)], l(&s.headers_dropped)))
+                .collect();
+            counters(
+                &mut e,
+                "proxy_headers_dropped",
+                "Request headers not passed to an upstream (names with '_', X-Real-IP and the like), by route.",
+                &rows(&dropped),
+            )?;
             let mut failures: Vec<([(&str, &str); 2], u64)> = Vec::new();
             for (p, s) in &sets {
                 for (kind, v) in [

@@ -137,6 +137,8 @@ pub struct ProxyStats {
     pub no_upstream: AtomicU64,
     /// Response bodies that failed part way (the client's stream reset).
     pub aborted: AtomicU64,
+    /// Request headers not passed on ([`strip_untrusted`]).
+    pub headers_dropped: AtomicU64,
 }
 
 /// What every worker's proxy shares: the upstreams and their health.
@@ -481,6 +483,8 @@ where
             .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
     });
     strip_hop_by_hop(&mut parts.headers);
+    let dropped = strip_untrusted(&mut parts.headers);
+    s.stats.headers_dropped.fetch_add(dropped, Relaxed);
     forwarded_headers(&mut parts.headers, client, host.as_ref());
     if let Some(h) = host {
         parts.headers.insert(header::HOST, h);
@@ -821,6 +825,53 @@ pub fn strip_hop_by_hop(h: &mut HeaderMap) {
     }
 }
 
+/// Headers a client may not send to an upstream: the upstream could
+/// take them for the proxy's word about the client (its address, port,
+/// path prefix) or its path through proxies.
+pub const UNTRUSTED: [&str; 6] = [
+    "x-real-ip",
+    "true-client-ip",
+    "x-client-ip",
+    "x-forwarded-port",
+    "x-forwarded-prefix",
+    "via",
+];
+
+/// Removes the request headers the upstream must not get from a client:
+/// those whose names hold `_` (as nginx's `underscores_in_headers off`:
+/// CGI and WSGI turn `X_Forwarded_For` into the same variable as
+/// `X-Forwarded-For`) and [`UNTRUSTED`]. Returns how many went.
+pub fn strip_untrusted(h: &mut HeaderMap) -> u64 {
+    let under: Vec<HeaderName> = h
+        .keys()
+        .filter(|n| n.as_str().contains('_'))
+        .cloned()
+        .collect();
+    let mut n = 0;
+    for name in under {
+        n += h.get_all(&name).iter().count() as u64;
+        h.remove(name);
+    }
+    for name in UNTRUSTED {
+        n += h.get_all(name).iter().count() as u64;
+        h.remove(name);
+    }
+    n
+}
+
+/// `s` as the inside of a quoted-string (RFC 9110 5.6.4): `"` and `\`
+/// escaped.
+fn quoted(s: &str) -> String {
+    let mut q = String::with_capacity(s.len() + 2);
+    for c in s.chars() {
+        if c == '"' || c == '\\' {
+            q.push('\\');
+        }
+        q.push(c);
+    }
+    q
+}
+
 /// Sets `X-Forwarded-For`, `-Proto`, `-Host` and `Forwarded` from the
 /// connection, replacing the client's.
 fn forwarded_headers(h: &mut HeaderMap, client: Option<SocketAddr>, host: Option<&HeaderValue>) {
@@ -840,15 +891,13 @@ fn forwarded_headers(h: &mut HeaderMap, client: Option<SocketAddr>, host: Option
         };
     }
     if let Some(host) = host.and_then(|v| v.to_str().ok()) {
-        if !host.contains('"') {
-            if let Ok(v) = HeaderValue::from_str(host) {
-                h.insert("x-forwarded-host", v);
-            }
-            if !fwd.is_empty() {
-                fwd.push(';');
-            }
-            fwd.push_str(&format!("host=\"{host}\""));
+        if let Ok(v) = HeaderValue::from_str(host) {
+            h.insert("x-forwarded-host", v);
         }
+        if !fwd.is_empty() {
+            fwd.push(';');
+        }
+        fwd.push_str(&format!("host=\"{}\"", quoted(host)));
     }
     if !fwd.is_empty() {
         fwd.push(';');
@@ -1445,6 +1494,36 @@ mod tests {
             h["forwarded"],
             "for=\"[::1]\";host=\"example.com:443\";proto=https"
         );
+    }
+
+    #[test]
+    fn untrusted_and_underscore_headers_are_dropped() {
+        let mut h = HeaderMap::new();
+        for (n, v) in [
+            ("x_forwarded_for", "6.6.6.6"),
+            ("x_forwarded_host", "evil.example"),
+            ("x-real-ip", "6.6.6.6"),
+            ("true-client-ip", "6.6.6.6"),
+            ("x-client-ip", "6.6.6.6"),
+            ("x-forwarded-port", "1"),
+            ("x-forwarded-prefix", "/admin"),
+            ("via", "1.1 evil"),
+            ("x-kept", "1"),
+        ] {
+            h.append(n, HeaderValue::from_static(v));
+        }
+        h.append("x_forwarded_for", HeaderValue::from_static("7.7.7.7"));
+        assert_eq!(strip_untrusted(&mut h), 9);
+        assert_eq!(h.len(), 1, "{h:?}");
+        assert!(h.contains_key("x-kept"));
+    }
+
+    #[test]
+    fn forwarded_host_is_a_valid_quoted_string() {
+        let mut h = HeaderMap::new();
+        let host = HeaderValue::from_static("x\\\"y");
+        forwarded_headers(&mut h, Some("127.0.0.1:5".parse().unwrap()), Some(&host));
+        assert_eq!(h["forwarded"], "for=127.0.0.1;host=\"x\\\\\\\"y\";proto=https");
     }
 
     #[test]

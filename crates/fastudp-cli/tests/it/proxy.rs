@@ -904,3 +904,91 @@ fn proxy_h2_client_that_never_reads_is_bounded_and_closed() {
     });
     drop(srv);
 }
+
+/// Headers a client could pass off as the proxy's word: names with `_`
+/// (a WSGI or CGI application reads `X_Forwarded_For` as
+/// `X-Forwarded-For`), `X-Real-IP` and the like never reach the
+/// upstream, over HTTP/1.1, HTTP/2 and HTTP/3; a `\` in the host is
+/// escaped in `Forwarded`.
+#[test]
+fn proxy_drops_headers_a_client_could_forge() {
+    let (_up_rt, up) = upstream();
+    let (srv, addr) = serve(&[
+        "--workers",
+        "1",
+        "--alt-svc-tcp",
+        "--upstream",
+        &format!("http://{up}"),
+    ]);
+    let forged = [
+        ("x_forwarded_for", "6.6.6.6"),
+        ("x_forwarded_host", "evil.example"),
+        ("x_forwarded_proto", "http"),
+        ("x-real-ip", "6.6.6.6"),
+        ("true-client-ip", "6.6.6.6"),
+        ("x-client-ip", "6.6.6.6"),
+        ("x-forwarded-port", "1"),
+        ("x-forwarded-prefix", "/admin"),
+    ];
+    rt().block_on(async {
+        let mut seen = Vec::new();
+        // HTTP/1.1 and HTTP/2.
+        for h2 in [false, true] {
+            let alpn: &[u8] = if h2 { b"h2" } else { b"http/1.1" };
+            let s = tls_from("127.0.0.1".parse().unwrap(), addr, alpn)
+                .await
+                .unwrap();
+            let io = hyper_util::rt::TokioIo::new(s);
+            let mut req = Request::get(if h2 {
+                "https://localhost/headers"
+            } else {
+                "/headers"
+            });
+            if !h2 {
+                req = req.header("host", "localhost");
+            }
+            for (n, v) in forged {
+                req = req.header(n, v);
+            }
+            let req = req.body(full(Bytes::new())).unwrap();
+            let r = if h2 {
+                let (mut send, conn) = hyper::client::conn::http2::handshake(
+                    hyper_util::rt::TokioExecutor::new(),
+                    io,
+                )
+                .await
+                .unwrap();
+                tokio::spawn(conn);
+                send.send_request(req).await.unwrap()
+            } else {
+                let (mut send, conn) = hyper::client::conn::http1::handshake(io).await.unwrap();
+                tokio::spawn(conn);
+                send.send_request(req).await.unwrap()
+            };
+            let b = r.into_body().collect().await.unwrap().to_bytes();
+            seen.push((h2, String::from_utf8_lossy(&b).to_string()));
+        }
+        // HTTP/3.
+        let (_ep, mut send) = h3_connect(addr).await;
+        let mut req = Request::get("https://localhost/headers");
+        for (n, v) in forged {
+            req = req.header(n, v);
+        }
+        let mut s = send.send_request(req.body(()).unwrap()).await.unwrap();
+        s.finish().await.unwrap();
+        let _ = s.recv_response().await.unwrap();
+        let mut body = Vec::new();
+        while let Some(mut c) = s.recv_data().await.unwrap() {
+            body.extend_from_slice(&c.copy_to_bytes(c.remaining()));
+        }
+        seen.push((false, String::from_utf8_lossy(&body).to_string()));
+        for (_, h) in seen {
+            for (n, v) in forged {
+                assert!(!h.contains(n), "{n} reached the upstream: {h}");
+                assert!(!h.contains(v) || v == "http", "{v} reached the upstream: {h}");
+            }
+            assert!(h.contains("x-forwarded-for: 127.0.0.1\n"), "{h}");
+        }
+    });
+    drop(srv);
+}
