@@ -434,6 +434,8 @@ impl Collector for Sources {
                     ("gateway_timeout", &s.gateway_timeout),
                     ("no_upstream", &s.no_upstream),
                     ("aborted", &s.aborted),
+                    ("over_limit", &s.over_limit),
+                    ("out_of_descriptors", &s.local_exhausted),
                 ] {
                     failures.push(([("route", *p), ("kind", kind)], l(v)));
                 }
@@ -441,7 +443,7 @@ impl Collector for Sources {
             counters(
                 &mut e,
                 "proxy_failures",
-                "Requests the upstreams failed, by route and kind: refused or broken before the head (502), no head in time (504), every upstream skipped (502), broken mid-response.",
+                "Requests the upstreams failed, by route and kind: refused or broken before the head (502), no head in time (504), every upstream skipped (502), broken mid-response, too many in flight for the client or route (503), the proxy out of file descriptors (503).",
                 &rows(&failures),
             )?;
         }

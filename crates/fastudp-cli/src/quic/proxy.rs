@@ -11,9 +11,11 @@
 //! read).
 //!
 //! - The upstreams are taken in turn (round robin); one whose connection
-//!   fails or that does not answer within the timeout is skipped for
-//!   [`FAIL_DURATION`] (passive health). With every upstream skipped the
-//!   answer is 502 at once.
+//!   fails is skipped for [`FAIL_DURATION`] (passive health; a timeout,
+//!   or the proxy's own lack of descriptors, does not skip it). With
+//!   every upstream skipped the answer is 502 at once. Requests in
+//!   flight are bounded per route and per client address (503 past
+//!   them).
 //! - Refused (or any error before a response head): 502. No response head
 //!   within `--upstream-timeout`: 504. An upstream that fails during the
 //!   response body: the error reaches the client as a reset HTTP/3 stream
@@ -75,6 +77,14 @@ pub const POOL_IDLE: Duration = Duration::from_secs(60);
 
 /// Idle upstream connections kept per upstream (per worker).
 pub const POOL_MAX_IDLE: usize = 64;
+
+/// Requests one client address (an IPv6 /64) may have in flight to one
+/// route's upstreams at once; past it the answer is 503.
+pub const MAX_IN_FLIGHT_PER_CLIENT: usize = 128;
+
+/// Requests one route's upstreams may have in flight at once (each holds
+/// an upstream connection); past it the answer is 503.
+pub const MAX_IN_FLIGHT_PER_ROUTE: usize = 1024;
 
 /// One upstream: where it is, and until when it is skipped.
 #[derive(Debug)]
@@ -139,6 +149,13 @@ pub struct ProxyStats {
     pub aborted: AtomicU64,
     /// Request headers not passed on ([`strip_untrusted`]).
     pub headers_dropped: AtomicU64,
+    /// 503s: the client's address or the route had
+    /// [`MAX_IN_FLIGHT_PER_CLIENT`] or [`MAX_IN_FLIGHT_PER_ROUTE`]
+    /// requests in flight.
+    pub over_limit: AtomicU64,
+    /// 503s: the proxy itself was out of file descriptors (EMFILE,
+    /// ENFILE) connecting to an upstream; the upstream is not skipped.
+    pub local_exhausted: AtomicU64,
 }
 
 /// What every worker's proxy shares: the upstreams and their health.
@@ -148,6 +165,8 @@ pub struct Shared {
     next: AtomicUsize,
     timeout: Duration,
     fail_duration: Duration,
+    in_flight: AtomicUsize,
+    per_client: fastudp_quic::limits::PerAddress,
     /// What was counted.
     pub stats: ProxyStats,
 }
@@ -168,6 +187,8 @@ impl Shared {
             next: AtomicUsize::new(0),
             timeout,
             fail_duration: FAIL_DURATION,
+            in_flight: AtomicUsize::new(0),
+            per_client: fastudp_quic::limits::PerAddress::new(MAX_IN_FLIGHT_PER_CLIENT),
             stats: ProxyStats::default(),
         })
     }
@@ -466,6 +487,13 @@ where
     B::Error: Into<BoxError>,
 {
     let s = &shared;
+    let Some(held) = InFlight::take(&shared, peer_of(req.extensions())) else {
+        s.stats.over_limit.fetch_add(1, Relaxed);
+        return answer(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too many requests in flight\n",
+        );
+    };
     let Some(up) = s.pick() else {
         s.stats.no_upstream.fetch_add(1, Relaxed);
         return answer(StatusCode::BAD_GATEWAY, "no upstream available\n");
@@ -527,10 +555,19 @@ where
         () = deadline => Err(()),
     };
     match got {
+        // A slow answer is not a failed upstream: only a failed connect
+        // skips it (as Caddy's passive health), so that one slow request
+        // cannot take the upstream away from every client.
         Err(()) => {
-            up.failed(s.fail_duration);
             s.stats.gateway_timeout.fetch_add(1, Relaxed);
             answer(StatusCode::GATEWAY_TIMEOUT, "upstream timed out\n")
+        }
+        Ok(Err(e)) if out_of_descriptors(&e) => {
+            s.stats.local_exhausted.fetch_add(1, Relaxed);
+            answer(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the proxy is out of file descriptors\n",
+            )
         }
         Ok(Err(e)) => {
             if e.is_connect() {
@@ -551,8 +588,101 @@ where
                     Box::new(e) as BoxError
                 })
                 .boxed_unsync();
+            let body = HeldBody {
+                inner: body,
+                _held: held,
+            }
+            .boxed_unsync();
             Response::from_parts(parts, body)
         }
+    }
+}
+
+/// The client's address: the engine's [`ConnInfo`] (HTTP/3) or the TCP
+/// side's [`Peer`].
+fn peer_of(x: &http::Extensions) -> Option<SocketAddr> {
+    x.get::<ConnInfo>()
+        .map(|c| c.remote)
+        .or_else(|| x.get::<Peer>().map(|p| p.0))
+}
+
+/// Whether `e` is the proxy's own lack of file descriptors (EMFILE,
+/// ENFILE), not the upstream's failure.
+fn out_of_descriptors(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(c) = cur {
+        if let Some(io) = c.downcast_ref::<std::io::Error>() {
+            if matches!(io.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) {
+                return true;
+            }
+        }
+        cur = c.source();
+    }
+    false
+}
+
+/// A request in flight to a route's upstreams, counted against the
+/// route's and its client's bounds until its response ends.
+struct InFlight {
+    shared: Arc<Shared>,
+    ip: Option<std::net::IpAddr>,
+}
+
+impl InFlight {
+    /// A place for a request from `client`, or `None` when the route or
+    /// the client's address has no more.
+    fn take(shared: &Arc<Shared>, client: Option<SocketAddr>) -> Option<InFlight> {
+        let n = shared.in_flight.fetch_add(1, Relaxed);
+        let ip = client.map(|c| c.ip());
+        let mut h = InFlight {
+            shared: shared.clone(),
+            ip: None,
+        };
+        if n >= MAX_IN_FLIGHT_PER_ROUTE {
+            return None;
+        }
+        if let Some(ip) = ip {
+            if !shared.per_client.take(ip) {
+                return None;
+            }
+            h.ip = Some(ip);
+        }
+        Some(h)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.shared.in_flight.fetch_sub(1, Relaxed);
+        if let Some(ip) = self.ip {
+            self.shared.per_client.give(ip);
+        }
+    }
+}
+
+/// A response body that keeps its request counted in flight.
+struct HeldBody {
+    inner: ProxyBody,
+    _held: InFlight,
+}
+
+impl http_body::Body for HeldBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, BoxError>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
     }
 }
 
@@ -1524,6 +1654,53 @@ mod tests {
         let host = HeaderValue::from_static("x\\\"y");
         forwarded_headers(&mut h, Some("127.0.0.1:5".parse().unwrap()), Some(&host));
         assert_eq!(h["forwarded"], "for=127.0.0.1;host=\"x\\\\\\\"y\";proto=https");
+    }
+
+    #[test]
+    fn in_flight_is_bounded_per_client_and_per_route() {
+        let s = Arc::new(Shared::new(&["http://a:1".into()], Duration::from_secs(1)).unwrap());
+        let one: SocketAddr = "10.0.0.1:5".parse().unwrap();
+        let two: SocketAddr = "10.0.0.2:5".parse().unwrap();
+        let mut held: Vec<InFlight> = (0..MAX_IN_FLIGHT_PER_CLIENT)
+            .map(|_| InFlight::take(&s, Some(one)).unwrap())
+            .collect();
+        assert!(InFlight::take(&s, Some(one)).is_none());
+        // Another address is let in; one that ends gives its place back.
+        assert!(InFlight::take(&s, Some(two)).is_some());
+        held.pop();
+        held.push(InFlight::take(&s, Some(one)).unwrap());
+        while held.len() < MAX_IN_FLIGHT_PER_ROUTE {
+            held.push(InFlight::take(&s, None).unwrap());
+        }
+        assert!(InFlight::take(&s, Some(two)).is_none());
+        assert!(InFlight::take(&s, None).is_none());
+        drop(held);
+        assert_eq!(s.in_flight.load(Relaxed), 0);
+        assert!(InFlight::take(&s, Some(one)).is_some());
+    }
+
+    #[test]
+    fn out_of_descriptors_is_the_proxys_own_failure() {
+        #[derive(Debug)]
+        struct Wrap(std::io::Error);
+        impl std::fmt::Display for Wrap {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("connect failed")
+            }
+        }
+        impl std::error::Error for Wrap {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        for (code, own) in [
+            (libc::EMFILE, true),
+            (libc::ENFILE, true),
+            (libc::ECONNREFUSED, false),
+        ] {
+            let e = Wrap(std::io::Error::from_raw_os_error(code));
+            assert_eq!(out_of_descriptors(&e), own, "{code}");
+        }
     }
 
     #[test]

@@ -654,6 +654,7 @@ fn announce_test_endpoints(json: bool) -> anyhow::Result<()> {
 fn proxy_summary(table: &proxy::Table, json: bool) -> anyhow::Result<()> {
     use std::sync::atomic::Ordering::Relaxed;
     let (mut f, mut b, mut t, mut n, mut x) = (0, 0, 0, 0, 0);
+    let (mut over, mut fds) = (0, 0);
     for (_, s) in table.upstream_sets() {
         let s = &s.stats;
         f += s.forwarded.load(Relaxed);
@@ -661,6 +662,8 @@ fn proxy_summary(table: &proxy::Table, json: bool) -> anyhow::Result<()> {
         t += s.gateway_timeout.load(Relaxed);
         n += s.no_upstream.load(Relaxed);
         x += s.aborted.load(Relaxed);
+        over += s.over_limit.load(Relaxed);
+        fds += s.local_exhausted.load(Relaxed);
     }
     if json {
         out!(
@@ -672,10 +675,12 @@ fn proxy_summary(table: &proxy::Table, json: bool) -> anyhow::Result<()> {
                 "gateway_timeout": t,
                 "no_upstream": n,
                 "aborted": x,
+                "over_limit": over,
+                "out_of_descriptors": fds,
             })
         )
     } else {
-        out!("proxy: {f} forwarded, {b} bad gateway (502), {t} timed out (504), {n} with no upstream (502), {x} aborted mid-response")
+        out!("proxy: {f} forwarded, {b} bad gateway (502), {t} timed out (504), {n} with no upstream (502), {x} aborted mid-response, {over} over the in-flight limits (503), {fds} out of file descriptors (503)")
     }
 }
 

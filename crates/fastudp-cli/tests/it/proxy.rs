@@ -359,8 +359,8 @@ const BIG: u64 = 128 << 20;
 
 /// Over HTTP/3: the headers the upstream sees, byte-exact bodies both
 /// ways (a large upload and download with the proxy's memory bounded), a
-/// slow upstream's 504, and an upstream that dies mid-response resets
-/// the stream.
+/// slow upstream's 504 (after which the upstream is still used), and an
+/// upstream that dies mid-response resets the stream.
 #[test]
 fn proxy_over_http3() {
     let (_up_rt, up) = upstream();
@@ -428,11 +428,12 @@ fn proxy_over_http3() {
         let a = h3_request(&mut send, "GET", "/slow", None).await.unwrap();
         assert_eq!(a.status, StatusCode::GATEWAY_TIMEOUT);
 
-        // Skipped after its timeout: the only upstream is down for a while.
+        // A slow answer does not take the upstream away from the others:
+        // only a failed connect skips it.
         let a = h3_request(&mut send, "GET", "/headers", None)
             .await
             .unwrap();
-        assert_eq!(a.status, StatusCode::BAD_GATEWAY);
+        assert_eq!(a.status, StatusCode::OK);
     });
     drop(srv);
 }
