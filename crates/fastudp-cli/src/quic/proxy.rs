@@ -532,27 +532,18 @@ where
         Err(_) => return answer(StatusCode::BAD_REQUEST, "bad request target\n"),
     };
     parts.version = Version::HTTP_11;
-    // The timeout runs from the end of the request's body: an upload
-    // takes the time it takes.
-    let (done, sent_all) = tokio::sync::oneshot::channel::<()>();
+    // The timeout runs from the request's start, again from each piece
+    // of the body the upstream takes and from the body's end; it is held
+    // while the proxy waits on the client for the body (an upload takes
+    // the time the client takes), so an upstream that stops reading is
+    // 504 too.
+    let (turn, turns) = tokio::sync::watch::channel(Turn::Upstream(tokio::time::Instant::now()));
     let inner = body.map_err(Into::into).boxed_unsync();
-    let done = match http_body::Body::is_end_stream(&inner) {
-        true => {
-            let _ = done.send(());
-            None
-        }
-        false => Some(done),
-    };
-    let body = SignalEnd { inner, done }.boxed_unsync();
+    let body = Paced { inner, turn }.boxed_unsync();
     let sent = pool.request(Request::from_parts(parts, body));
-    let timeout = s.timeout;
-    let deadline = async move {
-        let _ = sent_all.await;
-        tokio::time::sleep(timeout).await;
-    };
     let got = tokio::select! {
         r = sent => Ok(r),
-        () = deadline => Err(()),
+        () = upstream_deadline(turns, s.timeout) => Err(()),
     };
     match got {
         // A slow answer is not a failed upstream: only a failed connect
@@ -686,13 +677,23 @@ impl http_body::Body for HeldBody {
     }
 }
 
-/// A body that says when it has ended (or was dropped).
-struct SignalEnd {
-    inner: ProxyBody,
-    done: Option<tokio::sync::oneshot::Sender<()>>,
+/// Whose move it is while a request's body is sent upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Turn {
+    /// The upstream's (to take what was handed over, or to answer), since
+    /// then.
+    Upstream(tokio::time::Instant),
+    /// The client's: the proxy waits for more of the body.
+    Client,
 }
 
-impl http_body::Body for SignalEnd {
+/// A request body that says whose move it is ([`Turn`]).
+struct Paced {
+    inner: ProxyBody,
+    turn: tokio::sync::watch::Sender<Turn>,
+}
+
+impl http_body::Body for Paced {
     type Data = Bytes;
     type Error = BoxError;
 
@@ -701,11 +702,17 @@ impl http_body::Body for SignalEnd {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<Bytes>, BoxError>>> {
         let r = Pin::new(&mut self.inner).poll_frame(cx);
-        if matches!(r, Poll::Ready(None)) || self.inner.is_end_stream() {
-            if let Some(d) = self.done.take() {
-                let _ = d.send(());
-            }
-        }
+        let now = match r {
+            Poll::Pending => Turn::Client,
+            Poll::Ready(_) => Turn::Upstream(tokio::time::Instant::now()),
+        };
+        // The waiting side is woken when the turn changes hands; a later
+        // instant of the upstream's turn is read when its sleep ends.
+        self.turn.send_if_modified(|t| {
+            let handed = std::mem::discriminant(t) != std::mem::discriminant(&now);
+            *t = now;
+            handed
+        });
         r
     }
 
@@ -715,6 +722,44 @@ impl http_body::Body for SignalEnd {
 
     fn size_hint(&self) -> http_body::SizeHint {
         self.inner.size_hint()
+    }
+}
+
+/// Returns once the upstream has had its turn ([`Turn::Upstream`]) for
+/// `timeout` without the turn moving on.
+async fn upstream_deadline(mut turns: tokio::sync::watch::Receiver<Turn>, timeout: Duration) {
+    loop {
+        let t = *turns.borrow_and_update();
+        match t {
+            Turn::Client => {
+                if turns.changed().await.is_err() {
+                    // The body is gone while waiting on the client: the
+                    // upstream has its turn from now.
+                    tokio::time::sleep(timeout).await;
+                    return;
+                }
+            }
+            Turn::Upstream(since) => {
+                let due = since + timeout;
+                if tokio::time::Instant::now() >= due {
+                    return;
+                }
+                tokio::select! {
+                    () = tokio::time::sleep_until(due) => {}
+                    r = turns.changed() => {
+                        if r.is_err() {
+                            // The body has ended: no more turns.
+                            let last = match *turns.borrow() {
+                                Turn::Upstream(t) => t,
+                                Turn::Client => tokio::time::Instant::now(),
+                            };
+                            tokio::time::sleep_until(last + timeout).await;
+                            return;
+                        }
+                    }
+                }
+            }
+        }
     }
 }
 

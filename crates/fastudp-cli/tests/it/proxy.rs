@@ -53,6 +53,7 @@ fn hex(d: &[u8]) -> String {
 /// - `/echo`: the body, streamed back as it comes;
 /// - `/download/N`: N bytes of the pattern, streamed;
 /// - `/slow`: answers after 5 s;
+/// - `/noread`: never reads the request's body, answers after 60 s;
 /// - `/die`: promises 1 MB, sends 100 kB, then fails.
 async fn upstream_app(req: Request<Incoming>) -> Result<http::Response<UpBody>, Infallible> {
     let path = req.uri().path().to_string();
@@ -64,6 +65,10 @@ async fn upstream_app(req: Request<Incoming>) -> Result<http::Response<UpBody>, 
         http::Response::new(full(s))
     } else if path.starts_with("/public/") {
         http::Response::new(full(format!("path: {}", req.uri())))
+    } else if path == "/noread" {
+        // Never reads the body; answers late.
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        http::Response::new(full("late"))
     } else if path == "/upload" {
         let mut body = req.into_body();
         let mut c = ring::digest::Context::new(&ring::digest::SHA256);
@@ -990,6 +995,40 @@ fn proxy_drops_headers_a_client_could_forge() {
             }
             assert!(h.contains("x-forwarded-for: 127.0.0.1\n"), "{h}");
         }
+    });
+    drop(srv);
+}
+
+/// An upstream that never reads the request's body: 504 once it has
+/// taken nothing for `--upstream-timeout`, while the client is still
+/// uploading (the timeout no longer waits for the body's end, which
+/// never came).
+#[test]
+fn proxy_upstream_that_never_reads_is_504() {
+    let (_up_rt, up) = upstream();
+    let (srv, addr) = serve(&[
+        "--workers",
+        "1",
+        "--upstream",
+        &format!("http://{up}"),
+        "--upstream-timeout",
+        "2",
+    ]);
+    rt().block_on(async {
+        let (_ep, mut send) = h3_connect(addr).await;
+        let req = Request::post("https://localhost/noread").body(()).unwrap();
+        let s = send.send_request(req).await.unwrap();
+        let (mut tx, mut rx) = s.split();
+        tokio::spawn(async move {
+            for p in pattern_pieces(200_000_000) {
+                if tx.send_data(p).await.is_err() {
+                    return;
+                }
+            }
+            let _ = tx.finish().await;
+        });
+        let r = rx.recv_response().await.unwrap();
+        assert_eq!(r.status(), StatusCode::GATEWAY_TIMEOUT);
     });
     drop(srv);
 }
