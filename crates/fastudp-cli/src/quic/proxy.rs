@@ -110,6 +110,12 @@ impl Upstream {
         if authority.as_str().contains('@') {
             return Err("user information is not allowed".into());
         }
+        if let Some(port) = authority.port() {
+            match port.as_str().parse::<u16>() {
+                Ok(p) if p > 0 => {}
+                _ => return Err(format!("port {}: from 1 to 65535", port.as_str())),
+            }
+        }
         if u.path_and_query().is_some_and(|p| p.as_str() != "/") {
             return Err("a path is not allowed: the request's path is kept".into());
         }
@@ -504,12 +510,10 @@ where
         .get::<ConnInfo>()
         .map(|c| c.remote)
         .or_else(|| parts.extensions.get::<Peer>().map(|p| p.0));
-    let host = parts.headers.get(header::HOST).cloned().or_else(|| {
-        parts
-            .uri
-            .authority()
-            .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
-    });
+    let host = match request_host(&parts) {
+        Ok(h) => h,
+        Err(r) => return r,
+    };
     strip_hop_by_hop(&mut parts.headers);
     let dropped = strip_untrusted(&mut parts.headers);
     s.stats.headers_dropped.fetch_add(dropped, Relaxed);
@@ -567,6 +571,11 @@ where
             s.stats.bad_gateway.fetch_add(1, Relaxed);
             answer(StatusCode::BAD_GATEWAY, "upstream failed\n")
         }
+        Ok(Ok(resp)) if resp.status() == StatusCode::SWITCHING_PROTOCOLS => {
+            // Upgrades are not proxied (and HTTP/2 and HTTP/3 forbid 101).
+            s.stats.bad_gateway.fetch_add(1, Relaxed);
+            answer(StatusCode::BAD_GATEWAY, "the upstream switched protocols\n")
+        }
         Ok(Ok(resp)) => {
             s.stats.forwarded.fetch_add(1, Relaxed);
             let (mut parts, body) = resp.into_parts();
@@ -586,6 +595,34 @@ where
             .boxed_unsync();
             Response::from_parts(parts, body)
         }
+    }
+}
+
+/// The `Host` to send upstream: the request target's authority when it
+/// has one (HTTP/2's and HTTP/3's `:authority`, HTTP/1.1's absolute
+/// form, which wins over `Host` as RFC 9112 3.2.2 says), its user
+/// information left out; else the client's `Host`. Over HTTP/2 and
+/// HTTP/3 a `Host` that differs from `:authority` is 400 (RFC 9113
+/// 8.3.1). `None`: the client named no host.
+#[allow(clippy::result_large_err)]
+fn request_host(
+    parts: &http::request::Parts,
+) -> Result<Option<HeaderValue>, Response<ProxyBody>> {
+    let given = parts.headers.get(header::HOST);
+    let Some(a) = parts.uri.authority() else {
+        return Ok(given.cloned());
+    };
+    let a = a.as_str();
+    let a = a.rsplit_once('@').map_or(a, |(_, h)| h);
+    if parts.version >= Version::HTTP_2 && given.is_some_and(|g| g.as_bytes() != a.as_bytes()) {
+        return Err(answer(
+            StatusCode::BAD_REQUEST,
+            "Host and :authority differ\n",
+        ));
+    }
+    match HeaderValue::from_str(a) {
+        Ok(v) => Ok(Some(v)),
+        Err(_) => Err(answer(StatusCode::BAD_REQUEST, "bad authority\n")),
     }
 }
 
@@ -1056,7 +1093,8 @@ fn forwarded_headers(h: &mut HeaderMap, client: Option<SocketAddr>, host: Option
     h.insert("x-forwarded-proto", HeaderValue::from_static("https"));
     let mut fwd = String::new();
     if let Some(c) = client {
-        let ip = c.ip();
+        // An IPv4 client on a dual-stack listener is named as IPv4.
+        let ip = c.ip().to_canonical();
         if let Ok(v) = HeaderValue::from_str(&ip.to_string()) {
             h.insert("x-forwarded-for", v);
         }
@@ -1746,6 +1784,60 @@ mod tests {
             let e = Wrap(std::io::Error::from_raw_os_error(code));
             assert_eq!(out_of_descriptors(&e), own, "{code}");
         }
+    }
+
+    #[test]
+    fn the_host_sent_upstream() {
+        let parts = |uri: &str, v: Version, host: Option<&'static str>| {
+            let mut b = Request::builder().uri(uri).version(v);
+            if let Some(h) = host {
+                b = b.header("host", h);
+            }
+            b.body(()).unwrap().into_parts().0
+        };
+        let host = |p: &http::request::Parts| {
+            request_host(p)
+                .map(|h| h.map(|v| v.to_str().unwrap().to_string()))
+                .map_err(|r| r.status())
+        };
+        let h11 = Version::HTTP_11;
+        let h2 = Version::HTTP_2;
+        assert_eq!(host(&parts("/", h11, Some("good"))), Ok(Some("good".into())));
+        assert_eq!(host(&parts("/", h11, None)), Ok(None));
+        // The absolute form's authority wins over Host.
+        assert_eq!(
+            host(&parts("http://evil/x", h11, Some("good"))),
+            Ok(Some("evil".into()))
+        );
+        assert_eq!(host(&parts("https://good/x", h2, None)), Ok(Some("good".into())));
+        assert_eq!(
+            host(&parts("https://good/x", h2, Some("good"))),
+            Ok(Some("good".into()))
+        );
+        assert_eq!(
+            host(&parts("https://good/x", h2, Some("evil"))),
+            Err(StatusCode::BAD_REQUEST)
+        );
+        assert_eq!(
+            host(&parts("https://user:pw@good/x", h2, None)),
+            Ok(Some("good".into()))
+        );
+    }
+
+    #[test]
+    fn a_mapped_ipv4_client_is_named_as_ipv4() {
+        let mut h = HeaderMap::new();
+        forwarded_headers(&mut h, Some("[::ffff:10.1.2.3]:5".parse().unwrap()), None);
+        assert_eq!(h["x-forwarded-for"], "10.1.2.3");
+        assert_eq!(h["forwarded"], "for=10.1.2.3;proto=https");
+    }
+
+    #[test]
+    fn upstream_ports_are_checked() {
+        assert!(Upstream::parse("http://h:0").unwrap_err().contains("port 0"));
+        assert!(Upstream::parse("http://h:99999").is_err());
+        assert!(Upstream::parse("http://h:65535").is_ok());
+        assert!(Upstream::parse("http://h").is_ok());
     }
 
     #[test]

@@ -53,6 +53,7 @@ fn hex(d: &[u8]) -> String {
 /// - `/echo`: the body, streamed back as it comes;
 /// - `/download/N`: N bytes of the pattern, streamed;
 /// - `/slow`: answers after 5 s;
+/// - `/switch`: 101 Switching Protocols;
 /// - `/noread`: never reads the request's body, answers after 60 s;
 /// - `/die`: promises 1 MB, sends 100 kB, then fails.
 async fn upstream_app(req: Request<Incoming>) -> Result<http::Response<UpBody>, Infallible> {
@@ -65,6 +66,12 @@ async fn upstream_app(req: Request<Incoming>) -> Result<http::Response<UpBody>, 
         http::Response::new(full(s))
     } else if path.starts_with("/public/") {
         http::Response::new(full(format!("path: {}", req.uri())))
+    } else if path == "/switch" {
+        let mut r = http::Response::new(full(Bytes::new()));
+        *r.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+        r.headers_mut().insert("upgrade", "websocket".parse().unwrap());
+        r.headers_mut().insert("connection", "upgrade".parse().unwrap());
+        r
     } else if path == "/noread" {
         // Never reads the body; answers late.
         tokio::time::sleep(Duration::from_secs(60)).await;
@@ -1029,6 +1036,22 @@ fn proxy_upstream_that_never_reads_is_504() {
         });
         let r = rx.recv_response().await.unwrap();
         assert_eq!(r.status(), StatusCode::GATEWAY_TIMEOUT);
+    });
+    drop(srv);
+}
+
+/// An upstream's 101 (HTTP/3 and HTTP/2 forbid it; upgrades are not
+/// proxied) is 502, and the connection goes on.
+#[test]
+fn proxy_upstream_101_is_502() {
+    let (_up_rt, up) = upstream();
+    let (srv, addr) = serve(&["--workers", "1", "--upstream", &format!("http://{up}")]);
+    rt().block_on(async {
+        let (_ep, mut send) = h3_connect(addr).await;
+        let a = h3_request(&mut send, "GET", "/switch", None).await.unwrap();
+        assert_eq!(a.status, StatusCode::BAD_GATEWAY);
+        let a = h3_request(&mut send, "GET", "/headers", None).await.unwrap();
+        assert_eq!(a.status, StatusCode::OK);
     });
     drop(srv);
 }
