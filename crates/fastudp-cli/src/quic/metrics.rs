@@ -564,7 +564,12 @@ fn answer(req: &Request<hyper::body::Incoming>, sources: &Sources) -> Response<F
 /// closed.
 fn proxy_tcp(e: &mut DescriptorEncoder, t: &proxy::TcpStats) -> std::fmt::Result {
     let l = |v: &std::sync::atomic::AtomicU64| v.load(std::sync::atomic::Ordering::Relaxed);
-    gauge(e, "tcp_connections", "TLS/TCP connections open.", l(&t.open))?;
+    gauge(
+        e,
+        "tcp_connections",
+        "TLS/TCP connections open.",
+        l(&t.open),
+    )?;
     let closed: Vec<([(&str, &str); 1], u64)> = vec![
         ([("reason", "per_ip")], l(&t.refused_per_ip)),
         ([("reason", "head_timeout")], l(&t.head_timeouts)),
@@ -578,4 +583,3 @@ fn proxy_tcp(e: &mut DescriptorEncoder, t: &proxy::TcpStats) -> std::fmt::Result
         &rows(&closed),
     )
 }
-

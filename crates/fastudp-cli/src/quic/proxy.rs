@@ -110,10 +110,12 @@ impl Upstream {
         if authority.as_str().contains('@') {
             return Err("user information is not allowed".into());
         }
-        if let Some(port) = authority.port() {
-            match port.as_str().parse::<u16>() {
+        // After the host (an IPv6 host is bracketed).
+        let after_host = authority.as_str().rsplit(']').next().unwrap_or("");
+        if let Some((_, port)) = after_host.rsplit_once(':') {
+            match port.parse::<u16>() {
                 Ok(p) if p > 0 => {}
-                _ => return Err(format!("port {}: from 1 to 65535", port.as_str())),
+                _ => return Err(format!("port {port}: from 1 to 65535")),
             }
         }
         if u.path_and_query().is_some_and(|p| p.as_str() != "/") {
@@ -452,6 +454,7 @@ pub fn normalize_path(path: &str) -> Result<String, BadPath> {
 
 /// `req`'s target with its path normalised ([`normalize_path`]; the
 /// query kept as sent), or the 400 to answer.
+#[allow(clippy::result_large_err)]
 fn normalize_target<B>(req: &mut Request<B>) -> Result<(), Response<ProxyBody>> {
     let bad = |e: BadPath| {
         answer(
@@ -605,9 +608,7 @@ where
 /// HTTP/3 a `Host` that differs from `:authority` is 400 (RFC 9113
 /// 8.3.1). `None`: the client named no host.
 #[allow(clippy::result_large_err)]
-fn request_host(
-    parts: &http::request::Parts,
-) -> Result<Option<HeaderValue>, Response<ProxyBody>> {
+fn request_host(parts: &http::request::Parts) -> Result<Option<HeaderValue>, Response<ProxyBody>> {
     let given = parts.headers.get(header::HOST);
     let Some(a) = parts.uri.authority() else {
         return Ok(given.cloned());
@@ -1367,7 +1368,13 @@ async fn accept(
                         if let Some(i) = fastudp_quic::status_class(r.status().as_u16()) {
                             stats.responses[i].fetch_add(1, Relaxed);
                         }
-                        Ok::<_, Infallible>(r.map(|b| BusyBody { inner: b, _busy: busy }.boxed_unsync()))
+                        Ok::<_, Infallible>(r.map(|b| {
+                            BusyBody {
+                                inner: b,
+                                _busy: busy,
+                            }
+                            .boxed_unsync()
+                        }))
                     }
                 })
             };
@@ -1548,42 +1555,74 @@ impl http_body::Body for BusyBody {
     }
 }
 
-/// A connection whose writes fail (`TimedOut`) when the peer has taken
-/// no bytes for `limit`: a client that stops reading loses its
-/// connection, and what was held for it.
+/// A connection whose writes fail (`TimedOut`) when the peer falls
+/// behind for good: once a write has had to wait, the peer must take
+/// [`TCP_SEND_PROGRESS`] bytes within `limit`, or the connection is
+/// closed, with what was held for it. (A few bytes now and then, as a
+/// growing socket buffer takes them, are not progress.)
 struct SendDeadline<S> {
     inner: S,
     limit: Duration,
-    stalled: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// Since a write had to wait: the deadline, and the bytes taken since.
+    behind: Option<(Pin<Box<tokio::time::Sleep>>, usize)>,
+    /// Counted once.
+    timed_out: bool,
     stats: Arc<TcpStats>,
 }
+
+/// See [`SendDeadline`].
+pub const TCP_SEND_PROGRESS: usize = 64 * 1024;
 
 impl<S> SendDeadline<S> {
     fn new(inner: S, limit: Duration, stats: Arc<TcpStats>) -> Self {
         SendDeadline {
             inner,
             limit,
-            stalled: None,
+            behind: None,
+            timed_out: false,
             stats,
         }
     }
 
-    /// After a write that could not go on: `TimedOut` once it has waited
-    /// `limit`.
-    fn wait(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Error> {
-        let limit = self.limit;
-        let s = self
-            .stalled
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
-        match s.as_mut().poll(cx) {
-            Poll::Ready(()) => {
-                self.stats.send_timeouts.fetch_add(1, Relaxed);
-                Poll::Ready(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    "the client took nothing within the send deadline",
-                ))
+    /// `r`, what a write (`moved` bytes taken) or a flush gave, or
+    /// `TimedOut` when the peer has been behind for `limit`.
+    fn check<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        r: Poll<std::io::Result<T>>,
+        moved: usize,
+    ) -> Poll<std::io::Result<T>> {
+        match &r {
+            Poll::Ready(Err(_)) => return r,
+            Poll::Pending => {
+                let limit = self.limit;
+                self.behind
+                    .get_or_insert_with(|| (Box::pin(tokio::time::sleep(limit)), 0));
             }
-            Poll::Pending => Poll::Pending,
+            Poll::Ready(Ok(_)) => {
+                if let Some((_, taken)) = &mut self.behind {
+                    *taken += moved;
+                    if *taken >= TCP_SEND_PROGRESS {
+                        self.behind = None;
+                    }
+                }
+            }
+        }
+        let Some((deadline, _)) = &mut self.behind else {
+            return r;
+        };
+        match deadline.as_mut().poll(cx) {
+            Poll::Ready(()) => {
+                if !self.timed_out {
+                    self.timed_out = true;
+                    self.stats.send_timeouts.fetch_add(1, Relaxed);
+                }
+                Poll::Ready(Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "the client took too little within the send deadline",
+                )))
+            }
+            Poll::Pending => r,
         }
     }
 }
@@ -1604,13 +1643,12 @@ impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for SendDeadline<S>
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        match Pin::new(&mut self.inner).poll_write(cx, buf) {
-            Poll::Pending => self.wait(cx).map(Err),
-            r => {
-                self.stalled = None;
-                r
-            }
-        }
+        let r = Pin::new(&mut self.inner).poll_write(cx, buf);
+        let moved = match &r {
+            Poll::Ready(Ok(n)) => *n,
+            _ => 0,
+        };
+        self.check(cx, r, moved)
     }
 
     fn poll_write_vectored(
@@ -1618,13 +1656,12 @@ impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for SendDeadline<S>
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        match Pin::new(&mut self.inner).poll_write_vectored(cx, bufs) {
-            Poll::Pending => self.wait(cx).map(Err),
-            r => {
-                self.stalled = None;
-                r
-            }
-        }
+        let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        let moved = match &r {
+            Poll::Ready(Ok(n)) => *n,
+            _ => 0,
+        };
+        self.check(cx, r, moved)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -1632,26 +1669,13 @@ impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for SendDeadline<S>
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        match Pin::new(&mut self.inner).poll_flush(cx) {
-            Poll::Pending => self.wait(cx).map(Err),
-            r => {
-                self.stalled = None;
-                r
-            }
-        }
+        let r = Pin::new(&mut self.inner).poll_flush(cx);
+        self.check(cx, r, 0)
     }
 
-    fn poll_shutdown(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        match Pin::new(&mut self.inner).poll_shutdown(cx) {
-            Poll::Pending => self.wait(cx).map(Err),
-            r => {
-                self.stalled = None;
-                r
-            }
-        }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let r = Pin::new(&mut self.inner).poll_shutdown(cx);
+        self.check(cx, r, 0)
     }
 }
 
@@ -1736,7 +1760,10 @@ mod tests {
         let mut h = HeaderMap::new();
         let host = HeaderValue::from_static("x\\\"y");
         forwarded_headers(&mut h, Some("127.0.0.1:5".parse().unwrap()), Some(&host));
-        assert_eq!(h["forwarded"], "for=127.0.0.1;host=\"x\\\\\\\"y\";proto=https");
+        assert_eq!(
+            h["forwarded"],
+            "for=127.0.0.1;host=\"x\\\\\\\"y\";proto=https"
+        );
     }
 
     #[test]
@@ -1802,14 +1829,20 @@ mod tests {
         };
         let h11 = Version::HTTP_11;
         let h2 = Version::HTTP_2;
-        assert_eq!(host(&parts("/", h11, Some("good"))), Ok(Some("good".into())));
+        assert_eq!(
+            host(&parts("/", h11, Some("good"))),
+            Ok(Some("good".into()))
+        );
         assert_eq!(host(&parts("/", h11, None)), Ok(None));
         // The absolute form's authority wins over Host.
         assert_eq!(
             host(&parts("http://evil/x", h11, Some("good"))),
             Ok(Some("evil".into()))
         );
-        assert_eq!(host(&parts("https://good/x", h2, None)), Ok(Some("good".into())));
+        assert_eq!(
+            host(&parts("https://good/x", h2, None)),
+            Ok(Some("good".into()))
+        );
         assert_eq!(
             host(&parts("https://good/x", h2, Some("good"))),
             Ok(Some("good".into()))
@@ -1834,10 +1867,14 @@ mod tests {
 
     #[test]
     fn upstream_ports_are_checked() {
-        assert!(Upstream::parse("http://h:0").unwrap_err().contains("port 0"));
+        assert!(Upstream::parse("http://h:0")
+            .unwrap_err()
+            .contains("port 0"));
         assert!(Upstream::parse("http://h:99999").is_err());
         assert!(Upstream::parse("http://h:65535").is_ok());
         assert!(Upstream::parse("http://h").is_ok());
+        assert!(Upstream::parse("http://[::1]:8080").is_ok());
+        assert!(Upstream::parse("http://[::1]:0").is_err());
     }
 
     #[test]

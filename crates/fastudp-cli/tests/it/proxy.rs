@@ -69,8 +69,10 @@ async fn upstream_app(req: Request<Incoming>) -> Result<http::Response<UpBody>, 
     } else if path == "/switch" {
         let mut r = http::Response::new(full(Bytes::new()));
         *r.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
-        r.headers_mut().insert("upgrade", "websocket".parse().unwrap());
-        r.headers_mut().insert("connection", "upgrade".parse().unwrap());
+        r.headers_mut()
+            .insert("upgrade", "websocket".parse().unwrap());
+        r.headers_mut()
+            .insert("connection", "upgrade".parse().unwrap());
         r
     } else if path == "/noread" {
         // Never reads the body; answers late.
@@ -609,8 +611,10 @@ fn public_only() -> (tokio::runtime::Runtime, crate::common::Running, SocketAddr
         ),
     )
     .unwrap();
-    let (srv, addr) =
-        crate::common::quic_server::serve_without_test_endpoints(&["--config", f.to_str().unwrap()]);
+    let (srv, addr) = crate::common::quic_server::serve_without_test_endpoints(&[
+        "--config",
+        f.to_str().unwrap(),
+    ]);
     (up_rt, srv, addr)
 }
 
@@ -647,7 +651,10 @@ fn proxy_route_prefixes_cannot_be_escaped() {
                 h3_request(&mut send, "GET", path, None).await.unwrap(),
             )];
             for (name, h2) in [("http/1.1", false), ("h2", true)] {
-                got.push((name, tcp_request(addr, h2, "GET", path, None).await.unwrap()));
+                got.push((
+                    name,
+                    tcp_request(addr, h2, "GET", path, None).await.unwrap(),
+                ));
             }
             for (name, a) in got {
                 let text = String::from_utf8_lossy(&a.body).to_string();
@@ -762,9 +769,10 @@ fn proxy_tcp_one_address_cannot_take_every_slot() {
         let s = tls_from(other, addr, b"http/1.1")
             .await
             .expect("another address is served");
-        let (mut send, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(s))
-            .await
-            .unwrap();
+        let (mut send, conn) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(s))
+                .await
+                .unwrap();
         tokio::spawn(conn);
         let r = send
             .send_request(
@@ -908,6 +916,11 @@ fn proxy_h2_client_that_never_reads_is_bounded_and_closed() {
             peak >> 20
         );
         assert!(closed, "the connections that never read are still open");
+        let by_deadline = metric(
+            admin,
+            "fastudp_proxy_tcp_closed_total{reason=\"send_timeout\"}",
+        );
+        assert_eq!(by_deadline, Some(2.0), "closed by the send deadline");
         assert!(
             peak < base + (64 << 20),
             "the proxy held {} MiB for 2 connections that never read",
@@ -940,7 +953,7 @@ fn proxy_drops_headers_a_client_could_forge() {
         ("x-real-ip", "6.6.6.6"),
         ("true-client-ip", "6.6.6.6"),
         ("x-client-ip", "6.6.6.6"),
-        ("x-forwarded-port", "1"),
+        ("x-forwarded-port", "8443"),
         ("x-forwarded-prefix", "/admin"),
     ];
     rt().block_on(async {
@@ -965,12 +978,10 @@ fn proxy_drops_headers_a_client_could_forge() {
             }
             let req = req.body(full(Bytes::new())).unwrap();
             let r = if h2 {
-                let (mut send, conn) = hyper::client::conn::http2::handshake(
-                    hyper_util::rt::TokioExecutor::new(),
-                    io,
-                )
-                .await
-                .unwrap();
+                let (mut send, conn) =
+                    hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io)
+                        .await
+                        .unwrap();
                 tokio::spawn(conn);
                 send.send_request(req).await.unwrap()
             } else {
@@ -998,7 +1009,10 @@ fn proxy_drops_headers_a_client_could_forge() {
         for (_, h) in seen {
             for (n, v) in forged {
                 assert!(!h.contains(n), "{n} reached the upstream: {h}");
-                assert!(!h.contains(v) || v == "http", "{v} reached the upstream: {h}");
+                assert!(
+                    !h.contains(v) || v == "http",
+                    "{v} reached the upstream: {h}"
+                );
             }
             assert!(h.contains("x-forwarded-for: 127.0.0.1\n"), "{h}");
         }
@@ -1050,7 +1064,9 @@ fn proxy_upstream_101_is_502() {
         let (_ep, mut send) = h3_connect(addr).await;
         let a = h3_request(&mut send, "GET", "/switch", None).await.unwrap();
         assert_eq!(a.status, StatusCode::BAD_GATEWAY);
-        let a = h3_request(&mut send, "GET", "/headers", None).await.unwrap();
+        let a = h3_request(&mut send, "GET", "/headers", None)
+            .await
+            .unwrap();
         assert_eq!(a.status, StatusCode::OK);
     });
     drop(srv);
