@@ -178,6 +178,7 @@ pub fn apply(a: &mut ServeArgs, given: &dyn Fn(&str) -> bool) -> anyhow::Result<
         keys: Vec::new(),
     };
     let lines = top_level_keys(&text);
+    let no_upstream = f.upstream.as_ref().is_some_and(|u| u.is_empty());
     let mut set = |id: &str| -> bool {
         if given(id) {
             return false;
@@ -261,7 +262,35 @@ pub fn apply(a: &mut ServeArgs, given: &dyn Fn(&str) -> bool) -> anyhow::Result<
         metrics,
     );
     a.routes = routes(&path, &text, f.route)?;
+    if no_upstream {
+        let line = lines
+            .iter()
+            .find(|(k, _)| k == "upstream")
+            .map_or(String::new(), |(_, l)| format!("{l}:"));
+        return Err(usage(format!(
+            "{}:{line} upstream: an empty list (give an upstream, or leave the key out)",
+            path.display()
+        )));
+    }
     Ok(origin)
+}
+
+/// What is wrong with a route's path prefix beyond its first character
+/// and spaces: a `"` or `\` (they would need escaping in the metrics'
+/// labels and mean nothing in a path), or a form the proxy's path
+/// normalisation would change (`//`, `.` or `..` segments, an escape of
+/// an unreserved character: no normalised path could match it).
+fn prefix_problem(p: &str) -> Option<String> {
+    if p.contains('"') || p.contains('\\') {
+        return Some("a path prefix holds no `\"` or `\\`".into());
+    }
+    match super::proxy::normalize_path(p) {
+        Ok(n) if n == p => None,
+        Ok(n) => Some(format!(
+            "requests are matched by their normalised path, and this prefix normalises to {n:?}: write that"
+        )),
+        Err(_) => Some("not a path a request could have (an encoded /, \\ or NUL, a .. above /, or a bad % escape)".into()),
+    }
 }
 
 /// The file's text: a missing or unreadable file, one over [`MAX_FILE`]
@@ -383,6 +412,9 @@ fn routes(
                 "path",
                 format!("{p:?}: a path prefix starts with / and holds no spaces"),
             ));
+        }
+        if let Some(m) = prefix_problem(p) {
+            return Err(at(prefix.span(), "path", format!("{p:?}: {m}")));
         }
         if let Some(first) = out.iter().find(|o| o.prefix == *p) {
             return Err(at(

@@ -384,6 +384,9 @@ impl Collector for Sources {
             (None, Some(t)) => Some((l(&t.accepted), l(&t.refused))),
             (None, None) => None,
         };
+        if let (None, Some(t)) = (&self.tcp, &self.proxy_tcp) {
+            proxy_tcp(&mut e, t)?;
+        }
         if let Some((accepted, refused)) = tcp_counts {
             counter(
                 &mut e,
@@ -424,6 +427,16 @@ impl Collector for Sources {
                 "Requests sent again to the route's next upstream because one refused the connection before any of the body went to it, by route.",
                 &rows(&retries),
             )?;
+            let dropped: Vec<([(&str, &str); 1], u64)> = sets
+                .iter()
+                .map(|(p, s)| ([("route", *p)], l(&s.headers_dropped)))
+                .collect();
+            counters(
+                &mut e,
+                "proxy_headers_dropped",
+                "Request headers not passed to an upstream (names with '_', X-Real-IP and the like), by route.",
+                &rows(&dropped),
+            )?;
             let mut failures: Vec<([(&str, &str); 2], u64)> = Vec::new();
             for (p, s) in &sets {
                 for (kind, v) in [
@@ -431,6 +444,8 @@ impl Collector for Sources {
                     ("gateway_timeout", &s.gateway_timeout),
                     ("no_upstream", &s.no_upstream),
                     ("aborted", &s.aborted),
+                    ("over_limit", &s.over_limit),
+                    ("out_of_descriptors", &s.local_exhausted),
                 ] {
                     failures.push(([("route", *p), ("kind", kind)], l(v)));
                 }
@@ -438,7 +453,7 @@ impl Collector for Sources {
             counters(
                 &mut e,
                 "proxy_failures",
-                "Requests the upstreams failed, by route and kind: refused or broken before the head (502), no head in time (504), every upstream skipped (502), broken mid-response.",
+                "Requests the upstreams failed, by route and kind: refused or broken before the head (502), no head in time (504), every upstream skipped (502), broken mid-response, too many in flight for the client or route (503), the proxy out of file descriptors (503).",
                 &rows(&failures),
             )?;
         }
@@ -553,4 +568,28 @@ fn answer(req: &Request<hyper::body::Incoming>, sources: &Sources) -> Response<F
         }
         Err(_) => status(StatusCode::INTERNAL_SERVER_ERROR, "encoding failed\n"),
     }
+}
+
+/// The proxy's TLS/TCP side: connections open, and those its bounds
+/// closed.
+fn proxy_tcp(e: &mut DescriptorEncoder, t: &proxy::TcpStats) -> std::fmt::Result {
+    let l = |v: &std::sync::atomic::AtomicU64| v.load(std::sync::atomic::Ordering::Relaxed);
+    gauge(
+        e,
+        "tcp_connections",
+        "TLS/TCP connections open.",
+        l(&t.open),
+    )?;
+    let closed: Vec<([(&str, &str); 1], u64)> = vec![
+        ([("reason", "per_ip")], l(&t.refused_per_ip)),
+        ([("reason", "head_timeout")], l(&t.head_timeouts)),
+        ([("reason", "idle")], l(&t.idle_closed)),
+        ([("reason", "send_timeout")], l(&t.send_timeouts)),
+    ];
+    counters(
+        e,
+        "proxy_tcp_closed",
+        "The proxy's TLS/TCP connections its bounds closed, by reason: refused at once for their address's share, no complete request head in time, idle, the client took no bytes within the send deadline.",
+        &rows(&closed),
+    )
 }

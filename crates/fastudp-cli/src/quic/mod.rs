@@ -333,9 +333,8 @@ pub struct ServeArgs {
     /// error names the file, the line and the key (docs/PROXY.md).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Seconds an upstream that failed (refused, or no answer within
-    /// --upstream-timeout) is skipped before it is tried again (passive
-    /// health).
+    /// Seconds an upstream whose connection failed is skipped before it
+    /// is tried again (passive health; a 504 does not skip it).
     #[arg(long, value_name = "SECONDS", default_value_t = proxy::FAIL_DURATION.as_secs_f64())]
     pub upstream_fail_duration: f64,
     /// The routes of --config (file only).

@@ -11,9 +11,11 @@
 //! read).
 //!
 //! - The upstreams are taken in turn (round robin); one whose connection
-//!   fails or that does not answer within the timeout is skipped for
-//!   [`FAIL_DURATION`] (passive health). With every upstream skipped the
-//!   answer is 502 at once.
+//!   fails is skipped for [`FAIL_DURATION`] (passive health; a timeout,
+//!   or the proxy's own lack of descriptors, does not skip it). With
+//!   every upstream skipped the answer is 502 at once. Requests in
+//!   flight are bounded per route and per client address (503 past
+//!   them).
 //! - Refused (or any error before a response head): 502. No response head
 //!   within `--upstream-timeout`: 504. An upstream that fails during the
 //!   response body: the error reaches the client as a reset HTTP/3 stream
@@ -76,6 +78,14 @@ pub const POOL_IDLE: Duration = Duration::from_secs(60);
 /// Idle upstream connections kept per upstream (per worker).
 pub const POOL_MAX_IDLE: usize = 64;
 
+/// Requests one client address (an IPv6 /64) may have in flight to one
+/// route's upstreams at once; past it the answer is 503.
+pub const MAX_IN_FLIGHT_PER_CLIENT: usize = 128;
+
+/// Requests one route's upstreams may have in flight at once (each holds
+/// an upstream connection); past it the answer is 503.
+pub const MAX_IN_FLIGHT_PER_ROUTE: usize = 1024;
+
 /// One upstream: where it is, and until when it is skipped.
 #[derive(Debug)]
 pub struct Upstream {
@@ -99,6 +109,14 @@ impl Upstream {
         let authority = u.authority().ok_or("no host: http://HOST:PORT")?.clone();
         if authority.as_str().contains('@') {
             return Err("user information is not allowed".into());
+        }
+        // After the host (an IPv6 host is bracketed).
+        let after_host = authority.as_str().rsplit(']').next().unwrap_or("");
+        if let Some((_, port)) = after_host.rsplit_once(':') {
+            match port.parse::<u16>() {
+                Ok(p) if p > 0 => {}
+                _ => return Err(format!("port {port}: from 1 to 65535")),
+            }
         }
         if u.path_and_query().is_some_and(|p| p.as_str() != "/") {
             return Err("a path is not allowed: the request's path is kept".into());
@@ -141,6 +159,15 @@ pub struct ProxyStats {
     pub retries: AtomicU64,
     /// Response bodies that failed part way (the client's stream reset).
     pub aborted: AtomicU64,
+    /// Request headers not passed on ([`strip_untrusted`]).
+    pub headers_dropped: AtomicU64,
+    /// 503s: the client's address or the route had
+    /// [`MAX_IN_FLIGHT_PER_CLIENT`] or [`MAX_IN_FLIGHT_PER_ROUTE`]
+    /// requests in flight.
+    pub over_limit: AtomicU64,
+    /// 503s: the proxy itself was out of file descriptors (EMFILE,
+    /// ENFILE) connecting to an upstream; the upstream is not skipped.
+    pub local_exhausted: AtomicU64,
 }
 
 /// What every worker's proxy shares: the upstreams and their health.
@@ -150,6 +177,8 @@ pub struct Shared {
     next: AtomicUsize,
     timeout: Duration,
     fail_duration: Duration,
+    in_flight: AtomicUsize,
+    per_client: fastudp_quic::limits::PerAddress,
     /// What was counted.
     pub stats: ProxyStats,
 }
@@ -170,6 +199,8 @@ impl Shared {
             next: AtomicUsize::new(0),
             timeout,
             fail_duration: FAIL_DURATION,
+            in_flight: AtomicUsize::new(0),
+            per_client: fastudp_quic::limits::PerAddress::new(MAX_IN_FLIGHT_PER_CLIENT),
             stats: ProxyStats::default(),
         })
     }
@@ -320,12 +351,16 @@ impl Proxy {
         }
     }
 
-    /// The test endpoints first, then the route.
-    async fn dispatch<B>(self, req: Request<B>) -> Response<ProxyBody>
+    /// The path normalised ([`normalize_path`], 400 when refused), then
+    /// the test endpoints, then the route.
+    async fn dispatch<B>(self, mut req: Request<B>) -> Response<ProxyBody>
     where
         B: http_body::Body<Data = Bytes> + Send + 'static,
         B::Error: Into<BoxError>,
     {
+        if let Err(r) = normalize_target(&mut req) {
+            return r;
+        }
         if let Some(c) = &self.table.test {
             if let Some(r) = c.route(req.uri().path()) {
                 return test_endpoint(req.method(), *c, r);
@@ -337,6 +372,128 @@ impl Proxy {
             None => answer(StatusCode::NOT_FOUND, "not found\n"),
         }
     }
+}
+
+/// Why a request path is refused before routing (400).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BadPath {
+    /// Not starting with `/`, a `%` not followed by two hex digits, or a
+    /// decoded byte that is not UTF-8.
+    Malformed,
+    /// An encoded `/` (`%2F`), `\` (`%5C`) or NUL (`%00`): it would
+    /// mean one path to the proxy and another to an upstream.
+    EncodedSeparator,
+    /// `..` segments climbing above `/`.
+    AboveRoot,
+}
+
+/// The path a request is routed by and forwarded with, as nginx's
+/// `location` matching sees it: the percent-encoded unreserved
+/// characters (RFC 3986 2.3: letters, digits, `-`, `.`, `_`, `~`)
+/// decoded, other escapes kept (their hex digits in upper case), runs of
+/// `/` merged, and the `.` and `..` segments resolved (RFC 3986 5.2.4).
+/// Refused: an encoded `/`, `\` or NUL, and a `..` above the root.
+pub fn normalize_path(path: &str) -> Result<String, BadPath> {
+    if !path.starts_with('/') {
+        return Err(BadPath::Malformed);
+    }
+    let hex = |b: u8| -> Option<u8> {
+        match b {
+            b'0'..=b'9' => Some(b - b'0'),
+            b'a'..=b'f' => Some(b - b'a' + 10),
+            b'A'..=b'F' => Some(b - b'A' + 10),
+            _ => None,
+        }
+    };
+    // Decoded where unreserved.
+    let raw = path.as_bytes();
+    let mut dec = Vec::with_capacity(raw.len());
+    let mut i = 0;
+    while i < raw.len() {
+        let b = raw[i];
+        if b != b'%' {
+            dec.push(b);
+            i += 1;
+            continue;
+        }
+        let (Some(h), Some(l)) = (
+            raw.get(i + 1).copied().and_then(hex),
+            raw.get(i + 2).copied().and_then(hex),
+        ) else {
+            return Err(BadPath::Malformed);
+        };
+        let c = h << 4 | l;
+        match c {
+            b'/' | b'\\' | 0 => return Err(BadPath::EncodedSeparator),
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => dec.push(c),
+            _ => dec.extend_from_slice(format!("%{c:02X}").as_bytes()),
+        }
+        i += 3;
+    }
+    let dec = String::from_utf8(dec).map_err(|_| BadPath::Malformed)?;
+    // Dot segments resolved, empty segments merged.
+    let mut out: Vec<&str> = Vec::new();
+    let segs: Vec<&str> = dec[1..].split('/').collect();
+    let last = segs.len() - 1;
+    let mut trailing = false;
+    for (k, s) in segs.iter().enumerate() {
+        match *s {
+            "" => trailing = k == last,
+            "." => trailing = true,
+            ".." => {
+                if out.pop().is_none() {
+                    return Err(BadPath::AboveRoot);
+                }
+                trailing = true;
+            }
+            s => {
+                out.push(s);
+                trailing = false;
+            }
+        }
+    }
+    let mut p = String::with_capacity(dec.len());
+    for s in &out {
+        p.push('/');
+        p.push_str(s);
+    }
+    if trailing || out.is_empty() {
+        p.push('/');
+    }
+    Ok(p)
+}
+
+/// `req`'s target with its path normalised ([`normalize_path`]; the
+/// query kept as sent), or the 400 to answer.
+#[allow(clippy::result_large_err)]
+fn normalize_target<B>(req: &mut Request<B>) -> Result<(), Response<ProxyBody>> {
+    let bad = |e: BadPath| {
+        answer(
+            StatusCode::BAD_REQUEST,
+            match e {
+                BadPath::Malformed => "bad request path\n",
+                BadPath::EncodedSeparator => "an encoded /, \\ or NUL in the path\n",
+                BadPath::AboveRoot => "the path climbs above /\n",
+            },
+        )
+    };
+    let path = req.uri().path();
+    if path == "*" {
+        // OPTIONS *: no route matches it.
+        return Ok(());
+    }
+    let p = normalize_path(path).map_err(bad)?;
+    if p == path {
+        return Ok(());
+    }
+    let pq = match req.uri().query() {
+        Some(q) => format!("{p}?{q}"),
+        None => p,
+    };
+    let mut parts = req.uri().clone().into_parts();
+    parts.path_and_query = Some(pq.parse().map_err(|_| bad(BadPath::Malformed))?);
+    *req.uri_mut() = Uri::from_parts(parts).map_err(|_| bad(BadPath::Malformed))?;
+    Ok(())
 }
 
 /// Sends `req` to one of `shared`'s upstreams; when that one refuses the
@@ -353,6 +510,13 @@ where
     B::Error: Into<BoxError>,
 {
     let s = &shared;
+    let Some(held) = InFlight::take(&shared, peer_of(req.extensions())) else {
+        s.stats.over_limit.fetch_add(1, Relaxed);
+        return answer(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too many requests in flight\n",
+        );
+    };
     let Some(mut at) = s.pick_but(&[]) else {
         s.stats.no_upstream.fetch_add(1, Relaxed);
         return answer(StatusCode::BAD_GATEWAY, "no upstream available\n");
@@ -363,13 +527,13 @@ where
         .get::<ConnInfo>()
         .map(|c| c.remote)
         .or_else(|| parts.extensions.get::<Peer>().map(|p| p.0));
-    let host = parts.headers.get(header::HOST).cloned().or_else(|| {
-        parts
-            .uri
-            .authority()
-            .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
-    });
+    let host = match request_host(&parts) {
+        Ok(h) => h,
+        Err(r) => return r,
+    };
     strip_hop_by_hop(&mut parts.headers);
+    let dropped = strip_untrusted(&mut parts.headers);
+    s.stats.headers_dropped.fetch_add(dropped, Relaxed);
     forwarded_headers(&mut parts.headers, client, host.as_ref());
     if let Some(h) = host {
         parts.headers.insert(header::HOST, h);
@@ -407,33 +571,27 @@ where
             read: false,
         }
         .boxed_unsync();
-        // The timeout runs from the end of the request's body: an upload
-        // takes the time it takes.
-        let (done, sent_all) = tokio::sync::oneshot::channel::<()>();
-        let done = match http_body::Body::is_end_stream(&inner) {
-            true => {
-                let _ = done.send(());
-                None
-            }
-            false => Some(done),
-        };
-        let mut r = Request::new(SignalEnd { inner, done }.boxed_unsync());
+        // The timeout runs from the request's start, again from each
+        // piece of the body the upstream takes and from the body's end;
+        // it is held while the proxy waits on the client for the body (an
+        // upload takes the time the client takes), so an upstream that
+        // stops reading is 504 too.
+        let (turn, turns) =
+            tokio::sync::watch::channel(Turn::Upstream(tokio::time::Instant::now()));
+        let mut r = Request::new(Paced { inner, turn }.boxed_unsync());
         *r.method_mut() = parts.method.clone();
         *r.uri_mut() = uri;
         *r.version_mut() = Version::HTTP_11;
         *r.headers_mut() = headers;
         let sent = pool.request(r);
-        let timeout = s.timeout;
-        let deadline = async move {
-            let _ = sent_all.await;
-            tokio::time::sleep(timeout).await;
-        };
         let got = tokio::select! {
             r = sent => Ok(r),
-            () = deadline => Err(()),
+            () = upstream_deadline(turns, s.timeout) => Err(()),
         };
         match got {
-            Ok(Err(e)) if e.is_connect() => {
+            // The proxy's own lack of descriptors: neither the upstream's
+            // failure nor a reason to try the next.
+            Ok(Err(e)) if e.is_connect() && !out_of_descriptors(&e) => {
                 up.failed(s.fail_duration);
                 let unsent = back.lock().unwrap_or_else(|e| e.into_inner()).take();
                 match (unsent, s.pick_but(&tried)) {
@@ -448,19 +606,30 @@ where
             got => break got,
         }
     };
-    let up = &s.upstreams[at];
     match got {
+        // A slow answer is not a failed upstream: only a failed connect
+        // skips it (as Caddy's passive health), so that one slow request
+        // cannot take the upstream away from every client.
         Err(()) => {
-            up.failed(s.fail_duration);
             s.stats.gateway_timeout.fetch_add(1, Relaxed);
             answer(StatusCode::GATEWAY_TIMEOUT, "upstream timed out\n")
         }
-        Ok(Err(e)) => {
-            if e.is_connect() {
-                up.failed(s.fail_duration);
-            }
+        Ok(Err(e)) if out_of_descriptors(&e) => {
+            s.stats.local_exhausted.fetch_add(1, Relaxed);
+            answer(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the proxy is out of file descriptors\n",
+            )
+        }
+        Ok(Err(_)) => {
+            // A failed connect marked its upstream down in the loop above.
             s.stats.bad_gateway.fetch_add(1, Relaxed);
             answer(StatusCode::BAD_GATEWAY, "upstream failed\n")
+        }
+        Ok(Ok(resp)) if resp.status() == StatusCode::SWITCHING_PROTOCOLS => {
+            // Upgrades are not proxied (and HTTP/2 and HTTP/3 forbid 101).
+            s.stats.bad_gateway.fetch_add(1, Relaxed);
+            answer(StatusCode::BAD_GATEWAY, "the upstream switched protocols\n")
         }
         Ok(Ok(resp)) => {
             s.stats.forwarded.fetch_add(1, Relaxed);
@@ -474,8 +643,127 @@ where
                     Box::new(e) as BoxError
                 })
                 .boxed_unsync();
+            let body = HeldBody {
+                inner: body,
+                _held: held,
+            }
+            .boxed_unsync();
             Response::from_parts(parts, body)
         }
+    }
+}
+
+/// The `Host` to send upstream: the request target's authority when it
+/// has one (HTTP/2's and HTTP/3's `:authority`, HTTP/1.1's absolute
+/// form, which wins over `Host` as RFC 9112 3.2.2 says), its user
+/// information left out; else the client's `Host`. Over HTTP/2 and
+/// HTTP/3 a `Host` that differs from `:authority` is 400 (RFC 9113
+/// 8.3.1). `None`: the client named no host.
+#[allow(clippy::result_large_err)]
+fn request_host(parts: &http::request::Parts) -> Result<Option<HeaderValue>, Response<ProxyBody>> {
+    let given = parts.headers.get(header::HOST);
+    let Some(a) = parts.uri.authority() else {
+        return Ok(given.cloned());
+    };
+    let a = a.as_str();
+    let a = a.rsplit_once('@').map_or(a, |(_, h)| h);
+    if parts.version >= Version::HTTP_2 && given.is_some_and(|g| g.as_bytes() != a.as_bytes()) {
+        return Err(answer(
+            StatusCode::BAD_REQUEST,
+            "Host and :authority differ\n",
+        ));
+    }
+    match HeaderValue::from_str(a) {
+        Ok(v) => Ok(Some(v)),
+        Err(_) => Err(answer(StatusCode::BAD_REQUEST, "bad authority\n")),
+    }
+}
+
+/// The client's address: the engine's [`ConnInfo`] (HTTP/3) or the TCP
+/// side's [`Peer`].
+fn peer_of(x: &http::Extensions) -> Option<SocketAddr> {
+    x.get::<ConnInfo>()
+        .map(|c| c.remote)
+        .or_else(|| x.get::<Peer>().map(|p| p.0))
+}
+
+/// Whether `e` is the proxy's own lack of file descriptors (EMFILE,
+/// ENFILE), not the upstream's failure.
+fn out_of_descriptors(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(c) = cur {
+        if let Some(io) = c.downcast_ref::<std::io::Error>() {
+            if matches!(io.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) {
+                return true;
+            }
+        }
+        cur = c.source();
+    }
+    false
+}
+
+/// A request in flight to a route's upstreams, counted against the
+/// route's and its client's bounds until its response ends.
+struct InFlight {
+    shared: Arc<Shared>,
+    ip: Option<std::net::IpAddr>,
+}
+
+impl InFlight {
+    /// A place for a request from `client`, or `None` when the route or
+    /// the client's address has no more.
+    fn take(shared: &Arc<Shared>, client: Option<SocketAddr>) -> Option<InFlight> {
+        let n = shared.in_flight.fetch_add(1, Relaxed);
+        let ip = client.map(|c| c.ip());
+        let mut h = InFlight {
+            shared: shared.clone(),
+            ip: None,
+        };
+        if n >= MAX_IN_FLIGHT_PER_ROUTE {
+            return None;
+        }
+        if let Some(ip) = ip {
+            if !shared.per_client.take(ip) {
+                return None;
+            }
+            h.ip = Some(ip);
+        }
+        Some(h)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.shared.in_flight.fetch_sub(1, Relaxed);
+        if let Some(ip) = self.ip {
+            self.shared.per_client.give(ip);
+        }
+    }
+}
+
+/// A response body that keeps its request counted in flight.
+struct HeldBody {
+    inner: ProxyBody,
+    _held: InFlight,
+}
+
+impl http_body::Body for HeldBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, BoxError>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
     }
 }
 
@@ -526,13 +814,23 @@ impl Drop for Unsent {
     }
 }
 
-/// A body that says when it has ended (or was dropped).
-struct SignalEnd {
-    inner: ProxyBody,
-    done: Option<tokio::sync::oneshot::Sender<()>>,
+/// Whose move it is while a request's body is sent upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Turn {
+    /// The upstream's (to take what was handed over, or to answer), since
+    /// then.
+    Upstream(tokio::time::Instant),
+    /// The client's: the proxy waits for more of the body.
+    Client,
 }
 
-impl http_body::Body for SignalEnd {
+/// A request body that says whose move it is ([`Turn`]).
+struct Paced {
+    inner: ProxyBody,
+    turn: tokio::sync::watch::Sender<Turn>,
+}
+
+impl http_body::Body for Paced {
     type Data = Bytes;
     type Error = BoxError;
 
@@ -541,11 +839,17 @@ impl http_body::Body for SignalEnd {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<Bytes>, BoxError>>> {
         let r = Pin::new(&mut self.inner).poll_frame(cx);
-        if matches!(r, Poll::Ready(None)) || self.inner.is_end_stream() {
-            if let Some(d) = self.done.take() {
-                let _ = d.send(());
-            }
-        }
+        let now = match r {
+            Poll::Pending => Turn::Client,
+            Poll::Ready(_) => Turn::Upstream(tokio::time::Instant::now()),
+        };
+        // The waiting side is woken when the turn changes hands; a later
+        // instant of the upstream's turn is read when its sleep ends.
+        self.turn.send_if_modified(|t| {
+            let handed = std::mem::discriminant(t) != std::mem::discriminant(&now);
+            *t = now;
+            handed
+        });
         r
     }
 
@@ -555,6 +859,44 @@ impl http_body::Body for SignalEnd {
 
     fn size_hint(&self) -> http_body::SizeHint {
         self.inner.size_hint()
+    }
+}
+
+/// Returns once the upstream has had its turn ([`Turn::Upstream`]) for
+/// `timeout` without the turn moving on.
+async fn upstream_deadline(mut turns: tokio::sync::watch::Receiver<Turn>, timeout: Duration) {
+    loop {
+        let t = *turns.borrow_and_update();
+        match t {
+            Turn::Client => {
+                if turns.changed().await.is_err() {
+                    // The body is gone while waiting on the client: the
+                    // upstream has its turn from now.
+                    tokio::time::sleep(timeout).await;
+                    return;
+                }
+            }
+            Turn::Upstream(since) => {
+                let due = since + timeout;
+                if tokio::time::Instant::now() >= due {
+                    return;
+                }
+                tokio::select! {
+                    () = tokio::time::sleep_until(due) => {}
+                    r = turns.changed() => {
+                        if r.is_err() {
+                            // The body has ended: no more turns.
+                            let last = match *turns.borrow() {
+                                Turn::Upstream(t) => t,
+                                Turn::Client => tokio::time::Instant::now(),
+                            };
+                            tokio::time::sleep_until(last + timeout).await;
+                            return;
+                        }
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -795,6 +1137,53 @@ pub fn strip_hop_by_hop(h: &mut HeaderMap) {
     }
 }
 
+/// Headers a client may not send to an upstream: the upstream could
+/// take them for the proxy's word about the client (its address, port,
+/// path prefix) or its path through proxies.
+pub const UNTRUSTED: [&str; 6] = [
+    "x-real-ip",
+    "true-client-ip",
+    "x-client-ip",
+    "x-forwarded-port",
+    "x-forwarded-prefix",
+    "via",
+];
+
+/// Removes the request headers the upstream must not get from a client:
+/// those whose names hold `_` (as nginx's `underscores_in_headers off`:
+/// CGI and WSGI turn `X_Forwarded_For` into the same variable as
+/// `X-Forwarded-For`) and [`UNTRUSTED`]. Returns how many went.
+pub fn strip_untrusted(h: &mut HeaderMap) -> u64 {
+    let under: Vec<HeaderName> = h
+        .keys()
+        .filter(|n| n.as_str().contains('_'))
+        .cloned()
+        .collect();
+    let mut n = 0;
+    for name in under {
+        n += h.get_all(&name).iter().count() as u64;
+        h.remove(name);
+    }
+    for name in UNTRUSTED {
+        n += h.get_all(name).iter().count() as u64;
+        h.remove(name);
+    }
+    n
+}
+
+/// `s` as the inside of a quoted-string (RFC 9110 5.6.4): `"` and `\`
+/// escaped.
+fn quoted(s: &str) -> String {
+    let mut q = String::with_capacity(s.len() + 2);
+    for c in s.chars() {
+        if c == '"' || c == '\\' {
+            q.push('\\');
+        }
+        q.push(c);
+    }
+    q
+}
+
 /// Sets `X-Forwarded-For`, `-Proto`, `-Host` and `Forwarded` from the
 /// connection, replacing the client's.
 fn forwarded_headers(h: &mut HeaderMap, client: Option<SocketAddr>, host: Option<&HeaderValue>) {
@@ -804,7 +1193,8 @@ fn forwarded_headers(h: &mut HeaderMap, client: Option<SocketAddr>, host: Option
     h.insert("x-forwarded-proto", HeaderValue::from_static("https"));
     let mut fwd = String::new();
     if let Some(c) = client {
-        let ip = c.ip();
+        // An IPv4 client on a dual-stack listener is named as IPv4.
+        let ip = c.ip().to_canonical();
         if let Ok(v) = HeaderValue::from_str(&ip.to_string()) {
             h.insert("x-forwarded-for", v);
         }
@@ -814,15 +1204,13 @@ fn forwarded_headers(h: &mut HeaderMap, client: Option<SocketAddr>, host: Option
         };
     }
     if let Some(host) = host.and_then(|v| v.to_str().ok()) {
-        if !host.contains('"') {
-            if let Ok(v) = HeaderValue::from_str(host) {
-                h.insert("x-forwarded-host", v);
-            }
-            if !fwd.is_empty() {
-                fwd.push(';');
-            }
-            fwd.push_str(&format!("host=\"{host}\""));
+        if let Ok(v) = HeaderValue::from_str(host) {
+            h.insert("x-forwarded-host", v);
         }
+        if !fwd.is_empty() {
+            fwd.push(';');
+        }
+        fwd.push_str(&format!("host=\"{}\"", quoted(host)));
     }
     if !fwd.is_empty() {
         fwd.push(';');
@@ -833,9 +1221,46 @@ fn forwarded_headers(h: &mut HeaderMap, client: Option<SocketAddr>, host: Option
     }
 }
 
-/// How long a TCP client may take over its TLS handshake and each
-/// request head.
+/// How long a TCP client may take from its connection to its first
+/// complete request head (the TLS handshake, HTTP/2's preface and
+/// SETTINGS, the bytes that tell HTTP/1.1 from HTTP/2, the head), and
+/// over each later HTTP/1.1 request head.
 pub const TCP_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a TCP connection with no request under way is kept.
+pub const TCP_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long a write to a TCP client may wait for the client to take
+/// bytes before the connection is closed (as the files' TCP listener's
+/// [`fastudp_quic::altsvc::SEND_TIMEOUT`]).
+pub const TCP_SEND_TIMEOUT: Duration = fastudp_quic::altsvc::SEND_TIMEOUT;
+
+/// HTTP/2 on the TCP side: streams open at once per connection (as
+/// HTTP/3's limit per connection).
+pub const H2_MAX_STREAMS: u32 = 16;
+
+/// HTTP/2 on the TCP side: the window each request stream starts with
+/// (what a client may send before the upstream takes it).
+pub const H2_STREAM_WINDOW: u32 = 64 * 1024;
+
+/// HTTP/2 on the TCP side: the connection's window.
+pub const H2_CONNECTION_WINDOW: u32 = 256 * 1024;
+
+/// HTTP/2 on the TCP side: the response bytes buffered per stream while
+/// the client's window or socket does not take them.
+pub const H2_SEND_BUFFER: usize = 64 * 1024;
+
+/// HTTP/2 on the TCP side: the largest header list taken (HTTP/3's
+/// [`fastudp_quic::h3::MAX_FIELD_SECTION`]).
+pub const H2_MAX_HEADER_LIST: u32 = 16 * 1024;
+
+/// HTTP/2 on the TCP side: a PING after this long without a frame from
+/// the client, and the connection closed when its answer takes longer
+/// than [`H2_KEEP_ALIVE_TIMEOUT`].
+pub const H2_KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(20);
+
+/// See [`H2_KEEP_ALIVE_INTERVAL`].
+pub const H2_KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The TLS/TCP side of the proxy: HTTP/1.1 and HTTP/2 (hyper-util's auto
 /// server) on the engine's port number, every answer naming HTTP/3 in
@@ -863,8 +1288,22 @@ pub struct TcpFront {
 pub struct TcpStats {
     /// Connections accepted.
     pub accepted: AtomicU64,
-    /// Connections closed at once because `max_connections` were open.
+    /// Connections closed at once because `max_connections` were open,
+    /// or because their address held its share already.
     pub refused: AtomicU64,
+    /// Of [`TcpStats::refused`], those refused for their address's share.
+    pub refused_per_ip: AtomicU64,
+    /// Connections open now.
+    pub open: AtomicU64,
+    /// Connections closed because no complete request head came within
+    /// [`TCP_HANDSHAKE_TIMEOUT`] of their start.
+    pub head_timeouts: AtomicU64,
+    /// Connections closed after [`TCP_IDLE_TIMEOUT`] with no request
+    /// under way.
+    pub idle_closed: AtomicU64,
+    /// Connections closed because the client took no bytes for
+    /// [`TCP_SEND_TIMEOUT`].
+    pub send_timeouts: AtomicU64,
     /// Responses begun, by status class ([`fastudp_quic::status_class`]:
     /// index 0 counts 1xx, 4 counts 5xx).
     pub responses: [AtomicU64; 5],
@@ -896,6 +1335,9 @@ impl TcpFront {
         ))?;
         let stats = Arc::new(TcpStats::default());
         let slots = Arc::new(tokio::sync::Semaphore::new(max_connections));
+        let per_ip = Arc::new(fastudp_quic::limits::PerAddress::new(
+            (max_connections / 4).max(1),
+        ));
         let proxy = {
             let _g = rt.enter();
             Proxy::new(table, connect_timeout)
@@ -910,6 +1352,7 @@ impl TcpFront {
                 proxy,
                 alt_svc,
                 slots: slots.clone(),
+                per_ip,
                 stats: stats.clone(),
             },
             drained,
@@ -960,6 +1403,9 @@ struct Front {
     proxy: Proxy,
     alt_svc: HeaderValue,
     slots: Arc<tokio::sync::Semaphore>,
+    /// A quarter of the slots at most for one address (an IPv6 /64), as
+    /// the files' TCP listener.
+    per_ip: Arc<fastudp_quic::limits::PerAddress>,
     stats: Arc<TcpStats>,
 }
 
@@ -987,6 +1433,12 @@ async fn accept(
             drop(tcp);
             continue;
         };
+        let Some(place) = AddressPlace::take(&f.per_ip, peer.ip()) else {
+            f.stats.refused.fetch_add(1, Relaxed);
+            f.stats.refused_per_ip.fetch_add(1, Relaxed);
+            drop(tcp);
+            continue;
+        };
         f.stats.accepted.fetch_add(1, Relaxed);
         let _ = tcp.set_nodelay(true);
         let (tls, proxy, alt_svc) = (f.tls.clone(), f.proxy.clone(), f.alt_svc.clone());
@@ -995,36 +1447,335 @@ async fn accept(
         let watcher = graceful.watcher();
         tokio::spawn(async move {
             let _slot = slot;
+            let _place = place;
+            let _open = Open::new(&stats);
+            let activity = Arc::new(Activity::new());
             let Ok(Ok(stream)) = tokio::time::timeout(TCP_HANDSHAKE_TIMEOUT, tls.accept(tcp)).await
             else {
                 return;
             };
-            let svc = hyper::service::service_fn(move |mut req: Request<hyper::body::Incoming>| {
-                req.extensions_mut().insert(Peer(peer));
-                let (proxy, alt_svc, stats) = (proxy.clone(), alt_svc.clone(), stats.clone());
-                async move {
-                    let mut r = proxy.respond(req).await;
-                    r.headers_mut().insert(header::ALT_SVC, alt_svc);
-                    if let Some(i) = fastudp_quic::status_class(r.status().as_u16()) {
-                        stats.responses[i].fetch_add(1, Relaxed);
+            let stream = SendDeadline::new(stream, TCP_SEND_TIMEOUT, stats.clone());
+            let svc = {
+                let (stats, activity) = (stats.clone(), activity.clone());
+                hyper::service::service_fn(move |mut req: Request<hyper::body::Incoming>| {
+                    req.extensions_mut().insert(Peer(peer));
+                    let (proxy, alt_svc, stats) = (proxy.clone(), alt_svc.clone(), stats.clone());
+                    let busy = Busy::begin(&activity);
+                    async move {
+                        let mut r = proxy.respond(req).await;
+                        r.headers_mut().insert(header::ALT_SVC, alt_svc);
+                        if let Some(i) = fastudp_quic::status_class(r.status().as_u16()) {
+                            stats.responses[i].fetch_add(1, Relaxed);
+                        }
+                        Ok::<_, Infallible>(r.map(|b| {
+                            BusyBody {
+                                inner: b,
+                                _busy: busy,
+                            }
+                            .boxed_unsync()
+                        }))
                     }
-                    Ok::<_, Infallible>(r)
-                }
-            });
-            let mut b = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-            b.http1()
-                .timer(TokioTimer::new())
-                .header_read_timeout(TCP_HANDSHAKE_TIMEOUT);
-            let conn = b
+                })
+            };
+            let conn = tcp_builder()
                 .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
                 .into_owned();
-            let _ = watcher.watch(conn).await;
+            tokio::select! {
+                _ = watcher.watch(conn) => {}
+                why = activity.watchdog() => {
+                    let n = match why {
+                        Quiet::NoRequest => &stats.head_timeouts,
+                        Quiet::Idle => &stats.idle_closed,
+                    };
+                    n.fetch_add(1, Relaxed);
+                }
+            }
         });
     }
     // New connections are refused from here on; those open finish.
     drop(l);
     let _ = closing.send(());
     graceful.shutdown().await;
+}
+
+/// hyper-util's server for a TCP connection: HTTP/1.1 with a deadline
+/// for each request head, HTTP/2 with the bounds of HTTP/3 (16 streams,
+/// 16 KiB header lists) and small windows and send buffers, so that a
+/// client that does not read holds little.
+fn tcp_builder() -> hyper_util::server::conn::auto::Builder<TokioExecutor> {
+    let mut b = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    b.http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(TCP_HANDSHAKE_TIMEOUT);
+    b.http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(H2_MAX_STREAMS)
+        .initial_stream_window_size(H2_STREAM_WINDOW)
+        .initial_connection_window_size(H2_CONNECTION_WINDOW)
+        .max_send_buf_size(H2_SEND_BUFFER)
+        .max_header_list_size(H2_MAX_HEADER_LIST)
+        .keep_alive_interval(H2_KEEP_ALIVE_INTERVAL)
+        .keep_alive_timeout(H2_KEEP_ALIVE_TIMEOUT);
+    b
+}
+
+/// A place taken for a client address, given back when dropped.
+struct AddressPlace {
+    places: Arc<fastudp_quic::limits::PerAddress>,
+    ip: std::net::IpAddr,
+}
+
+impl AddressPlace {
+    /// A place for `ip`, or `None` when it holds its share already.
+    fn take(places: &Arc<fastudp_quic::limits::PerAddress>, ip: std::net::IpAddr) -> Option<Self> {
+        places.take(ip).then(|| AddressPlace {
+            places: places.clone(),
+            ip,
+        })
+    }
+}
+
+impl Drop for AddressPlace {
+    fn drop(&mut self) {
+        self.places.give(self.ip);
+    }
+}
+
+/// Counts an open connection in [`TcpStats::open`] while it lives.
+struct Open(Arc<TcpStats>);
+
+impl Open {
+    fn new(s: &Arc<TcpStats>) -> Open {
+        s.open.fetch_add(1, Relaxed);
+        Open(s.clone())
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Relaxed);
+    }
+}
+
+/// Why a quiet connection was closed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Quiet {
+    /// No complete request head within [`TCP_HANDSHAKE_TIMEOUT`] of the
+    /// connection's start.
+    NoRequest,
+    /// No request under way for [`TCP_IDLE_TIMEOUT`].
+    Idle,
+}
+
+/// A TCP connection's requests under way, and since when none has been.
+struct Activity {
+    busy: AtomicUsize,
+    any: std::sync::atomic::AtomicBool,
+    since: Mutex<Instant>,
+}
+
+impl Activity {
+    fn new() -> Activity {
+        Activity {
+            busy: AtomicUsize::new(0),
+            any: std::sync::atomic::AtomicBool::new(false),
+            since: Mutex::new(Instant::now()),
+        }
+    }
+
+    fn since(&self) -> Instant {
+        *self.since.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Returns when the connection has had no request under way for its
+    /// limit: [`TCP_HANDSHAKE_TIMEOUT`] from its start before its first
+    /// request, [`TCP_IDLE_TIMEOUT`] after.
+    async fn watchdog(&self) -> Quiet {
+        loop {
+            let (limit, why) = match self.any.load(Relaxed) {
+                false => (TCP_HANDSHAKE_TIMEOUT, Quiet::NoRequest),
+                true => (TCP_IDLE_TIMEOUT, Quiet::Idle),
+            };
+            let due = self.since() + limit;
+            if self.busy.load(Relaxed) == 0 && Instant::now() >= due {
+                return why;
+            }
+            let wait = match self.busy.load(Relaxed) {
+                0 => due.saturating_duration_since(Instant::now()),
+                _ => limit,
+            };
+            tokio::time::sleep(wait.max(Duration::from_millis(100))).await;
+        }
+    }
+}
+
+/// A request under way on a TCP connection, from its head to the end of
+/// its response's body.
+struct Busy(Arc<Activity>);
+
+impl Busy {
+    fn begin(a: &Arc<Activity>) -> Busy {
+        a.any.store(true, Relaxed);
+        a.busy.fetch_add(1, Relaxed);
+        Busy(a.clone())
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        *self.0.since.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+        self.0.busy.fetch_sub(1, Relaxed);
+    }
+}
+
+/// A response body that keeps its request counted as under way.
+struct BusyBody {
+    inner: ProxyBody,
+    _busy: Busy,
+}
+
+impl http_body::Body for BusyBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, BoxError>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// A connection whose writes fail (`TimedOut`) when the peer falls
+/// behind for good: once a write has had to wait, the peer must take
+/// [`TCP_SEND_PROGRESS`] bytes within `limit`, or the connection is
+/// closed, with what was held for it. (A few bytes now and then, as a
+/// growing socket buffer takes them, are not progress.)
+struct SendDeadline<S> {
+    inner: S,
+    limit: Duration,
+    /// Since a write had to wait: the deadline, and the bytes taken since.
+    behind: Option<(Pin<Box<tokio::time::Sleep>>, usize)>,
+    /// Counted once.
+    timed_out: bool,
+    stats: Arc<TcpStats>,
+}
+
+/// See [`SendDeadline`].
+pub const TCP_SEND_PROGRESS: usize = 64 * 1024;
+
+impl<S> SendDeadline<S> {
+    fn new(inner: S, limit: Duration, stats: Arc<TcpStats>) -> Self {
+        SendDeadline {
+            inner,
+            limit,
+            behind: None,
+            timed_out: false,
+            stats,
+        }
+    }
+
+    /// `r`, what a write (`moved` bytes taken) or a flush gave, or
+    /// `TimedOut` when the peer has been behind for `limit`.
+    fn check<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        r: Poll<std::io::Result<T>>,
+        moved: usize,
+    ) -> Poll<std::io::Result<T>> {
+        match &r {
+            Poll::Ready(Err(_)) => return r,
+            Poll::Pending => {
+                let limit = self.limit;
+                self.behind
+                    .get_or_insert_with(|| (Box::pin(tokio::time::sleep(limit)), 0));
+            }
+            Poll::Ready(Ok(_)) => {
+                if let Some((_, taken)) = &mut self.behind {
+                    *taken += moved;
+                    if *taken >= TCP_SEND_PROGRESS {
+                        self.behind = None;
+                    }
+                }
+            }
+        }
+        let Some((deadline, _)) = &mut self.behind else {
+            return r;
+        };
+        match deadline.as_mut().poll(cx) {
+            Poll::Ready(()) => {
+                if !self.timed_out {
+                    self.timed_out = true;
+                    self.stats.send_timeouts.fetch_add(1, Relaxed);
+                }
+                Poll::Ready(Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "the client took too little within the send deadline",
+                )))
+            }
+            Poll::Pending => r,
+        }
+    }
+}
+
+impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for SendDeadline<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for SendDeadline<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write(cx, buf);
+        let moved = match &r {
+            Poll::Ready(Ok(n)) => *n,
+            _ => 0,
+        };
+        self.check(cx, r, moved)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        let moved = match &r {
+            Poll::Ready(Ok(n)) => *n,
+            _ => 0,
+        };
+        self.check(cx, r, moved)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let r = Pin::new(&mut self.inner).poll_flush(cx);
+        self.check(cx, r, 0)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let r = Pin::new(&mut self.inner).poll_shutdown(cx);
+        self.check(cx, r, 0)
+    }
 }
 
 #[cfg(test)]
@@ -1082,6 +1833,150 @@ mod tests {
     }
 
     #[test]
+    fn untrusted_and_underscore_headers_are_dropped() {
+        let mut h = HeaderMap::new();
+        for (n, v) in [
+            ("x_forwarded_for", "6.6.6.6"),
+            ("x_forwarded_host", "evil.example"),
+            ("x-real-ip", "6.6.6.6"),
+            ("true-client-ip", "6.6.6.6"),
+            ("x-client-ip", "6.6.6.6"),
+            ("x-forwarded-port", "1"),
+            ("x-forwarded-prefix", "/admin"),
+            ("via", "1.1 evil"),
+            ("x-kept", "1"),
+        ] {
+            h.append(n, HeaderValue::from_static(v));
+        }
+        h.append("x_forwarded_for", HeaderValue::from_static("7.7.7.7"));
+        assert_eq!(strip_untrusted(&mut h), 9);
+        assert_eq!(h.len(), 1, "{h:?}");
+        assert!(h.contains_key("x-kept"));
+    }
+
+    #[test]
+    fn forwarded_host_is_a_valid_quoted_string() {
+        let mut h = HeaderMap::new();
+        let host = HeaderValue::from_static("x\\\"y");
+        forwarded_headers(&mut h, Some("127.0.0.1:5".parse().unwrap()), Some(&host));
+        assert_eq!(
+            h["forwarded"],
+            "for=127.0.0.1;host=\"x\\\\\\\"y\";proto=https"
+        );
+    }
+
+    #[test]
+    fn in_flight_is_bounded_per_client_and_per_route() {
+        let s = Arc::new(Shared::new(&["http://a:1".into()], Duration::from_secs(1)).unwrap());
+        let one: SocketAddr = "10.0.0.1:5".parse().unwrap();
+        let two: SocketAddr = "10.0.0.2:5".parse().unwrap();
+        let mut held: Vec<InFlight> = (0..MAX_IN_FLIGHT_PER_CLIENT)
+            .map(|_| InFlight::take(&s, Some(one)).unwrap())
+            .collect();
+        assert!(InFlight::take(&s, Some(one)).is_none());
+        // Another address is let in; one that ends gives its place back.
+        assert!(InFlight::take(&s, Some(two)).is_some());
+        held.pop();
+        held.push(InFlight::take(&s, Some(one)).unwrap());
+        while held.len() < MAX_IN_FLIGHT_PER_ROUTE {
+            held.push(InFlight::take(&s, None).unwrap());
+        }
+        assert!(InFlight::take(&s, Some(two)).is_none());
+        assert!(InFlight::take(&s, None).is_none());
+        drop(held);
+        assert_eq!(s.in_flight.load(Relaxed), 0);
+        assert!(InFlight::take(&s, Some(one)).is_some());
+    }
+
+    #[test]
+    fn out_of_descriptors_is_the_proxys_own_failure() {
+        #[derive(Debug)]
+        struct Wrap(std::io::Error);
+        impl std::fmt::Display for Wrap {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("connect failed")
+            }
+        }
+        impl std::error::Error for Wrap {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        for (code, own) in [
+            (libc::EMFILE, true),
+            (libc::ENFILE, true),
+            (libc::ECONNREFUSED, false),
+        ] {
+            let e = Wrap(std::io::Error::from_raw_os_error(code));
+            assert_eq!(out_of_descriptors(&e), own, "{code}");
+        }
+    }
+
+    #[test]
+    fn the_host_sent_upstream() {
+        let parts = |uri: &str, v: Version, host: Option<&'static str>| {
+            let mut b = Request::builder().uri(uri).version(v);
+            if let Some(h) = host {
+                b = b.header("host", h);
+            }
+            b.body(()).unwrap().into_parts().0
+        };
+        let host = |p: &http::request::Parts| {
+            request_host(p)
+                .map(|h| h.map(|v| v.to_str().unwrap().to_string()))
+                .map_err(|r| r.status())
+        };
+        let h11 = Version::HTTP_11;
+        let h2 = Version::HTTP_2;
+        assert_eq!(
+            host(&parts("/", h11, Some("good"))),
+            Ok(Some("good".into()))
+        );
+        assert_eq!(host(&parts("/", h11, None)), Ok(None));
+        // The absolute form's authority wins over Host.
+        assert_eq!(
+            host(&parts("http://evil/x", h11, Some("good"))),
+            Ok(Some("evil".into()))
+        );
+        assert_eq!(
+            host(&parts("https://good/x", h2, None)),
+            Ok(Some("good".into()))
+        );
+        assert_eq!(
+            host(&parts("https://good/x", h2, Some("good"))),
+            Ok(Some("good".into()))
+        );
+        assert_eq!(
+            host(&parts("https://good/x", h2, Some("evil"))),
+            Err(StatusCode::BAD_REQUEST)
+        );
+        assert_eq!(
+            host(&parts("https://user:pw@good/x", h2, None)),
+            Ok(Some("good".into()))
+        );
+    }
+
+    #[test]
+    fn a_mapped_ipv4_client_is_named_as_ipv4() {
+        let mut h = HeaderMap::new();
+        forwarded_headers(&mut h, Some("[::ffff:10.1.2.3]:5".parse().unwrap()), None);
+        assert_eq!(h["x-forwarded-for"], "10.1.2.3");
+        assert_eq!(h["forwarded"], "for=10.1.2.3;proto=https");
+    }
+
+    #[test]
+    fn upstream_ports_are_checked() {
+        assert!(Upstream::parse("http://h:0")
+            .unwrap_err()
+            .contains("port 0"));
+        assert!(Upstream::parse("http://h:99999").is_err());
+        assert!(Upstream::parse("http://h:65535").is_ok());
+        assert!(Upstream::parse("http://h").is_ok());
+        assert!(Upstream::parse("http://[::1]:8080").is_ok());
+        assert!(Upstream::parse("http://[::1]:0").is_err());
+    }
+
+    #[test]
     fn round_robin_skips_a_failed_upstream() {
         let s = Shared::new(
             &["http://a:1".into(), "http://b:1".into()],
@@ -1095,6 +1990,40 @@ mod tests {
         assert_eq!(picks, ["b:1", "b:1", "b:1"]);
         s.upstreams[1].failed(FAIL_DURATION);
         assert!(s.pick().is_none());
+    }
+
+    #[test]
+    fn paths_are_normalised_before_routing() {
+        let ok = |p: &str| normalize_path(p).unwrap();
+        assert_eq!(ok("/"), "/");
+        assert_eq!(ok("/a/b"), "/a/b");
+        assert_eq!(ok("/a/b/"), "/a/b/");
+        assert_eq!(ok("/public/../admin/secret.txt"), "/admin/secret.txt");
+        assert_eq!(ok("/public/%2e%2e/admin/secret.txt"), "/admin/secret.txt");
+        assert_eq!(ok("/public/%2E%2E/admin/secret.txt"), "/admin/secret.txt");
+        assert_eq!(ok("/public//../admin/secret.txt"), "/admin/secret.txt");
+        assert_eq!(ok("/public/./../admin/secret.txt"), "/admin/secret.txt");
+        assert_eq!(ok("/public/.%2e/admin/x"), "/admin/x");
+        assert_eq!(ok("/public/a/.."), "/public/");
+        assert_eq!(ok("/public/."), "/public/");
+        assert_eq!(ok("//public///x"), "/public/x");
+        assert_eq!(ok("/%70ublic/%7e%41"), "/public/~A");
+        assert_eq!(ok("/a%20b%c3%a9"), "/a%20b%C3%A9");
+        assert_eq!(ok("/a/..."), "/a/...");
+        for (p, e) in [
+            ("/public/..%2fadmin/secret.txt", BadPath::EncodedSeparator),
+            ("/public/..%2Fadmin", BadPath::EncodedSeparator),
+            ("/public/..%5cadmin", BadPath::EncodedSeparator),
+            ("/public/a%00.txt", BadPath::EncodedSeparator),
+            ("/..", BadPath::AboveRoot),
+            ("/public/../../etc/passwd", BadPath::AboveRoot),
+            ("/%2e%2e/x", BadPath::AboveRoot),
+            ("/a%2", BadPath::Malformed),
+            ("/a%zz", BadPath::Malformed),
+            ("x", BadPath::Malformed),
+        ] {
+            assert_eq!(normalize_path(p), Err(e), "{p}");
+        }
     }
 
     #[test]

@@ -654,6 +654,7 @@ fn announce_test_endpoints(json: bool) -> anyhow::Result<()> {
 fn proxy_summary(table: &proxy::Table, json: bool) -> anyhow::Result<()> {
     use std::sync::atomic::Ordering::Relaxed;
     let (mut f, mut b, mut t, mut n, mut x, mut r) = (0, 0, 0, 0, 0, 0);
+    let (mut over, mut fds) = (0, 0);
     for (_, s) in table.upstream_sets() {
         let s = &s.stats;
         f += s.forwarded.load(Relaxed);
@@ -662,6 +663,8 @@ fn proxy_summary(table: &proxy::Table, json: bool) -> anyhow::Result<()> {
         n += s.no_upstream.load(Relaxed);
         x += s.aborted.load(Relaxed);
         r += s.retries.load(Relaxed);
+        over += s.over_limit.load(Relaxed);
+        fds += s.local_exhausted.load(Relaxed);
     }
     if json {
         out!(
@@ -674,10 +677,12 @@ fn proxy_summary(table: &proxy::Table, json: bool) -> anyhow::Result<()> {
                 "no_upstream": n,
                 "aborted": x,
                 "retries": r,
+                "over_limit": over,
+                "out_of_descriptors": fds,
             })
         )
     } else {
-        out!("proxy: {f} forwarded, {b} bad gateway (502), {t} timed out (504), {n} with no upstream (502), {x} aborted mid-response, {r} retried on the next upstream")
+        out!("proxy: {f} forwarded, {b} bad gateway (502), {t} timed out (504), {n} with no upstream (502), {x} aborted mid-response, {r} retried on the next upstream, {over} over the in-flight limits (503), {fds} out of file descriptors (503)")
     }
 }
 

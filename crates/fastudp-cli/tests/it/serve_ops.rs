@@ -345,6 +345,32 @@ fn config_file_errors_name_the_line() {
             "listen = \n".into(),
             ":1: listen: ".into(),
         ),
+        (
+            "route path with a quote",
+            "listen = \"127.0.0.1:0\"\n[[route]]\npath = \"/a\\\"b/\"\nupstream = \"http://127.0.0.1:1\"\n"
+                .into(),
+            ":3: [[route]] path: \"/a\\\"b/\": a path prefix holds no".into(),
+        ),
+        (
+            "route path with a backslash",
+            "[[route]]\npath = '/a\\b/'\nupstream = \"http://127.0.0.1:1\"\n".into(),
+            ":2: [[route]] path: \"/a\\\\b/\": a path prefix holds no".into(),
+        ),
+        (
+            "route path not normalised",
+            "[[route]]\npath = \"/a//b/\"\nupstream = \"http://127.0.0.1:1\"\n".into(),
+            ":2: [[route]] path: \"/a//b/\": requests are matched by their normalised path".into(),
+        ),
+        (
+            "upstream port 0",
+            "listen = \"127.0.0.1:0\"\nupstream = \"http://127.0.0.1:0\"\n".into(),
+            ":2: upstream: --upstream http://127.0.0.1:0: port 0: from 1 to 65535".into(),
+        ),
+        (
+            "upstream empty",
+            "listen = \"127.0.0.1:0\"\nupstream = []\n".into(),
+            ":2: upstream: an empty list".into(),
+        ),
     ];
     for (i, (what, text, want)) in cases.iter().enumerate() {
         let f = conf(&dir, &format!("c{i}.toml"), text);
