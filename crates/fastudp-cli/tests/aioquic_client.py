@@ -264,7 +264,7 @@ if __name__ == "__main__":
     ap.add_argument("--any-status", action="store_true", help="with --h3: exit 0 whatever the statuses")
     ap.add_argument("--ca", help="PEM certificate(s) to verify the server against")
     ap.add_argument("--server-name", default="localhost", help="SNI and name to verify")
-    ap.add_argument("--timeout", type=float, default=60.0, help="seconds for all requests")
+    ap.add_argument("--timeout", type=float, default=300.0, help="seconds for all requests (generous: a slow machine is not a failure)")
     ap.add_argument("--chacha20", action="store_true", help="offer only TLS_CHACHA20_POLY1305_SHA256")
     ap.add_argument("--key-update", action="store_true", help="update the 1-RTT keys before the requests")
     ap.add_argument("--resume", action="store_true", help="a second connection resumes the first's session")
