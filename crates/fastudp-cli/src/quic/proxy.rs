@@ -643,9 +643,9 @@ where
                     Box::new(e) as BoxError
                 })
                 .boxed_unsync();
-            let body = HeldBody {
+            let body = Holding {
                 inner: body,
-                _held: held,
+                _guard: held,
             }
             .boxed_unsync();
             Response::from_parts(parts, body)
@@ -741,13 +741,15 @@ impl Drop for InFlight {
     }
 }
 
-/// A response body that keeps its request counted in flight.
-struct HeldBody {
+/// A response body that holds `guard` until it is dropped: its request
+/// counted in flight ([`InFlight`]), or counted as under way on its TCP
+/// connection ([`Busy`]).
+struct Holding<G> {
     inner: ProxyBody,
-    _held: InFlight,
+    _guard: G,
 }
 
-impl http_body::Body for HeldBody {
+impl<G: Unpin> http_body::Body for Holding<G> {
     type Data = Bytes;
     type Error = BoxError;
 
@@ -1468,9 +1470,9 @@ async fn accept(
                             stats.responses[i].fetch_add(1, Relaxed);
                         }
                         Ok::<_, Infallible>(r.map(|b| {
-                            BusyBody {
+                            Holding {
                                 inner: b,
-                                _busy: busy,
+                                _guard: busy,
                             }
                             .boxed_unsync()
                         }))
@@ -1625,32 +1627,6 @@ impl Drop for Busy {
     fn drop(&mut self) {
         *self.0.since.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
         self.0.busy.fetch_sub(1, Relaxed);
-    }
-}
-
-/// A response body that keeps its request counted as under way.
-struct BusyBody {
-    inner: ProxyBody,
-    _busy: Busy,
-}
-
-impl http_body::Body for BusyBody {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<http_body::Frame<Bytes>, BoxError>>> {
-        Pin::new(&mut self.inner).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.inner.size_hint()
     }
 }
 
