@@ -24,7 +24,9 @@
 # A server's CPU time is its utime + stime from /proc/PID/stat over the
 # load. The servers take turns round by round (fastudp, quinn, tcp-h1,
 # tcp-h2, caddy, then the uploads, then the wake probes), ROUNDS times;
-# every line printed is one JSON measurement. The run ends by itself: each
+# every line printed is one JSON measurement, and the last a summary:
+# each figure's median over the rounds and the ratios of the medians
+# (fastudp's against each other server). The run ends by itself: each
 # load is bounded, and a watchdog stops the servers after MAX_SECONDS; the
 # servers are stopped and the work directory removed on exit.
 #
@@ -254,17 +256,48 @@ echo "# servers on CPU $SERVER_CPU, load on CPU $LOAD_CPU; $rounds rounds of ${s
 for r in $(seq "$rounds"); do
   if [ -z "$only" ] || [ "$only" = small ]; then
     for s in fastudp quinn tcp-h1 tcp-h2 caddy; do
-      measure "$r" small "$s" -dir "$work/json" -connections "$CONNECTIONS" -duration "${seconds}s"
+      measure "$r" small "$s" -dir "$work/json" -connections "$CONNECTIONS" -duration "${seconds}s" |
+        tee -a "$work/results.jsonl"
     done
   fi
   if [ -z "$only" ] || [ "$only" = upload ]; then
     for s in fastudp quinn; do
-      measure "$r" upload "$s" -dir "$work/upload" -connections 1 -count 10 -post 100000000 -duration 600s
+      measure "$r" upload "$s" -dir "$work/upload" -connections 1 -count 10 -post 100000000 -duration 600s |
+        tee -a "$work/results.jsonl"
     done
   fi
   if [ -z "$only" ] || [ "$only" = wake ]; then
     for s in fastudp quinn; do
-      wake "$r" "$s"
+      wake "$r" "$s" | tee -a "$work/results.jsonl"
     done
   fi
 done
+
+# The medians over the rounds, and their ratios.
+python3 - "$work/results.jsonl" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+def med(kind, server, key):
+    v = [r[key] for r in rows if r["kind"] == kind and r["server"] == server and r.get(key) is not None]
+    return statistics.median(v) if v else None
+out = {}
+small = {s: med("small", s, "req_per_cpu_s") for s in ("fastudp", "quinn", "tcp-h1", "tcp-h2", "caddy")}
+for s, v in small.items():
+    if v:
+        out[f"small {s} req_per_cpu_s"] = round(v, 1)
+for s in ("quinn", "tcp-h1", "tcp-h2", "caddy"):
+    if small["fastudp"] and small[s]:
+        out[f"small fastudp/{s}"] = round(small["fastudp"] / small[s], 2)
+up = {s: med("upload", s, "cpu_s_per_gbit") for s in ("fastudp", "quinn")}
+for s, v in up.items():
+    if v:
+        out[f"upload {s} cpu_s_per_gbit"] = round(v, 3)
+if up["fastudp"] and up["quinn"]:
+    out["upload fastudp/quinn"] = round(up["fastudp"] / up["quinn"], 2)
+for s in ("fastudp", "quinn"):
+    for k in ("sleep_p50_ms", "sleep_p99_ms", "json_p50_ms", "json_p99_ms", "added_p50_ms", "added_p99_ms"):
+        v = med("wake", s, k)
+        if v is not None:
+            out[f"wake {s} {k}"] = round(v, 3)
+print(json.dumps({"kind": "summary", "medians_over_rounds": out}))
+PY
