@@ -145,7 +145,16 @@ caddy_pid=$!
 pids+=($caddy_pid)
 
 # The servers stop after MAX_SECONDS whatever happens to this script.
-(sleep "$MAX_SECONDS"; kill "$fastudp_pid" "$quinn_pid" "$caddy_pid" 2>/dev/null) &
+# The watchdog holds none of the script's output open (a pipe reading it
+# ends with it), and takes its sleep with it when it is stopped.
+(
+  exec >/dev/null 2>&1
+  sleep "$MAX_SECONDS" &
+  sleeper=$!
+  trap 'kill "$sleeper"; exit 0' TERM
+  wait "$sleeper"
+  kill "$fastudp_pid" "$quinn_pid" "$caddy_pid"
+) &
 watchdog=$!
 
 # The load client: ARGS... -> its JSON line (errors fail the run).
