@@ -5,7 +5,12 @@
 //!
 //! ```text
 //! cargo run --release -p fastudp-quic --example axum -- --listen 127.0.0.1:4433 [--cert C --key K]
+//!     [--workers N] [--stream-window BYTES]
 //! ```
+//!
+//! `--stream-window` raises each request stream's receive window from the
+//! engine's default (4 KiB, sized for small requests) for uploads; the
+//! engine refuses a value out of range, naming it.
 //!
 //! Without `--cert`/`--key` (PEM) the certificate is a self-signed one for
 //! `localhost`; the SHA-256 of its public key (SPKI, base64) is printed, as
@@ -18,7 +23,13 @@
 //!   as a stream (one chunk held at a time);
 //! - `GET /download/{n}`: n bytes of the `/bytes/N` pattern, streamed;
 //! - `GET /panic`: the handler panics; HTTP/3 answers 500 and the worker
-//!   goes on.
+//!   goes on;
+//! - `GET /json`: a 1 KB (1,024-byte) JSON document from an async handler,
+//!   the small dynamic answer of scripts/app-bench.sh;
+//! - `GET /sleep`: `slept`, after the handler awaits a 1 ms tokio timer.
+//!
+//! `examples/axum_quinn.rs` serves this same `Router` ([`router`]) on
+//! quinn + h3-quinn, for the comparison of docs/BENCHMARKS.md.
 
 use axum::extract::Path;
 use axum::routing::{get, post};
@@ -44,6 +55,14 @@ pub fn router() -> Router {
             "/hello/{name}",
             get(|Path(name): Path<String>| async move { format!("hello {name}") }),
         )
+        .route("/json", get(json))
+        .route(
+            "/sleep",
+            get(|| async {
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+                "slept"
+            }),
+        )
         .route("/upload", post(upload))
         .route("/download/{n}", get(download))
         .route(
@@ -55,6 +74,41 @@ pub fn router() -> Router {
                 "unreachable"
             }),
         )
+}
+
+/// The length of the `GET /json` document.
+pub const JSON_LEN: usize = 1024;
+
+/// A 1 KB JSON document: 16 items, padded to exactly [`JSON_LEN`] bytes.
+/// Built per request, as a dynamic answer would be.
+pub fn json_document() -> String {
+    let mut s = String::with_capacity(JSON_LEN);
+    s.push_str("{\"items\":[");
+    for i in 0..16 {
+        if i > 0 {
+            s.push(',');
+        }
+        s.push_str(&format!(
+            "{{\"id\":{i},\"name\":\"item-{i:02}\",\"price\":{}.{:02}}}",
+            10 + i,
+            (i * 7) % 100
+        ));
+    }
+    s.push_str("],\"pad\":\"");
+    // The closing `"}` takes two bytes.
+    while s.len() < JSON_LEN - 2 {
+        s.push('x');
+    }
+    s.push_str("\"}");
+    s
+}
+
+/// `GET /json`: [`json_document`], as `application/json`.
+async fn json() -> impl axum::response::IntoResponse {
+    (
+        [(http::header::CONTENT_TYPE, "application/json")],
+        json_document(),
+    )
 }
 
 /// `LEN HEX` of the body, read frame by frame.
@@ -118,6 +172,19 @@ pub struct Options {
     pub cert: Option<(PathBuf, PathBuf)>,
     /// Engine workers.
     pub workers: usize,
+    /// The receive window of each request stream, bytes (what an upload
+    /// moves per round trip); `None`: the engine's default
+    /// (`fastudp_quic::Transport`).
+    pub stream_window: Option<u32>,
+}
+
+/// The engine's transport, with `stream_window` when one is given.
+pub fn transport(stream_window: Option<u32>) -> fastudp_quic::Transport {
+    let t = fastudp_quic::Transport::new();
+    match stream_window {
+        Some(w) => t.stream_window(w),
+        None => t,
+    }
 }
 
 /// A running server.
@@ -152,7 +219,9 @@ fn base64(b: &[u8]) -> String {
     s
 }
 
-fn identity(
+/// The certificate chain and key: read from PEM files, or a self-signed
+/// one for `localhost`.
+pub fn identity(
     cert: &Option<(PathBuf, PathBuf)>,
 ) -> anyhow::Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)> {
     Ok(match cert {
@@ -169,7 +238,8 @@ fn identity(
     })
 }
 
-fn tls(
+/// A TLS 1.3 server configuration (aws-lc-rs) offering `alpn`.
+pub fn tls(
     chain: Vec<CertificateDer<'static>>,
     key: PrivateKeyDer<'static>,
     alpn: &[&[u8]],
@@ -196,7 +266,9 @@ pub fn serve(o: &Options) -> anyhow::Result<Server> {
     let quic_tls = tls(chain.clone(), key.clone_key(), &[])?;
     let app = AlpnRouter::new().with(fastudp_quic::h3::ALPN, H3App::service(router()));
     let engine = Engine::start(
-        EngineConfig::new(o.listen, Arc::new(quic_tls)).workers(o.workers),
+        EngineConfig::new(o.listen, Arc::new(quic_tls))
+            .workers(o.workers)
+            .transport(transport(o.stream_window)),
         Arc::new(app),
     )?;
     let port = engine.local_addr().port();
@@ -264,6 +336,7 @@ fn parse(args: impl Iterator<Item = String>) -> Result<Options, String> {
     let mut listen = None;
     let (mut cert, mut key) = (None, None);
     let mut workers = 1;
+    let mut stream_window = None;
     let mut args = args;
     while let Some(a) = args.next() {
         let mut val = || args.next().ok_or(format!("{a} needs a value"));
@@ -272,6 +345,13 @@ fn parse(args: impl Iterator<Item = String>) -> Result<Options, String> {
             "--cert" => cert = Some(PathBuf::from(val()?)),
             "--key" => key = Some(PathBuf::from(val()?)),
             "--workers" => workers = val()?.parse().map_err(|e| format!("--workers: {e}"))?,
+            "--stream-window" => {
+                stream_window = Some(
+                    val()?
+                        .parse()
+                        .map_err(|e| format!("--stream-window: {e}"))?,
+                )
+            }
             _ => return Err(format!("unknown argument {a}")),
         }
     }
@@ -284,6 +364,7 @@ fn parse(args: impl Iterator<Item = String>) -> Result<Options, String> {
         listen: listen.unwrap_or_else(|| "127.0.0.1:4433".parse().expect("an address")),
         cert,
         workers,
+        stream_window,
     })
 }
 
@@ -292,7 +373,7 @@ fn main() {
     let o = match parse(std::env::args().skip(1)) {
         Ok(o) => o,
         Err(e) => {
-            eprintln!("axum: {e}\nusage: axum --listen ADDR [--cert C --key K] [--workers N]");
+            eprintln!("axum: {e}\nusage: axum --listen ADDR [--cert C --key K] [--workers N] [--stream-window BYTES]");
             std::process::exit(2);
         }
     };

@@ -6,7 +6,8 @@
 // net/http over TLS, both serving a directory with http.FileServer.
 //
 //	quic-go-filebench load -proto h3|https [-h2] -dir DIR [-verify]
-//	    [-connections N] [-duration D] [-insecure] https://HOST:PORT
+//	    [-connections N] [-duration D] [-count N] [-post BYTES] [-insecure]
+//	    https://HOST:PORT
 //	quic-go-filebench serve -proto h3|https -listen ADDR -www DIR [-duration D]
 //
 // load opens N connections; each fetches the files of DIR (the names and
@@ -16,8 +17,17 @@
 // status is not 200 or its length is not the file's (with -verify: if a
 // byte differs from DIR's copy). A response still in flight when the time
 // is up is cut off: its bytes count, it is neither completed nor an
-// error. It prints one JSON line and exits 1 if there was an error or no
-// response completed, 2 on bad arguments.
+// error. With -count, the run also ends once N requests have started (in
+// all). With -post BYTES, every request is instead a POST of a BYTES-byte
+// body (a repeating byte pattern, with its content-length) to /NAME, whose
+// bytes count as they are sent; the answer must be 200 and start with the
+// body's length in decimal and a space, the `LEN HEX` of the axum
+// example's POST /upload (crates/fastudp-quic/examples/axum.rs), so a body
+// the server did not read whole is an error. The JSON line also gives
+// the completed requests' latency (p50_ms, p99_ms, max_ms: from sending
+// the request to reading the whole answer). It prints one JSON line and
+// exits 1 if there was an error or no response completed, 2 on bad
+// arguments.
 //
 // serve prints "listening ADDR" and serves until -duration ends (0: until
 // SIGINT or SIGTERM), then prints one JSON line with its request count.
@@ -39,6 +49,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -122,6 +133,8 @@ func load(args []string) int {
 	conns := fl.Int("connections", 10, "connections, each fetching one file at a time")
 	duration := fl.Duration("duration", 10*time.Second, "how long to fetch")
 	insecure := fl.Bool("insecure", false, "do not verify the server's certificate")
+	count := fl.Int64("count", 0, "end once this many requests have started, in all (0: no bound)")
+	post := fl.Int64("post", -1, "POST a body of this many bytes to each /NAME, instead of GET")
 	_ = fl.Parse(args)
 	if fl.NArg() != 1 {
 		usage("load: one base URL (https://HOST:PORT) expected")
@@ -132,6 +145,12 @@ func load(args []string) int {
 	}
 	if *conns < 1 || *duration <= 0 {
 		usage("load: -connections and -duration must be positive")
+	}
+	if *count < 0 {
+		usage("load: -count must be 0 (no bound) or positive")
+	}
+	if *post >= 0 && *verify {
+		usage("load: -verify goes with GETs, not -post")
 	}
 	if *proto != "h3" && *proto != "https" {
 		usage("load: -proto %q: h3 or https", *proto)
@@ -182,6 +201,7 @@ func load(args []string) int {
 	ctx, cancel := context.WithDeadline(context.Background(), start.Add(*duration))
 	defer cancel()
 	var wg sync.WaitGroup
+	lat := make([][]time.Duration, len(clients))
 	for i, cl := range clients {
 		wg.Add(1)
 		go func() {
@@ -189,10 +209,20 @@ func load(args []string) int {
 			buf := make([]byte, 64*1024)
 			for k := i; ctx.Err() == nil; k++ {
 				f := files[k%len(files)]
-				c.requests.Add(1)
-				err := fetch(ctx, cl, base+"/"+f.name, f, *dir, *verify, buf, &c)
+				if n := c.requests.Add(1); *count > 0 && n > *count {
+					c.requests.Add(-1)
+					return
+				}
+				t0 := time.Now()
+				var err error
+				if *post >= 0 {
+					err = upload(ctx, cl, base+"/"+f.name, *post, buf, &c)
+				} else {
+					err = fetch(ctx, cl, base+"/"+f.name, f, *dir, *verify, buf, &c)
+				}
 				switch {
 				case err == nil:
+					lat[i] = append(lat[i], time.Since(t0))
 					c.completed.Add(1)
 				case ctx.Err() != nil:
 					// Cut off at the end of the run.
@@ -218,6 +248,21 @@ func load(args []string) int {
 		}
 	}
 	n := c.bytes.Load()
+	var all []time.Duration
+	for _, l := range lat {
+		all = append(all, l...)
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
+	q := func(p float64) float64 {
+		if len(all) == 0 {
+			return 0
+		}
+		i := int(float64(len(all)) * p)
+		if i >= len(all) {
+			i = len(all) - 1
+		}
+		return float64(all[i].Microseconds()) / 1000
+	}
 	out := map[string]any{
 		"kind":         "load",
 		"proto":        proto_,
@@ -230,6 +275,12 @@ func load(args []string) int {
 		"errors":       c.errors.Load(),
 		"verified":     *verify,
 		"client_cpu_s": tv(cpu1.Utime) + tv(cpu1.Stime) - tv(cpu0.Utime) - tv(cpu0.Stime),
+		"p50_ms":       q(0.50),
+		"p99_ms":       q(0.99),
+		"max_ms":       q(1),
+	}
+	if *post >= 0 {
+		out["post_bytes"] = *post
 	}
 	if e := c.firstErr.Load(); e != nil {
 		out["first_error"] = e
@@ -372,4 +423,55 @@ func serve(args []string) int {
 	stop()
 	_ = json.NewEncoder(os.Stdout).Encode(map[string]any{"kind": "served", "proto": *proto, "requests": requests.Load()})
 	return code
+}
+
+// pattern is a request body of n bytes, a repeating byte pattern, that
+// adds the bytes the transport reads to c.
+type pattern struct {
+	left int64
+	off  int64
+	c    *counters
+}
+
+func (p *pattern) Read(b []byte) (int, error) {
+	if p.left == 0 {
+		return 0, io.EOF
+	}
+	if int64(len(b)) > p.left {
+		b = b[:p.left]
+	}
+	for i := range b {
+		b[i] = byte((p.off + int64(i)) % 251)
+	}
+	p.left -= int64(len(b))
+	p.off += int64(len(b))
+	p.c.bytes.Add(int64(len(b)))
+	return len(b), nil
+}
+
+// upload POSTs n bytes to url; the answer must be 200 and start with n in
+// decimal and a space (the length the server read).
+func upload(ctx context.Context, cl *http.Client, url string, n int64, buf []byte, c *counters) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, &pattern{left: n, c: c})
+	if err != nil {
+		return err
+	}
+	req.ContentLength = n
+	rsp, err := cl.Do(req)
+	if err != nil {
+		return err
+	}
+	defer rsp.Body.Close()
+	got, err := io.ReadAll(io.LimitReader(rsp.Body, int64(len(buf))))
+	if err != nil {
+		return err
+	}
+	if rsp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: status %d", url, rsp.StatusCode)
+	}
+	want := strconv.FormatInt(n, 10) + " "
+	if !bytes.HasPrefix(got, []byte(want)) {
+		return fmt.Errorf("%s: the answer %.40q does not start with the body's length %d", url, got, n)
+	}
+	return nil
 }

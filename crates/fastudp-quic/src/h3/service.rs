@@ -304,6 +304,23 @@ impl Pump {
     }
 }
 
+impl Pump {
+    /// The service took the last chunk and asks for more, and the stream
+    /// is still being read.
+    fn wants_more(&self) -> bool {
+        if self.recv.is_none() {
+            return false;
+        }
+        let s = lock(&self.shared);
+        !s.dropped && s.chunk.is_none() && s.want
+    }
+
+    /// A chunk waits for the service.
+    fn has_chunk(&self) -> bool {
+        lock(&self.shared).chunk.is_some()
+    }
+}
+
 impl Drop for Pump {
     /// The request's future is gone (the connection closed, the response
     /// was cut, the service failed) before the body's end was read: a
@@ -362,14 +379,34 @@ async fn with_pump<T>(
     let mut f = std::pin::pin!(f);
     std::future::poll_fn(|cx| {
         let _ = pump.poll(cx);
-        match catch_unwind(AssertUnwindSafe(|| f.as_mut().poll(cx))) {
-            Ok(Poll::Ready(v)) => Poll::Ready(Ok(v)),
-            Ok(Poll::Pending) => Poll::Pending,
-            Err(p) => Poll::Ready(Err(p)),
+        // While the service takes each chunk and asks for the next, and
+        // the stream has it, hand it over in this same poll: one chunk per
+        // poll would move an upload a few packets per drive of the
+        // connection (a task that woke itself is polled again at the next
+        // timer tick).
+        for _ in 0..PUMP_ROUNDS {
+            match catch_unwind(AssertUnwindSafe(|| f.as_mut().poll(cx))) {
+                Ok(Poll::Ready(v)) => return Poll::Ready(Ok(v)),
+                Ok(Poll::Pending) => {}
+                Err(p) => return Poll::Ready(Err(p)),
+            }
+            if !pump.wants_more() {
+                break;
+            }
+            let _ = pump.poll(cx);
+            if !pump.has_chunk() {
+                break;
+            }
         }
+        Poll::Pending
     })
     .await
 }
+
+/// How many chunks of a request body one poll of its request may hand to
+/// the service (the rest waits for the next poll, so that one upload
+/// cannot hold the worker).
+const PUMP_ROUNDS: usize = 64;
 
 fn status_only(status: StatusCode) -> Response<()> {
     let mut r = Response::new(());

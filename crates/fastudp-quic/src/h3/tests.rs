@@ -194,6 +194,8 @@ struct Pair {
     hold_task: bool,
     /// The server's request handler.
     handler: Rc<dyn super::Handler>,
+    /// A service answering instead of `handler`, when set.
+    service: Option<Rc<dyn super::service::ServeRequest>>,
 }
 
 impl Pair {
@@ -239,6 +241,7 @@ impl Pair {
             turns: 0,
             hold_task: false,
             handler: Rc::new(Builtin::new(TestContent)),
+            service: None,
         }
     }
 
@@ -307,7 +310,10 @@ impl Pair {
                     let conn = Rc::new(RefCell::new(conn));
                     let task = H3Task::server(
                         conn.clone(),
-                        self.handler.clone(),
+                        match &self.service {
+                            Some(s) => super::task::Responder::Service(s.clone()),
+                            None => self.handler.clone().into(),
+                        },
                         STREAMS as usize,
                         crate::limits::REQUEST_TIMEOUT,
                         now,
@@ -1331,4 +1337,107 @@ fn the_public_codes_are_the_ones_sent() {
     assert_eq!(router.close_codes(b"h3"), CloseCodes::HTTP3);
     assert_eq!(router.close_codes(b"hq-interop"), CloseCodes::HQ_INTEROP);
     assert_eq!(CloseCodes::HQ_INTEROP.address_limit, 0x14);
+}
+
+/// A service that reads the request body to its end and answers its
+/// length; counts the DATA chunks it was handed.
+#[derive(Clone)]
+struct BodySink(Rc<std::cell::Cell<u64>>);
+
+impl tower_service::Service<http::Request<super::RequestBody>> for BodySink {
+    type Response = http::Response<String>;
+    type Error = std::convert::Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>>>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<super::RequestBody>) -> Self::Future {
+        let chunks = self.0.clone();
+        Box::pin(async move {
+            let mut body = req.into_body();
+            let mut n = 0u64;
+            while let Some(f) =
+                std::future::poll_fn(|cx| http_body::Body::poll_frame(Pin::new(&mut body), cx))
+                    .await
+            {
+                if let Ok(d) = f.expect("a body frame").into_data() {
+                    n += d.len() as u64;
+                    chunks.set(chunks.get() + 1);
+                }
+            }
+            Ok(http::Response::new(n.to_string()))
+        })
+    }
+}
+
+/// An h3 client that POSTs `len` bytes to `/upload`, 10 kB per DATA
+/// frame, and returns the status and the body of the answer.
+fn uploader(conn: H3Conn, len: usize) -> Driven<anyhow::Result<(u16, Vec<u8>)>> {
+    Driven::new(async move {
+        let (mut driver, mut send) = ::h3::client::new(conn).await?;
+        let req = async move {
+            let r = http::Request::post("https://localhost/upload").body(())?;
+            let mut s = send.send_request(r).await?;
+            let mut off = 0;
+            while off < len {
+                let n = (len - off).min(10_000);
+                s.send_data(Bytes::from(vec![7u8; n])).await?;
+                off += n;
+            }
+            s.finish().await?;
+            let resp = s.recv_response().await?;
+            let mut body = Vec::new();
+            while let Some(mut c) = s.recv_data().await? {
+                body.extend_from_slice(&c.copy_to_bytes(c.remaining()));
+            }
+            anyhow::Ok((resp.status().as_u16(), body))
+        };
+        let drive = std::future::poll_fn(|cx| driver.poll_close(cx));
+        futures_util::pin_mut!(req);
+        futures_util::pin_mut!(drive);
+        match futures_util::future::select(req, drive).await {
+            futures_util::future::Either::Left((r, _)) => r,
+            futures_util::future::Either::Right((e, _)) => {
+                Err(anyhow::anyhow!("connection ended: {e}"))
+            }
+        }
+    })
+}
+
+/// A request body's chunks already received reach the service in the
+/// same poll of the task, as long as it asks for them: an upload is not
+/// moved one chunk per poll (which, in the engine, is a few packets per
+/// timer tick).
+#[test]
+fn a_service_takes_the_received_body_chunks_in_one_poll() {
+    let mut p = Pair::new(None);
+    let chunks = Rc::new(std::cell::Cell::new(0));
+    let info = crate::app::ConnInfo {
+        remote: CLIENT.parse().unwrap(),
+        local_ip: None,
+        server_name: None,
+        worker: 0,
+        bidi_streams: STREAMS,
+    };
+    p.service = Some(super::service::responder(
+        BodySink(chunks.clone()),
+        info,
+        super::ALPN,
+    ));
+    const LEN: usize = 1_000_000;
+    let mut c = uploader(p.h3_client(), LEN);
+    let (status, body) = p
+        .run(&mut c, Duration::from_secs(60))
+        .expect("finished")
+        .expect("ok");
+    assert_eq!((status, body), (200, LEN.to_string().into_bytes()));
+    let (polls, chunks) = (p.server().task.polls(), chunks.get());
+    eprintln!("{chunks} body chunks in {polls} polls of the task");
+    assert!(chunks > 100, "{chunks} chunks: the test needs many");
+    assert!(
+        polls * 4 < chunks,
+        "{polls} polls for {chunks} chunks: about one chunk per poll"
+    );
 }

@@ -153,6 +153,7 @@ fn start() -> example::Server {
         listen: "127.0.0.1:0".parse().unwrap(),
         cert: None,
         workers: 1,
+        stream_window: None,
     })
     .expect("the example starts")
 }
@@ -183,6 +184,16 @@ fn the_axum_example_serves_each_route_over_http3() {
 
         let a = h3_request(&mut send, "GET", "/nope", None).await.unwrap();
         assert_eq!(a.status, StatusCode::NOT_FOUND);
+
+        let a = h3_request(&mut send, "GET", "/json", None).await.unwrap();
+        assert_eq!(a.status, StatusCode::OK);
+        assert_eq!(a.headers[http::header::CONTENT_TYPE], "application/json");
+        assert_eq!(a.body.len(), example::JSON_LEN);
+        assert_eq!(a.body, example::json_document().as_bytes());
+        assert!(a.body.starts_with(b"{\"items\":[{\"id\":0,") && a.body.ends_with(b"\"}"));
+
+        let a = h3_request(&mut send, "GET", "/sleep", None).await.unwrap();
+        assert_eq!((a.status, &a.body[..]), (StatusCode::OK, &b"slept"[..]));
 
         let a = h3_request(&mut send, "POST", "/upload", Some(100_000))
             .await
