@@ -39,7 +39,8 @@
 # the cached build of scripts/proxy-bench.sh, built by it when missing),
 # SERVER_CPU (default 1), LOAD_CPU (default 0), CONNECTIONS (default 100),
 # STREAM_WINDOW (each request stream's receive window, both HTTP/3
-# servers; default 1048576), MAX_SECONDS (default 3600).
+# servers; default 1048576), MAX_SECONDS (default 3600), FASTUDP_ARGS
+# (more arguments of the `axum` example, e.g. --recv-arena; default none).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=3
@@ -99,7 +100,7 @@ caddy_port=$(free_port)
 
 taskset -c "$SERVER_CPU" "$AXUM" --listen "127.0.0.1:$fastudp_port" --workers 1 \
   --cert "$work/cert.pem" --key "$work/key.pem" --stream-window "$STREAM_WINDOW" \
-  >"$work/fastudp.log" 2>&1 &
+  ${FASTUDP_ARGS:-} >"$work/fastudp.log" 2>&1 &
 fastudp_pid=$!
 pids+=($fastudp_pid)
 taskset -c "$SERVER_CPU" "$AXUM_QUINN" --listen "127.0.0.1:$quinn_port" \

@@ -5,12 +5,13 @@
 //!
 //! ```text
 //! cargo run --release -p fastudp-quic --example axum -- --listen 127.0.0.1:4433 [--cert C --key K]
-//!     [--workers N] [--stream-window BYTES]
+//!     [--workers N] [--stream-window BYTES] [--recv-arena]
 //! ```
 //!
 //! `--stream-window` raises each request stream's receive window from the
 //! engine's default (4 KiB, sized for small requests) for uploads; the
-//! engine refuses a value out of range, naming it.
+//! engine refuses a value out of range, naming it. `--recv-arena` turns on
+//! the engine's receive arena (`fastudp_quic::Tuning::recv_arena`).
 //!
 //! Without `--cert`/`--key` (PEM) the certificate is a self-signed one for
 //! `localhost`; the SHA-256 of its public key (SPKI, base64) is printed, as
@@ -176,6 +177,9 @@ pub struct Options {
     /// moves per round trip); `None`: the engine's default
     /// (`fastudp_quic::Transport`).
     pub stream_window: Option<u32>,
+    /// Copies received datagrams into a shared arena
+    /// (`fastudp_quic::Tuning::recv_arena`): no allocation per datagram.
+    pub recv_arena: bool,
 }
 
 /// The engine's transport, with `stream_window` when one is given.
@@ -268,7 +272,12 @@ pub fn serve(o: &Options) -> anyhow::Result<Server> {
     let engine = Engine::start(
         EngineConfig::new(o.listen, Arc::new(quic_tls))
             .workers(o.workers)
-            .transport(transport(o.stream_window)),
+            .transport(transport(o.stream_window))
+            .tuning({
+                let mut t = fastudp_quic::Tuning::default();
+                t.recv_arena = o.recv_arena;
+                t
+            }),
         Arc::new(app),
     )?;
     let port = engine.local_addr().port();
@@ -337,6 +346,7 @@ fn parse(args: impl Iterator<Item = String>) -> Result<Options, String> {
     let (mut cert, mut key) = (None, None);
     let mut workers = 1;
     let mut stream_window = None;
+    let mut recv_arena = false;
     let mut args = args;
     while let Some(a) = args.next() {
         let mut val = || args.next().ok_or(format!("{a} needs a value"));
@@ -352,6 +362,7 @@ fn parse(args: impl Iterator<Item = String>) -> Result<Options, String> {
                         .map_err(|e| format!("--stream-window: {e}"))?,
                 )
             }
+            "--recv-arena" => recv_arena = true,
             _ => return Err(format!("unknown argument {a}")),
         }
     }
@@ -365,6 +376,7 @@ fn parse(args: impl Iterator<Item = String>) -> Result<Options, String> {
         cert,
         workers,
         stream_window,
+        recv_arena,
     })
 }
 
@@ -373,7 +385,7 @@ fn main() {
     let o = match parse(std::env::args().skip(1)) {
         Ok(o) => o,
         Err(e) => {
-            eprintln!("axum: {e}\nusage: axum --listen ADDR [--cert C --key K] [--workers N] [--stream-window BYTES]");
+            eprintln!("axum: {e}\nusage: axum --listen ADDR [--cert C --key K] [--workers N] [--stream-window BYTES] [--recv-arena]");
             std::process::exit(2);
         }
     };

@@ -359,9 +359,7 @@ impl ConnApp for H3Connection {
         task.poll(now);
         // Goodput: the engine counts each finished stream's bytes once
         // the peer has acknowledged them.
-        for (id, len) in task.take_finished() {
-            cx.count_finished(id, len);
-        }
+        task.drain_finished(|id, len| cx.count_finished(id, len));
         self.report(cx);
     }
 

@@ -25,17 +25,20 @@
 //! - **Connection facts**: each request carries a [`ConnInfo`] (peer
 //!   address, SNI, worker) and the [`Alpn`] agreed, as extensions.
 
-use super::backend::{H3Bidi, Link};
+use super::backend::Link;
+use super::task::{count_outcome, read_head, Clock, RequestStream as Stream, Resolver, TaskStats};
 use crate::app::ConnInfo;
 use bytes::{Buf, Bytes};
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body::{Body, Frame, SizeHint};
+use std::cell::RefCell;
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
+use std::time::Duration;
 use tower_service::Service;
 
 /// The error type services answer with, as tower and hyper take it.
@@ -57,7 +60,6 @@ pub enum RequestBodyError {
     Broken(String),
 }
 
-type Stream = ::h3::server::RequestStream<H3Bidi<Bytes>, Bytes>;
 type SendHalf = ::h3::server::RequestStream<super::backend::H3Send<Bytes>, Bytes>;
 type RecvHalf = ::h3::server::RequestStream<super::backend::H3Recv, Bytes>;
 
@@ -72,17 +74,19 @@ pub(crate) struct Outcome {
     pub(crate) status: Option<u16>,
 }
 
-/// Serves one request whose head was read: the seam between the
-/// connection's task and a service.
+/// Serves one request: the seam between the connection's task and a
+/// service.
 pub(crate) trait ServeRequest {
-    /// Answers `req` on `stream`, a stream of the connection `link`
-    /// holds (its body's bytes are lent to it: [`Link::lend`]).
-    fn serve(
+    /// The future of the request `resolver` holds: its head read (by
+    /// `request_timeout`), then answered on its stream. One box per
+    /// request, the head's reading and the service's future in it.
+    fn request(
         &self,
-        req: Request<()>,
-        stream: Stream,
-        link: Rc<Link>,
-    ) -> Pin<Box<dyn Future<Output = Outcome>>>;
+        resolver: Resolver,
+        clock: Rc<Clock>,
+        stats: Rc<RefCell<TaskStats>>,
+        request_timeout: Duration,
+    ) -> Pin<Box<dyn Future<Output = ()>>>;
 }
 
 /// A service and the facts of the connection it answers on.
@@ -101,15 +105,27 @@ where
     B::Data: Buf,
     B::Error: Into<BoxError>,
 {
-    fn serve(
+    fn request(
         &self,
-        mut req: Request<()>,
-        stream: Stream,
-        link: Rc<Link>,
-    ) -> Pin<Box<dyn Future<Output = Outcome>>> {
-        req.extensions_mut().insert(self.info.clone());
-        req.extensions_mut().insert(self.alpn.clone());
-        Box::pin(serve(self.svc.clone(), req, stream, link))
+        resolver: Resolver,
+        clock: Rc<Clock>,
+        stats: Rc<RefCell<TaskStats>>,
+        request_timeout: Duration,
+    ) -> Pin<Box<dyn Future<Output = ()>>> {
+        let svc = self.svc.clone();
+        let info = self.info.clone();
+        let alpn = self.alpn.clone();
+        Box::pin(async move {
+            let Some((mut req, stream)) =
+                read_head(resolver, &clock, &stats, request_timeout).await
+            else {
+                return;
+            };
+            req.extensions_mut().insert(info);
+            req.extensions_mut().insert(alpn);
+            let outcome = serve(svc, req, stream, clock.link().clone()).await;
+            count_outcome(&stats, outcome);
+        })
     }
 }
 

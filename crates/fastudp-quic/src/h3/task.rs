@@ -18,7 +18,7 @@
 
 use super::backend::{ConnRef, H3Conn, Limits, Link, H3_INTERNAL_ERROR};
 use super::handler::{Handler, Next, CHUNK};
-use super::service::ServeRequest;
+use super::service::{Outcome, ServeRequest};
 use crate::app::{ConnInfo, ConnWaker};
 use bytes::Bytes;
 use futures_util::stream::{FuturesUnordered, StreamExt};
@@ -149,6 +149,11 @@ pub(crate) struct Clock {
 impl Clock {
     fn now(&self) -> Instant {
         self.link.now()
+    }
+
+    /// The connection's link.
+    pub(crate) fn link(&self) -> &Rc<Link> {
+        &self.link
     }
 }
 
@@ -332,8 +337,15 @@ impl H3Task {
     }
 
     /// Streams finished since the last call, with their bytes.
+    #[cfg(test)]
     pub(crate) fn take_finished(&self) -> Vec<(quinn_proto::StreamId, u64)> {
         self.link.take_finished()
+    }
+
+    /// Hands `f` the streams finished since the last call, with their
+    /// bytes (no allocation per call: `Link::drain_finished`).
+    pub(crate) fn drain_finished(&self, f: impl FnMut(quinn_proto::StreamId, u64)) {
+        self.link.drain_finished(f)
     }
 
     /// Where the connection's events go (`Link::forward`, `Link::on_*`).
@@ -445,7 +457,10 @@ fn count(stats: &RefCell<TaskStats>, f: impl FnOnce(&mut TaskStats)) {
     }
 }
 
-type Resolver = ::h3::server::RequestResolver<H3Conn, Bytes>;
+/// h3's handle on a request stream whose head is still to be read.
+pub(crate) type Resolver = ::h3::server::RequestResolver<H3Conn, Bytes>;
+/// A request stream, its head read.
+pub(crate) type RequestStream = ::h3::server::RequestStream<super::backend::H3Bidi<Bytes>, Bytes>;
 
 /// What the accept loop of a connection does next. It lives only
 /// between the accept loop's poll and its match (as the `Option` of the
@@ -530,13 +545,21 @@ async fn serve_connection(
                     continue;
                 }
                 last = Some(id);
-                requests.push(Box::pin(serve_request(
-                    resolver,
-                    responder.clone(),
-                    clock.clone(),
-                    stats.clone(),
-                    request_timeout,
-                )))
+                // One box per request: a service's future is built
+                // around the head's reading (`ServeRequest::request`).
+                requests.push(match &responder {
+                    Responder::Service(svc) => {
+                        svc.request(resolver, clock.clone(), stats.clone(), request_timeout)
+                    }
+                    Responder::Handler(h, info) => Box::pin(serve_request(
+                        resolver,
+                        h.clone(),
+                        info.clone(),
+                        clock.clone(),
+                        stats.clone(),
+                        request_timeout,
+                    )),
+                })
             }
             // The peer's GOAWAY, or the connection ended: finish what runs.
             Step::Accepted(Ok(None)) | Step::Accepted(Err(_)) => accepting = false,
@@ -594,15 +617,15 @@ async fn linger(clock: &Rc<Clock>, sent: Instant) {
     .await
 }
 
-/// One request: read the head (by `clock.now() + request_timeout`),
-/// answer it, send the body.
-async fn serve_request(
+/// Reads a request's head (by `clock.now() + request_timeout`): the
+/// request and its stream, or `None` when it was refused or did not
+/// arrive in time (counted).
+pub(crate) async fn read_head(
     resolver: Resolver,
-    responder: Responder,
-    clock: Rc<Clock>,
-    stats: Rc<RefCell<TaskStats>>,
+    clock: &Rc<Clock>,
+    stats: &RefCell<TaskStats>,
     request_timeout: Duration,
-) {
+) -> Option<(http::Request<()>, RequestStream)> {
     let id = StreamId::from(
         VarInt::from_u64(resolver.frame_stream.id().into_inner()).unwrap_or(VarInt::MAX),
     );
@@ -633,37 +656,49 @@ async fn serve_request(
     // Its timer is not needed past the head.
     drop(deadline);
     let Some(resolved) = resolved else {
-        count(&stats, |s| s.timeouts += 1);
-        return;
+        count(stats, |s| s.timeouts += 1);
+        return None;
     };
-    let (mut req, mut stream) = match resolved {
-        Ok(r) => r,
+    match resolved {
+        Ok(r) => {
+            count(stats, |s| s.requests += 1);
+            Some(r)
+        }
         Err(_) => {
             // h3 already answered (431) or reset the stream.
-            count(&stats, |s| s.refused += 1);
-            return;
+            count(stats, |s| s.refused += 1);
+            None
         }
+    }
+}
+
+/// Counts how a request served through a service ended.
+pub(crate) fn count_outcome(stats: &RefCell<TaskStats>, outcome: Outcome) {
+    count(stats, |s| {
+        s.cut += u64::from(outcome.cut);
+        s.panics += u64::from(outcome.panicked);
+    });
+    if let Some(status) = outcome.status {
+        count_status(stats, status);
+    }
+}
+
+/// One request to a [`Handler`]: read the head, answer it, send the body.
+async fn serve_request(
+    resolver: Resolver,
+    handler: Rc<dyn Handler>,
+    info: Option<Rc<ConnInfo>>,
+    clock: Rc<Clock>,
+    stats: Rc<RefCell<TaskStats>>,
+    request_timeout: Duration,
+) {
+    let Some((mut req, mut stream)) = read_head(resolver, &clock, &stats, request_timeout).await
+    else {
+        return;
     };
-    count(&stats, |s| s.requests += 1);
-    let handler = match responder {
-        Responder::Handler(h, info) => {
-            if let Some(i) = info {
-                req.extensions_mut().insert(ConnInfo::clone(&i));
-            }
-            h
-        }
-        Responder::Service(svc) => {
-            let outcome = svc.serve(req, stream, clock.link.clone()).await;
-            count(&stats, |s| {
-                s.cut += u64::from(outcome.cut);
-                s.panics += u64::from(outcome.panicked);
-            });
-            if let Some(status) = outcome.status {
-                count_status(&stats, status);
-            }
-            return;
-        }
-    };
+    if let Some(i) = info {
+        req.extensions_mut().insert(ConnInfo::clone(&i));
+    }
     let reply = handler.handle(&req, clock.now());
     count_status(&stats, reply.head.status().as_u16());
     if stream.send_response(reply.head).await.is_err() {

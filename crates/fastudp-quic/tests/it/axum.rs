@@ -154,6 +154,7 @@ fn start() -> example::Server {
         cert: None,
         workers: 1,
         stream_window: None,
+        recv_arena: false,
     })
     .expect("the example starts")
 }
