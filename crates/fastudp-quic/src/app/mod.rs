@@ -265,7 +265,8 @@ pub enum AppEvent {
     /// QUIC DATAGRAM frames arrived (RFC 9221; with
     /// [`crate::Transport::datagram_receive_buffer`]): read them with
     /// [`AppCx::recv_datagram`] until it gives `None`. The event comes
-    /// when the connection's receive buffer was empty, so read them all.
+    /// in each round of the connection's events in which frames arrived;
+    /// frames left unread are not announced again, so read them all.
     Datagram,
     /// A DATAGRAM frame may be queued again ([`AppCx::send_datagram`] was
     /// [`DatagramError::Blocked`]).
