@@ -2,7 +2,7 @@
 //! datagram, before its handshake costs state
 //! ([`crate::EngineConfig::admission`]).
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 /// What the engine knows of a client asking for a connection, when its
@@ -12,8 +12,11 @@ use std::sync::Arc;
 pub struct Admission {
     /// The client's address.
     pub remote: SocketAddr,
-    /// The local address the client sent to, where known.
-    pub local_ip: Option<IpAddr>,
+    /// The local address and port the client sent to: on a wildcard
+    /// bind (`[::]:443`), the address it chose, as the kernel reports it
+    /// (`IP_PKTINFO`); the listening address where the kernel says
+    /// nothing.
+    pub local: SocketAddr,
     /// Whether the client has proved its address: its Initial carries a
     /// token of this server's Retry. A client asked to retry comes back
     /// with one.

@@ -591,14 +591,15 @@ fn serve(tcp: TcpStream, shared: &Shared, id: u64, idle: &AtomicBool) {
     }
     let handler = (cfg.make)(id as usize);
     // What each request carries to the handler.
-    let Ok(remote) = s.sock.tcp.peer_addr() else {
+    let (Ok(remote), Ok(local)) = (s.sock.tcp.peer_addr(), s.sock.tcp.local_addr()) else {
         // Gone already.
         return;
     };
     let info = Rc::new(ConnInfo {
         remote,
-        local_ip: s.sock.tcp.local_addr().ok().map(|a| a.ip()),
+        local,
         server_name: s.conn.server_name().map(str::to_string),
+        alpn: s.conn.alpn_protocol().map(<[u8]>::to_vec),
         worker: id as usize,
         // HTTP/1.1: one request at a time.
         bidi_streams: 1,

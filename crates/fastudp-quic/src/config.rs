@@ -41,12 +41,16 @@ pub const MAX_BIDI_STREAMS: u32 = 1024;
 pub const MAX_UNI_STREAMS: u32 = 100;
 /// The smallest [`Transport::datagram_receive_buffer`]: one datagram.
 pub const MIN_DATAGRAM_BUFFER: usize = 1200;
-/// The largest [`Transport::datagram_receive_buffer`]: 16 MiB.
+/// The largest [`Transport::datagram_receive_buffer`] and
+/// [`Transport::datagram_send_buffer`]: 16 MiB.
 pub const MAX_DATAGRAM_BUFFER: usize = 16 << 20;
+/// The largest [`Transport::send_window`]: 256 MiB. The smallest is
+/// [`limits::MIN_SEND_WINDOW`], the least grant's.
+pub const MAX_SEND_WINDOW: u64 = 256 << 20;
 
 /// The QUIC transport an embedder configures
 /// ([`EngineConfig::transport`]): flow-control windows, concurrent
-/// streams, keep-alive and the DATAGRAM receive buffer.
+/// streams, keep-alive, the send window and the DATAGRAM buffers.
 ///
 /// The defaults are the engine's own, sized for small requests (see
 /// [`crate::limits`]); an application that takes uploads raises the
@@ -99,17 +103,38 @@ pub struct Transport {
     /// so that NATs and the client's idle timer keep the connection
     /// (more than zero, less than the idle timeout). Default: `None`.
     pub keep_alive: Option<Duration>,
-    /// QUIC DATAGRAM frames (RFC 9221), bytes a connection buffers each
-    /// way ([`MIN_DATAGRAM_BUFFER`] to [`MAX_DATAGRAM_BUFFER`]): received
-    /// and not yet read ([`crate::app::AppCx::recv_datagram`]; when full
-    /// the oldest are dropped, counted in
-    /// [`crate::Counters::quic_datagrams_dropped`]), and queued to send
-    /// ([`crate::app::AppCx::send_datagram`]; when full a send is refused
-    /// and counted in [`crate::Counters::quic_datagrams_blocked`]). Also
-    /// what announces DATAGRAM support to the client. Both buffers are
-    /// counted whole in every connection's budget charge. Default:
-    /// `None`, no DATAGRAM frames.
+    /// QUIC DATAGRAM frames (RFC 9221), bytes a connection buffers of
+    /// those received and not yet read ([`MIN_DATAGRAM_BUFFER`] to
+    /// [`MAX_DATAGRAM_BUFFER`]; [`crate::app::AppCx::recv_datagram`]).
+    /// When it is full the oldest are dropped, counted in
+    /// [`crate::Counters::quic_datagrams_dropped`] as it happens (by the
+    /// end of the drive of the connection that received them). Also what
+    /// announces DATAGRAM support to the client. The budget counts it
+    /// twice for every connection: quinn-proto's buffer and the engine's,
+    /// where each drive moves what was received so that drops are seen.
+    /// Default: `None`, no DATAGRAM frames.
     pub datagram_receive_buffer: Option<usize>,
+    /// QUIC DATAGRAM frames queued to send, bytes
+    /// ([`MIN_DATAGRAM_BUFFER`] to [`MAX_DATAGRAM_BUFFER`];
+    /// [`crate::app::AppCx::send_datagram`]). When it is full a send is
+    /// refused and counted in [`crate::Counters::quic_datagrams_blocked`].
+    /// Counted whole in every connection's budget charge. Only with
+    /// [`Transport::datagram_receive_buffer`] (without it there are no
+    /// DATAGRAM frames). Default: `None`, the receive buffer's size.
+    pub datagram_send_buffer: Option<usize>,
+    /// Bytes a connection may have sent and not yet had acknowledged,
+    /// at the full grant ([`limits::MIN_SEND_WINDOW`] to
+    /// [`MAX_SEND_WINDOW`]): the bound on the copies of response bytes
+    /// quinn-proto holds until the client acknowledges them, and on the
+    /// bandwidth-delay product one connection can fill (2 MiB is 1 Gbit/s
+    /// x 16 ms). When set, it replaces the applications' own (HTTP/3's
+    /// and the file server's [`limits::H3_SEND_WINDOW`],
+    /// [`crate::app::AppCx::set_send_window`]) and the budget counts it
+    /// for every connection with a request open; under memory pressure a
+    /// connection's window still shrinks to its grant's
+    /// ([`crate::Transport::grant_send_window`]). Default: `None`, the
+    /// applications' own, counted as [`limits::FULL_SEND_WINDOW`].
+    pub send_window: Option<u64>,
 }
 
 impl Default for Transport {
@@ -121,6 +146,8 @@ impl Default for Transport {
             uni_streams: limits::UNI_STREAMS,
             keep_alive: None,
             datagram_receive_buffer: None,
+            datagram_send_buffer: None,
+            send_window: None,
         }
     }
 }
@@ -165,6 +192,27 @@ impl Transport {
     pub fn datagram_receive_buffer(mut self, bytes: Option<usize>) -> Self {
         self.datagram_receive_buffer = bytes;
         self
+    }
+
+    /// Sets [`Transport::datagram_send_buffer`].
+    pub fn datagram_send_buffer(mut self, bytes: Option<usize>) -> Self {
+        self.datagram_send_buffer = bytes;
+        self
+    }
+
+    /// Sets [`Transport::send_window`].
+    pub fn send_window(mut self, bytes: Option<u64>) -> Self {
+        self.send_window = bytes;
+        self
+    }
+
+    /// The DATAGRAM send buffer in force, bytes:
+    /// [`Transport::datagram_send_buffer`], or the receive buffer's size
+    /// (0 without DATAGRAM frames).
+    pub fn datagram_send_buffer_in_force(&self) -> usize {
+        self.datagram_send_buffer
+            .or(self.datagram_receive_buffer)
+            .unwrap_or(0)
     }
 
     /// The connection's receive window in force, bytes:
@@ -239,13 +287,37 @@ impl Transport {
                 ));
             }
         }
-        if let Some(b) = self.datagram_receive_buffer {
-            if !(MIN_DATAGRAM_BUFFER..=MAX_DATAGRAM_BUFFER).contains(&b) {
+        for (field, v) in [
+            ("datagram_receive_buffer", self.datagram_receive_buffer),
+            ("datagram_send_buffer", self.datagram_send_buffer),
+        ] {
+            if let Some(b) = v {
+                if !(MIN_DATAGRAM_BUFFER..=MAX_DATAGRAM_BUFFER).contains(&b) {
+                    return Err(out_of_range(
+                        field,
+                        format!(
+                            "{field} {b}: between {MIN_DATAGRAM_BUFFER} and \
+                         {MAX_DATAGRAM_BUFFER} bytes"
+                        ),
+                    ));
+                }
+            }
+        }
+        if self.datagram_send_buffer.is_some() && self.datagram_receive_buffer.is_none() {
+            return Err(out_of_range(
+                "datagram_send_buffer",
+                "datagram_send_buffer: DATAGRAM frames are off; set datagram_receive_buffer \
+                 to turn them on"
+                    .to_string(),
+            ));
+        }
+        if let Some(w) = self.send_window {
+            if !(limits::MIN_SEND_WINDOW..=MAX_SEND_WINDOW).contains(&w) {
                 return Err(out_of_range(
-                    "datagram_receive_buffer",
+                    "send_window",
                     format!(
-                        "datagram_receive_buffer {b}: between {MIN_DATAGRAM_BUFFER} and \
-                     {MAX_DATAGRAM_BUFFER} bytes"
+                        "send_window {w}: between {} and {MAX_SEND_WINDOW} bytes",
+                        limits::MIN_SEND_WINDOW
                     ),
                 ));
             }
@@ -275,10 +347,10 @@ impl Transport {
         t.stream_receive_window(VarInt::from_u32(self.stream_window));
         t.receive_window(varint(self.receive_window()));
         t.crypto_buffer_size(limits::CRYPTO_BUFFER);
-        t.send_window(limits::SEND_WINDOW);
+        t.send_window(self.send_window.unwrap_or(limits::SEND_WINDOW));
         t.keep_alive_interval(self.keep_alive);
         t.datagram_receive_buffer_size(self.datagram_receive_buffer);
-        t.datagram_send_buffer_size(self.datagram_receive_buffer.unwrap_or(0));
+        t.datagram_send_buffer_size(self.datagram_send_buffer_in_force());
         self.grade(&mut t, g);
         t
     }
@@ -291,7 +363,7 @@ impl Transport {
         }
         t.max_concurrent_bidi_streams(VarInt::from_u32(self.grant_streams(g)));
         t.receive_window(varint(self.grant_receive_window(g)));
-        t.send_window(g.send_window());
+        t.send_window(self.grant_send_window(g));
     }
 }
 
@@ -1002,6 +1074,30 @@ mod tests {
                 Transport::new().datagram_receive_buffer(Some(MAX_DATAGRAM_BUFFER + 1)),
                 "datagram_receive_buffer 16777217",
             ),
+            (
+                Transport::new()
+                    .datagram_receive_buffer(Some(MIN_DATAGRAM_BUFFER))
+                    .datagram_send_buffer(Some(1199)),
+                "datagram_send_buffer 1199",
+            ),
+            (
+                Transport::new()
+                    .datagram_receive_buffer(Some(MIN_DATAGRAM_BUFFER))
+                    .datagram_send_buffer(Some(MAX_DATAGRAM_BUFFER + 1)),
+                "datagram_send_buffer 16777217",
+            ),
+            (
+                Transport::new().datagram_send_buffer(Some(MIN_DATAGRAM_BUFFER)),
+                "datagram_send_buffer: DATAGRAM frames are off",
+            ),
+            (
+                Transport::new().send_window(Some(limits::MIN_SEND_WINDOW - 1)),
+                "send_window 16383",
+            ),
+            (
+                Transport::new().send_window(Some(MAX_SEND_WINDOW + 1)),
+                "send_window 268435457",
+            ),
         ] {
             let e = t.check(idle).unwrap_err();
             assert!(
@@ -1020,7 +1116,11 @@ mod tests {
             .bidi_streams(MAX_BIDI_STREAMS)
             .uni_streams(MAX_UNI_STREAMS)
             .keep_alive(Some(idle - Duration::from_millis(1)))
-            .datagram_receive_buffer(Some(MIN_DATAGRAM_BUFFER));
+            .datagram_receive_buffer(Some(MIN_DATAGRAM_BUFFER))
+            .datagram_send_buffer(Some(MAX_DATAGRAM_BUFFER))
+            .send_window(Some(limits::MIN_SEND_WINDOW));
+        assert!(edges.check(idle).is_ok());
+        let edges = Transport::new().send_window(Some(MAX_SEND_WINDOW));
         assert!(edges.check(idle).is_ok());
         // No idle timeout: any keep-alive above zero.
         let k = Transport::new().keep_alive(Some(Duration::from_secs(3600)));
@@ -1088,9 +1188,70 @@ mod tests {
         );
         assert_eq!(big.grant_receive_window(limits::Grant::Minimal), 4 << 20);
         let dg = Transport::new().datagram_receive_buffer(Some(64 * 1024));
-        // Both ways.
-        assert_eq!(dg.light(), d.light() + 2 * 64 * 1024);
-        assert_eq!(dg.per_connection(), d.per_connection() + 2 * 64 * 1024);
+        // Received twice (quinn-proto's buffer and the engine's), and the
+        // send buffer, the receive buffer's size by default.
+        assert_eq!(dg.light(), d.light() + 3 * 64 * 1024);
+        assert_eq!(dg.per_connection(), d.per_connection() + 3 * 64 * 1024);
+        // A send buffer of its own.
+        let dg2 = dg.clone().datagram_send_buffer(Some(1 << 20));
+        assert_eq!(dg2.light(), d.light() + 2 * 64 * 1024 + (1 << 20));
+        assert_eq!(
+            dg2.per_connection(),
+            d.per_connection() + 2 * 64 * 1024 + (1 << 20)
+        );
+        let q = dg2.quinn(Duration::from_secs(30), limits::Grant::Full);
+        let q = format!("{q:?}");
+        assert!(q.contains("datagram_send_buffer_size: 1048576"), "{q}");
+        assert!(
+            q.contains("datagram_receive_buffer_size: Some(65536)"),
+            "{q}"
+        );
+
+        // A send window of the embedder's: counted with a request open,
+        // for the full grant and capped below it; quinn-proto's records
+        // and the copies beyond HTTP/3's own in the worst case.
+        let sw = Transport::new().send_window(Some(16 << 20));
+        assert_eq!(
+            sw.held(false, 1, 0, limits::Grant::Full),
+            d.held(false, 1, 0, limits::Grant::Full) - limits::FULL_SEND_WINDOW + (16 << 20)
+        );
+        assert_eq!(
+            sw.held(false, 1, 0, limits::Grant::Small),
+            d.held(false, 1, 0, limits::Grant::Small)
+        );
+        assert_eq!(sw.held(false, 0, 3, limits::Grant::Full), d.light());
+        let h3 = if cfg!(feature = "h3") {
+            limits::H3_SEND_WINDOW
+        } else {
+            0
+        };
+        assert_eq!(
+            sw.per_connection(),
+            d.per_connection() - limits::SEND_WINDOW / 1200 * 160
+                + (16 << 20) / 1200 * 160
+                + (16 << 20)
+                - h3
+        );
+        let small = Transport::new().send_window(Some(64 * 1024));
+        assert_eq!(small.grant_send_window(limits::Grant::Full), 64 * 1024);
+        assert_eq!(small.grant_send_window(limits::Grant::Small), 64 * 1024);
+        assert_eq!(
+            small.grant_send_window(limits::Grant::Minimal),
+            limits::MIN_SEND_WINDOW
+        );
+        let q = format!(
+            "{:?}",
+            sw.quinn(Duration::from_secs(30), limits::Grant::Full)
+        );
+        assert!(q.contains("send_window: 16777216"), "{q}");
+        let q = format!(
+            "{:?}",
+            sw.quinn(Duration::from_secs(30), limits::Grant::Small)
+        );
+        assert!(
+            q.contains(&format!("send_window: {}", limits::SMALL_SEND_WINDOW)),
+            "{q}"
+        );
 
         // The engine's budget: its light connection is the transport's.
         let base = cfg(Tuning::default()).max_memory(Some(1 << 30));
@@ -1104,7 +1265,7 @@ mod tests {
         assert_eq!(b0.hard(), b1.hard());
         assert_eq!(b0.light_places() as u64, b0.admit() / d.light());
         let light = wide.transport.light();
-        assert_eq!(light, limits::CONN_STATE + 3 * 64 * 1024 + 2 * 64 * 1024);
+        assert_eq!(light, limits::CONN_STATE + 3 * 64 * 1024 + 3 * 64 * 1024);
         assert_eq!(b1.light_places() as u64, b1.admit() / light);
         assert!(b1.light_places() < b0.light_places());
         assert!(wide.places() < base.places());

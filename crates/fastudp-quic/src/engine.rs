@@ -20,15 +20,19 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 /// What can stop an engine from starting, or end it.
+///
+/// Each variant carries what an embedder needs to act on it (which value,
+/// which step, which worker) and, where one exists, the error beneath it
+/// as its [`std::error::Error::source`].
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// The configuration is not valid: which value, and why.
     #[error(transparent)]
     Config(#[from] ConfigError),
-    /// The TLS configuration does not suit QUIC (it must offer TLS 1.3).
+    /// The TLS configuration does not suit QUIC.
     #[error("TLS set-up: {0}")]
-    Tls(String),
+    Tls(#[from] TlsError),
     /// The listening address cannot be bound.
     #[error("{addr}: {source}")]
     Listen {
@@ -37,12 +41,85 @@ pub enum Error {
         /// Why.
         source: fastudp_io::Error,
     },
-    /// A socket, the random generator or a thread could not be set up.
-    #[error("{0}")]
-    Setup(String),
+    /// A socket, the random generator or a thread could not be set up:
+    /// which step ([`SetupStep`]), and the system's error.
+    #[error("{step}: {source}")]
+    Setup {
+        /// What was being set up.
+        step: SetupStep,
+        /// Why it failed.
+        source: std::io::Error,
+    },
     /// A worker stopped on an error (or panicked); the engine stopped.
+    #[error("worker {index}: {kind}")]
+    Worker {
+        /// The worker's index (0 to [`crate::EngineConfig::workers`] - 1).
+        index: usize,
+        /// What happened to it.
+        kind: WorkerError,
+    },
+}
+
+/// Why the TLS configuration does not suit QUIC: [`Error::Tls`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TlsError {
+    /// The configuration's crypto provider has no TLS_AES_128_GCM_SHA256,
+    /// the cipher suite QUIC's Initial packets are protected with
+    /// (RFC 9001 5.2).
+    #[error(
+        "the crypto provider has no TLS_AES_128_GCM_SHA256, which QUIC's Initial packets need"
+    )]
+    NoInitialCipherSuite(#[source] quinn_proto::crypto::rustls::NoInitialCipherSuite),
+    /// rustls refuses the configuration for QUIC: it does not offer
+    /// TLS 1.3, or its `max_early_data_size` is neither 0 nor
+    /// `u32::MAX` (RFC 9001 4.6.1).
+    #[error("rustls refuses it for QUIC: {0}")]
+    Refused(#[source] rustls::Error),
+}
+
+/// The step of [`crate::Engine::start`] that failed: [`Error::Setup`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SetupStep {
+    /// Reading the address the listening sockets were bound to
+    /// (`getsockname`).
+    LocalAddress,
+    /// Making a worker's send socket on this address (bound with
+    /// `SO_REUSEPORT` to the listening address).
+    SendSocket(SocketAddr),
+    /// Turning on `SO_TXTIME` on the send sockets (kernel pacing).
+    Txtime,
+    /// Drawing the keys from the system's random generator.
+    Random,
+    /// Starting a worker thread.
+    Thread,
+}
+
+impl std::fmt::Display for SetupStep {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SetupStep::LocalAddress => f.write_str("getsockname"),
+            SetupStep::SendSocket(a) => write!(f, "send socket on {a}"),
+            SetupStep::Txtime => f.write_str("SO_TXTIME"),
+            SetupStep::Random => f.write_str("the system random generator"),
+            SetupStep::Thread => f.write_str("cannot start a worker"),
+        }
+    }
+}
+
+/// What ended a worker: [`Error::Worker`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum WorkerError {
+    /// Its receive socket or its receive buffers could not be set up.
     #[error("{0}")]
-    Worker(String),
+    Io(#[source] std::io::Error),
+    /// It panicked more than [`MAX_RESTARTS`] times (application code the
+    /// application did not guard), or its thread panicked outside the
+    /// loop that restarts it.
+    #[error("panicked")]
+    Panicked,
 }
 
 /// What is wrong with an [`EngineConfig`] (or the application it is
@@ -169,6 +246,7 @@ impl Engine {
             let setup = Setup {
                 id: i,
                 workers: n,
+                local: addr,
                 steering: cfg.steering(),
                 server: server.clone(),
                 graded: graded.clone(),
@@ -207,7 +285,10 @@ impl Engine {
                     for h in handles {
                         let _ = h.join();
                     }
-                    return Err(Error::Setup(format!("cannot start a worker: {e}")));
+                    return Err(Error::Setup {
+                        step: SetupStep::Thread,
+                        source: e,
+                    });
                 }
             }
         }
@@ -336,11 +417,16 @@ impl Engine {
     /// The error of a worker that failed, if one did.
     pub fn join(mut self) -> Result<(), Error> {
         let mut err = None;
-        for h in std::mem::take(&mut self.threads) {
+        for (i, h) in std::mem::take(&mut self.threads).into_iter().enumerate() {
             match h.join() {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => err = Some(e),
-                Err(_) => err = Some(Error::Worker("a worker panicked".to_string())),
+                Err(_) => {
+                    err = Some(Error::Worker {
+                        index: i,
+                        kind: WorkerError::Panicked,
+                    })
+                }
             }
         }
         match err {
@@ -407,8 +493,13 @@ fn server_config(cfg: &EngineConfig, app: &dyn Application) -> Result<Arc<Server
     }
     let mut tls = (*cfg.tls).clone();
     tls.alpn_protocols = alpn;
+    let tls = Arc::new(tls);
+    // What rustls would refuse at each handshake (a configuration without
+    // TLS 1.3), refused once here instead.
+    rustls::quic::ServerConnection::new(tls.clone(), rustls::quic::Version::V1, Vec::new())
+        .map_err(TlsError::Refused)?;
     let crypto = quinn_proto::crypto::rustls::QuicServerConfig::try_from(tls)
-        .map_err(|e| Error::Tls(e.to_string()))?;
+        .map_err(TlsError::NoInitialCipherSuite)?;
     let mut server = ServerConfig::with_crypto(Arc::new(crypto));
     server.transport_config(Arc::new(transport(cfg, limits::Grant::Full)));
     // Memory held for connections not yet accepted stays small whatever a
@@ -451,7 +542,10 @@ fn bind(cfg: &EngineConfig) -> Result<(ReuseportGroup, SocketAddr, Vec<Socket>),
     let addr = group.sockets()[0]
         .as_std()
         .local_addr()
-        .map_err(|e| Error::Setup(format!("getsockname: {e}")))?;
+        .map_err(|source| Error::Setup {
+            step: SetupStep::LocalAddress,
+            source,
+        })?;
     let mut txs = Vec::with_capacity(cfg.workers);
     for _ in 0..cfg.workers {
         txs.push(send_socket(addr, &cfg.disabled)?);
@@ -475,8 +569,10 @@ fn choose_pacing(cfg: &EngineConfig, txs: &[Socket]) -> Result<(PacingMode, Stri
     };
     if pacing == PacingMode::Kernel {
         for s in txs {
-            s.enable_txtime(false)
-                .map_err(|e| Error::Setup(format!("SO_TXTIME: {e}")))?;
+            s.enable_txtime(false).map_err(|e| Error::Setup {
+                step: SetupStep::Txtime,
+                source: e.into(),
+            })?;
         }
     }
     Ok((pacing, why))
@@ -488,7 +584,10 @@ fn random_key<const N: usize>() -> Result<[u8; N], Error> {
     let mut k = [0u8; N];
     ring::rand::SystemRandom::new()
         .fill(&mut k)
-        .map_err(|_| Error::Setup("the system random generator failed".into()))?;
+        .map_err(|_| Error::Setup {
+            step: SetupStep::Random,
+            source: std::io::Error::other("ring's SystemRandom failed"),
+        })?;
     Ok(k)
 }
 
@@ -575,7 +674,12 @@ fn run_worker(
                 }
                 parts = w.salvage();
             }
-            Err(_) => return Err(Error::Worker(format!("worker {i} panicked"))),
+            Err(_) => {
+                return Err(Error::Worker {
+                    index: i,
+                    kind: WorkerError::Panicked,
+                })
+            }
         }
     }
 }

@@ -35,9 +35,12 @@
 //!   that several protocols share one port; [`app::hq::HqApp`] serves
 //!   hq-interop (HTTP/0.9 over QUIC, as the QUIC interop runner uses).
 //! - [`Transport`] is what an embedder configures of QUIC (windows,
-//!   streams, keep-alive, DATAGRAM frames), and [`AdmissionHook`] its
-//!   decision on each new client, from its address, before the handshake
-//!   holds state ([`EngineConfig::admission`]).
+//!   streams, keep-alive, send window, DATAGRAM buffers), and
+//!   [`AdmissionHook`] its decision on each new client, from its remote
+//!   and local addresses, before the handshake holds state
+//!   ([`EngineConfig::admission`]). [`Error`] says what stopped the
+//!   engine, typed ([`ConfigError`], [`TlsError`], [`SetupStep`],
+//!   [`WorkerError`]).
 //! - [`limits`] is the memory model: what a connection and a worker may
 //!   hold at most, and how many connections a memory budget allows.
 //!
@@ -101,10 +104,12 @@ pub use config::{
     ack_every, graded, max_udp_payload, transport, EngineConfig, Pacing, Transport, Tuning,
     DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_UDP_PAYLOAD, DEFAULT_RX_COALESCE, DEFAULT_TIMER_TICK,
     MAX_BIDI_STREAMS, MAX_BUSY_POLL, MAX_CONNECTION_WINDOW, MAX_DATAGRAM_BUFFER, MAX_GSO_PAYLOAD,
-    MAX_PACING_BURST, MAX_RX_COALESCE, MAX_STREAM_WINDOW, MAX_TIMER_TICK, MAX_TRAIN_LIMIT,
-    MAX_UDP_PAYLOAD_LIMIT, MAX_UNI_STREAMS, MIN_DATAGRAM_BUFFER, MIN_PACING_BURST,
+    MAX_PACING_BURST, MAX_RX_COALESCE, MAX_SEND_WINDOW, MAX_STREAM_WINDOW, MAX_TIMER_TICK,
+    MAX_TRAIN_LIMIT, MAX_UDP_PAYLOAD_LIMIT, MAX_UNI_STREAMS, MIN_DATAGRAM_BUFFER, MIN_PACING_BURST,
     MIN_STREAM_WINDOW,
 };
-pub use engine::{ConfigError, Engine, Error, Monitor, MAX_RESTARTS, STOP_WAIT};
+pub use engine::{
+    ConfigError, Engine, Error, Monitor, SetupStep, TlsError, WorkerError, MAX_RESTARTS, STOP_WAIT,
+};
 pub use fastudp_io::pacing::PacingMode;
 pub use stats::{status_class, Counters, Stats, WorkerStats};

@@ -282,6 +282,19 @@ impl crate::Transport {
         }
     }
 
+    /// The send window of a connection under grant `g`, bytes, as the
+    /// budget counts it while a request is open: for [`Grant::Full`],
+    /// [`crate::Transport::send_window`] or else [`FULL_SEND_WINDOW`];
+    /// below, the grant's ([`Grant::send_window`]), never more than the
+    /// configured one.
+    pub fn grant_send_window(&self, g: Grant) -> u64 {
+        match (g, self.send_window) {
+            (Grant::Full, w) => w.unwrap_or(FULL_SEND_WINDOW),
+            (g, Some(w)) => g.send_window().min(w),
+            (g, None) => g.send_window(),
+        }
+    }
+
     /// What a connection holds as the budget counts it, bytes: its state
     /// ([`CONN_STATE`]), its handshake's buffers while `handshaking`
     /// ([`HANDSHAKE_EXTRA`]), the receive credit of its `bi` open requests
@@ -289,16 +302,19 @@ impl crate::Transport {
     /// most the connection's; credit granted cannot be taken back, so
     /// the configured window counts under every grant), the request
     /// state of each request ([`STREAM_HELD`]), the send window of its
-    /// grant while a request is open, and the DATAGRAM buffers (each
-    /// way).
+    /// grant while a request is open ([`crate::Transport::grant_send_window`]),
+    /// and the DATAGRAM buffers ([`crate::Transport::datagram_bytes`]).
     pub fn held(&self, handshaking: bool, bi: u64, uni: u64, grant: Grant) -> u64 {
         let hs = if handshaking { HANDSHAKE_EXTRA } else { 0 };
-        let send = if bi > 0 { grant.send_window() } else { 0 };
+        let send = if bi > 0 {
+            self.grant_send_window(grant)
+        } else {
+            0
+        };
         let credit = (bi.saturating_add(uni))
             .saturating_mul(u64::from(self.stream_window))
             .min(self.receive_window());
-        // DATAGRAM frames buffered each way.
-        let datagrams = 2 * self.datagram_receive_buffer.unwrap_or(0) as u64;
+        let datagrams = self.datagram_bytes();
         CONN_STATE + hs + credit + bi.saturating_mul(STREAM_HELD) + send + datagrams
     }
 
@@ -312,9 +328,11 @@ impl crate::Transport {
     /// What one connection may hold at most, bytes ([`per_connection`]'s
     /// terms, with the windows and streams configured): its state, its
     /// handshake's buffers, its receive windows and quinn-proto's
-    /// reassembly slack per stream, its packets in flight, HTTP/3's
+    /// reassembly slack per stream, its packets in flight (with
+    /// [`crate::Transport::send_window`], quinn-proto's records of them
+    /// and the copies of their bytes beyond HTTP/3's own term), HTTP/3's
     /// per-stream terms with the `h3` feature, and the DATAGRAM buffers
-    /// (each way).
+    /// ([`crate::Transport::datagram_bytes`]).
     pub fn per_connection(&self) -> u64 {
         let bi = u64::from(self.bidi_streams);
         let uni = u64::from(self.uni_streams);
@@ -322,10 +340,23 @@ impl crate::Transport {
         let crypto = 3 * (CRYPTO_BUFFER as u64 + 32 * K);
         let windows = ((bi + uni) * u64::from(self.stream_window)).min(self.receive_window());
         let streams = windows + bi * (32 * K + 2 * K) + uni * 32 * K;
-        let in_flight = SEND_WINDOW / 1200 * 160;
-        // DATAGRAM frames buffered each way.
-        let datagrams = 2 * self.datagram_receive_buffer.unwrap_or(0) as u64;
-        base + crypto + streams + in_flight + h3_per_streams(bi) + datagrams
+        let in_flight = match self.send_window {
+            None => SEND_WINDOW / 1200 * 160,
+            // The application's bytes in flight are copies (HTTP/3's
+            // are in its own term).
+            Some(w) => w / 1200 * 160 + w.saturating_sub(h3_send_window()),
+        };
+        base + crypto + streams + in_flight + h3_per_streams(bi) + self.datagram_bytes()
+    }
+
+    /// What a connection's DATAGRAM buffers hold at most, bytes: twice
+    /// the receive buffer (quinn-proto's, and the engine's into which
+    /// each drive moves what was received, so that a drop is counted as
+    /// it happens) and the send buffer
+    /// ([`crate::Transport::datagram_send_buffer_in_force`]).
+    pub fn datagram_bytes(&self) -> u64 {
+        2 * self.datagram_receive_buffer.unwrap_or(0) as u64
+            + self.datagram_send_buffer_in_force() as u64
     }
 }
 
@@ -578,6 +609,16 @@ pub fn per_connection() -> u64 {
 /// - 4 KiB: h3's connection state, the task, its timers and wakers.
 pub fn h3_per_connection() -> u64 {
     h3_per_streams(u64::from(STREAMS))
+}
+
+/// The send window [`h3_per_connection`] counts: [`H3_SEND_WINDOW`] (0
+/// without the `h3` feature).
+fn h3_send_window() -> u64 {
+    if cfg!(feature = "h3") {
+        H3_SEND_WINDOW
+    } else {
+        0
+    }
 }
 
 /// [`h3_per_connection`] with `streams` requests at once.

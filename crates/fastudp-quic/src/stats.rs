@@ -121,12 +121,15 @@ pub struct Counters {
     /// ([`crate::app::AppCx::send_datagram`]).
     pub quic_datagrams_queued: AtomicU64,
     /// QUIC DATAGRAM frames an application could not queue: the
-    /// connection's send buffer ([`crate::Transport::datagram_receive_buffer`])
+    /// connection's send buffer ([`crate::Transport::datagram_send_buffer`])
     /// was full ([`crate::app::DatagramError::Blocked`]).
     pub quic_datagrams_blocked: AtomicU64,
     /// QUIC DATAGRAM frames received that no application read: pushed out
     /// of the connection's full receive buffer (the oldest go first), or
-    /// left unread when the connection ended. Counted when it ends.
+    /// left unread when the connection ended. A frame pushed out is
+    /// counted by the end of the drive of its connection that received
+    /// the frame pushing it out; one left unread, when the connection
+    /// ends.
     pub quic_datagrams_dropped: AtomicU64,
     /// HTTP/3 responses begun, by status class: index 0 counts 1xx, 1
     /// 2xx, 2 3xx, 3 4xx, 4 5xx (a status outside 100-599 is not counted).
@@ -257,12 +260,15 @@ pub struct Stats {
     /// ([`crate::app::AppCx::send_datagram`]).
     pub quic_datagrams_queued: u64,
     /// QUIC DATAGRAM frames an application could not queue: the
-    /// connection's send buffer ([`crate::Transport::datagram_receive_buffer`])
+    /// connection's send buffer ([`crate::Transport::datagram_send_buffer`])
     /// was full ([`crate::app::DatagramError::Blocked`]).
     pub quic_datagrams_blocked: u64,
     /// QUIC DATAGRAM frames received that no application read: pushed out
     /// of the connection's full receive buffer (the oldest go first), or
-    /// left unread when the connection ended. Counted when it ends.
+    /// left unread when the connection ended. A frame pushed out is
+    /// counted by the end of the drive of its connection that received
+    /// the frame pushing it out; one left unread, when the connection
+    /// ends.
     pub quic_datagrams_dropped: u64,
     /// HTTP/3 responses begun, by status class: index 0 counts 1xx, 1
     /// 2xx, 2 3xx, 3 4xx, 4 5xx (a status outside 100-599 is not counted).

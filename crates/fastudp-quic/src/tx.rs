@@ -5,7 +5,7 @@
 
 use crate::limits::{SPARE_TRAINS, STATELESS_QUEUE};
 use crate::stats::Counters;
-use crate::Error;
+use crate::{Error, SetupStep};
 use fastudp_io::UdpIo;
 use fastudp_io::{Config, EcnCodepoint, SendMeta, Socket, Transmit, ZeroCopySender};
 use std::net::{IpAddr, SocketAddr};
@@ -101,7 +101,15 @@ impl Tx {
         socket
             .as_std()
             .set_nonblocking(true)
-            .map_err(|e| Error::Setup(format!("send socket: {e}")))?;
+            .map_err(|source| Error::Setup {
+                step: SetupStep::SendSocket(
+                    socket
+                        .as_std()
+                        .local_addr()
+                        .unwrap_or_else(|_| std::net::SocketAddr::from(([0, 0, 0, 0], 0))),
+                ),
+                source,
+            })?;
         let mut max_train = socket
             .max_gso_segments()
             .clamp(1, max_train.clamp(1, crate::MAX_TRAIN_LIMIT));
@@ -448,7 +456,10 @@ pub(crate) fn send_socket(
         s.bind(&addr.into())?;
         Ok(s)
     })
-    .map_err(|e| Error::Setup(format!("send socket on {addr}: {e}")))?;
+    .map_err(|source| Error::Setup {
+        step: SetupStep::SendSocket(addr),
+        source,
+    })?;
     // The socket is non-blocking: a buffer that holds a whole turn's
     // trains of many connections keeps `EAGAIN` (and the retry calls
     // after it) rare (capped at net.core.wmem_max without CAP_NET_ADMIN).
@@ -458,7 +469,10 @@ pub(crate) fn send_socket(
             .send_buffer(SEND_BUFFER)
             .disable(disabled.iter().copied()),
     )
-    .map_err(|e| Error::Setup(format!("send socket on {addr}: {e}")))
+    .map_err(|e| Error::Setup {
+        step: SetupStep::SendSocket(addr),
+        source: e.into(),
+    })
 }
 
 fn from_quinn_ecn(e: Option<quinn_proto::EcnCodepoint>) -> Option<EcnCodepoint> {

@@ -27,15 +27,15 @@
 //!   flag: [`crate::limits`] has the memory model.
 
 use crate::app::{
-    quinn_dir, AppCx, AppEvent, Closed, ConnApp, ConnInfo, Dir, Wakes, WorkerApp, REFUSED,
+    quinn_dir, AppCx, AppEvent, Closed, ConnApp, ConnInfo, ConnSide, Dir, Wakes, WorkerApp, REFUSED,
 };
 use crate::forward::{Inbox, Ring, SLOTS};
 use crate::hq::wire as hq;
 use crate::limits::{self, PENDING_TRAINS, STATELESS_BUF, STATELESS_QUEUE};
 use crate::stats::Counters;
 use crate::tx::{keep_spare, Pending, Tx, ZEROCOPY_MIN};
-use crate::Error;
 use crate::{Admission, Decision};
+use crate::{Error, WorkerError};
 use bytes::{Bytes, BytesMut};
 use fastudp_io::pacing::PacingMode;
 use fastudp_io::UdpIo;
@@ -130,9 +130,9 @@ struct Conn {
     blocked: (u64, bool),
     /// When `progress` was last read.
     checked: Instant,
-    /// DATAGRAM frames its application read; what it received beyond
-    /// them is counted dropped when it goes.
-    datagrams_read: u64,
+    /// What the engine keeps beside it for its application (DATAGRAM
+    /// frames received, the embedder's send window).
+    side: ConnSide,
 }
 
 impl Conn {
@@ -203,6 +203,8 @@ fn frames_received(f: &quinn_proto::FrameStats) -> u64 {
 pub(crate) struct Setup {
     pub(crate) id: usize,
     pub(crate) workers: usize,
+    /// The address the listening sockets are bound to.
+    pub(crate) local: SocketAddr,
     /// How the reuseport group steers ([`crate::EngineConfig::steering`]):
     /// a datagram this says is another worker's is handed on.
     pub(crate) steering: Steering,
@@ -318,7 +320,7 @@ fn admit(s: &Setup, incoming: &quinn_proto::Incoming) -> Decision {
     };
     let a = Admission {
         remote: incoming.remote_address(),
-        local_ip: incoming.local_ip(),
+        local: local_address(incoming.local_ip(), s.local),
         validated: incoming.remote_address_validated(),
         worker: s.id,
     };
@@ -326,6 +328,14 @@ fn admit(s: &Setup, incoming: &quinn_proto::Incoming) -> Decision {
         s.counters.app_panics.fetch_add(1, Relaxed);
         Decision::Refuse
     })
+}
+
+/// The local address a client sent to: the destination address the
+/// kernel reported for its datagram (`IP_PKTINFO`; on a wildcard bind,
+/// the address the client chose), else the listening address's; the
+/// listening port.
+fn local_address(ip: Option<IpAddr>, listen: SocketAddr) -> SocketAddr {
+    SocketAddr::new(ip.unwrap_or(listen.ip()), listen.port())
 }
 
 /// Gives back what [`take_place`] took, for a connection not made.
@@ -505,7 +515,10 @@ impl Worker {
     pub(crate) fn new(s: Setup, rx: Socket, tx: Tx) -> Result<Self, Error> {
         rx.as_std()
             .set_nonblocking(true)
-            .map_err(|e| Error::Worker(format!("worker {}: {e}", s.id)))?;
+            .map_err(|e| Error::Worker {
+                index: s.id,
+                kind: WorkerError::Io(e),
+            })?;
         let allow_mtud = tx
             .socket
             .capabilities()
@@ -532,7 +545,10 @@ impl Worker {
                         },
                         limits::RECV_MESSAGE,
                     )
-                    .map_err(|e| Error::Worker(format!("worker {}: {e}", s.id)))?,
+                    .map_err(|e| Error::Worker {
+                        index: s.id,
+                        kind: WorkerError::Io(e.into()),
+                    })?,
                 ),
                 ring,
                 fwd_local: Ring::new(SLOTS),
@@ -1248,7 +1264,7 @@ impl EndpointDriver {
                         progress: (0, now),
                         blocked: (0, false),
                         checked: now,
-                        datagrams_read: 0,
+                        side: ConnSide::new(&s.transport),
                     }),
                 );
                 table.dirty.push(ch);
@@ -1392,7 +1408,7 @@ impl ConnTable {
                     &c.conn,
                     now,
                     &mut c.finishing,
-                    &mut c.datagrams_read,
+                    &mut c.side,
                     counters,
                     (&self.wakes, ch),
                 );
@@ -1400,6 +1416,10 @@ impl ConnTable {
                     app.on_event(&mut cx, AppEvent::Timeout);
                 }
                 app.poll(&mut cx);
+            }
+            if c.side.arrived {
+                // What quinn-proto's full buffer pushed out is counted now.
+                c.side.settle(&mut c.conn.borrow_mut(), counters);
             }
             if self.draining {
                 again |= Self::drain_one(&mut c, now, counters, (&self.wakes, ch), true);
@@ -1515,10 +1535,7 @@ impl ConnTable {
         let stats = c.conn.borrow().stats();
         self.lost_unpublished += stats.path.lost_packets.saturating_sub(c.lost);
         // What the application never read of the DATAGRAM frames.
-        let unread = stats.frame_rx.datagram.saturating_sub(c.datagrams_read);
-        if unread > 0 {
-            s.counters.quic_datagrams_dropped.fetch_add(unread, Relaxed);
-        }
+        c.side.end(stats.frame_rx.datagram, &s.counters);
         self.release(ch, c, s);
         if let Some(set) = self.by_address.get_mut(&limits::address_key(c.address)) {
             set.remove(&(c.seq, ch));
@@ -1575,13 +1592,13 @@ impl ConnTable {
                 VarInt::from_u64(s.transport.grant_receive_window(grant)).unwrap_or(VarInt::MAX),
             );
             if grant == limits::Grant::Full {
-                conn.set_send_window(limits::FULL_SEND_WINDOW);
+                conn.set_send_window(s.transport.grant_send_window(grant));
             }
             c.grant = grant;
         }
         if grant != limits::Grant::Full {
             // The application may have set its own since.
-            conn.set_send_window(grant.send_window());
+            conn.set_send_window(s.transport.grant_send_window(grant));
         }
         // Progress is read at most once a second (the connection's
         // statistics are a copy): a stall is cut within 1 s of its
@@ -1786,7 +1803,7 @@ impl ConnTable {
                                 &c.conn,
                                 now,
                                 &mut c.finishing,
-                                &mut c.datagrams_read,
+                                &mut c.side,
                                 counters,
                                 (&self.wakes, ch),
                             );
@@ -1826,7 +1843,10 @@ impl ConnTable {
                 quinn_proto::Dir::Bi => Dir::Bi,
                 quinn_proto::Dir::Uni => Dir::Uni,
             }),
-            Event::DatagramReceived => AppEvent::Datagram,
+            Event::DatagramReceived => {
+                c.side.arrived = true;
+                AppEvent::Datagram
+            }
             Event::DatagramsUnblocked => AppEvent::DatagramsWritable,
             _ => return,
         };
@@ -1835,7 +1855,7 @@ impl ConnTable {
                 &c.conn,
                 now,
                 &mut c.finishing,
-                &mut c.datagrams_read,
+                &mut c.side,
                 counters,
                 (&self.wakes, ch),
             );
@@ -1846,7 +1866,7 @@ impl ConnTable {
     /// The handshake has named the ALPN: the application takes the
     /// connection, or it is closed with [`REFUSED`].
     fn accept(c: &mut Conn, now: Instant, app: &mut dyn WorkerApp, s: &Setup) {
-        let (alpn, server_name, remote, local_ip) = {
+        let (alpn, server_name, remote, local) = {
             let conn = c.conn.borrow();
             let hd = conn.crypto_session().handshake_data().and_then(|d| {
                 d.downcast::<quinn_proto::crypto::rustls::HandshakeData>()
@@ -1856,12 +1876,18 @@ impl ConnTable {
                 Some(h) => (h.protocol.unwrap_or_default(), h.server_name),
                 None => (Vec::new(), None),
             };
-            (alpn, name, conn.remote_address(), conn.local_ip())
+            (
+                alpn,
+                name,
+                conn.remote_address(),
+                local_address(conn.local_ip(), s.local),
+            )
         };
         let info = ConnInfo {
             remote,
-            local_ip,
+            local,
             server_name,
+            alpn: Some(alpn.clone()),
             worker: s.id,
             bidi_streams: s.transport.bidi_streams,
         };
@@ -1906,27 +1932,13 @@ impl ConnTable {
         let mut acted = false;
         if !c.drain_told {
             c.drain_told = true;
-            let mut cx = AppCx::new(
-                &c.conn,
-                now,
-                &mut c.finishing,
-                &mut c.datagrams_read,
-                counters,
-                wake,
-            );
+            let mut cx = AppCx::new(&c.conn, now, &mut c.finishing, &mut c.side, counters, wake);
             app.on_drain(&mut cx);
             app.poll(&mut cx);
             acted = true;
         }
         if close && app.drained() && c.finishing.is_empty() && !c.conn.borrow().is_closed() {
-            let mut cx = AppCx::new(
-                &c.conn,
-                now,
-                &mut c.finishing,
-                &mut c.datagrams_read,
-                counters,
-                wake,
-            );
+            let mut cx = AppCx::new(&c.conn, now, &mut c.finishing, &mut c.side, counters, wake);
             app.on_shutdown(&mut cx);
             c.conn.borrow_mut().close(
                 now,
@@ -1949,7 +1961,7 @@ impl ConnTable {
                     &c.conn,
                     now,
                     &mut c.finishing,
-                    &mut c.datagrams_read,
+                    &mut c.side,
                     &counters,
                     (&self.wakes, *ch),
                 );
@@ -2085,6 +2097,8 @@ mod harness {
             let mut s = Setup {
                 id: 0,
                 workers: 1,
+                // The receive socket's, once bound.
+                local: SocketAddr::from(([127, 0, 0, 1], 0)),
                 steering: Steering::QuicCid,
                 graded: Arc::new(
                     [limits::Grant::Small, limits::Grant::Minimal]
@@ -2154,6 +2168,7 @@ mod harness {
                 .uring(s.uring)
                 .uring_recv_buffers(limits::RING_BUFFERS);
             let rx = Socket::bind("127.0.0.1:0".parse().unwrap(), config).unwrap();
+            s.local = rx.as_std().local_addr().unwrap();
             let w = Worker::new(s, rx, tx).unwrap();
             let client = Endpoint::new(Arc::new(EndpointConfig::default()), None, true, None);
             Net {

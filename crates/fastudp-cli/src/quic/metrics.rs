@@ -132,24 +132,26 @@ impl Collector for Sources {
             l(&c.accepted),
         )?;
         counter(&mut e, "quic_retries", "Retry packets sent.", l(&c.retries))?;
-        let (refused, memory, per_ip, protocol, draining) = (
+        let (refused, memory, per_ip, protocol, draining, admission) = (
             l(&c.refused),
             l(&c.refused_memory),
             l(&c.refused_per_ip),
             l(&c.refused_protocol),
             l(&c.refused_draining),
+            l(&c.refused_admission),
         );
-        let limit = refused.saturating_sub(memory + per_ip + protocol + draining);
+        let limit = refused.saturating_sub(memory + per_ip + protocol + draining + admission);
         counters(
             &mut e,
             "quic_refused",
-            "QUIC connections refused, by reason: the connection limit, the memory budget, the address's share, no application for the ALPN, a drain or stop.",
+            "QUIC connections refused, by reason: the connection limit, the memory budget, the address's share, no application for the ALPN, a drain or stop, the embedder's admission hook.",
             &[
                 (&[("reason", "limit")], limit),
                 (&[("reason", "memory")], memory),
                 (&[("reason", "per_ip")], per_ip),
                 (&[("reason", "protocol")], protocol),
                 (&[("reason", "draining")], draining),
+                (&[("reason", "admission")], admission),
             ],
         )?;
         counter(
@@ -278,6 +280,32 @@ impl Collector for Sources {
                 (&[("where", "send_queue")], l(&c.dropped_locally)),
                 (&[("where", "receive_buffer")], l(&c.rx_overflow)),
             ],
+        )?;
+        // QUIC DATAGRAM frames (RFC 9221), apart from the UDP datagrams
+        // above.
+        counter(
+            &mut e,
+            "quic_datagram_frames_read",
+            "QUIC DATAGRAM frames the applications read.",
+            l(&c.quic_datagrams_read),
+        )?;
+        counter(
+            &mut e,
+            "quic_datagram_frames_queued",
+            "QUIC DATAGRAM frames the applications queued to send.",
+            l(&c.quic_datagrams_queued),
+        )?;
+        counter(
+            &mut e,
+            "quic_datagram_frames_blocked",
+            "QUIC DATAGRAM frames an application could not queue: the connection's send buffer was full.",
+            l(&c.quic_datagrams_blocked),
+        )?;
+        counter(
+            &mut e,
+            "quic_datagram_frames_dropped",
+            "QUIC DATAGRAM frames received that no application read: pushed out of a full receive buffer, or unread when the connection ended.",
+            l(&c.quic_datagrams_dropped),
         )?;
         counter(
             &mut e,

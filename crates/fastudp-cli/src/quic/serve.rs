@@ -213,7 +213,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
             (None, None) => Ok(()),
         }
     });
-    joined.map_err(|e| anyhow!("{e}"))?;
+    joined.map_err(run_error)?;
     reported?;
     // SIGTERM is how a service manager stops the server: a drain that
     // ends is a clean stop (status 0). Ctrl-C keeps the command's status.
@@ -693,6 +693,20 @@ fn start_error(e: fastudp_quic::Error) -> anyhow::Error {
     match e {
         fastudp_quic::Error::Listen { addr, source } => anyhow!("--listen {addr}: {source}"),
         fastudp_quic::Error::Config(m) => usage(m),
+        e => anyhow!("{e}"),
+    }
+}
+
+/// Why the engine stopped on its own: a worker that failed.
+fn run_error(e: fastudp_quic::Error) -> anyhow::Error {
+    match e {
+        fastudp_quic::Error::Worker {
+            index,
+            kind: fastudp_quic::WorkerError::Panicked,
+        } => anyhow!(
+            "worker {index} panicked more than {} times (or outside the loop that restarts it); the server stopped",
+            fastudp_quic::MAX_RESTARTS
+        ),
         e => anyhow!("{e}"),
     }
 }

@@ -249,7 +249,14 @@ fn metrics_are_scraped_and_move_with_requests() {
     assert_eq!(value(&s0, "fastudp_quic_connections", &[]), 0.0);
     assert_eq!(value(&s0, "fastudp_http_responses_total", &h3("2xx")), 0.0);
     assert_eq!(value(&s0, "fastudp_http_responses_total", &tcp("2xx")), 0.0);
-    for reason in ["limit", "memory", "per_ip", "protocol", "draining"] {
+    for reason in [
+        "limit",
+        "memory",
+        "per_ip",
+        "protocol",
+        "draining",
+        "admission",
+    ] {
         assert_eq!(
             value(&s0, "fastudp_quic_refused_total", &[("reason", reason)]),
             0.0
@@ -265,6 +272,11 @@ fn metrics_are_scraped_and_move_with_requests() {
         assert_eq!(sum(&s0, name).1, 2, "{name}: one per worker");
     }
     assert_eq!(sum(&s0, "fastudp_quic_datagrams_dropped_total").1, 5);
+    // QUIC DATAGRAM frames (`quic serve` offers none: they stay 0).
+    for what in ["read", "queued", "blocked", "dropped"] {
+        let name = format!("fastudp_quic_datagram_frames_{what}_total");
+        assert_eq!(value(&s0, &name, &[]), 0.0, "{name}");
+    }
 
     rt().block_on(async {
         let mut c = h3_open(addr).await.unwrap();

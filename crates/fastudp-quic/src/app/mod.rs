@@ -18,8 +18,9 @@
 //! [`AppEvent::Writable`] on that stream. [`AppCx::write`] never returns a
 //! short write without a `Writable` to follow. What a connection holds
 //! unacknowledged is bounded by its send window
-//! ([`crate::limits::SEND_WINDOW`] unless [`AppCx::set_send_window`]
-//! changes it), so a slow reader pins at most that.
+//! ([`crate::limits::SEND_WINDOW`] unless [`AppCx::set_send_window`] or
+//! the embedder's [`crate::Transport::send_window`] changes it), so a slow
+//! reader pins at most that.
 //!
 //! **Goodput:** [`AppCx::finish`] takes the length the application
 //! counts for the stream; the engine adds it to
@@ -37,7 +38,7 @@ use crate::stats::Counters;
 use bytes::Bytes;
 use quinn_proto::VarInt;
 use std::cell::RefCell;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
@@ -164,10 +165,16 @@ pub const REFUSED: u32 = 0x0101;
 pub struct ConnInfo {
     /// The client's address.
     pub remote: SocketAddr,
-    /// The local address the client sent to, where known.
-    pub local_ip: Option<IpAddr>,
+    /// The local address and port the client sent to (over QUIC, as
+    /// [`crate::Admission::local`]).
+    pub local: SocketAddr,
     /// The server name the client asked for (SNI), if any.
     pub server_name: Option<String>,
+    /// The application protocol agreed in the handshake (ALPN: `h3`,
+    /// `hq-interop`, `h2`, `http/1.1`, ...). Always `Some` over QUIC,
+    /// where the handshake fails without one; `None` on a TLS/TCP
+    /// connection whose client offered none.
+    pub alpn: Option<Vec<u8>>,
     /// The worker thread that owns the connection.
     pub worker: usize,
     /// Requests (bidirectional streams) the client may have open at once
@@ -258,7 +265,8 @@ pub enum AppEvent {
     /// QUIC DATAGRAM frames arrived (RFC 9221; with
     /// [`crate::Transport::datagram_receive_buffer`]): read them with
     /// [`AppCx::recv_datagram`] until it gives `None`. The event comes
-    /// when the connection's receive buffer was empty, so read them all.
+    /// in each round of the connection's events in which frames arrived;
+    /// frames left unread are not announced again, so read them all.
     Datagram,
     /// A DATAGRAM frame may be queued again ([`AppCx::send_datagram`] was
     /// [`DatagramError::Blocked`]).
@@ -378,10 +386,121 @@ pub struct AppCx<'a> {
     conn: &'a Rc<RefCell<quinn_proto::Connection>>,
     now: Instant,
     finishing: &'a mut Vec<(quinn_proto::StreamId, u64)>,
-    /// DATAGRAM frames the application read on this connection.
-    datagrams_read: &'a mut u64,
+    /// What the engine keeps beside the connection for its application.
+    side: &'a mut ConnSide,
     counters: &'a Counters,
     wake: (&'a Wakes, quinn_proto::ConnectionHandle),
+}
+
+/// The overhead quinn-proto counts per buffered DATAGRAM frame, bytes (its
+/// `Datagram`, a `Bytes`): the engine's own buffer counts the same.
+const DATAGRAM_OVERHEAD: usize = std::mem::size_of::<Bytes>();
+
+/// What the engine keeps of a connection for its application, beside
+/// quinn-proto's state: the DATAGRAM frames received and not yet read
+/// (moved out of quinn-proto's buffer at the end of each drive in which
+/// one arrived, so that a frame its full buffer pushed out is counted as
+/// it happens: quinn-proto drops them without a word), and the embedder's
+/// send window.
+#[derive(Debug, Default)]
+pub(crate) struct ConnSide {
+    /// Frames moved out of quinn-proto's buffer, oldest first.
+    received: std::collections::VecDeque<Bytes>,
+    /// Their bytes, with [`DATAGRAM_OVERHEAD`] each.
+    received_bytes: usize,
+    /// Its bound, bytes: [`crate::Transport::datagram_receive_buffer`].
+    receive_buffer: usize,
+    /// quinn-proto's count of frames received when last settled.
+    seen: u64,
+    /// Frames the application read straight from quinn-proto's buffer
+    /// since then.
+    read_direct: u64,
+    /// Frames the application read, in all.
+    read: u64,
+    /// Frames counted dropped, in all.
+    dropped: u64,
+    /// A frame arrived since the last settling.
+    pub(crate) arrived: bool,
+    /// [`crate::Transport::send_window`]: when set, the application's
+    /// [`AppCx::set_send_window`] changes nothing.
+    send_window: Option<u64>,
+}
+
+impl ConnSide {
+    /// For a connection under transport `t`.
+    pub(crate) fn new(t: &crate::Transport) -> Self {
+        ConnSide {
+            receive_buffer: t.datagram_receive_buffer.unwrap_or(0),
+            send_window: t.send_window,
+            ..ConnSide::default()
+        }
+    }
+
+    /// Moves the frames quinn-proto holds into the engine's buffer, drops
+    /// the oldest past its bound, and counts in `counters` what was
+    /// dropped since the last settling, by quinn-proto or here: of the
+    /// frames quinn-proto received since then, those neither moved nor
+    /// read.
+    pub(crate) fn settle(&mut self, conn: &mut quinn_proto::Connection, counters: &Counters) {
+        self.arrived = false;
+        let received = conn.stats().frame_rx.datagram;
+        let mut moved = 0u64;
+        while let Some(d) = conn.datagrams().recv() {
+            moved += 1;
+            self.received_bytes += d.len() + DATAGRAM_OVERHEAD;
+            self.received.push_back(d);
+        }
+        let mut dropped = received
+            .saturating_sub(self.seen)
+            .saturating_sub(moved + self.read_direct);
+        while self.received_bytes > self.receive_buffer {
+            let Some(d) = self.received.pop_front() else {
+                break;
+            };
+            self.received_bytes -= d.len() + DATAGRAM_OVERHEAD;
+            dropped += 1;
+        }
+        self.seen = received;
+        self.read_direct = 0;
+        self.count_dropped(dropped, counters);
+    }
+
+    /// At the connection's end: what it received (`received`, quinn-proto's
+    /// count) and no application read, not counted yet, is counted
+    /// dropped.
+    pub(crate) fn end(&mut self, received: u64, counters: &Counters) {
+        let unread = received.saturating_sub(self.read + self.dropped);
+        self.count_dropped(unread, counters);
+        self.received.clear();
+        self.received_bytes = 0;
+    }
+
+    fn count_dropped(&mut self, n: u64, counters: &Counters) {
+        if n > 0 {
+            self.dropped += n;
+            counters
+                .quic_datagrams_dropped
+                .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// The next frame: the engine's buffer first (the older), then
+    /// quinn-proto's.
+    fn recv(&mut self, conn: &mut quinn_proto::Connection) -> Option<Bytes> {
+        let d = match self.received.pop_front() {
+            Some(d) => {
+                self.received_bytes -= d.len() + DATAGRAM_OVERHEAD;
+                d
+            }
+            None => {
+                let d = conn.datagrams().recv()?;
+                self.read_direct += 1;
+                d
+            }
+        };
+        self.read += 1;
+        Some(d)
+    }
 }
 
 fn varint(v: u64) -> VarInt {
@@ -393,7 +512,7 @@ impl<'a> AppCx<'a> {
         conn: &'a Rc<RefCell<quinn_proto::Connection>>,
         now: Instant,
         finishing: &'a mut Vec<(quinn_proto::StreamId, u64)>,
-        datagrams_read: &'a mut u64,
+        side: &'a mut ConnSide,
         counters: &'a Counters,
         wake: (&'a Wakes, quinn_proto::ConnectionHandle),
     ) -> Self {
@@ -401,7 +520,7 @@ impl<'a> AppCx<'a> {
             conn,
             now,
             finishing,
-            datagrams_read,
+            side,
             counters,
             wake,
         }
@@ -560,11 +679,12 @@ impl<'a> AppCx<'a> {
     /// is left ([`AppEvent::Datagram`] follows the next). What is not
     /// read stays in the connection's receive buffer
     /// ([`crate::Transport::datagram_receive_buffer`]), whose oldest
-    /// frames are dropped when it is full.
+    /// frames are dropped when it is full (counted in
+    /// [`crate::Counters::quic_datagrams_dropped`] by the end of the
+    /// drive that received the frame pushing them out).
     pub fn recv_datagram(&mut self) -> Option<Bytes> {
-        let d = self.conn.borrow_mut().datagrams().recv();
+        let d = self.side.recv(&mut self.conn.borrow_mut());
         if d.is_some() {
-            *self.datagrams_read += 1;
             self.counters
                 .quic_datagrams_read
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -574,7 +694,8 @@ impl<'a> AppCx<'a> {
 
     /// Queues `data` to be sent in a DATAGRAM frame (unreliable: it is
     /// not sent again if lost). The queue holds at most
-    /// [`crate::Transport::datagram_receive_buffer`] bytes; when it is
+    /// [`crate::Transport::datagram_send_buffer`] bytes (by default the
+    /// receive buffer's size); when it is
     /// full the datagram comes back ([`DatagramError::Blocked`]) and
     /// [`AppEvent::DatagramsWritable`] follows.
     pub fn send_datagram(&mut self, data: Bytes) -> Result<(), DatagramError> {
@@ -602,9 +723,13 @@ impl<'a> AppCx<'a> {
 
     /// Sets the bytes the connection may have sent and not yet had
     /// acknowledged (default [`crate::limits::SEND_WINDOW`]); count a
-    /// larger one in the server's memory budget.
+    /// larger one in the server's memory budget. When the embedder set
+    /// [`crate::Transport::send_window`], that one stays and this does
+    /// nothing.
     pub fn set_send_window(&mut self, bytes: u64) {
-        self.conn.borrow_mut().set_send_window(bytes);
+        if self.side.send_window.is_none() {
+            self.conn.borrow_mut().set_send_window(bytes);
+        }
     }
 }
 

@@ -23,7 +23,8 @@
 //!   answered 500; after, its stream is reset with `H3_INTERNAL_ERROR`.
 //!   The connection and the worker go on.
 //! - **Connection facts**: each request carries a [`ConnInfo`] (peer
-//!   address, SNI, worker) and the [`Alpn`] agreed, as extensions.
+//!   and local address, SNI, ALPN, worker) and the [`Alpn`] agreed, as
+//!   extensions.
 
 use super::backend::Link;
 use super::task::{count_outcome, read_head, Clock, RequestStream as Stream, Resolver, TaskStats};

@@ -1416,8 +1416,9 @@ fn a_service_takes_the_received_body_chunks_in_one_poll() {
     let chunks = Rc::new(std::cell::Cell::new(0));
     let info = crate::app::ConnInfo {
         remote: CLIENT.parse().unwrap(),
-        local_ip: None,
+        local: SERVER.parse().unwrap(),
         server_name: None,
+        alpn: Some(super::ALPN.to_vec()),
         worker: 0,
         bidi_streams: STREAMS,
     };

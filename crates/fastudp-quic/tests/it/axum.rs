@@ -409,10 +409,12 @@ fn async_handlers_await_tokio_timers_and_see_the_connection() {
                 |axum::Extension(info): axum::Extension<ConnInfo>,
                  axum::Extension(alpn): axum::Extension<Alpn>| async move {
                     format!(
-                        "{} {} {}",
+                        "{} {} {} {} {}",
                         info.remote,
+                        info.local,
                         info.server_name.unwrap_or_default(),
-                        String::from_utf8_lossy(&alpn.0)
+                        String::from_utf8_lossy(&alpn.0),
+                        String::from_utf8_lossy(&info.alpn.unwrap_or_default()),
                     )
                 },
             ),
@@ -439,7 +441,7 @@ fn async_handlers_await_tokio_timers_and_see_the_connection() {
         let local = ep.local_addr().unwrap();
         assert_eq!(
             String::from_utf8(a.body).unwrap(),
-            format!("127.0.0.1:{} localhost h3", local.port())
+            format!("127.0.0.1:{} {addr} localhost h3 h3", local.port())
         );
         // The same request without the timer, then with it, alternating.
         let (mut plain, mut slept) = (Vec::new(), Vec::new());
@@ -593,6 +595,66 @@ fn a_body_reader_outliving_its_request_is_told_the_request_ended() {
         .recv_timeout(Duration::from_secs(20))
         .expect("the spawned reader got no answer: it waits forever");
     assert!(r.is_err(), "a body cut short read as whole: {r:?}");
+    engine.stop();
+    engine.join().unwrap();
+}
+
+/// A synchronous [`fastudp_quic::h3::Handler`] sees the connection's
+/// facts too: the request carries its [`fastudp_quic::app::ConnInfo`]
+/// (peer and local address, SNI, the ALPN agreed) as an extension.
+#[test]
+fn a_synchronous_handler_sees_the_connection() {
+    use fastudp_quic::app::ConnInfo;
+    use fastudp_quic::h3::{H3App, Handler, Reply};
+    struct Who;
+    impl Handler for Who {
+        fn handle(&self, req: &http::Request<()>, _: Instant) -> Reply {
+            let Some(info) = req.extensions().get::<ConnInfo>() else {
+                return Reply::empty(StatusCode::INTERNAL_SERVER_ERROR);
+            };
+            let mut r = Reply::empty(StatusCode::OK);
+            let who = format!(
+                "{} {} {} {}",
+                info.remote,
+                info.local,
+                info.server_name.as_deref().unwrap_or_default(),
+                String::from_utf8_lossy(info.alpn.as_deref().unwrap_or_default()),
+            );
+            r.head
+                .headers_mut()
+                .insert("x-who", http::HeaderValue::from_str(&who).unwrap());
+            r
+        }
+    }
+    let c = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+    let key = rustls::pki_types::PrivatePkcs8KeyDer::from(c.key_pair.serialize_der());
+    let tls = rustls::ServerConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![c.cert.der().clone()], key.into())
+        .unwrap();
+    let app = fastudp_quic::app::Router::new().with(
+        fastudp_quic::h3::ALPN,
+        H3App::new(|_| std::rc::Rc::new(Who) as std::rc::Rc<dyn Handler>),
+    );
+    let engine = fastudp_quic::Engine::start(
+        fastudp_quic::EngineConfig::new("127.0.0.1:0".parse().unwrap(), Arc::new(tls)).workers(1),
+        Arc::new(app),
+    )
+    .unwrap();
+    let addr = engine.local_addr();
+    let cert = c.cert.der().clone();
+    rt().block_on(async {
+        let (ep, mut send) = h3_connect(&cert, addr).await;
+        let a = h3_request(&mut send, "GET", "/who", None).await.unwrap();
+        assert_eq!(a.status, StatusCode::OK);
+        let local = ep.local_addr().unwrap();
+        assert_eq!(
+            a.headers["x-who"].to_str().unwrap(),
+            format!("127.0.0.1:{} {addr} localhost h3", local.port())
+        );
+    });
     engine.stop();
     engine.join().unwrap();
 }

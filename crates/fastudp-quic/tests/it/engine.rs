@@ -536,6 +536,49 @@ fn bad_configurations_are_refused() {
     assert!(matches!(e, Error::Config(_)), "{e}");
 }
 
+/// A TLS configuration QUIC cannot use is refused at start with a typed
+/// error an embedder can match: a provider without QUIC's Initial suite,
+/// and a configuration rustls refuses for QUIC.
+#[test]
+fn tls_configurations_quic_cannot_use_are_refused_by_kind() {
+    use fastudp_quic::TlsError;
+    use rustls::CipherSuite;
+    let c = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+    let make = |p: rustls::crypto::CryptoProvider| {
+        let key = rustls::pki_types::PrivatePkcs8KeyDer::from(c.key_pair.serialize_der());
+        rustls::ServerConfig::builder_with_provider(Arc::new(p))
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![c.cert.der().clone()], key.into())
+            .unwrap()
+    };
+    let start = |tls: rustls::ServerConfig| {
+        let cfg = EngineConfig::new("127.0.0.1:0".parse().unwrap(), Arc::new(tls)).workers(1);
+        Engine::start(cfg, Arc::new(writer(1))).unwrap_err()
+    };
+    // Only AES-256-GCM: QUIC's Initial packets need AES-128-GCM.
+    let mut p = rustls::crypto::aws_lc_rs::default_provider();
+    p.cipher_suites
+        .retain(|s| s.suite() == CipherSuite::TLS13_AES_256_GCM_SHA384);
+    let e = start(make(p));
+    assert!(
+        matches!(e, Error::Tls(TlsError::NoInitialCipherSuite(_))),
+        "{e:?}"
+    );
+    assert!(std::error::Error::source(&e).is_some(), "{e:?}");
+    assert!(e.to_string().contains("TLS_AES_128_GCM_SHA256"), "{e}");
+    // Early data of a size QUIC does not allow (RFC 9001 4.6.1).
+    let mut tls = make(rustls::crypto::aws_lc_rs::default_provider());
+    tls.max_early_data_size = 1000;
+    let e = start(tls);
+    assert!(
+        matches!(e, Error::Tls(TlsError::Refused(rustls::Error::General(_)))),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("max early data"), "{e}");
+}
+
 /// Every connection's place is given back when it ends.
 #[test]
 fn connections_are_counted_while_open() {

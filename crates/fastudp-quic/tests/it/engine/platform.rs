@@ -233,10 +233,70 @@ fn the_admission_hook_refuses_by_address() {
     let seen = seen.lock().unwrap();
     assert_eq!(seen.len(), 3, "{seen:?}");
     for a in seen.iter() {
-        assert_eq!(a.local_ip, Some(addr.ip()), "{a:?}");
+        assert_eq!(a.local, addr, "{a:?}");
         assert!(!a.validated);
         assert_eq!(a.worker, 0);
     }
+    stop(engine);
+}
+
+/// The admission hook sees the local address and port each client sent
+/// to: on a wildcard bind, a hook refuses the clients of one local
+/// address (127.0.0.9) and serves those of another (127.0.0.1). The
+/// connection served carries the same local address, its peer's and the
+/// ALPN agreed ([`ConnInfo`]).
+#[test]
+fn the_admission_hook_decides_by_local_address() {
+    use fastudp_quic::{Admission, Decision};
+    let seen: Arc<Mutex<Vec<Admission>>> = Arc::default();
+    let s = seen.clone();
+    let app = Silent::default();
+    let (tls, cert) = super::server_tls();
+    let cfg = fastudp_quic::EngineConfig::new("0.0.0.0:0".parse().unwrap(), tls)
+        .workers(1)
+        .admission(move |a| {
+            s.lock().unwrap().push(*a);
+            if a.local.ip() == std::net::Ipv4Addr::new(127, 0, 0, 9) {
+                Decision::Refuse
+            } else {
+                Decision::Accept
+            }
+        });
+    let engine = fastudp_quic::Engine::start(cfg, Arc::new(app.clone())).unwrap();
+    let port = engine.local_addr().port();
+    let (refused, served): (std::net::SocketAddr, std::net::SocketAddr) = (
+        format!("127.0.0.9:{port}").parse().unwrap(),
+        format!("127.0.0.1:{port}").parse().unwrap(),
+    );
+    let rt = rt();
+    let _in = rt.enter();
+    let ep = client_at(cert, "127.0.0.1");
+    let client = rt.block_on(async {
+        let e = connect(&ep, refused).await.expect_err("refused");
+        assert!(
+            matches!(
+                e.downcast_ref::<quinn::ConnectionError>(),
+                Some(quinn::ConnectionError::ConnectionClosed(c))
+                    if c.error_code == quinn_proto::TransportErrorCode::CONNECTION_REFUSED
+            ),
+            "{e:?}"
+        );
+        let ok = connect(&ep, served).await.unwrap();
+        ok.close(0u32.into(), b"");
+        ep.local_addr().unwrap()
+    });
+    let seen = seen.lock().unwrap();
+    let locals: Vec<_> = seen.iter().map(|a| a.local).collect();
+    assert_eq!(locals, vec![refused, served], "{seen:?}");
+    assert!(seen.iter().all(|a| a.remote.port() == client.port()));
+    assert_eq!(engine.stats().refused_admission, 1);
+    let infos = app.infos.lock().unwrap();
+    assert_eq!(infos.len(), 1, "{infos:?}");
+    assert_eq!(infos[0].local, served);
+    assert_eq!(infos[0].remote.port(), client.port());
+    assert_eq!(infos[0].alpn.as_deref(), Some(&b"test"[..]));
+    assert_eq!(infos[0].server_name.as_deref(), Some("localhost"));
+    drop(infos);
     stop(engine);
 }
 
@@ -485,5 +545,116 @@ fn a_full_datagram_send_buffer_hands_the_datagram_back() {
     assert!(st.quic_datagrams_queued >= 1, "{st:?}");
     let w = app.writable.clone();
     eventually("DatagramsWritable after a refusal", || w.load(Relaxed) >= 1);
+    stop(engine);
+}
+
+/// A DATAGRAM send buffer of its own: with 8 KiB to send and 1,200 bytes
+/// to receive, a burst of ten 1,000-byte frames queues seven (each
+/// counts 32 bytes more, as quinn-proto counts it) and hands three back;
+/// with the receive buffer's size (the default) it would queue one.
+#[test]
+fn the_datagram_send_buffer_is_its_own() {
+    let t = Transport::new()
+        .datagram_receive_buffer(Some(1200))
+        .datagram_send_buffer(Some(8192));
+    let app = Burst::default();
+    let (engine, cert) = start(app, |c| c.workers(1).transport(t));
+    let rt = rt();
+    let _in = rt.enter();
+    rt.block_on(async {
+        let conn = connect(&client(cert, b"test", None), engine.local_addr())
+            .await
+            .unwrap();
+        conn.send_datagram(b"go".to_vec().into()).unwrap();
+        let d = tokio::time::timeout(Duration::from_secs(10), conn.read_datagram())
+            .await
+            .expect("a datagram")
+            .unwrap();
+        assert_eq!(d.len(), 1000);
+        conn.close(0u32.into(), b"");
+    });
+    let st = engine.stats();
+    assert_eq!(
+        (st.quic_datagrams_queued, st.quic_datagrams_blocked),
+        (7, 3),
+        "{st:?}"
+    );
+    stop(engine);
+}
+
+/// DATAGRAM frames pushed out of a full receive buffer are counted as it
+/// happens, while the connection lives (not only when it ends): ten of
+/// 1,000 bytes into 1,200 bytes that nobody reads leave one, nine
+/// counted dropped with the connection open; its end counts the last.
+#[test]
+fn datagrams_pushed_out_are_counted_while_the_connection_lives() {
+    let t = Transport::new().datagram_receive_buffer(Some(1200));
+    let (engine, cert) = start(Silent::default(), |c| c.workers(1).transport(t));
+    let mon = engine.monitor();
+    let rt = rt();
+    let _in = rt.enter();
+    let ep = client(cert, b"test", None);
+    rt.block_on(async {
+        let conn = connect(&ep, engine.local_addr()).await.unwrap();
+        for _ in 0..10 {
+            conn.send_datagram(vec![1u8; 1000].into()).unwrap();
+        }
+        let until = std::time::Instant::now() + Duration::from_secs(10);
+        while conn.stats().frame_tx.datagram < 10 {
+            assert!(std::time::Instant::now() < until, "{:?}", conn.stats());
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let m = mon.clone();
+        tokio::task::spawn_blocking(move || {
+            eventually("nine dropped, counted while open", || {
+                m.stats().quic_datagrams_dropped == 9
+            })
+        })
+        .await
+        .unwrap();
+        assert_eq!(mon.stats().connections, 1, "the connection is open");
+        conn.close(0u32.into(), b"");
+        ep.wait_idle().await;
+    });
+    eventually("the connection gone", || mon.stats().connections == 0);
+    let st = mon.stats();
+    assert_eq!(st.quic_datagrams_dropped, 10, "{st:?}");
+    assert_eq!(st.quic_datagrams_read, 0);
+    stop(engine);
+}
+
+/// A send window of the embedder's is what the budget counts for a
+/// connection with a request open (instead of the applications' 2 MiB).
+#[test]
+fn a_configured_send_window_is_counted_with_a_request_open() {
+    let t = Transport::new().uni_streams(0).send_window(Some(8 << 20));
+    let (engine, cert) = start(Silent::default(), |c| c.workers(1).transport(t.clone()));
+    let rt = rt();
+    let _in = rt.enter();
+    rt.block_on(async {
+        let conn = connect(&client(cert, b"test", None), engine.local_addr())
+            .await
+            .unwrap();
+        let (mut a, _ra) = conn.open_bi().await.unwrap();
+        a.write_all(b"a request").await.unwrap();
+        let want = t.held(false, 1, 0, Grant::Full);
+        assert_eq!(
+            want,
+            Transport::new()
+                .uni_streams(0)
+                .held(false, 1, 0, Grant::Full)
+                + (8 << 20)
+                - fastudp_quic::limits::FULL_SEND_WINDOW
+        );
+        let mon = engine.monitor();
+        tokio::task::spawn_blocking(move || {
+            eventually("the budget counts the configured send window", || {
+                mon.budget().held() == want
+            })
+        })
+        .await
+        .unwrap();
+        conn.close(0u32.into(), b"");
+    });
     stop(engine);
 }
