@@ -2458,6 +2458,44 @@ mod harness {
         );
     }
 
+    /// A client's keep-alive PING is acknowledged in the drive that
+    /// receives it, with the clock standing still: no ACK-delay timer (25
+    /// ms, and a wake-up of the worker) per PING of an idle connection
+    /// (the patch of docs/UPSTREAM.md). A request is not: its ACK rides
+    /// the response.
+    #[test]
+    fn a_keep_alive_ping_is_acknowledged_at_once() {
+        let mut n = Net::new(|_| {});
+        let ch = n.connect();
+        n.run_until(|n| !n.conns[&ch].is_handshaking());
+        // Quiet: everything of the handshake sent and acknowledged.
+        n.advance(Duration::from_secs(1));
+        let server = |n: &Net| n.w.table.conns.values().next().unwrap().conn.clone();
+        for round in 0..3 {
+            let (acks, pings) = {
+                let s = server(&n).borrow().stats();
+                (s.frame_tx.acks, s.frame_rx.ping)
+            };
+            let client_acks = n.conns[&ch].stats().frame_rx.acks;
+            let at = n.now;
+            n.conns.get_mut(&ch).unwrap().ping();
+            // Datagrams both ways, and the timers due now: the clock
+            // does not move.
+            while n.step(Duration::ZERO) {}
+            assert_eq!(n.now, at, "the clock moved");
+            let s = server(&n).borrow().stats();
+            assert_eq!(s.frame_rx.ping, pings + 1, "round {round}: the PING was not received");
+            assert_eq!(
+                s.frame_tx.acks,
+                acks + 1,
+                "round {round}: the PING was not acknowledged at once"
+            );
+            assert_eq!(n.conns[&ch].stats().frame_rx.acks, client_acks + 1);
+            // The next keep-alive, a second later.
+            n.advance(Duration::from_secs(1));
+        }
+    }
+
     /// The io_uring receive path: 20 datagrams of 1,202 bytes that
     /// another worker owns (sent back to back, so GRO may join them into
     /// trains, split in place) go byte-exact and in order to its inbox;

@@ -3415,6 +3415,33 @@ fn ack_frequency_ack_delayed_from_first_of_flight() {
     );
 }
 
+/// A packet whose only ack-eliciting frame is PING (a keep-alive) is acknowledged at once, without
+/// waiting for the ACK delay, when the peer has not asked for fewer ACKs with ACK_FREQUENCY
+#[test]
+fn ping_only_packet_acknowledged_immediately() {
+    let _guard = subscribe();
+    let mut pair = Pair::default();
+    let (client_ch, server_ch) = pair.connect();
+    pair.drive();
+    for _ in 0..3 {
+        pair.client_conn_mut(client_ch).ping();
+        pair.drive_client();
+        let server_stats_before = pair.server_conn_mut(server_ch).stats();
+        pair.drive_server();
+        let server_stats_after = pair.server_conn_mut(server_ch).stats();
+        assert_eq!(
+            server_stats_after.frame_rx.ping - server_stats_before.frame_rx.ping,
+            1
+        );
+        // Acknowledged in the same call, with the clock standing still
+        assert_eq!(
+            server_stats_after.frame_tx.acks - server_stats_before.frame_tx.acks,
+            1
+        );
+        pair.drive();
+    }
+}
+
 #[test]
 fn ack_frequency_ack_sent_after_max_ack_delay() {
     let _guard = subscribe();
