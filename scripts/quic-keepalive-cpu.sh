@@ -19,9 +19,10 @@
 # is added: connections lost, handshakes/s, and what a new client waited
 # (a probe every second, throughout), p50/p99.
 #
-# With PERF=SECONDS, the first round also records a profile of each
+# With PERF=SECONDS, the last round also records a profile of each
 # server (`perf record -e cpu-clock -g`, SECONDS long, from the start of
-# the window) in perf.NAME.data (NAME: the binary's file name).
+# the window) in perf.NAME.data (NAME: the binary's file name); the
+# medians leave out these runs when there are others.
 #
 # Usage:
 #   scripts/quic-keepalive-cpu.sh CONNECTIONS HOLD_SECONDS ROUNDS BINARY...
@@ -105,15 +106,19 @@ one() {
     else
         sleep "$WARM"
         local perf=
-        if [ -n "${PERF:-}" ] && [ "$round" = 1 ]; then
+        if [ -n "${PERF:-}" ] && [ "$round" = "$ROUNDS" ]; then
             perf record -q -e cpu-clock -g -p "$SRV" -o "perf.$name.data" -- sleep "$PERF" \
                 > /dev/null 2>&1 &
             perf=$!
         fi
         local c0 c1 w0 w1 rx0 rx1
-        w0=$(date +%s.%N); c0=$(cpu_of "$SRV")
+        local l0 l1
+        w0=$(date +%s.%N); c0=$(cpu_of "$SRV"); l0=$(wc -l < "$TMP/srv")
         sleep "$WINDOW"
-        w1=$(date +%s.%N); c1=$(cpu_of "$SRV")
+        w1=$(date +%s.%N); c1=$(cpu_of "$SRV"); l1=$(wc -l < "$TMP/srv")
+        # The server's stats lines of the window: the datagrams it
+        # received and sent.
+        sed -n "$((l0 + 1)),${l1}p" "$TMP/srv" | grep '"kind":"stats"' > "$TMP/window" || true
         local rss1 alive
         rss1=$(rss_of "$SRV")
         [ -n "$perf" ] && wait "$perf"
@@ -122,17 +127,28 @@ one() {
         # client waited, throughout).
         [ -n "${FULL:-}" ] && wait "$load"
         out=$(python3 - "$name" "$round" "$t0" "$opened" "$w0" "$w1" "$c0" "$c1" "$alive" \
-            "$rss0" "$rss1" "$TMP/load" <<'PY'
+            "$rss0" "$rss1" "$TMP/load" "$([ -n "$perf" ] && echo 1)" "$TMP/window" <<'PY'
 import json, sys
-name, rnd, t0, opened, w0, w1, c0, c1, alive, rss0, rss1, load = sys.argv[1:]
+name, rnd, t0, opened, w0, w1, c0, c1, alive, rss0, rss1, load, profiled, window = sys.argv[1:]
 t0, opened, w0, w1, c0, c1 = map(float, (t0, opened, w0, w1, c0, c1))
 cores = (c1 - c0) / (w1 - w0)
 pings = int(alive) / 15.0
+rx = tx = secs = 0.0
+for l in open(window):
+    v = json.loads(l)
+    secs += v["seconds"]
+    rx += v["recv_calls_s"] * v["seconds"] * (v["datagrams_per_recv_call"] or 0)
+    tx += v["send_calls_s"] * v["seconds"] * (v["datagrams_per_send_call"] or 0)
+rx_s = rx / secs if secs else None
 out = {
     "server": name, "round": int(rnd), "connections": int(alive),
     "opening_s": round(opened - t0, 1), "window_s": round(w1 - w0, 1),
     "server_cpu_s": round(c1 - c0, 3), "server_cores": cores,
+    "profiled": profiled == "1",
     "server_us_per_ping": cores / pings * 1e6 if pings else None,
+    "datagrams_received_per_s": round(rx_s, 1) if rx_s else None,
+    "datagrams_sent_per_s": round(tx / secs, 1) if secs else None,
+    "server_us_per_datagram_received": cores / rx_s * 1e6 if rx_s else None,
     "server_rss_kib_before": int(rss0), "server_rss_kib_holding": int(rss1),
     "server_rss_kib_per_connection": (int(rss1) - int(rss0)) / int(alive) if int(alive) else None,
 }
@@ -146,7 +162,9 @@ print(json.dumps(out))
 PY
 )
     fi
-    kill -INT "$load" 2>/dev/null || true
+    # The load holds its connections until --duration ends: it is
+    # stopped now, the measurement taken.
+    kill -KILL "$load" 2>/dev/null || true
     wait "$load" 2>/dev/null || true
     kill -INT "$SRV" 2>/dev/null || true
     wait "$SRV" 2>/dev/null || true
@@ -169,8 +187,12 @@ for l in open(sys.argv[1]):
     if v.get("server_cores") is not None:
         by.setdefault(v["server"], []).append(v)
 for name, vs in by.items():
+    plain = [x for x in vs if not x.get("profiled")]
+    vs = plain or vs
     c = statistics.median(x["server_cores"] for x in vs)
     u = statistics.median(x["server_us_per_ping"] for x in vs)
-    print(f"{name}: median {c:.4f} cores, {u:.1f} us per PING over {len(vs)} runs "
+    d = [x["server_us_per_datagram_received"] for x in vs if x.get("server_us_per_datagram_received")]
+    d = statistics.median(d) if d else float("nan")
+    print(f"{name}: median {c:.4f} cores, {u:.1f} us per PING, {d:.1f} us per datagram received, over {len(vs)} runs "
           f"({', '.join('%.4f' % x['server_cores'] for x in vs)})")
 PY
