@@ -553,7 +553,11 @@ pub struct Tuning {
     /// one call, as a NIC's interrupt moderation batches its
     /// interrupts. It adds at most this much delay to a datagram; a
     /// worker with work left (more to send, a full socket, a receive call
-    /// that returned a quarter of a batch or more) does not wait.
+    /// that returned a quarter of a batch or more) does not wait. After a
+    /// turn that received at most one datagram (sparse traffic, such as
+    /// keep-alives of idle connections) the worker sleeps until the next
+    /// datagram first, and takes what is left of this wait only when one
+    /// comes within it: a lone datagram costs one wake-up, not two.
     /// Zero: a turn as soon as something arrives. Default: 250 us
     /// ([`DEFAULT_RX_COALESCE`]).
     pub rx_coalesce: Duration,

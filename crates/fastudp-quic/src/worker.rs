@@ -418,6 +418,11 @@ pub(crate) struct EndpointDriver {
     /// more in one call): the next turn starts at once, with no coalescing
     /// wait, in which the socket's buffer could overflow.
     pub(crate) rx_more: bool,
+    /// Datagrams the last receive found: at most one, and the traffic is
+    /// sparse (keep-alives of idle connections, a lone request), and the
+    /// worker does not wait for more before it sleeps
+    /// ([`Worker::wait`]).
+    pub(crate) rx_last: usize,
 }
 
 /// A worker's connections: the table, their timers, and the lists of
@@ -555,6 +560,7 @@ impl Worker {
                 arena: BytesMut::new(),
                 half_open: 0,
                 rx_more: false,
+                rx_last: 0,
             },
             table: ConnTable {
                 conns: HashMap::default(),
@@ -668,7 +674,10 @@ impl Worker {
 
     /// Waits for a datagram, the next timer, or at most [`MAX_WAIT`]; with
     /// [`crate::Tuning::rx_coalesce`], not before that long after `turn`
-    /// (when this turn started).
+    /// (when this turn started). After a turn that received at most one
+    /// datagram (sparse traffic: keep-alives, a lone request) the worker
+    /// does not sleep that long first, only when a datagram comes within
+    /// it: a PING of an idle connection then costs one wake-up, not two.
     fn wait(&mut self, turn: Instant) {
         let now = Instant::now();
         // Connections with more to send wait, as a full socket makes them,
@@ -703,9 +712,10 @@ impl Worker {
         if until <= now {
             return;
         }
-        let earliest = (turn + self.s.rx_coalesce).min(until);
-        if earliest > now {
-            std::thread::sleep(earliest - now);
+        let coalesced = (turn + self.s.rx_coalesce).min(until);
+        let sparse = self.ep.rx_last <= 1;
+        if coalesced > now && !sparse {
+            std::thread::sleep(coalesced - now);
         }
         if !self.s.busy_poll.is_zero() {
             let spin_end = until.min(Instant::now() + self.s.busy_poll);
@@ -722,6 +732,14 @@ impl Worker {
         let now = Instant::now();
         if until > now && self.table.wakes.park() {
             self.wait_for(until - now);
+            // Sparse traffic that grows dense: a datagram came within the
+            // coalescing wait, which the worker now takes (then more of
+            // them arrive for one receive, and the next turn is not
+            // sparse).
+            let now = Instant::now();
+            if sparse && coalesced > now {
+                std::thread::sleep(coalesced - now);
+            }
         }
     }
 
@@ -907,6 +925,7 @@ impl EndpointDriver {
         closing: bool,
     ) {
         self.rx_more = false;
+        self.rx_last = 0;
         #[cfg(feature = "uring")]
         if self.ring {
             return self.receive_in_place(now, rx, s, table, tx, closing);
@@ -927,6 +946,7 @@ impl EndpointDriver {
             for (meta, d) in batch.datagrams() {
                 self.received(now, meta, d, s, table, tx, closing);
             }
+            self.rx_last += batch.len();
             let full = batch.len() == batch.capacity();
             self.rx_more |= batch.len() >= BUSY_RECV;
             self.batch = Some(batch);
@@ -985,6 +1005,7 @@ impl EndpointDriver {
                         return;
                     }
                     messages += n;
+                    self.rx_last = messages;
                     self.rx_more |= n >= BUSY_RECV.min(cap);
                     if n < cap {
                         break;
@@ -2456,6 +2477,48 @@ mod harness {
             0,
             "asked for fewer ACKs with the extension off"
         );
+    }
+
+    /// A client's keep-alive PING is acknowledged in the drive that
+    /// receives it, with the clock standing still: no ACK-delay timer (25
+    /// ms, and a wake-up of the worker) per PING of an idle connection
+    /// (the patch of docs/UPSTREAM.md). A request is not: its ACK rides
+    /// the response.
+    #[test]
+    fn a_keep_alive_ping_is_acknowledged_at_once() {
+        let mut n = Net::new(|_| {});
+        let ch = n.connect();
+        n.run_until(|n| !n.conns[&ch].is_handshaking());
+        // Quiet: everything of the handshake sent and acknowledged.
+        n.advance(Duration::from_secs(1));
+        let server = |n: &Net| n.w.table.conns.values().next().unwrap().conn.clone();
+        for round in 0..3 {
+            let (acks, pings) = {
+                let s = server(&n).borrow().stats();
+                (s.frame_tx.acks, s.frame_rx.ping)
+            };
+            let client_acks = n.conns[&ch].stats().frame_rx.acks;
+            let at = n.now;
+            n.conns.get_mut(&ch).unwrap().ping();
+            // Datagrams both ways, and the timers due now: the clock
+            // does not move.
+            while n.step(Duration::ZERO) {}
+            assert_eq!(n.now, at, "the clock moved");
+            let s = server(&n).borrow().stats();
+            assert_eq!(
+                s.frame_rx.ping,
+                pings + 1,
+                "round {round}: the PING was not received"
+            );
+            assert_eq!(
+                s.frame_tx.acks,
+                acks + 1,
+                "round {round}: the PING was not acknowledged at once"
+            );
+            assert_eq!(n.conns[&ch].stats().frame_rx.acks, client_acks + 1);
+            // The next keep-alive, a second later.
+            n.advance(Duration::from_secs(1));
+        }
     }
 
     /// The io_uring receive path: 20 datagrams of 1,202 bytes that

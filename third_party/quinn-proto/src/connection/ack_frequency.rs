@@ -32,6 +32,12 @@ impl AckFrequencyState {
         }
     }
 
+    /// Whether the peer has sent an ACK_FREQUENCY frame (it then asks for acknowledgements
+    /// with IMMEDIATE_ACK, not with a PING)
+    pub(super) fn peer_set_ack_frequency(&self) -> bool {
+        self.last_ack_frequency_frame.is_some()
+    }
+
     /// Returns the `max_ack_delay` that should be requested of the peer when sending an
     /// ACK_FREQUENCY frame
     pub(super) fn candidate_max_ack_delay(

@@ -2789,6 +2789,8 @@ impl Connection {
         let mut close = None;
         let payload_len = payload.len();
         let mut ack_eliciting = false;
+        // Whether PING is the packet's only ack-eliciting frame (a keep-alive or a probe)
+        let mut ping_only = true;
         for result in frame::Iter::new(payload)? {
             let frame = result?;
             let span = match frame {
@@ -2826,6 +2828,7 @@ impl Connection {
                 }
             }
             ack_eliciting |= frame.is_ack_eliciting();
+            ping_only &= !frame.is_ack_eliciting() || matches!(frame, Frame::Ping);
 
             // Check whether this could be a probing packet
             match frame {
@@ -3053,6 +3056,14 @@ impl Connection {
         }
 
         let space = &mut self.spaces[SpaceId::Data];
+        if ack_eliciting && ping_only && !self.ack_frequency.peer_set_ack_frequency() {
+            // A packet whose only ack-eliciting frame is PING is acknowledged at once: the peer
+            // sent it for the acknowledgement alone (a keep-alive, a probe), and nothing else it
+            // sends is waiting to share that ACK. Delaying it would cost a timer and a wake-up of
+            // its own for each PING of an idle connection. A peer that asked for fewer ACKs with
+            // ACK_FREQUENCY gets what it asked for (it has IMMEDIATE_ACK for an ACK at once).
+            space.pending_acks.set_immediate_ack_required();
+        }
         if space
             .pending_acks
             .packet_received(now, number, ack_eliciting, &space.dedup)

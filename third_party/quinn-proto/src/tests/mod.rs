@@ -3160,9 +3160,12 @@ fn single_ack_eliciting_packet_triggers_ack_after_delay() {
     let stats_after_connect = pair.client_conn_mut(client_ch).stats();
 
     let start = pair.time;
-    pair.client_conn_mut(client_ch).ping();
-    pair.drive_client(); // Send ping
-    pair.drive_server(); // Process ping
+    // A STREAM frame: a packet whose only ack-eliciting frame is PING is acknowledged at once
+    // (`ping_only_packet_acknowledged_immediately`)
+    let s = pair.client_streams(client_ch).open(Dir::Uni).unwrap();
+    pair.client_send(client_ch, s).write(b"x").unwrap();
+    pair.drive_client(); // Send the stream frame
+    pair.drive_server(); // Process it
     pair.drive_client(); // Give the client a chance to process an ack, so our assertion can fail
 
     // Sanity check: the time hasn't advanced in the meantime)
@@ -3170,7 +3173,7 @@ fn single_ack_eliciting_packet_triggers_ack_after_delay() {
 
     let stats_after_ping = pair.client_conn_mut(client_ch).stats();
     assert_eq!(
-        stats_after_ping.frame_tx.ping - stats_after_connect.frame_tx.ping,
+        stats_after_ping.frame_tx.stream - stats_after_connect.frame_tx.stream,
         1
     );
     assert_eq!(
@@ -3210,8 +3213,12 @@ fn single_ack_eliciting_packet_triggers_ack_after_delay() {
 
     // Sanity check: no loss probe was sent, because the delayed ACK was received on time
     assert_eq!(
-        stats_after_drive.frame_tx.ping - stats_after_connect.frame_tx.ping,
+        stats_after_drive.frame_tx.stream - stats_after_connect.frame_tx.stream,
         1
+    );
+    assert_eq!(
+        stats_after_drive.frame_tx.ping - stats_after_connect.frame_tx.ping,
+        0
     );
 }
 
@@ -3413,6 +3420,33 @@ fn ack_frequency_ack_delayed_from_first_of_flight() {
         server_stats_after.frame_tx.acks - server_stats_before.frame_tx.acks,
         1
     );
+}
+
+/// A packet whose only ack-eliciting frame is PING (a keep-alive) is acknowledged at once, without
+/// waiting for the ACK delay, when the peer has not asked for fewer ACKs with ACK_FREQUENCY
+#[test]
+fn ping_only_packet_acknowledged_immediately() {
+    let _guard = subscribe();
+    let mut pair = Pair::default();
+    let (client_ch, server_ch) = pair.connect();
+    pair.drive();
+    for _ in 0..3 {
+        pair.client_conn_mut(client_ch).ping();
+        pair.drive_client();
+        let server_stats_before = pair.server_conn_mut(server_ch).stats();
+        pair.drive_server();
+        let server_stats_after = pair.server_conn_mut(server_ch).stats();
+        assert_eq!(
+            server_stats_after.frame_rx.ping - server_stats_before.frame_rx.ping,
+            1
+        );
+        // Acknowledged in the same call, with the clock standing still
+        assert_eq!(
+            server_stats_after.frame_tx.acks - server_stats_before.frame_tx.acks,
+            1
+        );
+        pair.drive();
+    }
 }
 
 #[test]
