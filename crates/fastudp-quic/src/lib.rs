@@ -107,4 +107,4 @@ pub use config::{
 };
 pub use engine::{ConfigError, Engine, Error, Monitor, MAX_RESTARTS, STOP_WAIT};
 pub use fastudp_io::pacing::PacingMode;
-pub use stats::{status_class, Counters, Stats, WorkerStats};
+pub use stats::{status_class, Counters, PerWorker, Stats, WorkerStats};
