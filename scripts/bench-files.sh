@@ -221,6 +221,10 @@ CADDYFILE
         echo "$gb" >"$PERF/$w-$server-$ROUND.gbit"
         echo "$w $server round $ROUND:" $(scripts/perf-buckets.py "$PERF/$w-$server-$ROUND.data" "$srv" $gb | tr '\t\n' ' ,') >&2
     fi
+    # fastudp drains on the first SIGINT (up to --drain-timeout, 30 s,
+    # for responses the client left unread); the second stops it at once.
+    kill -INT "$srv" 2>/dev/null || true
+    for _ in $(seq 30); do kill -0 "$srv" 2>/dev/null || break; sleep 0.1; done
     kill -INT "$srv" 2>/dev/null || true
     wait "$srv" || true
     srv=

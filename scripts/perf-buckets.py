@@ -83,6 +83,7 @@ OWNERS = [
     (r"^\[kernel", "kernel"),
     (r"quinn_proto", "quinn-proto"),
     (r"quinn_udp|quinn::", "quinn"),
+    (r"^\S+ <?fastudp_(quic|io|sys|cli)::", "engine (fastudp)"),
     (r"(^|[^a-z_])h3::|h3_quinn", "h3"),
     (r"fastudp_quic|fastudp_io|fastudp_sys|fastudp::|fastudp_cli", "engine (fastudp)"),
     (r"rustls", "rustls"),
