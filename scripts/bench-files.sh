@@ -6,6 +6,15 @@
 #   quic-go   quic-go's http3 server (http.FileServer)
 #   tcp-h1    Go net/http over TLS on TCP, HTTP/1.1 (http.FileServer)
 #   tcp-h2    the same server, HTTP/2
+#   fastudp-zc  fastudp quic serve --www --zerocopy (MSG_ZEROCOPY for large
+#             trains, the library's adaptive sender)
+#   caddy-h3  Caddy v2.11.9's file_server over HTTP/3 (quic-go)
+#   caddy-h2  the same Caddy over TLS/TCP, HTTP/2
+#   caddy-h1  the same Caddy over TLS/TCP, HTTP/1.1
+# (Caddy: CADDY, default ~/.cache/fastudp/caddy-v2.11.9/caddy, as
+# scripts/proxy-bench.sh builds it; one process per run, `servers {
+# protocols h1 h2 h3 }`, no access log, the client choosing the protocol;
+# a self-signed P-256 certificate made with openssl)
 # all loaded by the same client (tools/quic-go-client/filebench: quic-go's
 # http3 client, or net/http over TLS for TCP). Two workloads: `1MB`, CONNS1
 # (100) connections fetching 1 MB files (64 of them) one after the other
@@ -35,11 +44,20 @@
 # one after the other, every server once per round and workload, so the
 # builds meet the same load on a shared machine. The table's ratios are
 # to the first build's within each round, then their range over rounds.
-# PERF=DIR records each fastudp server's samples (`perf record -e
+# PROFILE=jumbo runs on the `jumbo` testbed (MTU 9000; `offload` by
+# default); there the fastudp servers may probe up to 8972-byte datagrams
+# (--max-udp-payload 8972), but quic-go's client, the h3 client of every
+# QUIC server here, takes packets of at most 1452 bytes, so the QUIC rows
+# cannot use the larger frames; TCP takes the MTU by itself.
+#
+# PERF=DIR records each server's samples, any stack's (`perf record -e
 # cpu-clock -g -p PID`, for the load's time) into DIR/WORKLOAD-SERVER-
 # ROUND.data and prints scripts/perf-buckets.py's buckets of each, with
 # their CPU ms per Gbit served (the recording costs CPU: take the
-# figures from a run without PERF).
+# figures from a run without PERF). Beside each .data, .pid and .gbit
+# keep the server's pid and the Gbit it served, for
+# `scripts/perf-buckets.py DATA PID GBIT --top N` (the symbols and their
+# owners).
 #
 #   AB="before=/tmp/fastudp-before after=target/release/fastudp" ROUNDS=3 \
 #     SERVERS="before after" scripts/bench-files.sh OUT.csv
@@ -63,6 +81,10 @@ T=${CARGO_TARGET_DIR:-target}
 FASTUDP=$T/release/fastudp
 QUINN=$T/release/examples/h3_quinn_files
 GOB=$T/quic-go-filebench
+PROFILE=${PROFILE:-offload}
+CADDY=${CADDY:-${XDG_CACHE_HOME:-$HOME/.cache}/fastudp/caddy-v2.11.9/caddy}
+MTU=
+[ "$PROFILE" = jumbo ] && MTU="--max-udp-payload 8972"
 
 echo "building ..." >&2
 # With AB, the builds are given; only the testbed's binary is needed.
@@ -92,6 +114,13 @@ else
     for i in $(seq -w 1 64); do head -c 1000000 /dev/urandom >"$TMP/www-1MB/f$i.bin"; done
     for i in 1 2 3 4; do head -c 100000000 /dev/urandom >"$TMP/www-100MB/f$i.bin"; done
 fi
+case " $SERVERS " in
+*" caddy-"*)
+    [ -x "$CADDY" ] || { echo "bench-files: no Caddy at $CADDY (scripts/proxy-bench.sh builds it)" >&2; exit 1; }
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+        -keyout "$TMP/key.pem" -out "$TMP/cert.pem" -days 2 -subj /CN=localhost \
+        -addext subjectAltName=DNS:localhost,IP:127.0.0.1,IP:10.200.0.1 2>/dev/null ;;
+esac
 
 ticks() { # ticks PID: utime + stime of the process, in clock ticks
     awk '{ print $14 + $15 }' "/proc/$1/stat"
@@ -119,26 +148,54 @@ one() { # one SERVER WORKLOAD
     PORT=$((PORT + 1))
     local addr=$HOST:$PORT
     case $server in
-    fastudp) cmd="$FASTUDP quic serve --listen $addr --www $dir --workers 1 --json" ;;
+    fastudp) cmd="$FASTUDP quic serve --listen $addr --www $dir --workers 1 --json $MTU" ;;
+    fastudp-zc) cmd="$FASTUDP quic serve --listen $addr --www $dir --workers 1 --json $MTU --zerocopy" ;;
     quinn) cmd="$QUINN --listen $addr --www $dir --workers 1" ;;
     quic-go) cmd="$GOB serve -proto h3 -listen $addr -www $dir" ;;
     tcp-h1) cmd="$GOB serve -proto https -listen $addr -www $dir"; proto=https ;;
     tcp-h2) cmd="$GOB serve -proto https -listen $addr -www $dir"; proto=https h2=-h2 ;;
+    caddy-h1 | caddy-h2 | caddy-h3)
+        cat >"$TMP/Caddyfile" <<CADDYFILE
+{
+	admin off
+	persist_config off
+	auto_https off
+	default_sni localhost
+	grace_period 2s
+	servers {
+		protocols h1 h2 h3
+	}
+}
+https://:$PORT {
+	bind $HOST
+	tls $TMP/cert.pem $TMP/key.pem
+	root * $dir
+	file_server
+}
+CADDYFILE
+        cmd="$CADDY run --config $TMP/Caddyfile --adapter caddyfile"
+        case $server in
+        caddy-h1) proto=https ;;
+        caddy-h2) proto=https h2=-h2 ;;
+        esac ;;
     *)
         local bin=
         for ab in $AB; do [ "${ab%%=*}" = "$server" ] && bin=${ab#*=}; done
         [ -n "$bin" ] || { echo "bench-files: unknown server $server" >&2; exit 2; }
-        cmd="$bin quic serve --listen $addr --www $dir --workers 1 --json" ;;
+        cmd="$bin quic serve --listen $addr --www $dir --workers 1 --json $MTU" ;;
     esac
     # shellcheck disable=SC2086
     $NS_S $PIN_S $cmd >"$TMP/srv.out" 2>"$TMP/srv.err" &
     srv=$!
+    # Caddy says it serves on stderr; the others print `listening`.
+    local up=listening upfile=$TMP/srv.out
+    [ "${server#caddy-}" != "$server" ] && up="serving initial configuration" upfile=$TMP/srv.err
     for _ in $(seq 100); do
-        grep -q listening "$TMP/srv.out" 2>/dev/null && break
+        grep -q "$up" "$upfile" 2>/dev/null && break
         kill -0 "$srv" 2>/dev/null || break
         sleep 0.05
     done
-    if ! grep -q listening "$TMP/srv.out" 2>/dev/null; then
+    if ! grep -q "$up" "$upfile" 2>/dev/null; then
         echo "bench-files: $server did not start:" >&2; cat "$TMP/srv.err" >&2
         exit 1
     fi
@@ -146,7 +203,7 @@ one() { # one SERVER WORKLOAD
     [ "$SMOKE" = 1 ] && verify=-verify
     t0=$(ticks "$srv")
     local perf=
-    if [ -n "$PERF" ] && [ "$server" != quinn ] && [ "${cmd#*quic serve}" != "$cmd" ]; then
+    if [ -n "$PERF" ]; then
         mkdir -p "$PERF"
         perf record -e cpu-clock -g -p "$srv" -o "$PERF/$w-$server-$ROUND.data" >/dev/null 2>&1 &
         perf=$!
@@ -160,8 +217,14 @@ one() { # one SERVER WORKLOAD
         wait "$perf" 2>/dev/null || true
         local gb
         gb=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["bytes"] * 8 / 1e9)' "$TMP/load.json" 2>/dev/null || true)
+        echo "$srv" >"$PERF/$w-$server-$ROUND.pid"
+        echo "$gb" >"$PERF/$w-$server-$ROUND.gbit"
         echo "$w $server round $ROUND:" $(scripts/perf-buckets.py "$PERF/$w-$server-$ROUND.data" "$srv" $gb | tr '\t\n' ' ,') >&2
     fi
+    # fastudp drains on the first SIGINT (up to --drain-timeout, 30 s,
+    # for responses the client left unread); the second stops it at once.
+    kill -INT "$srv" 2>/dev/null || true
+    for _ in $(seq 30); do kill -0 "$srv" 2>/dev/null || break; sleep 0.1; done
     kill -INT "$srv" 2>/dev/null || true
     wait "$srv" || true
     srv=
@@ -211,9 +274,9 @@ echo "waiting for /tmp/fastudp-netns.lock ..." >&2
 exec 9>/tmp/fastudp-netns.lock
 flock 9
 TESTBED=1
-"$FASTUDP" testbed up offload >/dev/null
+"$FASTUDP" testbed up "$PROFILE" >/dev/null
 RUN=$(date -u +%FT%TZ)
-echo "start $RUN, load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+echo "start $RUN on $PROFILE, load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 run_all
 echo "end $(date -u +%FT%TZ), load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 "$FASTUDP" testbed down >/dev/null

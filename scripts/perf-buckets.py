@@ -7,11 +7,20 @@ rustls with ring or aws-lc-rs, tokio) and the quic-go server (Go's crypto,
 runtime, garbage collector and scheduler, quic-go).
 
     scripts/perf-buckets.py PERF.data PID [GBIT]
+    scripts/perf-buckets.py PERF.data PID GBIT --top N
 
 With GBIT (the gigabits the process served while it was recorded), each
 bucket's CPU milliseconds per Gbit follow its share (samples times the
 sampling period), so that profiles of runs that moved different amounts
 compare bucket by bucket.
+
+With --top N, the N symbols with the most samples instead, each with its
+CPU ms per Gbit, its share, and its owner: the code it belongs to
+(the kernel, libc, quinn-proto, h3, rustls, ring, aws-lc, tokio, this
+engine, Go's runtime, crypto/tls, net/http, quic-go, ...), from the
+symbol's name and the object it was taken in. A libc `memmove` or
+`malloc` is its callers' cost: `perf report --no-children -S SYMBOL -G`
+names them.
 """
 import re
 import subprocess
@@ -69,9 +78,65 @@ ORDER = ["crypto", "copies", "quinn-proto/quic-go", "allocation", "sleep/wake",
          "kernel net/syscalls", "server loop/runtime"]
 
 
+# The owner of a symbol, first match wins: (pattern on "DSO SYMBOL", owner).
+OWNERS = [
+    (r"^\[kernel", "kernel"),
+    (r"quinn_proto", "quinn-proto"),
+    (r"quinn_udp|quinn::", "quinn"),
+    (r"^\S+ <?fastudp_(quic|io|sys|cli)::", "engine (fastudp)"),
+    (r"(^|[^a-z_])h3::|h3_quinn", "h3"),
+    (r"fastudp_quic|fastudp_io|fastudp_sys|fastudp::|fastudp_cli", "engine (fastudp)"),
+    (r"rustls", "rustls"),
+    (r"ring_core|ring::", "ring"),
+    (r"aws_lc|aws-lc", "aws-lc"),
+    (r"tokio", "tokio"),
+    (r"bytes::", "bytes"),
+    (r"hashbrown|core::|alloc::|std::|__rust", "Rust std"),
+    (r"github\.com/quic-go/", "quic-go"),
+    (r" crypto/tls|crypto/internal/fips140/aes|crypto/", "Go crypto"),
+    (r" net/http|golang\.org/x/net/http2|vendor/golang\.org/x/net/http2", "Go net/http"),
+    (r"github\.com/caddyserver", "Caddy"),
+    (r" runtime\.|internal/runtime", "Go runtime"),
+    (r" (net|os|internal/poll|syscall)\.", "Go net/os"),
+    (r"^libc|^ld-linux", "libc"),
+]
+
+
+def top(data, pid, gbit, n):
+    out = subprocess.run(
+        ["perf", "report", "-i", data, "--no-children", "--pid", pid, "-n",
+         "--sort", "dso,sym", "--stdio", "-g", "none", "--percent-limit", "0"],
+        capture_output=True, text=True).stdout
+    rows, total = [], 0.0
+    for line in out.splitlines():
+        m = re.match(r"\s*([\d.]+)%\s+(\d+)\s+(\S+)\s+\[(.)\]\s+(.*)", line)
+        if not m:
+            continue
+        samples, dso, sym = float(m.group(2)), m.group(3), m.group(5).strip()
+        total += samples
+        key = ("[kernel] " if m.group(4) == "k" else dso + " ") + sym
+        owner = "other (" + dso + ")"
+        for rx, o in OWNERS:
+            if re.search(rx, key):
+                owner = o
+                break
+        rows.append((samples, sym, owner))
+    ev = subprocess.run(["perf", "evlist", "-F", "-i", data],
+                        capture_output=True, text=True).stdout
+    m = re.search(r"sample_freq=(\d+)", ev)
+    period_ms = 1000.0 / int(m.group(1)) if m else 0.25
+    rows.sort(key=lambda r: -r[0])
+    for samples, sym, owner in rows[:n]:
+        print(f"{samples * period_ms / gbit:.1f} ms/Gbit\t{100 * samples / total:.1f}%\t{owner}\t{sym[:90]}")
+    print(f"{total * period_ms / gbit:.1f} ms/Gbit\t100%\tall\t({len(rows)} symbols)")
+
+
 def main():
     data, pid = sys.argv[1], sys.argv[2]
     gbit = float(sys.argv[3]) if len(sys.argv) > 3 else None
+    if len(sys.argv) > 5 and sys.argv[4] == "--top":
+        top(data, pid, gbit, int(sys.argv[5]))
+        return
     out = subprocess.run(
         ["perf", "report", "-i", data, "--no-children", "--pid", pid, "-n",
          "--sort", "sym", "--stdio", "-g", "none", "--percent-limit", "0"],

@@ -62,9 +62,13 @@ fi
 trap '"$B" testbed down >/dev/null 2>&1; rm -rf "$TMP"' EXIT INT TERM
 
 json() { # json FILE KEY...: fields of a JSON object, comma-separated
+    # The object is the last `"kind":"summary"` line (quic serve prints its
+    # drain and files lines after it), or the last line when none is.
     f=$1; shift
     python3 -c 'import json,sys
-v=json.loads([l for l in open(sys.argv[1]) if l.strip()][-1])
+ls=[json.loads(l) for l in open(sys.argv[1]) if l.strip().startswith("{")]
+s=[o for o in ls if o.get("kind") == "summary"]
+v=(s or ls or [{}])[-1]
 print(",".join("" if v.get(k) is None else str(v.get(k)) for k in sys.argv[2:]))' "$f" "$@"
 }
 

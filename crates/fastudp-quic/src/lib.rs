@@ -112,4 +112,4 @@ pub use engine::{
     ConfigError, Engine, Error, Monitor, SetupStep, TlsError, WorkerError, MAX_RESTARTS, STOP_WAIT,
 };
 pub use fastudp_io::pacing::PacingMode;
-pub use stats::{status_class, Counters, Stats, WorkerStats};
+pub use stats::{status_class, Counters, PerWorker, Stats, WorkerStats};

@@ -1,7 +1,60 @@
 //! The counters the engine keeps (and the baseline servers of the
 //! `fastudp` command keep too, so that one report fits all).
 
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The most workers an engine runs ([`crate::EngineConfig::workers`]), and
+/// so the shares of a [`PerWorker`] counter.
+const MAX_WORKERS: usize = 256;
+
+/// One worker's share of a [`PerWorker`] counter, on a cache line of its
+/// own.
+#[derive(Debug, Default)]
+#[repr(align(64))]
+struct Share(AtomicU64);
+
+/// A counter that every worker bumps for each datagram: one share per
+/// worker, each on a cache line of its own, so that workers counting at
+/// once do not pass one line between their cores; read as the sum of the
+/// shares. [`PerWorker::load`] reads it as [`AtomicU64::load`] reads a
+/// plain counter (the sum is of shares read one after the other, as
+/// [`Stats`] says of its counters).
+#[derive(Debug)]
+pub struct PerWorker {
+    shares: Box<[Share]>,
+}
+
+impl Default for PerWorker {
+    fn default() -> Self {
+        PerWorker {
+            shares: (0..MAX_WORKERS).map(|_| Share::default()).collect(),
+        }
+    }
+}
+
+impl PerWorker {
+    /// Adds `n` to `worker`'s share (a worker index past the last share
+    /// wraps, so every count is kept).
+    pub fn add(&self, worker: usize, n: u64) {
+        self.shares[worker % self.shares.len()]
+            .0
+            .fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// The sum of every worker's share.
+    pub fn load(&self, order: Ordering) -> u64 {
+        self.shares
+            .iter()
+            .fold(0u64, |sum, s| sum.wrapping_add(s.0.load(order)))
+    }
+
+    /// `worker`'s own share.
+    pub fn share(&self, worker: usize) -> u64 {
+        self.shares[worker % self.shares.len()]
+            .0
+            .load(Ordering::Relaxed)
+    }
+}
 
 /// Counters shared by a server's threads.
 #[derive(Debug, Default)]
@@ -38,18 +91,21 @@ pub struct Counters {
     pub wire_bytes: AtomicU64,
     /// Datagrams sent.
     pub datagrams_sent: AtomicU64,
-    /// Datagrams received.
-    pub datagrams_recv: AtomicU64,
+    /// Datagrams received (each worker counts its own on a cache line of
+    /// its own: [`PerWorker`]).
+    pub datagrams_recv: PerWorker,
     /// Send syscalls.
     pub send_calls: AtomicU64,
     /// Receive syscalls.
     pub recv_calls: AtomicU64,
     /// Packets declared lost (and retransmitted) by the connections.
     pub lost_packets: AtomicU64,
-    /// Datagrams a worker handed to the worker owning their connection.
-    pub forwarded: AtomicU64,
-    /// Datagrams quinn-proto could not use (garbage, unknown connection).
-    pub dropped: AtomicU64,
+    /// Datagrams a worker handed to the worker owning their connection
+    /// (per worker: [`PerWorker`]).
+    pub forwarded: PerWorker,
+    /// Datagrams quinn-proto could not use (garbage, unknown connection;
+    /// per worker: [`PerWorker`]).
+    pub dropped: PerWorker,
     /// Datagrams for another worker dropped: its forwarding ring was full
     /// (or the datagram longer than a slot).
     pub forward_dropped: AtomicU64,
@@ -86,8 +142,9 @@ pub struct Counters {
     /// Receive errors (ICMP errors reported on a receive, say).
     pub recv_errors: AtomicU64,
     /// Datagrams read in place in an io_uring ring's provided buffers
-    /// ([`crate::EngineConfig::uring`]); also counted in `datagrams_recv`.
-    pub recv_in_place: AtomicU64,
+    /// ([`crate::EngineConfig::uring`]); also counted in `datagrams_recv`
+    /// (per worker: [`PerWorker`]).
+    pub recv_in_place: PerWorker,
     /// Workers asked to receive with io_uring that receive with syscalls
     /// instead: the kernel refused the ring when the socket was set up,
     /// or its multishot receive later (the reason:
@@ -411,12 +468,12 @@ mod tests {
         c.app_bytes.store(next(), Relaxed);
         c.wire_bytes.store(next(), Relaxed);
         c.datagrams_sent.store(next(), Relaxed);
-        c.datagrams_recv.store(next(), Relaxed);
+        c.datagrams_recv.add(1, next());
         c.send_calls.store(next(), Relaxed);
         c.recv_calls.store(next(), Relaxed);
         c.lost_packets.store(next(), Relaxed);
-        c.forwarded.store(next(), Relaxed);
-        c.dropped.store(next(), Relaxed);
+        c.forwarded.add(1, next());
+        c.dropped.add(258, next());
         c.forward_dropped.store(next(), Relaxed);
         c.stateless_dropped.store(next(), Relaxed);
         c.request_timeouts.store(next(), Relaxed);
@@ -428,7 +485,7 @@ mod tests {
         c.rx_overflow.store(next(), Relaxed);
         c.send_errors.store(next(), Relaxed);
         c.recv_errors.store(next(), Relaxed);
-        c.recv_in_place.store(next(), Relaxed);
+        c.recv_in_place.add(1, next());
         c.uring_fallbacks.store(next(), Relaxed);
         c.uring_exhausted.store(next(), Relaxed);
         c.refused_per_ip.store(next(), Relaxed);
@@ -493,5 +550,40 @@ mod tests {
             assert_eq!(v, next());
         }
         assert_eq!(Counters::default().snapshot(), Stats::default());
+    }
+
+    /// Two workers counting at once, each into its own share: the sum is
+    /// every count, in the counter and in the snapshot, and each share is
+    /// what its worker counted; a worker index past the shares wraps and
+    /// still counts.
+    #[test]
+    fn per_worker_counters_sum_their_shares() {
+        let c = std::sync::Arc::new(Counters::default());
+        let n = 100_000u64;
+        let threads: Vec<_> = (0..2)
+            .map(|w| {
+                let c = c.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..n {
+                        c.datagrams_recv.add(w, 1);
+                    }
+                    c.forwarded.add(w, 10 + w as u64);
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(c.datagrams_recv.share(0), n);
+        assert_eq!(c.datagrams_recv.share(1), n);
+        assert_eq!(c.datagrams_recv.load(Relaxed), 2 * n);
+        assert_eq!(c.forwarded.load(Relaxed), 21);
+        let s = c.snapshot();
+        assert_eq!(s.datagrams_recv, 2 * n);
+        assert_eq!(s.forwarded, 21);
+        c.dropped.add(MAX_WORKERS + 1, 3);
+        assert_eq!(c.dropped.share(1), 3);
+        assert_eq!(c.snapshot().dropped, 3);
+        assert_eq!(std::mem::align_of::<Share>(), 64, "a share per cache line");
     }
 }

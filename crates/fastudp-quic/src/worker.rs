@@ -983,7 +983,7 @@ impl EndpointDriver {
                     let in_ring = view.in_ring();
                     for (meta, d) in view.datagrams() {
                         if in_ring {
-                            s.counters.recv_in_place.fetch_add(1, Relaxed);
+                            s.counters.recv_in_place.add(s.id, 1);
                         }
                         self.received(now, meta, d, s, table, tx, closing);
                     }
@@ -1032,12 +1032,12 @@ impl EndpointDriver {
         tx: &mut Tx,
         closing: bool,
     ) {
-        s.counters.datagrams_recv.fetch_add(1, Relaxed);
+        s.counters.datagrams_recv.add(s.id, 1);
         let owner = s.steering.owner(d, s.workers).unwrap_or(s.id);
         if owner != s.id && !d.is_empty() {
             let c = &s.counters;
             if s.inboxes[owner].push(meta.source, meta.destination, meta.ecn, d) {
-                c.forwarded.fetch_add(1, Relaxed);
+                c.forwarded.add(s.id, 1);
             } else {
                 c.forward_dropped.fetch_add(1, Relaxed);
             }
@@ -1100,7 +1100,7 @@ impl EndpointDriver {
             }
             Some(DatagramEvent::Response(t)) => return tx.stateless(&t, buf),
             None => {
-                s.counters.dropped.fetch_add(1, Relaxed);
+                s.counters.dropped.add(s.id, 1);
             }
         }
         keep_spare(&mut tx.small_spare, buf, STATELESS_QUEUE);

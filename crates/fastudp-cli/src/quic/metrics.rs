@@ -243,7 +243,7 @@ impl Collector for Sources {
             &mut e,
             "quic_datagrams_received",
             "Datagrams received.",
-            l(&c.datagrams_recv),
+            c.datagrams_recv.load(Relaxed),
         )?;
         counter(
             &mut e,
@@ -267,14 +267,14 @@ impl Collector for Sources {
             &mut e,
             "quic_forwarded",
             "Datagrams handed to the worker owning their connection.",
-            l(&c.forwarded),
+            c.forwarded.load(Relaxed),
         )?;
         counters(
             &mut e,
             "quic_datagrams_dropped",
             "Datagrams dropped, by where: not usable by QUIC, a full forwarding ring, a full queue of stateless replies, the host's send queue, a full receive buffer.",
             &[
-                (&[("where", "unusable")], l(&c.dropped)),
+                (&[("where", "unusable")], c.dropped.load(Relaxed)),
                 (&[("where", "forward_ring")], l(&c.forward_dropped)),
                 (&[("where", "stateless_queue")], l(&c.stateless_dropped)),
                 (&[("where", "send_queue")], l(&c.dropped_locally)),

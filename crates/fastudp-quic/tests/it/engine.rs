@@ -602,6 +602,47 @@ fn connections_are_counted_while_open() {
     stop(engine);
 }
 
+/// Datagrams received by two workers: each worker counts its own in its
+/// share of `datagrams_recv`, each share is what that worker's socket
+/// received, and the counter and the snapshot give the sum. Short headers
+/// whose connection ID starts with 1 are worker 1's, with 2 worker 0's;
+/// their sizes grow one by one, so that GRO joins none of them and the
+/// sockets' message counts are datagram counts.
+#[test]
+fn two_workers_count_received_datagrams_in_their_own_shares() {
+    let (engine, _cert) = start(writer(10), |c| c);
+    assert_eq!(engine.workers(), 2);
+    let to = engine.local_addr();
+    let peer = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    for i in 0..50usize {
+        let mut d = vec![0x40, if i % 5 < 3 { 1 } else { 2 }];
+        d.resize(100 + i, 0x5a);
+        peer.send_to(&d, to).unwrap();
+    }
+    eventually("50 datagrams counted", || {
+        engine.stats().datagrams_recv == 50
+            && engine
+                .worker_stats()
+                .iter()
+                .map(|w| w.datagrams_received)
+                .sum::<u64>()
+                == 50
+    });
+    let c = engine.counters();
+    let workers = engine.worker_stats();
+    for (i, w) in workers.iter().enumerate() {
+        assert_eq!(
+            c.datagrams_recv.share(i),
+            w.datagrams_received,
+            "worker {i}'s share is what its socket received"
+        );
+    }
+    assert_eq!(c.datagrams_recv.share(0) + c.datagrams_recv.share(1), 50);
+    assert_eq!(c.datagrams_recv.load(Relaxed), 50);
+    assert_eq!(engine.stats().datagrams_recv, 50);
+    stop(engine);
+}
+
 /// An engine dropped without `join` stops: its workers end and the port
 /// is free again.
 #[test]
