@@ -580,7 +580,8 @@ struct State {
     served: Cell<u64>,
     /// Since when none has been under way.
     idle_since: Cell<Instant>,
-    /// HTTP/1.1: since when a next head has been arriving.
+    /// HTTP/1.1: since when a head has been arriving (a drain lets its
+    /// request finish).
     head_begun: Cell<Option<Instant>>,
     /// A request was refused: the connection lingers when it ends.
     refused: Cell<bool>,
@@ -607,7 +608,9 @@ impl State {
                 (self.idle_since.get() + cfg.idle_timeout, Due::Idle)
             });
             if let Some(c) = closing {
-                due = Some((c, Due::Close));
+                // What was sent before has the send timeout to go out.
+                let since = c.max(self.idle_since.get());
+                due = Some((since + cfg.send_timeout, Due::Close));
             }
         }
         if let Some(t) = self.pieces.borrow().values().min() {
@@ -697,26 +700,29 @@ impl Conn {
             .serve_connection(TokioIo::new(io), svc)
             .into_owned();
         let mut conn = std::pin::pin!(conn);
-        // Set once GOAWAY was sent (HTTP/2), with when to close if
-        // nothing is under way by then.
+        // When hyper's graceful shutdown began (HTTP/2: GOAWAY; HTTP/1.1:
+        // no keep-alive after the response under way).
         let mut closing: Option<Instant> = None;
         let goaway = |conn: Pin<&mut _>, closing: &mut Option<Instant>| {
             if closing.is_none() {
                 auto::Connection::graceful_shutdown(conn);
-                *closing = Some(Instant::now() + cfg.send_timeout);
+                *closing = Some(Instant::now());
             }
         };
+        let mut drain_seen = false;
         let result = loop {
             let phase = *self.phase.borrow();
             if phase == Phase::Stop {
                 break None;
             }
-            if phase == Phase::Drain {
-                if h2 {
+            if phase == Phase::Drain && !std::mem::replace(&mut drain_seen, true) {
+                if h2 || st.in_flight.get() > 0 {
                     goaway(conn.as_mut(), &mut closing);
                 } else if st.idle() {
                     break None;
                 }
+                // An HTTP/1.1 head under way: its answer says
+                // `connection: close` (hyper's shutdown would drop it).
             }
             if h2 && st.served.get() >= MAX_REQUESTS {
                 goaway(conn.as_mut(), &mut closing);
@@ -1105,7 +1111,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for Io<S> {
         let before = buf.filled().len();
         let r = Pin::new(&mut this.inner).poll_read(cx, buf);
         let st = &this.st;
-        if buf.filled().len() > before && !st.h2 && st.served.get() > 0 && st.idle() {
+        if buf.filled().len() > before && !st.h2 && st.idle() {
             st.head_begun.set(Some(Instant::now()));
             st.notify.notify_one();
         }

@@ -1,8 +1,10 @@
 //! The TLS-over-TCP discovery listener (`fastudp_quic::altsvc`) against a
-//! plain rustls client: the `Alt-Svc` header, byte-exact bodies (files
-//! and `/bytes/N`), keep-alive, 404, escapes refused, and every bound: a
-//! client that never sends, one that stops in the middle of a head, one
-//! that idles, a head too large, too many connections, and stop.
+//! plain rustls client speaking HTTP/1.1 and hyper's HTTP/2 client: the
+//! `Alt-Svc` header, byte-exact bodies (files and `/bytes/N`),
+//! keep-alive, 404, escapes refused, and every bound: a client that never
+//! sends, one that stops in the middle of a head, one that idles, a head
+//! too large (hyper's 431), too many connections, a response not taken
+//! (a stalled socket, an HTTP/2 window left shut), drain and stop.
 
 use super::{provider, server_tls, Cert};
 use fastudp_quic::altsvc::{self, Config, Listener};
@@ -236,6 +238,47 @@ fn alt_svc_malformed_and_oversized_requests_are_refused_and_counted() {
     let _ = s.flush();
     let r = read_response(&mut s, false);
     assert_eq!(r.status, 431);
+    // hyper answers a head past its bounds itself: no Alt-Svc there.
+    assert_eq!(r.field("alt-svc"), None);
+    assert!(closed_by_server(&mut s));
+    // One header field more than MAX_FIELDS (with Host): 431 too.
+    let mut s = connect(l.local_addr(), &cert);
+    let mut head = String::from("GET / HTTP/1.1\r\nHost: localhost\r\n");
+    for i in 0..altsvc::MAX_FIELDS {
+        head.push_str(&format!("X-{i}: v\r\n"));
+    }
+    write!(s, "{head}\r\n").unwrap();
+    assert_eq!(read_response(&mut s, false).status, 431);
+    assert!(closed_by_server(&mut s));
+    // Exactly MAX_FIELDS is served.
+    let mut s = connect(l.local_addr(), &cert);
+    let mut head = String::from("GET /bytes/3 HTTP/1.1\r\nHost: localhost\r\n");
+    for i in 0..altsvc::MAX_FIELDS - 1 {
+        head.push_str(&format!("X-{i}: v\r\n"));
+    }
+    write!(s, "{head}\r\n").unwrap();
+    assert_eq!(read_response(&mut s, false).status, 200);
+    // A malformed head (a NUL in a value): hyper's 400.
+    let mut s = connect(l.local_addr(), &cert);
+    s.write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\nX: a\x00b\r\n\r\n")
+        .unwrap();
+    assert_eq!(read_response(&mut s, false).status, 400);
+    assert!(closed_by_server(&mut s));
+    // No Host, and Transfer-Encoding: refused here, with Alt-Svc.
+    let mut s = connect(l.local_addr(), &cert);
+    write!(s, "GET / HTTP/1.1\r\n\r\n").unwrap();
+    let r = read_response(&mut s, false);
+    assert_eq!(r.status, 400);
+    assert_eq!(r.field("alt-svc"), Some("h3=\":4433\"; ma=86400"));
+    assert!(closed_by_server(&mut s));
+    let mut s = connect(l.local_addr(), &cert);
+    write!(
+        s,
+        "POST / HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
+    )
+    .unwrap();
+    assert_eq!(read_response(&mut s, false).status, 501);
+    assert!(closed_by_server(&mut s));
     let mut s = connect(l.local_addr(), &cert);
     write!(
         s,
@@ -244,8 +287,8 @@ fn alt_svc_malformed_and_oversized_requests_are_refused_and_counted() {
     .unwrap();
     assert_eq!(read_response(&mut s, false).status, 413);
     let st = l.stats().snapshot();
-    assert_eq!(st.bad_requests, 3, "{st:?}");
-    assert_eq!(st.requests, 0, "{st:?}");
+    assert_eq!(st.bad_requests, 8, "{st:?}");
+    assert_eq!(st.requests, 1, "{st:?}");
     l.stop(Duration::from_secs(2));
 }
 
