@@ -929,8 +929,7 @@ fn refusal(req: &Request<Incoming>, h2: bool) -> Option<StatusCode> {
         if uri.scheme().is_some() || uri.authority().is_some() || !uri.path().starts_with('/') {
             return Some(StatusCode::BAD_REQUEST);
         }
-        if req.version() == Version::HTTP_11 && h.get_all(http::header::HOST).iter().count() != 1
-        {
+        if req.version() == Version::HTTP_11 && h.get_all(http::header::HOST).iter().count() != 1 {
             return Some(StatusCode::BAD_REQUEST);
         }
     }
@@ -1075,7 +1074,10 @@ impl<S> Io<S> {
                     .get_or_insert_with(|| (Box::pin(tokio::time::sleep(limit)), 0));
             }
             Poll::Ready(Ok(_)) => {
-                self.shared.stats.bytes_sent.fetch_add(moved as u64, Relaxed);
+                self.shared
+                    .stats
+                    .bytes_sent
+                    .fetch_add(moved as u64, Relaxed);
                 if let Some((_, taken)) = &mut self.behind {
                     *taken += moved;
                     if *taken >= crate::h3::CHUNK {
@@ -1120,7 +1122,11 @@ impl<S: AsyncRead + Unpin> AsyncRead for Io<S> {
 }
 
 impl<S: AsyncWrite + Unpin> AsyncWrite for Io<S> {
-    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         let r = Pin::new(&mut this.inner).poll_write(cx, buf);
         let moved = match &r {

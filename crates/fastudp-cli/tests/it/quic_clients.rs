@@ -1861,10 +1861,7 @@ fn alt_svc_tcp_chromium_starts_over_tcp_and_moves_to_http3() {
     assert_eq!(element_text(&dom, "nav"), "nav h2", "{dom}");
     let protos = late_protocols(&dom);
     let h3 = protos.iter().filter(|p| *p == "h3").count() as u64;
-    assert!(
-        protos.iter().all(|p| p == "h3" || p == "h2"),
-        "{protos:?}"
-    );
+    assert!(protos.iter().all(|p| p == "h3" || p == "h2"), "{protos:?}");
     assert!(h3 > 0, "no image came over HTTP/3: {protos:?}");
     let s = stats_until(&mut srv, |v| v["h3_requests"].as_u64() >= Some(h3));
     // The page came over TCP in this session too. Its script and the

@@ -593,7 +593,11 @@ fn alt_svc_http2_serves_streams_at_once_byte_exact_with_alt_svc() {
         }
         for t in tasks {
             let (path, status, alt, body) = t.await.unwrap();
-            assert_eq!(alt.as_ref().map(|v| v.to_str().unwrap()), Some("h3=\":4433\"; ma=86400"), "{path}");
+            assert_eq!(
+                alt.as_ref().map(|v| v.to_str().unwrap()),
+                Some("h3=\":4433\"; ma=86400"),
+                "{path}"
+            );
             match path {
                 "/a.bin" => assert_eq!((status, &body[..]), (200, &file[..])),
                 "/bytes/300000" => {
@@ -609,7 +613,9 @@ fn alt_svc_http2_serves_streams_at_once_byte_exact_with_alt_svc() {
         let req = http::Request::builder()
             .method("POST")
             .uri("https://localhost/")
-            .body(http_body_util::Full::new(bytes::Bytes::from_static(b"abcd")))
+            .body(http_body_util::Full::new(bytes::Bytes::from_static(
+                b"abcd",
+            )))
             .unwrap();
         let r = s.send_request(req).await.unwrap();
         assert_eq!(r.status(), 413);
@@ -653,7 +659,9 @@ fn alt_svc_http2_idle_connections_get_goaway_and_drain_finishes_streams() {
         assert_eq!(r.status(), 200);
         l.drain();
         assert!(
-            tokio::net::TcpStream::connect(l.local_addr()).await.is_err(),
+            tokio::net::TcpStream::connect(l.local_addr())
+                .await
+                .is_err(),
             "a new connection during the drain"
         );
         let body = r.into_body().collect().await.unwrap().to_bytes();
@@ -689,7 +697,11 @@ fn alt_svc_http2_a_stream_whose_window_stays_shut_is_closed_after_the_send_timeo
             assert!(t0.elapsed() < send_timeout * 8, "the stalled stream held");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        assert!(t0.elapsed() >= send_timeout / 2, "cut after {:?}", t0.elapsed());
+        assert!(
+            t0.elapsed() >= send_timeout / 2,
+            "cut after {:?}",
+            t0.elapsed()
+        );
         drop(r);
     });
     super::eventually("no connection open", || l.stats().open.load(Relaxed) == 0);
