@@ -699,7 +699,9 @@ impl Conn {
         let conn = self.builders[usize::from(h2)]
             .serve_connection(TokioIo::new(io), svc)
             .into_owned();
-        let mut conn = std::pin::pin!(conn);
+        // Boxed, so that it can be dropped (with its bodies) before the
+        // connection lingers.
+        let mut conn = Box::pin(conn);
         // When hyper's graceful shutdown began (HTTP/2: GOAWAY; HTTP/1.1:
         // no keep-alive after the response under way).
         let mut closing: Option<Instant> = None;
