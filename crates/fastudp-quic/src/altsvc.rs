@@ -1,8 +1,9 @@
 //! HTTP/3 discovery over TCP: a TLS-over-TCP listener on the QUIC port
-//! number that answers HTTP/1.1 with the same content as the HTTP/3
-//! application and the header `Alt-Svc: h3=":PORT"; ma=86400`, so that a
-//! browser that starts over TCP (as every browser does for an origin it
-//! has not seen) moves to HTTP/3.
+//! number that answers HTTP/1.1 and HTTP/2 (by ALPN) with the same
+//! content as the HTTP/3 application and the header
+//! `Alt-Svc: h3=":PORT"; ma=86400`, so that a browser that starts over
+//! TCP (as every browser does for an origin it has not seen) moves to
+//! HTTP/3.
 //!
 //! # Why here
 //!
@@ -10,64 +11,86 @@
 //! with the same [`Handler`] (`/bytes/N`, `/video/...`, static files
 //! through [`crate::files::Root`], which opens them with `openat2(2)`),
 //! so any embedder that serves HTTP/3 gets discovery for its own handler,
-//! and both transports serve the same bytes. It needs nothing of the
-//! command: std threads, blocking sockets with kernel timeouts, and
-//! rustls, which the crate already depends on. It shares no state with
-//! the QUIC workers: its threads are its own.
+//! and both transports serve the same bytes. HTTP is hyper's
+//! (hyper-util's auto server over tokio-rustls); what is here is the
+//! handler's seam and the bounds. It shares no state with the QUIC
+//! workers: it runs on a thread of its own, with a tokio current-thread
+//! runtime and a `LocalSet` (a [`Handler`] need not be `Send`; each
+//! connection gets its own from [`MakeHandler`]).
 //!
 //! # Shape and bounds
 //!
-//! One thread accepts; each connection gets a thread of its own, at most
+//! One task accepts; each connection is a task, at most
 //! [`Config::max_connections`] at once, and [`Config::per_ip`] from one
 //! client address (more are closed at once and counted in
-//! [`Stats::refused`]). Every way a client can hold a
-//! connection is bounded:
+//! [`Stats::refused`]). Every way a client can hold a connection is
+//! bounded:
 //!
 //! | What | Bound | When it is passed |
 //! |---|---|---|
 //! | TLS handshake plus the first request head | [`Config::request_timeout`] from accept | closed, [`Stats::request_timeouts`] |
-//! | A later request head | [`Config::request_timeout`] from its first byte | closed, [`Stats::request_timeouts`] |
-//! | Idle between requests (keep-alive) | [`Config::idle_timeout`] | closed, [`Stats::idle_closed`] |
-//! | Request head size | [`MAX_HEAD`] bytes | 431, closed, [`Stats::bad_requests`] |
-//! | Header fields | [`MAX_FIELDS`] | 431, closed, [`Stats::bad_requests`] |
-//! | Request body | none accepted (`Content-Length` above 0, any `Transfer-Encoding`) | 413 or 501, closed, [`Stats::bad_requests`] |
-//! | A response piece (head, a body chunk of [`crate::h3::CHUNK`]) the client does not take | [`Config::send_timeout`] | closed, [`Stats::send_failed`] |
-//! | Requests per connection | [`MAX_REQUESTS`] | the last answer says `connection: close` |
+//! | A later HTTP/1.1 request head | [`Config::request_timeout`] from its first byte (hyper's `header_read_timeout`, [`Config::idle_timeout`] plus [`Config::request_timeout`] from the previous answer, backs it) | closed, [`Stats::request_timeouts`] |
+//! | Idle, no request under way (HTTP/1.1 keep-alive, HTTP/2 with no stream) | [`Config::idle_timeout`] | HTTP/1.1 closed, HTTP/2 GOAWAY then closed; [`Stats::idle_closed`] |
+//! | HTTP/1.1 request head size | [`MAX_HEAD`] bytes (hyper's `max_buf_size`) | hyper answers 431, closed, [`Stats::bad_requests`] |
+//! | HTTP/1.1 header fields | [`MAX_FIELDS`] (hyper's `max_headers`) | hyper answers 431, closed, [`Stats::bad_requests`] |
+//! | HTTP/2 header list | [`MAX_HEAD`] bytes (`SETTINGS_MAX_HEADER_LIST_SIZE`) | the stream refused by h2 |
+//! | HTTP/2 streams at once | [`H2_MAX_STREAMS`] (`SETTINGS_MAX_CONCURRENT_STREAMS`) | refused by h2 |
+//! | HTTP/2 streams the client resets before they are answered, and resets the server must send | [`H2_MAX_PENDING_RESETS`], [`H2_MAX_LOCAL_RESETS`] | GOAWAY, closed |
+//! | HTTP/2 request data the client may send unasked | [`H2_WINDOW`] per stream and per connection | flow control |
+//! | Request body | none accepted (`Content-Length` above 0, any `Transfer-Encoding`) | 413 or 501 (HTTP/1.1: closed), [`Stats::bad_requests`] |
+//! | A response piece the client does not take ([`crate::h3::CHUNK`] bytes once a write waits; over HTTP/2 also a chunk its window does not take) | [`Config::send_timeout`] | closed, [`Stats::send_failed`] |
+//! | Requests per connection | [`MAX_REQUESTS`] | HTTP/1.1: the last answer says `connection: close`; HTTP/2: GOAWAY |
 //! | Reading on after a refusal (so the answer is not lost to a reset) | [`LINGER`], [`LINGER_BYTES`] | closed |
 //!
 //! [`Listener::drain`] stops accepting (a new connection is refused by
 //! the kernel), closes the connections that wait for a next request, and
-//! lets those with a request under way finish it: its answer says
-//! `connection: close`, and the connection closes after it.
+//! lets those with a request under way finish it: over HTTP/1.1 its
+//! answer says `connection: close` and the connection closes after it;
+//! over HTTP/2 the connection gets GOAWAY and closes after its streams.
 //!
-//! The HTTP/1.1 parser ([`parse_head`]) is strict: CRLF line ends only,
-//! origin-form targets (`/path?query`) only, exactly one `Host` field
-//! for HTTP/1.1, no whitespace before a field's colon, no obsolete line
-//! folding; anything else is 400 and the connection closes.
+//! HTTP/1.1 is parsed by hyper (httparse), which refuses a malformed head
+//! with 400 (and a head over the bounds with 431) itself: those answers
+//! carry no `Alt-Svc`, and are counted in [`Stats::bad_requests`] and as
+//! 4xx. Stricter than hyper, a request is refused with 400 here when its
+//! target is not in origin-form (`/path?query`) or an HTTP/1.1 request
+//! has no `Host` field or more than one.
 //!
 //! [`Handler`]: crate::h3::Handler
 
 use crate::app::ConnInfo;
 use crate::h3::{Handler, MakeHandler, Next};
-use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Uri};
+use bytes::Bytes;
+use http::{HeaderValue, Method, Request, Response, StatusCode, Version};
+use http_body::{Body as _, Frame};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
-use std::io::{self, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::future::Future;
+use std::io;
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener};
+use std::os::fd::AsFd;
+use std::pin::Pin;
 use std::rc::Rc;
-use std::sync::atomic::Ordering::{Relaxed, SeqCst};
-use std::sync::atomic::{AtomicBool, AtomicU64};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
+use tokio::sync::{watch, Notify};
 
-/// The longest request head (request line and header fields) accepted,
-/// in bytes: 16 KiB.
+/// The longest HTTP/1.1 request head (request line and header fields),
+/// and the largest HTTP/2 header list, accepted, in bytes: 16 KiB.
 pub const MAX_HEAD: usize = 16 * 1024;
 
-/// The most header fields a request may carry.
+/// The most header fields an HTTP/1.1 request may carry.
 pub const MAX_FIELDS: usize = 64;
 
-/// The most requests one connection may make; the last answer closes it.
+/// The most requests one connection may make; the last answer closes it
+/// (HTTP/1.1), or GOAWAY follows it (HTTP/2).
 pub const MAX_REQUESTS: u64 = 1000;
 
 /// The default of [`Config::max_connections`].
@@ -82,8 +105,30 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long an `Alt-Svc` advertisement lasts, in seconds (`ma=`).
 pub const MAX_AGE: u32 = 86_400;
 
-/// The ALPN protocol of the listener.
-pub const ALPN: &[u8] = b"http/1.1";
+/// The ALPN protocols of the listener, in its order of preference.
+pub const ALPN: &[&[u8]] = &[b"h2", b"http/1.1"];
+
+/// HTTP/2: streams open at once per connection (as HTTP/3's default
+/// per connection).
+pub const H2_MAX_STREAMS: u32 = 16;
+
+/// HTTP/2: streams the client may reset before they are answered, at
+/// once (hyper's bound against the "rapid reset" attack).
+pub const H2_MAX_PENDING_RESETS: usize = 20;
+
+/// HTTP/2: streams the server may reset for the client's errors before
+/// it closes the connection.
+pub const H2_MAX_LOCAL_RESETS: usize = 256;
+
+/// HTTP/2: the receive window of each stream and of the connection (no
+/// request body is taken: this is what a client may send anyway).
+pub const H2_WINDOW: u32 = 64 * 1024;
+
+/// How long a refused request's connection reads on after the answer.
+pub const LINGER: Duration = Duration::from_secs(1);
+
+/// How many bytes it reads at most meanwhile (64 KiB).
+pub const LINGER_BYTES: usize = 64 * 1024;
 
 /// What the listener is to do.
 #[derive(Clone)]
@@ -239,28 +284,31 @@ impl Stats {
     }
 }
 
-/// State the accept thread and the connection threads share.
+/// Where the listener is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Run,
+    Drain,
+    Stop,
+}
+
+/// State the accept task and the connections share.
 struct Shared {
     cfg: Config,
-    tls: Arc<rustls::ServerConfig>,
     alt_svc: HeaderValue,
     stats: Arc<Stats>,
     /// Connections open per client address.
     per_address: crate::limits::PerAddress,
-    stop: AtomicBool,
-    /// Set by [`Listener::drain`].
-    draining: AtomicBool,
-    /// The open connections' sockets, to shut them down at stop, and
-    /// whether each waits for a next request (a drain closes those).
-    conns: Mutex<HashMap<u64, (TcpStream, Arc<AtomicBool>)>>,
 }
 
 /// A running listener. [`Listener::stop`] ends it; dropping it does too.
 pub struct Listener {
     addr: SocketAddr,
     shared: Arc<Shared>,
+    /// The listening socket (shut down to refuse new connections at once).
     socket: TcpListener,
-    accept: Option<JoinHandle<()>>,
+    phase: watch::Sender<Phase>,
+    thread: Option<JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for Listener {
@@ -288,32 +336,40 @@ impl Listener {
             ));
         }
         let mut tls = (*cfg.tls).clone();
-        tls.alpn_protocols = vec![ALPN.to_vec()];
+        tls.alpn_protocols = ALPN.iter().map(|p| p.to_vec()).collect();
         tls.max_early_data_size = 0;
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
         let alt_svc = HeaderValue::from_str(&format!("h3=\":{}\"; ma={MAX_AGE}", cfg.h3_port))
             .map_err(io::Error::other)?;
         let socket = TcpListener::bind(cfg.addr)?;
+        socket.set_nonblocking(true)?;
         let addr = socket.local_addr()?;
         let per_address = crate::limits::PerAddress::new(cfg.per_ip());
         let shared = Arc::new(Shared {
             cfg,
-            tls: Arc::new(tls),
             alt_svc,
             stats: Arc::new(Stats::default()),
             per_address,
-            stop: AtomicBool::new(false),
-            draining: AtomicBool::new(false),
-            conns: Mutex::new(HashMap::new()),
         });
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let (phase, phase_rx) = watch::channel(Phase::Run);
         let (l, s) = (socket.try_clone()?, shared.clone());
-        let accept = std::thread::Builder::new()
-            .name("altsvc-accept".into())
-            .spawn(move || accept_loop(l, s))?;
+        let thread = std::thread::Builder::new()
+            .name("altsvc".into())
+            .spawn(move || {
+                let local = tokio::task::LocalSet::new();
+                local.block_on(&rt, run(l, s, acceptor, phase_rx));
+                // The connections still open end here, with their tasks.
+                drop(local);
+            })?;
         Ok(Listener {
             addr,
             shared,
             socket,
-            accept: Some(accept),
+            phase,
+            thread: Some(thread),
         })
     }
 
@@ -341,785 +397,782 @@ impl Listener {
     /// Starts a graceful drain and returns at once: no new connection is
     /// accepted (the listening socket is shut, so the kernel refuses
     /// them), a connection waiting for its next request is closed, and a
-    /// request under way is answered with `connection: close`, the
-    /// connection closed after it. [`Listener::open`] falls to 0 as they
-    /// end; [`Listener::stop`] ends the rest.
+    /// request under way is finished: over HTTP/1.1 its answer says
+    /// `connection: close` and the connection closes after it, over
+    /// HTTP/2 the connection gets GOAWAY and closes after its streams.
+    /// [`Listener::open`] falls to 0 as they end; [`Listener::stop`] ends
+    /// the rest.
     pub fn drain(&self) {
-        self.shared.draining.store(true, SeqCst);
-        let _ = socket2::SockRef::from(&self.socket).shutdown(Shutdown::Both);
-        if let Ok(conns) = self.shared.conns.lock() {
-            for (s, idle) in conns.values() {
-                if idle.load(SeqCst) {
-                    let _ = s.shutdown(Shutdown::Both);
-                }
+        self.phase.send_if_modified(|p| {
+            let run = *p == Phase::Run;
+            if run {
+                *p = Phase::Drain;
             }
-        }
+            run
+        });
+        let _ = socket2::SockRef::from(&self.socket).shutdown(Shutdown::Both);
     }
 
-    /// Stops accepting, shuts down every open connection, and waits up to
-    /// `wait` for their threads to end.
+    /// Stops accepting, closes every open connection, and waits up to
+    /// `wait` for them to end.
     pub fn stop(mut self, wait: Duration) {
         self.shutdown(wait);
     }
 
     fn shutdown(&mut self, wait: Duration) {
-        self.shared.stop.store(true, SeqCst);
-        // On Linux, shutting a listening socket down wakes a blocked
-        // accept(2) with EINVAL.
+        self.phase.send_replace(Phase::Stop);
         let _ = socket2::SockRef::from(&self.socket).shutdown(Shutdown::Both);
-        if let Some(t) = self.accept.take() {
-            let _ = t.join();
-        }
-        if let Ok(conns) = self.shared.conns.lock() {
-            for (s, _) in conns.values() {
-                let _ = s.shutdown(Shutdown::Both);
-            }
-        }
         let end = Instant::now() + wait;
-        while self.shared.stats.open.load(Relaxed) > 0 && Instant::now() < end {
-            std::thread::sleep(Duration::from_millis(5));
+        if let Some(t) = self.thread.take() {
+            while !t.is_finished() && Instant::now() < end {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            if t.is_finished() {
+                let _ = t.join();
+            }
         }
     }
 }
 
 impl Drop for Listener {
     fn drop(&mut self) {
-        if self.accept.is_some() {
+        if self.thread.is_some() {
             self.shutdown(Duration::ZERO);
         }
     }
 }
 
-fn accept_loop(l: TcpListener, shared: Arc<Shared>) {
+/// Runs the futures hyper spawns (HTTP/2 streams) on the listener's
+/// `LocalSet`: the handler and its bodies need not be `Send`.
+#[derive(Clone, Copy, Debug)]
+struct Local;
+
+impl<F: Future + 'static> hyper::rt::Executor<F> for Local {
+    fn execute(&self, f: F) {
+        tokio::task::spawn_local(f);
+    }
+}
+
+/// hyper's server for one protocol, with its bounds.
+fn builder(cfg: &Config, h2: bool) -> auto::Builder<Local> {
+    let b = auto::Builder::new(Local);
+    let mut b = if h2 { b.http2_only() } else { b.http1_only() };
+    b.http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(cfg.idle_timeout + cfg.request_timeout)
+        .max_buf_size(MAX_HEAD)
+        .max_headers(MAX_FIELDS);
+    b.http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(H2_MAX_STREAMS)
+        .max_header_list_size(MAX_HEAD as u32)
+        .max_pending_accept_reset_streams(H2_MAX_PENDING_RESETS)
+        .max_local_error_reset_streams(H2_MAX_LOCAL_RESETS)
+        .initial_stream_window_size(H2_WINDOW)
+        .initial_connection_window_size(H2_WINDOW)
+        .max_send_buf_size(crate::h3::CHUNK);
+    b
+}
+
+/// The listener's thread: accepts until a drain or a stop, then (after
+/// a drain) keeps serving the connections open until the stop.
+async fn run(
+    l: TcpListener,
+    shared: Arc<Shared>,
+    acceptor: tokio_rustls::TlsAcceptor,
+    mut phase: watch::Receiver<Phase>,
+) {
+    let Ok(l) = tokio::net::TcpListener::from_std(l) else {
+        return;
+    };
+    let builders = Rc::new([builder(&shared.cfg, false), builder(&shared.cfg, true)]);
     let mut next_id = 0u64;
     loop {
-        let accepted = l.accept();
-        if shared.stop.load(SeqCst) || shared.draining.load(SeqCst) {
-            return;
+        let accepted = tokio::select! {
+            a = l.accept() => a,
+            _ = phase.wait_for(|p| *p != Phase::Run) => break,
+        };
+        if *phase.borrow() != Phase::Run {
+            break;
         }
-        let (tcp, ip) = match accepted {
-            Ok((tcp, peer)) => (tcp, peer.ip()),
+        let (tcp, peer) = match accepted {
+            Ok(a) => a,
             // EMFILE and the like: wait a little rather than spin.
             Err(_) => {
-                std::thread::sleep(Duration::from_millis(10));
+                tokio::time::sleep(Duration::from_millis(10)).await;
                 continue;
             }
         };
         let stats = &shared.stats;
         if stats.open.load(Relaxed) >= shared.cfg.max_connections as u64
-            || !shared.per_address.take(ip)
+            || !shared.per_address.take(peer.ip())
         {
             stats.refused.fetch_add(1, Relaxed);
             continue;
         }
-        let Ok(clone) = tcp.try_clone() else {
-            shared.per_address.give(ip);
-            stats.refused.fetch_add(1, Relaxed);
-            continue;
-        };
-        let id = next_id;
-        next_id += 1;
         stats.open.fetch_add(1, Relaxed);
-        let idle = Arc::new(AtomicBool::new(false));
-        if let Ok(mut conns) = shared.conns.lock() {
-            conns.insert(id, (clone, idle.clone()));
-        }
-        let s = shared.clone();
-        let spawned = std::thread::Builder::new()
-            .name("altsvc-conn".into())
-            .spawn(move || {
-                // Files it opens count against its address's descriptors.
-                let _peer = crate::files::Peer::set(ip);
-                s.stats.accepted.fetch_add(1, Relaxed);
-                serve(tcp, &s, id, &idle);
-                if let Ok(mut conns) = s.conns.lock() {
-                    conns.remove(&id);
-                }
-                s.per_address.give(ip);
-                s.stats.open.fetch_sub(1, Relaxed);
+        stats.accepted.fetch_add(1, Relaxed);
+        let open = Open {
+            shared: shared.clone(),
+            ip: peer.ip(),
+        };
+        let c = Conn {
+            shared: shared.clone(),
+            builders: builders.clone(),
+            acceptor: acceptor.clone(),
+            phase: phase.clone(),
+            id: next_id,
+        };
+        next_id += 1;
+        tokio::task::spawn_local(c.serve(tcp, open));
+    }
+    // New connections are refused from here on (the socket is shut);
+    // those open finish, or end at the stop.
+    drop(l);
+    let _ = phase.wait_for(|p| *p == Phase::Stop).await;
+}
+
+/// A connection's place: counted open, and its address's share taken,
+/// until dropped.
+struct Open {
+    shared: Arc<Shared>,
+    ip: IpAddr,
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.shared.per_address.give(self.ip);
+        self.shared.stats.open.fetch_sub(1, Relaxed);
+    }
+}
+
+/// What one connection is served with.
+struct Conn {
+    shared: Arc<Shared>,
+    builders: Rc<[auto::Builder<Local>; 2]>,
+    acceptor: tokio_rustls::TlsAcceptor,
+    phase: watch::Receiver<Phase>,
+    id: u64,
+}
+
+/// Why the connection's watchdog woke.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Due {
+    /// No (first) request head whole in time.
+    Head,
+    /// No request under way for the idle timeout.
+    Idle,
+    /// An HTTP/2 response chunk not taken in time.
+    Piece,
+    /// After GOAWAY with nothing under way, the time to close is up.
+    Close,
+}
+
+/// What a connection's service, its bodies and its I/O share (all on
+/// the listener's thread).
+struct State {
+    h2: bool,
+    start: Instant,
+    /// Responses under way (from the request's head to the end of its
+    /// body).
+    in_flight: Cell<usize>,
+    /// Requests answered.
+    served: Cell<u64>,
+    /// Since when none has been under way.
+    idle_since: Cell<Instant>,
+    /// HTTP/1.1: since when a head has been arriving (a drain lets its
+    /// request finish).
+    head_begun: Cell<Option<Instant>>,
+    /// A request was refused: the connection lingers when it ends.
+    refused: Cell<bool>,
+    /// A write waited past the send timeout (counted once).
+    send_timed_out: Cell<bool>,
+    /// HTTP/2: the response chunks handed to hyper and not yet followed
+    /// by the next ask, by body, with when they were handed.
+    pieces: RefCell<HashMap<u64, Instant>>,
+    next_body: Cell<u64>,
+    /// Wakes the connection's watchdog when any of this changes.
+    notify: Notify,
+}
+
+impl State {
+    /// The next deadline, and what passes then.
+    fn due(&self, cfg: &Config, closing: Option<Instant>) -> Option<(Instant, Due)> {
+        let mut due = None;
+        if self.in_flight.get() == 0 {
+            due = Some(if self.served.get() == 0 {
+                (self.start + cfg.request_timeout, Due::Head)
+            } else if let Some(t) = self.head_begun.get() {
+                (t + cfg.request_timeout, Due::Head)
+            } else {
+                (self.idle_since.get() + cfg.idle_timeout, Due::Idle)
             });
-        if spawned.is_err() {
-            if let Ok(mut conns) = shared.conns.lock() {
-                conns.remove(&id);
+            if let Some(c) = closing {
+                // What was sent before has the send timeout to go out.
+                let since = c.max(self.idle_since.get());
+                due = Some((since + cfg.send_timeout, Due::Close));
             }
-            shared.per_address.give(ip);
-            stats.open.fetch_sub(1, Relaxed);
-            stats.refused.fetch_add(1, Relaxed);
         }
-    }
-}
-
-type Tls = rustls::StreamOwned<rustls::ServerConnection, Sock>;
-
-/// A connection's TCP socket, with the deadline every read must meet.
-///
-/// rustls reads a TLS record, and a handshake flight, in as many reads as
-/// it takes. A receive timeout set once before a rustls call would bound
-/// each of those reads, not their sum: a client that trickles the bytes
-/// of one record (up to 16 KiB), or of its ClientHello, a byte at a time
-/// would renew it with each byte. Here each read sets the kernel's
-/// receive timeout to the time left before [`Sock::deadline`] and fails
-/// with [`io::ErrorKind::TimedOut`] once none is.
-///
-/// Its writes pass `MSG_NOSIGNAL`: rustls writes with `write_vectored`,
-/// which `std` makes a `writev(2)`, and a `writev` to a connection the
-/// client has reset raises SIGPIPE, which ends a process that has not
-/// ignored it (as `fastudp` does not, so that a closed pipe ends it).
-///
-/// Writes have a deadline too, `write_deadline`, armed ([`Sock::arm`])
-/// before each piece the server hands to rustls (the head, each body
-/// chunk of at most [`crate::h3::CHUNK`] bytes, a flush): the kernel's
-/// send timeout counts from each `send(2)` and any progress ends it, so
-/// a client that takes a few bytes now and then would hold the
-/// connection for ever. Once the deadline passes the socket is stalled
-/// and every later write fails at once (rustls' `Write` swallows the
-/// error of its own flush and would wait again).
-struct Sock {
-    tcp: TcpStream,
-    deadline: Instant,
-    write_deadline: Instant,
-    send_timeout: Duration,
-    stalled: bool,
-}
-
-impl Sock {
-    /// Gives the next writes [`Config::send_timeout`] from now.
-    fn arm(&mut self) {
-        self.write_deadline = Instant::now() + self.send_timeout;
-    }
-
-    fn send(
-        &mut self,
-        f: impl FnOnce(&socket2::SockRef<'_>) -> io::Result<usize>,
-    ) -> io::Result<usize> {
-        let left = self
-            .write_deadline
-            .saturating_duration_since(Instant::now());
-        if self.stalled || left.is_zero() {
-            self.stalled = true;
-            return Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "the client did not take the response within the send timeout",
-            ));
+        if let Some(t) = self.pieces.borrow().values().min() {
+            let piece = (*t + cfg.send_timeout, Due::Piece);
+            if due.is_none_or(|d| piece.0 < d.0) {
+                due = Some(piece);
+            }
         }
-        self.tcp.set_write_timeout(Some(left))?;
-        let r = f(&socket2::SockRef::from(&self.tcp));
-        if r.as_ref().is_err_and(timed_out) {
-            self.stalled = true;
-        }
-        r
+        due
+    }
+
+    /// Nothing under way, and (HTTP/1.1) no head arriving.
+    fn idle(&self) -> bool {
+        self.in_flight.get() == 0 && self.head_begun.get().is_none()
     }
 }
 
-impl Read for Sock {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        if !until(&self.tcp, self.deadline) {
-            return Err(io::ErrorKind::TimedOut.into());
-        }
-        self.tcp.read(buf)
-    }
-}
-
-impl Write for Sock {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.send(|t| t.send_with_flags(buf, libc::MSG_NOSIGNAL))
-    }
-
-    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
-        self.send(|t| t.send_vectored_with_flags(bufs, libc::MSG_NOSIGNAL))
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        self.tcp.flush()
-    }
-}
-
-/// Why a connection ended before its time.
-enum End {
-    /// The client closed or reset it, or the server is stopping.
-    Closed,
-    /// A deadline passed while reading.
-    Timeout,
-    /// The TLS layer failed.
-    Tls,
-}
-
-/// Sets the socket's receive timeout to what is left until `deadline`;
-/// `false` when nothing is.
-fn until(tcp: &TcpStream, deadline: Instant) -> bool {
-    let left = deadline.saturating_duration_since(Instant::now());
-    // A zero timeout would mean "none" to the kernel.
-    !left.is_zero() && tcp.set_read_timeout(Some(left)).is_ok()
-}
-
-fn timed_out(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-    )
-}
-
-/// One connection, from accept to close. `idle` is set while it waits
-/// for a next request.
-fn serve(tcp: TcpStream, shared: &Shared, id: u64, idle: &AtomicBool) {
-    let stats = &shared.stats;
-    let cfg = &shared.cfg;
-    let _ = tcp.set_nodelay(true);
-    let Ok(conn) = rustls::ServerConnection::new(shared.tls.clone()) else {
-        stats.tls_failed.fetch_add(1, Relaxed);
-        return;
-    };
-    let first = Instant::now() + cfg.request_timeout;
-    let sock = Sock {
-        tcp,
-        deadline: first,
-        write_deadline: first,
-        send_timeout: cfg.send_timeout,
-        stalled: false,
-    };
-    let mut s = rustls::StreamOwned::new(conn, sock);
-    match handshake(&mut s, first) {
-        Ok(()) => {}
-        Err(End::Timeout) => {
-            stats.request_timeouts.fetch_add(1, Relaxed);
+impl Conn {
+    /// One connection, from accept to close.
+    async fn serve(mut self, tcp: tokio::net::TcpStream, open: Open) {
+        let shared = self.shared.clone();
+        let (stats, cfg) = (&shared.stats, &shared.cfg);
+        let _ = tcp.set_nodelay(true);
+        let start = Instant::now();
+        // A second descriptor of the socket, to linger on it after hyper
+        // has dropped the connection.
+        let dup = tcp.as_fd().try_clone_to_owned().ok();
+        let (Ok(remote), Ok(local)) = (tcp.peer_addr(), tcp.local_addr()) else {
+            // Gone already.
             return;
-        }
-        Err(_) => {
-            stats.tls_failed.fetch_add(1, Relaxed);
-            return;
-        }
-    }
-    let handler = (cfg.make)(id as usize);
-    // What each request carries to the handler.
-    let (Ok(remote), Ok(local)) = (s.sock.tcp.peer_addr(), s.sock.tcp.local_addr()) else {
-        // Gone already.
-        return;
-    };
-    let info = Rc::new(ConnInfo {
-        remote,
-        local,
-        server_name: s.conn.server_name().map(str::to_string),
-        alpn: s.conn.alpn_protocol().map(<[u8]>::to_vec),
-        worker: id as usize,
-        // HTTP/1.1: one request at a time.
-        bidi_streams: 1,
-    });
-    let mut buf: Vec<u8> = Vec::with_capacity(4096);
-    let mut served = 0u64;
-    loop {
-        if shared.stop.load(SeqCst) {
-            return;
-        }
-        let head_deadline = if served == 0 { Some(first) } else { None };
-        if served > 0 && buf.is_empty() {
-            // Waiting for a next request: a drain closes it now, or
-            // finds it idle and shuts it.
-            idle.store(true, SeqCst);
-            if shared.draining.load(SeqCst) {
-                return;
-            }
-        }
-        let read = read_head(&mut s, &mut buf, head_deadline, cfg, idle);
-        idle.store(false, SeqCst);
-        let end = match read {
-            Ok(end) => end,
-            Err(Some(End::Timeout)) if served > 0 && buf.is_empty() => {
-                stats.idle_closed.fetch_add(1, Relaxed);
-                return;
-            }
-            Err(Some(End::Timeout)) => {
-                stats.request_timeouts.fetch_add(1, Relaxed);
-                return;
-            }
-            Err(Some(End::Tls)) if served == 0 => {
+        };
+        let tls = tokio::select! {
+            t = tokio::time::timeout(cfg.request_timeout, self.acceptor.accept(tcp)) => t,
+            _ = self.phase.wait_for(|p| *p == Phase::Stop) => return,
+        };
+        let tls = match tls {
+            Ok(Ok(tls)) => tls,
+            Ok(Err(_)) => {
                 stats.tls_failed.fetch_add(1, Relaxed);
                 return;
             }
-            Err(Some(_)) => return,
-            Err(None) => {
-                // The head is larger than MAX_HEAD.
-                stats.bad_requests.fetch_add(1, Relaxed);
-                let _ = refuse(&mut s, 431, shared);
+            Err(_) => {
+                stats.request_timeouts.fetch_add(1, Relaxed);
                 return;
             }
         };
-        let parsed = parse_head(&buf[..end]);
-        buf.drain(..end);
-        let mut req = match parsed {
-            Ok(r) => r,
-            Err(e) => {
-                stats.bad_requests.fetch_add(1, Relaxed);
-                let _ = refuse(&mut s, e.status(), shared);
-                return;
+        let (h2, server_name, alpn) = {
+            let c = tls.get_ref().1;
+            (
+                c.alpn_protocol() == Some(b"h2"),
+                c.server_name().map(str::to_string),
+                c.alpn_protocol().map(<[u8]>::to_vec),
+            )
+        };
+        let st = Rc::new(State {
+            h2,
+            start,
+            in_flight: Cell::new(0),
+            served: Cell::new(0),
+            idle_since: Cell::new(start),
+            head_begun: Cell::new(None),
+            refused: Cell::new(false),
+            send_timed_out: Cell::new(false),
+            pieces: RefCell::new(HashMap::new()),
+            next_body: Cell::new(0),
+            notify: Notify::new(),
+        });
+        let svc = Service {
+            handler: (cfg.make)(self.id as usize),
+            info: ConnInfo {
+                remote,
+                local,
+                server_name,
+                alpn,
+                worker: self.id as usize,
+                bidi_streams: if h2 { H2_MAX_STREAMS } else { 1 },
+            },
+            st: st.clone(),
+            shared: shared.clone(),
+            draining: self.phase.clone(),
+        };
+        let io = Io {
+            inner: tls,
+            st: st.clone(),
+            shared: shared.clone(),
+            behind: None,
+        };
+        let conn = self.builders[usize::from(h2)]
+            .serve_connection(TokioIo::new(io), svc)
+            .into_owned();
+        // Boxed, so that it can be dropped (with its bodies) before the
+        // connection lingers.
+        let mut conn = Box::pin(conn);
+        // When hyper's graceful shutdown began (HTTP/2: GOAWAY; HTTP/1.1:
+        // no keep-alive after the response under way).
+        let mut closing: Option<Instant> = None;
+        let goaway = |conn: Pin<&mut _>, closing: &mut Option<Instant>| {
+            if closing.is_none() {
+                auto::Connection::graceful_shutdown(conn);
+                *closing = Some(Instant::now());
             }
         };
-        served += 1;
-        let close = req.close || served >= MAX_REQUESTS || shared.draining.load(SeqCst);
-        stats.requests.fetch_add(1, Relaxed);
-        req.request.extensions_mut().insert(ConnInfo::clone(&info));
-        match respond(&mut s, &*handler, &req.request, close, shared) {
-            Ok(true) if !close => {}
-            _ => {
-                s.conn.send_close_notify();
-                s.sock.arm();
-                let _ = s.flush();
-                return;
+        let mut drain_seen = false;
+        let result = loop {
+            let phase = *self.phase.borrow();
+            if phase == Phase::Stop {
+                break None;
             }
-        }
-    }
-}
-
-fn handshake(s: &mut Tls, deadline: Instant) -> Result<(), End> {
-    s.sock.deadline = deadline;
-    s.sock.write_deadline = deadline;
-    while s.conn.is_handshaking() {
-        match s.conn.complete_io(&mut s.sock) {
-            Ok((0, 0)) => return Err(End::Closed),
-            Ok(_) => {}
-            Err(e) if timed_out(&e) => return Err(End::Timeout),
-            Err(e) if e.kind() == io::ErrorKind::InvalidData => return Err(End::Tls),
-            Err(_) => return Err(End::Closed),
-        }
-    }
-    Ok(())
-}
-
-/// Reads until `buf` holds a whole request head; its length with the
-/// blank line. `Err(None)`: the head is over [`MAX_HEAD`]. Without a
-/// `deadline`, the connection may idle [`Config::idle_timeout`] for the
-/// first byte, and then has [`Config::request_timeout`] for the rest.
-fn read_head(
-    s: &mut Tls,
-    buf: &mut Vec<u8>,
-    mut deadline: Option<Instant>,
-    cfg: &Config,
-    idle: &AtomicBool,
-) -> Result<usize, Option<End>> {
-    let mut chunk = [0u8; 4096];
-    loop {
-        if let Some(i) = find_end(buf) {
-            return Ok(i);
-        }
-        if buf.len() >= MAX_HEAD {
-            return Err(None);
-        }
-        if deadline.is_none() && !buf.is_empty() {
-            deadline = Some(Instant::now() + cfg.request_timeout);
-        }
-        s.sock.deadline = deadline.unwrap_or_else(|| Instant::now() + cfg.idle_timeout);
-        // What rustls may still send while reading (a KeyUpdate's answer).
-        s.sock.arm();
-        let want = (MAX_HEAD - buf.len()).min(chunk.len());
-        match s.read(&mut chunk[..want]) {
-            Ok(0) => return Err(Some(End::Closed)),
-            Ok(n) => {
-                // A request has begun: a drain lets it finish.
-                idle.store(false, SeqCst);
-                buf.extend_from_slice(&chunk[..n]);
-                if deadline.is_none() {
-                    deadline = Some(Instant::now() + cfg.request_timeout);
+            if phase == Phase::Drain && !std::mem::replace(&mut drain_seen, true) {
+                if h2 || st.in_flight.get() > 0 {
+                    goaway(conn.as_mut(), &mut closing);
+                } else if st.idle() {
+                    break None;
                 }
+                // An HTTP/1.1 head under way: its answer says
+                // `connection: close` (hyper's shutdown would drop it).
             }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) if timed_out(&e) => return Err(Some(End::Timeout)),
-            Err(e) if e.kind() == io::ErrorKind::InvalidData => return Err(Some(End::Tls)),
-            Err(_) => return Err(Some(End::Closed)),
-        }
-    }
-}
-
-/// The length of the head in `buf` up to and with its blank line.
-fn find_end(buf: &[u8]) -> Option<usize> {
-    buf.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4)
-}
-
-/// Answers `req`; `Ok(true)` when the response went out whole and the
-/// connection may carry another request.
-fn respond(
-    s: &mut Tls,
-    handler: &dyn Handler,
-    req: &Request<()>,
-    close: bool,
-    shared: &Shared,
-) -> io::Result<bool> {
-    let stats = &shared.stats;
-    let now = Instant::now();
-    let reply = handler.handle(req, now);
-    let head_only = req.method() == Method::HEAD;
-    let mut body = if head_only { None } else { reply.body };
-    // Without a length, the end of the body is the end of the connection.
-    let length_known = reply
-        .head
-        .headers()
-        .contains_key(http::header::CONTENT_LENGTH);
-    let close = close || (body.is_some() && !length_known);
-    let mut head = Vec::with_capacity(256);
-    let status = reply.head.status();
-    count_status(stats, status.as_u16());
-    head.extend_from_slice(
-        format!(
-            "HTTP/1.1 {} {}\r\n",
-            status.as_u16(),
-            status.canonical_reason().unwrap_or("")
-        )
-        .as_bytes(),
-    );
-    write_fields(&mut head, reply.head.headers(), &shared.alt_svc, close);
-    let mut sent = head.len() as u64;
-    let r = (|| -> io::Result<bool> {
-        s.sock.arm();
-        s.write_all(&head)?;
-        if let Some(b) = body.as_mut() {
-            loop {
-                if shared.stop.load(SeqCst) {
-                    return Ok(false);
+            if h2 && st.served.get() >= MAX_REQUESTS {
+                goaway(conn.as_mut(), &mut closing);
+            }
+            let due = st.due(cfg, closing);
+            let sleep = async {
+                match due {
+                    Some((t, _)) => tokio::time::sleep_until(t.into()).await,
+                    None => std::future::pending().await,
                 }
-                match b.next(Instant::now(), crate::h3::CHUNK) {
-                    Ok(Next::Data(d)) => {
-                        s.sock.arm();
-                        s.write_all(&d)?;
-                        sent += d.len() as u64;
+            };
+            tokio::select! {
+                r = conn.as_mut() => break Some(r),
+                _ = sleep => {
+                    let Some((_, why)) = st.due(cfg, closing) else { continue };
+                    if st.due(cfg, closing).is_some_and(|(t, _)| t > Instant::now()) {
+                        continue;
                     }
-                    Ok(Next::Wait(t)) => {
-                        s.sock.arm();
-                        s.flush()?;
-                        std::thread::sleep(t.saturating_duration_since(Instant::now()));
-                    }
-                    Ok(Next::End) => break,
-                    Err(_) => {
-                        stats.body_errors.fetch_add(1, Relaxed);
-                        let _ = s.flush();
-                        return Ok(false);
+                    match why {
+                        Due::Head => {
+                            stats.request_timeouts.fetch_add(1, Relaxed);
+                            break None;
+                        }
+                        Due::Idle if h2 => {
+                            stats.idle_closed.fetch_add(1, Relaxed);
+                            goaway(conn.as_mut(), &mut closing);
+                        }
+                        Due::Idle => {
+                            stats.idle_closed.fetch_add(1, Relaxed);
+                            break None;
+                        }
+                        // The bodies cut count it.
+                        Due::Piece | Due::Close => break None,
                     }
                 }
+                c = self.phase.changed() => if c.is_err() { break None },
+                _ = st.notify.notified() => {}
+            }
+        };
+        drop(conn);
+        let mut linger = st.refused.get();
+        if let Some(Err(e)) = result {
+            match e.downcast_ref::<hyper::Error>() {
+                Some(e) if e.is_timeout() => {
+                    stats.request_timeouts.fetch_add(1, Relaxed);
+                }
+                Some(e) if e.is_parse() || e.is_parse_too_large() => {
+                    // hyper answered it (400, 431) itself.
+                    stats.bad_requests.fetch_add(1, Relaxed);
+                    stats.responses[3].fetch_add(1, Relaxed);
+                    linger = true;
+                }
+                _ => {}
             }
         }
-        s.sock.arm();
-        s.flush()?;
-        Ok(true)
-    })();
-    stats.bytes_sent.fetch_add(sent, Relaxed);
-    match r {
-        Ok(whole) => Ok(whole && !close),
-        Err(e) => {
-            stats.send_failed.fetch_add(1, Relaxed);
-            Err(e)
+        if linger && *self.phase.borrow() != Phase::Stop {
+            if let Some(fd) = dup {
+                lingering(std::net::TcpStream::from(fd)).await;
+            }
         }
+        drop(open);
     }
-}
-
-/// Counts a response begun with `status`, by its class.
-fn count_status(stats: &Stats, status: u16) {
-    if let Some(i) = crate::stats::status_class(status) {
-        stats.responses[i].fetch_add(1, Relaxed);
-    }
-}
-
-/// Writes the response's header fields, `alt-svc`, `connection: close`
-/// when the connection ends after it, and the blank line.
-fn write_fields(out: &mut Vec<u8>, fields: &HeaderMap, alt_svc: &HeaderValue, close: bool) {
-    for (name, value) in fields {
-        if name == http::header::CONNECTION || name == http::header::ALT_SVC {
-            continue;
-        }
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
-    }
-    out.extend_from_slice(b"alt-svc: ");
-    out.extend_from_slice(alt_svc.as_bytes());
-    out.extend_from_slice(b"\r\n");
-    if close {
-        out.extend_from_slice(b"connection: close\r\n");
-    }
-    out.extend_from_slice(b"\r\n");
-}
-
-/// An error answer (the connection closes after it).
-fn refuse(s: &mut Tls, code: u16, shared: &Shared) -> io::Result<()> {
-    let reason = http::StatusCode::from_u16(code)
-        .ok()
-        .and_then(|c| c.canonical_reason())
-        .unwrap_or("");
-    count_status(&shared.stats, code);
-    let mut out = format!("HTTP/1.1 {code} {reason}\r\ncontent-length: 0\r\n").into_bytes();
-    write_fields(&mut out, &HeaderMap::new(), &shared.alt_svc, true);
-    s.sock.arm();
-    s.write_all(&out)?;
-    shared.stats.bytes_sent.fetch_add(out.len() as u64, Relaxed);
-    s.conn.send_close_notify();
-    s.sock.arm();
-    s.flush()?;
-    linger(&s.sock.tcp);
-    Ok(())
 }
 
 /// Closes the sending side and reads what the client still sends, for
 /// at most [`LINGER`] and [`LINGER_BYTES`]: closing with unread bytes
 /// would reset the connection, and the client might lose the answer.
-fn linger(tcp: &TcpStream) {
-    if tcp.shutdown(Shutdown::Write).is_err() {
+async fn lingering(tcp: std::net::TcpStream) {
+    if tcp.shutdown(Shutdown::Write).is_err() || tcp.set_nonblocking(true).is_err() {
         return;
     }
-    let end = Instant::now() + LINGER;
-    let mut scratch = [0u8; 4096];
-    let mut left = LINGER_BYTES;
-    let mut r = tcp;
-    while left > 0 && until(tcp, end) {
-        match r.read(&mut scratch) {
-            Ok(0) | Err(_) => return,
-            Ok(n) => left = left.saturating_sub(n),
+    let Ok(mut tcp) = tokio::net::TcpStream::from_std(tcp) else {
+        return;
+    };
+    let _ = tokio::time::timeout(LINGER, async {
+        let mut scratch = [0u8; 4096];
+        let mut left = LINGER_BYTES;
+        while left > 0 {
+            match tcp.read(&mut scratch).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => left = left.saturating_sub(n),
+            }
         }
+    })
+    .await;
+}
+
+/// Answers a connection's requests with its [`Handler`].
+struct Service {
+    handler: Rc<dyn Handler>,
+    info: ConnInfo,
+    st: Rc<State>,
+    shared: Arc<Shared>,
+    draining: watch::Receiver<Phase>,
+}
+
+impl hyper::service::Service<Request<Incoming>> for Service {
+    type Response = Response<ReplyBody>;
+    type Error = std::convert::Infallible;
+    type Future = std::future::Ready<Result<Response<ReplyBody>, std::convert::Infallible>>;
+
+    fn call(&self, req: Request<Incoming>) -> Self::Future {
+        std::future::ready(Ok(self.answer(req)))
     }
 }
 
-/// How long a refused request's connection reads on after the answer.
-pub const LINGER: Duration = Duration::from_secs(1);
-
-/// How many bytes it reads at most meanwhile (64 KiB).
-pub const LINGER_BYTES: usize = 64 * 1024;
-
-/// A parsed request head.
-#[derive(Debug)]
-pub struct Head {
-    /// Method, target (origin-form) and header fields.
-    pub request: Request<()>,
-    /// True when the connection ends after the answer: HTTP/1.0, or a
-    /// `Connection: close` field.
-    pub close: bool,
-}
-
-/// Why [`parse_head`] refused a request head.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum HeadError {
-    /// A malformed request line or header field, a target not in
-    /// origin-form, a missing or repeated `Host` (400).
-    Malformed(&'static str),
-    /// A version other than HTTP/1.0 or HTTP/1.1 (505).
-    Version,
-    /// A request with a body (413).
-    Body,
-    /// `Transfer-Encoding` (501).
-    TransferEncoding,
-    /// More than [`MAX_FIELDS`] header fields (431).
-    TooManyFields,
-}
-
-impl HeadError {
-    /// The status the client is answered with.
-    pub fn status(self) -> u16 {
-        match self {
-            HeadError::Malformed(_) => 400,
-            HeadError::Version => 505,
-            HeadError::Body => 413,
-            HeadError::TransferEncoding => 501,
-            HeadError::TooManyFields => 431,
+impl Service {
+    fn answer(&self, req: Request<Incoming>) -> Response<ReplyBody> {
+        let (st, stats) = (&self.st, &self.shared.stats);
+        let served = st.served.get() + 1;
+        st.served.set(served);
+        st.head_begun.set(None);
+        st.in_flight.set(st.in_flight.get() + 1);
+        st.notify.notify_one();
+        let close = !st.h2
+            && (served >= MAX_REQUESTS
+                || *self.draining.borrow() != Phase::Run
+                || asks_to_close(&req));
+        if let Some(status) = refusal(&req, st.h2) {
+            stats.bad_requests.fetch_add(1, Relaxed);
+            if !st.h2 {
+                st.refused.set(true);
+            }
+            let mut head = Response::new(());
+            *head.status_mut() = status;
+            head.headers_mut()
+                .insert(http::header::CONTENT_LENGTH, HeaderValue::from(0u64));
+            return self.respond(head, None, !st.h2);
         }
+        stats.requests.fetch_add(1, Relaxed);
+        let (parts, _body) = req.into_parts();
+        let mut req = Request::from_parts(parts, ());
+        req.extensions_mut().insert(self.info.clone());
+        let reply = {
+            // Files it opens count against its address's descriptors.
+            let _peer = crate::files::Peer::set(self.info.remote.ip());
+            self.handler.handle(&req, Instant::now())
+        };
+        let body = if req.method() == Method::HEAD {
+            None
+        } else {
+            reply.body
+        };
+        self.respond(reply.head, body, close)
+    }
+
+    /// The response: `head`'s status and fields, `alt-svc`, and
+    /// `connection: close` when the connection ends after it.
+    fn respond(
+        &self,
+        head: Response<()>,
+        body: Option<Box<dyn crate::h3::Body>>,
+        close: bool,
+    ) -> Response<ReplyBody> {
+        let (mut parts, ()) = head.into_parts();
+        if let Some(i) = crate::stats::status_class(parts.status.as_u16()) {
+            self.shared.stats.responses[i].fetch_add(1, Relaxed);
+        }
+        let left = parts
+            .headers
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+        parts.headers.remove(http::header::CONNECTION);
+        parts
+            .headers
+            .insert(http::header::ALT_SVC, self.shared.alt_svc.clone());
+        if close {
+            parts
+                .headers
+                .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+        }
+        let id = self.st.next_body.get();
+        self.st.next_body.set(id + 1);
+        let body = ReplyBody {
+            ended: body.is_none() || left == Some(0),
+            body,
+            wait: None,
+            left,
+            st: self.st.clone(),
+            shared: self.shared.clone(),
+            ip: self.info.remote.ip(),
+            id,
+        };
+        Response::from_parts(parts, body)
     }
 }
 
-impl std::fmt::Display for HeadError {
+/// True when an HTTP/1.1 request's `Connection` field says `close`.
+fn asks_to_close(req: &Request<Incoming>) -> bool {
+    req.headers()
+        .get_all(http::header::CONNECTION)
+        .iter()
+        .flat_map(|v| v.as_bytes().split(|&b| b == b','))
+        .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close"))
+}
+
+/// Why a request whose head hyper took is refused here, if it is: a
+/// target not in origin-form, HTTP/1.1 without exactly one `Host` (400),
+/// a body (413), `Transfer-Encoding` (501).
+fn refusal(req: &Request<Incoming>, h2: bool) -> Option<StatusCode> {
+    let h = req.headers();
+    if !h2 {
+        let uri = req.uri();
+        if uri.scheme().is_some() || uri.authority().is_some() || !uri.path().starts_with('/') {
+            return Some(StatusCode::BAD_REQUEST);
+        }
+        if req.version() == Version::HTTP_11 && h.get_all(http::header::HOST).iter().count() != 1 {
+            return Some(StatusCode::BAD_REQUEST);
+        }
+    }
+    if h.contains_key(http::header::TRANSFER_ENCODING) {
+        return Some(StatusCode::NOT_IMPLEMENTED);
+    }
+    let length = h
+        .get_all(http::header::CONTENT_LENGTH)
+        .iter()
+        .any(|v| v.as_bytes().iter().any(|&b| b != b'0'));
+    if length || req.body().size_hint().lower() > 0 {
+        return Some(StatusCode::PAYLOAD_TOO_LARGE);
+    }
+    None
+}
+
+/// A [`Handler`]'s body as an [`http_body::Body`]: each chunk of at most
+/// [`crate::h3::CHUNK`] bytes pulled when hyper asks for it, a
+/// [`Next::Wait`] slept on the runtime's timer. While it lives its
+/// request counts as under way.
+pub struct ReplyBody {
+    body: Option<Box<dyn crate::h3::Body>>,
+    wait: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// What the `content-length` still promises.
+    left: Option<u64>,
+    /// It was sent whole (or had nothing to send).
+    ended: bool,
+    st: Rc<State>,
+    shared: Arc<Shared>,
+    ip: IpAddr,
+    id: u64,
+}
+
+impl std::fmt::Debug for ReplyBody {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            HeadError::Malformed(what) => write!(f, "malformed request: {what}"),
-            HeadError::Version => f.write_str("HTTP version not supported"),
-            HeadError::Body => f.write_str("a request body is not accepted"),
-            HeadError::TransferEncoding => f.write_str("Transfer-Encoding is not accepted"),
-            HeadError::TooManyFields => write!(f, "more than {MAX_FIELDS} header fields"),
-        }
+        f.debug_struct("ReplyBody")
+            .field("left", &self.left)
+            .field("ended", &self.ended)
+            .finish_non_exhaustive()
     }
 }
 
-impl std::error::Error for HeadError {}
+impl http_body::Body for ReplyBody {
+    type Data = Bytes;
+    type Error = io::Error;
 
-/// RFC 9110 `tchar`.
-fn is_tchar(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
-}
-
-/// Parses one HTTP/1.1 request head: the bytes up to and with the blank
-/// line (`\r\n\r\n`), as RFC 9112 describes it, strictly (see the
-/// module's documentation).
-pub fn parse_head(head: &[u8]) -> Result<Head, HeadError> {
-    use HeadError::Malformed;
-    if !head.ends_with(b"\r\n\r\n") {
-        return Err(Malformed("no blank line"));
-    }
-    // Without the blank line's "\n\r\n": every line then ends with "\r".
-    let head = &head[..head.len() - 3];
-    let mut lines = head.split(|&b| b == b'\n');
-    let line = lines.next().ok_or(Malformed("no request line"))?;
-    let line = line
-        .strip_suffix(b"\r")
-        .ok_or(Malformed("a line not ended by CRLF"))?;
-    let mut parts = line.split(|&b| b == b' ');
-    let (Some(method), Some(target), Some(version), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return Err(Malformed(
-            "the request line is not METHOD SP TARGET SP VERSION",
-        ));
-    };
-    if method.is_empty() || !method.iter().all(|&b| is_tchar(b)) {
-        return Err(Malformed("the method"));
-    }
-    let http11 = match version {
-        b"HTTP/1.1" => true,
-        b"HTTP/1.0" => false,
-        v if v.starts_with(b"HTTP/") => return Err(HeadError::Version),
-        _ => return Err(Malformed("the version")),
-    };
-    if target.first() != Some(&b'/') || !target.iter().all(|&b| (0x21..0x7f).contains(&b)) {
-        return Err(Malformed("the target is not in origin-form"));
-    }
-    let uri = Uri::try_from(target).map_err(|_| Malformed("the target"))?;
-    let method = Method::from_bytes(method).map_err(|_| Malformed("the method"))?;
-    let mut fields = HeaderMap::new();
-    let mut count = 0;
-    let mut close = !http11;
-    let mut hosts = 0;
-    for line in lines {
-        let line = line
-            .strip_suffix(b"\r")
-            .ok_or(Malformed("a line not ended by CRLF"))?;
-        if line.first().is_some_and(|&b| b == b' ' || b == b'\t') {
-            return Err(Malformed("obsolete line folding"));
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
+        let this = self.get_mut();
+        if this.st.h2 {
+            // hyper asks again: the previous chunk was taken.
+            this.st.pieces.borrow_mut().remove(&this.id);
         }
-        count += 1;
-        if count > MAX_FIELDS {
-            return Err(HeadError::TooManyFields);
-        }
-        let colon = line
-            .iter()
-            .position(|&b| b == b':')
-            .ok_or(Malformed("a field without a colon"))?;
-        let (name, value) = (&line[..colon], &line[colon + 1..]);
-        if name.is_empty() || !name.iter().all(|&b| is_tchar(b)) {
-            return Err(Malformed("a field name"));
-        }
-        let value = value.trim_ascii();
-        if value.iter().any(|&b| (b < 0x20 && b != b'\t') || b == 0x7f) {
-            return Err(Malformed("a field value"));
-        }
-        let name = HeaderName::from_bytes(name).map_err(|_| Malformed("a field name"))?;
-        let value = HeaderValue::from_bytes(value).map_err(|_| Malformed("a field value"))?;
-        if name == http::header::TRANSFER_ENCODING {
-            return Err(HeadError::TransferEncoding);
-        }
-        if name == http::header::CONTENT_LENGTH {
-            let v = value.as_bytes();
-            if v.is_empty() || !v.iter().all(u8::is_ascii_digit) {
-                return Err(Malformed("Content-Length"));
+        loop {
+            if let Some(w) = this.wait.as_mut() {
+                ready!(w.as_mut().poll(cx));
+                this.wait = None;
             }
-            if v.iter().any(|&b| b != b'0') {
-                return Err(HeadError::Body);
-            }
-        }
-        if name == http::header::HOST {
-            hosts += 1;
-        }
-        if name == http::header::CONNECTION {
-            for t in value.as_bytes().split(|&b| b == b',') {
-                let t = t.trim_ascii();
-                if t.eq_ignore_ascii_case(b"close") {
-                    close = true;
-                } else if t.eq_ignore_ascii_case(b"keep-alive") && !http11 {
-                    close = false;
+            let Some(b) = this.body.as_mut() else {
+                this.ended = true;
+                return Poll::Ready(None);
+            };
+            let next = {
+                let _peer = crate::files::Peer::set(this.ip);
+                b.next(Instant::now(), crate::h3::CHUNK)
+            };
+            match next {
+                Ok(Next::Data(d)) => {
+                    if let Some(left) = this.left.as_mut() {
+                        *left = left.saturating_sub(d.len() as u64);
+                        this.ended |= *left == 0;
+                    }
+                    if this.st.h2 {
+                        this.st.pieces.borrow_mut().insert(this.id, Instant::now());
+                        this.st.notify.notify_one();
+                    }
+                    return Poll::Ready(Some(Ok(Frame::data(d))));
+                }
+                Ok(Next::Wait(t)) => this.wait = Some(Box::pin(tokio::time::sleep_until(t.into()))),
+                Ok(Next::End) => {
+                    this.body = None;
+                    this.ended = true;
+                    return Poll::Ready(None);
+                }
+                Err(e) => {
+                    this.shared.stats.body_errors.fetch_add(1, Relaxed);
+                    this.body = None;
+                    this.ended = true;
+                    return Poll::Ready(Some(Err(e)));
                 }
             }
         }
-        fields.append(name, value);
     }
-    if hosts > 1 || (http11 && hosts == 0) {
-        return Err(Malformed("HTTP/1.1 needs exactly one Host field"));
-    }
-    let mut request = Request::new(());
-    *request.method_mut() = method;
-    *request.uri_mut() = uri;
-    *request.headers_mut() = fields;
-    Ok(Head { request, close })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn ok(h: &[u8]) -> Head {
-        parse_head(h).unwrap_or_else(|e| panic!("{:?}: {e}", String::from_utf8_lossy(h)))
+impl Drop for ReplyBody {
+    fn drop(&mut self) {
+        let st = &self.st;
+        st.pieces.borrow_mut().remove(&self.id);
+        let n = st.in_flight.get().saturating_sub(1);
+        st.in_flight.set(n);
+        if n == 0 {
+            st.idle_since.set(Instant::now());
+        }
+        st.notify.notify_one();
+        if !self.ended {
+            self.shared.stats.send_failed.fetch_add(1, Relaxed);
+        }
     }
+}
 
-    #[test]
-    fn parses_a_browser_request() {
-        let h = ok(b"GET /img/a.png?x=1 HTTP/1.1\r\nHost: 127.0.0.1:4433\r\nUser-Agent: x\r\nRange: bytes=0-9\r\nAccept: */*\r\n\r\n");
-        assert_eq!(h.request.method(), Method::GET);
-        assert_eq!(h.request.uri().path(), "/img/a.png");
-        assert_eq!(h.request.uri().query(), Some("x=1"));
-        assert_eq!(h.request.headers()["range"], "bytes=0-9");
-        assert!(!h.close);
-        let h = ok(b"HEAD / HTTP/1.1\r\nhost: a\r\nConnection: keep-alive, close\r\n\r\n");
-        assert!(h.close);
-        assert_eq!(h.request.method(), Method::HEAD);
-        // HTTP/1.0: closes unless asked to keep it, needs no Host.
-        assert!(ok(b"GET / HTTP/1.0\r\n\r\n").close);
-        assert!(!ok(b"GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n").close);
-        assert!(
-            ok(b"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n")
-                .request
-                .headers()
-                .contains_key("content-length")
-        );
-    }
+/// The TLS stream as hyper sees it: response bytes counted, the first
+/// byte of a next HTTP/1.1 head noted, and writes bounded in time. Once a
+/// write has had to wait, the client must take [`crate::h3::CHUNK`]
+/// bytes within [`Config::send_timeout`] (and again for each chunk), or
+/// the write fails with `TimedOut` and the connection closes: a few
+/// bytes now and then, as a socket buffer takes them, are not progress.
+struct Io<S> {
+    inner: S,
+    st: Rc<State>,
+    shared: Arc<Shared>,
+    /// Since a write had to wait: its deadline, and the bytes taken since.
+    behind: Option<(Pin<Box<tokio::time::Sleep>>, usize)>,
+}
 
-    #[test]
-    fn refuses_what_is_not_strict_http_1_1() {
-        let cases: &[(&[u8], u16)] = &[
-            (b"GET / HTTP/1.1\r\n\r\n", 400),                       // no Host
-            (b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400), // two
-            (b"GET / HTTP/1.1\nHost: a\r\n\r\n", 400),              // bare LF
-            (b"GET /  HTTP/1.1\r\nHost: a\r\n\r\n", 400),           // two spaces
-            (b"GET http://a/ HTTP/1.1\r\nHost: a\r\n\r\n", 400),    // absolute-form
-            (b"GET * HTTP/1.1\r\nHost: a\r\n\r\n", 400),
-            (b"GET /a\x01 HTTP/1.1\r\nHost: a\r\n\r\n", 400),
-            (b"GET / HTTP/1.1\r\nHost : a\r\n\r\n", 400), // space before colon
-            (b"GET / HTTP/1.1\r\nHost: a\r\n folded\r\n\r\n", 400),
-            (b"GET / HTTP/1.1\r\nHost: a\r\nX: a\x00b\r\n\r\n", 400),
-            (b"GET / HTTP/1.1\r\nHost: a\r\nnocolon\r\n\r\n", 400),
-            (b"G(T / HTTP/1.1\r\nHost: a\r\n\r\n", 400),
-            (b"GET / HTTP/2.0\r\nHost: a\r\n\r\n", 505),
-            (b"GET / FTP/1.1\r\nHost: a\r\n\r\n", 400),
-            (
-                b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n",
-                413,
-            ),
-            (
-                b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: -1\r\n\r\n",
-                400,
-            ),
-            (
-                b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n",
-                501,
-            ),
-            (b"GET / HTTP/1.1\r\nHost: a\r\n", 400), // no blank line
-        ];
-        for (h, code) in cases {
-            match parse_head(h) {
-                Ok(_) => panic!("accepted {:?}", String::from_utf8_lossy(h)),
-                Err(e) => assert_eq!(e.status(), *code, "{:?}: {e}", String::from_utf8_lossy(h)),
+impl<S> Io<S> {
+    /// `r`, what a write (`moved` bytes taken) or a flush gave, or
+    /// `TimedOut` when the client has been behind for the send timeout.
+    fn check<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        r: Poll<io::Result<T>>,
+        moved: usize,
+    ) -> Poll<io::Result<T>> {
+        match &r {
+            Poll::Ready(Err(_)) => return r,
+            Poll::Pending => {
+                let limit = self.shared.cfg.send_timeout;
+                self.behind
+                    .get_or_insert_with(|| (Box::pin(tokio::time::sleep(limit)), 0));
+            }
+            Poll::Ready(Ok(_)) => {
+                self.shared
+                    .stats
+                    .bytes_sent
+                    .fetch_add(moved as u64, Relaxed);
+                if let Some((_, taken)) = &mut self.behind {
+                    *taken += moved;
+                    if *taken >= crate::h3::CHUNK {
+                        self.behind = None;
+                    }
+                }
             }
         }
-        let mut many = b"GET / HTTP/1.1\r\nHost: a\r\n".to_vec();
-        for i in 0..MAX_FIELDS {
-            many.extend_from_slice(format!("X-{i}: v\r\n").as_bytes());
+        let Some((deadline, _)) = &mut self.behind else {
+            return r;
+        };
+        if deadline.as_mut().poll(cx).is_pending() {
+            return r;
         }
-        many.extend_from_slice(b"\r\n");
-        assert_eq!(parse_head(&many).unwrap_err(), HeadError::TooManyFields);
+        if !self.st.send_timed_out.replace(true) && self.st.in_flight.get() == 0 {
+            // No body is cut to count it: the end of a response was.
+            self.shared.stats.send_failed.fetch_add(1, Relaxed);
+        }
+        Poll::Ready(Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "the client did not take the response within the send timeout",
+        )))
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Io<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let r = Pin::new(&mut this.inner).poll_read(cx, buf);
+        let st = &this.st;
+        if buf.filled().len() > before && !st.h2 && st.idle() {
+            st.head_begun.set(Some(Instant::now()));
+            st.notify.notify_one();
+        }
+        r
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Io<S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.inner).poll_write(cx, buf);
+        let moved = match &r {
+            Poll::Ready(Ok(n)) => *n,
+            _ => 0,
+        };
+        this.check(cx, r, moved)
     }
 
-    #[test]
-    fn finds_the_end_of_a_head() {
-        assert_eq!(find_end(b"GET / HTTP/1.1\r\nHost: a\r\n\r\nGET"), Some(27));
-        assert_eq!(find_end(b"GET / HTTP/1.1\r\nHost: a\r\n\r"), None);
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        let moved = match &r {
+            Poll::Ready(Ok(n)) => *n,
+            _ => 0,
+        };
+        this.check(cx, r, moved)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        match Pin::new(&mut this.inner).poll_flush(cx) {
+            // All of it is with the kernel: no one is behind.
+            Poll::Ready(Ok(())) => {
+                this.behind = None;
+                Poll::Ready(Ok(()))
+            }
+            r => this.check(cx, r, 0),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.inner).poll_shutdown(cx);
+        this.check(cx, r, 0)
     }
 }

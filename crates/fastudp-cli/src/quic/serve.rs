@@ -439,7 +439,7 @@ fn www_root(a: &ServeArgs) -> anyhow::Result<Option<Arc<Root>>> {
 }
 
 /// The applications: HTTP/3 and hq-interop on one port (the ALPN picks),
-/// and the handler HTTP/1.1 over TCP shares with HTTP/3: the test
+/// and the handler HTTP/1.1 and HTTP/2 over TCP share with HTTP/3: the test
 /// endpoints with `--test-endpoints`, the files of `--www`, 404 for the
 /// rest; each HTTP request logged with `--access-log`.
 fn applications(
@@ -459,7 +459,7 @@ fn applications(
     if let Some(root) = &files {
         hq = hq.files(root.clone());
     }
-    // One handler for HTTP/3 and for HTTP/1.1 over TCP: the same bytes.
+    // One handler for HTTP/3 and for HTTP/1.1 and HTTP/2 over TCP: the same bytes.
     let handler = match (a.test_endpoints, h3_files) {
         (true, f) => builtin_handler(interval, f),
         (false, Some(f)) => f,
@@ -932,7 +932,8 @@ fn announce_tcp(l: &altsvc::Listener, json: bool) -> anyhow::Result<()> {
             serde_json::json!({
                 "kind": "alt_svc_tcp",
                 "addr": l.local_addr().to_string(),
-                "alpn": "http/1.1",
+                "alpn": ["h2", "http/1.1"],
+                "h2_max_streams": altsvc::H2_MAX_STREAMS,
                 "alt_svc": format!("h3=\":{}\"; ma={}", l.local_addr().port(), altsvc::MAX_AGE),
                 "max_connections": altsvc::MAX_CONNECTIONS,
                 "max_connections_per_ip": l.per_ip(),
@@ -943,7 +944,7 @@ fn announce_tcp(l: &altsvc::Listener, json: bool) -> anyhow::Result<()> {
         )
     } else {
         out!(
-            "alt-svc: TLS over TCP on {} (HTTP/1.1, Alt-Svc h3 on port {}), {} connections at most ({} per address), heads up to {} KiB",
+            "alt-svc: TLS over TCP on {} (HTTP/1.1, HTTP/2; Alt-Svc h3 on port {}), {} connections at most ({} per address), heads up to {} KiB",
             l.local_addr(),
             l.local_addr().port(),
             altsvc::MAX_CONNECTIONS,

@@ -116,7 +116,7 @@ pub struct Report {
     pub tcp: Option<TcpReport>,
 }
 
-/// The counters of `--alt-svc-tcp` (HTTP/1.1 over TLS over TCP).
+/// The counters of `--alt-svc-tcp` (HTTP/1.1 and HTTP/2 over TLS over TCP).
 #[derive(Debug, Serialize)]
 pub struct TcpReport {
     /// Connections accepted.
@@ -127,9 +127,10 @@ pub struct TcpReport {
     pub refused: u64,
     /// TLS handshakes that failed.
     pub tls_failed: u64,
-    /// HTTP/1.1 requests answered.
+    /// Requests answered (HTTP/1.1 and HTTP/2).
     pub requests: u64,
-    /// Requests refused by the parser.
+    /// Requests refused: malformed or too large (hyper's 400 and 431),
+    /// not in origin-form, or with a body.
     pub bad_requests: u64,
     /// Connections closed for a request head late.
     pub request_timeouts: u64,

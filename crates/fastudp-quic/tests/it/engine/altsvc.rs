@@ -1,8 +1,10 @@
 //! The TLS-over-TCP discovery listener (`fastudp_quic::altsvc`) against a
-//! plain rustls client: the `Alt-Svc` header, byte-exact bodies (files
-//! and `/bytes/N`), keep-alive, 404, escapes refused, and every bound: a
-//! client that never sends, one that stops in the middle of a head, one
-//! that idles, a head too large, too many connections, and stop.
+//! plain rustls client speaking HTTP/1.1 and hyper's HTTP/2 client: the
+//! `Alt-Svc` header, byte-exact bodies (files and `/bytes/N`),
+//! keep-alive, 404, escapes refused, and every bound: a client that never
+//! sends, one that stops in the middle of a head, one that idles, a head
+//! too large (hyper's 431), too many connections, a response not taken
+//! (a stalled socket, an HTTP/2 window left shut), drain and stop.
 
 use super::{provider, server_tls, Cert};
 use fastudp_quic::altsvc::{self, Config, Listener};
@@ -236,6 +238,47 @@ fn alt_svc_malformed_and_oversized_requests_are_refused_and_counted() {
     let _ = s.flush();
     let r = read_response(&mut s, false);
     assert_eq!(r.status, 431);
+    // hyper answers a head past its bounds itself: no Alt-Svc there.
+    assert_eq!(r.field("alt-svc"), None);
+    assert!(closed_by_server(&mut s));
+    // One header field more than MAX_FIELDS (with Host): 431 too.
+    let mut s = connect(l.local_addr(), &cert);
+    let mut head = String::from("GET / HTTP/1.1\r\nHost: localhost\r\n");
+    for i in 0..altsvc::MAX_FIELDS {
+        head.push_str(&format!("X-{i}: v\r\n"));
+    }
+    write!(s, "{head}\r\n").unwrap();
+    assert_eq!(read_response(&mut s, false).status, 431);
+    assert!(closed_by_server(&mut s));
+    // Exactly MAX_FIELDS is served.
+    let mut s = connect(l.local_addr(), &cert);
+    let mut head = String::from("GET /bytes/3 HTTP/1.1\r\nHost: localhost\r\n");
+    for i in 0..altsvc::MAX_FIELDS - 1 {
+        head.push_str(&format!("X-{i}: v\r\n"));
+    }
+    write!(s, "{head}\r\n").unwrap();
+    assert_eq!(read_response(&mut s, false).status, 200);
+    // A malformed head (a NUL in a value): hyper's 400.
+    let mut s = connect(l.local_addr(), &cert);
+    s.write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\nX: a\x00b\r\n\r\n")
+        .unwrap();
+    assert_eq!(read_response(&mut s, false).status, 400);
+    assert!(closed_by_server(&mut s));
+    // No Host, and Transfer-Encoding: refused here, with Alt-Svc.
+    let mut s = connect(l.local_addr(), &cert);
+    write!(s, "GET / HTTP/1.1\r\n\r\n").unwrap();
+    let r = read_response(&mut s, false);
+    assert_eq!(r.status, 400);
+    assert_eq!(r.field("alt-svc"), Some("h3=\":4433\"; ma=86400"));
+    assert!(closed_by_server(&mut s));
+    let mut s = connect(l.local_addr(), &cert);
+    write!(
+        s,
+        "POST / HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
+    )
+    .unwrap();
+    assert_eq!(read_response(&mut s, false).status, 501);
+    assert!(closed_by_server(&mut s));
     let mut s = connect(l.local_addr(), &cert);
     write!(
         s,
@@ -243,9 +286,14 @@ fn alt_svc_malformed_and_oversized_requests_are_refused_and_counted() {
     )
     .unwrap();
     assert_eq!(read_response(&mut s, false).status, 413);
+    // hyper's refusals are counted when their connection ends, which the
+    // client may see first.
+    super::eventually("seven refusals counted", || {
+        l.stats().bad_requests.load(Relaxed) == 7
+    });
     let st = l.stats().snapshot();
-    assert_eq!(st.bad_requests, 3, "{st:?}");
-    assert_eq!(st.requests, 0, "{st:?}");
+    assert_eq!(st.bad_requests, 7, "{st:?}");
+    assert_eq!(st.requests, 1, "{st:?}");
     l.stop(Duration::from_secs(2));
 }
 
@@ -479,5 +527,189 @@ fn alt_svc_a_client_that_takes_nothing_is_closed_after_one_send_timeout() {
         took < send_timeout * 4,
         "a client that took nothing held its response {took:?}"
     );
+    l.stop(Duration::from_secs(2));
+}
+
+/// A tokio runtime for hyper's HTTP/2 client.
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+type H2Send = hyper::client::conn::http2::SendRequest<http_body_util::Full<bytes::Bytes>>;
+
+/// An HTTP/2 connection (ALPN h2) to `addr` with hyper's client; its
+/// connection task runs on the caller's runtime.
+async fn h2_connect(addr: SocketAddr, cert: &Cert) -> H2Send {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(cert.clone()).unwrap();
+    let mut tls = rustls::ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    tls.alpn_protocols = vec![b"h2".to_vec()];
+    let t = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let s = tokio_rustls::TlsConnector::from(Arc::new(tls))
+        .connect(name, t)
+        .await
+        .unwrap();
+    assert_eq!(s.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    let (send, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(s),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    send
+}
+
+fn h2_get(path: &str) -> http::Request<http_body_util::Full<bytes::Bytes>> {
+    http::Request::builder()
+        .uri(format!("https://localhost{path}"))
+        .body(http_body_util::Full::new(bytes::Bytes::new()))
+        .unwrap()
+}
+
+#[test]
+fn alt_svc_http2_serves_streams_at_once_byte_exact_with_alt_svc() {
+    use http_body_util::BodyExt;
+    let site = site("h2");
+    let (l, cert) = start(&site, |_| {});
+    let file = site.file.clone();
+    rt().block_on(async {
+        let send = h2_connect(l.local_addr(), &cert).await;
+        // Streams at once on one connection: files, the pattern, 404.
+        let mut tasks = Vec::new();
+        for path in ["/a.bin", "/bytes/300000", "/missing", "/a.bin", "/"] {
+            let mut send = send.clone();
+            tasks.push(tokio::spawn(async move {
+                let r = send.send_request(h2_get(path)).await.unwrap();
+                assert_eq!(r.version(), http::Version::HTTP_2);
+                let alt = r.headers().get(http::header::ALT_SVC).cloned();
+                let status = r.status().as_u16();
+                let body = r.into_body().collect().await.unwrap().to_bytes();
+                (path, status, alt, body)
+            }));
+        }
+        for t in tasks {
+            let (path, status, alt, body) = t.await.unwrap();
+            assert_eq!(
+                alt.as_ref().map(|v| v.to_str().unwrap()),
+                Some("h3=\":4433\"; ma=86400"),
+                "{path}"
+            );
+            match path {
+                "/a.bin" => assert_eq!((status, &body[..]), (200, &file[..])),
+                "/bytes/300000" => {
+                    assert_eq!((status, body.len()), (200, 300_000));
+                    assert_eq!(hq::check(0, &body), Ok(()));
+                }
+                "/missing" => assert_eq!((status, body.len()), (404, 0)),
+                _ => assert_eq!((status, &body[..]), (200, &b"<p>hello</p>"[..])),
+            }
+        }
+        // A request with a body is refused; the connection serves on.
+        let mut s = send.clone();
+        let req = http::Request::builder()
+            .method("POST")
+            .uri("https://localhost/")
+            .body(http_body_util::Full::new(bytes::Bytes::from_static(
+                b"abcd",
+            )))
+            .unwrap();
+        let r = s.send_request(req).await.unwrap();
+        assert_eq!(r.status(), 413);
+        assert!(r.headers().contains_key(http::header::ALT_SVC));
+        let r = s.send_request(h2_get("/bytes/7")).await.unwrap();
+        assert_eq!(r.status(), 200);
+    });
+    let st = l.stats().snapshot();
+    assert_eq!(st.accepted, 1, "{st:?}");
+    assert_eq!(st.requests, 6, "{st:?}");
+    assert_eq!(st.bad_requests, 1, "{st:?}");
+    assert_eq!(st.send_failed, 0, "{st:?}");
+    l.stop(Duration::from_secs(2));
+}
+
+#[test]
+fn alt_svc_http2_idle_connections_get_goaway_and_drain_finishes_streams() {
+    use http_body_util::BodyExt;
+    let site = site("h2-idle");
+    let (l, cert) = start(&site, |c| c.idle_timeout = Duration::from_millis(300));
+    rt().block_on(async {
+        // Idle after a request: GOAWAY, then the connection ends.
+        let mut send = h2_connect(l.local_addr(), &cert).await;
+        let r = send.send_request(h2_get("/bytes/5")).await.unwrap();
+        let _ = r.into_body().collect().await.unwrap();
+        let t0 = Instant::now();
+        while !send.is_closed() {
+            assert!(t0.elapsed() < Duration::from_secs(10), "not closed");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
+    super::eventually("no connection open", || l.stats().open.load(Relaxed) == 0);
+    assert_eq!(l.stats().idle_closed.load(Relaxed), 1);
+    // A drain while a slow stream is under way: the stream finishes
+    // whole, then the connection closes; new connections are refused.
+    let (l, cert) = start(&site, |_| {});
+    rt().block_on(async {
+        let mut send = h2_connect(l.local_addr(), &cert).await;
+        // Frames of 1000 bytes, 40 ms apart (the built-in video route).
+        let r = send.send_request(h2_get("/video/200000/1")).await.unwrap();
+        assert_eq!(r.status(), 200);
+        l.drain();
+        assert!(
+            tokio::net::TcpStream::connect(l.local_addr())
+                .await
+                .is_err(),
+            "a new connection during the drain"
+        );
+        let body = r.into_body().collect().await.unwrap().to_bytes();
+        assert!(!body.is_empty());
+        let t0 = Instant::now();
+        while !send.is_closed() {
+            assert!(t0.elapsed() < Duration::from_secs(10), "not closed");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
+    super::eventually("no connection open", || l.stats().open.load(Relaxed) == 0);
+    let st = l.stats().snapshot();
+    assert_eq!((st.send_failed, st.requests), (0, 1), "{st:?}");
+    l.stop(Duration::from_secs(2));
+}
+
+#[test]
+fn alt_svc_http2_a_stream_whose_window_stays_shut_is_closed_after_the_send_timeout() {
+    let site = site("h2-stall");
+    let send_timeout = Duration::from_secs(1);
+    let (l, cert) = start(&site, |c| c.send_timeout = send_timeout);
+    rt().block_on(async {
+        let mut send = h2_connect(l.local_addr(), &cert).await;
+        // The client reads frames (its TCP is never behind) but never
+        // takes the body, so the stream's window stays shut.
+        let r = send
+            .send_request(h2_get("/bytes/1000000000"))
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        let t0 = Instant::now();
+        while l.stats().send_failed.load(Relaxed) == 0 {
+            assert!(t0.elapsed() < send_timeout * 8, "the stalled stream held");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(
+            t0.elapsed() >= send_timeout / 2,
+            "cut after {:?}",
+            t0.elapsed()
+        );
+        drop(r);
+    });
+    super::eventually("no connection open", || l.stats().open.load(Relaxed) == 0);
+    assert_eq!(l.stats().send_failed.load(Relaxed), 1);
     l.stop(Duration::from_secs(2));
 }
