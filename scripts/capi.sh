@@ -111,7 +111,9 @@ check() {
     cc -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Werror -o "$api" \
         crates/fastudp-ffi/tests/c/api_test.c $(pkg-config --cflags --libs fastudp) \
         -Wl,-rpath,"$(pkg-config --variable=libdir fastudp)"
-    if ldd "$api" | grep -q "libfastudp.so.$soversion => $prefix"; then
+    # grep reads all of ldd's output: `grep -q` would leave at the first
+    # match, and a SIGPIPE to ldd fails the pipe under pipefail.
+    if ldd "$api" | grep "libfastudp.so.$soversion => $prefix" >/dev/null; then
         echo "api_test uses $prefix/lib/libfastudp.so.$soversion"
     else
         echo "capi.sh: api_test does not load the installed library:" >&2

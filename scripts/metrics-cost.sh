@@ -27,7 +27,7 @@ run() { # label binary metrics(0|1)
   local label=$1 b=$2 m=$3 args=()
   [ "$m" = 1 ] && args=(--metrics 127.0.0.1:0)
   # /bytes/N is a test endpoint (opt-in since --test-endpoints exists).
-  if "$b" quic serve --help | grep -q -- --test-endpoints; then args+=(--test-endpoints); fi
+  if "$b" quic serve --help | grep -- --test-endpoints >/dev/null; then args+=(--test-endpoints); fi
   taskset -c 0 "$b" quic serve --listen 127.0.0.1:0 --workers 1 --json "${args[@]}" >"$tmp/srv" 2>"$tmp/srv.err" &
   local pid=$!
   for _ in $(seq 100); do grep -q '"listening"' "$tmp/srv" && break; sleep 0.1; done

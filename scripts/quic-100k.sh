@@ -69,7 +69,7 @@ one() {
     # The greedy connections ask /bytes/N, a test endpoint; plain quinn
     # serves nothing else (a binary from before the flag has none).
     if { [ "${GREEDY:-0}" -gt 0 ] || [ "$stack" = quinn ]; } \
-        && "$BIN" quic serve --help | grep -q -- --test-endpoints; then
+        && "$BIN" quic serve --help | grep -- --test-endpoints >/dev/null; then
         extra+=(--test-endpoints)
     fi
     # The server outlives the load by a margin: opening plus holding.
