@@ -404,6 +404,24 @@ impl Collector for Sources {
                 "Response bytes handed to TLS over TCP.",
                 l(&t.bytes_sent),
             )?;
+            let closed: Vec<([(&str, &str); 1], u64)> = vec![
+                ([("reason", "tls_failed")], l(&t.tls_failed)),
+                ([("reason", "head_timeout")], l(&t.request_timeouts)),
+                ([("reason", "idle")], l(&t.idle_closed)),
+                ([("reason", "send_timeout")], l(&t.send_failed)),
+            ];
+            counters(
+                &mut e,
+                "tcp_closed",
+                "TLS/TCP connections the listener's bounds closed, by reason: a failed TLS handshake, no complete request head (or handshake) in time, idle, a response the client did not take within the send deadline.",
+                &rows(&closed),
+            )?;
+            counter(
+                &mut e,
+                "tcp_bad_requests",
+                "TLS/TCP requests refused as malformed or not served (400, 413, 431, 501).",
+                l(&t.bad_requests),
+            )?;
         }
         // The TCP listener is the files' (`tcp`) or the proxy's
         // (`proxy_tcp`), never both: one family each.

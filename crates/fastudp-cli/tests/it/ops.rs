@@ -272,6 +272,15 @@ fn metrics_are_scraped_and_move_with_requests() {
         assert_eq!(sum(&s0, name).1, 2, "{name}: one per worker");
     }
     assert_eq!(sum(&s0, "fastudp_quic_datagrams_dropped_total").1, 5);
+    // The TLS/TCP listener's closes by reason, and its refused requests.
+    for reason in ["tls_failed", "head_timeout", "idle", "send_timeout"] {
+        assert_eq!(
+            value(&s0, "fastudp_tcp_closed_total", &[("reason", reason)]),
+            0.0,
+            "{reason}"
+        );
+    }
+    assert_eq!(value(&s0, "fastudp_tcp_bad_requests_total", &[]), 0.0);
     // QUIC DATAGRAM frames (`quic serve` offers none: they stay 0).
     for what in ["read", "queued", "blocked", "dropped"] {
         let name = format!("fastudp_quic_datagram_frames_{what}_total");
@@ -305,6 +314,23 @@ fn metrics_are_scraped_and_move_with_requests() {
         assert_eq!(sum(&s1, "fastudp_quic_worker_connections").0, 1.0);
         drop(c);
     });
+
+    // A client that speaks no TLS to the TCP listener: its close is
+    // counted by reason.
+    {
+        let mut raw = TcpStream::connect(addr).unwrap();
+        raw.set_read_timeout(Some(STALL)).unwrap();
+        raw.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n").unwrap();
+        let mut b = [0u8; 64];
+        let _ = raw.read(&mut b);
+    }
+    let s2 = scrape_until(admin, |s| {
+        value(s, "fastudp_tcp_closed_total", &[("reason", "tls_failed")]) > 0.0
+    });
+    assert_eq!(
+        value(&s2, "fastudp_tcp_closed_total", &[("reason", "tls_failed")]),
+        1.0
+    );
 
     // Only GET (and HEAD) /metrics.
     assert!(get(admin, "GET", "/").0.starts_with("http/1.1 404"));
