@@ -5,7 +5,7 @@
 use super::{client, connect, eventually, rt, start, stop};
 use fastudp_quic::app::{AppCx, AppEvent, Application, CloseCodes, ConnApp, ConnInfo, WorkerApp};
 use fastudp_quic::limits::Grant;
-use fastudp_quic::Transport;
+use fastudp_quic::{Engine, Stats, Transport};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -518,11 +518,12 @@ impl ConnApp for Burst {
     }
 }
 
-#[test]
-fn a_full_datagram_send_buffer_hands_the_datagram_back() {
-    let t = Transport::new().datagram_receive_buffer(Some(4096));
-    let app = Burst::default();
-    let (engine, cert) = start(app.clone(), |c| c.workers(1).transport(t));
+/// Starts `app` with transport `t` on one worker, asks it for its burst
+/// ("go"), reads one 1,000-byte frame of it (the ones queued arrive,
+/// unless lost: DATAGRAM frames are not sent again) and closes; returns
+/// the engine and its statistics after the close.
+fn burst_and_read_one(app: Burst, t: Transport) -> (Engine, Stats) {
+    let (engine, cert) = start(app, |c| c.workers(1).transport(t));
     let rt = rt();
     let _in = rt.enter();
     rt.block_on(async {
@@ -530,8 +531,6 @@ fn a_full_datagram_send_buffer_hands_the_datagram_back() {
             .await
             .unwrap();
         conn.send_datagram(b"go".to_vec().into()).unwrap();
-        // The ones queued arrive (unless lost: DATAGRAM frames are not
-        // sent again).
         let d = tokio::time::timeout(Duration::from_secs(10), conn.read_datagram())
             .await
             .expect("a datagram")
@@ -540,6 +539,14 @@ fn a_full_datagram_send_buffer_hands_the_datagram_back() {
         conn.close(0u32.into(), b"");
     });
     let st = engine.stats();
+    (engine, st)
+}
+
+#[test]
+fn a_full_datagram_send_buffer_hands_the_datagram_back() {
+    let t = Transport::new().datagram_receive_buffer(Some(4096));
+    let app = Burst::default();
+    let (engine, st) = burst_and_read_one(app.clone(), t);
     assert_eq!(st.quic_datagrams_queued + st.quic_datagrams_blocked, 10);
     assert!(st.quic_datagrams_blocked >= 1, "{st:?}");
     assert!(st.quic_datagrams_queued >= 1, "{st:?}");
@@ -557,23 +564,7 @@ fn the_datagram_send_buffer_is_its_own() {
     let t = Transport::new()
         .datagram_receive_buffer(Some(1200))
         .datagram_send_buffer(Some(8192));
-    let app = Burst::default();
-    let (engine, cert) = start(app, |c| c.workers(1).transport(t));
-    let rt = rt();
-    let _in = rt.enter();
-    rt.block_on(async {
-        let conn = connect(&client(cert, b"test", None), engine.local_addr())
-            .await
-            .unwrap();
-        conn.send_datagram(b"go".to_vec().into()).unwrap();
-        let d = tokio::time::timeout(Duration::from_secs(10), conn.read_datagram())
-            .await
-            .expect("a datagram")
-            .unwrap();
-        assert_eq!(d.len(), 1000);
-        conn.close(0u32.into(), b"");
-    });
-    let st = engine.stats();
+    let (engine, st) = burst_and_read_one(Burst::default(), t);
     assert_eq!(
         (st.quic_datagrams_queued, st.quic_datagrams_blocked),
         (7, 3),
