@@ -159,6 +159,31 @@ fn start() -> example::Server {
     .expect("the example starts")
 }
 
+/// An engine of one worker on 127.0.0.1 serving `app` over HTTP/3 with
+/// a self-signed certificate for `localhost`, and that certificate.
+fn start_engine(
+    app: fastudp_quic::h3::H3App,
+) -> (
+    fastudp_quic::Engine,
+    rustls::pki_types::CertificateDer<'static>,
+) {
+    let c = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+    let key = rustls::pki_types::PrivatePkcs8KeyDer::from(c.key_pair.serialize_der());
+    let tls = rustls::ServerConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![c.cert.der().clone()], key.into())
+        .unwrap();
+    let app = fastudp_quic::app::Router::new().with(fastudp_quic::h3::ALPN, app);
+    let engine = fastudp_quic::Engine::start(
+        fastudp_quic::EngineConfig::new("127.0.0.1:0".parse().unwrap(), Arc::new(tls)).workers(1),
+        Arc::new(app),
+    )
+    .unwrap();
+    (engine, c.cert.der().clone())
+}
+
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -419,22 +444,8 @@ fn async_handlers_await_tokio_timers_and_see_the_connection() {
                 },
             ),
         );
-    let c = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
-    let key = rustls::pki_types::PrivatePkcs8KeyDer::from(c.key_pair.serialize_der());
-    let tls = rustls::ServerConfig::builder_with_provider(provider())
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(vec![c.cert.der().clone()], key.into())
-        .unwrap();
-    let app = fastudp_quic::app::Router::new().with(fastudp_quic::h3::ALPN, H3App::service(router));
-    let engine = fastudp_quic::Engine::start(
-        fastudp_quic::EngineConfig::new("127.0.0.1:0".parse().unwrap(), Arc::new(tls)).workers(1),
-        Arc::new(app),
-    )
-    .unwrap();
+    let (engine, cert) = start_engine(H3App::service(router));
     let addr = engine.local_addr();
-    let cert = c.cert.der().clone();
     rt().block_on(async {
         let (ep, mut send) = h3_connect(&cert, addr).await;
         let a = h3_request(&mut send, "GET", "/who", None).await.unwrap();
@@ -558,22 +569,8 @@ fn a_body_reader_outliving_its_request_is_told_the_request_ended() {
             }
         }),
     );
-    let c = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
-    let key = rustls::pki_types::PrivatePkcs8KeyDer::from(c.key_pair.serialize_der());
-    let tls = rustls::ServerConfig::builder_with_provider(provider())
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(vec![c.cert.der().clone()], key.into())
-        .unwrap();
-    let app = fastudp_quic::app::Router::new().with(fastudp_quic::h3::ALPN, H3App::service(router));
-    let engine = fastudp_quic::Engine::start(
-        fastudp_quic::EngineConfig::new("127.0.0.1:0".parse().unwrap(), Arc::new(tls)).workers(1),
-        Arc::new(app),
-    )
-    .unwrap();
+    let (engine, cert) = start_engine(H3App::service(router));
     let addr = engine.local_addr();
-    let cert = c.cert.der().clone();
     rt().block_on(async {
         let (ep, mut send) = h3_connect(&cert, addr).await;
         let req = Request::builder()
@@ -626,25 +623,10 @@ fn a_synchronous_handler_sees_the_connection() {
             r
         }
     }
-    let c = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
-    let key = rustls::pki_types::PrivatePkcs8KeyDer::from(c.key_pair.serialize_der());
-    let tls = rustls::ServerConfig::builder_with_provider(provider())
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(vec![c.cert.der().clone()], key.into())
-        .unwrap();
-    let app = fastudp_quic::app::Router::new().with(
-        fastudp_quic::h3::ALPN,
-        H3App::new(|_| std::rc::Rc::new(Who) as std::rc::Rc<dyn Handler>),
-    );
-    let engine = fastudp_quic::Engine::start(
-        fastudp_quic::EngineConfig::new("127.0.0.1:0".parse().unwrap(), Arc::new(tls)).workers(1),
-        Arc::new(app),
-    )
-    .unwrap();
+    let (engine, cert) = start_engine(H3App::new(|_| {
+        std::rc::Rc::new(Who) as std::rc::Rc<dyn Handler>
+    }));
     let addr = engine.local_addr();
-    let cert = c.cert.der().clone();
     rt().block_on(async {
         let (ep, mut send) = h3_connect(&cert, addr).await;
         let a = h3_request(&mut send, "GET", "/who", None).await.unwrap();
