@@ -167,21 +167,8 @@ fn start_engine(
     fastudp_quic::Engine,
     rustls::pki_types::CertificateDer<'static>,
 ) {
-    let c = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
-    let key = rustls::pki_types::PrivatePkcs8KeyDer::from(c.key_pair.serialize_der());
-    let tls = rustls::ServerConfig::builder_with_provider(provider())
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(vec![c.cert.der().clone()], key.into())
-        .unwrap();
     let app = fastudp_quic::app::Router::new().with(fastudp_quic::h3::ALPN, app);
-    let engine = fastudp_quic::Engine::start(
-        fastudp_quic::EngineConfig::new("127.0.0.1:0".parse().unwrap(), Arc::new(tls)).workers(1),
-        Arc::new(app),
-    )
-    .unwrap();
-    (engine, c.cert.der().clone())
+    crate::engine::start(app, |c| c.workers(1))
 }
 
 fn rt() -> tokio::runtime::Runtime {

@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-type Cert = rustls::pki_types::CertificateDer<'static>;
+pub(crate) type Cert = rustls::pki_types::CertificateDer<'static>;
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::aws_lc_rs::default_provider())
@@ -49,7 +49,12 @@ fn server_tls() -> (Arc<rustls::ServerConfig>, Cert) {
     (Arc::new(tls), c.cert.der().clone())
 }
 
-fn start(app: impl Application, f: impl FnOnce(EngineConfig) -> EngineConfig) -> (Engine, Cert) {
+/// An engine on 127.0.0.1 (two workers unless `f` says otherwise)
+/// serving `app` with a self-signed certificate, and that certificate.
+pub(crate) fn start(
+    app: impl Application,
+    f: impl FnOnce(EngineConfig) -> EngineConfig,
+) -> (Engine, Cert) {
     let (tls, cert) = server_tls();
     let cfg = f(EngineConfig::new("127.0.0.1:0".parse().unwrap(), tls).workers(2));
     (Engine::start(cfg, Arc::new(app)).unwrap(), cert)
