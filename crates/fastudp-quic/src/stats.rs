@@ -19,9 +19,15 @@ struct Share(AtomicU64);
 /// shares. [`PerWorker::load`] reads it as [`AtomicU64::load`] reads a
 /// plain counter (the sum is of shares read one after the other, as
 /// [`Stats`] says of its counters).
-#[derive(Debug)]
 pub struct PerWorker {
     shares: Box<[Share]>,
+}
+
+impl std::fmt::Debug for PerWorker {
+    /// The sum, as a plain counter prints (not the 256 shares).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.load(Ordering::Relaxed))
+    }
 }
 
 impl Default for PerWorker {

@@ -2432,6 +2432,49 @@ mod harness {
         id
     }
 
+    /// A `/video` response whose next frame falls due at the very instant
+    /// another event of its connection is handled (here a second request
+    /// arrives then) still gets that frame and every one after it: the
+    /// frame's timer is kept even when the time it names has come, and no
+    /// response stalls for good.
+    #[test]
+    fn a_video_frame_due_when_another_event_comes_is_still_sent() {
+        let mut n = Net::new(|_| {});
+        let ch = n.connect();
+        n.run_until(|n| !n.conns[&ch].is_handshaking());
+        // 40 ms frames of 8,000 bytes, 25 of them.
+        let frame = 8_000usize;
+        let interval = Duration::from_millis(40);
+        let video = request(&mut n, ch, b"GET /video/200000/1\r\n", true);
+        let mut body = Vec::new();
+        // Right after the second frame went out (at its due time).
+        n.run_until(|n| {
+            let c = n.conns.get_mut(&ch).unwrap();
+            read_all(c, video, &mut body);
+            body.len() >= 2 * frame
+        });
+        assert_eq!(body.len(), 2 * frame, "more than two frames at once");
+        // A request that reaches the server exactly when the third frame
+        // falls due.
+        n.delay = interval;
+        let other = request(&mut n, ch, b"GET /bytes/10\r\n", true);
+        let mut small = Vec::new();
+        let (mut video_done, mut other_done) = (false, false);
+        n.run_until(|n| {
+            let c = n.conns.get_mut(&ch).unwrap();
+            if !video_done {
+                video_done = read_all(c, video, &mut body).is_some();
+            }
+            if !other_done {
+                other_done = read_all(c, other, &mut small).is_some();
+            }
+            video_done && other_done
+        });
+        assert_eq!(body.len(), 25 * frame);
+        assert_eq!(hq::check(0, &body), Ok(()));
+        assert_eq!(small.len(), 10);
+    }
+
     /// The handshake, then `/bytes/N` on 4 streams, byte-exact, without a
     /// socket: the worker's own receive path, its application and its
     /// send queue, on a virtual clock.

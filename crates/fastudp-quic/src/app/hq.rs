@@ -112,7 +112,6 @@ impl WorkerApp for HqApp {
             files: self.files.clone(),
             test_endpoints: self.test_endpoints,
             file_window: false,
-            now: None,
             draining: false,
         }))
     }
@@ -124,11 +123,15 @@ enum Resp {
     Reading { buf: Vec<u8>, deadline: Instant },
     /// `/bytes/N`: `off` of `len` written.
     Bytes { off: u64, len: u64 },
-    /// `/video/...`: frames released by time; `off` bytes written.
+    /// `/video/...`: frames released by time; `off` bytes written;
+    /// `blocked`: the last write found the stream without credit (an
+    /// [`AppEvent::Writable`] follows), so the response waits for that
+    /// rather than for its next frame's time.
     Video {
         frames: Frames,
         start: Instant,
         off: u64,
+        blocked: bool,
     },
     /// A file (`--www`): what is left of it, and its length.
     File { body: FileBody, len: u64 },
@@ -145,8 +148,6 @@ struct HqConn {
     /// Whether the send window is [`limits::FILE_SEND_WINDOW`] yet (from
     /// the first file response on).
     file_window: bool,
-    /// The time of the last call, for [`ConnApp::timeout`].
-    now: Option<Instant>,
     /// The server is draining: new requests are refused.
     draining: bool,
 }
@@ -154,7 +155,6 @@ struct HqConn {
 impl ConnApp for HqConn {
     fn on_event(&mut self, cx: &mut AppCx<'_>, ev: AppEvent) {
         let now = cx.now();
-        self.now = Some(now);
         match ev {
             AppEvent::Opened(id) if id.dir() == Dir::Uni => {
                 cx.stop(id, 0);
@@ -200,13 +200,8 @@ impl ConnApp for HqConn {
         }
     }
 
-    fn poll(&mut self, cx: &mut AppCx<'_>) {
-        self.now = Some(cx.now());
-    }
-
     fn timeout(&self) -> Option<Instant> {
-        let now = self.now?;
-        [self.next_frame(now), self.next_deadline()]
+        [self.next_frame(), self.next_deadline()]
             .into_iter()
             .flatten()
             .min()
@@ -229,23 +224,28 @@ impl ConnApp for HqConn {
 }
 
 impl HqConn {
-    /// The earliest video frame due after `now`. A frame due already (by
-    /// the same count [`HqConn::respond`] writes by, so it was offered)
-    /// that could not be written waits for the stream's credit
-    /// ([`AppEvent::Writable`]), not for a timer: a timer in the past
-    /// would never let the worker sleep.
-    fn next_frame(&self, now: Instant) -> Option<Instant> {
+    /// The time of the earliest video frame not written yet, of the
+    /// responses not blocked. A blocked response waits for the stream's
+    /// credit ([`AppEvent::Writable`]), not for a timer: it would be in
+    /// the past, and the worker would never sleep. A frame that fell due
+    /// since the last write (while other events came) is an instant in the
+    /// past, and its [`AppEvent::Timeout`] comes at once: its write then
+    /// either moves the response on or blocks it, so the worker sleeps.
+    fn next_frame(&self) -> Option<Instant> {
         self.streams
             .values()
             .filter_map(|r| match r {
-                Resp::Video { frames, start, off } => {
+                Resp::Video {
+                    frames,
+                    start,
+                    off,
+                    blocked: false,
+                } => {
                     let sent_frames = off / frames.bytes;
-                    (sent_frames < frames.count && off % frames.bytes == 0)
-                        .then(|| frames.due_at(*start, sent_frames))
+                    (sent_frames < frames.count).then(|| frames.due_at(*start, sent_frames))
                 }
                 _ => None,
             })
-            .filter(|&t| t > now)
             .min()
     }
 
@@ -330,6 +330,7 @@ impl HqConn {
                         frames: Frames::new(rate, seconds, self.interval),
                         start: cx.now(),
                         off: 0,
+                        blocked: false,
                     },
                 );
                 if stop {
@@ -448,13 +449,14 @@ impl HqConn {
         let now = cx.now();
         let (off, limit, total) = match self.streams.get(&id) {
             Some(Resp::Bytes { off, len }) => (*off, *len, *len),
-            Some(Resp::Video { frames, start, off }) => {
-                (*off, frames.due(*start, now) * frames.bytes, frames.total())
-            }
+            Some(Resp::Video {
+                frames, start, off, ..
+            }) => (*off, frames.due(*start, now) * frames.bytes, frames.total()),
             Some(Resp::File { .. }) => return self.respond_file(cx, id),
             _ => return,
         };
         let mut at = off;
+        let mut blocked = false;
         while at < limit {
             // The pattern is static: quinn-proto keeps a reference to it
             // rather than a copy.
@@ -463,6 +465,7 @@ impl HqConn {
                 Write::All(n) => at += n as u64,
                 Write::Blocked(n) => {
                     at += n as u64;
+                    blocked = true;
                     break;
                 }
                 Write::Stopped(_) | Write::Closed => {
@@ -477,7 +480,13 @@ impl HqConn {
             cx.finish(id, total);
         } else {
             match self.streams.get_mut(&id) {
-                Some(Resp::Bytes { off, .. }) | Some(Resp::Video { off, .. }) => *off = at,
+                Some(Resp::Bytes { off, .. }) => *off = at,
+                Some(Resp::Video {
+                    off, blocked: b, ..
+                }) => {
+                    *off = at;
+                    *b = blocked;
+                }
                 _ => {}
             }
         }
