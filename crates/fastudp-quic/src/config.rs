@@ -558,6 +558,12 @@ pub struct Tuning {
     /// keep-alives of idle connections) the worker sleeps until the next
     /// datagram first, and takes what is left of this wait only when one
     /// comes within it: a lone datagram costs one wake-up, not two.
+    /// A worker that holds many connections waits longer: this much once
+    /// per 12,500 connections, up to [`MAX_RX_COALESCE`] (1 ms from 50,000
+    /// on, at the default), as the keep-alives of idle connections then
+    /// come one by one a few hundred microseconds apart, each a wake-up of
+    /// its own unless the wait gathers them (0.8x the CPU at 100,000
+    /// connections on 2 workers, docs/BENCHMARKS.md section 29).
     /// Zero: a turn as soon as something arrives. Default: 250 us
     /// ([`DEFAULT_RX_COALESCE`]).
     pub rx_coalesce: Duration,
