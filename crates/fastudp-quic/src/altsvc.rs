@@ -124,6 +124,59 @@ pub const H2_MAX_LOCAL_RESETS: usize = 256;
 /// request body is taken: this is what a client may send anyway).
 pub const H2_WINDOW: u32 = 64 * 1024;
 
+/// The body chunk of a response over TCP: 16 KiB (one TLS record, one
+/// HTTP/2 DATA frame at the default frame size). A chunk is read from
+/// the handler's body only when the connection has room for it
+/// ([`CONN_BODY`]) and the response's previous chunk has been written
+/// whole to TLS.
+pub const TCP_CHUNK: usize = 16 * 1024;
+
+/// Response bytes one connection may hold at once, read from handlers'
+/// bodies and not yet written whole to TLS (in hyper's or h2's buffers,
+/// or waiting for the client's window): 64 KiB, four chunks. A response
+/// whose chunk does not fit waits until one is written; over HTTP/2 at
+/// most four of the 16 streams hold one at a time.
+pub const CONN_BODY: usize = 4 * TCP_CHUNK;
+
+/// What one connection may hold beyond [`CONN_BODY`], as counted for
+/// `--max-memory` (docs/SECURITY.md has the terms): rustls' send buffer
+/// ([`TLS_SEND_BUFFER`]), its record and plaintext read buffers (about
+/// 34 KiB), hyper's HTTP/1.1 read and write buffers or h2's frame, header
+/// list and write buffers and HPACK tables (about 52 KiB), the
+/// connection's task and state (about 10 KiB).
+pub const CONN_FIXED: usize = 128 * 1024;
+
+/// rustls' buffer of encrypted bytes not yet taken by the socket, per
+/// connection: 32 KiB (rustls' default is 64 KiB).
+pub const TLS_SEND_BUFFER: usize = 32 * 1024;
+
+/// A connection counts as stalled, and may be evicted for a newcomer
+/// when every place is taken, once a chunk of its response has waited
+/// this long to be written (the client's window is shut, or its socket
+/// takes nothing), or its TLS handshake or an HTTP/1.1 head has taken
+/// this long: 2 s, as the QUIC side's ([`crate::limits::STALL_EVICT`]).
+pub const STALL_EVICT: Duration = crate::limits::STALL_EVICT;
+
+/// A newcomer's eviction looks at this many connections of each address
+/// at most, the oldest first.
+const EVICT_PER_ADDRESS: usize = 64;
+
+/// ... and at this many addresses at most, those holding the most first.
+const EVICT_ADDRESSES: usize = 64;
+
+/// When nothing idle or stalled can go, a newcomer whose address holds N
+/// connections evicts the oldest of an address holding at least this
+/// many times N + 1, busy or not (as the QUIC side).
+const EVICT_BUSY_RATIO: usize = 8;
+
+/// What the listener may hold at most with `max_connections` places,
+/// bytes: each place's [`CONN_BODY`] and [`CONN_FIXED`]. `quic serve`
+/// takes it from `--max-memory` before the QUIC connections' budget
+/// ([`crate::EngineConfig::reserve`]); 256 places: 48 MiB.
+pub fn memory_bound(max_connections: usize) -> u64 {
+    max_connections as u64 * (CONN_BODY + CONN_FIXED) as u64
+}
+
 /// How long a refused request's connection reads on after the answer.
 pub const LINGER: Duration = Duration::from_secs(1);
 
@@ -154,6 +207,10 @@ pub struct Config {
     /// Time the client has to take each piece of a response (its head,
     /// each body chunk), progress or not (default [`SEND_TIMEOUT`]).
     pub send_timeout: Duration,
+    /// How long a chunk, a handshake or a head must have waited for its
+    /// connection to count as stalled, and be evicted for a newcomer
+    /// when every place is taken (default [`STALL_EVICT`]).
+    pub stall_evict: Duration,
 }
 
 impl std::fmt::Debug for Config {
@@ -166,6 +223,7 @@ impl std::fmt::Debug for Config {
             .field("request_timeout", &self.request_timeout)
             .field("idle_timeout", &self.idle_timeout)
             .field("send_timeout", &self.send_timeout)
+            .field("stall_evict", &self.stall_evict)
             .finish_non_exhaustive()
     }
 }
@@ -191,6 +249,7 @@ impl Config {
             request_timeout: crate::limits::REQUEST_TIMEOUT,
             idle_timeout: IDLE_TIMEOUT,
             send_timeout: SEND_TIMEOUT,
+            stall_evict: STALL_EVICT,
         }
     }
 
@@ -199,6 +258,12 @@ impl Config {
     pub fn per_ip(&self) -> usize {
         self.max_connections_per_ip
             .unwrap_or((self.max_connections / 4).max(1))
+    }
+
+    /// What the listener may hold at most, bytes ([`memory_bound`] of
+    /// [`Config::max_connections`]).
+    pub fn memory_bound(&self) -> u64 {
+        memory_bound(self.max_connections)
     }
 }
 
@@ -235,6 +300,21 @@ pub struct Stats {
     /// Responses begun, by status class ([`crate::status_class`]: index 0
     /// counts 1xx, 4 counts 5xx), the parser's refusals included.
     pub responses: [AtomicU64; 5],
+    /// Connections closed to make room for a newcomer while every place
+    /// was taken (idle or stalled ones, or the oldest of an address
+    /// holding many times the newcomer's).
+    pub evicted: AtomicU64,
+    /// Connections hyper or h2 ended for the client's protocol error:
+    /// HTTP/2 GOAWAY for rapid resets, floods of CONTINUATION, SETTINGS
+    /// or PING frames, resets the server had to send, malformed frames;
+    /// an HTTP/1.1 error other than a refused head. A client's reset or
+    /// vanished socket is not counted.
+    pub protocol_closed: AtomicU64,
+    /// Response bytes held now: read from handlers' bodies and not yet
+    /// written whole to TLS (at most [`CONN_BODY`] per connection).
+    pub held: AtomicU64,
+    /// The most [`Stats::held`] has been.
+    pub held_peak: AtomicU64,
 }
 
 /// A copy of [`Stats`] at one moment.
@@ -263,6 +343,14 @@ pub struct Snapshot {
     pub body_errors: u64,
     /// [`Stats::bytes_sent`].
     pub bytes_sent: u64,
+    /// [`Stats::evicted`].
+    pub evicted: u64,
+    /// [`Stats::protocol_closed`].
+    pub protocol_closed: u64,
+    /// [`Stats::held`].
+    pub held: u64,
+    /// [`Stats::held_peak`].
+    pub held_peak: u64,
 }
 
 impl Stats {
@@ -280,6 +368,10 @@ impl Stats {
             send_failed: self.send_failed.load(Relaxed),
             body_errors: self.body_errors.load(Relaxed),
             bytes_sent: self.bytes_sent.load(Relaxed),
+            evicted: self.evicted.load(Relaxed),
+            protocol_closed: self.protocol_closed.load(Relaxed),
+            held: self.held.load(Relaxed),
+            held_peak: self.held_peak.load(Relaxed),
         }
     }
 }
@@ -470,7 +562,7 @@ fn builder(cfg: &Config, h2: bool) -> auto::Builder<Local> {
         .max_local_error_reset_streams(H2_MAX_LOCAL_RESETS)
         .initial_stream_window_size(H2_WINDOW)
         .initial_connection_window_size(H2_WINDOW)
-        .max_send_buf_size(crate::h3::CHUNK);
+        .max_send_buf_size(TCP_CHUNK);
     b
 }
 
@@ -486,6 +578,7 @@ async fn run(
         return;
     };
     let builders = Rc::new([builder(&shared.cfg, false), builder(&shared.cfg, true)]);
+    let table = Rc::new(Table::default());
     let mut next_id = 0u64;
     loop {
         let accepted = tokio::select! {
@@ -504,17 +597,27 @@ async fn run(
             }
         };
         let stats = &shared.stats;
-        if stats.open.load(Relaxed) >= shared.cfg.max_connections as u64
-            || !shared.per_address.take(peer.ip())
-        {
+        let full = stats.open.load(Relaxed) >= shared.cfg.max_connections as u64
+            && !table.evict_for(&shared, peer.ip(), Instant::now());
+        if full || !shared.per_address.take(peer.ip()) {
             stats.refused.fetch_add(1, Relaxed);
             continue;
         }
         stats.open.fetch_add(1, Relaxed);
         stats.accepted.fetch_add(1, Relaxed);
+        let slot = Rc::new(Slot {
+            ip: peer.ip(),
+            accepted: Instant::now(),
+            state: RefCell::new(None),
+            released: Cell::new(false),
+            wake: Notify::new(),
+        });
+        table.insert(next_id, slot.clone());
         let open = Open {
             shared: shared.clone(),
-            ip: peer.ip(),
+            table: table.clone(),
+            slot,
+            id: next_id,
         };
         let c = Conn {
             shared: shared.clone(),
@@ -532,17 +635,127 @@ async fn run(
     let _ = phase.wait_for(|p| *p == Phase::Stop).await;
 }
 
+/// A connection's place as eviction sees it.
+struct Slot {
+    ip: IpAddr,
+    accepted: Instant,
+    /// Its state once the TLS handshake is done.
+    state: RefCell<Option<Rc<State>>>,
+    /// It was evicted: its place is given back already.
+    released: Cell<bool>,
+    /// Wakes the connection when it is evicted.
+    wake: Notify,
+}
+
+impl Slot {
+    /// Idle (no request under way) or stalled (a chunk, handshake or
+    /// head waiting for `after`).
+    fn evictable(&self, now: Instant, after: Duration) -> bool {
+        match &*self.state.borrow() {
+            None => now.saturating_duration_since(self.accepted) >= after,
+            Some(st) => st.evictable(now, after),
+        }
+    }
+}
+
+/// The connections open, for eviction (the listener's thread only).
+#[derive(Default)]
+struct Table {
+    conns: RefCell<HashMap<u64, Rc<Slot>>>,
+    /// The connections of each address (key), the oldest first.
+    by_address: RefCell<HashMap<IpAddr, std::collections::BTreeSet<u64>>>,
+}
+
+impl Table {
+    fn insert(&self, id: u64, slot: Rc<Slot>) {
+        let key = crate::limits::address_key(slot.ip);
+        self.by_address
+            .borrow_mut()
+            .entry(key)
+            .or_default()
+            .insert(id);
+        self.conns.borrow_mut().insert(id, slot);
+    }
+
+    fn remove(&self, id: u64) -> Option<Rc<Slot>> {
+        let slot = self.conns.borrow_mut().remove(&id)?;
+        let key = crate::limits::address_key(slot.ip);
+        let mut by = self.by_address.borrow_mut();
+        if let Some(set) = by.get_mut(&key) {
+            set.remove(&id);
+            if set.is_empty() {
+                by.remove(&key);
+            }
+        }
+        Some(slot)
+    }
+
+    /// Every place is taken: makes room for a newcomer from `ip`, if its
+    /// address holds fewer than its share and at least two fewer than
+    /// another, by closing the oldest idle or stalled connection of its
+    /// own address, or else of the address holding the most that has
+    /// one; when none is, the oldest connection of an address holding at
+    /// least [`EVICT_BUSY_RATIO`] times the newcomer's plus one. The
+    /// evicted connection's place is free at once. True when one was.
+    fn evict_for(&self, shared: &Shared, ip: IpAddr, now: Instant) -> bool {
+        let per = &shared.per_address;
+        let mine = per.count(ip);
+        if mine >= per.max() {
+            return false;
+        }
+        let top = per.top(mine + 1, EVICT_ADDRESSES);
+        if top.is_empty() {
+            return false;
+        }
+        let after = shared.cfg.stall_evict;
+        let victim = {
+            let by = self.by_address.borrow();
+            let conns = self.conns.borrow();
+            let own = crate::limits::address_key(ip);
+            let find = |key: &IpAddr| {
+                by.get(key)?
+                    .iter()
+                    .take(EVICT_PER_ADDRESS)
+                    .find(|id| conns.get(id).is_some_and(|s| s.evictable(now, after)))
+                    .copied()
+            };
+            std::iter::once(own)
+                .chain(top.iter().map(|&(k, _)| k))
+                .find_map(|k| find(&k))
+                .or_else(|| {
+                    top.iter()
+                        .filter(|&&(_, held)| held >= EVICT_BUSY_RATIO * (mine + 1))
+                        .find_map(|(k, _)| by.get(k)?.iter().next().copied())
+                })
+        };
+        let Some(slot) = victim.and_then(|id| self.remove(id)) else {
+            return false;
+        };
+        slot.released.set(true);
+        per.give(slot.ip);
+        shared.stats.open.fetch_sub(1, Relaxed);
+        shared.stats.evicted.fetch_add(1, Relaxed);
+        slot.wake.notify_one();
+        true
+    }
+}
+
 /// A connection's place: counted open, and its address's share taken,
-/// until dropped.
+/// until dropped (or evicted).
 struct Open {
     shared: Arc<Shared>,
-    ip: IpAddr,
+    table: Rc<Table>,
+    slot: Rc<Slot>,
+    id: u64,
 }
 
 impl Drop for Open {
     fn drop(&mut self) {
-        self.shared.per_address.give(self.ip);
-        self.shared.stats.open.fetch_sub(1, Relaxed);
+        self.table.remove(self.id);
+        if !self.slot.released.replace(true) {
+            self.shared.per_address.give(self.slot.ip);
+            self.shared.stats.open.fetch_sub(1, Relaxed);
+        }
     }
 }
 
@@ -587,12 +800,93 @@ struct State {
     refused: Cell<bool>,
     /// A write waited past the send timeout (counted once).
     send_timed_out: Cell<bool>,
-    /// HTTP/2: the response chunks handed to hyper and not yet followed
-    /// by the next ask, by body, with when they were handed.
-    pieces: RefCell<HashMap<u64, Instant>>,
+    /// Since when a write has been waiting for the socket.
+    blocked: Cell<Option<Instant>>,
+    /// The response chunks read and not yet written whole.
+    held: Arc<Held>,
     next_body: Cell<u64>,
     /// Wakes the connection's watchdog when any of this changes.
-    notify: Notify,
+    notify: Arc<Notify>,
+}
+
+/// A connection's response chunks read from handlers' bodies and not yet
+/// written whole to TLS. Each chunk handed to hyper is a [`bytes::Bytes`]
+/// whose owner ([`Chunk`]) gives its bytes back here when hyper or h2
+/// drops the last of it (written, or the stream reset): `Send`, as
+/// `Bytes::from_owner` asks, though only the listener's thread uses it.
+struct Held {
+    /// Bytes held now, at most [`CONN_BODY`].
+    bytes: AtomicU64,
+    /// By body: when its chunk was handed to hyper (one at a time).
+    out: std::sync::Mutex<HashMap<u64, Instant>>,
+    /// Bodies waiting for room or for their chunk to be written.
+    waiting: std::sync::Mutex<Vec<std::task::Waker>>,
+    stats: Arc<Stats>,
+    notify: Arc<Notify>,
+}
+
+impl Held {
+    fn out(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Instant>> {
+        self.out.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// When the oldest chunk out was handed to hyper.
+    fn oldest(&self) -> Option<Instant> {
+        self.out().values().min().copied()
+    }
+
+    /// Waits (registers `cx`) until a chunk is given back.
+    fn wait(&self, cx: &Context<'_>) {
+        let mut w = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        if !w.iter().any(|x| x.will_wake(cx.waker())) {
+            w.push(cx.waker().clone());
+        }
+    }
+
+    /// Body `id` hands `data` to hyper: counted until its last byte is
+    /// dropped.
+    fn hand(self: &Arc<Self>, id: u64, data: Bytes) -> Bytes {
+        let n = data.len() as u64;
+        if n == 0 {
+            return data;
+        }
+        self.bytes.fetch_add(n, Relaxed);
+        let now = self.stats.held.fetch_add(n, Relaxed) + n;
+        self.stats.held_peak.fetch_max(now, Relaxed);
+        self.out().insert(id, Instant::now());
+        self.notify.notify_one();
+        Bytes::from_owner(Chunk {
+            data,
+            held: self.clone(),
+            id,
+        })
+    }
+}
+
+/// A response chunk as hyper holds it; gives its bytes back when dropped.
+struct Chunk {
+    data: Bytes,
+    held: Arc<Held>,
+    id: u64,
+}
+
+impl AsRef<[u8]> for Chunk {
+    fn as_ref(&self) -> &[u8] {
+        &self.data
+    }
+}
+
+impl Drop for Chunk {
+    fn drop(&mut self) {
+        let h = &self.held;
+        let n = self.data.len() as u64;
+        h.bytes.fetch_sub(n, Relaxed);
+        h.stats.held.fetch_sub(n, Relaxed);
+        h.out().remove(&self.id);
+        let waiting = std::mem::take(&mut *h.waiting.lock().unwrap_or_else(|e| e.into_inner()));
+        waiting.into_iter().for_each(std::task::Waker::wake);
+        h.notify.notify_one();
+    }
 }
 
 impl State {
@@ -613,8 +907,8 @@ impl State {
                 due = Some((since + cfg.send_timeout, Due::Close));
             }
         }
-        if let Some(t) = self.pieces.borrow().values().min() {
-            let piece = (*t + cfg.send_timeout, Due::Piece);
+        if let Some(t) = self.held.oldest() {
+            let piece = (t + cfg.send_timeout, Due::Piece);
             if due.is_none_or(|d| piece.0 < d.0) {
                 due = Some(piece);
             }
@@ -625,6 +919,19 @@ impl State {
     /// Nothing under way, and (HTTP/1.1) no head arriving.
     fn idle(&self) -> bool {
         self.in_flight.get() == 0 && self.head_begun.get().is_none()
+    }
+
+    /// Idle with nothing left to write, or stalled: a chunk not written,
+    /// a write waiting for the socket, or an HTTP/1.1 head arriving, for
+    /// `after`.
+    fn evictable(&self, now: Instant, after: Duration) -> bool {
+        let long =
+            |t: Option<Instant>| t.is_some_and(|t| now.saturating_duration_since(t) >= after);
+        let oldest = self.held.oldest();
+        (self.idle() && oldest.is_none() && self.blocked.get().is_none())
+            || long(oldest)
+            || long(self.blocked.get())
+            || long(self.head_begun.get())
     }
 }
 
@@ -645,8 +952,10 @@ impl Conn {
         let tls = tokio::select! {
             t = tokio::time::timeout(cfg.request_timeout, self.acceptor.accept(tcp)) => t,
             _ = self.phase.wait_for(|p| *p == Phase::Stop) => return,
+            // Evicted during its handshake.
+            _ = open.slot.wake.notified() => return,
         };
-        let tls = match tls {
+        let mut tls = match tls {
             Ok(Ok(tls)) => tls,
             Ok(Err(_)) => {
                 stats.tls_failed.fetch_add(1, Relaxed);
@@ -657,6 +966,7 @@ impl Conn {
                 return;
             }
         };
+        tls.get_mut().1.set_buffer_limit(Some(TLS_SEND_BUFFER));
         let (h2, server_name, alpn) = {
             let c = tls.get_ref().1;
             (
@@ -665,6 +975,7 @@ impl Conn {
                 c.alpn_protocol().map(<[u8]>::to_vec),
             )
         };
+        let notify = Arc::new(Notify::new());
         let st = Rc::new(State {
             h2,
             start,
@@ -674,10 +985,18 @@ impl Conn {
             head_begun: Cell::new(None),
             refused: Cell::new(false),
             send_timed_out: Cell::new(false),
-            pieces: RefCell::new(HashMap::new()),
+            blocked: Cell::new(None),
+            held: Arc::new(Held {
+                bytes: AtomicU64::new(0),
+                out: Default::default(),
+                waiting: Default::default(),
+                stats: shared.stats.clone(),
+                notify: notify.clone(),
+            }),
             next_body: Cell::new(0),
-            notify: Notify::new(),
+            notify,
         });
+        *open.slot.state.borrow_mut() = Some(st.clone());
         let svc = Service {
             handler: (cfg.make)(self.id as usize),
             info: ConnInfo {
@@ -764,6 +1083,8 @@ impl Conn {
                 }
                 c = self.phase.changed() => if c.is_err() { break None },
                 _ = st.notify.notified() => {}
+                // Evicted for a newcomer: its place is given back already.
+                _ = open.slot.wake.notified() => if open.slot.released.get() { break None },
             }
         };
         drop(conn);
@@ -779,6 +1100,11 @@ impl Conn {
                     stats.responses[3].fetch_add(1, Relaxed);
                     linger = true;
                 }
+                // h2 closed it itself with GOAWAY: rapid reset, floods,
+                // malformed frames.
+                _ if h2_goaway(&*e) => {
+                    stats.protocol_closed.fetch_add(1, Relaxed);
+                }
                 _ => {}
             }
         }
@@ -789,6 +1115,19 @@ impl Conn {
         }
         drop(open);
     }
+}
+
+/// True when h2 ended the connection with a GOAWAY of its own for the
+/// client's error (not the client's GOAWAY, nor its socket's end).
+fn h2_goaway(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(e);
+    while let Some(e) = next {
+        if let Some(h2) = e.downcast_ref::<h2::Error>() {
+            return h2.is_go_away() && h2.is_library();
+        }
+        next = e.source();
+    }
+    false
 }
 
 /// Closes the sending side and reads what the client still sends, for
@@ -985,10 +1324,6 @@ impl http_body::Body for ReplyBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
         let this = self.get_mut();
-        if this.st.h2 {
-            // hyper asks again: the previous chunk was taken.
-            this.st.pieces.borrow_mut().remove(&this.id);
-        }
         loop {
             if let Some(w) = this.wait.as_mut() {
                 ready!(w.as_mut().poll(cx));
@@ -998,9 +1333,17 @@ impl http_body::Body for ReplyBody {
                 this.ended = true;
                 return Poll::Ready(None);
             };
+            // One chunk out per response, and the connection's room:
+            // what a client that takes nothing makes it hold is bounded.
+            let held = &this.st.held;
+            let room = CONN_BODY.saturating_sub(held.bytes.load(Relaxed) as usize);
+            if room == 0 || held.out().contains_key(&this.id) {
+                held.wait(cx);
+                return Poll::Pending;
+            }
             let next = {
                 let _peer = crate::files::Peer::set(this.ip);
-                b.next(Instant::now(), crate::h3::CHUNK)
+                b.next(Instant::now(), TCP_CHUNK.min(room))
             };
             match next {
                 Ok(Next::Data(d)) => {
@@ -1008,10 +1351,7 @@ impl http_body::Body for ReplyBody {
                         *left = left.saturating_sub(d.len() as u64);
                         this.ended |= *left == 0;
                     }
-                    if this.st.h2 {
-                        this.st.pieces.borrow_mut().insert(this.id, Instant::now());
-                        this.st.notify.notify_one();
-                    }
+                    let d = held.hand(this.id, d);
                     return Poll::Ready(Some(Ok(Frame::data(d))));
                 }
                 Ok(Next::Wait(t)) => this.wait = Some(Box::pin(tokio::time::sleep_until(t.into()))),
@@ -1034,7 +1374,6 @@ impl http_body::Body for ReplyBody {
 impl Drop for ReplyBody {
     fn drop(&mut self) {
         let st = &self.st;
-        st.pieces.borrow_mut().remove(&self.id);
         let n = st.in_flight.get().saturating_sub(1);
         st.in_flight.set(n);
         if n == 0 {
@@ -1074,6 +1413,9 @@ impl<S> Io<S> {
             Poll::Ready(Err(_)) => return r,
             Poll::Pending => {
                 let limit = self.shared.cfg.send_timeout;
+                if self.behind.is_none() {
+                    self.st.blocked.set(Some(Instant::now()));
+                }
                 self.behind
                     .get_or_insert_with(|| (Box::pin(tokio::time::sleep(limit)), 0));
             }
@@ -1086,6 +1428,7 @@ impl<S> Io<S> {
                     *taken += moved;
                     if *taken >= crate::h3::CHUNK {
                         self.behind = None;
+                        self.st.blocked.set(None);
                     }
                 }
             }
@@ -1164,6 +1507,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Io<S> {
             // All of it is with the kernel: no one is behind.
             Poll::Ready(Ok(())) => {
                 this.behind = None;
+                this.st.blocked.set(None);
                 Poll::Ready(Ok(()))
             }
             r => this.check(cx, r, 0),

@@ -464,6 +464,11 @@ pub struct EngineConfig {
     /// with the rest. Default: `None`, a quarter of the host's memory
     /// ([`crate::limits::default_budget`]).
     pub max_memory: Option<u64>,
+    /// Bytes of [`EngineConfig::max_memory`] held outside the engine's
+    /// connections and taken off before their budget: the TLS/TCP
+    /// listener's bound ([`crate::altsvc::memory_bound`]) when one runs
+    /// beside the engine. Default: 0.
+    pub reserved: u64,
     /// Time without a packet after which a connection is dropped, also
     /// during its handshake. The engine drops it then (within
     /// [`Tuning::timer_tick`]) whatever its RTT: quinn-proto's own timer
@@ -651,6 +656,7 @@ impl EngineConfig {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_connections_per_ip: None,
             max_memory: None,
+            reserved: 0,
             tuning: Tuning::default(),
             idle_timeout: limits::IDLE_TIMEOUT,
             transport: Transport::default(),
@@ -753,13 +759,21 @@ impl EngineConfig {
         self
     }
 
+    /// Sets [`EngineConfig::reserved`].
+    pub fn reserve(mut self, bytes: u64) -> Self {
+        self.reserved = bytes;
+        self
+    }
+
     /// The memory budget over connections that [`EngineConfig::max_memory`]
-    /// leaves with [`EngineConfig::workers`] workers, for connections of
+    /// leaves with [`EngineConfig::workers`] workers and
+    /// [`EngineConfig::reserved`], for connections of
     /// [`EngineConfig::transport`] ([`limits::Budget::light_connection`]).
     pub fn budget(&self) -> Result<limits::Budget, limits::BudgetError> {
-        Ok(limits::Budget::for_server(
+        Ok(limits::Budget::for_server_reserving(
             self.max_memory.unwrap_or_else(limits::default_budget),
             self.workers,
+            self.reserved,
         )?
         .light_connection(self.transport.light()))
     }

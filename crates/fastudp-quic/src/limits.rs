@@ -426,8 +426,19 @@ impl Budget {
     /// `max_memory`: what is left after the process and its workers; an
     /// error when that is not one connection's handshake.
     pub fn for_server(max_memory: u64, workers: usize) -> Result<Budget, BudgetError> {
-        let fixed = BASE + workers as u64 * per_worker();
-        let need = fixed + CONN_STATE + HANDSHAKE_EXTRA;
+        Budget::for_server_reserving(max_memory, workers, 0)
+    }
+
+    /// [`Budget::for_server`], with `reserved` bytes of `max_memory` taken
+    /// first for what the server holds outside its QUIC connections (the
+    /// TLS/TCP listener's bound, [`crate::altsvc::memory_bound`]).
+    pub fn for_server_reserving(
+        max_memory: u64,
+        workers: usize,
+        reserved: u64,
+    ) -> Result<Budget, BudgetError> {
+        let fixed = (BASE + workers as u64 * per_worker()).saturating_add(reserved);
+        let need = fixed.saturating_add(CONN_STATE + HANDSHAKE_EXTRA);
         if max_memory < need {
             return Err(BudgetError {
                 budget: max_memory,
@@ -699,7 +710,7 @@ pub fn default_budget() -> u64 {
 /// A memory budget too small for the workers and one connection.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "--max-memory {budget}: {workers} workers and one connection need {need} bytes ({} MiB)",
+    "--max-memory {budget}: {workers} workers, what is reserved outside the QUIC connections and one connection need {need} bytes ({} MiB)",
     need.div_ceil(M)
 )]
 #[non_exhaustive]
@@ -708,7 +719,7 @@ pub struct BudgetError {
     pub budget: u64,
     /// The workers.
     pub workers: usize,
-    /// What the workers and one connection need, bytes.
+    /// What the workers, the reservation and one connection need, bytes.
     pub need: u64,
 }
 
@@ -848,6 +859,15 @@ mod budget_tests {
         let b = Budget::for_server(6 << 30, 2).unwrap();
         assert!(b.light_places() >= 100_000, "{}", b.light_places());
         assert!(Budget::for_server(BASE, 2).is_err());
+        // A reservation (the TCP listener's) comes off the top.
+        let r = Budget::for_server_reserving(6 << 30, 2, 48 << 20).unwrap();
+        assert_eq!(
+            r.hard(),
+            Budget::for_server(6 << 30, 2).unwrap().hard() - (48 << 20)
+        );
+        let small = BASE + 2 * per_worker() + CONN_STATE + HANDSHAKE_EXTRA;
+        assert!(Budget::for_server(small, 2).is_ok());
+        assert!(Budget::for_server_reserving(small, 2, 1).is_err());
     }
 }
 

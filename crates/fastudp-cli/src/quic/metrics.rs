@@ -409,12 +409,20 @@ impl Collector for Sources {
                 ([("reason", "head_timeout")], l(&t.request_timeouts)),
                 ([("reason", "idle")], l(&t.idle_closed)),
                 ([("reason", "send_timeout")], l(&t.send_failed)),
+                ([("reason", "evicted")], l(&t.evicted)),
+                ([("reason", "h2_goaway")], l(&t.protocol_closed)),
             ];
             counters(
                 &mut e,
                 "tcp_closed",
-                "TLS/TCP connections the listener's bounds closed, by reason: a failed TLS handshake, no complete request head (or handshake) in time, idle, a response the client did not take within the send deadline.",
+                "TLS/TCP connections the listener's bounds closed, by reason: a failed TLS handshake, no complete request head (or handshake) in time, idle, a response the client did not take within the send deadline, evicted for a newcomer while every place was taken, closed by h2 with GOAWAY for the client's errors (rapid reset, floods, malformed frames).",
                 &rows(&closed),
+            )?;
+            gauge(
+                &mut e,
+                "tcp_response_bytes_held",
+                "Response bytes the TLS/TCP listener holds: read from handlers' bodies and not yet written whole to TLS (64 KiB per connection at most).",
+                l(&t.held),
             )?;
             counter(
                 &mut e,

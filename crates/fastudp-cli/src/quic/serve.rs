@@ -406,6 +406,7 @@ fn engine_config(
         )
         .max_connections_per_ip(a.max_connections_per_ip)
         .max_memory(a.max_memory)
+        .reserve(tcp_reserved(a))
         .idle_timeout(Duration::from_secs_f64(a.idle_timeout))
         .tuning({
             let mut t = fastudp_quic::Tuning::default();
@@ -827,6 +828,7 @@ fn announce_limits(a: &ServeArgs, engine: &Engine, files: Option<&Root>) -> anyh
                 "max_connections": max_connections,
                 "places": places,
                 "max_connections_per_ip": per_ip,
+                "tcp_reserved": tcp_reserved(a),
                 "request_timeout_s": a.request_timeout,
                 "idle_timeout_s": a.idle_timeout,
                 "stall_timeout_s": limits::STALL_TIMEOUT.as_secs_f64(),
@@ -840,10 +842,14 @@ fn announce_limits(a: &ServeArgs, engine: &Engine, files: Option<&Root>) -> anyh
         )?;
     } else {
         out!(
-            "limits: memory {} MiB (--max-memory): {} workers {} MiB each, connections' budget {} MiB, windows shrink above {} MiB, newcomers refused above {} MiB; a light connection is counted {} KiB, one at most {} KiB; {places} connections (light) at most, {per_ip} per client address, when full a newcomer evicts an idle or stalled connection of the address holding the most; a response with no progress for {} s is cut; request timeout {} s; idle timeout {} s",
+            "limits: memory {} MiB (--max-memory): {} workers {} MiB each,{} connections' budget {} MiB, windows shrink above {} MiB, newcomers refused above {} MiB; a light connection is counted {} KiB, one at most {} KiB; {places} connections (light) at most, {per_ip} per client address, when full a newcomer evicts an idle or stalled connection of the address holding the most; a response with no progress for {} s is cut; request timeout {} s; idle timeout {} s",
             max_memory >> 20,
             workers,
             limits::per_worker() >> 20,
+            match tcp_reserved(a) {
+                0 => String::new(),
+                r => format!(" the TLS/TCP listener {} MiB,", r >> 20),
+            },
             b.hard() >> 20,
             b.pressure() >> 20,
             b.admit() >> 20,
@@ -909,6 +915,17 @@ fn files_summary(s: &FileStats, json: bool) -> anyhow::Result<()> {
     }
 }
 
+/// What `--alt-svc-tcp`'s listener may hold at most, taken from
+/// `--max-memory` before the QUIC connections' budget: its places'
+/// bound ([`altsvc::memory_bound`]); 0 without it, or with `--upstream`
+/// or `--route` (the proxy's TLS/TCP front, bounded apart).
+fn tcp_reserved(a: &ServeArgs) -> u64 {
+    match a.alt_svc_tcp && a.upstream.is_empty() && a.routes.is_empty() {
+        true => altsvc::memory_bound(altsvc::MAX_CONNECTIONS),
+        false => 0,
+    }
+}
+
 /// Starts `--alt-svc-tcp`: TLS over TCP on the engine's address and port,
 /// advertising HTTP/3 there. A port it cannot take is a runtime error.
 fn alt_svc_tcp(
@@ -937,6 +954,8 @@ fn announce_tcp(l: &altsvc::Listener, json: bool) -> anyhow::Result<()> {
                 "alt_svc": format!("h3=\":{}\"; ma={}", l.local_addr().port(), altsvc::MAX_AGE),
                 "max_connections": altsvc::MAX_CONNECTIONS,
                 "max_connections_per_ip": l.per_ip(),
+                "memory_bound": altsvc::memory_bound(altsvc::MAX_CONNECTIONS),
+                "response_bytes_per_connection": altsvc::CONN_BODY,
                 "max_head": altsvc::MAX_HEAD,
                 "max_requests_per_connection": altsvc::MAX_REQUESTS,
                 "send_timeout_s": altsvc::SEND_TIMEOUT.as_secs_f64(),
@@ -944,12 +963,14 @@ fn announce_tcp(l: &altsvc::Listener, json: bool) -> anyhow::Result<()> {
         )
     } else {
         out!(
-            "alt-svc: TLS over TCP on {} (HTTP/1.1, HTTP/2; Alt-Svc h3 on port {}), {} connections at most ({} per address), heads up to {} KiB",
+            "alt-svc: TLS over TCP on {} (HTTP/1.1, HTTP/2; Alt-Svc h3 on port {}), {} connections at most ({} per address; when full a newcomer evicts an idle or stalled connection of the address holding the most), heads up to {} KiB, {} KiB of responses held per connection, {} MiB at most in all (within --max-memory)",
             l.local_addr(),
             l.local_addr().port(),
             altsvc::MAX_CONNECTIONS,
             l.per_ip(),
-            altsvc::MAX_HEAD >> 10
+            altsvc::MAX_HEAD >> 10,
+            altsvc::CONN_BODY >> 10,
+            altsvc::memory_bound(altsvc::MAX_CONNECTIONS) >> 20
         )
     }
 }

@@ -140,6 +140,15 @@ pub struct TcpReport {
     pub send_failed: u64,
     /// Responses cut short by their body's error.
     pub body_errors: u64,
+    /// Connections evicted for a newcomer while every place was taken.
+    pub evicted: u64,
+    /// HTTP/2 connections h2 closed itself with GOAWAY (rapid reset,
+    /// floods, malformed frames).
+    pub protocol_closed: u64,
+    /// Response bytes held now (read, not yet written whole to TLS).
+    pub held: u64,
+    /// The most response bytes held at once.
+    pub held_peak: u64,
 }
 
 impl TcpReport {
@@ -156,6 +165,10 @@ impl TcpReport {
             idle_closed: s.idle_closed,
             send_failed: s.send_failed,
             body_errors: s.body_errors,
+            evicted: s.evicted,
+            protocol_closed: s.protocol_closed,
+            held: s.held,
+            held_peak: s.held_peak,
         }
     }
 }
@@ -232,18 +245,22 @@ fn print(r: &Report, json: bool) -> anyhow::Result<()> {
     }
     if let Some(t) = &r.tcp {
         out!(
-            "{} tcp: {} connections ({} accepted, {} refused, {} TLS failures), {} requests, {} bad, {} request timeouts, {} idle closed, {} send failures, {} body errors",
+            "{} tcp: {} connections ({} accepted, {} refused, {} evicted, {} TLS failures, {} closed by h2), {} requests, {} bad, {} request timeouts, {} idle closed, {} send failures, {} body errors, {} KiB of responses held (at most {} KiB)",
             r.kind,
             t.open,
             t.accepted,
             t.refused,
+            t.evicted,
             t.tls_failed,
+            t.protocol_closed,
             t.requests,
             t.bad_requests,
             t.request_timeouts,
             t.idle_closed,
             t.send_failed,
-            t.body_errors
+            t.body_errors,
+            t.held >> 10,
+            t.held_peak >> 10
         )?;
     }
     out!(

@@ -713,3 +713,208 @@ fn alt_svc_http2_a_stream_whose_window_stays_shut_is_closed_after_the_send_timeo
     assert_eq!(l.stats().send_failed.load(Relaxed), 1);
     l.stop(Duration::from_secs(2));
 }
+
+/// An HTTP/2 connection from the local address `from` whose streams'
+/// windows stay shut (`SETTINGS_INITIAL_WINDOW_SIZE` 0, and the client
+/// never takes a body): the server can send heads, never data.
+async fn h2_connect_shut(from: &str, addr: SocketAddr, cert: &Cert) -> H2Send {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(cert.clone()).unwrap();
+    let mut tls = rustls::ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    tls.alpn_protocols = vec![b"h2".to_vec()];
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.bind(format!("{from}:0").parse().unwrap()).unwrap();
+    let t = sock.connect(addr).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let s = tokio_rustls::TlsConnector::from(Arc::new(tls))
+        .connect(name, t)
+        .await
+        .unwrap();
+    let (send, conn) =
+        hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+            .initial_stream_window_size(0)
+            .handshake(hyper_util::rt::TokioIo::new(s))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    send
+}
+
+/// `n` requests for `/a.bin` on `send`, their heads received (200); the
+/// responses (bodies never taken) are returned to be held.
+async fn stalled_gets(send: &H2Send, n: usize) -> Vec<http::Response<hyper::body::Incoming>> {
+    let mut tasks = Vec::new();
+    for _ in 0..n {
+        let mut send = send.clone();
+        tasks.push(tokio::spawn(async move {
+            send.send_request(h2_get("/a.bin")).await.unwrap()
+        }));
+    }
+    let mut held = Vec::new();
+    for t in tasks {
+        let r = t.await.unwrap();
+        assert_eq!(r.status(), 200);
+        held.push(r);
+    }
+    held
+}
+
+/// An HTTP/1.1 GET of `/` from the local address `from`, that may fail
+/// (the server closed the connection at once): its status, or `None`.
+fn try_get_from(from: &str, addr: SocketAddr, cert: &Cert) -> Option<u16> {
+    let tcp = connect_from(from, addr);
+    let mut s = rustls::StreamOwned::new(client_conn(cert), tcp);
+    while s.conn.is_handshaking() {
+        s.conn.complete_io(&mut s.sock).ok()?;
+    }
+    write!(s, "GET / HTTP/1.1\r\nHost: localhost\r\n\r\n").ok()?;
+    s.flush().ok()?;
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if s.read(&mut b).ok()? == 0 {
+            return None;
+        }
+        head.push(b[0]);
+    }
+    std::str::from_utf8(head.get(9..12)?).ok()?.parse().ok()
+}
+
+/// Every place is held by HTTP/2 connections whose windows stay shut
+/// (two addresses, their shares full, a send timeout far away): a client
+/// from a third address is served, in the place of a stalled connection
+/// evicted for it. Without eviction it is refused until the send timeout.
+#[test]
+fn alt_svc_a_newcomer_evicts_a_stalled_connection_when_every_place_is_taken() {
+    let site = site("evict");
+    let (l, cert) = start(&site, |c| {
+        c.max_connections = 4;
+        c.max_connections_per_ip = Some(2);
+        c.send_timeout = Duration::from_secs(600);
+        c.stall_evict = Duration::from_millis(100);
+    });
+    let addr = l.local_addr();
+    rt().block_on(async {
+        let mut held = Vec::new();
+        for from in ["127.0.0.2", "127.0.0.2", "127.0.0.3", "127.0.0.3"] {
+            let send = h2_connect_shut(from, addr, &cert).await;
+            let responses = stalled_gets(&send, 2).await;
+            held.push((send, responses));
+        }
+        // Every place taken, each stream holding one chunk it cannot send.
+        let stats = l.stats().clone();
+        while stats.held.load(Relaxed) < 8 * altsvc::TCP_CHUNK as u64 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(stats.open.load(Relaxed), 4);
+        // The newcomer: refused at most while the streams are not yet
+        // stalled, then served.
+        let cert = cert.clone();
+        let served = tokio::task::spawn_blocking(move || {
+            let t0 = Instant::now();
+            loop {
+                if let Some(status) = try_get_from("127.0.0.4", addr, &cert) {
+                    return Some(status);
+                }
+                if t0.elapsed() > Duration::from_secs(60) {
+                    return None;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        })
+        .await
+        .unwrap();
+        assert_eq!(served, Some(200), "the newcomer was never served");
+        let st = stats.snapshot();
+        assert_eq!(st.evicted, 1, "{st:?}");
+        // One of the stalled connections was closed for it.
+        while held.iter().all(|(s, _)| !s.is_closed()) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(held.iter().filter(|(s, _)| s.is_closed()).count(), 1);
+        drop(held);
+    });
+    super::eventually("no connection open", || l.stats().open.load(Relaxed) == 0);
+    l.stop(Duration::from_secs(2));
+}
+
+/// A client that opens every stream it may (16) for a large file and
+/// never opens a window makes its connection hold one connection's bound
+/// of response bytes, `CONN_BODY` (four 16 KiB chunks), not a chunk per
+/// stream; the bytes are given back when the connection ends. The
+/// listener's whole bound is what `--max-memory` is charged.
+#[test]
+fn alt_svc_a_connection_holds_at_most_its_bound_of_response_bytes() {
+    let site = site("held");
+    let (l, cert) = start(&site, |c| c.send_timeout = Duration::from_secs(600));
+    let stats = l.stats().clone();
+    rt().block_on(async {
+        let send = h2_connect_shut("127.0.0.1", l.local_addr(), &cert).await;
+        let responses = stalled_gets(&send, altsvc::H2_MAX_STREAMS as usize).await;
+        while stats.held.load(Relaxed) < altsvc::CONN_BODY as u64 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // Every stream answered, each wants to send: still only the bound.
+        let st = stats.snapshot();
+        assert_eq!(st.held, altsvc::CONN_BODY as u64, "{st:?}");
+        assert_eq!(st.held_peak, altsvc::CONN_BODY as u64, "{st:?}");
+        assert_eq!(st.requests, u64::from(altsvc::H2_MAX_STREAMS), "{st:?}");
+        drop(responses);
+        drop(send);
+    });
+    super::eventually("no connection open", || stats.open.load(Relaxed) == 0);
+    assert_eq!(stats.held.load(Relaxed), 0, "given back");
+    assert_eq!(stats.held_peak.load(Relaxed), altsvc::CONN_BODY as u64);
+    // The listener's bound: each place's response bytes and the rest.
+    let cfg = Config::new(
+        "127.0.0.1:0".parse().unwrap(),
+        server_tls().0,
+        H3_PORT,
+        builtin_handler(Duration::from_millis(40), None),
+    );
+    assert_eq!(
+        cfg.memory_bound(),
+        altsvc::MAX_CONNECTIONS as u64 * (altsvc::CONN_BODY + altsvc::CONN_FIXED) as u64
+    );
+    assert_eq!(cfg.memory_bound(), 48 << 20);
+    l.stop(Duration::from_secs(2));
+}
+
+/// A client whose HTTP/2 frames are malformed is closed by h2 with
+/// GOAWAY, and that is counted.
+#[test]
+fn alt_svc_a_connection_h2_closes_with_goaway_is_counted() {
+    let site = site("goaway");
+    let (l, cert) = start(&site, |_| {});
+    let tcp = TcpStream::connect(l.local_addr()).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(cert.clone()).unwrap();
+    let mut tls = rustls::ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    tls.alpn_protocols = vec![b"h2".to_vec()];
+    let c = rustls::ClientConnection::new(Arc::new(tls), "localhost".try_into().unwrap()).unwrap();
+    let mut s = rustls::StreamOwned::new(c, tcp);
+    while s.conn.is_handshaking() {
+        s.conn.complete_io(&mut s.sock).unwrap();
+    }
+    assert_eq!(s.conn.alpn_protocol(), Some(&b"h2"[..]));
+    // The preface, then a SETTINGS frame of 5 bytes (a multiple of 6 is
+    // required): FRAME_SIZE_ERROR, a connection error.
+    s.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").unwrap();
+    s.write_all(&[0, 0, 5, 4, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5])
+        .unwrap();
+    s.flush().unwrap();
+    assert!(closed_by_server(&mut s));
+    super::eventually("no connection open", || l.stats().open.load(Relaxed) == 0);
+    let st = l.stats().snapshot();
+    assert_eq!(st.protocol_closed, 1, "{st:?}");
+    l.stop(Duration::from_secs(2));
+}
