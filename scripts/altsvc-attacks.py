@@ -666,11 +666,72 @@ def a_connections(srv, www):
     t1 = srv.threads()
     per_ip_refused = delta(before, mid, "refused")
     global_refused = delta(before2, after, "refused")
+    # When full, the fifth address's first few evict the oldest of an
+    # address holding 8 times theirs; the rest are refused: one or the
+    # other for each connection over the places.
+    global_evicted = delta(before2, after, "evicted")
     ok = (st == 200 and per_ip_refused == 20 and threads - t0 <= PER_IP + 1
-          and full_threads - t0 <= MAX_CONNECTIONS and global_refused == 5 * PER_IP - MAX_CONNECTIONS
+          and full_threads - t0 <= MAX_CONNECTIONS
+          and global_refused + global_evicted == 5 * PER_IP - MAX_CONNECTIONS
           and after["open"] == 0 and t1 <= t0 + 1)
     note("connections", ok, f"{PER_IP + 20} from one address: refused +{per_ip_refused}, threads {t0}->{threads}, another address served: {st}; "
-         f"{5 * PER_IP} from 5 addresses: threads {full_threads}, refused +{global_refused}; after: open {after['open']}, threads {t1}")
+         f"{5 * PER_IP} from 5 addresses: threads {full_threads}, refused +{global_refused}, evicted +{global_evicted}; after: open {after['open']}, threads {t1}")
+
+
+def h2_frame(kind, flags, stream, payload=b""):
+    return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + stream.to_bytes(4, "big") + payload
+
+
+def h2_get(stream, path):
+    """A HEADERS frame (END_STREAM, END_HEADERS) for GET `path`: HPACK
+    indexed :method GET and :scheme https, literal :path and
+    :authority with indexed names, no Huffman."""
+    block = bytes([0x82, 0x87, 0x04, len(path)]) + path.encode() + bytes([0x01, 9]) + b"localhost"
+    return h2_frame(0x1, 0x5, stream, block)
+
+
+def a_h2_stall(srv, www):
+    """Every place taken by HTTP/2 connections from 4 addresses, each
+    with 16 streams of a 32 MiB file and every stream window shut
+    (SETTINGS_INITIAL_WINDOW_SIZE 0): what the server holds stays
+    within the listener's bound (64 KiB of responses a connection), and
+    a newcomer from a fifth address is served by evicting a stalled
+    connection, well before the send timeout frees one."""
+    before = srv.settle()
+    rss0 = srv.rss_mib()
+    ctx = client_ctx(alpn=("h2",))
+    settings = (2).to_bytes(2, "big") + (0).to_bytes(4, "big") + (4).to_bytes(2, "big") + (0).to_bytes(4, "big")
+    conns = []
+    t0 = time.time()
+    for i in range(MAX_CONNECTIONS):
+        s = tls(srv, ctx, src=f"127.0.2.{i % 4 + 1}")
+        s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + h2_frame(0x4, 0, 0, settings)
+                  + b"".join(h2_get(2 * k + 1, "/big.bin") for k in range(16)))
+        conns.append(s)
+    time.sleep(1.0)
+    mid = srv.stats()
+    rss = srv.rss_mib()
+    # A newcomer while every place is taken and no window has opened.
+    try:
+        s = tls(srv, src="127.0.2.9")
+        st, fields, _ = get(s, "/index.html")
+        waited = time.time() - t0
+        s.close()
+    except (OSError, EOFError, ssl.SSLError) as e:
+        st, waited = repr(e), None
+    after_new = srv.stats()
+    for s in conns:
+        s.close()
+    after = srv.settle()
+    evicted = delta(before, after_new, "evicted")
+    per_conn = (rss - rss0) * 1024 / MAX_CONNECTIONS
+    bound = MAX_CONNECTIONS * (64 + 128) / 1024  # altsvc::memory_bound, MiB
+    ok = (st == 200 and evicted >= 1 and waited is not None and waited < SEND_TIMEOUT
+          and mid["held_peak"] <= MAX_CONNECTIONS * 64 * 1024
+          and rss - rss0 <= bound and after["open"] == 0)
+    note("h2-stall", ok, f"{MAX_CONNECTIONS} HTTP/2 connections x 16 streams of 32 MiB, windows shut: open {mid['open']}, responses held {mid['held'] >> 10} KiB (peak {mid['held_peak'] >> 10} KiB), "
+         f"RSS {rss0:.1f} -> {rss:.1f} MiB ({per_conn:.0f} KiB a connection; bound {bound:.0f} MiB); a newcomer from a fifth address: {st} "
+         f"{'' if waited is None else f'{waited:.1f} s after the first attacker'} (evicted +{evicted}); after: open {after['open']}")
 
 
 ATTACKS = [
@@ -678,7 +739,8 @@ ATTACKS = [
     ("head-trickle", a_head_trickle), ("heads", a_heads), ("malformed", a_malformed),
     ("pipelined-smuggle", a_smuggle_pipelined), ("pipeline", a_pipeline), ("ranges", a_ranges),
     ("traversal", a_traversal), ("head-vs-get", a_head_vs_get), ("close-mid-response", a_close_mid_response),
-    ("tls-oddities", a_tls_oddities), ("connections", a_connections), ("slow-readers", a_slow_reader),
+    ("tls-oddities", a_tls_oddities), ("connections", a_connections), ("h2-stall", a_h2_stall),
+    ("slow-readers", a_slow_reader),
 ]
 
 
