@@ -5,13 +5,16 @@
 //!
 //! ```text
 //! cargo run --release -p fastudp-quic --example axum -- --listen 127.0.0.1:4433 [--cert C --key K]
-//!     [--workers N] [--stream-window BYTES] [--recv-arena]
+//!     [--workers N] [--stream-window BYTES] [--recv-arena] [--rx-coalesce-us US]
 //! ```
 //!
 //! `--stream-window` raises each request stream's receive window from the
 //! engine's default (4 KiB, sized for small requests) for uploads; the
 //! engine refuses a value out of range, naming it. `--recv-arena` turns on
-//! the engine's receive arena (`fastudp_quic::Tuning::recv_arena`).
+//! the engine's receive arena (`fastudp_quic::Tuning::recv_arena`);
+//! `--rx-coalesce-us` sets its receive coalescing wait
+//! (`fastudp_quic::Tuning::rx_coalesce`, 250 us by default; 0 turns it
+//! off; the engine refuses more than 1,000).
 //!
 //! Without `--cert`/`--key` (PEM) the certificate is a self-signed one for
 //! `localhost`; the SHA-256 of its public key (SPKI, base64) is printed, as
@@ -180,6 +183,9 @@ pub struct Options {
     /// Copies received datagrams into a shared arena
     /// (`fastudp_quic::Tuning::recv_arena`): no allocation per datagram.
     pub recv_arena: bool,
+    /// The engine's receive coalescing wait
+    /// (`fastudp_quic::Tuning::rx_coalesce`); `None`: its default.
+    pub rx_coalesce: Option<std::time::Duration>,
 }
 
 /// The engine's transport, with `stream_window` when one is given.
@@ -276,6 +282,9 @@ pub fn serve(o: &Options) -> anyhow::Result<Server> {
             .tuning({
                 let mut t = fastudp_quic::Tuning::default();
                 t.recv_arena = o.recv_arena;
+                if let Some(c) = o.rx_coalesce {
+                    t.rx_coalesce = c;
+                }
                 t
             }),
         Arc::new(app),
@@ -347,6 +356,7 @@ fn parse(args: impl Iterator<Item = String>) -> Result<Options, String> {
     let mut workers = 1;
     let mut stream_window = None;
     let mut recv_arena = false;
+    let mut rx_coalesce = None;
     let mut args = args;
     while let Some(a) = args.next() {
         let mut val = || args.next().ok_or(format!("{a} needs a value"));
@@ -363,6 +373,12 @@ fn parse(args: impl Iterator<Item = String>) -> Result<Options, String> {
                 )
             }
             "--recv-arena" => recv_arena = true,
+            "--rx-coalesce-us" => {
+                let us: u64 = val()?
+                    .parse()
+                    .map_err(|e| format!("--rx-coalesce-us: {e}"))?;
+                rx_coalesce = Some(std::time::Duration::from_micros(us));
+            }
             _ => return Err(format!("unknown argument {a}")),
         }
     }
@@ -377,6 +393,7 @@ fn parse(args: impl Iterator<Item = String>) -> Result<Options, String> {
         workers,
         stream_window,
         recv_arena,
+        rx_coalesce,
     })
 }
 
@@ -385,7 +402,7 @@ fn main() {
     let o = match parse(std::env::args().skip(1)) {
         Ok(o) => o,
         Err(e) => {
-            eprintln!("axum: {e}\nusage: axum --listen ADDR [--cert C --key K] [--workers N] [--stream-window BYTES] [--recv-arena]");
+            eprintln!("axum: {e}\nusage: axum --listen ADDR [--cert C --key K] [--workers N] [--stream-window BYTES] [--recv-arena] [--rx-coalesce-us US]");
             std::process::exit(2);
         }
     };

@@ -155,6 +155,7 @@ fn start() -> example::Server {
         workers: 1,
         stream_window: None,
         recv_arena: false,
+        rx_coalesce: None,
     })
     .expect("the example starts")
 }
