@@ -467,7 +467,9 @@ pub struct LoadArgs {
     #[arg(long, value_name = "TIME")]
     pub keepalive: Option<String>,
     /// With --duration: each connection asks for --request again this
-    /// often (for example 60s). Default: once, when it opens.
+    /// often (for example 60s; at least 10ms), or with 0 as soon as its
+    /// previous response is whole (back to back). Default: once, when it
+    /// opens.
     #[arg(long, value_name = "TIME")]
     pub request_every: Option<String>,
     /// With --duration: the protocol, HTTP/3 (`h3`: any path, checked

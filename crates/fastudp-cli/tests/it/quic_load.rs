@@ -191,6 +191,24 @@ fn load_requests_any_file_checked_against_content_length() {
     assert!(n(&v, "requests_ok") >= 10, "{v}");
     assert_eq!(n(&v, "responses_without_content_length"), 0, "{v}");
     assert!(v["new_client"]["samples"].as_u64().unwrap() >= 1, "{v}");
+    // `--request-every 0`: back to back, as soon as a response is whole
+    // (asked once, a connection would count 1).
+    let (v, code, err) = load(&[
+        &addr.to_string(),
+        "--duration",
+        "1.5s",
+        "--connections",
+        "1",
+        "--request",
+        "/f.bin",
+        "--request-every",
+        "0",
+        "--probe-every",
+        "0",
+    ]);
+    assert_eq!(code, Some(0), "{v} {err}");
+    assert!(n(&v, "requests_ok") >= 2, "{v}");
+    assert_eq!(n(&v, "requests_failed"), 0, "{v}");
     // A file that is not there is a failed request, by its status.
     let (v, code, _) = load(&[
         &addr.to_string(),
@@ -318,6 +336,10 @@ fn load_duration_options_reject_bad_values() {
             "--source 192.0.2.0/30",
         ),
         (vec!["--duration", "1", "--keepalive", "1ms"], "--keepalive"),
+        (
+            vec!["--duration", "1", "--request-every", "5ms"],
+            "--request-every 5ms: at least 10ms",
+        ),
         (
             vec!["--duration", "1", "--request-every", "soon"],
             "--request-every",

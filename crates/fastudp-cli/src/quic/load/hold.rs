@@ -177,7 +177,12 @@ fn validate(a: &LoadArgs) -> anyhow::Result<Plan> {
         }
     };
     let keepalive = nonzero("--keepalive", &a.keepalive)?;
-    let request_every = nonzero("--request-every", &a.request_every)?;
+    // 0: each connection asks again as soon as its response is whole
+    // (back to back, for bulk measurements).
+    let request_every = match a.request_every.as_deref() {
+        Some(v) if time_arg("--request-every", v)?.is_zero() => Some(Duration::ZERO),
+        _ => nonzero("--request-every", &a.request_every)?,
+    };
     let probe = time_arg("--probe-every", &a.probe_every)?;
     let probe_every = if probe.is_zero() {
         None
@@ -527,7 +532,9 @@ async fn hold_one(
                     Some(e) => (tokio::time::Instant::now() + e).min(until),
                     None => until,
                 };
-                tokio::time::sleep_until(next).await;
+                if plan.request_every != Some(Duration::ZERO) {
+                    tokio::time::sleep_until(next).await;
+                }
                 if tokio::time::Instant::now() >= until {
                     return;
                 }
@@ -571,7 +578,9 @@ async fn hold_one(
                 Some(e) => (tokio::time::Instant::now() + e).min(until),
                 None => until,
             };
-            tokio::time::sleep_until(next).await;
+            if plan.request_every != Some(Duration::ZERO) {
+                tokio::time::sleep_until(next).await;
+            }
             if tokio::time::Instant::now() >= until {
                 return;
             }
