@@ -36,6 +36,8 @@ command -v chromium >/dev/null 2>&1 || need+=(chromium)
 # openssl makes the RSA, SEC1 and PKCS#1 keys of the certificate tests;
 # nft drops datagrams at random for the interop loss cases (no netem here).
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
+# curl: the axum example's TLS/TCP test (HTTP/1.1 and HTTP/2).
+command -v curl >/dev/null 2>&1 || need+=(curl)
 command -v nft >/dev/null 2>&1 || need+=(nftables)
 # aws-lc-rs (`quic serve --crypto aws-lc-rs`) builds AWS-LC with the C
 # compiler; it falls back to cmake where that does not work (sanitizer

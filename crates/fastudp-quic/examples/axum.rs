@@ -30,7 +30,10 @@
 //!   goes on;
 //! - `GET /json`: a 1 KB (1,024-byte) JSON document from an async handler,
 //!   the small dynamic answer of scripts/app-bench.sh;
-//! - `GET /sleep`: `slept`, after the handler awaits a 1 ms tokio timer.
+//! - `GET /sleep`: `slept`, after the handler awaits a 1 ms tokio timer;
+//! - `GET /`: a page whose script GETs `/hello/browser` and POSTs 10 MB
+//!   to `/upload` with `fetch()`, and shows both answers with the protocol
+//!   each went over (Resource Timing's `nextHopProtocol`).
 //!
 //! `examples/axum_quinn.rs` serves this same `Router` ([`router`]) on
 //! quinn + h3-quinn, for the comparison of docs/BENCHMARKS.md.
@@ -55,6 +58,7 @@ use std::task::{Context, Poll};
 /// The application: the same for HTTP/3 and TCP.
 pub fn router() -> Router {
     Router::new()
+        .route("/", get(|| async { axum::response::Html(PAGE) }))
         .route(
             "/hello/{name}",
             get(|Path(name): Path<String>| async move { format!("hello {name}") }),
@@ -79,6 +83,41 @@ pub fn router() -> Router {
             }),
         )
 }
+
+/// The length of the page's upload: byte i of it is i % 251.
+pub const PAGE_UPLOAD: usize = 10_000_000;
+
+/// `GET /`: a page that asks for `/hello/browser`, then POSTs
+/// [`PAGE_UPLOAD`] bytes to `/upload`, and writes each answer, its status
+/// and the protocol it went over into `#hello` and `#upload`.
+pub const PAGE: &str = r#"<!doctype html>
+<html><head><meta charset="utf-8"><title>axum over HTTP/3 on fastudp</title></head>
+<body>
+<h1>An axum Router over HTTP/3 on fastudp</h1>
+<p>GET /hello/browser: <span id="hello">pending</span></p>
+<p>POST /upload (10 MB): <span id="upload">pending</span></p>
+<script>
+function proto(path) {
+  var e = performance.getEntriesByName(new URL(path, location.href).href);
+  return e.length ? e[e.length - 1].nextHopProtocol : 'unknown';
+}
+function put(id, text) { document.getElementById(id).textContent = text; }
+(async function () {
+  try {
+    var r = await fetch('/hello/browser');
+    put('hello', r.status + ' ' + (await r.text()) + ' over ' + proto('/hello/browser'));
+  } catch (e) { put('hello', 'error ' + e); }
+  try {
+    var n = 10000000, b = new Uint8Array(n);
+    for (var i = 0; i < n; i++) b[i] = i % 251;
+    var r = await fetch('/upload', {method: 'POST', body: b,
+      headers: {'content-type': 'application/octet-stream'}});
+    put('upload', r.status + ' ' + (await r.text()) + ' over ' + proto('/upload'));
+  } catch (e) { put('upload', 'error ' + e); }
+})();
+</script>
+</body></html>
+"#;
 
 /// The length of the `GET /json` document.
 pub const JSON_LEN: usize = 1024;

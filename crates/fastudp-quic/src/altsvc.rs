@@ -304,11 +304,11 @@ pub struct Stats {
     /// was taken (idle or stalled ones, or the oldest of an address
     /// holding many times the newcomer's).
     pub evicted: AtomicU64,
-    /// Connections hyper or h2 ended for the client's protocol error:
-    /// HTTP/2 GOAWAY for rapid resets, floods of CONTINUATION, SETTINGS
-    /// or PING frames, resets the server had to send, malformed frames;
-    /// an HTTP/1.1 error other than a refused head. A client's reset or
-    /// vanished socket is not counted.
+    /// HTTP/2 connections h2 ended itself with a GOAWAY for the client's
+    /// protocol error: rapid resets, floods of CONTINUATION, SETTINGS or
+    /// PING frames, resets the server had to send, malformed frames. A
+    /// client's GOAWAY, reset or vanished socket is not counted (HTTP/1.1
+    /// heads hyper refuses are `bad_requests`).
     pub protocol_closed: AtomicU64,
     /// Response bytes held now: read from handlers' bodies and not yet
     /// written whole to TLS (at most [`CONN_BODY`] per connection).
@@ -800,7 +800,8 @@ struct State {
     refused: Cell<bool>,
     /// A write waited past the send timeout (counted once).
     send_timed_out: Cell<bool>,
-    /// Since when a write has been waiting for the socket.
+    /// Since when a write has been waiting for the socket with no
+    /// progress (any bytes taken start it again).
     blocked: Cell<Option<Instant>>,
     /// The response chunks read and not yet written whole.
     held: Arc<Held>,
@@ -1108,9 +1109,14 @@ impl Conn {
                 _ => {}
             }
         }
-        if linger && *self.phase.borrow() != Phase::Stop {
+        // An evicted connection's place is someone else's already: it
+        // closes at once, without lingering.
+        if linger && *self.phase.borrow() != Phase::Stop && !open.slot.released.get() {
             if let Some(fd) = dup {
-                lingering(std::net::TcpStream::from(fd)).await;
+                tokio::select! {
+                    () = lingering(std::net::TcpStream::from(fd)) => {}
+                    _ = open.slot.wake.notified() => {}
+                }
             }
         }
         drop(open);
@@ -1426,6 +1432,11 @@ impl<S> Io<S> {
                     .fetch_add(moved as u64, Relaxed);
                 if let Some((_, taken)) = &mut self.behind {
                     *taken += moved;
+                    // Progress: the stall clock of eviction starts again
+                    // (a slow reader is not a stalled one).
+                    if moved > 0 && self.st.blocked.get().is_some() {
+                        self.st.blocked.set(Some(Instant::now()));
+                    }
                     if *taken >= crate::h3::CHUNK {
                         self.behind = None;
                         self.st.blocked.set(None);

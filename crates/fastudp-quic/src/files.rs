@@ -474,8 +474,28 @@ impl FileBody {
         Ok((!c.is_empty()).then_some(c))
     }
 
+    /// Takes the next chunk of at most `max` bytes (at least 1): one read
+    /// of that many into a buffer of its own size, so that what a chunk
+    /// holds is its length (`None` at the end).
+    pub fn next_chunk_max(&mut self, max: usize) -> io::Result<Option<Bytes>> {
+        let max = max.max(1);
+        if !self.held.is_empty() {
+            let n = self.held.len().min(max);
+            return Ok(Some(self.held.split_to(n)));
+        }
+        if self.off >= self.end {
+            return Ok(None);
+        }
+        self.read_max(max).map(Some)
+    }
+
     fn read_next(&mut self) -> io::Result<Bytes> {
-        let n = (self.end - self.off).min(CHUNK as u64) as usize;
+        self.read_max(CHUNK)
+    }
+
+    /// Reads the next chunk of at most `max` (and [`CHUNK`]) bytes.
+    fn read_max(&mut self, max: usize) -> io::Result<Bytes> {
+        let n = (self.end - self.off).min(CHUNK.min(max) as u64) as usize;
         let mut buf = self.bufs.take(n);
         let mut got = 0;
         while got < n {
@@ -524,8 +544,13 @@ impl Buffers {
     /// new one (of [`CHUNK`] bytes, or of `n` for a last, short chunk,
     /// which is not kept).
     fn take(&self, n: usize) -> Vec<u8> {
-        if let Some(b) = self.free.lock().ok().and_then(|mut f| f.pop()) {
-            return b;
+        // A whole chunk reuses a kept buffer; a shorter one (a file's
+        // end, a range, a bounded read) gets one of its own size, so that
+        // no 64 KiB buffer is held for a few bytes.
+        if n == CHUNK {
+            if let Some(b) = self.free.lock().ok().and_then(|mut f| f.pop()) {
+                return b;
+            }
         }
         vec![0u8; n]
     }
@@ -1343,7 +1368,9 @@ mod tests {
     #[test]
     fn read_buffers_are_reused_and_show_only_their_bytes() {
         let (t, root) = site("reuse");
-        let a: Vec<u8> = (0..(CHUNK + 10) as u32).map(|i| (i % 251) as u8).collect();
+        let a: Vec<u8> = (0..(2 * CHUNK + 10) as u32)
+            .map(|i| (i % 251) as u8)
+            .collect();
         let b: Vec<u8> = (0..(2 * CHUNK) as u32).map(|i| (i % 13) as u8).collect();
         std::fs::write(t.0.join("www/a.bin"), &a).unwrap();
         std::fs::write(t.0.join("www/b.bin"), &b).unwrap();
@@ -1353,11 +1380,15 @@ mod tests {
         assert!(c == a[..CHUNK]);
         let at = c.as_ptr();
         drop(c);
-        // The last 10 bytes land in the same buffer, which held a whole
-        // chunk: only the 10 read show.
+        // The next whole chunk lands in the same buffer.
         let c = body_a.next_chunk().unwrap().unwrap();
         assert_eq!(c.as_ptr(), at, "the buffer was not reused");
-        assert!(c == a[CHUNK..]);
+        assert!(c == a[CHUNK..2 * CHUNK]);
+        // The last 10 bytes get a buffer of their own size, not a kept
+        // 64 KiB one.
+        let end = body_a.next_chunk().unwrap().unwrap();
+        assert!(end == a[2 * CHUNK..]);
+        drop(end);
         assert!(body_a.next_chunk().unwrap().is_none());
         // A chunk still held (by a stream that has not had all of it
         // acknowledged) keeps its buffer: the next read goes elsewhere
@@ -1368,7 +1399,7 @@ mod tests {
         let other = first.as_ptr();
         assert_ne!(other, at, "a buffer still held was reused");
         assert!(first == b[..CHUNK]);
-        assert!(c == a[CHUNK..]);
+        assert!(c == a[CHUNK..2 * CHUNK]);
         drop(c);
         let second = body_b.next_chunk().unwrap().unwrap();
         assert_eq!(second.as_ptr(), at, "a free buffer is taken first");
@@ -1382,6 +1413,42 @@ mod tests {
         assert!(again == b[..CHUNK]);
         assert_eq!(tail[..], b[CHUNK - 1..CHUNK]);
         assert_eq!(tail.as_ptr(), other.wrapping_add(CHUNK - 1));
+    }
+
+    #[test]
+    fn bounded_chunks_hold_no_more_than_asked() {
+        use bytes::Buf;
+        let (t, root) = site("bounded");
+        let data: Vec<u8> = (0..(2 * CHUNK + 7) as u32)
+            .map(|i| (i % 251) as u8)
+            .collect();
+        std::fs::write(t.0.join("www/big.bin"), &data).unwrap();
+        // A whole chunk first, kept for reuse when dropped.
+        let mut r = get(&root, "/big.bin");
+        let whole = r.body.as_mut().unwrap().next_chunk().unwrap().unwrap();
+        let kept = whole.as_ptr();
+        drop((whole, r));
+        let mut r = get(&root, "/big.bin");
+        let b = r.body.as_mut().unwrap();
+        let (mut got, mut sizes) = (Vec::new(), Vec::new());
+        while let Some(c) = b.next_chunk_max(16 * 1024).unwrap() {
+            assert_ne!(c.as_ptr(), kept, "a 64 KiB buffer held for a 16 KiB chunk");
+            sizes.push(c.len());
+            got.extend_from_slice(&c);
+        }
+        assert!(got == data, "the bytes differ");
+        assert!(sizes.iter().all(|&n| n <= 16 * 1024), "{sizes:?}");
+        assert_eq!(sizes.len(), 9, "{sizes:?}");
+        // A range of one byte is one byte.
+        let mut r = root.respond(Method::Get, b"/big.bin", Some(b"bytes=5-5"));
+        let c = r.body.as_mut().unwrap().next_chunk_max(1).unwrap().unwrap();
+        assert_eq!(c[..], data[5..6]);
+        // What a writer left of a chunk is handed out by the bound too.
+        let mut r = get(&root, "/big.bin");
+        let b = r.body.as_mut().unwrap();
+        b.chunk().unwrap().advance(10);
+        let c = b.next_chunk_max(100).unwrap().unwrap();
+        assert_eq!(c[..], data[10..110]);
     }
 
     #[test]

@@ -5,6 +5,7 @@
 mod common;
 
 mod args;
+mod axum_clients;
 mod bench;
 mod control;
 mod docs;

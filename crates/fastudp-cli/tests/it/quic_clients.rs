@@ -1610,7 +1610,7 @@ fn chromium_renders_a_page_with_images_over_http3() {
 
 /// The load client of the file-serving benchmark (scripts/bench-files.sh),
 /// built next to quic-go's client by scripts/build-quic-go-client.sh.
-fn quic_go_filebench(test: &str) -> Option<PathBuf> {
+pub(crate) fn quic_go_filebench(test: &str) -> Option<PathBuf> {
     let client = clients::quic_go_client(test)?;
     let bin = client.with_file_name("quic-go-filebench");
     if bin.exists() {

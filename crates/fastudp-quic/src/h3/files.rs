@@ -65,9 +65,10 @@ impl Handler for FilesHandler {
 struct FileChunks(FileBody);
 
 impl Body for FileChunks {
-    fn next(&mut self, _now: Instant, _max: usize) -> io::Result<Next> {
-        // Its chunks are at most `files::CHUNK` (64 KiB), the most asked.
-        Ok(match self.0.next_chunk()? {
+    fn next(&mut self, _now: Instant, max: usize) -> io::Result<Next> {
+        // At most `max` (and `files::CHUNK`, 64 KiB): the TCP listener
+        // asks for 16 KiB and counts what it holds by length.
+        Ok(match self.0.next_chunk_max(max)? {
             Some(b) => Next::Data(b),
             None => Next::End,
         })
