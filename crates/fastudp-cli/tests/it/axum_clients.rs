@@ -88,12 +88,7 @@ fn start(bin: &PathBuf) -> Example {
 impl Example {
     /// The example's peak resident memory so far (VmHWM), bytes.
     fn peak_rss(&self) -> u64 {
-        std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .unwrap_or_default()
-            .lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .map_or(0, |kb| kb * 1024)
+        crate::common::proc_memory(self.child.id(), "VmHWM")
     }
 }
 
@@ -295,16 +290,6 @@ fn axum_example_serves_curl_over_tls_tcp() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The text of the element of id `id` in a dumped DOM.
-fn text_of<'a>(dom: &'a str, id: &str) -> &'a str {
-    let open = format!("id=\"{id}\">");
-    let at = dom
-        .find(&open)
-        .unwrap_or_else(|| panic!("no #{id} in {dom}"));
-    let rest = &dom[at + open.len()..];
-    &rest[..rest.find('<').unwrap_or(rest.len())]
-}
-
 /// Headless Chromium, forced onto QUIC for the example's origin, loads
 /// its page: the greeting and the 10 MB `fetch()` upload each went over
 /// HTTP/3 (`h3` in Resource Timing), and the handler read the upload
@@ -327,10 +312,14 @@ fn axum_example_serves_chromium_a_10_mb_fetch_upload_over_http3() {
         &["--virtual-time-budget=60000"],
     )
     .unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(text_of(&dom, "hello"), "200 hello browser over h3", "{dom}");
+    assert_eq!(
+        clients::dom_text(&dom, "hello"),
+        "200 hello browser over h3",
+        "{dom}"
+    );
     let n = 10_000_000;
     assert_eq!(
-        text_of(&dom, "upload"),
+        clients::dom_text(&dom, "upload"),
         format!(
             "200 {n} {} over h3",
             clients::sha256_hex(&clients::bytes_body(n))

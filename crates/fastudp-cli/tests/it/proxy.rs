@@ -362,11 +362,7 @@ pub(crate) fn rt() -> tokio::runtime::Runtime {
 
 /// The proxy's peak resident memory (VmHWM), bytes.
 fn peak_rss(pid: u32) -> u64 {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    s.lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map_or(0, |kb| kb * 1024)
+    crate::common::proc_memory(pid, "VmHWM")
 }
 
 const BIG: u64 = 128 << 20;
@@ -454,11 +450,7 @@ fn proxy_over_http3() {
 
 /// The proxy's resident memory now (VmRSS), bytes.
 fn rss(pid: u32) -> u64 {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    s.lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map_or(0, |kb| kb * 1024)
+    crate::common::proc_memory(pid, "VmRSS")
 }
 
 const GIB: u64 = 1 << 30;

@@ -148,16 +148,6 @@ fn application() -> (tokio::runtime::Runtime, SocketAddr) {
     (rt, addr)
 }
 
-/// The text of the element of id `id` in a dumped DOM.
-fn text_of<'a>(dom: &'a str, id: &str) -> &'a str {
-    let open = format!("id=\"{id}\">");
-    let at = dom
-        .find(&open)
-        .unwrap_or_else(|| panic!("no #{id} in {dom}"));
-    let rest = &dom[at + open.len()..];
-    &rest[..rest.find('<').unwrap_or(rest.len())]
-}
-
 /// Chromium, forced onto QUIC for the proxy's origin, loads the page
 /// through the proxy: the page, the JSON answer and the 10 MB upload
 /// each went over HTTP/3 (`h3` in Resource Timing), the answer is the
@@ -196,14 +186,14 @@ fn chromium_through_the_proxy_over_http3() {
     )
     .unwrap_or_else(|e| panic!("{e}"));
     let want_sha = clients::sha256_hex(&clients::bytes_body(UPLOAD));
-    assert_eq!(text_of(&dom, "page"), "over h3", "{dom}");
+    assert_eq!(clients::dom_text(&dom, "page"), "over h3", "{dom}");
     assert_eq!(
-        text_of(&dom, "json"),
+        clients::dom_text(&dom, "json"),
         "200 answer=42 proto=https over h3",
         "{dom}"
     );
     assert_eq!(
-        text_of(&dom, "upload"),
+        clients::dom_text(&dom, "upload"),
         format!("200 len={UPLOAD} sha256={want_sha} over h3"),
         "{dom}"
     );

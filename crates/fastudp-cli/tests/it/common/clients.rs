@@ -205,6 +205,17 @@ pub fn chromium_dump_dom_with(
     Ok(out)
 }
 
+/// The text of the element of id `id` in a DOM Chromium dumped (up to
+/// its first child or end tag).
+pub fn dom_text<'a>(dom: &'a str, id: &str) -> &'a str {
+    let open = format!("id=\"{id}\">");
+    let at = dom
+        .find(&open)
+        .unwrap_or_else(|| panic!("no #{id} in {dom}"));
+    let rest = &dom[at + open.len()..];
+    &rest[..rest.find('<').unwrap_or(rest.len())]
+}
+
 /// A fresh directory under the temporary directory.
 pub fn tempdir(tag: &str) -> PathBuf {
     static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);

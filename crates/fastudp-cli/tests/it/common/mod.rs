@@ -293,6 +293,17 @@ pub fn sh(args: &[&str]) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
+/// A memory figure of process `pid` from /proc/PID/status (`key` such as
+/// `VmRSS` or `VmHWM`), bytes; 0 when it cannot be read.
+pub fn proc_memory(pid: u32, key: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
 /// Whether this process runs as root.
 pub fn root() -> bool {
     std::fs::read_to_string("/proc/self/status")

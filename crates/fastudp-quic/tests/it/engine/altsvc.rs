@@ -64,6 +64,15 @@ fn start(site: &Site, f: impl FnOnce(&mut Config)) -> (Listener, Cert) {
 
 /// A rustls client for `cert` that has not touched a socket yet.
 fn client_conn(cert: &Cert) -> rustls::ClientConnection {
+    rustls::ClientConnection::new(
+        client_tls(cert, b"http/1.1"),
+        "localhost".try_into().unwrap(),
+    )
+    .unwrap()
+}
+
+/// A TLS 1.3 client configuration that trusts `cert` and offers `alpn`.
+fn client_tls(cert: &Cert, alpn: &[u8]) -> Arc<rustls::ClientConfig> {
     let mut roots = rustls::RootCertStore::empty();
     roots.add(cert.clone()).unwrap();
     let mut tls = rustls::ClientConfig::builder_with_provider(provider())
@@ -71,8 +80,8 @@ fn client_conn(cert: &Cert) -> rustls::ClientConnection {
         .unwrap()
         .with_root_certificates(roots)
         .with_no_client_auth();
-    tls.alpn_protocols = vec![b"http/1.1".to_vec()];
-    rustls::ClientConnection::new(Arc::new(tls), "localhost".try_into().unwrap()).unwrap()
+    tls.alpn_protocols = vec![alpn.to_vec()];
+    Arc::new(tls)
 }
 
 type Client = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
@@ -543,17 +552,10 @@ type H2Send = hyper::client::conn::http2::SendRequest<http_body_util::Full<bytes
 /// An HTTP/2 connection (ALPN h2) to `addr` with hyper's client; its
 /// connection task runs on the caller's runtime.
 async fn h2_connect(addr: SocketAddr, cert: &Cert) -> H2Send {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(cert.clone()).unwrap();
-    let mut tls = rustls::ClientConfig::builder_with_provider(provider())
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    tls.alpn_protocols = vec![b"h2".to_vec()];
+    let tls = client_tls(cert, b"h2");
     let t = tokio::net::TcpStream::connect(addr).await.unwrap();
     let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
-    let s = tokio_rustls::TlsConnector::from(Arc::new(tls))
+    let s = tokio_rustls::TlsConnector::from(tls)
         .connect(name, t)
         .await
         .unwrap();
@@ -718,19 +720,12 @@ fn alt_svc_http2_a_stream_whose_window_stays_shut_is_closed_after_the_send_timeo
 /// windows stay shut (`SETTINGS_INITIAL_WINDOW_SIZE` 0, and the client
 /// never takes a body): the server can send heads, never data.
 async fn h2_connect_shut(from: &str, addr: SocketAddr, cert: &Cert) -> H2Send {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(cert.clone()).unwrap();
-    let mut tls = rustls::ClientConfig::builder_with_provider(provider())
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    tls.alpn_protocols = vec![b"h2".to_vec()];
+    let tls = client_tls(cert, b"h2");
     let sock = tokio::net::TcpSocket::new_v4().unwrap();
     sock.bind(format!("{from}:0").parse().unwrap()).unwrap();
     let t = sock.connect(addr).await.unwrap();
     let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
-    let s = tokio_rustls::TlsConnector::from(Arc::new(tls))
+    let s = tokio_rustls::TlsConnector::from(tls)
         .connect(name, t)
         .await
         .unwrap();
@@ -892,15 +887,8 @@ fn alt_svc_a_connection_h2_closes_with_goaway_is_counted() {
     let (l, cert) = start(&site, |_| {});
     let tcp = TcpStream::connect(l.local_addr()).unwrap();
     tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(cert.clone()).unwrap();
-    let mut tls = rustls::ClientConfig::builder_with_provider(provider())
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    tls.alpn_protocols = vec![b"h2".to_vec()];
-    let c = rustls::ClientConnection::new(Arc::new(tls), "localhost".try_into().unwrap()).unwrap();
+    let tls = client_tls(&cert, b"h2");
+    let c = rustls::ClientConnection::new(tls, "localhost".try_into().unwrap()).unwrap();
     let mut s = rustls::StreamOwned::new(c, tcp);
     while s.conn.is_handshaking() {
         s.conn.complete_io(&mut s.sock).unwrap();
