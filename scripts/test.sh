@@ -18,8 +18,16 @@ log=$PWD/target/test-skips.log
 : >"$log"
 export FASTUDP_SKIP_LOG=$log
 
-cargo test --workspace --all-targets --all-features --no-fail-fast "$@"
+# The CLI tests run fastudp-quic's axum example as a program
+# (tests/it/axum_clients.rs): `cargo test --all-targets` builds examples
+# only as test harnesses, so the example's binary is built first (same
+# profile and features: only the example itself compiles).
+cargo build -p fastudp-quic --example axum --all-features
 rc=$?
+if [ $rc = 0 ]; then
+  cargo test --workspace --all-targets --all-features --no-fail-fast "$@"
+  rc=$?
+fi
 
 # One line: "N tests skipped: K why; K why; ..." (most frequent first).
 n=$(grep -c . "$log" || true)

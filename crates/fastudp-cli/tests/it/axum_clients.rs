@@ -3,8 +3,10 @@
 //! against clients the project did not write: quic-go's `http3` client
 //! and aioquic over HTTP/3, curl over TLS/TCP (HTTP/1.1 and HTTP/2), and
 //! headless Chromium over HTTP/3, whose page POSTs 10 MB with `fetch()`.
-//! The example is the binary `cargo test --workspace --all-targets`
-//! builds beside this test (target/PROFILE/examples/axum).
+//! The example is the binary `cargo build -p fastudp-quic --example axum`
+//! puts beside this test (target/PROFILE/examples/axum); the README's test
+//! command (scripts/test.sh) builds it first, because `cargo test
+//! --all-targets` builds examples only as test harnesses.
 
 use crate::common::clients::{self, Fetched, Trust};
 use crate::common::skip;
@@ -25,7 +27,7 @@ fn example(test: &str) -> Option<PathBuf> {
         _ => {
             skip(
                 test,
-                "needs fastudp-quic's axum example built beside the tests (cargo test --workspace --all-targets, or cargo build -p fastudp-quic --example axum)",
+                "needs fastudp-quic's axum example built beside the tests (scripts/test.sh builds it; or cargo build -p fastudp-quic --example axum --all-features)",
             );
             None
         }
