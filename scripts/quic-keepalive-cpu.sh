@@ -19,6 +19,11 @@
 # is added: connections lost, handshakes/s, and what a new client waited
 # (a probe every second, throughout), p50/p99.
 #
+# A BINARY written BINARY:quinn runs that binary's plain quinn server
+# instead (`quic serve --stack quinn --test-endpoints`, hq-interop only:
+# its load asks /bytes/100 over `--alpn hq-interop`), under the name
+# NAME-quinn; quinn reports no datagram counts.
+#
 # With PERF=SECONDS, the last round also records a profile of each
 # server (`perf record -e cpu-clock -g`, SECONDS long, from the start of
 # the window) in perf.NAME.data (NAME: the binary's file name); the
@@ -29,6 +34,7 @@
 # HOLD_SECONDS bounds the load: the opening, WARM and WINDOW must fit.
 # For example:
 #   scripts/quic-keepalive-cpu.sh 20000 240 3 /tmp/fastudp-before target/release/fastudp
+#   scripts/quic-keepalive-cpu.sh 100000 140 1 target/release/fastudp target/release/fastudp:quinn
 # Loopback only; each run stops by itself (the server has --duration, the
 # load --duration).
 set -euo pipefail
@@ -40,10 +46,12 @@ shift 3
 [ $# -ge 1 ] || { echo "quic-keepalive-cpu.sh: give at least one server binary" >&2; exit 2; }
 BINS=()
 for b in "$@"; do
+    stack=
+    case "$b" in *:quinn) b=${b%:quinn}; stack=:quinn ;; esac
     [ -x "$b" ] || { echo "quic-keepalive-cpu.sh: no binary at $b" >&2; exit 2; }
-    BINS+=("$(readlink -f "$b")")
+    BINS+=("$(readlink -f "$b")$stack")
 done
-LOAD=$(readlink -f "${LOAD:-${BINS[0]}}")
+LOAD=$(readlink -f "${LOAD:-${BINS[0]%:quinn}}")
 WARM=${WARM:-5}
 WINDOW=${WINDOW:-45}
 ADDRS=$(( (N + 249) / 250 ))
@@ -67,9 +75,18 @@ RESULTS=$TMP/results
 
 one() {
     local bin=$1 round=$2 name
-    name=$(basename "$bin")
+    local serve=(--www "$TMP/www") ask=(--alpn h3 --request /small.txt)
+    case "$bin" in
+        *:quinn)
+            bin=${bin%:quinn}
+            serve=(--stack quinn --test-endpoints)
+            ask=(--alpn hq-interop --request /bytes/100)
+            name=$(basename "$bin")-quinn
+            ;;
+        *) name=$(basename "$bin") ;;
+    esac
     "$bin" quic serve --listen 127.0.0.1:0 --workers 2 --duration $((HOLD + 600)) \
-        --json --stats --www "$TMP/www" > "$TMP/srv" 2>&1 &
+        --json --stats "${serve[@]}" > "$TMP/srv" 2>&1 &
     SRV=$!
     local port=
     for _ in $(seq 100); do
@@ -84,7 +101,7 @@ one() {
     "$LOAD" quic load "127.0.0.1:$port" --json --duration "${HOLD}s" \
         --connections "$N" --source 127.1.0.0/16 --endpoints "$ADDRS" \
         --threads 2 --concurrency 512 --keepalive 15s \
-        --alpn h3 --request /small.txt > "$TMP/load" 2> "$TMP/load-err" &
+        "${ask[@]}" > "$TMP/load" 2> "$TMP/load-err" &
     local load=$! t0 opened=
     t0=$(date +%s.%N)
     # Every connection established (the server's stats line, once a
@@ -137,8 +154,8 @@ rx = tx = secs = 0.0
 for l in open(window):
     v = json.loads(l)
     secs += v["seconds"]
-    rx += v["recv_calls_s"] * v["seconds"] * (v["datagrams_per_recv_call"] or 0)
-    tx += v["send_calls_s"] * v["seconds"] * (v["datagrams_per_send_call"] or 0)
+    rx += (v["recv_calls_s"] or 0) * v["seconds"] * (v["datagrams_per_recv_call"] or 0)
+    tx += (v["send_calls_s"] or 0) * v["seconds"] * (v["datagrams_per_send_call"] or 0)
 rx_s = rx / secs if secs else None
 out = {
     "server": name, "round": int(rnd), "connections": int(alive),
@@ -147,7 +164,7 @@ out = {
     "profiled": profiled == "1",
     "server_us_per_ping": cores / pings * 1e6 if pings else None,
     "datagrams_received_per_s": round(rx_s, 1) if rx_s else None,
-    "datagrams_sent_per_s": round(tx / secs, 1) if secs else None,
+    "datagrams_sent_per_s": round(tx / secs, 1) if tx else None,
     "server_us_per_datagram_received": cores / rx_s * 1e6 if rx_s else None,
     "server_rss_kib_before": int(rss0), "server_rss_kib_holding": int(rss1),
     "server_rss_kib_per_connection": (int(rss1) - int(rss0)) / int(alive) if int(alive) else None,

@@ -254,9 +254,10 @@ pub struct ServeArgs {
     /// microseconds (0 to 1000): datagrams that arrive meanwhile wait and
     /// are read in one call, as a NIC's interrupt moderation does. Adds
     /// at most this much delay to a datagram. A worker holding many
-    /// connections waits this much per 12,500 of them, up to 1000 (idle
-    /// connections' keep-alives then cost fewer wake-ups). 0: a turn as
-    /// soon as something arrives. --stack fastudp only.
+    /// connections waits this much per 6,250 of them, up to 2000 (idle
+    /// connections' keep-alives then cost fewer wake-ups; a busy worker
+    /// does not wait). 0: a turn as soon as something arrives. --stack
+    /// fastudp only.
     #[arg(long, value_name = "US", default_value_t = fastudp_quic::DEFAULT_RX_COALESCE.as_micros() as u64)]
     pub rx_coalesce_us: u64,
     /// Serve the files beneath DIR (hq-interop `GET /path`): regular
