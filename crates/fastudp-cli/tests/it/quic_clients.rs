@@ -1532,16 +1532,6 @@ window.addEventListener('load', function () {
     s
 }
 
-/// The text of the element of id `id` in Chromium's dumped DOM.
-fn element_text<'a>(dom: &'a str, id: &str) -> &'a str {
-    let open = format!("id=\"{id}\">");
-    let at = dom
-        .find(&open)
-        .unwrap_or_else(|| panic!("no #{id} in {dom}"));
-    let rest = &dom[at + open.len()..];
-    &rest[..rest.find('<').unwrap_or(rest.len())]
-}
-
 /// Headless Chromium loads a page from `--www` over HTTP/3 (forced onto
 /// QUIC for the origin, trusting the printed SPKI): every image decoded at
 /// its size (one of about 1 MB) and a 4 MB file read whole (its hash
@@ -1583,12 +1573,12 @@ fn chromium_renders_a_page_with_images_over_http3() {
         .map(|(i, (w, h))| format!("i{i}={w}x{h}:load"))
         .collect();
     assert_eq!(
-        element_text(&dom, "out"),
+        clients::dom_text(&dom, "out"),
         format!("images {}", want.join(" ")),
         "{dom}"
     );
     assert_eq!(
-        element_text(&dom, "big"),
+        clients::dom_text(&dom, "big"),
         format!("big 200 {} {:x}", big.len(), fnv1a32(&big)),
         "{dom}"
     );
@@ -1783,7 +1773,7 @@ fn chromium_alt_svc(bin: &Path, port: u16, spki: &str, allow_unknown_root: bool)
 /// The protocol each of the page's late images came over, checking that
 /// each decoded at its size.
 fn late_protocols(dom: &str) -> Vec<String> {
-    let late = element_text(dom, "late");
+    let late = clients::dom_text(dom, "late");
     ["a", "b", "c", "d"]
         .iter()
         .enumerate()
@@ -1847,7 +1837,7 @@ fn alt_svc_tcp_chromium_starts_over_tcp_and_moves_to_http3() {
     // which the listener offers first by ALPN), after QUIC attempts that
     // the Alt-Svc header caused.
     let dom = chromium_alt_svc(&bin, addr.port(), &spki, false);
-    assert_eq!(element_text(&dom, "nav"), "nav h2", "{dom}");
+    assert_eq!(clients::dom_text(&dom, "nav"), "nav h2", "{dom}");
     assert_eq!(late_protocols(&dom), ["h2"; 4], "{dom}");
     let s = stats_until(&mut srv, |v| v["tcp"]["requests"].as_u64() >= Some(6));
     assert_eq!(s["h3_requests"], 0, "{s}");
@@ -1858,7 +1848,7 @@ fn alt_svc_tcp_chromium_starts_over_tcp_and_moves_to_http3() {
     let tcp_before = s["tcp"]["requests"].as_u64().unwrap();
     // With it: the page over TCP, the images it asks for later over h3.
     let dom = chromium_alt_svc(&bin, addr.port(), &spki, true);
-    assert_eq!(element_text(&dom, "nav"), "nav h2", "{dom}");
+    assert_eq!(clients::dom_text(&dom, "nav"), "nav h2", "{dom}");
     let protos = late_protocols(&dom);
     let h3 = protos.iter().filter(|p| *p == "h3").count() as u64;
     assert!(protos.iter().all(|p| p == "h3" || p == "h2"), "{protos:?}");
