@@ -95,6 +95,7 @@ pub mod h3;
 pub mod hq;
 pub mod lb;
 pub mod limits;
+mod slots;
 mod stats;
 mod tx;
 mod worker;

@@ -32,6 +32,7 @@ use crate::app::{
 use crate::forward::{Inbox, Ring, SLOTS};
 use crate::hq::wire as hq;
 use crate::limits::{self, PENDING_TRAINS, STATELESS_BUF, STATELESS_QUEUE};
+use crate::slots::{prefetch, prefetch_lines, Slots};
 use crate::stats::Counters;
 use crate::tx::{keep_spare, Pending, Tx, ZEROCOPY_MIN};
 use crate::{Admission, Decision};
@@ -68,6 +69,10 @@ const COALESCE_STEP_CONNECTIONS: usize = 6_250;
 /// The longest coalescing wait the growth reaches ([`coalescing_wait`]):
 /// 8 steps of the default 250 us, at 50,000 connections a worker.
 const MAX_GROWN_COALESCE: Duration = Duration::from_millis(2);
+/// Cache lines of quinn-proto's connection asked for ahead of a received
+/// datagram ([`ConnTable::deliver`]): its first ones (the cell's flag and
+/// the fields laid out first).
+const CONNECTION_LINES: usize = 4;
 /// The longest a worker sleeps without looking at its forwarding channel
 /// and the stop flag.
 const MAX_WAIT: Duration = Duration::from_millis(10);
@@ -437,9 +442,12 @@ pub(crate) struct EndpointDriver {
 pub(crate) struct ConnTable {
     /// By handle (quinn-proto's slab index, not chosen by a client: a
     /// fast hash is safe), taken out and put back at every drive.
-    conns: HashMap<ConnectionHandle, Box<Conn>, rustc_hash::FxBuildHasher>,
+    conns: Slots<Conn>,
     pub(crate) timers: BTreeSet<(Instant, ConnectionHandle)>,
     dirty: Vec<ConnectionHandle>,
+    /// Datagrams quinn-proto's endpoint routed to a connection, in the
+    /// order received, not yet handed to it ([`ConnTable::deliver`]).
+    arrived: Vec<(ConnectionHandle, quinn_proto::ConnectionEvent)>,
     /// Connections that stopped at [`limits::TRAINS_PER_TURN`].
     more: Vec<ConnectionHandle>,
     /// A connection's events, between quinn-proto and the application.
@@ -569,7 +577,8 @@ impl Worker {
                 rx_last: 0,
             },
             table: ConnTable {
-                conns: HashMap::default(),
+                conns: Slots::default(),
+                arrived: Vec::new(),
                 timers: BTreeSet::new(),
                 dirty: Vec::new(),
                 more: Vec::new(),
@@ -671,6 +680,7 @@ impl Worker {
     /// Fires the timers due and drives every connection that has
     /// something to do (the application's wakes included).
     pub(crate) fn turn(&mut self, now: Instant) {
+        self.table.deliver();
         self.table.fire_timers(now);
         let woken = self.table.wakes.take();
         self.table.dirty.extend(woken);
@@ -1095,12 +1105,9 @@ impl EndpointDriver {
             .handle(now, source, destination, to_quinn_ecn(ecn), data, &mut buf);
         match ev {
             Some(DatagramEvent::ConnectionEvent(ch, ev)) => {
-                if let Some(c) = table.conns.get_mut(&ch) {
-                    // What it decrypted is counted once per drive
-                    // (`ConnTable::drive`), not per datagram.
-                    c.conn.borrow_mut().handle_event(ev);
-                    table.dirty.push(ch);
-                }
+                // Handed to the connection with the rest of the batch
+                // (`ConnTable::deliver`), at the start of the next turn.
+                table.arrived.push((ch, ev));
             }
             Some(DatagramEvent::NewConnection(incoming)) => {
                 return self.new_connection(incoming, now, s, table, tx, closing, buf);
@@ -1310,6 +1317,43 @@ impl EndpointDriver {
 }
 
 impl ConnTable {
+    /// Hands the datagrams received since the last turn to their
+    /// connections, and marks those to drive. The connections of idle
+    /// clients (a keep-alive every 15 s) are cold: each is reached through
+    /// three dependent loads (its slot, its box, quinn-proto's connection),
+    /// every one a cache miss. Asking for each level of the whole batch
+    /// before the next makes the misses of a batch overlap, instead of
+    /// coming one after another.
+    fn deliver(&mut self) {
+        if self.arrived.is_empty() {
+            return;
+        }
+        let mut arrived = std::mem::take(&mut self.arrived);
+        for (ch, _) in &arrived {
+            self.conns.prefetch_slot(ch);
+        }
+        for (ch, _) in &arrived {
+            self.conns.prefetch_value(ch);
+        }
+        for (ch, _) in &arrived {
+            if let Some(c) = self.conns.get(ch) {
+                prefetch_lines(Rc::as_ptr(&c.conn), CONNECTION_LINES);
+                if let Some(app) = &c.app {
+                    prefetch((&**app as *const dyn ConnApp).cast::<u8>());
+                }
+            }
+        }
+        for (ch, ev) in arrived.drain(..) {
+            if let Some(c) = self.conns.get_mut(&ch) {
+                // What it decrypted is counted once per drive
+                // (`ConnTable::drive`), not per datagram.
+                c.conn.borrow_mut().handle_event(ev);
+                self.dirty.push(ch);
+            }
+        }
+        self.arrived = arrived;
+    }
+
     pub(crate) fn fire_timers(&mut self, now: Instant) {
         while let Some(&(t, ch)) = self.timers.first() {
             if t > now {
@@ -1575,9 +1619,7 @@ impl ConnTable {
             app.on_closed(c.closed.take().unwrap_or(Closed::Locally));
         }
         // The table gives back its room as connections go.
-        if self.conns.capacity() > 4 * self.conns.len() + 64 {
-            self.conns.shrink_to_fit();
-        }
+        self.conns.shrink();
     }
 
     /// Gives back connection `c`'s place among the server's, its place of
@@ -1935,7 +1977,7 @@ impl ConnTable {
     /// application told ([`ConnTable::drain_one`]).
     fn start_drain(&mut self) {
         self.draining = true;
-        self.dirty.extend(self.conns.keys().copied());
+        self.dirty.extend(self.conns.keys());
     }
 
     /// While the server drains: tells the connection's application (once,
@@ -1991,7 +2033,7 @@ impl ConnTable {
                     &mut c.finishing,
                     &mut c.side,
                     &counters,
-                    (&self.wakes, *ch),
+                    (&self.wakes, ch),
                 );
                 app.on_shutdown(&mut cx);
             }
@@ -2001,7 +2043,7 @@ impl ConnTable {
                 VarInt::from_u32(hq::CLOSE_SHUTDOWN),
                 Bytes::from_static(b"server shutting down"),
             );
-            self.dirty.push(*ch);
+            self.dirty.push(ch);
         }
     }
 }

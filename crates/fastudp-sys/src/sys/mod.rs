@@ -20,6 +20,25 @@ use crate::wire::cmsg::CmsgBuf;
 use std::io::IoSlice;
 use std::net::SocketAddr;
 
+/// Asks the processor to bring the cache line holding `p` into its
+/// caches, without waiting for it: a hint that reads nothing a program can
+/// see, and cannot fault, whatever the address. For a server whose
+/// connections have left the caches between two of their datagrams: the
+/// misses of a batch's connections, asked for together, overlap. A no-op
+/// on processors other than x86-64.
+#[inline(always)]
+pub fn prefetch<T>(p: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: PREFETCHT0 (SSE, part of every x86-64 processor) is a hint:
+    // it does not access memory as far as the program is concerned, and
+    // never faults, even on an invalid or unmapped address.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
 /// Most messages handed to one `sendmmsg` / `recvmmsg` call.
 pub const MAX_BATCH: usize = 128;
 
