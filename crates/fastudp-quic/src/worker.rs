@@ -144,6 +144,11 @@ struct Conn {
     /// What the engine keeps beside it for its application (DATAGRAM
     /// frames received, the embedder's send window).
     side: ConnSide,
+    /// Its application's [`ConnApp::timeout`], as read after the
+    /// application was last called.
+    app_due: Option<Instant>,
+    /// Its application's waker was called since its last drive.
+    woken: bool,
 }
 
 impl Conn {
@@ -683,6 +688,11 @@ impl Worker {
         self.table.deliver();
         self.table.fire_timers(now);
         let woken = self.table.wakes.take();
+        for ch in &woken {
+            if let Some(c) = self.table.conns.get_mut(ch) {
+                c.woken = true;
+            }
+        }
         self.table.dirty.extend(woken);
         self.table
             .drive_dirty(now, &mut self.ep, &mut self.tx, &mut *self.app, &self.s);
@@ -1300,6 +1310,8 @@ impl EndpointDriver {
                         blocked: (0, false),
                         checked: now,
                         side: ConnSide::new(&s.transport),
+                        app_due: None,
+                        woken: false,
                     }),
                 );
                 table.dirty.push(ch);
@@ -1467,15 +1479,22 @@ impl ConnTable {
                 // Told before it hears of the streams that came meanwhile.
                 Self::drain_one(&mut c, now, counters, (&self.wakes, ch), false);
             }
+            let dispatched = !events.is_empty();
             for ev in events.drain(..) {
                 self.dispatch(ch, &mut c, ev, now, app, s);
             }
-            let timeout_due = c
-                .app
-                .as_ref()
-                .and_then(|a| a.timeout())
-                .is_some_and(|t| t <= now);
-            if let Some(app) = c.app.as_mut() {
+            // The application is called only when it has something to
+            // do: events, a wake, its timeout, the drain, or the
+            // connection closed. A keep-alive of an idle connection gives
+            // it none, and its memory (cold since the last one, 15 s
+            // earlier) is not touched.
+            let timeout_due = c.app_due.is_some_and(|t| t <= now);
+            let call = dispatched
+                || timeout_due
+                || std::mem::take(&mut c.woken)
+                || self.draining
+                || c.conn.borrow().is_closed();
+            if let Some(app) = c.app.as_mut().filter(|_| call) {
                 let mut cx = AppCx::new(
                     &c.conn,
                     now,
@@ -1488,6 +1507,7 @@ impl ConnTable {
                     app.on_event(&mut cx, AppEvent::Timeout);
                 }
                 app.poll(&mut cx);
+                c.app_due = app.timeout();
             }
             if c.side.arrived {
                 // What quinn-proto's full buffer pushed out is counted now.
@@ -1495,6 +1515,7 @@ impl ConnTable {
             }
             if self.draining {
                 again |= Self::drain_one(&mut c, now, counters, (&self.wakes, ch), true);
+                c.app_due = c.app.as_ref().and_then(|a| a.timeout());
             }
             self.transmits(ch, &mut c, now, tx, s, &mut trains);
             if !again {
@@ -1816,7 +1837,7 @@ impl ConnTable {
         });
         let next = [
             c.conn.borrow_mut().poll_timeout(),
-            c.app.as_ref().and_then(|a| a.timeout()),
+            c.app_due,
             idle_deadline(c.heard, idle),
             stall,
         ]
@@ -2645,6 +2666,76 @@ mod harness {
             // The next keep-alive, a second later.
             n.advance(Duration::from_secs(1));
         }
+    }
+
+    /// Counts its connections' polls, and keeps the waker of the last.
+    #[derive(Default, Clone)]
+    struct Polls {
+        n: Arc<std::sync::atomic::AtomicUsize>,
+        waker: Arc<Mutex<Option<std::task::Waker>>>,
+    }
+
+    impl crate::app::Application for Polls {
+        fn alpn(&self) -> Vec<Vec<u8>> {
+            vec![hq::ALPN.to_vec()]
+        }
+        fn worker(&self, _: usize) -> Box<dyn WorkerApp> {
+            Box::new(self.clone())
+        }
+    }
+
+    impl WorkerApp for Polls {
+        fn accept(&mut self, _: &[u8], _: &ConnInfo) -> Option<Box<dyn ConnApp>> {
+            Some(Box::new(self.clone()))
+        }
+    }
+
+    impl ConnApp for Polls {
+        fn on_event(&mut self, _: &mut AppCx<'_>, _: AppEvent) {}
+        fn poll(&mut self, cx: &mut AppCx<'_>) {
+            self.n.fetch_add(1, Relaxed);
+            *self.waker.lock().unwrap() = Some(cx.waker());
+        }
+    }
+
+    /// A keep-alive PING (and its acknowledgement) is handled without a
+    /// call to the application: the connection's application memory,
+    /// cold since the last one, is not touched. Its waker has it polled
+    /// at the next turn.
+    #[test]
+    fn a_keep_alive_does_not_call_the_application() {
+        let polls = Polls::default();
+        let app = polls.clone();
+        let mut n = Net::new(move |s| s.app = Arc::new(Router::new().with(hq::ALPN, app)));
+        let ch = n.connect();
+        n.run_until(|n| !n.conns[&ch].is_handshaking());
+        n.advance(Duration::from_secs(1));
+        let before = polls.n.load(Relaxed);
+        assert!(before > 0, "the application was never polled");
+        let server = |n: &Net| n.w.table.conns.values().next().unwrap().conn.clone();
+        for round in 0..3 {
+            let pings = server(&n).borrow().stats().frame_rx.ping;
+            n.conns.get_mut(&ch).unwrap().ping();
+            while n.step(Duration::ZERO) {}
+            let s = server(&n).borrow().stats();
+            assert_eq!(s.frame_rx.ping, pings + 1, "round {round}: no PING");
+            n.advance(Duration::from_secs(1));
+        }
+        assert_eq!(
+            polls.n.load(Relaxed),
+            before,
+            "a keep-alive called the application"
+        );
+        polls.waker.lock().unwrap().take().unwrap().wake();
+        n.step(Duration::ZERO);
+        assert_eq!(polls.n.load(Relaxed), before + 1, "the wake was not polled");
+        // A request is an event: the application hears of it.
+        request(&mut n, ch, b"GET /bytes/10\r\n", true);
+        while n.step(Duration::ZERO) {}
+        assert!(
+            polls.n.load(Relaxed) > before + 1,
+            "the request was not polled"
+        );
     }
 
     /// The io_uring receive path: 20 datagrams of 1,202 bytes that

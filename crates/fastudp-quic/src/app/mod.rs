@@ -113,15 +113,24 @@ pub trait WorkerApp {
 pub trait ConnApp {
     /// Something happened on the connection.
     fn on_event(&mut self, cx: &mut AppCx<'_>, ev: AppEvent);
-    /// Called each time the engine has dispatched a round of the
-    /// connection's events (after [`ConnApp::on_event`], if any), before
-    /// the connection's packets are made: the place for work that is not
-    /// tied to one event. The default does nothing.
+    /// Called when the engine drives the connection and the application
+    /// has something to do: after a round of the connection's events
+    /// (after [`ConnApp::on_event`]), after its waker
+    /// ([`AppCx::waker`]) was called, when its [`ConnApp::timeout`]
+    /// came, while the server drains, and once the connection is closed;
+    /// before the connection's packets are made. The place for work that
+    /// is not tied to one event. A datagram that gives the application
+    /// nothing (a keep-alive PING, an acknowledgement) does not call it:
+    /// work that waits on something outside the connection wakes it
+    /// instead. The default does nothing.
     fn poll(&mut self, cx: &mut AppCx<'_>) {
         let _ = cx;
     }
     /// The next instant at which [`AppEvent::Timeout`] is due (a deadline,
-    /// a frame of a paced response); part of the connection's timer. It
+    /// a frame of a paced response); part of the connection's timer. The
+    /// engine reads it after each [`ConnApp::poll`] (and after
+    /// [`ConnApp::on_drain`]) and keeps it until the next: a deadline
+    /// changed outside those calls needs a wake ([`AppCx::waker`]). It
     /// must not return an instant already past once the event for it has
     /// been handled, or the worker would never sleep. The default: none.
     fn timeout(&self) -> Option<Instant> {
