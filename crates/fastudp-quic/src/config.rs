@@ -564,12 +564,13 @@ pub struct Tuning {
     /// datagram first, and takes what is left of this wait only when one
     /// comes within it: a lone datagram costs one wake-up, not two.
     /// A worker that holds many connections waits longer: this much once
-    /// per 6,250 connections, up to 2 ms (1 ms at 25,000, 2 ms from 50,000
-    /// on, at the default), as the keep-alives of idle connections then
-    /// come one by one a few hundred microseconds apart, each a wake-up of
-    /// its own unless the wait gathers them (at 100,000 connections on 2
-    /// workers, 1 ms cost 0.8x the CPU of 250 us, and 2 ms 0.84x of 1 ms:
-    /// docs/BENCHMARKS.md section 29).
+    /// per 3,125 connections, up to 4 ms (1 ms at 12,500, 2 ms at 25,000,
+    /// 4 ms from 50,000 on, at the default), as the keep-alives of idle
+    /// connections then come one by one a few hundred microseconds apart,
+    /// each a wake-up of its own unless the wait gathers them (at 100,000
+    /// connections on 2 workers, 1 ms cost 0.8x the CPU of 250 us, 2 ms
+    /// 0.84x of 1 ms, and 4 ms 0.9x of 2 ms: docs/BENCHMARKS.md section
+    /// 29).
     /// Zero: a turn as soon as something arrives. Default: 250 us
     /// ([`DEFAULT_RX_COALESCE`]).
     pub rx_coalesce: Duration,

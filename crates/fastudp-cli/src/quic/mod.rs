@@ -254,7 +254,7 @@ pub struct ServeArgs {
     /// microseconds (0 to 1000): datagrams that arrive meanwhile wait and
     /// are read in one call, as a NIC's interrupt moderation does. Adds
     /// at most this much delay to a datagram. A worker holding many
-    /// connections waits this much per 6,250 of them, up to 2000 (idle
+    /// connections waits this much per 3,125 of them, up to 4000 (idle
     /// connections' keep-alives then cost fewer wake-ups; a busy worker
     /// does not wait). 0: a turn as soon as something arrives. --stack
     /// fastudp only.
