@@ -127,12 +127,13 @@ impl<T> Slots<T> {
         }
     }
 
-    /// Asks the processor for the first cache line of `ch`'s value,
-    /// without waiting for it (a load of its slot: see
+    /// Asks the processor for every cache line of `ch`'s value, without
+    /// waiting for them (a load of its slot: see
     /// [`Slots::prefetch_slot`]).
     pub(crate) fn prefetch_value(&self, ch: &ConnectionHandle) {
         if let Some(v) = self.get(ch) {
-            prefetch(v);
+            // One more line: the box need not start on a line.
+            prefetch_lines(v, std::mem::size_of::<T>().div_ceil(64) + 1);
         }
     }
 }

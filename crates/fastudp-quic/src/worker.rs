@@ -451,7 +451,9 @@ pub(crate) struct ConnTable {
     pub(crate) timers: BTreeSet<(Instant, ConnectionHandle)>,
     dirty: Vec<ConnectionHandle>,
     /// Datagrams quinn-proto's endpoint routed to a connection, in the
-    /// order received, not yet handed to it ([`ConnTable::deliver`]).
+    /// order received, not yet handed to it ([`ConnTable::deliver`]):
+    /// at most one turn's, which the receive bounds (8 batches, and
+    /// [`FORWARDED_PER_TURN`] forwarded ones).
     arrived: Vec<(ConnectionHandle, quinn_proto::ConnectionEvent)>,
     /// Connections that stopped at [`limits::TRAINS_PER_TURN`].
     more: Vec<ConnectionHandle>,
@@ -1335,7 +1337,10 @@ impl ConnTable {
     /// three dependent loads (its slot, its box, quinn-proto's connection),
     /// every one a cache miss. Asking for each level of the whole batch
     /// before the next makes the misses of a batch overlap, instead of
-    /// coming one after another.
+    /// coming one after another. The whole of the worker's own part of a
+    /// connection (6 lines) is asked for, as its drive reads fields all
+    /// over it; of quinn-proto's (6 KB) only the first lines: asking for
+    /// all of it measured dearer (docs/BENCHMARKS.md section 29).
     fn deliver(&mut self) {
         if self.arrived.is_empty() {
             return;

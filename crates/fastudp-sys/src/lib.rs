@@ -5,7 +5,8 @@
 //! calls.
 //!
 //! **Internal.** This crate exists so that each source file belongs to one
-//! crate: fastudp-io builds its sockets on it, and the project's unpublished
+//! crate: fastudp-io builds its sockets on it, fastudp-quic takes its
+//! prefetch hint ([`sys::prefetch`]) from it, and the project's unpublished
 //! tools (the command, the lab, the tests, the benchmarks and the fuzz
 //! targets) call the same code rather than compiling a second copy. Its API
 //! follows fastudp-io's needs and carries no stability promise of its
