@@ -445,15 +445,15 @@ pub(crate) struct EndpointDriver {
 /// those to drive; it drives them and hands their events to the
 /// application.
 pub(crate) struct ConnTable {
-    /// By handle (quinn-proto's slab index, not chosen by a client: a
-    /// fast hash is safe), taken out and put back at every drive.
+    /// By handle (quinn-proto's slab index, not chosen by a client),
+    /// taken out and put back at every drive.
     conns: Slots<Conn>,
     pub(crate) timers: BTreeSet<(Instant, ConnectionHandle)>,
     dirty: Vec<ConnectionHandle>,
     /// Datagrams quinn-proto's endpoint routed to a connection, in the
     /// order received, not yet handed to it ([`ConnTable::deliver`]):
-    /// at most one turn's, which the receive bounds (8 batches, and
-    /// [`FORWARDED_PER_TURN`] forwarded ones).
+    /// those of one receive batch at most (or of the forwarded ones a
+    /// turn takes, [`FORWARDED_PER_TURN`]), handed over at its end.
     arrived: Vec<(ConnectionHandle, quinn_proto::ConnectionEvent)>,
     /// Connections that stopped at [`limits::TRAINS_PER_TURN`].
     more: Vec<ConnectionHandle>,
@@ -744,7 +744,7 @@ impl Worker {
             (turn + coalescing_wait(self.s.rx_coalesce, self.table.conns.len())).min(until);
         let sparse = self.ep.rx_last <= 1;
         if coalesced > now && !sparse {
-            std::thread::sleep(coalesced - now);
+            self.coalesce(coalesced - now);
         }
         if !self.s.busy_poll.is_zero() {
             let spin_end = until.min(Instant::now() + self.s.busy_poll);
@@ -760,22 +760,44 @@ impl Worker {
         }
         let now = Instant::now();
         if until > now && self.table.wakes.park() {
-            self.wait_for(until - now);
+            let woken = self.wait_for(until - now);
             // Sparse traffic that grows dense: a datagram came within the
             // coalescing wait, which the worker now takes (then more of
             // them arrive for one receive, and the next turn is not
-            // sparse).
+            // sparse). A wake of an application's does not wait.
             let now = Instant::now();
-            if sparse && coalesced > now {
-                std::thread::sleep(coalesced - now);
+            if sparse && coalesced > now && !woken {
+                self.coalesce(coalesced - now);
             }
         }
     }
 
+    /// Sleeps `d` (the coalescing wait), or less when an application's
+    /// waker ([`crate::app::AppCx::waker`]) is called meanwhile: the
+    /// worker is parked on its eventfd alone, so that the wake is not
+    /// held back by the wait (up to [`MAX_GROWN_COALESCE`]). No sleep when
+    /// a wake is pending already.
+    fn coalesce(&mut self, d: Duration) {
+        let wakes = self.table.wakes.clone();
+        let Some(efd) = wakes.fd() else {
+            std::thread::sleep(d);
+            return;
+        };
+        if !wakes.park() {
+            return;
+        }
+        use rustix::event::{PollFd, PollFlags};
+        let mut fds = [PollFd::new(&efd, PollFlags::IN)];
+        // EINTR ends the sleep early, as a wake would.
+        let _ = rustix::event::poll(&mut fds, Some(&timespec(d)));
+        let signalled = !fds[0].revents().is_empty();
+        wakes.unpark(signalled);
+    }
+
     /// Waits up to `d` for a datagram or a wake of the application's
     /// ([`crate::app::AppCx::waker`], through the worker's eventfd); the
-    /// worker is parked.
-    fn wait_for(&mut self, d: Duration) {
+    /// worker is parked. True when a wake ended the wait.
+    fn wait_for(&mut self, d: Duration) -> bool {
         let wakes = self.table.wakes.clone();
         let efd = match wakes.fd() {
             // On a ring (armed) the wait is on its completions, which the
@@ -785,23 +807,20 @@ impl Worker {
             _ => {
                 let _ = self.rx.wait_readable(d);
                 wakes.unpark(false);
-                return;
+                return false;
             }
         };
-        use rustix::event::{PollFd, PollFlags, Timespec};
+        use rustix::event::{PollFd, PollFlags};
         let sock = self.rx.as_std();
         let mut fds = [
             PollFd::new(sock, PollFlags::IN),
             PollFd::new(&efd, PollFlags::IN),
         ];
-        let ts = Timespec {
-            tv_sec: d.as_secs().min(i32::MAX as u64) as _,
-            tv_nsec: d.subsec_nanos() as _,
-        };
         // EINTR ends the wait early, as a timeout would.
-        let _ = rustix::event::poll(&mut fds, Some(&ts));
+        let _ = rustix::event::poll(&mut fds, Some(&timespec(d)));
         let signalled = !fds[1].revents().is_empty();
         wakes.unpark(signalled);
+        signalled
     }
 
     /// Publishes the socket counters and the packets lost (counted at
@@ -848,7 +867,14 @@ impl Worker {
     }
 }
 
-/// A receive that failed: counted, unless it only found nothing.
+/// `d` for `poll`.
+fn timespec(d: Duration) -> rustix::event::Timespec {
+    rustix::event::Timespec {
+        tv_sec: d.as_secs().min(i32::MAX as u64) as _,
+        tv_nsec: d.subsec_nanos() as _,
+    }
+}
+
 /// `t` rounded up to the next multiple of `tick` after `epoch` (`t` itself
 /// when `tick` is zero, or when `t` is before `epoch`).
 fn tick_up(t: Instant, epoch: Instant, tick: Duration) -> Instant {
@@ -861,6 +887,7 @@ fn tick_up(t: Instant, epoch: Instant, tick: Duration) -> Instant {
     epoch + Duration::from_nanos(u64::try_from(up).unwrap_or(u64::MAX))
 }
 
+/// A receive that failed: counted, unless it only found nothing.
 fn recv_error(e: fastudp_io::Error, s: &Setup) {
     let e = std::io::Error::from(e);
     if e.kind() != std::io::ErrorKind::WouldBlock {
@@ -939,6 +966,7 @@ impl EndpointDriver {
                 closing,
             );
         }
+        table.deliver();
         self.fwd_local = local;
     }
 
@@ -975,6 +1003,7 @@ impl EndpointDriver {
             for (meta, d) in batch.datagrams() {
                 self.received(now, meta, d, s, table, tx, closing);
             }
+            table.deliver();
             self.rx_last += batch.len();
             let full = batch.len() == batch.capacity();
             self.rx_more |= batch.len() >= BUSY_RECV;
@@ -1016,6 +1045,7 @@ impl EndpointDriver {
                         }
                         self.received(now, meta, d, s, table, tx, closing);
                     }
+                    table.deliver();
                     // The view ends here: its buffers go back to the kernel.
                     Ok((view.len(), in_ring))
                 }
@@ -1341,7 +1371,7 @@ impl ConnTable {
     /// connection (6 lines) is asked for, as its drive reads fields all
     /// over it; of quinn-proto's (6 KB) only the first lines: asking for
     /// all of it measured dearer (docs/BENCHMARKS.md section 29).
-    fn deliver(&mut self) {
+    pub(crate) fn deliver(&mut self) {
         if self.arrived.is_empty() {
             return;
         }
@@ -1368,6 +1398,8 @@ impl ConnTable {
                 self.dirty.push(ch);
             }
         }
+        // A batch of GRO trains can hold thousands: that room is not kept.
+        arrived.shrink_to(limits::RECV_BATCH);
         self.arrived = arrived;
     }
 
@@ -1493,12 +1525,16 @@ impl ConnTable {
             // connection closed. A keep-alive of an idle connection gives
             // it none, and its memory (cold since the last one, 15 s
             // earlier) is not touched.
-            let timeout_due = c.app_due.is_some_and(|t| t <= now);
-            let call = dispatched
-                || timeout_due
-                || std::mem::take(&mut c.woken)
-                || self.draining
-                || c.conn.borrow().is_closed();
+            let woken = std::mem::take(&mut c.woken);
+            let forced = dispatched || woken || self.draining || c.conn.borrow().is_closed();
+            // Called anyway: its deadline as it is now (an event may have
+            // moved it); otherwise as read after its last call.
+            let due = match &c.app {
+                Some(a) if forced => a.timeout(),
+                _ => c.app_due,
+            };
+            let timeout_due = due.is_some_and(|t| t <= now);
+            let call = forced || timeout_due;
             if let Some(app) = c.app.as_mut().filter(|_| call) {
                 let mut cx = AppCx::new(
                     &c.conn,
@@ -2743,6 +2779,23 @@ mod harness {
             polls.n.load(Relaxed) > before + 1,
             "the request was not polled"
         );
+        // A wake from another thread ends the worker's coalescing wait
+        // at once: it is not held back until the wait's end (20 s here).
+        let waker = polls.waker.lock().unwrap().take().unwrap();
+        let start = std::time::Instant::now();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            waker.wake();
+        });
+        n.w.coalesce(Duration::from_secs(20));
+        t.join().unwrap();
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the wake did not end the coalescing wait"
+        );
+        let polled = polls.n.load(Relaxed);
+        n.step(Duration::ZERO);
+        assert_eq!(polls.n.load(Relaxed), polled + 1, "the wake was not polled");
     }
 
     /// The io_uring receive path: 20 datagrams of 1,202 bytes that

@@ -13,8 +13,8 @@
 //! own; use [fastudp-io](https://docs.rs/fastudp-io).
 //!
 //! - [`sys`]: the only module with `unsafe` code: each function a thin
-//!   wrapper over one syscall, each `unsafe` block with its `// SAFETY:`
-//!   comment;
+//!   wrapper over one syscall (or, for [`sys::prefetch`], one processor
+//!   hint), each `unsafe` block with its `// SAFETY:` comment;
 //! - [`wire`]: the pure byte-level logic (no syscalls, no `unsafe`), unit-
 //!   and property-tested and fuzzed without a kernel;
 //! - `ethtool` (feature `tools`): the `SIOCETHTOOL` ioctl's layouts.

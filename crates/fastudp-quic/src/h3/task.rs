@@ -2,9 +2,11 @@
 //!
 //! One future per connection runs h3's server: it accepts requests and
 //! keeps their futures in a `FuturesUnordered` bounded by the stream limit.
-//! Nothing is spawned: the driver calls [`H3Task::poll`] once per drive,
-//! after the connection's events were forwarded to the [`Link`] and before
-//! it polls transmits, and the task is polled only when something woke it.
+//! Nothing is spawned: the driver calls [`H3Task::poll`] in each drive
+//! that calls the application (events, a wake, its timeout, the drain, a
+//! closed connection: `ConnApp::poll`), after the connection's events were
+//! forwarded to the [`Link`] and before it polls transmits, and the task
+//! is polled only when something woke it.
 //! Video frames sleep on a per-connection timer registry; its earliest
 //! deadline is [`H3Task::timeout`], part of the connection's timer.
 //!
