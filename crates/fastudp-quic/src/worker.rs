@@ -1148,7 +1148,7 @@ impl EndpointDriver {
         match ev {
             Some(DatagramEvent::ConnectionEvent(ch, ev)) => {
                 // Handed to the connection with the rest of the batch
-                // (`ConnTable::deliver`), at the start of the next turn.
+                // (`ConnTable::deliver`), at the batch's end.
                 table.arrived.push((ch, ev));
             }
             Some(DatagramEvent::NewConnection(incoming)) => {
@@ -1361,7 +1361,7 @@ impl EndpointDriver {
 }
 
 impl ConnTable {
-    /// Hands the datagrams received since the last turn to their
+    /// Hands the datagrams held ([`ConnTable::arrived`]) to their
     /// connections, and marks those to drive. The connections of idle
     /// clients (a keep-alive every 15 s) are cold: each is reached through
     /// three dependent loads (its slot, its box, quinn-proto's connection),
